@@ -32,3 +32,22 @@ function(lisa_add_unit_tests)
     lisa_add_test(NAME ${U_PREFIX}${_n} SOURCES ${_t} LIBS ${U_LIBS})
   endforeach()
 endfunction()
+
+# lisa_add_pytest(NAME name FILE path [TIMEOUT s]): a pytest file run by
+# ctest with the test environment's python (LISA_PYTHON, set by
+# scripts/test.sh). Binaries are found through LISA_BINARY_DIR.
+set(LISA_PYTHON "" CACHE FILEPATH "python of the test environment")
+function(lisa_add_pytest)
+  cmake_parse_arguments(P "" "NAME;FILE;TIMEOUT" "" ${ARGN})
+  if(NOT LISA_TESTS OR NOT LISA_PYTHON)
+    return()
+  endif()
+  add_test(NAME ${P_NAME}
+           COMMAND ${LISA_PYTHON} -m pytest -q -p no:cacheprovider ${P_FILE}
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  if(NOT P_TIMEOUT)
+    set(P_TIMEOUT 600)
+  endif()
+  set_tests_properties(${P_NAME} PROPERTIES TIMEOUT ${P_TIMEOUT}
+    ENVIRONMENT "LISA_SOURCE_DIR=${PROJECT_SOURCE_DIR};LISA_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endfunction()

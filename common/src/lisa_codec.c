@@ -98,10 +98,9 @@ lisa_codec_decode(const ProtobufCMessageDescriptor *desc, const void *data,
 }
 
 lisa_rc_t
-lisa_codec_decode_frame(const ProtobufCMessageDescriptor *desc,
-                        zframe_t *frame, size_t max_len,
-                        lisa_codec_stats_t *stats, ProtobufCMessage **out,
-                        const char **why)
+lisa_codec_decode_frame(const ProtobufCMessageDescriptor *desc, zframe_t *frame,
+                        size_t max_len, lisa_codec_stats_t *stats,
+                        ProtobufCMessage **out, const char **why)
 {
     if (!frame) {
         *out = NULL;

@@ -97,9 +97,9 @@ lisa_log_write(lisa_log_level_t level, const char *ctx, const char *fmt, ...)
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n += strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-    int w = snprintf(line + n, sizeof line - n, ".%03ldZ %s %s ",
-                     ts.tv_nsec / 1000000L, s_service,
-                     s_names[(int) level & 3]);
+    int w =
+        snprintf(line + n, sizeof line - n, ".%03ldZ %s %s ",
+                 ts.tv_nsec / 1000000L, s_service, s_names[(int) level & 3]);
     if (w > 0)
         n += (size_t) w;
     if (ctx && *ctx) {

@@ -13,6 +13,7 @@
 #ifndef LISA_CODEC_H
 #define LISA_CODEC_H
 
+#include "lisa.pb-c.h"
 #include "lisa/lisa_rc.h"
 
 #include <czmq.h>
@@ -20,14 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lisa.pb-c.h"
-
 #define LISA_PROTOCOL_VERSION 1u
 
 /* Default bounds of one frame per socket kind (services may configure). */
-#define LISA_MAX_RPC_FRAME (16u * 1024u * 1024u)
-#define LISA_MAX_SPAN_FRAME (8u * 1024u * 1024u)
-#define LISA_MAX_EVENT_FRAME (1u * 1024u * 1024u)
+#define LISA_MAX_RPC_FRAME    (16u * 1024u * 1024u)
+#define LISA_MAX_SPAN_FRAME   (8u * 1024u * 1024u)
+#define LISA_MAX_EVENT_FRAME  (1u * 1024u * 1024u)
 #define LISA_MAX_WORKER_FRAME (16u * 1024u * 1024u)
 
 /* Counters of decode outcomes; one per socket, owned by its caller. */

@@ -41,8 +41,8 @@ void lisa_log_write(lisa_log_level_t level, const char *ctx, const char *fmt,
                     ...) LISA_PRINTF(3, 4);
 
 #define lisa_log_error(...) lisa_log_write(LISA_LOG_ERROR, NULL, __VA_ARGS__)
-#define lisa_log_warn(...) lisa_log_write(LISA_LOG_WARN, NULL, __VA_ARGS__)
-#define lisa_log_info(...) lisa_log_write(LISA_LOG_INFO, NULL, __VA_ARGS__)
+#define lisa_log_warn(...)  lisa_log_write(LISA_LOG_WARN, NULL, __VA_ARGS__)
+#define lisa_log_info(...)  lisa_log_write(LISA_LOG_INFO, NULL, __VA_ARGS__)
 #define lisa_log_debug(...) lisa_log_write(LISA_LOG_DEBUG, NULL, __VA_ARGS__)
 
 #endif

@@ -11,14 +11,15 @@
 
 #include <stddef.h>
 
-#define lisa_malloc(n) lisa_malloc_at((n), __FILE__, __LINE__)
-#define lisa_calloc(c, n) lisa_calloc_at((c), (n), __FILE__, __LINE__)
+#define lisa_malloc(n)     lisa_malloc_at((n), __FILE__, __LINE__)
+#define lisa_calloc(c, n)  lisa_calloc_at((c), (n), __FILE__, __LINE__)
 #define lisa_realloc(p, n) lisa_realloc_at((p), (n), __FILE__, __LINE__)
-#define lisa_strdup(s) lisa_strdup_at((s), __FILE__, __LINE__)
+#define lisa_strdup(s)     lisa_strdup_at((s), __FILE__, __LINE__)
 #define lisa_strndup(s, n) lisa_strndup_at((s), (n), __FILE__, __LINE__)
-#define lisa_memdup(p, n) lisa_memdup_at((p), (n), __FILE__, __LINE__)
+#define lisa_memdup(p, n)  lisa_memdup_at((p), (n), __FILE__, __LINE__)
 
-/* Returns n bytes (n may be 0: a unique non-NULL pointer); aborts on failure. */
+/* Returns n bytes (n may be 0: a unique non-NULL pointer); aborts on failure.
+ */
 void *lisa_malloc_at(size_t n, const char *file, int line);
 /* Zeroed c*n bytes; aborts on failure or overflow of c*n. */
 void *lisa_calloc_at(size_t c, size_t n, const char *file, int line);

@@ -10,7 +10,7 @@
 #define LISA_RC_H
 
 #if defined(__GNUC__)
-#define LISA_NODISCARD __attribute__((warn_unused_result))
+#define LISA_NODISCARD    __attribute__((warn_unused_result))
 #define LISA_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define LISA_NODISCARD
@@ -18,17 +18,17 @@
 #endif
 
 typedef enum {
-    LISA_OK = 0,           /* success */
-    LISA_ERR = -1,         /* internal error (I/O, allocation, library) */
-    LISA_INVALID = -2,     /* bad input: malformed, out of range */
-    LISA_NOTFOUND = -3,    /* a named thing does not exist */
-    LISA_CONFLICT = -4,    /* not allowed in the current state */
-    LISA_TIMEOUT = -5,     /* a deadline passed */
-    LISA_AGAIN = -6,       /* not ready yet / busy: try again later */
-    LISA_UNAVAILABLE = -7, /* a dependency is down */
-    LISA_UNAUTHORIZED = -8,/* missing, bad or expired credentials */
-    LISA_TOOLARGE = -9,    /* exceeds a size bound */
-    LISA_UNSUPPORTED = -10 /* unknown type or version */
+    LISA_OK = 0,            /* success */
+    LISA_ERR = -1,          /* internal error (I/O, allocation, library) */
+    LISA_INVALID = -2,      /* bad input: malformed, out of range */
+    LISA_NOTFOUND = -3,     /* a named thing does not exist */
+    LISA_CONFLICT = -4,     /* not allowed in the current state */
+    LISA_TIMEOUT = -5,      /* a deadline passed */
+    LISA_AGAIN = -6,        /* not ready yet / busy: try again later */
+    LISA_UNAVAILABLE = -7,  /* a dependency is down */
+    LISA_UNAUTHORIZED = -8, /* missing, bad or expired credentials */
+    LISA_TOOLARGE = -9,     /* exceeds a size bound */
+    LISA_UNSUPPORTED = -10  /* unknown type or version */
 } lisa_rc_t;
 
 /* Short constant name of rc ("LISA_INVALID"); never NULL. */

@@ -21,9 +21,9 @@ Test(lisa_codec, usage)
     lisa_codec_stats_t counters = {0};
     ProtobufCMessage *msg = NULL;
     const char *why = NULL;
-    lisa_rc_t rc = lisa_codec_decode_frame(&lisa__request__descriptor, frame,
-                                           LISA_MAX_RPC_FRAME, &counters, &msg,
-                                           &why);
+    lisa_rc_t rc =
+        lisa_codec_decode_frame(&lisa__request__descriptor, frame,
+                                LISA_MAX_RPC_FRAME, &counters, &msg, &why);
     cr_assert_eq(rc, LISA_OK, "%s", why);
     Lisa__Request *got = (Lisa__Request *) msg;
     cr_assert_eq(got->version, LISA_PROTOCOL_VERSION);
@@ -43,8 +43,8 @@ Test(lisa_codec, oversized_frame_is_refused)
     lisa_codec_stats_t c = {0};
     ProtobufCMessage *m = NULL;
     const char *why = NULL;
-    cr_assert_eq(lisa_codec_decode(&lisa__request__descriptor, buf, n, 1024,
-                                   &c, &m, &why),
+    cr_assert_eq(lisa_codec_decode(&lisa__request__descriptor, buf, n, 1024, &c,
+                                   &m, &why),
                  LISA_TOOLARGE);
     cr_assert_null(m);
     cr_assert_eq(c.too_large, 1);
@@ -65,9 +65,9 @@ Test(lisa_codec, truncated_frames_are_malformed)
     int refused = 0;
     for (size_t cut = 1; cut < n; cut++) {
         ProtobufCMessage *m = NULL;
-        lisa_rc_t rc = lisa_codec_decode(&lisa__request__descriptor,
-                                         zframe_data(f), cut,
-                                         LISA_MAX_RPC_FRAME, &c, &m, NULL);
+        lisa_rc_t rc =
+            lisa_codec_decode(&lisa__request__descriptor, zframe_data(f), cut,
+                              LISA_MAX_RPC_FRAME, &c, &m, NULL);
         if (rc != LISA_OK)
             refused++;
         cr_assert((rc == LISA_OK) == (m != NULL));
@@ -75,7 +75,8 @@ Test(lisa_codec, truncated_frames_are_malformed)
     }
     /* Every cut inside the body breaks a length prefix. */
     cr_assert_geq(refused, (int) n - 4);
-    cr_assert_eq(c.malformed + c.wrong_type + c.bad_version, (uint64_t) refused);
+    cr_assert_eq(c.malformed + c.wrong_type + c.bad_version,
+                 (uint64_t) refused);
     zframe_destroy(&f);
 }
 

@@ -1,11 +1,10 @@
 /*
  * lisa_rc tests. The first test is the usage example.
  */
+#include "lisa.pb-c.h"
 #include "lisa/lisa_rc.h"
 
 #include <criterion/criterion.h>
-
-#include "lisa.pb-c.h"
 
 Test(lisa_rc, usage)
 {

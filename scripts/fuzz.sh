@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for N seconds
+# (default 60). A crash, leak or sanitizer report fails the run.
+set -euo pipefail
+secs=${1:-60}
+cd "$(dirname "$0")/.."
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "${LISA_JOBS:-$(nproc)}"
+mkdir -p build/fuzz/corpus
+for bin in build/fuzz/tests/fuzz/fuzz_*; do
+  [ -x "$bin" ] || continue
+  name=$(basename "$bin")
+  corpus=build/fuzz/corpus/$name
+  mkdir -p "$corpus"
+  seeds=tests/fuzz/seeds/$name
+  echo "fuzz: $name for ${secs}s"
+  "$bin" -max_total_time="$secs" -max_len=65536 -print_final_stats=1 \
+    "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) 2>&1 | tail -4
+done
