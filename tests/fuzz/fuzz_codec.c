@@ -14,8 +14,8 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const ProtobufCMessageDescriptor *const types[] = {
-        &lisa__request__descriptor,   &lisa__reply__descriptor,
-        &lisa__span_push__descriptor, &lisa__event__descriptor,
+        &lisa__request__descriptor,    &lisa__reply__descriptor,
+        &lisa__span_push__descriptor,  &lisa__event__descriptor,
         &lisa__worker_msg__descriptor, &lisa__bootstrap__descriptor,
     };
     if (size < 1)
@@ -24,8 +24,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lisa_codec_stats_t stats = {0};
     ProtobufCMessage *m = NULL;
     const char *why = NULL;
-    lisa_rc_t rc = lisa_codec_decode(d, data + 1, size - 1, 1u << 20, &stats,
-                                     &m, &why);
+    lisa_rc_t rc =
+        lisa_codec_decode(d, data + 1, size - 1, 1u << 20, &stats, &m, &why);
     if (rc == LISA_OK) {
         /* Re-encode what was decoded: packing must accept it too. */
         zframe_t *f = lisa_codec_encode(m);
