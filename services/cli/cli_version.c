@@ -5,8 +5,6 @@
 
 #include <stdio.h>
 
-#include "lisa.pb-c.h"
-
 int
 cli_version(int argc, char **argv)
 {
