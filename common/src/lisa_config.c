@@ -382,7 +382,7 @@ s_apply(s_ctx_t *c, size_t i, const char *text, lisa_config_origin_t origin,
     }
     if (rc != LISA_OK) {
         s_err(c->err, c->errlen, "%s: %s: '%.64s' is not %s", where, e->name,
-              text, s_expect(e->type));
+              e->flags & LISA_CFG_SECRET ? "***" : text, s_expect(e->type));
         return LISA_INVALID;
     }
     if (s_check_range(e, &v, msg, sizeof msg) != LISA_OK) {
@@ -695,7 +695,9 @@ s_apply_arg(s_ctx_t *c, const char *arg)
     const char *val;
     char where[160];
     size_t nlen = s_split_flag(arg, &val), i;
-    snprintf(where, sizeof where, "argument %.96s", arg);
+    /* The value stays out of `where`: it may be a secret. */
+    snprintf(where, sizeof where, "argument %.*s",
+             (int) (nlen > 96 ? 96 : nlen), arg);
     if (!s_find_name(c->table, c->n, arg, nlen, &i)) {
         s_err(c->err, c->errlen, "%s: unknown setting '%.*s'", where,
               (int) (nlen > 64 ? 64 : nlen), arg);
@@ -945,14 +947,6 @@ lisa_config_format(const lisa_config_entry_t *e, const void *cfg, char *buf,
     return buf;
 }
 
-static const char *
-s_origin_str(lisa_config_origin_t o)
-{
-    static const char *const names[] = {"default", "file", "env", "flag",
-                                        "argument"};
-    return (unsigned) o < 5 ? names[o] : "?";
-}
-
 void
 lisa_config_dump(const lisa_config_entry_t *table, size_t n, const void *cfg,
                  const lisa_config_source_t *sources)
@@ -965,9 +959,11 @@ lisa_config_dump(const lisa_config_entry_t *table, size_t n, const void *cfg,
                               : lisa_config_format(e, cfg, buf, sizeof buf);
         if (e->type == LISA_CFG_STRING && !s_fetch(e, cfg).s)
             val = "(unset)";
-        lisa_log_info("config %s = %s (%s)", e->name, val,
-                      sources ? sources[i].where
-                              : s_origin_str(LISA_CFG_FROM_DEFAULT));
+        if (sources)
+            lisa_log_info("config %s = %s (%s)", e->name, val,
+                          sources[i].where);
+        else
+            lisa_log_info("config %s = %s", e->name, val);
     }
 }
 

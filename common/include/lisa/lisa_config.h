@@ -90,7 +90,8 @@ typedef enum {
 
 typedef struct {
     lisa_config_origin_t origin;
-    char where[160]; /* "default", "f.conf:3", "LISA_X", "--x", "a.b=..." */
+    char where[160]; /* "default", "file f.conf:3", "env LISA_X", "flag --x",
+                        "argument a.b" (never the value) */
 } lisa_config_source_t;
 
 /* Optional knobs of lisa_config_load_ex; every field may be 0/NULL. */
@@ -141,8 +142,8 @@ lisa_rc_t lisa_config_set(const lisa_config_entry_t *table, size_t n, void *cfg,
 const char *lisa_config_format(const lisa_config_entry_t *e, const void *cfg,
                                char *buf, size_t len);
 
-/* Logs one INFO line per entry: name, value (secrets "***") and source
- * (sources may be NULL). */
+/* Logs one INFO line per entry: name, value (secrets "***") and, when
+ * sources is not NULL, where the value came from. */
 void lisa_config_dump(const lisa_config_entry_t *table, size_t n,
                       const void *cfg, const lisa_config_source_t *sources);
 

@@ -241,7 +241,7 @@ Test(lisa_config, flag_forms_and_positional_overrides)
     cr_assert(c.verbose);
     cr_assert_eq(c.workers, 3); /* left to right: the later one wins */
     cr_assert_eq(src[3].origin, LISA_CFG_FROM_ARG);
-    cr_assert_str_eq(src[3].where, "argument svc.workers=3");
+    cr_assert_str_eq(src[3].where, "argument svc.workers");
     cr_assert_str_eq(c.endpoint, "tcp://a:1");
     cr_assert_eq(c.lease_ms, 120000);
     cr_assert_str_eq(c.name, "beta");
@@ -397,7 +397,8 @@ Test(lisa_config, bounds_are_enforced_with_clear_messages)
     const char *lng[] = {"svc.name=ninechars", NULL};
     cr_assert_eq(s_load(&c, NULL, err, sizeof err, lng), LISA_INVALID);
     cr_assert(strstr(err, "length above the maximum 8"), "%s", err);
-    cr_assert(strstr(err, "argument svc.name=ninechars"), "%s", err);
+    cr_assert(strstr(err, "argument svc.name: svc.name: 'ninechars'"), "%s",
+              err);
     const char *empty[] = {"svc.name=", NULL};
     cr_assert_eq(s_load(&c, NULL, err, sizeof err, empty), LISA_INVALID);
     cr_assert(strstr(err, "length below the minimum 1"), "%s", err);
@@ -431,6 +432,15 @@ Test(lisa_config, secret_values_never_appear_in_errors)
                  LISA_INVALID);
     cr_assert_null(strstr(err, "hunter2"), "%s", err);
     cr_assert(strstr(err, "***"), "%s", err);
+    /* Nor in the recorded source of a positional override. */
+    unsetenv("LISA_T_K");
+    char *argv[] = {"x", "k=abc", NULL};
+    lisa_config_source_t src[1];
+    lisa_config_opts_t o = {.sources = src};
+    cr_assert_eq(lisa_config_load_ex(t, 1, &val, 2, argv, &o, err, sizeof err),
+                 LISA_OK, "%s", err);
+    cr_assert_str_eq(src[0].where, "argument k");
+    lisa_config_free(t, 1, &val);
 }
 
 Test(lisa_config, unknown_and_malformed_arguments)
