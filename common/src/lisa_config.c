@@ -435,6 +435,18 @@ s_same(const char *a, const char *b)
     return a && b && strcmp(a, b) == 0;
 }
 
+/* True for a non-empty name without '=', blanks or control characters. */
+static bool
+s_name_ok(const char *s)
+{
+    if (!s || !*s || *s == '-' || strlen(s) > 100)
+        return false;
+    for (; *s; s++)
+        if (*s == '=' || (unsigned char) *s <= ' ' || *s == 0x7f)
+            return false;
+    return true;
+}
+
 /* Checks the table itself: names present and unique, flags "--x" and
  * unique, env unique, defaults and bounds parse. */
 static lisa_rc_t
@@ -443,7 +455,11 @@ s_check_table(s_ctx_t *c)
     for (size_t i = 0; i < c->n; i++) {
         const lisa_config_entry_t *e = &c->table[i];
         s_val_t b;
-        if (!e->name || !*e->name || (e->flag && strncmp(e->flag, "--", 2))) {
+        if (!s_name_ok(e->name) ||
+            (e->flag &&
+             (strncmp(e->flag, "--", 2) != 0 || !s_name_ok(e->flag + 2))) ||
+            (e->type == LISA_CFG_BOOL && e->flag &&
+             strncmp(e->flag, "--no-", 5) == 0)) {
             s_err(c->err, c->errlen, "config table: entry %zu: bad name/flag",
                   i);
             return LISA_INVALID;

@@ -63,7 +63,9 @@ typedef enum {
 #define LISA_CFG_SECRET   0x1u /* printed as "***" by dump */
 #define LISA_CFG_REQUIRED 0x2u /* must be set (non-empty) by some source */
 
-/* One setting. `env`, `flag`, `def`, `min`, `max` may be NULL. `min`/`max`
+/* One setting. `env`, `flag`, `def`, `min`, `max` may be NULL. Names and
+ * flags have no '=', blanks or control characters; a BOOL flag "--x" also
+ * accepts "--no-x". `min`/`max`
  * are written in the entry's own syntax ("100ms", "1MiB"); for STRING they
  * bound the length in bytes. */
 typedef struct {
@@ -105,8 +107,9 @@ typedef struct {
     size_t *rest_len; /* out: how many were stored in rest */
 } lisa_config_opts_t;
 
-/* Fills *cfg from defaults, `--config FILE`, the environment and argv (argv
- * may be NULL when argc is 0). Returns LISA_OK; LISA_AGAIN after printing
+/* Fills *cfg (zeroed, or loaded before: its strings are freed) from
+ * defaults, `--config FILE`, the environment and argv (argv may be NULL
+ * when argc is 0). Returns LISA_OK; LISA_AGAIN after printing
  * --help (caller exits 0); LISA_INVALID (err names the entry and the
  * source; cfg strings already freed); LISA_ERR when the file can't be read.
  */

@@ -584,8 +584,20 @@ Test(lisa_config, bad_tables_are_refused)
         {.name = "a", .max = "1x", .type = LISA_CFG_INT64, .offset = 0}};
     static const lisa_config_entry_t reserved[] = {
         {.name = "a", .flag = "--help", .type = LISA_CFG_BOOL, .offset = 0}};
+    static const lisa_config_entry_t badname[] = {
+        {.name = "a b", .type = LISA_CFG_INT64, .offset = 0}};
+    static const lisa_config_entry_t eqflag[] = {
+        {.name = "a", .flag = "--a=b", .type = LISA_CFG_INT64, .offset = 0}};
+    static const lisa_config_entry_t bareflag[] = {
+        {.name = "a", .flag = "--", .type = LISA_CFG_INT64, .offset = 0}};
     int64_t v[2];
     char err[256];
+    cr_assert_eq(lisa_config_load(badname, 1, v, 0, NULL, err, sizeof err),
+                 LISA_INVALID);
+    cr_assert_eq(lisa_config_load(eqflag, 1, v, 0, NULL, err, sizeof err),
+                 LISA_INVALID);
+    cr_assert_eq(lisa_config_load(bareflag, 1, v, 0, NULL, err, sizeof err),
+                 LISA_INVALID);
     cr_assert_eq(lisa_config_load(dup, 2, v, 0, NULL, err, sizeof err),
                  LISA_INVALID);
     cr_assert(strstr(err, "b clashes with a"), "%s", err);
