@@ -429,6 +429,61 @@ s_find_flag(const lisa_config_entry_t *t, size_t n, const char *flag,
     return false;
 }
 
+/* Edit distance of a and b (both at most 63 bytes; else a large value). */
+static size_t
+s_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b), row[64];
+    if (la >= 64 || lb >= 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The flag (or name) of the table closest to s[0..len), if within 2 edits;
+ * NULL otherwise. */
+static const char *
+s_suggest(const s_ctx_t *c, const char *s, size_t len, bool flags)
+{
+    const char *best = NULL;
+    size_t bestd = 3;
+    for (size_t i = 0; i < c->n; i++) {
+        const char *cand = flags ? c->table[i].flag : c->table[i].name;
+        size_t d = cand ? s_distance(s, len, cand) : SIZE_MAX;
+        if (d < bestd) {
+            bestd = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
+/* Writes the "unknown" error for s[0..len) with a suggestion if any. */
+static void
+s_unknown(const s_ctx_t *c, const char *where, const char *what, const char *s,
+          size_t len, bool flags)
+{
+    const char *hint = s_suggest(c, s, len, flags);
+    s_err(c->err, c->errlen, "%s: unknown %s '%.*s'%s%s%s", where, what,
+          (int) (len > 64 ? 64 : len), s, hint ? " (did you mean " : "",
+          hint ? hint : " (see --help", ")");
+}
+
 static bool
 s_same(const char *a, const char *b)
 {
@@ -553,8 +608,7 @@ s_file_line(s_ctx_t *c, const char *p, const char *end, const char *where)
     }
     size_t i;
     if (!s_find_name(c->table, c->n, kb, (size_t) (ke - kb), &i)) {
-        s_err(c->err, c->errlen, "%s: unknown setting '%.*s'", where,
-              (int) (ke - kb > 64 ? 64 : ke - kb), kb);
+        s_unknown(c, where, "setting", kb, (size_t) (ke - kb), false);
         return LISA_INVALID;
     }
     char *val = lisa_strndup(vb, (size_t) (ve - vb));
@@ -688,7 +742,7 @@ s_apply_flag(s_ctx_t *c, int argc, char **argv, int *k)
     if (s_negated(c, arg, &i))
         return s_apply(c, i, "false", LISA_CFG_FROM_FLAG, where);
     if (!s_find_flag(c->table, c->n, arg, flen, &i)) {
-        s_err(c->err, c->errlen, "%s: unknown flag (see --help)", where);
+        s_unknown(c, where, "flag", arg, flen, true);
         return LISA_INVALID;
     }
     if (!val && c->table[i].type == LISA_CFG_BOOL)
@@ -715,8 +769,7 @@ s_apply_arg(s_ctx_t *c, const char *arg)
     snprintf(where, sizeof where, "argument %.*s",
              (int) (nlen > 96 ? 96 : nlen), arg);
     if (!s_find_name(c->table, c->n, arg, nlen, &i)) {
-        s_err(c->err, c->errlen, "%s: unknown setting '%.*s'", where,
-              (int) (nlen > 64 ? 64 : nlen), arg);
+        s_unknown(c, where, "setting", arg, nlen, false);
         return LISA_INVALID;
     }
     return s_apply(c, i, val, LISA_CFG_FROM_ARG, where);

@@ -19,8 +19,14 @@
  *        .help = "lease of a claimed rollout", .offset = offsetof(cfg_t,
  * lease_ms)},
  *   };
- *   rc = lisa_config_load(s_table, 2, &cfg, argc, argv, err, sizeof err);
+ *   lisa_config_source_t src[2];
+ *   lisa_config_opts_t opts = {.about = "lisa-broker: ...", .sources = src};
+ *   rc = lisa_config_load_ex(s_table, 2, &cfg, argc, argv, &opts, err,
+ *                            sizeof err);
  *   // LISA_AGAIN: --help was printed, exit 0; LISA_INVALID: err says why.
+ *   lisa_config_dump(s_table, 2, &cfg, src);  // one log line per entry
+ *   ...
+ *   lisa_config_free(s_table, 2, &cfg);
  *
  * Precedence, lowest first: defaults < file (`--config FILE`) < environment
  * < command line (`--flag value`, `--flag=value` and positional

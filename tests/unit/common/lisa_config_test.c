@@ -448,9 +448,11 @@ Test(lisa_config, unknown_and_malformed_arguments)
     static const struct {
         const char *a, *b, *msg;
     } cases[] = {
-        {"--nope", NULL, "flag --nope: unknown flag"},
-        {"--nope=3", NULL, "flag --nope: unknown flag"},
-        {"svc.nope=3", NULL, "unknown setting 'svc.nope'"},
+        {"--nope", NULL, "flag --nope: unknown flag '--nope' (see --help)"},
+        {"--nope=3", NULL, "flag --nope: unknown flag '--nope'"},
+        {"--worker", "3", "unknown flag '--worker' (did you mean --workers)"},
+        {"svc.zzzzz=3", NULL, "unknown setting 'svc.zzzzz' (see --help)"},
+        {"svc.lesae=3", NULL, "'svc.lesae' (did you mean svc.lease)"},
         {"stray", NULL, "argument stray: unexpected"},
         {"--workers", NULL, "flag --workers: svc.workers: missing value"},
         {"--config", NULL, "flag --config: missing value"},
@@ -494,6 +496,8 @@ Test(lisa_config, file_errors_have_file_and_line)
     } cases[] = {
         {"svc.workers = 2\njust words\n", ":2: expected 'name = value'"},
         {"\n\n# c\nsvc.bogus = 1\n", ":4: unknown setting 'svc.bogus'"},
+        {"svc.Workers = 1\n", ":1: unknown setting 'svc.Workers' (did you "
+                              "mean svc.workers)"},
         {"svc.workers = 2\nsvc.lease = soon\n",
          ":2: svc.lease: 'soon' is not a duration"},
         {"svc.workers = 99\n", ":1: svc.workers: '99' is above the maximum"},
