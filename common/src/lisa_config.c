@@ -1045,6 +1045,33 @@ s_metavar(lisa_config_type_t t)
     return (unsigned) t < 7 ? names[t] : "?";
 }
 
+/* Bounds of e as text: "a .. b", ">= a", "<= b" or "". */
+static const char *
+s_range_text(const lisa_config_entry_t *e, char *buf, size_t len)
+{
+    const char *what = e->type == LISA_CFG_STRING ? "length " : "";
+    if (e->min && e->max)
+        snprintf(buf, len, "%s%s .. %s", what, e->min, e->max);
+    else if (e->min)
+        snprintf(buf, len, "%s>= %s", what, e->min);
+    else if (e->max)
+        snprintf(buf, len, "%s<= %s", what, e->max);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
+/* Default of e as text: its `def`, or the zero value for a NULL default. */
+static const char *
+s_default_text(const lisa_config_entry_t *e)
+{
+    static const char *const zero[] = {NULL,    "0",   "0", "0",
+                                       "false", "0ms", "0"};
+    if (e->def || (unsigned) e->type >= 7)
+        return e->def;
+    return zero[e->type];
+}
+
 void
 lisa_config_help(FILE *out, const char *prog, const char *about,
                  const lisa_config_entry_t *table, size_t n)
@@ -1059,8 +1086,11 @@ lisa_config_help(FILE *out, const char *prog, const char *about,
     fprintf(out, "  %-28s %s\n", "--help, -h", "print this help and exit");
     for (size_t i = 0; i < n; i++) {
         const lisa_config_entry_t *e = &table[i];
-        char lhs[96];
-        if (e->flag)
+        char lhs[96], range[96];
+        const char *def = s_default_text(e);
+        if (e->flag && e->type == LISA_CFG_BOOL)
+            snprintf(lhs, sizeof lhs, "%s[=BOOL]", e->flag);
+        else if (e->flag)
             snprintf(lhs, sizeof lhs, "%s %s", e->flag, s_metavar(e->type));
         else
             snprintf(lhs, sizeof lhs, "%s=%s", e->name, s_metavar(e->type));
@@ -1068,13 +1098,12 @@ lisa_config_help(FILE *out, const char *prog, const char *about,
         fprintf(out, "  %-28s name %s", "", e->name);
         if (e->env)
             fprintf(out, ", env %s", e->env);
-        if (e->def && !(e->flags & LISA_CFG_SECRET))
-            fprintf(out, ", default %s", e->def);
+        if (def && !(e->flags & LISA_CFG_SECRET))
+            fprintf(out, ", default %s", def);
         if (e->flags & LISA_CFG_REQUIRED)
             fprintf(out, ", required");
-        if (e->min || e->max)
-            fprintf(out, ", range [%s, %s]", e->min ? e->min : "",
-                    e->max ? e->max : "");
+        if (*s_range_text(e, range, sizeof range))
+            fprintf(out, ", %s", range);
         fprintf(out, "\n");
     }
 }
@@ -1120,13 +1149,10 @@ lisa_config_markdown(FILE *out, const char *title,
         s_md_cell(out, e->flag, true);
         s_md_cell(out, e->env, true);
         s_md_cell(out, lisa_config_type_str(e->type), false);
-        s_md_cell(out, e->flags & LISA_CFG_SECRET ? "(secret)" : e->def,
+        s_md_cell(out,
+                  e->flags & LISA_CFG_SECRET ? "(secret)" : s_default_text(e),
                   !(e->flags & LISA_CFG_SECRET));
-        range[0] = 0;
-        if (e->min || e->max)
-            snprintf(range, sizeof range, "%s .. %s", e->min ? e->min : "",
-                     e->max ? e->max : "");
-        s_md_cell(out, range, false);
+        s_md_cell(out, s_range_text(e, range, sizeof range), false);
         s_md_text(out, e->help);
         fprintf(out, "%s |\n",
                 e->flags & LISA_CFG_REQUIRED ? " (required)" : "");

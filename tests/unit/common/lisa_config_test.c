@@ -635,7 +635,10 @@ Test(lisa_config, help_is_generated_from_the_table)
     cr_assert(strstr(buf, "env LISA_T_ENDPOINT"));
     cr_assert(strstr(buf, "default tcp://127.0.0.1:7100"));
     cr_assert(strstr(buf, "--lease DURATION"));
-    cr_assert(strstr(buf, "range [100ms, 1h]"));
+    cr_assert(strstr(buf, "default 30s, 100ms .. 1h"), "%s", buf);
+    cr_assert(strstr(buf, "--verbose[=BOOL]"));
+    cr_assert(strstr(buf, "<= 1GiB"));
+    cr_assert(strstr(buf, "length 1 .. 8"));
     cr_assert(strstr(buf, "svc.name=STR"));
     for (size_t i = 0; i < S_N; i++)
         cr_assert(strstr(buf, s_table[i].help), "%s", s_table[i].help);
