@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,12 +336,9 @@ Test(lisa_http_client, max_response_size)
     lisa_http_request_t a = {.url = u1, .max_response = 10000};
     lisa_http_request_t b = {.url = u2, .max_response = 10000};
     lisa_http_request_t c = {.url = u1, .max_response = 100000};
-    cr_assert_eq(lisa_http_client_send(cli, &a, s_on_done, &r1, NULL),
-                 LISA_OK);
-    cr_assert_eq(lisa_http_client_send(cli, &b, s_on_done, &r2, NULL),
-                 LISA_OK);
-    cr_assert_eq(lisa_http_client_send(cli, &c, s_on_done, &r3, NULL),
-                 LISA_OK);
+    cr_assert_eq(lisa_http_client_send(cli, &a, s_on_done, &r1, NULL), LISA_OK);
+    cr_assert_eq(lisa_http_client_send(cli, &b, s_on_done, &r2, NULL), LISA_OK);
+    cr_assert_eq(lisa_http_client_send(cli, &c, s_on_done, &r3, NULL), LISA_OK);
     int all = 0;
     for (int i = 0; i < 500 && r1.done + r2.done + r3.done < 3; i++)
         s_run(loop, &all, 10);
@@ -473,9 +471,8 @@ Test(lisa_http_client, streaming_chunks)
     /* an error status is kept as a body for the done callback */
     s_stream_t err = {0};
     lisa_http_request_t rq404 = {.url = missing, .on_chunk = s_on_chunk};
-    cr_assert_eq(
-        lisa_http_client_send(cli, &rq404, s_stream_done, &err, NULL),
-        LISA_OK);
+    cr_assert_eq(lisa_http_client_send(cli, &rq404, s_stream_done, &err, NULL),
+                 LISA_OK);
     s_run(loop, &err.res.done, 5000);
     cr_assert_eq(err.res.rc, LISA_OK);
     cr_assert_eq(err.res.status, 404);
@@ -485,8 +482,7 @@ Test(lisa_http_client, streaming_chunks)
     json_t *e = json_object_get(o, "error");
     cr_assert_str_eq(json_string_value(json_object_get(e, "message")),
                      "model m does not exist");
-    cr_assert_str_eq(json_string_value(json_object_get(e, "code")),
-                     "no_model");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "code")), "no_model");
     json_decref(o);
 
     lisa_http_client_destroy(&cli);
@@ -607,18 +603,25 @@ s_python_server(const char *dir, uint16_t *port)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, 2);
+    /* posix_spawn: nothing runs in a forked copy of this threaded process */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    posix_spawn_file_actions_addclose(&fa, p[1]);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    /* under timeout(1): the server cannot outlive a failed test by long */
+    char *argv[] = {"timeout",   "60",          "python3",    "-u",
+                    "-m",        "http.server", "0",          "--bind",
+                    "127.0.0.1", "--directory", (char *) dir, NULL};
+    extern char **environ;
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, "timeout", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
         close(p[0]);
         close(p[1]);
-        execlp("python3", "python3", "-u", "-m", "http.server", "0", "--bind",
-               "127.0.0.1", "--directory", dir, (char *) NULL);
-        _exit(127);
+        return -1;
     }
     close(p[1]);
     /* "Serving HTTP on 127.0.0.1 port 43210 (http://...) ..." */
