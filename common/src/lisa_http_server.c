@@ -214,15 +214,23 @@ s_req_unref(lisa_http_req_t *req)
         s_req_free(req);
 }
 
-/* The application's hold ends (answered or released). */
+/* Under req->mtx: the application's hold ends (answered or released). The
+ * gauge moves before any resume, so it is exact once the client has its
+ * answer. The caller drops the application's reference after unlocking. */
 static void
-s_req_release_app(lisa_http_req_t *req)
+s_req_release_app_locked(lisa_http_req_t *req)
 {
-    pthread_mutex_lock(&req->mtx);
     req->app_holds = false;
     if (req->kept_counted && req->server)
         S_DEC(req->server, kept);
     req->kept_counted = false;
+}
+
+static void
+s_req_release_app(lisa_http_req_t *req)
+{
+    pthread_mutex_lock(&req->mtx);
+    s_req_release_app_locked(req);
     pthread_mutex_unlock(&req->mtx);
     s_req_unref(req);
 }
@@ -808,13 +816,14 @@ void
 lisa_http_req_stream_close(lisa_http_req_t *req)
 {
     pthread_mutex_lock(&req->mtx);
+    s_req_release_app_locked(req);
     req->stream_closed = true;
     if (req->stream_suspended && req->conn && !req->server_gone) {
         req->stream_suspended = false;
         MHD_resume_connection(req->conn);
     }
     pthread_mutex_unlock(&req->mtx);
-    s_req_release_app(req);
+    s_req_unref(req);
 }
 
 /* ------------------------------------------------------------------ */
@@ -835,6 +844,7 @@ lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
         s_make_response(&req->resp_headers, content_type, body, len);
     lisa_rc_t rc = LISA_OK;
     pthread_mutex_lock(&req->mtx);
+    s_req_release_app_locked(req);
     if (!r) {
         rc = LISA_ERR;
     } else if (req->answered || !req->conn) {
@@ -852,7 +862,7 @@ lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
     pthread_mutex_unlock(&req->mtx);
     if (r)
         MHD_destroy_response(r);
-    s_req_release_app(req);
+    s_req_unref(req);
     return rc;
 }
 
@@ -989,8 +999,8 @@ s_watchdog(void *arg)
             if (now - cx->since_ms < (int64_t) srv->cfg.request_timeout_ms)
                 continue;
             cx->cut = true;
-            (void) shutdown(cx->fd, SHUT_RDWR);
             S_INC(srv, request_timeouts);
+            (void) shutdown(cx->fd, SHUT_RDWR);
             lisa_log_info("http: cut a connection that sent no complete "
                           "request within %u ms",
                           srv->cfg.request_timeout_ms);
