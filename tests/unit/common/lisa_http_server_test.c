@@ -863,3 +863,89 @@ Test(lisa_http_server, error_json_shape)
     json_decref(o);
     free(js);
 }
+
+/* ------------------------------------------------------------------ */
+/* a streaming client that goes away                                    */
+
+static void
+s_stream_and_keep(lisa_http_req_t *req, void *arg)
+{
+    cr_assert_eq(lisa_http_req_stream_open(req, 200, "text/event-stream"),
+                 LISA_OK);
+    cr_assert_eq(lisa_http_req_stream_push(req, "data: hi\n\n", 10), LISA_OK);
+    s_keep(req, arg);
+}
+
+Test(lisa_http_server, stream_push_fails_once_the_client_is_gone)
+{
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_stream_and_keep,
+                                     .handler_arg = &k};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    int fd = s_connect(lisa_http_server_port(srv));
+    const char *rq = "GET /v1/chat/completions HTTP/1.1\r\nHost: a\r\n\r\n";
+    cr_assert(send(fd, rq, strlen(rq), MSG_NOSIGNAL) > 0);
+    char buf[1024];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    cr_assert_gt(poll(&p, 1, 2000), 0);
+    ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    cr_assert_not_null(strstr(buf, "200 OK"));
+    close(fd);
+    cr_assert_eq(s_wait_kept(srv, 1, 2000), 1);
+    /* pushes succeed until the server notices; then they are refused */
+    lisa_rc_t rc = LISA_OK;
+    for (int i = 0; i < 400 && rc == LISA_OK; i++) {
+        rc = lisa_http_req_stream_push(k.held[0], "data: more\n\n", 12);
+        s_sleep_ms(5);
+    }
+    cr_assert_eq(rc, LISA_UNAVAILABLE);
+    lisa_http_req_stream_close(k.held[0]);
+    for (int i = 0; i < 200 && lisa_http_server_stats(srv).client_aborts == 0;
+         i++)
+        s_sleep_ms(5);
+    cr_assert_eq(lisa_http_server_stats(srv).client_aborts, 1);
+    cr_assert_eq(lisa_http_server_stats(srv).kept, 0);
+    lisa_http_server_destroy(&srv);
+}
+
+/* A pool of server threads answering directly, many clients at once. */
+static void *
+s_hammer(void *arg)
+{
+    uint16_t port = *(uint16_t *) arg;
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/h?name=x", port);
+    int ok = 0;
+    for (int i = 0; i < 50; i++) {
+        lisa_http_request_t rq = {.url = url, .body = "b", .body_len = 1};
+        lisa_http_response_t *resp = NULL;
+        if (lisa_http_request_sync(&rq, &resp) == LISA_OK &&
+            lisa_http_response_status(resp) == 200)
+            ok++;
+        lisa_http_response_destroy(&resp);
+    }
+    return (void *) (intptr_t) ok;
+}
+
+Test(lisa_http_server, thread_pool)
+{
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_echo, .threads = 4};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    uint16_t port = lisa_http_server_port(srv);
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&th[i], NULL, s_hammer, &port);
+    int ok = 0;
+    for (int i = 0; i < 8; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        ok += (int) (intptr_t) r;
+    }
+    cr_assert_eq(ok, 400);
+    cr_assert_eq(lisa_http_server_stats(srv).requests, 400);
+    lisa_http_server_destroy(&srv);
+}
