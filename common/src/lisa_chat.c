@@ -242,8 +242,7 @@ s_header(s_buf_t *b, json_t *messages, json_t *tools, const char **why)
 }
 
 static lisa_rc_t
-s_tool_calls(s_buf_t *b, json_t *calls, bool content_nonempty,
-             const char **why)
+s_tool_calls(s_buf_t *b, json_t *calls, bool content_nonempty, const char **why)
 {
     for (size_t i = 0; i < json_array_size(calls); i++) {
         json_t *tc = json_array_get(calls, i);
@@ -376,8 +375,8 @@ out:
 }
 
 static lisa_rc_t
-s_message(s_buf_t *b, json_t *messages, size_t i, size_t n,
-          size_t last_query, const char **why)
+s_message(s_buf_t *b, json_t *messages, size_t i, size_t n, size_t last_query,
+          const char **why)
 {
     json_t *msg = json_array_get(messages, i);
     if (!json_is_object(msg)) {
@@ -407,8 +406,7 @@ s_message(s_buf_t *b, json_t *messages, size_t i, size_t n,
         s_puts(b, "\n<tool_response>\n");
         s_put(b, c.s, c.n);
         s_puts(b, "\n</tool_response>");
-        if (i + 1 == n ||
-            !s_role_is(json_array_get(messages, i + 1), "tool"))
+        if (i + 1 == n || !s_role_is(json_array_get(messages, i + 1), "tool"))
             s_puts(b, "<|im_end|>\n");
     }
     s_str_free(&c);

@@ -476,22 +476,413 @@ s_load_model_shape(json_t *model)
     return LISA_OK;
 }
 
+/* ----------------------------------------------------- tokenizer.json scan
+ *
+ * tokenizer.json is mostly two huge members, model.vocab (an object of
+ * ~150k string -> id) and model.merges (~150k pairs). A general JSON DOM
+ * spends seconds allocating them; this scanner reads those two straight
+ * into flat lists and hands every other (small) member to jansson.
+ */
+
+typedef struct {
+    const char *s;
+    size_t n, i;
+    bool err;
+} s_scan_t;
+
+/* Strings collected from the scan: text in one arena, plus per entry an
+ * offset, a length and an integer (the id for vocab, unused for merges). */
+typedef struct {
+    char *arena;
+    size_t len, cap;
+    uint32_t *off, *slen;
+    int64_t *val;
+    size_t count, room;
+} s_list_t;
+
+static void
+s_list_free(s_list_t *l)
+{
+    lisa_free(&l->arena);
+    lisa_free(&l->off);
+    lisa_free(&l->slen);
+    lisa_free(&l->val);
+}
+
+static void
+s_list_add(s_list_t *l, const char *str, size_t n, int64_t val)
+{
+    if (l->count == l->room) {
+        l->room = l->room ? l->room * 2 : 1024;
+        l->off = lisa_realloc(l->off, l->room * sizeof *l->off);
+        l->slen = lisa_realloc(l->slen, l->room * sizeof *l->slen);
+        l->val = lisa_realloc(l->val, l->room * sizeof *l->val);
+    }
+    if (l->len + n > l->cap) {
+        size_t cap = l->cap ? l->cap : 1u << 16;
+        while (cap < l->len + n)
+            cap *= 2;
+        l->arena = lisa_realloc(l->arena, cap);
+        l->cap = cap;
+    }
+    if (n)
+        memcpy(l->arena + l->len, str, n);
+    l->off[l->count] = (uint32_t) l->len;
+    l->slen[l->count] = (uint32_t) n;
+    l->val[l->count] = val;
+    l->count++;
+    l->len += n;
+}
+
+static void
+s_ws(s_scan_t *sc)
+{
+    while (sc->i < sc->n && (sc->s[sc->i] == ' ' || sc->s[sc->i] == '\n' ||
+                             sc->s[sc->i] == '\t' || sc->s[sc->i] == '\r'))
+        sc->i++;
+}
+
+static bool
+s_eat(s_scan_t *sc, char c)
+{
+    s_ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == c) {
+        sc->i++;
+        return true;
+    }
+    return false;
+}
+
+static int
+s_hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static bool
+s_u4(s_scan_t *sc, uint32_t *v)
+{
+    if (sc->n - sc->i < 4)
+        return false;
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = s_hex(sc->s[sc->i++]);
+        if (h < 0)
+            return false;
+        *v = (*v << 4) | (uint32_t) h;
+    }
+    return true;
+}
+
+/* Reads a string into *buf (grown as needed; not NUL-terminated). */
+static bool
+s_str(s_scan_t *sc, char **buf, size_t *cap, size_t *len)
+{
+    *len = 0;
+    if (!s_eat(sc, '"'))
+        return false;
+    for (;;) {
+        if (sc->i >= sc->n)
+            return false;
+        if (*len + 8 > *cap) {
+            *cap = *cap ? *cap * 2 : 256;
+            *buf = lisa_realloc(*buf, *cap);
+        }
+        char c = sc->s[sc->i++];
+        if (c == '"')
+            return true;
+        if ((unsigned char) c < 0x20)
+            return false;
+        if (c != '\\') {
+            (*buf)[(*len)++] = c;
+            continue;
+        }
+        if (sc->i >= sc->n)
+            return false;
+        char e = sc->s[sc->i++];
+        uint32_t cp;
+        switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+            (*buf)[(*len)++] = e;
+            break;
+        case 'b':
+            (*buf)[(*len)++] = '\b';
+            break;
+        case 'f':
+            (*buf)[(*len)++] = '\f';
+            break;
+        case 'n':
+            (*buf)[(*len)++] = '\n';
+            break;
+        case 'r':
+            (*buf)[(*len)++] = '\r';
+            break;
+        case 't':
+            (*buf)[(*len)++] = '\t';
+            break;
+        case 'u':
+            if (!s_u4(sc, &cp))
+                return false;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                uint32_t lo;
+                if (sc->n - sc->i < 2 || sc->s[sc->i] != '\\' ||
+                    sc->s[sc->i + 1] != 'u')
+                    return false;
+                sc->i += 2;
+                if (!s_u4(sc, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                    return false;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return false;
+            }
+            *len += lisa_utf8_put(cp, *buf + *len);
+            break;
+        default:
+            return false;
+        }
+    }
+}
+
+static bool
+s_int(s_scan_t *sc, int64_t *v)
+{
+    s_ws(sc);
+    bool neg = false;
+    if (sc->i < sc->n && sc->s[sc->i] == '-') {
+        neg = true;
+        sc->i++;
+    }
+    size_t start = sc->i;
+    int64_t x = 0;
+    while (sc->i < sc->n && sc->s[sc->i] >= '0' && sc->s[sc->i] <= '9') {
+        if (x > (INT64_MAX - 9) / 10)
+            return false;
+        x = x * 10 + (sc->s[sc->i++] - '0');
+    }
+    if (sc->i == start)
+        return false;
+    *v = neg ? -x : x;
+    return true;
+}
+
+/* Skips one value of any kind (checked by jansson later when kept). */
+static bool
+s_skip(s_scan_t *sc, int depth)
+{
+    if (depth > 128)
+        return false;
+    s_ws(sc);
+    if (sc->i >= sc->n)
+        return false;
+    char c = sc->s[sc->i];
+    if (c == '"') {
+        for (sc->i++; sc->i < sc->n; sc->i++) {
+            if (sc->s[sc->i] == '\\')
+                sc->i++;
+            else if (sc->s[sc->i] == '"') {
+                sc->i++;
+                return true;
+            }
+        }
+        return false;
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        sc->i++;
+        if (s_eat(sc, close))
+            return true;
+        do {
+            if (c == '{') {
+                if (!s_skip(sc, depth + 1) || !s_eat(sc, ':'))
+                    return false;
+            }
+            if (!s_skip(sc, depth + 1))
+                return false;
+        } while (s_eat(sc, ','));
+        return s_eat(sc, close);
+    }
+    size_t start = sc->i;
+    while (sc->i < sc->n && sc->s[sc->i] != ',' && sc->s[sc->i] != '}' &&
+           sc->s[sc->i] != ']' && sc->s[sc->i] != ' ' && sc->s[sc->i] != '\n' &&
+           sc->s[sc->i] != '\t' && sc->s[sc->i] != '\r')
+        sc->i++;
+    return sc->i > start;
+}
+
+/* Parses the value at the cursor with jansson (skipping it first). */
+static json_t *
+s_small(s_scan_t *sc)
+{
+    s_ws(sc);
+    size_t start = sc->i;
+    if (!s_skip(sc, 0))
+        return NULL;
+    json_error_t jerr;
+    return json_loadb(sc->s + start, sc->i - start, JSON_DECODE_ANY, &jerr);
+}
+
+static bool
+s_scan_vocab(s_scan_t *sc, s_list_t *vocab)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    bool ok = false;
+    if (!s_eat(sc, '{'))
+        goto out;
+    if (s_eat(sc, '}')) {
+        ok = true;
+        goto out;
+    }
+    do {
+        int64_t id;
+        if (!s_str(sc, &buf, &cap, &len) || !s_eat(sc, ':') || !s_int(sc, &id))
+            goto out;
+        s_list_add(vocab, buf, len, id);
+    } while (s_eat(sc, ','));
+    ok = s_eat(sc, '}');
+out:
+    lisa_free(&buf);
+    return ok;
+}
+
+/* Merges as ["a", "b"] pairs or "a b" strings: two list entries each. */
+static bool
+s_scan_merges(s_scan_t *sc, s_list_t *merges)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    bool ok = false;
+    if (!s_eat(sc, '['))
+        goto out;
+    if (s_eat(sc, ']')) {
+        ok = true;
+        goto out;
+    }
+    do {
+        if (s_eat(sc, '[')) {
+            for (int k = 0; k < 2; k++) {
+                if ((k == 1 && !s_eat(sc, ',')) || !s_str(sc, &buf, &cap, &len))
+                    goto out;
+                s_list_add(merges, buf, len, 0);
+            }
+            if (!s_eat(sc, ']'))
+                goto out;
+        } else {
+            if (!s_str(sc, &buf, &cap, &len))
+                goto out;
+            const char *sp = memchr(buf, ' ', len);
+            if (!sp)
+                goto out;
+            size_t la = (size_t) (sp - buf);
+            s_list_add(merges, buf, la, 0);
+            s_list_add(merges, sp + 1, len - la - 1, 0);
+        }
+    } while (s_eat(sc, ','));
+    ok = s_eat(sc, ']');
+out:
+    lisa_free(&buf);
+    return ok;
+}
+
+/* Splits tokenizer.json into small members (a jansson object, with
+ * "model" holding the model's small members) and the two big lists. */
+static lisa_rc_t
+s_scan_file(const char *data, size_t len, json_t **root, s_list_t *vocab,
+            s_list_t *merges, bool *have_vocab)
+{
+    s_scan_t sc = {.s = data, .n = len};
+    char *key = NULL;
+    size_t kcap = 0, klen = 0;
+    json_t *model = NULL;
+    *root = json_object();
+    *have_vocab = false;
+    if (!s_eat(&sc, '{'))
+        goto bad;
+    if (s_eat(&sc, '}'))
+        goto done;
+    do {
+        if (!s_str(&sc, &key, &kcap, &klen) || !s_eat(&sc, ':'))
+            goto bad;
+        if (klen == 5 && memcmp(key, "model", 5) == 0) {
+            s_ws(&sc);
+            if (sc.i >= sc.n || sc.s[sc.i] != '{') {
+                json_t *v = s_small(&sc);
+                if (!v)
+                    goto bad;
+                json_object_setn_new(*root, key, klen, v);
+                continue;
+            }
+            model = json_object();
+            sc.i++;
+            if (!s_eat(&sc, '}')) {
+                do {
+                    if (!s_str(&sc, &key, &kcap, &klen) || !s_eat(&sc, ':'))
+                        goto bad;
+                    if (klen == 5 && memcmp(key, "vocab", 5) == 0) {
+                        if (!s_scan_vocab(&sc, vocab))
+                            goto bad;
+                        *have_vocab = true;
+                    } else if (klen == 6 && memcmp(key, "merges", 6) == 0) {
+                        if (!s_scan_merges(&sc, merges))
+                            goto bad;
+                    } else {
+                        json_t *v = s_small(&sc);
+                        if (!v)
+                            goto bad;
+                        json_object_setn_new(model, key, klen, v);
+                    }
+                } while (s_eat(&sc, ','));
+                if (!s_eat(&sc, '}'))
+                    goto bad;
+            }
+            json_object_set_new(*root, "model", model);
+            model = NULL;
+        } else {
+            json_t *v = s_small(&sc);
+            if (!v)
+                goto bad;
+            json_object_setn_new(*root, key, klen, v);
+        }
+    } while (s_eat(&sc, ','));
+    if (!s_eat(&sc, '}'))
+        goto bad;
+done:
+    s_ws(&sc);
+    if (sc.i != sc.n)
+        goto bad;
+    lisa_free(&key);
+    return LISA_OK;
+bad:
+    lisa_log_error("tokenizer: tokenizer.json is malformed near byte %zu",
+                   sc.i);
+    lisa_free(&key);
+    json_decref(model);
+    json_decref(*root);
+    *root = NULL;
+    return LISA_INVALID;
+}
+
 /* Largest id named anywhere; LISA_INVALID on a bad id. */
 static lisa_rc_t
-s_scan_ids(json_t *vocab, json_t *added, size_t *n_ids)
+s_scan_ids(const s_list_t *vocab, json_t *added, size_t *n_ids)
 {
     json_int_t max = -1;
-    const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v)
-    {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= (json_int_t) S_MAX_VOCAB) {
+    for (size_t k = 0; k < vocab->count; k++) {
+        if (vocab->val[k] < 0 || vocab->val[k] >= (int64_t) S_MAX_VOCAB) {
             lisa_log_error("tokenizer: bad vocab id");
             return LISA_INVALID;
         }
-        if (json_integer_value(v) > max)
-            max = json_integer_value(v);
+        if (vocab->val[k] > max)
+            max = (json_int_t) vocab->val[k];
     }
     size_t i;
     json_array_foreach(added, i, v)
@@ -516,9 +907,9 @@ s_scan_ids(json_t *vocab, json_t *added, size_t *n_ids)
 }
 
 static lisa_rc_t
-s_load_merges(lisa_tokenizer_t *self, json_t *merges)
+s_load_merges(lisa_tokenizer_t *self, const s_list_t *merges)
 {
-    size_t n = json_is_array(merges) ? json_array_size(merges) : 0;
+    size_t n = merges->count / 2;
     self->merges_cap = s_pow2_at_least(n * 2 + 16);
     self->merges = lisa_malloc(self->merges_cap * sizeof *self->merges);
     for (size_t i = 0; i < self->merges_cap; i++)
@@ -527,28 +918,10 @@ s_load_merges(lisa_tokenizer_t *self, json_t *merges)
     size_t cap = 0;
     lisa_rc_t rc = LISA_OK;
     for (size_t r = 0; r < n; r++) {
-        json_t *m = json_array_get(merges, r);
-        const char *a, *b;
-        size_t la, lb;
-        const char *space = NULL;
-        if (json_is_array(m) && json_array_size(m) == 2 &&
-            json_is_string(json_array_get(m, 0)) &&
-            json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0));
-            la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1));
-            lb = json_string_length(json_array_get(m, 1));
-        } else if (json_is_string(m) &&
-                   (space = strchr(json_string_value(m), ' ')) != NULL) {
-            a = json_string_value(m);
-            la = (size_t) (space - a);
-            b = space + 1;
-            lb = json_string_length(m) - la - 1;
-        } else {
-            lisa_log_error("tokenizer: merge %zu is malformed", r);
-            rc = LISA_INVALID;
-            goto out;
-        }
+        const char *a = merges->arena + merges->off[2 * r];
+        size_t la = merges->slen[2 * r];
+        const char *b = merges->arena + merges->off[2 * r + 1];
+        size_t lb = merges->slen[2 * r + 1];
         int32_t ia = s_smap_find(self, a, la);
         int32_t ib = s_smap_find(self, b, lb);
         if (la + lb + 1 > cap) {
@@ -631,7 +1004,8 @@ s_load_added(lisa_tokenizer_t *self, json_t *added)
 }
 
 static lisa_rc_t
-s_load(lisa_tokenizer_t *self, json_t *root)
+s_load(lisa_tokenizer_t *self, json_t *root, const s_list_t *vocab,
+       const s_list_t *merges, bool have_vocab)
 {
     lisa_rc_t rc;
     if (!json_is_object(root)) {
@@ -642,9 +1016,8 @@ s_load(lisa_tokenizer_t *self, json_t *root)
     rc = s_load_model_shape(model);
     if (rc != LISA_OK)
         return rc;
-    json_t *vocab = json_object_get(model, "vocab");
     json_t *added = json_object_get(root, "added_tokens");
-    if (!json_is_object(vocab)) {
+    if (!have_vocab) {
         lisa_log_error("tokenizer: model.vocab is not an object");
         return LISA_INVALID;
     }
@@ -686,16 +1059,14 @@ s_load(lisa_tokenizer_t *self, json_t *root)
     self->bytes_len = lisa_calloc(n, sizeof *self->bytes_len);
     self->kind = lisa_calloc(n, sizeof *self->kind);
 
-    const char *k;
-    json_t *v;
-    json_object_foreach(vocab, k, v)
-    {
-        size_t kl = strlen(k);
+    for (size_t i = 0; i < vocab->count; i++) {
+        const char *k = vocab->arena + vocab->off[i];
+        size_t kl = vocab->slen[i];
         if (!lisa_utf8_valid(k, kl)) {
             lisa_log_error("tokenizer: vocab key is not UTF-8");
             return LISA_INVALID;
         }
-        int32_t id = (int32_t) json_integer_value(v);
+        int32_t id = (int32_t) vocab->val[i];
         if (self->kind[id] & S_KIND_PRESENT) {
             lisa_log_error("tokenizer: vocab id %d used twice", (int) id);
             return LISA_INVALID;
@@ -725,7 +1096,7 @@ s_load(lisa_tokenizer_t *self, json_t *root)
         size_t fl = lisa_utf8_put(lisa_bytelevel_char((uint8_t) b), form);
         self->byte_id[b] = s_smap_find(self, form, fl);
     }
-    rc = s_load_merges(self, json_object_get(model, "merges"));
+    rc = s_load_merges(self, merges);
     if (rc != LISA_OK)
         return rc;
 
@@ -743,11 +1114,13 @@ lisa_tokenizer_new_from_json(const char *data, size_t len)
         lisa_log_error("tokenizer: tokenizer.json too large (%zu bytes)", len);
         return NULL;
     }
-    json_error_t jerr;
-    json_t *root = json_loadb(data, len, 0, &jerr);
-    if (!root) {
-        lisa_log_error("tokenizer: tokenizer.json: %s (line %d)", jerr.text,
-                       jerr.line);
+    json_t *root = NULL;
+    s_list_t vocab = {0}, merges = {0};
+    bool have_vocab = false;
+    if (s_scan_file(data, len, &root, &vocab, &merges, &have_vocab) !=
+        LISA_OK) {
+        s_list_free(&vocab);
+        s_list_free(&merges);
         return NULL;
     }
     lisa_tokenizer_t *self = lisa_calloc(1, sizeof *self);
@@ -755,8 +1128,10 @@ lisa_tokenizer_new_from_json(const char *data, size_t len)
     self->cache = lisa_calloc(S_CACHE_SLOTS, sizeof *self->cache);
     self->cache_keys = lisa_malloc(S_CACHE_ARENA);
     self->cache_ids = lisa_malloc(S_CACHE_ARENA);
-    lisa_rc_t rc = s_load(self, root);
+    lisa_rc_t rc = s_load(self, root, &vocab, &merges, have_vocab);
     json_decref(root);
+    s_list_free(&vocab);
+    s_list_free(&merges);
     if (rc != LISA_OK)
         lisa_tokenizer_destroy(&self);
     return self;

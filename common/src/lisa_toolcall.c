@@ -85,8 +85,7 @@ s_skip_value(const char *s, size_t n, size_t i)
         }
         return n;
     }
-    while (i < n && !s_space(s[i]) && s[i] != ',' && s[i] != '}' &&
-           s[i] != ']')
+    while (i < n && !s_space(s[i]) && s[i] != ',' && s[i] != '}' && s[i] != ']')
         i++;
     return i;
 }
@@ -131,8 +130,7 @@ s_fail(lisa_toolcalls_t *self, s_call_t *c, const char *why)
 }
 
 static void
-s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body,
-             size_t n)
+s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
 {
     s_trim(&body, &n);
     json_error_t jerr;
@@ -176,8 +174,7 @@ s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body,
 }
 
 static void
-s_add_content(char **content, size_t *clen, const char *s, size_t n,
-              bool first)
+s_add_content(char **content, size_t *clen, const char *s, size_t n, bool first)
 {
     if (first) {
         while (n > 0 && s_space(s[n - 1]))
@@ -214,8 +211,8 @@ lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
     const char *end = text + len;
     while (open) {
         const char *body = open + S_OPEN_LEN;
-        const char *close = s_find(body, (size_t) (end - body), S_CLOSE,
-                                   S_CLOSE_LEN);
+        const char *close =
+            s_find(body, (size_t) (end - body), S_CLOSE, S_CLOSE_LEN);
         s_call_t *c = &self->calls[self->n];
         char idbuf[64];
         snprintf(idbuf, sizeof idbuf, "%.40s%zu", id_prefix, self->n);

@@ -10,7 +10,8 @@
  *     message + "\n\n"] + the "# Tools" preamble, each tool as "\n" +
  *     tojson(tool) inside <tools></tools>, the <tool_call> instructions,
  *     "<|im_end|>\n"; without tools the first system message alone;
- *   - user turns and later system turns "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
+ *   - user turns and later system turns
+ * "<|im_start|>ROLE\nCONTENT<|im_end|>\n";
  *   - assistant turns "<|im_start|>assistant\n" + content, each tool call
  *     as [\n]<tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
  *     (ARGS a string is copied as is, an object goes through tojson),
@@ -81,10 +82,9 @@ lisa_rc_t lisa_chat_render(json_t *messages, json_t *tools,
 /* Renders only the pieces of messages[start..] (the header too when
  * start is 0), plus the generation prompt per opts. start may equal the
  * number of messages (then only the generation prompt). */
-lisa_rc_t lisa_chat_render_from(json_t *messages, json_t *tools,
-                                size_t start, const lisa_chat_opts_t *opts,
-                                char **out, size_t *len,
-                                const char **why) LISA_NODISCARD;
+lisa_rc_t lisa_chat_render_from(json_t *messages, json_t *tools, size_t start,
+                                const lisa_chat_opts_t *opts, char **out,
+                                size_t *len, const char **why) LISA_NODISCARD;
 
 /* The text to append after a generated assistant turn, for the messages
  * from index `start` on: "\n" (ended_with_im_end) or "<|im_end|>\n"

@@ -39,9 +39,8 @@ s_render(json_t *c)
     lisa_rc_t rc;
     if (json_is_string(cont))
         rc = lisa_chat_render_continuation(
-            msgs, tools, start,
-            strcmp(json_string_value(cont), "im_end") == 0, &o, &out, &len,
-            &why);
+            msgs, tools, start, strcmp(json_string_value(cont), "im_end") == 0,
+            &o, &out, &len, &why);
     else
         rc = lisa_chat_render_from(msgs, tools, start, &o, &out, &len, &why);
     if (rc != LISA_OK)
@@ -54,21 +53,19 @@ s_render(json_t *c)
 static json_t *
 s_parse(json_t *t)
 {
-    lisa_toolcalls_t *tc = lisa_toolcalls_parse(
-        json_string_value(t), json_string_length(t), "call_");
+    lisa_toolcalls_t *tc = lisa_toolcalls_parse(json_string_value(t),
+                                                json_string_length(t), "call_");
     if (!tc)
         return json_pack("{ss}", "error", "too large");
     json_t *calls = json_array();
     for (size_t i = 0; i < lisa_toolcalls_count(tc); i++) {
         const lisa_toolcall_t *c = lisa_toolcalls_get(tc, i);
         json_array_append_new(
-            calls, json_pack("{ss sO sO sO}", "id", c->id, "name",
-                             c->name ? json_string(c->name) : json_null(),
-                             "arguments",
-                             c->arguments ? json_string(c->arguments)
-                                          : json_null(),
-                             "error",
-                             c->error ? json_string(c->error) : json_null()));
+            calls,
+            json_pack("{ss sO sO sO}", "id", c->id, "name",
+                      c->name ? json_string(c->name) : json_null(), "arguments",
+                      c->arguments ? json_string(c->arguments) : json_null(),
+                      "error", c->error ? json_string(c->error) : json_null()));
     }
     json_t *r = json_pack("{ss so}", "content", lisa_toolcalls_content(tc),
                           "calls", calls);
@@ -87,8 +84,7 @@ main(int argc, char **argv)
     json_error_t err;
     json_t *in = json_loadf(stdin, 0, &err);
     if (!json_is_array(in)) {
-        fprintf(stderr, "chat_tool: stdin is not a JSON array: %s\n",
-                err.text);
+        fprintf(stderr, "chat_tool: stdin is not a JSON array: %s\n", err.text);
         return 1;
     }
     bool render = strcmp(argv[1], "render") == 0;
