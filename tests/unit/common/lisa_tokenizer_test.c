@@ -32,9 +32,9 @@ static void
 s_expect(const char *text, bool special, const int32_t *want, size_t n)
 {
     lisa_ids_t *ids = lisa_ids_new(4096);
-    cr_assert_eq(lisa_tokenizer_encode(s_qwen, text, strlen(text), special,
-                                       ids),
-                 LISA_OK);
+    cr_assert_eq(
+        lisa_tokenizer_encode(s_qwen, text, strlen(text), special, ids),
+        LISA_OK);
     cr_assert_eq(lisa_ids_len(ids), n, "'%s': %zu ids, want %zu", text,
                  lisa_ids_len(ids), n);
     for (size_t i = 0; i < n; i++)
@@ -48,8 +48,7 @@ Test(lisa_tokenizer, usage, .init = s_setup, .fini = s_teardown)
     /* Load once (a directory with tokenizer.json), encode, decode. */
     const char *text = "<|im_start|>user\nhi<|im_end|>\n";
     lisa_ids_t *ids = lisa_ids_new(1024);
-    lisa_rc_t rc =
-        lisa_tokenizer_encode(s_qwen, text, strlen(text), true, ids);
+    lisa_rc_t rc = lisa_tokenizer_encode(s_qwen, text, strlen(text), true, ids);
     cr_assert_eq(rc, LISA_OK);
     const int32_t want[] = {151644, 872, 198, 6023, 151645, 198};
     cr_assert_eq(lisa_ids_len(ids), 6);
@@ -57,8 +56,8 @@ Test(lisa_tokenizer, usage, .init = s_setup, .fini = s_teardown)
 
     char *back = NULL;
     size_t len = 0;
-    rc = lisa_tokenizer_decode(s_qwen, lisa_ids_data(ids), lisa_ids_len(ids),
-                               0, &back, &len);
+    rc = lisa_tokenizer_decode(s_qwen, lisa_ids_data(ids), lisa_ids_len(ids), 0,
+                               &back, &len);
     cr_assert_eq(rc, LISA_OK);
     cr_assert_str_eq(back, text);
     lisa_free(&back);
@@ -123,9 +122,9 @@ Test(lisa_tokenizer, bad_input, .init = s_setup, .fini = s_teardown)
                  LISA_INVALID);
     /* too many ids for the bound: refused, array left as it was */
     const char *long_text = "one two three four five six";
-    cr_assert_eq(lisa_tokenizer_encode(s_qwen, long_text, strlen(long_text),
-                                       true, ids),
-                 LISA_TOOLARGE);
+    cr_assert_eq(
+        lisa_tokenizer_encode(s_qwen, long_text, strlen(long_text), true, ids),
+        LISA_TOOLARGE);
     cr_assert_eq(lisa_ids_len(ids), 1);
     cr_assert_eq(lisa_ids_data(ids)[0], 7);
     cr_assert_eq(ids, keep);
@@ -137,9 +136,9 @@ Test(lisa_tokenizer, bad_input, .init = s_setup, .fini = s_teardown)
     cr_assert_eq(lisa_tokenizer_decode(s_qwen, bad, 4, 0, &t, NULL), LISA_OK);
     cr_assert_str_eq(t, "Hello world");
     lisa_free(&t);
-    cr_assert_eq(lisa_tokenizer_decode(s_qwen, bad, 4, LISA_DECODE_STRICT, &t,
-                                       NULL),
-                 LISA_INVALID);
+    cr_assert_eq(
+        lisa_tokenizer_decode(s_qwen, bad, 4, LISA_DECODE_STRICT, &t, NULL),
+        LISA_INVALID);
     cr_assert_null(t);
     cr_assert_null(lisa_tokenizer_id_to_token(s_qwen, 151700));
     cr_assert_eq(lisa_tokenizer_token_to_id(s_qwen, "no such token!!"), -1);
@@ -151,16 +150,16 @@ Test(lisa_tokenizer, decode_split_character, .init = s_setup,
     /* U+1D11E is two tokens [124596, 252]; the first alone decodes to
      * U+FFFD as HF does */
     lisa_ids_t *ids = lisa_ids_new(16);
-    cr_assert_eq(lisa_tokenizer_encode(s_qwen, "\xf0\x9d\x84\x9e", 4, true,
-                                       ids),
-                 LISA_OK);
+    cr_assert_eq(
+        lisa_tokenizer_encode(s_qwen, "\xf0\x9d\x84\x9e", 4, true, ids),
+        LISA_OK);
     cr_assert_eq(lisa_ids_len(ids), 2);
     cr_assert_eq(lisa_ids_data(ids)[0], 124596);
     cr_assert_eq(lisa_ids_data(ids)[1], 252);
     char *t = NULL;
-    cr_assert_eq(lisa_tokenizer_decode(s_qwen, lisa_ids_data(ids), 1, 0, &t,
-                                       NULL),
-                 LISA_OK);
+    cr_assert_eq(
+        lisa_tokenizer_decode(s_qwen, lisa_ids_data(ids), 1, 0, &t, NULL),
+        LISA_OK);
     cr_assert_str_eq(t, "\xef\xbf\xbd");
     lisa_free(&t);
     size_t n = 0;
@@ -184,8 +183,8 @@ Test(lisa_tokenizer, long_runs)
     cr_assert_lt(lisa_ids_len(ids), n / 8);
     char *back = NULL;
     size_t blen = 0;
-    cr_assert_eq(lisa_tokenizer_decode(t, lisa_ids_data(ids),
-                                       lisa_ids_len(ids), 0, &back, &blen),
+    cr_assert_eq(lisa_tokenizer_decode(t, lisa_ids_data(ids), lisa_ids_len(ids),
+                                       0, &back, &blen),
                  LISA_OK);
     cr_assert_eq(blen, n);
     cr_assert(memcmp(back, s, n) == 0);
