@@ -3,11 +3,9 @@
  * the command line (for operators, and for the oracle tests that compare
  * lisa with Hugging Face on large corpora in one process call).
  *
- *   lisa tokenize --tokenizer DIR [--no-special] [--lines]
- *       stdin: UTF-8 text (special tokens recognised unless --no-special)
- *       stdout: one JSON array of ids; with --lines, one array per input
- *       line (the newline itself not included), which batches many texts
- *       whose content has no newline... use --json for arbitrary texts:
+ *   lisa tokenize --tokenizer DIR [--no-special]
+ *       stdin: UTF-8 text, read whole (special tokens recognised unless
+ *       --no-special); stdout: one JSON array of ids
  *   lisa tokenize --tokenizer DIR --json
  *       stdin: a JSON array of strings; stdout: a JSON array of id arrays
  *   lisa detokenize --tokenizer DIR [--skip-special] [--json]
