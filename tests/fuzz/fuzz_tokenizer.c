@@ -51,8 +51,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (data[0] % 3) {
     case 0: {
         lisa_ids_t *ids = lisa_ids_new(1u << 20);
-        lisa_rc_t rc = lisa_tokenizer_encode(s_tok, text, n,
-                                             (data[0] & 2) != 0, ids);
+        lisa_rc_t rc =
+            lisa_tokenizer_encode(s_tok, text, n, (data[0] & 2) != 0, ids);
         if (rc == LISA_OK) {
             char *back = NULL;
             size_t blen = 0;
@@ -92,8 +92,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lisa_tokenizer_t *t = lisa_tokenizer_new_from_json(text, n);
         if (t) {
             lisa_ids_t *ids = lisa_ids_new(4096);
-            (void) lisa_tokenizer_encode(t, "hello <|im_end|> world", 22,
-                                         true, ids);
+            (void) lisa_tokenizer_encode(t, "hello <|im_end|> world", 22, true,
+                                         ids);
             lisa_ids_destroy(&ids);
         }
         lisa_tokenizer_destroy(&t);

@@ -25,19 +25,16 @@ s_render_parsed(const lisa_toolcalls_t *tc)
         const lisa_toolcall_t *c = lisa_toolcalls_get(tc, i);
         if (c->error)
             continue;
-        json_array_append_new(calls,
-                              json_pack("{ss s{ss ss}}", "id", c->id,
-                                        "function", "name", c->name,
-                                        "arguments", c->arguments));
+        json_array_append_new(calls, json_pack("{ss s{ss ss}}", "id", c->id,
+                                               "function", "name", c->name,
+                                               "arguments", c->arguments));
     }
     json_t *content = json_string(lisa_toolcalls_content(tc));
-    json_t *msgs = json_pack("[{ss ss}, {ss so* so}]", "role", "user",
-                             "content", "q", "role", "assistant", "content",
-                             content, "tool_calls", calls);
-    if (!msgs) { /* content not UTF-8: jansson refused it */
-        json_decref(calls);
+    json_t *msgs =
+        json_pack("[{ss ss}, {ss so* so}]", "role", "user", "content", "q",
+                  "role", "assistant", "content", content, "tool_calls", calls);
+    if (!msgs) /* jansson released the stolen references */
         return;
-    }
     char *out = NULL;
     if (lisa_chat_render(msgs, NULL, NULL, &out, NULL, NULL) == LISA_OK)
         lisa_free(&out);

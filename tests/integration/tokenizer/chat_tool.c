@@ -62,7 +62,7 @@ s_parse(json_t *t)
         const lisa_toolcall_t *c = lisa_toolcalls_get(tc, i);
         json_array_append_new(
             calls,
-            json_pack("{ss sO sO sO}", "id", c->id, "name",
+            json_pack("{ss so so so}", "id", c->id, "name",
                       c->name ? json_string(c->name) : json_null(), "arguments",
                       c->arguments ? json_string(c->arguments) : json_null(),
                       "error", c->error ? json_string(c->error) : json_null()));
@@ -82,7 +82,7 @@ main(int argc, char **argv)
         return 2;
     }
     json_error_t err;
-    json_t *in = json_loadf(stdin, 0, &err);
+    json_t *in = json_loadf(stdin, JSON_ALLOW_NUL, &err);
     if (!json_is_array(in)) {
         fprintf(stderr, "chat_tool: stdin is not a JSON array: %s\n", err.text);
         return 1;

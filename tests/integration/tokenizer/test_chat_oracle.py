@@ -238,3 +238,49 @@ def test_incremental_ids_are_token_exact(hf):
                                           add_generation_prompt=True,
                                           tokenize=False)
             assert ids == tok.encode(full).ids, (trial, turn, cont)
+
+
+def _rand_json(rng, depth=0):
+    r = rng.random()
+    if depth > 3 or r < 0.35:
+        k = rng.randrange(7)
+        if k == 0:
+            return rng.choice([True, False, None])
+        if k == 1:
+            return rng.randrange(-10 ** 12, 10 ** 12)
+        if k == 2:  # floats of every magnitude, parsed back from text
+            return float("%.*g" % (rng.randrange(1, 18), rng.uniform(-1, 1)
+                                   * 10 ** rng.randrange(-30, 30)))
+        if k == 3:
+            return rng.choice([0.0, -0.0, 1.0, 0.1, 1e16, 1e-05, 1e-4,
+                               123456789.125, 5e-324, 1.7976931348623157e308])
+        alphabet = ("ab \"\\/\n\t\r\b\f\u0000\u0001\u001f\u007f\u0085\u2028"
+                    "é日🎉<>&'")
+        return "".join(rng.choice(alphabet)
+                       for _ in range(rng.randrange(0, 12)))
+    if r < 0.7:
+        return [_rand_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {"k%d%s" % (i, rng.choice(["", "é", "\"", "\n"])):
+            _rand_json(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+def test_tojson_matches_python(hf):
+    """Tools and dict arguments carry random JSON values: the C rendering
+    of `tojson` must match Python's json.dumps byte for byte."""
+    rng = random.Random(17)
+    cases = []
+    for _ in range(120):
+        tool = {"type": "function", "function": {
+            "name": "f", "parameters": _rand_json(rng)}}
+        args = {"x": _rand_json(rng), "y": _rand_json(rng)}
+        cases.append({"messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"function": {"name": "f", "arguments": args}}]},
+            {"role": "tool", "content": "r"}],
+            "tools": [tool], "add_generation_prompt": True})
+    # through JSON text, as the gateway receives it
+    cases = json.loads(json.dumps(cases))
+    got = chat_tool("render", cases)
+    for case, g in zip(cases, got):
+        assert g == hf_render(hf, case)

@@ -57,8 +57,8 @@ Test(lisa_chat, usage)
 
     /* The gateway's continuation after the generated assistant turn
      * (index 2, ended with <|im_end|>): the tool turn and the prompt. */
-    cr_assert_eq(lisa_chat_render_continuation(messages, tools, 3, true,
-                                               &opts, &text, &len, &why),
+    cr_assert_eq(lisa_chat_render_continuation(messages, tools, 3, true, &opts,
+                                               &text, &len, &why),
                  LISA_OK);
     cr_assert_str_eq(text, "\n<|im_start|>user\n<tool_response>\na.txt\n"
                            "</tool_response><|im_end|>\n"
@@ -134,8 +134,8 @@ Test(lisa_chat, bounded)
 {
     json_t *m = json_array();
     for (int i = 0; i <= LISA_CHAT_MAX_MESSAGES; i++)
-        json_array_append_new(m, json_pack("{ss ss}", "role", "user",
-                                           "content", "x"));
+        json_array_append_new(
+            m, json_pack("{ss ss}", "role", "user", "content", "x"));
     char *t = NULL;
     const char *why = NULL;
     cr_assert_eq(lisa_chat_render(m, NULL, NULL, &t, NULL, &why),

@@ -99,6 +99,5 @@ Test(lisa_toolcall, bounded)
                      "too many tool calls");
     cr_assert_str_eq(lisa_toolcalls_get(tc, 0)->id, "call_0");
     lisa_toolcalls_destroy(&tc);
-    cr_assert_null(
-        lisa_toolcalls_parse(buf, LISA_TOOLCALL_MAX_TEXT + 1, NULL));
+    cr_assert_null(lisa_toolcalls_parse(buf, LISA_TOOLCALL_MAX_TEXT + 1, NULL));
 }

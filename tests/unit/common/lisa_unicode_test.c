@@ -41,9 +41,11 @@ Test(lisa_unicode, lossy_like_rust)
 {
     /* one U+FFFD per maximal invalid subpart */
     size_t n = 0;
-    char *o = lisa_utf8_lossy((const uint8_t *) "a\xe2\x82" "b\xf0\x80\xff",
+    char *o = lisa_utf8_lossy((const uint8_t *) "a\xe2\x82"
+                                                "b\xf0\x80\xff",
                               7, &n);
-    cr_assert_str_eq(o, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd"
+    cr_assert_str_eq(o, "a\xef\xbf\xbd"
+                        "b\xef\xbf\xbd\xef\xbf\xbd"
                         "\xef\xbf\xbd");
     cr_assert_eq(n, strlen(o));
     lisa_free(&o);
