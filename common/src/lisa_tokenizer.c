@@ -34,8 +34,8 @@
 #define S_MAX_REGEX      4
 #define S_MAX_ADDED      4096
 #define S_MAX_VOCAB      (4u * 1024u * 1024u)
-#define S_CACHE_SLOTS    (1u << 15)
-#define S_CACHE_ARENA    (4u * 1024u * 1024u)
+#define S_CACHE_SLOTS    (1u << 16)
+#define S_CACHE_ARENA    (8u * 1024u * 1024u)
 #define S_CACHE_WORD_MAX 128u
 
 /* The GPT-2 pre-tokenizer pattern (ByteLevel with use_regex: true). */

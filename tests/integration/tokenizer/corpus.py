@@ -137,15 +137,22 @@ def generated(seed=1234, n=1500):
     return out
 
 
-def per_codepoint(step=1, limit=0x30000):
+def per_codepoint(step=1, limit=0x30000, group=8):
     """Every code point below `limit` (no surrogates), each in a few
-    contexts, so that regex classes and NFC are checked one by one."""
-    out = []
+    contexts, so that regex classes and NFC are checked one by one;
+    `group` code points share one text (fewer, longer texts run faster
+    through both tokenizers)."""
+    out, cur = [], []
     for cp in range(0, limit, step):
         if 0xD800 <= cp <= 0xDFFF or _newer_than_python(chr(cp)):
             continue
         c = chr(cp)
-        out.append(f"x{c} {c}{c}1{c}\n{c}'s {c}  a{c}")
+        cur.append(f"x{c} {c}{c}1{c}\n{c}'s {c}  a{c}")
+        if len(cur) == group:
+            out.append("|".join(cur))
+            cur = []
+    if cur:
+        out.append("|".join(cur))
     return out
 
 

@@ -155,3 +155,34 @@ def test_cli_errors():
     assert rc == 0 and json.loads(out) == [9707, 1879]
     rc, out, _ = run(["detokenize", "--tokenizer", QWEN], b"[9707, 1879]")
     assert rc == 0 and out == b"Hello world"
+
+
+def test_added_token_flags(tmp_path):
+    """lstrip / rstrip / single_word / normalized added tokens, on a copy
+    of the byte-level tokenizer, against HF."""
+    with open(os.path.join(BYTE, "tokenizer.json"), encoding="utf-8") as f:
+        spec = json.load(f)
+    extra = [("<mask>", dict(lstrip=True, special=True)),
+             ("[end]", dict(rstrip=True, special=False)),
+             ("word", dict(single_word=True, normalized=True)),
+             ("caf\u00e9", dict(normalized=True)),
+             ("<both>", dict(lstrip=True, rstrip=True, special=True))]
+    next_id = max(t["id"] for t in spec["added_tokens"]) + 1
+    for content, flags in extra:
+        tok = {"id": next_id, "content": content, "single_word": False,
+               "lstrip": False, "rstrip": False, "normalized": False,
+               "special": False}
+        tok.update(flags)
+        spec["added_tokens"].append(tok)
+        next_id += 1
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec),
+                                             encoding="utf-8")
+    hf = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    pieces = ["<mask>", "[end]", "word", "caf\u00e9", "cafe\u0301", "<both>",
+              " ", "  ", "\t", "\n", "a", "swordfish", "word!", "x", "é",
+              "\u3000", "<|im_end|>"]
+    rng = random.Random(8)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 9)))
+             for _ in range(1500)]
+    want = [e.ids for e in hf.encode_batch(texts)]
+    compare(texts, lisa_encode(str(tmp_path), texts), want)
