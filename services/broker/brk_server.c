@@ -2130,8 +2130,14 @@ s_bind(int type, const char *endpoint, char **bound, uint64_t maxmsg)
     zsock_set_linger(s, 0);
     zsock_set_rcvhwm(s, 100000);
     zsock_set_sndhwm(s, 100000);
-    if (maxmsg)
-        zsock_set_maxmsgsize(s, (int) (maxmsg + 4096));
+    /* Frames between the configured bound and this hard cap get a clear
+     * CODE_TOO_LARGE reply; beyond it ZeroMQ drops the connection before
+     * the frame is ever buffered whole. */
+    if (maxmsg) {
+        uint64_t hard = maxmsg * 4 > maxmsg + (1u << 20) ? maxmsg * 4
+                                                         : maxmsg + (1u << 20);
+        zsock_set_maxmsgsize(s, hard > INT32_MAX ? INT32_MAX : (int) hard);
+    }
     if (zsock_bind(s, "%s", endpoint) < 0) {
         lisa_log_error("cannot bind '%s': %s", endpoint,
                        zmq_strerror(zmq_errno()));
