@@ -1380,11 +1380,33 @@ s_queue_reply(brk_server_t *self, zframe_t *identity, bool delim,
     s_msgs_push(&self->out_replies, m);
 }
 
+/* Sets the reply body that matches a request body (Reply numbers its
+ * bodies 100 above Request), as an empty message, so that an error reply
+ * still says which request it answers. */
+static void
+s_empty_body(brk_server_t *self, Lisa__Reply *rep, uint32_t request_body)
+{
+    const ProtobufCFieldDescriptor *f =
+        request_body ? protobuf_c_message_descriptor_get_field(
+                           &lisa__reply__descriptor, request_body + 100)
+                     : NULL;
+    if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE)
+        return;
+    const ProtobufCMessageDescriptor *d = f->descriptor;
+    void *m = brk_arena_alloc(self->arena, d->sizeof_message);
+    protobuf_c_message_init(d, m);
+    memcpy((char *) rep + f->offset, &m, sizeof m);
+    uint32_t which = f->id;
+    memcpy((char *) rep + f->quantifier_offset, &which, sizeof which);
+}
+
 static void
 s_queue_error(brk_server_t *self, zframe_t *identity, bool delim,
-              uint64_t request_id, lisa_rc_t rc, const char *why)
+              uint64_t request_id, uint32_t request_body, lisa_rc_t rc,
+              const char *why)
 {
     Lisa__Reply rep = LISA__REPLY__INIT;
+    s_empty_body(self, &rep, request_body);
     rep.request_id = request_id;
     rep.code = (Lisa__Code) lisa_rc_to_code(rc);
     char text[S_ERR_LEN];
@@ -1405,7 +1427,7 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     if (!identity || !body || frames > 3 || (frames == 3 && !delim)) {
         self->st_rpc.bad_shape++;
         if (identity)
-            s_queue_error(self, identity, frames >= 3, 0, LISA_INVALID,
+            s_queue_error(self, identity, frames >= 3, 0, 0, LISA_INVALID,
                           "expected frames [empty] Request");
         return;
     }
@@ -1417,7 +1439,7 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     if (rc != LISA_OK) {
         lisa_log_warn("rpc: refused a frame of %zu bytes: %s",
                       zframe_size(body), why);
-        s_queue_error(self, identity, delim, 0, rc, why);
+        s_queue_error(self, identity, delim, 0, 0, rc, why);
         return;
     }
     Lisa__Request *req = (Lisa__Request *) msg;
@@ -1429,8 +1451,8 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
             name = s_handlers[i].name;
         }
     if (!fn) {
-        s_queue_error(self, identity, delim, req->request_id, LISA_UNSUPPORTED,
-                      "unknown request type");
+        s_queue_error(self, identity, delim, req->request_id, 0,
+                      LISA_UNSUPPORTED, "unknown request type");
         lisa_codec_free(&msg);
         return;
     }
@@ -1438,14 +1460,14 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     size_t mark_ev = self->out_events.n, mark_fin = self->finished.n;
     size_t mark_jobs = self->n_new_jobs, mark_drop = self->drop_jobs.n;
     if (brk_store_begin(self->store) != LISA_OK) {
-        s_queue_error(self, identity, delim, req->request_id, LISA_UNAVAILABLE,
-                      "store unavailable");
+        s_queue_error(self, identity, delim, req->request_id, 0,
+                      LISA_UNAVAILABLE, "store unavailable");
         lisa_codec_free(&msg);
         return;
     }
     if (brk_store_savepoint(self->store) != LISA_OK) {
-        s_queue_error(self, identity, delim, req->request_id, LISA_UNAVAILABLE,
-                      "store unavailable");
+        s_queue_error(self, identity, delim, req->request_id, 0,
+                      LISA_UNAVAILABLE, "store unavailable");
         lisa_codec_free(&msg);
         return;
     }
@@ -1464,7 +1486,8 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
         lisa_log_info("rpc %s from '%s' (req %" PRIu64 "): %s: %s", name,
                       req->caller ? req->caller : "", req->request_id,
                       lisa_rc_str(rc), err);
-        s_queue_error(self, identity, delim, req->request_id, rc, err);
+        s_queue_error(self, identity, delim, req->request_id,
+                      (uint32_t) req->body_case, rc, err);
     } else {
         brk_store_savepoint_keep(self->store);
         if (!held) {

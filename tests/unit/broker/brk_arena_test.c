@@ -2,7 +2,6 @@
  * brk_arena tests. The first test is the usage example.
  */
 #include "brk_arena.h"
-
 #include "lisa.pb-c.h"
 
 #include <criterion/criterion.h>

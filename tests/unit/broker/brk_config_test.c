@@ -36,9 +36,9 @@ Test(brk_config, precedence_defaults_file_env_flags)
     char *argv[] = {"lisa-broker", "--config", path, "--backoff-ms", "9"};
     brk_config_t cfg;
     cr_assert_eq(brk_config_load(&cfg, 5, argv, stdout, stderr), LISA_OK);
-    cr_assert_eq(cfg.lease_ms, 111);    /* file */
-    cr_assert_eq(cfg.max_attempts, 8);  /* env over file */
-    cr_assert_eq(cfg.backoff_ms, 9);    /* flag over env */
+    cr_assert_eq(cfg.lease_ms, 111);   /* file */
+    cr_assert_eq(cfg.max_attempts, 8); /* env over file */
+    cr_assert_eq(cfg.backoff_ms, 9);   /* flag over env */
     brk_config_free(&cfg);
     unsetenv("LISA_BROKER_MAX_ATTEMPTS");
     unsetenv("LISA_BROKER_BACKOFF_MS");

@@ -39,8 +39,7 @@ Test(brk_fsm, terminal_states_have_no_exits)
         cr_assert(brk_fsm_terminal(terms[t]));
         for (int ev = 0; ev < BRK_EV__COUNT; ev++)
             cr_assert_null(brk_fsm_lookup(terms[t], (brk_event_t) ev),
-                           "%s has an exit on %s",
-                           brk_fsm_state_name(terms[t]),
+                           "%s has an exit on %s", brk_fsm_state_name(terms[t]),
                            brk_fsm_event_name((brk_event_t) ev));
     }
 }

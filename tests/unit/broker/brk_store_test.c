@@ -196,7 +196,8 @@ Test(brk_store, claimable_respects_backoff_and_order_and_due_finds_leases)
     cr_assert_eq(brk_store_claimable(st, a, NULL, 1000, 10, &got, &n), LISA_OK);
     cr_assert_eq(n, 2);
     cr_assert_str_eq(got[0], "r-b");
-    cr_assert_eq(brk_store_claimable(st, a, "run", 6000, 10, &got, &n), LISA_OK);
+    cr_assert_eq(brk_store_claimable(st, a, "run", 6000, 10, &got, &n),
+                 LISA_OK);
     cr_assert_eq(n, 2);
     cr_assert_str_eq(got[0], "r-a");
     /* r-b runs with a lease ending at 2000 and a deadline at 9000 */
@@ -241,9 +242,9 @@ Test(brk_store, list_pages_and_prune_removes_everything)
     Lisa__Rollout **rs = NULL;
     size_t n = 0;
     char *next = NULL;
-    cr_assert_eq(brk_store_list(st, a, "run", false, 0, 0, true, "", 2, &rs,
-                                &n, &next),
-                 LISA_OK);
+    cr_assert_eq(
+        brk_store_list(st, a, "run", false, 0, 0, true, "", 2, &rs, &n, &next),
+        LISA_OK);
     cr_assert_eq(n, 2);
     cr_assert_str_eq(next, "r-1");
     cr_assert_eq(brk_store_list(st, a, "run", false, 0, 0, true, next, 10, &rs,

@@ -2,7 +2,6 @@
  * brk_token tests. The first test is the usage example.
  */
 #include "brk_token.h"
-
 #include "lisa/lisa_mem.h"
 
 #include <criterion/criterion.h>
