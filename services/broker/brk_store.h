@@ -45,6 +45,11 @@ lisa_rc_t brk_store_begin(brk_store_t *self) LISA_NODISCARD;
 lisa_rc_t brk_store_commit(brk_store_t *self) LISA_NODISCARD;
 /* Rolls the open transaction back (no-op when none). */
 void brk_store_rollback(brk_store_t *self);
+/* fdatasync of the WAL file: makes every COMMIT that returned before
+ * the call durable against power loss. Safe to call from another thread
+ * than the one using the store (it only touches a file descriptor). */
+lisa_rc_t brk_store_sync(brk_store_t *self) LISA_NODISCARD;
+
 /* Opens a savepoint inside the transaction (one request's writes). */
 lisa_rc_t brk_store_savepoint(brk_store_t *self) LISA_NODISCARD;
 /* Keeps the savepoint's writes in the transaction. */
