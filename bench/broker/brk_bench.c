@@ -41,9 +41,9 @@ extern char **environ;
 /* protobuf-c and exec take `char *`; literals are const. */
 #define S_TXT(s) ((char *) (uintptr_t) (s))
 
-#define S_WINDOW  2048
-#define S_APPEND  500
-#define S_RESP    500
+#define S_WINDOW 2048
+#define S_APPEND 500
+#define S_RESP   500
 
 static double s_seconds = 3.0;
 
@@ -446,10 +446,23 @@ s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     char *argv[] = {(char *) (uintptr_t) redis_bin,
-                    S_TXT("--port"), portstr, S_TXT("--bind"), S_TXT("127.0.0.1"),
-                    S_TXT("--appendonly"), S_TXT("yes"), S_TXT("--appendfsync"), S_TXT("everysec"),
-                    S_TXT("--save"), S_TXT(""), S_TXT("--dir"), (char *) (uintptr_t) dir,
-                    S_TXT("--daemonize"), S_TXT("no"), S_TXT("--loglevel"), S_TXT("warning"), NULL};
+                    S_TXT("--port"),
+                    portstr,
+                    S_TXT("--bind"),
+                    S_TXT("127.0.0.1"),
+                    S_TXT("--appendonly"),
+                    S_TXT("yes"),
+                    S_TXT("--appendfsync"),
+                    S_TXT("everysec"),
+                    S_TXT("--save"),
+                    S_TXT(""),
+                    S_TXT("--dir"),
+                    (char *) (uintptr_t) dir,
+                    S_TXT("--daemonize"),
+                    S_TXT("no"),
+                    S_TXT("--loglevel"),
+                    S_TXT("warning"),
+                    NULL};
     pid_t pid = s_spawn(argv);
     if (pid <= 0)
         return 0;
@@ -460,10 +473,11 @@ s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
         return 0;
     }
     char head[128];
-    int hn = snprintf(head, sizeof head,
-                      "*5\r\n$4\r\nXADD\r\n$5\r\nspans\r\n$1\r\n*\r\n$1\r\nd\r\n"
-                      "$%zu\r\n",
-                      plen);
+    int hn =
+        snprintf(head, sizeof head,
+                 "*5\r\n$4\r\nXADD\r\n$5\r\nspans\r\n$1\r\n*\r\n$1\r\nd\r\n"
+                 "$%zu\r\n",
+                 plen);
     size_t cmd_len = (size_t) hn + plen + 2;
     char *cmd = lisa_malloc(cmd_len);
     memcpy(cmd, head, (size_t) hn);
@@ -504,7 +518,8 @@ s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
 int
 main(int argc, char **argv)
 {
-    const char *broker_bin = LISA_BROKER_BIN, *redis_bin = "/usr/bin/redis-server";
+    const char *broker_bin = LISA_BROKER_BIN,
+               *redis_bin = "/usr/bin/redis-server";
     const char *sync = "full";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--seconds") == 0)
@@ -533,11 +548,25 @@ main(int argc, char **argv)
     snprintf(rdir, sizeof rdir, "%s/redis", dir);
     mkdir(rdir, 0700);
     char *bargv[] = {(char *) (uintptr_t) broker_bin,
-                     S_TXT("--data"), data, S_TXT("--ports-file"), ports,
-                     S_TXT("--rpc"), S_TXT("tcp://127.0.0.1:*"), S_TXT("--spans"), S_TXT("tcp://127.0.0.1:*"),
-                     S_TXT("--events"), S_TXT("tcp://127.0.0.1:*"), S_TXT("--workers"),
-                     S_TXT("tcp://127.0.0.1:*"), S_TXT("--sync"), (char *) (uintptr_t) sync,
-                     S_TXT("--log-level"), S_TXT("warn"), S_TXT("--lease-ms"), S_TXT("600000"), NULL};
+                     S_TXT("--data"),
+                     data,
+                     S_TXT("--ports-file"),
+                     ports,
+                     S_TXT("--rpc"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--spans"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--events"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--workers"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--sync"),
+                     (char *) (uintptr_t) sync,
+                     S_TXT("--log-level"),
+                     S_TXT("warn"),
+                     S_TXT("--lease-ms"),
+                     S_TXT("600000"),
+                     NULL};
     pid_t bpid = s_spawn(bargv);
     fprintf(stderr, "bench: broker pid %d\n", (int) bpid);
     char rpc_ep[320] = "";
