@@ -424,3 +424,35 @@ def test_restart_recovers_scoring_and_leases(make_broker):
     assert wr.rollouts[0].state == pb.ROLLOUT_SUCCEEDED
     w.stop()
     c.close()
+
+
+def test_rows_within_running_and_scoring(broker, client):
+    """running + start / get_task / fail_retry, and scoring + heartbeat."""
+    rid = enqueue(client, [task(max_attempts=3)])[0]
+    claim(client)
+    client.ok("attempt_start", pb.AttemptStartReq(rollout_id=rid, attempt=1,
+                                                  sandbox_id="sbx-a"))
+    # a repeated start (controller retry) keeps it running, records the id
+    client.ok("attempt_start", pb.AttemptStartReq(rollout_id=rid, attempt=1,
+                                                  sandbox_id="sbx-b"))
+    tv = client.ok("get_task", pb.GetTaskReq(rollout_id=rid, attempt=1)).task
+    assert tv.attempt == 1 and tv.deadline_ms > 0
+    q = rollout(client, rid, with_attempts=True, with_transitions=True)
+    assert q.rollouts[0].state == pb.ROLLOUT_RUNNING
+    assert q.attempts[0].sandbox_id == "sbx-b"
+    # neither the repeat nor the fetch is a state change: not recorded
+    assert [t.event for t in q.transitions] == ["enqueue", "claim", "start"]
+    rep = client.ok("attempt_fail", pb.AttemptFailReq(
+        rollout_id=rid, attempt=1, kind=pb.FAILURE_INFRA, reason="node drained"))
+    assert rep.retried
+    q = rollout(client, rid, with_transitions=True)
+    last = q.transitions[-1]
+    assert (last.event, last.from_state, last.to_state) == (
+        "fail_retry", pb.ROLLOUT_RUNNING, pb.ROLLOUT_QUEUED)
+    assert "node drained" in q.rollouts[0].reason
+    time.sleep(0.15)
+    assert claim(client)[0].attempt == 2
+    assert complete(client, rid, 2).code == pb.CODE_OK
+    hb = client.ok("heartbeat", pb.HeartbeatReq(rollout_id=rid, attempt=2))
+    assert not hb.cancel
+    assert state_of(client, rid) == pb.ROLLOUT_SCORING
