@@ -23,16 +23,17 @@ s_scorer(const rwd_config_t *cfg)
 {
     rwd_scorer_config_t sc = {
         .judge_sources = cfg->judge_sources,
-        .judge = {
-            .base_url = *cfg->judge_url ? cfg->judge_url : NULL,
-            .model = cfg->judge_model,
-            .api_key = cfg->judge_key,
-            .timeout_ms = cfg->judge_timeout_ms,
-            .retries = (unsigned) cfg->judge_retries,
-            .backoff_ms = 200,
-            .temperature = 0.7,
-            .max_tokens = 16384,
-        },
+        .judge =
+            {
+                .base_url = *cfg->judge_url ? cfg->judge_url : NULL,
+                .model = cfg->judge_model,
+                .api_key = cfg->judge_key,
+                .timeout_ms = cfg->judge_timeout_ms,
+                .retries = (unsigned) cfg->judge_retries,
+                .backoff_ms = 200,
+                .temperature = 0.7,
+                .max_tokens = 16384,
+            },
     };
     return rwd_scorer_new(&sc);
 }

@@ -43,20 +43,20 @@ static const s_opt_t s_opts[] = {
      "1000", 10, 600000, "first reconnect delay"},
     {"reconnect-max-ms", "LISA_REWARD_RECONNECT_MAX_MS", O_INT,
      S_OFF(reconnect_max_ms), "32000", 10, 3600000, "reconnect delay cap"},
-    {"budget-ms", "LISA_REWARD_BUDGET_MS", O_INT, S_OFF(budget_ms), "30000",
-     1, 3600000, "per-request budget when the request gives none"},
+    {"budget-ms", "LISA_REWARD_BUDGET_MS", O_INT, S_OFF(budget_ms), "30000", 1,
+     3600000, "per-request budget when the request gives none"},
     {"judge-url", "LISA_JUDGE_URL", O_STR, S_OFF(judge_url), "", 0, 0,
      "OpenAI-compatible base URL of the LLM judge"},
     {"judge-model", "LISA_JUDGE_MODEL", O_STR, S_OFF(judge_model),
      "Qwen3-235B-A22B-Instruct-2507", 0, 0, "judge model name"},
     {"judge-key", "LISA_JUDGE_API_KEY", O_STR, S_OFF(judge_key), "", 0, 0,
      "judge bearer token"},
-    {"judge-sources", "LISA_JUDGE_SOURCES", O_STR, S_OFF(judge_sources), "",
-     0, 0, "comma-separated data-source prefixes scored by the judge"},
+    {"judge-sources", "LISA_JUDGE_SOURCES", O_STR, S_OFF(judge_sources), "", 0,
+     0, "comma-separated data-source prefixes scored by the judge"},
     {"judge-timeout-ms", "LISA_JUDGE_TIMEOUT_MS", O_INT,
      S_OFF(judge_timeout_ms), "60000", 100, 3600000, "per judge call"},
-    {"judge-retries", "LISA_JUDGE_RETRIES", O_INT, S_OFF(judge_retries), "2",
-     0, 10, "judge retries after the first call"},
+    {"judge-retries", "LISA_JUDGE_RETRIES", O_INT, S_OFF(judge_retries), "2", 0,
+     10, "judge retries after the first call"},
     {"log-level", "LISA_LOG_LEVEL", O_STR, S_OFF(log_level), "info", 0, 0,
      "error|warn|info|debug"},
 };
@@ -77,7 +77,8 @@ s_set(rwd_config_t *cfg, const s_opt_t *o, const char *v, const char *from)
     char *end = NULL;
     long long x = strtoll(v, &end, 10);
     if (errno || !end || end == v || *end || x < o->min || x > o->max) {
-        fprintf(stderr, "lisa-reward: %s %s: '%s' is not an integer in [%lld, %lld]\n",
+        fprintf(stderr,
+                "lisa-reward: %s %s: '%s' is not an integer in [%lld, %lld]\n",
                 from, o->name, v, (long long) o->min, (long long) o->max);
         return LISA_INVALID;
     }
@@ -156,8 +157,9 @@ rwd_config_dump(const rwd_config_t *cfg)
             bool secret = strcmp(o->name, "judge-key") == 0 && v && *v;
             lisa_log_info("config %s=%s", o->name, secret ? "***" : v);
         } else {
-            lisa_log_info("config %s=%lld", o->name,
-                          (long long) *(const int64_t *) (const void *) (base + o->off));
+            lisa_log_info(
+                "config %s=%lld", o->name,
+                (long long) *(const int64_t *) (const void *) (base + o->off));
         }
     }
 }

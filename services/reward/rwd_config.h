@@ -16,22 +16,22 @@
 #include <stdio.h>
 
 typedef struct {
-    char *broker;          /* worker: broker endpoint (DEALER connects) */
-    char *worker_id;       /* worker: id sent in WorkerReady ("" -> host-pid) */
-    int64_t threads;       /* worker: scoring threads */
-    int64_t capacity;      /* worker: requests accepted at once (0 -> threads) */
-    int64_t heartbeat_ms;  /* worker: heartbeat interval */
-    int64_t liveness;      /* worker: heartbeats missed before reconnecting */
-    int64_t reconnect_ms;  /* worker: first reconnect delay */
+    char *broker;         /* worker: broker endpoint (DEALER connects) */
+    char *worker_id;      /* worker: id sent in WorkerReady ("" -> host-pid) */
+    int64_t threads;      /* worker: scoring threads */
+    int64_t capacity;     /* worker: requests accepted at once (0 -> threads) */
+    int64_t heartbeat_ms; /* worker: heartbeat interval */
+    int64_t liveness;     /* worker: heartbeats missed before reconnecting */
+    int64_t reconnect_ms; /* worker: first reconnect delay */
     int64_t reconnect_max_ms; /* worker: reconnect delay cap */
-    int64_t budget_ms;     /* default per-request budget (request's 0) */
-    char *judge_url;       /* LLM judge base URL ("" -> no judge) */
-    char *judge_model;     /* LLM judge model name */
-    char *judge_key;       /* LLM judge bearer token */
-    char *judge_sources;   /* data-source prefixes routed to the judge */
+    int64_t budget_ms;        /* default per-request budget (request's 0) */
+    char *judge_url;          /* LLM judge base URL ("" -> no judge) */
+    char *judge_model;        /* LLM judge model name */
+    char *judge_key;          /* LLM judge bearer token */
+    char *judge_sources;      /* data-source prefixes routed to the judge */
     int64_t judge_timeout_ms; /* per judge HTTP call */
-    int64_t judge_retries; /* judge retries after the first call */
-    char *log_level;       /* error|warn|info|debug */
+    int64_t judge_retries;    /* judge retries after the first call */
+    char *log_level;          /* error|warn|info|debug */
 } rwd_config_t;
 
 /* Fills cfg from defaults, then the environment, then argv[first..argc).

@@ -61,15 +61,15 @@ typedef enum {
 
 typedef struct {
     s_tok_kind_t kind;
-    char op;       /* T_OP, T_OPEN, T_CLOSE */
-    bool space;    /* whitespace before this token */
-    bool integer;  /* T_NUM: digits only */
-    bool inexact;  /* T_NUM: has a decimal point or exponent */
-    int fn;        /* T_FUNC */
-    int var;       /* T_VAR */
-    double val;    /* T_NUM, T_CONST */
-    size_t off;    /* T_NUM: offset of the literal */
-    size_t len;    /* T_NUM: length of the literal */
+    char op;      /* T_OP, T_OPEN, T_CLOSE */
+    bool space;   /* whitespace before this token */
+    bool integer; /* T_NUM: digits only */
+    bool inexact; /* T_NUM: has a decimal point or exponent */
+    int fn;       /* T_FUNC */
+    int var;      /* T_VAR */
+    double val;   /* T_NUM, T_CONST */
+    size_t off;   /* T_NUM: offset of the literal */
+    size_t len;   /* T_NUM: length of the literal */
 } s_tok_t;
 
 typedef enum {
@@ -130,38 +130,37 @@ typedef struct {
 /* Words and LaTeX commands the tokenizer knows; anything else that is not a
  * one- or two-letter run makes the input "not an expression". */
 static const s_word_t s_words[] = {
-    {"sin", T_FUNC, F_SIN, 0, 0},      {"cos", T_FUNC, F_COS, 0, 0},
-    {"tan", T_FUNC, F_TAN, 0, 0},      {"sec", T_FUNC, F_SEC, 0, 0},
-    {"csc", T_FUNC, F_CSC, 0, 0},      {"cot", T_FUNC, F_COT, 0, 0},
-    {"arcsin", T_FUNC, F_ASIN, 0, 0},  {"arccos", T_FUNC, F_ACOS, 0, 0},
-    {"arctan", T_FUNC, F_ATAN, 0, 0},  {"sinh", T_FUNC, F_SINH, 0, 0},
-    {"cosh", T_FUNC, F_COSH, 0, 0},    {"tanh", T_FUNC, F_TANH, 0, 0},
-    {"ln", T_FUNC, F_LN, 0, 0},        {"log", T_FUNC, F_LOG, 0, 0},
-    {"lg", T_FUNC, F_LG, 0, 0},        {"exp", T_FUNC, F_EXP, 0, 0},
-    {"abs", T_FUNC, F_ABS, 0, 0},      {"sqrt", T_SQRT, 0, 0, 0},
-    {"pi", T_CONST, 0, RWD_PI, 0},       {"infty", T_CONST, 0, RWD_INF, 0},
+    {"sin", T_FUNC, F_SIN, 0, 0},     {"cos", T_FUNC, F_COS, 0, 0},
+    {"tan", T_FUNC, F_TAN, 0, 0},     {"sec", T_FUNC, F_SEC, 0, 0},
+    {"csc", T_FUNC, F_CSC, 0, 0},     {"cot", T_FUNC, F_COT, 0, 0},
+    {"arcsin", T_FUNC, F_ASIN, 0, 0}, {"arccos", T_FUNC, F_ACOS, 0, 0},
+    {"arctan", T_FUNC, F_ATAN, 0, 0}, {"sinh", T_FUNC, F_SINH, 0, 0},
+    {"cosh", T_FUNC, F_COSH, 0, 0},   {"tanh", T_FUNC, F_TANH, 0, 0},
+    {"ln", T_FUNC, F_LN, 0, 0},       {"log", T_FUNC, F_LOG, 0, 0},
+    {"lg", T_FUNC, F_LG, 0, 0},       {"exp", T_FUNC, F_EXP, 0, 0},
+    {"abs", T_FUNC, F_ABS, 0, 0},     {"sqrt", T_SQRT, 0, 0, 0},
+    {"pi", T_CONST, 0, RWD_PI, 0},    {"infty", T_CONST, 0, RWD_INF, 0},
     {"inf", T_CONST, 0, RWD_INF, 0},  {"infinity", T_CONST, 0, RWD_INF, 0},
-    {"frac", T_FRAC, 0, 0, 0},         {"dfrac", T_FRAC, 0, 0, 0},
-    {"tfrac", T_FRAC, 0, 0, 0},        {"cfrac", T_FRAC, 0, 0, 0},
-    {"cdot", T_OP, 0, 0, '*'},         {"times", T_OP, 0, 0, '*'},
-    {"ast", T_OP, 0, 0, '*'},          {"div", T_OP, 0, 0, '/'},
+    {"frac", T_FRAC, 0, 0, 0},        {"dfrac", T_FRAC, 0, 0, 0},
+    {"tfrac", T_FRAC, 0, 0, 0},       {"cfrac", T_FRAC, 0, 0, 0},
+    {"cdot", T_OP, 0, 0, '*'},        {"times", T_OP, 0, 0, '*'},
+    {"ast", T_OP, 0, 0, '*'},         {"div", T_OP, 0, 0, '/'},
 };
 
 /* LaTeX commands that only format: skipped, their group is a group. */
 static const char *const s_noops[] = {
-    "left",   "right",   "bigl",   "bigr",    "Bigl",         "Bigr",
-    "big",    "Big",     "mathrm", "mathit",  "mathbf",       "mathsf",
-    "text",   "textrm",  "textbf", "textit",  "displaystyle", "mbox",
+    "left",   "right",   "bigl",   "bigr",      "Bigl",         "Bigr",
+    "big",    "Big",     "mathrm", "mathit",    "mathbf",       "mathsf",
+    "text",   "textrm",  "textbf", "textit",    "displaystyle", "mbox",
     "limits", "mathord", "boxed",  "mathnormal"};
 
 /* Greek letters read as free variables. */
 static const char *const s_greek[] = {
-    "alpha", "beta",  "gamma",   "delta",      "epsilon", "varepsilon",
-    "zeta",  "eta",   "theta",   "vartheta",   "iota",    "kappa",
-    "lambda", "mu",   "nu",      "xi",         "rho",     "sigma",
-    "tau",   "phi",   "varphi",  "chi",        "psi",     "omega",
-    "Gamma", "Delta", "Theta",   "Lambda",     "Sigma",   "Phi",
-    "Psi",   "Omega"};
+    "alpha", "beta",  "gamma",    "delta", "epsilon", "varepsilon", "zeta",
+    "eta",   "theta", "vartheta", "iota",  "kappa",   "lambda",     "mu",
+    "nu",    "xi",    "rho",      "sigma", "tau",     "phi",        "varphi",
+    "chi",   "psi",   "omega",    "Gamma", "Delta",   "Theta",      "Lambda",
+    "Sigma", "Phi",   "Psi",      "Omega"};
 
 static const s_word_t *
 s_word(const char *w, size_t n)
@@ -343,7 +342,8 @@ s_tokenize(s_parser_t *p)
                 break;
         }
         unsigned char c = (unsigned char) s[i];
-        if (isdigit(c) || (c == '.' && i + 1 < n && isdigit((unsigned char) s[i + 1]))) {
+        if (isdigit(c) ||
+            (c == '.' && i + 1 < n && isdigit((unsigned char) s[i + 1]))) {
             i = s_lex_number(p, i, space, frac_digits > 0 && isdigit(c));
             if (frac_digits > 0)
                 frac_digits--;
@@ -400,18 +400,22 @@ s_tokenize(s_parser_t *p)
                 if (!s_lex_word(p, w, space))
                     return;
                 if (w->kind == T_FRAC)
-                    frac_digits = isdigit((unsigned char) s[s_skip_space(s, n, j)]) ? 2 : 0;
+                    frac_digits =
+                        isdigit((unsigned char) s[s_skip_space(s, n, j)]) ? 2
+                                                                          : 0;
                 i = j;
                 continue;
             }
-            if (s_in(s_noops, sizeof s_noops / sizeof s_noops[0], s + i + 1, wl)) {
+            if (s_in(s_noops, sizeof s_noops / sizeof s_noops[0], s + i + 1,
+                     wl)) {
                 i = j;
                 /* \left. and \right. are invisible delimiters. */
                 if (i < n && s[i] == '.')
                     i++;
                 continue;
             }
-            if (s_in(s_greek, sizeof s_greek / sizeof s_greek[0], s + i + 1, wl)) {
+            if (s_in(s_greek, sizeof s_greek / sizeof s_greek[0], s + i + 1,
+                     wl)) {
                 size_t end = s_lex_subscript(s, n, j);
                 if (!s_lex_var(p, s + i, end - i, space))
                     return;
@@ -1032,8 +1036,8 @@ rwd_expr_equal(const rwd_expr_t *a, const rwd_expr_t *b, int decimals)
         return a->int_neg == b->int_neg &&
                strcmp(a->int_digits, b->int_digits) == 0;
     if (a->nvars == 0 && b->nvars == 0)
-        return s_close(rwd_expr_eval(a, NULL), rwd_expr_eval(b, NULL),
-                       inexact, decimals);
+        return s_close(rwd_expr_eval(a, NULL), rwd_expr_eval(b, NULL), inexact,
+                       decimals);
     /* Bind by name: b's variable j takes the value of a's variable of the
      * same name, or a fresh sample of its own. */
     size_t map[RWD_EXPR_MAX_VARS];
@@ -1072,6 +1076,6 @@ rwd_expr_equal_scaled(const rwd_expr_t *a, const rwd_expr_t *b, double scale,
 {
     if (a->nvars || b->nvars)
         return false;
-    return s_close(rwd_expr_eval(a, NULL), rwd_expr_eval(b, NULL) * scale,
-                   true, decimals);
+    return s_close(rwd_expr_eval(a, NULL), rwd_expr_eval(b, NULL) * scale, true,
+                   decimals);
 }

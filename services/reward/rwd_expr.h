@@ -44,8 +44,7 @@ bool rwd_expr_inexact(const rwd_expr_t *e);
 /* True when the expression is a plain integer literal (optionally signed);
  * *digits gets its canonical decimal digits (no sign, no leading zeros) and
  * *neg its sign. `cap` bounds digits including the NUL. */
-bool rwd_expr_integer(const rwd_expr_t *e, char *digits, size_t cap,
-                      bool *neg);
+bool rwd_expr_integer(const rwd_expr_t *e, char *digits, size_t cap, bool *neg);
 
 /* Value with variable i bound to vals[i] (vals may be NULL without vars).
  * NaN when undefined (division by zero, sqrt of a negative, ...). */

@@ -20,14 +20,14 @@
 #define RWD_JUDGE_MAX_REPLY (1u << 20) /* bytes of one HTTP reply kept */
 
 typedef struct {
-    const char *base_url;  /* e.g. http://127.0.0.1:8000/v1 */
-    const char *model;     /* model name sent in the request */
-    const char *api_key;   /* bearer token; NULL or "" for none */
-    int64_t timeout_ms;    /* per HTTP call */
-    unsigned retries;      /* extra attempts after the first */
-    int64_t backoff_ms;    /* first retry delay; doubles each time */
-    double temperature;    /* sampling temperature (recipe: 0.7) */
-    long max_tokens;       /* reply budget (recipe: 16384) */
+    const char *base_url; /* e.g. http://127.0.0.1:8000/v1 */
+    const char *model;    /* model name sent in the request */
+    const char *api_key;  /* bearer token; NULL or "" for none */
+    int64_t timeout_ms;   /* per HTTP call */
+    unsigned retries;     /* extra attempts after the first */
+    int64_t backoff_ms;   /* first retry delay; doubles each time */
+    double temperature;   /* sampling temperature (recipe: 0.7) */
+    long max_tokens;      /* reply budget (recipe: 16384) */
 } rwd_judge_config_t;
 
 /* Asks the judge about one answer. On LISA_OK *reward is 1.0 (CORRECT) or

@@ -5,13 +5,12 @@
  */
 #include "rwd_lines.h"
 
+#include "lisa.pb-c.h"
 #include "lisa/lisa_mem.h"
 
 #include <czmq.h>
 #include <jansson.h>
 #include <string.h>
-
-#include "lisa.pb-c.h"
 
 static char *
 s_error_line(lisa_rc_t rc, const char *msg)

@@ -150,15 +150,15 @@ s_puts(s_norm_t *o, const char *lit)
 /* Commands whose brace group is a wrapper: text-like ones become spaced
  * text, box-like ones vanish. */
 static const char *const s_text_cmds[] = {
-    "text",     "textbf",  "textit", "textrm",       "textnormal", "mathrm",
-    "mathbf",   "mathit",  "mathsf", "operatorname", "mbox",       "hbox",
-    "textsf",   "mathtt",  "texttt", "mathnormal"};
+    "text",   "textbf", "textit", "textrm",       "textnormal", "mathrm",
+    "mathbf", "mathit", "mathsf", "operatorname", "mbox",       "hbox",
+    "textsf", "mathtt", "texttt", "mathnormal"};
 static const char *const s_box_cmds[] = {"boxed", "fbox", "displaystyle"};
 static const char *const s_drop_cmds[] = {
-    "left",  "right", "bigl", "bigr",  "Bigl", "Bigr", "big", "Big",
-    "circ",  "degree", "displaystyle", "limits", "mathord", "$"};
-static const char *const s_space_cmds[] = {"quad", "qquad", ",", ";", ":",
-                                           "!",    " ",     "enspace"};
+    "left", "right", "bigl",   "bigr",         "Bigl",   "Bigr",    "big",
+    "Big",  "circ",  "degree", "displaystyle", "limits", "mathord", "$"};
+static const char *const s_space_cmds[] = {"quad", "qquad", ",", ";",
+                                           ":",    "!",     " ", "enspace"};
 
 static bool
 s_cmd_in(const char *const *list, size_t count, const char *w, size_t n)
@@ -225,9 +225,9 @@ s_join_thousands(s_norm_t *o)
     char *b = o->buf;
     size_t n = o->len, w = 0, i = 0;
     while (i < n) {
-        bool start = isdigit((unsigned char) b[i]) &&
-                     (i == 0 || (!isdigit((unsigned char) b[i - 1]) &&
-                                 b[i - 1] != '.'));
+        bool start =
+            isdigit((unsigned char) b[i]) &&
+            (i == 0 || (!isdigit((unsigned char) b[i - 1]) && b[i - 1] != '.'));
         if (!start) {
             b[w++] = b[i++];
             continue;
@@ -324,8 +324,9 @@ s_normalize(const char *s, size_t len, s_norm_t *o)
                 i = j;
                 continue;
             }
-            if (wl == 5 && (s_starts(w, wl, "dfrac") || s_starts(w, wl, "tfrac") ||
-                            s_starts(w, wl, "cfrac"))) {
+            if (wl == 5 &&
+                (s_starts(w, wl, "dfrac") || s_starts(w, wl, "tfrac") ||
+                 s_starts(w, wl, "cfrac"))) {
                 s_puts(o, "\\frac");
                 i = j;
                 continue;
@@ -665,7 +666,8 @@ s_item_equal(const s_item_t *g, const s_item_t *p, s_ctx_t *cx)
             cx->how = rwd_expr_nvars(g->e) ? "expression" : "number";
             return true;
         }
-        if ((cx->gp && rwd_expr_equal_scaled(g->e, p->e, 100.0, RWD_DECIMALS)) ||
+        if ((cx->gp &&
+             rwd_expr_equal_scaled(g->e, p->e, 100.0, RWD_DECIMALS)) ||
             (cx->pp && rwd_expr_equal_scaled(g->e, p->e, 0.01, RWD_DECIMALS))) {
             cx->how = "percent";
             return true;
@@ -714,9 +716,8 @@ s_struct_equal(s_struct_t *g, s_struct_t *p, s_ctx_t *cx, int depth)
             bool hit = false;
             for (size_t j = 0; j < p->n && !hit; j++) {
                 if (!used[j] &&
-                    s_equal_norm(g->items[i].s, g->items[i].len,
-                                 p->items[j].s, p->items[j].len, cx, depth + 1,
-                                 NULL)) {
+                    s_equal_norm(g->items[i].s, g->items[i].len, p->items[j].s,
+                                 p->items[j].len, cx, depth + 1, NULL)) {
                     used[j] = hit = true;
                 }
             }
@@ -739,7 +740,8 @@ s_struct_equal(s_struct_t *g, s_struct_t *p, s_ctx_t *cx, int depth)
         for (size_t i = 0; i < g->n; i++)
             if (!s_item_equal(&g->items[i], &p->items[i], cx))
                 return false;
-        cx->how = g->open == g->close - 1 || g->open == '(' ? "tuple" : "interval";
+        cx->how =
+            g->open == g->close - 1 || g->open == '(' ? "tuple" : "interval";
         if (g->open != '(' || g->close != ')')
             cx->how = "interval";
         return true;

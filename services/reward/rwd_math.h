@@ -21,15 +21,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define RWD_MATH_MAX_LEN   4096u /* normalised answers longer than this are text */
-#define RWD_MATH_MAX_ITEMS 64u   /* elements of a set/tuple compared */
+#define RWD_MATH_MAX_LEN                                                       \
+    4096u /* normalised answers longer than this are text */
+#define RWD_MATH_MAX_ITEMS 64u /* elements of a set/tuple compared */
 
 /* How an equivalence verdict was reached (static strings). */
 typedef struct {
-    const char *how;   /* "integer", "number", "expression", "set", "tuple",
-                          "interval", "letter", "text", "percent", "none" */
-    bool gold_parsed;  /* the reference parsed as a math value */
-    bool pred_parsed;  /* the candidate parsed as a math value */
+    const char *how;  /* "integer", "number", "expression", "set", "tuple",
+                         "interval", "letter", "text", "percent", "none" */
+    bool gold_parsed; /* the reference parsed as a math value */
+    bool pred_parsed; /* the candidate parsed as a math value */
 } rwd_math_why_t;
 
 /* Finds the content of the last \boxed{...} (or \fbox{...}) in s[0..len).

@@ -59,7 +59,8 @@ s_rule_json(const char *s, size_t len)
 {
     char found = 0;
     for (size_t i = 0; i + 6 < len; i++) {
-        if ((s[i] != '"' && s[i] != '\'') || !s_keyword_at(s, len, i + 1, "answer"))
+        if ((s[i] != '"' && s[i] != '\'') ||
+            !s_keyword_at(s, len, i + 1, "answer"))
             continue;
         size_t j = i + 7;
         if (j >= len || s[j] != s[i])
@@ -161,7 +162,8 @@ s_standalone(const char *s, size_t len, size_t i)
         return false;
     if (q == '.' && i + 2 < len && isalpha((unsigned char) s[i + 2]))
         return false;
-    if (c == 'I' && q == ' ' && i + 2 < len && islower((unsigned char) s[i + 2]))
+    if (c == 'I' && q == ' ' && i + 2 < len &&
+        islower((unsigned char) s[i + 2]))
         return false;
     return true;
 }
@@ -256,8 +258,8 @@ rwd_mc_score(const char *answer, size_t alen, const char *gt, size_t glen,
         goto out;
     if (alen == glen) {
         size_t k = 0;
-        while (k < alen && tolower((unsigned char) a[k]) ==
-                               tolower((unsigned char) g[k]))
+        while (k < alen &&
+               tolower((unsigned char) a[k]) == tolower((unsigned char) g[k]))
             k++;
         if (k == alen) {
             r = "exact";
@@ -374,8 +376,7 @@ rwd_mc_f1(const char *answer, size_t alen, const char *gt, size_t glen,
     uint32_t g = 0;
     for (size_t i = 0; i < glen; i++) {
         unsigned char c = (unsigned char) toupper((unsigned char) gt[i]);
-        if (s_upper(c) &&
-            (i == 0 || !isalpha((unsigned char) gt[i - 1])) &&
+        if (s_upper(c) && (i == 0 || !isalpha((unsigned char) gt[i - 1])) &&
             (i + 1 == glen || !isalpha((unsigned char) gt[i + 1])))
             g |= 1u << (c - 'A');
     }

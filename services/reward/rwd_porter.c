@@ -12,11 +12,11 @@
 #include <string.h>
 
 typedef enum {
-    C_NONE,    /* unconditional */
-    C_M_GT0,   /* measure(stem) > 0 */
-    C_M_GT1,   /* measure(stem) > 1 */
-    C_ION,     /* measure(stem) > 1 and stem ends in s or t */
-    C_LOGI,    /* measure(word minus "ogi") > 0 */
+    C_NONE,  /* unconditional */
+    C_M_GT0, /* measure(stem) > 0 */
+    C_M_GT1, /* measure(stem) > 1 */
+    C_ION,   /* measure(stem) > 1 and stem ends in s or t */
+    C_LOGI,  /* measure(word minus "ogi") > 0 */
 } s_cond_t;
 
 typedef struct {
@@ -258,11 +258,11 @@ s_step5(char *w, size_t n)
 
 /* NLTK's irregular forms: word -> stem. */
 static const char *const s_pool[][2] = {
-    {"skies", "sky"},       {"sky", "sky"},         {"dying", "die"},
-    {"lying", "lie"},       {"tying", "tie"},       {"news", "news"},
-    {"innings", "inning"},  {"inning", "inning"},   {"outings", "outing"},
-    {"outing", "outing"},   {"cannings", "canning"}, {"canning", "canning"},
-    {"howe", "howe"},       {"proceed", "proceed"}, {"exceed", "exceed"},
+    {"skies", "sky"},      {"sky", "sky"},          {"dying", "die"},
+    {"lying", "lie"},      {"tying", "tie"},        {"news", "news"},
+    {"innings", "inning"}, {"inning", "inning"},    {"outings", "outing"},
+    {"outing", "outing"},  {"cannings", "canning"}, {"canning", "canning"},
+    {"howe", "howe"},      {"proceed", "proceed"},  {"exceed", "exceed"},
     {"succeed", "succeed"}};
 
 size_t

@@ -17,8 +17,8 @@
 #include <string.h>
 
 typedef struct {
-    char *buf;     /* stemmed token bytes, back to back */
-    size_t *off;   /* token i is buf[off[i] .. off[i] + len[i]) */
+    char *buf;   /* stemmed token bytes, back to back */
+    size_t *off; /* token i is buf[off[i] .. off[i] + len[i]) */
     size_t *len;
     size_t n;
     bool truncated;
@@ -118,10 +118,10 @@ s_hash(const char *s, size_t n)
 }
 
 typedef struct {
-    size_t cap;      /* power of two */
-    int32_t *slot;   /* id or -1 */
+    size_t cap;    /* power of two */
+    int32_t *slot; /* id or -1 */
     const s_toks_t *toks;
-    size_t *first;   /* token index that defined each id */
+    size_t *first; /* token index that defined each id */
     size_t ids;
 } s_table_t;
 

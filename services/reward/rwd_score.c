@@ -115,8 +115,7 @@ rwd_result_clear(rwd_result_t *r)
     memset(r, 0, sizeof *r);
 }
 
-static void
-s_error(rwd_result_t *r, const char *fmt, ...) LISA_PRINTF(2, 3);
+static void s_error(rwd_result_t *r, const char *fmt, ...) LISA_PRINTF(2, 3);
 
 static void
 s_error(rwd_result_t *r, const char *fmt, ...)
@@ -302,8 +301,7 @@ s_rule_qa(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     lisa_rc_t rc = s_extra(in, &extra, r);
     if (rc != LISA_OK)
         return rc;
-    const char *qa_type =
-        json_string_value(json_object_get(extra, "qa_type"));
+    const char *qa_type = json_string_value(json_object_get(extra, "qa_type"));
     json_object_set_new(expl, "qa_type",
                         qa_type ? json_string(qa_type) : json_null());
     if (s_is_mc(qa_type)) {
@@ -373,16 +371,16 @@ s_rule_judge(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     char *cand = s_utf8(in->answer, in->answer_len, RWD_MAX_ANSWER);
     char *verdict = NULL;
     double v = 0.0;
-    rc = rwd_judge_score(&s->judge, q ? q : "", gold, cand, in->deadline_ms,
-                         &v, &verdict);
+    rc = rwd_judge_score(&s->judge, q ? q : "", gold, cand, in->deadline_ms, &v,
+                         &verdict);
     if (rc == LISA_OK) {
         r->reward = v;
         r->rule = "judge";
         r->extracted = s_utf8(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
         json_object_set_new(expl, "verdict", json_string(verdict));
-        json_object_set_new(expl, "model", json_string(s->judge.model
-                                                           ? s->judge.model
-                                                           : "judge"));
+        json_object_set_new(
+            expl, "model",
+            json_string(s->judge.model ? s->judge.model : "judge"));
     } else {
         s_error(r, "judge failed: %s", lisa_rc_str(rc));
     }
@@ -424,8 +422,9 @@ rwd_score(const rwd_scorer_t *s, const rwd_input_t *in, rwd_result_t *r)
     }
     if (in->answer_len > RWD_MAX_ANSWER || in->truth_len > RWD_MAX_TRUTH ||
         (in->extra_info_json && strlen(in->extra_info_json) > RWD_MAX_EXTRA)) {
-        s_error(r, "input over its bound (answer %u, ground truth %u, "
-                   "extra_info %u bytes)",
+        s_error(r,
+                "input over its bound (answer %u, ground truth %u, "
+                "extra_info %u bytes)",
                 RWD_MAX_ANSWER, RWD_MAX_TRUTH, RWD_MAX_EXTRA);
         return LISA_TOOLARGE;
     }

@@ -22,14 +22,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RWD_MAX_ANSWER     (1u << 20) /* bytes of answer accepted */
-#define RWD_MAX_TRUTH      (64u << 10) /* bytes of ground truth */
-#define RWD_MAX_EXTRA      (1u << 20)  /* bytes of extra_info JSON */
-#define RWD_MAX_EXTRACTED  512u        /* bytes of `extracted` reported */
-#define RWD_MAX_ERROR      256u
+#define RWD_MAX_ANSWER    (1u << 20)  /* bytes of answer accepted */
+#define RWD_MAX_TRUTH     (64u << 10) /* bytes of ground truth */
+#define RWD_MAX_EXTRA     (1u << 20)  /* bytes of extra_info JSON */
+#define RWD_MAX_EXTRACTED 512u        /* bytes of `extracted` reported */
+#define RWD_MAX_ERROR     256u
 
 typedef struct {
-    const char *judge_sources; /* comma-separated prefixes judged by LLM; NULL: none */
+    const char
+        *judge_sources; /* comma-separated prefixes judged by LLM; NULL: none */
     rwd_judge_config_t judge;
 } rwd_scorer_config_t;
 

@@ -224,9 +224,9 @@ s_send_ready(rwd_worker_t *w)
 {
     Lisa__WorkerMsg msg = LISA__WORKER_MSG__INIT;
     Lisa__WorkerReady ready = LISA__WORKER_READY__INIT;
-    char *sources[] = {s_mut("math"),   s_mut("physics"),
-                       s_mut("chem"),   s_mut("biomed"),
-                       s_mut("instruct_pretrain"), s_mut("long_context")};
+    char *sources[] = {
+        s_mut("math"),   s_mut("physics"),           s_mut("chem"),
+        s_mut("biomed"), s_mut("instruct_pretrain"), s_mut("long_context")};
     ready.worker_id = w->worker_id;
     ready.capacity = w->capacity;
     ready.n_data_sources = sizeof sources / sizeof sources[0];
@@ -320,8 +320,7 @@ s_on_heartbeat(rwd_worker_t *w, Lisa__WorkerMsg *m)
     w->stats.heartbeats_in++;
 }
 
-static void
-s_reconnect(rwd_worker_t *w, const char *why);
+static void s_reconnect(rwd_worker_t *w, const char *why);
 
 static void
 s_on_disconnect(rwd_worker_t *w, Lisa__WorkerMsg *m)
@@ -548,7 +547,8 @@ rwd_worker_run(rwd_worker_t *w)
             {zsock_resolve(w->results), 0, ZMQ_POLLIN, 0},
             {w->dealer ? zsock_resolve(w->dealer) : NULL, 0, ZMQ_POLLIN, 0},
         };
-        int n = zmq_poll(items, w->dealer ? 2 : 1, timeout < 100 ? timeout : 100);
+        int n =
+            zmq_poll(items, w->dealer ? 2 : 1, timeout < 100 ? timeout : 100);
         if (n < 0 && zmq_errno() != EINTR)
             break;
         pthread_mutex_lock(&w->mu);

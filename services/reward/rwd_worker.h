@@ -35,10 +35,10 @@
 typedef struct rwd_worker rwd_worker_t;
 
 typedef struct {
-    uint64_t requests;    /* ScoreRequests received */
-    uint64_t replies;     /* ScoreReplies sent */
-    uint64_t busy;        /* requests refused with CODE_BUSY */
-    uint64_t bad_frames;  /* frames refused by the codec */
+    uint64_t requests;   /* ScoreRequests received */
+    uint64_t replies;    /* ScoreReplies sent */
+    uint64_t busy;       /* requests refused with CODE_BUSY */
+    uint64_t bad_frames; /* frames refused by the codec */
     uint64_t heartbeats_in;
     uint64_t heartbeats_out;
     uint64_t reconnects;
