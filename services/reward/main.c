@@ -11,6 +11,7 @@
 #include "lisa/lisa_log.h"
 #include "rwd_config.h"
 #include "rwd_lines.h"
+#include "rwd_rouge.h"
 #include "rwd_score.h"
 #include "rwd_worker.h"
 
@@ -70,6 +71,20 @@ s_cmd_worker(const rwd_config_t *cfg)
     return code;
 }
 
+/* Diagnostics: rouge-score tokens (stemmed) of each stdin line. */
+static int
+s_cmd_tokens(const rwd_config_t *cfg)
+{
+    (void) cfg;
+    static char line[1 << 16], out[1 << 17];
+    while (fgets(line, sizeof line, stdin)) {
+        size_t n = strcspn(line, "\n");
+        (void) rwd_rouge_tokens(line, n, out, sizeof out);
+        puts(out);
+    }
+    return 0;
+}
+
 typedef struct {
     const char *name;
     int (*fn)(const rwd_config_t *cfg);
@@ -79,6 +94,7 @@ typedef struct {
 static const s_cmd_t s_cmds[] = {
     {"worker", s_cmd_worker, "serve scoring requests from the broker"},
     {"score", s_cmd_score, "score JSON lines from stdin to stdout"},
+    {"tokens", s_cmd_tokens, "print ROUGE tokens of each stdin line"},
 };
 
 static void
