@@ -656,8 +656,8 @@ static bool
 s_item_equal(const s_item_t *g, const s_item_t *p, s_ctx_t *cx)
 {
     if (g->len > 0 && g->len == p->len && memcmp(g->s, p->s, g->len) == 0) {
-        cx->how = g->e ? (rwd_expr_nvars(g->e) ? "expression" : "number")
-                       : "text";
+        cx->how =
+            g->e ? (rwd_expr_nvars(g->e) ? "expression" : "number") : "text";
         return true;
     }
     if (g->letter || p->letter) {

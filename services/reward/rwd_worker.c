@@ -58,7 +58,9 @@ struct rwd_worker {
     int64_t last_send;
     int64_t backoff;
     lisa_codec_stats_t codec;
-    /* shared */
+    /* shared: smu guards the main-thread state against rwd_worker_stats,
+     * mu guards the job queue; lock order is smu then mu. */
+    pthread_mutex_t smu;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     s_job_t *head, *tail;
@@ -467,6 +469,7 @@ rwd_worker_new(const rwd_config_t *cfg, const rwd_scorer_t *scorer)
     w->scorer = scorer;
     snprintf(w->results_ep, sizeof w->results_ep, "inproc://rwd-results-%p",
              (void *) w);
+    pthread_mutex_init(&w->smu, NULL);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     atomic_init(&w->stop, false);
@@ -485,6 +488,7 @@ rwd_worker_destroy(rwd_worker_t **wp)
         s_job_free(&j);
         j = n;
     }
+    pthread_mutex_destroy(&w->smu);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     lisa_free(&w->endpoint);
@@ -501,9 +505,9 @@ rwd_worker_stop(rwd_worker_t *w)
 void
 rwd_worker_stats(rwd_worker_t *w, rwd_worker_stats_t *out)
 {
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->smu);
     *out = w->stats;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->smu);
 }
 
 /* Waits up to ms for a reply from the pool and forwards it. */
@@ -512,9 +516,9 @@ s_drain_one(rwd_worker_t *w, int ms)
 {
     zmq_pollitem_t it = {zsock_resolve(w->results), 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&it, 1, ms) > 0 && (it.revents & ZMQ_POLLIN)) {
-        pthread_mutex_lock(&w->mu);
+        pthread_mutex_lock(&w->smu);
         s_on_result(w);
-        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_unlock(&w->smu);
     }
 }
 
@@ -551,32 +555,32 @@ rwd_worker_run(rwd_worker_t *w)
             zmq_poll(items, w->dealer ? 2 : 1, timeout < 100 ? timeout : 100);
         if (n < 0 && zmq_errno() != EINTR)
             break;
-        pthread_mutex_lock(&w->mu);
+        pthread_mutex_lock(&w->smu);
         if (n > 0 && (items[0].revents & ZMQ_POLLIN))
             s_on_result(w);
         if (n > 0 && w->dealer && (items[1].revents & ZMQ_POLLIN))
             s_on_broker(w);
-        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_unlock(&w->smu);
         now = zclock_mono();
         if (!w->dealer) {
             /* A failed reconnect: back off and try again. */
-            pthread_mutex_lock(&w->mu);
+            pthread_mutex_lock(&w->smu);
             s_reconnect(w, "no connection");
-            pthread_mutex_unlock(&w->mu);
+            pthread_mutex_unlock(&w->smu);
             continue;
         }
         if (now - w->last_recv > w->liveness * w->heartbeat_ms) {
-            pthread_mutex_lock(&w->mu);
+            pthread_mutex_lock(&w->smu);
             s_reconnect(w, "broker silent");
-            pthread_mutex_unlock(&w->mu);
+            pthread_mutex_unlock(&w->smu);
             next_hb = zclock_mono() + w->heartbeat_ms;
             continue;
         }
         if (now >= next_hb) {
             if (now - w->last_send >= w->heartbeat_ms) {
-                pthread_mutex_lock(&w->mu);
+                pthread_mutex_lock(&w->smu);
                 s_send_heartbeat(w);
-                pthread_mutex_unlock(&w->mu);
+                pthread_mutex_unlock(&w->smu);
             }
             next_hb = now + w->heartbeat_ms;
         }
@@ -585,7 +589,9 @@ rwd_worker_run(rwd_worker_t *w)
     int64_t until = zclock_mono() + RWD_DRAIN_MS;
     while (w->in_flight > 0 && zclock_mono() < until)
         s_drain_one(w, 50);
+    pthread_mutex_lock(&w->smu);
     s_send_disconnect(w, "shutting down");
+    pthread_mutex_unlock(&w->smu);
     rc = LISA_OK;
 out:
     pthread_mutex_lock(&w->mu);

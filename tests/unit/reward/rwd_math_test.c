@@ -18,7 +18,8 @@ eq(const char *g, const char *p)
 
 Test(rwd_math, usage)
 {
-    const char *answer = "First compute ... so the result is \\boxed{\\frac{1}{2}}.";
+    const char *answer =
+        "First compute ... so the result is \\boxed{\\frac{1}{2}}.";
     size_t off, n;
     cr_assert(rwd_math_last_boxed(answer, strlen(answer), &off, &n));
     cr_assert_eq(n, strlen("\\frac{1}{2}"));

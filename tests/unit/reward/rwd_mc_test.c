@@ -141,10 +141,16 @@ Test(rwd_mc, score_table)
 /* Every letter in every template, against every reference letter. */
 Test(rwd_mc, generated)
 {
-    static const char *const tmpl[] = {
-        "%c",          "(%c)",        "Answer: %c",      "The answer is %c.",
-        "\\boxed{%c}", "{\"answer\": \"%c\"}", "I choose %c", "%c) because",
-        "Final answer: **%c**", "N/A. The choice is %c"};
+    static const char *const tmpl[] = {"%c",
+                                       "(%c)",
+                                       "Answer: %c",
+                                       "The answer is %c.",
+                                       "\\boxed{%c}",
+                                       "{\"answer\": \"%c\"}",
+                                       "I choose %c",
+                                       "%c) because",
+                                       "Final answer: **%c**",
+                                       "N/A. The choice is %c"};
     size_t checked = 0;
     char buf[128];
     for (size_t t = 0; t < sizeof tmpl / sizeof tmpl[0]; t++) {
@@ -153,8 +159,8 @@ Test(rwd_mc, generated)
             for (char g = 'A'; g <= 'J'; g++) {
                 char gs[2] = {g, 0};
                 double r = rwd_mc_score(buf, strlen(buf), gs, 1, NULL, NULL);
-                cr_assert_float_eq(r, c == g ? 1.0 : 0.0, 1e-12,
-                                   "'%s' vs %c", buf, g);
+                cr_assert_float_eq(r, c == g ? 1.0 : 0.0, 1e-12, "'%s' vs %c",
+                                   buf, g);
                 checked++;
             }
         }
