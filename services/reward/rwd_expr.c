@@ -365,6 +365,7 @@ s_tokenize(s_parser_t *p)
                 p->fail = true; /* a word: not an expression */
                 return;
             }
+            size_t stop = j;
             for (size_t k = i; k < j; k++) {
                 if (s[k] == 'e') {
                     s_word_t ew = {"e", T_CONST, 0, RWD_E, 0};
@@ -372,12 +373,13 @@ s_tokenize(s_parser_t *p)
                         return;
                     continue;
                 }
+                /* The last letter of the run may carry a subscript. */
                 size_t end = k + 1 == j ? s_lex_subscript(s, n, j) : k + 1;
                 if (!s_lex_var(p, s + k, end - k, space && k == i))
                     return;
-                if (end > j)
-                    j = end;
+                stop = end > stop ? end : stop;
             }
+            j = stop;
             i = j;
             continue;
         }

@@ -62,9 +62,9 @@ broker_recv(broker_t *b, int ms)
     b->peer = zmsg_pop(m);
     zframe_t *f = zmsg_pop(m);
     ProtobufCMessage *pm = NULL;
-    lisa_rc_t rc = lisa_codec_decode_frame(&lisa__worker_msg__descriptor, f,
-                                           LISA_MAX_WORKER_FRAME, NULL, &pm,
-                                           NULL);
+    lisa_rc_t rc =
+        lisa_codec_decode_frame(&lisa__worker_msg__descriptor, f,
+                                LISA_MAX_WORKER_FRAME, NULL, &pm, NULL);
     cr_assert_eq(rc, LISA_OK);
     zframe_destroy(&f);
     zmsg_destroy(&m);
@@ -370,15 +370,15 @@ Test(rwd_worker, over_capacity_is_busy, .timeout = 30)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", port);
     inproc_t p;
-    char *argv[] = {"x", "--broker", b.endpoint, "--heartbeat-ms", "100",
-                    "--threads", "1", "--capacity", "1", "--judge-url", url,
-                    "--judge-sources", "slow", "--judge-timeout-ms", "1500",
-                    "--judge-retries", "0", "--log-level", "error"};
+    char *argv[] = {"x",    "--broker",           b.endpoint, "--heartbeat-ms",
+                    "100",  "--threads",          "1",        "--capacity",
+                    "1",    "--judge-url",        url,        "--judge-sources",
+                    "slow", "--judge-timeout-ms", "1500",     "--judge-retries",
+                    "0",    "--log-level",        "error"};
     cr_assert_eq(rwd_config_parse(&p.cfg, 19, argv, 1), LISA_OK);
-    rwd_scorer_config_t sc = {.judge_sources = "slow",
-                              .judge = {.base_url = url,
-                                        .timeout_ms = 1500,
-                                        .retries = 0}};
+    rwd_scorer_config_t sc = {
+        .judge_sources = "slow",
+        .judge = {.base_url = url, .timeout_ms = 1500, .retries = 0}};
     p.scorer = rwd_scorer_new(&sc);
     p.w = rwd_worker_new(&p.cfg, p.scorer);
     pthread_create(&p.th, NULL, inproc_main, &p);
@@ -449,10 +449,21 @@ Test(rwd_worker, process_killed_mid_request_is_silence, .timeout = 60)
     int port = zsock_bind(silent, "tcp://127.0.0.1:*");
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", port);
-    char *argv[] = {LISA_BINARY_DIR "/bin/lisa-reward", "worker", "--broker",
-                    b.endpoint, "--heartbeat-ms", "100", "--judge-url", url,
-                    "--judge-sources", "slow", "--judge-timeout-ms", "20000",
-                    "--log-level", "error", NULL};
+    char *argv[] = {LISA_BINARY_DIR "/bin/lisa-reward",
+                    "worker",
+                    "--broker",
+                    b.endpoint,
+                    "--heartbeat-ms",
+                    "100",
+                    "--judge-url",
+                    url,
+                    "--judge-sources",
+                    "slow",
+                    "--judge-timeout-ms",
+                    "20000",
+                    "--log-level",
+                    "error",
+                    NULL};
     pid_t pid;
     cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
     Lisa__WorkerMsg *m = expect_ready(&b);
@@ -479,8 +490,14 @@ Test(rwd_worker, process_sigterm_says_disconnect, .timeout = 30)
 {
     broker_t b;
     broker_open(&b);
-    char *argv[] = {LISA_BINARY_DIR "/bin/lisa-reward", "worker", "--broker",
-                    b.endpoint, "--heartbeat-ms", "100", "--log-level", "error",
+    char *argv[] = {LISA_BINARY_DIR "/bin/lisa-reward",
+                    "worker",
+                    "--broker",
+                    b.endpoint,
+                    "--heartbeat-ms",
+                    "100",
+                    "--log-level",
+                    "error",
                     NULL};
     pid_t pid;
     cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
