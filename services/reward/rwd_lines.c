@@ -115,6 +115,7 @@ rwd_lines_run(const rwd_scorer_t *s, FILE *in, FILE *out, int64_t budget_ms,
     rwd_lines_stats_t local = {0, 0, 0};
     if (!stats)
         stats = &local;
+    *stats = local;
     char *buf = lisa_malloc(RWD_LINES_MAX + 1);
     size_t len = 0;
     bool overflow = false;

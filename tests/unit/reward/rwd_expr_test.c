@@ -78,9 +78,15 @@ static const struct {
     {"-2\\frac{1}{2}", -2.5},
     {"2 1/2", 2.5},
     {"\xcf\x80", 3.14159265358979323846},
-    {"2\xc3\x97" "3", 6},
-    {"\xe2\x88\x9a" "9", 3},
-    {"1\xe2\x88\x92" "3", -2},
+    {"2\xc3\x97"
+     "3",
+     6},
+    {"\xe2\x88\x9a"
+     "9",
+     3},
+    {"1\xe2\x88\x92"
+     "3",
+     -2},
     {"\\,1\\;+\\!1", 2},
     {"{{{{1}}}}", 1},
     {"[2+3]", 5},
@@ -108,10 +114,10 @@ Test(rwd_expr, undefined_values)
 Test(rwd_expr, not_expressions)
 {
     static const char *const bad[] = {
-        "",        "Paris",   "the answer", "1+",      "(1+2",   "1+2)",
-        "\\frac{1}", "x=1",    "1,2",        "\\{1\\}", "a < b",  "\\unknown",
-        "1 2",     "@",       "\\frac",     "^2",      "2^",     "\\sqrt",
-        "()",      "{}",      "1..2",       "x__1",
+        "",          "Paris", "the answer", "1+",      "(1+2",  "1+2)",
+        "\\frac{1}", "x=1",   "1,2",        "\\{1\\}", "a < b", "\\unknown",
+        "1 2",       "@",     "\\frac",     "^2",      "2^",    "\\sqrt",
+        "()",        "{}",    "1..2",       "x__1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_expect_not(parses(bad[i]), "'%s' parsed", bad[i]);

@@ -29,9 +29,9 @@ Test(rwd_rouge, usage)
 
 Test(rwd_rouge, reference_values)
 {
-    cr_expect_float_eq(rl("Police killed the gunman",
-                          "The gunman was shot down by police"),
-                       0.36363636363636365, 1e-15);
+    cr_expect_float_eq(
+        rl("Police killed the gunman", "The gunman was shot down by police"),
+        0.36363636363636365, 1e-15);
     cr_expect_float_eq(rl("A", "B"), 0.0, 0);
     cr_expect_float_eq(rl("running dogs", "Dogs run!"), 0.5, 1e-15);
     cr_expect_float_eq(rl("", "x"), 0.0, 0);
@@ -44,8 +44,8 @@ Test(rwd_rouge, reference_values)
 Test(rwd_rouge, tokens)
 {
     char out[256];
-    size_t n = rwd_rouge_tokens("Hello, World! It's 2023 -- running\xe2\x84\xaa",
-                                40, out, sizeof out);
+    size_t n = rwd_rouge_tokens(
+        "Hello, World! It's 2023 -- running\xe2\x84\xaa", 40, out, sizeof out);
     cr_assert_str_eq(out, "hello world it s 2023 runningk");
     cr_assert_eq(n, 6);
     const char *u = "\xff\xfe caf\xc3\xa9 na\xc3\xafve";
