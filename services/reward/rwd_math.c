@@ -217,49 +217,76 @@ s_strip_delims(const char **s, size_t *len)
     return false;
 }
 
-/* Joins digit groups "1,234,567" / "1 234 567" / "1\,234" (already a space)
- * into "1234567" when every group after the first has three digits. */
+/* Length of the thousands chain "d{1,3}(SEP ddd)+" starting at i (0 when
+ * there is none); *groups gets the number of separators. */
+static size_t
+s_chain(const char *b, size_t n, size_t i, char sep, size_t *groups)
+{
+    size_t j = i;
+    while (j < n && isdigit((unsigned char) b[j]))
+        j++;
+    *groups = 0;
+    if (j - i == 0 || j - i > 3)
+        return 0;
+    size_t k = j;
+    while (k + 3 < n && b[k] == sep && isdigit((unsigned char) b[k + 1]) &&
+           isdigit((unsigned char) b[k + 2]) &&
+           isdigit((unsigned char) b[k + 3]) &&
+           (k + 4 == n || !isdigit((unsigned char) b[k + 4]))) {
+        (*groups)++;
+        k += 4;
+    }
+    return *groups ? k - i : 0;
+}
+
+static bool
+s_group_start(const char *b, size_t i)
+{
+    return isdigit((unsigned char) b[i]) &&
+           (i == 0 || (!isdigit((unsigned char) b[i - 1]) && b[i - 1] != '.'));
+}
+
+/* Joins digit groups "1,234,567" / "1 234 567" / "1\,234" (already a
+ * space) into "1234567" when every group after the first has three
+ * digits. Commas are joined only when every comma of the text belongs to
+ * such a chain and none is inside brackets: "417,409,8" stays a list of
+ * three numbers and "\\{8,417,409\\}" a set of three. */
 static void
 s_join_thousands(s_norm_t *o)
 {
     char *b = o->buf;
-    size_t n = o->len, w = 0, i = 0;
+    size_t n = o->len, w = 0, i = 0, commas = 0, chained = 0, g;
+    for (size_t k = 0; k < n; k++)
+        commas += b[k] == ',';
+    for (size_t k = 0; k < n && commas; k++) {
+        if (!s_group_start(b, k))
+            continue;
+        size_t l = s_chain(b, n, k, ',', &g);
+        chained += g;
+        if (l)
+            k += l - 1;
+    }
+    /* Inside sets, tuples and intervals a comma separates elements. */
+    bool bracketed = memchr(b, '(', n) || memchr(b, '[', n) ||
+                     (memchr(b, '{', n) && memchr(b, '\\', n));
+    bool join_commas = commas > 0 && chained == commas && !bracketed;
     while (i < n) {
-        bool start =
-            isdigit((unsigned char) b[i]) &&
-            (i == 0 || (!isdigit((unsigned char) b[i - 1]) && b[i - 1] != '.'));
-        if (!start) {
+        if (!s_group_start(b, i)) {
             b[w++] = b[i++];
             continue;
         }
-        size_t j = i;
-        while (j < n && isdigit((unsigned char) b[j]))
-            j++;
-        size_t lead = j - i, groups = 0, end = j;
-        char sep = j < n ? b[j] : 0;
-        if (lead <= 3 && (sep == ',' || sep == ' ')) {
-            size_t k = j;
-            while (k + 3 < n && b[k] == sep &&
-                   isdigit((unsigned char) b[k + 1]) &&
-                   isdigit((unsigned char) b[k + 2]) &&
-                   isdigit((unsigned char) b[k + 3]) &&
-                   (k + 4 == n || !isdigit((unsigned char) b[k + 4]))) {
-                groups++;
-                k += 4;
-            }
-            if (groups > 0)
-                end = k;
-        }
-        if (groups == 0) {
-            memmove(b + w, b + i, j - i);
-            w += j - i;
-            i = j;
+        size_t l = join_commas ? s_chain(b, n, i, ',', &g) : 0;
+        if (!l)
+            l = s_chain(b, n, i, ' ', &g);
+        if (!l) {
+            while (i < n && isdigit((unsigned char) b[i]))
+                b[w++] = b[i++];
             continue;
         }
-        for (size_t k = i; k < end; k++)
+        for (size_t k = i; k < i + l; k++)
             if (isdigit((unsigned char) b[k]))
                 b[w++] = b[k];
-        i = end;
+        i += l;
     }
     o->len = w;
 }

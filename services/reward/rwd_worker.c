@@ -130,9 +130,12 @@ static zframe_t *
 s_reply_frame(const rwd_worker_t *w, uint64_t job_id, lisa_rc_t rc,
               const char *error, const rwd_result_t *r)
 {
-    Lisa__WorkerMsg msg = LISA__WORKER_MSG__INIT;
-    Lisa__ScoreReply rep = LISA__SCORE_REPLY__INIT;
-    Lisa__Reward rew = LISA__REWARD__INIT;
+    Lisa__WorkerMsg msg;
+    lisa__worker_msg__init(&msg);
+    Lisa__ScoreReply rep;
+    lisa__score_reply__init(&rep);
+    Lisa__Reward rew;
+    lisa__reward__init(&rew);
     rep.job_id = job_id;
     rep.code = (Lisa__Code) lisa_rc_to_code(rc);
     rep.error = s_mut(error ? error : "");
@@ -224,8 +227,10 @@ s_send_frame(rwd_worker_t *w, zframe_t **f)
 static void
 s_send_ready(rwd_worker_t *w)
 {
-    Lisa__WorkerMsg msg = LISA__WORKER_MSG__INIT;
-    Lisa__WorkerReady ready = LISA__WORKER_READY__INIT;
+    Lisa__WorkerMsg msg;
+    lisa__worker_msg__init(&msg);
+    Lisa__WorkerReady ready;
+    lisa__worker_ready__init(&ready);
     char *sources[] = {
         s_mut("math"),   s_mut("physics"),           s_mut("chem"),
         s_mut("biomed"), s_mut("instruct_pretrain"), s_mut("long_context")};
@@ -241,8 +246,10 @@ s_send_ready(rwd_worker_t *w)
 static void
 s_send_heartbeat(rwd_worker_t *w)
 {
-    Lisa__WorkerMsg msg = LISA__WORKER_MSG__INIT;
-    Lisa__WorkerHeartbeat hb = LISA__WORKER_HEARTBEAT__INIT;
+    Lisa__WorkerMsg msg;
+    lisa__worker_msg__init(&msg);
+    Lisa__WorkerHeartbeat hb;
+    lisa__worker_heartbeat__init(&hb);
     msg.body_case = LISA__WORKER_MSG__BODY_HEARTBEAT;
     msg.heartbeat = &hb;
     s_send(w, &msg.base);
@@ -252,8 +259,10 @@ s_send_heartbeat(rwd_worker_t *w)
 static void
 s_send_disconnect(rwd_worker_t *w, const char *reason)
 {
-    Lisa__WorkerMsg msg = LISA__WORKER_MSG__INIT;
-    Lisa__WorkerDisconnect d = LISA__WORKER_DISCONNECT__INIT;
+    Lisa__WorkerMsg msg;
+    lisa__worker_msg__init(&msg);
+    Lisa__WorkerDisconnect d;
+    lisa__worker_disconnect__init(&d);
     d.reason = s_mut(reason);
     msg.body_case = LISA__WORKER_MSG__BODY_DISCONNECT;
     msg.disconnect = &d;

@@ -65,6 +65,9 @@ def math_cases(seed=7, per_category=40):
         add("set_perm", "\\{" + ",".join(map(str, xs)) + "\\}", "\\{" + ", ".join(map(str, ys)) + "\\}")
         add("set_diff", "\\{" + ",".join(map(str, xs)) + "\\}", "\\{" + ",".join(map(str, xs[:-1] + [xs[-1] + 1])) + "\\}")
         add("list_perm", ",".join(map(str, xs)), ",".join(map(str, ys)))
+        big = [rng.randint(100, 999) for _ in range(3)] + [rng.randint(1, 9)]
+        add("set_3digit", "\\{" + ", ".join(map(str, big)) + "\\}",
+            "\\{" + ",".join(map(str, big[::-1])) + "\\}")
         t = xs[:2]
         add("tuple_same", f"({t[0]},{t[1]})", f"({t[0]}, {t[1]})")
         add("tuple_swap", f"({t[0]},{t[1]})", f"({t[1]},{t[0]})")

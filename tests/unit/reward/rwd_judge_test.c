@@ -7,8 +7,8 @@
 #include "rwd_judge.h"
 
 #include <criterion/criterion.h>
-#include <czmq.h>
 #include <curl/curl.h>
+#include <czmq.h>
 
 Test(rwd_judge, usage)
 {

@@ -13,7 +13,8 @@
 Test(rwd_lines, usage)
 {
     const char *input =
-        "{\"data_source\":\"math\",\"answer\":\"\\\\boxed{2}\",\"ground_truth\":\"2\"}\n"
+        "{\"data_source\":\"math\",\"answer\":\"\\\\boxed{2}\",\"ground_"
+        "truth\":\"2\"}\n"
         "garbage\n"
         "\n"
         "{\"data_source\":\"biomed\",\"answer\":\"B\",\"ground_truth\":\"C\"}";
@@ -26,7 +27,9 @@ Test(rwd_lines, usage)
     cr_assert_eq(rwd_lines_run(s, in, out, 0, &st), LISA_OK);
     fclose(out);
     fclose(in);
-    cr_assert_eq(st.lines, 3, "lines %llu scored %llu errors %llu: %s", (unsigned long long) st.lines, (unsigned long long) st.scored, (unsigned long long) st.errors, buf);
+    cr_assert_eq(st.lines, 3, "lines %llu scored %llu errors %llu: %s",
+                 (unsigned long long) st.lines, (unsigned long long) st.scored,
+                 (unsigned long long) st.errors, buf);
     cr_assert_eq(st.scored, 2);
     cr_assert_eq(st.errors, 1);
     char *l1 = strtok(buf, "\n"), *l2 = strtok(NULL, "\n"),
@@ -53,15 +56,23 @@ Test(rwd_lines, one_line_forms)
         const char *line;
         bool ok;
     } rows[] = {
-        {"{\"data_source\":\"math\",\"answer\":\"1\",\"ground_truth\":\"1\"}", true},
-        {"{\"data_source\":\"math\",\"answer\":null,\"ground_truth\":\"1\"}", true},
+        {"{\"data_source\":\"math\",\"answer\":\"1\",\"ground_truth\":\"1\"}",
+         true},
+        {"{\"data_source\":\"math\",\"answer\":null,\"ground_truth\":\"1\"}",
+         true},
         {"{\"data_source\":\"math\",\"ground_truth\":\"1\"}", true},
-        {"{\"data_source\":\"math\",\"answer\":\"1\",\"reward_model\":{\"ground_truth\":\"1\"}}", true},
-        {"{\"data_source\":\"math\",\"answer\":\"1\",\"extra_info\":{\"ground_truth\":\"1\"}}", true},
-        {"{\"data_source\":\"math\",\"answer\":1,\"ground_truth\":\"1\"}", false},
+        {"{\"data_source\":\"math\",\"answer\":\"1\",\"reward_model\":{"
+         "\"ground_truth\":\"1\"}}",
+         true},
+        {"{\"data_source\":\"math\",\"answer\":\"1\",\"extra_info\":{\"ground_"
+         "truth\":\"1\"}}",
+         true},
+        {"{\"data_source\":\"math\",\"answer\":1,\"ground_truth\":\"1\"}",
+         false},
         {"{\"data_source\":\"math\",\"answer\":\"1\"}", false},
         {"{\"answer\":\"1\",\"ground_truth\":\"1\"}", false},
-        {"{\"data_source\":\"x\",\"answer\":\"1\",\"ground_truth\":\"1\"}", false},
+        {"{\"data_source\":\"x\",\"answer\":\"1\",\"ground_truth\":\"1\"}",
+         false},
         {"[]", false},
         {"{", false},
         {"{\"data_source\":\"math\",\"data_source\":\"math\"}", false},

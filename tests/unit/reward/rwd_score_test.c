@@ -95,8 +95,9 @@ Test(rwd_score, routing_table, .init = setup, .fini = teardown)
 
 Test(rwd_score, empty_answers_score_zero, .init = setup, .fini = teardown)
 {
-    static const char *const ds[] = {"math", "physics", "chem", "biomed",
-                                     "instruct_pretrain", "long_context"};
+    static const char *const ds[] = {
+        "math",   "physics",           "chem",
+        "biomed", "instruct_pretrain", "long_context"};
     static const char *const empties[] = {"", " ", "\n\t  \r\n", NULL};
     for (size_t i = 0; i < 6; i++) {
         for (size_t k = 0; k < 4; k++) {
