@@ -40,7 +40,8 @@ s_rand(void)
 }
 
 static const char *const s_filler[] = {
-    "First, note that the expression is symmetric, so we may assume $a \\le b$. ",
+    "First, note that the expression is symmetric, so we may assume $a \\le "
+    "b$. ",
     "Substituting $x = 2$ gives $4 + 2k = 10$, hence $k = 3$. ",
     "By the Pythagorean theorem the hypotenuse has length $\\sqrt{a^2+b^2}$. ",
     "We count the cases separately and add them up. ",
@@ -86,7 +87,8 @@ s_math_case(case_t *c)
         break;
     case 4: /* sets / tuples */
         snprintf(gt, sizeof gt, "\\{%d, %d, %d\\}", a, b, a + b);
-        snprintf(ans, sizeof ans, "\\{%d,%d,%d\\}", a + b, a, right ? b : b + 1);
+        snprintf(ans, sizeof ans, "\\{%d,%d,%d\\}", a + b, a,
+                 right ? b : b + 1);
         break;
     default: /* expression */
         snprintf(gt, sizeof gt, "(x+%d)^2", b);
@@ -136,10 +138,12 @@ s_f1_case(case_t *c)
 }
 
 static const char *const s_words[] = {
-    "the", "report", "finds", "that", "airline", "industry", "accounts",
-    "for", "most", "complaints", "while", "accommodation", "follows",
-    "with", "fewer", "cases", "competition", "authorities", "reviewed",
-    "markets", "in", "2023", "and", "found", "barriers", "to", "entry"};
+    "the",      "report",        "finds",       "that",     "airline",
+    "industry", "accounts",      "for",         "most",     "complaints",
+    "while",    "accommodation", "follows",     "with",     "fewer",
+    "cases",    "competition",   "authorities", "reviewed", "markets",
+    "in",       "2023",          "and",         "found",    "barriers",
+    "to",       "entry"};
 
 static char *
 s_words_text(int n)

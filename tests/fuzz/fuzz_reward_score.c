@@ -21,11 +21,12 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const sources[] = {
-        "math", "physics_mini", "chem", "biomed_mini", "instruct_pretrain",
-        "long_context", "unknown"};
+        "math",        "physics_mini",      "chem",
+        "biomed_mini", "instruct_pretrain", "long_context",
+        "unknown"};
     static const char *const extras[] = {
-        NULL, "{\"qa_type\":\"multiple choice\"}", "{\"qa_type\":\"free-form\"}",
-        "not json"};
+        NULL, "{\"qa_type\":\"multiple choice\"}",
+        "{\"qa_type\":\"free-form\"}", "not json"};
     static rwd_scorer_t *s;
     if (!s)
         s = rwd_scorer_new(NULL);

@@ -75,7 +75,7 @@ def math_verify_scores(pairs):
 
 
 def test_math_against_math_verify():
-    cases = math_cases(seed=7, per_category=12)
+    cases = math_cases(seed=7, per_category=8)
     recs = [{"data_source": "math_mini", "answer": "so \\boxed{" + p + "}",
              "ground_truth": g} for _, g, p in cases]
     ours = run_score(recs)
@@ -112,7 +112,7 @@ def test_physics_gold_in_boxed():
 def test_rouge_against_rouge_score():
     from rouge_score import rouge_scorer
     sc = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    cases = rouge_cases(seed=11, n=1500)
+    cases = rouge_cases(seed=11, n=1000)
     recs = [{"data_source": "instruct_pretrain", "answer": p,
              "ground_truth": t, "extra_info": {"qa_type": "free-form"}}
             for t, p in cases]
@@ -125,7 +125,7 @@ def test_rouge_against_rouge_score():
         want = sc.score(t, p)["rougeL"].fmeasure
         assert abs(o["reward"] - want) <= 1e-12, (t, p, o["reward"], want)
         checked += 1
-    assert checked > 1000
+    assert checked > 600
 
 
 def _vocabulary(n=6000, seed=3):

@@ -213,3 +213,44 @@ Test(rwd_mc, huge, .timeout = 20)
     (void) rwd_mc_letters(s, big, NULL);
     free(s);
 }
+
+/* Every pair of non-empty letter subsets of A-E, in three spellings of the
+ * prediction: the F1 equals 2|P&G| / (|P| + |G|). */
+Test(rwd_mc, f1_generated)
+{
+    size_t checked = 0;
+    for (unsigned g = 1; g < 32; g++) {
+        char gt[32] = "";
+        for (int i = 0; i < 5; i++)
+            if (g & (1u << i)) {
+                size_t l = strlen(gt);
+                snprintf(gt + l, sizeof gt - l, "%s%c", l ? ", " : "", 'A' + i);
+            }
+        for (unsigned p = 1; p < 32; p++) {
+            char a[3][64] = {"", "The answers are ", "\\boxed{"};
+            for (int f = 0; f < 3; f++) {
+                for (int i = 0, first = 1; i < 5; i++)
+                    if (p & (1u << i)) {
+                        size_t l = strlen(a[f]);
+                        snprintf(a[f] + l, sizeof a[f] - l, "%s%c",
+                                 first ? "" : (f == 1 ? " and " : ","),
+                                 'A' + i);
+                        first = 0;
+                    }
+                if (f == 2)
+                    strcat(a[f], "}");
+                unsigned both = (unsigned) __builtin_popcount(p & g);
+                double want = 2.0 * both /
+                              (__builtin_popcount(p) + __builtin_popcount(g));
+                uint32_t pm = 0, gm = 0;
+                double got = rwd_mc_f1(a[f], strlen(a[f]), gt, strlen(gt), NULL,
+                                       &pm, &gm);
+                cr_assert_eq(gm, g, "%s", gt);
+                cr_assert_eq(pm, p, "'%s'", a[f]);
+                cr_assert_float_eq(got, want, 1e-12, "'%s' vs '%s'", a[f], gt);
+                checked++;
+            }
+        }
+    }
+    cr_assert_eq(checked, 31 * 31 * 3);
+}
