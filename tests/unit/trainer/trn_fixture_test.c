@@ -149,22 +149,21 @@ check_fixture(const char *name)
     float *lg = malloc(f.n * V * sizeof *lg);
     for (size_t s = 0; s < f.nseq; s++) {
         size_t o = f.offsets[s], len = f.offsets[s + 1] - o;
-        cr_assert_eq(trn_model_logits(f.m, f.tokens + o, len, lg + o * V,
-                                      NULL),
+        cr_assert_eq(trn_model_logits(f.m, f.tokens + o, len, lg + o * V, NULL),
                      LISA_OK);
     }
     double e_logits = rel_err(lg, f.logits, f.n * V);
 
     /* packed log-probs and gradients */
-    trn_batch_t b = {f.tokens, f.targets, f.n, f.offsets, f.nseq,
-                     f.temperature};
+    trn_batch_t b = {f.tokens,  f.targets, f.n,
+                     f.offsets, f.nseq,    f.temperature};
     float *lp = malloc(f.n * sizeof *lp);
     cr_assert_eq(trn_model_forward(f.m, &b, lp, NULL), LISA_OK);
     double e_lp = rel_err(lp, f.logprobs, f.n);
     trn_model_zero_grad(f.m);
     cr_assert_eq(trn_model_backward(f.m, f.weights, NULL), LISA_OK);
-    fprintf(stderr, "%s: logits rel err %.3g, logprobs %.3g\n", name,
-            e_logits, e_lp);
+    fprintf(stderr, "%s: logits rel err %.3g, logprobs %.3g\n", name, e_logits,
+            e_lp);
     cr_assert_lt(e_logits, 1e-5);
     cr_assert_lt(e_lp, 1e-5);
     size_t checked = 0;
@@ -187,9 +186,15 @@ check_fixture(const char *name)
     fixture_close(&f);
 }
 
-Test(trn_fixture, tied_matches_transformers) { check_fixture("tied"); }
+Test(trn_fixture, tied_matches_transformers)
+{
+    check_fixture("tied");
+}
 
-Test(trn_fixture, untied_matches_transformers) { check_fixture("untied"); }
+Test(trn_fixture, untied_matches_transformers)
+{
+    check_fixture("untied");
+}
 
 Test(trn_fixture, kv_cache_generation_matches_transformers)
 {
@@ -202,8 +207,7 @@ Test(trn_fixture, kv_cache_generation_matches_transformers)
     const int32_t *tp[2] = {f.tokens + f.offsets[0], f.tokens + f.offsets[1]};
     float out[2 * 512];
     cr_assert_leq(V, 512);
-    cr_assert_eq(trn_model_step(f.m, kv, 2, slots, tp, n4, out, NULL),
-                 LISA_OK);
+    cr_assert_eq(trn_model_step(f.m, kv, 2, slots, tp, n4, out, NULL), LISA_OK);
     size_t len1 = f.offsets[2] - f.offsets[1];
     for (size_t pos = 4; pos < len1; pos++) {
         for (int s = 0; s < 2; s++)
