@@ -64,7 +64,7 @@ typedef struct {
     size_t nlayers; /* layer slots allocated (1 when not saving) */
     float *arena;
     s_lacts_t *L;
-    float *x, *xf, *xnf, *rstdf, *lse_out, *hbuf, *attn;
+    float *x, *xf, *xnf, *rstdf, *lse_out, *ent_out, *hbuf, *attn;
     int32_t *pos;
     size_t *kstart, *nk;
 } s_acts_t;
@@ -622,7 +622,7 @@ s_acts_reserve(const trn_model_t *m, s_acts_t *a, size_t rows, bool save)
     size_t H = m->H, Q = m->Q, KV = m->KV, NH = m->NH, NKV = m->NKV, I = m->I;
     size_t per_layer =
         cap * (4 * H + 2 + 3 * Q + 2 * NH + 3 * KV + NKV + 2 * I);
-    size_t total = nl * per_layer + cap * (3 * H + 2 + I + H);
+    size_t total = nl * per_layer + cap * (4 * H + 3 + I);
     a->arena = lisa_calloc(total, sizeof(float));
     a->L = lisa_calloc(nl, sizeof(s_lacts_t));
     float *p = a->arena;
@@ -656,6 +656,7 @@ s_acts_reserve(const trn_model_t *m, s_acts_t *a, size_t rows, bool save)
     S_TAKE(a->xnf, cap * H);
     S_TAKE(a->rstdf, cap);
     S_TAKE(a->lse_out, cap);
+    S_TAKE(a->ent_out, cap);
     S_TAKE(a->hbuf, cap * I);
     S_TAKE(a->attn, cap * H);
 #undef S_TAKE
@@ -876,13 +877,15 @@ s_target_rows(trn_model_t *m, const trn_batch_t *b)
 }
 
 static void
-s_logits_fwd(trn_model_t *m, const trn_batch_t *b, float *logp)
+s_logits_fwd(trn_model_t *m, const trn_batch_t *b, float *logp, float *ent)
 {
     s_acts_t *a = &m->train;
     size_t n = s_target_rows(m, b), C = m->chunk, H = m->H, V = m->V;
     float invT = 1.0f / b->temperature;
-    for (size_t t = 0; t < b->n_tokens; t++)
+    for (size_t t = 0; t < b->n_tokens; t++) {
         logp[t] = 0;
+        a->ent_out[t] = 0;
+    }
     s_logit_bufs(m, C);
     for (size_t c0 = 0; c0 < n; c0 += C) {
         size_t cn = n - c0 < C ? n - c0 : C;
@@ -904,13 +907,20 @@ s_logits_fwd(trn_model_t *m, const trn_batch_t *b, float *logp)
             float lse = mx + (float) log(s);
             a->lse_out[t] = lse;
             logp[t] = z[b->targets[t]] - lse;
+            /* entropy = lse - sum_j p_j z_j */
+            double pz = 0;
+            for (size_t j = 0; j < V; j++)
+                pz += (double) expf(z[j] - lse) * (double) z[j];
+            a->ent_out[t] = lse - (float) pz;
         }
     }
+    if (ent)
+        memcpy(ent, a->ent_out, b->n_tokens * sizeof(float));
 }
 
-/* dxnf (zeroed first) and LM-head gradient from dlogp. */
+/* dxnf (zeroed first) and LM-head gradient from dlogp (and dent). */
 static void
-s_logits_bwd(trn_model_t *m, const float *dlogp, float *dxnf)
+s_logits_bwd(trn_model_t *m, const float *dlogp, const float *dent, float *dxnf)
 {
     const trn_batch_t *b = &m->batch;
     s_acts_t *a = &m->train;
@@ -928,8 +938,14 @@ s_logits_bwd(trn_model_t *m, const float *dlogp, float *dxnf)
             size_t t = m->row_idx[c0 + i];
             float *z = m->logit_buf + i * V;
             float g = dlogp[t] * invT, lse = a->lse_out[t];
-            for (size_t j = 0; j < V; j++)
-                z[j] = -g * expf(z[j] * invT - lse);
+            float ge = dent ? dent[t] * invT : 0.0f, h = a->ent_out[t];
+            /* d logp / du_j = 1[j = target] - p_j;
+             * d H / du_j = -p_j (log p_j + H), with u = z / T */
+            for (size_t j = 0; j < V; j++) {
+                float lp = z[j] * invT - lse;
+                float p = expf(lp);
+                z[j] = -g * p - ge * p * (lp + h);
+            }
             z[b->targets[t]] += g;
         }
         trn_mm_nn(m->pool, m->dxc_buf, m->logit_buf, m->w.lm_head, cn, V, H,
@@ -976,7 +992,7 @@ s_check_batch(const trn_model_t *m, const trn_batch_t *b, trn_err_t *err)
 
 lisa_rc_t
 trn_model_forward(trn_model_t *m, const trn_batch_t *b, float *logp,
-                  trn_err_t *err)
+                  float *entropy, trn_err_t *err)
 {
     m->have_fwd = false;
     lisa_rc_t rc = s_check_batch(m, b, err);
@@ -999,7 +1015,7 @@ trn_model_forward(trn_model_t *m, const trn_batch_t *b, float *logp,
     s_kvsrc_t src = {0};
     s_forward_rows(m, a, b->tokens, T, true, &src);
     m->batch = *b;
-    s_logits_fwd(m, b, logp);
+    s_logits_fwd(m, b, logp, entropy);
     m->have_fwd = true;
     return LISA_OK;
 }
@@ -1016,7 +1032,8 @@ s_reserve_bwd(trn_model_t *m, size_t T)
 }
 
 lisa_rc_t
-trn_model_backward(trn_model_t *m, const float *dlogp, trn_err_t *err)
+trn_model_backward(trn_model_t *m, const float *dlogp, const float *dentropy,
+                   trn_err_t *err)
 {
     if (!m->have_fwd)
         return trn_fail(err, LISA_CONFLICT,
@@ -1050,7 +1067,7 @@ trn_model_backward(trn_model_t *m, const float *dlogp, trn_err_t *err)
     p += T * KV;
     float *hb = a->hbuf;
 
-    s_logits_bwd(m, dlogp, dxn);
+    s_logits_bwd(m, dlogp, dentropy, dxn);
     memset(dx, 0, T * H * sizeof(float));
     trn_rmsnorm_bwd(dx, m->g.norm, dxn, a->xf, a->rstdf, m->w.norm, T, H);
     for (size_t l = m->NL; l-- > 0;) {

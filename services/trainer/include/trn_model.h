@@ -159,14 +159,17 @@ typedef struct {
 } trn_batch_t;
 
 /* Forward for training: logp[t] = log softmax(logits_t / T)[targets[t]]
- * (0 where targets[t] < 0). Keeps the activations for trn_model_backward;
- * the batch's arrays must stay valid until then. */
+ * and, when `entropy` is not NULL, entropy[t] = the entropy of that
+ * distribution (both 0 where targets[t] < 0). Keeps the activations for
+ * trn_model_backward; the batch's arrays must stay valid until then. */
 lisa_rc_t trn_model_forward(trn_model_t *m, const trn_batch_t *b, float *logp,
-                            trn_err_t *err) LISA_NODISCARD;
+                            float *entropy, trn_err_t *err) LISA_NODISCARD;
 
 /* Backward of the last trn_model_forward: adds d(loss)/d(param) to the
- * gradients, given dlogp[t] = d(loss)/d(logp[t]) for each position. */
+ * gradients, given dlogp[t] = d(loss)/d(logp[t]) for each position and
+ * optionally dentropy[t] = d(loss)/d(entropy[t]) (NULL: zero). */
 lisa_rc_t trn_model_backward(trn_model_t *m, const float *dlogp,
+                             const float *dentropy,
                              trn_err_t *err) LISA_NODISCARD;
 
 /* Logits of every position of one sequence (n x vocab, row-major) without

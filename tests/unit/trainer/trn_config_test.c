@@ -27,9 +27,9 @@ Test(trn_config, usage)
 {
     trn_config_t c;
     trn_err_t err;
-    cr_assert_eq(trn_config_parse(QWEN3_4B_2507, strlen(QWEN3_4B_2507), &c,
-                                  &err),
-                 LISA_OK, "%s", err.msg);
+    cr_assert_eq(
+        trn_config_parse(QWEN3_4B_2507, strlen(QWEN3_4B_2507), &c, &err),
+        LISA_OK, "%s", err.msg);
     cr_assert_eq(c.hidden_size, 2560);
     cr_assert_eq(c.num_attention_heads * c.head_dim, 4096); /* != hidden */
     cr_assert_eq(c.num_key_value_heads, 8);
@@ -93,8 +93,7 @@ Test(trn_config, bad_configs_are_refused_clearly)
          "\"vocab_size\":512}",
          LISA_INVALID, "'hidden_size' must be an integer"},
         {"{" BASE ",\"rms_norm_eps\":0}", LISA_INVALID, "rms_norm_eps"},
-        {"{" BASE ",\"tie_word_embeddings\":1}", LISA_INVALID,
-         "true or false"},
+        {"{" BASE ",\"tie_word_embeddings\":1}", LISA_INVALID, "true or false"},
         {"{\"hidden_size\":64,\"intermediate_size\":128,"
          "\"num_hidden_layers\":2,\"num_attention_heads\":4,"
          "\"vocab_size\":0}",
@@ -103,12 +102,10 @@ Test(trn_config, bad_configs_are_refused_clearly)
          "\"num_hidden_layers\":100000,\"num_attention_heads\":4,"
          "\"vocab_size\":5}",
          LISA_INVALID, "'num_hidden_layers' = 100000"},
-        {"{" BASE ",\"model_type\":\"llama\"}", LISA_UNSUPPORTED,
-         "model_type"},
+        {"{" BASE ",\"model_type\":\"llama\"}", LISA_UNSUPPORTED, "model_type"},
         {"{" BASE ",\"attention_bias\":true}", LISA_UNSUPPORTED,
          "attention_bias"},
-        {"{" BASE ",\"use_sliding_window\":true}", LISA_UNSUPPORTED,
-         "sliding"},
+        {"{" BASE ",\"use_sliding_window\":true}", LISA_UNSUPPORTED, "sliding"},
         {"{" BASE ",\"hidden_act\":\"gelu\"}", LISA_UNSUPPORTED, "silu"},
         {"{" BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
          LISA_UNSUPPORTED, "rope_type"},
@@ -118,13 +115,12 @@ Test(trn_config, bad_configs_are_refused_clearly)
         trn_err_t err = {{0}};
         lisa_rc_t rc = parse(cases[i].json, &c, &err);
         cr_assert_eq(rc, cases[i].rc, "case %zu: rc %d", i, rc);
-        cr_assert(strstr(err.msg, cases[i].why), "case %zu: '%s' lacks '%s'",
-                  i, err.msg, cases[i].why);
+        cr_assert(strstr(err.msg, cases[i].why), "case %zu: '%s' lacks '%s'", i,
+                  err.msg, cases[i].why);
     }
     /* yarn via rope_scaling with a "type" key, and null is fine */
     trn_config_t c;
-    cr_assert_eq(parse("{" BASE ",\"rope_scaling\":null}", &c, NULL),
-                 LISA_OK);
+    cr_assert_eq(parse("{" BASE ",\"rope_scaling\":null}", &c, NULL), LISA_OK);
     trn_err_t err;
     cr_assert_eq(trn_config_load("/nonexistent/config.json", &c, &err),
                  LISA_NOTFOUND);

@@ -4,8 +4,8 @@
  * tests/fixtures/qwen3-tiny/{tied,untied}/ hold tiny random Qwen3 models
  * saved by transformers and, in fixture.safetensors, what transformers
  * computed for them in float32: logits of every position, log-probs of
- * chosen tokens (with a temperature) and the gradient of
- * sum(weights * logprobs) for every parameter
+ * chosen tokens and entropies (with a temperature) and the gradient of
+ * sum(weights * logprobs + entropy_weights * entropy) for every parameter
  * (tests/fixtures/gen_qwen3_fixtures.py). The model loads the directory
  * unchanged and must reproduce all of it. The first test is the usage
  * example.
@@ -28,7 +28,7 @@ typedef struct {
     int32_t *tokens, *targets;
     size_t *offsets;
     float temperature;
-    float *weights, *logprobs, *logits;
+    float *weights, *ent_weights, *logprobs, *entropy, *logits;
 } fixture_t;
 
 static const trn_st_tensor_t *
@@ -92,6 +92,8 @@ fixture_open(fixture_t *f, const char *name)
     f->temperature = temp[0];
     free(temp);
     f->weights = f32_of(f->fx, "weights", NULL);
+    f->ent_weights = f32_of(f->fx, "entropy_weights", NULL);
+    f->entropy = f32_of(f->fx, "entropy", NULL);
     f->logprobs = f32_of(f->fx, "logprobs", NULL);
     f->logits = f32_of(f->fx, "logits", NULL);
 }
@@ -105,6 +107,8 @@ fixture_close(fixture_t *f)
     free(f->targets);
     free(f->offsets);
     free(f->weights);
+    free(f->ent_weights);
+    free(f->entropy);
     free(f->logprobs);
     free(f->logits);
 }
@@ -157,15 +161,18 @@ check_fixture(const char *name)
     /* packed log-probs and gradients */
     trn_batch_t b = {f.tokens,  f.targets, f.n,
                      f.offsets, f.nseq,    f.temperature};
-    float *lp = malloc(f.n * sizeof *lp);
-    cr_assert_eq(trn_model_forward(f.m, &b, lp, NULL), LISA_OK);
+    float *lp = malloc(f.n * sizeof *lp), *ent = malloc(f.n * sizeof *ent);
+    cr_assert_eq(trn_model_forward(f.m, &b, lp, ent, NULL), LISA_OK);
     double e_lp = rel_err(lp, f.logprobs, f.n);
+    double e_ent = rel_err(ent, f.entropy, f.n);
     trn_model_zero_grad(f.m);
-    cr_assert_eq(trn_model_backward(f.m, f.weights, NULL), LISA_OK);
-    fprintf(stderr, "%s: logits rel err %.3g, logprobs %.3g\n", name, e_logits,
-            e_lp);
+    cr_assert_eq(trn_model_backward(f.m, f.weights, f.ent_weights, NULL),
+                 LISA_OK);
+    fprintf(stderr, "%s: logits rel err %.3g, logprobs %.3g, entropy %.3g\n",
+            name, e_logits, e_lp, e_ent);
     cr_assert_lt(e_logits, 1e-5);
     cr_assert_lt(e_lp, 1e-5);
+    cr_assert_lt(e_ent, 1e-5);
     size_t checked = 0;
     for (size_t i = 0; i < trn_model_num_tensors(f.m); i++) {
         char key[160];
@@ -180,9 +187,10 @@ check_fixture(const char *name)
         free(want);
         checked++;
     }
-    cr_assert_eq(checked, trn_st_count(f.fx) - 7);
+    cr_assert_eq(checked, trn_st_count(f.fx) - 9);
     free(lg);
     free(lp);
+    free(ent);
     fixture_close(&f);
 }
 

@@ -63,14 +63,16 @@ Test(trn_model, usage)
                      .temperature = 1.0f};
     float logp[6], dlogp[6];
     trn_err_t err;
-    cr_assert_eq(trn_model_forward(m, &b, logp, &err), LISA_OK, "%s", err.msg);
+    cr_assert_eq(trn_model_forward(m, &b, logp, NULL, &err), LISA_OK, "%s",
+                 err.msg);
     cr_assert_eq(logp[0], 0.0f);
     for (int t = 1; t < 5; t++)
         cr_assert(logp[t] < 0 && logp[t] > -20);
     for (int t = 0; t < 6; t++)
         dlogp[t] = -1.0f / 4; /* loss = -mean logp */
     trn_model_zero_grad(m);
-    cr_assert_eq(trn_model_backward(m, dlogp, &err), LISA_OK, "%s", err.msg);
+    cr_assert_eq(trn_model_backward(m, dlogp, NULL, &err), LISA_OK, "%s",
+                 err.msg);
     long q = trn_model_tensor_find(m, "model.layers.1.self_attn.q_proj.weight");
     cr_assert_geq(q, 0);
     float *g = trn_model_tensor_grad(m, (size_t) q);
@@ -101,11 +103,12 @@ Test(trn_model, usage)
     trn_model_destroy(&m);
 }
 
-/* loss = sum_t w_t * logp_t over a packed batch of two sequences. */
+/* loss = sum_t w_t * logp_t + we_t * entropy_t over a packed batch of two
+ * sequences. */
 typedef struct {
     int32_t tokens[20], targets[20];
     size_t offsets[3];
-    float w[20];
+    float w[20], we[20];
     trn_batch_t b;
 } fd_batch_t;
 
@@ -120,8 +123,10 @@ fd_batch_init(fd_batch_t *fb, int V)
         for (size_t t = fb->offsets[s]; t < fb->offsets[s + 1]; t++)
             fb->targets[t] =
                 t + 1 < fb->offsets[s + 1] ? fb->tokens[t + 1] : -1;
-    for (int t = 0; t < 20; t++)
+    for (int t = 0; t < 20; t++) {
         fb->w[t] = 0.3f + 0.05f * (float) ((t * 7) % 11) - 0.25f;
+        fb->we[t] = 0.2f - 0.04f * (float) ((t * 5) % 9);
+    }
     fb->b = (trn_batch_t){.tokens = fb->tokens,
                           .targets = fb->targets,
                           .n_tokens = 20,
@@ -133,11 +138,11 @@ fd_batch_init(fd_batch_t *fb, int V)
 static double
 fd_loss(trn_model_t *m, fd_batch_t *fb)
 {
-    float logp[20];
-    cr_assert_eq(trn_model_forward(m, &fb->b, logp, NULL), LISA_OK);
+    float logp[20], ent[20];
+    cr_assert_eq(trn_model_forward(m, &fb->b, logp, ent, NULL), LISA_OK);
     double l = 0;
     for (int t = 0; t < 20; t++)
-        l += (double) fb->w[t] * logp[t];
+        l += (double) fb->w[t] * logp[t] + (double) fb->we[t] * ent[t];
     return l;
 }
 
@@ -168,9 +173,9 @@ check_grads(bool tied)
     fd_batch_t fb;
     fd_batch_init(&fb, 37);
     float logp[20];
-    cr_assert_eq(trn_model_forward(m, &fb.b, logp, NULL), LISA_OK);
+    cr_assert_eq(trn_model_forward(m, &fb.b, logp, NULL, NULL), LISA_OK);
     trn_model_zero_grad(m);
-    cr_assert_eq(trn_model_backward(m, fb.w, NULL), LISA_OK);
+    cr_assert_eq(trn_model_backward(m, fb.w, fb.we, NULL), LISA_OK);
     size_t nt = trn_model_num_tensors(m);
     cr_assert_eq(nt, 2 + 2 * 11 + (tied ? 0 : 1));
     unsigned seed = 99;
@@ -233,8 +238,8 @@ Test(trn_model, logp_matches_logits_with_temperature)
     size_t off[2] = {0, 10};
     float T = 0.7f;
     trn_batch_t b = {tok, tgt, 10, off, 1, T};
-    float logp[10], logits[10 * 37];
-    cr_assert_eq(trn_model_forward(m, &b, logp, NULL), LISA_OK);
+    float logp[10], ent[10], logits[10 * 37];
+    cr_assert_eq(trn_model_forward(m, &b, logp, ent, NULL), LISA_OK);
     cr_assert_eq(trn_model_logits(m, tok, 10, logits, NULL), LISA_OK);
     for (int t = 0; t < 10; t++) {
         double mx = -1e30, s = 0;
@@ -245,6 +250,13 @@ Test(trn_model, logp_matches_logits_with_temperature)
         double want = logits[t * 37 + tgt[t]] / T - mx - log(s);
         cr_assert(fabs(logp[t] - want) < 1e-5, "t=%d %g vs %g", t, logp[t],
                   want);
+        double h = 0;
+        for (int j = 0; j < 37; j++) {
+            double lp = logits[t * 37 + j] / T - mx - log(s);
+            h -= exp(lp) * lp;
+        }
+        cr_assert(fabs(ent[t] - h) < 1e-5, "t=%d entropy %g vs %g", t, ent[t],
+                  h);
     }
     trn_model_destroy(&m);
 }
@@ -313,19 +325,19 @@ Test(trn_model, packed_sequences_equal_separate_ones)
         w[t] = 0.1f * (float) (t % 4) - 0.12f;
     float lp[15], l1[15];
     trn_batch_t b = {tok, tgt, 15, off, 2, 1.0f};
-    cr_assert_eq(trn_model_forward(m, &b, lp, NULL), LISA_OK);
+    cr_assert_eq(trn_model_forward(m, &b, lp, NULL, NULL), LISA_OK);
     trn_model_zero_grad(m);
-    cr_assert_eq(trn_model_backward(m, w, NULL), LISA_OK);
+    cr_assert_eq(trn_model_backward(m, w, NULL, NULL), LISA_OK);
     float *gp = malloc(np * sizeof *gp);
     memcpy(gp, trn_model_grads(m), np * sizeof *gp);
     trn_model_zero_grad(m);
     for (size_t s = 0; s < 2; s++) {
         size_t o1[2] = {0, off[s + 1] - off[s]};
         trn_batch_t bs = {tok + off[s], tgt + off[s], o1[1], o1, 1, 1.0f};
-        cr_assert_eq(trn_model_forward(m, &bs, l1, NULL), LISA_OK);
+        cr_assert_eq(trn_model_forward(m, &bs, l1, NULL, NULL), LISA_OK);
         for (size_t t = 0; t < o1[1]; t++)
             cr_assert_float_eq(l1[t], lp[off[s] + t], 1e-5);
-        cr_assert_eq(trn_model_backward(m, w + off[s], NULL), LISA_OK);
+        cr_assert_eq(trn_model_backward(m, w + off[s], NULL, NULL), LISA_OK);
     }
     const float *gs = trn_model_grads(m);
     for (size_t i = 0; i < np; i++)
@@ -344,15 +356,15 @@ Test(trn_model, chunked_logprobs_equal_unchunked)
     fd_batch_init(&fb, 37);
     float l1[20], l2[20];
     trn_model_set_logits_chunk(m, 1000);
-    cr_assert_eq(trn_model_forward(m, &fb.b, l1, NULL), LISA_OK);
+    cr_assert_eq(trn_model_forward(m, &fb.b, l1, NULL, NULL), LISA_OK);
     trn_model_zero_grad(m);
-    cr_assert_eq(trn_model_backward(m, fb.w, NULL), LISA_OK);
+    cr_assert_eq(trn_model_backward(m, fb.w, NULL, NULL), LISA_OK);
     float *g1 = malloc(np * sizeof *g1);
     memcpy(g1, trn_model_grads(m), np * sizeof *g1);
     trn_model_set_logits_chunk(m, 3);
-    cr_assert_eq(trn_model_forward(m, &fb.b, l2, NULL), LISA_OK);
+    cr_assert_eq(trn_model_forward(m, &fb.b, l2, NULL, NULL), LISA_OK);
     trn_model_zero_grad(m);
-    cr_assert_eq(trn_model_backward(m, fb.w, NULL), LISA_OK);
+    cr_assert_eq(trn_model_backward(m, fb.w, NULL, NULL), LISA_OK);
     for (int t = 0; t < 20; t++)
         cr_assert_eq(l1[t], l2[t]);
     const float *g2 = trn_model_grads(m);
@@ -370,12 +382,12 @@ Test(trn_model, threads_do_not_change_results)
     fd_batch_t fb;
     fd_batch_init(&fb, 37);
     float l1[20], l3[20];
-    cr_assert_eq(trn_model_forward(m1, &fb.b, l1, NULL), LISA_OK);
-    cr_assert_eq(trn_model_forward(m3, &fb.b, l3, NULL), LISA_OK);
+    cr_assert_eq(trn_model_forward(m1, &fb.b, l1, NULL, NULL), LISA_OK);
+    cr_assert_eq(trn_model_forward(m3, &fb.b, l3, NULL, NULL), LISA_OK);
     trn_model_zero_grad(m1);
     trn_model_zero_grad(m3);
-    cr_assert_eq(trn_model_backward(m1, fb.w, NULL), LISA_OK);
-    cr_assert_eq(trn_model_backward(m3, fb.w, NULL), LISA_OK);
+    cr_assert_eq(trn_model_backward(m1, fb.w, NULL, NULL), LISA_OK);
+    cr_assert_eq(trn_model_backward(m3, fb.w, NULL, NULL), LISA_OK);
     cr_assert_arr_eq(l1, l3, sizeof l1);
     cr_assert_arr_eq(trn_model_grads(m1), trn_model_grads(m3),
                      trn_model_num_params(m1) * sizeof(float));
@@ -392,17 +404,17 @@ Test(trn_model, bad_batches_are_refused)
     float lp[4];
     trn_err_t err;
     trn_batch_t b = {tok, tgt, 4, off, 1, 1.0f};
-    cr_assert_eq(trn_model_forward(m, &b, lp, &err), LISA_INVALID);
+    cr_assert_eq(trn_model_forward(m, &b, lp, NULL, &err), LISA_INVALID);
     cr_assert(strstr(err.msg, "vocabulary"));
     tok[3] = 4;
     b.temperature = 0;
-    cr_assert_eq(trn_model_forward(m, &b, lp, &err), LISA_INVALID);
+    cr_assert_eq(trn_model_forward(m, &b, lp, NULL, &err), LISA_INVALID);
     b.temperature = 1;
     size_t bad[2] = {0, 3};
     b.seq_offsets = bad;
-    cr_assert_eq(trn_model_forward(m, &b, lp, &err), LISA_INVALID);
+    cr_assert_eq(trn_model_forward(m, &b, lp, NULL, &err), LISA_INVALID);
     float d[4] = {0};
-    cr_assert_eq(trn_model_backward(m, d, &err), LISA_CONFLICT);
+    cr_assert_eq(trn_model_backward(m, d, NULL, &err), LISA_CONFLICT);
     trn_model_destroy(&m);
 }
 

@@ -37,8 +37,8 @@ Test(trn_ops, usage)
 Test(trn_ops, matmuls_match_naive_loops)
 {
     trn_pool_t *pool = trn_pool_new(3);
-    const size_t dims[][3] = {{1, 7, 5}, {5, 9, 70}, {37, 33, 130},
-                              {64, 300, 17}};
+    const size_t dims[][3] = {
+        {1, 7, 5}, {5, 9, 70}, {37, 33, 130}, {64, 300, 17}};
     for (size_t c = 0; c < 4; c++) {
         size_t T = dims[c][0], in = dims[c][1], out = dims[c][2];
         float *x = malloc(T * in * 4), *w = malloc(out * in * 4);

@@ -44,8 +44,7 @@ path_in(const char *name)
 
 /* Writes a raw file: 8-byte length, header text, then `data_len` zeros. */
 static void
-write_raw(const char *path, uint64_t declared, const char *hdr,
-          size_t data_len)
+write_raw(const char *path, uint64_t declared, const char *hdr, size_t data_len)
 {
     FILE *f = fopen(path, "wb");
     unsigned char l8[8];
@@ -97,8 +96,7 @@ Test(trn_safetensors, usage, .init = setup, .fini = teardown)
     cr_assert_eq(trn_st_to_f32(trn_st_find(st, "w_bf16"), back), LISA_OK);
     for (int i = 0; i < 6; i++)
         cr_assert(fabsf(back[i] - w[i]) <= fabsf(w[i]) / 256);
-    cr_assert_eq(trn_st_to_f32(trn_st_find(st, "ids"), back),
-                 LISA_UNSUPPORTED);
+    cr_assert_eq(trn_st_to_f32(trn_st_find(st, "ids"), back), LISA_UNSUPPORTED);
     cr_assert_null(trn_st_find(st, "nope"));
     trn_st_destroy(&st);
     trn_st_destroy(&st);
@@ -124,8 +122,7 @@ Test(trn_safetensors, bf16_and_f16_conversions)
     cr_assert_float_eq(f[3], 5.960464477539063e-08f, 1e-15);
 }
 
-Test(trn_safetensors, bad_files_are_refused, .init = setup,
-     .fini = teardown)
+Test(trn_safetensors, bad_files_are_refused, .init = setup, .fini = teardown)
 {
     trn_err_t err;
     trn_st_t *st = NULL;
@@ -150,40 +147,35 @@ Test(trn_safetensors, bad_files_are_refused, .init = setup,
     cr_assert_eq(open_raw("{\"a\":", 0, &err), LISA_INVALID);
     cr_assert_eq(open_raw("[1,2]", 0, &err), LISA_INVALID);
     /* data truncated: offsets past the data section */
-    cr_assert_eq(
-        open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[4],"
-                 "\"data_offsets\":[0,16]}}",
-                 8, &err),
-        LISA_INVALID);
+    cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[4],"
+                          "\"data_offsets\":[0,16]}}",
+                          8, &err),
+                 LISA_INVALID);
     cr_assert(strstr(err.msg, "outside"), "%s", err.msg);
     /* byte count does not match the shape */
-    cr_assert_eq(
-        open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[3],"
-                 "\"data_offsets\":[0,16]}}",
-                 16, &err),
-        LISA_INVALID);
+    cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[3],"
+                          "\"data_offsets\":[0,16]}}",
+                          16, &err),
+                 LISA_INVALID);
     cr_assert(strstr(err.msg, "its shape needs 12"), "%s", err.msg);
     /* unknown dtype */
-    cr_assert_eq(
-        open_raw("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],"
-                 "\"data_offsets\":[0,4]}}",
-                 4, &err),
-        LISA_UNSUPPORTED);
+    cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],"
+                          "\"data_offsets\":[0,4]}}",
+                          4, &err),
+                 LISA_UNSUPPORTED);
     cr_assert(strstr(err.msg, "F8_E4M3"));
     /* negative dimension, missing fields, duplicate names */
-    cr_assert_eq(
-        open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],"
-                 "\"data_offsets\":[0,4]}}",
-                 4, &err),
-        LISA_INVALID);
+    cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],"
+                          "\"data_offsets\":[0,4]}}",
+                          4, &err),
+                 LISA_INVALID);
     cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F32\"}}", 0, &err),
                  LISA_INVALID);
-    cr_assert_eq(
-        open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
-                 "\"data_offsets\":[0,4]},\"w\":{\"dtype\":\"F32\","
-                 "\"shape\":[1],\"data_offsets\":[0,4]}}",
-                 4, &err),
-        LISA_INVALID);
+    cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+                          "\"data_offsets\":[0,4]},\"w\":{\"dtype\":\"F32\","
+                          "\"shape\":[1],\"data_offsets\":[0,4]}}",
+                          4, &err),
+                 LISA_INVALID);
     /* a dimension product that overflows */
     cr_assert_eq(open_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":"
                           "[4294967296,4294967296],\"data_offsets\":[0,4]}}",
@@ -273,8 +265,7 @@ Test(trn_safetensors, model_load_refuses_mismatches, .init = setup,
     trn_model_destroy(&mt);
 }
 
-Test(trn_safetensors, sharded_checkpoint_loads, .init = setup,
-     .fini = teardown)
+Test(trn_safetensors, sharded_checkpoint_loads, .init = setup, .fini = teardown)
 {
     trn_config_t cfg = small_config(false);
     trn_model_t *m = trn_model_new_random(&cfg, 4, 0.1f, 1);
@@ -284,8 +275,8 @@ Test(trn_safetensors, sharded_checkpoint_loads, .init = setup,
     /* split the tensors over two shards: even and odd indices */
     trn_st_writer_t *w[2] = {trn_st_writer_new(), trn_st_writer_new()};
     char idx[16384];
-    size_t off = (size_t) snprintf(idx, sizeof idx,
-                                   "{\"metadata\":{},\"weight_map\":{");
+    size_t off =
+        (size_t) snprintf(idx, sizeof idx, "{\"metadata\":{},\"weight_map\":{");
     for (size_t i = 0; i < trn_model_num_tensors(m); i++) {
         int64_t shape[2];
         int nd = trn_model_tensor_shape(m, i, shape);
