@@ -19,8 +19,7 @@ static const struct {
 trn_adv_cfg_t
 trn_adv_defaults(void)
 {
-    trn_adv_cfg_t c = {.kind = TRN_ADV_GRPO, .norm_by_std = true,
-                       .eps = 1e-6};
+    trn_adv_cfg_t c = {.kind = TRN_ADV_GRPO, .norm_by_std = true, .eps = 1e-6};
     return c;
 }
 
@@ -67,8 +66,8 @@ lisa_rc_t
 trn_advantage(const trn_adv_cfg_t *cfg, const double *scores,
               const int64_t *group, size_t n, double *adv, trn_err_t *err)
 {
-    if (!(cfg->eps >= 0) || (cfg->kind != TRN_ADV_GRPO &&
-                             cfg->kind != TRN_ADV_RLOO))
+    if (!(cfg->eps >= 0) ||
+        (cfg->kind != TRN_ADV_GRPO && cfg->kind != TRN_ADV_RLOO))
         return trn_fail(err, LISA_INVALID, "advantage: bad configuration");
     for (size_t i = 0; i < n; i++)
         if (!isfinite(scores[i]))

@@ -28,8 +28,8 @@ static const struct {
     const char *name;
     trn_kl_t kl;
 } s_kls[] = {
-    {"kl", TRN_KL_K1},         {"k1", TRN_KL_K1}, {"abs", TRN_KL_ABS},
-    {"mse", TRN_KL_K2},        {"k2", TRN_KL_K2}, {"low_var_kl", TRN_KL_K3},
+    {"kl", TRN_KL_K1},  {"k1", TRN_KL_K1}, {"abs", TRN_KL_ABS},
+    {"mse", TRN_KL_K2}, {"k2", TRN_KL_K2}, {"low_var_kl", TRN_KL_K3},
     {"k3", TRN_KL_K3},
 };
 
@@ -86,8 +86,8 @@ s_check(const trn_loss_cfg_t *c, const trn_loss_in_t *in, trn_err_t *err)
         !(c->loss_scale_factor >= 0) || !(c->scale > 0))
         return trn_fail(err, LISA_INVALID, "loss: bad configuration");
     if (!in->seq_offsets || in->n_seqs == 0 || !in->mask || !in->logp ||
-        !in->old_logp || !in->adv ||
-        in->seq_offsets[0] != 0 || in->seq_offsets[in->n_seqs] != in->n_tokens)
+        !in->old_logp || !in->adv || in->seq_offsets[0] != 0 ||
+        in->seq_offsets[in->n_seqs] != in->n_tokens)
         return trn_fail(err, LISA_INVALID, "loss: missing or bad inputs");
     for (size_t s = 0; s < in->n_seqs; s++)
         if (in->seq_offsets[s + 1] < in->seq_offsets[s])
@@ -95,8 +95,9 @@ s_check(const trn_loss_cfg_t *c, const trn_loss_in_t *in, trn_err_t *err)
     if (c->kl_coef > 0 && !in->ref_logp)
         return trn_fail(err, LISA_INVALID, "loss: KL needs ref_logp");
     if (c->entropy_coef > 0 && !in->entropy)
-        return trn_fail(err, LISA_INVALID, "loss: entropy bonus needs "
-                                           "entropy");
+        return trn_fail(err, LISA_INVALID,
+                        "loss: entropy bonus needs "
+                        "entropy");
     for (size_t t = 0; t < in->n_tokens; t++) {
         if (!in->mask[t])
             continue;
@@ -236,9 +237,8 @@ s_kl(trn_kl_t type, double logp, double ref, double *kl, double *g)
 }
 
 lisa_rc_t
-trn_loss_compute(const trn_loss_cfg_t *c, const trn_loss_in_t *in,
-                 float *dlogp, float *dentropy, trn_loss_out_t *out,
-                 trn_err_t *err)
+trn_loss_compute(const trn_loss_cfg_t *c, const trn_loss_in_t *in, float *dlogp,
+                 float *dentropy, trn_loss_out_t *out, trn_err_t *err)
 {
     lisa_rc_t rc = s_check(c, in, err);
     if (rc != LISA_OK)
@@ -256,8 +256,7 @@ trn_loss_compute(const trn_loss_cfg_t *c, const trn_loss_in_t *in,
             continue;
         double pg, g;
         bool chi, clo;
-        s_pg(c, in->logp[t], in->old_logp[t], in->adv[t], &pg, &g, &chi,
-             &clo);
+        s_pg(c, in->logp[t], in->old_logp[t], in->adv[t], &pg, &g, &chi, &clo);
         double w = in->is_weights ? (double) in->is_weights[t] : 1.0;
         double d = a[t] * w * g;
         out->pg_loss += a[t] * w * pg;
@@ -306,9 +305,9 @@ trn_is_weights(trn_is_level_t level, double threshold, const trn_loss_in_t *in,
             if (in->mask[t])
                 sum += (double) in->old_logp[t] - (double) rollout_logp[t];
         for (size_t t = b; t < e; t++) {
-            double lr = level == TRN_IS_SEQUENCE
-                            ? sum
-                            : (double) in->old_logp[t] - (double) rollout_logp[t];
+            double lr = level == TRN_IS_SEQUENCE ? sum
+                                                 : (double) in->old_logp[t] -
+                                                       (double) rollout_logp[t];
             lr = lr < -20 ? -20 : lr > 20 ? 20 : lr;
             double v = in->mask[t] ? exp(lr) : 0.0;
             w[t] = (float) (v > threshold ? threshold : v);

@@ -98,8 +98,7 @@ Test(trn_loss, aggregation_modes)
     cr_assert_float_eq(d[1], -0.5 / 3 / 2, 1e-6);
     cr_assert_float_eq(d[4], 2.2 / 2 / 2, 1e-6);
     /* seq-mean-token-sum-norm: / longest sequence (3), or the constant */
-    cr_assert_eq(trn_agg_parse("seq-mean-token-sum-norm", &cfg.agg),
-                 LISA_OK);
+    cr_assert_eq(trn_agg_parse("seq-mean-token-sum-norm", &cfg.agg), LISA_OK);
     cr_assert_eq(trn_loss_compute(&cfg, &c.in, d, NULL, &out, NULL), LISA_OK);
     cr_assert_float_eq(out.loss, 4.22 / 3, 1e-6);
     cfg.loss_scale_factor = 10;
@@ -155,10 +154,8 @@ Test(trn_loss, kl_estimators)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cr_assert_eq(trn_kl_parse(cases[i].name, &cfg.kl_type), LISA_OK);
-        cr_assert_eq(trn_loss_compute(&cfg, &in, d, NULL, &out, NULL),
-                     LISA_OK);
-        cr_assert_float_eq(out.kl_loss, cases[i].kl, 1e-6, "%s",
-                           cases[i].name);
+        cr_assert_eq(trn_loss_compute(&cfg, &in, d, NULL, &out, NULL), LISA_OK);
+        cr_assert_float_eq(out.kl_loss, cases[i].kl, 1e-6, "%s", cases[i].name);
         cr_assert_float_eq(out.loss, 0.1 * cases[i].kl, 1e-6);
         cr_assert_float_eq(d[0], 0.1 * cases[i].slope, 1e-6, "%s: %g",
                            cases[i].name, d[0]);
