@@ -42,8 +42,8 @@ s_check(const trn_step_cfg_t *c, const trn_rollouts_t *r,
                         "step: bypass and IS weights need rollout log-probs");
     if (c->loss.kl_coef > 0 && !ref)
         return trn_fail(err, LISA_INVALID, "step: KL needs a reference model");
-    if (c->micro_tokens == 0 || !(c->grad_clip > 0) ||
-        !(c->temperature > 0) || !(c->is_threshold >= 0))
+    if (c->micro_tokens == 0 || !(c->grad_clip > 0) || !(c->temperature > 0) ||
+        !(c->is_threshold >= 0))
         return trn_fail(err, LISA_INVALID, "step: bad configuration");
     for (size_t s = 0; s < r->n_seqs; s++) {
         size_t b = r->seq_offsets[s], e = r->seq_offsets[s + 1];
@@ -74,8 +74,8 @@ s_scratch_init(s_scratch_t *s, size_t cap, size_t max_seqs)
     s->cap = cap;
     s->targets = lisa_calloc(cap, sizeof(int32_t));
     s->mask = lisa_calloc(cap, 1);
-    float **f[] = {&s->adv,  &s->logp, &s->old, &s->roll,  &s->ref,
-                   &s->ent,  &s->isw,  &s->dlogp, &s->dent};
+    float **f[] = {&s->adv, &s->logp, &s->old,   &s->roll, &s->ref,
+                   &s->ent, &s->isw,  &s->dlogp, &s->dent};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         *f[i] = lisa_calloc(cap, sizeof(float));
     s->off = lisa_calloc(max_seqs + 1, sizeof(size_t));
@@ -86,8 +86,8 @@ s_scratch_free(s_scratch_t *s)
 {
     lisa_free(&s->targets);
     lisa_free(&s->mask);
-    float **f[] = {&s->adv,  &s->logp, &s->old, &s->roll,  &s->ref,
-                   &s->ent,  &s->isw,  &s->dlogp, &s->dent};
+    float **f[] = {&s->adv, &s->logp, &s->old,   &s->roll, &s->ref,
+                   &s->ent, &s->isw,  &s->dlogp, &s->dent};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         lisa_free(f[i]);
     lisa_free(&s->off);
@@ -143,8 +143,8 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
                         .is_weights = NULL,
                         .entropy = x->ent};
     if (c->is_threshold > 0) {
-        rc = trn_is_weights(TRN_IS_TOKEN, c->is_threshold, &in, x->roll,
-                            x->isw, err);
+        rc = trn_is_weights(TRN_IS_TOKEN, c->is_threshold, &in, x->roll, x->isw,
+                            err);
         if (rc != LISA_OK)
             return rc;
         in.is_weights = x->isw;

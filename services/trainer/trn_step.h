@@ -40,11 +40,11 @@ typedef struct {
     trn_adv_cfg_t adv;
     trn_loss_cfg_t loss; /* normalisers 0: filled from the whole batch */
     trn_adamw_cfg_t optim;
-    double grad_clip;      /* verl default 1.0 */
-    float temperature;     /* rollout temperature (logits / T) */
-    size_t micro_tokens;   /* most tokens in one micro-batch */
-    bool bypass;           /* old log-probs = the engine's */
-    double is_threshold;   /* > 0: token-level truncated IS weights */
+    double grad_clip;    /* verl default 1.0 */
+    float temperature;   /* rollout temperature (logits / T) */
+    size_t micro_tokens; /* most tokens in one micro-batch */
+    bool bypass;         /* old log-probs = the engine's */
+    double is_threshold; /* > 0: token-level truncated IS weights */
 } trn_step_cfg_t;
 
 /* verl-like defaults: grpo, token-mean, clip 0.2/0.2/3, lr 1e-6, clip 1.0,
@@ -53,22 +53,22 @@ trn_step_cfg_t trn_step_defaults(void);
 
 typedef struct {
     size_t n_seqs;
-    const size_t *seq_offsets;  /* n_seqs + 1 */
-    const int32_t *tokens;      /* seq_offsets[n_seqs] */
-    const uint8_t *mask;        /* 1: sampled by the model */
-    const float *rollout_logp;  /* engine log-prob of each sampled token */
-    const int64_t *group;       /* per trajectory */
-    const double *score;        /* per trajectory */
+    const size_t *seq_offsets; /* n_seqs + 1 */
+    const int32_t *tokens;     /* seq_offsets[n_seqs] */
+    const uint8_t *mask;       /* 1: sampled by the model */
+    const float *rollout_logp; /* engine log-prob of each sampled token */
+    const int64_t *group;      /* per trajectory */
+    const double *score;       /* per trajectory */
 } trn_rollouts_t;
 
 typedef struct {
-    double loss;       /* sum over micro-batches */
+    double loss; /* sum over micro-batches */
     double pg_loss, kl_loss, entropy;
     double pg_clipfrac, pg_clipfrac_lower, ppo_kl; /* token-weighted */
-    double grad_norm;  /* before clipping */
-    double tokens;     /* sampled tokens trained on */
+    double grad_norm;                              /* before clipping */
+    double tokens; /* sampled tokens trained on */
     size_t micro_batches;
-    bool skipped;      /* non-finite gradient: no update */
+    bool skipped; /* non-finite gradient: no update */
 } trn_step_out_t;
 
 /* Runs one step on model `m` with optimizer `opt` (sized for the model's

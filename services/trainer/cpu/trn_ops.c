@@ -98,28 +98,43 @@ trn_mm_nt(trn_pool_t *pool, float *y, const float *x, const float *w, size_t T,
     trn_pool_run(pool, c.nrb * c.ncb, s_nt_task, &c);
 }
 
-/* dx rows [t0,t1) x columns [i0,i1): sum over o of dy[t,o] * w[o, i]. */
+#define S_ICOLS 256 /* input columns per task of the backward matmuls */
+
+/* dx rows [t0,t1) x columns [i0,i1): sum over o of dy[t,o] * w[o, i].
+ * The dx tile stays in cache while W streams past it four rows at a time.
+ */
 static void
 s_nn_task(void *ctx, size_t task)
 {
     const s_mm_t *c = ctx;
     size_t rb = task / c->ncb, cb = task % c->ncb;
     size_t t0 = rb * S_RBLK, t1 = t0 + S_RBLK < c->T ? t0 + S_RBLK : c->T;
-    size_t cw = 256;
-    size_t i0 = cb * cw, i1 = i0 + cw < c->in ? i0 + cw : c->in;
-    size_t n = i1 - i0;
-    for (size_t t = t0; t < t1; t++) {
-        float *d = c->y + t * c->in + i0;
-        if (!c->acc)
-            memset(d, 0, n * sizeof *d);
-        const float *g = c->dy + t * c->out;
-        for (size_t o = 0; o < c->out; o++) {
-            float a = g[o];
-            if (a == 0.0f)
+    size_t i0 = cb * S_ICOLS, i1 = i0 + S_ICOLS < c->in ? i0 + S_ICOLS : c->in;
+    size_t n = i1 - i0, in = c->in, out = c->out;
+    if (!c->acc)
+        for (size_t t = t0; t < t1; t++)
+            memset(c->y + t * in + i0, 0, n * sizeof(float));
+    size_t o = 0;
+    for (; o + 4 <= out; o += 4) {
+        const float *w0 = c->w + o * in + i0, *w1 = w0 + in, *w2 = w1 + in,
+                    *w3 = w2 + in;
+        for (size_t t = t0; t < t1; t++) {
+            const float *g = c->dy + t * out + o;
+            float a0 = g[0], a1 = g[1], a2 = g[2], a3 = g[3];
+            if (a0 == 0.0f && a1 == 0.0f && a2 == 0.0f && a3 == 0.0f)
                 continue;
-            const float *wr = c->w + o * c->in + i0;
+            float *d = c->y + t * in + i0;
             for (size_t i = 0; i < n; i++)
-                d[i] += a * wr[i];
+                d[i] += a0 * w0[i] + a1 * w1[i] + a2 * w2[i] + a3 * w3[i];
+        }
+    }
+    for (; o < out; o++) {
+        const float *w0 = c->w + o * in + i0;
+        for (size_t t = t0; t < t1; t++) {
+            float a0 = c->dy[t * out + o];
+            float *d = c->y + t * in + i0;
+            for (size_t i = 0; i < n; i++)
+                d[i] += a0 * w0[i];
         }
     }
 }
@@ -131,26 +146,44 @@ trn_mm_nn(trn_pool_t *pool, float *dx, const float *dy, const float *w,
     s_mm_t c = {.y = dx, .dy = dy, .w = w, .T = T, .in = in, .out = out};
     c.acc = acc;
     c.nrb = (T + S_RBLK - 1) / S_RBLK;
-    c.ncb = (in + 255) / 256;
+    c.ncb = (in + S_ICOLS - 1) / S_ICOLS;
     trn_pool_run(pool, c.nrb * c.ncb, s_nn_task, &c);
 }
 
-/* dw rows [o0,o1): += sum over t of dy[t,o] * x[t,:]. */
+#define S_OBLK 32 /* weight rows per task of the weight gradient */
+
+/* dw rows [o0,o1) x columns [i0,i1): += sum over t of dy[t,o] * x[t,i],
+ * four positions at a time so each dw element is loaded once per four. */
 static void
 s_tn_task(void *ctx, size_t task)
 {
     const s_mm_t *c = ctx;
-    size_t o0 = task * 16, o1 = o0 + 16 < c->out ? o0 + 16 : c->out;
-    for (size_t t = 0; t < c->T; t++) {
-        const float *xr = c->x + t * c->in;
-        const float *g = c->dy + t * c->out;
+    size_t ob = task / c->ncb, cb = task % c->ncb;
+    size_t o0 = ob * S_OBLK, o1 = o0 + S_OBLK < c->out ? o0 + S_OBLK : c->out;
+    size_t i0 = cb * S_ICOLS, i1 = i0 + S_ICOLS < c->in ? i0 + S_ICOLS : c->in;
+    size_t n = i1 - i0, in = c->in, out = c->out;
+    size_t t = 0;
+    for (; t + 4 <= c->T; t += 4) {
+        const float *x0 = c->x + t * in + i0, *x1 = x0 + in, *x2 = x1 + in,
+                    *x3 = x2 + in;
+        const float *g = c->dy + t * out;
         for (size_t o = o0; o < o1; o++) {
-            float a = g[o];
-            if (a == 0.0f)
+            float a0 = g[o], a1 = g[out + o], a2 = g[2 * out + o],
+                  a3 = g[3 * out + o];
+            if (a0 == 0.0f && a1 == 0.0f && a2 == 0.0f && a3 == 0.0f)
                 continue;
-            float *d = c->y + o * c->in;
-            for (size_t i = 0; i < c->in; i++)
-                d[i] += a * xr[i];
+            float *d = c->y + o * in + i0;
+            for (size_t i = 0; i < n; i++)
+                d[i] += a0 * x0[i] + a1 * x1[i] + a2 * x2[i] + a3 * x3[i];
+        }
+    }
+    for (; t < c->T; t++) {
+        const float *x0 = c->x + t * in + i0;
+        for (size_t o = o0; o < o1; o++) {
+            float a0 = c->dy[t * out + o];
+            float *d = c->y + o * in + i0;
+            for (size_t i = 0; i < n; i++)
+                d[i] += a0 * x0[i];
         }
     }
 }
@@ -160,7 +193,8 @@ trn_mm_tn(trn_pool_t *pool, float *dw, const float *dy, const float *x,
           size_t T, size_t out, size_t in)
 {
     s_mm_t c = {.y = dw, .dy = dy, .x = x, .T = T, .in = in, .out = out};
-    trn_pool_run(pool, (out + 15) / 16, s_tn_task, &c);
+    c.ncb = (in + S_ICOLS - 1) / S_ICOLS;
+    trn_pool_run(pool, (out + S_OBLK - 1) / S_OBLK * c.ncb, s_tn_task, &c);
 }
 
 void

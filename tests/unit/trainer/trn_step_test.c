@@ -12,7 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NSEQ = 8, PROMPT = 3, OBS = 2, RESP = 3, LEN = PROMPT + RESP + OBS + RESP };
+enum {
+    NSEQ = 8,
+    PROMPT = 3,
+    OBS = 2,
+    RESP = 3,
+    LEN = PROMPT + RESP + OBS + RESP
+};
 
 /* Two prompts x four responses. Each trajectory: prompt (3), sampled (3),
  * observation (2, not sampled), sampled (3). */
