@@ -112,8 +112,7 @@ main(int argc, char **argv)
     int steps = 16;
     t0 = now();
     for (int s = 0; s < steps; s++) {
-        const int32_t *nx[4] = {tok + s, tok + s + 1, tok + s + 2,
-                                tok + s + 3};
+        const int32_t *nx[4] = {tok + s, tok + s + 1, tok + s + 2, tok + s + 3};
         if (trn_model_step(m, kv, 4, slots, nx, one, logits, NULL) != LISA_OK)
             return 1;
     }
