@@ -256,13 +256,15 @@ trn_loss_compute(const trn_loss_cfg_t *c, const trn_loss_in_t *in, float *dlogp,
             continue;
         double pg, g;
         bool chi, clo;
-        s_pg(c, in->logp[t], in->old_logp[t], in->adv[t], &pg, &g, &chi, &clo);
+        s_pg(c, (double) in->logp[t], (double) in->old_logp[t],
+             (double) in->adv[t], &pg, &g, &chi, &clo);
         double w = in->is_weights ? (double) in->is_weights[t] : 1.0;
         double d = a[t] * w * g;
         out->pg_loss += a[t] * w * pg;
         if (c->kl_coef > 0) {
             double kl, gk;
-            s_kl(c->kl_type, in->logp[t], in->ref_logp[t], &kl, &gk);
+            s_kl(c->kl_type, (double) in->logp[t], (double) in->ref_logp[t],
+                 &kl, &gk);
             out->kl_loss += a[t] * kl;
             d += c->kl_coef * a[t] * gk;
         }

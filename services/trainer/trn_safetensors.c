@@ -230,11 +230,80 @@ s_parse_entry(const char *path, const char *name, json_t *v,
     return LISA_OK;
 }
 
+/* Validates `len` bytes at `p` (the whole file) into st's tensor table.
+ * `what` names the source in messages. */
+static lisa_rc_t
+s_parse(trn_st_t *st, const unsigned char *p, size_t len, const char *what,
+        trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    json_t *root = NULL;
+    if (len < 8)
+        return trn_fail(err, LISA_INVALID,
+                        "%s: %zu bytes is too short for a safetensors file",
+                        what, len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | p[i];
+    if (hlen > TRN_ST_MAX_HEADER)
+        return trn_fail(err, LISA_TOOLARGE,
+                        "%s: header of %llu bytes exceeds the %u-byte bound",
+                        what, (unsigned long long) hlen, TRN_ST_MAX_HEADER);
+    if (hlen > len - 8)
+        return trn_fail(err, LISA_INVALID,
+                        "%s: header of %llu bytes runs past the end of the "
+                        "file (truncated?)",
+                        what, (unsigned long long) hlen);
+    json_error_t jerr;
+    root = json_loadb((const char *) p + 8, (size_t) hlen,
+                      JSON_REJECT_DUPLICATES, &jerr);
+    if (!root || !json_is_object(root)) {
+        rc = trn_fail(err, LISA_INVALID, "%s: header is not a JSON object: %s",
+                      what, root ? "wrong type" : jerr.text);
+        goto out;
+    }
+    size_t cap = json_object_size(root);
+    if (cap > TRN_ST_MAX_TENSORS) {
+        rc = trn_fail(err, LISA_TOOLARGE, "%s: %zu tensors is too many", what,
+                      cap);
+        goto out;
+    }
+    st->tensors = lisa_calloc(cap ? cap : 1, sizeof *st->tensors);
+    const unsigned char *data = p + 8 + hlen;
+    size_t data_len = len - 8 - (size_t) hlen;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        if (strcmp(key, "__metadata__") == 0)
+            continue;
+        trn_st_tensor_t *t = &st->tensors[st->n];
+        rc = s_parse_entry(what, key, val, data, data_len, t, err);
+        if (rc != LISA_OK)
+            goto out;
+        t->name = lisa_strdup(key);
+        st->n++;
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+lisa_rc_t
+trn_st_parse(const void *data, size_t len, trn_st_t **out, trn_err_t *err)
+{
+    trn_st_t *st = lisa_calloc(1, sizeof *st);
+    lisa_rc_t rc = s_parse(st, data, len, "safetensors buffer", err);
+    if (rc != LISA_OK)
+        trn_st_destroy(&st);
+    *out = st;
+    return rc;
+}
+
 lisa_rc_t
 trn_st_open(const char *path, trn_st_t **out, trn_err_t *err)
 {
     lisa_rc_t rc = LISA_OK;
-    json_t *root = NULL;
     *out = NULL;
     trn_st_t *st = lisa_calloc(1, sizeof *st);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -262,57 +331,12 @@ trn_st_open(const char *path, trn_st_t **out, trn_err_t *err)
                       strerror(errno));
         goto out;
     }
-    const unsigned char *p = st->map;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = (hlen << 8) | p[i];
-    if (hlen > TRN_ST_MAX_HEADER) {
-        rc = trn_fail(err, LISA_TOOLARGE,
-                      "%s: header of %llu bytes exceeds the %u-byte bound",
-                      path, (unsigned long long) hlen, TRN_ST_MAX_HEADER);
+    rc = s_parse(st, st->map, st->map_len, path, err);
+    if (rc != LISA_OK)
         goto out;
-    }
-    if (hlen > st->map_len - 8) {
-        rc = trn_fail(err, LISA_INVALID,
-                      "%s: header of %llu bytes runs past the end of the "
-                      "file (truncated?)",
-                      path, (unsigned long long) hlen);
-        goto out;
-    }
-    json_error_t jerr;
-    root = json_loadb((const char *) p + 8, (size_t) hlen,
-                      JSON_REJECT_DUPLICATES, &jerr);
-    if (!root || !json_is_object(root)) {
-        rc = trn_fail(err, LISA_INVALID, "%s: header is not a JSON object: %s",
-                      path, root ? "wrong type" : jerr.text);
-        goto out;
-    }
-    size_t cap = json_object_size(root);
-    if (cap > TRN_ST_MAX_TENSORS) {
-        rc = trn_fail(err, LISA_TOOLARGE, "%s: %zu tensors is too many", path,
-                      cap);
-        goto out;
-    }
-    st->tensors = lisa_calloc(cap ? cap : 1, sizeof *st->tensors);
-    const unsigned char *data = p + 8 + hlen;
-    size_t data_len = st->map_len - 8 - (size_t) hlen;
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val)
-    {
-        if (strcmp(key, "__metadata__") == 0)
-            continue;
-        trn_st_tensor_t *t = &st->tensors[st->n];
-        rc = s_parse_entry(path, key, val, data, data_len, t, err);
-        if (rc != LISA_OK)
-            goto out;
-        t->name = lisa_strdup(key);
-        st->n++;
-    }
     *out = st;
     st = NULL;
 out:
-    json_decref(root);
     if (fd >= 0)
         close(fd);
     trn_st_destroy(&st);

@@ -52,6 +52,11 @@ typedef struct trn_st trn_st_t;
 lisa_rc_t trn_st_open(const char *path, trn_st_t **out,
                       trn_err_t *err) LISA_NODISCARD;
 
+/* Validates a whole file already in memory (`data` must outlive the
+ * result, which borrows it); the same checks and codes as trn_st_open. */
+lisa_rc_t trn_st_parse(const void *data, size_t len, trn_st_t **out,
+                       trn_err_t *err) LISA_NODISCARD;
+
 /* Closes the file; safe on NULL and twice. */
 void trn_st_destroy(trn_st_t **st);
 

@@ -320,3 +320,30 @@ Test(trn_safetensors, sharded_checkpoint_loads, .init = setup, .fini = teardown)
     cr_assert(strstr(err.msg, "weight_map"), "%s", err.msg);
     trn_model_destroy(&m);
 }
+
+Test(trn_safetensors, parse_from_memory, .init = setup, .fini = teardown)
+{
+    /* the fuzz seed is a real file behind one selector byte */
+    FILE *f = fopen(
+        LISA_SOURCE_DIR "/tests/fuzz/seeds/fuzz_checkpoint/safetensors", "rb");
+    cr_assert_not_null(f);
+    unsigned char buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    trn_st_t *st = NULL;
+    trn_err_t err;
+    cr_assert_eq(trn_st_parse(buf + 1, n - 1, &st, &err), LISA_OK, "%s",
+                 err.msg);
+    cr_assert_eq(trn_st_count(st), 3);
+    float v[4];
+    cr_assert_eq(trn_st_to_f32(trn_st_find(st, "a"), v), LISA_OK);
+    cr_assert_eq(v[3], 4.0f);
+    cr_assert_eq(trn_st_to_f32(trn_st_find(st, "b"), v), LISA_OK);
+    cr_assert_eq(v[0], 1.0f);
+    cr_assert_eq(v[2], 3.0f);
+    trn_st_destroy(&st);
+    /* one byte short: the last tensor no longer fits */
+    cr_assert_eq(trn_st_parse(buf + 1, n - 2, &st, &err), LISA_INVALID);
+    cr_assert_null(st);
+    cr_assert(strstr(err.msg, "safetensors buffer"), "%s", err.msg);
+}
