@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define S_NAME_MAX 96
 
@@ -72,6 +73,7 @@ typedef struct {
 struct trn_model {
     trn_config_t cfg;
     json_t *cfg_json; /* config.json as loaded (NULL: generated) */
+    char *src_dir;    /* directory loaded from (NULL: generated) */
     size_t H, I, NH, NKV, HD, Q, KV, V, NL;
     s_tensor_t *tensors;
     size_t ntensors, nparams;
@@ -218,6 +220,7 @@ trn_model_destroy(trn_model_t **pm)
     s_acts_free(&m->train);
     s_acts_free(&m->gen);
     json_decref(m->cfg_json);
+    lisa_free(&m->src_dir);
     lisa_free(&m->tensors);
     lisa_free(&m->params);
     lisa_free(&m->grads);
@@ -379,14 +382,14 @@ s_open_weights(const char *dir, trn_st_t ***files, size_t *nfiles,
 {
     lisa_rc_t rc = LISA_OK;
     char *idx = s_join(dir, "model.safetensors.index.json");
+    char *one = s_join(dir, "model.safetensors");
     json_t *root = NULL;
     *files = NULL;
     *nfiles = 0;
-    if (!s_exists(idx)) {
-        char *one = s_join(dir, "model.safetensors");
+    /* the single file first, then the index: transformers' order */
+    if (s_exists(one) || !s_exists(idx)) {
         trn_st_t *st = NULL;
         rc = trn_st_open(one, &st, err);
-        lisa_free(&one);
         if (rc == LISA_OK) {
             *files = lisa_calloc(1, sizeof **files);
             (*files)[0] = st;
@@ -440,6 +443,7 @@ s_open_weights(const char *dir, trn_st_t ***files, size_t *nfiles,
 out:
     json_decref(root);
     lisa_free(&idx);
+    lisa_free(&one);
     return rc;
 }
 
@@ -484,6 +488,7 @@ trn_model_load(const char *dir, int threads, trn_model_t **out, trn_err_t *err)
         goto out;
     m = s_model_alloc(&cfg, threads);
     m->cfg_json = json_loadb(text, len, 0, NULL);
+    m->src_dir = lisa_strdup(dir);
     for (size_t i = 0; i < m->ntensors; i++) {
         const s_tensor_t *t = &m->tensors[i];
         const trn_st_tensor_t *src = NULL;
@@ -574,6 +579,76 @@ s_config_json(const trn_model_t *m, trn_save_dtype_t dtype)
     return j;
 }
 
+/* Files of a model directory that are not weights or config.json and that
+ * a checkpoint carries along (tokenizer, chat template, generation). */
+static const char *const s_side_files[] = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "generation_config.json",
+    "chat_template.jinja",
+};
+
+#define S_MAX_SIDE_FILE (256u * 1024u * 1024u)
+
+/* Copies `name` from src to dst when it exists in src (through a temporary
+ * name). */
+static lisa_rc_t
+s_copy_side_file(const char *src, const char *dst, const char *name,
+                 trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    char *from = s_join(src, name), *to = s_join(dst, name);
+    size_t tl = strlen(to) + 5;
+    char *tmp = lisa_malloc(tl);
+    snprintf(tmp, tl, "%s.tmp", to);
+    FILE *in = fopen(from, "rb"), *out = NULL;
+    if (!in)
+        goto done; /* not part of this model */
+    out = fopen(tmp, "wb");
+    if (!out) {
+        rc = trn_fail(err, LISA_ERR, "%s: cannot create: %s", tmp,
+                      strerror(errno));
+        goto done;
+    }
+    char buf[65536];
+    size_t n, total = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+        total += n;
+        if (total > S_MAX_SIDE_FILE || fwrite(buf, 1, n, out) != n) {
+            rc = trn_fail(err, LISA_ERR, "%s: copy failed", from);
+            break;
+        }
+    }
+    if (fclose(out) != 0 && rc == LISA_OK)
+        rc = trn_fail(err, LISA_ERR, "%s: write failed", tmp);
+    out = NULL;
+    if (rc == LISA_OK && rename(tmp, to) != 0)
+        rc = trn_fail(err, LISA_ERR, "%s: rename failed: %s", to,
+                      strerror(errno));
+    if (rc != LISA_OK)
+        unlink(tmp);
+done:
+    if (in)
+        fclose(in);
+    lisa_free(&from);
+    lisa_free(&to);
+    lisa_free(&tmp);
+    return rc;
+}
+
+/* True when a and b name the same directory. */
+static bool
+s_same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 lisa_rc_t
 trn_model_save(const trn_model_t *m, const char *dir, trn_save_dtype_t dtype,
                trn_err_t *err)
@@ -599,6 +674,18 @@ trn_model_save(const trn_model_t *m, const char *dir, trn_save_dtype_t dtype,
                       strerror(errno));
         goto out;
     }
+    /* a stale index would describe other weights than the file we wrote */
+    char *idx = s_join(dir, "model.safetensors.index.json");
+    if (s_exists(idx) && unlink(idx) == 0)
+        lisa_log_info("trainer: removed stale %s", idx);
+    lisa_free(&idx);
+    if (m->src_dir && !s_same_dir(m->src_dir, dir))
+        for (size_t i = 0; i < sizeof s_side_files / sizeof *s_side_files;
+             i++) {
+            rc = s_copy_side_file(m->src_dir, dir, s_side_files[i], err);
+            if (rc != LISA_OK)
+                goto out;
+        }
 out:
     json_decref(j);
     trn_st_writer_destroy(&w);

@@ -99,15 +99,18 @@ trn_model_t *trn_model_new_random(const trn_config_t *cfg, uint64_t seed,
                                   float std, int threads);
 
 /* Loads a Hugging Face model directory: config.json plus model.safetensors
- * or model.safetensors.index.json and its shards. Every tensor the config
- * needs must be present with the right shape; lm_head.weight is required
- * when the embeddings are untied and ignored when tied. */
+ * or (when there is none) model.safetensors.index.json and its shards. Every
+ * tensor the config needs must be present with the right shape; lm_head.weight
+ * is required when the embeddings are untied and ignored when tied. */
 lisa_rc_t trn_model_load(const char *dir, int threads, trn_model_t **out,
                          trn_err_t *err) LISA_NODISCARD;
 
 /* Writes config.json and model.safetensors into `dir` (which must exist),
  * in F32 or BF16 (round to nearest even). Tied models store no
- * lm_head.weight, as transformers does. */
+ * lm_head.weight, as transformers does. config.json is the loaded one with
+ * sizes and dtype updated; tokenizer, chat-template and generation files of
+ * the directory the model was loaded from are copied along; a stale
+ * model.safetensors.index.json in `dir` is removed. */
 lisa_rc_t trn_model_save(const trn_model_t *m, const char *dir,
                          trn_save_dtype_t dtype, trn_err_t *err) LISA_NODISCARD;
 

@@ -347,3 +347,50 @@ Test(trn_safetensors, parse_from_memory, .init = setup, .fini = teardown)
     cr_assert_null(st);
     cr_assert(strstr(err.msg, "safetensors buffer"), "%s", err.msg);
 }
+
+static char *
+slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+Test(trn_safetensors, transformers_checkpoint_round_trip, .init = setup,
+     .fini = teardown)
+{
+    /* a directory transformers wrote, saved again by us */
+    trn_model_t *m = NULL, *r = NULL;
+    trn_err_t err;
+    cr_assert_eq(trn_model_load(LISA_SOURCE_DIR "/tests/fixtures/qwen3-tiny/"
+                                                "untied",
+                                1, &m, &err),
+                 LISA_OK, "%s", err.msg);
+    write_text(path_in("model.safetensors.index.json"), "{\"weight_map\":{}}");
+    cr_assert_eq(trn_model_save(m, g_dir, TRN_SAVE_F32, &err), LISA_OK, "%s",
+                 err.msg);
+    /* the stale index is gone, the generation config came along */
+    cr_assert_null(slurp(path_in("model.safetensors.index.json")));
+    cr_assert_not_null(slurp(path_in("generation_config.json")));
+    /* config.json keeps transformers' own fields */
+    char *cfg = slurp(path_in("config.json"));
+    cr_assert(strstr(cfg, "\"layer_types\""), "%s", cfg);
+    cr_assert(strstr(cfg, "\"rope_parameters\""));
+    cr_assert(strstr(cfg, "\"float32\""));
+    cr_assert_eq(trn_model_load(g_dir, 1, &r, &err), LISA_OK, "%s", err.msg);
+    cr_assert_arr_eq(trn_model_params(r), trn_model_params(m),
+                     trn_model_num_params(m) * sizeof(float));
+    cr_assert_float_eq(trn_model_config(r)->rope_theta, 1e6, 1e-3);
+    int32_t tok[4] = {5, 100, 7, 300};
+    float a[4 * 512], b[4 * 512];
+    cr_assert_eq(trn_model_logits(m, tok, 4, a, NULL), LISA_OK);
+    cr_assert_eq(trn_model_logits(r, tok, 4, b, NULL), LISA_OK);
+    cr_assert_arr_eq(a, b, sizeof a);
+    trn_model_destroy(&m);
+    trn_model_destroy(&r);
+}
