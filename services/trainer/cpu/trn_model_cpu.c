@@ -1054,6 +1054,10 @@ s_check_batch(const trn_model_t *m, const trn_batch_t *b, trn_err_t *err)
         return trn_fail(err, LISA_INVALID, "batch: empty or missing arrays");
     if (!(b->temperature > 0) || !isfinite(b->temperature))
         return trn_fail(err, LISA_INVALID, "batch: temperature must be > 0");
+    if (b->n_tokens > TRN_MAX_BATCH_TOKENS)
+        return trn_fail(err, LISA_TOOLARGE,
+                        "batch: %zu tokens exceed the bound of %u", b->n_tokens,
+                        TRN_MAX_BATCH_TOKENS);
     if (b->seq_offsets[0] != 0 || b->seq_offsets[b->n_seqs] != b->n_tokens)
         return trn_fail(err, LISA_INVALID,
                         "batch: seq_offsets must run from 0 to n_tokens");
@@ -1257,7 +1261,9 @@ trn_kv_t *
 trn_kv_new(const trn_model_t *m, size_t slots, size_t max_len)
 {
     if (slots == 0 || max_len == 0 ||
-        max_len > (size_t) m->cfg.max_position_embeddings)
+        max_len > (size_t) m->cfg.max_position_embeddings ||
+        slots > TRN_MAX_KV_SLOTS ||
+        max_len > SIZE_MAX / sizeof(float) / slots / m->KV / m->NL)
         return NULL;
     trn_kv_t *kv = lisa_calloc(1, sizeof *kv);
     kv->slots = slots;

@@ -42,13 +42,15 @@ typedef struct {
 } trn_err_t;
 
 /* Bounds that keep sizes computed from a config.json far from overflow. */
-#define TRN_MAX_HIDDEN     65536
-#define TRN_MAX_LAYERS     1024
-#define TRN_MAX_HEADS      1024
-#define TRN_MAX_HEAD_DIM   1024
-#define TRN_MAX_VOCAB      (1 << 24)
-#define TRN_MAX_POSITIONS  (1 << 24)
-#define TRN_MAX_CONFIG_LEN (1u << 20)
+#define TRN_MAX_HIDDEN       65536
+#define TRN_MAX_LAYERS       1024
+#define TRN_MAX_HEADS        1024
+#define TRN_MAX_HEAD_DIM     1024
+#define TRN_MAX_VOCAB        (1 << 24)
+#define TRN_MAX_POSITIONS    (1 << 24)
+#define TRN_MAX_CONFIG_LEN   (1u << 20)
+#define TRN_MAX_BATCH_TOKENS (1u << 22) /* tokens in one training batch */
+#define TRN_MAX_KV_SLOTS     (1u << 16) /* sequences in one KV cache */
 
 /* The architecture numbers of a Qwen3 model (names as in config.json). */
 typedef struct {
@@ -161,7 +163,8 @@ typedef struct {
     float temperature;
 } trn_batch_t;
 
-/* Forward for training: logp[t] = log softmax(logits_t / T)[targets[t]]
+/* Forward for training (at most TRN_MAX_BATCH_TOKENS tokens, else
+ * LISA_TOOLARGE): logp[t] = log softmax(logits_t / T)[targets[t]]
  * and, when `entropy` is not NULL, entropy[t] = the entropy of that
  * distribution (both 0 where targets[t] < 0). Keeps the activations for
  * trn_model_backward; the batch's arrays must stay valid until then. */
@@ -183,8 +186,8 @@ lisa_rc_t trn_model_logits(trn_model_t *m, const int32_t *tokens, size_t n,
 /* A KV cache: `slots` sequences of up to `max_len` positions each. */
 typedef struct trn_kv trn_kv_t;
 
-/* A cache for model `m`; NULL when the sizes are 0 or over the model's
- * max_position_embeddings. */
+/* A cache for model `m`; NULL when the sizes are 0, over the model's
+ * max_position_embeddings or TRN_MAX_KV_SLOTS, or overflow. */
 trn_kv_t *trn_kv_new(const trn_model_t *m, size_t slots, size_t max_len);
 /* Frees the cache; safe on NULL and twice. */
 void trn_kv_destroy(trn_kv_t **kv);

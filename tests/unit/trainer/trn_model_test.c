@@ -417,6 +417,12 @@ Test(trn_model, bad_batches_are_refused)
     cr_assert_eq(trn_model_forward(m, &b, lp, NULL, &err), LISA_INVALID);
     float d[4] = {0};
     cr_assert_eq(trn_model_backward(m, d, NULL, &err), LISA_CONFLICT);
+    size_t huge[2] = {0, (size_t) TRN_MAX_BATCH_TOKENS + 1};
+    trn_batch_t hb = {tok, tgt, huge[1], huge, 1, 1.0f};
+    cr_assert_eq(trn_model_forward(m, &hb, lp, NULL, &err), LISA_TOOLARGE);
+    cr_assert_null(trn_kv_new(m, 0, 8));
+    cr_assert_null(trn_kv_new(m, 2, 65)); /* max_position_embeddings 64 */
+    cr_assert_null(trn_kv_new(m, (size_t) TRN_MAX_KV_SLOTS + 1, 8));
     trn_model_destroy(&m);
 }
 
