@@ -24,6 +24,9 @@
  *
  * Errors: functions that read input return a lisa_rc_t, log one line and,
  * when `err` is not NULL, leave a human-readable reason in err->msg.
+ *
+ * A model is driven by one thread at a time; it runs its own worker
+ * threads inside each call.
  */
 #ifndef TRN_MODEL_H
 #define TRN_MODEL_H
