@@ -89,8 +89,8 @@ Test(trn_sampler, frequencies_follow_the_distribution)
     /* top-k 3 keeps logits 2, 2, 1 (tokens 1, 4, 0), renormalised */
     s.top_k = 3;
     double z = exp(2 / 1.3) * 2 + exp(1 / 1.3);
-    double pk[6] = {exp(1 / 1.3) / z, exp(2 / 1.3) / z, 0, 0,
-                    exp(2 / 1.3) / z, 0};
+    double pk[6] = {
+        exp(1 / 1.3) / z, exp(2 / 1.3) / z, 0, 0, exp(2 / 1.3) / z, 0};
     check_freq(&s, pk, 40000);
     /* top-p: at T = 1 tokens 1 and 4 hold 2 * e^2 / Z = 0.58 of the mass,
      * so top_p 0.5 keeps exactly those two */
@@ -117,12 +117,10 @@ Test(trn_sampler, bad_settings_are_refused)
     float lp;
     trn_err_t err;
     trn_sampling_t s = {.temperature = -1.0f, .top_k = 0, .top_p = 1.0f};
-    cr_assert_eq(trn_sample(LOGITS, 6, &s, &rng, &t, &lp, &err),
-                 LISA_INVALID);
+    cr_assert_eq(trn_sample(LOGITS, 6, &s, &rng, &t, &lp, &err), LISA_INVALID);
     s.temperature = 1.0f;
     s.top_p = 0;
-    cr_assert_eq(trn_sample(LOGITS, 6, &s, &rng, &t, &lp, &err),
-                 LISA_INVALID);
+    cr_assert_eq(trn_sample(LOGITS, 6, &s, &rng, &t, &lp, &err), LISA_INVALID);
     s.top_p = 1.0f;
     float bad[3] = {-INFINITY, NAN, -INFINITY};
     cr_assert_eq(trn_sample(bad, 3, &s, &rng, &t, &lp, &err), LISA_INVALID);
