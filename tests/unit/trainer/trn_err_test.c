@@ -12,8 +12,8 @@ Test(trn_err, usage)
 {
     trn_err_t err;
     uint64_t before = trn_fail_count();
-    lisa_rc_t rc = trn_fail(&err, LISA_INVALID, "tensor '%s' is %d wide",
-                            "w", 3);
+    lisa_rc_t rc =
+        trn_fail(&err, LISA_INVALID, "tensor '%s' is %d wide", "w", 3);
     cr_assert_eq(rc, LISA_INVALID);
     cr_assert_str_eq(err.msg, "tensor 'w' is 3 wide");
     cr_assert_eq(trn_fail_count(), before + 1);
