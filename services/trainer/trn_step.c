@@ -113,6 +113,7 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
             x->targets[p] = on ? r->tokens[t + 1] : -1;
             x->adv[p] = on ? (float) adv[s] : 0.0f;
             x->roll[p] = on && r->rollout_logp ? r->rollout_logp[t + 1] : 0;
+            x->old[p] = on && r->old_logp ? r->old_logp[t + 1] : 0;
         }
     }
     trn_batch_t b = {.tokens = r->tokens + base,
@@ -131,7 +132,10 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
     rc = trn_model_forward(m, &b, x->logp, x->ent, err);
     if (rc != LISA_OK)
         return rc;
-    memcpy(x->old, c->bypass ? x->roll : x->logp, n * sizeof(float));
+    if (c->bypass)
+        memcpy(x->old, x->roll, n * sizeof(float));
+    else if (!r->old_logp)
+        memcpy(x->old, x->logp, n * sizeof(float));
     trn_loss_in_t in = {.n_tokens = n,
                         .seq_offsets = x->off,
                         .n_seqs = s1 - s0,
@@ -169,6 +173,54 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
     out->tokens += lo.tokens;
     out->micro_batches++;
     return LISA_OK;
+}
+
+lisa_rc_t
+trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *c,
+                  const trn_rollouts_t *r, float *logp, trn_err_t *err)
+{
+    lisa_rc_t rc = s_check(c, r, m, err);
+    if (rc != LISA_OK)
+        return rc;
+    size_t cap = c->micro_tokens;
+    for (size_t s = 0; s < r->n_seqs; s++) {
+        size_t len = r->seq_offsets[s + 1] - r->seq_offsets[s];
+        cap = len > cap ? len : cap;
+    }
+    s_scratch_t x = {0};
+    s_scratch_init(&x, cap, r->n_seqs);
+    for (size_t s0 = 0; s0 < r->n_seqs && rc == LISA_OK;) {
+        size_t s1 = s0 + 1;
+        while (s1 < r->n_seqs &&
+               r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
+            s1++;
+        size_t base = r->seq_offsets[s0], n = r->seq_offsets[s1] - base;
+        for (size_t s = s0; s <= s1; s++)
+            x.off[s - s0] = r->seq_offsets[s] - base;
+        for (size_t t = base; t < base + n; t++) {
+            bool last = false;
+            for (size_t s = s0; s < s1; s++)
+                last = last || t + 1 == r->seq_offsets[s + 1];
+            x.targets[t - base] =
+                !last && r->mask[t + 1] ? r->tokens[t + 1] : -1;
+        }
+        trn_batch_t b = {.tokens = r->tokens + base,
+                         .targets = x.targets,
+                         .n_tokens = n,
+                         .seq_offsets = x.off,
+                         .n_seqs = s1 - s0,
+                         .temperature = c->temperature};
+        rc = trn_model_forward(m, &b, x.logp, NULL, err);
+        if (rc == LISA_OK)
+            for (size_t t = base; t < base + n; t++) {
+                logp[t] = 0;
+                if (t > base && x.targets[t - 1 - base] >= 0)
+                    logp[t] = x.logp[t - 1 - base];
+            }
+        s0 = s1;
+    }
+    s_scratch_free(&x);
+    return rc;
 }
 
 lisa_rc_t

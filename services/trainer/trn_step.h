@@ -13,8 +13,11 @@
  *      long, normalised by counts of the whole batch so that the summed
  *      gradient equals the gradient of the whole batch's loss;
  *   3. per micro-batch: forward (log-probs and, when needed, entropy),
- *      old log-probs (the recomputed ones, which makes the ratio 1 for a
- *      single on-policy step as in verl; or the engine's in bypass mode),
+ *      old log-probs (the engine's in bypass mode; else the caller's
+ *      old_logp, computed by trn_step_logprobs before the first update of
+ *      the batch, as verl does for several mini-batches or epochs; else
+ *      the current ones, which makes the ratio 1 for a single on-policy
+ *      step),
  *      optional truncated IS weights (trainer vs engine), the loss and its
  *      gradient (trn_loss), backward;
  *   4. gradient clipping, then AdamW; a non-finite gradient norm skips the
@@ -57,6 +60,8 @@ typedef struct {
     const int32_t *tokens;     /* seq_offsets[n_seqs] */
     const uint8_t *mask;       /* 1: sampled by the model */
     const float *rollout_logp; /* engine log-prob of each sampled token */
+    const float *old_logp;     /* trainer log-probs before this batch's
+                                  updates (trn_step_logprobs), or NULL */
     const int64_t *group;      /* per trajectory */
     const double *score;       /* per trajectory */
 } trn_rollouts_t;
@@ -70,6 +75,14 @@ typedef struct {
     size_t micro_batches;
     bool skipped; /* non-finite gradient: no update */
 } trn_step_out_t;
+
+/* Log-probs of every sampled token (logp[t] for mask[t] = 1, else 0) of
+ * the rollouts under model `m`, forward only, in micro-batches of
+ * cfg->micro_tokens at cfg->temperature: the old log-probs of a batch, or
+ * the reference model's. */
+lisa_rc_t trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *cfg,
+                            const trn_rollouts_t *r, float *logp,
+                            trn_err_t *err) LISA_NODISCARD;
 
 /* Runs one step on model `m` with optimizer `opt` (sized for the model's
  * parameters); `ref` is the reference model for a KL term (NULL when

@@ -256,3 +256,55 @@ Test(trn_step, bad_rollouts_are_refused)
     trn_adamw_destroy(&opt);
     trn_model_destroy(&m);
 }
+
+Test(trn_step, old_logprobs_for_several_mini_batches)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 8, 0.2f, 2);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.optim.lr = 1e-2;
+    sc.micro_tokens = LEN; /* one trajectory per micro-batch */
+    /* old log-probs of the whole batch, before any update */
+    float old[NSEQ * LEN];
+    trn_err_t err;
+    cr_assert_eq(trn_step_logprobs(m, &sc, &d.r, old, &err), LISA_OK, "%s",
+                 err.msg);
+    double per_seq[NSEQ];
+    seq_logp(m, &d, per_seq);
+    for (size_t s = 0; s < NSEQ; s++) {
+        double sum = 0;
+        for (size_t i = 0; i < LEN; i++) {
+            size_t t = s * LEN + i;
+            if (!d.mask[t] && old[t] != 0.0f)
+                cr_assert_fail("unmasked token %zu has a log-prob", t);
+            sum += old[t];
+        }
+        cr_assert_float_eq(sum, per_seq[s], 1e-4);
+    }
+    /* two mini-batches of one group each, against the same old log-probs */
+    d.r.old_logp = old;
+    trn_rollouts_t half = d.r;
+    half.n_seqs = NSEQ / 2;
+    trn_step_out_t out;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &half, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_float_eq(out.ppo_kl, 0.0, 1e-6); /* nothing updated yet */
+    size_t off2[NSEQ / 2 + 1];
+    for (size_t s = 0; s <= NSEQ / 2; s++)
+        off2[s] = d.off[NSEQ / 2 + s] - d.off[NSEQ / 2];
+    half.seq_offsets = off2;
+    half.tokens = d.tok + NSEQ / 2 * LEN;
+    half.mask = d.mask + NSEQ / 2 * LEN;
+    half.old_logp = old + NSEQ / 2 * LEN;
+    half.group = d.group + NSEQ / 2;
+    half.score = d.score + NSEQ / 2;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &half, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_gt(fabs(out.ppo_kl), 1e-6); /* the policy moved in between */
+    cr_assert_eq(trn_adamw_steps(opt), 2);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
