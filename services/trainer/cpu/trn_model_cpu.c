@@ -373,6 +373,9 @@ s_exists(const char *path)
 }
 
 #define S_MAX_SHARDS 4096
+#define S_MAX_INDEX  (64u * 1024u * 1024u) /* bytes of an index file */
+
+static char *s_read_text(const char *path, size_t max, size_t *len);
 
 /* Opens the weight files of `dir`: the index's shards or model.safetensors.
  */
@@ -398,7 +401,17 @@ s_open_weights(const char *dir, trn_st_t ***files, size_t *nfiles,
         goto out;
     }
     json_error_t jerr;
-    root = json_load_file(idx, JSON_REJECT_DUPLICATES, &jerr);
+    size_t ilen = 0;
+    char *itext = s_read_text(idx, S_MAX_INDEX, &ilen);
+    if (!itext || ilen > S_MAX_INDEX) {
+        rc = trn_fail(err, itext ? LISA_TOOLARGE : LISA_NOTFOUND,
+                      "%s: unreadable or larger than %u bytes", idx,
+                      S_MAX_INDEX);
+        lisa_free(&itext);
+        goto out;
+    }
+    root = json_loadb(itext, ilen, JSON_REJECT_DUPLICATES, &jerr);
+    lisa_free(&itext);
     json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm)) {
         rc = trn_fail(err, LISA_INVALID, "%s: no weight_map object (%s)", idx,
