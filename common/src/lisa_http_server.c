@@ -286,21 +286,33 @@ s_error_response(const char *message, const char *type, const char *code,
     return r;
 }
 
-/* Under req->mtx on MHD's thread: hands a ready answer to MHD. Returns the
- * response to destroy once the lock is dropped (or NULL). */
+/* Under req->mtx on MHD's thread: takes a ready answer out of req (NULL if
+ * none) for s_queue, which hands it to MHD once the lock is dropped (MHD
+ * locks a streaming response, whose reader takes req->mtx). */
 static struct MHD_Response *
-s_queue_locked(lisa_http_req_t *req, enum MHD_Result *ok)
+s_take_answer_locked(lisa_http_req_t *req, unsigned *status)
 {
-    *ok = MHD_YES;
     if (!req->answered || req->queued || !req->resp || !req->conn)
         return NULL;
     struct MHD_Response *r = req->resp;
     req->resp = NULL;
     req->queued = true;
-    *ok = MHD_queue_response(req->conn, req->status, r);
-    if (*ok == MHD_YES && req->server)
-        S_INC(req->server, responses);
+    *status = req->status;
     return r;
+}
+
+/* On MHD's thread, no lock held: queues a taken answer. */
+static enum MHD_Result
+s_queue(lisa_http_server_t *srv, struct MHD_Connection *conn, unsigned status,
+        struct MHD_Response *r)
+{
+    if (!r)
+        return MHD_YES;
+    enum MHD_Result ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    if (ok == MHD_YES)
+        S_INC(srv, responses);
+    return ok;
 }
 
 /* ------------------------------------------------------------------ */
@@ -452,8 +464,8 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
     pthread_mutex_unlock(&req->mtx);
     srv->cfg.handler(req, srv->cfg.handler_arg);
 
-    enum MHD_Result ok = MHD_YES;
     struct MHD_Response *done = NULL;
+    unsigned status = 0;
     pthread_mutex_lock(&req->mtx);
     if (!req->answered && atomic_load(&srv->stopping)) {
         req->resp = s_error_response("server is shutting down", "server_error",
@@ -463,15 +475,14 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
         S_INC(srv, shutdown_answered);
     }
     if (req->answered) {
-        done = s_queue_locked(req, &ok);
+        done = s_take_answer_locked(req, &status);
     } else {
         req->suspended = true;
         MHD_suspend_connection(req->conn);
     }
+    struct MHD_Connection *conn = req->conn;
     pthread_mutex_unlock(&req->mtx);
-    if (done)
-        MHD_destroy_response(done);
-    return ok;
+    return s_queue(srv, conn, status, done);
 }
 
 static enum MHD_Result
@@ -558,13 +569,11 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
         return s_dispatch(l, req);
     }
     /* Resumed: queue the answer that woke us. */
-    enum MHD_Result ok = MHD_YES;
+    unsigned status = 0;
     pthread_mutex_lock(&req->mtx);
-    struct MHD_Response *done = s_queue_locked(req, &ok);
+    struct MHD_Response *done = s_take_answer_locked(req, &status);
     pthread_mutex_unlock(&req->mtx);
-    if (done)
-        MHD_destroy_response(done);
-    return ok;
+    return s_queue(srv, conn, status, done);
 }
 
 static void
