@@ -305,6 +305,10 @@ s_setup(CURL *easy, const lisa_http_request_t *req, s_sink_t *sink,
         curl_easy_setopt(easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
     if (req->ca_file)
         curl_easy_setopt(easy, CURLOPT_CAINFO, req->ca_file);
+    if (req->cert_file)
+        curl_easy_setopt(easy, CURLOPT_SSLCERT, req->cert_file);
+    if (req->key_file)
+        curl_easy_setopt(easy, CURLOPT_SSLKEY, req->key_file);
 
     if (strcmp(method, "GET") == 0 && !req->body) {
         curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);

@@ -27,13 +27,17 @@
  *       lisa_http_req_stream_close()       then close.
  *   After respond or stream_close the application must not touch req again.
  *   A request the handler returns without answering is kept until answered.
+ *   A client that leaves while its request is kept is noticed only when the
+ *   answer is sent (a parked socket is not watched); on a stream, a push
+ *   returns LISA_UNAVAILABLE once the server has noticed.
  *
  * Limits, each with a refusal counter (lisa_http_server_stats):
  *   - max_connections: further connections are accepted and closed at once.
  *   - request_timeout_ms: a connection must deliver a complete request
  *     (headers and body) within this time of being accepted or of its
  *     previous response, else it is cut (slow-loris defence). Time spent
- *     being answered does not count.
+ *     being answered does not count; idle time between keep-alive requests
+ *     does.
  *   - idle_timeout_s: libmicrohttpd's inactivity timeout on a socket that
  *     should be moving data (a kept, suspended request never times out).
  *   - max_header_bytes: the per-connection buffer for request line and

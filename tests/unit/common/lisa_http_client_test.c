@@ -598,25 +598,23 @@ Test(lisa_http_client, send_from_done_callback)
 /* ------------------------------------------------------------------ */
 /* a third-party server: Python's http.server                           */
 
+/* Spawns argv (under timeout(1), so it cannot outlive a failed test by
+ * long) and reads "... port N ..." from its first stdout line. posix_spawn:
+ * nothing runs in a forked copy of this threaded process. */
 static pid_t
-s_python_server(const char *dir, uint16_t *port)
+s_spawn_peer(char *const argv[], uint16_t *port)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
-    /* posix_spawn: nothing runs in a forked copy of this threaded process */
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p[1], 1);
     posix_spawn_file_actions_addclose(&fa, p[0]);
     posix_spawn_file_actions_addclose(&fa, p[1]);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    /* under timeout(1): the server cannot outlive a failed test by long */
-    char *argv[] = {"timeout",   "60",          "python3",    "-u",
-                    "-m",        "http.server", "0",          "--bind",
-                    "127.0.0.1", "--directory", (char *) dir, NULL};
     extern char **environ;
     pid_t pid = -1;
-    int rc = posix_spawnp(&pid, "timeout", &fa, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
         close(p[0]);
@@ -634,14 +632,23 @@ s_python_server(const char *dir, uint16_t *port)
         n++;
     }
     close(p[0]);
-    const char *at = strstr(line, " port ");
+    const char *at = strstr(line, "port ");
     if (!at) {
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
         return -1;
     }
-    *port = (uint16_t) atoi(at + 6);
+    *port = (uint16_t) atoi(at + 5);
     return pid;
+}
+
+static pid_t
+s_python_server(const char *dir, uint16_t *port)
+{
+    char *argv[] = {"timeout",   "60",          "python3",    "-u",
+                    "-m",        "http.server", "0",          "--bind",
+                    "127.0.0.1", "--directory", (char *) dir, NULL};
+    return s_spawn_peer(argv, port);
 }
 
 Test(lisa_http_client, against_python_http_server)
@@ -705,5 +712,101 @@ Test(lisa_http_client, against_python_http_server)
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     unlink(file);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* HTTPS with a private CA and a bearer token (the Kubernetes shape)    */
+
+/* Runs argv to completion, quietly; returns its exit status or -1. */
+static int
+s_run_cmd(char *const argv[])
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    extern char **environ;
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return -1;
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(lisa_http_client, https_with_ca_file_and_bearer_token)
+{
+    char dir[] = "/tmp/lisa-http-tls-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char cert[128], key[128];
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    char *gen[] = {"timeout",  "60",
+                   "openssl",  "req",
+                   "-x509",    "-newkey",
+                   "rsa:2048", "-nodes",
+                   "-keyout",  key,
+                   "-out",     cert,
+                   "-days",    "1",
+                   "-subj",    "/CN=127.0.0.1",
+                   "-addext",  "subjectAltName=IP:127.0.0.1",
+                   NULL};
+    if (s_run_cmd(gen) != 0) {
+        rmdir(dir);
+        cr_skip_test("openssl is not available");
+    }
+    char *argv[] = {"timeout",
+                    "60",
+                    "python3",
+                    "-u",
+                    LISA_SOURCE_DIR "/tests/unit/common/lisa_http_tls_peer.py",
+                    cert,
+                    key,
+                    NULL};
+    uint16_t port = 0;
+    pid_t pid = s_spawn_peer(argv, &port);
+    cr_assert_gt(pid, 0, "TLS peer did not start");
+    char url[64];
+    snprintf(url, sizeof(url), "https://127.0.0.1:%u/api/v1/pods", port);
+
+    /* verified against the private CA, token sent */
+    lisa_http_request_t rq = {.url = url,
+                              .ca_file = cert,
+                              .bearer_token = "k8s-token",
+                              .timeout_ms = 5000};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
+                 lisa_http_response_error(resp));
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    cr_assert_str_eq(lisa_http_response_body(resp, NULL), "Bearer k8s-token");
+    lisa_http_response_destroy(&resp);
+
+    /* the same through the loop */
+    zloop_t *loop = zloop_new();
+    lisa_http_client_t *cli = lisa_http_client_new(loop, NULL);
+    s_result_t res = {0};
+    cr_assert_eq(lisa_http_client_send(cli, &rq, s_on_done, &res, NULL),
+                 LISA_OK);
+    s_run(loop, &res.done, 5000);
+    cr_assert_eq(res.rc, LISA_OK, "%s", res.error);
+    cr_assert_str_eq(res.body, "Bearer k8s-token");
+    lisa_http_client_destroy(&cli);
+    zloop_destroy(&loop);
+
+    /* without the CA the server is not trusted */
+    lisa_http_request_t untrusted = {
+        .url = url, .ca_file = "/dev/null", .timeout_ms = 5000};
+    cr_assert_neq(lisa_http_request_sync(&untrusted, &resp), LISA_OK);
+    cr_assert_str_neq(lisa_http_response_error(resp), "");
+    cr_assert_eq(lisa_http_response_status(resp), 0);
+    lisa_http_response_destroy(&resp);
+
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(cert);
+    unlink(key);
     rmdir(dir);
 }
