@@ -25,7 +25,10 @@
  * A watchdog thread enforces request_timeout_ms (MHD's own timeout is an
  * inactivity timeout that a client trickling one byte at a time never
  * trips): a connection still receiving its request after the deadline gets
- * shutdown(2) on its socket, which MHD sees as a closed peer. The socket is
+ * shutdown(2) on its socket, which MHD sees as a closed peer. The deadline
+ * runs from accept for a fresh connection, from the request line for a
+ * later request on a kept-alive one, and is idle_timeout_s longer while a
+ * kept-alive connection has not started its next request. The socket is
  * only touched while its entry is in our table, and MHD removes the entry
  * (notify "closed") before it closes the descriptor.
  */
@@ -78,6 +81,8 @@ typedef struct s_conn {
     MHD_socket fd;
     int64_t since_ms; /* start of the current receiving phase */
     bool receiving;   /* waiting for a complete request */
+    bool fresh;       /* no request completed on it yet */
+    bool in_request;  /* a request line arrived, the request is not complete */
     bool cut;         /* already shut down by the watchdog */
     struct s_conn *prev, *next;
 } s_conn_t;
@@ -318,6 +323,50 @@ s_queue(lisa_http_server_t *srv, struct MHD_Connection *conn, unsigned status,
 /* ------------------------------------------------------------------ */
 /* MHD callbacks                                                        */
 
+static s_conn_t *
+s_conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Connection phases for the watchdog (see s_watchdog). */
+typedef enum {
+    S_PHASE_REQUEST_LINE, /* a request line arrived */
+    S_PHASE_ANSWERING,    /* the request is complete */
+    S_PHASE_IDLE          /* the answer ended; waiting for the next one */
+} s_phase_t;
+
+static void
+s_conn_phase(lisa_http_server_t *srv, struct MHD_Connection *conn,
+             s_phase_t phase)
+{
+    s_conn_t *cx = s_conn_of(conn);
+    if (!cx)
+        return;
+    pthread_mutex_lock(&srv->mtx);
+    switch (phase) {
+    case S_PHASE_REQUEST_LINE:
+        /* a fresh connection keeps its deadline from accept */
+        if (!cx->fresh)
+            cx->since_ms = s_now_ms();
+        cx->in_request = true;
+        break;
+    case S_PHASE_ANSWERING:
+        cx->receiving = false;
+        cx->in_request = false;
+        break;
+    case S_PHASE_IDLE:
+        cx->receiving = true;
+        cx->in_request = false;
+        cx->fresh = false;
+        cx->since_ms = s_now_ms();
+        break;
+    }
+    pthread_mutex_unlock(&srv->mtx);
+}
+
 static void *
 s_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
@@ -331,6 +380,7 @@ s_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
     req->conn = conn;
     req->is_unix = l->is_unix;
     req->id = __atomic_add_fetch(&srv->next_id, 1, __ATOMIC_RELAXED);
+    s_conn_phase(srv, conn, S_PHASE_REQUEST_LINE);
     pthread_mutex_lock(&srv->mtx);
     req->next = srv->live;
     if (srv->live)
@@ -372,27 +422,6 @@ s_fill_peer(lisa_http_req_t *req, struct MHD_Connection *conn)
     req->peer = lisa_strdup(buf);
 }
 
-static s_conn_t *
-s_conn_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-static void
-s_conn_phase(lisa_http_server_t *srv, struct MHD_Connection *conn,
-             bool receiving)
-{
-    s_conn_t *cx = s_conn_of(conn);
-    if (!cx)
-        return;
-    pthread_mutex_lock(&srv->mtx);
-    cx->receiving = receiving;
-    cx->since_ms = s_now_ms();
-    pthread_mutex_unlock(&srv->mtx);
-}
-
 /* Answers right away from MHD's thread (first call or complete request). */
 static enum MHD_Result
 s_answer_now(lisa_http_req_t *req, unsigned status, struct MHD_Response *r)
@@ -414,7 +443,7 @@ static enum MHD_Result
 s_dispatch(s_listener_t *l, lisa_http_req_t *req)
 {
     lisa_http_server_t *srv = l->server;
-    s_conn_phase(srv, req->conn, false);
+    s_conn_phase(srv, req->conn, S_PHASE_ANSWERING);
     if (atomic_load(&srv->stopping))
         return s_answer_now(req, MHD_HTTP_SERVICE_UNAVAILABLE,
                             s_error_response("server is shutting down",
@@ -584,7 +613,7 @@ s_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     lisa_http_server_t *srv = l->server;
     lisa_http_req_t *req = *con_cls;
     *con_cls = NULL;
-    s_conn_phase(srv, conn, true);
+    s_conn_phase(srv, conn, S_PHASE_IDLE);
     if (!req)
         return;
     switch (toe) {
@@ -642,6 +671,7 @@ s_notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
         cx->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
         cx->since_ms = s_now_ms();
         cx->receiving = true;
+        cx->fresh = true;
         pthread_mutex_lock(&srv->mtx);
         cx->next = srv->conns;
         if (srv->conns)
@@ -1002,13 +1032,19 @@ s_watchdog(void *arg)
         if (srv->wd_stop)
             break;
         int64_t now = s_now_ms();
+        int64_t req_ms = (int64_t) srv->cfg.request_timeout_ms;
+        int64_t idle_ms = (int64_t) srv->cfg.idle_timeout_s * 1000 + req_ms;
         for (s_conn_t *cx = srv->conns; cx; cx = cx->next) {
             if (!cx->receiving || cx->cut || cx->fd == MHD_INVALID_SOCKET)
                 continue;
-            if (now - cx->since_ms < (int64_t) srv->cfg.request_timeout_ms)
+            bool strict = cx->fresh || cx->in_request;
+            if (now - cx->since_ms < (strict ? req_ms : idle_ms))
                 continue;
             cx->cut = true;
-            S_INC(srv, request_timeouts);
+            if (strict)
+                S_INC(srv, request_timeouts);
+            else
+                S_INC(srv, idle_timeouts);
             (void) shutdown(cx->fd, SHUT_RDWR);
             lisa_log_info("http: cut a connection that sent no complete "
                           "request within %u ms",

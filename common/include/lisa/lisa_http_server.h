@@ -34,10 +34,11 @@
  * Limits, each with a refusal counter (lisa_http_server_stats):
  *   - max_connections: further connections are accepted and closed at once.
  *   - request_timeout_ms: a connection must deliver a complete request
- *     (headers and body) within this time of being accepted or of its
- *     previous response, else it is cut (slow-loris defence). Time spent
- *     being answered does not count; idle time between keep-alive requests
- *     does.
+ *     (headers and body) within this time of being accepted (its first
+ *     request) or of the request line (later ones), else it is cut
+ *     (slow-loris defence). Time spent being answered does not count.
+ *     Between keep-alive requests a connection may idle idle_timeout_s
+ *     longer.
  *   - idle_timeout_s: libmicrohttpd's inactivity timeout on a socket that
  *     should be moving data (a kept, suspended request never times out).
  *   - max_header_bytes: the per-connection buffer for request line and
@@ -112,7 +113,7 @@ typedef struct {
     uint64_t responses;            /* responses and streams queued */
     uint64_t body_too_large;       /* 413 or closed: body over max_body */
     uint64_t request_timeouts;     /* cut: request not complete in time */
-    uint64_t idle_timeouts;        /* closed by the inactivity timeout */
+    uint64_t idle_timeouts;        /* closed: idle past idle_timeout_s */
     uint64_t bad_requests;         /* refused by libmicrohttpd (4xx) */
     uint64_t client_aborts;        /* client left before the answer ended */
     uint64_t stream_overflows;     /* pushes refused: stream queue full */

@@ -949,3 +949,63 @@ Test(lisa_http_server, thread_pool)
     cr_assert_eq(lisa_http_server_stats(srv).requests, 400);
     lisa_http_server_destroy(&srv);
 }
+
+/* A kept-alive connection that idles between requests is not a slow
+ * client: it keeps its connection past request_timeout_ms. */
+typedef struct {
+    int done;
+    int ok;
+} s_seq_t;
+
+static void
+s_seq_done(lisa_http_response_t *resp, void *arg)
+{
+    s_seq_t *s = arg;
+    if (lisa_http_response_rc(resp) == LISA_OK &&
+        lisa_http_response_status(resp) == 200)
+        s->ok++;
+    s->done++;
+}
+
+static int
+s_seq_stop(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_seq_t *s = arg;
+    return s->done ? -1 : 0;
+}
+
+Test(lisa_http_server, keep_alive_idle_is_not_slow_loris)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_echo,
+                                     .request_timeout_ms = 100,
+                                     .idle_timeout_s = 10};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/again");
+    zloop_t *loop = zloop_new();
+    lisa_http_client_t *cli = lisa_http_client_new(loop, NULL);
+    for (int i = 0; i < 2; i++) {
+        s_seq_t s = {0};
+        lisa_http_request_t rq = {.url = url};
+        cr_assert_eq(lisa_http_client_send(cli, &rq, s_seq_done, &s, NULL),
+                     LISA_OK);
+        int t = zloop_timer(loop, 2, 0, s_seq_stop, &s);
+        int g = zloop_timer(loop, 5000, 1, s_deadline, NULL);
+        zloop_start(loop);
+        zloop_timer_end(loop, t);
+        zloop_timer_end(loop, g);
+        cr_assert_eq(s.ok, 1);
+        if (i == 0)
+            s_sleep_ms(400); /* four request deadlines of idling */
+    }
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.connections_accepted, 1, "the connection was reused");
+    cr_assert_eq(st.request_timeouts, 0);
+    cr_assert_eq(st.idle_timeouts, 0);
+    lisa_http_client_destroy(&cli);
+    zloop_destroy(&loop);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
