@@ -735,6 +735,17 @@ s_mhd_log(void *cls, const char *fmt, va_list ap)
 /* ------------------------------------------------------------------ */
 /* streaming                                                            */
 
+/* A status MHD cannot send would drop the connection: answer 500. */
+static unsigned
+s_valid_status(const lisa_http_req_t *req, unsigned status)
+{
+    if (status >= 100 && status <= 599)
+        return status;
+    lisa_log_error("http: request %llu: invalid status %u, answering 500",
+                   (unsigned long long) req->id, status);
+    return 500;
+}
+
 static ssize_t
 s_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -774,6 +785,7 @@ lisa_rc_t
 lisa_http_req_stream_open(lisa_http_req_t *req, unsigned status,
                           const char *content_type)
 {
+    status = s_valid_status(req, status);
     struct MHD_Response *r = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, S_STREAM_BLOCK, s_stream_read, req, s_stream_free);
     if (!r) {
@@ -879,6 +891,7 @@ lisa_rc_t
 lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
                       const char *content_type, const void *body, size_t len)
 {
+    status = s_valid_status(req, status);
     struct MHD_Response *r =
         s_make_response(&req->resp_headers, content_type, body, len);
     lisa_rc_t rc = LISA_OK;

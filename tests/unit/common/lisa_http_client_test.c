@@ -810,3 +810,144 @@ Test(lisa_http_client, https_with_ca_file_and_bearer_token)
     unlink(key);
     rmdir(dir);
 }
+
+/* ------------------------------------------------------------------ */
+/* the gateway's shape: a loop-mode server whose handler calls upstream
+ * through the client on the same loop and relays the streamed answer    */
+
+typedef struct {
+    lisa_http_client_t *cli;
+    char upstream[96];
+    int relayed;
+    int finished;
+} s_proxy_t;
+
+typedef struct {
+    s_proxy_t *proxy;
+    lisa_http_req_t *req;
+} s_relay_t;
+
+static bool
+s_relay_chunk(const char *data, size_t len, long status, void *arg)
+{
+    s_relay_t *r = arg;
+    (void) status;
+    /* pushing into the server stream is allowed from inside on_chunk */
+    return lisa_http_req_stream_push(r->req, data, len) == LISA_OK;
+}
+
+static void
+s_relay_done(lisa_http_response_t *resp, void *arg)
+{
+    s_relay_t *r = arg;
+    if (lisa_http_response_rc(resp) == LISA_OK)
+        r->proxy->relayed++;
+    lisa_http_req_stream_close(r->req);
+    free(r);
+}
+
+static void
+s_proxy_handler(lisa_http_req_t *req, void *arg)
+{
+    s_proxy_t *p = arg;
+    if (lisa_http_req_stream_open(req, 200, "text/event-stream") != LISA_OK)
+        return;
+    s_relay_t *r = calloc(1, sizeof(*r));
+    r->proxy = p;
+    r->req = req;
+    lisa_http_request_t up = {.url = p->upstream, .on_chunk = s_relay_chunk};
+    if (lisa_http_client_send(p->cli, &up, s_relay_done, r, NULL) != LISA_OK) {
+        lisa_http_req_stream_close(req);
+        free(r);
+    }
+}
+
+typedef struct {
+    char url[96];
+    lisa_rc_t rc;
+    char body[1024];
+} s_fetch_t;
+
+static void *
+s_fetch(void *arg)
+{
+    s_fetch_t *f = arg;
+    lisa_http_request_t rq = {.url = f->url, .timeout_ms = 5000};
+    lisa_http_response_t *resp = NULL;
+    f->rc = lisa_http_request_sync(&rq, &resp);
+    snprintf(f->body, sizeof(f->body), "%s",
+             lisa_http_response_body(resp, NULL));
+    lisa_http_response_destroy(&resp);
+    return NULL;
+}
+
+Test(lisa_http_client, relay_stream_through_a_loop_mode_server)
+{
+    lisa_http_server_t *upstream = s_server(s_events, NULL);
+    zloop_t *loop = zloop_new();
+    s_proxy_t p = {.cli = lisa_http_client_new(loop, NULL)};
+    snprintf(p.upstream, sizeof(p.upstream), "http://127.0.0.1:%u/events",
+             lisa_http_server_port(upstream));
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_proxy_handler,
+                                     .handler_arg = &p,
+                                     .loop = loop};
+    lisa_http_server_t *gw = lisa_http_server_new(&cfg);
+    cr_assert_not_null(gw);
+    s_fetch_t f[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(f[i].url, sizeof(f[i].url),
+                 "http://127.0.0.1:%u/v1/chat/completions",
+                 lisa_http_server_port(gw));
+        pthread_create(&th[i], NULL, s_fetch, &f[i]);
+    }
+    s_until_t u = {&p.relayed, 3};
+    int t = zloop_timer(loop, 2, 0, s_until, &u);
+    int g = zloop_timer(loop, 10000, 1, s_give_up, NULL);
+    zloop_start(loop);
+    zloop_timer_end(loop, t);
+    zloop_timer_end(loop, g);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(f[i].rc, LISA_OK);
+        cr_assert_eq(strncmp(f[i].body, "data: 0\n\n", 9), 0);
+        cr_assert_not_null(strstr(f[i].body, "data: 19\n\n"));
+    }
+    cr_assert_eq(p.relayed, 3);
+    lisa_http_server_destroy(&gw);
+    lisa_http_client_destroy(&p.cli);
+    zloop_destroy(&loop);
+    lisa_http_server_destroy(&upstream);
+}
+
+Test(lisa_http_client, unix_socket_through_the_loop)
+{
+    char dir[] = "/tmp/lisa-http-ux-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/docker.sock", dir);
+    lisa_http_server_config_t cfg = {.unix_path = path, .handler = s_echo};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    zloop_t *loop = zloop_new();
+    lisa_http_client_t *cli = lisa_http_client_new(loop, NULL);
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    lisa_http_request_t rq = {.method = "POST",
+                              .url = "http://docker/v1.43/containers/create",
+                              .unix_socket = path,
+                              .headers = hdrs,
+                              .body = "{\"Image\":\"x\"}",
+                              .body_len = 13};
+    s_result_t res = {0};
+    cr_assert_eq(lisa_http_client_send(cli, &rq, s_on_done, &res, NULL),
+                 LISA_OK);
+    s_run(loop, &res.done, 5000);
+    cr_assert_eq(res.rc, LISA_OK, "%s", res.error);
+    cr_assert_str_eq(res.body,
+                     "POST /v1.43/containers/create {\"Image\":\"x\"}");
+    lisa_http_client_destroy(&cli);
+    zloop_destroy(&loop);
+    lisa_http_server_destroy(&srv);
+    rmdir(dir);
+}

@@ -1009,3 +1009,49 @@ Test(lisa_http_server, keep_alive_idle_is_not_slow_loris)
     free(url);
     lisa_http_server_destroy(&srv);
 }
+
+static void
+s_bad_status(lisa_http_req_t *req, void *arg)
+{
+    (void) arg;
+    lisa_http_req_respond(req, 42, "text/plain", "x", 1);
+}
+
+Test(lisa_http_server, invalid_status_becomes_500)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_bad_status};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/bad");
+    lisa_http_request_t rq = {.url = url};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    cr_assert_eq(lisa_http_response_status(resp), 500);
+    lisa_http_response_destroy(&resp);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+Test(lisa_http_server, bad_config_is_refused)
+{
+    lisa_http_server_config_t none = {.address = "127.0.0.1"};
+    cr_assert_null(lisa_http_server_new(&none), "no handler");
+    lisa_http_server_config_t nolisten = {.handler = s_echo};
+    cr_assert_null(lisa_http_server_new(&nolisten), "no listener");
+    char longpath[200];
+    memset(longpath, 'p', sizeof(longpath) - 1);
+    longpath[0] = '/';
+    longpath[sizeof(longpath) - 1] = '\0';
+    lisa_http_server_config_t badpath = {.unix_path = longpath,
+                                         .handler = s_echo};
+    cr_assert_null(lisa_http_server_new(&badpath), "unix path too long");
+    /* a port in use is reported, not ignored */
+    lisa_http_server_config_t a = {.address = "127.0.0.1", .handler = s_echo};
+    lisa_http_server_t *first = lisa_http_server_new(&a);
+    lisa_http_server_config_t b = {.address = "127.0.0.1",
+                                   .port = lisa_http_server_port(first),
+                                   .handler = s_echo};
+    lisa_http_server_t *second = lisa_http_server_new(&b);
+    cr_assert_null(second);
+    lisa_http_server_destroy(&first);
+}
