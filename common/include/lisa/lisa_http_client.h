@@ -22,6 +22,7 @@
  *   LISA_TIMEOUT      the deadline passed
  *   LISA_UNAVAILABLE  could not connect or resolve
  *   LISA_TOOLARGE     the response exceeded its bound
+ *   LISA_INVALID      a malformed URL or a scheme other than http/https
  *   LISA_ERR          any other transport error (curl's text in error)
  *
  * Rules for callbacks (they run inside lisa_http_client's loop handlers):
@@ -73,7 +74,10 @@ typedef struct {
     const char *cert_file;    /* PEM client certificate (mutual TLS) */
     const char *key_file;     /* PEM key of cert_file */
     const char *bearer_token; /* sends "Authorization: Bearer <token>" */
-    size_t max_response;      /* body bytes kept; 0: default */
+    /* Proxy URL; NULL: none (proxy variables in the environment are
+     * ignored, so a loopback call never wanders through a proxy). */
+    const char *proxy;
+    size_t max_response; /* body bytes kept; 0: default */
     /* Streaming: 2xx bodies go to on_chunk instead of being kept (other
      * statuses are kept, bounded, so done can show the error body). */
     lisa_http_chunk_fn *on_chunk;

@@ -162,6 +162,9 @@ Test(lisa_http_client, usage)
 
 Test(lisa_http_client, methods_and_sync)
 {
+    /* proxy variables in the environment are ignored (this one is dead) */
+    setenv("http_proxy", "http://127.0.0.1:1", 1);
+    setenv("HTTP_PROXY", "http://127.0.0.1:1", 1);
     lisa_http_server_t *srv = s_server(s_echo, NULL);
     char *url = s_url(srv, "/containers/abc");
     struct {
@@ -193,6 +196,14 @@ Test(lisa_http_client, methods_and_sync)
     cr_assert_eq(lisa_http_request_sync(&head, &resp), LISA_OK);
     cr_assert_eq(lisa_http_response_status(resp), 200);
     cr_assert_str_eq(lisa_http_response_body(resp, NULL), "");
+    lisa_http_response_destroy(&resp);
+    /* only http and https: a file URL is refused, not read */
+    lisa_http_request_t file = {.url = "file:///etc/hostname"};
+    cr_assert_eq(lisa_http_request_sync(&file, &resp), LISA_INVALID);
+    cr_assert_str_eq(lisa_http_response_body(resp, NULL), "");
+    lisa_http_response_destroy(&resp);
+    lisa_http_request_t junk = {.url = "http://[::1"};
+    cr_assert_eq(lisa_http_request_sync(&junk, &resp), LISA_INVALID);
     lisa_http_response_destroy(&resp);
     /* a request without a URL is refused before anything is sent */
     lisa_http_request_t bad = {0};
