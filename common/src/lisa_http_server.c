@@ -968,6 +968,25 @@ lisa_http_req_header(const lisa_http_req_t *req, const char *name)
     return NULL;
 }
 
+size_t
+lisa_http_req_header_count(const lisa_http_req_t *req)
+{
+    return req->headers.n;
+}
+
+bool
+lisa_http_req_header_at(const lisa_http_req_t *req, size_t i, const char **name,
+                        const char **value)
+{
+    if (i >= req->headers.n)
+        return false;
+    if (name)
+        *name = req->headers.v[i].name;
+    if (value)
+        *value = req->headers.v[i].value;
+    return true;
+}
+
 const char *
 lisa_http_req_body(const lisa_http_req_t *req, size_t *len)
 {

@@ -144,6 +144,11 @@ const char *lisa_http_req_path(const lisa_http_req_t *req);
 const char *lisa_http_req_query(const lisa_http_req_t *req, const char *name);
 /* Value of request header `name` (case-insensitive), or NULL. */
 const char *lisa_http_req_header(const lisa_http_req_t *req, const char *name);
+/* Number of request headers, and header `i` (0-based, arrival order) for
+ * iteration; returns false when i is out of range. */
+size_t lisa_http_req_header_count(const lisa_http_req_t *req);
+bool lisa_http_req_header_at(const lisa_http_req_t *req, size_t i,
+                             const char **name, const char **value);
 /* The whole request body (NUL-terminated for convenience); *len may be
  * NULL. Never NULL: an empty body is "". */
 const char *lisa_http_req_body(const lisa_http_req_t *req, size_t *len);

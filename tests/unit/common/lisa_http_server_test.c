@@ -62,6 +62,14 @@ s_echo(lisa_http_req_t *req, void *arg)
     const char *body = lisa_http_req_body(req, &len);
     const char *name = lisa_http_req_query(req, "name");
     const char *hdr = lisa_http_req_header(req, "x-lisa-test");
+    /* iteration sees the same header, with the client's spelling */
+    bool seen = false;
+    const char *hn = NULL, *hv = NULL;
+    for (size_t i = 0; lisa_http_req_header_at(req, i, &hn, &hv); i++)
+        if (strcmp(hn, "X-Lisa-Test") == 0 && hdr && strcmp(hv, hdr) == 0)
+            seen = true;
+    cr_assert_eq(seen, hdr != NULL);
+    cr_assert_geq(lisa_http_req_header_count(req), hdr ? 1 : 0);
     json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:s%, s:s}", "method",
                           lisa_http_req_method(req), "path",
                           lisa_http_req_path(req), "name", name, "hdr", hdr,
