@@ -78,8 +78,9 @@ typedef struct {
      * ignored, so a loopback call never wanders through a proxy). */
     const char *proxy;
     size_t max_response; /* body bytes kept; 0: default */
-    /* Streaming: 2xx bodies go to on_chunk instead of being kept (other
-     * statuses are kept, bounded, so done can show the error body). */
+    /* Streaming: 2xx bodies go to on_chunk instead of being kept, with no
+     * size bound (the callback decides when to stop); other statuses are
+     * kept, bounded by max_response, so done can show the error body. */
     lisa_http_chunk_fn *on_chunk;
     /* on_chunk's argument for lisa_http_request_sync (the asynchronous
      * client passes send's `arg` instead). */
