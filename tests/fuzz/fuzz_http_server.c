@@ -38,8 +38,7 @@ s_handler(lisa_http_req_t *req, void *arg)
         return;
     }
     if (strncmp(path, "/stream", 7) == 0) {
-        if (lisa_http_req_stream_open(req, 200, "text/event-stream") !=
-            LISA_OK)
+        if (lisa_http_req_stream_open(req, 200, "text/event-stream") != LISA_OK)
             return;
         (void) lisa_http_req_stream_push(req, body, len);
         (void) lisa_http_req_stream_push(req, "data: [DONE]\n\n", 14);

@@ -162,6 +162,9 @@ Test(lisa_http_client, usage)
 
 Test(lisa_http_client, methods_and_sync)
 {
+    /* proxy variables in the environment are ignored (this one is dead) */
+    setenv("http_proxy", "http://127.0.0.1:1", 1);
+    setenv("HTTP_PROXY", "http://127.0.0.1:1", 1);
     lisa_http_server_t *srv = s_server(s_echo, NULL);
     char *url = s_url(srv, "/containers/abc");
     struct {
@@ -193,6 +196,14 @@ Test(lisa_http_client, methods_and_sync)
     cr_assert_eq(lisa_http_request_sync(&head, &resp), LISA_OK);
     cr_assert_eq(lisa_http_response_status(resp), 200);
     cr_assert_str_eq(lisa_http_response_body(resp, NULL), "");
+    lisa_http_response_destroy(&resp);
+    /* only http and https: a file URL is refused, not read */
+    lisa_http_request_t file = {.url = "file:///etc/hostname"};
+    cr_assert_eq(lisa_http_request_sync(&file, &resp), LISA_INVALID);
+    cr_assert_str_eq(lisa_http_response_body(resp, NULL), "");
+    lisa_http_response_destroy(&resp);
+    lisa_http_request_t junk = {.url = "http://[::1"};
+    cr_assert_eq(lisa_http_request_sync(&junk, &resp), LISA_INVALID);
     lisa_http_response_destroy(&resp);
     /* a request without a URL is refused before anything is sent */
     lisa_http_request_t bad = {0};
@@ -598,25 +609,23 @@ Test(lisa_http_client, send_from_done_callback)
 /* ------------------------------------------------------------------ */
 /* a third-party server: Python's http.server                           */
 
+/* Spawns argv (under timeout(1), so it cannot outlive a failed test by
+ * long) and reads "... port N ..." from its first stdout line. posix_spawn:
+ * nothing runs in a forked copy of this threaded process. */
 static pid_t
-s_python_server(const char *dir, uint16_t *port)
+s_spawn_peer(char *const argv[], uint16_t *port)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
-    /* posix_spawn: nothing runs in a forked copy of this threaded process */
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p[1], 1);
     posix_spawn_file_actions_addclose(&fa, p[0]);
     posix_spawn_file_actions_addclose(&fa, p[1]);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    /* under timeout(1): the server cannot outlive a failed test by long */
-    char *argv[] = {"timeout",   "60",          "python3",    "-u",
-                    "-m",        "http.server", "0",          "--bind",
-                    "127.0.0.1", "--directory", (char *) dir, NULL};
     extern char **environ;
     pid_t pid = -1;
-    int rc = posix_spawnp(&pid, "timeout", &fa, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
         close(p[0]);
@@ -634,14 +643,23 @@ s_python_server(const char *dir, uint16_t *port)
         n++;
     }
     close(p[0]);
-    const char *at = strstr(line, " port ");
+    const char *at = strstr(line, "port ");
     if (!at) {
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
         return -1;
     }
-    *port = (uint16_t) atoi(at + 6);
+    *port = (uint16_t) atoi(at + 5);
     return pid;
+}
+
+static pid_t
+s_python_server(const char *dir, uint16_t *port)
+{
+    char *argv[] = {"timeout",   "60",          "python3",    "-u",
+                    "-m",        "http.server", "0",          "--bind",
+                    "127.0.0.1", "--directory", (char *) dir, NULL};
+    return s_spawn_peer(argv, port);
 }
 
 Test(lisa_http_client, against_python_http_server)
@@ -705,5 +723,242 @@ Test(lisa_http_client, against_python_http_server)
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     unlink(file);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* HTTPS with a private CA and a bearer token (the Kubernetes shape)    */
+
+/* Runs argv to completion, quietly; returns its exit status or -1. */
+static int
+s_run_cmd(char *const argv[])
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    extern char **environ;
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return -1;
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(lisa_http_client, https_with_ca_file_and_bearer_token)
+{
+    char dir[] = "/tmp/lisa-http-tls-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char cert[128], key[128];
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    char *gen[] = {"timeout",  "60",
+                   "openssl",  "req",
+                   "-x509",    "-newkey",
+                   "rsa:2048", "-nodes",
+                   "-keyout",  key,
+                   "-out",     cert,
+                   "-days",    "1",
+                   "-subj",    "/CN=127.0.0.1",
+                   "-addext",  "subjectAltName=IP:127.0.0.1",
+                   NULL};
+    if (s_run_cmd(gen) != 0) {
+        rmdir(dir);
+        cr_skip_test("openssl is not available");
+    }
+    char *argv[] = {"timeout",
+                    "60",
+                    "python3",
+                    "-u",
+                    LISA_SOURCE_DIR "/tests/unit/common/lisa_http_tls_peer.py",
+                    cert,
+                    key,
+                    NULL};
+    uint16_t port = 0;
+    pid_t pid = s_spawn_peer(argv, &port);
+    cr_assert_gt(pid, 0, "TLS peer did not start");
+    char url[64];
+    snprintf(url, sizeof(url), "https://127.0.0.1:%u/api/v1/pods", port);
+
+    /* verified against the private CA, token sent */
+    lisa_http_request_t rq = {.url = url,
+                              .ca_file = cert,
+                              .bearer_token = "k8s-token",
+                              .timeout_ms = 5000};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
+                 lisa_http_response_error(resp));
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    cr_assert_str_eq(lisa_http_response_body(resp, NULL), "Bearer k8s-token");
+    lisa_http_response_destroy(&resp);
+
+    /* the same through the loop */
+    zloop_t *loop = zloop_new();
+    lisa_http_client_t *cli = lisa_http_client_new(loop, NULL);
+    s_result_t res = {0};
+    cr_assert_eq(lisa_http_client_send(cli, &rq, s_on_done, &res, NULL),
+                 LISA_OK);
+    s_run(loop, &res.done, 5000);
+    cr_assert_eq(res.rc, LISA_OK, "%s", res.error);
+    cr_assert_str_eq(res.body, "Bearer k8s-token");
+    lisa_http_client_destroy(&cli);
+    zloop_destroy(&loop);
+
+    /* without the CA the server is not trusted */
+    lisa_http_request_t untrusted = {
+        .url = url, .ca_file = "/dev/null", .timeout_ms = 5000};
+    cr_assert_neq(lisa_http_request_sync(&untrusted, &resp), LISA_OK);
+    cr_assert_str_neq(lisa_http_response_error(resp), "");
+    cr_assert_eq(lisa_http_response_status(resp), 0);
+    lisa_http_response_destroy(&resp);
+
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* the gateway's shape: a loop-mode server whose handler calls upstream
+ * through the client on the same loop and relays the streamed answer    */
+
+typedef struct {
+    lisa_http_client_t *cli;
+    char upstream[96];
+    int relayed;
+    int finished;
+} s_proxy_t;
+
+typedef struct {
+    s_proxy_t *proxy;
+    lisa_http_req_t *req;
+} s_relay_t;
+
+static bool
+s_relay_chunk(const char *data, size_t len, long status, void *arg)
+{
+    s_relay_t *r = arg;
+    (void) status;
+    /* pushing into the server stream is allowed from inside on_chunk */
+    return lisa_http_req_stream_push(r->req, data, len) == LISA_OK;
+}
+
+static void
+s_relay_done(lisa_http_response_t *resp, void *arg)
+{
+    s_relay_t *r = arg;
+    if (lisa_http_response_rc(resp) == LISA_OK)
+        r->proxy->relayed++;
+    lisa_http_req_stream_close(r->req);
+    free(r);
+}
+
+static void
+s_proxy_handler(lisa_http_req_t *req, void *arg)
+{
+    s_proxy_t *p = arg;
+    if (lisa_http_req_stream_open(req, 200, "text/event-stream") != LISA_OK)
+        return;
+    s_relay_t *r = calloc(1, sizeof(*r));
+    r->proxy = p;
+    r->req = req;
+    lisa_http_request_t up = {.url = p->upstream, .on_chunk = s_relay_chunk};
+    if (lisa_http_client_send(p->cli, &up, s_relay_done, r, NULL) != LISA_OK) {
+        lisa_http_req_stream_close(req);
+        free(r);
+    }
+}
+
+typedef struct {
+    char url[96];
+    lisa_rc_t rc;
+    char body[1024];
+} s_fetch_t;
+
+static void *
+s_fetch(void *arg)
+{
+    s_fetch_t *f = arg;
+    lisa_http_request_t rq = {.url = f->url, .timeout_ms = 5000};
+    lisa_http_response_t *resp = NULL;
+    f->rc = lisa_http_request_sync(&rq, &resp);
+    snprintf(f->body, sizeof(f->body), "%s",
+             lisa_http_response_body(resp, NULL));
+    lisa_http_response_destroy(&resp);
+    return NULL;
+}
+
+Test(lisa_http_client, relay_stream_through_a_loop_mode_server)
+{
+    lisa_http_server_t *upstream = s_server(s_events, NULL);
+    zloop_t *loop = zloop_new();
+    s_proxy_t p = {.cli = lisa_http_client_new(loop, NULL)};
+    snprintf(p.upstream, sizeof(p.upstream), "http://127.0.0.1:%u/events",
+             lisa_http_server_port(upstream));
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_proxy_handler,
+                                     .handler_arg = &p,
+                                     .loop = loop};
+    lisa_http_server_t *gw = lisa_http_server_new(&cfg);
+    cr_assert_not_null(gw);
+    s_fetch_t f[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(f[i].url, sizeof(f[i].url),
+                 "http://127.0.0.1:%u/v1/chat/completions",
+                 lisa_http_server_port(gw));
+        pthread_create(&th[i], NULL, s_fetch, &f[i]);
+    }
+    s_until_t u = {&p.relayed, 3};
+    int t = zloop_timer(loop, 2, 0, s_until, &u);
+    int g = zloop_timer(loop, 10000, 1, s_give_up, NULL);
+    zloop_start(loop);
+    zloop_timer_end(loop, t);
+    zloop_timer_end(loop, g);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(f[i].rc, LISA_OK);
+        cr_assert_eq(strncmp(f[i].body, "data: 0\n\n", 9), 0);
+        cr_assert_not_null(strstr(f[i].body, "data: 19\n\n"));
+    }
+    cr_assert_eq(p.relayed, 3);
+    lisa_http_server_destroy(&gw);
+    lisa_http_client_destroy(&p.cli);
+    zloop_destroy(&loop);
+    lisa_http_server_destroy(&upstream);
+}
+
+Test(lisa_http_client, unix_socket_through_the_loop)
+{
+    char dir[] = "/tmp/lisa-http-ux-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/docker.sock", dir);
+    lisa_http_server_config_t cfg = {.unix_path = path, .handler = s_echo};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    zloop_t *loop = zloop_new();
+    lisa_http_client_t *cli = lisa_http_client_new(loop, NULL);
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    lisa_http_request_t rq = {.method = "POST",
+                              .url = "http://docker/v1.43/containers/create",
+                              .unix_socket = path,
+                              .headers = hdrs,
+                              .body = "{\"Image\":\"x\"}",
+                              .body_len = 13};
+    s_result_t res = {0};
+    cr_assert_eq(lisa_http_client_send(cli, &rq, s_on_done, &res, NULL),
+                 LISA_OK);
+    s_run(loop, &res.done, 5000);
+    cr_assert_eq(res.rc, LISA_OK, "%s", res.error);
+    cr_assert_str_eq(res.body,
+                     "POST /v1.43/containers/create {\"Image\":\"x\"}");
+    lisa_http_client_destroy(&cli);
+    zloop_destroy(&loop);
+    lisa_http_server_destroy(&srv);
     rmdir(dir);
 }

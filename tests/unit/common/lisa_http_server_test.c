@@ -62,6 +62,14 @@ s_echo(lisa_http_req_t *req, void *arg)
     const char *body = lisa_http_req_body(req, &len);
     const char *name = lisa_http_req_query(req, "name");
     const char *hdr = lisa_http_req_header(req, "x-lisa-test");
+    /* iteration sees the same header, with the client's spelling */
+    bool seen = false;
+    const char *hn = NULL, *hv = NULL;
+    for (size_t i = 0; lisa_http_req_header_at(req, i, &hn, &hv); i++)
+        if (strcmp(hn, "X-Lisa-Test") == 0 && hdr && strcmp(hv, hdr) == 0)
+            seen = true;
+    cr_assert_eq(seen, hdr != NULL);
+    cr_assert_geq(lisa_http_req_header_count(req), hdr ? 1 : 0);
     json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:s%, s:s}", "method",
                           lisa_http_req_method(req), "path",
                           lisa_http_req_path(req), "name", name, "hdr", hdr,
@@ -948,4 +956,110 @@ Test(lisa_http_server, thread_pool)
     cr_assert_eq(ok, 400);
     cr_assert_eq(lisa_http_server_stats(srv).requests, 400);
     lisa_http_server_destroy(&srv);
+}
+
+/* A kept-alive connection that idles between requests is not a slow
+ * client: it keeps its connection past request_timeout_ms. */
+typedef struct {
+    int done;
+    int ok;
+} s_seq_t;
+
+static void
+s_seq_done(lisa_http_response_t *resp, void *arg)
+{
+    s_seq_t *s = arg;
+    if (lisa_http_response_rc(resp) == LISA_OK &&
+        lisa_http_response_status(resp) == 200)
+        s->ok++;
+    s->done++;
+}
+
+static int
+s_seq_stop(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_seq_t *s = arg;
+    return s->done ? -1 : 0;
+}
+
+Test(lisa_http_server, keep_alive_idle_is_not_slow_loris)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_echo,
+                                     .request_timeout_ms = 100,
+                                     .idle_timeout_s = 10};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/again");
+    zloop_t *loop = zloop_new();
+    lisa_http_client_t *cli = lisa_http_client_new(loop, NULL);
+    for (int i = 0; i < 2; i++) {
+        s_seq_t s = {0};
+        lisa_http_request_t rq = {.url = url};
+        cr_assert_eq(lisa_http_client_send(cli, &rq, s_seq_done, &s, NULL),
+                     LISA_OK);
+        int t = zloop_timer(loop, 2, 0, s_seq_stop, &s);
+        int g = zloop_timer(loop, 5000, 1, s_deadline, NULL);
+        zloop_start(loop);
+        zloop_timer_end(loop, t);
+        zloop_timer_end(loop, g);
+        cr_assert_eq(s.ok, 1);
+        if (i == 0)
+            s_sleep_ms(400); /* four request deadlines of idling */
+    }
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.connections_accepted, 1, "the connection was reused");
+    cr_assert_eq(st.request_timeouts, 0);
+    cr_assert_eq(st.idle_timeouts, 0);
+    lisa_http_client_destroy(&cli);
+    zloop_destroy(&loop);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+static void
+s_bad_status(lisa_http_req_t *req, void *arg)
+{
+    (void) arg;
+    lisa_http_req_respond(req, 42, "text/plain", "x", 1);
+}
+
+Test(lisa_http_server, invalid_status_becomes_500)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_bad_status};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/bad");
+    lisa_http_request_t rq = {.url = url};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    cr_assert_eq(lisa_http_response_status(resp), 500);
+    lisa_http_response_destroy(&resp);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+Test(lisa_http_server, bad_config_is_refused)
+{
+    lisa_http_server_config_t none = {.address = "127.0.0.1"};
+    cr_assert_null(lisa_http_server_new(&none), "no handler");
+    lisa_http_server_config_t nolisten = {.handler = s_echo};
+    cr_assert_null(lisa_http_server_new(&nolisten), "no listener");
+    char longpath[200];
+    memset(longpath, 'p', sizeof(longpath) - 1);
+    longpath[0] = '/';
+    longpath[sizeof(longpath) - 1] = '\0';
+    lisa_http_server_config_t badpath = {.unix_path = longpath,
+                                         .handler = s_echo};
+    cr_assert_null(lisa_http_server_new(&badpath), "unix path too long");
+    /* a port in use is reported, not ignored */
+    lisa_http_server_config_t a = {.address = "127.0.0.1", .handler = s_echo};
+    lisa_http_server_t *first = lisa_http_server_new(&a);
+    lisa_http_server_config_t b = {.address = "127.0.0.1",
+                                   .port = lisa_http_server_port(first),
+                                   .handler = s_echo};
+    lisa_http_server_t *second = lisa_http_server_new(&b);
+    cr_assert_null(second);
+    lisa_http_server_destroy(&first);
 }
