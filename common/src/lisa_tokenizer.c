@@ -227,8 +227,12 @@ s_merge_insert(lisa_tokenizer_t *self, int32_t a, int32_t b, uint32_t rank,
     size_t mask = self->merges_cap - 1;
     size_t i = (size_t) s_hash_u64(key) & mask;
     while (self->merges[i].id >= 0) {
-        if (self->merges[i].key == key)
-            return; /* first (lowest) rank of a duplicate pair wins */
+        if (self->merges[i].key == key) {
+            /* a pair listed twice keeps its last rank, as HF's map does */
+            self->merges[i].rank = rank;
+            self->merges[i].id = id;
+            return;
+        }
         i = (i + 1) & mask;
     }
     self->merges[i] = (s_merge_t){.key = key, .rank = rank, .id = id};
