@@ -76,6 +76,7 @@ main(int argc, char **argv)
         return 1;
     lisa_ids_t *ids = lisa_ids_new(64u << 20);
     size_t rounds = 0, ntok = 0;
+    size_t ntok_round = 0;
     /* one warm-up round fills the word cache, as HF's */
     for (int warm = 1; warm >= 0; warm--) {
         t0 = s_now();
@@ -96,6 +97,7 @@ main(int argc, char **argv)
         } while (!warm && s_now() - t0 < seconds);
     }
     double dt = s_now() - t0;
+    ntok_round = rounds ? ntok / (rounds + 1) : 0; /* + the warm-up */
     double lisa_mbps = (double) nbytes * (double) rounds / dt / 1e6;
 
     snprintf(cmd, sizeof cmd,
@@ -119,7 +121,10 @@ main(int argc, char **argv)
     printf("corpus: %zu texts, %.2f MB\n", json_array_size(texts),
            (double) nbytes / 1e6);
     printf("lisa load tokenizer.json:        %8.3f s\n", load);
-    printf("lisa encode (1 thread):          %8.2f MB/s\n", lisa_mbps);
+    printf("lisa encode (1 thread):          %8.2f MB/s (%.2f M tokens/s, "
+           "%.2f bytes/token)\n",
+           lisa_mbps, (double) ntok_round * (double) rounds / dt / 1e6,
+           ntok_round ? (double) nbytes / (double) ntok_round : 0.0);
     printf("HF tokenizers encode (python):   %8.2f MB/s\n", hf);
     printf("HF tokenizers encode_batch:      %8.2f MB/s (%ld cores)\n",
            hf_batch, sysconf(_SC_NPROCESSORS_ONLN));

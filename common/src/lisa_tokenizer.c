@@ -95,6 +95,10 @@ struct lisa_tokenizer_t {
     bool nfc;
     pcre2_code *re[S_MAX_REGEX];
     size_t n_re;
+    /* The patterns are linear per match, but a whitespace run of many
+     * megabytes backtracks once per byte: PCRE2's default match limit
+     * (10 million) would refuse texts HF accepts. */
+    pcre2_match_context *mctx;
 
     int32_t eos, im_start, im_end, endoftext;
 
@@ -223,8 +227,12 @@ s_merge_insert(lisa_tokenizer_t *self, int32_t a, int32_t b, uint32_t rank,
     size_t mask = self->merges_cap - 1;
     size_t i = (size_t) s_hash_u64(key) & mask;
     while (self->merges[i].id >= 0) {
-        if (self->merges[i].key == key)
-            return; /* first (lowest) rank of a duplicate pair wins */
+        if (self->merges[i].key == key) {
+            /* a pair listed twice keeps its last rank, as HF's map does */
+            self->merges[i].rank = rank;
+            self->merges[i].id = id;
+            return;
+        }
         i = (i + 1) & mask;
     }
     self->merges[i] = (s_merge_t){.key = key, .rank = rank, .id = id};
@@ -1125,6 +1133,8 @@ lisa_tokenizer_new_from_json(const char *data, size_t len)
     }
     lisa_tokenizer_t *self = lisa_calloc(1, sizeof *self);
     pthread_mutex_init(&self->cache_lock, NULL);
+    self->mctx = pcre2_match_context_create(NULL);
+    pcre2_set_match_limit(self->mctx, UINT32_MAX);
     self->cache = lisa_calloc(S_CACHE_SLOTS, sizeof *self->cache);
     self->cache_keys = lisa_malloc(S_CACHE_ARENA);
     self->cache_ids = lisa_malloc(S_CACHE_ARENA);
@@ -1240,6 +1250,8 @@ lisa_tokenizer_destroy(lisa_tokenizer_t **p)
     lisa_free(&self->norm_set.toks);
     for (size_t i = 0; i < self->n_re; i++)
         pcre2_code_free(self->re[i]);
+    if (self->mctx)
+        pcre2_match_context_free(self->mctx);
     pthread_mutex_destroy(&self->cache_lock);
     lisa_free(&self->cache);
     lisa_free(&self->cache_keys);
@@ -1494,7 +1506,7 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
     lisa_rc_t rc = LISA_OK;
     while (pos < n) {
         int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK, md,
-                            NULL);
+                            self->mctx);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0) {

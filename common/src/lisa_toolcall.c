@@ -285,3 +285,34 @@ lisa_toolcalls_get(const lisa_toolcalls_t *self, size_t i)
 {
     return i < self->n ? &self->calls[i].pub : NULL;
 }
+
+json_t *
+lisa_toolcalls_message(const lisa_toolcalls_t *self)
+{
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_t *calls = json_array();
+    for (size_t i = 0; i < self->n; i++) {
+        const lisa_toolcall_t *c = &self->calls[i].pub;
+        if (c->error)
+            continue;
+        json_t *fn = json_object();
+        json_object_set_new(fn, "name", json_string(c->name));
+        json_object_set_new(fn, "arguments", json_string(c->arguments));
+        json_t *call = json_object();
+        json_object_set_new(call, "id", json_string(c->id));
+        json_object_set_new(call, "type", json_string("function"));
+        json_object_set_new(call, "function", fn);
+        json_array_append_new(calls, call);
+    }
+    bool empty = self->content[0] == '\0';
+    json_object_set_new(msg, "content",
+                        empty && json_array_size(calls) > 0
+                            ? json_null()
+                            : json_string(self->content));
+    if (json_array_size(calls) > 0)
+        json_object_set_new(msg, "tool_calls", calls);
+    else
+        json_decref(calls);
+    return msg;
+}

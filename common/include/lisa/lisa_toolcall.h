@@ -25,6 +25,7 @@
 
 #include "lisa/lisa_rc.h"
 
+#include <jansson.h>
 #include <stddef.h>
 
 #define LISA_TOOLCALL_MAX_CALLS 64
@@ -62,5 +63,12 @@ size_t lisa_toolcalls_errors(const lisa_toolcalls_t *self);
 /* Block i (< count), borrowed. */
 const lisa_toolcall_t *lisa_toolcalls_get(const lisa_toolcalls_t *self,
                                           size_t i);
+
+/* The OpenAI assistant message for the parse: {"role": "assistant",
+ * "content": CONTENT or null (when empty and there are calls),
+ * "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}] (well-formed calls only; the key is absent when there are
+ * none)}. A new reference, owned by the caller. */
+json_t *lisa_toolcalls_message(const lisa_toolcalls_t *self);
 
 #endif

@@ -8,6 +8,7 @@
 #include "lisa/lisa_tokenizer.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <string.h>
 
 #define QWEN LISA_SOURCE_DIR "/tests/fixtures/qwen3-tokenizer"
@@ -240,4 +241,50 @@ Test(lisa_tokenizer, bad_files)
     cr_assert_arr_eq(lisa_ids_data(ids), want, sizeof want);
     lisa_ids_destroy(&ids);
     lisa_tokenizer_destroy(&t);
+}
+
+typedef struct {
+    lisa_tokenizer_t *tok;
+    const char *text;
+    lisa_ids_t *ids;
+} s_job_t;
+
+static void *
+s_worker(void *arg)
+{
+    s_job_t *job = arg;
+    for (int round = 0; round < 20; round++) {
+        lisa_ids_clear(job->ids);
+        if (lisa_tokenizer_encode(job->tok, job->text, strlen(job->text), true,
+                                  job->ids) != LISA_OK)
+            return NULL;
+    }
+    return job;
+}
+
+Test(lisa_tokenizer, shared_between_threads, .init = s_setup,
+     .fini = s_teardown)
+{
+    /* one tokenizer, four threads: same ids as a single-threaded encode */
+    const char *text = "The quick brown fox; les caf\xc3\xa9s; 12345 "
+                       "<|im_end|> \xe6\x97\xa5\xe6\x9c\xac \n\n  x";
+    lisa_ids_t *want = lisa_ids_new(1024);
+    cr_assert_eq(lisa_tokenizer_encode(s_qwen, text, strlen(text), true, want),
+                 LISA_OK);
+    pthread_t th[4];
+    s_job_t jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (s_job_t){s_qwen, text, lisa_ids_new(1024)};
+        cr_assert_eq(pthread_create(&th[i], NULL, s_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        cr_assert_not_null(r);
+        cr_assert_eq(lisa_ids_len(jobs[i].ids), lisa_ids_len(want));
+        cr_assert_arr_eq(lisa_ids_data(jobs[i].ids), lisa_ids_data(want),
+                         lisa_ids_len(want) * sizeof(int32_t));
+        lisa_ids_destroy(&jobs[i].ids);
+    }
+    lisa_ids_destroy(&want);
 }

@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static lisa_toolcalls_t *
@@ -100,4 +101,28 @@ Test(lisa_toolcall, bounded)
     cr_assert_str_eq(lisa_toolcalls_get(tc, 0)->id, "call_0");
     lisa_toolcalls_destroy(&tc);
     cr_assert_null(lisa_toolcalls_parse(buf, LISA_TOOLCALL_MAX_TEXT + 1, NULL));
+}
+
+Test(lisa_toolcall, openai_message)
+{
+    lisa_toolcalls_t *tc = s_parse("<tool_call>\n{\"name\": \"f\", "
+                                   "\"arguments\": {\"a\": 1}}\n</tool_call>"
+                                   "<tool_call>oops</tool_call>");
+    json_t *m = lisa_toolcalls_message(tc);
+    char *s = json_dumps(m, JSON_COMPACT);
+    cr_assert_str_eq(s, "{\"role\":\"assistant\",\"content\":null,"
+                        "\"tool_calls\":[{\"id\":\"call_0\",\"type\":"
+                        "\"function\",\"function\":{\"name\":\"f\","
+                        "\"arguments\":\"{\\\"a\\\": 1}\"}}]}");
+    free(s);
+    json_decref(m);
+    lisa_toolcalls_destroy(&tc);
+    tc = s_parse("plain answer");
+    m = lisa_toolcalls_message(tc);
+    s = json_dumps(m, JSON_COMPACT);
+    cr_assert_str_eq(s, "{\"role\":\"assistant\",\"content\":"
+                        "\"plain answer\"}");
+    free(s);
+    json_decref(m);
+    lisa_toolcalls_destroy(&tc);
 }
