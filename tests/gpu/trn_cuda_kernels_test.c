@@ -9,6 +9,7 @@
  *                                    at Qwen3-4B shapes
  */
 #include "trn_cuda.h"
+#include "trn_safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,7 +60,7 @@ s_rand_bf16(size_t n, double scale, double **vals)
     trn_bf16_t *h = malloc(n * sizeof *h);
     *vals = malloc(n * sizeof **vals);
     for (size_t i = 0; i < n; i++) {
-        h[i] = trn_bf16_from_f32((float) (s_rand() * scale));
+        h[i] = trn_f32_to_bf16((float) (s_rand() * scale));
         (*vals)[i] = trn_bf16_to_f32(h[i]);
     }
     return h;
@@ -188,10 +189,10 @@ test_linear(trn_blas_t *b)
 /* ------------------------------------------------------------------ */
 
 static void
-test_rmsnorm(int rows, int dim, int stride, int f32_in)
+test_rmsnorm(int rows, int dim, int stride, int group, int f32_in)
 {
     double eps = 1e-6;
-    size_t n = (size_t) rows * stride;
+    size_t n = (size_t) (rows / group) * stride;
     double *x, *w, *dout;
     trn_bf16_t *hx = s_rand_bf16(n, 2, &x);
     trn_bf16_t *hw = s_rand_bf16((size_t) dim, 1, &w);
@@ -209,16 +210,18 @@ test_rmsnorm(int rows, int dim, int stride, int f32_in)
     trn_cuda_memset(gx, 0, (size_t) rows * dim * 4, NULL);
     float *gw = s_dev(NULL, (size_t) dim * 4);
     trn_cuda_memset(gw, 0, (size_t) dim * 4, NULL);
-    RC(trn_k_rmsnorm_fwd(out, dim, rstd, dxf, dxb, stride, dw, rows, dim,
+    int ls = dim * group; /* outputs: packed rows */
+    RC(trn_k_rmsnorm_fwd(out, ls, rstd, dxf, dxb, stride, dw, rows, dim, group,
                          (float) eps, NULL));
-    RC(trn_k_rmsnorm_bwd(gx, NULL, dim, 1, gw, dg, dim, dxf, dxb, stride, dw,
-                         rstd, rows, dim, NULL));
+    RC(trn_k_rmsnorm_bwd(gx, NULL, ls, 1, gw, dg, ls, dxf, dxb, stride, dw,
+                         rstd, rows, dim, group, NULL));
     RC(trn_cuda_sync());
     double *ro = malloc((size_t) rows * dim * 8);
     double *rgx = malloc((size_t) rows * dim * 8);
     double *rgw = calloc((size_t) dim, 8);
     for (int r = 0; r < rows; r++) {
-        const double *xr = x + (size_t) r * stride;
+        const double *xr =
+            x + (size_t) (r / group) * stride + (size_t) (r % group) * dim;
         double ss = 0;
         for (int j = 0; j < dim; j++)
             ss += xr[j] * xr[j];
@@ -287,8 +290,8 @@ test_rope(void)
             for (int i = 0; i < D / 2; i++) {
                 float inv = 1.0f / powf((float) theta, (float) (2 * i) / D);
                 float ang = (float) pos[t] * inv;
-                double c = trn_bf16_to_f32(trn_bf16_from_f32(cosf(ang)));
-                double s = trn_bf16_to_f32(trn_bf16_from_f32(sinf(ang)));
+                double c = trn_bf16_to_f32(trn_f32_to_bf16(cosf(ang)));
+                double s = trn_bf16_to_f32(trn_f32_to_bf16(sinf(ang)));
                 size_t b = (size_t) t * stride + (size_t) h * D;
                 double x1 = x[b + i], x2 = x[b + i + D / 2];
                 ref[b + i] = x1 * c - x2 * s;
@@ -483,9 +486,8 @@ test_attention(int T, int H, int Hk, int D, int nseg)
                dout, ro, rl, rg, rdk, rdv);
     for (size_t t = 0; t < (size_t) T; t++) /* merge into one q|k|v layout */
         for (int j = 0; j < Hk * D; j++) {
-            rg[t * stride + H * D + j] = rdk[t * stride + H * D + j];
-            rg[t * stride + (H + Hk) * D + j] =
-                rdv[t * stride + (H + Hk) * D + j];
+            rg[t * stride + H * D + j] = rdk[t * stride + j];
+            rg[t * stride + (H + Hk) * D + j] = rdv[t * stride + j];
         }
     char name[96];
     double *got;
@@ -733,9 +735,9 @@ main(int argc, char **argv)
         return 1;
     }
     test_linear(b);
-    test_rmsnorm(257, 2560, 2560, 1);
-    test_rmsnorm(300 * 4, 128, 128, 0);
-    test_rmsnorm(77, 128, 6 * 128, 0); /* strided head rows */
+    test_rmsnorm(257, 2560, 2560, 1, 1);
+    test_rmsnorm(300 * 4, 128, 128, 1, 0);
+    test_rmsnorm(77 * 4, 128, 6 * 128, 4, 0); /* head rows in q|k|v lines */
     test_rope();
     test_swiglu_embed();
     test_attention(300, 4, 2, 64, 2);

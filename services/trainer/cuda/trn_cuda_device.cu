@@ -3,8 +3,6 @@
  */
 #include "trn_cuda_common.cuh"
 
-#include <string.h>
-
 extern "C" lisa_rc_t
 trn_cuda_set_device(int dev)
 {
@@ -68,6 +66,14 @@ trn_cuda_download(void *dst, const void *src, size_t bytes)
 }
 
 extern "C" lisa_rc_t
+trn_cuda_copy(void *dst, const void *src, size_t bytes, trn_cuda_stream_t *s)
+{
+    TRN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                 trn_stream(s)));
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
 trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s)
 {
     TRN_CUDA_TRY(cudaMemsetAsync(p, v, bytes, trn_stream(s)));
@@ -79,24 +85,4 @@ trn_cuda_sync(void)
 {
     TRN_CUDA_TRY(cudaDeviceSynchronize());
     return LISA_OK;
-}
-
-extern "C" trn_bf16_t
-trn_bf16_from_f32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays a quiet NaN */
-        return (trn_bf16_t) ((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (trn_bf16_t) (u >> 16);
-}
-
-extern "C" float
-trn_bf16_to_f32(trn_bf16_t b)
-{
-    uint32_t u = (uint32_t) b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }

@@ -15,16 +15,25 @@ s_in(const float *f, const trn_bf16_t *b, size_t i)
     return f ? f[i] : trn_ld(b + i);
 }
 
+/* Offset of row r: rows come `group` to a line of `stride` values, each
+ * `dim` wide (group 1: plain strided rows). */
+__device__ __forceinline__ size_t
+s_row(int r, int group, int stride, int dim)
+{
+    return (size_t) (r / group) * (size_t) stride +
+           (size_t) (r % group) * (size_t) dim;
+}
+
 __global__ void
 s_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd, const float *in_f,
               const trn_bf16_t *in_b, int in_stride, const trn_bf16_t *w,
-              int rows, int dim, float eps)
+              int rows, int dim, int group, float eps)
 {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * S_WARPS + (threadIdx.x >> 5);
     if (row >= rows)
         return;
-    size_t base = (size_t) row * (size_t) in_stride;
+    size_t base = s_row(row, group, in_stride, dim);
     float ss = 0.0f;
     for (int j = lane; j < dim; j += 32) {
         float x = s_in(in_f, in_b, base + (size_t) j);
@@ -34,7 +43,7 @@ s_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd, const float *in_f,
     float r = rsqrtf(ss / (float) dim + eps);
     if (lane == 0 && rstd)
         rstd[row] = r;
-    trn_bf16_t *o = out + (size_t) row * (size_t) out_stride;
+    trn_bf16_t *o = out + s_row(row, group, out_stride, dim);
     for (int j = lane; j < dim; j += 32) {
         float n = trn_round_bf16(s_in(in_f, in_b, base + (size_t) j) * r);
         trn_st(o + j, trn_ld(w + j) * n);
@@ -44,14 +53,15 @@ s_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd, const float *in_f,
 extern "C" lisa_rc_t
 trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
                   const float *in_f32, const trn_bf16_t *in_bf16, int in_stride,
-                  const trn_bf16_t *w, int rows, int dim, float eps,
+                  const trn_bf16_t *w, int rows, int dim, int group, float eps,
                   trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(out && w && (in_f32 || in_bf16) && rows > 0 && dim > 0);
-    TRN_REQUIRE(in_stride >= dim && out_stride >= dim);
+    TRN_REQUIRE(group >= 1 && rows % group == 0);
+    TRN_REQUIRE(in_stride >= dim * group && out_stride >= dim * group);
     s_rmsnorm_fwd<<<TRN_CEIL_DIV(rows, S_WARPS), 32 * S_WARPS, 0,
                     trn_stream(s)>>>(out, out_stride, rstd, in_f32, in_bf16,
-                                     in_stride, w, rows, dim, eps);
+                                     in_stride, w, rows, dim, group, eps);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
@@ -62,7 +72,8 @@ __global__ void
 s_rmsnorm_bwd(float *dx_f, trn_bf16_t *dx_b, int dx_stride, int accumulate,
               float *dw, const trn_bf16_t *dout, int dout_stride,
               const float *in_f, const trn_bf16_t *in_b, int in_stride,
-              const trn_bf16_t *w, const float *rstd, int rows, int dim)
+              const trn_bf16_t *w, const float *rstd, int rows, int dim,
+              int group)
 {
     extern __shared__ float s_dw[];
     int lane = threadIdx.x & 31;
@@ -72,8 +83,8 @@ s_rmsnorm_bwd(float *dx_f, trn_bf16_t *dx_b, int dx_stride, int accumulate,
     int warps_total = gridDim.x * S_WARPS;
     for (int row = blockIdx.x * S_WARPS + (threadIdx.x >> 5); row < rows;
          row += warps_total) {
-        size_t ib = (size_t) row * (size_t) in_stride;
-        size_t gb = (size_t) row * (size_t) dout_stride;
+        size_t ib = s_row(row, group, in_stride, dim);
+        size_t gb = s_row(row, group, dout_stride, dim);
         float r = rstd[row];
         float dot = 0.0f;
         for (int j = lane; j < dim; j += 32) {
@@ -83,7 +94,7 @@ s_rmsnorm_bwd(float *dx_f, trn_bf16_t *dx_b, int dx_stride, int accumulate,
             atomicAdd(&s_dw[j], g * trn_round_bf16(n));
         }
         dot = trn_warp_sum(dot) / (float) dim;
-        size_t ob = (size_t) row * (size_t) dx_stride;
+        size_t ob = s_row(row, group, dx_stride, dim);
         for (int j = lane; j < dim; j += 32) {
             float n = s_in(in_f, in_b, ib + (size_t) j) * r;
             float g = trn_ld(dout + gb + (size_t) j) * trn_ld(w + j);
@@ -105,17 +116,19 @@ trn_k_rmsnorm_bwd(float *dx_f32, trn_bf16_t *dx_bf16, int dx_stride,
                   int accumulate, float *dw, const trn_bf16_t *dout,
                   int dout_stride, const float *in_f32,
                   const trn_bf16_t *in_bf16, int in_stride, const trn_bf16_t *w,
-                  const float *rstd, int rows, int dim, trn_cuda_stream_t *s)
+                  const float *rstd, int rows, int dim, int group,
+                  trn_cuda_stream_t *s)
 {
     TRN_REQUIRE((dx_f32 || dx_bf16) && dw && dout && w && rstd);
     TRN_REQUIRE((in_f32 || in_bf16) && rows > 0 && dim > 0 && dim <= 16384);
+    TRN_REQUIRE(group >= 1 && rows % group == 0);
     int blocks = TRN_CEIL_DIV(rows, S_WARPS);
     if (blocks > 264)
         blocks = 264; /* two waves of 132 multiprocessors */
     size_t shm = (size_t) dim * sizeof(float);
     s_rmsnorm_bwd<<<blocks, 32 * S_WARPS, shm, trn_stream(s)>>>(
         dx_f32, dx_bf16, dx_stride, accumulate, dw, dout, dout_stride, in_f32,
-        in_bf16, in_stride, w, rstd, rows, dim);
+        in_bf16, in_stride, w, rstd, rows, dim, group);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }

@@ -44,13 +44,15 @@ void trn_cuda_free(void *pp);
 /* Host <-> device copies (synchronous). */
 lisa_rc_t trn_cuda_upload(void *dst, const void *src, size_t bytes);
 lisa_rc_t trn_cuda_download(void *dst, const void *src, size_t bytes);
+/* Device-to-device copy of `bytes` on `s`. */
+lisa_rc_t trn_cuda_copy(void *dst, const void *src, size_t bytes,
+                        trn_cuda_stream_t *s);
 /* Sets `bytes` of device memory to byte value `v` on `s`. */
 lisa_rc_t trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s);
 /* Waits for all work on the device. */
 lisa_rc_t trn_cuda_sync(void);
-/* Converts between fp32 and bf16 on the host (round to nearest even). */
-trn_bf16_t trn_bf16_from_f32(float f);
-float trn_bf16_to_f32(trn_bf16_t b);
+/* Host-side bf16 conversions are trn_f32_to_bf16 / trn_bf16_to_f32
+ * (trn_safetensors.h). */
 
 /* --- matrix products (cuBLASLt, bf16 inputs, fp32 accumulation) -------- */
 
@@ -90,13 +92,16 @@ lisa_rc_t trn_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids,
                           int T, int C, int vocab, trn_cuda_stream_t *s);
 
 /* RMSNorm as Qwen3RMSNorm: out = w * bf16(x * rsqrt(mean(x^2) + eps)).
- * Rows are `rows` vectors of `dim` values at `in + r*in_stride` (fp32 input
- * when in_f32 is set, else bf16 at in_bf16) written to out + r*out_stride.
+ * Rows are `rows` vectors of `dim` values, `group` of them side by side in
+ * each line of a buffer: row r starts at (r/group)*stride + (r%group)*dim
+ * (group 1: row r at r*stride; group = heads: Qwen3's per-head q/k norms
+ * inside a fused q|k|v row). Input is fp32 (in_f32) or bf16 (in_bf16).
  * rstd[r] is saved for the backward pass. */
 lisa_rc_t trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
                             const float *in_f32, const trn_bf16_t *in_bf16,
                             int in_stride, const trn_bf16_t *w, int rows,
-                            int dim, float eps, trn_cuda_stream_t *s);
+                            int dim, int group, float eps,
+                            trn_cuda_stream_t *s);
 /* Backward of trn_k_rmsnorm_fwd. dout is bf16 rows (stride dout_stride).
  * dx is written (fp32 when dx_f32, accumulating if accumulate; else bf16 at
  * dx_bf16, overwritten, stride dx_stride); dw (fp32, [dim]) accumulates. */
@@ -105,7 +110,7 @@ lisa_rc_t trn_k_rmsnorm_bwd(float *dx_f32, trn_bf16_t *dx_bf16, int dx_stride,
                             int dout_stride, const float *in_f32,
                             const trn_bf16_t *in_bf16, int in_stride,
                             const trn_bf16_t *w, const float *rstd, int rows,
-                            int dim, trn_cuda_stream_t *s);
+                            int dim, int group, trn_cuda_stream_t *s);
 
 /* Half-split RoPE, in place, on `heads` heads of width D for each token t
  * at x + t*stride + h*D, with positions pos[t], as transformers computes it

@@ -1,0 +1,552 @@
+/*
+ * trn_gpu_model: forward and backward of Qwen3 on one GPU, composed from
+ * the kernels of trn_cuda.h.
+ *
+ * Per layer, forward:
+ *   h1   = rmsnorm(x, w_in)                      bf16 [T, C]
+ *   qkv  = h1 @ [Wq;Wk;Wv]^T                     bf16 [T, S], S=(H+2Hk)D
+ *   qkvn = qkv with q,k head-normed and roped    bf16 [T, S]
+ *   o    = attention(qkvn)                       bf16 [T, H*D]
+ *   xm   = x + o @ Wo^T                          fp32 [T, C]
+ *   h2   = rmsnorm(xm, w_post); gu = h2 @ [Wg;Wu]^T; a = silu(g)*u
+ *   x'   = xm + a @ Wd^T
+ * The layer inputs x are kept (fp32); the backward pass recomputes the rest
+ * of a layer just before differentiating it.
+ */
+#include "trn_gpu_model.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "trn_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Offsets (elements) of one layer's tensors in the parameter array. */
+typedef struct {
+    size_t w_in, qkv, o, q_norm, k_norm, w_post, gu, down;
+} s_layer_t;
+
+struct trn_gpu_model {
+    trn_config_t cfg;
+    int C, I, H, Hk, D, S, L, V;
+    size_t n_params;
+    size_t embed, final_norm, lm_head;
+    s_layer_t *layers;
+    trn_blas_t *blas;
+    float *w32, *grad, *m, *v; /* fp32 [n_params] */
+    trn_bf16_t *wb;            /* bf16 [n_params] */
+    float *scalar;             /* device scratch scalar */
+    int step;
+    /* activations, sized for cap_T tokens */
+    size_t cap_T, chunk;
+    int32_t *tokens, *targets, *pos, *seg;
+    float *xs; /* (L+1) x [T, C] layer inputs */
+    float *xm; /* [T, C] */
+    trn_bf16_t *h1, *qkv, *qkvn, *o, *h2, *gu, *a, *hf;
+    float *rstd1, *rstd2, *rstdq, *rstdk, *rstdf, *lse;
+    float *dx;                               /* fp32 [T, C] */
+    trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
+    float *attn_scratch;
+    float *logits;       /* fp32 [chunk, V] */
+    trn_bf16_t *dlogits; /* bf16 [chunk, V] */
+    float *logp, *dlogp; /* [T] */
+    size_t T;            /* tokens of the last forward */
+    float inv_temp;
+    int have_forward;
+};
+
+static void
+s_err(trn_err_t *err, const char *msg)
+{
+    if (err)
+        snprintf(err->msg, sizeof err->msg, "%s", msg);
+    lisa_log_error("gpu model: %s", msg);
+}
+
+#define S_TRY(x)                                                               \
+    do {                                                                       \
+        rc = (x);                                                              \
+        if (rc != LISA_OK)                                                     \
+            goto out;                                                          \
+    } while (0)
+
+static long
+s_find(const trn_model_t *src, const char *name)
+{
+    return trn_model_tensor_find(src, name);
+}
+
+/* Offset of tensor `name` in the contiguous parameter array. */
+static int
+s_offset(const trn_model_t *src, const char *name, size_t *off)
+{
+    long i = s_find(src, name);
+    if (i < 0)
+        return -1;
+    *off = (size_t) (trn_model_tensor_data((trn_model_t *) (uintptr_t) src,
+                                           (size_t) i) -
+                     trn_model_params((trn_model_t *) (uintptr_t) src));
+    return 0;
+}
+
+static int
+s_layer_offsets(const trn_model_t *src, int l, s_layer_t *ly)
+{
+    char nm[160];
+    struct {
+        const char *suffix;
+        size_t *off;
+    } t[] = {{"input_layernorm.weight", &ly->w_in},
+             {"self_attn.q_proj.weight", &ly->qkv},
+             {"self_attn.o_proj.weight", &ly->o},
+             {"self_attn.q_norm.weight", &ly->q_norm},
+             {"self_attn.k_norm.weight", &ly->k_norm},
+             {"post_attention_layernorm.weight", &ly->w_post},
+             {"mlp.gate_proj.weight", &ly->gu},
+             {"mlp.down_proj.weight", &ly->down}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, t[i].suffix);
+        if (s_offset(src, nm, t[i].off) != 0)
+            return -1;
+    }
+    /* q|k|v and gate|up must be adjacent for the fused products. */
+    size_t k_off, v_off, up_off;
+    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_proj.weight", l);
+    if (s_offset(src, nm, &k_off) != 0)
+        return -1;
+    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.v_proj.weight", l);
+    if (s_offset(src, nm, &v_off) != 0)
+        return -1;
+    snprintf(nm, sizeof nm, "model.layers.%d.mlp.up_proj.weight", l);
+    if (s_offset(src, nm, &up_off) != 0)
+        return -1;
+    const trn_config_t *c = trn_model_config(src);
+    size_t qn =
+        (size_t) (c->num_attention_heads * c->head_dim * c->hidden_size);
+    size_t kn =
+        (size_t) (c->num_key_value_heads * c->head_dim * c->hidden_size);
+    size_t gn = (size_t) (c->intermediate_size * c->hidden_size);
+    if (k_off != ly->qkv + qn || v_off != k_off + kn || up_off != ly->gu + gn)
+        return -1;
+    return 0;
+}
+
+trn_gpu_model_t *
+trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
+{
+    trn_gpu_model_t *g = lisa_calloc(1, sizeof *g);
+    const trn_config_t *c = trn_model_config(src);
+    g->cfg = *c;
+    g->C = (int) c->hidden_size;
+    g->I = (int) c->intermediate_size;
+    g->H = (int) c->num_attention_heads;
+    g->Hk = (int) c->num_key_value_heads;
+    g->D = (int) c->head_dim;
+    g->L = (int) c->num_hidden_layers;
+    g->V = (int) c->vocab_size;
+    g->S = (g->H + 2 * g->Hk) * g->D;
+    g->n_params = trn_model_num_params(src);
+    g->chunk = 1024;
+    if (g->D != 16 && g->D != 32 && g->D != 64 && g->D != 128) {
+        s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
+        goto fail;
+    }
+    if (s_offset(src, "model.embed_tokens.weight", &g->embed) != 0 ||
+        s_offset(src, "model.norm.weight", &g->final_norm) != 0) {
+        s_err(err, "model lacks embed_tokens or norm");
+        goto fail;
+    }
+    if (c->tie_word_embeddings)
+        g->lm_head = g->embed;
+    else if (s_offset(src, "lm_head.weight", &g->lm_head) != 0) {
+        s_err(err, "untied model lacks lm_head.weight");
+        goto fail;
+    }
+    g->layers = lisa_calloc((size_t) g->L, sizeof *g->layers);
+    for (int l = 0; l < g->L; l++)
+        if (s_layer_offsets(src, l, &g->layers[l]) != 0) {
+            s_err(err, "unexpected tensor layout (q|k|v or gate|up apart)");
+            goto fail;
+        }
+    g->blas = trn_blas_new();
+    size_t P = g->n_params;
+    g->w32 = trn_cuda_malloc(P * 4);
+    g->grad = trn_cuda_malloc(P * 4);
+    g->m = trn_cuda_malloc(P * 4);
+    g->v = trn_cuda_malloc(P * 4);
+    g->wb = trn_cuda_malloc(P * 2);
+    g->scalar = trn_cuda_malloc(64);
+    if (!g->blas || !g->w32 || !g->grad || !g->m || !g->v || !g->wb ||
+        !g->scalar) {
+        s_err(err, "out of device memory for the weights");
+        goto fail;
+    }
+    if (trn_cuda_upload(g->w32,
+                        trn_model_params((trn_model_t *) (uintptr_t) src),
+                        P * 4) != LISA_OK ||
+        trn_k_f32_to_bf16(g->wb, g->w32, P, NULL) != LISA_OK ||
+        trn_cuda_memset(g->grad, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_memset(g->m, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_memset(g->v, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_sync() != LISA_OK) {
+        s_err(err, "uploading weights failed");
+        goto fail;
+    }
+    return g;
+fail:
+    trn_gpu_model_destroy(&g);
+    return NULL;
+}
+
+static void
+s_free_acts(trn_gpu_model_t *g)
+{
+    void **p[] = {
+        (void **) &g->tokens, (void **) &g->targets, (void **) &g->pos,
+        (void **) &g->seg,    (void **) &g->xs,      (void **) &g->xm,
+        (void **) &g->h1,     (void **) &g->qkv,     (void **) &g->qkvn,
+        (void **) &g->o,      (void **) &g->h2,      (void **) &g->gu,
+        (void **) &g->a,      (void **) &g->hf,      (void **) &g->rstd1,
+        (void **) &g->rstd2,  (void **) &g->rstdq,   (void **) &g->rstdk,
+        (void **) &g->rstdf,  (void **) &g->lse,     (void **) &g->dx,
+        (void **) &g->dxb,    (void **) &g->dqkv,    (void **) &g->dgu,
+        (void **) &g->da,     (void **) &g->dhf,     (void **) &g->attn_scratch,
+        (void **) &g->logits, (void **) &g->dlogits, (void **) &g->logp,
+        (void **) &g->dlogp};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        trn_cuda_free(p[i]);
+    g->cap_T = 0;
+}
+
+void
+trn_gpu_model_destroy(trn_gpu_model_t **gp)
+{
+    if (!gp || !*gp)
+        return;
+    trn_gpu_model_t *g = *gp;
+    s_free_acts(g);
+    trn_cuda_free(&g->w32);
+    trn_cuda_free(&g->grad);
+    trn_cuda_free(&g->m);
+    trn_cuda_free(&g->v);
+    trn_cuda_free(&g->wb);
+    trn_cuda_free(&g->scalar);
+    trn_blas_destroy(&g->blas);
+    lisa_free(&g->layers);
+    lisa_free(gp);
+}
+
+static lisa_rc_t
+s_reserve(trn_gpu_model_t *g, size_t T)
+{
+    if (T <= g->cap_T)
+        return LISA_OK;
+    s_free_acts(g);
+    size_t C = (size_t) g->C, I = (size_t) g->I, S = (size_t) g->S;
+    size_t HD = (size_t) (g->H * g->D), V = (size_t) g->V;
+    size_t ch = g->chunk;
+    struct {
+        void **p;
+        size_t bytes;
+    } a[] = {
+        {(void **) &g->tokens, T * 4},
+        {(void **) &g->targets, T * 4},
+        {(void **) &g->pos, T * 4},
+        {(void **) &g->seg, T * 4},
+        {(void **) &g->xs, ((size_t) g->L + 1) * T * C * 4},
+        {(void **) &g->xm, T * C * 4},
+        {(void **) &g->h1, T * C * 2},
+        {(void **) &g->qkv, T * S * 2},
+        {(void **) &g->qkvn, T * S * 2},
+        {(void **) &g->o, T * HD * 2},
+        {(void **) &g->h2, T * C * 2},
+        {(void **) &g->gu, T * 2 * I * 2},
+        {(void **) &g->a, T * I * 2},
+        {(void **) &g->hf, T * C * 2},
+        {(void **) &g->rstd1, T * 4},
+        {(void **) &g->rstd2, T * 4},
+        {(void **) &g->rstdq, T * (size_t) g->H * 4},
+        {(void **) &g->rstdk, T * (size_t) g->Hk * 4},
+        {(void **) &g->rstdf, T * 4},
+        {(void **) &g->lse, T * (size_t) g->H * 4},
+        {(void **) &g->dx, T * C * 4},
+        {(void **) &g->dxb, T * (C > HD ? C : HD) * 2},
+        {(void **) &g->dqkv, T * S * 2},
+        {(void **) &g->dgu, T * 2 * I * 2},
+        {(void **) &g->da, T * (I > HD ? I : HD) * 2},
+        {(void **) &g->dhf, T * C * 2},
+        {(void **) &g->attn_scratch,
+         T * (size_t) g->H * ((size_t) g->D + 1) * 4},
+        {(void **) &g->logits, ch * V * 4},
+        {(void **) &g->dlogits, ch * V * 2},
+        {(void **) &g->logp, T * 4},
+        {(void **) &g->dlogp, T * 4},
+    };
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+        *a[i].p = trn_cuda_malloc(a[i].bytes);
+        if (!*a[i].p) {
+            s_free_acts(g);
+            return LISA_TOOLARGE;
+        }
+    }
+    g->cap_T = T;
+    return LISA_OK;
+}
+
+/* Runs layer l forward from xs[l]; writes xs[l+1] when `write_out`. */
+static lisa_rc_t
+s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out)
+{
+    lisa_rc_t rc = LISA_OK;
+    const s_layer_t *ly = &g->layers[l];
+    const trn_bf16_t *W = g->wb;
+    size_t C = (size_t) g->C, S = (size_t) g->S;
+    int H = g->H, Hk = g->Hk, D = g->D, I = g->I;
+    float eps = (float) g->cfg.rms_norm_eps;
+    float *x = g->xs + (size_t) l * (size_t) T * C;
+
+    S_TRY(trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C, W + ly->w_in,
+                            T, g->C, 1, eps, NULL));
+    S_TRY(trn_linear_fwd(g->blas, NULL, g->qkv, g->h1, W + ly->qkv, T, g->C,
+                         g->S, 0, NULL));
+    S_TRY(trn_cuda_copy(g->qkvn, g->qkv, (size_t) T * S * 2, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->qkvn, g->S, g->rstdq, NULL, g->qkv, g->S,
+                            W + ly->q_norm, T * H, D, H, eps, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->qkvn + H * D, g->S, g->rstdk, NULL,
+                            g->qkv + H * D, g->S, W + ly->k_norm, T * Hk, D, Hk,
+                            eps, NULL));
+    S_TRY(trn_k_rope(g->qkvn, g->S, g->pos, T, H, D, (float) g->cfg.rope_theta,
+                     0, NULL));
+    S_TRY(trn_k_rope(g->qkvn + H * D, g->S, g->pos, T, Hk, D,
+                     (float) g->cfg.rope_theta, 0, NULL));
+    S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
+                         g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
+                         NULL));
+    S_TRY(trn_cuda_copy(g->xm, x, (size_t) T * C * 4, NULL));
+    S_TRY(trn_linear_fwd(g->blas, g->xm, NULL, g->o, W + ly->o, T, H * D, g->C,
+                         1, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
+                            W + ly->w_post, T, g->C, 1, eps, NULL));
+    S_TRY(trn_linear_fwd(g->blas, NULL, g->gu, g->h2, W + ly->gu, T, g->C,
+                         2 * I, 0, NULL));
+    S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, I, NULL));
+    if (write_out) {
+        float *y = x + (size_t) T * C;
+        S_TRY(trn_cuda_copy(y, g->xm, (size_t) T * C * 4, NULL));
+        S_TRY(trn_linear_fwd(g->blas, y, NULL, g->a, W + ly->down, T, I, g->C,
+                             1, NULL));
+    }
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
+                      trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    g->have_forward = 0;
+    if (!b || !b->tokens || !b->targets || !b->seq_offsets || b->n_seqs < 1 ||
+        b->n_tokens < 1 || b->seq_offsets[0] != 0 ||
+        b->seq_offsets[b->n_seqs] != b->n_tokens || !(b->temperature > 0) ||
+        b->n_tokens > (size_t) INT32_MAX / 4) {
+        s_err(err, "invalid batch");
+        return LISA_INVALID;
+    }
+    size_t T = b->n_tokens;
+    int32_t *pos = lisa_malloc(T * 4), *seg = lisa_malloc(T * 4);
+    for (size_t s = 0; s < b->n_seqs; s++) {
+        if (b->seq_offsets[s + 1] <= b->seq_offsets[s]) {
+            s_err(err, "sequence offsets must increase");
+            rc = LISA_INVALID;
+            goto out;
+        }
+        for (size_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++) {
+            pos[t] = (int32_t) (t - b->seq_offsets[s]);
+            seg[t] = (int32_t) s;
+        }
+    }
+    for (size_t t = 0; t < T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= g->V || b->targets[t] >= g->V ||
+            pos[t] >= g->cfg.max_position_embeddings) {
+            s_err(err, "token id or position out of range");
+            rc = LISA_INVALID;
+            goto out;
+        }
+    rc = s_reserve(g, T);
+    if (rc != LISA_OK) {
+        s_err(err, "out of device memory for activations");
+        goto out;
+    }
+    g->T = T;
+    g->inv_temp = 1.0f / b->temperature;
+    S_TRY(trn_cuda_upload(g->tokens, b->tokens, T * 4));
+    S_TRY(trn_cuda_upload(g->targets, b->targets, T * 4));
+    S_TRY(trn_cuda_upload(g->pos, pos, T * 4));
+    S_TRY(trn_cuda_upload(g->seg, seg, T * 4));
+    int Ti = (int) T;
+    S_TRY(trn_k_embed_fwd(g->xs, g->wb + g->embed, g->tokens, Ti, g->C, g->V,
+                          NULL));
+    for (int l = 0; l < g->L; l++)
+        S_TRY(s_layer_fwd(g, l, Ti, 1));
+    float *xl = g->xs + (size_t) g->L * T * (size_t) g->C;
+    S_TRY(trn_k_rmsnorm_fwd(g->hf, g->C, g->rstdf, xl, NULL, g->C,
+                            g->wb + g->final_norm, Ti, g->C, 1,
+                            (float) g->cfg.rms_norm_eps, NULL));
+    for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
+        int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
+        S_TRY(trn_linear_fwd(g->blas, g->logits, NULL,
+                             g->hf + r0 * (size_t) g->C, g->wb + g->lm_head, cn,
+                             g->C, g->V, 0, NULL));
+        S_TRY(trn_k_logprob(g->logp + r0, NULL, NULL, g->logits,
+                            g->targets + r0, NULL, NULL, cn, g->V, g->inv_temp,
+                            NULL));
+    }
+    S_TRY(trn_cuda_download(logp, g->logp, T * 4));
+    g->have_forward = 1;
+out:
+    if (rc != LISA_OK && err && !err->msg[0])
+        s_err(err, "forward failed on the device");
+    lisa_free(&pos);
+    lisa_free(&seg);
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp, trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (!g->have_forward) {
+        s_err(err, "backward without a forward");
+        return LISA_CONFLICT;
+    }
+    size_t T = g->T, C = (size_t) g->C;
+    int Ti = (int) T, H = g->H, Hk = g->Hk, D = g->D, I = g->I;
+    float *G = g->grad;
+    const trn_bf16_t *W = g->wb;
+    S_TRY(trn_cuda_upload(g->dlogp, dlogp, T * 4));
+    /* LM head in chunks: recompute logits, form dlogits, project back. */
+    for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
+        int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
+        const trn_bf16_t *hc = g->hf + r0 * C;
+        S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head, cn,
+                             g->C, g->V, 0, NULL));
+        S_TRY(trn_k_logprob(g->logp + r0, NULL, g->dlogits, g->logits,
+                            g->targets + r0, g->dlogp + r0, NULL, cn, g->V,
+                            g->inv_temp, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->dhf + r0 * C, g->dlogits,
+                                  W + g->lm_head, cn, g->C, g->V, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + g->lm_head, g->dlogits, hc, cn,
+                                    g->C, g->V, NULL));
+    }
+    S_TRY(trn_cuda_memset(g->dx, 0, T * C * 4, NULL));
+    S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + g->final_norm, g->dhf,
+                            g->C, g->xs + (size_t) g->L * T * C, NULL, g->C,
+                            W + g->final_norm, g->rstdf, Ti, g->C, 1, NULL));
+    for (int l = g->L - 1; l >= 0; l--) {
+        const s_layer_t *ly = &g->layers[l];
+        float *x = g->xs + (size_t) l * T * C;
+        S_TRY(s_layer_fwd(g, l, Ti, 0));
+        /* MLP */
+        S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
+                                  g->C, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->down, g->dxb, g->a, Ti, I,
+                                    g->C, NULL));
+        S_TRY(trn_k_swiglu_bwd(g->dgu, g->da, g->gu, Ti, I, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dgu, W + ly->gu, Ti, g->C,
+                                  2 * I, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->gu, g->dgu, g->h2, Ti,
+                                    g->C, 2 * I, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_post, g->dhf,
+                                g->C, g->xm, NULL, g->C, W + ly->w_post,
+                                g->rstd2, Ti, g->C, 1, NULL));
+        /* attention */
+        S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->o, Ti, H * D,
+                                  g->C, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->o, g->dxb, g->o, Ti, H * D,
+                                    g->C, NULL));
+        S_TRY(trn_k_attn_bwd(g->dqkv, g->dqkv + H * D, g->dqkv + (H + Hk) * D,
+                             g->S, g->attn_scratch, g->da, g->o, g->lse,
+                             g->qkvn, g->qkvn + H * D, g->qkvn + (H + Hk) * D,
+                             g->S, g->seg, Ti, H, Hk, D, NULL));
+        S_TRY(trn_k_rope(g->dqkv, g->S, g->pos, Ti, H, D,
+                         (float) g->cfg.rope_theta, 1, NULL));
+        S_TRY(trn_k_rope(g->dqkv + H * D, g->S, g->pos, Ti, Hk, D,
+                         (float) g->cfg.rope_theta, 1, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv, g->S, 0, G + ly->q_norm, g->dqkv,
+                                g->S, NULL, g->qkv, g->S, W + ly->q_norm,
+                                g->rstdq, Ti * H, D, H, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv + H * D, g->S, 0, G + ly->k_norm,
+                                g->dqkv + H * D, g->S, NULL, g->qkv + H * D,
+                                g->S, W + ly->k_norm, g->rstdk, Ti * Hk, D, Hk,
+                                NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
+                                  g->C, g->S, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
+                                    g->C, g->S, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_in, g->dhf,
+                                g->C, x, NULL, g->C, W + ly->w_in, g->rstd1, Ti,
+                                g->C, 1, NULL));
+    }
+    S_TRY(
+        trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti, g->C, g->V, NULL));
+    S_TRY(trn_cuda_sync());
+out:
+    if (rc != LISA_OK && err && !err->msg[0])
+        s_err(err, "backward failed on the device");
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_zero_grad(trn_gpu_model_t *g)
+{
+    return trn_cuda_memset(g->grad, 0, g->n_params * 4, NULL);
+}
+
+lisa_rc_t
+trn_gpu_model_download_grads(trn_gpu_model_t *g, trn_model_t *dst)
+{
+    if (trn_model_num_params(dst) != g->n_params)
+        return LISA_INVALID;
+    return trn_cuda_download(trn_model_grads(dst), g->grad, g->n_params * 4);
+}
+
+lisa_rc_t
+trn_gpu_model_download_weights(trn_gpu_model_t *g, trn_model_t *dst)
+{
+    if (trn_model_num_params(dst) != g->n_params)
+        return LISA_INVALID;
+    return trn_cuda_download(trn_model_params(dst), g->w32, g->n_params * 4);
+}
+
+lisa_rc_t
+trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, float clip, float *grad_norm)
+{
+    lisa_rc_t rc = LISA_OK;
+    S_TRY(trn_cuda_memset(g->scalar, 0, 4, NULL));
+    S_TRY(trn_k_sumsq(g->scalar, g->grad, g->n_params, NULL));
+    g->step++;
+    S_TRY(trn_k_adamw(g->w32, g->wb, g->m, g->v, g->grad, g->n_params, lr,
+                      beta1, beta2, eps, weight_decay, g->step, clip, g->scalar,
+                      NULL));
+    if (grad_norm) {
+        float ss = 0;
+        S_TRY(trn_cuda_download(&ss, g->scalar, 4));
+        *grad_norm = sqrtf(ss);
+    }
+out:
+    return rc;
+}
+
+float *
+trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n)
+{
+    if (n)
+        *n = g->n_params;
+    return g->grad;
+}

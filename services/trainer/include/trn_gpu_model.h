@@ -1,0 +1,54 @@
+/*
+ * trn_gpu_model: the Qwen3 model of trn_model.h on one CUDA device.
+ *
+ * Weights live on the device as fp32 master copies plus bf16 working
+ * copies, in the same tensor order as the CPU model's contiguous parameter
+ * array, so q|k|v and gate|up are adjacent rows and each pair runs as one
+ * fused matrix product. Activations: the residual stream is fp32; matrix
+ * inputs are bf16. The backward pass recomputes each layer's internals
+ * from its saved input (layer-level activation recomputation), so memory
+ * grows as layers x tokens x hidden_size only.
+ *
+ * The CPU model (services/trainer/cpu/) is the reference; the GPU tests
+ * compare log-probabilities and every gradient against it.
+ */
+#ifndef TRN_GPU_MODEL_H
+#define TRN_GPU_MODEL_H
+
+#include "trn_model.h"
+
+typedef struct trn_gpu_model trn_gpu_model_t;
+
+/* A device copy of `src` (config and weights) on the current device; NULL
+ * on failure (logged, reason in err). */
+trn_gpu_model_t *trn_gpu_model_new(const trn_model_t *src, trn_err_t *err);
+/* Frees device memory; safe on NULL and twice. */
+void trn_gpu_model_destroy(trn_gpu_model_t **g);
+
+/* Forward for training, as trn_model_forward: logp[t] (host) for every
+ * position of the packed batch. Keeps what backward needs. */
+lisa_rc_t trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b,
+                                float *logp, trn_err_t *err) LISA_NODISCARD;
+/* Backward of the last forward: adds gradients (device, fp32). */
+lisa_rc_t trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
+                                 trn_err_t *err) LISA_NODISCARD;
+/* Sets every device gradient to zero. */
+lisa_rc_t trn_gpu_model_zero_grad(trn_gpu_model_t *g) LISA_NODISCARD;
+/* Copies the device gradients into dst's gradients (same config). */
+lisa_rc_t trn_gpu_model_download_grads(trn_gpu_model_t *g,
+                                       trn_model_t *dst) LISA_NODISCARD;
+/* Copies the device fp32 master weights into dst's weights. */
+lisa_rc_t trn_gpu_model_download_weights(trn_gpu_model_t *g,
+                                         trn_model_t *dst) LISA_NODISCARD;
+
+/* One AdamW step over all parameters with global-norm clipping (clip <= 0:
+ * none); *grad_norm (may be NULL) receives the norm before clipping. */
+lisa_rc_t trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1,
+                              float beta2, float eps, float weight_decay,
+                              float clip, float *grad_norm) LISA_NODISCARD;
+
+/* Device pointers to the fp32 gradient array and its length, for
+ * collective reductions across ranks. */
+float *trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n);
+
+#endif
