@@ -39,6 +39,10 @@ struct trn_gpu_model {
     trn_bf16_t *wb;            /* bf16 [n_params] */
     float *scalar;             /* device scratch scalar */
     int step;
+    /* data parallel (ZeRO-1): buffers of n_pad = world * shard values */
+    trn_dist_t *dist;
+    size_t n_pad, shard;
+    float *gshard; /* this rank's summed gradient shard */
     /* activations, sized for cap_T tokens */
     size_t cap_T, chunk;
     int32_t *tokens, *targets, *pos, *seg;
@@ -233,6 +237,7 @@ trn_gpu_model_destroy(trn_gpu_model_t **gp)
     trn_cuda_free(&g->v);
     trn_cuda_free(&g->wb);
     trn_cuda_free(&g->scalar);
+    trn_cuda_free(&g->gshard);
     trn_blas_destroy(&g->blas);
     lisa_free(&g->layers);
     lisa_free(gp);
@@ -504,7 +509,8 @@ out:
 lisa_rc_t
 trn_gpu_model_zero_grad(trn_gpu_model_t *g)
 {
-    return trn_cuda_memset(g->grad, 0, g->n_params * 4, NULL);
+    return trn_cuda_memset(g->grad, 0, (g->dist ? g->n_pad : g->n_params) * 4,
+                           NULL);
 }
 
 lisa_rc_t
@@ -520,7 +526,57 @@ trn_gpu_model_download_weights(trn_gpu_model_t *g, trn_model_t *dst)
 {
     if (trn_model_num_params(dst) != g->n_params)
         return LISA_INVALID;
+    if (g->dist) { /* each rank holds only its shard of the fp32 master */
+        lisa_rc_t rc = trn_dist_allgather_f32(g->dist, g->w32, g->shard);
+        if (rc != LISA_OK)
+            return rc;
+    }
     return trn_cuda_download(trn_model_params(dst), g->w32, g->n_params * 4);
+}
+
+/* Replaces *buf (n_old values) by a zeroed buffer of n_new values holding
+ * the old contents; elem is the value size. */
+static lisa_rc_t
+s_grow(void *bufp, size_t n_old, size_t n_new, size_t elem)
+{
+    void **buf = bufp;
+    void *nb = trn_cuda_malloc(n_new * elem);
+    if (!nb)
+        return LISA_TOOLARGE;
+    lisa_rc_t rc = trn_cuda_memset(nb, 0, n_new * elem, NULL);
+    if (rc == LISA_OK && *buf && n_old)
+        rc = trn_cuda_copy(nb, *buf, n_old * elem, NULL);
+    if (rc != LISA_OK) {
+        trn_cuda_free(&nb);
+        return rc;
+    }
+    trn_cuda_free(buf);
+    *buf = nb;
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_gpu_model_set_dist(trn_gpu_model_t *g, trn_dist_t *d)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (!d || g->dist || g->step > 0)
+        return LISA_CONFLICT;
+    size_t W = (size_t) trn_dist_world(d), P = g->n_params;
+    g->shard = (P + W - 1) / W;
+    g->n_pad = g->shard * W;
+    S_TRY(s_grow(&g->w32, P, g->n_pad, 4));
+    S_TRY(s_grow(&g->wb, P, g->n_pad, 2));
+    S_TRY(s_grow(&g->grad, P, g->n_pad, 4));
+    trn_cuda_free(&g->m);
+    trn_cuda_free(&g->v);
+    trn_cuda_free(&g->gshard);
+    S_TRY(s_grow(&g->m, 0, g->shard, 4));
+    S_TRY(s_grow(&g->v, 0, g->shard, 4));
+    S_TRY(s_grow(&g->gshard, 0, g->shard, 4));
+    S_TRY(trn_cuda_sync());
+    g->dist = d;
+out:
+    return rc;
 }
 
 lisa_rc_t
@@ -528,12 +584,27 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
                     float eps, float weight_decay, float clip, float *grad_norm)
 {
     lisa_rc_t rc = LISA_OK;
+    float *grad = g->grad, *w32 = g->w32;
+    trn_bf16_t *wb = g->wb;
+    size_t n = g->n_params;
+    if (g->dist) {
+        size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
+        S_TRY(
+            trn_dist_reduce_scatter_sum(g->dist, g->grad, g->gshard, g->shard));
+        grad = g->gshard;
+        w32 += off;
+        wb += off;
+        n = g->shard;
+    }
     S_TRY(trn_cuda_memset(g->scalar, 0, 4, NULL));
-    S_TRY(trn_k_sumsq(g->scalar, g->grad, g->n_params, NULL));
+    S_TRY(trn_k_sumsq(g->scalar, grad, n, NULL));
+    if (g->dist)
+        S_TRY(trn_dist_allreduce_sum(g->dist, g->scalar, 1));
     g->step++;
-    S_TRY(trn_k_adamw(g->w32, g->wb, g->m, g->v, g->grad, g->n_params, lr,
-                      beta1, beta2, eps, weight_decay, g->step, clip, g->scalar,
-                      NULL));
+    S_TRY(trn_k_adamw(w32, wb, g->m, g->v, grad, n, lr, beta1, beta2, eps,
+                      weight_decay, g->step, clip, g->scalar, NULL));
+    if (g->dist)
+        S_TRY(trn_dist_allgather_bf16(g->dist, g->wb, g->shard));
     if (grad_norm) {
         float ss = 0;
         S_TRY(trn_cuda_download(&ss, g->scalar, 4));

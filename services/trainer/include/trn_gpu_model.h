@@ -15,6 +15,7 @@
 #ifndef TRN_GPU_MODEL_H
 #define TRN_GPU_MODEL_H
 
+#include "trn_dist.h"
 #include "trn_model.h"
 
 typedef struct trn_gpu_model trn_gpu_model_t;
@@ -46,6 +47,15 @@ lisa_rc_t trn_gpu_model_download_weights(trn_gpu_model_t *g,
 lisa_rc_t trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1,
                               float beta2, float eps, float weight_decay,
                               float clip, float *grad_norm) LISA_NODISCARD;
+
+/* Makes the model one data-parallel replica of `d` (not owned; NULL: back
+ * to one rank is not supported). From then on trn_gpu_model_adamw is
+ * ZeRO-1: gradients are reduce-scattered (summed, so losses must be
+ * normalised by whole-batch counts), each rank updates only its shard of
+ * the fp32 master weights and optimizer state, and the bf16 weights are
+ * all-gathered. Call before the first step. */
+lisa_rc_t trn_gpu_model_set_dist(trn_gpu_model_t *g,
+                                 trn_dist_t *d) LISA_NODISCARD;
 
 /* Device pointers to the fp32 gradient array and its length, for
  * collective reductions across ranks. */
