@@ -18,130 +18,100 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "trn_cuda.h"
+#include "trn_gpu_model_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Offsets (elements) of one layer's tensors in the parameter array. */
-typedef struct {
-    size_t w_in, qkv, o, q_norm, k_norm, w_post, gu, down;
-} s_layer_t;
-
-struct trn_gpu_model {
-    trn_config_t cfg;
-    int C, I, H, Hk, D, S, L, V;
-    size_t n_params;
-    size_t embed, final_norm, lm_head;
-    s_layer_t *layers;
-    trn_blas_t *blas;
-    float *w32, *grad, *m, *v; /* fp32 [n_params] */
-    trn_bf16_t *wb;            /* bf16 [n_params] */
-    float *scalar;             /* device scratch scalar */
-    int step;
-    /* data parallel (ZeRO-1): buffers of n_pad = world * shard values */
-    trn_dist_t *dist;
-    size_t n_pad, shard;
-    float *gshard; /* this rank's summed gradient shard */
-    /* activations, sized for cap_T tokens */
-    size_t cap_T, chunk;
-    int32_t *tokens, *targets, *pos, *seg;
-    float *xs; /* (L+1) x [T, C] layer inputs */
-    float *xm; /* [T, C] */
-    trn_bf16_t *h1, *qkv, *qkvn, *o, *h2, *gu, *a, *hf;
-    float *rstd1, *rstd2, *rstdq, *rstdk, *rstdf, *lse;
-    float *dx;                               /* fp32 [T, C] */
-    trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
-    float *attn_scratch;
-    float *logits;       /* fp32 [chunk, V] */
-    trn_bf16_t *dlogits; /* bf16 [chunk, V] */
-    float *logp, *dlogp; /* [T] */
-    size_t T;            /* tokens of the last forward */
-    float inv_temp;
-    int have_forward;
-};
-
+/* Tensor offsets from the config, in trn_model.h's documented order:
+ * embed; per layer input_layernorm, q, k, v, o, q_norm, k_norm,
+ * post_attention_layernorm, gate, up, down; norm; lm_head when untied. */
 static void
-s_err(trn_err_t *err, const char *msg)
+s_layout(trn_gpu_model_t *g)
 {
-    if (err)
-        snprintf(err->msg, sizeof err->msg, "%s", msg);
-    lisa_log_error("gpu model: %s", msg);
+    size_t C = (size_t) g->C, I = (size_t) g->I, D = (size_t) g->D;
+    size_t Q = (size_t) g->H * D, KV = (size_t) g->Hk * D;
+    size_t off = 0;
+    g->embed = off;
+    off += (size_t) g->V * C;
+    for (int l = 0; l < g->L; l++) {
+        s_layer_t *ly = &g->layers[l];
+        ly->w_in = off;
+        off += C;
+        ly->qkv = off;
+        off += (Q + 2 * KV) * C;
+        ly->o = off;
+        off += C * Q;
+        ly->q_norm = off;
+        off += D;
+        ly->k_norm = off;
+        off += D;
+        ly->w_post = off;
+        off += C;
+        ly->gu = off;
+        off += 2 * I * C;
+        ly->down = off;
+        off += C * I;
+    }
+    g->final_norm = off;
+    off += C;
+    if (g->cfg.tie_word_embeddings) {
+        g->lm_head = g->embed;
+    } else {
+        g->lm_head = off;
+        off += (size_t) g->V * C;
+    }
+    g->n_params = off;
 }
 
-#define S_TRY(x)                                                               \
-    do {                                                                       \
-        rc = (x);                                                              \
-        if (rc != LISA_OK)                                                     \
-            goto out;                                                          \
-    } while (0)
-
+/* Offset of tensor `name` of src in its parameter array, or -1. */
 static long
-s_find(const trn_model_t *src, const char *name)
+s_src_offset(const trn_model_t *src, const char *name)
 {
-    return trn_model_tensor_find(src, name);
-}
-
-/* Offset of tensor `name` in the contiguous parameter array. */
-static int
-s_offset(const trn_model_t *src, const char *name, size_t *off)
-{
-    long i = s_find(src, name);
-    if (i < 0)
+    trn_model_t *m = (trn_model_t *) (uintptr_t) src;
+    long t = trn_model_tensor_find(src, name);
+    if (t < 0)
         return -1;
-    *off = (size_t) (trn_model_tensor_data((trn_model_t *) (uintptr_t) src,
-                                           (size_t) i) -
-                     trn_model_params((trn_model_t *) (uintptr_t) src));
-    return 0;
+    return (long) (trn_model_tensor_data(m, (size_t) t) - trn_model_params(m));
 }
 
+/* Checks that `src` lays its tensors out as s_layout says. */
 static int
-s_layer_offsets(const trn_model_t *src, int l, s_layer_t *ly)
+s_layout_matches(const trn_gpu_model_t *g, const trn_model_t *src)
 {
     char nm[160];
-    struct {
-        const char *suffix;
-        size_t *off;
-    } t[] = {{"input_layernorm.weight", &ly->w_in},
-             {"self_attn.q_proj.weight", &ly->qkv},
-             {"self_attn.o_proj.weight", &ly->o},
-             {"self_attn.q_norm.weight", &ly->q_norm},
-             {"self_attn.k_norm.weight", &ly->k_norm},
-             {"post_attention_layernorm.weight", &ly->w_post},
-             {"mlp.gate_proj.weight", &ly->gu},
-             {"mlp.down_proj.weight", &ly->down}};
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, t[i].suffix);
-        if (s_offset(src, nm, t[i].off) != 0)
-            return -1;
+    if (trn_model_num_params(src) != g->n_params ||
+        s_src_offset(src, "model.embed_tokens.weight") != (long) g->embed ||
+        s_src_offset(src, "model.norm.weight") != (long) g->final_norm)
+        return 0;
+    for (int l = 0; l < g->L; l++) {
+        const s_layer_t *ly = &g->layers[l];
+        struct {
+            const char *suffix;
+            size_t off;
+        } t[] = {{"input_layernorm.weight", ly->w_in},
+                 {"self_attn.q_proj.weight", ly->qkv},
+                 {"self_attn.o_proj.weight", ly->o},
+                 {"self_attn.q_norm.weight", ly->q_norm},
+                 {"self_attn.k_norm.weight", ly->k_norm},
+                 {"post_attention_layernorm.weight", ly->w_post},
+                 {"mlp.gate_proj.weight", ly->gu},
+                 {"mlp.down_proj.weight", ly->down}};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, t[i].suffix);
+            if (s_src_offset(src, nm) != (long) t[i].off)
+                return 0;
+        }
     }
-    /* q|k|v and gate|up must be adjacent for the fused products. */
-    size_t k_off, v_off, up_off;
-    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_proj.weight", l);
-    if (s_offset(src, nm, &k_off) != 0)
-        return -1;
-    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.v_proj.weight", l);
-    if (s_offset(src, nm, &v_off) != 0)
-        return -1;
-    snprintf(nm, sizeof nm, "model.layers.%d.mlp.up_proj.weight", l);
-    if (s_offset(src, nm, &up_off) != 0)
-        return -1;
-    const trn_config_t *c = trn_model_config(src);
-    size_t qn =
-        (size_t) (c->num_attention_heads * c->head_dim * c->hidden_size);
-    size_t kn =
-        (size_t) (c->num_key_value_heads * c->head_dim * c->hidden_size);
-    size_t gn = (size_t) (c->intermediate_size * c->hidden_size);
-    if (k_off != ly->qkv + qn || v_off != k_off + kn || up_off != ly->gu + gn)
-        return -1;
-    return 0;
+    return 1;
 }
 
-trn_gpu_model_t *
-trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
+/* A model with its config, layout and device buffers, weights unset. */
+static trn_gpu_model_t *
+s_alloc(const trn_config_t *c, trn_err_t *err)
 {
     trn_gpu_model_t *g = lisa_calloc(1, sizeof *g);
-    const trn_config_t *c = trn_model_config(src);
     g->cfg = *c;
     g->C = (int) c->hidden_size;
     g->I = (int) c->intermediate_size;
@@ -151,29 +121,13 @@ trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
     g->L = (int) c->num_hidden_layers;
     g->V = (int) c->vocab_size;
     g->S = (g->H + 2 * g->Hk) * g->D;
-    g->n_params = trn_model_num_params(src);
     g->chunk = 1024;
     if (g->D != 16 && g->D != 32 && g->D != 64 && g->D != 128) {
         s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
         goto fail;
     }
-    if (s_offset(src, "model.embed_tokens.weight", &g->embed) != 0 ||
-        s_offset(src, "model.norm.weight", &g->final_norm) != 0) {
-        s_err(err, "model lacks embed_tokens or norm");
-        goto fail;
-    }
-    if (c->tie_word_embeddings)
-        g->lm_head = g->embed;
-    else if (s_offset(src, "lm_head.weight", &g->lm_head) != 0) {
-        s_err(err, "untied model lacks lm_head.weight");
-        goto fail;
-    }
     g->layers = lisa_calloc((size_t) g->L, sizeof *g->layers);
-    for (int l = 0; l < g->L; l++)
-        if (s_layer_offsets(src, l, &g->layers[l]) != 0) {
-            s_err(err, "unexpected tensor layout (q|k|v or gate|up apart)");
-            goto fail;
-        }
+    s_layout(g);
     g->blas = trn_blas_new();
     size_t P = g->n_params;
     g->w32 = trn_cuda_malloc(P * 4);
@@ -187,13 +141,32 @@ trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
         s_err(err, "out of device memory for the weights");
         goto fail;
     }
+    if (trn_cuda_memset(g->grad, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_memset(g->m, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_memset(g->v, 0, P * 4, NULL) != LISA_OK) {
+        s_err(err, "device memset failed");
+        goto fail;
+    }
+    return g;
+fail:
+    trn_gpu_model_destroy(&g);
+    return NULL;
+}
+
+trn_gpu_model_t *
+trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
+{
+    trn_gpu_model_t *g = s_alloc(trn_model_config(src), err);
+    if (!g)
+        return NULL;
+    if (!s_layout_matches(g, src)) {
+        s_err(err, "the model's tensors are not in the documented order");
+        goto fail;
+    }
     if (trn_cuda_upload(g->w32,
                         trn_model_params((trn_model_t *) (uintptr_t) src),
-                        P * 4) != LISA_OK ||
-        trn_k_f32_to_bf16(g->wb, g->w32, P, NULL) != LISA_OK ||
-        trn_cuda_memset(g->grad, 0, P * 4, NULL) != LISA_OK ||
-        trn_cuda_memset(g->m, 0, P * 4, NULL) != LISA_OK ||
-        trn_cuda_memset(g->v, 0, P * 4, NULL) != LISA_OK ||
+                        g->n_params * 4) != LISA_OK ||
+        trn_k_f32_to_bf16(g->wb, g->w32, g->n_params, NULL) != LISA_OK ||
         trn_cuda_sync() != LISA_OK) {
         s_err(err, "uploading weights failed");
         goto fail;
@@ -202,6 +175,51 @@ trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
 fail:
     trn_gpu_model_destroy(&g);
     return NULL;
+}
+
+trn_gpu_model_t *
+trn_gpu_model_new_random(const trn_config_t *cfg, uint64_t seed, float std,
+                         trn_err_t *err)
+{
+    if (trn_config_validate(cfg, err) != LISA_OK)
+        return NULL;
+    trn_gpu_model_t *g = s_alloc(cfg, err);
+    if (!g)
+        return NULL;
+    lisa_rc_t rc = trn_k_fill_normal(g->w32, g->n_params, seed, std, NULL);
+    /* norm weights start at one, as transformers initialises them */
+    size_t C = (size_t) g->C, D = (size_t) g->D;
+    for (int l = 0; l < g->L && rc == LISA_OK; l++) {
+        const s_layer_t *ly = &g->layers[l];
+        rc = trn_k_fill_const(g->w32 + ly->w_in, C, 1.0f, NULL);
+        if (rc == LISA_OK)
+            rc = trn_k_fill_const(g->w32 + ly->w_post, C, 1.0f, NULL);
+        if (rc == LISA_OK)
+            rc = trn_k_fill_const(g->w32 + ly->q_norm, 2 * D, 1.0f, NULL);
+    }
+    if (rc == LISA_OK)
+        rc = trn_k_fill_const(g->w32 + g->final_norm, C, 1.0f, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_f32_to_bf16(g->wb, g->w32, g->n_params, NULL);
+    if (rc == LISA_OK)
+        rc = trn_cuda_sync();
+    if (rc != LISA_OK) {
+        s_err(err, "random initialisation failed");
+        trn_gpu_model_destroy(&g);
+    }
+    return g;
+}
+
+const trn_config_t *
+trn_gpu_model_config(const trn_gpu_model_t *g)
+{
+    return &g->cfg;
+}
+
+size_t
+trn_gpu_model_num_params(const trn_gpu_model_t *g)
+{
+    return g->n_params;
 }
 
 static void
@@ -243,8 +261,8 @@ trn_gpu_model_destroy(trn_gpu_model_t **gp)
     lisa_free(gp);
 }
 
-static lisa_rc_t
-s_reserve(trn_gpu_model_t *g, size_t T)
+lisa_rc_t
+trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
 {
     if (T <= g->cap_T)
         return LISA_OK;
@@ -380,7 +398,7 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
             rc = LISA_INVALID;
             goto out;
         }
-    rc = s_reserve(g, T);
+    rc = trn_gpu_model_reserve(g, T);
     if (rc != LISA_OK) {
         s_err(err, "out of device memory for activations");
         goto out;

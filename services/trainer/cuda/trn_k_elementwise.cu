@@ -156,3 +156,78 @@ trn_k_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu,
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
+
+/* splitmix64: a counter-based generator, so any element can be drawn
+ * independently of the others. */
+__device__ __forceinline__ uint64_t
+s_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void
+s_fill_normal(float *x, size_t n, uint64_t seed, float std)
+{
+    S_FOR(i, n)
+    {
+        uint64_t r = s_mix(seed ^ s_mix(i));
+        float u1 = ((float) (r >> 40) + 0.5f) / 16777216.0f;
+        float u2 = (float) ((r >> 16) & 0xffffffu) / 16777216.0f;
+        x[i] = std * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    }
+}
+
+__global__ void
+s_fill_const(float *x, size_t n, float v)
+{
+    S_FOR(i, n) x[i] = v;
+}
+
+extern "C" lisa_rc_t
+trn_k_fill_normal(float *x, size_t n, uint64_t seed, float std,
+                  trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(x);
+    if (n == 0)
+        return LISA_OK;
+    s_fill_normal<<<S_GRID(n), 256, 0, trn_stream(s)>>>(x, n, seed, std);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(x);
+    if (n == 0)
+        return LISA_OK;
+    s_fill_const<<<S_GRID(n), 256, 0, trn_stream(s)>>>(x, n, v);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+__global__ void
+s_gather_rows(trn_bf16_t *out, const trn_bf16_t *in, const int32_t *idx, int n,
+              int C)
+{
+    size_t total = (size_t) n * (size_t) C;
+    S_FOR(i, total)
+    {
+        size_t r = i / (size_t) C, c = i % (size_t) C;
+        out[i] = in[(size_t) idx[r] * (size_t) C + c];
+    }
+}
+
+extern "C" lisa_rc_t
+trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in, const int32_t *idx,
+                  int n, int C, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(out && in && idx && n > 0 && C > 0);
+    size_t total = (size_t) n * (size_t) C;
+    s_gather_rows<<<S_GRID(total), 256, 0, trn_stream(s)>>>(out, in, idx, n, C);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}

@@ -162,6 +162,42 @@ lisa_rc_t trn_k_logprob(float *logprob, float *entropy, trn_bf16_t *dlogits,
                         const float *g, const float *ge, int rows, int V,
                         float inv_temp, trn_cuda_stream_t *s);
 
+/* --- initialisation ---------------------------------------------------- */
+
+/* x[i] = std * N(0,1), from a counter-based generator keyed by seed. */
+lisa_rc_t trn_k_fill_normal(float *x, size_t n, uint64_t seed, float std,
+                            trn_cuda_stream_t *s);
+/* x[i] = v. */
+lisa_rc_t trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s);
+
+/* --- generation ----------------------------------------------------------- */
+
+/* Writes the k and v rows of T new tokens (k at k + t*stride, v likewise,
+ * Hk*D values each) into the caches at [slot[t]][pos[t]]; cache rows are
+ * Hk*D values, max_len per slot. */
+lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
+                         const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                         const int32_t *slot, const int32_t *pos, int T,
+                         int HkD, int max_len, trn_cuda_stream_t *s);
+/* Attention of T new tokens (q rows at q + t*stride) over their slot's
+ * cache positions 0..pos[t]; o is [T, H*D]. */
+lisa_rc_t trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+                            const trn_bf16_t *cache_k,
+                            const trn_bf16_t *cache_v, const int32_t *slot,
+                            const int32_t *pos, int T, int H, int Hk, int D,
+                            int max_len, trn_cuda_stream_t *s);
+/* out[i,:] = in[idx[i],:] for n rows of C bf16 values. */
+lisa_rc_t trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in,
+                            const int32_t *idx, int n, int C,
+                            trn_cuda_stream_t *s);
+/* Samples one token per row of fp32 logits [n, V] with per-row
+ * temperature, top_p, top_k and seed; writes the token and its logprob
+ * (see trn_sample_t in trn_gpu_model.h). */
+lisa_rc_t trn_k_sample(int32_t *tok, float *lp, const float *logits,
+                       const float *temperature, const float *top_p,
+                       const int32_t *top_k, const uint64_t *seed, int n, int V,
+                       trn_cuda_stream_t *s);
+
 /* --- optimizer ----------------------------------------------------------- */
 
 /* out[0] += sum(x[i]^2) (fp32, device scalar) over n values. */

@@ -23,6 +23,14 @@ typedef struct trn_gpu_model trn_gpu_model_t;
 /* A device copy of `src` (config and weights) on the current device; NULL
  * on failure (logged, reason in err). */
 trn_gpu_model_t *trn_gpu_model_new(const trn_model_t *src, trn_err_t *err);
+/* A model of config `cfg` with weights drawn on the device from
+ * N(0, std^2) (norm weights 1), seeded; for benchmarks at real shapes. */
+trn_gpu_model_t *trn_gpu_model_new_random(const trn_config_t *cfg,
+                                          uint64_t seed, float std,
+                                          trn_err_t *err);
+/* The model's configuration (borrowed) and parameter count. */
+const trn_config_t *trn_gpu_model_config(const trn_gpu_model_t *g);
+size_t trn_gpu_model_num_params(const trn_gpu_model_t *g);
 /* Frees device memory; safe on NULL and twice. */
 void trn_gpu_model_destroy(trn_gpu_model_t **g);
 
@@ -56,6 +64,40 @@ lisa_rc_t trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1,
  * all-gathered. Call before the first step. */
 lisa_rc_t trn_gpu_model_set_dist(trn_gpu_model_t *g,
                                  trn_dist_t *d) LISA_NODISCARD;
+
+/* --- generation ---------------------------------------------------------
+ * A KV cache of `slots` sequences of up to `max_len` positions on the
+ * device; each engine request owns a slot while it generates. */
+typedef struct trn_gpu_kv trn_gpu_kv_t;
+
+trn_gpu_kv_t *trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len,
+                             trn_err_t *err);
+void trn_gpu_kv_destroy(trn_gpu_kv_t **kv);
+void trn_gpu_kv_reset(trn_gpu_kv_t *kv, size_t slot);
+size_t trn_gpu_kv_len(const trn_gpu_kv_t *kv, size_t slot);
+
+/* Sampling of one sequence. temperature <= 0 or top_k == 1: greedy.
+ * top_p in (0, 1]; top_k 0: no limit. The logprob reported for a sampled
+ * token is log softmax(logits / temperature) over the whole vocabulary
+ * (temperature 1 when greedy): what a training forward at the same
+ * temperature computes, whatever top_p / top_k truncated. */
+typedef struct {
+    float temperature;
+    float top_p;
+    int top_k;
+    uint64_t seed; /* mixed with the position, so each step differs */
+} trn_sample_t;
+
+/* Appends n_new[i] tokens (tokens[i]) to slot slots[i] for each of n
+ * sequences (distinct slots; prefill and decode in one call), then for each
+ * sequence: the logits of its last token (logits, host n x vocab, may be
+ * NULL) and, when `sp` is not NULL, a sampled next token and its logprob
+ * (out_tok, out_lp). The sampled token is not appended. */
+lisa_rc_t trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
+                             const size_t *slots, const int32_t *const *tokens,
+                             const size_t *n_new, const trn_sample_t *sp,
+                             int32_t *out_tok, float *out_lp, float *logits,
+                             trn_err_t *err) LISA_NODISCARD;
 
 /* Device pointers to the fp32 gradient array and its length, for
  * collective reductions across ranks. */
