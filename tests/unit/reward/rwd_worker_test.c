@@ -453,6 +453,8 @@ Test(rwd_worker, process_killed_mid_request_is_silence, .timeout = 60)
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", port);
     char *argv[] = {LISA_BINARY_DIR "/bin/lisa-reward",
                     "worker",
+                    "--liveness",
+                    "10",
                     "--broker",
                     b.endpoint,
                     "--heartbeat-ms",
@@ -499,6 +501,8 @@ Test(rwd_worker, process_sigterm_says_disconnect, .timeout = 30)
     broker_open(&b);
     char *argv[] = {LISA_BINARY_DIR "/bin/lisa-reward",
                     "worker",
+                    "--liveness",
+                    "10",
                     "--broker",
                     b.endpoint,
                     "--heartbeat-ms",
