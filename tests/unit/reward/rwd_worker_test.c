@@ -12,6 +12,7 @@
 
 #include <criterion/criterion.h>
 #include <czmq.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -20,6 +21,21 @@
 #include <sys/wait.h>
 
 extern char **environ;
+
+/* Spawns the worker binary without the runner's descriptors (Criterion's
+ * IPC sockets must not live on in the child). */
+static pid_t
+spawn(char **argv)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        int fl = fcntl(fd, F_GETFD);
+        if (fl >= 0)
+            fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+    }
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
+    return pid;
+}
 
 typedef struct {
     zsock_t *router;
@@ -468,8 +484,7 @@ Test(rwd_worker, process_killed_mid_request_is_silence, .timeout = 60)
                     "--log-level",
                     "error",
                     NULL};
-    pid_t pid;
-    cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
+    pid_t pid = spawn(argv);
     Lisa__WorkerMsg *m = expect_ready(&b);
     lisa_codec_free((ProtobufCMessage **) &m);
     broker_request(&b, 9, "slow", "a", "b");
@@ -510,8 +525,7 @@ Test(rwd_worker, process_sigterm_says_disconnect, .timeout = 30)
                     "--log-level",
                     "error",
                     NULL};
-    pid_t pid;
-    cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
+    pid_t pid = spawn(argv);
     Lisa__WorkerMsg *m = expect_ready(&b);
     lisa_codec_free((ProtobufCMessage **) &m);
     broker_request(&b, 3, "physics_mini", "\\boxed{2.2}", "\\boxed{2.2}");
