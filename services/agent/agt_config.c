@@ -29,8 +29,8 @@ static const struct {
     {"gateway-socket", "LISA_GATEWAY_SOCKET", S_STR,
      offsetof(agt_config_t, gateway_socket), "", 0, 0, 0,
      "gateway unix socket path (used instead of TCP when set)"},
-    {"token", "LISA_ATTEMPT_TOKEN", S_STR, offsetof(agt_config_t, token), "",
-     0, 0, 1, "attempt token, sent as Authorization: Bearer"},
+    {"token", "LISA_ATTEMPT_TOKEN", S_STR, offsetof(agt_config_t, token), "", 0,
+     0, 1, "attempt token, sent as Authorization: Bearer"},
     {"testbed", "LISA_TESTBED", S_STR, offsetof(agt_config_t, testbed),
      "/testbed", 0, 0, 0, "working root; documents go to <root>/documents"},
     {"model", "LISA_MODEL", S_STR, offsetof(agt_config_t, model), "policy", 0,
@@ -91,8 +91,7 @@ s_getenv(const char *name)
 }
 
 static lisa_rc_t
-s_set(agt_config_t *cfg, size_t row, const char *val, char *err,
-      size_t errlen)
+s_set(agt_config_t *cfg, size_t row, const char *val, char *err, size_t errlen)
 {
     char *base = (char *) cfg + s_table[row].offset;
     if (s_table[row].type == S_STR) {
@@ -156,8 +155,7 @@ agt_config_load(agt_config_t *cfg, int argc, char **argv,
             }
         }
         if (row == S_ROWS) {
-            snprintf(err, errlen, "unknown argument '%.64s' (see --help)",
-                     arg);
+            snprintf(err, errlen, "unknown argument '%.64s' (see --help)", arg);
             return LISA_INVALID;
         }
         rc = s_set(cfg, row, eq + 1, err, errlen);

@@ -35,8 +35,8 @@ typedef struct {
     unsigned max_turns;        /* defaults when the task gives 0 */
     unsigned max_context_tokens;
     unsigned max_tokens_per_call;
-    unsigned model_retries;    /* attempts per chat completion */
-    unsigned max_task_bytes;   /* bound of the task document */
+    unsigned model_retries;  /* attempts per chat completion */
+    unsigned max_task_bytes; /* bound of the task document */
 } agt_config_t;
 
 /* Fills *cfg from defaults, then `env` lookups (getenv when NULL), then

@@ -9,8 +9,8 @@
 #include "lisa/lisa_mem.h"
 
 #include <dirent.h>
-#include <stdarg.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +81,13 @@ s_resolve(const agt_editor_t *ed, const char *path)
     return agt_sb_take(&sb);
 }
 
-typedef enum { S_READ_OK, S_READ_MISSING, S_READ_BIG, S_READ_BINARY, S_READ_ERR } s_read_t;
+typedef enum {
+    S_READ_OK,
+    S_READ_MISSING,
+    S_READ_BIG,
+    S_READ_BINARY,
+    S_READ_ERR
+} s_read_t;
 
 static s_read_t
 s_read_file(const char *full, size_t max, char **data, size_t *len)
@@ -199,8 +205,7 @@ s_line_of(const char *s, size_t off)
 
 /* Numbered lines [from, to] of s (clamped), clipped. */
 static char *
-s_snippet(const agt_editor_t *ed, const char *s, size_t len, long from,
-          long to)
+s_snippet(const agt_editor_t *ed, const char *s, size_t len, long from, long to)
 {
     long lines = (long) agt_text_count_lines(s, len);
     if (from < 1)
@@ -256,8 +261,7 @@ s_view_dir(const agt_editor_t *ed, const char *path, const char *full)
     if (d)
         closedir(d);
     if (shown >= S_LIST_MAX)
-        agt_sb_printf(&sb, "<listing stopped after %d entries>\n",
-                      S_LIST_MAX);
+        agt_sb_printf(&sb, "<listing stopped after %d entries>\n", S_LIST_MAX);
     char *all = agt_sb_take(&sb);
     char *clip = agt_text_clip(all, ed->clip);
     lisa_free(&all);
@@ -289,8 +293,7 @@ s_view(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
     if (req->has_view_range) {
         from = req->view_start;
         to = req->view_end == -1 ? lines : req->view_end;
-        if (from < 1 || from > (lines ? lines : 1) || to < from ||
-            to > lines) {
+        if (from < 1 || from > (lines ? lines : 1) || to < from || to > lines) {
             char rng[96];
             snprintf(rng, sizeof rng, "[%ld, %ld] (the file has %ld lines)",
                      req->view_start, req->view_end, lines);
@@ -324,8 +327,7 @@ s_create(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
     if (stat(full, &st) == 0 && S_ISDIR(st.st_mode))
         return s_err(failed, "%s is a directory.", req->path);
     if (s_mkdirs(full) != 0 || s_write_file(full, req->file_text, len) != 0)
-        return s_err(failed, "Cannot write %s: %s", req->path,
-                     strerror(errno));
+        return s_err(failed, "Cannot write %s: %s", req->path, strerror(errno));
     char *snip = s_snippet(ed, req->file_text, len, 1, (long) len + 1);
     agt_sb_t sb;
     agt_sb_init(&sb, ed->clip + 8192);
@@ -354,8 +356,8 @@ s_edited(agt_editor_t *ed, const char *path, const char *data, size_t len,
 }
 
 static char *
-s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req,
-              const char *full, bool *failed)
+s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
+              bool *failed)
 {
     if (!req->old_str)
         return s_err(failed, "Parameter `old_str` is required for command: "
@@ -401,8 +403,7 @@ s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req,
     size_t off = (size_t) (first - data);
     if (len - olen + nlen > ed->max_file) {
         lisa_free(&data);
-        return s_err(failed, "The edit would make %s too large.",
-                     req->path);
+        return s_err(failed, "The edit would make %s too large.", req->path);
     }
     agt_sb_t out;
     agt_sb_init(&out, len - olen + nlen);
@@ -414,8 +415,7 @@ s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req,
     char *result = agt_sb_take(&out);
     if (s_write_file(full, result, nl) != 0) {
         lisa_free(&result);
-        return s_err(failed, "Cannot write %s: %s", req->path,
-                     strerror(errno));
+        return s_err(failed, "Cannot write %s: %s", req->path, strerror(errno));
     }
     long line = s_line_of(result, off);
     long added = (long) agt_text_count_lines(nw, nlen);
@@ -443,15 +443,13 @@ s_insert(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
         snprintf(rng, sizeof rng, "%ld (valid: 0 to %ld)", req->insert_line,
                  lines);
         lisa_free(&data);
-        return s_err(failed, "Invalid insert_line %s for %s.", rng,
-                     req->path);
+        return s_err(failed, "Invalid insert_line %s for %s.", rng, req->path);
     }
     size_t off = s_line_offset(data, len, req->insert_line + 1);
     size_t nlen = strlen(req->new_str);
     if (len + nlen + 2 > ed->max_file) {
         lisa_free(&data);
-        return s_err(failed, "The edit would make %s too large.",
-                     req->path);
+        return s_err(failed, "The edit would make %s too large.", req->path);
     }
     agt_sb_t out;
     agt_sb_init(&out, len + nlen + 2);
@@ -468,14 +466,12 @@ s_insert(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
     char *result = agt_sb_take(&out);
     if (s_write_file(full, result, nl) != 0) {
         lisa_free(&result);
-        return s_err(failed, "Cannot write %s: %s", req->path,
-                     strerror(errno));
+        return s_err(failed, "Cannot write %s: %s", req->path, strerror(errno));
     }
     long added = (long) agt_text_count_lines(req->new_str, nlen);
-    char *obs =
-        s_edited(ed, req->path, result, nl,
-                 req->insert_line + 1 - S_SNIPPET_LINES,
-                 req->insert_line + added + S_SNIPPET_LINES);
+    char *obs = s_edited(ed, req->path, result, nl,
+                         req->insert_line + 1 - S_SNIPPET_LINES,
+                         req->insert_line + added + S_SNIPPET_LINES);
     lisa_free(&result);
     return obs;
 }

@@ -20,16 +20,16 @@ typedef struct agt_editor agt_editor_t;
 
 /* One tool call's arguments (strings borrowed; NULL when absent). */
 typedef struct {
-    const char *command;   /* view | create | str_replace | insert */
+    const char *command; /* view | create | str_replace | insert */
     const char *path;
     const char *file_text; /* create */
     const char *old_str;   /* str_replace */
     const char *new_str;   /* str_replace (default ""), insert */
     bool has_insert_line;
-    long insert_line;      /* insert after this line; 0: at the top */
+    long insert_line; /* insert after this line; 0: at the top */
     bool has_view_range;
-    long view_start;       /* 1-based */
-    long view_end;         /* inclusive; -1: to the end */
+    long view_start; /* 1-based */
+    long view_end;   /* inclusive; -1: to the end */
 } agt_editor_req_t;
 
 /* New editor working under `root`; clip_chars 0 -> 10000, max_file_bytes

@@ -83,8 +83,7 @@ s_stream_take(s_stream_t *st, size_t *len)
     memcpy(s + st->head_len, marker, (size_t) m);
     size_t start = (st->ring_pos + st->ring_max - st->ring_len) % st->ring_max;
     for (size_t i = 0; i < st->ring_len; i++)
-        s[st->head_len + (size_t) m + i] =
-            st->ring[(start + i) % st->ring_max];
+        s[st->head_len + (size_t) m + i] = st->ring[(start + i) % st->ring_max];
     s[n] = '\0';
     *len = n;
     lisa_free(&st->head);

@@ -22,23 +22,23 @@
 #include <stddef.h>
 
 typedef struct {
-    const char *cwd;            /* working directory (must exist) */
-    unsigned timeout_ms;        /* wall-clock limit; 0: none */
-    size_t capture_bytes;       /* per-stream capture bound (>= 64) */
-    unsigned grace_ms;          /* read after bash exits (pipes held open) */
-    const atomic_bool *cancel;  /* may be NULL; when set, kill and return */
-    const char *shell;          /* NULL: "bash" from PATH */
+    const char *cwd;           /* working directory (must exist) */
+    unsigned timeout_ms;       /* wall-clock limit; 0: none */
+    size_t capture_bytes;      /* per-stream capture bound (>= 64) */
+    unsigned grace_ms;         /* read after bash exits (pipes held open) */
+    const atomic_bool *cancel; /* may be NULL; when set, kill and return */
+    const char *shell;         /* NULL: "bash" from PATH */
 } agt_exec_opts_t;
 
 typedef struct {
-    int exit_code;      /* exit status; 128+N if killed by signal N;
-                           124 on timeout */
-    bool timed_out;     /* the timeout killed the group */
-    bool cancelled;     /* the cancel flag killed the group */
-    char *out;          /* captured stdout (NUL-terminated, caller's) */
+    int exit_code;  /* exit status; 128+N if killed by signal N;
+                       124 on timeout */
+    bool timed_out; /* the timeout killed the group */
+    bool cancelled; /* the cancel flag killed the group */
+    char *out;      /* captured stdout (NUL-terminated, caller's) */
     size_t out_len;
-    size_t out_total;   /* bytes the command wrote to stdout */
-    char *err;          /* captured stderr */
+    size_t out_total; /* bytes the command wrote to stdout */
+    char *err;        /* captured stderr */
     size_t err_len;
     size_t err_total;
     long elapsed_ms;

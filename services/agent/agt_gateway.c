@@ -41,8 +41,8 @@ agt_gateway_new(const agt_gateway_cfg_t *cfg)
         return NULL;
     agt_gateway_t *gw = lisa_calloc(1, sizeof *gw);
     gw->curl = c;
-    const char *base = cfg->base_url && *cfg->base_url ? cfg->base_url
-                                                        : "http://localhost";
+    const char *base =
+        cfg->base_url && *cfg->base_url ? cfg->base_url : "http://localhost";
     gw->base = lisa_strdup(base);
     size_t bl = strlen(gw->base);
     while (bl > 0 && gw->base[bl - 1] == '/')
@@ -111,8 +111,7 @@ s_rc_of_status(long st)
 
 lisa_rc_t
 agt_gateway_call(agt_gateway_t *gw, const char *method, const char *path,
-                 json_t *body, unsigned turn, long timeout_ms,
-                 agt_reply_t *rep)
+                 json_t *body, unsigned turn, long timeout_ms, agt_reply_t *rep)
 {
     memset(rep, 0, sizeof *rep);
     lisa_rc_t rc = LISA_OK;
@@ -202,10 +201,9 @@ agt_gateway_call(agt_gateway_t *gw, const char *method, const char *path,
         json_t *e = json_object_get(rep->body, "error");
         const char *msg = json_string_value(json_object_get(e, "message"));
         const char *code = json_string_value(json_object_get(e, "code"));
-        snprintf(rep->error, sizeof rep->error, "HTTP %ld: %.200s",
-                 rep->status, msg ? msg : "(no message)");
-        snprintf(rep->err_code, sizeof rep->err_code, "%s",
-                 code ? code : "");
+        snprintf(rep->error, sizeof rep->error, "HTTP %ld: %.200s", rep->status,
+                 msg ? msg : "(no message)");
+        snprintf(rep->err_code, sizeof rep->err_code, "%s", code ? code : "");
     }
 out:
     curl_slist_free_all(hdr);
@@ -216,9 +214,9 @@ out:
 }
 
 lisa_rc_t
-agt_gateway_call_retry(agt_gateway_t *gw, const char *method,
-                       const char *path, json_t *body, unsigned turn,
-                       long timeout_ms, unsigned attempts, long deadline_ms,
+agt_gateway_call_retry(agt_gateway_t *gw, const char *method, const char *path,
+                       json_t *body, unsigned turn, long timeout_ms,
+                       unsigned attempts, long deadline_ms,
                        const atomic_bool *cancel, agt_reply_t *rep)
 {
     long backoff = 250;

@@ -16,10 +16,9 @@
 
 #include "lisa/lisa_rc.h"
 
+#include <jansson.h>
 #include <stdatomic.h>
 #include <stddef.h>
-
-#include <jansson.h>
 
 typedef struct agt_gateway agt_gateway_t;
 
@@ -32,10 +31,10 @@ typedef struct {
 
 /* One call's answer. */
 typedef struct {
-    long status;        /* HTTP status, 0 when none arrived */
-    json_t *body;       /* parsed JSON body (object) or NULL; caller's */
-    char error[256];    /* what went wrong, for logs and the result */
-    char err_code[64];  /* error.code of an error body, or "" */
+    long status;       /* HTTP status, 0 when none arrived */
+    json_t *body;      /* parsed JSON body (object) or NULL; caller's */
+    char error[256];   /* what went wrong, for logs and the result */
+    char err_code[64]; /* error.code of an error body, or "" */
 } agt_reply_t;
 
 /* New client (strings copied); NULL when cfg is unusable. */
@@ -55,10 +54,9 @@ lisa_rc_t agt_gateway_call(agt_gateway_t *gw, const char *method,
  * 8 s), never past `deadline_ms` on the monotonic clock (0: none) and
  * stopping when `cancel` (may be NULL) is set. */
 lisa_rc_t agt_gateway_call_retry(agt_gateway_t *gw, const char *method,
-                                 const char *path, json_t *body,
-                                 unsigned turn, long timeout_ms,
-                                 unsigned attempts, long deadline_ms,
-                                 const atomic_bool *cancel,
+                                 const char *path, json_t *body, unsigned turn,
+                                 long timeout_ms, unsigned attempts,
+                                 long deadline_ms, const atomic_bool *cancel,
                                  agt_reply_t *rep) LISA_NODISCARD;
 
 /* Frees the body of *rep. */

@@ -37,9 +37,8 @@ s_beat(agt_heartbeat_t *hb)
     if (timeout < 1000)
         timeout = 1000;
     agt_reply_t rep;
-    lisa_rc_t rc =
-        agt_gateway_call(hb->gw, "POST", "/lisa/v1/heartbeat", body, 0,
-                         timeout, &rep);
+    lisa_rc_t rc = agt_gateway_call(hb->gw, "POST", "/lisa/v1/heartbeat", body,
+                                    0, timeout, &rep);
     json_decref(body);
     if (rc == LISA_OK) {
         atomic_fetch_add(&hb->acked, 1);

@@ -21,8 +21,7 @@ typedef struct agt_heartbeat agt_heartbeat_t;
 
 /* Starts the thread with its own gateway client. NULL on failure. */
 agt_heartbeat_t *agt_heartbeat_start(const agt_gateway_cfg_t *gw,
-                                     unsigned interval_ms,
-                                     atomic_bool *cancel);
+                                     unsigned interval_ms, atomic_bool *cancel);
 /* Replaces the progress note (copied, at most 127 bytes). */
 void agt_heartbeat_note(agt_heartbeat_t *hb, const char *note);
 /* Heartbeats the gateway acknowledged so far. */

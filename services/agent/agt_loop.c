@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 const char *
 agt_loop_steps_text(unsigned left, char *buf, size_t len)
 {
@@ -148,10 +147,10 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
         if (max_tokens > cfg->max_tokens_per_call)
             max_tokens = cfg->max_tokens_per_call;
 
-        json_t *req = json_pack("{s:s,s:O,s:O,s:s,s:I}", "model", cfg->model,
-                                "messages", msgs, "tools", tool_defs,
-                                "tool_choice", "auto", "max_tokens",
-                                (json_int_t) max_tokens);
+        json_t *req =
+            json_pack("{s:s,s:O,s:O,s:s,s:I}", "model", cfg->model, "messages",
+                      msgs, "tools", tool_defs, "tool_choice", "auto",
+                      "max_tokens", (json_int_t) max_tokens);
         if (cfg->temperature >= 0)
             json_object_set_new(req, "temperature",
                                 json_real(cfg->temperature));
@@ -174,8 +173,7 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
                       "the attempt is closed: ", rep.error);
             else if (cfg->deadline_ms && agt_now_ms() >= cfg->deadline_ms)
                 s_end(out, "deadline", LISA_OK,
-                      "the deadline passed during a model call: ",
-                      rep.error);
+                      "the deadline passed during a model call: ", rep.error);
             else if (cfg->cancel && atomic_load(cfg->cancel))
                 s_end(out, "cancelled", LISA_CONFLICT,
                       "cancelled during a model call", NULL);
@@ -189,7 +187,8 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
         snprintf(note, sizeof note, "turn %u", out->turns);
         agt_heartbeat_note(hb, note);
 
-        json_t *choice = json_array_get(json_object_get(rep.body, "choices"), 0);
+        json_t *choice =
+            json_array_get(json_object_get(rep.body, "choices"), 0);
         json_t *msg = json_object_get(choice, "message");
         if (!json_is_object(msg)) {
             s_end(out, "error", LISA_INVALID,
@@ -200,7 +199,8 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
         json_t *am = s_assistant(msg);
         json_array_append_new(msgs, am);
         json_t *usage = json_object_get(rep.body, "usage");
-        json_int_t pt = json_integer_value(json_object_get(usage, "prompt_tokens"));
+        json_int_t pt =
+            json_integer_value(json_object_get(usage, "prompt_tokens"));
         json_int_t ct =
             json_integer_value(json_object_get(usage, "completion_tokens"));
         if (pt > 0) {
@@ -224,8 +224,7 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
                 args = args_dump;
             }
             if (cfg->deadline_ms)
-                agt_tools_set_time_left(tools,
-                                        cfg->deadline_ms - agt_now_ms());
+                agt_tools_set_time_left(tools, cfg->deadline_ms - agt_now_ms());
             agt_tool_status_t st;
             char *obs = agt_tools_call(tools, name, args, &st);
             free(args_dump);
@@ -234,8 +233,7 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
             if (st == AGT_TOOL_SUBMIT) {
                 submitted = true;
             } else {
-                const char *id =
-                    json_string_value(json_object_get(call, "id"));
+                const char *id = json_string_value(json_object_get(call, "id"));
                 obs_msg = s_msg("tool", obs);
                 json_object_set_new(obs_msg, "tool_call_id",
                                     json_string(id ? id : ""));

@@ -24,11 +24,11 @@ typedef struct {
     unsigned max_turns;
     unsigned max_context_tokens;
     unsigned max_tokens_per_call;
-    double temperature;        /* < 0: not sent */
-    double top_p;              /* <= 0: not sent */
-    long deadline_ms;          /* monotonic ms by which to stop; 0: none */
-    long http_timeout_ms;      /* one chat completion */
-    unsigned retries;          /* attempts per chat completion */
+    double temperature;   /* < 0: not sent */
+    double top_p;         /* <= 0: not sent */
+    long deadline_ms;     /* monotonic ms by which to stop; 0: none */
+    long http_timeout_ms; /* one chat completion */
+    unsigned retries;     /* attempts per chat completion */
     const char *model;
     const atomic_bool *cancel; /* set by the heartbeat */
 } agt_loop_cfg_t;

@@ -60,7 +60,8 @@ static const struct {
         {"instruct",
          "You are an expert writer who follows every instruction exactly "
          "and checks the text with code (word counts, formats, keywords).",
-         "Write your complete response, and nothing else, to {ANSWER}. Check it "
+         "Write your complete response, and nothing else, to {ANSWER}. Check "
+         "it "
          "against every instruction before you submit."},
     [AGT_DOMAIN_DOCUMENTS] =
         {"documents",

@@ -72,15 +72,14 @@ s_post_result(agt_gateway_t *gw, const agt_config_t *cfg,
              truncated ? "; answer truncated" : "");
     if (rc != LISA_OK)
         lisa_log_warn("answer file unreadable; posting an empty answer");
-    json_t *body =
-        json_pack("{s:s,s:i,s:s,s:s}", "answer", answer, "turns",
-                  (int) lo->turns, "end_reason", lo->end_reason, "detail",
-                  detail);
+    json_t *body = json_pack("{s:s,s:i,s:s,s:s}", "answer", answer, "turns",
+                             (int) lo->turns, "end_reason", lo->end_reason,
+                             "detail", detail);
     lisa_free(&answer);
     agt_reply_t rep;
     /* The result matters most: retry well past the loop's reserve. */
-    rc = agt_gateway_call_retry(gw, "POST", "/lisa/v1/result", body, 0,
-                                30000, 6, 0, NULL, &rep);
+    rc = agt_gateway_call_retry(gw, "POST", "/lisa/v1/result", body, 0, 30000,
+                                6, 0, NULL, &rep);
     json_decref(body);
     int code = AGT_EXIT_OK;
     if (rc == LISA_OK) {
@@ -126,9 +125,9 @@ agt_run(const agt_config_t *cfg)
     /* 1. The task. */
     agt_reply_t rep;
     long startup_deadline = agt_now_ms() + (long) cfg->startup_s * 1000L;
-    lisa_rc_t rc = agt_gateway_call_retry(gw, "GET", "/lisa/v1/task", NULL, 0,
-                                          30000, 1000, startup_deadline, NULL,
-                                          &rep);
+    lisa_rc_t rc =
+        agt_gateway_call_retry(gw, "GET", "/lisa/v1/task", NULL, 0, 30000, 1000,
+                               startup_deadline, NULL, &rep);
     if (rc != LISA_OK) {
         lisa_log_error("cannot fetch the task: %s (%s)", rep.error,
                        lisa_rc_str(rc));
@@ -198,9 +197,8 @@ agt_run(const agt_config_t *cfg)
     /* 4. The episode. */
     agt_loop_cfg_t lcfg = {
         .max_turns = task.max_turns ? task.max_turns : cfg->max_turns,
-        .max_context_tokens = task.max_context_tokens
-                                  ? task.max_context_tokens
-                                  : cfg->max_context_tokens,
+        .max_context_tokens = task.max_context_tokens ? task.max_context_tokens
+                                                      : cfg->max_context_tokens,
         .max_tokens_per_call = task.max_tokens_per_call
                                    ? task.max_tokens_per_call
                                    : cfg->max_tokens_per_call,

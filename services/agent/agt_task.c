@@ -61,8 +61,9 @@ s_str(json_t *o, const char *key, size_t max, bool required, char **out,
         return LISA_OK;
     }
     if (!json_is_string(v) || json_string_length(v) > max) {
-        snprintf(err, errlen, "task: `%s` must be a string of at most %zu "
-                              "bytes",
+        snprintf(err, errlen,
+                 "task: `%s` must be a string of at most %zu "
+                 "bytes",
                  key, max);
         return LISA_INVALID;
     }
@@ -79,8 +80,7 @@ s_uint(json_t *o, const char *key, unsigned *out, char *err, size_t errlen)
         return LISA_OK;
     if (!json_is_integer(v) || json_integer_value(v) < 0 ||
         json_integer_value(v) > 0x7fffffff) {
-        snprintf(err, errlen, "task: `%s` must be a non-negative integer",
-                 key);
+        snprintf(err, errlen, "task: `%s` must be a non-negative integer", key);
         return LISA_INVALID;
     }
     *out = (unsigned) json_integer_value(v);
@@ -100,14 +100,15 @@ s_limits(json_t *lim, agt_task_t *t, char *err, size_t errlen)
     if ((rc = s_uint(lim, "max_turns", &t->max_turns, err, errlen)) ||
         (rc = s_uint(lim, "max_context_tokens", &t->max_context_tokens, err,
                      errlen)) ||
-        (rc = s_uint(lim, "max_tokens_per_call", &t->max_tokens_per_call,
-                     err, errlen)))
+        (rc = s_uint(lim, "max_tokens_per_call", &t->max_tokens_per_call, err,
+                     errlen)))
         return rc;
     json_t *d = json_object_get(lim, "deadline_ms");
     if (d && !json_is_null(d)) {
         if (!json_is_integer(d) || json_integer_value(d) < 0) {
-            snprintf(err, errlen, "task: `deadline_ms` must be a "
-                                  "non-negative integer");
+            snprintf(err, errlen,
+                     "task: `deadline_ms` must be a "
+                     "non-negative integer");
             return LISA_INVALID;
         }
         t->deadline_ms = (uint64_t) json_integer_value(d);
@@ -151,8 +152,9 @@ s_files(json_t *files, agt_task_t *t, char *err, size_t errlen)
         return LISA_OK;
     }
     if (!json_is_array(files) || json_array_size(files) > S_MAX_FILES) {
-        snprintf(err, errlen, "task: `files` must be an array of at most %u "
-                              "entries",
+        snprintf(err, errlen,
+                 "task: `files` must be an array of at most %u "
+                 "entries",
                  S_MAX_FILES);
         return LISA_INVALID;
     }
@@ -164,20 +166,23 @@ s_files(json_t *files, agt_task_t *t, char *err, size_t errlen)
         json_t *content = json_object_get(f, "content");
         const char *enc = json_string_value(json_object_get(f, "encoding"));
         if (!json_is_object(f) || !path || !json_is_string(content)) {
-            snprintf(err, errlen, "task: files[%zu] needs string `path` and "
-                                  "`content`",
+            snprintf(err, errlen,
+                     "task: files[%zu] needs string `path` and "
+                     "`content`",
                      i);
             return LISA_INVALID;
         }
         if (!agt_task_path_ok(path)) {
-            snprintf(err, errlen, "task: files[%zu] has an unsafe path "
-                                  "'%.64s'",
+            snprintf(err, errlen,
+                     "task: files[%zu] has an unsafe path "
+                     "'%.64s'",
                      i, path);
             return LISA_INVALID;
         }
         if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "base64") != 0) {
-            snprintf(err, errlen, "task: files[%zu] has unknown encoding "
-                                  "'%.32s'",
+            snprintf(err, errlen,
+                     "task: files[%zu] has unknown encoding "
+                     "'%.32s'",
                      i, enc);
             return LISA_INVALID;
         }
@@ -200,8 +205,8 @@ agt_task_parse(json_t *view, agt_task_t *t, char *err, size_t errlen)
     }
     if ((rc = s_str(view, "rollout_id", S_MAX_ID, true, &t->rollout_id, err,
                     errlen)) ||
-        (rc = s_str(view, "data_source", S_MAX_ID, false, &t->data_source,
-                    err, errlen)) ||
+        (rc = s_str(view, "data_source", S_MAX_ID, false, &t->data_source, err,
+                    errlen)) ||
         (rc = s_str(view, "problem_statement", S_MAX_STATEMENT, true,
                     &t->problem_statement, err, errlen)) ||
         (rc = s_uint(view, "attempt", &t->attempt, err, errlen)) ||
@@ -325,20 +330,20 @@ agt_task_write_files(const agt_task_t *t, const char *root, char *err,
         }
         int fd = -1;
         if (rc == LISA_OK) {
-            fd = mk == 0 ? open(full, O_WRONLY | O_CREAT | O_TRUNC |
-                                          O_NOFOLLOW | O_CLOEXEC,
+            fd = mk == 0 ? open(full,
+                                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+                                    O_CLOEXEC,
                                 0644)
                          : -1;
-            if (fd < 0 || s_write_all(fd, data.data ? data.data : "",
-                                      data.len) != 0) {
+            if (fd < 0 ||
+                s_write_all(fd, data.data ? data.data : "", data.len) != 0) {
                 snprintf(err, errlen, "cannot write %s: %s", full,
                          strerror(errno));
                 rc = LISA_ERR;
             }
         }
         if (fd >= 0 && close(fd) != 0 && rc == LISA_OK) {
-            snprintf(err, errlen, "cannot write %s: %s", full,
-                     strerror(errno));
+            snprintf(err, errlen, "cannot write %s: %s", full, strerror(errno));
             rc = LISA_ERR;
         }
         agt_sb_free(&data);

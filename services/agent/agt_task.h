@@ -12,11 +12,10 @@
 
 #include "lisa/lisa_rc.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <jansson.h>
 
 /* The fields the agent uses (a parsed record; strings owned). */
 typedef struct {
@@ -24,16 +23,16 @@ typedef struct {
     unsigned attempt;
     char *data_source;
     char *problem_statement;
-    char *qa_type;            /* extra_info.qa_type or NULL */
-    json_t *files;            /* the checked files array (owned ref) */
+    char *qa_type; /* extra_info.qa_type or NULL */
+    json_t *files; /* the checked files array (owned ref) */
     size_t n_files;
-    unsigned max_turns;       /* 0: not given */
+    unsigned max_turns; /* 0: not given */
     unsigned max_context_tokens;
     unsigned max_tokens_per_call;
-    uint64_t deadline_ms;     /* absolute, Unix epoch; 0: none */
-    int64_t time_left_ms;     /* relative to the answer; -1: not given */
-    double temperature;       /* < 0: not given */
-    double top_p;             /* <= 0: not given */
+    uint64_t deadline_ms; /* absolute, Unix epoch; 0: none */
+    int64_t time_left_ms; /* relative to the answer; -1: not given */
+    double temperature;   /* < 0: not given */
+    double top_p;         /* <= 0: not given */
 } agt_task_t;
 
 /* Parses and checks a TaskView object into *task (free with

@@ -170,9 +170,9 @@ s_bash(agt_tools_t *t, json_t *args, agt_tool_status_t *status)
         *status = AGT_TOOL_FAILED;
         return lisa_strdup("ERROR: the command could not be started.");
     }
-    char *obs = agt_tools_bash_observation(
-        &t->cfg, r.exit_code, r.timed_out, (timeout + 999) / 1000, r.out,
-        r.out_len, r.err, r.err_len);
+    char *obs = agt_tools_bash_observation(&t->cfg, r.exit_code, r.timed_out,
+                                           (timeout + 999) / 1000, r.out,
+                                           r.out_len, r.err, r.err_len);
     if (r.cancelled) {
         lisa_free(&obs);
         obs = lisa_strdup("ERROR: the command was stopped because the "

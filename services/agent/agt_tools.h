@@ -12,11 +12,10 @@
 #ifndef AGT_TOOLS_H
 #define AGT_TOOLS_H
 
+#include <jansson.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-#include <jansson.h>
 
 typedef struct agt_tools agt_tools_t;
 
