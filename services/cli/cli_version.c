@@ -2,10 +2,9 @@
  * cli_version: `lisa version`.
  */
 #include "cli.h"
+#include "lisa.pb-c.h"
 
 #include <stdio.h>
-
-#include "lisa.pb-c.h"
 
 int
 cli_version(int argc, char **argv)
