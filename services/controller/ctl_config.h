@@ -1,0 +1,67 @@
+/*
+ * ctl_config: the controller's settings, one declarative table.
+ *
+ * Each row: name (the flag is --name=value), environment variable, type,
+ * default, bounds and help. The table drives parsing, validation, --help
+ * and the start-up dump. Precedence: defaults < environment < flags.
+ */
+#ifndef CTL_CONFIG_H
+#define CTL_CONFIG_H
+
+#include "lisa/lisa_rc.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    char *controller_id;  /* names this controller to the broker */
+    char *broker_rpc;     /* broker ROUTER endpoint */
+    char *broker_events;  /* broker PUB endpoint */
+    char *run_id;         /* claim only this run ("" = any) */
+    char *backend;        /* local | docker | k8s */
+    char *gateway_socket; /* host path of the gateway's unix socket */
+    char *gateway_url;    /* URL the sandbox uses when no socket */
+    char *state_dir;      /* local backend: labels and logs */
+    char *agent_path;     /* host path of lisa-agent (local backend) */
+    char *sandbox_cmd;    /* replaces the agent (tests, debugging) */
+    char *bwrap;          /* bubblewrap binary */
+    char *cgroup_root; /* cgroup v2 directory delegated to us ("" = rlimits) */
+    char *docker_socket; /* Docker Engine API socket */
+    char *image;         /* sandbox image (docker, k8s) */
+    char *runtime;       /* docker runtime, e.g. runsc ("" = default) */
+    char *k8s_api;       /* API server URL ("" = in-cluster) */
+    char *k8s_namespace;
+    char *k8s_token_file;
+    char *k8s_ca_file;
+    char *log_level;
+    uint64_t max_concurrency; /* sandboxes alive at once */
+    uint64_t create_per_s;    /* sandbox creations per second (rate) */
+    uint64_t create_burst;    /* creations allowed in a burst */
+    uint64_t tick_ms;         /* reconcile period */
+    uint64_t verify_ms;       /* cross-check with the broker */
+    uint64_t grace_ms;        /* past a deadline before a sandbox is killed */
+    uint64_t rpc_timeout_ms;
+    uint64_t backoff_max_ms; /* longest pause after a backend outage */
+    uint64_t sandbox_uid;    /* uid of sandboxes when we run as root */
+    uint64_t cpu_millis;     /* defaults when the broker's limits say 0 */
+    uint64_t memory_bytes;
+    uint64_t pids;
+    uint64_t disk_bytes;
+    uint64_t deadline_ms; /* when a claim carries no deadline */
+    uint64_t k8s_ttl_s;   /* ttlSecondsAfterFinished */
+} ctl_config_t;
+
+/* Fills *cfg: defaults, then env (getenv when NULL), then argv flags.
+ * LISA_OK; LISA_AGAIN after printing --help to `out`; LISA_INVALID with
+ * a message in err. Free with ctl_config_clear. */
+lisa_rc_t ctl_config_load(ctl_config_t *cfg, int argc, char **argv,
+                          const char *(*env)(const char *), FILE *out,
+                          char *err, size_t errlen) LISA_NODISCARD;
+
+/* Logs every setting at info level. */
+void ctl_config_dump(const ctl_config_t *cfg);
+
+/* Frees the strings of *cfg. */
+void ctl_config_clear(ctl_config_t *cfg);
+
+#endif
