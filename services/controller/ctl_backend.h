@@ -73,6 +73,9 @@ typedef struct {
     lisa_rc_t (*list)(void *impl, ctl_sandbox_t **out, size_t *n);
     /* Kills (if running) and deletes a sandbox; LISA_NOTFOUND when gone. */
     lisa_rc_t (*remove)(void *impl, const char *name);
+    /* Last line of a sandbox's output into buf ("" when none); may be
+     * NULL when the backend keeps no output. */
+    void (*log_tail)(void *impl, const char *name, char *buf, size_t len);
     /* Frees the backend. */
     void (*destroy)(void *impl);
     /* True when sandboxes die with the controller (local backend). */

@@ -61,6 +61,8 @@ static const s_row_t s_table[] = {
         "sandbox image (docker, k8s)"),
     STR(runtime, "runtime", "LISA_CTL_RUNTIME", "",
         "docker runtime, e.g. runsc"),
+    STR(network, "network", "LISA_CTL_NETWORK", "",
+        "docker network of sandboxes (empty: none; a URL gateway needs one)"),
     STR(k8s_api, "k8s-api", "LISA_K8S_API", "",
         "Kubernetes API server URL (empty: in-cluster)"),
     STR(k8s_namespace, "k8s-namespace", "LISA_K8S_NAMESPACE", "",

@@ -29,6 +29,7 @@ typedef struct {
     char *docker_socket; /* Docker Engine API socket */
     char *image;         /* sandbox image (docker, k8s) */
     char *runtime;       /* docker runtime, e.g. runsc ("" = default) */
+    char *network;       /* docker network ("" = none) */
     char *k8s_api;       /* API server URL ("" = in-cluster) */
     char *k8s_namespace;
     char *k8s_token_file;

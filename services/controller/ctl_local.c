@@ -676,23 +676,26 @@ s_destroy(void *impl)
     lisa_free(&l);
 }
 
+static void s_log_tail(void *impl, const char *name, char *buf, size_t len);
+
 static const ctl_backend_ops_t s_ops = {
     .name = "local",
     .ping = s_ping,
     .start = s_start,
     .list = s_list,
     .remove = s_remove,
+    .log_tail = s_log_tail,
     .destroy = s_destroy,
     .dies_with_controller = true,
 };
 
-void
-ctl_local_log_tail(ctl_backend_t *b, const char *name, char *buf, size_t len)
+static void
+s_log_tail(void *impl, const char *name, char *buf, size_t len)
 {
     buf[0] = '\0';
-    if (!b || b->ops != &s_ops || len < 2)
+    if (len < 2)
         return;
-    char *logp = s_path(b->impl, name, ".log");
+    char *logp = s_path(impl, name, ".log");
     FILE *f = fopen(logp, "r");
     lisa_free(&logp);
     if (!f)

@@ -38,9 +38,4 @@ typedef struct {
 lisa_rc_t ctl_local_new(const ctl_local_cfg_t *cfg,
                         ctl_backend_t *out) LISA_NODISCARD;
 
-/* Last line of a sandbox's log (at most len-1 bytes) into buf; "" when
- * none. */
-void ctl_local_log_tail(ctl_backend_t *b, const char *name, char *buf,
-                        size_t len);
-
 #endif

@@ -4,7 +4,6 @@
  */
 #include "ctl_server.h"
 
-#include "ctl_local.h"
 #include "ctl_outcome.h"
 #include "ctl_rate.h"
 #include "lisa/lisa_codec.h"
@@ -480,7 +479,9 @@ s_claim(ctl_server_t *s)
 static void
 s_detail(ctl_server_t *s, const char *name, char *buf, size_t len)
 {
-    ctl_local_log_tail(&s->be, name, buf, len);
+    buf[0] = '\0';
+    if (s->be.ops->log_tail)
+        s->be.ops->log_tail(s->be.impl, name, buf, len);
 }
 
 static void

@@ -5,11 +5,13 @@
  */
 #include "ctl_backend.h"
 #include "ctl_config.h"
+#include "ctl_docker.h"
 #include "ctl_local.h"
 #include "ctl_server.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <curl/curl.h>
 #include <czmq.h>
 #include <signal.h>
 #include <stdio.h>
@@ -63,6 +65,19 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
         lisa_free(&agent);
         return rc;
     }
+    if (strcmp(cfg->backend, "docker") == 0) {
+        ctl_docker_cfg_t dc = {
+            .controller_id = cfg->controller_id,
+            .socket = cfg->docker_socket,
+            .image = cfg->image,
+            .runtime = cfg->runtime,
+            .network = cfg->network,
+            .gateway_socket = cfg->gateway_socket,
+            .gateway_url = cfg->gateway_url,
+            .sandbox_cmd = cfg->sandbox_cmd,
+        };
+        return ctl_docker_new(&dc, be);
+    }
     lisa_log_error("backend %s is not built in", cfg->backend);
     return LISA_UNSUPPORTED;
 }
@@ -88,6 +103,11 @@ main(int argc, char **argv)
     if (lisa_log_level_parse(cfg.log_level, &lvl) == LISA_OK)
         lisa_log_set_level(lvl);
     ctl_config_dump(&cfg);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        lisa_log_error("curl_global_init failed");
+        ctl_config_clear(&cfg);
+        return 1;
+    }
     zsys_init();
     zsys_handler_set(NULL);
     signal(SIGINT, s_on_signal);
@@ -107,5 +127,6 @@ main(int argc, char **argv)
     ctl_server_destroy(&srv);
     ctl_config_clear(&cfg);
     zsys_shutdown();
+    curl_global_cleanup();
     return rc == LISA_OK ? 0 : 1;
 }

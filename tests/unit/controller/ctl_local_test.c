@@ -112,7 +112,7 @@ Test(ctl_local, usage)
     cr_assert_eq(be.ops->start(be.impl, &sp), LISA_OK);
     ctl_sandbox_t sb = s_wait_phase(&be, "lisa-r-1-a1", CTL_PHASE_EXITED);
     char tail[256];
-    ctl_local_log_tail(&be, "lisa-r-1-a1", tail, sizeof tail);
+    be.ops->log_tail(be.impl, "lisa-r-1-a1", tail, sizeof tail);
     cr_assert_eq(sb.exit_code, 3, "exit %d, log: %s", sb.exit_code, tail);
     cr_assert_str_eq(tail, "sandbox-ok");
     cr_assert_str_eq(sb.rollout_id, "r-1");
