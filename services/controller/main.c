@@ -6,6 +6,7 @@
 #include "ctl_backend.h"
 #include "ctl_config.h"
 #include "ctl_docker.h"
+#include "ctl_k8s.h"
 #include "ctl_local.h"
 #include "ctl_server.h"
 #include "lisa/lisa_log.h"
@@ -77,6 +78,20 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .sandbox_cmd = cfg->sandbox_cmd,
         };
         return ctl_docker_new(&dc, be);
+    }
+    if (strcmp(cfg->backend, "k8s") == 0) {
+        ctl_k8s_cfg_t kc = {
+            .controller_id = cfg->controller_id,
+            .api = cfg->k8s_api,
+            .namespace_ = cfg->k8s_namespace,
+            .token_file = cfg->k8s_token_file,
+            .ca_file = cfg->k8s_ca_file,
+            .image = cfg->image,
+            .gateway_url = cfg->gateway_url,
+            .sandbox_cmd = cfg->sandbox_cmd,
+            .ttl_s = (unsigned) cfg->k8s_ttl_s,
+        };
+        return ctl_k8s_new(&kc, be);
     }
     lisa_log_error("backend %s is not built in", cfg->backend);
     return LISA_UNSUPPORTED;
