@@ -103,6 +103,9 @@ static const s_row_t s_table[] = {
         1099511627776ull, "default /testbed size"),
     U64(deadline_ms, "deadline-ms", "LISA_CTL_DEADLINE_MS", "1800000", 1000,
         604800000, "deadline when a claim carries none"),
+    U64(memory_rlimit, "memory-rlimit", "LISA_CTL_MEMORY_RLIMIT", "1", 0, 1,
+        "local backend without cgroups: cap the address space (0 for "
+        "sanitizer builds, which reserve terabytes)"),
     U64(k8s_ttl_s, "k8s-ttl-s", "LISA_K8S_TTL_S", "600", 0, 604800,
         "ttlSecondsAfterFinished of sandbox Jobs"),
 };

@@ -48,8 +48,9 @@ typedef struct {
     uint64_t memory_bytes;
     uint64_t pids;
     uint64_t disk_bytes;
-    uint64_t deadline_ms; /* when a claim carries no deadline */
-    uint64_t k8s_ttl_s;   /* ttlSecondsAfterFinished */
+    uint64_t deadline_ms;   /* when a claim carries no deadline */
+    uint64_t k8s_ttl_s;     /* ttlSecondsAfterFinished */
+    uint64_t memory_rlimit; /* local without cgroups: RLIMIT_AS (0: off) */
 } ctl_config_t;
 
 /* Fills *cfg: defaults, then env (getenv when NULL), then argv flags.

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -36,6 +37,7 @@ typedef struct {
     char *gateway_url;
     char *cgroup_root;
     unsigned sandbox_uid;
+    bool no_memory_rlimit;
 } s_local_t;
 
 /* One state file, parsed. */
@@ -331,7 +333,8 @@ s_system_dirs(s_argv_t *a)
 /* Child after fork: async-signal-safe calls only, then exec. */
 static void
 s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
-        const char *cgroup_procs, uint64_t memory_bytes, unsigned uid)
+        const char *cgroup_procs, uint64_t memory_bytes, unsigned uid,
+        pid_t parent)
 {
     (void) setsid();
     if (cgroup_procs) {
@@ -361,6 +364,12 @@ s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
             setuid((uid_t) uid) != 0)
             _exit(125);
     }
+    /* Die with the controller from here on (a credential change clears
+     * the setting, so it comes after setuid), also before bwrap has set
+     * up its own --die-with-parent; a parent already gone means exit. */
+    (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(125);
     execve(bwrap, argv, envp);
     static const char msg[] = "cannot execute bubblewrap\n";
     (void) write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -427,8 +436,11 @@ s_start(void *impl, const ctl_spec_t *spec)
     s_arg(&a, "--unshare-all");
     if (!use_socket)
         s_arg(&a, "--share-net"); /* the gateway is only reachable by URL */
+    /* No --new-session: the sandbox's init must stay in bwrap's process
+     * group, so that killing the group reaches it even when bwrap died
+     * before the init armed its own parent-death signal. The sandbox has
+     * no terminal (stdin is /dev/null, output a file, setsid above). */
     s_arg(&a, "--die-with-parent");
-    s_arg(&a, "--new-session");
     s_arg(&a, "--cap-drop");
     s_arg(&a, "ALL");
     s_arg(&a, "--hostname");
@@ -498,6 +510,7 @@ s_start(void *impl, const ctl_spec_t *spec)
         lisa_log_warn("local: cannot hand %s to uid %u", logp, l->sandbox_uid);
     if (s_setup_cgroup(l, spec, &procs) != LISA_OK)
         goto out;
+    pid_t self = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         lisa_log_error("local: fork: %s", strerror(errno));
@@ -505,8 +518,9 @@ s_start(void *impl, const ctl_spec_t *spec)
         goto out;
     }
     if (pid == 0)
-        s_child(bwrap, a.v, envp, logfd, procs, spec->memory_bytes,
-                l->sandbox_uid);
+        s_child(bwrap, a.v, envp, logfd, procs,
+                l->no_memory_rlimit ? 0 : spec->memory_bytes, l->sandbox_uid,
+                self);
     s_state_t st;
     memset(&st, 0, sizeof st);
     s_copy(st.sb.name, sizeof st.sb.name, spec->name);
@@ -629,9 +643,12 @@ s_remove(void *impl, const char *name)
         return LISA_NOTFOUND;
     if (rc == LISA_OK) {
         s_refresh(l, &st);
-        if (st.sb.phase != CTL_PHASE_EXITED) {
-            /* bwrap leads its own session; the sandbox dies with it. */
+        /* bwrap leads its process group; the sandbox's init is in it (and
+         * everything dies with the init). A bwrap that died unobserved
+         * may have left the init behind: kill the group then too. */
+        if (st.sb.phase != CTL_PHASE_EXITED || st.sb.exit_code < 0)
             (void) kill((pid_t) -st.pid, SIGKILL);
+        if (st.sb.phase != CTL_PHASE_EXITED) {
             (void) kill((pid_t) st.pid, SIGKILL);
             for (int i = 0; i < 200; i++) {
                 pid_t w = waitpid((pid_t) st.pid, NULL, WNOHANG);
@@ -740,6 +757,7 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->gateway_url = lisa_strdup(cfg->gateway_url ? cfg->gateway_url : "");
     l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
     l->sandbox_uid = cfg->sandbox_uid ? cfg->sandbox_uid : 65534u;
+    l->no_memory_rlimit = cfg->no_memory_rlimit;
     out->ops = &s_ops;
     out->impl = l;
     return LISA_OK;

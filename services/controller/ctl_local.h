@@ -31,6 +31,7 @@ typedef struct {
     const char *gateway_url;    /* used when no socket; shares the network */
     const char *cgroup_root;    /* "" for rlimits */
     unsigned sandbox_uid;       /* when running as root */
+    bool no_memory_rlimit;      /* skip RLIMIT_AS (sanitizer builds) */
 } ctl_local_cfg_t;
 
 /* Fills *out with a local backend. LISA_INVALID on bad config, LISA_ERR

@@ -512,6 +512,8 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
         ctl_outcome_t o = ctl_outcome_of(sb);
         lisa_log_info("sandbox %s exited with %d%s: %s", sb->name,
                       sb->exit_code, sb->oom ? " (OOM)" : "", o.why);
+        if (o.report && !rec->verified)
+            s_verify(s); /* adopted: is its attempt still open? */
         if (o.report && !rec->stop && rec->verified) {
             char detail[256];
             s_detail(s, sb->name, detail, sizeof detail);

@@ -61,6 +61,7 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .gateway_url = cfg->gateway_url,
             .cgroup_root = cfg->cgroup_root,
             .sandbox_uid = (unsigned) cfg->sandbox_uid,
+            .no_memory_rlimit = cfg->memory_rlimit == 0,
         };
         lisa_rc_t rc = ctl_local_new(&lc, be);
         lisa_free(&agent);

@@ -47,6 +47,9 @@ def world():
                 f"--agent={os.path.join(BIN, 'lisa-agent')}"]
         if cmd is not None:
             args.append(f"--sandbox-cmd={cmd}")
+        if "asan" in BIN:
+            # Sanitizer builds reserve terabytes of address space.
+            opts.setdefault("memory_rlimit", 0)
         args += [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
         out = open(os.path.join(scratch, log), "ab")
         p = subprocess.Popen(args, stdout=out, stderr=out)
@@ -72,7 +75,36 @@ def world():
                 p.wait()
     client.close()
     broker.stop()
+    # No sandbox of this test may outlive its controllers.
+    leaked = wait_gone(scratch)
     subprocess.run(["rm", "-rf", scratch], check=False)
+    assert not leaked, f"sandbox processes outlived the test: {leaked}"
+
+
+def live_with(text):
+    """Pids of live (non-zombie) processes whose command line has text."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text.encode() in cmd and state not in ("Z", "X"):
+            out.append(int(pid))
+    return out
+
+
+def wait_gone(text, timeout=3.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        left = live_with(text)
+        if not left:
+            return []
+        time.sleep(0.05)
+    return live_with(text)
 
 
 def wait_for(pred, timeout=15.0, what="condition"):
@@ -165,7 +197,7 @@ def test_deadline_kills_and_reports(world):
 def test_cancel_stops_the_sandbox(world):
     w = world
     (rid,) = enqueue(w.client, [task("f")])
-    w.controller("sleep 60")
+    w.controller("sleep 62")
     wait_for(lambda: roll(w, rid)[0].state == pb.ROLLOUT_RUNNING,
              what="running")
     assert len(sandboxes(w)) == 1
@@ -180,7 +212,7 @@ def test_cancel_stops_the_sandbox(world):
 def test_restart_adopts_reports_and_reaps(world):
     w = world
     (rid,) = enqueue(w.client, [task("g")])
-    p = w.controller("sleep 60")
+    p = w.controller("sleep 61")
     wait_for(lambda: roll(w, rid)[0].state == pb.ROLLOUT_RUNNING,
              what="running")
     # A stale label from long ago, as a crashed controller leaves it.
@@ -192,7 +224,7 @@ def test_restart_adopts_reports_and_reaps(world):
     p.send_signal(signal.SIGKILL)  # --die-with-parent takes the sandbox
     p.wait()
     assert len(sandboxes(w)) == 2
-    w.controller("sleep 60", log="ctl2.log")
+    w.controller("sleep 61", log="ctl2.log")
     # The old label is reaped; the dead sandbox of the open attempt is
     # reported, and the broker retries the rollout as attempt 2.
     wait_for(lambda: roll(w, rid)[0].attempts == 2, what="attempt 2")
