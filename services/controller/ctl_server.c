@@ -24,10 +24,11 @@ typedef struct {
     char name[CTL_NAME_MAX];
     unsigned attempt;
     uint64_t deadline_ms;
-    bool stop;     /* the broker ended the attempt: remove, no report */
-    bool verified; /* the broker confirmed the attempt is current */
-    bool seen;     /* present in the latest listing */
-    int misses;    /* listings in a row without it */
+    bool stop;       /* the broker ended the attempt: remove, no report */
+    bool verified;   /* the broker confirmed the attempt is current */
+    bool seen;       /* present in the latest listing */
+    int misses;      /* listings in a row without it */
+    int64_t next_hb; /* monotonic ms of the next lease renewal (pending) */
 } s_rec_t;
 
 struct ctl_server {
@@ -203,6 +204,30 @@ s_confirm_start(ctl_server_t *s, const char *rollout_id, unsigned attempt,
         lisa_log_warn("rollout %s attempt %u: start not confirmed: %s (%s)",
                       rollout_id, attempt, lisa_rc_str(rc),
                       rep && rep->error ? rep->error : "");
+    lisa_rpc_reply_free(&rep);
+}
+
+/* Renews the lease of an attempt whose sandbox is still pending (image
+ * pull, scheduling): its agent cannot heartbeat yet. */
+static void
+s_heartbeat(ctl_server_t *s, s_rec_t *rec)
+{
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__HeartbeatReq h = LISA__HEARTBEAT_REQ__INIT;
+    h.rollout_id = rec->rollout_id;
+    h.attempt = rec->attempt;
+    h.note = (char *) (uintptr_t) "sandbox pending";
+    req.body_case = LISA__REQUEST__BODY_HEARTBEAT;
+    req.heartbeat = &h;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(s, &req, &rep);
+    if (rc == LISA_OK && rep->heartbeat && rep->heartbeat->cancel &&
+        !rec->stop) {
+        lisa_log_info("rollout %s attempt %u: cancelled while pending",
+                      rec->rollout_id, rec->attempt);
+        rec->stop = true;
+    }
+    s->st.heartbeats++;
     lisa_rpc_reply_free(&rep);
 }
 
@@ -538,6 +563,12 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
         (void) s->be.ops->remove(s->be.impl, sb->name);
         s->st.stopped++;
         s_drop(s, rec);
+        return;
+    }
+    if (sb->phase == CTL_PHASE_PENDING && rec->verified &&
+        s_mono() >= rec->next_hb) {
+        s_heartbeat(s, rec);
+        rec->next_hb = s_mono() + (int64_t) s->cfg->verify_ms;
     }
 }
 

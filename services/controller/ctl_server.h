@@ -12,6 +12,8 @@
  *     cross-check) is removed without a report;
  *   - a labelled sandbox nobody knows is adopted after the broker confirms
  *     its attempt (restart), or reaped when past its deadline;
+ *   - a sandbox still pending (pulling, scheduling) gets its attempt's
+ *     lease renewed every verify period, since its agent cannot yet;
  *   - free capacity is claimed (up to the concurrency cap and the token
  *     bucket of creations) and each claim becomes a sandbox, confirmed
  *     with AttemptStart.
@@ -42,6 +44,7 @@ typedef struct {
     uint64_t reaped;         /* unknown sandboxes past their deadline */
     uint64_t adopted;        /* sandboxes taken over after a restart */
     uint64_t pauses;         /* claim pauses after backend failures */
+    uint64_t heartbeats;     /* lease renewals for pending sandboxes */
     uint64_t events;         /* broker events read */
     uint64_t event_gaps;     /* sequence gaps seen */
 } ctl_stats_t;

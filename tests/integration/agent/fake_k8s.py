@@ -48,6 +48,7 @@ class ApiServer:
         self.deletes = []       # (name, propagationPolicy)
         self.srv = None
         self.stop_flag = False
+        self.pending = False    # new Jobs wait (no pod) until release()
 
     def start(self):
         self.srv = _TCP(("127.0.0.1", 0), self.handler())
@@ -67,6 +68,24 @@ class ApiServer:
         with self.cv:
             for j in self.jobs.values():
                 self._kill(j)
+
+    def release(self):
+        """Schedules every pending Job: its pod starts running."""
+        with self.cv:
+            for j in self.jobs.values():
+                if j.get("held"):
+                    j["held"] = False
+                    self._run(j)
+                    j["obj"]["status"]["active"] = 1
+                    self._bump("MODIFIED", j["obj"])
+
+    def _run(self, j):
+        c = j["obj"]["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in c["env"]}
+        env["PATH"] = "/usr/bin:/bin"
+        j["proc"] = subprocess.Popen(
+            c["command"], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True)
 
     def compact(self):
         """Forget history: watches from older versions get 410 Gone."""
@@ -210,7 +229,13 @@ class ApiServer:
                          "pod": {"metadata": {"name": name + "-x7k2p",
                                               "labels": {"job-name": name}},
                                  "status": {"phase": "Running"}}}
-                    if c["command"][-1].startswith("oom:"):
+                    if api.pending:
+                        job["status"]["active"] = 0
+                        j["held"] = True
+                        j["deadline"] = float("inf")
+                        api.jobs[name] = j
+                        api._bump("ADDED", job)
+                    elif c["command"][-1].startswith("oom:"):
                         j["done"] = True
                         api.jobs[name] = j
                         api._bump("ADDED", job)

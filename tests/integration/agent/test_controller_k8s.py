@@ -140,3 +140,19 @@ def test_bad_token_pauses_claims(world, api):
     time.sleep(0.5)
     assert roll(w, rid)[0].state == pb.ROLLOUT_QUEUED
     assert not api.jobs
+
+
+@pytest.mark.broker_opts(lease_ms=1000)
+def test_pending_sandbox_keeps_its_lease(world, api):
+    w = world
+    api.pending = True
+    (rid,) = enqueue(w.client, [task("k8")])
+    k8s_ctl(w, api, "sleep 60")
+    wait_for(lambda: api.jobs, what="job")
+    time.sleep(3.0)  # three leases long, the pod still unscheduled
+    r, atts = roll(w, rid)
+    assert r.attempts == 1 and atts[0].failure_kind == pb.FAILURE_NONE
+    assert r.state in (pb.ROLLOUT_CLAIMED, pb.ROLLOUT_RUNNING)
+    api.release()
+    wait_for(lambda: any(j.get("proc") for j in api.jobs.values()),
+             what="pod running")

@@ -24,14 +24,17 @@ CONTROLLER = os.path.join(BIN, "lisa-controller")
 
 
 @pytest.fixture
-def world():
+def world(request):
     """A broker, a client, a world-readable scratch directory (sandboxes
     run as an unprivileged uid) and a way to start controllers."""
     scratch = tempfile.mkdtemp(prefix="lisa-ctl-")
     os.chmod(scratch, 0o755)
-    broker = Broker(os.path.join(scratch, "broker"), **{
-        "lease-ms": 20000, "max-attempts": 2, "backoff-ms": 10,
-        "backoff-max-ms": 20}).start()
+    opts = {"lease-ms": 20000, "max-attempts": 2, "backoff-ms": 10,
+            "backoff-max-ms": 20}
+    mark = request.node.get_closest_marker("broker_opts")
+    if mark:
+        opts.update({k.replace("_", "-"): v for k, v in mark.kwargs.items()})
+    broker = Broker(os.path.join(scratch, "broker"), **opts).start()
     client = Client(broker.ep["rpc"])
     sock = os.path.join(scratch, "gw.sock")
     open(sock, "w").close()  # replaced by a real socket where needed
