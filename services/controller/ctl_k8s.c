@@ -626,6 +626,12 @@ s_start(void *impl, const ctl_spec_t *sp)
         if (rep.status == 201 || rep.status == 200) {
             lisa_log_info("k8s: created Job %s for rollout %s attempt %u",
                           sp->name, sp->rollout_id, sp->attempt);
+            /* Into the cache now: the watch may bring it a tick later. */
+            json_t *created = json_loads(rep.body, 0, NULL);
+            s_job_t j;
+            if (created && s_from_job(k, created, &j))
+                s_upsert(k, &j);
+            json_decref(created);
         } else if (rep.status == 409) {
             rc = LISA_CONFLICT;
         } else {

@@ -17,6 +17,7 @@
 
 #define S_MAX_CLAIM_BATCH 64u
 #define S_QUERY_BATCH     500u
+#define S_MISSES          5 /* listings without a sandbox: it is gone */
 
 typedef struct {
     char rollout_id[CTL_ID_MAX];
@@ -318,6 +319,8 @@ s_verify(ctl_server_t *s)
                                   rec->rollout_id);
                     rec->stop = true;
                 }
+                if (!known)
+                    rec->verified = true; /* the broker has answered */
             }
             for (size_t k = 0; k < rep->query->n_rollouts; k++)
                 s_judge(s, rep->query->rollouts[k]);
@@ -587,15 +590,13 @@ s_tick(ctl_server_t *s)
     uint64_t now = ctl_wall_ms();
     for (size_t i = 0; i < s->n_recs; i++)
         s->recs[i].seen = false;
-    size_t before = s->n_recs;
-    (void) before;
     for (size_t i = 0; i < n; i++)
         s_handle(s, &list[i], now);
     lisa_free(&list);
     /* Records whose sandbox vanished without an exit status. */
     for (size_t i = 0; i < s->n_recs;) {
         s_rec_t *rec = &s->recs[i];
-        if (rec->seen || ++rec->misses < 3) {
+        if (rec->seen || ++rec->misses < S_MISSES) {
             i++;
             continue;
         }
