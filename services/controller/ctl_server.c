@@ -274,7 +274,10 @@ s_judge(ctl_server_t *s, const Lisa__Rollout *r)
         s_rec_t *rec = &s->recs[i];
         if (strcmp(rec->rollout_id, r->rollout_id) != 0)
             continue;
+        /* Over: the rollout ended, moved on to a later attempt, or was
+         * queued again after this attempt (or before it ever existed). */
         bool over = s_terminal(r->state) || r->attempts > rec->attempt ||
+                    r->attempts < rec->attempt ||
                     r->state == LISA__ROLLOUT_STATE__ROLLOUT_QUEUED;
         if (over && !rec->stop) {
             lisa_log_info("rollout %s attempt %u: ended at the broker "
@@ -433,9 +436,14 @@ s_start_one(ctl_server_t *s, const Lisa__ClaimedAttempt *ca, bool *down)
         if (rc == LISA_CONFLICT)
             lisa_log_info("sandbox %s already exists; taking it", name);
         s->st.started++;
-        s_add(s, r->rollout_id, ca->attempt, spec.run_id, name,
-              spec.deadline_ms)
-            ->verified = true;
+        /* A sandbox of this attempt may have been adopted in this tick. */
+        s_rec_t *rec = s_find(s, r->rollout_id, ca->attempt);
+        if (!rec)
+            rec = s_add(s, r->rollout_id, ca->attempt, spec.run_id, name,
+                        spec.deadline_ms);
+        rec->verified = true;
+        rec->stop = false;
+        rec->deadline_ms = spec.deadline_ms;
         s_confirm_start(s, r->rollout_id, ca->attempt, name);
         s_backend_up(s);
         return;

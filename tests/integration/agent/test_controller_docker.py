@@ -37,7 +37,8 @@ def test_container_spec_failure_report_and_cleanup(world, engine):
     w = world
     (rid,) = enqueue(w.client, [task("d1", limits=pb.Limits(
         memory_bytes=512 << 20, pids=99, cpu_millis=1500))])
-    docker_ctl(w, engine, "echo working; echo last words; exit 5")
+    docker_ctl(w, engine, "echo working; echo last words; exit 5",
+               runtime="runsc")
     r, atts = wait_for(failed(w, rid), what="failed")
     assert r.failure_kind == pb.FAILURE_AGENT
     assert "last words" in atts[0].reason  # from the multiplexed logs
@@ -58,6 +59,7 @@ def test_container_spec_failure_report_and_cleanup(world, engine):
     assert hc["AutoRemove"] is False and hc["Privileged"] is False
     assert "/testbed" in hc["Tmpfs"] and "size=" in hc["Tmpfs"]["/testbed"]
     assert hc["Binds"] == [f"{w.sock}:/run/lisa/gateway.sock"]
+    assert hc["Runtime"] == "runsc"
     assert not any("docker.sock" in b for b in hc["Binds"])
     assert create["User"] == "65534:65534"
     assert create["Labels"]["lisa.rollout"] == rid

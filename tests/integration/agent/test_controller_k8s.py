@@ -156,3 +156,38 @@ def test_pending_sandbox_keeps_its_lease(world, api):
     api.release()
     wait_for(lambda: any(j.get("proc") for j in api.jobs.values()),
              what="pod running")
+
+
+def test_existing_job_of_the_attempt_is_taken_not_duplicated(world, api):
+    """A create that answers 409 (the Job of this attempt exists, e.g. made
+    before a crash) is taken as the attempt's sandbox."""
+    import json
+    import re
+    import urllib.request
+    w = world
+    (rid,) = enqueue(w.client, [task("k9")])
+    name = "lisa-" + re.sub(r"[^a-z0-9]", "-", rid.lower()) + "-a1"
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": name, "labels": {"lisa/controller": "ctl-it"},
+                        "annotations": {"lisa/rollout-id": rid,
+                                        "lisa/attempt": "1",
+                                        "lisa/deadline-ms": "9999999999999"}},
+           "spec": {"activeDeadlineSeconds": 600, "template": {"spec": {
+               "restartPolicy": "Never",
+               "containers": [{"name": "agent", "command": ["sleep", "60"],
+                               "env": []}]}}}}
+    req = urllib.request.Request(
+        api.url + f"/apis/batch/v1/namespaces/{api.ns}/jobs",
+        data=json.dumps(job).encode(), method="POST",
+        headers={"Authorization": "Bearer " + api.token,
+                 "Content-Type": "application/json"})
+    assert urllib.request.urlopen(req).status == 201
+    k8s_ctl(w, api, "sleep 60")
+    wait_for(lambda: roll(w, rid)[0].state == pb.ROLLOUT_RUNNING,
+             what="running")
+    assert "already exists; taking it" in w.log()
+    time.sleep(1.0)  # several ticks and cross-checks: nothing undoes it
+    assert roll(w, rid)[0].state == pb.ROLLOUT_RUNNING
+    assert roll(w, rid)[0].attempts == 1
+    assert list(api.jobs) == [name]
+    assert roll(w, rid)[1][0].sandbox_id == name
