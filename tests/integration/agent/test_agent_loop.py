@@ -40,10 +40,11 @@ class Gateway:
     """Scripted gateway state shared with the handler threads."""
 
     def __init__(self, task, script, *, cancel_after=None, chat_errors=0,
-                 token=TOKEN, usage=True):
+                 token=TOKEN, usage=True, cancel_when=None):
         self.task = task
         self.script = list(script)
         self.cancel_after = cancel_after  # heartbeats before cancel=true
+        self.cancel_when = cancel_when    # or: cancel once this is true
         self.chat_errors = chat_errors    # 503s before the first answer
         self.token = token
         self.usage = usage
@@ -107,7 +108,9 @@ class Gateway:
                         gw.heartbeats.append((time.monotonic(),
                                               body.get("note")))
                         n = len(gw.heartbeats)
-                    cancel = gw.cancel_after is not None and n > gw.cancel_after
+                    cancel = (gw.cancel_after is not None and
+                              n > gw.cancel_after) or bool(
+                                  gw.cancel_when and gw.cancel_when())
                     self.reply(200, {"lease_expiry_ms": 0, "cancel": cancel})
                 elif self.path == "/lisa/v1/result":
                     with gw.lock:
@@ -272,10 +275,12 @@ def test_turn_limit(tmp_path):
 
 
 def test_cancel_kills_running_command(tmp_path):
+    pidfile = tmp_path / "tb" / "bg.pid"
     gw = Gateway(base_task(),
                  [call("execute_bash",
-                       {"command": "sleep 30 & echo $! > bg.pid; sleep 30"})],
-                 cancel_after=2)
+                       {"command": "sleep 30 & echo $! > bg.pid.tmp; "
+                                   "mv bg.pid.tmp bg.pid; sleep 30"})],
+                 cancel_when=pidfile.exists)
     srv = serve(gw)
     t0 = time.monotonic()
     try:

@@ -38,8 +38,8 @@ Test(agt_config, usage)
                  LISA_OK, "%s", err);
     cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_OK);
     cr_assert_str_eq(c.gateway_url, "http://127.0.0.1:7180");
-    cr_assert_eq(c.cmd_timeout_s, 5);  /* flag beats environment */
-    cr_assert_eq(c.max_turns, 100);    /* default */
+    cr_assert_eq(c.cmd_timeout_s, 5); /* flag beats environment */
+    cr_assert_eq(c.max_turns, 100);   /* default */
     cr_assert_eq(c.head_lines, 40);
     cr_assert_eq(c.clip_chars, 10000);
     cr_assert_str_eq(c.testbed, "/testbed");

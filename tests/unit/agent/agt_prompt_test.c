@@ -47,9 +47,8 @@ Test(agt_prompt, domain_routing)
 
 Test(agt_prompt, answer_rules_per_domain)
 {
-    agt_prompt_in_t in = {.data_source = "biomed_mini",
-                          .problem = "Q",
-                          .root = "/tb"};
+    agt_prompt_in_t in = {
+        .data_source = "biomed_mini", .problem = "Q", .root = "/tb"};
     char *u = agt_prompt_user(&in);
     cr_assert(strstr(u, "only the letter"));
     cr_assert(strstr(u, "/tb/answer.txt"));

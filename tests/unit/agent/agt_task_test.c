@@ -59,8 +59,7 @@ Test(agt_task, usage)
     cr_assert_not_null(view);
     agt_task_t t;
     char err[256];
-    cr_assert_eq(agt_task_parse(view, &t, err, sizeof err), LISA_OK, "%s",
-                 err);
+    cr_assert_eq(agt_task_parse(view, &t, err, sizeof err), LISA_OK, "%s", err);
     json_decref(view);
     cr_assert_str_eq(t.rollout_id, "r-1");
     cr_assert_eq(t.attempt, 2);
@@ -89,18 +88,15 @@ Test(agt_task, path_safety)
         const char *path;
         bool ok;
     } cases[] = {
-        {"a.txt", true},         {"dir/a.txt", true},
-        {"a..b.txt", true},      {"..a", true},
-        {"", false},             {"/etc/passwd", false},
-        {"../x", false},         {"a/../../x", false},
-        {"a/..", false},         {"..", false},
-        {"./a", false},          {"a//b", false},
-        {"a/", false},           {"a\nb", false},
-        {"a\x7f", false},
+        {"a.txt", true}, {"dir/a.txt", true},  {"a..b.txt", true},
+        {"..a", true},   {"", false},          {"/etc/passwd", false},
+        {"../x", false}, {"a/../../x", false}, {"a/..", false},
+        {"..", false},   {"./a", false},       {"a//b", false},
+        {"a/", false},   {"a\nb", false},      {"a\x7f", false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        cr_assert_eq(agt_task_path_ok(cases[i].path), cases[i].ok,
-                     "path '%s'", cases[i].path);
+        cr_assert_eq(agt_task_path_ok(cases[i].path), cases[i].ok, "path '%s'",
+                     cases[i].path);
     char longp[300];
     memset(longp, 'a', sizeof longp - 1);
     longp[sizeof longp - 1] = '\0';
@@ -145,8 +141,8 @@ Test(agt_task, unsafe_or_malformed_tasks_are_refused)
 
 Test(agt_task, minimal_task_has_defaults)
 {
-    json_t *v = json_pack("{s:s,s:s}", "rollout_id", "r", "problem_statement",
-                          "q");
+    json_t *v =
+        json_pack("{s:s,s:s}", "rollout_id", "r", "problem_statement", "q");
     agt_task_t t;
     char err[256];
     cr_assert_eq(agt_task_parse(v, &t, err, sizeof err), LISA_OK);
@@ -180,8 +176,7 @@ Test(agt_task, read_answer_bounded_and_missing)
     cr_assert_not(trunc);
     cr_assert_str_eq(ans, "\\boxed{7}\n?");
     lisa_free(&ans);
-    cr_assert_eq(agt_task_read_answer(s_dir, 4, &ans, &trunc, &found),
-                 LISA_OK);
+    cr_assert_eq(agt_task_read_answer(s_dir, 4, &ans, &trunc, &found), LISA_OK);
     cr_assert(trunc);
     cr_assert_str_eq(ans, "\\box");
     lisa_free(&ans);

@@ -82,9 +82,9 @@ Test(agt_tools, schemas_are_the_recipe_tools)
 Test(agt_tools, stderr_section_only_when_present)
 {
     agt_tool_status_t st;
-    char *obs = agt_tools_call(s_t, "execute_bash",
-                               "{\"command\":\"echo o; echo e >&2; exit 2\"}",
-                               &st);
+    char *obs =
+        agt_tools_call(s_t, "execute_bash",
+                       "{\"command\":\"echo o; echo e >&2; exit 2\"}", &st);
     cr_assert_str_eq(obs, "Exit code: 2\nExecution output of "
                           "[execute_bash]:\n[STDOUT]\no\n[STDERR]\ne\n");
     lisa_free(&obs);
@@ -93,8 +93,8 @@ Test(agt_tools, stderr_section_only_when_present)
 Test(agt_tools, long_output_is_cut_by_lines_and_bytes)
 {
     agt_tool_status_t st;
-    char *obs =
-        agt_tools_call(s_t, "execute_bash", "{\"command\":\"seq 1 1000\"}", &st);
+    char *obs = agt_tools_call(s_t, "execute_bash",
+                               "{\"command\":\"seq 1 1000\"}", &st);
     cr_assert(strstr(obs, "\n40\n<Observation truncated"));
     cr_assert(strstr(obs, "920 lines left out>\n961\n"));
     cr_assert_null(strstr(obs, "\n41\n"));
@@ -121,8 +121,8 @@ Test(agt_tools, timeout_observation)
     lisa_free(&obs);
     /* The deadline caps the per-command limit too. */
     agt_tools_set_time_left(s_t, 200);
-    obs = agt_tools_call(s_t, "execute_bash", "{\"command\":\"sleep 20\"}",
-                         &st);
+    obs =
+        agt_tools_call(s_t, "execute_bash", "{\"command\":\"sleep 20\"}", &st);
     cr_assert(strstr(obs, "Exit code: 124"));
     lisa_free(&obs);
     agt_tools_destroy(&t);
