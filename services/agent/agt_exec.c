@@ -252,6 +252,12 @@ agt_exec_run(const char *cmd, const agt_exec_opts_t *opts,
     res->err = s_stream_take(&st[1], &res->err_len);
     res->err_total = st[1].total;
     res->elapsed_ms = s_now_ms() - start;
+    /* As a sandbox's pid 1 the agent inherits every orphan: reap them now,
+     * when no child of ours is outstanding. */
+    if (getpid() == 1) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+    }
     return LISA_OK;
 }
 

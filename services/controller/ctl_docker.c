@@ -145,7 +145,9 @@ s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
     json_object_set_new(host, "SecurityOpt",
                         json_pack("[s]", "no-new-privileges:true"));
     json_object_set_new(host, "ReadonlyRootfs", json_true());
-    json_object_set_new(host, "Init", json_true());
+    /* No docker-init: it would keep the token in its environment; the
+     * agent is pid 1, scrubs its copy and reaps orphans. */
+    json_object_set_new(host, "Init", json_false());
     json_object_set_new(host, "AutoRemove", json_false());
     json_object_set_new(host, "Privileged", json_false());
     json_object_set_new(host, "Memory",

@@ -441,6 +441,10 @@ s_start(void *impl, const ctl_spec_t *spec)
      * before the init armed its own parent-death signal. The sandbox has
      * no terminal (stdin is /dev/null, output a file, setsid above). */
     s_arg(&a, "--die-with-parent");
+    /* The command is the namespace's pid 1: no bwrap reaper holding a copy
+     * of the environment (the token) where the model could read it
+     * (/proc/1/environ). The agent scrubs its own copy and reaps. */
+    s_arg(&a, "--as-pid-1");
     s_arg(&a, "--cap-drop");
     s_arg(&a, "ALL");
     s_arg(&a, "--hostname");

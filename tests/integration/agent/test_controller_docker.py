@@ -55,7 +55,8 @@ def test_container_spec_failure_report_and_cleanup(world, engine):
     assert hc["Memory"] == 512 << 20 and hc["MemorySwap"] == hc["Memory"]
     assert hc["PidsLimit"] == 99
     assert hc["NanoCpus"] == 1_500_000_000
-    assert hc["ReadonlyRootfs"] is True and hc["Init"] is True
+    assert hc["ReadonlyRootfs"] is True
+    assert hc["Init"] is False  # the agent is pid 1 (token scrubbed)
     assert hc["AutoRemove"] is False and hc["Privileged"] is False
     assert "/testbed" in hc["Tmpfs"] and "size=" in hc["Tmpfs"]["/testbed"]
     assert hc["Binds"] == [f"{w.sock}:/run/lisa/gateway.sock"]

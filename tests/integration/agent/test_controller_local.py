@@ -255,6 +255,11 @@ def test_whole_attempt_with_the_real_agent(world):
     os.unlink(w.sock)
     gw = scripted.Gateway(scripted.base_task(), [
         scripted.call("execute_bash",
+                      {"command": "cat /proc/[0-9]*/environ 2>/dev/null | "
+                                  "tr '\\0' '\\n' | grep -a TOKEN > "
+                                  "/tmp/env.txt; cat /tmp/env.txt; "
+                                  "echo pid1=$(cat /proc/1/comm)"}),
+        scripted.call("execute_bash",
                       {"command": "cat documents/b.txt > answer.txt; "
                                   "(curl -s -m 2 http://1.1.1.1 || "
                                   "python3 -c 'import socket; "
@@ -280,6 +285,12 @@ def test_whole_attempt_with_the_real_agent(world):
     finally:
         srv.shutdown()
     assert gw.results[0]["answer"] == "forty-two", gw.results
+    # No process in the sandbox shows the token to the model's commands.
+    token = seen[0].split(" ", 1)[1]
+    obs = gw.chats[1][1]["messages"][-1]["content"]
+    assert "pid1=lisa-agent" in obs, obs
+    assert "LISA_ATTEMPT_TOKEN=xxx" in obs  # scrubbed in place
+    assert token not in obs
     assert gw.results[0]["end_reason"] == "submit"
     assert seen and all(s and s.startswith("Bearer ") for s in seen)
     assert len(set(seen)) == 1
