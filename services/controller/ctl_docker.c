@@ -134,9 +134,13 @@ s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
         snprintf(buf, sizeof buf, "LISA_GATEWAY_URL=%s", d->gateway_url);
         json_array_append_new(env, json_string(buf));
     }
-    json_t *cmd = *d->sandbox_cmd
-                      ? json_pack("[s,s,s]", "/bin/sh", "-c", d->sandbox_cmd)
-                      : json_pack("[s]", "/usr/local/bin/lisa-agent");
+    /* Entrypoint too: an image's own ENTRYPOINT would otherwise take Cmd
+     * as its arguments. */
+    json_t *entry = *d->sandbox_cmd
+                        ? json_pack("[s]", "/bin/sh")
+                        : json_pack("[s]", "/usr/local/bin/lisa-agent");
+    json_t *cmd = *d->sandbox_cmd ? json_pack("[s,s]", "-c", d->sandbox_cmd)
+                                  : json_array();
 
     json_t *host = json_object();
     json_object_set_new(host, "NetworkMode",
@@ -175,6 +179,7 @@ s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
         json_object_set_new(host, "Runtime", json_string(d->runtime));
     json_t *body = json_object();
     json_object_set_new(body, "Image", json_string(d->image));
+    json_object_set_new(body, "Entrypoint", entry);
     json_object_set_new(body, "Cmd", cmd);
     json_object_set_new(body, "Env", env);
     json_object_set_new(body, "User",

@@ -178,7 +178,9 @@ class Engine:
                     if method == "POST" and parts[2:] == ["start"]:
                         if c["state"] != "created":
                             return self.send(304)
-                        cmd = c["spec"]["Cmd"]
+                        # Entrypoint + Cmd, as the engine runs them.
+                        cmd = (c["spec"].get("Entrypoint") or []) + \
+                            (c["spec"].get("Cmd") or [])
                         if cmd[-1].startswith("oom:"):
                             c["state"], c["exit"], c["oom"] = "exited", 137, True
                             return self.send(204)

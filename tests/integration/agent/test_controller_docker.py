@@ -63,6 +63,8 @@ def test_container_spec_failure_report_and_cleanup(world, engine):
     assert hc["Runtime"] == "runsc"
     assert not any("docker.sock" in b for b in hc["Binds"])
     assert create["User"] == "65534:65534"
+    assert create["Entrypoint"] == ["/bin/sh"]
+    assert create["Cmd"] == ["-c", "echo working; echo last words; exit 5"]
     assert create["Labels"]["lisa.rollout"] == rid
     assert create["Labels"]["lisa.attempt"] == "1"
     assert create["Labels"]["lisa.controller"] == "ctl-it"
