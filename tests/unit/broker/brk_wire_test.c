@@ -3,7 +3,6 @@
  * the usage example.
  */
 #include "brk_wire.h"
-
 #include "lisa.pb-c.h"
 
 #include <criterion/criterion.h>
