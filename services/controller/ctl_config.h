@@ -1,15 +1,17 @@
 /*
- * ctl_config: the controller's settings, one declarative table.
- *
- * Each row: name (the flag is --name=value), environment variable, type,
- * default, bounds and help. The table drives parsing, validation, --help
- * and the start-up dump. Precedence: defaults < environment < flags.
+ * ctl_config: the controller's settings, one declarative lisa_config
+ * table: name, environment variable, flag, type, default, bounds and help
+ * per row. The table drives parsing, validation, --help, the start-up dump
+ * and the Markdown reference. Precedence: defaults < --config file <
+ * environment < flags. Durations take "500ms"/"2s"/"1m" (bare: ms), sizes
+ * "512MiB"/"1GiB" (bare: bytes).
  */
 #ifndef CTL_CONFIG_H
 #define CTL_CONFIG_H
 
 #include "lisa/lisa_rc.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -53,12 +55,14 @@ typedef struct {
     uint64_t memory_rlimit; /* local without cgroups: RLIMIT_AS (0: off) */
 } ctl_config_t;
 
-/* Fills *cfg: defaults, then env (getenv when NULL), then argv flags.
- * LISA_OK; LISA_AGAIN after printing --help to `out`; LISA_INVALID with
- * a message in err. Free with ctl_config_clear. */
-lisa_rc_t ctl_config_load(ctl_config_t *cfg, int argc, char **argv,
-                          const char *(*env)(const char *), FILE *out,
+/* Fills *cfg from defaults, --config file, environment and argv.
+ * LISA_OK; LISA_AGAIN after printing --help to `out` (NULL: stdout);
+ * LISA_INVALID with a message in err. Free with ctl_config_clear. */
+lisa_rc_t ctl_config_load(ctl_config_t *cfg, int argc, char **argv, FILE *out,
                           char *err, size_t errlen) LISA_NODISCARD;
+
+/* Writes the settings as a Markdown reference. */
+lisa_rc_t ctl_config_markdown(FILE *out) LISA_NODISCARD;
 
 /* Logs every setting at info level. */
 void ctl_config_dump(const ctl_config_t *cfg);

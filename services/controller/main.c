@@ -61,7 +61,7 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .gateway_url = cfg->gateway_url,
             .cgroup_root = cfg->cgroup_root,
             .sandbox_uid = (unsigned) cfg->sandbox_uid,
-            .no_memory_rlimit = cfg->memory_rlimit == 0,
+            .no_memory_rlimit = !cfg->memory_rlimit,
         };
         lisa_rc_t rc = ctl_local_new(&lc, be);
         lisa_free(&agent);
@@ -104,8 +104,7 @@ main(int argc, char **argv)
     lisa_log_set_service("controller");
     ctl_config_t cfg;
     char err[256];
-    lisa_rc_t rc =
-        ctl_config_load(&cfg, argc, argv, NULL, stdout, err, sizeof err);
+    lisa_rc_t rc = ctl_config_load(&cfg, argc, argv, stdout, err, sizeof err);
     if (rc == LISA_AGAIN) {
         ctl_config_clear(&cfg);
         return 0;

@@ -9,6 +9,7 @@
 #include "ctl_rate.h"
 
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 Test(ctl_backend, usage)
@@ -86,34 +87,33 @@ Test(ctl_outcome, table)
     }
 }
 
-static const char *
-s_env(const char *n)
-{
-    if (strcmp(n, "LISA_CTL_MAX") == 0)
-        return "3";
-    if (strcmp(n, "LISA_CTL_BACKEND") == 0)
-        return "docker";
-    return NULL;
-}
-
 Test(ctl_config, precedence_and_bounds)
 {
     ctl_config_t c;
     char err[256];
-    char *argv[] = {"x", "--backend=k8s", NULL};
-    cr_assert_eq(ctl_config_load(&c, 2, argv, s_env, NULL, err, sizeof err),
-                 LISA_OK, "%s", err);
-    cr_assert_eq(c.max_concurrency, 3);
-    cr_assert_str_eq(c.backend, "k8s");
+    setenv("LISA_CTL_MAX", "3", 1);
+    setenv("LISA_CTL_BACKEND", "docker", 1);
+    char *argv[] = {"x", "--backend=k8s", "--grace-ms=2s",
+                    "--memory-bytes=512MiB", NULL};
+    cr_assert_eq(ctl_config_load(&c, 4, argv, NULL, err, sizeof err), LISA_OK,
+                 "%s", err);
+    cr_assert_eq(c.max_concurrency, 3); /* environment beats default */
+    cr_assert_str_eq(c.backend, "k8s"); /* flag beats environment */
     cr_assert_eq(c.tick_ms, 200);
+    cr_assert_eq(c.grace_ms, 2000);
+    cr_assert_eq(c.memory_bytes, 512u << 20);
+    cr_assert_str_eq(c.run_id, "");
+    cr_assert(c.memory_rlimit);
     ctl_config_clear(&c);
     char *bad[] = {"x", "--backend=lxc", NULL};
-    cr_assert_eq(ctl_config_load(&c, 2, bad, s_env, NULL, err, sizeof err),
+    cr_assert_eq(ctl_config_load(&c, 2, bad, NULL, err, sizeof err),
                  LISA_INVALID);
     ctl_config_clear(&c);
     char *bad2[] = {"x", "--max-concurrency=0", NULL};
-    cr_assert_eq(ctl_config_load(&c, 2, bad2, s_env, NULL, err, sizeof err),
+    cr_assert_eq(ctl_config_load(&c, 2, bad2, NULL, err, sizeof err),
                  LISA_INVALID);
-    cr_assert(strstr(err, "max-concurrency"));
+    cr_assert(strstr(err, "max"), "%s", err);
     ctl_config_clear(&c);
+    unsetenv("LISA_CTL_MAX");
+    unsetenv("LISA_CTL_BACKEND");
 }
