@@ -64,8 +64,9 @@ s_post_result(agt_gateway_t *gw, const agt_config_t *cfg,
 {
     char *answer = NULL;
     bool truncated = false, found = false;
-    lisa_rc_t rc = agt_task_read_answer(cfg->testbed, cfg->max_answer_bytes,
-                                        &answer, &truncated, &found);
+    lisa_rc_t rc =
+        agt_task_read_answer(cfg->testbed, (size_t) cfg->max_answer_bytes,
+                             &answer, &truncated, &found);
     char detail[768];
     snprintf(detail, sizeof detail, "%s%s%s", lo->detail,
              found ? "" : "; no answer file",
@@ -114,7 +115,7 @@ agt_run(const agt_config_t *cfg)
         .base_url = cfg->gateway_url,
         .unix_socket = cfg->gateway_socket,
         .token = cfg->token,
-        .max_reply_bytes = cfg->max_task_bytes,
+        .max_reply_bytes = (size_t) cfg->max_task_bytes,
     };
     agt_gateway_t *gw = agt_gateway_new(&gcfg);
     if (!gw) {
@@ -163,7 +164,7 @@ agt_run(const agt_config_t *cfg)
     }
 
     /* 3. Heartbeats, prompts, tools. */
-    hb = agt_heartbeat_start(&gcfg, cfg->heartbeat_ms, &cancel);
+    hb = agt_heartbeat_start(&gcfg, (unsigned) cfg->heartbeat_ms, &cancel);
     if (!hb) {
         lisa_log_error("cannot start heartbeats");
         goto out;
@@ -179,12 +180,12 @@ agt_run(const agt_config_t *cfg)
     user = agt_prompt_user(&pin);
     agt_tools_cfg_t tcfg = {
         .root = cfg->testbed,
-        .cmd_timeout_ms = cfg->cmd_timeout_s * 1000u,
-        .capture_bytes = cfg->capture_bytes,
-        .obs_max_bytes = cfg->obs_max_bytes,
-        .head_lines = cfg->head_lines,
-        .tail_lines = cfg->tail_lines,
-        .clip_chars = cfg->clip_chars,
+        .cmd_timeout_ms = (unsigned) (cfg->cmd_timeout_s * 1000u),
+        .capture_bytes = (size_t) cfg->capture_bytes,
+        .obs_max_bytes = (size_t) cfg->obs_max_bytes,
+        .head_lines = (unsigned) cfg->head_lines,
+        .tail_lines = (unsigned) cfg->tail_lines,
+        .clip_chars = (size_t) cfg->clip_chars,
         .grace_ms = 500,
         .cancel = &cancel,
     };
@@ -196,17 +197,19 @@ agt_run(const agt_config_t *cfg)
 
     /* 4. The episode. */
     agt_loop_cfg_t lcfg = {
-        .max_turns = task.max_turns ? task.max_turns : cfg->max_turns,
-        .max_context_tokens = task.max_context_tokens ? task.max_context_tokens
-                                                      : cfg->max_context_tokens,
+        .max_turns =
+            task.max_turns ? task.max_turns : (unsigned) cfg->max_turns,
+        .max_context_tokens = task.max_context_tokens
+                                  ? task.max_context_tokens
+                                  : (unsigned) cfg->max_context_tokens,
         .max_tokens_per_call = task.max_tokens_per_call
                                    ? task.max_tokens_per_call
-                                   : cfg->max_tokens_per_call,
+                                   : (unsigned) cfg->max_tokens_per_call,
         .temperature = task.temperature,
         .top_p = task.top_p,
-        .deadline_ms = s_deadline(&task, cfg->reserve_s),
+        .deadline_ms = s_deadline(&task, (unsigned) cfg->reserve_s),
         .http_timeout_ms = (long) cfg->http_timeout_s * 1000L,
-        .retries = cfg->model_retries,
+        .retries = (unsigned) cfg->model_retries,
         .model = cfg->model,
         .cancel = &cancel,
     };

@@ -31,18 +31,16 @@ main(int argc, char **argv)
 {
     lisa_log_set_service("agent");
     agt_config_t cfg;
-    int help = 0;
     char err[256];
-    if (agt_config_load(&cfg, argc, argv, NULL, &help, err, sizeof err) !=
-        LISA_OK) {
+    lisa_rc_t rc = agt_config_load(&cfg, argc, argv, stdout, err, sizeof err);
+    if (rc == LISA_AGAIN) { /* --help */
+        agt_config_clear(&cfg);
+        return AGT_EXIT_OK;
+    }
+    if (rc != LISA_OK) {
         lisa_log_error("config: %s", err);
         agt_config_clear(&cfg);
         return AGT_EXIT_USAGE;
-    }
-    if (help) {
-        agt_config_help(stdout);
-        agt_config_clear(&cfg);
-        return AGT_EXIT_OK;
     }
     s_scrub_env("LISA_ATTEMPT_TOKEN");
     if (agt_config_validate(&cfg, err, sizeof err) != LISA_OK) {

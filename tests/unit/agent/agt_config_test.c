@@ -7,39 +7,25 @@
 #include "agt_loop.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-static const char *
-s_env(const char *name)
-{
-    if (strcmp(name, "LISA_GATEWAY_URL") == 0)
-        return "http://127.0.0.1:7180";
-    if (strcmp(name, "LISA_ATTEMPT_TOKEN") == 0)
-        return "tok";
-    if (strcmp(name, "LISA_CMD_TIMEOUT_S") == 0)
-        return "30";
-    return NULL;
-}
-
-static const char *
-s_noenv(const char *name)
-{
-    (void) name;
-    return NULL;
-}
 
 Test(agt_config, usage)
 {
     agt_config_t c;
-    int help = 0;
     char err[256];
+    setenv("LISA_GATEWAY_URL", "http://127.0.0.1:7180", 1);
+    setenv("LISA_ATTEMPT_TOKEN", "tok", 1);
+    setenv("LISA_CMD_TIMEOUT_S", "30", 1);
     char *argv[] = {"lisa-agent", "--cmd-timeout-s=5", NULL};
-    cr_assert_eq(agt_config_load(&c, 2, argv, s_env, &help, err, sizeof err),
-                 LISA_OK, "%s", err);
+    cr_assert_eq(agt_config_load(&c, 2, argv, NULL, err, sizeof err), LISA_OK,
+                 "%s", err);
     cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_OK);
     cr_assert_str_eq(c.gateway_url, "http://127.0.0.1:7180");
-    cr_assert_eq(c.cmd_timeout_s, 5); /* flag beats environment */
-    cr_assert_eq(c.max_turns, 100);   /* default */
+    cr_assert_str_eq(c.gateway_socket, ""); /* unset strings read as "" */
+    cr_assert_eq(c.cmd_timeout_s, 5);       /* flag beats environment */
+    cr_assert_eq(c.max_turns, 100);         /* default */
     cr_assert_eq(c.head_lines, 40);
     cr_assert_eq(c.clip_chars, 10000);
     cr_assert_str_eq(c.testbed, "/testbed");
@@ -49,24 +35,29 @@ Test(agt_config, usage)
 Test(agt_config, bad_values_and_missing_endpoint)
 {
     agt_config_t c;
-    int help = 0;
     char err[256];
-    char *a1[] = {"x", "--cmd-timeout-s=abc"};
-    cr_assert_eq(agt_config_load(&c, 2, a1, s_env, &help, err, sizeof err),
+    char *a1[] = {"x", "--cmd-timeout-s=abc", NULL};
+    cr_assert_eq(agt_config_load(&c, 2, a1, NULL, err, sizeof err),
                  LISA_INVALID);
     agt_config_clear(&c);
-    char *a2[] = {"x", "--heartbeat-ms=1"};
-    cr_assert_eq(agt_config_load(&c, 2, a2, s_env, &help, err, sizeof err),
+    char *a2[] = {"x", "--heartbeat-ms=1", NULL};
+    cr_assert_eq(agt_config_load(&c, 2, a2, NULL, err, sizeof err),
                  LISA_INVALID);
     agt_config_clear(&c);
-    char *a3[] = {"x", "--nope=1"};
-    cr_assert_eq(agt_config_load(&c, 2, a3, s_env, &help, err, sizeof err),
+    char *a3[] = {"x", "--nope=1", NULL};
+    cr_assert_eq(agt_config_load(&c, 2, a3, NULL, err, sizeof err),
                  LISA_INVALID);
     agt_config_clear(&c);
-    char *a4[] = {"x", "--help"};
-    cr_assert_eq(agt_config_load(&c, 2, a4, s_noenv, &help, err, sizeof err),
-                 LISA_OK);
-    cr_assert(help);
+    FILE *devnull = fopen("/dev/null", "w");
+    char *a4[] = {"x", "--help", NULL};
+    cr_assert_eq(agt_config_load(&c, 2, a4, devnull, err, sizeof err),
+                 LISA_AGAIN);
+    fclose(devnull);
+    agt_config_clear(&c);
+    unsetenv("LISA_GATEWAY_URL");
+    unsetenv("LISA_GATEWAY_SOCKET");
+    char *a5[] = {"x", NULL};
+    cr_assert_eq(agt_config_load(&c, 1, a5, NULL, err, sizeof err), LISA_OK);
     cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_INVALID);
     cr_assert(strstr(err, "gateway"));
     agt_config_clear(&c);
