@@ -600,9 +600,16 @@ main(int argc, char **argv)
     size_t plen = lisa__span__get_packed_size(&sp);
     uint8_t *payload = lisa_malloc(plen);
     lisa__span__pack(&sp, payload);
-    printf("lisa broker bench: %ld online cores, broker sync=%s, %.1f s per "
-           "figure\n",
-           sysconf(_SC_NPROCESSORS_ONLN), sync, s_seconds);
+    double load = 0;
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf", &load) != 1)
+            load = 0;
+        fclose(lf);
+    }
+    printf("lisa broker bench: %ld online cores (load average %.1f), broker "
+           "sync=%s, %.1f s per figure\n",
+           sysconf(_SC_NPROCESSORS_ONLN), load, sync, s_seconds);
     printf("  span: %u prompt ids + %u sampled ids with logprobs = %zu bytes "
            "packed\n",
            S_APPEND, S_RESP, plen);

@@ -20,6 +20,7 @@
 #include "brk_fsm.h"
 #include "brk_store.h"
 #include "brk_token.h"
+#include "brk_wire.h"
 #include "lisa/lisa_codec.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -146,6 +147,10 @@ struct brk_server_t {
     zhashx_t *engines;        /* engine_id -> s_engine_t */
     zhashx_t *known_attempts; /* "rollout\x1fattempt" that exist */
     int64_t next_tick;
+    struct {
+        const uint8_t *data; /* the RPC frame being handled */
+        size_t len;
+    } cur_frame;
     zactor_t *syncer; /* NULL with sync "normal" */
     uint64_t batch_seq;
     struct s_batch_s **batches; /* committed, waiting for fsync */
@@ -1170,9 +1175,18 @@ s_h_span_put(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
         if (rc != LISA_OK)
             return rc;
     }
+    /* the spans' bytes as received, stored without packing them again */
+    static const uint32_t path[] = {LISA__REQUEST__BODY_SPAN_PUT, 1};
+    brk_wire_slice_t *raw = brk_arena_alloc(
+        self->arena, (q->n_spans ? q->n_spans : 1) * sizeof *raw);
+    long found = brk_wire_find(self->cur_frame.data, self->cur_frame.len, path,
+                               2, raw, q->n_spans);
+    bool use_raw = found >= 0 && (size_t) found == q->n_spans;
     for (size_t i = 0; i < q->n_spans; i++) {
         bool dup = false;
-        if (brk_store_span_put(self->store, q->spans[i], &dup) != LISA_OK)
+        if (brk_store_span_put(self->store, q->spans[i],
+                               use_raw ? raw[i].data : NULL,
+                               use_raw ? raw[i].len : 0, &dup) != LISA_OK)
             return s_fail(err, LISA_ERR, "store write failed");
         if (dup) {
             out->duplicates++;
@@ -1490,7 +1504,11 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     bool held = false;
     Lisa__Reply rep = LISA__REPLY__INIT;
     rep.request_id = req->request_id;
+    self->cur_frame.data = zframe_data(body);
+    self->cur_frame.len = zframe_size(body);
     rc = fn(self, req, &rep, err, &held, identity, delim);
+    self->cur_frame.data = NULL;
+    self->cur_frame.len = 0;
     if (rc != LISA_OK) {
         if (savepoint)
             brk_store_savepoint_undo(self->store);
@@ -1520,6 +1538,19 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
 /* ------------------------------------------------------------------ */
 /* span ingest (PULL)                                                 */
 
+/* Stores a pushed span from the bytes it arrived in. */
+static lisa_rc_t
+s_span_put_pushed(brk_server_t *self, zframe_t *frame, const Lisa__Span *span,
+                  bool *dup)
+{
+    static const uint32_t path[] = {LISA__SPAN_PUSH__BODY_SPAN};
+    brk_wire_slice_t raw;
+    bool use_raw = brk_wire_find(zframe_data(frame), zframe_size(frame), path,
+                                 1, &raw, 1) == 1;
+    return brk_store_span_put(self->store, span, use_raw ? raw.data : NULL,
+                              use_raw ? raw.len : 0, dup);
+}
+
 static void
 s_on_span(brk_server_t *self, zmsg_t *m)
 {
@@ -1544,7 +1575,7 @@ s_on_span(brk_server_t *self, zmsg_t *m)
         s_span_check(self, span, err) != LISA_OK) {
         self->cnt.spans_dropped++;
         lisa_log_warn("spans: dropped: %s", err[0] ? err : "store unavailable");
-    } else if (brk_store_span_put(self->store, span, &dup) != LISA_OK) {
+    } else if (s_span_put_pushed(self, zmsg_first(m), span, &dup) != LISA_OK) {
         self->cnt.spans_dropped++;
     } else if (dup) {
         self->cnt.span_dups++;

@@ -946,7 +946,8 @@ brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena, const char *id,
 }
 
 lisa_rc_t
-brk_store_span_put(brk_store_t *self, const Lisa__Span *span, bool *dup)
+brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
+                   const uint8_t *raw, size_t raw_len, bool *dup)
 {
     sqlite3_stmt *st = s_stmt(self, Q_SPAN_PUT);
     if (!st)
@@ -955,7 +956,11 @@ brk_store_span_put(brk_store_t *self, const Lisa__Span *span, bool *dup)
     s_text(st, 1, span->rollout_id);
     s_int(st, 2, span->attempt);
     s_int(st, 3, span->seq);
-    s_blob(st, 4, &span->base, &buf);
+    if (raw)
+        sqlite3_bind_blob(st, 4, raw_len ? (const void *) raw : "",
+                          (int) raw_len, SQLITE_STATIC);
+    else
+        s_blob(st, 4, &span->base, &buf);
     lisa_rc_t rc = s_done(self, st);
     lisa_free(&buf);
     *dup = rc == LISA_OK && sqlite3_changes(self->db) == 0;
