@@ -4,7 +4,7 @@
 #   scripts/format.sh --check  fail (listing files) if any would change
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^tests/fixtures/')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^tests/fixtures/')
 [ ${#files[@]} -eq 0 ] && exit 0
 if [ "${1:-}" = "--check" ]; then
   clang-format --dry-run --Werror "${files[@]}"
