@@ -71,8 +71,8 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
     double times[8];
     for (int it = 0; it < reps + 1; it++) {
         double t0 = s_now();
-        if (trn_gpu_model_forward(g, &b, lp, &err) != LISA_OK ||
-            trn_gpu_model_backward(g, dl, &err) != LISA_OK) {
+        if (trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK) {
             printf("train %s failed: %s\n", tag, err.msg);
             exit(1);
         }

@@ -157,8 +157,8 @@ s_rank_main(int rank, int world, int idfd_r, int idfd_w)
     s_batch(0, 1, (int) cfg.vocab_size, &fb, &ft, &fg, &fo, &fd, &valid);
     float *flp = malloc(fb.n_tokens * 4);
     trn_gpu_model_t *one = trn_gpu_model_new(cpu, &err);
-    if (!one || trn_gpu_model_forward(one, &fb, flp, &err) != LISA_OK ||
-        trn_gpu_model_backward(one, fd, &err) != LISA_OK ||
+    if (!one || trn_gpu_model_forward(one, &fb, flp, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(one, fd, NULL, &err) != LISA_OK ||
         trn_gpu_model_download_grads(one, ref) != LISA_OK)
         return 1;
     float *whole_grad = malloc(P * 4);
@@ -173,8 +173,8 @@ s_rank_main(int rank, int world, int idfd_r, int idfd_w)
         float *sd;
         s_batch(r, world, (int) cfg.vocab_size, &sb, &st, &sg, &so, &sd, &sv);
         float *slp = malloc(sb.n_tokens * 4);
-        if (trn_gpu_model_forward(one, &sb, slp, &err) != LISA_OK ||
-            trn_gpu_model_backward(one, sd, &err) != LISA_OK)
+        if (trn_gpu_model_forward(one, &sb, slp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(one, sd, NULL, &err) != LISA_OK)
             return 1;
         free(st), free(sg), free(so), free(sd), free(slp);
     }
@@ -204,8 +204,8 @@ s_rank_main(int rank, int world, int idfd_r, int idfd_w)
     float *lp = malloc(b.n_tokens * 4);
     trn_gpu_model_t *g = trn_gpu_model_new(cpu, &err);
     if (!g || trn_gpu_model_set_dist(g, d) != LISA_OK ||
-        trn_gpu_model_forward(g, &b, lp, &err) != LISA_OK ||
-        trn_gpu_model_backward(g, dl, &err) != LISA_OK)
+        trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK)
         return 1;
     /* the loss: sum of per-rank parts */
     float part = (float) s_loss(lp, tg, b.n_tokens, valid);

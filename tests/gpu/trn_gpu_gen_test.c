@@ -194,7 +194,7 @@ main(void)
             size_t offs[2] = {0, n};
             trn_batch_t b = {seqs[i], tg, n, offs, 1, temp};
             float lp[40 + GEN];
-            if (trn_gpu_model_forward(gpu, &b, lp, &err) != LISA_OK) {
+            if (trn_gpu_model_forward(gpu, &b, lp, NULL, &err) != LISA_OK) {
                 printf("forward: %s\n", err.msg);
                 return 1;
             }

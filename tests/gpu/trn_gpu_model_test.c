@@ -100,13 +100,16 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
     s_make_batch(&sb, lens, nseq, (int) cfg.vocab_size, 77);
     size_t T = sb.b.n_tokens, P = trn_model_num_params(cpu);
     float *lp_c = malloc(T * 4), *lp_g = malloc(T * 4), *dl = malloc(T * 4);
+    float *en_c = malloc(T * 4), *en_g = malloc(T * 4), *de = malloc(T * 4);
     unsigned seed = 5;
-    for (size_t t = 0; t < T; t++)
+    for (size_t t = 0; t < T; t++) {
         dl[t] = (float) (rand_r(&seed) % 2000) / 1000.0f - 1.0f;
+        de[t] = (float) (rand_r(&seed) % 2000) / 10000.0f - 0.1f;
+    }
 
     trn_model_zero_grad(cpu);
-    if (trn_model_forward(cpu, &sb.b, lp_c, &err) != LISA_OK ||
-        trn_model_backward(cpu, dl, &err) != LISA_OK) {
+    if (trn_model_forward(cpu, &sb.b, lp_c, en_c, &err) != LISA_OK ||
+        trn_model_backward(cpu, dl, de, &err) != LISA_OK) {
         printf("%s: cpu: %s\n", name, err.msg);
         s_fail++;
         goto out;
@@ -114,8 +117,8 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
     float *g_cpu = malloc(P * 4);
     memcpy(g_cpu, trn_model_grads(cpu), P * 4);
     if (trn_gpu_model_zero_grad(gpu) != LISA_OK ||
-        trn_gpu_model_forward(gpu, &sb.b, lp_g, &err) != LISA_OK ||
-        trn_gpu_model_backward(gpu, dl, &err) != LISA_OK ||
+        trn_gpu_model_forward(gpu, &sb.b, lp_g, en_g, &err) != LISA_OK ||
+        trn_gpu_model_backward(gpu, dl, de, &err) != LISA_OK ||
         trn_gpu_model_download_grads(gpu, cpu) != LISA_OK) {
         printf("%s: gpu: %s\n", name, err.msg);
         s_fail++;
@@ -129,6 +132,8 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
     s_check(what, maxabs, abs_tol);
     snprintf(what, sizeof what, "%s: logprob rel err", name);
     s_check(what, s_rel(lp_g, lp_c, T), 1e-2);
+    snprintf(what, sizeof what, "%s: entropy rel err", name);
+    s_check(what, s_rel(en_g, en_c, T), 1e-2);
     double worst = 0;
     const char *worst_name = "";
     for (size_t i = 0; i < trn_model_num_tensors(cpu); i++) {
@@ -161,12 +166,13 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
         for (int st = 1; st <= steps; st++) {
             double lc = 0, lg = 0;
             trn_model_zero_grad(cpu);
-            if (trn_model_forward(cpu, &sb.b, lp_c, &err) != LISA_OK ||
-                trn_model_backward(cpu, dl, &err) != LISA_OK)
+            if (trn_model_forward(cpu, &sb.b, lp_c, NULL, &err) != LISA_OK ||
+                trn_model_backward(cpu, dl, NULL, &err) != LISA_OK)
                 break;
             if (trn_gpu_model_zero_grad(gpu) != LISA_OK ||
-                trn_gpu_model_forward(gpu, &sb.b, lp_g, &err) != LISA_OK ||
-                trn_gpu_model_backward(gpu, dl, &err) != LISA_OK ||
+                trn_gpu_model_forward(gpu, &sb.b, lp_g, NULL, &err) !=
+                    LISA_OK ||
+                trn_gpu_model_backward(gpu, dl, NULL, &err) != LISA_OK ||
                 trn_gpu_model_adamw(gpu, lr, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
                                     NULL) != LISA_OK)
                 break;
@@ -199,7 +205,7 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
         free(m), free(v);
     }
 out:
-    free(lp_c), free(lp_g), free(dl);
+    free(lp_c), free(lp_g), free(dl), free(en_c), free(en_g), free(de);
     s_free_batch(&sb);
     trn_gpu_model_destroy(&gpu);
     trn_model_destroy(&cpu);

@@ -306,6 +306,8 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         {(void **) &g->dlogits, ch * V * 2},
         {(void **) &g->logp, T * 4},
         {(void **) &g->dlogp, T * 4},
+        {(void **) &g->ent, T * 4},
+        {(void **) &g->dent, T * 4},
     };
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
         *a[i].p = trn_cuda_malloc(a[i].bytes);
@@ -367,7 +369,7 @@ out:
 
 lisa_rc_t
 trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
-                      trn_err_t *err)
+                      float *entropy, trn_err_t *err)
 {
     lisa_rc_t rc = LISA_OK;
     g->have_forward = 0;
@@ -423,11 +425,13 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
         S_TRY(trn_linear_fwd(g->blas, g->logits, NULL,
                              g->hf + r0 * (size_t) g->C, g->wb + g->lm_head, cn,
                              g->C, g->V, 0, NULL));
-        S_TRY(trn_k_logprob(g->logp + r0, NULL, NULL, g->logits,
+        S_TRY(trn_k_logprob(g->logp + r0, g->ent + r0, NULL, g->logits,
                             g->targets + r0, NULL, NULL, cn, g->V, g->inv_temp,
                             NULL));
     }
     S_TRY(trn_cuda_download(logp, g->logp, T * 4));
+    if (entropy)
+        S_TRY(trn_cuda_download(entropy, g->ent, T * 4));
     g->have_forward = 1;
 out:
     if (rc != LISA_OK && err && !err->msg[0])
@@ -438,7 +442,8 @@ out:
 }
 
 lisa_rc_t
-trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp, trn_err_t *err)
+trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
+                       const float *dentropy, trn_err_t *err)
 {
     lisa_rc_t rc = LISA_OK;
     if (!g->have_forward) {
@@ -450,6 +455,8 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp, trn_err_t *err)
     float *G = g->grad;
     const trn_bf16_t *W = g->wb;
     S_TRY(trn_cuda_upload(g->dlogp, dlogp, T * 4));
+    if (dentropy)
+        S_TRY(trn_cuda_upload(g->dent, dentropy, T * 4));
     /* LM head in chunks: recompute logits, form dlogits, project back. */
     for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
         int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
@@ -457,7 +464,8 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp, trn_err_t *err)
         S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head, cn,
                              g->C, g->V, 0, NULL));
         S_TRY(trn_k_logprob(g->logp + r0, NULL, g->dlogits, g->logits,
-                            g->targets + r0, g->dlogp + r0, NULL, cn, g->V,
+                            g->targets + r0, g->dlogp + r0,
+                            dentropy ? g->dent + r0 : NULL, cn, g->V,
                             g->inv_temp, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf + r0 * C, g->dlogits,
                                   W + g->lm_head, cn, g->C, g->V, NULL));

@@ -42,10 +42,10 @@ struct trn_gpu_model {
     float *dx;                               /* fp32 [T, C] */
     trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
     float *attn_scratch;
-    float *logits;       /* fp32 [chunk, V] */
-    trn_bf16_t *dlogits; /* bf16 [chunk, V] */
-    float *logp, *dlogp; /* [T] */
-    size_t T;            /* tokens of the last forward */
+    float *logits;                    /* fp32 [chunk, V] */
+    trn_bf16_t *dlogits;              /* bf16 [chunk, V] */
+    float *logp, *dlogp, *ent, *dent; /* [T] */
+    size_t T;                         /* tokens of the last forward */
     float inv_temp;
     int have_forward;
 };

@@ -178,6 +178,231 @@ __launch_bounds__(S_THREADS)
     }
 }
 
+/* ---- forward on mma.sync (FlashAttention-2 register tiling) ------------
+ *
+ * One block of 8 warps per (128 query rows, query head); each warp owns 16
+ * rows and keeps its Q fragments, scores, probabilities and output
+ * accumulators in registers (mma.sync m16n8k16, bf16 in, fp32 out). The
+ * accumulator layout of one product is the operand layout of the next, so
+ * probabilities go from softmax to the P.V product without shared memory.
+ * Fragment layout (PTX ISA, m16n8k16): lane = 4*g + t; A holds rows g and
+ * g+8, columns 2t, 2t+1 (+8); B holds k rows 2t, 2t+1 (+8), column g; C
+ * holds rows g, g+8, columns 2t, 2t+1. */
+
+#define S_FWD_WARPS 8
+#define S_FWD_BQ    (16 * S_FWD_WARPS)
+
+__device__ __forceinline__ void
+s_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t
+s_pack(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t
+s_pair(const bf16 *p0, const bf16 *p1)
+{
+    uint16_t lo = *reinterpret_cast<const uint16_t *>(p0);
+    uint16_t hi = *reinterpret_cast<const uint16_t *>(p1);
+    return (uint32_t) lo | ((uint32_t) hi << 16);
+}
+
+template <int D>
+__global__ void __launch_bounds__(32 * S_FWD_WARPS)
+    s_attn_fwd_mma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+                   const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                   const int32_t *seg, int T, int H, int Hk, float scale)
+{
+    constexpr int LDB = D + 8; /* padded rows: conflict-free fragments */
+    constexpr int KT = D / 16; /* k-steps over the head dimension */
+    constexpr int NT = D / 8;  /* output n-tiles */
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem);
+    bf16 *Vs = Ks + S_BK * LDB;
+    int *segk = reinterpret_cast<int *>(Vs + S_BK * LDB);
+    bf16 *Qs = Ks; /* Q is staged through the K/V space before the loop */
+
+    const int h = blockIdx.y, hk = h / (H / Hk);
+    const int q0 = blockIdx.x * S_FWD_BQ;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const size_t st = (size_t) stride;
+    constexpr int NTH = 32 * S_FWD_WARPS;
+
+    /* Q rows of this block -> registers */
+    for (int i = threadIdx.x; i < S_FWD_BQ * (D / 8); i += NTH) {
+        int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (q0 + r < T)
+            val = *reinterpret_cast<const uint4 *>(q + (size_t) h * D +
+                                                   (size_t) (q0 + r) * st + c);
+        *reinterpret_cast<uint4 *>(Qs + r * LDB + c) = val;
+    }
+    __syncthreads();
+    uint32_t qa[KT][4];
+    {
+        const bf16 *qr = Qs + (warp * 16) * LDB;
+#pragma unroll
+        for (int kk = 0; kk < KT; kk++) {
+            int c = kk * 16 + 2 * t;
+            qa[kk][0] = *reinterpret_cast<const uint32_t *>(qr + g * LDB + c);
+            qa[kk][1] =
+                *reinterpret_cast<const uint32_t *>(qr + (g + 8) * LDB + c);
+            qa[kk][2] =
+                *reinterpret_cast<const uint32_t *>(qr + g * LDB + c + 8);
+            qa[kk][3] =
+                *reinterpret_cast<const uint32_t *>(qr + (g + 8) * LDB + c + 8);
+        }
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const int r0 = q0 + warp * 16 + g, r1 = r0 + 8; /* my two rows */
+    const int sg0 = r0 < T ? seg[r0] : -1, sg1 = r1 < T ? seg[r1] : -1;
+    const int qlast = min(q0 + S_FWD_BQ, T) - 1;
+    const int seg_first = seg[q0], seg_last = seg[qlast];
+
+    for (int k0 = 0; k0 <= qlast; k0 += S_BK) {
+        int klast = min(k0 + S_BK, T) - 1;
+        if (seg[klast] < seg_first)
+            continue;
+        __syncthreads();
+        for (int i = threadIdx.x; i < S_BK * (D / 8); i += NTH) {
+            int r = i / (D / 8), c = (i % (D / 8)) * 8;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            if (k0 + r < T) {
+                size_t off = (size_t) (k0 + r) * st + (size_t) hk * D + c;
+                kv = *reinterpret_cast<const uint4 *>(k + off);
+                vv = *reinterpret_cast<const uint4 *>(v + off);
+            }
+            *reinterpret_cast<uint4 *>(Ks + r * LDB + c) = kv;
+            *reinterpret_cast<uint4 *>(Vs + r * LDB + c) = vv;
+        }
+        if (threadIdx.x < S_BK)
+            segk[threadIdx.x] =
+                k0 + threadIdx.x < T ? seg[k0 + threadIdx.x] : -2;
+        __syncthreads();
+        /* rows of this warp entirely before the tile: nothing to see */
+        if (q0 + warp * 16 + 15 < k0)
+            continue;
+        const bool full = klast <= q0 && seg[k0] == seg_last && klast < T;
+
+        float s[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            const bf16 *kr = Ks + (n * 8 + g) * LDB + 2 * t;
+#pragma unroll
+            for (int kk = 0; kk < KT; kk++) {
+                uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr + kk * 16);
+                uint32_t b1 =
+                    *reinterpret_cast<const uint32_t *>(kr + kk * 16 + 8);
+                s_mma(s[n], qa[kk], b0, b1);
+            }
+        }
+        /* scale, mask, running max */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = n * 8 + 2 * t + (e & 1);
+                int tk = k0 + col;
+                int row = e < 2 ? r0 : r1;
+                int sg = e < 2 ? sg0 : sg1;
+                bool ok = full || (tk <= row && segk[col] == sg && row < T);
+                s[n][e] = ok ? s[n][e] * scale : -INFINITY;
+            }
+            mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        float a0 = mn0 == -INFINITY ? 1.0f : __expf(m0 - mn0);
+        float a1 = mn1 == -INFINITY ? 1.0f : __expf(m1 - mn1);
+        float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = mn0 == -INFINITY ? 0.0f : __expf(s[n][0] - mn0);
+            s[n][1] = mn0 == -INFINITY ? 0.0f : __expf(s[n][1] - mn0);
+            s[n][2] = mn1 == -INFINITY ? 0.0f : __expf(s[n][2] - mn1);
+            s[n][3] = mn1 == -INFINITY ? 0.0f : __expf(s[n][3] - mn1);
+            ps0 += s[n][0] + s[n][1];
+            ps1 += s[n][2] + s[n][3];
+        }
+        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
+        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
+        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
+        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
+        l0 = l0 * a0 + ps0;
+        l1 = l1 * a1 + ps1;
+        m0 = mn0;
+        m1 = mn1;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            acc[n][0] *= a0;
+            acc[n][1] *= a0;
+            acc[n][2] *= a1;
+            acc[n][3] *= a1;
+        }
+        /* O += P V: P's accumulators are the A operand as they stand */
+#pragma unroll
+        for (int kk = 0; kk < S_BK / 16; kk++) {
+            uint32_t pa[4];
+            pa[0] = s_pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = s_pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = s_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = s_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            const bf16 *vr = Vs + (kk * 16 + 2 * t) * LDB + g;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t b0 = s_pair(vr + n * 8, vr + LDB + n * 8);
+                uint32_t b1 =
+                    s_pair(vr + 8 * LDB + n * 8, vr + 9 * LDB + n * 8);
+                s_mma(acc[n], pa, b0, b1);
+            }
+        }
+    }
+    /* normalise and store */
+    const size_t ost = (size_t) (H * D);
+    float il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f,
+          il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        int c = n * 8 + 2 * t;
+        if (r0 < T)
+            *reinterpret_cast<uint32_t *>(o + (size_t) r0 * ost +
+                                          (size_t) h * D + c) =
+                s_pack(acc[n][0] * il0, acc[n][1] * il0);
+        if (r1 < T)
+            *reinterpret_cast<uint32_t *>(o + (size_t) r1 * ost +
+                                          (size_t) h * D + c) =
+                s_pack(acc[n][2] * il1, acc[n][3] * il1);
+    }
+    if (t == 0) {
+        if (r0 < T)
+            lse[(size_t) h * T + r0] = l0 > 0.0f ? m0 + logf(l0) : INFINITY;
+        if (r1 < T)
+            lse[(size_t) h * T + r1] = l1 > 0.0f ? m1 + logf(l1) : INFINITY;
+    }
+}
+
 /* Delta[h*T + t] = sum_d dO[t,h,d] * O[t,h,d]; one warp per (t, h). */
 __global__ void
 s_attn_delta(float *delta, const trn_bf16_t *dout, const trn_bf16_t *o, int T,
@@ -398,12 +623,16 @@ s_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q, const trn_bf16_t *k,
       const trn_bf16_t *v, int stride, const int32_t *seg, int T, int H, int Hk,
       cudaStream_t st)
 {
-    size_t shm = s_fwd_smem<D>();
+    /* K and V tiles (the Q staging area fits in the same space) + segs */
+    size_t kv = (size_t) 2 * S_BK * (D + 8) * 2;
+    size_t qs = (size_t) S_FWD_BQ * (D + 8) * 2;
+    size_t shm = (kv > qs ? kv : qs) + S_BK * 4;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
-        s_attn_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) shm));
-    dim3 grid(TRN_CEIL_DIV(T, S_BQ), H);
-    s_attn_fwd<D><<<grid, S_THREADS, shm, st>>>(o, lse, q, k, v, stride, seg, T,
-                                                H, Hk, 1.0f / sqrtf((float) D));
+        s_attn_fwd_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        (int) shm));
+    dim3 grid(TRN_CEIL_DIV(T, S_FWD_BQ), H);
+    s_attn_fwd_mma<D><<<grid, 32 * S_FWD_WARPS, shm, st>>>(
+        o, lse, q, k, v, stride, seg, T, H, Hk, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }

@@ -34,12 +34,16 @@ size_t trn_gpu_model_num_params(const trn_gpu_model_t *g);
 /* Frees device memory; safe on NULL and twice. */
 void trn_gpu_model_destroy(trn_gpu_model_t **g);
 
-/* Forward for training, as trn_model_forward: logp[t] (host) for every
- * position of the packed batch. Keeps what backward needs. */
+/* Forward for training, as trn_model_forward: logp[t] and, when entropy is
+ * not NULL, the entropy of each position's distribution (host arrays).
+ * Keeps what backward needs. */
 lisa_rc_t trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b,
-                                float *logp, trn_err_t *err) LISA_NODISCARD;
-/* Backward of the last forward: adds gradients (device, fp32). */
+                                float *logp, float *entropy,
+                                trn_err_t *err) LISA_NODISCARD;
+/* Backward of the last forward: adds gradients (device, fp32) given
+ * d(loss)/d(logp) and, when not NULL, d(loss)/d(entropy). */
 lisa_rc_t trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
+                                 const float *dentropy,
                                  trn_err_t *err) LISA_NODISCARD;
 /* Sets every device gradient to zero. */
 lisa_rc_t trn_gpu_model_zero_grad(trn_gpu_model_t *g) LISA_NODISCARD;
