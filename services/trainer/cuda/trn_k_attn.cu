@@ -1,14 +1,15 @@
 /*
  * trn_k_attn: causal grouped-query attention, forward and backward, on the
- * tensor cores (WMMA bf16 16x16x16, fp32 accumulation), never holding a
+ * tensor cores (mma.sync bf16 m16n8k16, fp32 accumulation), never holding a
  * T x T matrix: the forward pass streams key tiles with an online softmax
  * and keeps the log-sum-exp of every row; the backward pass recomputes the
  * probabilities tile by tile from it (the FlashAttention-2 scheme).
  *
- * Forward: one block of 4 warps per (64 query rows, query head). Backward:
- * one block per (64 keys, kv head), looping over the query heads of the
- * group and the query tiles at or after the key tile; dK and dV accumulate
- * in shared memory, dQ in an fp32 buffer through atomics.
+ * Forward: one block of 8 warps per (128 query rows, query head). Backward:
+ * one block of 4 warps per (64 keys, kv head), looping over the query heads
+ * of the group and the query tiles at or after the key tile; dK and dV
+ * accumulate in registers, dQ in an fp32 buffer through atomics. Both keep
+ * their tiles in registers; see the notes above each kernel.
  *
  * Packed sequences: seg[t] is non-decreasing; a query attends to keys of
  * its own sequence at or before it. Tiles entirely in another sequence are
@@ -16,167 +17,10 @@
  */
 #include "trn_cuda_common.cuh"
 
-#include <mma.h>
-
-using namespace nvcuda;
-
-#define S_BQ      64
-#define S_BK      64
-#define S_THREADS 128
+#define S_BQ 64
+#define S_BK 64
 
 typedef __nv_bfloat16 bf16;
-
-/* Loads rows [r0, r0+64) of a [T, *] bf16 matrix (row t at base + t*stride)
- * into shared memory with leading dimension ld; rows past T are zero. */
-template <int D>
-__device__ __forceinline__ void
-s_load_tile(bf16 *dst, int ld, const trn_bf16_t *base, size_t stride, int r0,
-            int T)
-{
-    constexpr int V = D / 8; /* 16-byte vectors per row */
-    for (int i = threadIdx.x; i < 64 * V; i += S_THREADS) {
-        int r = i / V, c = (i % V) * 8;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (r0 + r < T)
-            val = *reinterpret_cast<const uint4 *>(
-                base + (size_t) (r0 + r) * stride + c);
-        *reinterpret_cast<uint4 *>(dst + r * ld + c) = val;
-    }
-}
-
-template <int D>
-__global__ void
-__launch_bounds__(S_THREADS)
-    s_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
-               const trn_bf16_t *k, const trn_bf16_t *v, int stride,
-               const int32_t *seg, int T, int H, int Hk, float scale)
-{
-    constexpr int LDB = D + 8, LDS = S_BK + 4, LDP = S_BK + 8, LDO = D + 4;
-    extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem);
-    bf16 *Ks = Qs + S_BQ * LDB;
-    bf16 *Vs = Ks + S_BK * LDB;
-    float *Sf = reinterpret_cast<float *>(Vs + S_BK * LDB);
-    bf16 *Pb = reinterpret_cast<bf16 *>(Sf + S_BQ * LDS);
-    float *Oa = reinterpret_cast<float *>(Pb + S_BQ * LDP);
-    float *mrow = Oa + S_BQ * LDO;
-    float *lrow = mrow + S_BQ;
-
-    const int h = blockIdx.y, hk = h / (H / Hk);
-    const int q0 = blockIdx.x * S_BQ;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const size_t st = (size_t) stride;
-
-    s_load_tile<D>(Qs, LDB, q + (size_t) h * D, st, q0, T);
-    for (int i = threadIdx.x; i < S_BQ * LDO; i += S_THREADS)
-        Oa[i] = 0.0f;
-    if (threadIdx.x < S_BQ) {
-        mrow[threadIdx.x] = -INFINITY;
-        lrow[threadIdx.x] = 0.0f;
-    }
-    const int qlast = min(q0 + S_BQ, T) - 1;
-    const int seg_first = seg[q0];
-    const int r = warp * 16 + (lane >> 1), half = lane & 1;
-    const int tq = q0 + r;
-    const int seg_q = tq < T ? seg[tq] : -1;
-
-    for (int k0 = 0; k0 <= qlast; k0 += S_BK) {
-        if (seg[min(k0 + S_BK - 1, T - 1)] < seg_first)
-            continue;
-        __syncthreads();
-        s_load_tile<D>(Ks, LDB, k + (size_t) hk * D, st, k0, T);
-        s_load_tile<D>(Vs, LDB, v + (size_t) hk * D, st, k0, T);
-        __syncthreads();
-
-        /* S = Q K^T for this warp's 16 rows. */
-        for (int n = 0; n < S_BK / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kk = 0; kk < D / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16,
-                               wmma::row_major>
-                    a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16,
-                               wmma::col_major>
-                    b;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * LDB + kk * 16, LDB);
-                wmma::load_matrix_sync(b, Ks + n * 16 * LDB + kk * 16, LDB);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(Sf + warp * 16 * LDS + n * 16, acc, LDS,
-                                    wmma::mem_row_major);
-        }
-        __syncwarp();
-
-        /* Online softmax: two lanes per row, 32 columns each. */
-        float sv[32];
-        float mx = -INFINITY;
-        for (int j = 0; j < 32; j++) {
-            int c = half * 32 + j, tk = k0 + c;
-            bool ok = tq < T && tk < T && tk <= tq && seg[tk] == seg_q;
-            sv[j] = ok ? Sf[r * LDS + c] * scale : -INFINITY;
-            mx = fmaxf(mx, sv[j]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float m_old = mrow[r];
-        float m_new = fmaxf(m_old, mx);
-        float alpha = 1.0f, sum = 0.0f;
-        if (m_new != -INFINITY) {
-            alpha = expf(m_old - m_new);
-            for (int j = 0; j < 32; j++) {
-                float p = expf(sv[j] - m_new);
-                sv[j] = p;
-                sum += p;
-            }
-        } else {
-            for (int j = 0; j < 32; j++)
-                sv[j] = 0.0f;
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        for (int j = 0; j < 32; j++)
-            Pb[r * LDP + half * 32 + j] = __float2bfloat16_rn(sv[j]);
-        for (int c = half * (D / 2); c < (half + 1) * (D / 2); c++)
-            Oa[r * LDO + c] *= alpha;
-        __syncwarp();
-        if (half == 0) {
-            mrow[r] = m_new;
-            lrow[r] = lrow[r] * alpha + sum;
-        }
-        __syncwarp();
-
-        /* O += P V for this warp's rows. */
-        for (int n = 0; n < D / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, Oa + warp * 16 * LDO + n * 16, LDO,
-                                   wmma::mem_row_major);
-            for (int kk = 0; kk < S_BK / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16,
-                               wmma::row_major>
-                    a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16,
-                               wmma::row_major>
-                    b;
-                wmma::load_matrix_sync(a, Pb + warp * 16 * LDP + kk * 16, LDP);
-                wmma::load_matrix_sync(b, Vs + kk * 16 * LDB + n * 16, LDB);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(Oa + warp * 16 * LDO + n * 16, acc, LDO,
-                                    wmma::mem_row_major);
-        }
-        __syncwarp();
-    }
-    __syncwarp();
-    for (int i = lane; i < 16 * D; i += 32) {
-        int rr = warp * 16 + i / D, c = i % D, t = q0 + rr;
-        if (t >= T)
-            continue;
-        float l = lrow[rr];
-        float val = l > 0.0f ? Oa[rr * LDO + c] / l : 0.0f;
-        trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) h * D + c, val);
-        if (c == 0)
-            lse[(size_t) h * T + t] = l > 0.0f ? mrow[rr] + logf(l) : INFINITY;
-    }
-}
 
 /* ---- forward on mma.sync (FlashAttention-2 register tiling) ------------
  *
@@ -421,170 +265,223 @@ s_attn_delta(float *delta, const trn_bf16_t *dout, const trn_bf16_t *o, int T,
         delta[(size_t) h * T + t] = s;
 }
 
+/* ---- backward on mma.sync ----------------------------------------------
+ *
+ * One block of 4 warps per (64 keys, kv head); warp w owns keys 16w..16w+15
+ * and keeps their dK and dV accumulators in registers for the whole pass.
+ * For every query tile (of each query head of the group) it forms S^T and
+ * dP^T for its keys (keys are the rows, so P^T and dS^T come out in the
+ * accumulator layout that feeds dV += P^T dO and dK += dS^T Q directly),
+ * then shares dS^T through shared memory so that each warp adds 16 query
+ * rows of dQ = dS K into the fp32 dq buffer with atomics. */
+
+#define S_BWD_WARPS 4
+
 template <int D>
-__global__ void
-__launch_bounds__(S_THREADS)
-    s_attn_bwd(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
-               const float *delta, const trn_bf16_t *dout, const float *lse,
-               const trn_bf16_t *q, const trn_bf16_t *k, const trn_bf16_t *v,
-               int stride, const int32_t *seg, int T, int H, int Hk,
-               float scale)
+__global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
+    s_attn_bwd_mma(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
+                   const float *delta, const trn_bf16_t *dout, const float *lse,
+                   const trn_bf16_t *q, const trn_bf16_t *k,
+                   const trn_bf16_t *v, int stride, const int32_t *seg, int T,
+                   int H, int Hk, float scale)
 {
-    constexpr int LDB = D + 8, LDS = S_BK + 4, LDP = S_BK + 8, LDO = D + 4;
+    constexpr int LDB = D + 8, LDS = S_BK + 8;
+    constexpr int KT = D / 16, NT = D / 8;
+    constexpr int NTH = 32 * S_BWD_WARPS;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);
     bf16 *Vs = Ks + S_BK * LDB;
     bf16 *Qs = Vs + S_BK * LDB;
     bf16 *dOs = Qs + S_BQ * LDB;
-    float *Sf = reinterpret_cast<float *>(dOs + S_BQ * LDB);
-    float *dPf = Sf + S_BQ * LDS;
-    bf16 *Pb = reinterpret_cast<bf16 *>(dPf + S_BQ * LDS);
-    bf16 *dSb = Pb + S_BQ * LDP;
-    float *dKa = reinterpret_cast<float *>(dSb + S_BQ * LDP);
-    float *dVa = dKa + S_BK * LDO;
-    float *lse_s = dVa + S_BK * LDO;
+    bf16 *dsT = dOs + S_BQ * LDB;
+    float *lse_s = reinterpret_cast<float *>(dsT + S_BK * LDS);
     float *del_s = lse_s + S_BQ;
-    float *dQt = Sf; /* reuses Sf and dPf once dS is formed */
+    int *segq = reinterpret_cast<int *>(del_s + S_BQ);
 
     const int hk = blockIdx.y, G = H / Hk;
     const int k0 = blockIdx.x * S_BK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
     const size_t st = (size_t) stride, ost = (size_t) (H * D);
 
-    s_load_tile<D>(Ks, LDB, k + (size_t) hk * D, st, k0, T);
-    s_load_tile<D>(Vs, LDB, v + (size_t) hk * D, st, k0, T);
-    for (int i = threadIdx.x; i < S_BK * LDO; i += S_THREADS) {
-        dKa[i] = 0.0f;
-        dVa[i] = 0.0f;
+    for (int i = threadIdx.x; i < S_BK * (D / 8); i += NTH) {
+        int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (k0 + r < T) {
+            size_t off = (size_t) (k0 + r) * st + (size_t) hk * D + c;
+            kv = *reinterpret_cast<const uint4 *>(k + off);
+            vv = *reinterpret_cast<const uint4 *>(v + off);
+        }
+        *reinterpret_cast<uint4 *>(Ks + r * LDB + c) = kv;
+        *reinterpret_cast<uint4 *>(Vs + r * LDB + c) = vv;
     }
+    const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;
+    const int sk0 = kr0 < T ? seg[kr0] : -2, sk1 = kr1 < T ? seg[kr1] : -2;
     const int seg_klast = seg[min(k0 + S_BK - 1, T - 1)];
-    const int r = warp * 16 + (lane >> 1), half = lane & 1;
+    float dK[NT][4], dV[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dK[n][e] = dV[n][e] = 0.0f;
 
-    for (int g = 0; g < G; g++) {
-        const int h = hk * G + g;
-        for (int q0 = (k0 / S_BQ) * S_BQ; q0 < T; q0 += S_BQ) {
+    for (int gi = 0; gi < G; gi++) {
+        const int h = hk * G + gi;
+        for (int q0 = k0; q0 < T; q0 += S_BQ) {
             if (seg[q0] > seg_klast)
                 break;
             __syncthreads();
-            s_load_tile<D>(Qs, LDB, q + (size_t) h * D, st, q0, T);
-            s_load_tile<D>(dOs, LDB, dout + (size_t) h * D, ost, q0, T);
+            for (int i = threadIdx.x; i < S_BQ * (D / 8); i += NTH) {
+                int r = i / (D / 8), c = (i % (D / 8)) * 8;
+                uint4 qv = make_uint4(0, 0, 0, 0), ov = qv;
+                if (q0 + r < T) {
+                    qv = *reinterpret_cast<const uint4 *>(
+                        q + (size_t) (q0 + r) * st + (size_t) h * D + c);
+                    ov = *reinterpret_cast<const uint4 *>(
+                        dout + (size_t) (q0 + r) * ost + (size_t) h * D + c);
+                }
+                *reinterpret_cast<uint4 *>(Qs + r * LDB + c) = qv;
+                *reinterpret_cast<uint4 *>(dOs + r * LDB + c) = ov;
+            }
             if (threadIdx.x < S_BQ) {
-                int t = q0 + threadIdx.x;
-                lse_s[threadIdx.x] = t < T ? lse[(size_t) h * T + t] : INFINITY;
-                del_s[threadIdx.x] = t < T ? delta[(size_t) h * T + t] : 0.0f;
+                int tq = q0 + threadIdx.x;
+                lse_s[threadIdx.x] = tq < T ? lse[(size_t) h * T + tq] : 0.0f;
+                del_s[threadIdx.x] = tq < T ? delta[(size_t) h * T + tq] : 0.0f;
+                segq[threadIdx.x] = tq < T ? seg[tq] : -1;
             }
             __syncthreads();
 
-            /* S = Q K^T and dP = dO V^T for this warp's 16 query rows. */
-            for (int n = 0; n < S_BK / 16; n++) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc,
-                    p_acc;
-                wmma::fill_fragment(s_acc, 0.0f);
-                wmma::fill_fragment(p_acc, 0.0f);
-                for (int kk = 0; kk < D / 16; kk++) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16,
-                                   wmma::row_major>
-                        a;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16,
-                                   wmma::col_major>
-                        b;
-                    wmma::load_matrix_sync(a, Qs + warp * 16 * LDB + kk * 16,
-                                           LDB);
-                    wmma::load_matrix_sync(b, Ks + n * 16 * LDB + kk * 16, LDB);
-                    wmma::mma_sync(s_acc, a, b, s_acc);
-                    wmma::load_matrix_sync(a, dOs + warp * 16 * LDB + kk * 16,
-                                           LDB);
-                    wmma::load_matrix_sync(b, Vs + n * 16 * LDB + kk * 16, LDB);
-                    wmma::mma_sync(p_acc, a, b, p_acc);
+            /* S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x 64 queries) */
+            float sT[8][4], dpT[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sT[n][e] = dpT[n][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KT; kk++) {
+                const bf16 *kr = Ks + (warp * 16 + g) * LDB + kk * 16 + 2 * t;
+                const bf16 *vr = Vs + (warp * 16 + g) * LDB + kk * 16 + 2 * t;
+                uint32_t ak[4], av[4];
+                ak[0] = *reinterpret_cast<const uint32_t *>(kr);
+                ak[1] = *reinterpret_cast<const uint32_t *>(kr + 8 * LDB);
+                ak[2] = *reinterpret_cast<const uint32_t *>(kr + 8);
+                ak[3] = *reinterpret_cast<const uint32_t *>(kr + 8 * LDB + 8);
+                av[0] = *reinterpret_cast<const uint32_t *>(vr);
+                av[1] = *reinterpret_cast<const uint32_t *>(vr + 8 * LDB);
+                av[2] = *reinterpret_cast<const uint32_t *>(vr + 8);
+                av[3] = *reinterpret_cast<const uint32_t *>(vr + 8 * LDB + 8);
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    const bf16 *qb = Qs + (n * 8 + g) * LDB + kk * 16 + 2 * t;
+                    const bf16 *ob = dOs + (n * 8 + g) * LDB + kk * 16 + 2 * t;
+                    s_mma(sT[n], ak, *reinterpret_cast<const uint32_t *>(qb),
+                          *reinterpret_cast<const uint32_t *>(qb + 8));
+                    s_mma(dpT[n], av, *reinterpret_cast<const uint32_t *>(ob),
+                          *reinterpret_cast<const uint32_t *>(ob + 8));
                 }
-                wmma::store_matrix_sync(Sf + warp * 16 * LDS + n * 16, s_acc,
-                                        LDS, wmma::mem_row_major);
-                wmma::store_matrix_sync(dPf + warp * 16 * LDS + n * 16, p_acc,
-                                        LDS, wmma::mem_row_major);
             }
-            __syncwarp();
+            /* P^T and dS^T in place */
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = n * 8 + 2 * t + (e & 1), tq = q0 + col;
+                    int kr = e < 2 ? kr0 : kr1, sk = e < 2 ? sk0 : sk1;
+                    bool ok = tq < T && kr <= tq && segq[col] == sk;
+                    float p = ok ? __expf(sT[n][e] * scale - lse_s[col]) : 0.0f;
+                    sT[n][e] = p;
+                    dpT[n][e] = p * (dpT[n][e] - del_s[col]) * scale;
+                }
+                /* dV += P^T dO, dK += dS^T Q (k-steps over the 64 queries) */
+#pragma unroll
+            for (int kk = 0; kk < S_BQ / 16; kk++) {
+                uint32_t pa[4], sa[4];
+                pa[0] = s_pack(sT[2 * kk][0], sT[2 * kk][1]);
+                pa[1] = s_pack(sT[2 * kk][2], sT[2 * kk][3]);
+                pa[2] = s_pack(sT[2 * kk + 1][0], sT[2 * kk + 1][1]);
+                pa[3] = s_pack(sT[2 * kk + 1][2], sT[2 * kk + 1][3]);
+                sa[0] = s_pack(dpT[2 * kk][0], dpT[2 * kk][1]);
+                sa[1] = s_pack(dpT[2 * kk][2], dpT[2 * kk][3]);
+                sa[2] = s_pack(dpT[2 * kk + 1][0], dpT[2 * kk + 1][1]);
+                sa[3] = s_pack(dpT[2 * kk + 1][2], dpT[2 * kk + 1][3]);
+                const bf16 *ob = dOs + (kk * 16 + 2 * t) * LDB + g;
+                const bf16 *qb = Qs + (kk * 16 + 2 * t) * LDB + g;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    s_mma(dV[n], pa, s_pair(ob + n * 8, ob + LDB + n * 8),
+                          s_pair(ob + 8 * LDB + n * 8, ob + 9 * LDB + n * 8));
+                    s_mma(dK[n], sa, s_pair(qb + n * 8, qb + LDB + n * 8),
+                          s_pair(qb + 8 * LDB + n * 8, qb + 9 * LDB + n * 8));
+                }
+            }
+            /* share dS^T: row = key (local), column = query (local) */
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                int c = n * 8 + 2 * t;
+                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g) * LDS + c) =
+                    s_pack(dpT[n][0], dpT[n][1]);
+                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g + 8) * LDS +
+                                              c) = s_pack(dpT[n][2], dpT[n][3]);
+            }
+            __syncthreads();
+            /* dQ rows 16w.. of this tile = dS K over the block's 64 keys */
             {
-                int tq = q0 + r;
-                int seg_q = tq < T ? seg[tq] : -1;
-                for (int j = 0; j < 32; j++) {
-                    int c = half * 32 + j, tk = k0 + c;
-                    bool ok = tq < T && tk < T && tk <= tq && seg[tk] == seg_q;
-                    float p =
-                        ok ? expf(Sf[r * LDS + c] * scale - lse_s[r]) : 0.0f;
-                    float ds = p * (dPf[r * LDS + c] - del_s[r]) * scale;
-                    Pb[r * LDP + c] = __float2bfloat16_rn(p);
-                    dSb[r * LDP + c] = __float2bfloat16_rn(ds);
-                }
-            }
-            __syncthreads();
-
-            /* dV += P^T dO and dK += dS^T Q for this warp's 16 keys. */
-            for (int n = 0; n < D / 16; n++) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> dv_acc,
-                    dk_acc;
-                wmma::load_matrix_sync(dv_acc, dVa + warp * 16 * LDO + n * 16,
-                                       LDO, wmma::mem_row_major);
-                wmma::load_matrix_sync(dk_acc, dKa + warp * 16 * LDO + n * 16,
-                                       LDO, wmma::mem_row_major);
-                for (int kk = 0; kk < S_BQ / 16; kk++) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16,
-                                   wmma::col_major>
-                        a;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16,
-                                   wmma::row_major>
-                        b;
-                    wmma::load_matrix_sync(a, Pb + kk * 16 * LDP + warp * 16,
-                                           LDP);
-                    wmma::load_matrix_sync(b, dOs + kk * 16 * LDB + n * 16,
-                                           LDB);
-                    wmma::mma_sync(dv_acc, a, b, dv_acc);
-                    wmma::load_matrix_sync(a, dSb + kk * 16 * LDP + warp * 16,
-                                           LDP);
-                    wmma::load_matrix_sync(b, Qs + kk * 16 * LDB + n * 16, LDB);
-                    wmma::mma_sync(dk_acc, a, b, dk_acc);
-                }
-                wmma::store_matrix_sync(dVa + warp * 16 * LDO + n * 16, dv_acc,
-                                        LDO, wmma::mem_row_major);
-                wmma::store_matrix_sync(dKa + warp * 16 * LDO + n * 16, dk_acc,
-                                        LDO, wmma::mem_row_major);
-            }
-
-            /* dQ (this warp's 16 query rows) = dS K, added to dq_acc. */
-            for (int n = 0; n < D / 16; n++) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-                wmma::fill_fragment(acc, 0.0f);
+                float dq[NT][4];
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+                    dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+                const int r = warp * 16 + g;
+#pragma unroll
                 for (int kk = 0; kk < S_BK / 16; kk++) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16,
-                                   wmma::row_major>
-                        a;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16,
-                                   wmma::row_major>
-                        b;
-                    wmma::load_matrix_sync(a, dSb + warp * 16 * LDP + kk * 16,
-                                           LDP);
-                    wmma::load_matrix_sync(b, Ks + kk * 16 * LDB + n * 16, LDB);
-                    wmma::mma_sync(acc, a, b, acc);
+                    const bf16 *d0 = dsT + (kk * 16 + 2 * t) * LDS;
+                    uint32_t a[4];
+                    a[0] = s_pair(d0 + r, d0 + LDS + r);
+                    a[1] = s_pair(d0 + r + 8, d0 + LDS + r + 8);
+                    a[2] = s_pair(d0 + 8 * LDS + r, d0 + 9 * LDS + r);
+                    a[3] = s_pair(d0 + 8 * LDS + r + 8, d0 + 9 * LDS + r + 8);
+                    const bf16 *kb = Ks + (kk * 16 + 2 * t) * LDB + g;
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+                        s_mma(
+                            dq[n], a, s_pair(kb + n * 8, kb + LDB + n * 8),
+                            s_pair(kb + 8 * LDB + n * 8, kb + 9 * LDB + n * 8));
                 }
-                wmma::store_matrix_sync(dQt + warp * 16 * LDO + n * 16, acc,
-                                        LDO, wmma::mem_row_major);
-            }
-            __syncwarp();
-            for (int i = lane; i < 16 * D; i += 32) {
-                int rr = warp * 16 + i / D, c = i % D, t = q0 + rr;
-                if (t < T)
-                    atomicAdd(&dq_acc[((size_t) t * H + h) * D + c],
-                              dQt[rr * LDO + c]);
+                const int tq0 = q0 + r, tq1 = tq0 + 8;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    int c = n * 8 + 2 * t;
+                    if (tq0 < T) {
+                        float *p = dq_acc + ((size_t) tq0 * H + h) * D + c;
+                        atomicAdd(p, dq[n][0]);
+                        atomicAdd(p + 1, dq[n][1]);
+                    }
+                    if (tq1 < T) {
+                        float *p = dq_acc + ((size_t) tq1 * H + h) * D + c;
+                        atomicAdd(p, dq[n][2]);
+                        atomicAdd(p + 1, dq[n][3]);
+                    }
+                }
             }
         }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < S_BK * D; i += S_THREADS) {
-        int rr = i / D, c = i % D, t = k0 + rr;
-        if (t >= T)
-            continue;
-        size_t off = (size_t) t * (size_t) dstride + (size_t) hk * D + c;
-        trn_st(dk + off, dKa[rr * LDO + c]);
-        trn_st(dv + off, dVa[rr * LDO + c]);
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        int c = n * 8 + 2 * t;
+        if (kr0 < T) {
+            size_t off = (size_t) kr0 * (size_t) dstride + (size_t) hk * D + c;
+            *reinterpret_cast<uint32_t *>(dk + off) =
+                s_pack(dK[n][0], dK[n][1]);
+            *reinterpret_cast<uint32_t *>(dv + off) =
+                s_pack(dV[n][0], dV[n][1]);
+        }
+        if (kr1 < T) {
+            size_t off = (size_t) kr1 * (size_t) dstride + (size_t) hk * D + c;
+            *reinterpret_cast<uint32_t *>(dk + off) =
+                s_pack(dK[n][2], dK[n][3]);
+            *reinterpret_cast<uint32_t *>(dv + off) =
+                s_pack(dV[n][2], dV[n][3]);
+        }
     }
 }
 
@@ -599,22 +496,6 @@ s_dq_store(trn_bf16_t *dq, int dstride, const float *dq_acc, int T, int H,
         size_t t = i / ((size_t) H * D), hc = i % ((size_t) H * D);
         trn_st(dq + t * (size_t) dstride + hc, dq_acc[i]);
     }
-}
-
-template <int D>
-static size_t
-s_fwd_smem(void)
-{
-    return (size_t) 3 * 64 * (D + 8) * 2 + 64 * (64 + 4) * 4 +
-           64 * (64 + 8) * 2 + 64 * (D + 4) * 4 + 2 * 64 * 4;
-}
-
-template <int D>
-static size_t
-s_bwd_smem(void)
-{
-    return (size_t) 4 * 64 * (D + 8) * 2 + 2 * 64 * (64 + 4) * 4 +
-           2 * 64 * (64 + 8) * 2 + 2 * 64 * (D + 4) * 4 + 2 * 64 * 4;
 }
 
 template <int D>
@@ -644,11 +525,13 @@ s_bwd(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
       const trn_bf16_t *q, const trn_bf16_t *k, const trn_bf16_t *v, int stride,
       const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
-    size_t shm = s_bwd_smem<D>();
+    size_t shm =
+        (size_t) 4 * 64 * (D + 8) * 2 + (size_t) 64 * (64 + 8) * 2 + 3 * 64 * 4;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
-        s_attn_bwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) shm));
+        s_attn_bwd_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        (int) shm));
     dim3 grid(TRN_CEIL_DIV(T, S_BK), Hk);
-    s_attn_bwd<D><<<grid, S_THREADS, shm, st>>>(
+    s_attn_bwd_mma<D><<<grid, 32 * S_BWD_WARPS, shm, st>>>(
         dk, dv, dstride, dq_acc, delta, dout, lse, q, k, v, stride, seg, T, H,
         Hk, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
