@@ -30,6 +30,8 @@ RUN apt-get update -qq \
       libmicrohttpd12 libjansson4 libsqlite3-0 libssl3 libpcre2-8-0 \
       libicu72 libgomp1 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
+      /usr/share/man/* /usr/share/locale/* \
+ && find /usr/share/doc -type f ! -name copyright -delete \
  && groupadd --system --gid "${LISA_UID}" lisa \
  && useradd --system --uid "${LISA_UID}" --gid lisa --home-dir /var/lib/lisa \
       --create-home --shell /usr/sbin/nologin lisa \

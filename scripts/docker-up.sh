@@ -9,7 +9,7 @@
 #               log DIR/dockerd.log
 #   --base      also make the base image lisa-base:bookworm (debootstrap of
 #               Debian 12 minbase + `docker import`; the root-file-system
-#               tarball is cached as build/docker-base/bookworm-minbase.tar)
+#               tarball is cached as build/docker-base/bookworm-minbase-slim.tar)
 #   --stop      stop the engine this folder's pid file names, and exit
 #   --print-env print `DOCKER_HOST=...` on stdout once the engine answers
 #
@@ -135,7 +135,7 @@ fi
 if [ "$want_base" = 1 ] &&
   ! docker image inspect lisa-base:bookworm >/dev/null 2>&1; then
   cache="$root/build/docker-base"
-  tarball="$cache/bookworm-minbase.tar"
+  tarball="$cache/bookworm-minbase-slim.tar"
   mkdir -p "$cache"
   if [ ! -s "$tarball" ]; then
     mirror=${LISA_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -148,9 +148,19 @@ if [ "$want_base" = 1 ] &&
       tail -n 15 "$cache/debootstrap.log" >&2
       exit 1
     fi
-    # Same shape as the slim images: no apt lists, no docs, no man pages.
+    # Same shape as the slim images: no apt lists, no docs, no man pages,
+    # no translations, and dpkg told to leave them out of later installs.
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb \
-      "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
+      "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* \
+      "$rootfs"/usr/share/locale/* "$rootfs"/usr/share/info/*
+    cat >"$rootfs/etc/dpkg/dpkg.cfg.d/lisa-slim" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+EOF
     tar -C "$rootfs" --numeric-owner -cf "$tarball.tmp" .
     mv "$tarball.tmp" "$tarball"
     rm -rf "$rootfs"
