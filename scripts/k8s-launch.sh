@@ -109,13 +109,19 @@ fi
 # 3. Models (local): policy/ and data/ under one folder, mounted at
 #    /lisa-models on the node for as long as this script runs.
 if [ "$overlay" = local ]; then
+  model=${LISA_MODEL_DIR:-tests/fixtures/qwen3-tiny/tied}
+  tok=${LISA_TOKENIZER_DIR:-tests/fixtures/byte-tokenizer}
+  data=${LISA_TRAIN_DATA:-tests/fixtures/seed-samples/verl_records_excerpt.json}
+  [ -f "$model/config.json" ] ||
+    { say "no model at '$model' (set LISA_MODEL_DIR)"; exit 2; }
+  [ -f "$tok/tokenizer.json" ] ||
+    { say "no tokenizer.json in '$tok' (set LISA_TOKENIZER_DIR)"; exit 2; }
+  [ -f "$data" ] || { say "no training data '$data' (set LISA_TRAIN_DATA)"; exit 2; }
   models="$work/models"
   mkdir -p "$models/policy" "$models/data"
-  cp -r "${LISA_MODEL_DIR:-tests/fixtures/qwen3-tiny/tied}/." "$models/policy/"
-  cp "${LISA_TOKENIZER_DIR:-tests/fixtures/byte-tokenizer}"/tokenizer*.json \
-    "$models/policy/"
-  cp "${LISA_TRAIN_DATA:-tests/fixtures/seed-samples/verl_records_excerpt.json}" \
-    "$models/data/train_verl.json"
+  cp -r "$model/." "$models/policy/"
+  cp "$tok"/tokenizer*.json "$models/policy/"
+  cp "$data" "$models/data/train_verl.json"
   chmod -R a+rX "$models"
   minikube mount "$models:/lisa-models" >"$work/mount.log" 2>&1 &
   mount_pid=$!
