@@ -179,14 +179,8 @@ class Stack:
     def __init__(self, engine, workdir):
         self.env = dict(engine)
         ports = _free_ports(6)
+        # Made and handed to uid UID by the stack's `prepare` step.
         run_dir = os.path.join(workdir, "run")
-        os.mkdir(run_dir)
-        os.chown(run_dir, UID, UID)
-        key = os.path.join(workdir, "token.key")
-        with open(key, "w", encoding="ascii") as f:
-            f.write(os.urandom(32).hex())
-        os.chown(key, UID, UID)
-        os.chmod(key, 0o400)
         sock = engine["DOCKER_HOST"][len("unix://"):]
         fx = os.path.join(SRC, "tests", "fixtures")
         tok = os.path.join(fx, "byte-tokenizer")
@@ -209,7 +203,6 @@ class Stack:
             "LISA_RUN_DIR": run_dir,
             "LISA_DOCKER_SOCK": sock,
             "LISA_DOCKER_GID": str(os.stat(sock).st_gid),
-            "LISA_TOKEN_KEY_PATH": key,
             "LISA_TOKENIZER_DIR": tok,
             "LISA_MODEL_DIR": os.path.join(fx, "qwen3-tiny", "tied"),
             "LISA_TRAIN_DATA": os.path.join(fx, "seed-samples",
@@ -430,7 +423,8 @@ def test_sandboxes_are_hardened_and_reaped(stack, images, tmp_path):
     for r in rows:
         reason = (r.get("reason") or "").lower()
         for bad in ("misconfigured", "token", "unauthorized", "connect"):
-            assert bad not in reason, r
+            assert bad not in reason, \
+                f"sandbox of {r['rollout_id']} failed early: {r['reason']}"
     # ... and no sandbox outlives its attempt.
     _wait_no_sandboxes(stack)
 
