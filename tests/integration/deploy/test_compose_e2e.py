@@ -15,6 +15,11 @@ the engine); every container uses host networking
                                       without a trainer: CLI-submitted
                                       tasks get hardened sandboxes, every
                                       rollout ends, every sandbox is removed
+  test_stack_recovers_from_crashes    broker, controller, a reward worker
+                                      and the gateway crash in turn: each
+                                      comes back, acknowledged rollouts
+                                      survive, new work still gets
+                                      sandboxes, none is left
   test_toy_training_run_completes     the toy training run ends, exit 0,
                                       its rollouts are terminal in the
                                       broker, no sandbox container is left
@@ -314,6 +319,70 @@ def test_usage_stack_comes_up_healthy(stack):
         assert ("/var/run/docker.sock" in binds) == (svc == "controller")
         cfg = stack.inspect(stack.containers(svc)[0])["Config"]
         assert cfg["User"].split(":")[0] == str(UID)
+
+
+def _submit(stack, tmp_path, run, n=2):
+    with open(os.path.join(SRC, "tests", "fixtures", "seed-samples",
+                           "verl_records_excerpt.json"),
+              encoding="utf-8") as f:
+        records = json.load(f)[:2]
+    tasks = tmp_path / f"{run}.json"
+    tasks.write_text(json.dumps(records), encoding="utf-8")
+    _run([os.path.join(BIN, "lisa"), "submit", str(tasks), "--n", str(n),
+          "--run", run, "--max-attempts", "1", "--deadline-ms", "60000",
+          "--broker", stack.rpc, "--json"], timeout=60)
+    return len(records) * n
+
+
+def _wait_terminal(stack, run, count, deadline_s=150):
+    end = time.monotonic() + deadline_s
+    rows = []
+    while time.monotonic() < end:
+        try:
+            rows = _rollouts(stack, run)
+        except AssertionError:
+            rows = []  # the broker is restarting
+        if len(rows) == count and all(r["state"] in TERMINAL for r in rows):
+            return rows
+        time.sleep(1)
+    raise AssertionError(f"run {run}: {rows}\n" + stack.logs())
+
+
+def test_stack_recovers_from_crashes(stack, images, tmp_path):
+    """Each service crashes (SIGKILL of its process) in turn: its restart
+    policy brings it back, the others reconnect, what the broker
+    acknowledged before its crash is still there, new work still flows to
+    sandboxes and every sandbox is removed."""
+    if not images["sandbox"]:
+        pytest.skip("docker/sandbox.Dockerfile is missing: no sandbox image")
+    services = ["broker", "gateway", "controller", "reward"]
+    stack.wait_healthy(services)
+    before = f"pre{os.getpid()}"
+    n_before = _submit(stack, tmp_path, before)
+    _wait_terminal(stack, before, n_before)
+    acked = {r["rollout_id"]: r["state"] for r in _rollouts(stack, before)}
+    for svc in ("broker", "controller", "reward", "gateway"):
+        cid, restarts = stack.crash(svc)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            info = stack.inspect(cid)
+            if info["RestartCount"] > restarts and \
+                    info["State"]["Status"] == "running":
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"{svc} did not restart\n" + stack.logs())
+        stack.wait_healthy(services)
+    # The store survived its process: same rollouts, same final states.
+    assert {r["rollout_id"]: r["state"]
+            for r in _rollouts(stack, before)} == acked
+    after = f"post{os.getpid()}"
+    n_after = _submit(stack, tmp_path, after)
+    rows = _wait_terminal(stack, after, n_after)
+    # The restarted controller took the new work to sandboxes (attempts
+    # were made), and none of them is left.
+    assert all(r["attempts"] >= 1 for r in rows), rows
+    _wait_no_sandboxes(stack)
 
 
 def _need_training(images, stack):
