@@ -4,13 +4,11 @@
 # lisa-controller, lisa-reward, lisa-trainer with its CPU backend,
 # lisa-agent, lisa) on a slim Debian runtime, run as an unprivileged user.
 #
-# Stages, in file order (the classic builder stops at --target, so the
-# stages after a target are never built):
-#   runtime   shared libraries the binaries load, the `lisa` user
-#   prebuilt  runtime + binaries copied from the build context's bin/
-#             (used when the binaries were already built on a Debian 12
-#             host: `docker build --target prebuilt -f docker/lisa.Dockerfile
-#             CONTEXT` where CONTEXT/bin holds them)
+# Stages:
+#   runtime   shared libraries the binaries load, the `lisa` user; also the
+#             base of docker/lisa-prebuilt.Dockerfile (binaries built on a
+#             Debian 12 host): `docker build --target runtime` builds only
+#             this first stage
 #   build     compiles the tree from source (no tests, no CUDA)
 #   final     runtime + binaries from `build` (the default target)
 #
@@ -41,15 +39,6 @@ WORKDIR /var/lib/lisa
 LABEL org.opencontainers.image.title="lisa" \
       org.opencontainers.image.description="lisa services: broker, gateway, controller, reward, trainer (CPU), agent, CLI"
 
-FROM runtime AS prebuilt
-COPY bin/ /usr/local/bin/
-RUN for b in lisa-broker lisa-gateway lisa-controller lisa-reward lisa-agent lisa; do \
-      test -x "/usr/local/bin/$b" || { echo "missing $b" >&2; exit 1; }; \
-    done \
- && if ldd /usr/local/bin/lisa* | grep 'not found'; then exit 1; fi
-USER lisa
-CMD ["lisa", "version"]
-
 FROM ${BUILD_BASE} AS build
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
@@ -71,6 +60,9 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DLISA_TESTS=OFF \
 
 FROM runtime AS final
 COPY --from=build /out/bin/ /usr/local/bin/
-RUN if ldd /usr/local/bin/lisa* | grep 'not found'; then exit 1; fi
+RUN for b in lisa-broker lisa-gateway lisa-controller lisa-reward lisa-agent lisa; do \
+      test -x "/usr/local/bin/$b" || { echo "missing $b" >&2; exit 1; }; \
+    done \
+ && if ldd /usr/local/bin/lisa* | grep 'not found'; then exit 1; fi
 USER lisa
 CMD ["lisa", "version"]

@@ -3,8 +3,8 @@
 Opt-in: LISA_DOCKER_TESTS=1. scripts/docker-up.sh starts a private engine
 (`dockerd --bridge=none --iptables=false`, data root and socket under
 build/docker-engine) and imports the base image made with debootstrap; the
-services image is built from docker/lisa.Dockerfile (target `prebuilt`,
-with this build tree's binaries), the sandbox image from
+services image is built from docker/lisa-prebuilt.Dockerfile (this build
+tree's binaries on the runtime stage of docker/lisa.Dockerfile), the sandbox image from
 docker/sandbox.Dockerfile (or LISA_E2E_SANDBOX_IMAGE, an image already in
 the engine); every container uses host networking
 (compose/compose.host.yaml) on ports picked free for this run.
@@ -150,9 +150,13 @@ def images(engine, tmp_path_factory):
     _run(["docker", "tag", "lisa-base:bookworm", "debian:bookworm-slim"],
          env=engine)
     t0 = time.monotonic()
-    _run(["docker", "build", "--network", "host", "--target", "prebuilt",
+    _run(["docker", "build", "--network", "host", "--target", "runtime",
           "--build-arg", "BASE=lisa-base:bookworm",
           "-f", os.path.join(SRC, "docker", "lisa.Dockerfile"),
+          "-t", f"lisa-runtime:{TAG}", str(ctx)], env=engine, timeout=900)
+    _run(["docker", "build", "--network", "host",
+          "--build-arg", f"RUNTIME=lisa-runtime:{TAG}",
+          "-f", os.path.join(SRC, "docker", "lisa-prebuilt.Dockerfile"),
           "-t", f"lisa:{TAG}", str(ctx)], env=engine, timeout=900)
     sandbox = os.path.join(SRC, "docker", "sandbox.Dockerfile")
     have_sandbox = os.path.exists(sandbox)
