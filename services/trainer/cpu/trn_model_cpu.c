@@ -1,0 +1,1386 @@
+/*
+ * trn_model_cpu: the fp32 CPU reference of trn_model.h.
+ *
+ * It follows transformers' modeling_qwen3 op for op: embedding; per layer
+ * RMSNorm -> q/k/v projections (no bias) -> per-head RMSNorm of q and k ->
+ * half-split RoPE -> causal GQA softmax attention scaled by head_dim^-0.5
+ * -> o projection + residual -> RMSNorm -> down(silu(gate) * up) +
+ * residual; a final RMSNorm and the (tied or separate) LM head.
+ *
+ * Training keeps, per layer, the inputs each backward step needs (the
+ * residual stream, norm outputs and inverse RMS, q/k before and after RoPE,
+ * v, the attention output and its per-head log-sum-exp, gate and up), so
+ * the backward pass recomputes only attention probabilities (from the
+ * saved log-sum-exp, as flash attention does) and vocabulary logits (one
+ * chunk of positions at a time). Packed sequences become per-row segment
+ * starts: row t attends to rows seg_start[t]..t of the same buffer.
+ *
+ * Generation runs the same layer code over the new tokens of every
+ * sequence at once; their keys and values go into the cache first, then
+ * each row attends to its slot's cache up to its own position.
+ */
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "trn_err.h"
+#include "trn_model.h"
+#include "trn_ops.h"
+#include "trn_pool.h"
+#include "trn_safetensors.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_NAME_MAX 96
+
+typedef struct {
+    char name[S_NAME_MAX];
+    int ndim;
+    int64_t shape[2];
+    size_t off, numel;
+} s_tensor_t;
+
+typedef struct {
+    float *in_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *post_norm, *wg, *wu,
+        *wd;
+} s_layer_t;
+
+typedef struct {
+    float *embed, *norm, *lm_head;
+    s_layer_t *L;
+} s_weights_t;
+
+/* Saved activations of one layer (training) or scratch (generation). */
+typedef struct {
+    float *x_in, *xn1, *rstd1, *qraw, *rq, *kraw, *rk, *q, *k, *v, *o, *lse,
+        *x_mid, *xn2, *rstd2, *gate, *up;
+} s_lacts_t;
+
+typedef struct {
+    size_t cap;     /* rows allocated */
+    size_t nlayers; /* layer slots allocated (1 when not saving) */
+    float *arena;
+    s_lacts_t *L;
+    float *x, *xf, *xnf, *rstdf, *lse_out, *ent_out, *hbuf, *attn;
+    int32_t *pos;
+    size_t *kstart, *nk;
+} s_acts_t;
+
+struct trn_model {
+    trn_config_t cfg;
+    json_t *cfg_json; /* config.json as loaded (NULL: generated) */
+    char *src_dir;    /* directory loaded from (NULL: generated) */
+    size_t H, I, NH, NKV, HD, Q, KV, V, NL;
+    s_tensor_t *tensors;
+    size_t ntensors, nparams;
+    float *params, *grads;
+    s_weights_t w, g;
+    float *inv_freq;
+    trn_pool_t *pool;
+    size_t chunk;
+    s_acts_t train, gen;
+    /* the last training forward */
+    bool have_fwd;
+    trn_batch_t batch;
+    size_t *seg_start;
+    size_t seg_cap;
+    /* backward scratch */
+    float *bw_arena;
+    size_t bw_cap;
+    float *logit_buf, *xc_buf, *dxc_buf;
+    size_t *row_idx;
+    size_t lbuf_rows, row_cap;
+};
+
+struct trn_kv {
+    size_t slots, max_len, KV, NL;
+    float *k, *v; /* [NL][slots][max_len][KV] */
+    size_t *len;
+};
+
+/* ---- parameter table ------------------------------------------------- */
+
+static void
+s_add_tensor(trn_model_t *m, size_t *cap, const char *name, int ndim,
+             int64_t d0, int64_t d1)
+{
+    if (m->ntensors == *cap) {
+        *cap = *cap ? 2 * *cap : 32;
+        m->tensors = lisa_realloc(m->tensors, *cap * sizeof *m->tensors);
+    }
+    s_tensor_t *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim == 2 ? d1 : 0;
+    t->numel = (size_t) d0 * (ndim == 2 ? (size_t) d1 : 1);
+    t->off = m->nparams;
+    m->nparams += t->numel;
+}
+
+static void
+s_bind(s_weights_t *w, const trn_model_t *m, float *base)
+{
+    size_t i = 0;
+    w->embed = base + m->tensors[i++].off;
+    for (size_t l = 0; l < m->NL; l++) {
+        s_layer_t *L = &w->L[l];
+        float **slots[] = {&L->in_norm, &L->wq,     &L->wk,     &L->wv,
+                           &L->wo,      &L->q_norm, &L->k_norm, &L->post_norm,
+                           &L->wg,      &L->wu,     &L->wd};
+        for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++)
+            *slots[s] = base + m->tensors[i++].off;
+    }
+    w->norm = base + m->tensors[i++].off;
+    w->lm_head =
+        m->cfg.tie_word_embeddings ? w->embed : base + m->tensors[i++].off;
+}
+
+/* Builds an empty model (zeros) for a valid config. */
+static trn_model_t *
+s_model_alloc(const trn_config_t *cfg, int threads)
+{
+    trn_model_t *m = lisa_calloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->H = (size_t) cfg->hidden_size;
+    m->I = (size_t) cfg->intermediate_size;
+    m->NH = (size_t) cfg->num_attention_heads;
+    m->NKV = (size_t) cfg->num_key_value_heads;
+    m->HD = (size_t) cfg->head_dim;
+    m->Q = m->NH * m->HD;
+    m->KV = m->NKV * m->HD;
+    m->V = (size_t) cfg->vocab_size;
+    m->NL = (size_t) cfg->num_hidden_layers;
+    int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
+    int64_t Q = (int64_t) m->Q, KV = (int64_t) m->KV, HD = cfg->head_dim;
+    size_t cap = 0;
+    char nm[S_NAME_MAX];
+    s_add_tensor(m, &cap, "model.embed_tokens.weight", 2, cfg->vocab_size, H);
+    for (size_t l = 0; l < m->NL; l++) {
+        const struct {
+            const char *suffix;
+            int nd;
+            int64_t d0, d1;
+        } spec[] = {
+            {"input_layernorm.weight", 1, H, 0},
+            {"self_attn.q_proj.weight", 2, Q, H},
+            {"self_attn.k_proj.weight", 2, KV, H},
+            {"self_attn.v_proj.weight", 2, KV, H},
+            {"self_attn.o_proj.weight", 2, H, Q},
+            {"self_attn.q_norm.weight", 1, HD, 0},
+            {"self_attn.k_norm.weight", 1, HD, 0},
+            {"post_attention_layernorm.weight", 1, H, 0},
+            {"mlp.gate_proj.weight", 2, I, H},
+            {"mlp.up_proj.weight", 2, I, H},
+            {"mlp.down_proj.weight", 2, H, I},
+        };
+        for (size_t s = 0; s < sizeof spec / sizeof spec[0]; s++) {
+            snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, spec[s].suffix);
+            s_add_tensor(m, &cap, nm, spec[s].nd, spec[s].d0, spec[s].d1);
+        }
+    }
+    s_add_tensor(m, &cap, "model.norm.weight", 1, H, 0);
+    if (!cfg->tie_word_embeddings)
+        s_add_tensor(m, &cap, "lm_head.weight", 2, cfg->vocab_size, H);
+    m->params = lisa_calloc(m->nparams, sizeof(float));
+    m->grads = lisa_calloc(m->nparams, sizeof(float));
+    m->w.L = lisa_calloc(m->NL, sizeof(s_layer_t));
+    m->g.L = lisa_calloc(m->NL, sizeof(s_layer_t));
+    s_bind(&m->w, m, m->params);
+    s_bind(&m->g, m, m->grads);
+    m->inv_freq = lisa_calloc(m->HD / 2, sizeof(float));
+    trn_rope_inv_freq(m->inv_freq, m->HD, cfg->rope_theta);
+    m->pool = trn_pool_new(threads < 1 ? 1 : threads);
+    m->chunk = 32;
+    return m;
+}
+
+static void
+s_acts_free(s_acts_t *a)
+{
+    lisa_free(&a->arena);
+    lisa_free(&a->L);
+    lisa_free(&a->pos);
+    lisa_free(&a->kstart);
+    lisa_free(&a->nk);
+    memset(a, 0, sizeof *a);
+}
+
+void
+trn_model_destroy(trn_model_t **pm)
+{
+    if (!pm || !*pm)
+        return;
+    trn_model_t *m = *pm;
+    trn_pool_destroy(&m->pool);
+    s_acts_free(&m->train);
+    s_acts_free(&m->gen);
+    json_decref(m->cfg_json);
+    lisa_free(&m->src_dir);
+    lisa_free(&m->tensors);
+    lisa_free(&m->params);
+    lisa_free(&m->grads);
+    lisa_free(&m->w.L);
+    lisa_free(&m->g.L);
+    lisa_free(&m->inv_freq);
+    lisa_free(&m->seg_start);
+    lisa_free(&m->bw_arena);
+    lisa_free(&m->logit_buf);
+    lisa_free(&m->xc_buf);
+    lisa_free(&m->dxc_buf);
+    lisa_free(&m->row_idx);
+    lisa_free(pm);
+}
+
+/* splitmix64 + Box-Muller: reproducible normals without libc state. */
+static uint64_t
+s_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float
+s_normal(uint64_t *s)
+{
+    double u1 = ((double) (s_next(s) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (double) (s_next(s) >> 11) / 9007199254740992.0;
+    return (float) (sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+trn_model_t *
+trn_model_new_random(const trn_config_t *cfg, uint64_t seed, float std,
+                     int threads)
+{
+    if (trn_config_validate(cfg, NULL) != LISA_OK)
+        return NULL;
+    trn_model_t *m = s_model_alloc(cfg, threads);
+    uint64_t s = seed;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        float *p = m->params + m->tensors[i].off;
+        bool norm = m->tensors[i].ndim == 1;
+        for (size_t k = 0; k < m->tensors[i].numel; k++)
+            p[k] = norm ? 1.0f + 0.1f * s_normal(&s) : std * s_normal(&s);
+    }
+    return m;
+}
+
+const trn_config_t *
+trn_model_config(const trn_model_t *m)
+{
+    return &m->cfg;
+}
+
+size_t
+trn_model_num_tensors(const trn_model_t *m)
+{
+    return m->ntensors;
+}
+
+const char *
+trn_model_tensor_name(const trn_model_t *m, size_t i)
+{
+    return i < m->ntensors ? m->tensors[i].name : NULL;
+}
+
+int
+trn_model_tensor_shape(const trn_model_t *m, size_t i, int64_t shape[2])
+{
+    shape[0] = m->tensors[i].shape[0];
+    shape[1] = m->tensors[i].shape[1];
+    return m->tensors[i].ndim;
+}
+
+size_t
+trn_model_tensor_numel(const trn_model_t *m, size_t i)
+{
+    return m->tensors[i].numel;
+}
+
+float *
+trn_model_tensor_data(trn_model_t *m, size_t i)
+{
+    return m->params + m->tensors[i].off;
+}
+
+float *
+trn_model_tensor_grad(trn_model_t *m, size_t i)
+{
+    return m->grads + m->tensors[i].off;
+}
+
+long
+trn_model_tensor_find(const trn_model_t *m, const char *name)
+{
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return (long) i;
+    return -1;
+}
+
+float *
+trn_model_params(trn_model_t *m)
+{
+    return m->params;
+}
+
+float *
+trn_model_grads(trn_model_t *m)
+{
+    return m->grads;
+}
+
+size_t
+trn_model_num_params(const trn_model_t *m)
+{
+    return m->nparams;
+}
+
+void
+trn_model_zero_grad(trn_model_t *m)
+{
+    memset(m->grads, 0, m->nparams * sizeof(float));
+}
+
+void
+trn_model_set_logits_chunk(trn_model_t *m, size_t rows)
+{
+    m->chunk = rows ? rows : 1;
+}
+
+/* ---- load / save ------------------------------------------------------ */
+
+static char *
+s_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = lisa_malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static bool
+s_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+#define S_MAX_SHARDS 4096
+#define S_MAX_INDEX  (64u * 1024u * 1024u) /* bytes of an index file */
+
+static char *s_read_text(const char *path, size_t max, size_t *len);
+
+/* Opens the weight files of `dir`: the index's shards or model.safetensors.
+ */
+static lisa_rc_t
+s_open_weights(const char *dir, trn_st_t ***files, size_t *nfiles,
+               trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    char *idx = s_join(dir, "model.safetensors.index.json");
+    char *one = s_join(dir, "model.safetensors");
+    json_t *root = NULL;
+    *files = NULL;
+    *nfiles = 0;
+    /* the single file first, then the index: transformers' order */
+    if (s_exists(one) || !s_exists(idx)) {
+        trn_st_t *st = NULL;
+        rc = trn_st_open(one, &st, err);
+        if (rc == LISA_OK) {
+            *files = lisa_calloc(1, sizeof **files);
+            (*files)[0] = st;
+            *nfiles = 1;
+        }
+        goto out;
+    }
+    json_error_t jerr;
+    size_t ilen = 0;
+    char *itext = s_read_text(idx, S_MAX_INDEX, &ilen);
+    if (!itext || ilen > S_MAX_INDEX) {
+        rc = trn_fail(err, itext ? LISA_TOOLARGE : LISA_NOTFOUND,
+                      "%s: unreadable or larger than %u bytes", idx,
+                      S_MAX_INDEX);
+        lisa_free(&itext);
+        goto out;
+    }
+    root = json_loadb(itext, ilen, JSON_REJECT_DUPLICATES, &jerr);
+    lisa_free(&itext);
+    json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(wm)) {
+        rc = trn_fail(err, LISA_INVALID, "%s: no weight_map object (%s)", idx,
+                      root ? "missing" : jerr.text);
+        goto out;
+    }
+    /* unique shard names, in order of first appearance */
+    const char **names = lisa_calloc(json_object_size(wm) + 1, sizeof *names);
+    size_t nn = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(wm, key, val)
+    {
+        const char *f = json_string_value(val);
+        if (!f || strchr(f, '/') || strcmp(f, "..") == 0 || !*f) {
+            rc = trn_fail(err, LISA_INVALID,
+                          "%s: tensor '%s' maps to a bad file name", idx, key);
+            break;
+        }
+        size_t k = 0;
+        while (k < nn && strcmp(names[k], f) != 0)
+            k++;
+        if (k == nn) {
+            if (nn == S_MAX_SHARDS) {
+                rc = trn_fail(err, LISA_TOOLARGE, "%s: too many shards", idx);
+                break;
+            }
+            names[nn++] = f;
+        }
+    }
+    if (rc == LISA_OK) {
+        *files = lisa_calloc(nn ? nn : 1, sizeof **files);
+        for (size_t k = 0; k < nn && rc == LISA_OK; k++) {
+            char *p = s_join(dir, names[k]);
+            rc = trn_st_open(p, &(*files)[k], err);
+            lisa_free(&p);
+            if (rc == LISA_OK)
+                (*nfiles)++;
+        }
+    }
+    lisa_free(&names);
+out:
+    json_decref(root);
+    lisa_free(&idx);
+    lisa_free(&one);
+    return rc;
+}
+
+static char *
+s_read_text(const char *path, size_t max, size_t *len)
+{
+    /* reads at most max + 1 bytes (so "too large" is detectable), into a
+     * buffer sized by the file rather than by the bound */
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct stat sb;
+    size_t want = max + 1;
+    if (fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 &&
+        (size_t) sb.st_size < max)
+        want = (size_t) sb.st_size + 1;
+    char *buf = lisa_malloc(want + 1);
+    *len = fread(buf, 1, want, f);
+    fclose(f);
+    buf[*len] = 0;
+    return buf;
+}
+
+lisa_rc_t
+trn_model_load(const char *dir, int threads, trn_model_t **out, trn_err_t *err)
+{
+    lisa_rc_t rc;
+    trn_model_t *m = NULL;
+    trn_st_t **files = NULL;
+    size_t nfiles = 0, len = 0;
+    *out = NULL;
+    char *cpath = s_join(dir, "config.json");
+    char *text = s_read_text(cpath, TRN_MAX_CONFIG_LEN, &len);
+    trn_config_t cfg;
+    if (!text) {
+        rc = trn_fail(err, LISA_NOTFOUND, "%s: cannot open: %s", cpath,
+                      strerror(errno));
+        goto out;
+    }
+    if (len > TRN_MAX_CONFIG_LEN) {
+        rc = trn_fail(err, LISA_TOOLARGE, "%s: too large", cpath);
+        goto out;
+    }
+    rc = trn_config_parse(text, len, &cfg, err);
+    if (rc != LISA_OK)
+        goto out;
+    rc = s_open_weights(dir, &files, &nfiles, err);
+    if (rc != LISA_OK)
+        goto out;
+    m = s_model_alloc(&cfg, threads);
+    m->cfg_json = json_loadb(text, len, 0, NULL);
+    m->src_dir = lisa_strdup(dir);
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const s_tensor_t *t = &m->tensors[i];
+        const trn_st_tensor_t *src = NULL;
+        for (size_t f = 0; f < nfiles && !src; f++)
+            src = trn_st_find(files[f], t->name);
+        if (!src) {
+            rc = trn_fail(err, LISA_INVALID,
+                          "%s: tensor '%s' is missing from the weights", dir,
+                          t->name);
+            goto out;
+        }
+        bool ok = src->ndim == t->ndim && src->shape[0] == t->shape[0] &&
+                  (t->ndim == 1 || src->shape[1] == t->shape[1]);
+        if (!ok) {
+            rc = trn_fail(err, LISA_INVALID,
+                          "%s: tensor '%s' has shape [%lld%s%lld] (%d dims), "
+                          "the config needs [%lld%s%lld]",
+                          dir, t->name, (long long) src->shape[0],
+                          src->ndim > 1 ? ", " : "",
+                          src->ndim > 1 ? (long long) src->shape[1] : 0LL,
+                          src->ndim, (long long) t->shape[0],
+                          t->ndim > 1 ? ", " : "",
+                          t->ndim > 1 ? (long long) t->shape[1] : 0LL);
+            goto out;
+        }
+        if (trn_st_to_f32(src, m->params + t->off) != LISA_OK) {
+            rc = trn_fail(err, LISA_UNSUPPORTED,
+                          "%s: tensor '%s' has dtype %s, not a float", dir,
+                          t->name, trn_dtype_name(src->dtype));
+            goto out;
+        }
+    }
+    *out = m;
+    m = NULL;
+out:
+    for (size_t f = 0; f < nfiles; f++)
+        trn_st_destroy(&files[f]);
+    lisa_free(&files);
+    lisa_free(&text);
+    lisa_free(&cpath);
+    trn_model_destroy(&m);
+    return rc;
+}
+
+static json_t *
+s_config_json(const trn_model_t *m, trn_save_dtype_t dtype)
+{
+    const trn_config_t *c = &m->cfg;
+    json_t *j = m->cfg_json ? json_deep_copy(m->cfg_json) : json_object();
+    const char *dt = dtype == TRN_SAVE_BF16 ? "bfloat16" : "float32";
+    if (!m->cfg_json) {
+        json_t *arch = json_array();
+        json_array_append_new(arch, json_string("Qwen3ForCausalLM"));
+        json_object_set_new(j, "architectures", arch);
+        json_object_set_new(j, "model_type", json_string("qwen3"));
+        json_object_set_new(j, "hidden_act", json_string("silu"));
+        json_object_set_new(j, "attention_bias", json_false());
+        json_object_set_new(j, "attention_dropout", json_real(0.0));
+        json_object_set_new(j, "use_sliding_window", json_false());
+        json_object_set_new(j, "sliding_window", json_null());
+        json_object_set_new(j, "max_window_layers",
+                            json_integer(c->num_hidden_layers));
+        json_object_set_new(j, "rope_scaling", json_null());
+        json_object_set_new(j, "initializer_range", json_real(0.02));
+        json_object_set_new(j, "use_cache", json_true());
+    }
+    json_object_set_new(j, "hidden_size", json_integer(c->hidden_size));
+    json_object_set_new(j, "intermediate_size",
+                        json_integer(c->intermediate_size));
+    json_object_set_new(j, "num_hidden_layers",
+                        json_integer(c->num_hidden_layers));
+    json_object_set_new(j, "num_attention_heads",
+                        json_integer(c->num_attention_heads));
+    json_object_set_new(j, "num_key_value_heads",
+                        json_integer(c->num_key_value_heads));
+    json_object_set_new(j, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(j, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(j, "max_position_embeddings",
+                        json_integer(c->max_position_embeddings));
+    json_object_set_new(j, "rms_norm_eps", json_real(c->rms_norm_eps));
+    if (!json_object_get(j, "rope_parameters"))
+        json_object_set_new(j, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(j, "tie_word_embeddings",
+                        json_boolean(c->tie_word_embeddings));
+    json_object_set_new(j, "torch_dtype", json_string(dt));
+    if (json_object_get(j, "dtype"))
+        json_object_set_new(j, "dtype", json_string(dt));
+    return j;
+}
+
+/* Files of a model directory that are not weights or config.json and that
+ * a checkpoint carries along (tokenizer, chat template, generation). */
+static const char *const s_side_files[] = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "generation_config.json",
+    "chat_template.jinja",
+};
+
+#define S_MAX_SIDE_FILE (256u * 1024u * 1024u)
+
+/* Copies `name` from src to dst when it exists in src (through a temporary
+ * name). */
+static lisa_rc_t
+s_copy_side_file(const char *src, const char *dst, const char *name,
+                 trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    char *from = s_join(src, name), *to = s_join(dst, name);
+    size_t tl = strlen(to) + 5;
+    char *tmp = lisa_malloc(tl);
+    snprintf(tmp, tl, "%s.tmp", to);
+    FILE *in = fopen(from, "rb"), *out = NULL;
+    if (!in)
+        goto done; /* not part of this model */
+    out = fopen(tmp, "wb");
+    if (!out) {
+        rc = trn_fail(err, LISA_ERR, "%s: cannot create: %s", tmp,
+                      strerror(errno));
+        goto done;
+    }
+    char buf[65536];
+    size_t n, total = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+        total += n;
+        if (total > S_MAX_SIDE_FILE || fwrite(buf, 1, n, out) != n) {
+            rc = trn_fail(err, LISA_ERR, "%s: copy failed", from);
+            break;
+        }
+    }
+    if (fclose(out) != 0 && rc == LISA_OK)
+        rc = trn_fail(err, LISA_ERR, "%s: write failed", tmp);
+    out = NULL;
+    if (rc == LISA_OK && rename(tmp, to) != 0)
+        rc = trn_fail(err, LISA_ERR, "%s: rename failed: %s", to,
+                      strerror(errno));
+    if (rc != LISA_OK)
+        unlink(tmp);
+done:
+    if (in)
+        fclose(in);
+    lisa_free(&from);
+    lisa_free(&to);
+    lisa_free(&tmp);
+    return rc;
+}
+
+/* True when a and b name the same directory. */
+static bool
+s_same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+lisa_rc_t
+trn_model_save(const trn_model_t *m, const char *dir, trn_save_dtype_t dtype,
+               trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    char *cpath = s_join(dir, "config.json");
+    char *tpath = s_join(dir, "config.json.tmp");
+    char *wpath = s_join(dir, "model.safetensors");
+    trn_st_writer_t *w = trn_st_writer_new();
+    json_t *j = s_config_json(m, dtype);
+    trn_dtype_t dt = dtype == TRN_SAVE_BF16 ? TRN_DT_BF16 : TRN_DT_F32;
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const s_tensor_t *t = &m->tensors[i];
+        trn_st_writer_add_f32(w, t->name, dt, t->ndim, t->shape,
+                              m->params + t->off);
+    }
+    rc = trn_st_writer_write(w, wpath, err);
+    if (rc != LISA_OK)
+        goto out;
+    if (json_dump_file(j, tpath, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 ||
+        rename(tpath, cpath) != 0) {
+        rc = trn_fail(err, LISA_ERR, "%s: cannot write: %s", cpath,
+                      strerror(errno));
+        goto out;
+    }
+    /* a stale index would describe other weights than the file we wrote */
+    char *idx = s_join(dir, "model.safetensors.index.json");
+    if (s_exists(idx) && unlink(idx) == 0)
+        lisa_log_info("trainer: removed stale %s", idx);
+    lisa_free(&idx);
+    if (m->src_dir && !s_same_dir(m->src_dir, dir))
+        for (size_t i = 0; i < sizeof s_side_files / sizeof *s_side_files;
+             i++) {
+            rc = s_copy_side_file(m->src_dir, dir, s_side_files[i], err);
+            if (rc != LISA_OK)
+                goto out;
+        }
+out:
+    json_decref(j);
+    trn_st_writer_destroy(&w);
+    lisa_free(&cpath);
+    lisa_free(&tpath);
+    lisa_free(&wpath);
+    return rc;
+}
+
+/* ---- activations ------------------------------------------------------ */
+
+/* Makes room for `rows` rows; `save` keeps every layer's activations. */
+static void
+s_acts_reserve(const trn_model_t *m, s_acts_t *a, size_t rows, bool save)
+{
+    size_t nl = save ? m->NL : 1;
+    if (a->cap >= rows && a->nlayers == nl)
+        return;
+    s_acts_free(a);
+    size_t cap = rows < 16 ? 16 : rows;
+    size_t H = m->H, Q = m->Q, KV = m->KV, NH = m->NH, NKV = m->NKV, I = m->I;
+    size_t per_layer =
+        cap * (4 * H + 2 + 3 * Q + 2 * NH + 3 * KV + NKV + 2 * I);
+    size_t total = nl * per_layer + cap * (4 * H + 3 + I);
+    a->arena = lisa_calloc(total, sizeof(float));
+    a->L = lisa_calloc(nl, sizeof(s_lacts_t));
+    float *p = a->arena;
+#define S_TAKE(dst, n)                                                         \
+    do {                                                                       \
+        (dst) = p;                                                             \
+        p += (n);                                                              \
+    } while (0)
+    for (size_t l = 0; l < nl; l++) {
+        s_lacts_t *L = &a->L[l];
+        S_TAKE(L->x_in, cap * H);
+        S_TAKE(L->xn1, cap * H);
+        S_TAKE(L->rstd1, cap);
+        S_TAKE(L->qraw, cap * Q);
+        S_TAKE(L->rq, cap * NH);
+        S_TAKE(L->kraw, cap * KV);
+        S_TAKE(L->rk, cap * NKV);
+        S_TAKE(L->q, cap * Q);
+        S_TAKE(L->k, cap * KV);
+        S_TAKE(L->v, cap * KV);
+        S_TAKE(L->o, cap * Q);
+        S_TAKE(L->lse, cap * NH);
+        S_TAKE(L->x_mid, cap * H);
+        S_TAKE(L->xn2, cap * H);
+        S_TAKE(L->rstd2, cap);
+        S_TAKE(L->gate, cap * I);
+        S_TAKE(L->up, cap * I);
+    }
+    S_TAKE(a->x, cap * H);
+    S_TAKE(a->xf, cap * H);
+    S_TAKE(a->xnf, cap * H);
+    S_TAKE(a->rstdf, cap);
+    S_TAKE(a->lse_out, cap);
+    S_TAKE(a->ent_out, cap);
+    S_TAKE(a->hbuf, cap * I);
+    S_TAKE(a->attn, cap * H);
+#undef S_TAKE
+    a->pos = lisa_calloc(cap, sizeof(int32_t));
+    a->kstart = lisa_calloc(cap, sizeof(size_t));
+    a->nk = lisa_calloc(cap, sizeof(size_t));
+    a->cap = cap;
+    a->nlayers = nl;
+}
+
+/* ---- attention -------------------------------------------------------- */
+
+typedef struct {
+    const trn_model_t *m;
+    const float *q; /* [rows][Q] after RoPE */
+    const float *k; /* key rows: k + (kstart[r] + j) * kstride */
+    const float *v; /* value rows, same layout as k */
+    size_t kstride; /* floats between key rows */
+    const size_t *kstart, *nk;
+    float *o, *lse;    /* [rows][Q], [rows][NH] */
+    const float *dout; /* backward: d(o) */
+    float *dq, *dk, *dv;
+    size_t rows;
+} s_attn_t;
+
+/* One row, all heads: online softmax over the row's keys. */
+static void
+s_attn_fwd_task(void *ctx, size_t r)
+{
+    const s_attn_t *c = ctx;
+    const trn_model_t *m = c->m;
+    size_t HD = m->HD, grp = m->NH / m->NKV;
+    float scale = 1.0f / sqrtf((float) HD);
+    float acc[TRN_MAX_HEAD_DIM];
+    for (size_t h = 0; h < m->NH; h++) {
+        const float *q = c->q + r * m->Q + h * HD;
+        size_t kvh = h / grp;
+        float mx = -INFINITY, l = 0;
+        memset(acc, 0, HD * sizeof(float));
+        for (size_t j = 0; j < c->nk[r]; j++) {
+            size_t row = c->kstart[r] + j;
+            const float *k = c->k + row * c->kstride + kvh * HD;
+            const float *v = c->v + row * c->kstride + kvh * HD;
+            float s = 0;
+            for (size_t d = 0; d < HD; d++)
+                s += q[d] * k[d];
+            s *= scale;
+            if (s > mx) {
+                float f = expf(mx - s);
+                l *= f;
+                for (size_t d = 0; d < HD; d++)
+                    acc[d] *= f;
+                mx = s;
+            }
+            float p = expf(s - mx);
+            l += p;
+            for (size_t d = 0; d < HD; d++)
+                acc[d] += p * v[d];
+        }
+        float *o = c->o + r * m->Q + h * HD;
+        for (size_t d = 0; d < HD; d++)
+            o[d] = acc[d] / l;
+        c->lse[r * m->NH + h] = mx + logf(l);
+    }
+}
+
+/* One KV head: every query head of its group over every row; it alone
+ * writes this head's dk/dv and its query heads' dq. */
+static void
+s_attn_bwd_task(void *ctx, size_t kvh)
+{
+    const s_attn_t *c = ctx;
+    const trn_model_t *m = c->m;
+    size_t HD = m->HD, grp = m->NH / m->NKV;
+    float scale = 1.0f / sqrtf((float) HD);
+    for (size_t r = 0; r < c->rows; r++) {
+        for (size_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
+            const float *q = c->q + r * m->Q + h * HD;
+            const float *o = c->o + r * m->Q + h * HD;
+            const float *dO = c->dout + r * m->Q + h * HD;
+            float *dq = c->dq + r * m->Q + h * HD;
+            float lse = c->lse[r * m->NH + h];
+            float D = 0;
+            for (size_t d = 0; d < HD; d++)
+                D += dO[d] * o[d];
+            for (size_t j = 0; j < c->nk[r]; j++) {
+                size_t row = c->kstart[r] + j;
+                const float *k = c->k + row * c->kstride + kvh * HD;
+                const float *v = c->v + row * c->kstride + kvh * HD;
+                float s = 0, dp = 0;
+                for (size_t d = 0; d < HD; d++) {
+                    s += q[d] * k[d];
+                    dp += dO[d] * v[d];
+                }
+                float p = expf(s * scale - lse);
+                float ds = p * (dp - D) * scale;
+                float *dk = c->dk + row * c->kstride + kvh * HD;
+                float *dv = c->dv + row * c->kstride + kvh * HD;
+                for (size_t d = 0; d < HD; d++) {
+                    dq[d] += ds * k[d];
+                    dk[d] += ds * q[d];
+                    dv[d] += p * dO[d];
+                }
+            }
+        }
+    }
+}
+
+/* ---- layers ----------------------------------------------------------- */
+
+/* Where a layer's attention finds keys and values. */
+typedef struct {
+    trn_kv_t *kv;        /* NULL: the rows themselves (training) */
+    const size_t *slots; /* per row, with kv */
+} s_kvsrc_t;
+
+/* Runs layer l on rows of a->x (in place), saving into a->L[li]. */
+static void
+s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
+            const s_kvsrc_t *src)
+{
+    const s_layer_t *W = &m->w.L[l];
+    s_lacts_t *A = &a->L[li];
+    float eps = (float) m->cfg.rms_norm_eps;
+    size_t H = m->H, Q = m->Q, KV = m->KV, I = m->I;
+    memcpy(A->x_in, a->x, rows * H * sizeof(float));
+    trn_rmsnorm(A->xn1, A->rstd1, a->x, W->in_norm, rows, H, eps);
+    trn_mm_nt(m->pool, A->qraw, A->xn1, W->wq, rows, H, Q);
+    trn_mm_nt(m->pool, A->kraw, A->xn1, W->wk, rows, H, KV);
+    trn_mm_nt(m->pool, A->v, A->xn1, W->wv, rows, H, KV);
+    trn_rmsnorm(A->q, A->rq, A->qraw, W->q_norm, rows * m->NH, m->HD, eps);
+    trn_rmsnorm(A->k, A->rk, A->kraw, W->k_norm, rows * m->NKV, m->HD, eps);
+    trn_rope(A->q, rows, m->NH, m->HD, a->pos, m->inv_freq, false);
+    trn_rope(A->k, rows, m->NKV, m->HD, a->pos, m->inv_freq, false);
+    s_attn_t at = {.m = m,
+                   .q = A->q,
+                   .o = A->o,
+                   .lse = A->lse,
+                   .kstart = a->kstart,
+                   .nk = a->nk,
+                   .rows = rows};
+    if (src->kv) {
+        trn_kv_t *kv = src->kv;
+        float *kc = kv->k + l * kv->slots * kv->max_len * KV;
+        float *vc = kv->v + l * kv->slots * kv->max_len * KV;
+        for (size_t r = 0; r < rows; r++) {
+            size_t at_row = src->slots[r] * kv->max_len + (size_t) a->pos[r];
+            memcpy(kc + at_row * KV, A->k + r * KV, KV * sizeof(float));
+            memcpy(vc + at_row * KV, A->v + r * KV, KV * sizeof(float));
+        }
+        at.k = kc;
+        at.v = vc;
+    } else {
+        at.k = A->k;
+        at.v = A->v;
+    }
+    at.kstride = KV;
+    trn_pool_run(m->pool, rows, s_attn_fwd_task, &at);
+    trn_mm_nt(m->pool, a->attn, A->o, W->wo, rows, Q, H);
+    for (size_t i = 0; i < rows * H; i++)
+        a->x[i] += a->attn[i];
+    memcpy(A->x_mid, a->x, rows * H * sizeof(float));
+    trn_rmsnorm(A->xn2, A->rstd2, a->x, W->post_norm, rows, H, eps);
+    trn_mm_nt(m->pool, A->gate, A->xn2, W->wg, rows, H, I);
+    trn_mm_nt(m->pool, A->up, A->xn2, W->wu, rows, H, I);
+    for (size_t i = 0; i < rows * I; i++)
+        a->hbuf[i] = trn_silu(A->gate[i]) * A->up[i];
+    trn_mm_nt(m->pool, a->attn, a->hbuf, W->wd, rows, I, H);
+    for (size_t i = 0; i < rows * H; i++)
+        a->x[i] += a->attn[i];
+}
+
+/* Embeds tokens into a->x and runs every layer, then the final norm. */
+static void
+s_forward_rows(trn_model_t *m, s_acts_t *a, const int32_t *tokens, size_t rows,
+               bool save, const s_kvsrc_t *src)
+{
+    for (size_t r = 0; r < rows; r++)
+        memcpy(a->x + r * m->H, m->w.embed + (size_t) tokens[r] * m->H,
+               m->H * sizeof(float));
+    for (size_t l = 0; l < m->NL; l++)
+        s_layer_fwd(m, a, l, save ? l : 0, rows, src);
+    memcpy(a->xf, a->x, rows * m->H * sizeof(float));
+    trn_rmsnorm(a->xnf, a->rstdf, a->xf, m->w.norm, rows, m->H,
+                (float) m->cfg.rms_norm_eps);
+}
+
+/* ---- vocabulary projection in chunks --------------------------------- */
+
+static void
+s_logit_bufs(trn_model_t *m, size_t rows)
+{
+    if (m->lbuf_rows >= rows)
+        return;
+    lisa_free(&m->logit_buf);
+    lisa_free(&m->xc_buf);
+    lisa_free(&m->dxc_buf);
+    m->logit_buf = lisa_malloc(rows * m->V * sizeof(float));
+    m->xc_buf = lisa_malloc(rows * m->H * sizeof(float));
+    m->dxc_buf = lisa_malloc(rows * m->H * sizeof(float));
+    m->lbuf_rows = rows;
+}
+
+/* Gathers the rows with a target; returns their count. */
+static size_t
+s_target_rows(trn_model_t *m, const trn_batch_t *b)
+{
+    if (m->row_cap < b->n_tokens) {
+        lisa_free(&m->row_idx);
+        m->row_idx = lisa_malloc(b->n_tokens * sizeof(size_t));
+        m->row_cap = b->n_tokens;
+    }
+    size_t n = 0;
+    for (size_t t = 0; t < b->n_tokens; t++)
+        if (b->targets[t] >= 0)
+            m->row_idx[n++] = t;
+    return n;
+}
+
+static void
+s_logits_fwd(trn_model_t *m, const trn_batch_t *b, float *logp, float *ent)
+{
+    s_acts_t *a = &m->train;
+    size_t n = s_target_rows(m, b), C = m->chunk, H = m->H, V = m->V;
+    float invT = 1.0f / b->temperature;
+    for (size_t t = 0; t < b->n_tokens; t++) {
+        logp[t] = 0;
+        a->ent_out[t] = 0;
+    }
+    s_logit_bufs(m, C);
+    for (size_t c0 = 0; c0 < n; c0 += C) {
+        size_t cn = n - c0 < C ? n - c0 : C;
+        for (size_t i = 0; i < cn; i++)
+            memcpy(m->xc_buf + i * H, a->xnf + m->row_idx[c0 + i] * H,
+                   H * sizeof(float));
+        trn_mm_nt(m->pool, m->logit_buf, m->xc_buf, m->w.lm_head, cn, H, V);
+        for (size_t i = 0; i < cn; i++) {
+            size_t t = m->row_idx[c0 + i];
+            float *z = m->logit_buf + i * V;
+            float mx = -INFINITY;
+            for (size_t j = 0; j < V; j++) {
+                z[j] *= invT;
+                mx = z[j] > mx ? z[j] : mx;
+            }
+            double s = 0;
+            for (size_t j = 0; j < V; j++)
+                s += (double) expf(z[j] - mx);
+            float lse = mx + (float) log(s);
+            a->lse_out[t] = lse;
+            logp[t] = z[b->targets[t]] - lse;
+            /* entropy = lse - sum_j p_j z_j */
+            double pz = 0;
+            for (size_t j = 0; j < V; j++)
+                pz += (double) expf(z[j] - lse) * (double) z[j];
+            a->ent_out[t] = lse - (float) pz;
+        }
+    }
+    if (ent)
+        memcpy(ent, a->ent_out, b->n_tokens * sizeof(float));
+}
+
+/* dxnf (zeroed first) and LM-head gradient from dlogp (and dent). */
+static void
+s_logits_bwd(trn_model_t *m, const float *dlogp, const float *dent, float *dxnf)
+{
+    const trn_batch_t *b = &m->batch;
+    s_acts_t *a = &m->train;
+    size_t n = s_target_rows(m, b), C = m->chunk, H = m->H, V = m->V;
+    float invT = 1.0f / b->temperature;
+    memset(dxnf, 0, b->n_tokens * H * sizeof(float));
+    s_logit_bufs(m, C);
+    for (size_t c0 = 0; c0 < n; c0 += C) {
+        size_t cn = n - c0 < C ? n - c0 : C;
+        for (size_t i = 0; i < cn; i++)
+            memcpy(m->xc_buf + i * H, a->xnf + m->row_idx[c0 + i] * H,
+                   H * sizeof(float));
+        trn_mm_nt(m->pool, m->logit_buf, m->xc_buf, m->w.lm_head, cn, H, V);
+        for (size_t i = 0; i < cn; i++) {
+            size_t t = m->row_idx[c0 + i];
+            float *z = m->logit_buf + i * V;
+            float g = dlogp[t] * invT, lse = a->lse_out[t];
+            float ge = dent ? dent[t] * invT : 0.0f, h = a->ent_out[t];
+            /* d logp / du_j = 1[j = target] - p_j;
+             * d H / du_j = -p_j (log p_j + H), with u = z / T */
+            for (size_t j = 0; j < V; j++) {
+                float lp = z[j] * invT - lse;
+                float p = expf(lp);
+                z[j] = -g * p - ge * p * (lp + h);
+            }
+            z[b->targets[t]] += g;
+        }
+        trn_mm_nn(m->pool, m->dxc_buf, m->logit_buf, m->w.lm_head, cn, V, H,
+                  false);
+        trn_mm_tn(m->pool, m->g.lm_head, m->logit_buf, m->xc_buf, cn, V, H);
+        for (size_t i = 0; i < cn; i++)
+            memcpy(dxnf + m->row_idx[c0 + i] * H, m->dxc_buf + i * H,
+                   H * sizeof(float));
+    }
+}
+
+/* ---- training --------------------------------------------------------- */
+
+static lisa_rc_t
+s_check_batch(const trn_model_t *m, const trn_batch_t *b, trn_err_t *err)
+{
+    if (!b->tokens || !b->targets || !b->seq_offsets || b->n_tokens == 0 ||
+        b->n_seqs == 0)
+        return trn_fail(err, LISA_INVALID, "batch: empty or missing arrays");
+    if (!(b->temperature > 0) || !isfinite(b->temperature))
+        return trn_fail(err, LISA_INVALID, "batch: temperature must be > 0");
+    if (b->n_tokens > TRN_MAX_BATCH_TOKENS)
+        return trn_fail(err, LISA_TOOLARGE,
+                        "batch: %zu tokens exceed the bound of %u", b->n_tokens,
+                        TRN_MAX_BATCH_TOKENS);
+    if (b->seq_offsets[0] != 0 || b->seq_offsets[b->n_seqs] != b->n_tokens)
+        return trn_fail(err, LISA_INVALID,
+                        "batch: seq_offsets must run from 0 to n_tokens");
+    for (size_t s = 0; s < b->n_seqs; s++) {
+        size_t len = b->seq_offsets[s + 1] - b->seq_offsets[s];
+        if (b->seq_offsets[s + 1] <= b->seq_offsets[s] ||
+            len > (size_t) m->cfg.max_position_embeddings)
+            return trn_fail(err, LISA_INVALID,
+                            "batch: sequence %zu is empty, unordered or "
+                            "longer than max_position_embeddings",
+                            s);
+    }
+    for (size_t t = 0; t < b->n_tokens; t++) {
+        if (b->tokens[t] < 0 || (size_t) b->tokens[t] >= m->V ||
+            b->targets[t] >= (int32_t) m->V || b->targets[t] < -1)
+            return trn_fail(err, LISA_INVALID,
+                            "batch: token or target at %zu out of the "
+                            "vocabulary",
+                            t);
+    }
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_model_forward(trn_model_t *m, const trn_batch_t *b, float *logp,
+                  float *entropy, trn_err_t *err)
+{
+    m->have_fwd = false;
+    lisa_rc_t rc = s_check_batch(m, b, err);
+    if (rc != LISA_OK)
+        return rc;
+    size_t T = b->n_tokens;
+    s_acts_t *a = &m->train;
+    s_acts_reserve(m, a, T, true);
+    if (m->seg_cap < T) {
+        lisa_free(&m->seg_start);
+        m->seg_start = lisa_malloc(T * sizeof(size_t));
+        m->seg_cap = T;
+    }
+    for (size_t s = 0; s < b->n_seqs; s++)
+        for (size_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++) {
+            a->pos[t] = (int32_t) (t - b->seq_offsets[s]);
+            a->kstart[t] = b->seq_offsets[s];
+            a->nk[t] = t - b->seq_offsets[s] + 1;
+        }
+    s_kvsrc_t src = {0};
+    s_forward_rows(m, a, b->tokens, T, true, &src);
+    m->batch = *b;
+    s_logits_fwd(m, b, logp, entropy);
+    m->have_fwd = true;
+    return LISA_OK;
+}
+
+static void
+s_reserve_bwd(trn_model_t *m, size_t T)
+{
+    size_t need = T * (2 * m->H + 3 * m->I + 3 * m->Q + 3 * m->KV);
+    if (m->bw_cap >= need)
+        return;
+    lisa_free(&m->bw_arena);
+    m->bw_arena = lisa_malloc(need * sizeof(float));
+    m->bw_cap = need;
+}
+
+lisa_rc_t
+trn_model_backward(trn_model_t *m, const float *dlogp, const float *dentropy,
+                   trn_err_t *err)
+{
+    if (!m->have_fwd)
+        return trn_fail(err, LISA_CONFLICT,
+                        "backward: no training forward to differentiate");
+    const trn_batch_t *b = &m->batch;
+    s_acts_t *a = &m->train;
+    size_t T = b->n_tokens, H = m->H, I = m->I, Q = m->Q, KV = m->KV;
+    s_reserve_bwd(m, T);
+    float *p = m->bw_arena;
+    float *dx = p;
+    p += T * H;
+    float *dxn = p;
+    p += T * H;
+    float *dh = p;
+    p += T * I;
+    float *dg = p;
+    p += T * I;
+    float *du = p;
+    p += T * I;
+    float *dq = p;
+    p += T * Q;
+    float *dO = p;
+    p += T * Q;
+    float *dk = p;
+    p += T * KV;
+    float *dv = p;
+    p += T * KV;
+    float *dqr = p;
+    p += T * Q;
+    float *dkr = p;
+    p += T * KV;
+    float *hb = a->hbuf;
+
+    s_logits_bwd(m, dlogp, dentropy, dxn);
+    memset(dx, 0, T * H * sizeof(float));
+    trn_rmsnorm_bwd(dx, m->g.norm, dxn, a->xf, a->rstdf, m->w.norm, T, H);
+    for (size_t l = m->NL; l-- > 0;) {
+        const s_layer_t *W = &m->w.L[l];
+        s_layer_t *G = &m->g.L[l];
+        const s_lacts_t *A = &a->L[l];
+        /* MLP: x_out = x_mid + down(silu(gate) * up) */
+        for (size_t i = 0; i < T * I; i++)
+            hb[i] = trn_silu(A->gate[i]) * A->up[i];
+        trn_mm_nn(m->pool, dh, dx, W->wd, T, H, I, false);
+        trn_mm_tn(m->pool, G->wd, dx, hb, T, H, I);
+        for (size_t i = 0; i < T * I; i++) {
+            float gt = A->gate[i];
+            float sg = 1.0f / (1.0f + expf(-gt));
+            float si = gt * sg;
+            du[i] = dh[i] * si;
+            dg[i] = dh[i] * A->up[i] * (sg * (1.0f + gt * (1.0f - sg)));
+        }
+        trn_mm_nn(m->pool, dxn, dg, W->wg, T, I, H, false);
+        trn_mm_nn(m->pool, dxn, du, W->wu, T, I, H, true);
+        trn_mm_tn(m->pool, G->wg, dg, A->xn2, T, I, H);
+        trn_mm_tn(m->pool, G->wu, du, A->xn2, T, I, H);
+        trn_rmsnorm_bwd(dx, G->post_norm, dxn, A->x_mid, A->rstd2, W->post_norm,
+                        T, H);
+        /* attention: x_mid = x_in + o_proj(attn) */
+        trn_mm_nn(m->pool, dO, dx, W->wo, T, H, Q, false);
+        trn_mm_tn(m->pool, G->wo, dx, A->o, T, H, Q);
+        memset(dq, 0, T * Q * sizeof(float));
+        memset(dk, 0, T * KV * sizeof(float));
+        memset(dv, 0, T * KV * sizeof(float));
+        s_attn_t at = {.m = m,
+                       .q = A->q,
+                       .k = A->k,
+                       .v = A->v,
+                       .kstride = KV,
+                       .kstart = a->kstart,
+                       .nk = a->nk,
+                       .o = A->o,
+                       .lse = A->lse,
+                       .dout = dO,
+                       .dq = dq,
+                       .dk = dk,
+                       .dv = dv,
+                       .rows = T};
+        trn_pool_run(m->pool, m->NKV, s_attn_bwd_task, &at);
+        trn_rope(dq, T, m->NH, m->HD, a->pos, m->inv_freq, true);
+        trn_rope(dk, T, m->NKV, m->HD, a->pos, m->inv_freq, true);
+        /* per-head norms: dq/dk now hold d(normed); turn into d(raw) */
+        memset(dqr, 0, T * Q * sizeof(float));
+        memset(dkr, 0, T * KV * sizeof(float));
+        trn_rmsnorm_bwd(dqr, G->q_norm, dq, A->qraw, A->rq, W->q_norm,
+                        T * m->NH, m->HD);
+        trn_rmsnorm_bwd(dkr, G->k_norm, dk, A->kraw, A->rk, W->k_norm,
+                        T * m->NKV, m->HD);
+        trn_mm_nn(m->pool, dxn, dqr, W->wq, T, Q, H, false);
+        trn_mm_nn(m->pool, dxn, dkr, W->wk, T, KV, H, true);
+        trn_mm_nn(m->pool, dxn, dv, W->wv, T, KV, H, true);
+        trn_mm_tn(m->pool, G->wq, dqr, A->xn1, T, Q, H);
+        trn_mm_tn(m->pool, G->wk, dkr, A->xn1, T, KV, H);
+        trn_mm_tn(m->pool, G->wv, dv, A->xn1, T, KV, H);
+        trn_rmsnorm_bwd(dx, G->in_norm, dxn, A->x_in, A->rstd1, W->in_norm, T,
+                        H);
+    }
+    for (size_t t = 0; t < T; t++) {
+        float *ge = m->g.embed + (size_t) b->tokens[t] * H;
+        for (size_t i = 0; i < H; i++)
+            ge[i] += dx[t * H + i];
+    }
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_model_logits(trn_model_t *m, const int32_t *tokens, size_t n, float *logits,
+                 trn_err_t *err)
+{
+    if (n == 0 || n > (size_t) m->cfg.max_position_embeddings)
+        return trn_fail(err, LISA_INVALID, "logits: bad length %zu", n);
+    for (size_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || (size_t) tokens[t] >= m->V)
+            return trn_fail(err, LISA_INVALID,
+                            "logits: token %d at %zu out of the vocabulary",
+                            tokens[t], t);
+    m->have_fwd = false;
+    s_acts_t *a = &m->gen;
+    s_acts_reserve(m, a, n, false);
+    for (size_t t = 0; t < n; t++) {
+        a->pos[t] = (int32_t) t;
+        a->kstart[t] = 0;
+        a->nk[t] = t + 1;
+    }
+    s_kvsrc_t src = {0};
+    s_forward_rows(m, a, tokens, n, false, &src);
+    trn_mm_nt(m->pool, logits, a->xnf, m->w.lm_head, n, m->H, m->V);
+    return LISA_OK;
+}
+
+/* ---- generation ------------------------------------------------------- */
+
+trn_kv_t *
+trn_kv_new(const trn_model_t *m, size_t slots, size_t max_len)
+{
+    if (slots == 0 || max_len == 0 ||
+        max_len > (size_t) m->cfg.max_position_embeddings ||
+        slots > TRN_MAX_KV_SLOTS ||
+        max_len > SIZE_MAX / sizeof(float) / slots / m->KV / m->NL)
+        return NULL;
+    trn_kv_t *kv = lisa_calloc(1, sizeof *kv);
+    kv->slots = slots;
+    kv->max_len = max_len;
+    kv->KV = m->KV;
+    kv->NL = m->NL;
+    size_t n = m->NL * slots * max_len * m->KV;
+    kv->k = lisa_calloc(n, sizeof(float));
+    kv->v = lisa_calloc(n, sizeof(float));
+    kv->len = lisa_calloc(slots, sizeof(size_t));
+    return kv;
+}
+
+void
+trn_kv_destroy(trn_kv_t **pkv)
+{
+    if (!pkv || !*pkv)
+        return;
+    lisa_free(&(*pkv)->k);
+    lisa_free(&(*pkv)->v);
+    lisa_free(&(*pkv)->len);
+    lisa_free(pkv);
+}
+
+void
+trn_kv_reset(trn_kv_t *kv, size_t slot)
+{
+    if (slot < kv->slots)
+        kv->len[slot] = 0;
+}
+
+size_t
+trn_kv_len(const trn_kv_t *kv, size_t slot)
+{
+    return slot < kv->slots ? kv->len[slot] : 0;
+}
+
+lisa_rc_t
+trn_model_step(trn_model_t *m, trn_kv_t *kv, size_t n, const size_t *slots,
+               const int32_t *const *tokens, const size_t *n_new, float *logits,
+               trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (kv->NL != m->NL || kv->KV != m->KV)
+        return trn_fail(err, LISA_INVALID, "step: cache of another model");
+    size_t rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i] >= kv->slots || n_new[i] == 0)
+            return trn_fail(err, LISA_INVALID,
+                            "step: sequence %zu has slot %zu (of %zu) and "
+                            "%zu tokens",
+                            i, slots[i], kv->slots, n_new[i]);
+        for (size_t j = 0; j < i; j++)
+            if (slots[j] == slots[i])
+                return trn_fail(err, LISA_INVALID,
+                                "step: slot %zu appears twice", slots[i]);
+        if (n_new[i] > kv->max_len - kv->len[slots[i]])
+            return trn_fail(err, LISA_TOOLARGE,
+                            "step: slot %zu would exceed %zu positions",
+                            slots[i], kv->max_len);
+        for (size_t t = 0; t < n_new[i]; t++)
+            if (tokens[i][t] < 0 || (size_t) tokens[i][t] >= m->V)
+                return trn_fail(err, LISA_INVALID,
+                                "step: token %d out of the vocabulary",
+                                tokens[i][t]);
+        rows += n_new[i];
+    }
+    if (rows == 0)
+        return LISA_OK;
+    m->have_fwd = false;
+    s_acts_t *a = &m->gen;
+    s_acts_reserve(m, a, rows, false);
+    int32_t *tok = lisa_malloc(rows * sizeof(int32_t));
+    size_t *rslot = lisa_malloc(rows * sizeof(size_t));
+    size_t r = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t t = 0; t < n_new[i]; t++, r++) {
+            size_t p = kv->len[slots[i]] + t;
+            tok[r] = tokens[i][t];
+            rslot[r] = slots[i];
+            a->pos[r] = (int32_t) p;
+            a->kstart[r] = slots[i] * kv->max_len;
+            a->nk[r] = p + 1;
+        }
+    s_kvsrc_t src = {.kv = kv, .slots = rslot};
+    s_forward_rows(m, a, tok, rows, false, &src);
+    /* the last row of each sequence through the LM head */
+    float *last = lisa_malloc(n * m->H * sizeof(float));
+    r = 0;
+    for (size_t i = 0; i < n; i++) {
+        r += n_new[i];
+        memcpy(last + i * m->H, a->xnf + (r - 1) * m->H, m->H * sizeof(float));
+        kv->len[slots[i]] += n_new[i];
+    }
+    trn_mm_nt(m->pool, logits, last, m->w.lm_head, n, m->H, m->V);
+    lisa_free(&last);
+    lisa_free(&tok);
+    lisa_free(&rslot);
+    return rc;
+}

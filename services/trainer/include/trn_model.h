@@ -1,0 +1,211 @@
+/*
+ * trn_model: a Qwen3 causal language model, as the trainer sees it.
+ *
+ * This is the one interface between the trainer's logic (GRPO losses,
+ * optimizer, generation endpoint) and a compute backend. It speaks plain C:
+ * host pointers, int32 token ids, float32 values; no backend types leak
+ * through it. The CPU backend (services/trainer/cpu/) is the fp32 reference
+ * that reproduces Hugging Face transformers' modeling_qwen3 op for op; a
+ * CUDA backend implements the same contract.
+ *
+ * What it covers:
+ * - the configuration, parsed from a Hugging Face config.json;
+ * - weights, loaded from safetensors (one file, or shards listed in
+ *   model.safetensors.index.json; F32, BF16 or F16 on disk, fp32 in memory)
+ *   and saved back as safetensors + config.json that transformers loads;
+ * - generation: a KV cache with slots, and one call that appends tokens to
+ *   any number of slots and returns the next-token logits of each (prefill
+ *   and decode are the same call with more or fewer tokens);
+ * - training: forward over packed sequences returning the log-probability
+ *   of a chosen target token per position (the vocabulary projection runs
+ *   over chunks of positions, so T x V logits never exist at once), then
+ *   backward given d(loss)/d(logprob) per position, accumulating gradients
+ *   into every parameter.
+ *
+ * Errors: functions that read input return a lisa_rc_t, log one line and,
+ * when `err` is not NULL, leave a human-readable reason in err->msg.
+ *
+ * A model is driven by one thread at a time; it runs its own worker
+ * threads inside each call.
+ */
+#ifndef TRN_MODEL_H
+#define TRN_MODEL_H
+
+#include "lisa/lisa_rc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TRN_ERR_MAX 256
+
+/* A reason for the last failure, for people. */
+typedef struct {
+    char msg[TRN_ERR_MAX];
+} trn_err_t;
+
+/* Bounds that keep sizes computed from a config.json far from overflow. */
+#define TRN_MAX_HIDDEN       65536
+#define TRN_MAX_LAYERS       1024
+#define TRN_MAX_HEADS        1024
+#define TRN_MAX_HEAD_DIM     1024
+#define TRN_MAX_VOCAB        (1 << 24)
+#define TRN_MAX_POSITIONS    (1 << 24)
+#define TRN_MAX_CONFIG_LEN   (1u << 20)
+#define TRN_MAX_BATCH_TOKENS (1u << 22) /* tokens in one training batch */
+#define TRN_MAX_KV_SLOTS     (1u << 16) /* sequences in one KV cache */
+
+/* The architecture numbers of a Qwen3 model (names as in config.json). */
+typedef struct {
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t num_key_value_heads;
+    int64_t head_dim;
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    bool tie_word_embeddings;
+} trn_config_t;
+
+/* On-disk dtype of saved weights. */
+typedef enum { TRN_SAVE_F32 = 0, TRN_SAVE_BF16 = 1 } trn_save_dtype_t;
+
+/* Parses config.json text. Required: hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, vocab_size. Optional, with
+ * transformers' Qwen3Config defaults: num_key_value_heads (= heads),
+ * head_dim (= hidden / heads), rms_norm_eps (1e-6), rope_theta (10000;
+ * also read from rope_parameters.rope_theta), max_position_embeddings
+ * (32768), tie_word_embeddings (false). Refuses other model types, biases,
+ * sliding windows, RoPE scaling and inconsistent numbers (LISA_INVALID or
+ * LISA_UNSUPPORTED). */
+lisa_rc_t trn_config_parse(const char *json, size_t len, trn_config_t *out,
+                           trn_err_t *err) LISA_NODISCARD;
+
+/* Reads and parses `path` (at most TRN_MAX_CONFIG_LEN bytes). */
+lisa_rc_t trn_config_load(const char *path, trn_config_t *out,
+                          trn_err_t *err) LISA_NODISCARD;
+
+/* Checks the numbers of a filled config (what trn_config_parse applies). */
+lisa_rc_t trn_config_validate(const trn_config_t *cfg,
+                              trn_err_t *err) LISA_NODISCARD;
+
+/* Parameter count (elements) of a model with this config. */
+size_t trn_config_num_params(const trn_config_t *cfg);
+
+typedef struct trn_model trn_model_t;
+
+/* A model with weights drawn from N(0, std^2) (norm weights 1), seeded;
+ * for tests. `threads` is the worker count for big matmuls (>= 1). NULL if
+ * the config is invalid. */
+trn_model_t *trn_model_new_random(const trn_config_t *cfg, uint64_t seed,
+                                  float std, int threads);
+
+/* Loads a Hugging Face model directory: config.json plus model.safetensors
+ * or (when there is none) model.safetensors.index.json and its shards. Every
+ * tensor the config needs must be present with the right shape; lm_head.weight
+ * is required when the embeddings are untied and ignored when tied. */
+lisa_rc_t trn_model_load(const char *dir, int threads, trn_model_t **out,
+                         trn_err_t *err) LISA_NODISCARD;
+
+/* Writes config.json and model.safetensors into `dir` (which must exist),
+ * in F32 or BF16 (round to nearest even). Tied models store no
+ * lm_head.weight, as transformers does. config.json is the loaded one with
+ * sizes and dtype updated; tokenizer, chat-template and generation files of
+ * the directory the model was loaded from are copied along; a stale
+ * model.safetensors.index.json in `dir` is removed. */
+lisa_rc_t trn_model_save(const trn_model_t *m, const char *dir,
+                         trn_save_dtype_t dtype, trn_err_t *err) LISA_NODISCARD;
+
+/* Frees the model; safe on NULL and twice. */
+void trn_model_destroy(trn_model_t **m);
+
+/* The model's configuration (borrowed). */
+const trn_config_t *trn_model_config(const trn_model_t *m);
+
+/* Number of parameter tensors (tied models have no lm_head tensor). */
+size_t trn_model_num_tensors(const trn_model_t *m);
+/* Hugging Face name of tensor i, e.g. "model.layers.0.mlp.up_proj.weight". */
+const char *trn_model_tensor_name(const trn_model_t *m, size_t i);
+/* Rank (1 or 2) and shape of tensor i; shape has room for 2. */
+int trn_model_tensor_shape(const trn_model_t *m, size_t i, int64_t shape[2]);
+/* Element count of tensor i. */
+size_t trn_model_tensor_numel(const trn_model_t *m, size_t i);
+/* fp32 values of tensor i (writable: the optimizer updates them). */
+float *trn_model_tensor_data(trn_model_t *m, size_t i);
+/* fp32 gradient of tensor i, accumulated by trn_model_backward. */
+float *trn_model_tensor_grad(trn_model_t *m, size_t i);
+/* Index of the tensor named `name`, or -1. */
+long trn_model_tensor_find(const trn_model_t *m, const char *name);
+/* All parameters as one contiguous array (tensors in index order), and the
+ * gradients likewise; trn_model_num_params elements each. */
+float *trn_model_params(trn_model_t *m);
+float *trn_model_grads(trn_model_t *m);
+size_t trn_model_num_params(const trn_model_t *m);
+/* Sets every gradient to zero. */
+void trn_model_zero_grad(trn_model_t *m);
+
+/* Positions per chunk of the vocabulary projection in training (>= 1;
+ * default 32). Results do not depend on it. */
+void trn_model_set_logits_chunk(trn_model_t *m, size_t rows);
+
+/* One training batch: `n_tokens` token ids packed back to back, split into
+ * sequences by `seq_offsets` (n_seqs + 1 increasing offsets, first 0, last
+ * n_tokens). Positions restart at 0 in each sequence and no token attends
+ * to another sequence. targets[t] is the token whose log-probability is
+ * wanted at position t (normally the next token of the same sequence), or
+ * -1 for none. Logits are divided by `temperature` (> 0) first. */
+typedef struct {
+    const int32_t *tokens;
+    const int32_t *targets;
+    size_t n_tokens;
+    const size_t *seq_offsets;
+    size_t n_seqs;
+    float temperature;
+} trn_batch_t;
+
+/* Forward for training (at most TRN_MAX_BATCH_TOKENS tokens, else
+ * LISA_TOOLARGE): logp[t] = log softmax(logits_t / T)[targets[t]]
+ * and, when `entropy` is not NULL, entropy[t] = the entropy of that
+ * distribution (both 0 where targets[t] < 0). Keeps the activations for
+ * trn_model_backward; the batch's arrays must stay valid until then. */
+lisa_rc_t trn_model_forward(trn_model_t *m, const trn_batch_t *b, float *logp,
+                            float *entropy, trn_err_t *err) LISA_NODISCARD;
+
+/* Backward of the last trn_model_forward: adds d(loss)/d(param) to the
+ * gradients, given dlogp[t] = d(loss)/d(logp[t]) for each position and
+ * optionally dentropy[t] = d(loss)/d(entropy[t]) (NULL: zero). */
+lisa_rc_t trn_model_backward(trn_model_t *m, const float *dlogp,
+                             const float *dentropy,
+                             trn_err_t *err) LISA_NODISCARD;
+
+/* Logits of every position of one sequence (n x vocab, row-major) without
+ * a cache; for tests and small inputs. */
+lisa_rc_t trn_model_logits(trn_model_t *m, const int32_t *tokens, size_t n,
+                           float *logits, trn_err_t *err) LISA_NODISCARD;
+
+/* A KV cache: `slots` sequences of up to `max_len` positions each. */
+typedef struct trn_kv trn_kv_t;
+
+/* A cache for model `m`; NULL when the sizes are 0, over the model's
+ * max_position_embeddings or TRN_MAX_KV_SLOTS, or overflow. */
+trn_kv_t *trn_kv_new(const trn_model_t *m, size_t slots, size_t max_len);
+/* Frees the cache; safe on NULL and twice. */
+void trn_kv_destroy(trn_kv_t **kv);
+/* Empties slot `slot` (its length becomes 0). */
+void trn_kv_reset(trn_kv_t *kv, size_t slot);
+/* Number of positions held in `slot`. */
+size_t trn_kv_len(const trn_kv_t *kv, size_t slot);
+
+/* Appends n_new[i] tokens (tokens[i]) to slot slots[i] for each of n
+ * sequences (distinct slots) and writes the logits of the last appended
+ * token of each into logits[i * vocab]. LISA_TOOLARGE when a slot would
+ * exceed max_len; LISA_INVALID on bad ids or slots. */
+lisa_rc_t trn_model_step(trn_model_t *m, trn_kv_t *kv, size_t n,
+                         const size_t *slots, const int32_t *const *tokens,
+                         const size_t *n_new, float *logits,
+                         trn_err_t *err) LISA_NODISCARD;
+
+#endif

@@ -1,0 +1,293 @@
+/*
+ * trn_step: one optimizer step over finished rollouts (see trn_step.h).
+ *
+ * Position-level arrays (targets, mask, advantage, log-probs) are built per
+ * micro-batch from the token-level input by shifting the mask one to the
+ * left: the sampled token t is scored at position t - 1. The loss
+ * normalisers are fixed from the whole batch before the first micro-batch,
+ * which is what makes micro-batching invisible in the gradient.
+ */
+#include "trn_step.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "trn_err.h"
+
+#include <math.h>
+#include <string.h>
+
+trn_step_cfg_t
+trn_step_defaults(void)
+{
+    trn_step_cfg_t c = {.adv = trn_adv_defaults(),
+                        .loss = trn_loss_defaults(),
+                        .optim = trn_adamw_defaults(),
+                        .grad_clip = 1.0,
+                        .temperature = 1.0f,
+                        .micro_tokens = 4096,
+                        .bypass = false,
+                        .is_threshold = 0};
+    return c;
+}
+
+static lisa_rc_t
+s_check(const trn_step_cfg_t *c, const trn_rollouts_t *r,
+        const trn_model_t *ref, trn_err_t *err)
+{
+    if (r->n_seqs == 0 || !r->seq_offsets || !r->tokens || !r->mask ||
+        !r->group || !r->score || r->seq_offsets[0] != 0)
+        return trn_fail(err, LISA_INVALID, "step: empty or missing rollouts");
+    if ((c->bypass || c->is_threshold > 0) && !r->rollout_logp)
+        return trn_fail(err, LISA_INVALID,
+                        "step: bypass and IS weights need rollout log-probs");
+    if (c->loss.kl_coef > 0 && !ref)
+        return trn_fail(err, LISA_INVALID, "step: KL needs a reference model");
+    if (c->micro_tokens == 0 || !(c->grad_clip > 0) || !(c->temperature > 0) ||
+        !(c->is_threshold >= 0))
+        return trn_fail(err, LISA_INVALID, "step: bad configuration");
+    for (size_t s = 0; s < r->n_seqs; s++) {
+        size_t b = r->seq_offsets[s], e = r->seq_offsets[s + 1];
+        if (e <= b)
+            return trn_fail(err, LISA_INVALID,
+                            "step: trajectory %zu is empty or unordered", s);
+        if (r->mask[b])
+            return trn_fail(err, LISA_INVALID,
+                            "step: trajectory %zu starts with a sampled token "
+                            "(nothing predicts it)",
+                            s);
+    }
+    return LISA_OK;
+}
+
+/* Scratch for one micro-batch of up to `cap` tokens. */
+typedef struct {
+    size_t cap;
+    int32_t *targets;
+    uint8_t *mask;
+    float *adv, *logp, *old, *roll, *ref, *ent, *isw, *dlogp, *dent;
+    size_t *off;
+} s_scratch_t;
+
+static void
+s_scratch_init(s_scratch_t *s, size_t cap, size_t max_seqs)
+{
+    s->cap = cap;
+    s->targets = lisa_calloc(cap, sizeof(int32_t));
+    s->mask = lisa_calloc(cap, 1);
+    float **f[] = {&s->adv, &s->logp, &s->old,   &s->roll, &s->ref,
+                   &s->ent, &s->isw,  &s->dlogp, &s->dent};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        *f[i] = lisa_calloc(cap, sizeof(float));
+    s->off = lisa_calloc(max_seqs + 1, sizeof(size_t));
+}
+
+static void
+s_scratch_free(s_scratch_t *s)
+{
+    lisa_free(&s->targets);
+    lisa_free(&s->mask);
+    float **f[] = {&s->adv, &s->logp, &s->old,   &s->roll, &s->ref,
+                   &s->ent, &s->isw,  &s->dlogp, &s->dent};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        lisa_free(f[i]);
+    lisa_free(&s->off);
+}
+
+/* Runs trajectories [s0, s1) as one micro-batch. */
+static lisa_rc_t
+s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
+        const trn_loss_cfg_t *lc, const trn_rollouts_t *r, const double *adv,
+        size_t s0, size_t s1, s_scratch_t *x, trn_step_out_t *out,
+        trn_err_t *err)
+{
+    size_t base = r->seq_offsets[s0];
+    size_t n = r->seq_offsets[s1] - base;
+    for (size_t s = s0; s <= s1; s++)
+        x->off[s - s0] = r->seq_offsets[s] - base;
+    for (size_t s = s0; s < s1; s++) {
+        for (size_t t = r->seq_offsets[s]; t < r->seq_offsets[s + 1]; t++) {
+            size_t p = t - base; /* position predicting token t + 1 */
+            bool last = t + 1 == r->seq_offsets[s + 1];
+            bool on = !last && r->mask[t + 1];
+            x->mask[p] = on;
+            x->targets[p] = on ? r->tokens[t + 1] : -1;
+            x->adv[p] = on ? (float) adv[s] : 0.0f;
+            x->roll[p] = on && r->rollout_logp ? r->rollout_logp[t + 1] : 0;
+            x->old[p] = on && r->old_logp ? r->old_logp[t + 1] : 0;
+        }
+    }
+    trn_batch_t b = {.tokens = r->tokens + base,
+                     .targets = x->targets,
+                     .n_tokens = n,
+                     .seq_offsets = x->off,
+                     .n_seqs = s1 - s0,
+                     .temperature = c->temperature};
+    lisa_rc_t rc;
+    bool need_ent = lc->entropy_coef > 0;
+    if (ref) {
+        rc = trn_model_forward(ref, &b, x->ref, NULL, err);
+        if (rc != LISA_OK)
+            return rc;
+    }
+    rc = trn_model_forward(m, &b, x->logp, x->ent, err);
+    if (rc != LISA_OK)
+        return rc;
+    if (c->bypass)
+        memcpy(x->old, x->roll, n * sizeof(float));
+    else if (!r->old_logp)
+        memcpy(x->old, x->logp, n * sizeof(float));
+    trn_loss_in_t in = {.n_tokens = n,
+                        .seq_offsets = x->off,
+                        .n_seqs = s1 - s0,
+                        .mask = x->mask,
+                        .logp = x->logp,
+                        .old_logp = x->old,
+                        .adv = x->adv,
+                        .ref_logp = ref ? x->ref : NULL,
+                        .is_weights = NULL,
+                        .entropy = x->ent};
+    if (c->is_threshold > 0) {
+        rc = trn_is_weights(TRN_IS_TOKEN, c->is_threshold, &in, x->roll, x->isw,
+                            err);
+        if (rc != LISA_OK)
+            return rc;
+        in.is_weights = x->isw;
+    }
+    trn_loss_out_t lo;
+    rc = trn_loss_compute(lc, &in, x->dlogp, x->dent, &lo, err);
+    if (rc != LISA_OK)
+        return rc;
+    rc = trn_model_backward(m, x->dlogp, need_ent ? x->dent : NULL, err);
+    if (rc != LISA_OK)
+        return rc;
+    out->loss += lo.loss;
+    out->pg_loss += lo.pg_loss;
+    out->kl_loss += lo.kl_loss;
+    double ent_sum = 0;
+    for (size_t p = 0; p < n; p++)
+        ent_sum += x->mask[p] ? (double) x->ent[p] : 0.0;
+    out->entropy += ent_sum;
+    out->pg_clipfrac += lo.pg_clipfrac * lo.tokens;
+    out->pg_clipfrac_lower += lo.pg_clipfrac_lower * lo.tokens;
+    out->ppo_kl += lo.ppo_kl * lo.tokens;
+    out->tokens += lo.tokens;
+    out->micro_batches++;
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *c,
+                  const trn_rollouts_t *r, float *logp, trn_err_t *err)
+{
+    lisa_rc_t rc = s_check(c, r, m, err);
+    if (rc != LISA_OK)
+        return rc;
+    size_t cap = c->micro_tokens;
+    for (size_t s = 0; s < r->n_seqs; s++) {
+        size_t len = r->seq_offsets[s + 1] - r->seq_offsets[s];
+        cap = len > cap ? len : cap;
+    }
+    s_scratch_t x = {0};
+    s_scratch_init(&x, cap, r->n_seqs);
+    for (size_t s0 = 0; s0 < r->n_seqs && rc == LISA_OK;) {
+        size_t s1 = s0 + 1;
+        while (s1 < r->n_seqs &&
+               r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
+            s1++;
+        size_t base = r->seq_offsets[s0], n = r->seq_offsets[s1] - base;
+        for (size_t s = s0; s <= s1; s++)
+            x.off[s - s0] = r->seq_offsets[s] - base;
+        for (size_t t = base; t < base + n; t++) {
+            bool last = false;
+            for (size_t s = s0; s < s1; s++)
+                last = last || t + 1 == r->seq_offsets[s + 1];
+            x.targets[t - base] =
+                !last && r->mask[t + 1] ? r->tokens[t + 1] : -1;
+        }
+        trn_batch_t b = {.tokens = r->tokens + base,
+                         .targets = x.targets,
+                         .n_tokens = n,
+                         .seq_offsets = x.off,
+                         .n_seqs = s1 - s0,
+                         .temperature = c->temperature};
+        rc = trn_model_forward(m, &b, x.logp, NULL, err);
+        if (rc == LISA_OK)
+            for (size_t t = base; t < base + n; t++) {
+                logp[t] = 0;
+                if (t > base && x.targets[t - 1 - base] >= 0)
+                    logp[t] = x.logp[t - 1 - base];
+            }
+        s0 = s1;
+    }
+    s_scratch_free(&x);
+    return rc;
+}
+
+lisa_rc_t
+trn_step_run(trn_model_t *m, trn_model_t *ref, trn_adamw_t *opt,
+             const trn_step_cfg_t *c, const trn_rollouts_t *r,
+             trn_step_out_t *out, trn_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    lisa_rc_t rc = s_check(c, r, ref, err);
+    if (rc != LISA_OK)
+        return rc;
+    double *adv = lisa_malloc(r->n_seqs * sizeof *adv);
+    s_scratch_t x = {0};
+    rc = trn_advantage(&c->adv, r->score, r->group, r->n_seqs, adv, err);
+    if (rc != LISA_OK)
+        goto out;
+    /* whole-batch normalisers */
+    trn_loss_cfg_t lc = c->loss;
+    double ntok = 0, nseq = 0, maxlen = 0;
+    size_t cap = 0;
+    for (size_t s = 0; s < r->n_seqs; s++) {
+        size_t b = r->seq_offsets[s], e = r->seq_offsets[s + 1];
+        double k = 0;
+        for (size_t t = b; t < e; t++)
+            k += r->mask[t] ? 1 : 0;
+        ntok += k;
+        nseq += k > 0 ? 1 : 0;
+        maxlen = (double) (e - b) > maxlen ? (double) (e - b) : maxlen;
+        cap = e - b > cap ? e - b : cap;
+    }
+    if (lc.batch_num_tokens == 0)
+        lc.batch_num_tokens = ntok;
+    if (lc.global_batch_size == 0)
+        lc.global_batch_size = nseq;
+    if (lc.loss_scale_factor == 0)
+        lc.loss_scale_factor = maxlen;
+    cap = cap > c->micro_tokens ? cap : c->micro_tokens;
+    s_scratch_init(&x, cap, r->n_seqs);
+    trn_model_zero_grad(m);
+    for (size_t s0 = 0; s0 < r->n_seqs;) {
+        size_t s1 = s0 + 1;
+        while (s1 < r->n_seqs &&
+               r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
+            s1++;
+        rc = s_micro(m, ref, c, &lc, r, adv, s0, s1, &x, out, err);
+        if (rc != LISA_OK)
+            goto out;
+        s0 = s1;
+    }
+    if (out->tokens > 0) {
+        out->pg_clipfrac /= out->tokens;
+        out->pg_clipfrac_lower /= out->tokens;
+        out->ppo_kl /= out->tokens;
+        out->entropy /= out->tokens;
+    }
+    float *g = trn_model_grads(m);
+    size_t np = trn_model_num_params(m);
+    if (trn_grad_clip(g, np, c->grad_clip, &out->grad_norm) != LISA_OK) {
+        out->skipped = true;
+        lisa_log_warn("trainer: gradient norm %g is not finite; step skipped",
+                      out->grad_norm);
+        trn_model_zero_grad(m);
+        goto out;
+    }
+    rc = trn_adamw_step(opt, &c->optim, trn_model_params(m), g, np, err);
+out:
+    s_scratch_free(&x);
+    lisa_free(&adv);
+    return rc;
+}

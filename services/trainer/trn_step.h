@@ -1,0 +1,94 @@
+/*
+ * trn_step: one GRPO-family optimizer step over a batch of finished
+ * rollouts, on any trn_model backend.
+ *
+ * Input is what the broker hands the trainer: per trajectory its token ids
+ * (prompt, sampled tokens and tool observations back to back), a mask that
+ * marks the tokens the model sampled, the engine's log-probs of those
+ * tokens, a group id (one per prompt) and a scalar score. A step:
+ *
+ *   1. advantages from the scores (trn_advantage), broadcast over each
+ *      trajectory's sampled tokens;
+ *   2. micro-batches of whole trajectories, each at most micro_tokens
+ *      long, normalised by counts of the whole batch so that the summed
+ *      gradient equals the gradient of the whole batch's loss;
+ *   3. per micro-batch: forward (log-probs and, when needed, entropy),
+ *      old log-probs (the engine's in bypass mode; else the caller's
+ *      old_logp, computed by trn_step_logprobs before the first update of
+ *      the batch, as verl does for several mini-batches or epochs; else
+ *      the current ones, which makes the ratio 1 for a single on-policy
+ *      step),
+ *      optional truncated IS weights (trainer vs engine), the loss and its
+ *      gradient (trn_loss), backward;
+ *   4. gradient clipping, then AdamW; a non-finite gradient norm skips the
+ *      update (as verl does) and is reported.
+ *
+ * The token at position t is predicted from position t - 1, so a mask on
+ * token t puts the loss on position t - 1; the first token of a trajectory
+ * cannot be masked.
+ */
+#ifndef TRN_STEP_H
+#define TRN_STEP_H
+
+#include "trn_advantage.h"
+#include "trn_loss.h"
+#include "trn_model.h"
+#include "trn_optim.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    trn_adv_cfg_t adv;
+    trn_loss_cfg_t loss; /* normalisers 0: filled from the whole batch */
+    trn_adamw_cfg_t optim;
+    double grad_clip;    /* verl default 1.0 */
+    float temperature;   /* rollout temperature (logits / T) */
+    size_t micro_tokens; /* most tokens in one micro-batch */
+    bool bypass;         /* old log-probs = the engine's */
+    double is_threshold; /* > 0: token-level truncated IS weights */
+} trn_step_cfg_t;
+
+/* verl-like defaults: grpo, token-mean, clip 0.2/0.2/3, lr 1e-6, clip 1.0,
+ * temperature 1, 4096 tokens per micro-batch, no bypass, no IS. */
+trn_step_cfg_t trn_step_defaults(void);
+
+typedef struct {
+    size_t n_seqs;
+    const size_t *seq_offsets; /* n_seqs + 1 */
+    const int32_t *tokens;     /* seq_offsets[n_seqs] */
+    const uint8_t *mask;       /* 1: sampled by the model */
+    const float *rollout_logp; /* engine log-prob of each sampled token */
+    const float *old_logp;     /* trainer log-probs before this batch's
+                                  updates (trn_step_logprobs), or NULL */
+    const int64_t *group;      /* per trajectory */
+    const double *score;       /* per trajectory */
+} trn_rollouts_t;
+
+typedef struct {
+    double loss; /* sum over micro-batches */
+    double pg_loss, kl_loss, entropy;
+    double pg_clipfrac, pg_clipfrac_lower, ppo_kl; /* token-weighted */
+    double grad_norm;                              /* before clipping */
+    double tokens; /* sampled tokens trained on */
+    size_t micro_batches;
+    bool skipped; /* non-finite gradient: no update */
+} trn_step_out_t;
+
+/* Log-probs of every sampled token (logp[t] for mask[t] = 1, else 0) of
+ * the rollouts under model `m`, forward only, in micro-batches of
+ * cfg->micro_tokens at cfg->temperature: the old log-probs of a batch, or
+ * the reference model's. */
+lisa_rc_t trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *cfg,
+                            const trn_rollouts_t *r, float *logp,
+                            trn_err_t *err) LISA_NODISCARD;
+
+/* Runs one step on model `m` with optimizer `opt` (sized for the model's
+ * parameters); `ref` is the reference model for a KL term (NULL when
+ * kl_coef is 0). Gradients are zeroed first. */
+lisa_rc_t trn_step_run(trn_model_t *m, trn_model_t *ref, trn_adamw_t *opt,
+                       const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+                       trn_step_out_t *out, trn_err_t *err) LISA_NODISCARD;
+
+#endif

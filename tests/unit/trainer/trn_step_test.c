@@ -1,0 +1,310 @@
+/*
+ * trn_step tests: GRPO steps on a tiny random Qwen3. An on-policy step has
+ * ratio 1; repeated steps raise the log-probability of the high-scoring
+ * responses of each group and lower the others; micro-batching does not
+ * change the gradient; bypass mode uses the engine's log-probs; KL against
+ * a reference model starts at zero. The first test is the usage example.
+ */
+#include "trn_step.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    NSEQ = 8,
+    PROMPT = 3,
+    OBS = 2,
+    RESP = 3,
+    LEN = PROMPT + RESP + OBS + RESP
+};
+
+/* Two prompts x four responses. Each trajectory: prompt (3), sampled (3),
+ * observation (2, not sampled), sampled (3). */
+typedef struct {
+    size_t off[NSEQ + 1];
+    int32_t tok[NSEQ * LEN];
+    uint8_t mask[NSEQ * LEN];
+    float roll[NSEQ * LEN];
+    int64_t group[NSEQ];
+    double score[NSEQ];
+    trn_rollouts_t r;
+} data_t;
+
+static trn_config_t
+tiny(void)
+{
+    trn_config_t c = {.hidden_size = 16,
+                      .intermediate_size = 24,
+                      .num_hidden_layers = 2,
+                      .num_attention_heads = 4,
+                      .num_key_value_heads = 2,
+                      .head_dim = 8,
+                      .vocab_size = 29,
+                      .max_position_embeddings = 64,
+                      .rms_norm_eps = 1e-6,
+                      .rope_theta = 1e4,
+                      .tie_word_embeddings = true};
+    return c;
+}
+
+static void
+data_init(data_t *d)
+{
+    unsigned seed = 17;
+    for (size_t s = 0; s < NSEQ; s++) {
+        d->off[s] = s * LEN;
+        d->group[s] = (int64_t) (s / 4);
+        d->score[s] = (s % 4 == 0) ? 1.0 : 0.0; /* one winner per group */
+        for (size_t i = 0; i < LEN; i++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t t = s * LEN + i;
+            d->tok[t] = (int32_t) ((seed >> 8) % 29);
+            if (i < PROMPT)
+                d->tok[t] = (int32_t) (s / 4 * 3 + i); /* shared prompt */
+            bool obs = i >= PROMPT + RESP && i < PROMPT + RESP + OBS;
+            d->mask[t] = i >= PROMPT && !obs;
+        }
+    }
+    d->off[NSEQ] = NSEQ * LEN;
+    d->r = (trn_rollouts_t){.n_seqs = NSEQ,
+                            .seq_offsets = d->off,
+                            .tokens = d->tok,
+                            .mask = d->mask,
+                            .rollout_logp = NULL,
+                            .group = d->group,
+                            .score = d->score};
+}
+
+/* Sum of log-probs of the sampled tokens of each trajectory. */
+static void
+seq_logp(trn_model_t *m, const data_t *d, double *out)
+{
+    int32_t tgt[NSEQ * LEN];
+    float lp[NSEQ * LEN];
+    for (size_t t = 0; t < NSEQ * LEN; t++)
+        tgt[t] = (t % LEN + 1 < LEN && d->mask[t + 1]) ? d->tok[t + 1] : -1;
+    trn_batch_t b = {d->tok, tgt, NSEQ * LEN, d->off, NSEQ, 1.0f};
+    cr_assert_eq(trn_model_forward(m, &b, lp, NULL, NULL), LISA_OK);
+    for (size_t s = 0; s < NSEQ; s++) {
+        out[s] = 0;
+        for (size_t i = 0; i < LEN; i++)
+            out[s] += lp[s * LEN + i];
+    }
+}
+
+Test(trn_step, usage)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 3, 0.2f, 2);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    trn_step_cfg_t sc = trn_step_defaults(); /* GRPO, token-mean */
+    sc.optim.lr = 1e-2;
+    trn_step_out_t out;
+    trn_err_t err;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_eq(out.tokens, NSEQ * 2 * RESP); /* observations excluded */
+    cr_assert_eq(out.ppo_kl, 0.0);             /* on-policy: ratio 1 */
+    cr_assert_eq(out.pg_clipfrac, 0.0);
+    cr_assert_gt(out.grad_norm, 0.0);
+    cr_assert_gt(out.entropy, 0.0);
+    cr_assert_not(out.skipped);
+    cr_assert_eq(out.micro_batches, 1);
+    cr_assert_eq(trn_adamw_steps(opt), 1);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
+
+Test(trn_step, training_moves_probability_to_winners)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 4, 0.2f, 2);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    double before[NSEQ], after[NSEQ];
+    seq_logp(m, &d, before);
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.optim.lr = 3e-3;
+    trn_step_out_t out;
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, NULL),
+                     LISA_OK);
+    seq_logp(m, &d, after);
+    for (size_t s = 0; s < NSEQ; s++) {
+        if (d.score[s] > 0)
+            cr_assert_gt(after[s], before[s] + 0.5, "winner %zu: %g -> %g", s,
+                         before[s], after[s]);
+        else
+            cr_assert_lt(after[s], before[s], "loser %zu: %g -> %g", s,
+                         before[s], after[s]);
+    }
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
+
+Test(trn_step, micro_batching_keeps_the_gradient)
+{
+    trn_config_t cfg = tiny();
+    static const char *aggs[] = {"token-mean", "seq-mean-token-mean",
+                                 "seq-mean-token-sum-norm"};
+    for (size_t a = 0; a < 3; a++) {
+        trn_model_t *m1 = trn_model_new_random(&cfg, 5, 0.2f, 1);
+        trn_model_t *m2 = trn_model_new_random(&cfg, 5, 0.2f, 1);
+        size_t np = trn_model_num_params(m1);
+        trn_adamw_t *o1 = trn_adamw_new(np), *o2 = trn_adamw_new(np);
+        data_t d;
+        data_init(&d);
+        trn_step_cfg_t sc = trn_step_defaults();
+        cr_assert_eq(trn_agg_parse(aggs[a], &sc.loss.agg), LISA_OK);
+        sc.optim.lr = 0; /* compare the gradients left in the models */
+        sc.grad_clip = 1e9;
+        trn_step_out_t out1, out2;
+        cr_assert_eq(trn_step_run(m1, NULL, o1, &sc, &d.r, &out1, NULL),
+                     LISA_OK);
+        sc.micro_tokens = 2 * LEN + 1; /* two trajectories per micro-batch */
+        cr_assert_eq(trn_step_run(m2, NULL, o2, &sc, &d.r, &out2, NULL),
+                     LISA_OK);
+        cr_assert_eq(out1.micro_batches, 1);
+        cr_assert_eq(out2.micro_batches, 4);
+        cr_assert_float_eq(out1.loss, out2.loss, 1e-6);
+        const float *g1 = trn_model_grads(m1), *g2 = trn_model_grads(m2);
+        for (size_t i = 0; i < np; i++)
+            if (!(fabsf(g1[i] - g2[i]) <= 1e-6f + 1e-4f * fabsf(g1[i])))
+                cr_assert(fabsf(g1[i] - g2[i]) <= 1e-6f + 1e-4f * fabsf(g1[i]),
+                          "%s: param %zu %g vs %g", aggs[a], i, g1[i], g2[i]);
+        trn_adamw_destroy(&o1);
+        trn_adamw_destroy(&o2);
+        trn_model_destroy(&m1);
+        trn_model_destroy(&m2);
+    }
+}
+
+Test(trn_step, bypass_uses_engine_logprobs_and_kl_starts_at_zero)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 6, 0.2f, 1);
+    trn_model_t *ref = trn_model_new_random(&cfg, 6, 0.2f, 1);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    /* engine log-probs: the model's own, minus 0.1 */
+    int32_t tgt[NSEQ * LEN];
+    float lp[NSEQ * LEN];
+    for (size_t t = 0; t < NSEQ * LEN; t++)
+        tgt[t] = (t % LEN + 1 < LEN && d.mask[t + 1]) ? d.tok[t + 1] : -1;
+    trn_batch_t b = {d.tok, tgt, NSEQ * LEN, d.off, NSEQ, 1.0f};
+    cr_assert_eq(trn_model_forward(m, &b, lp, NULL, NULL), LISA_OK);
+    for (size_t t = 0; t < NSEQ * LEN; t++)
+        d.roll[t] = d.mask[t] ? lp[t - 1] - 0.1f : 0.0f;
+    d.r.rollout_logp = d.roll;
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.bypass = true;
+    sc.optim.lr = 1e-2;
+    sc.loss.kl_coef = 0.001;
+    cr_assert_eq(trn_kl_parse("low_var_kl", &sc.loss.kl_type), LISA_OK);
+    trn_step_out_t out;
+    trn_err_t err;
+    cr_assert_eq(trn_step_run(m, ref, opt, &sc, &d.r, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_float_eq(out.ppo_kl, -0.1, 1e-5); /* old - new */
+    cr_assert_float_eq(out.kl_loss, 0.0, 1e-9); /* same weights as ref */
+    /* after the update the policy has moved away from the reference */
+    cr_assert_eq(trn_step_run(m, ref, opt, &sc, &d.r, &out, &err), LISA_OK);
+    cr_assert_gt(out.kl_loss, 1e-7);
+    /* truncated IS weights instead of bypass: ratio 1, weights e^0.1 */
+    sc.bypass = false;
+    sc.is_threshold = 2.0;
+    cr_assert_eq(trn_step_run(m, ref, opt, &sc, &d.r, &out, &err), LISA_OK);
+    cr_assert_eq(out.ppo_kl, 0.0);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+    trn_model_destroy(&ref);
+}
+
+Test(trn_step, bad_rollouts_are_refused)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 7, 0.2f, 1);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    trn_step_cfg_t sc = trn_step_defaults();
+    trn_step_out_t out;
+    trn_err_t err;
+    d.mask[LEN] = 1; /* first token of trajectory 1 */
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err),
+                 LISA_INVALID);
+    cr_assert(strstr(err.msg, "starts with a sampled token"));
+    d.mask[LEN] = 0;
+    sc.loss.kl_coef = 0.1;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err),
+                 LISA_INVALID);
+    sc.loss.kl_coef = 0;
+    sc.bypass = true;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err),
+                 LISA_INVALID);
+    sc.bypass = false;
+    d.tok[5] = 99; /* outside the vocabulary */
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err),
+                 LISA_INVALID);
+    cr_assert_eq(trn_adamw_steps(opt), 0);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
+
+Test(trn_step, old_logprobs_for_several_mini_batches)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 8, 0.2f, 2);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.optim.lr = 1e-2;
+    sc.micro_tokens = LEN; /* one trajectory per micro-batch */
+    /* old log-probs of the whole batch, before any update */
+    float old[NSEQ * LEN];
+    trn_err_t err;
+    cr_assert_eq(trn_step_logprobs(m, &sc, &d.r, old, &err), LISA_OK, "%s",
+                 err.msg);
+    double per_seq[NSEQ];
+    seq_logp(m, &d, per_seq);
+    for (size_t s = 0; s < NSEQ; s++) {
+        double sum = 0;
+        for (size_t i = 0; i < LEN; i++) {
+            size_t t = s * LEN + i;
+            if (!d.mask[t] && old[t] != 0.0f)
+                cr_assert_fail("unmasked token %zu has a log-prob", t);
+            sum += old[t];
+        }
+        cr_assert_float_eq(sum, per_seq[s], 1e-4);
+    }
+    /* two mini-batches of one group each, against the same old log-probs */
+    d.r.old_logp = old;
+    trn_rollouts_t half = d.r;
+    half.n_seqs = NSEQ / 2;
+    trn_step_out_t out;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &half, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_float_eq(out.ppo_kl, 0.0, 1e-6); /* nothing updated yet */
+    size_t off2[NSEQ / 2 + 1];
+    for (size_t s = 0; s <= NSEQ / 2; s++)
+        off2[s] = d.off[NSEQ / 2 + s] - d.off[NSEQ / 2];
+    half.seq_offsets = off2;
+    half.tokens = d.tok + NSEQ / 2 * LEN;
+    half.mask = d.mask + NSEQ / 2 * LEN;
+    half.old_logp = old + NSEQ / 2 * LEN;
+    half.group = d.group + NSEQ / 2;
+    half.score = d.score + NSEQ / 2;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &half, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_gt(fabs(out.ppo_kl), 1e-6); /* the policy moved in between */
+    cr_assert_eq(trn_adamw_steps(opt), 2);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
