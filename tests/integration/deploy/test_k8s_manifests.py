@@ -234,6 +234,37 @@ def test_every_pod_runs_as_non_root_with_limits():
                 assert c["resources"]["limits"]["memory"]
 
 
+def test_production_meets_restricted_pod_security():
+    """The production namespace enforces the `restricted` level; every pod
+    (and the sandbox Job the controller creates) must pass it."""
+    objs = kustomize_lite.render(os.path.join(K8S, "overlays", "production"))
+    ns = _by(objs, "Namespace", "lisa")
+    assert ns["metadata"]["labels"][
+        "pod-security.kubernetes.io/enforce"] == "restricted"
+    job = yaml.safe_load(_by(objs, "ConfigMap",
+                             "lisa-sandbox-job")["data"]["job.yaml"])
+    pods = [(o["metadata"]["name"], pod) for o, pod in _pod_specs(objs)]
+    pods.append(("sandbox", job["spec"]["template"]["spec"]))
+    allowed = {"configMap", "emptyDir", "persistentVolumeClaim", "secret",
+               "projected", "downwardAPI", "csi", "ephemeral", "name"}
+    for name, pod in pods:
+        sc = pod["securityContext"]
+        assert sc["runAsNonRoot"] is True, name
+        assert sc["seccompProfile"]["type"] == "RuntimeDefault", name
+        for k in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not pod.get(k), (name, k)
+        for v in pod.get("volumes", []):
+            assert set(v) <= allowed, (name, v)
+        for c in pod["containers"]:
+            csc = c["securityContext"]
+            assert csc["allowPrivilegeEscalation"] is False, name
+            assert csc["capabilities"]["drop"] == ["ALL"], name
+            assert not csc.get("capabilities", {}).get("add"), name
+            assert not csc.get("privileged"), name
+            assert not c.get("ports") or all(
+                "hostPort" not in p for p in c["ports"]), name
+
+
 def test_broker_store_is_on_a_persistent_volume():
     objs = kustomize_lite.render(os.path.join(K8S, "overlays", "production"))
     sts = _by(objs, "StatefulSet", "lisa-broker")
