@@ -11,6 +11,8 @@ the engine); every container uses host networking
 
   test_usage_stack_comes_up_healthy   broker, reward workers (scaled),
                                       gateway and controller healthy
+  test_default_bridge_stack_comes_up  the same on a bridge network with the
+                                      published ports (plain `compose up`)
   test_sandboxes_are_hardened_and_reaped
                                       without a trainer: CLI-submitted
                                       tasks get hardened sandboxes, every
@@ -185,7 +187,7 @@ def images(engine, tmp_path_factory):
 class Stack:
     """One compose project on the private engine, host networking."""
 
-    def __init__(self, engine, workdir):
+    def __init__(self, engine, workdir, host=True):
         self.env = dict(engine)
         ports = _free_ports(6)
         # Made and handed to uid UID by the stack's `prepare` step.
@@ -195,7 +197,7 @@ class Stack:
         tok = os.path.join(fx, "byte-tokenizer")
         if not os.path.isdir(tok):
             tok = os.path.join(fx, "qwen3-tokenizer")
-        self.project = f"lisae2e{os.getpid()}"
+        self.project = f"lisae2e{'' if host else 'br'}{os.getpid()}"
         self.env.update({
             "COMPOSE_PROJECT_NAME": self.project,
             "COMPOSE_PROFILES": "cpu",
@@ -224,9 +226,10 @@ class Stack:
             "LISA_DEADLINE_MS": "120000",
         })
         self.rpc = f"tcp://127.0.0.1:{ports[0]}"
+        second = "compose.host.yaml" if host else "compose.override.yaml"
         self.base = _compose_cmd() + [
             "-f", os.path.join(SRC, "compose", "compose.yaml"),
-            "-f", os.path.join(SRC, "compose", "compose.host.yaml")]
+            "-f", os.path.join(SRC, "compose", second)]
 
     def compose(self, *args, timeout=300, check=True):
         return _run(self.base + list(args), env=self.env, timeout=timeout,
@@ -387,6 +390,30 @@ def test_stack_recovers_from_crashes(stack, images, tmp_path):
     # were made), and none of them is left.
     assert all(r["attempts"] >= 1 for r in rows), rows
     _wait_no_sandboxes(stack)
+
+
+def test_default_bridge_stack_comes_up(engine, images, tmp_path):
+    """What a plain `docker compose up` in compose/ uses: compose.yaml and
+    compose.override.yaml on a bridge network, the broker published on the
+    host's loopback for the CLI."""
+    s = Stack(engine, str(tmp_path), host=False)
+    try:
+        r = s.compose("up", "-d", "--no-build", "broker", "reward",
+                      "gateway", "controller", timeout=300, check=False)
+        if r.returncode != 0 and "network" in (r.stderr + r.stdout).lower() \
+                and not s.containers("broker"):
+            pytest.skip("this engine cannot make bridge networks: " +
+                        r.stderr.strip().splitlines()[-1])
+        assert r.returncode == 0, r.stderr[-3000:]
+        s.wait_healthy(["broker", "gateway", "controller", "reward"])
+        info = s.inspect(s.containers("broker")[0])
+        assert info["HostConfig"]["NetworkMode"] != "host"
+        r = _run([os.path.join(BIN, "lisa"), "status", "--broker", s.rpc,
+                  "--json"], timeout=30)
+        json.loads(r.stdout)
+    finally:
+        left = s.down()
+        assert not left
 
 
 def _need_training(images, stack):
