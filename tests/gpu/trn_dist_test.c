@@ -215,7 +215,7 @@ s_rank_main(int rank, int world, int idfd_r, int idfd_w)
         trn_cuda_download(&part, dpart, 4) != LISA_OK)
         return 1;
     s_check(rank, "loss summed over ranks vs one rank",
-            fabs(part - ref_loss) / ref_loss, 1e-5);
+            fabs(part - ref_loss) / ref_loss, 5e-5);
     /* gradients: an all-reduced copy against the one-rank gradient */
     size_t gn = 0;
     float *gbuf = trn_gpu_model_grad_buffer(g, &gn);
