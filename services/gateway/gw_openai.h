@@ -1,0 +1,121 @@
+/*
+ * gw_openai: the OpenAI-shaped surface of the gateway, in jansson.
+ *
+ * Parses and validates `POST /v1/chat/completions` bodies (messages, tools,
+ * tool_choice, sampling parameters; n must be 1), shapes the answers (one
+ * JSON object, or the same content as a series of SSE chunks), and writes
+ * OpenAI error bodies ({"error": {"message", "type", "param", "code"}}).
+ *
+ * It also reduces a message to a canonical digest so the trace can tell
+ * whether the agent's conversation is a pure extension of the previous call
+ * (content null and "" are equal, text parts are joined, tool-call
+ * arguments compare as JSON values). Nothing here touches the network.
+ */
+#ifndef GW_OPENAI_H
+#define GW_OPENAI_H
+
+#include "lisa/lisa_rc.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bounds on one request. */
+#define GW_MAX_MESSAGES   4096u
+#define GW_MAX_TOOLS      128u
+#define GW_MAX_STOP       4u
+#define GW_MAX_TOOL_CALLS 64u
+#define GW_DIGEST_LEN     16u
+
+/* An error as the agent sees it: HTTP status and the OpenAI error object. */
+typedef struct {
+    int status;        /* 400, 401, 403, 404, 409, 413, 429, 502, 503 ... */
+    const char *type;  /* "invalid_request_error", "authentication_error" ... */
+    const char *code;  /* NULL or "context_length_exceeded", ... */
+    const char *param; /* NULL or the offending field */
+    char message[256];
+} gw_err_t;
+
+/* Fills *err (returns `rc` for chaining). */
+lisa_rc_t gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
+                     const char *code, const char *param, const char *fmt,
+                     ...) LISA_PRINTF(7, 8);
+
+/* The error body JSON text of *err (caller frees). */
+char *gw_err_body(const gw_err_t *err);
+
+/* A validated chat request. Pointers borrow from `root`. */
+typedef struct {
+    json_t *root;     /* the parsed body (owned) */
+    json_t *messages; /* array, non-empty */
+    json_t *tools;    /* array or NULL */
+    const char *model;
+    const char *tool_choice; /* "auto", "none", "required", a name, or NULL */
+    bool tool_choice_named;  /* tool_choice names one function */
+    double temperature;      /* -1 when absent */
+    double top_p;            /* -1 when absent */
+    int64_t max_tokens;      /* 0 when absent */
+    const char *stop[GW_MAX_STOP];
+    size_t n_stop;
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+} gw_chat_req_t;
+
+/* Parses `len` bytes of `body` into *req (gw_chat_req_clear frees).
+ * LISA_INVALID with *err filled for any malformed or unsupported input. */
+lisa_rc_t gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
+                            gw_err_t *err) LISA_NODISCARD;
+
+/* Releases what gw_chat_req_parse holds; safe twice. */
+void gw_chat_req_clear(gw_chat_req_t *req);
+
+/* One tool call of an assistant reply. */
+typedef struct {
+    char *id;
+    char *name;
+    char *arguments; /* JSON text */
+} gw_tool_call_t;
+
+/* The assistant reply the gateway returns. */
+typedef struct {
+    char *content; /* NULL when the reply is only tool calls */
+    gw_tool_call_t *calls;
+    size_t n_calls;
+    const char *finish_reason; /* "stop", "length", "tool_calls" (static) */
+} gw_reply_t;
+
+/* Frees the strings and calls of *r; safe twice. */
+void gw_reply_clear(gw_reply_t *r);
+
+/* Usage numbers of one call. */
+typedef struct {
+    uint64_t prompt_tokens;
+    uint64_t completion_tokens;
+} gw_usage_t;
+
+/* The non-streaming response body (caller frees). */
+char *gw_chat_response(const char *id, int64_t created, const char *model,
+                       const gw_reply_t *r, const gw_usage_t *u);
+
+/* The streaming response: every SSE event ("data: ...\n\n") through
+ * "data: [DONE]\n\n", as one string (caller frees); *len gets its length.
+ * Content and tool calls are the same as in gw_chat_response. */
+char *gw_chat_stream(const char *id, int64_t created, const char *model,
+                     const gw_reply_t *r, const gw_usage_t *u,
+                     bool include_usage, size_t *len);
+
+/* Digest of one request message (see the file comment). */
+void gw_msg_digest(const json_t *msg, uint8_t out[GW_DIGEST_LEN]);
+
+/* Digest of the assistant message a reply becomes in the agent's history. */
+void gw_reply_digest(const gw_reply_t *r, uint8_t out[GW_DIGEST_LEN]);
+
+/* Digest of the tools array (NULL and [] are equal). */
+void gw_tools_digest(const json_t *tools, uint8_t out[GW_DIGEST_LEN]);
+
+/* Text of a message's content: a string, or the text parts joined; "" for
+ * null. Returns a new string (caller frees) or NULL if it is malformed. */
+char *gw_msg_text(const json_t *msg);
+
+#endif
