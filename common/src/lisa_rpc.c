@@ -269,8 +269,8 @@ lisa_rpc_send(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
         self->open =
             lisa_realloc(self->open, self->cap_open * sizeof *self->open);
     }
-    self->open[self->n_open++] = (s_open_t){
-        req->request_id, zclock_mono() + timeout_ms, cb, arg};
+    self->open[self->n_open++] =
+        (s_open_t){req->request_id, zclock_mono() + timeout_ms, cb, arg};
     if (request_id)
         *request_id = req->request_id;
     return LISA_OK;

@@ -6,8 +6,10 @@
 #include "gw_metrics.h"
 
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_rc.h"
 
 #include <czmq.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,10 +58,9 @@ static const s_family_t s_families[] = {
 
 #define S_NFAM (sizeof s_families / sizeof s_families[0])
 
-static const double s_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                   0.005,  0.01,    0.025,  0.05,  0.1,
-                                   0.25,   0.5,     1,      2.5,   5,
-                                   10,     30,      60,     120,   300};
+static const double s_buckets[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    120,  300};
 #define S_NB (sizeof s_buckets / sizeof s_buckets[0])
 
 typedef struct {
@@ -109,19 +110,17 @@ s_family(const char *name)
 {
     for (size_t i = 0; i < S_NFAM; i++)
         if (strcmp(s_families[i].name, name) == 0)
-            return (long)i;
+            return (long) i;
     return -1;
 }
 
 static s_series_t *
-s_get(gw_metrics_t *self, const char *name, const char *labels,
-      s_kind_t kind)
+s_get(gw_metrics_t *self, const char *name, const char *labels, s_kind_t kind)
 {
     long f = s_family(name);
     if (f < 0 || s_families[f].kind != kind) {
         if (strcmp(name, "lisa_gateway_metrics_unknown_total") != 0)
-            gw_metrics_add(self, "lisa_gateway_metrics_unknown_total", NULL,
-                           1);
+            gw_metrics_add(self, "lisa_gateway_metrics_unknown_total", NULL, 1);
         return NULL;
     }
     char key[512];
@@ -129,7 +128,7 @@ s_get(gw_metrics_t *self, const char *name, const char *labels,
     s_series_t *s = zhashx_lookup(self->series, key);
     if (!s) {
         s = lisa_calloc(1, sizeof *s);
-        s->family = (size_t)f;
+        s->family = (size_t) f;
         s->labels = lisa_strdup(labels ? labels : "");
         zhashx_insert(self->series, key, s);
     }
@@ -170,8 +169,7 @@ gw_metrics_observe(gw_metrics_t *self, const char *name, const char *labels,
 }
 
 double
-gw_metrics_get(const gw_metrics_t *self, const char *name,
-               const char *labels)
+gw_metrics_get(const gw_metrics_t *self, const char *name, const char *labels)
 {
     char key[512];
     snprintf(key, sizeof key, "%s{%s}", name, labels ? labels : "");
@@ -191,11 +189,11 @@ static void LISA_PRINTF(2, 3) s_printf(s_out_t *o, const char *fmt, ...)
         va_start(ap, fmt);
         int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
         va_end(ap);
-        if (n >= 0 && (size_t)n < o->cap - o->len) {
-            o->len += (size_t)n;
+        if (n >= 0 && (size_t) n < o->cap - o->len) {
+            o->len += (size_t) n;
             return;
         }
-        o->cap = o->cap * 2 + (n > 0 ? (size_t)n : 0);
+        o->cap = o->cap * 2 + (n > 0 ? (size_t) n : 0);
         o->buf = lisa_realloc(o->buf, o->cap);
     }
 }
@@ -203,8 +201,8 @@ static void LISA_PRINTF(2, 3) s_printf(s_out_t *o, const char *fmt, ...)
 static int
 s_cmp(const void *a, const void *b)
 {
-    const s_series_t *x = *(s_series_t *const *)a;
-    const s_series_t *y = *(s_series_t *const *)b;
+    const s_series_t *x = *(s_series_t *const *) a;
+    const s_series_t *y = *(s_series_t *const *) b;
     return strcmp(x->labels, y->labels);
 }
 
@@ -224,15 +222,15 @@ s_render_series(s_out_t *o, const char *name, const s_series_t *s)
     for (size_t b = 0; b < S_NB; b++) {
         cum += s->counts[b];
         s_printf(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, l, sep,
-                 s_buckets[b], (unsigned long long)cum);
+                 s_buckets[b], (unsigned long long) cum);
     }
     cum += s->counts[S_NB];
     s_printf(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, l, sep,
-             (unsigned long long)cum);
+             (unsigned long long) cum);
     s_printf(o, "%s_sum%s%s%s %.17g\n", name, l[0] ? "{" : "", l,
              l[0] ? "}" : "", s->sum);
     s_printf(o, "%s_count%s%s%s %llu\n", name, l[0] ? "{" : "", l,
-             l[0] ? "}" : "", (unsigned long long)s->n);
+             l[0] ? "}" : "", (unsigned long long) s->n);
 }
 
 char *

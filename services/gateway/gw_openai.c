@@ -34,13 +34,11 @@ gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
 char *
 gw_err_body(const gw_err_t *err)
 {
-    json_t *o = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message",
-                          err->message, "type",
-                          err->type ? err->type : "invalid_request_error",
-                          "param",
-                          err->param ? json_string(err->param) : json_null(),
-                          "code",
-                          err->code ? json_string(err->code) : json_null());
+    json_t *o =
+        json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", err->message,
+                  "type", err->type ? err->type : "invalid_request_error",
+                  "param", err->param ? json_string(err->param) : json_null(),
+                  "code", err->code ? json_string(err->code) : json_null());
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
@@ -54,15 +52,30 @@ gw_err_body(const gw_err_t *err)
  * token-exactly (penalties, seed, logit_bias) are accepted and ignored, as
  * vLLM does for unsupported extras; anything else is refused. */
 static const char *const s_known[] = {
-    "messages",          "model",         "tools",
-    "tool_choice",       "temperature",   "top_p",
-    "max_tokens",        "max_completion_tokens",
-    "stop",              "n",             "stream",
-    "stream_options",    "user",          "seed",
-    "frequency_penalty", "presence_penalty",
-    "parallel_tool_calls", "logprobs",    "top_logprobs",
-    "metadata",          "store",         "response_format",
-    "logit_bias",        "service_tier",
+    "messages",
+    "model",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "user",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "parallel_tool_calls",
+    "logprobs",
+    "top_logprobs",
+    "metadata",
+    "store",
+    "response_format",
+    "logit_bias",
+    "service_tier",
 };
 
 static bool
@@ -100,8 +113,9 @@ s_check_content(const json_t *c, bool nullable, gw_err_t *err)
         const char *t = json_string_value(json_object_get(p, "type"));
         if (!t || strcmp(t, "text") != 0 ||
             !json_is_string(json_object_get(p, "text")))
-            return S_BAD("messages", "only text content parts are supported "
-                                     "(part %zu)",
+            return S_BAD("messages",
+                         "only text content parts are supported "
+                         "(part %zu)",
                          i);
     }
     return LISA_OK;
@@ -113,8 +127,9 @@ s_check_tool_calls(const json_t *tc, gw_err_t *err)
     if (!tc || json_is_null(tc))
         return LISA_OK;
     if (!json_is_array(tc) || json_array_size(tc) > GW_MAX_TOOL_CALLS)
-        return S_BAD("messages", "tool_calls must be an array of at most %u "
-                                 "calls",
+        return S_BAD("messages",
+                     "tool_calls must be an array of at most %u "
+                     "calls",
                      GW_MAX_TOOL_CALLS);
     size_t i;
     json_t *c;
@@ -122,11 +137,11 @@ s_check_tool_calls(const json_t *tc, gw_err_t *err)
     {
         json_t *f = json_object_get(c, "function");
         if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")) ||
-            !json_is_object(f) ||
-            !json_is_string(json_object_get(f, "name")) ||
+            !json_is_object(f) || !json_is_string(json_object_get(f, "name")) ||
             !json_is_string(json_object_get(f, "arguments")))
-            return S_BAD("messages", "tool call %zu needs id and "
-                                     "function.{name,arguments} strings",
+            return S_BAD("messages",
+                         "tool call %zu needs id and "
+                         "function.{name,arguments} strings",
                          i);
     }
     return LISA_OK;
@@ -148,14 +163,16 @@ s_check_messages(const json_t *msgs, gw_err_t *err)
             return S_BAD("messages", "messages[%zu] must be an object", i);
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || !s_is_role(role))
-            return S_BAD("messages", "messages[%zu].role must be one of "
-                                     "system, developer, user, assistant, tool",
+            return S_BAD("messages",
+                         "messages[%zu].role must be one of "
+                         "system, developer, user, assistant, tool",
                          i);
         bool asst = strcmp(role, "assistant") == 0;
         json_t *tc = json_object_get(m, "tool_calls");
         if (!asst && tc && !json_is_null(tc))
-            return S_BAD("messages", "messages[%zu]: only assistant messages "
-                                     "carry tool_calls",
+            return S_BAD("messages",
+                         "messages[%zu]: only assistant messages "
+                         "carry tool_calls",
                          i);
         if (s_check_content(json_object_get(m, "content"), asst, err) !=
             LISA_OK)
@@ -164,8 +181,9 @@ s_check_messages(const json_t *msgs, gw_err_t *err)
             return LISA_INVALID;
         if (strcmp(role, "tool") == 0 &&
             !json_is_string(json_object_get(m, "tool_call_id")))
-            return S_BAD("messages", "messages[%zu]: a tool message needs "
-                                     "tool_call_id",
+            return S_BAD("messages",
+                         "messages[%zu]: a tool message needs "
+                         "tool_call_id",
                          i);
     }
     return LISA_OK;
@@ -187,21 +205,23 @@ s_check_tools(const json_t *tools, gw_err_t *err)
         json_t *f = json_object_get(t, "function");
         if (!type || strcmp(type, "function") != 0 || !json_is_object(f) ||
             !json_is_string(json_object_get(f, "name")))
-            return S_BAD("tools", "tools[%zu] must be {\"type\": \"function\", "
-                                  "\"function\": {\"name\": ...}}",
+            return S_BAD("tools",
+                         "tools[%zu] must be {\"type\": \"function\", "
+                         "\"function\": {\"name\": ...}}",
                          i);
         json_t *p = json_object_get(f, "parameters");
         if (p && !json_is_object(p))
-            return S_BAD("tools", "tools[%zu].function.parameters must be an "
-                                  "object",
+            return S_BAD("tools",
+                         "tools[%zu].function.parameters must be an "
+                         "object",
                          i);
     }
     return LISA_OK;
 }
 
 static lisa_rc_t
-s_number(const json_t *root, const char *key, double lo, double hi,
-         double *out, gw_err_t *err)
+s_number(const json_t *root, const char *key, double lo, double hi, double *out,
+         gw_err_t *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
@@ -321,8 +341,9 @@ gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
     json_error_t jerr;
     req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->root)
-        return S_BAD(NULL, "We could not parse the JSON body of your request "
-                           "(%s at line %d column %d)",
+        return S_BAD(NULL,
+                     "We could not parse the JSON body of your request "
+                     "(%s at line %d column %d)",
                      jerr.text, jerr.line, jerr.column);
     if (!json_is_object(req->root)) {
         gw_chat_req_clear(req);
@@ -364,12 +385,12 @@ s_calls_json(const gw_reply_t *r, bool with_index)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < r->n_calls; i++) {
-        json_t *c = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", r->calls[i].id,
-                              "type", "function", "function", "name",
-                              r->calls[i].name, "arguments",
-                              r->calls[i].arguments);
+        json_t *c =
+            json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", r->calls[i].id, "type",
+                      "function", "function", "name", r->calls[i].name,
+                      "arguments", r->calls[i].arguments);
         if (with_index)
-            json_object_set_new(c, "index", json_integer((json_int_t)i));
+            json_object_set_new(c, "index", json_integer((json_int_t) i));
         json_array_append_new(a, c);
     }
     return a;
@@ -379,9 +400,9 @@ static json_t *
 s_usage_json(const gw_usage_t *u)
 {
     return json_pack("{s:I,s:I,s:I}", "prompt_tokens",
-                     (json_int_t)u->prompt_tokens, "completion_tokens",
-                     (json_int_t)u->completion_tokens, "total_tokens",
-                     (json_int_t)(u->prompt_tokens + u->completion_tokens));
+                     (json_int_t) u->prompt_tokens, "completion_tokens",
+                     (json_int_t) u->completion_tokens, "total_tokens",
+                     (json_int_t) (u->prompt_tokens + u->completion_tokens));
 }
 
 char *
@@ -394,7 +415,7 @@ gw_chat_response(const char *id, int64_t created, const char *model,
         json_object_set_new(msg, "tool_calls", s_calls_json(r, false));
     json_t *o = json_pack(
         "{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:n}],s:o}", "id", id, "object",
-        "chat.completion", "created", (json_int_t)created, "model", model,
+        "chat.completion", "created", (json_int_t) created, "model", model,
         "choices", "index", 0, "message", msg, "finish_reason",
         r->finish_reason, "logprobs", "usage", s_usage_json(u));
     char *s = json_dumps(o, JSON_COMPACT);
@@ -407,12 +428,11 @@ static void
 s_chunk(char **buf, size_t *len, size_t *cap, const char *id, int64_t created,
         const char *model, json_t *delta, const char *finish, json_t *usage)
 {
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:n}]}", "id", id,
-                          "object", "chat.completion.chunk", "created",
-                          (json_int_t)created, "model", model, "choices",
-                          "index", 0, "delta", delta, "finish_reason",
-                          finish ? json_string(finish) : json_null(),
-                          "logprobs");
+    json_t *o = json_pack(
+        "{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:n}]}", "id", id, "object",
+        "chat.completion.chunk", "created", (json_int_t) created, "model",
+        model, "choices", "index", 0, "delta", delta, "finish_reason",
+        finish ? json_string(finish) : json_null(), "logprobs");
     if (usage) {
         json_array_clear(json_object_get(o, "choices"));
         json_object_set_new(o, "usage", usage);
@@ -447,15 +467,15 @@ gw_chat_stream(const char *id, int64_t created, const char *model,
         s_chunk(&buf, &n, &cap, id, created, model,
                 json_pack("{s:s}", "content", r->content), NULL, NULL);
     for (size_t i = 0; i < r->n_calls; i++) {
-        json_t *c = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", (int)i,
-                              "id", r->calls[i].id, "type", "function",
-                              "function", "name", r->calls[i].name,
-                              "arguments", r->calls[i].arguments);
+        json_t *c =
+            json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", (int) i, "id",
+                      r->calls[i].id, "type", "function", "function", "name",
+                      r->calls[i].name, "arguments", r->calls[i].arguments);
         s_chunk(&buf, &n, &cap, id, created, model,
                 json_pack("{s:[o]}", "tool_calls", c), NULL, NULL);
     }
-    s_chunk(&buf, &n, &cap, id, created, model, json_object(),
-            r->finish_reason, NULL);
+    s_chunk(&buf, &n, &cap, id, created, model, json_object(), r->finish_reason,
+            NULL);
     if (include_usage)
         s_chunk(&buf, &n, &cap, id, created, model, json_object(), NULL,
                 s_usage_json(u));
@@ -483,8 +503,7 @@ static void
 s_feed_args(EVP_MD_CTX *ctx, const char *args)
 {
     json_t *v = args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
-    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS |
-                                    JSON_ENCODE_ANY)
+    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
                 : NULL;
     s_feed(ctx, s ? s : args);
     free(s);

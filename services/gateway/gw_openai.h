@@ -39,8 +39,8 @@ typedef struct {
 
 /* Fills *err (returns `rc` for chaining). */
 lisa_rc_t gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
-                     const char *code, const char *param, const char *fmt,
-                     ...) LISA_PRINTF(7, 8);
+                     const char *code, const char *param, const char *fmt, ...)
+    LISA_PRINTF(7, 8);
 
 /* The error body JSON text of *err (caller frees). */
 char *gw_err_body(const gw_err_t *err);

@@ -265,8 +265,8 @@ gw_pool_size(const gw_pool_t *self)
 }
 
 bool
-gw_pool_at(const gw_pool_t *self, size_t i, const char **id,
-           const char **url, bool *up, bool *paused, uint32_t *inflight)
+gw_pool_at(const gw_pool_t *self, size_t i, const char **id, const char **url,
+           bool *up, bool *paused, uint32_t *inflight)
 {
     if (i >= self->n)
         return false;

@@ -43,8 +43,7 @@ lisa_rc_t gw_pool_upsert(gw_pool_t *self, const char *id, const char *url,
 
 /* Parses a static list "id=url,id=url" (or bare urls, named e0, e1...)
  * and adds each engine. LISA_INVALID on a malformed list. */
-lisa_rc_t gw_pool_add_static(gw_pool_t *self,
-                             const char *list) LISA_NODISCARD;
+lisa_rc_t gw_pool_add_static(gw_pool_t *self, const char *list) LISA_NODISCARD;
 
 /* Starts a broker sync: every broker-sourced engine is unmarked. */
 void gw_pool_sync_begin(gw_pool_t *self);

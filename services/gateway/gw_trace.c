@@ -116,8 +116,7 @@ gw_trace_open(gw_trace_t *self, const char *rollout, uint32_t attempt,
 {
     gw_attempt_t *a = gw_trace_find(self, rollout, attempt);
     if (!a) {
-        if (zhashx_size(self->map) >= self->max_attempts &&
-            !s_evict_one(self))
+        if (zhashx_size(self->map) >= self->max_attempts && !s_evict_one(self))
             return LISA_AGAIN;
         char key[160];
         s_key(key, sizeof key, rollout, attempt);
@@ -225,9 +224,8 @@ gw_attempt_number(const gw_attempt_t *a)
 }
 
 bool
-gw_attempt_plan(const gw_attempt_t *a,
-                const uint8_t (*digests)[GW_DIGEST_LEN], size_t n,
-                const uint8_t tools[GW_DIGEST_LEN], size_t *first_new)
+gw_attempt_plan(const gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
+                size_t n, const uint8_t tools[GW_DIGEST_LEN], size_t *first_new)
 {
     *first_new = 0;
     if (!a->has_history || n < a->n_hist ||
@@ -343,9 +341,8 @@ gw_attempt_commit(gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
     sp->attempt = a->attempt;
     sp->seq = a->next_seq;
     sp->n_appended_ids = a->open_appended;
-    sp->appended_ids =
-        lisa_memdup(prompt + (prompt_len - a->open_appended),
-                    a->open_appended * sizeof(uint32_t));
+    sp->appended_ids = lisa_memdup(prompt + (prompt_len - a->open_appended),
+                                   a->open_appended * sizeof(uint32_t));
     sp->n_response_ids = s->n;
     sp->response_ids = lisa_memdup(s->ids, s->n * sizeof(uint32_t));
     sp->n_response_logprobs = s->logprobs ? s->n : 0;
@@ -358,7 +355,7 @@ gw_attempt_commit(gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
     sp->start_ms = s->start_ms;
     sp->first_token_ms = s->first_token_ms;
     sp->end_ms = s->end_ms;
-    sp->prompt_len = (uint32_t)prompt_len;
+    sp->prompt_len = (uint32_t) prompt_len;
     if (a->open_extends) {
         sp->prev_seq = a->last_seq;
         sp->segment = a->segment;
@@ -385,10 +382,8 @@ gw_attempt_commit(gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
     a->n_hist = n + 1;
     memcpy(a->tools, tools, GW_DIGEST_LEN);
     a->has_history = true;
-    a->last_seq = (int32_t)a->next_seq;
+    a->last_seq = (int32_t) a->next_seq;
     a->next_seq++;
-    if (a->next_seq > a->next_segment)
-        a->next_segment = a->next_seq;
     a->spans++;
     a->busy = false;
     *span = sp;
@@ -421,11 +416,11 @@ gw_span_copy(const Lisa__Span *s)
         lisa_memdup(s->appended_ids, s->n_appended_ids * sizeof(uint32_t));
     sp->response_ids =
         lisa_memdup(s->response_ids, s->n_response_ids * sizeof(uint32_t));
-    sp->response_logprobs = s->n_response_logprobs
-                                ? lisa_memdup(s->response_logprobs,
-                                              s->n_response_logprobs *
-                                                  sizeof(float))
-                                : NULL;
+    sp->response_logprobs =
+        s->n_response_logprobs
+            ? lisa_memdup(s->response_logprobs,
+                          s->n_response_logprobs * sizeof(float))
+            : NULL;
     sp->finish_reason = lisa_strdup(s->finish_reason);
     sp->engine_id = lisa_strdup(s->engine_id);
     sp->gateway_id = lisa_strdup(s->gateway_id);

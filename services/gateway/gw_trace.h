@@ -41,9 +41,8 @@ void gw_trace_destroy(gw_trace_t **self);
 
 /* The attempt's state, created when missing (evicting the least recently
  * used idle attempt when full). LISA_AGAIN when full of busy attempts. */
-lisa_rc_t gw_trace_open(gw_trace_t *self, const char *rollout,
-                        uint32_t attempt, uint64_t now_ms,
-                        gw_attempt_t **out) LISA_NODISCARD;
+lisa_rc_t gw_trace_open(gw_trace_t *self, const char *rollout, uint32_t attempt,
+                        uint64_t now_ms, gw_attempt_t **out) LISA_NODISCARD;
 
 /* The attempt's state or NULL. */
 gw_attempt_t *gw_trace_find(gw_trace_t *self, const char *rollout,
