@@ -2,6 +2,7 @@
  * cli_version: `lisa version`.
  */
 #include "cli.h"
+#include "lisa.pb-c.h"
 
 #include <stdio.h>
 

@@ -1,0 +1,279 @@
+/*
+ * lisa_unicode: UTF-8 validation, NFC (through ICU), lossy decoding and
+ * the byte-level alphabet. See the header for why each exists.
+ */
+#include "lisa/lisa_unicode.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+
+#include <string.h>
+#include <unicode/uchar.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+
+/* Valid range of the second byte of a sequence, by lead byte; 0/0 marks an
+ * invalid lead. Continuation bytes after the second are always 80..BF. */
+static void
+s_second_range(uint8_t lead, uint8_t *lo, uint8_t *hi, size_t *need)
+{
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+        *need = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+        *need = 3;
+        if (lead == 0xE0)
+            *lo = 0xA0;
+        else if (lead == 0xED)
+            *hi = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+        *need = 4;
+        if (lead == 0xF0)
+            *lo = 0x90;
+        else if (lead == 0xF4)
+            *hi = 0x8F;
+    } else {
+        *need = 0;
+    }
+}
+
+/* Length of the valid sequence at b (0 if invalid); *bad is set to the
+ * number of bytes of the maximal invalid subpart when invalid. */
+static size_t
+s_seq(const uint8_t *b, size_t len, size_t *bad)
+{
+    if (b[0] < 0x80)
+        return 1;
+    uint8_t lo, hi;
+    size_t need;
+    s_second_range(b[0], &lo, &hi, &need);
+    *bad = 1;
+    if (need == 0)
+        return 0;
+    if (len < 2 || b[1] < lo || b[1] > hi)
+        return 0;
+    for (size_t i = 2; i < need; i++) {
+        *bad = i;
+        if (i >= len || b[i] < 0x80 || b[i] > 0xBF)
+            return 0;
+    }
+    return need;
+}
+
+bool
+lisa_utf8_valid(const char *s, size_t len)
+{
+    const uint8_t *b = (const uint8_t *) s;
+    size_t i = 0;
+    while (i < len) {
+        if (b[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t bad;
+        size_t n = s_seq(b + i, len - i, &bad);
+        if (n == 0)
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+size_t
+lisa_utf8_next(const char *s, size_t len, uint32_t *cp)
+{
+    const uint8_t *b = (const uint8_t *) s;
+    if (b[0] < 0x80 || len < 2) {
+        *cp = b[0];
+        return 1;
+    }
+    if (b[0] < 0xE0) {
+        *cp = ((uint32_t) (b[0] & 0x1F) << 6) | (b[1] & 0x3F);
+        return 2;
+    }
+    if (b[0] < 0xF0 || len < 4) {
+        *cp = ((uint32_t) (b[0] & 0x0F) << 12) |
+              ((uint32_t) (b[1] & 0x3F) << 6) | (b[2] & 0x3F);
+        return 3;
+    }
+    *cp = ((uint32_t) (b[0] & 0x07) << 18) | ((uint32_t) (b[1] & 0x3F) << 12) |
+          ((uint32_t) (b[2] & 0x3F) << 6) | (b[3] & 0x3F);
+    return 4;
+}
+
+size_t
+lisa_utf8_put(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char) cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char) (0xC0 | (cp >> 6));
+        out[1] = (char) (0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char) (0xE0 | (cp >> 12));
+        out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char) (0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char) (0xF0 | (cp >> 18));
+    out[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char) (0x80 | (cp & 0x3F));
+    return 4;
+}
+
+lisa_rc_t
+lisa_utf8_nfc(const char *s, size_t len, char **out, size_t *out_len)
+{
+    *out = NULL;
+    *out_len = 0;
+    /* Fast path: no code point at or above U+0300 means nothing can
+     * compose or reorder (the first combining mark is U+0300). */
+    const uint8_t *b = (const uint8_t *) s;
+    bool simple = true;
+    for (size_t i = 0; i < len; i++) {
+        if (b[i] >= 0xCC) { /* lead bytes of U+0300 and above */
+            simple = false;
+            break;
+        }
+    }
+    if (simple)
+        return LISA_OK;
+    if (len > (size_t) INT32_MAX / 2)
+        return LISA_TOOLARGE;
+
+    UErrorCode err = U_ZERO_ERROR;
+    const UNormalizer2 *nfc = unorm2_getNFCInstance(&err);
+    if (U_FAILURE(err))
+        goto icu_fail;
+    int32_t ulen = 0;
+    UChar *u = lisa_malloc((len + 1) * sizeof(UChar));
+    u_strFromUTF8(u, (int32_t) len + 1, &ulen, s, (int32_t) len, &err);
+    if (U_FAILURE(err)) {
+        lisa_free(&u);
+        goto icu_fail;
+    }
+    int32_t yes = unorm2_spanQuickCheckYes(nfc, u, ulen, &err);
+    if (U_FAILURE(err) || yes == ulen) {
+        lisa_free(&u);
+        if (U_FAILURE(err))
+            goto icu_fail;
+        return LISA_OK;
+    }
+    /* NFC can grow a string by at most 3x in UTF-16 units. */
+    int32_t cap = ulen * 3 + 16;
+    UChar *n = lisa_malloc((size_t) cap * sizeof(UChar));
+    int32_t nlen = unorm2_normalize(nfc, u, ulen, n, cap, &err);
+    lisa_free(&u);
+    if (U_FAILURE(err)) {
+        lisa_free(&n);
+        goto icu_fail;
+    }
+    int32_t blen = 0;
+    size_t bcap = (size_t) nlen * 3 + 1;
+    char *o = lisa_malloc(bcap);
+    u_strToUTF8(o, (int32_t) bcap, &blen, n, nlen, &err);
+    lisa_free(&n);
+    if (U_FAILURE(err)) {
+        lisa_free(&o);
+        goto icu_fail;
+    }
+    o[blen] = '\0';
+    *out = o;
+    *out_len = (size_t) blen;
+    return LISA_OK;
+icu_fail:
+    lisa_log_error("unicode: ICU normalization failed: %s", u_errorName(err));
+    return LISA_ERR;
+}
+
+char *
+lisa_utf8_lossy(const uint8_t *b, size_t len, size_t *out_len)
+{
+    /* Each invalid byte becomes at most 3 bytes (U+FFFD). */
+    char *o = lisa_malloc(len * 3 + 1);
+    size_t n = 0, i = 0;
+    while (i < len) {
+        if (b[i] < 0x80) {
+            o[n++] = (char) b[i++];
+            continue;
+        }
+        size_t bad = 1;
+        size_t k = s_seq(b + i, len - i, &bad);
+        if (k > 0) {
+            memcpy(o + n, b + i, k);
+            n += k;
+            i += k;
+        } else {
+            o[n++] = (char) 0xEF;
+            o[n++] = (char) 0xBF;
+            o[n++] = (char) 0xBD;
+            i += bad;
+        }
+    }
+    o[n] = '\0';
+    if (out_len)
+        *out_len = n;
+    return o;
+}
+
+bool
+lisa_unicode_is_space(uint32_t cp)
+{
+    return u_isUWhiteSpace((UChar32) cp) != 0;
+}
+
+bool
+lisa_unicode_is_word(uint32_t cp)
+{
+    if (cp == '_')
+        return true;
+    return u_hasBinaryProperty((UChar32) cp, UCHAR_ALPHABETIC) ||
+           u_hasBinaryProperty((UChar32) cp, UCHAR_JOIN_CONTROL) ||
+           (U_GET_GC_MASK((UChar32) cp) &
+            (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0;
+}
+
+/* Bytes that spell themselves: '!'..'~', 0xA1..0xAC, 0xAE..0xFF. */
+static bool
+s_printable(uint8_t b)
+{
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) ||
+           b >= 0xAE;
+}
+
+uint32_t
+lisa_bytelevel_char(uint8_t b)
+{
+    if (s_printable(b))
+        return b;
+    /* The others take 256, 257, ... in byte order. */
+    uint32_t k = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!s_printable((uint8_t) x))
+            k++;
+    return 256 + k;
+}
+
+int
+lisa_bytelevel_byte(uint32_t cp)
+{
+    if (cp < 256)
+        return s_printable((uint8_t) cp) ? (int) cp : -1;
+    if (cp >= 256 + 68)
+        return -1;
+    uint32_t k = cp - 256;
+    for (unsigned x = 0; x < 256; x++) {
+        if (!s_printable((uint8_t) x)) {
+            if (k == 0)
+                return (int) x;
+            k--;
+        }
+    }
+    return -1;
+}
