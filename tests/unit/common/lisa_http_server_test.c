@@ -1,0 +1,868 @@
+/*
+ * lisa_http_server tests: a real server on 127.0.0.1 ephemeral ports (and a
+ * unix socket), driven by lisa_http_client and by raw sockets. The first
+ * test is the usage example.
+ */
+#include "lisa/lisa_http_client.h"
+#include "lisa/lisa_http_server.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static void
+s_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static char *
+s_url(lisa_http_server_t *srv, const char *path)
+{
+    size_t n = strlen(path) + 64;
+    char *u = malloc(n);
+    snprintf(u, n, "http://127.0.0.1:%u%s", lisa_http_server_port(srv), path);
+    return u;
+}
+
+/* Waits until `*v` reaches `want` or `ms` pass; returns the last value. */
+static uint64_t
+s_wait_kept(lisa_http_server_t *srv, uint64_t want, long ms)
+{
+    uint64_t k = 0;
+    for (long t = 0; t < ms; t += 5) {
+        k = lisa_http_server_stats(srv).kept;
+        if (k >= want)
+            break;
+        s_sleep_ms(5);
+    }
+    return k;
+}
+
+/* ------------------------------------------------------------------ */
+
+/* An echo handler: answers at once with what it saw, as JSON. */
+static void
+s_echo(lisa_http_req_t *req, void *arg)
+{
+    (void) arg;
+    size_t len = 0;
+    const char *body = lisa_http_req_body(req, &len);
+    const char *name = lisa_http_req_query(req, "name");
+    const char *hdr = lisa_http_req_header(req, "x-lisa-test");
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:s%, s:s}", "method",
+                          lisa_http_req_method(req), "path",
+                          lisa_http_req_path(req), "name", name, "hdr", hdr,
+                          "body", body, len, "peer", lisa_http_req_peer(req));
+    char *js = json_dumps(o, JSON_COMPACT);
+    lisa_http_req_add_header(req, "X-Served-By", "lisa-test");
+    lisa_http_req_respond(req, 200, "application/json", js, strlen(js));
+    free(js);
+    json_decref(o);
+}
+
+Test(lisa_http_server, usage)
+{
+    /* A server on an ephemeral loopback port whose handler answers at once.
+     */
+    lisa_http_server_config_t cfg = {0};
+    cfg.address = "127.0.0.1";
+    cfg.port = 0;
+    cfg.handler = s_echo;
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    cr_assert_gt(lisa_http_server_port(srv), 0);
+
+    /* Any HTTP client can call it; here the blocking lisa client. */
+    char *url = s_url(srv, "/v1/echo?name=lisa");
+    const char *hdrs[] = {"X-Lisa-Test: yes", NULL};
+    lisa_http_request_t rq = {0};
+    rq.method = "POST";
+    rq.url = url;
+    rq.headers = hdrs;
+    rq.body = "hello";
+    rq.body_len = 5;
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
+                 lisa_http_response_error(resp));
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    cr_assert_str_eq(lisa_http_response_header(resp, "x-served-by"),
+                     "lisa-test");
+    json_t *o = json_loads(lisa_http_response_body(resp, NULL), 0, NULL);
+    cr_assert_not_null(o);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "method")), "POST");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "path")),
+                     "/v1/echo");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "name")), "lisa");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "hdr")), "yes");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "body")), "hello");
+    cr_assert_eq(strncmp(json_string_value(json_object_get(o, "peer")),
+                         "127.0.0.1:", 10),
+                 0);
+    json_decref(o);
+    lisa_http_response_destroy(&resp);
+
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.requests, 1);
+    cr_assert_eq(st.responses, 1);
+    cr_assert_eq(st.kept, 0);
+    free(url);
+    lisa_http_server_destroy(&srv);
+    cr_assert_null(srv);
+    lisa_http_server_destroy(&srv); /* safe twice */
+}
+
+/* ------------------------------------------------------------------ */
+/* deferred answers from another thread                                 */
+
+typedef struct {
+    pthread_mutex_t mtx;
+    lisa_http_req_t *held[512];
+    size_t n;
+} s_keeper_t;
+
+static void
+s_keep(lisa_http_req_t *req, void *arg)
+{
+    s_keeper_t *k = arg;
+    pthread_mutex_lock(&k->mtx);
+    cr_assert_lt(k->n, 512);
+    k->held[k->n++] = req;
+    pthread_mutex_unlock(&k->mtx);
+}
+
+static void *
+s_answer_later(void *arg)
+{
+    s_keeper_t *k = arg;
+    for (int i = 0; i < 400; i++) {
+        pthread_mutex_lock(&k->mtx);
+        size_t n = k->n;
+        pthread_mutex_unlock(&k->mtx);
+        if (n >= 1)
+            break;
+        s_sleep_ms(5);
+    }
+    s_sleep_ms(50);
+    pthread_mutex_lock(&k->mtx);
+    lisa_http_req_t *req = k->held[0];
+    k->n = 0;
+    pthread_mutex_unlock(&k->mtx);
+    char body[128];
+    int n = snprintf(body, sizeof(body), "later:%s", lisa_http_req_body(req, NULL));
+    lisa_http_req_respond(req, 201, "text/plain", body, (size_t) n);
+    return NULL;
+}
+
+Test(lisa_http_server, deferred_answer_from_another_thread)
+{
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_keep, .handler_arg = &k};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    pthread_t th;
+    pthread_create(&th, NULL, s_answer_later, &k);
+    char *url = s_url(srv, "/defer");
+    lisa_http_request_t rq = {.url = url, .body = "abc", .body_len = 3};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    cr_assert_eq(lisa_http_response_status(resp), 201);
+    cr_assert_str_eq(lisa_http_response_body(resp, NULL), "later:abc");
+    cr_assert_geq(lisa_http_response_elapsed_ms(resp), 40.0);
+    lisa_http_response_destroy(&resp);
+    pthread_join(th, NULL);
+    cr_assert_eq(lisa_http_server_stats(srv).kept, 0);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+/* ------------------------------------------------------------------ */
+/* 200 concurrent kept requests, handled on a zloop, answered by another
+ * thread once all of them are parked                                   */
+
+#define S_CONC 200
+
+typedef struct {
+    s_keeper_t keeper;
+    zloop_t *loop;
+    pthread_t loop_thread_id;
+    atomic_int wrong_thread;
+    int done;
+    int ok;
+} s_conc_t;
+
+static void
+s_keep_on_loop(lisa_http_req_t *req, void *arg)
+{
+    s_conc_t *c = arg;
+    if (!pthread_equal(pthread_self(), c->loop_thread_id))
+        atomic_fetch_add(&c->wrong_thread, 1);
+    s_keep(req, &c->keeper);
+}
+
+static void *
+s_answer_all(void *arg)
+{
+    s_conc_t *c = arg;
+    for (int i = 0; i < 2000; i++) {
+        pthread_mutex_lock(&c->keeper.mtx);
+        size_t n = c->keeper.n;
+        pthread_mutex_unlock(&c->keeper.mtx);
+        if (n == S_CONC)
+            break;
+        s_sleep_ms(5);
+    }
+    pthread_mutex_lock(&c->keeper.mtx);
+    size_t n = c->keeper.n;
+    c->keeper.n = 0;
+    pthread_mutex_unlock(&c->keeper.mtx);
+    /* answer in reverse arrival order */
+    for (size_t i = n; i > 0; i--) {
+        lisa_http_req_t *req = c->keeper.held[i - 1];
+        char body[64];
+        int len = snprintf(body, sizeof(body), "re:%s",
+                           lisa_http_req_query(req, "i"));
+        lisa_http_req_respond(req, 200, "text/plain", body, (size_t) len);
+    }
+    return NULL;
+}
+
+typedef struct {
+    s_conc_t *c;
+    int i;
+} s_conc_call_t;
+
+static void
+s_conc_done(lisa_http_response_t *resp, void *arg)
+{
+    s_conc_call_t *cc = arg;
+    char want[64];
+    snprintf(want, sizeof(want), "re:%d", cc->i);
+    if (lisa_http_response_rc(resp) == LISA_OK &&
+        lisa_http_response_status(resp) == 200 &&
+        strcmp(lisa_http_response_body(resp, NULL), want) == 0)
+        cc->c->ok++;
+    cc->c->done++;
+}
+
+static int
+s_deadline(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    (void) arg;
+    return -1;
+}
+
+typedef struct {
+    int *count;
+    int want;
+    int reached;
+} s_until_t;
+
+static int
+s_stop_at_count(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_until_t *u = arg;
+    return *u->count >= u->want ? -1 : 0;
+}
+
+Test(lisa_http_server, concurrent_deferred_on_loop)
+{
+    s_conc_t c = {.keeper = {.mtx = PTHREAD_MUTEX_INITIALIZER}};
+    c.loop = zloop_new();
+    c.loop_thread_id = pthread_self();
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_keep_on_loop,
+                                     .handler_arg = &c,
+                                     .loop = c.loop,
+                                     .threads = 2};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    lisa_http_client_t *cli = lisa_http_client_new(c.loop, NULL);
+    cr_assert_not_null(cli);
+    static s_conc_call_t calls[S_CONC];
+    for (int i = 0; i < S_CONC; i++) {
+        calls[i] = (s_conc_call_t){&c, i};
+        char path[64];
+        snprintf(path, sizeof(path), "/conc?i=%d", i);
+        char *url = s_url(srv, path);
+        lisa_http_request_t rq = {.url = url, .timeout_ms = 20000};
+        cr_assert_eq(lisa_http_client_send(cli, &rq, s_conc_done, &calls[i],
+                                           NULL),
+                     LISA_OK);
+        free(url);
+    }
+    cr_assert_eq(lisa_http_client_pending(cli), S_CONC);
+    pthread_t th;
+    pthread_create(&th, NULL, s_answer_all, &c);
+    s_until_t u = {&c.done, S_CONC, 0};
+    zloop_timer(c.loop, 5, 0, s_stop_at_count, &u);
+    zloop_timer(c.loop, 20000, 1, s_deadline, NULL);
+    zloop_start(c.loop);
+    pthread_join(th, NULL);
+    cr_assert_eq(c.done, S_CONC);
+    cr_assert_eq(c.ok, S_CONC);
+    cr_assert_eq(atomic_load(&c.wrong_thread), 0);
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.requests, S_CONC);
+    cr_assert_eq(st.kept, 0);
+    lisa_http_client_destroy(&cli);
+    lisa_http_server_destroy(&srv);
+    zloop_destroy(&c.loop);
+}
+
+/* ------------------------------------------------------------------ */
+/* Server-Sent Events                                                   */
+
+typedef struct {
+    lisa_http_req_t *req;
+    atomic_int opened;
+} s_sse_t;
+
+static void
+s_sse_handler(lisa_http_req_t *req, void *arg)
+{
+    s_sse_t *s = arg;
+    cr_assert_eq(lisa_http_req_stream_open(req, 200, "text/event-stream"),
+                 LISA_OK);
+    s->req = req;
+    atomic_store(&s->opened, 1);
+}
+
+static void *
+s_sse_pusher(void *arg)
+{
+    s_sse_t *s = arg;
+    while (!atomic_load(&s->opened))
+        s_sleep_ms(2);
+    for (int i = 0; i < 5; i++) {
+        char ev[64];
+        int n = snprintf(ev, sizeof(ev), "data: {\"i\":%d}\n\n", i);
+        cr_assert_eq(lisa_http_req_stream_push(s->req, ev, (size_t) n),
+                     LISA_OK);
+        s_sleep_ms(30);
+    }
+    const char *end = "data: [DONE]\n\n";
+    cr_assert_eq(lisa_http_req_stream_push(s->req, end, strlen(end)),
+                 LISA_OK);
+    lisa_http_req_stream_close(s->req);
+    return NULL;
+}
+
+typedef struct {
+    char buf[4096];
+    size_t len;
+    int chunks;
+    double first_ms;
+    struct timespec t0;
+} s_collect_t;
+
+static double
+s_since_ms(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) (t.tv_sec - t0->tv_sec) * 1e3 +
+           (double) (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static bool
+s_collect_chunk(const char *data, size_t len, long status, void *arg)
+{
+    s_collect_t *c = arg;
+    cr_assert_eq(status, 200);
+    if (c->chunks++ == 0)
+        c->first_ms = s_since_ms(&c->t0);
+    cr_assert_lt(c->len + len, sizeof(c->buf));
+    memcpy(c->buf + c->len, data, len);
+    c->len += len;
+    return true;
+}
+
+Test(lisa_http_server, sse_stream)
+{
+    s_sse_t s = {0};
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_sse_handler, .handler_arg = &s};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    pthread_t th;
+    pthread_create(&th, NULL, s_sse_pusher, &s);
+    char *url = s_url(srv, "/v1/chat/completions");
+    s_collect_t col = {0};
+    clock_gettime(CLOCK_MONOTONIC, &col.t0);
+    lisa_http_request_t rq = {.url = url,
+                              .on_chunk = s_collect_chunk,
+                              .chunk_arg = &col};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
+                 lisa_http_response_error(resp));
+    double total = s_since_ms(&col.t0);
+    pthread_join(th, NULL);
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    cr_assert_str_eq(lisa_http_response_header(resp, "content-type"),
+                     "text/event-stream");
+    cr_assert_str_eq(lisa_http_response_header(resp, "transfer-encoding"),
+                     "chunked");
+    col.buf[col.len] = '\0';
+    cr_assert_str_eq(col.buf, "data: {\"i\":0}\n\ndata: {\"i\":1}\n\n"
+                              "data: {\"i\":2}\n\ndata: {\"i\":3}\n\n"
+                              "data: {\"i\":4}\n\ndata: [DONE]\n\n");
+    /* events arrived as they were pushed, not all at the end */
+    cr_assert_geq(col.chunks, 3);
+    cr_assert_lt(col.first_ms + 60.0, total, "first %.1f total %.1f",
+                 col.first_ms, total);
+    lisa_http_response_destroy(&resp);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+static void
+s_tiny_stream(lisa_http_req_t *req, void *arg)
+{
+    (void) arg;
+    cr_assert_eq(lisa_http_req_stream_open(req, 200, "text/plain"), LISA_OK);
+    char big[600];
+    memset(big, 'x', sizeof(big));
+    /* the queue holds 1000 bytes: the second push does not fit */
+    cr_assert_eq(lisa_http_req_stream_push(req, big, sizeof(big)), LISA_OK);
+    cr_assert_eq(lisa_http_req_stream_push(req, big, sizeof(big)),
+                 LISA_AGAIN);
+    cr_assert_eq(lisa_http_req_stream_push(req, "end", 3), LISA_OK);
+    lisa_http_req_stream_close(req);
+}
+
+Test(lisa_http_server, stream_queue_is_bounded)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_tiny_stream,
+                                     .stream_queue_max = 1000};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/s");
+    lisa_http_request_t rq = {.url = url};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    size_t len = 0;
+    const char *b = lisa_http_response_body(resp, &len);
+    cr_assert_eq(len, 603);
+    cr_assert_str_eq(b + 600, "end");
+    cr_assert_eq(lisa_http_server_stats(srv).stream_overflows, 1);
+    lisa_http_response_destroy(&resp);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+/* ------------------------------------------------------------------ */
+/* limits                                                               */
+
+Test(lisa_http_server, body_over_limit_is_413)
+{
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_echo, .max_body = 1024};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/v1/chat/completions");
+    char *big = calloc(1, 4096);
+    memset(big, 'a', 4095);
+    lisa_http_request_t rq = {.url = url, .body = big, .body_len = 4095};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
+                 lisa_http_response_error(resp));
+    cr_assert_eq(lisa_http_response_status(resp), 413);
+    json_t *o = json_loads(lisa_http_response_body(resp, NULL), 0, NULL);
+    cr_assert_not_null(o);
+    json_t *e = json_object_get(o, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "type")),
+                     "invalid_request_error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "code")),
+                     "body_too_large");
+    cr_assert_not_null(strstr(json_string_value(json_object_get(e, "message")),
+                              "1024"));
+    json_decref(o);
+    cr_assert_str_eq(lisa_http_response_header(resp, "connection"), "close");
+    lisa_http_response_destroy(&resp);
+
+    /* a body at the limit is fine */
+    rq.body_len = 1024;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    lisa_http_response_destroy(&resp);
+
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.body_too_large, 1);
+    cr_assert_eq(st.requests, 1);
+    free(big);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+static int
+s_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* True when the peer closed `fd` within `ms`. */
+static bool
+s_closed_within(int fd, long ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (long t = 0; t < ms; t += 10) {
+        if (poll(&p, 1, 10) > 0) {
+            char b[256];
+            ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+            if (n <= 0)
+                return true;
+        }
+    }
+    return false;
+}
+
+Test(lisa_http_server, chunked_body_over_limit_is_cut)
+{
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_echo, .max_body = 100};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    int fd = s_connect(lisa_http_server_port(srv));
+    const char *head = "POST /x HTTP/1.1\r\nHost: a\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n";
+    cr_assert(send(fd, head, strlen(head), MSG_NOSIGNAL) > 0);
+    char chunk[80];
+    memset(chunk, 'z', sizeof(chunk));
+    for (int i = 0; i < 3; i++) {
+        const char *sz = "50\r\n"; /* 0x50 = 80 bytes */
+        (void) send(fd, sz, strlen(sz), MSG_NOSIGNAL);
+        (void) send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
+        (void) send(fd, "\r\n", 2, MSG_NOSIGNAL);
+    }
+    cr_assert(s_closed_within(fd, 2000));
+    close(fd);
+    cr_assert_eq(lisa_http_server_stats(srv).body_too_large, 1);
+    cr_assert_eq(lisa_http_server_stats(srv).requests, 0);
+    lisa_http_server_destroy(&srv);
+}
+
+typedef struct {
+    uint16_t port;
+    int ok;
+} s_served_t;
+
+static void *
+s_normal_clients(void *arg)
+{
+    s_served_t *s = arg;
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/ok", s->port);
+    for (int i = 0; i < 10; i++) {
+        lisa_http_request_t rq = {.url = url, .timeout_ms = 2000};
+        lisa_http_response_t *resp = NULL;
+        if (lisa_http_request_sync(&rq, &resp) == LISA_OK &&
+            lisa_http_response_status(resp) == 200)
+            s->ok++;
+        lisa_http_response_destroy(&resp);
+        s_sleep_ms(30);
+    }
+    return NULL;
+}
+
+Test(lisa_http_server, slow_loris_is_cut_while_others_are_served)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_echo,
+                                     .request_timeout_ms = 300,
+                                     .idle_timeout_s = 60};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    s_served_t served = {.port = lisa_http_server_port(srv)};
+    pthread_t th;
+    pthread_create(&th, NULL, s_normal_clients, &served);
+
+    /* A client that trickles its header one byte every 40 ms: never idle
+     * long enough for an inactivity timeout, never done. */
+    int fd = s_connect(lisa_http_server_port(srv));
+    const char *req = "GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      "X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    bool cut = false;
+    for (size_t i = 0; i < strlen(req); i++) {
+        if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1) {
+            cut = true;
+            break;
+        }
+        if (s_closed_within(fd, 40)) {
+            cut = true;
+            break;
+        }
+    }
+    double at = s_since_ms(&t0);
+    close(fd);
+    pthread_join(th, NULL);
+    cr_assert(cut, "the slow client was never cut");
+    cr_assert_geq(at, 250.0);
+    cr_assert_lt(at, 2000.0, "cut after %.0f ms", at);
+    cr_assert_eq(served.ok, 10);
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.request_timeouts, 1);
+    cr_assert_eq(st.requests, 10);
+    lisa_http_server_destroy(&srv);
+}
+
+Test(lisa_http_server, max_connections_refuses_extra)
+{
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_echo, .max_connections = 2};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    uint16_t port = lisa_http_server_port(srv);
+    int a = s_connect(port);
+    int b = s_connect(port);
+    /* wait until both are admitted */
+    for (int i = 0; i < 200 && lisa_http_server_stats(srv).connections_open < 2;
+         i++)
+        s_sleep_ms(5);
+    cr_assert_eq(lisa_http_server_stats(srv).connections_open, 2);
+    int c = s_connect(port);
+    cr_assert(s_closed_within(c, 2000));
+    cr_assert_eq(lisa_http_server_stats(srv).refused_connections, 1);
+    close(c);
+    close(a);
+    close(b);
+    /* after they close, new connections are served */
+    for (int i = 0; i < 200 && lisa_http_server_stats(srv).connections_open > 0;
+         i++)
+        s_sleep_ms(5);
+    char *url = s_url(srv, "/after");
+    lisa_http_request_t rq = {.url = url};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    lisa_http_response_destroy(&resp);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+Test(lisa_http_server, oversized_header_is_refused)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_echo,
+                                     .max_header_bytes = 8192};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    char *url = s_url(srv, "/h");
+    size_t n = 20000;
+    char *h = malloc(n + 16);
+    strcpy(h, "X-Big: ");
+    memset(h + 7, 'b', n);
+    h[7 + n] = '\0';
+    const char *hdrs[] = {h, NULL};
+    lisa_http_request_t rq = {.url = url, .headers = hdrs};
+    lisa_http_response_t *resp = NULL;
+    lisa_rc_t rc = lisa_http_request_sync(&rq, &resp);
+    /* libmicrohttpd answers 431 (or closes); the handler never runs */
+    if (rc == LISA_OK)
+        cr_assert_geq(lisa_http_response_status(resp), 400);
+    lisa_http_response_destroy(&resp);
+    cr_assert_eq(lisa_http_server_stats(srv).requests, 0);
+    cr_assert_eq(lisa_http_server_stats(srv).bad_requests, 1);
+    free(h);
+    free(url);
+    lisa_http_server_destroy(&srv);
+}
+
+/* ------------------------------------------------------------------ */
+/* unix socket                                                          */
+
+Test(lisa_http_server, unix_socket)
+{
+    char dir[] = "/tmp/lisa-http-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/gw.sock", dir);
+    lisa_http_server_config_t cfg = {.unix_path = path, .handler = s_echo};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    cr_assert_eq(lisa_http_server_port(srv), 0);
+    lisa_http_request_t rq = {.url = "http://gateway/v1/models?name=u",
+                              .unix_socket = path};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
+                 lisa_http_response_error(resp));
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    json_t *o = json_loads(lisa_http_response_body(resp, NULL), 0, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "peer")), "unix");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "path")),
+                     "/v1/models");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "name")), "u");
+    json_decref(o);
+    lisa_http_response_destroy(&resp);
+    lisa_http_server_destroy(&srv);
+    cr_assert_neq(access(path, F_OK), 0, "socket file removed on destroy");
+    rmdir(dir);
+}
+
+Test(lisa_http_server, tcp_and_unix_together)
+{
+    char dir[] = "/tmp/lisa-http-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/gw.sock", dir);
+    /* a stale socket file from an earlier run is replaced */
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, path);
+    cr_assert_eq(bind(stale, (struct sockaddr *) &sa, sizeof(sa)), 0);
+    close(stale);
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .unix_path = path, .handler = s_echo};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    cr_assert_not_null(srv);
+    char *url = s_url(srv, "/both");
+    lisa_http_request_t rq = {.url = url};
+    lisa_http_response_t *resp = NULL;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    lisa_http_response_destroy(&resp);
+    rq.unix_socket = path;
+    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
+    cr_assert_eq(lisa_http_response_status(resp), 200);
+    lisa_http_response_destroy(&resp);
+    cr_assert_eq(lisa_http_server_stats(srv).requests, 2);
+    free(url);
+    lisa_http_server_destroy(&srv);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* shutdown with kept requests and open streams                         */
+
+typedef struct {
+    char url[96];
+    lisa_rc_t rc;
+    long status;
+} s_bg_t;
+
+static void *
+s_bg_request(void *arg)
+{
+    s_bg_t *b = arg;
+    lisa_http_request_t rq = {.url = b->url, .timeout_ms = 5000};
+    lisa_http_response_t *resp = NULL;
+    b->rc = lisa_http_request_sync(&rq, &resp);
+    b->status = lisa_http_response_status(resp);
+    lisa_http_response_destroy(&resp);
+    return NULL;
+}
+
+typedef struct {
+    s_keeper_t keeper;
+} s_mixed_t;
+
+static void
+s_keep_or_stream(lisa_http_req_t *req, void *arg)
+{
+    if (strcmp(lisa_http_req_path(req), "/stream") == 0) {
+        cr_assert_eq(lisa_http_req_stream_open(req, 200, "text/event-stream"),
+                     LISA_OK);
+        cr_assert_eq(lisa_http_req_stream_push(req, "data: 1\n\n", 9),
+                     LISA_OK);
+    }
+    s_keep(req, arg);
+}
+
+Test(lisa_http_server, shutdown_answers_kept_requests)
+{
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_keep_or_stream,
+                                     .handler_arg = &k};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    s_bg_t bg[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/%s",
+                 lisa_http_server_port(srv), i == 3 ? "stream" : "kept");
+        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
+    }
+    cr_assert_eq(s_wait_kept(srv, 4, 3000), 4);
+    lisa_http_server_destroy(&srv);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    /* kept requests got 503 or a closed connection; none hung */
+    for (int i = 0; i < 3; i++)
+        cr_assert(bg[i].status == 503 || bg[i].rc != LISA_OK,
+                  "request %d: rc %d status %ld", i, bg[i].rc, bg[i].status);
+    /* the stream was cut, not ended cleanly */
+    cr_assert_neq(bg[3].rc, LISA_OK);
+    /* the application still owes its answers; they only free now */
+    for (size_t i = 0; i < k.n; i++) {
+        if (strcmp(lisa_http_req_path(k.held[i]), "/stream") == 0) {
+            cr_assert_eq(lisa_http_req_stream_push(k.held[i], "x", 1),
+                         LISA_UNAVAILABLE);
+            lisa_http_req_stream_close(k.held[i]);
+        } else {
+            cr_assert_eq(lisa_http_req_respond(k.held[i], 200, NULL, "late",
+                                               4),
+                         LISA_UNAVAILABLE);
+        }
+    }
+}
+
+Test(lisa_http_server, loop_mode_shutdown_before_dispatch)
+{
+    /* Requests queued for a loop that never runs are answered and freed. */
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    zloop_t *loop = zloop_new();
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_keep,
+                                     .handler_arg = &k,
+                                     .loop = loop};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    s_bg_t bg[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/q",
+                 lisa_http_server_port(srv));
+        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
+    }
+    cr_assert_eq(s_wait_kept(srv, 2, 3000), 2);
+    cr_assert_eq(k.n, 0, "the loop never ran, so no handler did");
+    lisa_http_server_destroy(&srv);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert(bg[i].status == 503 || bg[i].rc != LISA_OK);
+    }
+    zloop_destroy(&loop);
+}
+
+Test(lisa_http_server, error_json_shape)
+{
+    char *js = lisa_http_error_json("bad \"thing\"", "invalid_request_error",
+                                    NULL);
+    json_t *o = json_loads(js, 0, NULL);
+    cr_assert_not_null(o);
+    json_t *e = json_object_get(o, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "message")),
+                     "bad \"thing\"");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "type")),
+                     "invalid_request_error");
+    cr_assert(json_is_null(json_object_get(e, "code")));
+    json_decref(o);
+    free(js);
+}
