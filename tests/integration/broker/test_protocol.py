@@ -1,0 +1,156 @@
+"""Malformed frames, unknown message types, oversized payloads and the
+span ingest path (duplicates, out of order, refused spans), against a real
+broker: every bad input gets a clear error or is counted, and the broker
+keeps serving."""
+import time
+
+import zmq
+
+from brokerlib import Client, claim, enqueue, pb, task
+
+
+def stats(c):
+    return c.ok("stats", pb.StatsReq()).stats
+
+
+def raw(c, frames, timeout=3.0):
+    c.sock.send_multipart(frames)
+    if not c.sock.poll(int(timeout * 1000)):
+        raise TimeoutError
+    fr = c.sock.recv_multipart()
+    rep = pb.Reply()
+    rep.ParseFromString(fr[-1])
+    return fr, rep
+
+
+def test_malformed_rpc_frames_get_error_replies(make_broker):
+    b = make_broker(max_rpc_frame=65536)
+    c = Client(b.ep["rpc"])
+    _, rep = raw(c, [b"", b"\xff\xff\xff\xff garbage"])
+    assert rep.code == pb.CODE_INVALID and "not a valid protobuf" in rep.error
+    # a valid frame of another envelope type (SpanPush) has no Request body
+    push = pb.SpanPush(version=1, span=pb.Span(rollout_id="r", attempt=1))
+    _, rep = raw(c, [b"", push.SerializeToString()])
+    assert rep.code == pb.CODE_UNSUPPORTED and "no body" in rep.error
+    # another protocol version
+    req = pb.Request(version=2, request_id=9, stats=pb.StatsReq())
+    _, rep = raw(c, [b"", req.SerializeToString()])
+    assert rep.code == pb.CODE_UNSUPPORTED and "version" in rep.error
+    # a request with no body at all
+    _, rep = raw(c, [b"", pb.Request(version=1, request_id=3).SerializeToString()])
+    assert rep.code == pb.CODE_UNSUPPORTED
+    # oversized: over the configured frame bound, refused with TOO_LARGE
+    big = pb.Request(version=1, request_id=4, enqueue=pb.EnqueueReq(
+        run_id="r", tasks=[task(text="x" * 70000)]))
+    _, rep = raw(c, [b"", big.SerializeToString()])
+    assert rep.code == pb.CODE_TOO_LARGE and "size limit" in rep.error
+    # wrong frame shape: two payload frames after the delimiter
+    fr, rep = raw(c, [b"", b"a", b"b"])
+    assert rep.code == pb.CODE_INVALID and "expected frames" in rep.error
+    # no delimiter (plain DEALER framing) is accepted, reply shaped the same way
+    req = pb.Request(version=1, request_id=77, stats=pb.StatsReq())
+    fr, rep = raw(c, [req.SerializeToString()])
+    assert len(fr) == 1 and rep.code == pb.CODE_OK and rep.request_id == 77
+    st = stats(c)
+    assert st.bad_frames >= 6
+    assert st.rpc_errors >= 6
+    # bad arguments in well-formed requests
+    for body, msg, code in [
+        ("enqueue", pb.EnqueueReq(run_id="r"), pb.CODE_INVALID),
+        ("enqueue", pb.EnqueueReq(run_id="bad id with spaces", tasks=[task()]), pb.CODE_INVALID),
+        ("enqueue", pb.EnqueueReq(tasks=[task(n=5000)]), pb.CODE_TOO_LARGE),
+        ("claim", pb.ClaimReq(capacity=1), pb.CODE_INVALID),
+        ("query", pb.QueryReq(limit=5000), pb.CODE_INVALID),
+        ("query", pb.QueryReq(rollout_ids=["nope"]), pb.CODE_NOT_FOUND),
+        ("query", pb.QueryReq(with_spans=True), pb.CODE_INVALID),
+        ("wait", pb.WaitReq(rollout_ids=["nope"], timeout_ms=10), pb.CODE_NOT_FOUND),
+        ("wait", pb.WaitReq(rollout_ids=["nope"], timeout_ms=10**12), pb.CODE_INVALID),
+        ("cancel", pb.CancelReq(), pb.CODE_INVALID),
+        ("span_status", pb.SpanStatusReq(rollout_id="nope", attempt=1), pb.CODE_NOT_FOUND),
+        ("engine_register", pb.EngineRegisterReq(engine=pb.Engine(engine_id="e", url="ftp://x")), pb.CODE_INVALID),
+        ("heartbeat", pb.HeartbeatReq(rollout_id="", attempt=1), pb.CODE_INVALID),
+        ("enqueue", pb.EnqueueReq(tasks=[pb.TaskSpec(files=[pb.File(path="../etc/passwd")])]), pb.CODE_INVALID),
+    ]:
+        rep = c.call(body, msg)
+        assert rep.code == code, (body, msg, rep.code, rep.error)
+        assert rep.error, (body, "an error needs a text")
+    assert b.proc.poll() is None
+    c.close()
+
+
+def test_span_ingest_is_idempotent_and_tolerates_order(broker, client):
+    rid = enqueue(client, [task()])[0]
+    claim(client)
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    push.connect(broker.ep["spans"])
+
+    def span(seq, prev):
+        return pb.Span(rollout_id=rid, attempt=1, seq=seq, prev_seq=prev,
+                       appended_ids=[seq, seq + 1], response_ids=[7, 8, 9],
+                       response_logprobs=[-0.5, -0.25, -0.125],
+                       policy_version=0, finish_reason="tool_calls")
+
+    for seq, prev in [(0, -1), (2, 1), (3, 2)]:
+        push.send(pb.SpanPush(version=1, span=span(seq, prev)).SerializeToString())
+    push.send(pb.SpanPush(version=1, span=span(2, 1)).SerializeToString())  # duplicate
+    push.send(b"\x00\x01 not a span")
+    bad = span(4, 3)
+    del bad.response_logprobs[:]
+    push.send(pb.SpanPush(version=1, span=bad).SerializeToString())
+    push.send(pb.SpanPush(version=1, span=pb.Span(rollout_id="r-unknown", attempt=1))
+              .SerializeToString())
+    end = time.time() + 3
+    while time.time() < end:
+        st = client.ok("span_status", pb.SpanStatusReq(rollout_id=rid, attempt=1))
+        if st.count == 3:
+            break
+        time.sleep(0.02)
+    assert st.count == 3 and st.contiguous_seq == 0  # seq 1 is missing
+    # the gap is filled over RPC; a repeat there is counted as a duplicate
+    rep = client.ok("span_put", pb.SpanPutReq(spans=[span(1, 0), span(3, 2)]))
+    assert rep.stored == 1 and rep.duplicates == 1
+    st = client.ok("span_status", pb.SpanStatusReq(rollout_id=rid, attempt=1))
+    assert st.count == 4 and st.contiguous_seq == 3
+    q = client.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True,
+                                       with_attempts=True))
+    assert [s.seq for s in q.spans] == [0, 1, 2, 3]
+    assert list(q.spans[2].appended_ids) == [2, 3]
+    assert q.attempts[0].span_count == 4
+    s = stats(client)
+    assert s.span_duplicates == 2 and s.spans_dropped == 3 and s.spans == 4
+    # RPC puts are validated as a whole batch
+    rep = client.call("span_put", pb.SpanPutReq(spans=[span(9, 8), bad]))
+    assert rep.code == pb.CODE_INVALID and "logprobs" in rep.error
+    assert client.ok("span_status", pb.SpanStatusReq(rollout_id=rid, attempt=1)).count == 4
+    push.close()
+
+
+def test_reward_worker_protocol_errors(broker, client):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(broker.ep["workers"])
+    # a heartbeat from a worker that never said READY is told to disconnect
+    s.send(pb.WorkerMsg(version=1, heartbeat=pb.WorkerHeartbeat()).SerializeToString())
+    assert s.poll(2000)
+    m = pb.WorkerMsg()
+    m.ParseFromString(s.recv_multipart()[-1])
+    assert m.WhichOneof("body") == "disconnect"
+    s.send(b"garbage")
+    s.send(pb.WorkerMsg(version=1, ready=pb.WorkerReady(worker_id="x", capacity=1))
+           .SerializeToString())
+    # a reply for a job it never got is counted as stale
+    s.send(pb.WorkerMsg(version=1, reply=pb.ScoreReply(job_id=12345)).SerializeToString())
+    time.sleep(0.2)
+    st = stats(client)
+    assert st.workers == 1 and st.stale_scores == 1 and st.bad_frames >= 1
+    # it heartbeats us while idle
+    assert s.poll(1000)
+    m.ParseFromString(s.recv_multipart()[-1])
+    assert m.WhichOneof("body") == "heartbeat"
+    s.send(pb.WorkerMsg(version=1, disconnect=pb.WorkerDisconnect(reason="bye"))
+           .SerializeToString())
+    time.sleep(0.1)
+    assert stats(client).workers == 0
+    s.close(0)
