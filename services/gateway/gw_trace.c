@@ -294,6 +294,13 @@ gw_attempt_prompt(const gw_attempt_t *a, size_t *n)
     return a->seg_ids;
 }
 
+int32_t
+gw_attempt_last_id(const gw_attempt_t *a)
+{
+    size_t n = gw_attempt_len(a);
+    return n ? (int32_t)a->ids[n - 1] : -1;
+}
+
 size_t
 gw_attempt_len(const gw_attempt_t *a)
 {

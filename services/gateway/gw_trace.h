@@ -101,6 +101,9 @@ lisa_rc_t gw_attempt_begin(gw_attempt_t *a, bool extends,
 /* The open call's prompt ids (borrowed until commit/abort). */
 const uint32_t *gw_attempt_prompt(const gw_attempt_t *a, size_t *n);
 
+/* Last id of the stored sequence, -1 when empty. */
+int32_t gw_attempt_last_id(const gw_attempt_t *a);
+
 /* Length of the stored sequence (prompt + response of the last call). */
 size_t gw_attempt_len(const gw_attempt_t *a);
 
