@@ -7,8 +7,10 @@
 #include <string.h>
 
 #define S_E(a_, b_, c_, d_, e_, f_, g_)                                        \
-    {.name = a_, .env = b_, .flag = c_, .type = d_, .def = e_, .help = f_,      \
-     .offset = offsetof(gw_config_t, g_)}
+    {                                                                          \
+        .name = a_, .env = b_, .flag = c_, .type = d_, .def = e_, .help = f_,  \
+        .offset = offsetof(gw_config_t, g_)                                    \
+    }
 
 const lisa_config_entry_t gw_config_table[] = {
     S_E("gateway.address", "LISA_GW_ADDRESS", "--address", LISA_CFG_STRING,
@@ -23,19 +25,30 @@ const lisa_config_entry_t gw_config_table[] = {
     S_E("gateway.broker", "LISA_GW_BROKER", "--broker", LISA_CFG_STRING,
         "tcp://127.0.0.1:7100",
         "broker RPC endpoint (empty: no broker, spans are dropped)", broker),
-    {.name = "gateway.token_key", .env = "LISA_TOKEN_KEY",
-     .flag = "--token-key", .type = LISA_CFG_STRING, .def = NULL,
+    {.name = "gateway.token_key",
+     .env = "LISA_TOKEN_KEY",
+     .flag = "--token-key",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
      .help = "attempt-token HMAC key (hex, base64 or file:PATH)",
      .offset = offsetof(gw_config_t, token_key),
      .flags = LISA_CFG_SECRET | LISA_CFG_REQUIRED},
-    {.name = "gateway.admin_key", .env = "LISA_GW_ADMIN_KEY",
-     .flag = "--admin-key", .type = LISA_CFG_STRING, .def = NULL,
+    {.name = "gateway.admin_key",
+     .env = "LISA_GW_ADMIN_KEY",
+     .flag = "--admin-key",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
      .help = "bearer key for /admin/pause|resume|drain (empty: disabled)",
-     .offset = offsetof(gw_config_t, admin_key), .flags = LISA_CFG_SECRET},
-    {.name = "gateway.tokenizer", .env = "LISA_GW_TOKENIZER",
-     .flag = "--tokenizer", .type = LISA_CFG_STRING, .def = NULL,
+     .offset = offsetof(gw_config_t, admin_key),
+     .flags = LISA_CFG_SECRET},
+    {.name = "gateway.tokenizer",
+     .env = "LISA_GW_TOKENIZER",
+     .flag = "--tokenizer",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
      .help = "directory with the model's tokenizer.json",
-     .offset = offsetof(gw_config_t, tokenizer), .flags = LISA_CFG_REQUIRED},
+     .offset = offsetof(gw_config_t, tokenizer),
+     .flags = LISA_CFG_REQUIRED},
     S_E("gateway.engines", "LISA_GW_ENGINES", "--engines", LISA_CFG_STRING,
         NULL, "static engines: id=url,id=url (besides the broker's list)",
         engines),
@@ -43,13 +56,18 @@ const lisa_config_entry_t gw_config_table[] = {
         "model name served on /v1/models and sent to engines", model),
     S_E("gateway.id", "LISA_GW_ID", "--id", LISA_CFG_STRING, "gw",
         "gateway name in spans and logs", gateway_id),
-    {.name = "gateway.max_body", .env = "LISA_GW_MAX_BODY",
-     .flag = "--max-body", .type = LISA_CFG_SIZE, .def = "8MiB",
-     .help = "largest request body", .min = "1KiB", .max = "256MiB",
+    {.name = "gateway.max_body",
+     .env = "LISA_GW_MAX_BODY",
+     .flag = "--max-body",
+     .type = LISA_CFG_SIZE,
+     .def = "8MiB",
+     .help = "largest request body",
+     .min = "1KiB",
+     .max = "256MiB",
      .offset = offsetof(gw_config_t, max_body)},
     S_E("gateway.max_connections", "LISA_GW_MAX_CONNECTIONS",
-        "--max-connections", LISA_CFG_UINT64, "8192",
-        "open client connections", max_connections),
+        "--max-connections", LISA_CFG_UINT64, "8192", "open client connections",
+        max_connections),
     S_E("gateway.request_timeout", "LISA_GW_REQUEST_TIMEOUT",
         "--request-timeout", LISA_CFG_DURATION, "30s",
         "deadline for a client to deliver a whole request (slow clients)",
@@ -80,14 +98,13 @@ const lisa_config_entry_t gw_config_table[] = {
         LISA_CFG_UINT64, "65536", "unacknowledged spans held in memory",
         span_queue),
     S_E("gateway.rpc_timeout", "LISA_GW_RPC_TIMEOUT", "--rpc-timeout",
-        LISA_CFG_DURATION, "5s", "deadline of one broker RPC",
-        rpc_timeout_ms),
+        LISA_CFG_DURATION, "5s", "deadline of one broker RPC", rpc_timeout_ms),
     S_E("gateway.result_wait", "LISA_GW_RESULT_WAIT", "--result-wait",
         LISA_CFG_DURATION, "30s",
         "how long a result waits for its spans to be acknowledged",
         result_wait_ms),
-    S_E("gateway.engine_refresh", "LISA_GW_ENGINE_REFRESH",
-        "--engine-refresh", LISA_CFG_DURATION, "2s",
+    S_E("gateway.engine_refresh", "LISA_GW_ENGINE_REFRESH", "--engine-refresh",
+        LISA_CFG_DURATION, "2s",
         "period of EngineListReq to the broker (0: static engines only)",
         engine_refresh_ms),
     S_E("gateway.health_interval", "LISA_GW_HEALTH_INTERVAL",
@@ -116,8 +133,8 @@ gw_config_load(gw_config_t *cfg, int argc, char **argv, char *err,
         .about = "The sandboxes' only door: OpenAI-compatible chat "
                  "completions (token-exact, recorded as spans) and the "
                  "task/heartbeat/result calls, proxied to the broker."};
-    return lisa_config_load_ex(gw_config_table, gw_config_table_len, cfg,
-                               argc, argv, &opts, err, errlen);
+    return lisa_config_load_ex(gw_config_table, gw_config_table_len, cfg, argc,
+                               argv, &opts, err, errlen);
 }
 
 lisa_rc_t
@@ -126,8 +143,8 @@ gw_config_defaults(gw_config_t *cfg)
     memset(cfg, 0, sizeof *cfg);
     char err[256];
     static const lisa_config_entry_t *t = gw_config_table;
-    lisa_config_entry_t relaxed[sizeof gw_config_table /
-                                sizeof gw_config_table[0]];
+    lisa_config_entry_t
+        relaxed[sizeof gw_config_table / sizeof gw_config_table[0]];
     for (size_t i = 0; i < gw_config_table_len; i++) {
         relaxed[i] = t[i];
         relaxed[i].flags &= ~LISA_CFG_REQUIRED;

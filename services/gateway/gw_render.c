@@ -170,11 +170,12 @@ s_messages(s_str_t *s, const json_t *messages, size_t first)
         } else if (strcmp(role, "assistant") == 0) {
             s_assistant(s, m);
         } else if (strcmp(role, "tool") == 0) {
-            bool head = i == 0 || strcmp(s_role(json_array_get(messages, i - 1)),
-                                         "tool") != 0;
-            bool tail = i + 1 == n ||
-                        strcmp(s_role(json_array_get(messages, i + 1)),
-                               "tool") != 0;
+            bool head =
+                i == 0 ||
+                strcmp(s_role(json_array_get(messages, i - 1)), "tool") != 0;
+            bool tail =
+                i + 1 == n ||
+                strcmp(s_role(json_array_get(messages, i + 1)), "tool") != 0;
             if (head)
                 s_cat(s, "<|im_start|>user");
             s_cat(s, "\n<tool_response>\n");
@@ -240,8 +241,8 @@ s_parse_call(const char *p, size_t n, const char *id, gw_tool_call_t *call)
     json_t *o = json_loadb(p, n, 0, NULL);
     const char *name = json_string_value(json_object_get(o, "name"));
     json_t *args = json_object_get(o, "arguments");
-    if (!json_is_object(o) || !name || (!json_is_object(args) &&
-                                        !json_is_string(args))) {
+    if (!json_is_object(o) || !name ||
+        (!json_is_object(args) && !json_is_string(args))) {
         json_decref(o);
         return false;
     }
@@ -267,15 +268,15 @@ gw_render_reply(gw_render_t *self, const uint32_t *ids, size_t n,
     while (n > 0) {
         bool stop = false;
         for (size_t k = 0; k < self->n_stop; k++)
-            stop = stop || ids[n - 1] == (uint32_t)self->stop[k];
+            stop = stop || ids[n - 1] == (uint32_t) self->stop[k];
         if (!stop)
             break;
         n--;
     }
     char *text = NULL;
     size_t len = 0;
-    lisa_rc_t rc = lisa_tokenizer_decode(self->tok, (const int32_t *)ids, n,
-                                         0, &text, &len);
+    lisa_rc_t rc = lisa_tokenizer_decode(self->tok, (const int32_t *) ids, n, 0,
+                                         &text, &len);
     if (rc != LISA_OK)
         return rc;
     s_str_t content = {lisa_malloc(len + 1), 0, len + 1};
@@ -286,7 +287,7 @@ gw_render_reply(gw_render_t *self, const uint32_t *ids, size_t n,
         const char *open = parse_tools ? strstr(p, "<tool_call>") : NULL;
         const char *close = open ? strstr(open, "</tool_call>") : NULL;
         if (!open || !close || out->n_calls >= GW_MAX_TOOL_CALLS) {
-            s_add(&content, p, (size_t)(end - p));
+            s_add(&content, p, (size_t) (end - p));
             break;
         }
         char cid[96];
@@ -297,12 +298,12 @@ gw_render_reply(gw_render_t *self, const uint32_t *ids, size_t n,
         }
         const char *body = open + 11;
         const char *after = close + 12;
-        if (s_parse_call(body, (size_t)(close - body), cid,
+        if (s_parse_call(body, (size_t) (close - body), cid,
                          &out->calls[out->n_calls])) {
-            s_add(&content, p, (size_t)(open - p));
+            s_add(&content, p, (size_t) (open - p));
             out->n_calls++;
         } else
-            s_add(&content, p, (size_t)(after - p));
+            s_add(&content, p, (size_t) (after - p));
         p = after;
     }
     lisa_free(&text);
@@ -313,7 +314,7 @@ gw_render_reply(gw_render_t *self, const uint32_t *ids, size_t n,
         while (e > b && (e[-1] == ' ' || e[-1] == '\n' || e[-1] == '\t' ||
                          e[-1] == '\r'))
             e--;
-        out->content = e > b ? lisa_strndup(b, (size_t)(e - b)) : NULL;
+        out->content = e > b ? lisa_strndup(b, (size_t) (e - b)) : NULL;
         lisa_free(&content.p);
         out->finish_reason = "tool_calls";
     } else {

@@ -49,8 +49,8 @@ lisa_tokenizer_t *gw_render_tokenizer(gw_render_t *self);
  * the last id of the stored sequence (ignored when first == 0).
  * LISA_TOOLARGE when out's bound is hit, LISA_INVALID on bad text. */
 lisa_rc_t gw_render_prompt(gw_render_t *self, const json_t *messages,
-                           size_t first, const json_t *tools,
-                           int32_t prev_last, lisa_ids_t *out) LISA_NODISCARD;
+                           size_t first, const json_t *tools, int32_t prev_last,
+                           lisa_ids_t *out) LISA_NODISCARD;
 
 /* The text gw_render_prompt would tokenize (caller frees). */
 char *gw_render_text(gw_render_t *self, const json_t *messages, size_t first,

@@ -32,10 +32,10 @@
 #include <string.h>
 #include <strings.h>
 
-#define S_SPAN_BATCH    64u
-#define S_TICK_MS       10
-#define S_HEALTH_TO_MS  2000L
-#define S_MAX_ANSWER    (1u << 20)
+#define S_SPAN_BATCH   64u
+#define S_TICK_MS      10
+#define S_HEALTH_TO_MS 2000L
+#define S_MAX_ANSWER   (1u << 20)
 
 struct gw_server_t {
     gw_config_t cfg;
@@ -49,7 +49,7 @@ struct gw_server_t {
     gw_metrics_t *m;
     gw_render_t *render;
     lisa_token_key_t key;
-    zlistx_t *results; /* s_result_t waiting for span acks */
+    zlistx_t *results;   /* s_result_t waiting for span acks */
     uint64_t span_batch; /* batch in flight, 0 when none */
     uint64_t counter;
     size_t health_pending;
@@ -84,14 +84,14 @@ s_count(gw_server_t *srv, const char *route, unsigned status, int64_t t0_us)
     gw_metrics_add(srv->m, "lisa_gateway_requests_total", labels, 1);
     snprintf(labels, sizeof labels, "route=\"%s\"", route);
     gw_metrics_observe(srv->m, "lisa_gateway_request_seconds", labels,
-                       (double)(zclock_usecs() - t0_us) / 1e6);
+                       (double) (zclock_usecs() - t0_us) / 1e6);
 }
 
 static void
 s_respond_json(gw_server_t *srv, lisa_http_req_t *req, const char *route,
                int64_t t0_us, unsigned status, const char *body, size_t len)
 {
-    (void)lisa_http_req_respond(req, status, "application/json", body, len);
+    (void) lisa_http_req_respond(req, status, "application/json", body, len);
     s_count(srv, route, status, t0_us);
 }
 
@@ -102,11 +102,11 @@ s_respond_err(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     if (err->status == 429 || err->status == 503) {
         char ra[24];
         snprintf(ra, sizeof ra, "%llu",
-                 (unsigned long long)srv->cfg.retry_after_s);
+                 (unsigned long long) srv->cfg.retry_after_s);
         lisa_http_req_add_header(req, "Retry-After", ra);
     }
     char *body = gw_err_body(err);
-    s_respond_json(srv, req, route, t0_us, (unsigned)err->status, body,
+    s_respond_json(srv, req, route, t0_us, (unsigned) err->status, body,
                    strlen(body));
     free(body);
 }
@@ -116,16 +116,26 @@ static int
 s_code_status(int code)
 {
     switch (code) {
-    case LISA__CODE__CODE_OK: return 200;
-    case LISA__CODE__CODE_INVALID: return 400;
-    case LISA__CODE__CODE_NOT_FOUND: return 404;
-    case LISA__CODE__CODE_CONFLICT: return 409;
-    case LISA__CODE__CODE_TIMEOUT: return 504;
-    case LISA__CODE__CODE_BUSY: return 429;
-    case LISA__CODE__CODE_UNAVAILABLE: return 503;
-    case LISA__CODE__CODE_UNAUTHORIZED: return 403;
-    case LISA__CODE__CODE_TOO_LARGE: return 413;
-    default: return 502;
+    case LISA__CODE__CODE_OK:
+        return 200;
+    case LISA__CODE__CODE_INVALID:
+        return 400;
+    case LISA__CODE__CODE_NOT_FOUND:
+        return 404;
+    case LISA__CODE__CODE_CONFLICT:
+        return 409;
+    case LISA__CODE__CODE_TIMEOUT:
+        return 504;
+    case LISA__CODE__CODE_BUSY:
+        return 429;
+    case LISA__CODE__CODE_UNAVAILABLE:
+        return 503;
+    case LISA__CODE__CODE_UNAUTHORIZED:
+        return 403;
+    case LISA__CODE__CODE_TOO_LARGE:
+        return 413;
+    default:
+        return 502;
     }
 }
 
@@ -203,12 +213,12 @@ s_auth(gw_server_t *srv, lisa_http_req_t *req, lisa_token_claims_t *who,
     char labels[48];
     snprintf(labels, sizeof labels, "reason=\"%s\"", why);
     gw_metrics_add(srv->m, "lisa_gateway_auth_failures_total", labels, 1);
-    return gw_err_set(err, LISA_UNAUTHORIZED, 401, "authentication_error",
-                      strcmp(why, "expired") == 0 ? "token_expired"
-                                                  : "invalid_api_key",
-                      NULL, "attempt token %s: send Authorization: Bearer "
-                            "<the attempt token>",
-                      tok ? why : "missing");
+    return gw_err_set(
+        err, LISA_UNAUTHORIZED, 401, "authentication_error",
+        strcmp(why, "expired") == 0 ? "token_expired" : "invalid_api_key", NULL,
+        "attempt token %s: send Authorization: Bearer "
+        "<the attempt token>",
+        tok ? why : "missing");
 }
 
 /* A body naming another rollout or attempt than the token is refused. */
@@ -220,7 +230,7 @@ s_same_attempt(const json_t *body, const lisa_token_claims_t *who,
     json_t *att = json_object_get(body, "attempt");
     if ((rid && strcmp(rid, who->rollout_id) != 0) ||
         (json_is_integer(att) &&
-         json_integer_value(att) != (json_int_t)who->attempt))
+         json_integer_value(att) != (json_int_t) who->attempt))
         return gw_err_set(err, LISA_UNAUTHORIZED, 403, "permission_error",
                           "wrong_rollout", "rollout_id",
                           "this token is not valid for that rollout or "
@@ -236,32 +246,31 @@ static void
 s_span_put_done(void *arg, uint64_t request_id, lisa_rc_t rc,
                 const Lisa__Reply *rep)
 {
-    (void)request_id;
+    (void) request_id;
     gw_server_t *srv = arg;
     uint64_t batch = srv->span_batch;
     srv->span_batch = 0;
     if (rc == LISA_OK && rep && rep->code == LISA__CODE__CODE_OK) {
         size_t before = gw_spanq_size(srv->spanq);
         gw_spanq_acked(srv->spanq, batch);
-        gw_metrics_add(srv->m, "lisa_gateway_spans_total",
-                       "outcome=\"acked\"",
-                       (double)(before - gw_spanq_size(srv->spanq)));
+        gw_metrics_add(srv->m, "lisa_gateway_spans_total", "outcome=\"acked\"",
+                       (double) (before - gw_spanq_size(srv->spanq)));
     } else if (rc == LISA_OK && rep &&
                (rep->code == LISA__CODE__CODE_INVALID ||
                 rep->code == LISA__CODE__CODE_NOT_FOUND)) {
         size_t dropped = gw_spanq_refused(srv->spanq, batch);
         lisa_log_warn("span batch %llu refused by the broker: %s%s",
-                      (unsigned long long)batch, rep->error,
+                      (unsigned long long) batch, rep->error,
                       dropped ? " (span dropped)" : " (resending one by one)");
         if (dropped)
             gw_metrics_add(srv->m, "lisa_gateway_spans_total",
-                           "outcome=\"refused\"", (double)dropped);
+                           "outcome=\"refused\"", (double) dropped);
     } else {
         lisa_log_warn("span batch %llu not stored (%s%s%s); will resend",
-                      (unsigned long long)batch, lisa_rc_str(rc),
+                      (unsigned long long) batch, lisa_rc_str(rc),
                       rep ? ": " : "", rep && rep->error ? rep->error : "");
-        gw_metrics_add(srv->m, "lisa_gateway_spans_total",
-                       "outcome=\"resent\"", 1);
+        gw_metrics_add(srv->m, "lisa_gateway_spans_total", "outcome=\"resent\"",
+                       1);
         gw_spanq_failed(srv->spanq, batch, s_now_ms());
     }
     s_results_check(srv);
@@ -274,8 +283,8 @@ s_span_flush(gw_server_t *srv)
         return;
     Lisa__Span *spans[S_SPAN_BATCH];
     uint64_t batch;
-    size_t n = gw_spanq_take(srv->spanq, s_now_ms(), S_SPAN_BATCH, spans,
-                             &batch);
+    size_t n =
+        gw_spanq_take(srv->spanq, s_now_ms(), S_SPAN_BATCH, spans, &batch);
     if (!n)
         return;
     Lisa__SpanPutReq put = LISA__SPAN_PUT_REQ__INIT;
@@ -285,7 +294,7 @@ s_span_flush(gw_server_t *srv)
     req.body_case = LISA__REQUEST__BODY_SPAN_PUT;
     req.span_put = &put;
     srv->span_batch = batch;
-    if (lisa_rpc_send(srv->rpc, &req, (int)srv->cfg.rpc_timeout_ms,
+    if (lisa_rpc_send(srv->rpc, &req, (int) srv->cfg.rpc_timeout_ms,
                       s_span_put_done, srv, NULL) != LISA_OK) {
         srv->span_batch = 0;
         gw_spanq_failed(srv->spanq, batch, s_now_ms());
@@ -357,7 +366,7 @@ s_chat_render(s_chat_t *c)
     if (!gw_attempt_based(a))
         gw_attempt_set_base(a, 0);
     size_t first = 0;
-    bool ext = gw_attempt_plan(a, (const uint8_t(*)[GW_DIGEST_LEN])c->dig,
+    bool ext = gw_attempt_plan(a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,
                                c->n_dig, c->tools, &first);
     if (!ext && gw_attempt_spans(a) > 0)
         gw_metrics_add(srv->m, "lisa_gateway_segments_total", NULL, 1);
@@ -369,7 +378,7 @@ s_chat_render(s_chat_t *c)
     if (rc == LISA_OK && base + lisa_ids_len(ids) >= max)
         rc = LISA_TOOLARGE;
     if (rc == LISA_OK)
-        rc = gw_attempt_begin(a, ext, (const uint32_t *)lisa_ids_data(ids),
+        rc = gw_attempt_begin(a, ext, (const uint32_t *) lisa_ids_data(ids),
                               lisa_ids_len(ids), s_now_ms());
     size_t appended = lisa_ids_len(ids);
     lisa_ids_destroy(&ids);
@@ -384,8 +393,7 @@ s_chat_render(s_chat_t *c)
     }
     if (rc != LISA_OK) {
         gw_err_set(&err, rc, 400, "invalid_request_error", NULL, "messages",
-                   "the messages could not be tokenized (%s)",
-                   lisa_rc_str(rc));
+                   "the messages could not be tokenized (%s)", lisa_rc_str(rc));
         s_chat_fail(&c, &err);
         return;
     }
@@ -393,9 +401,9 @@ s_chat_render(s_chat_t *c)
     c->begun = true;
     size_t plen;
     const uint32_t *prompt = gw_attempt_prompt(a, &plen);
-    int64_t room = (int64_t)max - (int64_t)plen;
+    int64_t room = (int64_t) max - (int64_t) plen;
     int64_t want = c->chat.max_tokens ? c->chat.max_tokens
-                                      : (int64_t)srv->cfg.default_max_tokens;
+                                      : (int64_t) srv->cfg.default_max_tokens;
     size_t n_stop_ids;
     const int32_t *stop_ids = gw_render_stop_ids(srv->render, &n_stop_ids);
     gw_sampling_t s = {.model = srv->cfg.model,
@@ -408,12 +416,12 @@ s_chat_render(s_chat_t *c)
                        .n_stop = c->chat.n_stop};
     c->body = gw_upstream_body(prompt, plen, &s, &c->body_len);
     gw_metrics_add(srv->m, "lisa_gateway_tokens_in_total", NULL,
-                   (double)appended);
+                   (double) appended);
     gw_metrics_add(srv->m, "lisa_gateway_prompt_tokens_total", NULL,
-                   (double)plen);
+                   (double) plen);
     if (!gw_spanq_has_room(srv->spanq, 1)) {
-        gw_err_set(&err, LISA_AGAIN, 503, "server_error", "span_backlog",
-                   NULL, "spans are not being stored fast enough; retry");
+        gw_err_set(&err, LISA_AGAIN, 503, "server_error", "span_backlog", NULL,
+                   "spans are not being stored fast enough; retry");
         s_chat_fail(&c, &err);
         return;
     }
@@ -425,7 +433,7 @@ static void
 s_chat_based(void *arg, uint64_t request_id, lisa_rc_t rc,
              const Lisa__Reply *rep)
 {
-    (void)request_id;
+    (void) request_id;
     s_chat_t *c = arg;
     gw_server_t *srv = c->c.srv;
     if (rc != LISA_OK || !rep || rep->code != LISA__CODE__CODE_OK ||
@@ -438,10 +446,10 @@ s_chat_based(void *arg, uint64_t request_id, lisa_rc_t rc,
     gw_attempt_t *a;
     if (gw_trace_open(srv->trace, c->c.who.rollout_id, c->c.who.attempt,
                       s_now_ms(), &a) == LISA_OK) {
-        int64_t next = (int64_t)rep->span_status->contiguous_seq + 1;
-        if ((int64_t)rep->span_status->count > next)
+        int64_t next = (int64_t) rep->span_status->contiguous_seq + 1;
+        if ((int64_t) rep->span_status->count > next)
             next = rep->span_status->count;
-        gw_attempt_set_base(a, (uint32_t)next);
+        gw_attempt_set_base(a, (uint32_t) next);
     }
     s_chat_render(c);
 }
@@ -458,8 +466,9 @@ s_chat_send(s_chat_t *c)
     if (rc != LISA_OK) {
         if (rc == LISA_AGAIN)
             gw_err_set(&err, rc, 429, "rate_limit_error", "engines_paused",
-                       NULL, "generation is paused for a weight update; "
-                             "retry after the Retry-After delay");
+                       NULL,
+                       "generation is paused for a weight update; "
+                       "retry after the Retry-After delay");
         else
             gw_err_set(&err, rc, 503, "server_error", "no_engine", NULL,
                        "no generation engine is available");
@@ -470,14 +479,15 @@ s_chat_send(s_chat_t *c)
     gw_attempt_set_engine(c->a, id);
     char full[2048];
     snprintf(full, sizeof full, "%s/v1/completions", url);
+    /* no "Expect: 100-continue" round trip before the body */
     static const char *const hdrs[] = {"Content-Type: application/json",
-                                       NULL};
+                                       "Expect:", NULL};
     lisa_http_request_t r = {.method = "POST",
                              .url = full,
                              .headers = hdrs,
                              .body = c->body,
                              .body_len = c->body_len,
-                             .timeout_ms = (long)srv->cfg.upstream_timeout_ms,
+                             .timeout_ms = (long) srv->cfg.upstream_timeout_ms,
                              .connect_timeout_ms = 2000};
     gw_pool_call_started(srv->pool, id);
     c->tries++;
@@ -494,8 +504,7 @@ static void
 s_upstream_err(gw_server_t *srv, const char *engine, const char *kind)
 {
     char labels[256];
-    snprintf(labels, sizeof labels, "engine=\"%s\",kind=\"%s\"", engine,
-             kind);
+    snprintf(labels, sizeof labels, "engine=\"%s\",kind=\"%s\"", engine, kind);
     gw_metrics_add(srv->m, "lisa_gateway_upstream_errors_total", labels, 1);
 }
 
@@ -507,12 +516,11 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     char id_prefix[64], chat_id[96];
     uint64_t k = ++srv->counter;
     snprintf(id_prefix, sizeof id_prefix, "call_%s_%llu", srv->cfg.gateway_id,
-             (unsigned long long)k);
+             (unsigned long long) k);
     snprintf(chat_id, sizeof chat_id, "chatcmpl-%s-%llu", srv->cfg.gateway_id,
-             (unsigned long long)k);
-    bool tools = c->chat.tools &&
-                 !(c->chat.tool_choice &&
-                   strcmp(c->chat.tool_choice, "none") == 0);
+             (unsigned long long) k);
+    bool tools = c->chat.tools && !(c->chat.tool_choice &&
+                                    strcmp(c->chat.tool_choice, "none") == 0);
     gw_reply_t reply;
     if (gw_render_reply(srv->render, comp->ids, comp->n, comp->finish_reason,
                         tools, id_prefix, &reply) != LISA_OK) {
@@ -524,7 +532,7 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     uint8_t rdig[GW_DIGEST_LEN];
     gw_reply_digest(&reply, rdig);
     size_t plen;
-    (void)gw_attempt_prompt(c->a, &plen);
+    (void) gw_attempt_prompt(c->a, &plen);
     gw_sample_t s = {.ids = comp->ids,
                      .logprobs = comp->logprobs,
                      .n = comp->n,
@@ -537,7 +545,7 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
                      .end_ms = s_now_ms()};
     Lisa__Span *span = NULL;
     lisa_rc_t rc =
-        gw_attempt_commit(c->a, (const uint8_t(*)[GW_DIGEST_LEN])c->dig,
+        gw_attempt_commit(c->a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,
                           c->n_dig, c->tools, rdig, &s, &span);
     c->begun = false;
     if (rc != LISA_OK) {
@@ -546,7 +554,7 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
                    "context_length_exceeded", "max_tokens",
                    "the reply does not fit in the attempt's context of %llu "
                    "tokens",
-                   (unsigned long long)srv->cfg.max_context);
+                   (unsigned long long) srv->cfg.max_context);
         s_chat_fail(&c, &err);
         return;
     }
@@ -561,16 +569,16 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
                        "outcome=\"no_broker\"", 1);
     }
     gw_metrics_add(srv->m, "lisa_gateway_tokens_out_total", NULL,
-                   (double)comp->n);
+                   (double) comp->n);
     gw_usage_t u = {plen, comp->n};
     const char *model = c->chat.model ? c->chat.model : srv->cfg.model;
-    int64_t created = (int64_t)(s_now_ms() / 1000);
+    int64_t created = (int64_t) (s_now_ms() / 1000);
     if (c->chat.stream) {
         size_t len;
         char *sse = gw_chat_stream(chat_id, created, model, &reply, &u,
                                    c->chat.include_usage, &len);
-        (void)lisa_http_req_respond(c->c.req, 200, "text/event-stream", sse,
-                                    len);
+        (void) lisa_http_req_respond(c->c.req, 200, "text/event-stream", sse,
+                                     len);
         s_count(srv, c->c.route, 200, c->c.t0_us);
         lisa_free(&sse);
     } else {
@@ -596,12 +604,12 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
     char labels[200];
     snprintf(labels, sizeof labels, "engine=\"%s\"", c->engine);
     gw_metrics_observe(srv->m, "lisa_gateway_upstream_seconds", labels,
-                       (double)(zclock_usecs() - c->up_t0_us) / 1e6);
+                       (double) (zclock_usecs() - c->up_t0_us) / 1e6);
     if (conn) {
         s_upstream_err(srv, c->engine, "connect");
         if (c->tries <= srv->cfg.upstream_retries) {
-            gw_metrics_add(srv->m, "lisa_gateway_upstream_retries_total",
-                           NULL, 1);
+            gw_metrics_add(srv->m, "lisa_gateway_upstream_retries_total", NULL,
+                           1);
             s_chat_send(c);
             return;
         }
@@ -621,9 +629,8 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
     if (rc != LISA_OK || status != 200) {
         s_upstream_err(srv, c->engine, "status");
         if (status == 429 || status == 503)
-            gw_err_set(&err, LISA_AGAIN, 429, "rate_limit_error",
-                       "engine_busy", NULL,
-                       "the generation engine is busy or paused; retry");
+            gw_err_set(&err, LISA_AGAIN, 429, "rate_limit_error", "engine_busy",
+                       NULL, "the generation engine is busy or paused; retry");
         else
             gw_err_set(&err, LISA_ERR, 502, "server_error", "engine_error",
                        NULL, "the generation engine answered %ld", status);
@@ -638,8 +645,8 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
                           sizeof why) != LISA_OK) {
         s_upstream_err(srv, c->engine, "malformed");
         lisa_log_warn("engine %s: %s", c->engine, why);
-        gw_err_set(&err, LISA_INVALID, 502, "server_error",
-                   "bad_engine_reply", NULL, "bad engine reply: %s", why);
+        gw_err_set(&err, LISA_INVALID, 502, "server_error", "bad_engine_reply",
+                   NULL, "bad engine reply: %s", why);
         s_chat_fail(&c, &err);
         return;
     }
@@ -648,8 +655,8 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
 }
 
 static void
-s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route,
-       int64_t t0_us, const lisa_token_claims_t *who)
+s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
+       const lisa_token_claims_t *who)
 {
     s_chat_t *c = lisa_calloc(1, sizeof *c);
     c->c = (s_ctx_t){srv, req, route, t0_us, *who};
@@ -673,7 +680,7 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route,
         Lisa__Request r = LISA__REQUEST__INIT;
         r.body_case = LISA__REQUEST__BODY_SPAN_STATUS;
         r.span_status = &ss;
-        if (lisa_rpc_send(srv->rpc, &r, (int)srv->cfg.rpc_timeout_ms,
+        if (lisa_rpc_send(srv->rpc, &r, (int) srv->cfg.rpc_timeout_ms,
                           s_chat_based, c, NULL) != LISA_OK) {
             s_broker_err(srv, "SpanStatus", LISA_ERR, NULL, &err);
             s_chat_fail(&c, &err);
@@ -709,7 +716,7 @@ s_pass_done(lisa_http_response_t *resp, void *arg)
         size_t len;
         const char *body = lisa_http_response_body(resp, &len);
         s_respond_json(srv, p->c.req, p->c.route, p->c.t0_us,
-                       (unsigned)lisa_http_response_status(resp), body, len);
+                       (unsigned) lisa_http_response_status(resp), body, len);
     }
     lisa_free(&p);
 }
@@ -725,8 +732,8 @@ s_completions(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     bool ok = json_is_object(j);
     json_decref(j);
     if (!ok) {
-        gw_err_set(&err, LISA_INVALID, 400, "invalid_request_error", NULL,
-                   NULL, "the body must be a JSON object");
+        gw_err_set(&err, LISA_INVALID, 400, "invalid_request_error", NULL, NULL,
+                   "the body must be a JSON object");
         s_respond_err(srv, req, route, t0_us, &err);
         return;
     }
@@ -736,8 +743,8 @@ s_completions(gw_server_t *srv, lisa_http_req_t *req, const char *route,
         gw_pool_pick(srv->pool, a ? gw_attempt_engine(a) : NULL, &id, &url);
     if (rc != LISA_OK) {
         gw_err_set(&err, rc, rc == LISA_AGAIN ? 429 : 503,
-                   rc == LISA_AGAIN ? "rate_limit_error" : "server_error",
-                   NULL, NULL, "no generation engine is available now");
+                   rc == LISA_AGAIN ? "rate_limit_error" : "server_error", NULL,
+                   NULL, "no generation engine is available now");
         s_respond_err(srv, req, route, t0_us, &err);
         return;
     }
@@ -746,14 +753,15 @@ s_completions(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     snprintf(p->engine, sizeof p->engine, "%s", id);
     char full[2048];
     snprintf(full, sizeof full, "%s/v1/completions", url);
+    /* no "Expect: 100-continue" round trip before the body */
     static const char *const hdrs[] = {"Content-Type: application/json",
-                                       NULL};
+                                       "Expect:", NULL};
     lisa_http_request_t r = {.method = "POST",
                              .url = full,
                              .headers = hdrs,
                              .body = body,
                              .body_len = len,
-                             .timeout_ms = (long)srv->cfg.upstream_timeout_ms};
+                             .timeout_ms = (long) srv->cfg.upstream_timeout_ms};
     gw_pool_call_started(srv->pool, id);
     if (lisa_http_client_send(srv->hc, &r, s_pass_done, p, NULL) != LISA_OK) {
         gw_pool_call_ended(srv->pool, id, false);
@@ -772,18 +780,18 @@ s_limits_json(const Lisa__Limits *l)
     if (!l)
         return json_object();
     return json_pack("{s:I,s:I,s:I,s:I,s:f,s:f}", "max_turns",
-                     (json_int_t)l->max_turns, "max_context_tokens",
-                     (json_int_t)l->max_context_tokens, "max_tokens_per_call",
-                     (json_int_t)l->max_tokens_per_call, "deadline_ms",
-                     (json_int_t)l->deadline_ms, "temperature",
-                     (double)l->temperature, "top_p", (double)l->top_p);
+                     (json_int_t) l->max_turns, "max_context_tokens",
+                     (json_int_t) l->max_context_tokens, "max_tokens_per_call",
+                     (json_int_t) l->max_tokens_per_call, "deadline_ms",
+                     (json_int_t) l->deadline_ms, "temperature",
+                     (double) l->temperature, "top_p", (double) l->top_p);
 }
 
 static char *
 s_b64(const uint8_t *p, size_t n)
 {
     char *out = lisa_malloc(4 * ((n + 2) / 3) + 1);
-    EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+    EVP_EncodeBlock((unsigned char *) out, p, (int) n);
     return out;
 }
 
@@ -793,9 +801,9 @@ s_task_json(const Lisa__TaskView *t)
     json_t *files = json_array();
     for (size_t i = 0; i < t->n_files; i++) {
         char *b = s_b64(t->files[i]->content.data, t->files[i]->content.len);
-        json_array_append_new(files, json_pack("{s:s,s:s}", "path",
-                                               t->files[i]->path,
-                                               "content_base64", b));
+        json_array_append_new(files,
+                              json_pack("{s:s,s:s}", "path", t->files[i]->path,
+                                        "content_base64", b));
         lisa_free(&b);
     }
     json_t *extra = t->extra_info_json && t->extra_info_json[0]
@@ -805,20 +813,20 @@ s_task_json(const Lisa__TaskView *t)
         json_decref(extra);
         extra = json_object();
     }
-    return json_pack(
-        "{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
-        t->rollout_id, "attempt", (json_int_t)t->attempt, "task_id",
-        t->task_id, "data_source", t->data_source, "problem_statement",
-        t->problem_statement, "files", files, "extra_info", extra, "limits",
-        s_limits_json(t->limits), "deadline_ms", (json_int_t)t->deadline_ms,
-        "policy_version", (json_int_t)t->policy_version);
+    return json_pack("{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
+                     t->rollout_id, "attempt", (json_int_t) t->attempt,
+                     "task_id", t->task_id, "data_source", t->data_source,
+                     "problem_statement", t->problem_statement, "files", files,
+                     "extra_info", extra, "limits", s_limits_json(t->limits),
+                     "deadline_ms", (json_int_t) t->deadline_ms,
+                     "policy_version", (json_int_t) t->policy_version);
 }
 
 static void
 s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
              const Lisa__Reply *rep)
 {
-    (void)request_id;
+    (void) request_id;
     s_ctx_t *c = arg;
     gw_server_t *srv = c->srv;
     if (rc != LISA_OK || !rep || rep->code != LISA__CODE__CODE_OK) {
@@ -833,7 +841,7 @@ s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
         o = s_task_json(rep->get_task->task);
     else if (rep->body_case == LISA__REPLY__BODY_HEARTBEAT)
         o = json_pack("{s:I,s:b}", "lease_expiry_ms",
-                      (json_int_t)rep->heartbeat->lease_expiry_ms, "cancel",
+                      (json_int_t) rep->heartbeat->lease_expiry_ms, "cancel",
                       rep->heartbeat->cancel);
     else if (rep->body_case == LISA__REPLY__BODY_ATTEMPT_COMPLETE) {
         o = json_pack("{s:s}", "status", "accepted");
@@ -856,7 +864,7 @@ s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
 static void
 s_rpc_go(gw_server_t *srv, Lisa__Request *r, s_ctx_t *c)
 {
-    if (lisa_rpc_send(srv->rpc, r, (int)srv->cfg.rpc_timeout_ms, s_rpc_answer,
+    if (lisa_rpc_send(srv->rpc, r, (int) srv->cfg.rpc_timeout_ms, s_rpc_answer,
                       c, NULL) != LISA_OK) {
         gw_err_t err;
         s_broker_err(srv, c->route, LISA_ERR, NULL, &err);
@@ -872,15 +880,15 @@ s_need_broker(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     if (srv->rpc)
         return true;
     gw_err_t err;
-    gw_err_set(&err, LISA_UNAVAILABLE, 503, "server_error", "no_broker",
-               NULL, "this gateway runs without a broker");
+    gw_err_set(&err, LISA_UNAVAILABLE, 503, "server_error", "no_broker", NULL,
+               "this gateway runs without a broker");
     s_respond_err(srv, req, route, t0_us, &err);
     return false;
 }
 
 static void
-s_task(gw_server_t *srv, lisa_http_req_t *req, const char *route,
-       int64_t t0_us, const lisa_token_claims_t *who)
+s_task(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
+       const lisa_token_claims_t *who)
 {
     if (!s_need_broker(srv, req, route, t0_us))
         return;
@@ -907,8 +915,8 @@ s_body_object(lisa_http_req_t *req, const lisa_token_claims_t *who,
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(o)) {
         json_decref(o);
-        gw_err_set(err, LISA_INVALID, 400, "invalid_request_error", NULL,
-                   NULL, "the body must be a JSON object");
+        gw_err_set(err, LISA_INVALID, 400, "invalid_request_error", NULL, NULL,
+                   "the body must be a JSON object");
         return NULL;
     }
     if (s_same_attempt(o, who, err) != LISA_OK) {
@@ -991,8 +999,8 @@ s_result_send(gw_server_t *srv, s_result_t *res)
     Lisa__Request r = LISA__REQUEST__INIT;
     r.body_case = LISA__REQUEST__BODY_ATTEMPT_COMPLETE;
     r.attempt_complete = &ac;
-    s_ctx_t *c = s_ctx_new(srv, res->c.req, res->c.route, res->c.t0_us,
-                           &res->c.who);
+    s_ctx_t *c =
+        s_ctx_new(srv, res->c.req, res->c.route, res->c.t0_us, &res->c.who);
     s_rpc_go(srv, &r, c);
     s_result_free(&res);
 }
@@ -1062,13 +1070,13 @@ s_result(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     if (turns && (!json_is_integer(turns) || json_integer_value(turns) < 0 ||
                   json_integer_value(turns) > 1000000))
         bad = true;
-    res->turns = turns ? (uint32_t)json_integer_value(turns) : 0;
+    res->turns = turns ? (uint32_t) json_integer_value(turns) : 0;
     json_decref(o);
     if (bad) {
         s_result_free(&res);
-        gw_err_set(&err, LISA_INVALID, 400, "invalid_request_error", NULL,
-                   NULL, "result fields: answer (string, at most 1 MiB), "
-                         "end_reason, detail (strings), turns (integer)");
+        gw_err_set(&err, LISA_INVALID, 400, "invalid_request_error", NULL, NULL,
+                   "result fields: answer (string, at most 1 MiB), "
+                   "end_reason, detail (strings), turns (integer)");
         s_respond_err(srv, req, route, t0_us, &err);
         return;
     }
@@ -1088,7 +1096,7 @@ static void
 s_models(gw_server_t *srv, lisa_http_req_t *req, const char *route,
          int64_t t0_us, const lisa_token_claims_t *who)
 {
-    (void)who;
+    (void) who;
     json_t *o = json_pack("{s:s,s:[{s:s,s:s,s:i,s:s}]}", "object", "list",
                           "data", "id", srv->cfg.model, "object", "model",
                           "created", 0, "owned_by", "lisa");
@@ -1102,12 +1110,12 @@ static void
 s_update_gauges(gw_server_t *srv)
 {
     gw_metrics_set(srv->m, "lisa_gateway_active_attempts", NULL,
-                   (double)gw_trace_size(srv->trace));
+                   (double) gw_trace_size(srv->trace));
     gw_metrics_set(srv->m, "lisa_gateway_spans_pending", NULL,
-                   (double)gw_spanq_size(srv->spanq));
+                   (double) gw_spanq_size(srv->spanq));
     lisa_http_server_stats_t st = lisa_http_server_stats(srv->http);
     gw_metrics_set(srv->m, "lisa_gateway_inflight_requests", NULL,
-                   (double)st.kept);
+                   (double) st.kept);
     for (size_t i = 0; i < gw_pool_size(srv->pool); i++) {
         const char *id;
         bool up, paused;
@@ -1126,12 +1134,12 @@ static void
 s_metrics(gw_server_t *srv, lisa_http_req_t *req, const char *route,
           int64_t t0_us, const lisa_token_claims_t *who)
 {
-    (void)who;
+    (void) who;
     s_update_gauges(srv);
     size_t len;
     char *txt = gw_metrics_render(srv->m, &len);
-    (void)lisa_http_req_respond(req, 200, "text/plain; version=0.0.4", txt,
-                                len);
+    (void) lisa_http_req_respond(req, 200, "text/plain; version=0.0.4", txt,
+                                 len);
     s_count(srv, route, 200, t0_us);
     lisa_free(&txt);
 }
@@ -1140,20 +1148,19 @@ static void
 s_healthz(gw_server_t *srv, lisa_http_req_t *req, const char *route,
           int64_t t0_us, const lisa_token_claims_t *who)
 {
-    (void)who;
+    (void) who;
     size_t up = 0;
     for (size_t i = 0; i < gw_pool_size(srv->pool); i++) {
         bool u;
         gw_pool_at(srv->pool, i, NULL, NULL, &u, NULL, NULL);
         up += u;
     }
-    json_t *o = json_pack("{s:s,s:I,s:I,s:b,s:I,s:I}", "status", "ok",
-                          "engines", (json_int_t)gw_pool_size(srv->pool),
-                          "engines_up", (json_int_t)up, "paused",
-                          gw_pool_paused(srv->pool), "attempts",
-                          (json_int_t)gw_trace_size(srv->trace),
-                          "spans_pending",
-                          (json_int_t)gw_spanq_size(srv->spanq));
+    json_t *o =
+        json_pack("{s:s,s:I,s:I,s:b,s:I,s:I}", "status", "ok", "engines",
+                  (json_int_t) gw_pool_size(srv->pool), "engines_up",
+                  (json_int_t) up, "paused", gw_pool_paused(srv->pool),
+                  "attempts", (json_int_t) gw_trace_size(srv->trace),
+                  "spans_pending", (json_int_t) gw_spanq_size(srv->spanq));
     char *s = json_dumps(o, JSON_COMPACT);
     s_respond_json(srv, req, route, t0_us, 200, s, strlen(s));
     free(s);
@@ -1164,15 +1171,15 @@ static void
 s_admin(gw_server_t *srv, lisa_http_req_t *req, const char *route,
         int64_t t0_us, const lisa_token_claims_t *who)
 {
-    (void)who;
+    (void) who;
     const char *path = lisa_http_req_path(req);
     if (strcmp(path, "/admin/pause") == 0)
         gw_pool_pause_all(srv->pool, true);
     else if (strcmp(path, "/admin/resume") == 0)
         gw_pool_pause_all(srv->pool, false);
-    json_t *o = json_pack("{s:b,s:I}", "paused", gw_pool_paused(srv->pool),
-                          "inflight",
-                          (json_int_t)gw_pool_inflight(srv->pool, NULL));
+    json_t *o =
+        json_pack("{s:b,s:I}", "paused", gw_pool_paused(srv->pool), "inflight",
+                  (json_int_t) gw_pool_inflight(srv->pool, NULL));
     char *s = json_dumps(o, JSON_COMPACT);
     s_respond_json(srv, req, route, t0_us, 200, s, strlen(s));
     free(s);
@@ -1266,8 +1273,8 @@ s_on_request(lisa_http_req_t *req, void *arg)
 static int
 s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
-    (void)loop;
-    (void)timer_id;
+    (void) loop;
+    (void) timer_id;
     gw_server_t *srv = arg;
     s_span_flush(srv);
     if (zlistx_size(srv->results))
@@ -1279,7 +1286,7 @@ static void
 s_engines_listed(void *arg, uint64_t request_id, lisa_rc_t rc,
                  const Lisa__Reply *rep)
 {
-    (void)request_id;
+    (void) request_id;
     gw_server_t *srv = arg;
     srv->listing = false;
     if (rc != LISA_OK || !rep || rep->code != LISA__CODE__CODE_OK ||
@@ -1304,8 +1311,8 @@ s_engines_listed(void *arg, uint64_t request_id, lisa_rc_t rc,
 static int
 s_on_refresh(zloop_t *loop, int timer_id, void *arg)
 {
-    (void)loop;
-    (void)timer_id;
+    (void) loop;
+    (void) timer_id;
     gw_server_t *srv = arg;
     if (!srv->rpc || srv->listing)
         return 0;
@@ -1313,7 +1320,7 @@ s_on_refresh(zloop_t *loop, int timer_id, void *arg)
     Lisa__Request r = LISA__REQUEST__INIT;
     r.body_case = LISA__REQUEST__BODY_ENGINE_LIST;
     r.engine_list = &el;
-    if (lisa_rpc_send(srv->rpc, &r, (int)srv->cfg.rpc_timeout_ms,
+    if (lisa_rpc_send(srv->rpc, &r, (int) srv->cfg.rpc_timeout_ms,
                       s_engines_listed, srv, NULL) == LISA_OK)
         srv->listing = true;
     return 0;
@@ -1338,8 +1345,8 @@ s_health_done(lisa_http_response_t *resp, void *arg)
 static int
 s_on_health(zloop_t *loop, int timer_id, void *arg)
 {
-    (void)loop;
-    (void)timer_id;
+    (void) loop;
+    (void) timer_id;
     gw_server_t *srv = arg;
     if (srv->health_pending)
         return 0;
@@ -1366,8 +1373,8 @@ s_on_health(zloop_t *loop, int timer_id, void *arg)
 static int
 s_on_expire(zloop_t *loop, int timer_id, void *arg)
 {
-    (void)loop;
-    (void)timer_id;
+    (void) loop;
+    (void) timer_id;
     gw_server_t *srv = arg;
     uint64_t now = s_now_ms();
     if (now > srv->cfg.attempt_idle_ms)
@@ -1407,8 +1414,8 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     srv->loop = loop;
     char err[256];
     if (!cfg->token_key ||
-        lisa_token_key_from_spec(cfg->token_key, &srv->key, err,
-                                 sizeof err) != LISA_OK) {
+        lisa_token_key_from_spec(cfg->token_key, &srv->key, err, sizeof err) !=
+            LISA_OK) {
         lisa_log_error("gateway: token key: %s",
                        cfg->token_key ? err : "not set");
         goto fail;
@@ -1419,19 +1426,20 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
                        cfg->tokenizer ? cfg->tokenizer : "(unset)");
         goto fail;
     }
-    srv->pool = gw_pool_new((uint32_t)cfg->engine_max_inflight,
-                            (uint32_t)cfg->fail_limit);
+    srv->pool = gw_pool_new((uint32_t) cfg->engine_max_inflight,
+                            (uint32_t) cfg->fail_limit);
     if (gw_pool_add_static(srv->pool, cfg->engines) != LISA_OK) {
         lisa_log_error("gateway: bad engine list '%s'", cfg->engines);
         goto fail;
     }
-    srv->trace = gw_trace_new(cfg->max_attempts, (uint32_t)cfg->max_context);
+    srv->trace = gw_trace_new(cfg->max_attempts, (uint32_t) cfg->max_context);
     srv->spanq = gw_spanq_new(cfg->span_queue);
     srv->m = gw_metrics_new();
     srv->results = zlistx_new();
     if (cfg->broker && cfg->broker[0]) {
         srv->rpc = lisa_rpc_new(cfg->broker, cfg->gateway_id);
-        if (!srv->rpc || lisa_rpc_attach(srv->rpc, loop, S_TICK_MS) != LISA_OK) {
+        if (!srv->rpc ||
+            lisa_rpc_attach(srv->rpc, loop, S_TICK_MS) != LISA_OK) {
             lisa_log_error("gateway: cannot use broker %s", cfg->broker);
             goto fail;
         }
@@ -1442,28 +1450,28 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
         goto fail;
     lisa_http_server_config_t hs = {
         .address = cfg->address && cfg->address[0] ? cfg->address : NULL,
-        .port = (uint16_t)cfg->port,
-        .unix_path = cfg->unix_path && cfg->unix_path[0] ? cfg->unix_path
-                                                         : NULL,
+        .port = (uint16_t) cfg->port,
+        .unix_path =
+            cfg->unix_path && cfg->unix_path[0] ? cfg->unix_path : NULL,
         .handler = s_on_request,
         .handler_arg = srv,
         .loop = loop,
         .max_body = cfg->max_body,
-        .max_connections = (unsigned)cfg->max_connections,
-        .request_timeout_ms = (unsigned)cfg->request_timeout_ms,
-        .threads = (unsigned)cfg->http_threads};
+        .max_connections = (unsigned) cfg->max_connections,
+        .request_timeout_ms = (unsigned) cfg->request_timeout_ms,
+        .threads = (unsigned) cfg->http_threads};
     srv->http = lisa_http_server_new(&hs);
     if (!srv->http)
         goto fail;
     srv->tick_timer = zloop_timer(loop, S_TICK_MS, 0, s_on_tick, srv);
     if (srv->rpc && cfg->engine_refresh_ms) {
-        srv->refresh_timer = zloop_timer(loop, cfg->engine_refresh_ms, 0,
-                                         s_on_refresh, srv);
+        srv->refresh_timer =
+            zloop_timer(loop, cfg->engine_refresh_ms, 0, s_on_refresh, srv);
         s_on_refresh(loop, 0, srv);
     }
     if (cfg->health_interval_ms)
-        srv->health_timer = zloop_timer(loop, cfg->health_interval_ms, 0,
-                                        s_on_health, srv);
+        srv->health_timer =
+            zloop_timer(loop, cfg->health_interval_ms, 0, s_on_health, srv);
     srv->expire_timer = zloop_timer(loop, 60000, 0, s_on_expire, srv);
     if (cfg->port_file && cfg->port_file[0]) {
         FILE *f = fopen(cfg->port_file, "w");
@@ -1475,8 +1483,7 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     lisa_log_info("gateway %s listening on %s:%u, broker %s, %zu engines",
                   srv->cfg.gateway_id, cfg->address ? cfg->address : "-",
                   lisa_http_server_port(srv->http),
-                  srv->rpc ? cfg->broker : "(none)",
-                  gw_pool_size(srv->pool));
+                  srv->rpc ? cfg->broker : "(none)", gw_pool_size(srv->pool));
     return srv;
 fail:
     gw_server_destroy(&srv);

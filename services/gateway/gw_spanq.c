@@ -65,8 +65,8 @@ gw_spanq_push(gw_spanq_t *self, Lisa__Span **span)
 }
 
 size_t
-gw_spanq_take(gw_spanq_t *self, uint64_t now_ms, size_t max,
-              Lisa__Span **out, uint64_t *batch)
+gw_spanq_take(gw_spanq_t *self, uint64_t now_ms, size_t max, Lisa__Span **out,
+              uint64_t *batch)
 {
     size_t k = 0;
     uint64_t b = self->next_batch;

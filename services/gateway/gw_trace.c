@@ -298,7 +298,7 @@ int32_t
 gw_attempt_last_id(const gw_attempt_t *a)
 {
     size_t n = gw_attempt_len(a);
-    return n ? (int32_t)a->ids[n - 1] : -1;
+    return n ? (int32_t) a->ids[n - 1] : -1;
 }
 
 size_t

@@ -48,10 +48,10 @@ s_u32(s_buf_t *b, uint32_t v)
     char tmp[12];
     int k = 0;
     do {
-        tmp[k++] = (char)('0' + v % 10);
+        tmp[k++] = (char) ('0' + v % 10);
         v /= 10;
     } while (v);
-    s_need(b, (size_t)k);
+    s_need(b, (size_t) k);
     while (k)
         b->p[b->n++] = tmp[--k];
     b->p[b->n] = '\0';
@@ -85,7 +85,7 @@ gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
     snprintf(tmp, sizeof tmp,
              "],\"max_tokens\":%lld,\"logprobs\":1,\"return_token_ids\":true,"
              "\"skip_special_tokens\":false,\"stream\":false",
-             (long long)s->max_tokens);
+             (long long) s->max_tokens);
     s_puts(&b, tmp);
     if (s->temperature >= 0) {
         snprintf(tmp, sizeof tmp, ",\"temperature\":%.17g", s->temperature);
@@ -99,7 +99,7 @@ gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
     for (size_t i = 0; i < s->n_stop_ids; i++) {
         if (i)
             s_put(&b, ",", 1);
-        s_u32(&b, (uint32_t)s->stop_ids[i]);
+        s_u32(&b, (uint32_t) s->stop_ids[i]);
     }
     s_put(&b, "]", 1);
     if (s->n_stop) {
@@ -155,18 +155,18 @@ s_parse_choice(json_t *root, json_t *ch, size_t max_ids, gw_completion_t *out,
         else if (from_tokens && json_is_string(v) &&
                  strncmp(json_string_value(v), "token_id:", 9) == 0) {
             char *end = NULL;
-            id = (json_int_t)strtoll(json_string_value(v) + 9, &end, 10);
+            id = (json_int_t) strtoll(json_string_value(v) + 9, &end, 10);
             if (!end || *end)
                 id = -1;
         }
-        if (id < 0 || id > (json_int_t)INT32_MAX)
+        if (id < 0 || id > (json_int_t) INT32_MAX)
             return S_WHY("token id %zu is not a valid id", i);
-        out->ids[i] = (uint32_t)id;
+        out->ids[i] = (uint32_t) id;
         json_t *l = json_array_get(tl, i);
         if (!json_is_number(l) || !isfinite(json_number_value(l)) ||
             json_number_value(l) > 0)
             return S_WHY("logprob %zu is not a finite log probability", i);
-        out->logprobs[i] = (float)json_number_value(l);
+        out->logprobs[i] = (float) json_number_value(l);
     }
     out->n = n;
     const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
@@ -179,7 +179,7 @@ s_parse_choice(json_t *root, json_t *ch, size_t max_ids, gw_completion_t *out,
         pv = json_object_get(ch, "policy_version");
     if (pv && (!json_is_integer(pv) || json_integer_value(pv) < 0))
         return S_WHY("policy_version must be a non-negative integer");
-    out->policy_version = pv ? (uint64_t)json_integer_value(pv) : 0;
+    out->policy_version = pv ? (uint64_t) json_integer_value(pv) : 0;
     return LISA_OK;
 }
 
