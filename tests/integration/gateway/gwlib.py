@@ -110,7 +110,10 @@ class Engine:
                                  "finish_reason": finish}],
                     "policy_version": eng.policy_version})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        class S(ThreadingHTTPServer):
+            request_queue_size = 1024
+
+        self.server = S(("127.0.0.1", 0), H)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d" % self.port
