@@ -535,7 +535,8 @@ s_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 }
 
 static int
-s_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+s_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp,
+              void *socketp)
 {
     (void) easy;
     lisa_http_client_t *self = userp;
@@ -641,9 +642,9 @@ lisa_http_client_send(lisa_http_client_t *self, const lisa_http_request_t *req,
     call->done = done;
     call->on_chunk = req->on_chunk;
     call->arg = arg;
-    call->resp =
-        s_resp_new(req->max_response ? req->max_response
-                                     : LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
+    call->resp = s_resp_new(req->max_response
+                                ? req->max_response
+                                : LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
     call->easy = curl_easy_init();
     if (!call->easy) {
         lisa_http_response_destroy(&call->resp);

@@ -57,10 +57,8 @@
 #define S_STREAM_BLOCK 16384u
 #define S_MIN_HEADER   8192u
 
-#define S_INC(srv, field)                                                      \
-    __atomic_fetch_add(&(srv)->st.field, 1, __ATOMIC_RELAXED)
-#define S_DEC(srv, field)                                                      \
-    __atomic_fetch_sub(&(srv)->st.field, 1, __ATOMIC_RELAXED)
+#define S_INC(srv, field) __atomic_fetch_add(&(srv)->st.field, 1, __ATOMIC_RELAXED)
+#define S_DEC(srv, field) __atomic_fetch_sub(&(srv)->st.field, 1, __ATOMIC_RELAXED)
 
 typedef struct {
     char *name;
@@ -95,12 +93,12 @@ struct _lisa_http_req_t {
     struct MHD_Connection *conn; /* NULL once MHD is done with it */
     uint64_t id;
     bool is_unix;
-    bool started;         /* access handler saw the headers */
-    bool dispatched;      /* the whole request was handed to the application */
-    bool app_holds;       /* the application owes an answer */
-    bool suspended;       /* we suspended the connection for the answer */
-    bool answered;        /* resp (or stream) is ready to be queued */
-    bool queued;          /* resp given to MHD */
+    bool started;    /* access handler saw the headers */
+    bool dispatched; /* the whole request was handed to the application */
+    bool app_holds;  /* the application owes an answer */
+    bool suspended;  /* we suspended the connection for the answer */
+    bool answered;   /* resp (or stream) is ready to be queued */
+    bool queued;     /* resp given to MHD */
     bool server_answered; /* answered 503 by the server at shutdown */
     bool kept_counted;    /* counted in the `kept` gauge */
     unsigned status;
@@ -398,7 +396,8 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
     if (atomic_load(&srv->stopping))
         return s_answer_now(req, MHD_HTTP_SERVICE_UNAVAILABLE,
                             s_error_response("server is shutting down",
-                                             "server_error", "shutdown", true));
+                                             "server_error", "shutdown",
+                                             true));
     S_INC(srv, requests);
     if (srv->cfg.loop) {
         /* Park the connection and hand the request to the loop thread. */
@@ -448,8 +447,8 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
     struct MHD_Response *done = NULL;
     pthread_mutex_lock(&req->mtx);
     if (!req->answered && atomic_load(&srv->stopping)) {
-        req->resp = s_error_response("server is shutting down", "server_error",
-                                     "shutdown", true);
+        req->resp = s_error_response("server is shutting down",
+                                     "server_error", "shutdown", true);
         req->status = MHD_HTTP_SERVICE_UNAVAILABLE;
         req->answered = req->server_answered = true;
         S_INC(srv, shutdown_answered);
@@ -511,10 +510,10 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
                 snprintf(msg, sizeof(msg),
                          "request body exceeds the limit of %zu bytes",
                          srv->cfg.max_body);
-                return s_answer_now(req, MHD_HTTP_CONTENT_TOO_LARGE,
-                                    s_error_response(msg,
-                                                     "invalid_request_error",
-                                                     "body_too_large", true));
+                return s_answer_now(
+                    req, MHD_HTTP_CONTENT_TOO_LARGE,
+                    s_error_response(msg, "invalid_request_error",
+                                     "body_too_large", true));
             }
         }
         return MHD_YES;
@@ -858,8 +857,8 @@ lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
 
 lisa_rc_t
 lisa_http_req_respond_error(lisa_http_req_t *req, unsigned status,
-                            const char *type, const char *code, const char *fmt,
-                            ...)
+                            const char *type, const char *code,
+                            const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -1092,8 +1091,8 @@ s_start_daemon(lisa_http_server_t *srv, s_listener_t *l, int fd)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.max_header_bytes,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, l,
         MHD_OPTION_NOTIFY_CONNECTION, s_notify_conn, l,
-        MHD_OPTION_URI_LOG_CALLBACK, s_uri_log, l, MHD_OPTION_THREAD_POOL_SIZE,
-        threads, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, s_uri_log, l,
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_END);
     if (!l->daemon) {
         lisa_log_error("http: libmicrohttpd failed to start");
         close(fd);

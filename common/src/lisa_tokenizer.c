@@ -554,8 +554,8 @@ s_load_added(lisa_tokenizer_t *self, json_t *added)
         t->lstrip = s_json_bool(o, "lstrip", false);
         t->rstrip = s_json_bool(o, "rstrip", false);
         t->normalized = s_json_bool(o, "normalized", !t->special);
-        uint8_t kind =
-            (uint8_t) (S_KIND_ADDED | (t->special ? S_KIND_SPECIAL : 0));
+        uint8_t kind = (uint8_t) (S_KIND_ADDED |
+                                  (t->special ? S_KIND_SPECIAL : 0));
         s_set_token(self, t->id, c, len, kind);
         t->content = lisa_strndup(c, len);
         t->len = len;
@@ -690,7 +690,8 @@ lisa_tokenizer_t *
 lisa_tokenizer_new_from_json(const char *data, size_t len)
 {
     if (len > LISA_TOKENIZER_MAX_FILE) {
-        lisa_log_error("tokenizer: tokenizer.json too large (%zu bytes)", len);
+        lisa_log_error("tokenizer: tokenizer.json too large (%zu bytes)",
+                       len);
         return NULL;
     }
     json_error_t jerr;
@@ -983,7 +984,8 @@ s_cache_get(lisa_tokenizer_t *self, const uint8_t *b, size_t n, uint64_t h,
             break;
         if (s->hash == h && s->key_len == n &&
             memcmp(self->cache_keys + s->key_off, b, n) == 0) {
-            *rc = lisa_ids_append(out, self->cache_ids + s->ids_off, s->n_ids);
+            *rc = lisa_ids_append(out, self->cache_ids + s->ids_off,
+                                  s->n_ids);
             hit = 1;
             break;
         }
@@ -1015,13 +1017,15 @@ s_cache_put(lisa_tokenizer_t *self, const uint8_t *b, size_t n, uint64_t h,
         i = (i + 1) & mask;
     }
     memcpy(self->cache_keys + self->cache_keys_len, b, n);
-    memcpy(self->cache_ids + self->cache_ids_len, ids, nids * sizeof(int32_t));
-    self->cache[i] =
-        (s_cache_slot_t){.hash = h,
-                         .key_off = (uint32_t) self->cache_keys_len,
-                         .key_len = (uint32_t) n,
-                         .ids_off = (uint32_t) self->cache_ids_len,
-                         .n_ids = (uint32_t) nids};
+    memcpy(self->cache_ids + self->cache_ids_len, ids,
+           nids * sizeof(int32_t));
+    self->cache[i] = (s_cache_slot_t){.hash = h,
+                                      .key_off =
+                                          (uint32_t) self->cache_keys_len,
+                                      .key_len = (uint32_t) n,
+                                      .ids_off =
+                                          (uint32_t) self->cache_ids_len,
+                                      .n_ids = (uint32_t) nids};
     self->cache_keys_len += n;
     self->cache_ids_len += nids;
     self->cache_count++;
@@ -1068,8 +1072,8 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
     size_t pos = 0, last = 0;
     lisa_rc_t rc = LISA_OK;
     while (pos < n) {
-        int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK, md,
-                            NULL);
+        int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK,
+                            md, NULL);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0) {
@@ -1159,8 +1163,7 @@ s_split_added(lisa_tokenizer_t *self, s_work_t *w, const s_matcher_t *m,
             continue;
         if (t->single_word) {
             uint32_t cp;
-            bool start_ok =
-                ms == 0 || !lisa_unicode_is_word(s_cp_before(s, ms));
+            bool start_ok = ms == 0 || !lisa_unicode_is_word(s_cp_before(s, ms));
             bool stop_ok = me == n;
             if (!stop_ok) {
                 lisa_utf8_next(s + me, n - me, &cp);
@@ -1192,8 +1195,8 @@ s_split_added(lisa_tokenizer_t *self, s_work_t *w, const s_matcher_t *m,
         if (ms > start_offset) {
             rc = raw ? s_normalized(self, w, s + start_offset,
                                     ms - start_offset, out)
-                     : s_pretok(self, w, 0, s + start_offset, ms - start_offset,
-                                out);
+                     : s_pretok(self, w, 0, s + start_offset,
+                                ms - start_offset, out);
             if (rc != LISA_OK)
                 return rc;
         }
@@ -1205,9 +1208,10 @@ s_split_added(lisa_tokenizer_t *self, s_work_t *w, const s_matcher_t *m,
             from = me;
     }
     if (start_offset < n)
-        rc =
-            raw ? s_normalized(self, w, s + start_offset, n - start_offset, out)
-                : s_pretok(self, w, 0, s + start_offset, n - start_offset, out);
+        rc = raw ? s_normalized(self, w, s + start_offset, n - start_offset,
+                                out)
+                 : s_pretok(self, w, 0, s + start_offset, n - start_offset,
+                            out);
     return rc;
 }
 
@@ -1281,7 +1285,8 @@ lisa_tokenizer_decode(const lisa_tokenizer_t *self, const int32_t *ids,
         if ((flags & LISA_DECODE_SKIP_SPECIAL) &&
             (self->kind[id] & S_KIND_SPECIAL))
             continue;
-        memcpy(buf + k, self->arena + self->bytes_off[id], self->bytes_len[id]);
+        memcpy(buf + k, self->arena + self->bytes_off[id],
+               self->bytes_len[id]);
         k += self->bytes_len[id];
     }
     *text = lisa_utf8_lossy(buf, k, len);

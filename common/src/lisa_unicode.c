@@ -243,7 +243,8 @@ lisa_unicode_is_word(uint32_t cp)
 static bool
 s_printable(uint8_t b)
 {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) ||
+           b >= 0xAE;
 }
 
 uint32_t

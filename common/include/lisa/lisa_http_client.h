@@ -63,10 +63,10 @@ typedef struct {
     const char *const *headers;
     const void *body; /* copied at send time; may be NULL */
     size_t body_len;
-    long timeout_ms;          /* whole transfer; 0: default; <0: none */
-    long connect_timeout_ms;  /* 0: default */
-    const char *unix_socket;  /* connect through this unix socket path */
-    const char *ca_file;      /* PEM bundle to verify the server with */
+    long timeout_ms;         /* whole transfer; 0: default; <0: none */
+    long connect_timeout_ms; /* 0: default */
+    const char *unix_socket; /* connect through this unix socket path */
+    const char *ca_file;     /* PEM bundle to verify the server with */
     const char *bearer_token; /* sends "Authorization: Bearer <token>" */
     size_t max_response;      /* body bytes kept; 0: default */
     /* Streaming: 2xx bodies go to on_chunk instead of being kept (other
@@ -118,7 +118,8 @@ lisa_rc_t lisa_http_response_rc(const lisa_http_response_t *r);
 /* HTTP status, 0 when no response arrived. */
 long lisa_http_response_status(const lisa_http_response_t *r);
 /* Body (NUL-terminated; "" when empty or streamed); *len may be NULL. */
-const char *lisa_http_response_body(const lisa_http_response_t *r, size_t *len);
+const char *lisa_http_response_body(const lisa_http_response_t *r,
+                                    size_t *len);
 /* Takes the body out of the response (caller frees with free()). */
 char *lisa_http_response_take_body(lisa_http_response_t *r, size_t *len);
 /* Last value of response header `name` (case-insensitive), or NULL. */

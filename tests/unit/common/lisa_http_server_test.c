@@ -103,7 +103,8 @@ Test(lisa_http_server, usage)
     json_t *o = json_loads(lisa_http_response_body(resp, NULL), 0, NULL);
     cr_assert_not_null(o);
     cr_assert_str_eq(json_string_value(json_object_get(o, "method")), "POST");
-    cr_assert_str_eq(json_string_value(json_object_get(o, "path")), "/v1/echo");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "path")),
+                     "/v1/echo");
     cr_assert_str_eq(json_string_value(json_object_get(o, "name")), "lisa");
     cr_assert_str_eq(json_string_value(json_object_get(o, "hdr")), "yes");
     cr_assert_str_eq(json_string_value(json_object_get(o, "body")), "hello");
@@ -160,8 +161,7 @@ s_answer_later(void *arg)
     k->n = 0;
     pthread_mutex_unlock(&k->mtx);
     char body[128];
-    int n =
-        snprintf(body, sizeof(body), "later:%s", lisa_http_req_body(req, NULL));
+    int n = snprintf(body, sizeof(body), "later:%s", lisa_http_req_body(req, NULL));
     lisa_http_req_respond(req, 201, "text/plain", body, (size_t) n);
     return NULL;
 }
@@ -303,9 +303,9 @@ Test(lisa_http_server, concurrent_deferred_on_loop)
         snprintf(path, sizeof(path), "/conc?i=%d", i);
         char *url = s_url(srv, path);
         lisa_http_request_t rq = {.url = url, .timeout_ms = 20000};
-        cr_assert_eq(
-            lisa_http_client_send(cli, &rq, s_conc_done, &calls[i], NULL),
-            LISA_OK);
+        cr_assert_eq(lisa_http_client_send(cli, &rq, s_conc_done, &calls[i],
+                                           NULL),
+                     LISA_OK);
         free(url);
     }
     cr_assert_eq(lisa_http_client_pending(cli), S_CONC);
@@ -359,7 +359,8 @@ s_sse_pusher(void *arg)
         s_sleep_ms(30);
     }
     const char *end = "data: [DONE]\n\n";
-    cr_assert_eq(lisa_http_req_stream_push(s->req, end, strlen(end)), LISA_OK);
+    cr_assert_eq(lisa_http_req_stream_push(s->req, end, strlen(end)),
+                 LISA_OK);
     lisa_http_req_stream_close(s->req);
     return NULL;
 }
@@ -406,8 +407,9 @@ Test(lisa_http_server, sse_stream)
     char *url = s_url(srv, "/v1/chat/completions");
     s_collect_t col = {0};
     clock_gettime(CLOCK_MONOTONIC, &col.t0);
-    lisa_http_request_t rq = {
-        .url = url, .on_chunk = s_collect_chunk, .chunk_arg = &col};
+    lisa_http_request_t rq = {.url = url,
+                              .on_chunk = s_collect_chunk,
+                              .chunk_arg = &col};
     lisa_http_response_t *resp = NULL;
     cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK, "%s",
                  lisa_http_response_error(resp));
@@ -440,7 +442,8 @@ s_tiny_stream(lisa_http_req_t *req, void *arg)
     memset(big, 'x', sizeof(big));
     /* the queue holds 1000 bytes: the second push does not fit */
     cr_assert_eq(lisa_http_req_stream_push(req, big, sizeof(big)), LISA_OK);
-    cr_assert_eq(lisa_http_req_stream_push(req, big, sizeof(big)), LISA_AGAIN);
+    cr_assert_eq(lisa_http_req_stream_push(req, big, sizeof(big)),
+                 LISA_AGAIN);
     cr_assert_eq(lisa_http_req_stream_push(req, "end", 3), LISA_OK);
     lisa_http_req_stream_close(req);
 }
@@ -488,8 +491,8 @@ Test(lisa_http_server, body_over_limit_is_413)
                      "invalid_request_error");
     cr_assert_str_eq(json_string_value(json_object_get(e, "code")),
                      "body_too_large");
-    cr_assert_not_null(
-        strstr(json_string_value(json_object_get(e, "message")), "1024"));
+    cr_assert_not_null(strstr(json_string_value(json_object_get(e, "message")),
+                              "1024"));
     json_decref(o);
     cr_assert_str_eq(lisa_http_response_header(resp, "connection"), "close");
     lisa_http_response_destroy(&resp);
@@ -659,8 +662,9 @@ Test(lisa_http_server, max_connections_refuses_extra)
 
 Test(lisa_http_server, oversized_header_is_refused)
 {
-    lisa_http_server_config_t cfg = {
-        .address = "127.0.0.1", .handler = s_echo, .max_header_bytes = 8192};
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_echo,
+                                     .max_header_bytes = 8192};
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     char *url = s_url(srv, "/h");
     size_t n = 20000;
@@ -776,7 +780,8 @@ s_keep_or_stream(lisa_http_req_t *req, void *arg)
     if (strcmp(lisa_http_req_path(req), "/stream") == 0) {
         cr_assert_eq(lisa_http_req_stream_open(req, 200, "text/event-stream"),
                      LISA_OK);
-        cr_assert_eq(lisa_http_req_stream_push(req, "data: 1\n\n", 9), LISA_OK);
+        cr_assert_eq(lisa_http_req_stream_push(req, "data: 1\n\n", 9),
+                     LISA_OK);
     }
     s_keep(req, arg);
 }
@@ -784,8 +789,9 @@ s_keep_or_stream(lisa_http_req_t *req, void *arg)
 Test(lisa_http_server, shutdown_answers_kept_requests)
 {
     s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
-    lisa_http_server_config_t cfg = {
-        .address = "127.0.0.1", .handler = s_keep_or_stream, .handler_arg = &k};
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_keep_or_stream,
+                                     .handler_arg = &k};
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     s_bg_t bg[4];
     pthread_t th[4];
@@ -811,7 +817,8 @@ Test(lisa_http_server, shutdown_answers_kept_requests)
                          LISA_UNAVAILABLE);
             lisa_http_req_stream_close(k.held[i]);
         } else {
-            cr_assert_eq(lisa_http_req_respond(k.held[i], 200, NULL, "late", 4),
+            cr_assert_eq(lisa_http_req_respond(k.held[i], 200, NULL, "late",
+                                               4),
                          LISA_UNAVAILABLE);
         }
     }
@@ -846,8 +853,8 @@ Test(lisa_http_server, loop_mode_shutdown_before_dispatch)
 
 Test(lisa_http_server, error_json_shape)
 {
-    char *js =
-        lisa_http_error_json("bad \"thing\"", "invalid_request_error", NULL);
+    char *js = lisa_http_error_json("bad \"thing\"", "invalid_request_error",
+                                    NULL);
     json_t *o = json_loads(js, 0, NULL);
     cr_assert_not_null(o);
     json_t *e = json_object_get(o, "error");
