@@ -25,9 +25,13 @@ typedef struct {
 } s_setting_t;
 
 #define STR(n, env, flag, def, help)                                           \
-    {#n, env, flag, S_STR, offsetof(brk_config_t, n), def, 0, 0, help}
+    {                                                                          \
+#n, env, flag, S_STR, offsetof(brk_config_t, n), def, 0, 0, help       \
+    }
 #define U64(n, env, flag, def, lo, hi, help)                                   \
-    {#n, env, flag, S_U64, offsetof(brk_config_t, n), def, lo, hi, help}
+    {                                                                          \
+#n, env, flag, S_U64, offsetof(brk_config_t, n), def, lo, hi, help     \
+    }
 
 static const s_setting_t s_settings[] = {
     STR(rpc_endpoint, "LISA_BROKER_RPC", "--rpc", "tcp://*:7100",
@@ -49,8 +53,8 @@ static const s_setting_t s_settings[] = {
         "write the bound endpoints to this file once listening"),
     STR(log_level, "LISA_LOG_LEVEL", "--log-level", "info",
         "error, warn, info or debug"),
-    U64(lease_ms, "LISA_BROKER_LEASE_MS", "--lease-ms", "30000", 10,
-        86400000, "attempt lease; heartbeats renew it"),
+    U64(lease_ms, "LISA_BROKER_LEASE_MS", "--lease-ms", "30000", 10, 86400000,
+        "attempt lease; heartbeats renew it"),
     U64(deadline_ms, "LISA_BROKER_DEADLINE_MS", "--deadline-ms", "1800000", 10,
         604800000, "default deadline of an attempt (claim to scored)"),
     U64(max_attempts, "LISA_BROKER_MAX_ATTEMPTS", "--max-attempts", "3", 1, 100,

@@ -17,33 +17,33 @@
 #include <stdio.h>
 
 typedef struct {
-    char *rpc_endpoint;     /* ROUTER for RPC */
-    char *span_endpoint;    /* PULL for SpanPush */
-    char *event_endpoint;   /* PUB for events */
-    char *worker_endpoint;  /* ROUTER for reward workers */
-    char *data_dir;         /* holds broker.db (+ -wal, -shm) */
-    char *sync;             /* "full" or "normal" */
-    char *token_key_file;   /* HMAC key for attempt tokens ("" = random) */
-    char *ports_file;       /* write bound endpoints here ("" = no) */
-    char *log_level;        /* error|warn|info|debug */
-    uint64_t lease_ms;      /* attempt lease, renewed by heartbeats */
-    uint64_t deadline_ms;   /* default attempt deadline */
-    uint64_t max_attempts;  /* default retry bound */
-    uint64_t backoff_ms;    /* first retry delay, doubled per attempt */
-    uint64_t backoff_max_ms;/* retry delay cap */
-    uint64_t tick_ms;       /* lease/deadline/liveness scan period */
-    uint64_t group_max;     /* most messages in one group commit */
+    char *rpc_endpoint;      /* ROUTER for RPC */
+    char *span_endpoint;     /* PULL for SpanPush */
+    char *event_endpoint;    /* PUB for events */
+    char *worker_endpoint;   /* ROUTER for reward workers */
+    char *data_dir;          /* holds broker.db (+ -wal, -shm) */
+    char *sync;              /* "full" or "normal" */
+    char *token_key_file;    /* HMAC key for attempt tokens ("" = random) */
+    char *ports_file;        /* write bound endpoints here ("" = no) */
+    char *log_level;         /* error|warn|info|debug */
+    uint64_t lease_ms;       /* attempt lease, renewed by heartbeats */
+    uint64_t deadline_ms;    /* default attempt deadline */
+    uint64_t max_attempts;   /* default retry bound */
+    uint64_t backoff_ms;     /* first retry delay, doubled per attempt */
+    uint64_t backoff_max_ms; /* retry delay cap */
+    uint64_t tick_ms;        /* lease/deadline/liveness scan period */
+    uint64_t group_max;      /* most messages in one group commit */
     uint64_t worker_heartbeat_ms; /* heartbeat to reward workers */
-    uint64_t worker_liveness;     /* missed heartbeats before a worker is dead */
-    uint64_t score_budget_ms;     /* most time a worker may spend on a score */
-    uint64_t score_tries;         /* dispatches of one score on worker errors */
-    uint64_t max_wait_ms;         /* bound on WaitReq.timeout_ms */
-    uint64_t max_waits;           /* concurrent waits held */
-    uint64_t max_rpc_frame;       /* bytes */
-    uint64_t max_span_frame;      /* bytes */
-    uint64_t max_worker_frame;    /* bytes */
-    uint64_t max_batch;           /* rollouts per enqueue, spans per put */
-    uint64_t max_answer;          /* bytes of an attempt's answer */
+    uint64_t worker_liveness;  /* missed heartbeats before a worker is dead */
+    uint64_t score_budget_ms;  /* most time a worker may spend on a score */
+    uint64_t score_tries;      /* dispatches of one score on worker errors */
+    uint64_t max_wait_ms;      /* bound on WaitReq.timeout_ms */
+    uint64_t max_waits;        /* concurrent waits held */
+    uint64_t max_rpc_frame;    /* bytes */
+    uint64_t max_span_frame;   /* bytes */
+    uint64_t max_worker_frame; /* bytes */
+    uint64_t max_batch;        /* rollouts per enqueue, spans per put */
+    uint64_t max_answer;       /* bytes of an attempt's answer */
 } brk_config_t;
 
 /* Fills *cfg from defaults, file, environment and argv (argv[0] skipped).

@@ -110,9 +110,9 @@ const char *
 brk_fsm_event_name(brk_event_t ev)
 {
     static const char *const names[BRK_EV__COUNT] = {
-        "claim",       "start",      "heartbeat", "get_task",
-        "complete",    "fail_retry", "fail",      "deadline",
-        "scored",      "reward_invalid", "cancel"};
+        "claim",    "start",          "heartbeat", "get_task",
+        "complete", "fail_retry",     "fail",      "deadline",
+        "scored",   "reward_invalid", "cancel"};
     return (unsigned) ev < BRK_EV__COUNT ? names[ev] : "?";
 }
 
@@ -120,14 +120,22 @@ const char *
 brk_fsm_state_name(Lisa__RolloutState s)
 {
     switch (s) {
-    case Q: return "queued";
-    case C: return "claimed";
-    case R: return "running";
-    case S: return "scoring";
-    case OK: return "succeeded";
-    case F: return "failed";
-    case X: return "cancelled";
-    default: return "unspecified";
+    case Q:
+        return "queued";
+    case C:
+        return "claimed";
+    case R:
+        return "running";
+    case S:
+        return "scoring";
+    case OK:
+        return "succeeded";
+    case F:
+        return "failed";
+    case X:
+        return "cancelled";
+    default:
+        return "unspecified";
     }
 }
 
@@ -135,13 +143,20 @@ const char *
 brk_fsm_attempt_state_name(Lisa__AttemptState s)
 {
     switch (s) {
-    case A_CLM: return "claimed";
-    case A_RUN: return "running";
-    case A_SCO: return "scoring";
-    case A_OK: return "succeeded";
-    case A_F: return "failed";
-    case A_X: return "cancelled";
-    default: return "unspecified";
+    case A_CLM:
+        return "claimed";
+    case A_RUN:
+        return "running";
+    case A_SCO:
+        return "scoring";
+    case A_OK:
+        return "succeeded";
+    case A_F:
+        return "failed";
+    case A_X:
+        return "cancelled";
+    default:
+        return "unspecified";
     }
 }
 
@@ -149,7 +164,7 @@ const char *
 brk_fsm_failure_name(Lisa__FailureKind k)
 {
     static const char *const names[] = {
-        "none",     "infra", "lease", "sandbox", "agent",
-        "turn_limit", "deadline", "oom", "reward", "cancelled"};
+        "none",       "infra",    "lease", "sandbox", "agent",
+        "turn_limit", "deadline", "oom",   "reward",  "cancelled"};
     return (unsigned) k < sizeof names / sizeof names[0] ? names[k] : "?";
 }

@@ -35,17 +35,17 @@ typedef enum {
 
 /* Actions of a row (bit set). */
 enum {
-    BRK_A_NEW_ATTEMPT = 1u << 0,  /* number and store a new attempt, token */
-    BRK_A_RENEW_LEASE = 1u << 1,  /* lease_expiry = now + lease */
-    BRK_A_SET_SANDBOX = 1u << 2,  /* record sandbox id and start time */
-    BRK_A_SAVE_RESULT = 1u << 3,  /* store the agent's result */
-    BRK_A_DISPATCH = 1u << 4,     /* queue a ScoreRequest */
-    BRK_A_END_ATTEMPT = 1u << 5,  /* the attempt ends (ended_ms, kind) */
-    BRK_A_REQUEUE = 1u << 6,      /* back to the queue after a backoff */
-    BRK_A_SAVE_REWARD = 1u << 7,  /* store the reward on the rollout */
-    BRK_A_FINISH = 1u << 8,       /* rollout terminal: ended_ms, wake waits */
-    BRK_A_DROP_JOB = 1u << 9,     /* forget the open ScoreRequest */
-    BRK_A_RECORD = 1u << 10,      /* write a transitions row and an event */
+    BRK_A_NEW_ATTEMPT = 1u << 0, /* number and store a new attempt, token */
+    BRK_A_RENEW_LEASE = 1u << 1, /* lease_expiry = now + lease */
+    BRK_A_SET_SANDBOX = 1u << 2, /* record sandbox id and start time */
+    BRK_A_SAVE_RESULT = 1u << 3, /* store the agent's result */
+    BRK_A_DISPATCH = 1u << 4,    /* queue a ScoreRequest */
+    BRK_A_END_ATTEMPT = 1u << 5, /* the attempt ends (ended_ms, kind) */
+    BRK_A_REQUEUE = 1u << 6,     /* back to the queue after a backoff */
+    BRK_A_SAVE_REWARD = 1u << 7, /* store the reward on the rollout */
+    BRK_A_FINISH = 1u << 8,      /* rollout terminal: ended_ms, wake waits */
+    BRK_A_DROP_JOB = 1u << 9,    /* forget the open ScoreRequest */
+    BRK_A_RECORD = 1u << 10,     /* write a transitions row and an event */
 };
 
 typedef struct {
@@ -57,8 +57,7 @@ typedef struct {
 } brk_fsm_row_t;
 
 /* The row for (state, event), or NULL when the event is not allowed. */
-const brk_fsm_row_t *brk_fsm_lookup(Lisa__RolloutState from,
-                                    brk_event_t event);
+const brk_fsm_row_t *brk_fsm_lookup(Lisa__RolloutState from, brk_event_t event);
 
 /* The whole table (for docs and tests); *n gets the row count. */
 const brk_fsm_row_t *brk_fsm_rows(size_t *n);

@@ -26,19 +26,19 @@
 
 #include <czmq.h>
 #include <inttypes.h>
-#include <openssl/rand.h>
 #include <jansson.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#define S_MAX_ID        128u
-#define S_MAX_CLAIM     1000u
-#define S_MAX_PAGE      1000u
-#define S_MAX_ENGINES   1024u
-#define S_MAX_WORKERS   4096u
-#define S_DEFAULT_TTL   10000u
-#define S_ERR_LEN       512
+#define S_MAX_ID      128u
+#define S_MAX_CLAIM   1000u
+#define S_MAX_PAGE    1000u
+#define S_MAX_ENGINES 1024u
+#define S_MAX_WORKERS 4096u
+#define S_DEFAULT_TTL 10000u
+#define S_ERR_LEN     512
 
 /* A pending outbound message, or an in-flight score job, or a held wait. */
 typedef struct {
@@ -55,34 +55,34 @@ typedef struct {
     uint64_t job_id;
     char *rollout_id;
     uint32_t attempt;
-    uint32_t tries;   /* dispatches answered with a worker error */
-    char *worker;     /* key of the worker holding it; NULL: queued */
-    int64_t due;      /* mono ms by which the worker must answer */
+    uint32_t tries; /* dispatches answered with a worker error */
+    char *worker;   /* key of the worker holding it; NULL: queued */
+    int64_t due;    /* mono ms by which the worker must answer */
     char *data_source;
 } s_job_t;
 
 typedef struct {
-    char *key;          /* identity as hex */
+    char *key; /* identity as hex */
     zframe_t *identity;
-    bool delim;         /* speaks with an empty delimiter frame */
+    bool delim; /* speaks with an empty delimiter frame */
     char *worker_id;
     uint32_t capacity;
     uint32_t inflight;
     char **prefixes;
     size_t n_prefixes;
-    int64_t expiry;     /* mono ms; dead after this */
-    int64_t next_hb;    /* mono ms of our next heartbeat */
+    int64_t expiry;  /* mono ms; dead after this */
+    int64_t next_hb; /* mono ms of our next heartbeat */
 } s_worker_t;
 
 typedef struct {
     zframe_t *identity;
     bool delim;
     uint64_t request_id;
-    int64_t deadline;   /* mono ms */
+    int64_t deadline; /* mono ms */
     uint64_t timeout_ms;
     char **ids;
     size_t n_ids;
-    zhashx_t *open;     /* ids still open (keys only) */
+    zhashx_t *open; /* ids still open (keys only) */
 } s_wait_t;
 
 typedef struct {
@@ -91,7 +91,7 @@ typedef struct {
     uint64_t policy_version;
     bool paused;
     uint32_t max_batch;
-    int64_t expiry;     /* mono ms */
+    int64_t expiry; /* mono ms */
 } s_engine_t;
 
 /* The context an event is applied with. */
@@ -140,10 +140,10 @@ struct brk_server_t {
     uint32_t id_counter;
     s_job_t **jobs;
     size_t n_jobs, cap_jobs;
-    zhashx_t *workers;  /* key -> s_worker_t */
+    zhashx_t *workers; /* key -> s_worker_t */
     s_wait_t **waits;
     size_t n_waits, cap_waits;
-    zhashx_t *engines;  /* engine_id -> s_engine_t */
+    zhashx_t *engines;        /* engine_id -> s_engine_t */
     zhashx_t *known_attempts; /* "rollout\x1fattempt" that exist */
     int64_t next_tick;
 };
@@ -237,8 +237,8 @@ s_id_ok(const char *s)
     return true;
 }
 
-static lisa_rc_t
-s_fail(char *err, lisa_rc_t rc, const char *fmt, ...) LISA_PRINTF(3, 4);
+static lisa_rc_t s_fail(char *err, lisa_rc_t rc, const char *fmt, ...)
+    LISA_PRINTF(3, 4);
 
 static lisa_rc_t
 s_fail(char *err, lisa_rc_t rc, const char *fmt, ...)
@@ -419,10 +419,9 @@ s_apply(brk_server_t *self, Lisa__Rollout *r, brk_event_t ev, s_ctx_t *c,
     if (rc == LISA_OK && a)
         rc = brk_store_attempt_put(self->store, a, c->expected_spans);
     if (rc == LISA_OK && (row->actions & BRK_A_RECORD))
-        rc = brk_store_transition(self->store, r->rollout_id,
-                                  a ? a->attempt : 0, from, r->state,
-                                  brk_fsm_event_name(ev),
-                                  c->reason ? c->reason : "", now);
+        rc = brk_store_transition(
+            self->store, r->rollout_id, a ? a->attempt : 0, from, r->state,
+            brk_fsm_event_name(ev), c->reason ? c->reason : "", now);
     if (rc != LISA_OK)
         return s_fail(err, LISA_ERR, "store write failed");
     if (row->actions & BRK_A_DISPATCH) {
@@ -530,8 +529,7 @@ s_h_enqueue(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
         }
         for (size_t f = 0; f < t->n_files; f++) {
             const char *p = t->files[f]->path;
-            if (!p || !*p || strlen(p) > 255 || p[0] == '/' ||
-                strstr(p, ".."))
+            if (!p || !*p || strlen(p) > 255 || p[0] == '/' || strstr(p, ".."))
                 return s_fail(err, LISA_INVALID, "task %zu: bad file path", i);
         }
         total += n;
@@ -564,16 +562,18 @@ s_h_enqueue(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
             r.mode = q->mode;
             r.state = LISA__ROLLOUT_STATE__ROLLOUT_QUEUED;
             r.reason = s_empty;
-            r.max_attempts = t->max_attempts ? t->max_attempts
-                                             : (uint32_t) self->cfg->max_attempts;
+            r.max_attempts = t->max_attempts
+                                 ? t->max_attempts
+                                 : (uint32_t) self->cfg->max_attempts;
             r.created_ms = now;
             r.task_id = t->task_id;
             r.data_source = t->data_source;
             r.index_in_group = k;
             if (brk_store_rollout_put(self->store, &r) != LISA_OK ||
-                brk_store_transition(self->store, rid, 0,
-                                     LISA__ROLLOUT_STATE__ROLLOUT_STATE_UNSPECIFIED,
-                                     r.state, "enqueue", "", now) != LISA_OK)
+                brk_store_transition(
+                    self->store, rid, 0,
+                    LISA__ROLLOUT_STATE__ROLLOUT_STATE_UNSPECIFIED, r.state,
+                    "enqueue", "", now) != LISA_OK)
                 return s_fail(err, LISA_ERR, "store write failed");
             s_rollout_event(self, &r, NULL);
             out->rollout_ids[out->n_rollout_ids++] =
@@ -646,7 +646,8 @@ s_h_attempt_start(brk_server_t *self, const Lisa__Request *req,
     (void) held, (void) identity, (void) delim;
     const Lisa__AttemptStartReq *q = req->attempt_start;
     rep->body_case = LISA__REPLY__BODY_ATTEMPT_START;
-    rep->attempt_start = brk_arena_alloc(self->arena, sizeof *rep->attempt_start);
+    rep->attempt_start =
+        brk_arena_alloc(self->arena, sizeof *rep->attempt_start);
     lisa__attempt_start_rep__init(rep->attempt_start);
     if (q->sandbox_id && strlen(q->sandbox_id) > 255)
         return s_fail(err, LISA_INVALID, "sandbox_id too long");
@@ -723,9 +724,8 @@ s_h_attempt_complete(brk_server_t *self, const Lisa__Request *req,
 }
 
 static lisa_rc_t
-s_h_attempt_fail(brk_server_t *self, const Lisa__Request *req,
-                 Lisa__Reply *rep, char *err, bool *held, zframe_t *identity,
-                 bool delim)
+s_h_attempt_fail(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
+                 char *err, bool *held, zframe_t *identity, bool delim)
 {
     (void) held, (void) identity, (void) delim;
     const Lisa__AttemptFailReq *q = req->attempt_fail;
@@ -928,8 +928,8 @@ s_h_query(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
         out->n_rollouts = n;
         out->next_after = next;
     } else {
-        out->rollouts = brk_arena_alloc(self->arena,
-                                        q->n_rollout_ids * sizeof(void *));
+        out->rollouts =
+            brk_arena_alloc(self->arena, q->n_rollout_ids * sizeof(void *));
         for (size_t i = 0; i < q->n_rollout_ids; i++) {
             Lisa__Rollout *r = NULL;
             if (!s_id_ok(q->rollout_ids[i]) ||
@@ -976,7 +976,8 @@ s_h_query(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
             out->n_spans = ns;
         }
         if (nt) {
-            out->transitions = brk_arena_alloc(self->arena, nt * sizeof(void *));
+            out->transitions =
+                brk_arena_alloc(self->arena, nt * sizeof(void *));
             memcpy(out->transitions, tr, nt * sizeof(void *));
             out->n_transitions = nt;
         }
@@ -1123,9 +1124,10 @@ s_span_check(brk_server_t *self, const Lisa__Span *s, char *err)
     if (s->n_response_logprobs != s->n_response_ids)
         return s_fail(err, LISA_INVALID,
                       "span %s/%u/%u: %zu logprobs for %zu response ids",
-                      s->rollout_id, s->attempt, s->seq,
-                      s->n_response_logprobs, s->n_response_ids);
-    if (s->prev_seq < -1 || (s->prev_seq >= 0 && (uint32_t) s->prev_seq >= s->seq))
+                      s->rollout_id, s->attempt, s->seq, s->n_response_logprobs,
+                      s->n_response_ids);
+    if (s->prev_seq < -1 ||
+        (s->prev_seq >= 0 && (uint32_t) s->prev_seq >= s->seq))
         return s_fail(err, LISA_INVALID, "span %s/%u/%u: bad prev_seq %d",
                       s->rollout_id, s->attempt, s->seq, s->prev_seq);
     char key[S_MAX_ID + 16];
@@ -1176,9 +1178,8 @@ s_h_span_put(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
 }
 
 static lisa_rc_t
-s_h_span_status(brk_server_t *self, const Lisa__Request *req,
-                Lisa__Reply *rep, char *err, bool *held, zframe_t *identity,
-                bool delim)
+s_h_span_status(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
+                char *err, bool *held, zframe_t *identity, bool delim)
 {
     (void) held, (void) identity, (void) delim;
     const Lisa__SpanStatusReq *q = req->span_status;
@@ -1212,8 +1213,8 @@ s_engine_free(void **item)
 
 static lisa_rc_t
 s_h_engine_register(brk_server_t *self, const Lisa__Request *req,
-                    Lisa__Reply *rep, char *err, bool *held,
-                    zframe_t *identity, bool delim)
+                    Lisa__Reply *rep, char *err, bool *held, zframe_t *identity,
+                    bool delim)
 {
     (void) held, (void) identity, (void) delim;
     const Lisa__EngineRegisterReq *q = req->engine_register;
@@ -1254,9 +1255,8 @@ s_h_engine_register(brk_server_t *self, const Lisa__Request *req,
 }
 
 static lisa_rc_t
-s_h_engine_list(brk_server_t *self, const Lisa__Request *req,
-                Lisa__Reply *rep, char *err, bool *held, zframe_t *identity,
-                bool delim)
+s_h_engine_list(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
+                char *err, bool *held, zframe_t *identity, bool delim)
 {
     (void) req, (void) err, (void) held, (void) identity, (void) delim;
     Lisa__EngineListRep *out = brk_arena_alloc(self->arena, sizeof *out);
@@ -1295,8 +1295,8 @@ s_h_export(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     size_t n = 0;
     char *next = NULL;
     if (brk_store_list(self->store, self->arena, q->run_id, false, 0, 0, true,
-                       q->after, q->limit ? q->limit : 100, &out->rollouts,
-                       &n, &next) != LISA_OK)
+                       q->after, q->limit ? q->limit : 100, &out->rollouts, &n,
+                       &next) != LISA_OK)
         return s_fail(err, LISA_ERR, "store read failed");
     out->n_rollouts = n;
     out->next_after = next;
@@ -1380,11 +1380,33 @@ s_queue_reply(brk_server_t *self, zframe_t *identity, bool delim,
     s_msgs_push(&self->out_replies, m);
 }
 
+/* Sets the reply body that matches a request body (Reply numbers its
+ * bodies 100 above Request), as an empty message, so that an error reply
+ * still says which request it answers. */
+static void
+s_empty_body(brk_server_t *self, Lisa__Reply *rep, uint32_t request_body)
+{
+    const ProtobufCFieldDescriptor *f =
+        request_body ? protobuf_c_message_descriptor_get_field(
+                           &lisa__reply__descriptor, request_body + 100)
+                     : NULL;
+    if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE)
+        return;
+    const ProtobufCMessageDescriptor *d = f->descriptor;
+    void *m = brk_arena_alloc(self->arena, d->sizeof_message);
+    protobuf_c_message_init(d, m);
+    memcpy((char *) rep + f->offset, &m, sizeof m);
+    uint32_t which = f->id;
+    memcpy((char *) rep + f->quantifier_offset, &which, sizeof which);
+}
+
 static void
 s_queue_error(brk_server_t *self, zframe_t *identity, bool delim,
-              uint64_t request_id, lisa_rc_t rc, const char *why)
+              uint64_t request_id, uint32_t request_body, lisa_rc_t rc,
+              const char *why)
 {
     Lisa__Reply rep = LISA__REPLY__INIT;
+    s_empty_body(self, &rep, request_body);
     rep.request_id = request_id;
     rep.code = (Lisa__Code) lisa_rc_to_code(rc);
     char text[S_ERR_LEN];
@@ -1405,7 +1427,7 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     if (!identity || !body || frames > 3 || (frames == 3 && !delim)) {
         self->st_rpc.bad_shape++;
         if (identity)
-            s_queue_error(self, identity, frames >= 3, 0, LISA_INVALID,
+            s_queue_error(self, identity, frames >= 3, 0, 0, LISA_INVALID,
                           "expected frames [empty] Request");
         return;
     }
@@ -1417,7 +1439,7 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     if (rc != LISA_OK) {
         lisa_log_warn("rpc: refused a frame of %zu bytes: %s",
                       zframe_size(body), why);
-        s_queue_error(self, identity, delim, 0, rc, why);
+        s_queue_error(self, identity, delim, 0, 0, rc, why);
         return;
     }
     Lisa__Request *req = (Lisa__Request *) msg;
@@ -1429,8 +1451,8 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
             name = s_handlers[i].name;
         }
     if (!fn) {
-        s_queue_error(self, identity, delim, req->request_id, LISA_UNSUPPORTED,
-                      "unknown request type");
+        s_queue_error(self, identity, delim, req->request_id, 0,
+                      LISA_UNSUPPORTED, "unknown request type");
         lisa_codec_free(&msg);
         return;
     }
@@ -1438,13 +1460,13 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     size_t mark_ev = self->out_events.n, mark_fin = self->finished.n;
     size_t mark_jobs = self->n_new_jobs, mark_drop = self->drop_jobs.n;
     if (brk_store_begin(self->store) != LISA_OK) {
-        s_queue_error(self, identity, delim, req->request_id,
+        s_queue_error(self, identity, delim, req->request_id, 0,
                       LISA_UNAVAILABLE, "store unavailable");
         lisa_codec_free(&msg);
         return;
     }
     if (brk_store_savepoint(self->store) != LISA_OK) {
-        s_queue_error(self, identity, delim, req->request_id,
+        s_queue_error(self, identity, delim, req->request_id, 0,
                       LISA_UNAVAILABLE, "store unavailable");
         lisa_codec_free(&msg);
         return;
@@ -1464,7 +1486,8 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
         lisa_log_info("rpc %s from '%s' (req %" PRIu64 "): %s: %s", name,
                       req->caller ? req->caller : "", req->request_id,
                       lisa_rc_str(rc), err);
-        s_queue_error(self, identity, delim, req->request_id, rc, err);
+        s_queue_error(self, identity, delim, req->request_id,
+                      (uint32_t) req->body_case, rc, err);
     } else {
         brk_store_savepoint_keep(self->store);
         if (!held) {
@@ -1491,8 +1514,8 @@ s_on_span(brk_server_t *self, zmsg_t *m)
     ProtobufCMessage *msg = NULL;
     const char *why = NULL;
     if (lisa_codec_decode_frame(&lisa__span_push__descriptor, zmsg_first(m),
-                                self->cfg->max_span_frame, &self->st_span,
-                                &msg, &why) != LISA_OK) {
+                                self->cfg->max_span_frame, &self->st_span, &msg,
+                                &why) != LISA_OK) {
         self->cnt.spans_dropped++;
         lisa_log_warn("spans: dropped a frame: %s", why);
         return;
@@ -1702,9 +1725,8 @@ s_on_worker(brk_server_t *self, zmsg_t *m)
         w->key = lisa_strdup(key);
         w->identity = zframe_dup(identity);
         w->delim = delim;
-        w->worker_id = lisa_strndup(wm->ready->worker_id ? wm->ready->worker_id
-                                                         : "",
-                                    S_MAX_ID);
+        w->worker_id = lisa_strndup(
+            wm->ready->worker_id ? wm->ready->worker_id : "", S_MAX_ID);
         w->capacity = wm->ready->capacity ? wm->ready->capacity : 1;
         if (w->capacity > 1024)
             w->capacity = 1024;
@@ -1974,7 +1996,8 @@ s_tick(brk_server_t *self)
             lisa_free(&j->worker);
             j->tries++;
             if (j->tries >= self->cfg->score_tries) {
-                s_score_failed(self, j, "reward workers did not answer in time");
+                s_score_failed(self, j,
+                               "reward workers did not answer in time");
                 s_job_remove(self, i);
                 continue;
             }
@@ -2039,10 +2062,10 @@ s_finish_iteration(brk_server_t *self)
     for (size_t d = 0; d < self->drop_jobs.n; d++)
         for (size_t i = 0; i < self->n_jobs; i++)
             if (strcmp(self->jobs[i]->rollout_id, self->drop_jobs.v[d]) == 0) {
-                s_worker_t *w = self->jobs[i]->worker
-                                    ? zhashx_lookup(self->workers,
-                                                    self->jobs[i]->worker)
-                                    : NULL;
+                s_worker_t *w =
+                    self->jobs[i]->worker
+                        ? zhashx_lookup(self->workers, self->jobs[i]->worker)
+                        : NULL;
                 if (w && w->inflight)
                     w->inflight--;
                 s_job_remove(self, i);
@@ -2134,8 +2157,8 @@ s_bind(int type, const char *endpoint, char **bound, uint64_t maxmsg)
      * CODE_TOO_LARGE reply; beyond it ZeroMQ drops the connection before
      * the frame is ever buffered whole. */
     if (maxmsg) {
-        uint64_t hard = maxmsg * 4 > maxmsg + (1u << 20) ? maxmsg * 4
-                                                         : maxmsg + (1u << 20);
+        uint64_t hard =
+            maxmsg * 4 > maxmsg + (1u << 20) ? maxmsg * 4 : maxmsg + (1u << 20);
         zsock_set_maxmsgsize(s, hard > INT32_MAX ? INT32_MAX : (int) hard);
     }
     if (zsock_bind(s, "%s", endpoint) < 0) {
@@ -2184,8 +2207,8 @@ brk_server_new(const brk_config_t *cfg)
     /* Recovery: leases get a fresh period (the broker's downtime is not
      * the agents' fault) and rollouts left in SCORING get a score job. */
     if (brk_store_begin(self->store) != LISA_OK ||
-        brk_store_extend_leases(self->store,
-                                s_now_ms() + cfg->lease_ms) != LISA_OK ||
+        brk_store_extend_leases(self->store, s_now_ms() + cfg->lease_ms) !=
+            LISA_OK ||
         brk_store_commit(self->store) != LISA_OK)
         goto fail;
     char **ids = NULL;

@@ -64,14 +64,14 @@ static const char *const s_migrations[] = {
 };
 
 #define S_ROLLOUT_COLS                                                         \
-    "rollout_id, group_id, run_id, step, policy_version, mode, state,"        \
-    " failure_kind, reason, attempts, max_attempts, created_ms, deadline_ms," \
+    "rollout_id, group_id, run_id, step, policy_version, mode, state,"         \
+    " failure_kind, reason, attempts, max_attempts, created_ms, deadline_ms,"  \
     " ended_ms, reward, task_id, data_source, index_in_group"
 #define S_ATTEMPT_COLS                                                         \
-    "a.rollout_id, a.attempt, a.state, a.failure_kind, a.reason,"             \
-    " a.sandbox_id, a.controller_id, a.claimed_ms, a.started_ms,"             \
-    " a.ended_ms, a.lease_expiry_ms, a.deadline_ms, a.result,"                \
-    " (SELECT COUNT(*) FROM spans s WHERE s.rollout_id = a.rollout_id"        \
+    "a.rollout_id, a.attempt, a.state, a.failure_kind, a.reason,"              \
+    " a.sandbox_id, a.controller_id, a.claimed_ms, a.started_ms,"              \
+    " a.ended_ms, a.lease_expiry_ms, a.deadline_ms, a.result,"                 \
+    " (SELECT COUNT(*) FROM spans s WHERE s.rollout_id = a.rollout_id"         \
     "  AND s.attempt = a.attempt)"
 
 enum {
@@ -185,8 +185,9 @@ static const char *const s_sql[Q__COUNT] = {
     [Q_DEL_GROUP] = "DELETE FROM groups WHERE group_id = ?1 AND NOT EXISTS"
                     " (SELECT 1 FROM rollouts WHERE group_id = ?1)",
     [Q_IDEM_GET] = "SELECT reply FROM idempotency WHERE key = ?1",
-    [Q_EXTEND_LEASES] = "UPDATE rollouts SET lease_ms = ?1 WHERE state IN (2, 3)"
-                        " AND lease_ms < ?1",
+    [Q_EXTEND_LEASES] =
+        "UPDATE rollouts SET lease_ms = ?1 WHERE state IN (2, 3)"
+        " AND lease_ms < ?1",
     [Q_IDEM_PUT] = "INSERT OR IGNORE INTO idempotency(key, reply, created_ms)"
                    " VALUES(?1, ?2, ?3)",
 };
@@ -216,8 +217,9 @@ static sqlite3_stmt *
 s_stmt(brk_store_t *self, int i)
 {
     if (!self->stmt[i]) {
-        if (sqlite3_prepare_v3(self->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                               &self->stmt[i], NULL) != SQLITE_OK) {
+        if (sqlite3_prepare_v3(self->db, s_sql[i], -1,
+                               SQLITE_PREPARE_PERSISTENT, &self->stmt[i],
+                               NULL) != SQLITE_OK) {
             lisa_log_error("store: prepare failed: %s",
                            sqlite3_errmsg(self->db));
             return NULL;
@@ -273,7 +275,8 @@ static char *
 s_col_text(brk_arena_t *a, sqlite3_stmt *st, int i)
 {
     const char *t = (const char *) sqlite3_column_text(st, i);
-    return brk_arena_strndup(a, t ? t : "", (size_t) sqlite3_column_bytes(st, i));
+    return brk_arena_strndup(a, t ? t : "",
+                             (size_t) sqlite3_column_bytes(st, i));
 }
 
 static uint64_t
@@ -487,9 +490,8 @@ brk_store_meta_set(brk_store_t *self, const char *key, uint64_t value)
 }
 
 lisa_rc_t
-brk_store_group_put(brk_store_t *self, const char *group_id,
-                    const char *run_id, uint64_t step,
-                    const Lisa__TaskSpec *task)
+brk_store_group_put(brk_store_t *self, const char *group_id, const char *run_id,
+                    uint64_t step, const Lisa__TaskSpec *task)
 {
     sqlite3_stmt *st = s_stmt(self, Q_GROUP_PUT);
     if (!st)
@@ -602,7 +604,8 @@ s_row_rollout(brk_arena_t *a, sqlite3_stmt *st)
     r->created_ms = s_col_u64(st, 11);
     r->deadline_ms = s_col_u64(st, 12);
     r->ended_ms = s_col_u64(st, 13);
-    r->reward = (Lisa__Reward *) s_col_msg(a, st, 14, &lisa__reward__descriptor);
+    r->reward =
+        (Lisa__Reward *) s_col_msg(a, st, 14, &lisa__reward__descriptor);
     r->has_reward = r->reward != NULL;
     r->task_id = s_col_text(a, st, 15);
     r->data_source = s_col_text(a, st, 16);
@@ -743,8 +746,8 @@ brk_store_transition(brk_store_t *self, const char *id, uint32_t attempt,
 }
 
 lisa_rc_t
-brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena,
-                         const char *id, Lisa__Transition ***out, size_t *n)
+brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena, const char *id,
+                         Lisa__Transition ***out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -817,16 +820,14 @@ brk_store_spans_of(brk_store_t *self, brk_arena_t *arena, const char *id,
     *out = NULL;
     *n = 0;
     size_t cap = 0;
-    sqlite3_stmt *st =
-        s_stmt(self, attempt ? Q_SPANS_OF_ATTEMPT : Q_SPANS_OF);
+    sqlite3_stmt *st = s_stmt(self, attempt ? Q_SPANS_OF_ATTEMPT : Q_SPANS_OF);
     if (!st)
         return LISA_ERR;
     s_text(st, 1, id);
     if (attempt)
         s_int(st, 2, attempt);
     while (sqlite3_step(st) == SQLITE_ROW) {
-        ProtobufCMessage *m =
-            s_col_msg(arena, st, 0, &lisa__span__descriptor);
+        ProtobufCMessage *m = s_col_msg(arena, st, 0, &lisa__span__descriptor);
         if (m)
             s_push(arena, (void ***) out, n, &cap, m);
     }
@@ -890,8 +891,8 @@ brk_store_in_state(brk_store_t *self, brk_arena_t *arena,
 }
 
 lisa_rc_t
-brk_store_open_of_run(brk_store_t *self, brk_arena_t *arena,
-                      const char *run_id, char ***ids, size_t *n)
+brk_store_open_of_run(brk_store_t *self, brk_arena_t *arena, const char *run_id,
+                      char ***ids, size_t *n)
 {
     sqlite3_stmt *st = s_stmt(self, Q_OPEN_OF_RUN);
     if (!st)
@@ -914,13 +915,13 @@ brk_store_list(brk_store_t *self, brk_arena_t *arena, const char *run_id,
                        "SELECT " S_ROLLOUT_COLS " FROM rollouts WHERE"
                        " rollout_id > ?1");
     if (run_id && *run_id)
-        len += snprintf(sql + len, sizeof sql - (size_t) len,
-                        " AND run_id = ?2");
+        len +=
+            snprintf(sql + len, sizeof sql - (size_t) len, " AND run_id = ?2");
     if (by_step)
         len += snprintf(sql + len, sizeof sql - (size_t) len, " AND step = ?3");
     if (state)
-        len += snprintf(sql + len, sizeof sql - (size_t) len,
-                        " AND state = ?4");
+        len +=
+            snprintf(sql + len, sizeof sql - (size_t) len, " AND state = ?4");
     if (terminal_only)
         len += snprintf(sql + len, sizeof sql - (size_t) len,
                         " AND state IN (5, 6, 7)");
@@ -960,14 +961,29 @@ brk_store_counts(brk_store_t *self, const char *run_id, Lisa__Stats *s)
     while (sqlite3_step(st) == SQLITE_ROW) {
         uint64_t c = s_col_u64(st, 1);
         switch (sqlite3_column_int(st, 0)) {
-        case 1: s->queued = c; break;
-        case 2: s->claimed = c; break;
-        case 3: s->running = c; break;
-        case 4: s->scoring = c; break;
-        case 5: s->succeeded = c; break;
-        case 6: s->failed = c; break;
-        case 7: s->cancelled = c; break;
-        default: break;
+        case 1:
+            s->queued = c;
+            break;
+        case 2:
+            s->claimed = c;
+            break;
+        case 3:
+            s->running = c;
+            break;
+        case 4:
+            s->scoring = c;
+            break;
+        case 5:
+            s->succeeded = c;
+            break;
+        case 6:
+            s->failed = c;
+            break;
+        case 7:
+            s->cancelled = c;
+            break;
+        default:
+            break;
         }
     }
     sqlite3_reset(st);

@@ -118,13 +118,11 @@ lisa_rc_t brk_store_spans_of(brk_store_t *self, brk_arena_t *arena,
 
 /* Ids of queued rollouts claimable at now (backoff passed), oldest first. */
 lisa_rc_t brk_store_claimable(brk_store_t *self, brk_arena_t *arena,
-                              const char *run_id, uint64_t now_ms,
-                              size_t limit, char ***ids,
-                              size_t *n) LISA_NODISCARD;
+                              const char *run_id, uint64_t now_ms, size_t limit,
+                              char ***ids, size_t *n) LISA_NODISCARD;
 /* Ids of open rollouts whose lease (claimed/running) or deadline passed. */
-lisa_rc_t brk_store_due(brk_store_t *self, brk_arena_t *arena,
-                        uint64_t now_ms, size_t limit, char ***ids,
-                        size_t *n) LISA_NODISCARD;
+lisa_rc_t brk_store_due(brk_store_t *self, brk_arena_t *arena, uint64_t now_ms,
+                        size_t limit, char ***ids, size_t *n) LISA_NODISCARD;
 /* Ids of rollouts in `state` (optionally of one run). */
 lisa_rc_t brk_store_in_state(brk_store_t *self, brk_arena_t *arena,
                              Lisa__RolloutState state, const char *run_id,
@@ -138,9 +136,8 @@ lisa_rc_t brk_store_open_of_run(brk_store_t *self, brk_arena_t *arena,
 lisa_rc_t brk_store_list(brk_store_t *self, brk_arena_t *arena,
                          const char *run_id, bool by_step, uint64_t step,
                          Lisa__RolloutState state, bool terminal_only,
-                         const char *after, size_t limit,
-                         Lisa__Rollout ***out, size_t *n,
-                         char **next) LISA_NODISCARD;
+                         const char *after, size_t limit, Lisa__Rollout ***out,
+                         size_t *n, char **next) LISA_NODISCARD;
 
 /* Rollout counts per state (of one run when run_id is not empty) and the
  * number of stored spans, into *st. */

@@ -41,9 +41,8 @@ brk_token_new(const char *key_file)
     }
     self->key_len = fread(self->key, 1, sizeof self->key, f);
     fclose(f);
-    while (self->key_len &&
-           (self->key[self->key_len - 1] == '\n' ||
-            self->key[self->key_len - 1] == '\r'))
+    while (self->key_len && (self->key[self->key_len - 1] == '\n' ||
+                             self->key[self->key_len - 1] == '\r'))
         self->key_len--;
     if (self->key_len < 16) {
         lisa_log_error("token: key file '%s' holds fewer than 16 bytes",

@@ -1,0 +1,163 @@
+"""A small Python client for the lisa broker.
+
+Needs only Debian's python3-zmq and python3-protobuf, plus lisa_pb2.py,
+which the build generates from proto/lisa.proto into <build>/python/
+(protoc --python_out). Point LISA_BINARY_DIR at the build directory, or put
+that folder on PYTHONPATH.
+
+    from lisa_client import Broker
+    b = Broker("tcp://127.0.0.1:7100")
+    print(b.call("stats", pb.StatsReq()).stats.queued)
+"""
+import os
+import sys
+
+try:
+    import lisa_pb2 as pb
+except ImportError:  # look in the build tree
+    _here = os.path.dirname(os.path.abspath(__file__))
+    for _d in (os.path.join(os.environ.get("LISA_BINARY_DIR", ""), "python"),
+               os.path.join(_here, "..", "build", "default", "python")):
+        if os.path.exists(os.path.join(_d, "lisa_pb2.py")):
+            sys.path.insert(0, _d)
+            break
+    import lisa_pb2 as pb  # noqa: E402
+
+import zmq  # noqa: E402
+
+PROTOCOL_VERSION = 1
+
+# Requests that may be sent again after a timeout (the broker answers a
+# repeat without a second effect); see lisa_rpc.h for the same list.
+IDEMPOTENT = {"attempt_start", "heartbeat", "attempt_complete", "attempt_fail",
+              "get_task", "wait", "query", "cancel", "stats", "span_put",
+              "span_status", "engine_register", "engine_list"}
+
+
+class BrokerError(Exception):
+    """The broker answered with a code other than CODE_OK."""
+
+    def __init__(self, reply):
+        self.code = reply.code
+        self.reply = reply
+        super().__init__("%s: %s" % (pb.Code.Name(reply.code), reply.error))
+
+
+def broker_endpoint(flag=None):
+    return flag or os.environ.get("LISA_BROKER") or "tcp://127.0.0.1:7100"
+
+
+def events_endpoint(flag=None, broker=None):
+    if flag or os.environ.get("LISA_BROKER_EVENTS"):
+        return flag or os.environ["LISA_BROKER_EVENTS"]
+    host, port = broker_endpoint(broker).rsplit(":", 1)
+    return "%s:%d" % (host, int(port) + 2)
+
+
+class Broker:
+    """DEALER client with request ids and a deadline per call (Lazy Pirate:
+    on a timeout the socket is recreated and idempotent requests are sent
+    again, at most `tries` times)."""
+
+    def __init__(self, endpoint=None, caller="py-client", timeout=10.0, tries=3):
+        self.endpoint = broker_endpoint(endpoint)
+        self.caller = caller
+        self.timeout = float(os.environ.get("LISA_CLIENT_TIMEOUT", timeout))
+        self.tries = tries
+        self.ctx = zmq.Context.instance()
+        self.sock = None
+        self.next_id = 1
+        self._connect()
+
+    def _connect(self):
+        if self.sock is not None:
+            self.sock.close(0)
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(self.endpoint)
+
+    def close(self):
+        self.sock.close(0)
+
+    def call(self, body, msg, timeout=None, check=True):
+        """Sends Request.<body> = msg and returns the Reply."""
+        timeout = self.timeout if timeout is None else timeout
+        req = pb.Request(version=PROTOCOL_VERSION, request_id=self.next_id,
+                         caller=self.caller)
+        self.next_id += 1
+        getattr(req, body).CopyFrom(msg)
+        data = req.SerializeToString()
+        idempotent = body in IDEMPOTENT or (
+            body == "enqueue" and msg.idempotency_key) or (
+            body == "policy" and not msg.set) or (body == "export" and not msg.prune)
+        for attempt in range(self.tries if idempotent else 1):
+            if attempt:
+                self._connect()
+            self.sock.send_multipart([b"", data])
+            rep = self._wait(req.request_id, timeout)
+            if rep is not None:
+                if check and rep.code != pb.CODE_OK:
+                    raise BrokerError(rep)
+                return rep
+        raise TimeoutError("no reply from %s to %s within %.1fs"
+                           % (self.endpoint, body, timeout))
+
+    def _wait(self, request_id, timeout):
+        import time
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+                return None
+            frames = self.sock.recv_multipart()
+            rep = pb.Reply()
+            try:
+                rep.ParseFromString(frames[-1])
+            except Exception:
+                continue
+            if rep.request_id == request_id:
+                return rep
+
+
+def subscribe(endpoint, topics=("",)):
+    """A SUB socket on the broker's events."""
+    s = zmq.Context.instance().socket(zmq.SUB)
+    s.setsockopt(zmq.LINGER, 0)
+    for t in topics:
+        s.setsockopt(zmq.SUBSCRIBE, t.encode())
+    s.connect(endpoint)
+    return s
+
+
+def read_event(sock, timeout_ms):
+    """(topic, Event) or None when nothing came within timeout_ms."""
+    if not sock.poll(timeout_ms):
+        return None
+    topic, data = sock.recv_multipart()
+    ev = pb.Event()
+    ev.ParseFromString(data)
+    return topic.decode(), ev
+
+
+def sequences(spans):
+    """Rebuilds token sequences from linearly stored spans: each span is
+    its parent's sequence + appended ids (mask 0) + response ids (mask 1)."""
+    built, parents = {}, set()
+    for s in sorted(spans, key=lambda s: s.seq):
+        ids, mask, lp, plen = [], [], [], 0
+        if s.prev_seq >= 0 and s.prev_seq in built:
+            ids, mask, lp, plen = [list(x) if isinstance(x, list) else x
+                                   for x in built[s.prev_seq]]
+            parents.add(s.prev_seq)
+        ids = ids + list(s.appended_ids)
+        mask = mask + [0] * len(s.appended_ids)
+        lp = lp + [0.0] * len(s.appended_ids)
+        if s.prev_seq < 0:
+            plen = len(ids)
+        ids += list(s.response_ids)
+        mask += [1] * len(s.response_ids)
+        lp += list(s.response_logprobs)
+        built[s.seq] = (ids, mask, lp, plen)
+    return [{"last_seq": k, "prompt_len": v[3], "token_ids": v[0],
+             "loss_mask": v[1], "logprobs": v[2]}
+            for k, v in sorted(built.items()) if k not in parents]
