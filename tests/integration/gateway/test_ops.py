@@ -131,7 +131,8 @@ def test_engines_from_the_broker(make_engine, make_gateway, make_broker, key):
     brk = make_broker()
     gw = make_gateway(broker=brk.ep["rpc"])
     c = Client(brk.ep["rpc"])
-    tok = mint(key, "r-1", 1)
+    rid, att = attempt_of(c)
+    tok = mint(key, rid, att)
     st, _, body = http(gw.url + "/v1/chat/completions", "POST",
                        {"messages": [{"role": "user", "content": "x"}]},
                        {"Authorization": "Bearer " + tok})
