@@ -51,7 +51,7 @@ s_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 /* ---- the scripted engine ------------------------------------------------ */
@@ -73,9 +73,9 @@ s_engine(void *cls, struct MHD_Connection *conn, const char *url,
          const char *method, const char *version, const char *upload,
          size_t *upload_size, void **con_cls)
 {
-    (void)cls;
-    (void)version;
-    (void)method;
+    (void) cls;
+    (void) version;
+    (void) method;
     s_upload_t *u = *con_cls;
     if (!u) {
         u = lisa_calloc(1, sizeof *u);
@@ -104,7 +104,7 @@ s_engine(void *cls, struct MHD_Connection *conn, const char *url,
     snprintf(s_last_path, sizeof s_last_path, "%s", url);
     pthread_mutex_unlock(&s_last_mu);
     struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(reply), (void *)(uintptr_t)reply, MHD_RESPMEM_PERSISTENT);
+        strlen(reply), (void *) (uintptr_t) reply, MHD_RESPMEM_PERSISTENT);
     MHD_add_response_header(r, "Content-Type", "application/json");
     enum MHD_Result ret = MHD_queue_response(conn, 200, r);
     MHD_destroy_response(r);
@@ -115,9 +115,9 @@ static void
 s_engine_done(void *cls, struct MHD_Connection *conn, void **con_cls,
               enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
-    (void)toe;
+    (void) cls;
+    (void) conn;
+    (void) toe;
     s_upload_t *u = *con_cls;
     if (u) {
         lisa_free(&u->buf);
@@ -142,22 +142,22 @@ s_make_replies(lisa_tokenizer_t *tok)
     json_t *tids = json_array(), *lps = json_array();
     for (size_t i = 0; i < lisa_ids_len(ids); i++) {
         json_array_append_new(tids, json_integer(lisa_ids_data(ids)[i]));
-        json_array_append_new(lps, json_real(-0.05 * (double)(i % 7)));
+        json_array_append_new(lps, json_real(-0.05 * (double) (i % 7)));
     }
     json_t *o = json_pack("{s:s,s:[{s:i,s:s,s:o,s:{s:o},s:s}],s:i}", "object",
-                          "text_completion", "choices", "index", 0, "text",
-                          "", "token_ids", tids, "logprobs", "token_logprobs",
-                          lps, "finish_reason", "stop", "policy_version", 3);
+                          "text_completion", "choices", "index", 0, "text", "",
+                          "token_ids", tids, "logprobs", "token_logprobs", lps,
+                          "finish_reason", "stop", "policy_version", 3);
     s_completion_reply = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     o = json_pack(
         "{s:s,s:s,s:i,s:s,s:[{s:i,s:{s:s,s:s,s:[{s:s,s:s,s:{s:s,s:s}}]},"
         "s:s}],s:{s:i,s:i,s:i}}",
-        "id", "chatcmpl-up", "object", "chat.completion", "created", 0,
-        "model", "lisa", "choices", "index", 0, "message", "role",
-        "assistant", "content", "I will look at the files first.",
-        "tool_calls", "id", "call_up_0", "type", "function", "function",
-        "name", "execute_bash", "arguments",
+        "id", "chatcmpl-up", "object", "chat.completion", "created", 0, "model",
+        "lisa", "choices", "index", 0, "message", "role", "assistant",
+        "content", "I will look at the files first.", "tool_calls", "id",
+        "call_up_0", "type", "function", "function", "name", "execute_bash",
+        "arguments",
         "{\"command\": \"ls -la /testbed && cat /testbed/documents/README.md "
         "| head -50\"}",
         "finish_reason", "tool_calls", "usage", "prompt_tokens", 100,
@@ -182,7 +182,7 @@ s_connect(uint16_t port)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    if (connect(fd, (struct sockaddr *) &a, sizeof a) != 0) {
         close(fd);
         return -1;
     }
@@ -199,7 +199,7 @@ s_write_all(int fd, const char *p, size_t n)
         if (w <= 0)
             return false;
         p += w;
-        n -= (size_t)w;
+        n -= (size_t) w;
     }
     return true;
 }
@@ -236,7 +236,7 @@ s_request(s_conn_t *c, const char *path, const char *auth, const char *body,
                       "Content-Length: %zu\r\n\r\n",
                       path, auth ? "Authorization: Bearer " : "",
                       auth ? auth : "", auth ? "\r\n" : "", len);
-    if (!s_write_all(c->fd, head, (size_t)hn) ||
+    if (!s_write_all(c->fd, head, (size_t) hn) ||
         !s_write_all(c->fd, body, len))
         return -1;
     size_t got = 0;
@@ -250,7 +250,7 @@ s_request(s_conn_t *c, const char *path, const char *auth, const char *body,
         ssize_t r = read(c->fd, c->buf + got, c->cap - got - 1);
         if (r <= 0)
             return -1;
-        got += (size_t)r;
+        got += (size_t) r;
         c->buf[got] = '\0';
         if (!hend) {
             hend = strstr(c->buf, "\r\n\r\n");
@@ -261,7 +261,7 @@ s_request(s_conn_t *c, const char *path, const char *auth, const char *body,
                 clen = strtol(cl + 17, NULL, 10);
             }
         }
-        if (hend && got >= (size_t)(hend + 4 - c->buf) + (size_t)clen)
+        if (hend && got >= (size_t) (hend + 4 - c->buf) + (size_t) clen)
             break;
     }
     *out = hend + 4;
@@ -307,9 +307,9 @@ s_conv_new(void)
 static char *
 s_conv_body(json_t *msgs)
 {
-    json_t *o = json_pack("{s:s,s:O,s:O,s:f,s:i}", "model", "lisa",
-                          "messages", msgs, "tools", s_tools, "temperature",
-                          1.0, "max_tokens", 1024);
+    json_t *o =
+        json_pack("{s:s,s:O,s:O,s:f,s:i}", "model", "lisa", "messages", msgs,
+                  "tools", s_tools, "temperature", 1.0, "max_tokens", 1024);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
@@ -320,8 +320,8 @@ static bool
 s_conv_step(json_t *msgs, const char *resp, int k)
 {
     json_t *o = json_loads(resp, 0, NULL);
-    json_t *m = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
-                                "message");
+    json_t *m = json_object_get(
+        json_array_get(json_object_get(o, "choices"), 0), "message");
     const char *id = json_string_value(json_object_get(
         json_array_get(json_object_get(m, "tool_calls"), 0), "id"));
     if (!m || !id) {
@@ -351,9 +351,9 @@ s_free_port(void)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof a);
+    bind(fd, (struct sockaddr *) &a, sizeof a);
     socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
+    getsockname(fd, (struct sockaddr *) &a, &l);
     close(fd);
     return ntohs(a.sin_port);
 }
@@ -457,7 +457,7 @@ s_start_nginx(const char *bin, uint16_t up, uint16_t port, char *dir)
 static int
 s_cmp_d(const void *a, const void *b)
 {
-    double x = *(const double *)a, y = *(const double *)b;
+    double x = *(const double *) a, y = *(const double *) b;
     return x < y ? -1 : x > y;
 }
 
@@ -465,7 +465,7 @@ static double
 s_pct(double *v, size_t n, double p)
 {
     qsort(v, n, sizeof *v, s_cmp_d);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    size_t i = (size_t) (p * (double) (n - 1) + 0.5);
     return v[i < n ? i : n - 1];
 }
 
@@ -486,8 +486,7 @@ s_token(const uint8_t *key, size_t keylen, int a, int b)
 {
     char rid[64];
     snprintf(rid, sizeof rid, "bench-%d-%d", a, b);
-    return lisa_token_issue(key, keylen, rid, 1,
-                            lisa_token_now_ms() + 3600000);
+    return lisa_token_issue(key, keylen, rid, 1, lisa_token_now_ms() + 3600000);
 }
 
 /* Latency mode: proxied then direct, per turn. */
@@ -574,12 +573,13 @@ static double
 s_throughput(uint16_t port, bool gateway, const uint8_t *key, size_t keylen,
              int turns, int agents, double seconds, uint64_t *failed)
 {
-    s_load_t *l = lisa_calloc((size_t)agents, sizeof *l);
-    pthread_t *t = lisa_calloc((size_t)agents, sizeof *t);
+    s_load_t *l = lisa_calloc((size_t) agents, sizeof *l);
+    pthread_t *t = lisa_calloc((size_t) agents, sizeof *t);
     double t0 = s_now();
     for (int i = 0; i < agents; i++) {
-        l[i] = (s_load_t){port, gateway, key, keylen, turns, t0 + seconds,
-                          0, 0, (gateway ? 10000 : 20000) + i};
+        l[i] = (s_load_t){port,   gateway, key,
+                          keylen, turns,   t0 + seconds,
+                          0,      0,       (gateway ? 10000 : 20000) + i};
         pthread_create(&t[i], NULL, s_load_thread, &l[i]);
     }
     uint64_t done = 0;
@@ -589,7 +589,7 @@ s_throughput(uint16_t port, bool gateway, const uint8_t *key, size_t keylen,
         done += l[i].done;
         *failed += l[i].failed;
     }
-    double rps = (double)done / (s_now() - t0);
+    double rps = (double) done / (s_now() - t0);
     lisa_free(&l);
     lisa_free(&t);
     return rps;
@@ -601,7 +601,7 @@ s_tokenizer_mbs(lisa_tokenizer_t *tok)
     size_t cap = 4u << 20, n = 0;
     char *text = lisa_malloc(cap);
     for (int k = 0; n + 1024 < cap; k++)
-        n += (size_t)snprintf(
+        n += (size_t) snprintf(
             text + n, cap - n,
             "Turn %d: the agent ran `grep -rn \"melting point\" /testbed/"
             "documents` and found %d matches; compound %c melts at %d.%d C "
@@ -614,7 +614,7 @@ s_tokenizer_mbs(lisa_tokenizer_t *tok)
     double dt = s_now() - t0;
     lisa_ids_destroy(&ids);
     lisa_free(&text);
-    return (double)n / dt / 1e6;
+    return (double) n / dt / 1e6;
 }
 
 static int
@@ -640,9 +640,9 @@ main(int argc, char **argv)
     s_make_tools();
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY, 0, NULL,
-        NULL, s_engine, NULL, MHD_OPTION_NOTIFY_COMPLETED, s_engine_done,
-        NULL, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        NULL, s_engine, NULL, MHD_OPTION_NOTIFY_COMPLETED, s_engine_done, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, 4096u, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        1u, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "gw_bench: engine did not start\n");
         return 1;
@@ -674,34 +674,36 @@ main(int argc, char **argv)
     printf("gw_bench: %d-turn tool-calling conversations, full history "
            "re-sent each turn\n",
            turns);
-    size_t cap = (size_t)(turns * convs) + 1;
-    double *ag = lisa_calloc(cap, sizeof *ag), *an = lisa_calloc(cap, sizeof *an);
+    size_t cap = (size_t) (turns * convs) + 1;
+    double *ag = lisa_calloc(cap, sizeof *ag),
+           *an = lisa_calloc(cap, sizeof *an);
     size_t ng_n = 0;
     /* warm-up, then the measured runs */
-    (void)s_latency(gport, up, true, key.bytes, key.len, turns, 1, ag);
-    size_t gn = s_latency(gport, up, true, key.bytes, key.len, turns, convs,
-                          ag);
+    (void) s_latency(gport, up, true, key.bytes, key.len, turns, 1, ag);
+    size_t gn =
+        s_latency(gport, up, true, key.bytes, key.len, turns, convs, ag);
     if (ng > 0) {
-        (void)s_latency(nport, up, false, key.bytes, key.len, turns, 1, an);
-        ng_n = s_latency(nport, up, false, key.bytes, key.len, turns, convs,
-                         an);
+        (void) s_latency(nport, up, false, key.bytes, key.len, turns, 1, an);
+        ng_n =
+            s_latency(nport, up, false, key.bytes, key.len, turns, convs, an);
     }
     uint64_t gf = 0, nf = 0;
     double grps = s_throughput(gport, true, key.bytes, key.len, turns, agents,
                                seconds, &gf);
-    double nrps = ng > 0 ? s_throughput(nport, false, key.bytes, key.len,
-                                        turns, agents, seconds, &nf)
+    double nrps = ng > 0 ? s_throughput(nport, false, key.bytes, key.len, turns,
+                                        agents, seconds, &nf)
                          : 0;
     double g50 = gn ? s_pct(ag, gn, 0.5) * 1e3 : 0;
     double g99 = gn ? s_pct(ag, gn, 0.99) * 1e3 : 0;
     printf("gateway: added latency p50 %.3f ms, p99 %.3f ms over %zu calls; "
            "%.0f req/s with %d agents (%llu failed)\n",
-           g50, g99, gn, grps, agents, (unsigned long long)gf);
+           g50, g99, gn, grps, agents, (unsigned long long) gf);
     if (ng > 0) {
-        double n50 = s_pct(an, ng_n, 0.5) * 1e3, n99 = s_pct(an, ng_n, 0.99) * 1e3;
+        double n50 = s_pct(an, ng_n, 0.5) * 1e3,
+               n99 = s_pct(an, ng_n, 0.99) * 1e3;
         printf("nginx:   added latency p50 %.3f ms, p99 %.3f ms over %zu "
                "calls; %.0f req/s with %d agents (%llu failed)\n",
-               n50, n99, ng_n, nrps, agents, (unsigned long long)nf);
+               n50, n99, ng_n, nrps, agents, (unsigned long long) nf);
         printf("ratio gateway/nginx: req/s %.2f (aim >= 0.5), p50 added "
                "%.2fx\n",
                nrps > 0 ? grps / nrps : 0, n50 > 0 ? g50 / n50 : 0);

@@ -8,6 +8,8 @@
 
 #include "lisa/lisa_mem.h"
 
+#include <ctype.h>
+#include <czmq.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
@@ -148,44 +150,33 @@ s_check_tool_calls(const json_t *tc, gw_err_t *err)
 }
 
 static lisa_rc_t
-s_check_messages(const json_t *msgs, gw_err_t *err)
+s_check_message(const json_t *m, size_t i, gw_err_t *err)
 {
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return S_BAD("messages", "'messages' must be a non-empty array");
-    if (json_array_size(msgs) > GW_MAX_MESSAGES)
-        return S_BAD("messages", "too many messages (at most %u)",
-                     GW_MAX_MESSAGES);
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m)
-    {
-        if (!json_is_object(m))
-            return S_BAD("messages", "messages[%zu] must be an object", i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || !s_is_role(role))
-            return S_BAD("messages",
-                         "messages[%zu].role must be one of "
-                         "system, developer, user, assistant, tool",
-                         i);
-        bool asst = strcmp(role, "assistant") == 0;
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (!asst && tc && !json_is_null(tc))
-            return S_BAD("messages",
-                         "messages[%zu]: only assistant messages "
-                         "carry tool_calls",
-                         i);
-        if (s_check_content(json_object_get(m, "content"), asst, err) !=
-            LISA_OK)
-            return LISA_INVALID;
-        if (s_check_tool_calls(tc, err) != LISA_OK)
-            return LISA_INVALID;
-        if (strcmp(role, "tool") == 0 &&
-            !json_is_string(json_object_get(m, "tool_call_id")))
-            return S_BAD("messages",
-                         "messages[%zu]: a tool message needs "
-                         "tool_call_id",
-                         i);
-    }
+    if (!json_is_object(m))
+        return S_BAD("messages", "messages[%zu] must be an object", i);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!role || !s_is_role(role))
+        return S_BAD("messages",
+                     "messages[%zu].role must be one of "
+                     "system, developer, user, assistant, tool",
+                     i);
+    bool asst = strcmp(role, "assistant") == 0;
+    json_t *tc = json_object_get(m, "tool_calls");
+    if (!asst && tc && !json_is_null(tc))
+        return S_BAD("messages",
+                     "messages[%zu]: only assistant messages "
+                     "carry tool_calls",
+                     i);
+    if (s_check_content(json_object_get(m, "content"), asst, err) != LISA_OK)
+        return LISA_INVALID;
+    if (s_check_tool_calls(tc, err) != LISA_OK)
+        return LISA_INVALID;
+    if (strcmp(role, "tool") == 0 &&
+        !json_is_string(json_object_get(m, "tool_call_id")))
+        return S_BAD("messages",
+                     "messages[%zu]: a tool message needs "
+                     "tool_call_id",
+                     i);
     return LISA_OK;
 }
 
@@ -246,14 +237,15 @@ s_parse_fields(gw_chat_req_t *req, gw_err_t *err)
         if (!s_known_arg(k))
             return S_BAD(k, "Unrecognized request argument supplied: %.64s", k);
     }
-    req->messages = json_object_get(root, "messages");
-    if (s_check_messages(req->messages, err) != LISA_OK)
-        return LISA_INVALID;
-    req->tools = json_object_get(root, "tools");
-    if (s_check_tools(req->tools, err) != LISA_OK)
-        return LISA_INVALID;
-    if (json_is_null(req->tools))
-        req->tools = NULL;
+    if (!req->tools_raw) {
+        req->tools = json_object_get(root, "tools");
+        if (s_check_tools(req->tools, err) != LISA_OK)
+            return LISA_INVALID;
+        if (json_is_null(req->tools) || json_array_size(req->tools) == 0)
+            req->tools = NULL;
+        req->has_tools = req->tools != NULL;
+        gw_tools_digest(req->tools, req->tools_digest);
+    }
     v = json_object_get(root, "model");
     if (v && !json_is_null(v) && !json_is_string(v))
         return S_BAD("model", "'model' must be a string");
@@ -277,7 +269,7 @@ s_parse_fields(gw_chat_req_t *req, gw_err_t *err)
         return S_BAD("tool_choice", "'tool_choice' must be a string or an "
                                     "object");
     if (req->tool_choice && strcmp(req->tool_choice, "none") != 0 &&
-        !req->tools)
+        !req->has_tools)
         return S_BAD("tool_choice", "'tool_choice' is only allowed when "
                                     "'tools' are specified");
     if (s_number(root, "temperature", 0.0, 2.0, &req->temperature, err) !=
@@ -331,13 +323,159 @@ s_parse_fields(gw_chat_req_t *req, gw_err_t *err)
     return LISA_OK;
 }
 
-lisa_rc_t
-gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
-                  gw_err_t *err)
+/* ---- scanning ----------------------------------------------------------- */
+
+static const char *
+s_ws(const char *p, const char *end)
 {
-    memset(req, 0, sizeof *req);
-    req->temperature = -1;
-    req->top_p = -1;
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+        p++;
+    return p;
+}
+
+static const char *
+s_skip_string(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        unsigned char ch = (unsigned char) *p;
+        if (ch > '\\' || (ch >= 0x20 && ch != '"' && ch != '\\'))
+            continue;
+        if (ch == '\\')
+            p++;
+        else if (ch == '"')
+            return p + 1;
+        else
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Skips one JSON value; NULL when it is not well formed at this level. */
+static const char *
+s_skip_value(const char *p, const char *end, unsigned depth)
+{
+    p = s_ws(p, end);
+    if (p >= end || depth > GW_MAX_DEPTH)
+        return NULL;
+    if (*p == '"')
+        return s_skip_string(p, end);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        bool obj = *p == '{';
+        p = s_ws(p + 1, end);
+        if (p < end && *p == close)
+            return p + 1;
+        for (;;) {
+            if (obj) {
+                p = s_ws(p, end);
+                if (p >= end || *p != '"' || !(p = s_skip_string(p, end)))
+                    return NULL;
+                p = s_ws(p, end);
+                if (p >= end || *p != ':')
+                    return NULL;
+                p++;
+            }
+            if (!(p = s_skip_value(p, end, depth + 1)))
+                return NULL;
+            p = s_ws(p, end);
+            if (p < end && *p == ',') {
+                p++;
+                continue;
+            }
+            return p < end && *p == close ? p + 1 : NULL;
+        }
+    }
+    const char *q = p;
+    while (q < end &&
+           (isalnum((unsigned char) *q) || *q == '-' || *q == '+' || *q == '.'))
+        q++;
+    return q > p ? q : NULL;
+}
+
+/* Two 64-bit FNV-1a lanes: a fast fingerprint of a message's bytes. */
+static void
+s_raw_hash(const char *p, size_t n, uint8_t out[GW_DIGEST_LEN])
+{
+    uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull ^ n;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ (uint8_t) p[i]) * 0x100000001b3ull;
+        b = (b ^ (uint8_t) p[i]) * 0x9e3779b97f4a7c15ull;
+    }
+    b ^= a >> 29;
+    memcpy(out, &a, 8);
+    memcpy(out + 8, &b, 8);
+}
+
+/* Finds the top-level "messages" array and each element's bytes. False
+ * when the body is not a simple object with one such array (the caller
+ * then parses it whole, which also yields the right error message). */
+static bool
+s_scan(const char *body, size_t len, const char **mb, const char **me,
+       const char **tb, const char **te, zlistx_t *spans)
+{
+    *tb = *te = NULL;
+    const char *p = s_ws(body, body + len), *end = body + len;
+    *mb = *me = NULL;
+    if (p >= end || *p != '{')
+        return false;
+    p = s_ws(p + 1, end);
+    if (p < end && *p == '}')
+        return false;
+    for (;;) {
+        const char *k = p;
+        if (p >= end || *p != '"' || !(p = s_skip_string(p, end)))
+            return false;
+        bool is_msgs =
+            (size_t) (p - k) == 10 && memcmp(k, "\"messages\"", 10) == 0;
+        bool is_tools = (size_t) (p - k) == 7 && memcmp(k, "\"tools\"", 7) == 0;
+        p = s_ws(p, end);
+        if (p >= end || *p != ':')
+            return false;
+        p = s_ws(p + 1, end);
+        const char *v = p;
+        if (!(p = s_skip_value(p, end, 1)))
+            return false;
+        if (is_tools) {
+            if (*tb)
+                return false;
+            *tb = v;
+            *te = p;
+        }
+        if (is_msgs) {
+            if (*mb || *v != '[')
+                return false;
+            *mb = v;
+            *me = p;
+            const char *q = s_ws(v + 1, end);
+            while (q < p - 1) {
+                const char *e = s_skip_value(q, end, 2);
+                if (!e)
+                    return false;
+                zlistx_add_end(spans, (void *) (uintptr_t) q);
+                zlistx_add_end(spans, (void *) (uintptr_t) e);
+                q = s_ws(e, end);
+                if (*q == ',')
+                    q = s_ws(q + 1, end);
+                else if (q != p - 1)
+                    return false;
+                if (zlistx_size(spans) > 2 * GW_MAX_MESSAGES)
+                    return true; /* too many: refused by the caller */
+            }
+        }
+        p = s_ws(p, end);
+        if (p < end && *p == ',') {
+            p = s_ws(p + 1, end);
+            continue;
+        }
+        if (p < end && *p == '}' && s_ws(p + 1, end) == end)
+            return *mb != NULL;
+        return false;
+    }
+}
+
+static lisa_rc_t
+s_parse_root(gw_chat_req_t *req, const char *body, size_t len, gw_err_t *err)
+{
     json_error_t jerr;
     req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->root)
@@ -345,14 +483,181 @@ gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
                      "We could not parse the JSON body of your request "
                      "(%s at line %d column %d)",
                      jerr.text, jerr.line, jerr.column);
-    if (!json_is_object(req->root)) {
-        gw_chat_req_clear(req);
+    if (!json_is_object(req->root))
         return S_BAD(NULL, "the request body must be a JSON object");
+    return LISA_OK;
+}
+
+static lisa_rc_t
+s_alloc_msgs(gw_chat_req_t *req, size_t n, gw_err_t *err)
+{
+    if (n == 0)
+        return S_BAD("messages", "'messages' must be a non-empty array");
+    if (n > GW_MAX_MESSAGES)
+        return S_BAD("messages", "too many messages (at most %u)",
+                     GW_MAX_MESSAGES);
+    req->n_msgs = n;
+    req->raw = lisa_calloc(n, sizeof *req->raw);
+    req->raw_len = lisa_calloc(n, sizeof *req->raw_len);
+    req->raw_hash = lisa_calloc(n, GW_DIGEST_LEN);
+    return LISA_OK;
+}
+
+lisa_rc_t
+gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
+                       gw_err_t *err)
+{
+    memset(req, 0, sizeof *req);
+    req->temperature = -1;
+    req->top_p = -1;
+    lisa_rc_t rc = LISA_INVALID;
+    zlistx_t *spans = zlistx_new();
+    const char *mb, *me, *tb, *te;
+    if (s_scan(body, len, &mb, &me, &tb, &te, spans)) {
+        /* the body without its messages and tools: their values become
+         * [] and null; both are kept as raw bytes */
+        char *rest = lisa_malloc(len + 8);
+        size_t rn = 0;
+        const char *cut[2][2] = {{mb, me}, {tb, te}};
+        const char *put[2] = {"[]", "null"};
+        int order[2] = {0, 1};
+        if (tb && tb < mb) {
+            order[0] = 1;
+            order[1] = 0;
+        }
+        const char *at = body;
+        for (int k = 0; k < 2; k++) {
+            int w = order[k];
+            if (!cut[w][0])
+                continue;
+            memcpy(rest + rn, at, (size_t) (cut[w][0] - at));
+            rn += (size_t) (cut[w][0] - at);
+            memcpy(rest + rn, put[w], strlen(put[w]));
+            rn += strlen(put[w]);
+            at = cut[w][1];
+        }
+        memcpy(rest + rn, at, (size_t) (body + len - at));
+        rn += (size_t) (body + len - at);
+        if (tb) {
+            const char *q = s_ws(tb + 1, te);
+            req->has_tools = *tb != 'n' && !(*tb == '[' && *q == ']');
+            if (req->has_tools) {
+                req->tools_raw = tb;
+                req->tools_raw_len = (size_t) (te - tb);
+                s_raw_hash(tb, req->tools_raw_len, req->tools_digest);
+            }
+        }
+        if (!req->has_tools)
+            gw_tools_digest(NULL, req->tools_digest);
+        rc = s_parse_root(req, rest, rn, err);
+        lisa_free(&rest);
+        if (rc == LISA_OK)
+            rc = s_alloc_msgs(req, zlistx_size(spans) / 2, err);
+        if (rc == LISA_OK) {
+            req->messages = json_array();
+            size_t i = 0;
+            for (const char *b = zlistx_first(spans); b;
+                 b = zlistx_next(spans), i++) {
+                const char *e = zlistx_next(spans);
+                req->raw[i] = b;
+                req->raw_len[i] = (size_t) (e - b);
+                s_raw_hash(b, req->raw_len[i], req->raw_hash[i]);
+                json_array_append_new(req->messages, json_null());
+            }
+            json_object_set(req->root, "messages", req->messages);
+        }
+    } else {
+        rc = s_parse_root(req, body, len, err);
+        json_t *m = json_object_get(req->root, "messages");
+        if (rc == LISA_OK && !json_is_array(m))
+            rc = S_BAD("messages", "'messages' must be a non-empty array");
+        if (rc == LISA_OK)
+            rc = s_alloc_msgs(req, json_array_size(m), err);
+        if (rc == LISA_OK) {
+            req->messages = json_incref(m);
+            /* no raw bytes: hashes stay zero and never match a history */
+        }
     }
-    if (s_parse_fields(req, err) != LISA_OK) {
+    zlistx_destroy(&spans);
+    if (rc == LISA_OK)
+        rc = s_parse_fields(req, err);
+    if (rc != LISA_OK)
+        gw_chat_req_clear(req);
+    return rc;
+}
+
+json_t *
+gw_chat_req_msg(gw_chat_req_t *req, size_t i, gw_err_t *err)
+{
+    if (i >= req->n_msgs)
+        return NULL;
+    json_t *m;
+    if (req->raw[i]) {
+        json_error_t jerr;
+        m = json_loadb(req->raw[i], req->raw_len[i], JSON_REJECT_DUPLICATES,
+                       &jerr);
+        req->raw[i] = NULL; /* parsed (or refused) once */
+        if (!m) {
+            S_BAD("messages", "messages[%zu] is not valid JSON (%s)", i,
+                  jerr.text);
+            return NULL;
+        }
+        json_array_set_new(req->messages, i, m);
+        if (s_check_message(m, i, err) != LISA_OK) {
+            json_array_set_new(req->messages, i, json_null());
+            return NULL;
+        }
+        return m;
+    }
+    m = json_array_get(req->messages, i);
+    if (!json_is_object(m)) {
+        S_BAD("messages", "messages[%zu] must be an object", i);
+        return NULL;
+    }
+    /* a body parsed whole was not validated per message yet */
+    if (!req->raw_len[i] && s_check_message(m, i, err) != LISA_OK)
+        return NULL;
+    return m;
+}
+
+json_t *
+gw_chat_req_tools(gw_chat_req_t *req, gw_err_t *err)
+{
+    err->status = 0;
+    if (req->tools_raw) {
+        json_error_t jerr;
+        json_t *t = json_loadb(req->tools_raw, req->tools_raw_len,
+                               JSON_REJECT_DUPLICATES, &jerr);
+        req->tools_raw = NULL;
+        if (!t || s_check_tools(t, err) != LISA_OK) {
+            if (!t)
+                S_BAD("tools", "'tools' is not valid JSON (%s)", jerr.text);
+            json_decref(t);
+            req->has_tools = false;
+            return NULL;
+        }
+        json_object_set_new(req->root, "tools", t);
+        req->tools = t;
+    }
+    return req->tools;
+}
+
+lisa_rc_t
+gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
+                  gw_err_t *err)
+{
+    lisa_rc_t rc = gw_chat_req_parse_lazy(body, len, req, err);
+    if (rc != LISA_OK)
+        return rc;
+    if (req->has_tools && !gw_chat_req_tools(req, err)) {
         gw_chat_req_clear(req);
         return LISA_INVALID;
     }
+    for (size_t i = 0; i < req->n_msgs; i++)
+        if (!gw_chat_req_msg(req, i, err)) {
+            gw_chat_req_clear(req);
+            return LISA_INVALID;
+        }
     return LISA_OK;
 }
 
@@ -362,6 +667,10 @@ gw_chat_req_clear(gw_chat_req_t *req)
     if (!req)
         return;
     json_decref(req->root);
+    json_decref(req->messages);
+    lisa_free(&req->raw);
+    lisa_free(&req->raw_len);
+    lisa_free(&req->raw_hash);
     memset(req, 0, sizeof *req);
 }
 

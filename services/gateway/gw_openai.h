@@ -27,6 +27,7 @@
 #define GW_MAX_STOP       4u
 #define GW_MAX_TOOL_CALLS 64u
 #define GW_DIGEST_LEN     16u
+#define GW_MAX_DEPTH      64u
 
 /* An error as the agent sees it: HTTP status and the OpenAI error object. */
 typedef struct {
@@ -45,11 +46,26 @@ lisa_rc_t gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
 /* The error body JSON text of *err (caller frees). */
 char *gw_err_body(const gw_err_t *err);
 
-/* A validated chat request. Pointers borrow from `root`. */
+/* A validated chat request. Pointers borrow from `root`.
+ *
+ * Messages are parsed lazily: the body is scanned once to find each
+ * message's bytes (no allocation), and a message is parsed and validated
+ * only when gw_chat_req_msg asks for it. Until then its slot in `messages`
+ * holds JSON null. The gateway asks only for messages whose raw hash does
+ * not match the attempt's history, so a long conversation costs a hash of
+ * its bytes per call, not a parse. */
 typedef struct {
-    json_t *root;     /* the parsed body (owned) */
-    json_t *messages; /* array, non-empty */
-    json_t *tools;    /* array or NULL */
+    json_t *root;     /* the parsed body without its messages (owned) */
+    json_t *messages; /* array of n_msgs: parsed messages or null slots */
+    size_t n_msgs;
+    const char **raw; /* raw bytes of each message (borrow the body) */
+    size_t *raw_len;  /* NULL entries when the body was parsed whole */
+    uint8_t (*raw_hash)[GW_DIGEST_LEN]; /* hash of each message's bytes */
+    json_t *tools;  /* array or NULL; lazily parsed (gw_chat_req_tools) */
+    bool has_tools; /* a non-empty tools array was sent */
+    const char *tools_raw; /* its bytes while not parsed (borrowed) */
+    size_t tools_raw_len;
+    uint8_t tools_digest[GW_DIGEST_LEN]; /* of its bytes, or canonical */
     const char *model;
     const char *tool_choice; /* "auto", "none", "required", a name, or NULL */
     bool tool_choice_named;  /* tool_choice names one function */
@@ -66,6 +82,21 @@ typedef struct {
  * LISA_INVALID with *err filled for any malformed or unsupported input. */
 lisa_rc_t gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
                             gw_err_t *err) LISA_NODISCARD;
+
+/* Same, lazily (see gw_chat_req_t): only the top-level fields and the
+ * message boundaries are checked. `body` must outlive the request. */
+lisa_rc_t gw_chat_req_parse_lazy(const char *body, size_t len,
+                                 gw_chat_req_t *req,
+                                 gw_err_t *err) LISA_NODISCARD;
+
+/* Message i, parsed and validated on first use (borrowed); NULL with *err
+ * filled when it is malformed. */
+json_t *gw_chat_req_msg(gw_chat_req_t *req, size_t i, gw_err_t *err);
+
+/* The tools array, parsed and validated on first use (borrowed); NULL
+ * when there are none, or with *err filled (err->status != 0) when it is
+ * malformed. */
+json_t *gw_chat_req_tools(gw_chat_req_t *req, gw_err_t *err);
 
 /* Releases what gw_chat_req_parse holds; safe twice. */
 void gw_chat_req_clear(gw_chat_req_t *req);

@@ -365,11 +365,37 @@ s_chat_render(s_chat_t *c)
     }
     if (!gw_attempt_based(a))
         gw_attempt_set_base(a, 0);
+    /* digests: from the attempt's cache when the bytes are unchanged */
+    c->n_dig = c->chat.n_msgs;
+    c->dig = lisa_malloc(c->n_dig * GW_DIGEST_LEN);
+    for (size_t i = 0; i < c->n_dig; i++) {
+        if (c->chat.raw_len[i] &&
+            gw_attempt_cached_digest(a, i, c->chat.raw_hash[i], c->dig[i]))
+            continue;
+        json_t *m = gw_chat_req_msg(&c->chat, i, &err);
+        if (!m) {
+            s_chat_fail(&c, &err);
+            return;
+        }
+        gw_msg_digest(m, c->dig[i]);
+    }
     size_t first = 0;
     bool ext = gw_attempt_plan(a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,
                                c->n_dig, c->tools, &first);
     if (!ext && gw_attempt_spans(a) > 0)
         gw_metrics_add(srv->m, "lisa_gateway_segments_total", NULL, 1);
+    for (size_t i = first; i < c->n_dig; i++)
+        if (!gw_chat_req_msg(&c->chat, i, &err)) {
+            s_chat_fail(&c, &err);
+            return;
+        }
+    /* tools are parsed (and validated) only when they changed or the
+     * whole conversation is rendered */
+    if (c->chat.has_tools && (!ext || first == 0) &&
+        !gw_chat_req_tools(&c->chat, &err)) {
+        s_chat_fail(&c, &err);
+        return;
+    }
     size_t max = srv->cfg.max_context;
     lisa_ids_t *ids = lisa_ids_new(max);
     lisa_rc_t rc = gw_render_prompt(srv->render, c->chat.messages, first,
@@ -519,8 +545,9 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
              (unsigned long long) k);
     snprintf(chat_id, sizeof chat_id, "chatcmpl-%s-%llu", srv->cfg.gateway_id,
              (unsigned long long) k);
-    bool tools = c->chat.tools && !(c->chat.tool_choice &&
-                                    strcmp(c->chat.tool_choice, "none") == 0);
+    bool tools =
+        c->chat.has_tools &&
+        !(c->chat.tool_choice && strcmp(c->chat.tool_choice, "none") == 0);
     gw_reply_t reply;
     if (gw_render_reply(srv->render, comp->ids, comp->n, comp->finish_reason,
                         tools, id_prefix, &reply) != LISA_OK) {
@@ -548,6 +575,10 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
         gw_attempt_commit(c->a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,
                           c->n_dig, c->tools, rdig, &s, &span);
     c->begun = false;
+    if (rc == LISA_OK)
+        gw_attempt_cache(c->a,
+                         (const uint8_t(*)[GW_DIGEST_LEN]) c->chat.raw_hash,
+                         (const uint8_t(*)[GW_DIGEST_LEN]) c->dig, c->n_dig);
     if (rc != LISA_OK) {
         gw_reply_clear(&reply);
         gw_err_set(&err, rc, 400, "invalid_request_error",
@@ -663,15 +694,11 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
     gw_err_t err;
     size_t len;
     const char *body = lisa_http_req_body(req, &len);
-    if (gw_chat_req_parse(body, len, &c->chat, &err) != LISA_OK) {
+    if (gw_chat_req_parse_lazy(body, len, &c->chat, &err) != LISA_OK) {
         s_chat_fail(&c, &err);
         return;
     }
-    c->n_dig = json_array_size(c->chat.messages);
-    c->dig = lisa_malloc(c->n_dig * GW_DIGEST_LEN);
-    for (size_t i = 0; i < c->n_dig; i++)
-        gw_msg_digest(json_array_get(c->chat.messages, i), c->dig[i]);
-    gw_tools_digest(c->chat.tools, c->tools);
+    memcpy(c->tools, c->chat.tools_digest, GW_DIGEST_LEN);
     gw_attempt_t *a = gw_trace_find(srv->trace, who->rollout_id, who->attempt);
     if (srv->rpc && (!a || !gw_attempt_based(a))) {
         Lisa__SpanStatusReq ss = LISA__SPAN_STATUS_REQ__INIT;

@@ -24,6 +24,8 @@ struct gw_attempt_t {
     uint8_t (*hist)[GW_DIGEST_LEN]; /* history digests */
     size_t n_hist;
     uint8_t tools[GW_DIGEST_LEN];
+    uint8_t (*cache)[2][GW_DIGEST_LEN]; /* raw hash, digest */
+    size_t n_cache;
     bool has_history;
     bool based;
     bool busy;
@@ -57,6 +59,7 @@ s_attempt_free(void **item)
     lisa_free(&a->ids);
     lisa_free(&a->seg_ids);
     lisa_free(&a->hist);
+    lisa_free(&a->cache);
     lisa_free(&a->engine);
     lisa_free(&a);
     *item = NULL;
@@ -221,6 +224,29 @@ uint32_t
 gw_attempt_number(const gw_attempt_t *a)
 {
     return a->attempt;
+}
+
+bool
+gw_attempt_cached_digest(const gw_attempt_t *a, size_t i,
+                         const uint8_t raw[GW_DIGEST_LEN],
+                         uint8_t out[GW_DIGEST_LEN])
+{
+    if (i >= a->n_cache || memcmp(a->cache[i][0], raw, GW_DIGEST_LEN) != 0)
+        return false;
+    memcpy(out, a->cache[i][1], GW_DIGEST_LEN);
+    return true;
+}
+
+void
+gw_attempt_cache(gw_attempt_t *a, const uint8_t (*raw)[GW_DIGEST_LEN],
+                 const uint8_t (*digests)[GW_DIGEST_LEN], size_t n)
+{
+    a->cache = lisa_realloc(a->cache, (n ? n : 1) * sizeof *a->cache);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(a->cache[i][0], raw[i], GW_DIGEST_LEN);
+        memcpy(a->cache[i][1], digests[i], GW_DIGEST_LEN);
+    }
+    a->n_cache = n;
 }
 
 bool

@@ -83,6 +83,17 @@ void gw_attempt_set_engine(gw_attempt_t *a, const char *engine_id);
 const char *gw_attempt_rollout(const gw_attempt_t *a);
 uint32_t gw_attempt_number(const gw_attempt_t *a);
 
+/* Digest cache of the last committed request's messages: true and *out
+ * filled when position i held a message with raw bytes hashing to `raw`
+ * (so it need not be parsed again). */
+bool gw_attempt_cached_digest(const gw_attempt_t *a, size_t i,
+                              const uint8_t raw[GW_DIGEST_LEN],
+                              uint8_t out[GW_DIGEST_LEN]);
+
+/* Remembers (raw hash, digest) of the `n` messages of a request. */
+void gw_attempt_cache(gw_attempt_t *a, const uint8_t (*raw)[GW_DIGEST_LEN],
+                      const uint8_t (*digests)[GW_DIGEST_LEN], size_t n);
+
 /* Decides how to build the prompt of a call with `n` message digests and
  * the tools digest. True: pure extension, and *first_new is the index of
  * the first message that must be rendered. False: new segment (render all;

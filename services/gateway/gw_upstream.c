@@ -76,11 +76,24 @@ gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
     s_puts(&b, "{\"model\":");
     s_json_str(&b, s->model ? s->model : "");
     s_puts(&b, ",\"prompt\":[");
+    s_need(&b, n * 11);
+    char *w = b.p + b.n;
     for (size_t i = 0; i < n; i++) {
-        if (i)
-            s_put(&b, ",", 1);
-        s_u32(&b, ids[i]);
+        char tmp[10];
+        int k = 0;
+        uint32_t v = ids[i];
+        do {
+            tmp[k++] = (char) ('0' + v % 10);
+            v /= 10;
+        } while (v);
+        while (k)
+            *w++ = tmp[--k];
+        *w++ = ',';
     }
+    if (n)
+        w--;
+    b.n = (size_t) (w - b.p);
+    b.p[b.n] = '\0';
     char tmp[160];
     snprintf(tmp, sizeof tmp,
              "],\"max_tokens\":%lld,\"logprobs\":1,\"return_token_ids\":true,"
