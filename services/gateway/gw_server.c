@@ -50,6 +50,7 @@ struct gw_server_t {
     gw_render_t *render;
     lisa_token_key_t key;
     zlistx_t *results;   /* s_result_t waiting for span acks */
+    zhashx_t *done;    /* attempts whose result was accepted */
     uint64_t span_batch; /* batch in flight, 0 when none */
     uint64_t counter;
     size_t health_pending;
@@ -317,6 +318,7 @@ typedef struct {
     unsigned tries;
     uint64_t start_ms;
     int64_t up_t0_us;
+    int64_t turn; /* X-Lisa-Turn, 0 when absent */
 } s_chat_t;
 
 static void
@@ -357,9 +359,12 @@ s_chat_render(s_chat_t *c)
         return;
     }
     if (gw_attempt_busy(a)) {
-        gw_err_set(&err, LISA_CONFLICT, 409, "invalid_request_error",
+        /* 429: a retry of a turn whose first call is still running comes
+         * back later and then gets the stored answer */
+        gw_err_set(&err, LISA_CONFLICT, 429, "rate_limit_error",
                    "concurrent_request", NULL,
-                   "another chat completion of this attempt is in progress");
+                   "another chat completion of this attempt is in progress; "
+                   "retry after it finished");
         s_chat_fail(&c, &err);
         return;
     }
@@ -604,20 +609,25 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     gw_usage_t u = {plen, comp->n};
     const char *model = c->chat.model ? c->chat.model : srv->cfg.model;
     int64_t created = (int64_t) (s_now_ms() / 1000);
-    if (c->chat.stream) {
-        size_t len;
-        char *sse = gw_chat_stream(chat_id, created, model, &reply, &u,
-                                   c->chat.include_usage, &len);
-        (void) lisa_http_req_respond(c->c.req, 200, "text/event-stream", sse,
-                                     len);
-        s_count(srv, c->c.route, 200, c->c.t0_us);
-        lisa_free(&sse);
-    } else {
-        char *body = gw_chat_response(chat_id, created, model, &reply, &u);
-        s_respond_json(srv, c->c.req, c->c.route, c->c.t0_us, 200, body,
-                       strlen(body));
-        free(body);
+    char *body;
+    size_t len;
+    if (c->chat.stream)
+        body = gw_chat_stream(chat_id, created, model, &reply, &u,
+                              c->chat.include_usage, &len);
+    else {
+        char *j = gw_chat_response(chat_id, created, model, &reply, &u);
+        len = strlen(j);
+        body = lisa_memdup(j, len);
+        free(j);
     }
+    if (c->turn > 0)
+        gw_attempt_set_answer(c->a, c->turn, body, len, c->chat.stream);
+    (void) lisa_http_req_respond(c->c.req, 200,
+                                 c->chat.stream ? "text/event-stream"
+                                                : "application/json",
+                                 body, len);
+    s_count(srv, c->c.route, 200, c->c.t0_us);
+    lisa_free(&body);
     gw_reply_clear(&reply);
     s_chat_free(&c);
 }
@@ -693,6 +703,26 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
     c->c = (s_ctx_t){srv, req, route, t0_us, *who};
     gw_err_t err;
     size_t len;
+    const char *turn = lisa_http_req_header(req, "X-Lisa-Turn");
+    if (turn) {
+        char *end = NULL;
+        long long t = strtoll(turn, &end, 10);
+        c->turn = end && !*end && t > 0 ? t : 0;
+    }
+    gw_attempt_t *seen =
+        gw_trace_find(srv->trace, who->rollout_id, who->attempt);
+    bool sse;
+    const char *again =
+        seen && c->turn ? gw_attempt_answer(seen, c->turn, &len, &sse) : NULL;
+    if (again) {
+        /* a retried turn: the same answer, no second engine call or span */
+        (void)lisa_http_req_respond(
+            req, 200, sse ? "text/event-stream" : "application/json", again,
+            len);
+        s_count(srv, route, 200, t0_us);
+        s_chat_free(&c);
+        return;
+    }
     const char *body = lisa_http_req_body(req, &len);
     if (gw_chat_req_parse_lazy(body, len, &c->chat, &err) != LISA_OK) {
         s_chat_fail(&c, &err);
@@ -806,12 +836,18 @@ s_limits_json(const Lisa__Limits *l)
 {
     if (!l)
         return json_object();
-    return json_pack("{s:I,s:I,s:I,s:I,s:f,s:f}", "max_turns",
-                     (json_int_t) l->max_turns, "max_context_tokens",
-                     (json_int_t) l->max_context_tokens, "max_tokens_per_call",
-                     (json_int_t) l->max_tokens_per_call, "deadline_ms",
-                     (json_int_t) l->deadline_ms, "temperature",
-                     (double) l->temperature, "top_p", (double) l->top_p);
+    json_t *o = json_pack("{s:I,s:I,s:I}", "max_turns",
+                          (json_int_t) l->max_turns, "max_context_tokens",
+                          (json_int_t) l->max_context_tokens,
+                          "max_tokens_per_call",
+                          (json_int_t) l->max_tokens_per_call);
+    /* sampling knobs only when set (0 means "engine default") */
+    if (l->temperature > 0)
+        json_object_set_new(o, "temperature",
+                            json_real((double) l->temperature));
+    if (l->top_p > 0)
+        json_object_set_new(o, "top_p", json_real((double) l->top_p));
+    return o;
 }
 
 static char *
@@ -822,16 +858,33 @@ s_b64(const uint8_t *p, size_t n)
     return out;
 }
 
+/* True when the bytes are UTF-8 text without NUL (sent as "content"). */
+static bool
+s_is_text(const uint8_t *p, size_t n)
+{
+    json_t *j = json_stringn((const char *)p, n);
+    bool ok = j != NULL && memchr(p, 0, n) == NULL;
+    json_decref(j);
+    return ok;
+}
+
 static json_t *
 s_task_json(const Lisa__TaskView *t)
 {
     json_t *files = json_array();
     for (size_t i = 0; i < t->n_files; i++) {
-        char *b = s_b64(t->files[i]->content.data, t->files[i]->content.len);
-        json_array_append_new(files,
-                              json_pack("{s:s,s:s}", "path", t->files[i]->path,
-                                        "content_base64", b));
-        lisa_free(&b);
+        const ProtobufCBinaryData *c = &t->files[i]->content;
+        json_t *f;
+        if (s_is_text(c->data, c->len))
+            f = json_pack("{s:s,s:s%}", "path", t->files[i]->path, "content",
+                          (const char *)c->data, c->len);
+        else {
+            char *b = s_b64(c->data, c->len);
+            f = json_pack("{s:s,s:s,s:s}", "path", t->files[i]->path,
+                          "content", b, "encoding", "base64");
+            lisa_free(&b);
+        }
+        json_array_append_new(files, f);
     }
     json_t *extra = t->extra_info_json && t->extra_info_json[0]
                         ? json_loads(t->extra_info_json, 0, NULL)
@@ -840,13 +893,43 @@ s_task_json(const Lisa__TaskView *t)
         json_decref(extra);
         extra = json_object();
     }
-    return json_pack("{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
-                     t->rollout_id, "attempt", (json_int_t) t->attempt,
-                     "task_id", t->task_id, "data_source", t->data_source,
-                     "problem_statement", t->problem_statement, "files", files,
-                     "extra_info", extra, "limits", s_limits_json(t->limits),
-                     "deadline_ms", (json_int_t) t->deadline_ms,
-                     "policy_version", (json_int_t) t->policy_version);
+    json_t *limits = s_limits_json(t->limits);
+    uint64_t now = s_now_ms();
+    json_object_set_new(limits, "deadline_ms",
+                        json_integer((json_int_t)t->deadline_ms));
+    if (t->deadline_ms)
+        json_object_set_new(
+            limits, "time_left_ms",
+            json_integer(t->deadline_ms > now
+                             ? (json_int_t)(t->deadline_ms - now)
+                             : 0));
+    return json_pack(
+        "{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
+        t->rollout_id, "attempt", (json_int_t)t->attempt, "task_id",
+        t->task_id, "data_source", t->data_source, "problem_statement",
+        t->problem_statement, "files", files, "extra_info", extra, "limits",
+        limits, "deadline_ms", (json_int_t)t->deadline_ms, "policy_version",
+        (json_int_t)t->policy_version);
+}
+
+/* Attempts whose result was accepted: a repeated post is answered without
+ * the broker (the agent retries results on transient errors). Bounded. */
+#define S_MAX_DONE 65536u
+
+static void
+s_done_key(char *buf, size_t len, const lisa_token_claims_t *who)
+{
+    snprintf(buf, len, "%s#%u", who->rollout_id, who->attempt);
+}
+
+static void
+s_done_add(gw_server_t *srv, const lisa_token_claims_t *who)
+{
+    char key[160];
+    s_done_key(key, sizeof key, who);
+    if (zhashx_size(srv->done) >= S_MAX_DONE)
+        zhashx_purge(srv->done);
+    zhashx_update(srv->done, key, (void *)1);
 }
 
 static void
@@ -871,8 +954,9 @@ s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
                       (json_int_t) rep->heartbeat->lease_expiry_ms, "cancel",
                       rep->heartbeat->cancel);
     else if (rep->body_case == LISA__REPLY__BODY_ATTEMPT_COMPLETE) {
-        o = json_pack("{s:s}", "status", "accepted");
+        o = json_pack("{s:b}", "accepted", 1);
         gw_trace_close(srv->trace, c->who.rollout_id, c->who.attempt);
+        s_done_add(srv, &c->who);
     }
     if (!o) {
         gw_err_t err;
@@ -1105,6 +1189,14 @@ s_result(gw_server_t *srv, lisa_http_req_t *req, const char *route,
                    "result fields: answer (string, at most 1 MiB), "
                    "end_reason, detail (strings), turns (integer)");
         s_respond_err(srv, req, route, t0_us, &err);
+        return;
+    }
+    char key[160];
+    s_done_key(key, sizeof key, who);
+    if (zhashx_lookup(srv->done, key)) {
+        s_result_free(&res);
+        static const char again[] = "{\"accepted\":true,\"repeat\":true}";
+        s_respond_json(srv, req, route, t0_us, 200, again, sizeof again - 1);
         return;
     }
     if (!s_need_broker(srv, req, route, t0_us)) {
@@ -1463,6 +1555,7 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     srv->spanq = gw_spanq_new(cfg->span_queue);
     srv->m = gw_metrics_new();
     srv->results = zlistx_new();
+    srv->done = zhashx_new();
     if (cfg->broker && cfg->broker[0]) {
         srv->rpc = lisa_rpc_new(cfg->broker, cfg->gateway_id);
         if (!srv->rpc ||
@@ -1541,6 +1634,7 @@ gw_server_destroy(gw_server_t **self)
             s_result_free(&r);
         zlistx_destroy(&srv->results);
     }
+    zhashx_destroy(&srv->done);
     lisa_http_client_destroy(&srv->hc);
     if (srv->rpc) {
         lisa_rpc_detach(srv->rpc);

@@ -38,6 +38,10 @@ struct gw_attempt_t {
     int32_t last_seq;
     uint32_t spans;
     char *engine;
+    int64_t answer_turn;
+    char *answer;
+    size_t answer_len;
+    bool answer_sse;
     uint64_t used_ms;
     uint32_t max_ids;
 };
@@ -60,6 +64,7 @@ s_attempt_free(void **item)
     lisa_free(&a->seg_ids);
     lisa_free(&a->hist);
     lisa_free(&a->cache);
+    lisa_free(&a->answer);
     lisa_free(&a->engine);
     lisa_free(&a);
     *item = NULL;
@@ -224,6 +229,28 @@ uint32_t
 gw_attempt_number(const gw_attempt_t *a)
 {
     return a->attempt;
+}
+
+void
+gw_attempt_set_answer(gw_attempt_t *a, int64_t turn, const char *body,
+                      size_t len, bool sse)
+{
+    lisa_free(&a->answer);
+    a->answer = lisa_memdup(body, len);
+    a->answer_len = len;
+    a->answer_turn = turn;
+    a->answer_sse = sse;
+}
+
+const char *
+gw_attempt_answer(const gw_attempt_t *a, int64_t turn, size_t *len,
+                  bool *sse)
+{
+    if (!a->answer || a->answer_turn != turn)
+        return NULL;
+    *len = a->answer_len;
+    *sse = a->answer_sse;
+    return a->answer;
 }
 
 bool

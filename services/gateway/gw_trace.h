@@ -94,6 +94,15 @@ bool gw_attempt_cached_digest(const gw_attempt_t *a, size_t i,
 void gw_attempt_cache(gw_attempt_t *a, const uint8_t (*raw)[GW_DIGEST_LEN],
                       const uint8_t (*digests)[GW_DIGEST_LEN], size_t n);
 
+/* Remembers the answer given to turn `turn` (the agent's X-Lisa-Turn), so
+ * a retried call of that turn gets the same answer and no second span. */
+void gw_attempt_set_answer(gw_attempt_t *a, int64_t turn, const char *body,
+                           size_t len, bool sse);
+
+/* The stored answer of `turn` (borrowed), or NULL. */
+const char *gw_attempt_answer(const gw_attempt_t *a, int64_t turn,
+                              size_t *len, bool *sse);
+
 /* Decides how to build the prompt of a call with `n` message digests and
  * the tools digest. True: pure extension, and *first_new is the index of
  * the first message that must be rendered. False: new segment (render all;

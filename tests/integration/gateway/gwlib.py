@@ -62,6 +62,8 @@ class Engine:
         self.delay = delay
         self.requests = []   # request bodies (parsed)
         self.replies = []    # (ids, logprobs, finish) per answered request
+        self.inflight = 0
+        self.max_inflight = 0  # most requests open at once
         self.lock = threading.Lock()
         tokenizer()  # load before serving: the first call must not be slow
         eng = self
@@ -86,8 +88,13 @@ class Engine:
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(n))
+                with eng.lock:
+                    eng.inflight += 1
+                    eng.max_inflight = max(eng.max_inflight, eng.inflight)
                 if eng.delay:
                     time.sleep(eng.delay)
+                with eng.lock:
+                    eng.inflight -= 1
                 if eng.status != 200:
                     self._send(eng.status, {"error": "scripted failure"})
                     return

@@ -44,7 +44,9 @@ def test_task_heartbeat_result(stack, key):
     t = json.loads(body)
     assert t["rollout_id"] == rid and t["attempt"] == att
     assert t["problem_statement"] == "what is 6*7?"
-    assert base64.b64decode(t["files"][0]["content_base64"]) == b"\x00\x01data"
+    f = t["files"][0]
+    assert f["encoding"] == "base64" and base64.b64decode(f["content"]) == b"\x00\x01data"
+    assert t["limits"]["time_left_ms"] > 0
     assert "42" not in json.dumps(t["extra_info"]) and "ground_truth" not in body.decode()
     st, _, body = http(gw.url + "/lisa/v1/heartbeat", "POST", {"note": "turn 1"}, h)
     assert st == 200 and json.loads(body)["lease_expiry_ms"] > time.time() * 1000
@@ -52,7 +54,11 @@ def test_task_heartbeat_result(stack, key):
         chat(gw, mint(key, rid, att), "q%d" % k)
     st, _, body = http(gw.url + "/lisa/v1/result", "POST",
                        {"answer": "42", "turns": 3, "end_reason": "submit"}, h)
-    assert st == 200, body
+    assert st == 200 and json.loads(body)["accepted"] is True, body
+    # the agent retries results on transient errors: a repeat is accepted
+    st, _, body = http(gw.url + "/lisa/v1/result", "POST",
+                       {"answer": "42", "turns": 3, "end_reason": "submit"}, h)
+    assert st == 200 and json.loads(body)["accepted"] is True
     rep = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_attempts=True, with_spans=True))
     assert len(rep.spans) == 3  # every span was durable before the result
     a = rep.attempts[0]
@@ -173,3 +179,21 @@ def test_completions_passthrough(make_engine, make_gateway, key):
                        {"Authorization": "Bearer " + mint(key, "r-1", 1)})
     assert st == 200 and json.loads(body)["choices"][0]["finish_reason"] == "length"
     assert eng.requests[-1]["prompt"] == [1, 2, 3]
+
+
+def test_retried_turn_gets_the_same_answer_and_no_second_span(stack, key):
+    eng, gw, brk, c = stack
+    rid, att = attempt_of(c)
+    h = {"Authorization": "Bearer " + mint(key, rid, att), "X-Lisa-Turn": "1"}
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    a = http(gw.url + "/v1/chat/completions", "POST", body, h)
+    b = http(gw.url + "/v1/chat/completions", "POST", body, h)
+    assert a[0] == b[0] == 200 and a[2] == b[2]
+    assert len(eng.requests) == 1
+    h["X-Lisa-Turn"] = "2"
+    body["messages"] += [json.loads(a[2])["choices"][0]["message"],
+                         {"role": "user", "content": "more"}]
+    assert http(gw.url + "/v1/chat/completions", "POST", body, h)[0] == 200
+    time.sleep(0.3)
+    spans = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True)).spans
+    assert sorted((s.seq, s.prev_seq) for s in spans) == [(0, -1), (1, 0)]

@@ -138,18 +138,17 @@ def test_concurrent_attempts_one_loop(make_engine, make_gateway, key):
         r = c.chat.completions.create(model="lisa", messages=[{"role": "user", "content": "go %d" % i}])
         results.append(r.choices[0].message.content)
 
-    t0 = time.time()
     ts = [threading.Thread(target=agent, args=(i,)) for i in range(64)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     assert results == ["slow reply"] * 64
-    # 64 calls of 0.3 s each overlapped inside the gateway
-    assert time.time() - t0 < 10
+    # the calls overlapped inside the gateway's one loop
+    assert eng.max_inflight >= 16
 
 
-def test_same_attempt_twice_at_once_is_409(make_engine, make_gateway, key):
+def test_same_attempt_twice_at_once_is_429(make_engine, make_gateway, key):
     eng = make_engine(lambda p, b: ("slow", "stop"), delay=0.5)
     gw = make_gateway(engines=eng.url)
     tok = mint(key, "r-1", 1)
@@ -160,4 +159,4 @@ def test_same_attempt_twice_at_once_is_409(make_engine, make_gateway, key):
         time.sleep(0.1)
     for t in ts:
         t.join()
-    assert sorted(out) == [200, 409]
+    assert sorted(out) == [200, 429]
