@@ -50,7 +50,7 @@ struct gw_server_t {
     gw_render_t *render;
     lisa_token_key_t key;
     zlistx_t *results;   /* s_result_t waiting for span acks */
-    zhashx_t *done;    /* attempts whose result was accepted */
+    zhashx_t *done;      /* attempts whose result was accepted */
     uint64_t span_batch; /* batch in flight, 0 when none */
     uint64_t counter;
     size_t health_pending;
@@ -622,10 +622,9 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     }
     if (c->turn > 0)
         gw_attempt_set_answer(c->a, c->turn, body, len, c->chat.stream);
-    (void) lisa_http_req_respond(c->c.req, 200,
-                                 c->chat.stream ? "text/event-stream"
-                                                : "application/json",
-                                 body, len);
+    (void) lisa_http_req_respond(
+        c->c.req, 200,
+        c->chat.stream ? "text/event-stream" : "application/json", body, len);
     s_count(srv, c->c.route, 200, c->c.t0_us);
     lisa_free(&body);
     gw_reply_clear(&reply);
@@ -716,7 +715,7 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
         seen && c->turn ? gw_attempt_answer(seen, c->turn, &len, &sse) : NULL;
     if (again) {
         /* a retried turn: the same answer, no second engine call or span */
-        (void)lisa_http_req_respond(
+        (void) lisa_http_req_respond(
             req, 200, sse ? "text/event-stream" : "application/json", again,
             len);
         s_count(srv, route, 200, t0_us);
@@ -836,11 +835,10 @@ s_limits_json(const Lisa__Limits *l)
 {
     if (!l)
         return json_object();
-    json_t *o = json_pack("{s:I,s:I,s:I}", "max_turns",
-                          (json_int_t) l->max_turns, "max_context_tokens",
-                          (json_int_t) l->max_context_tokens,
-                          "max_tokens_per_call",
-                          (json_int_t) l->max_tokens_per_call);
+    json_t *o =
+        json_pack("{s:I,s:I,s:I}", "max_turns", (json_int_t) l->max_turns,
+                  "max_context_tokens", (json_int_t) l->max_context_tokens,
+                  "max_tokens_per_call", (json_int_t) l->max_tokens_per_call);
     /* sampling knobs only when set (0 means "engine default") */
     if (l->temperature > 0)
         json_object_set_new(o, "temperature",
@@ -862,7 +860,7 @@ s_b64(const uint8_t *p, size_t n)
 static bool
 s_is_text(const uint8_t *p, size_t n)
 {
-    json_t *j = json_stringn((const char *)p, n);
+    json_t *j = json_stringn((const char *) p, n);
     bool ok = j != NULL && memchr(p, 0, n) == NULL;
     json_decref(j);
     return ok;
@@ -877,11 +875,11 @@ s_task_json(const Lisa__TaskView *t)
         json_t *f;
         if (s_is_text(c->data, c->len))
             f = json_pack("{s:s,s:s%}", "path", t->files[i]->path, "content",
-                          (const char *)c->data, c->len);
+                          (const char *) c->data, c->len);
         else {
             char *b = s_b64(c->data, c->len);
-            f = json_pack("{s:s,s:s,s:s}", "path", t->files[i]->path,
-                          "content", b, "encoding", "base64");
+            f = json_pack("{s:s,s:s,s:s}", "path", t->files[i]->path, "content",
+                          b, "encoding", "base64");
             lisa_free(&b);
         }
         json_array_append_new(files, f);
@@ -896,20 +894,20 @@ s_task_json(const Lisa__TaskView *t)
     json_t *limits = s_limits_json(t->limits);
     uint64_t now = s_now_ms();
     json_object_set_new(limits, "deadline_ms",
-                        json_integer((json_int_t)t->deadline_ms));
+                        json_integer((json_int_t) t->deadline_ms));
     if (t->deadline_ms)
         json_object_set_new(
             limits, "time_left_ms",
             json_integer(t->deadline_ms > now
-                             ? (json_int_t)(t->deadline_ms - now)
+                             ? (json_int_t) (t->deadline_ms - now)
                              : 0));
-    return json_pack(
-        "{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
-        t->rollout_id, "attempt", (json_int_t)t->attempt, "task_id",
-        t->task_id, "data_source", t->data_source, "problem_statement",
-        t->problem_statement, "files", files, "extra_info", extra, "limits",
-        limits, "deadline_ms", (json_int_t)t->deadline_ms, "policy_version",
-        (json_int_t)t->policy_version);
+    return json_pack("{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
+                     t->rollout_id, "attempt", (json_int_t) t->attempt,
+                     "task_id", t->task_id, "data_source", t->data_source,
+                     "problem_statement", t->problem_statement, "files", files,
+                     "extra_info", extra, "limits", limits, "deadline_ms",
+                     (json_int_t) t->deadline_ms, "policy_version",
+                     (json_int_t) t->policy_version);
 }
 
 /* Attempts whose result was accepted: a repeated post is answered without
@@ -929,7 +927,7 @@ s_done_add(gw_server_t *srv, const lisa_token_claims_t *who)
     s_done_key(key, sizeof key, who);
     if (zhashx_size(srv->done) >= S_MAX_DONE)
         zhashx_purge(srv->done);
-    zhashx_update(srv->done, key, (void *)1);
+    zhashx_update(srv->done, key, (void *) 1);
 }
 
 static void

@@ -243,8 +243,7 @@ gw_attempt_set_answer(gw_attempt_t *a, int64_t turn, const char *body,
 }
 
 const char *
-gw_attempt_answer(const gw_attempt_t *a, int64_t turn, size_t *len,
-                  bool *sse)
+gw_attempt_answer(const gw_attempt_t *a, int64_t turn, size_t *len, bool *sse)
 {
     if (!a->answer || a->answer_turn != turn)
         return NULL;

@@ -100,8 +100,8 @@ void gw_attempt_set_answer(gw_attempt_t *a, int64_t turn, const char *body,
                            size_t len, bool sse);
 
 /* The stored answer of `turn` (borrowed), or NULL. */
-const char *gw_attempt_answer(const gw_attempt_t *a, int64_t turn,
-                              size_t *len, bool *sse);
+const char *gw_attempt_answer(const gw_attempt_t *a, int64_t turn, size_t *len,
+                              bool *sse);
 
 /* Decides how to build the prompt of a call with `n` message digests and
  * the tools digest. True: pure extension, and *first_new is the index of
