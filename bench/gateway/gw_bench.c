@@ -44,7 +44,22 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_TOKDIR LISA_SOURCE_DIR "/tests/fixtures/qwen3-tokenizer"
+/* Where the tokenizer and lisa-gateway are; GW_BENCH_SOURCE_DIR and
+ * GW_BENCH_BINARY_DIR override the build tree's paths (a copied tree). */
+static char s_tokdir[1024], s_gwbin[1024];
+
+static void
+s_paths(void)
+{
+    const char *src = getenv("GW_BENCH_SOURCE_DIR");
+    const char *bin = getenv("GW_BENCH_BINARY_DIR");
+    snprintf(s_tokdir, sizeof s_tokdir, "%s/tests/fixtures/qwen3-tokenizer",
+             src ? src : LISA_SOURCE_DIR);
+    snprintf(s_gwbin, sizeof s_gwbin, "%s/bin/lisa-gateway",
+             bin ? bin : LISA_BINARY_DIR);
+}
+
+#define S_TOKDIR s_tokdir
 
 static double
 s_now(void)
@@ -394,7 +409,7 @@ s_start_gateway(uint16_t up, uint16_t port, const char *keyhex)
     snprintf(engines, sizeof engines, "http://127.0.0.1:%u", up);
     snprintf(portb, sizeof portb, "%u", port);
     snprintf(key, sizeof key, "%s", keyhex);
-    char *argv[] = {S_DUP(LISA_BINARY_DIR "/bin/lisa-gateway"),
+    char *argv[] = {S_DUP(s_gwbin),
                     S_DUP("--port"),
                     portb,
                     S_DUP("--broker"),
@@ -631,6 +646,7 @@ main(int argc, char **argv)
     int agents = s_arg(argc, argv, 3, 8);
     int seconds = s_arg(argc, argv, 4, 5);
     signal(SIGPIPE, SIG_IGN);
+    s_paths();
     lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(S_TOKDIR);
     if (!tok) {
         fprintf(stderr, "gw_bench: cannot load %s\n", S_TOKDIR);
