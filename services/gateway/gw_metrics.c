@@ -29,6 +29,9 @@ static const s_family_t s_families[] = {
      "time from request to answer, by route"},
     {"lisa_gateway_upstream_seconds", S_HISTOGRAM,
      "engine call latency, by engine"},
+    {"lisa_gateway_stage_seconds", S_HISTOGRAM,
+     "gateway time of a chat call outside the engine, by stage (prepare: "
+     "request to engine call; finish: engine answer to reply)"},
     {"lisa_gateway_upstream_errors_total", S_COUNTER,
      "failed engine calls, by engine and kind"},
     {"lisa_gateway_upstream_retries_total", S_COUNTER,

@@ -36,11 +36,11 @@ gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
 char *
 gw_err_body(const gw_err_t *err)
 {
-    json_t *o =
-        json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", err->message,
-                  "type", err->type ? err->type : "invalid_request_error",
-                  "param", err->param[0] ? json_string(err->param) : json_null(),
-                  "code", err->code ? json_string(err->code) : json_null());
+    json_t *o = json_pack(
+        "{s:{s:s,s:s,s:o,s:o}}", "error", "message", err->message, "type",
+        err->type ? err->type : "invalid_request_error", "param",
+        err->param[0] ? json_string(err->param) : json_null(), "code",
+        err->code ? json_string(err->code) : json_null());
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
@@ -433,34 +433,42 @@ s_scan(const char *body, size_t len, const char **mb, const char **me,
             return false;
         p = s_ws(p + 1, end);
         const char *v = p;
-        if (!(p = s_skip_value(p, end, 1)))
+        if (is_msgs) {
+            /* one pass over the array: each element's bytes */
+            if (*mb || p >= end || *v != '[')
+                return false;
+            const char *q = s_ws(v + 1, end);
+            if (q < end && *q == ']')
+                q++;
+            else
+                for (;;) {
+                    const char *e = s_skip_value(q, end, 2);
+                    if (!e)
+                        return false;
+                    zlistx_add_end(spans, (void *) (uintptr_t) q);
+                    zlistx_add_end(spans, (void *) (uintptr_t) e);
+                    if (zlistx_size(spans) > 2 * GW_MAX_MESSAGES)
+                        return false; /* the whole parse refuses it */
+                    q = s_ws(e, end);
+                    if (q < end && *q == ',') {
+                        q = s_ws(q + 1, end);
+                        continue;
+                    }
+                    if (q < end && *q == ']') {
+                        q++;
+                        break;
+                    }
+                    return false;
+                }
+            *mb = v;
+            *me = p = q;
+        } else if (!(p = s_skip_value(p, end, 1)))
             return false;
         if (is_tools) {
             if (*tb)
                 return false;
             *tb = v;
             *te = p;
-        }
-        if (is_msgs) {
-            if (*mb || *v != '[')
-                return false;
-            *mb = v;
-            *me = p;
-            const char *q = s_ws(v + 1, end);
-            while (q < p - 1) {
-                const char *e = s_skip_value(q, end, 2);
-                if (!e)
-                    return false;
-                zlistx_add_end(spans, (void *) (uintptr_t) q);
-                zlistx_add_end(spans, (void *) (uintptr_t) e);
-                q = s_ws(e, end);
-                if (*q == ',')
-                    q = s_ws(q + 1, end);
-                else if (q != p - 1)
-                    return false;
-                if (zlistx_size(spans) > 2 * GW_MAX_MESSAGES)
-                    return true; /* too many: refused by the caller */
-            }
         }
         p = s_ws(p, end);
         if (p < end && *p == ',') {

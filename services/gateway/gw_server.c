@@ -318,7 +318,8 @@ typedef struct {
     unsigned tries;
     uint64_t start_ms;
     int64_t up_t0_us;
-    int64_t turn; /* X-Lisa-Turn, 0 when absent */
+    int64_t turn;       /* X-Lisa-Turn, 0 when absent */
+    int64_t up_done_us; /* when the engine's answer arrived */
 } s_chat_t;
 
 static void
@@ -523,6 +524,10 @@ s_chat_send(s_chat_t *c)
     gw_pool_call_started(srv->pool, id);
     c->tries++;
     c->up_t0_us = zclock_usecs();
+    if (c->tries == 1)
+        gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds",
+                           "stage=\"prepare\"",
+                           (double) (c->up_t0_us - c->c.t0_us) / 1e6);
     if (lisa_http_client_send(srv->hc, &r, s_chat_done, c, NULL) != LISA_OK) {
         gw_pool_call_ended(srv->pool, id, false);
         gw_err_set(&err, LISA_ERR, 500, "server_error", NULL, NULL,
@@ -626,6 +631,8 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
         c->c.req, 200,
         c->chat.stream ? "text/event-stream" : "application/json", body, len);
     s_count(srv, c->c.route, 200, c->c.t0_us);
+    gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds", "stage=\"finish\"",
+                       (double) (zclock_usecs() - c->up_done_us) / 1e6);
     lisa_free(&body);
     gw_reply_clear(&reply);
     s_chat_free(&c);
@@ -635,6 +642,7 @@ static void
 s_chat_done(lisa_http_response_t *resp, void *arg)
 {
     s_chat_t *c = arg;
+    c->up_done_us = zclock_usecs();
     gw_server_t *srv = c->c.srv;
     gw_err_t err;
     lisa_rc_t rc = lisa_http_response_rc(resp);
