@@ -197,3 +197,43 @@ def test_retried_turn_gets_the_same_answer_and_no_second_span(stack, key):
     time.sleep(0.3)
     spans = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True)).spans
     assert sorted((s.seq, s.prev_seq) for s in spans) == [(0, -1), (1, 0)]
+
+
+def test_spans_resent_across_a_broker_restart(make_engine, make_gateway, make_broker, key, tmp_path):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    from brokerlib import Broker
+    eng = make_engine(lambda p, b: ("step", "stop"))
+    brk = Broker(tmp_path / "brkdata", rpc="tcp://127.0.0.1:%d" % port).start()
+    try:
+        c = Client(brk.ep["rpc"])
+        rid, att = attempt_of(c)
+        c.close()
+        gw = make_gateway(engines=eng.url, broker="tcp://127.0.0.1:%d" % port,
+                          rpc_timeout="500ms", result_wait="20s")
+        tok = mint(key, rid, att)
+        oc = openai.OpenAI(base_url=gw.url + "/v1", api_key=tok, max_retries=0)
+        msgs = [{"role": "user", "content": "one"}]
+        r = oc.chat.completions.create(model="lisa", messages=msgs)
+        brk.kill()  # SIGKILL: the broker is gone, the agent keeps working
+        for k in range(2):
+            msgs += [r.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "user", "content": "more %d" % k}]
+            r = oc.chat.completions.create(model="lisa", messages=msgs)
+        m = http(gw.url + "/metrics")[2].decode()
+        assert "lisa_gateway_spans_pending" in m
+        brk = Broker(tmp_path / "brkdata", rpc="tcp://127.0.0.1:%d" % port).start()
+        # the result is forwarded only once all three spans are durable
+        st, _, body = http(gw.url + "/lisa/v1/result", "POST",
+                           {"answer": "x", "turns": 3, "end_reason": "submit"},
+                           {"Authorization": "Bearer " + tok}, timeout=30)
+        assert st == 200, body
+        c = Client(brk.ep["rpc"])
+        spans = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True)).spans
+        c.close()
+        assert sorted((s.seq, s.prev_seq) for s in spans) == [(0, -1), (1, 0), (2, 1)]
+    finally:
+        brk.stop()
