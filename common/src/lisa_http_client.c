@@ -288,6 +288,8 @@ s_setup(CURL *easy, const lisa_http_request_t *req, s_sink_t *sink,
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, s_on_write);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, sink);
     curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(easy, CURLOPT_PROXY, req->proxy ? req->proxy : "");
     long timeout = req->timeout_ms;
     if (timeout == 0)
         timeout = LISA_HTTP_CLIENT_DEFAULT_TIMEOUT_MS;
@@ -305,6 +307,10 @@ s_setup(CURL *easy, const lisa_http_request_t *req, s_sink_t *sink,
         curl_easy_setopt(easy, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
     if (req->ca_file)
         curl_easy_setopt(easy, CURLOPT_CAINFO, req->ca_file);
+    if (req->cert_file)
+        curl_easy_setopt(easy, CURLOPT_SSLCERT, req->cert_file);
+    if (req->key_file)
+        curl_easy_setopt(easy, CURLOPT_SSLKEY, req->key_file);
 
     if (strcmp(method, "GET") == 0 && !req->body) {
         curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
@@ -362,6 +368,10 @@ s_finish_resp(CURL *easy, CURLcode res, lisa_http_response_t *r)
         break;
     case CURLE_FILESIZE_EXCEEDED:
         r->rc = LISA_TOOLARGE;
+        break;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+        r->rc = LISA_INVALID;
         break;
     case CURLE_WRITE_ERROR:
         r->rc = r->too_large ? LISA_TOOLARGE : LISA_ERR;
@@ -535,8 +545,7 @@ s_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 }
 
 static int
-s_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp,
-              void *socketp)
+s_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
 {
     (void) easy;
     lisa_http_client_t *self = userp;
@@ -642,9 +651,9 @@ lisa_http_client_send(lisa_http_client_t *self, const lisa_http_request_t *req,
     call->done = done;
     call->on_chunk = req->on_chunk;
     call->arg = arg;
-    call->resp = s_resp_new(req->max_response
-                                ? req->max_response
-                                : LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
+    call->resp =
+        s_resp_new(req->max_response ? req->max_response
+                                     : LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
     call->easy = curl_easy_init();
     if (!call->easy) {
         lisa_http_response_destroy(&call->resp);

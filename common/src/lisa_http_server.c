@@ -25,7 +25,10 @@
  * A watchdog thread enforces request_timeout_ms (MHD's own timeout is an
  * inactivity timeout that a client trickling one byte at a time never
  * trips): a connection still receiving its request after the deadline gets
- * shutdown(2) on its socket, which MHD sees as a closed peer. The socket is
+ * shutdown(2) on its socket, which MHD sees as a closed peer. The deadline
+ * runs from accept for a fresh connection, from the request line for a
+ * later request on a kept-alive one, and is idle_timeout_s longer while a
+ * kept-alive connection has not started its next request. The socket is
  * only touched while its entry is in our table, and MHD removes the entry
  * (notify "closed") before it closes the descriptor.
  */
@@ -57,8 +60,10 @@
 #define S_STREAM_BLOCK 16384u
 #define S_MIN_HEADER   8192u
 
-#define S_INC(srv, field) __atomic_fetch_add(&(srv)->st.field, 1, __ATOMIC_RELAXED)
-#define S_DEC(srv, field) __atomic_fetch_sub(&(srv)->st.field, 1, __ATOMIC_RELAXED)
+#define S_INC(srv, field)                                                      \
+    __atomic_fetch_add(&(srv)->st.field, 1, __ATOMIC_RELAXED)
+#define S_DEC(srv, field)                                                      \
+    __atomic_fetch_sub(&(srv)->st.field, 1, __ATOMIC_RELAXED)
 
 typedef struct {
     char *name;
@@ -76,6 +81,8 @@ typedef struct s_conn {
     MHD_socket fd;
     int64_t since_ms; /* start of the current receiving phase */
     bool receiving;   /* waiting for a complete request */
+    bool fresh;       /* no request completed on it yet */
+    bool in_request;  /* a request line arrived, the request is not complete */
     bool cut;         /* already shut down by the watchdog */
     struct s_conn *prev, *next;
 } s_conn_t;
@@ -93,12 +100,12 @@ struct _lisa_http_req_t {
     struct MHD_Connection *conn; /* NULL once MHD is done with it */
     uint64_t id;
     bool is_unix;
-    bool started;    /* access handler saw the headers */
-    bool dispatched; /* the whole request was handed to the application */
-    bool app_holds;  /* the application owes an answer */
-    bool suspended;  /* we suspended the connection for the answer */
-    bool answered;   /* resp (or stream) is ready to be queued */
-    bool queued;     /* resp given to MHD */
+    bool started;         /* access handler saw the headers */
+    bool dispatched;      /* the whole request was handed to the application */
+    bool app_holds;       /* the application owes an answer */
+    bool suspended;       /* we suspended the connection for the answer */
+    bool answered;        /* resp (or stream) is ready to be queued */
+    bool queued;          /* resp given to MHD */
     bool server_answered; /* answered 503 by the server at shutdown */
     bool kept_counted;    /* counted in the `kept` gauge */
     unsigned status;
@@ -212,15 +219,23 @@ s_req_unref(lisa_http_req_t *req)
         s_req_free(req);
 }
 
-/* The application's hold ends (answered or released). */
+/* Under req->mtx: the application's hold ends (answered or released). The
+ * gauge moves before any resume, so it is exact once the client has its
+ * answer. The caller drops the application's reference after unlocking. */
 static void
-s_req_release_app(lisa_http_req_t *req)
+s_req_release_app_locked(lisa_http_req_t *req)
 {
-    pthread_mutex_lock(&req->mtx);
     req->app_holds = false;
     if (req->kept_counted && req->server)
         S_DEC(req->server, kept);
     req->kept_counted = false;
+}
+
+static void
+s_req_release_app(lisa_http_req_t *req)
+{
+    pthread_mutex_lock(&req->mtx);
+    s_req_release_app_locked(req);
     pthread_mutex_unlock(&req->mtx);
     s_req_unref(req);
 }
@@ -276,25 +291,81 @@ s_error_response(const char *message, const char *type, const char *code,
     return r;
 }
 
-/* Under req->mtx on MHD's thread: hands a ready answer to MHD. Returns the
- * response to destroy once the lock is dropped (or NULL). */
+/* Under req->mtx on MHD's thread: takes a ready answer out of req (NULL if
+ * none) for s_queue, which hands it to MHD once the lock is dropped (MHD
+ * locks a streaming response, whose reader takes req->mtx). */
 static struct MHD_Response *
-s_queue_locked(lisa_http_req_t *req, enum MHD_Result *ok)
+s_take_answer_locked(lisa_http_req_t *req, unsigned *status)
 {
-    *ok = MHD_YES;
     if (!req->answered || req->queued || !req->resp || !req->conn)
         return NULL;
     struct MHD_Response *r = req->resp;
     req->resp = NULL;
     req->queued = true;
-    *ok = MHD_queue_response(req->conn, req->status, r);
-    if (*ok == MHD_YES && req->server)
-        S_INC(req->server, responses);
+    *status = req->status;
     return r;
+}
+
+/* On MHD's thread, no lock held: queues a taken answer. */
+static enum MHD_Result
+s_queue(lisa_http_server_t *srv, struct MHD_Connection *conn, unsigned status,
+        struct MHD_Response *r)
+{
+    if (!r)
+        return MHD_YES;
+    enum MHD_Result ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    if (ok == MHD_YES)
+        S_INC(srv, responses);
+    return ok;
 }
 
 /* ------------------------------------------------------------------ */
 /* MHD callbacks                                                        */
+
+static s_conn_t *
+s_conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Connection phases for the watchdog (see s_watchdog). */
+typedef enum {
+    S_PHASE_REQUEST_LINE, /* a request line arrived */
+    S_PHASE_ANSWERING,    /* the request is complete */
+    S_PHASE_IDLE          /* the answer ended; waiting for the next one */
+} s_phase_t;
+
+static void
+s_conn_phase(lisa_http_server_t *srv, struct MHD_Connection *conn,
+             s_phase_t phase)
+{
+    s_conn_t *cx = s_conn_of(conn);
+    if (!cx)
+        return;
+    pthread_mutex_lock(&srv->mtx);
+    switch (phase) {
+    case S_PHASE_REQUEST_LINE:
+        /* a fresh connection keeps its deadline from accept */
+        if (!cx->fresh)
+            cx->since_ms = s_now_ms();
+        cx->in_request = true;
+        break;
+    case S_PHASE_ANSWERING:
+        cx->receiving = false;
+        cx->in_request = false;
+        break;
+    case S_PHASE_IDLE:
+        cx->receiving = true;
+        cx->in_request = false;
+        cx->fresh = false;
+        cx->since_ms = s_now_ms();
+        break;
+    }
+    pthread_mutex_unlock(&srv->mtx);
+}
 
 static void *
 s_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
@@ -309,6 +380,7 @@ s_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
     req->conn = conn;
     req->is_unix = l->is_unix;
     req->id = __atomic_add_fetch(&srv->next_id, 1, __ATOMIC_RELAXED);
+    s_conn_phase(srv, conn, S_PHASE_REQUEST_LINE);
     pthread_mutex_lock(&srv->mtx);
     req->next = srv->live;
     if (srv->live)
@@ -350,27 +422,6 @@ s_fill_peer(lisa_http_req_t *req, struct MHD_Connection *conn)
     req->peer = lisa_strdup(buf);
 }
 
-static s_conn_t *
-s_conn_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-static void
-s_conn_phase(lisa_http_server_t *srv, struct MHD_Connection *conn,
-             bool receiving)
-{
-    s_conn_t *cx = s_conn_of(conn);
-    if (!cx)
-        return;
-    pthread_mutex_lock(&srv->mtx);
-    cx->receiving = receiving;
-    cx->since_ms = s_now_ms();
-    pthread_mutex_unlock(&srv->mtx);
-}
-
 /* Answers right away from MHD's thread (first call or complete request). */
 static enum MHD_Result
 s_answer_now(lisa_http_req_t *req, unsigned status, struct MHD_Response *r)
@@ -392,12 +443,11 @@ static enum MHD_Result
 s_dispatch(s_listener_t *l, lisa_http_req_t *req)
 {
     lisa_http_server_t *srv = l->server;
-    s_conn_phase(srv, req->conn, false);
+    s_conn_phase(srv, req->conn, S_PHASE_ANSWERING);
     if (atomic_load(&srv->stopping))
         return s_answer_now(req, MHD_HTTP_SERVICE_UNAVAILABLE,
                             s_error_response("server is shutting down",
-                                             "server_error", "shutdown",
-                                             true));
+                                             "server_error", "shutdown", true));
     S_INC(srv, requests);
     if (srv->cfg.loop) {
         /* Park the connection and hand the request to the loop thread. */
@@ -443,26 +493,25 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
     pthread_mutex_unlock(&req->mtx);
     srv->cfg.handler(req, srv->cfg.handler_arg);
 
-    enum MHD_Result ok = MHD_YES;
     struct MHD_Response *done = NULL;
+    unsigned status = 0;
     pthread_mutex_lock(&req->mtx);
     if (!req->answered && atomic_load(&srv->stopping)) {
-        req->resp = s_error_response("server is shutting down",
-                                     "server_error", "shutdown", true);
+        req->resp = s_error_response("server is shutting down", "server_error",
+                                     "shutdown", true);
         req->status = MHD_HTTP_SERVICE_UNAVAILABLE;
         req->answered = req->server_answered = true;
         S_INC(srv, shutdown_answered);
     }
     if (req->answered) {
-        done = s_queue_locked(req, &ok);
+        done = s_take_answer_locked(req, &status);
     } else {
         req->suspended = true;
         MHD_suspend_connection(req->conn);
     }
+    struct MHD_Connection *conn = req->conn;
     pthread_mutex_unlock(&req->mtx);
-    if (done)
-        MHD_destroy_response(done);
-    return ok;
+    return s_queue(srv, conn, status, done);
 }
 
 static enum MHD_Result
@@ -510,10 +559,10 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
                 snprintf(msg, sizeof(msg),
                          "request body exceeds the limit of %zu bytes",
                          srv->cfg.max_body);
-                return s_answer_now(
-                    req, MHD_HTTP_CONTENT_TOO_LARGE,
-                    s_error_response(msg, "invalid_request_error",
-                                     "body_too_large", true));
+                return s_answer_now(req, MHD_HTTP_CONTENT_TOO_LARGE,
+                                    s_error_response(msg,
+                                                     "invalid_request_error",
+                                                     "body_too_large", true));
             }
         }
         return MHD_YES;
@@ -549,13 +598,11 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
         return s_dispatch(l, req);
     }
     /* Resumed: queue the answer that woke us. */
-    enum MHD_Result ok = MHD_YES;
+    unsigned status = 0;
     pthread_mutex_lock(&req->mtx);
-    struct MHD_Response *done = s_queue_locked(req, &ok);
+    struct MHD_Response *done = s_take_answer_locked(req, &status);
     pthread_mutex_unlock(&req->mtx);
-    if (done)
-        MHD_destroy_response(done);
-    return ok;
+    return s_queue(srv, conn, status, done);
 }
 
 static void
@@ -566,7 +613,7 @@ s_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     lisa_http_server_t *srv = l->server;
     lisa_http_req_t *req = *con_cls;
     *con_cls = NULL;
-    s_conn_phase(srv, conn, true);
+    s_conn_phase(srv, conn, S_PHASE_IDLE);
     if (!req)
         return;
     switch (toe) {
@@ -624,6 +671,7 @@ s_notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
         cx->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
         cx->since_ms = s_now_ms();
         cx->receiving = true;
+        cx->fresh = true;
         pthread_mutex_lock(&srv->mtx);
         cx->next = srv->conns;
         if (srv->conns)
@@ -687,6 +735,17 @@ s_mhd_log(void *cls, const char *fmt, va_list ap)
 /* ------------------------------------------------------------------ */
 /* streaming                                                            */
 
+/* A status MHD cannot send would drop the connection: answer 500. */
+static unsigned
+s_valid_status(const lisa_http_req_t *req, unsigned status)
+{
+    if (status >= 100 && status <= 599)
+        return status;
+    lisa_log_error("http: request %llu: invalid status %u, answering 500",
+                   (unsigned long long) req->id, status);
+    return 500;
+}
+
 static ssize_t
 s_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -726,6 +785,7 @@ lisa_rc_t
 lisa_http_req_stream_open(lisa_http_req_t *req, unsigned status,
                           const char *content_type)
 {
+    status = s_valid_status(req, status);
     struct MHD_Response *r = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, S_STREAM_BLOCK, s_stream_read, req, s_stream_free);
     if (!r) {
@@ -807,13 +867,14 @@ void
 lisa_http_req_stream_close(lisa_http_req_t *req)
 {
     pthread_mutex_lock(&req->mtx);
+    s_req_release_app_locked(req);
     req->stream_closed = true;
     if (req->stream_suspended && req->conn && !req->server_gone) {
         req->stream_suspended = false;
         MHD_resume_connection(req->conn);
     }
     pthread_mutex_unlock(&req->mtx);
-    s_req_release_app(req);
+    s_req_unref(req);
 }
 
 /* ------------------------------------------------------------------ */
@@ -830,10 +891,12 @@ lisa_rc_t
 lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
                       const char *content_type, const void *body, size_t len)
 {
+    status = s_valid_status(req, status);
     struct MHD_Response *r =
         s_make_response(&req->resp_headers, content_type, body, len);
     lisa_rc_t rc = LISA_OK;
     pthread_mutex_lock(&req->mtx);
+    s_req_release_app_locked(req);
     if (!r) {
         rc = LISA_ERR;
     } else if (req->answered || !req->conn) {
@@ -851,14 +914,14 @@ lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
     pthread_mutex_unlock(&req->mtx);
     if (r)
         MHD_destroy_response(r);
-    s_req_release_app(req);
+    s_req_unref(req);
     return rc;
 }
 
 lisa_rc_t
 lisa_http_req_respond_error(lisa_http_req_t *req, unsigned status,
-                            const char *type, const char *code,
-                            const char *fmt, ...)
+                            const char *type, const char *code, const char *fmt,
+                            ...)
 {
     char msg[1024];
     va_list ap;
@@ -903,6 +966,25 @@ lisa_http_req_header(const lisa_http_req_t *req, const char *name)
         if (strcasecmp(req->headers.v[i].name, name) == 0)
             return req->headers.v[i].value;
     return NULL;
+}
+
+size_t
+lisa_http_req_header_count(const lisa_http_req_t *req)
+{
+    return req->headers.n;
+}
+
+bool
+lisa_http_req_header_at(const lisa_http_req_t *req, size_t i, const char **name,
+                        const char **value)
+{
+    if (i >= req->headers.n)
+        return false;
+    if (name)
+        *name = req->headers.v[i].name;
+    if (value)
+        *value = req->headers.v[i].value;
+    return true;
 }
 
 const char *
@@ -982,14 +1064,20 @@ s_watchdog(void *arg)
         if (srv->wd_stop)
             break;
         int64_t now = s_now_ms();
+        int64_t req_ms = (int64_t) srv->cfg.request_timeout_ms;
+        int64_t idle_ms = (int64_t) srv->cfg.idle_timeout_s * 1000 + req_ms;
         for (s_conn_t *cx = srv->conns; cx; cx = cx->next) {
             if (!cx->receiving || cx->cut || cx->fd == MHD_INVALID_SOCKET)
                 continue;
-            if (now - cx->since_ms < (int64_t) srv->cfg.request_timeout_ms)
+            bool strict = cx->fresh || cx->in_request;
+            if (now - cx->since_ms < (strict ? req_ms : idle_ms))
                 continue;
             cx->cut = true;
+            if (strict)
+                S_INC(srv, request_timeouts);
+            else
+                S_INC(srv, idle_timeouts);
             (void) shutdown(cx->fd, SHUT_RDWR);
-            S_INC(srv, request_timeouts);
             lisa_log_info("http: cut a connection that sent no complete "
                           "request within %u ms",
                           srv->cfg.request_timeout_ms);
@@ -1091,8 +1179,8 @@ s_start_daemon(lisa_http_server_t *srv, s_listener_t *l, int fd)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.max_header_bytes,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, l,
         MHD_OPTION_NOTIFY_CONNECTION, s_notify_conn, l,
-        MHD_OPTION_URI_LOG_CALLBACK, s_uri_log, l,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, s_uri_log, l, MHD_OPTION_THREAD_POOL_SIZE,
+        threads, MHD_OPTION_END);
     if (!l->daemon) {
         lisa_log_error("http: libmicrohttpd failed to start");
         close(fd);

@@ -3,23 +3,27 @@
  *
  * Two faces:
  *   - an asynchronous client driven by a czmq zloop (libcurl's multi
- *     "socket action" interface: curl's sockets become zloop pollers and
- *     curl's timeout a zloop timer). Thousands of concurrent requests run
- *     on the loop's thread without a thread each, connections are reused,
- *     and every callback runs on the loop's thread, so a single-threaded
- *     service needs no locks;
+ *     "socket action" interface: curl's sockets sit in one epoll set that
+ *     the zloop polls, curl's timeout is a zloop timer). Thousands of
+ *     concurrent requests run on the loop's thread without a thread each,
+ *     connections are reused, and every callback runs on the loop's
+ *     thread, so a single-threaded service needs no locks;
  *   - lisa_http_request_sync, a blocking call on curl easy for command-line
  *     tools and the in-sandbox agent.
  *
- * A request names its method, URL, headers, body, a total timeout, and
- * optionally a unix socket (the Docker engine), a CA file and a bearer
- * token (the Kubernetes API), a streaming callback that receives the body
- * as it arrives (watch streams, Server-Sent Events) and a response size
- * bound. The outcome arrives as a lisa_http_response_t:
- *   rc   LISA_OK when an HTTP response arrived (any status; check status),
- *        LISA_TIMEOUT (deadline), LISA_UNAVAILABLE (could not connect or
- *        resolve), LISA_TOOLARGE (response over its bound), LISA_ERR
- *        (other transport errors, with curl's text in error).
+ * A request names its method, URL, headers, body and total timeout, and
+ * optionally a unix socket (the Docker engine); a CA file, a client
+ * certificate and a bearer token (the Kubernetes API); a streaming
+ * callback that receives the body as it arrives (watch streams,
+ * Server-Sent Events); and a response size bound.
+ *
+ * The outcome arrives as a lisa_http_response_t whose rc is:
+ *   LISA_OK           an HTTP response arrived (any status: check it)
+ *   LISA_TIMEOUT      the deadline passed
+ *   LISA_UNAVAILABLE  could not connect or resolve
+ *   LISA_TOOLARGE     the response exceeded its bound
+ *   LISA_INVALID      a malformed URL or a scheme other than http/https
+ *   LISA_ERR          any other transport error (curl's text in error)
  *
  * Rules for callbacks (they run inside lisa_http_client's loop handlers):
  *   - done: may send new requests and cancel others; must not destroy the
@@ -63,14 +67,20 @@ typedef struct {
     const char *const *headers;
     const void *body; /* copied at send time; may be NULL */
     size_t body_len;
-    long timeout_ms;         /* whole transfer; 0: default; <0: none */
-    long connect_timeout_ms; /* 0: default */
-    const char *unix_socket; /* connect through this unix socket path */
-    const char *ca_file;     /* PEM bundle to verify the server with */
+    long timeout_ms;          /* whole transfer; 0: default; <0: none */
+    long connect_timeout_ms;  /* 0: default */
+    const char *unix_socket;  /* connect through this unix socket path */
+    const char *ca_file;      /* PEM bundle to verify the server with */
+    const char *cert_file;    /* PEM client certificate (mutual TLS) */
+    const char *key_file;     /* PEM key of cert_file */
     const char *bearer_token; /* sends "Authorization: Bearer <token>" */
-    size_t max_response;      /* body bytes kept; 0: default */
-    /* Streaming: 2xx bodies go to on_chunk instead of being kept (other
-     * statuses are kept, bounded, so done can show the error body). */
+    /* Proxy URL; NULL: none (proxy variables in the environment are
+     * ignored, so a loopback call never wanders through a proxy). */
+    const char *proxy;
+    size_t max_response; /* body bytes kept; 0: default */
+    /* Streaming: 2xx bodies go to on_chunk instead of being kept, with no
+     * size bound (the callback decides when to stop); other statuses are
+     * kept, bounded by max_response, so done can show the error body. */
     lisa_http_chunk_fn *on_chunk;
     /* on_chunk's argument for lisa_http_request_sync (the asynchronous
      * client passes send's `arg` instead). */
@@ -118,8 +128,7 @@ lisa_rc_t lisa_http_response_rc(const lisa_http_response_t *r);
 /* HTTP status, 0 when no response arrived. */
 long lisa_http_response_status(const lisa_http_response_t *r);
 /* Body (NUL-terminated; "" when empty or streamed); *len may be NULL. */
-const char *lisa_http_response_body(const lisa_http_response_t *r,
-                                    size_t *len);
+const char *lisa_http_response_body(const lisa_http_response_t *r, size_t *len);
 /* Takes the body out of the response (caller frees with free()). */
 char *lisa_http_response_take_body(lisa_http_response_t *r, size_t *len);
 /* Last value of response header `name` (case-insensitive), or NULL. */

@@ -27,13 +27,18 @@
  *       lisa_http_req_stream_close()       then close.
  *   After respond or stream_close the application must not touch req again.
  *   A request the handler returns without answering is kept until answered.
+ *   A client that leaves while its request is kept is noticed only when the
+ *   answer is sent (a parked socket is not watched); on a stream, a push
+ *   returns LISA_UNAVAILABLE once the server has noticed.
  *
  * Limits, each with a refusal counter (lisa_http_server_stats):
  *   - max_connections: further connections are accepted and closed at once.
  *   - request_timeout_ms: a connection must deliver a complete request
- *     (headers and body) within this time of being accepted or of its
- *     previous response, else it is cut (slow-loris defence). Time spent
- *     being answered does not count.
+ *     (headers and body) within this time of being accepted (its first
+ *     request) or of the request line (later ones), else it is cut
+ *     (slow-loris defence). Time spent being answered does not count.
+ *     Between keep-alive requests a connection may idle idle_timeout_s
+ *     longer.
  *   - idle_timeout_s: libmicrohttpd's inactivity timeout on a socket that
  *     should be moving data (a kept, suspended request never times out).
  *   - max_header_bytes: the per-connection buffer for request line and
@@ -108,7 +113,7 @@ typedef struct {
     uint64_t responses;            /* responses and streams queued */
     uint64_t body_too_large;       /* 413 or closed: body over max_body */
     uint64_t request_timeouts;     /* cut: request not complete in time */
-    uint64_t idle_timeouts;        /* closed by the inactivity timeout */
+    uint64_t idle_timeouts;        /* closed: idle past idle_timeout_s */
     uint64_t bad_requests;         /* refused by libmicrohttpd (4xx) */
     uint64_t client_aborts;        /* client left before the answer ended */
     uint64_t stream_overflows;     /* pushes refused: stream queue full */
@@ -139,6 +144,11 @@ const char *lisa_http_req_path(const lisa_http_req_t *req);
 const char *lisa_http_req_query(const lisa_http_req_t *req, const char *name);
 /* Value of request header `name` (case-insensitive), or NULL. */
 const char *lisa_http_req_header(const lisa_http_req_t *req, const char *name);
+/* Number of request headers, and header `i` (0-based, arrival order) for
+ * iteration; returns false when i is out of range. */
+size_t lisa_http_req_header_count(const lisa_http_req_t *req);
+bool lisa_http_req_header_at(const lisa_http_req_t *req, size_t i,
+                             const char **name, const char **value);
 /* The whole request body (NUL-terminated for convenience); *len may be
  * NULL. Never NULL: an empty body is "". */
 const char *lisa_http_req_body(const lisa_http_req_t *req, size_t *len);
