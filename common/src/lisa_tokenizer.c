@@ -34,8 +34,8 @@
 #define S_MAX_REGEX      4
 #define S_MAX_ADDED      4096
 #define S_MAX_VOCAB      (4u * 1024u * 1024u)
-#define S_CACHE_SLOTS    (1u << 15)
-#define S_CACHE_ARENA    (4u * 1024u * 1024u)
+#define S_CACHE_SLOTS    (1u << 16)
+#define S_CACHE_ARENA    (8u * 1024u * 1024u)
 #define S_CACHE_WORD_MAX 128u
 
 /* The GPT-2 pre-tokenizer pattern (ByteLevel with use_regex: true). */
@@ -95,6 +95,10 @@ struct lisa_tokenizer_t {
     bool nfc;
     pcre2_code *re[S_MAX_REGEX];
     size_t n_re;
+    /* The patterns are linear per match, but a whitespace run of many
+     * megabytes backtracks once per byte: PCRE2's default match limit
+     * (10 million) would refuse texts HF accepts. */
+    pcre2_match_context *mctx;
 
     int32_t eos, im_start, im_end, endoftext;
 
@@ -223,8 +227,12 @@ s_merge_insert(lisa_tokenizer_t *self, int32_t a, int32_t b, uint32_t rank,
     size_t mask = self->merges_cap - 1;
     size_t i = (size_t) s_hash_u64(key) & mask;
     while (self->merges[i].id >= 0) {
-        if (self->merges[i].key == key)
-            return; /* first (lowest) rank of a duplicate pair wins */
+        if (self->merges[i].key == key) {
+            /* a pair listed twice keeps its last rank, as HF's map does */
+            self->merges[i].rank = rank;
+            self->merges[i].id = id;
+            return;
+        }
         i = (i + 1) & mask;
     }
     self->merges[i] = (s_merge_t){.key = key, .rank = rank, .id = id};
@@ -292,9 +300,58 @@ s_json_empty_str(json_t *obj, const char *key)
            (json_is_string(v) && json_string_length(v) == 0);
 }
 
-static lisa_rc_t
-s_add_regex(lisa_tokenizer_t *self, const char *pattern)
+/* HF compiles the pre-tokenizer with Oniguruma, whose \s is the Unicode
+ * White_Space property; PCRE2's \s also takes U+180E (an old Zs). The
+ * pattern is rewritten with White_Space spelled out so both agree. */
+#define S_WS_CLASS "\\t-\\r\\x{85}\\p{Z}"
+
+static char *
+s_rewrite_pattern(const char *p)
 {
+    size_t n = strlen(p);
+    char *o = lisa_malloc(n * 24 + 1);
+    size_t k = 0;
+    bool in_class = false;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\\' && i + 1 < n) {
+            char c = p[i + 1];
+            const char *rep = NULL;
+            if (c == 's')
+                rep = in_class ? S_WS_CLASS : "[" S_WS_CLASS "]";
+            else if (c == 'S' && !in_class)
+                rep = "[^" S_WS_CLASS "]";
+            if (rep) {
+                memcpy(o + k, rep, strlen(rep));
+                k += strlen(rep);
+            } else {
+                o[k++] = p[i];
+                o[k++] = c;
+            }
+            i++;
+            continue;
+        }
+        if (!in_class && p[i] == '[') {
+            in_class = true;
+            o[k++] = p[i];
+            /* a leading ']' or '^]' is a literal */
+            if (i + 1 < n && p[i + 1] == '^')
+                o[k++] = p[++i];
+            if (i + 1 < n && p[i + 1] == ']')
+                o[k++] = p[++i];
+            continue;
+        }
+        if (in_class && p[i] == ']')
+            in_class = false;
+        o[k++] = p[i];
+    }
+    o[k] = '\0';
+    return o;
+}
+
+static lisa_rc_t
+s_add_regex(lisa_tokenizer_t *self, const char *pattern_in)
+{
+    char *pattern = s_rewrite_pattern(pattern_in);
     if (self->n_re >= S_MAX_REGEX) {
         lisa_log_error("tokenizer: too many pre-tokenizer regexes");
         return LISA_UNSUPPORTED;
@@ -303,6 +360,7 @@ s_add_regex(lisa_tokenizer_t *self, const char *pattern)
     PCRE2_SIZE off;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR) pattern, PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP, &err, &off, NULL);
+    lisa_free(&pattern);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
@@ -426,22 +484,413 @@ s_load_model_shape(json_t *model)
     return LISA_OK;
 }
 
+/* ----------------------------------------------------- tokenizer.json scan
+ *
+ * tokenizer.json is mostly two huge members, model.vocab (an object of
+ * ~150k string -> id) and model.merges (~150k pairs). A general JSON DOM
+ * spends seconds allocating them; this scanner reads those two straight
+ * into flat lists and hands every other (small) member to jansson.
+ */
+
+typedef struct {
+    const char *s;
+    size_t n, i;
+    bool err;
+} s_scan_t;
+
+/* Strings collected from the scan: text in one arena, plus per entry an
+ * offset, a length and an integer (the id for vocab, unused for merges). */
+typedef struct {
+    char *arena;
+    size_t len, cap;
+    uint32_t *off, *slen;
+    int64_t *val;
+    size_t count, room;
+} s_list_t;
+
+static void
+s_list_free(s_list_t *l)
+{
+    lisa_free(&l->arena);
+    lisa_free(&l->off);
+    lisa_free(&l->slen);
+    lisa_free(&l->val);
+}
+
+static void
+s_list_add(s_list_t *l, const char *str, size_t n, int64_t val)
+{
+    if (l->count == l->room) {
+        l->room = l->room ? l->room * 2 : 1024;
+        l->off = lisa_realloc(l->off, l->room * sizeof *l->off);
+        l->slen = lisa_realloc(l->slen, l->room * sizeof *l->slen);
+        l->val = lisa_realloc(l->val, l->room * sizeof *l->val);
+    }
+    if (l->len + n > l->cap) {
+        size_t cap = l->cap ? l->cap : 1u << 16;
+        while (cap < l->len + n)
+            cap *= 2;
+        l->arena = lisa_realloc(l->arena, cap);
+        l->cap = cap;
+    }
+    if (n)
+        memcpy(l->arena + l->len, str, n);
+    l->off[l->count] = (uint32_t) l->len;
+    l->slen[l->count] = (uint32_t) n;
+    l->val[l->count] = val;
+    l->count++;
+    l->len += n;
+}
+
+static void
+s_ws(s_scan_t *sc)
+{
+    while (sc->i < sc->n && (sc->s[sc->i] == ' ' || sc->s[sc->i] == '\n' ||
+                             sc->s[sc->i] == '\t' || sc->s[sc->i] == '\r'))
+        sc->i++;
+}
+
+static bool
+s_eat(s_scan_t *sc, char c)
+{
+    s_ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == c) {
+        sc->i++;
+        return true;
+    }
+    return false;
+}
+
+static int
+s_hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static bool
+s_u4(s_scan_t *sc, uint32_t *v)
+{
+    if (sc->n - sc->i < 4)
+        return false;
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = s_hex(sc->s[sc->i++]);
+        if (h < 0)
+            return false;
+        *v = (*v << 4) | (uint32_t) h;
+    }
+    return true;
+}
+
+/* Reads a string into *buf (grown as needed; not NUL-terminated). */
+static bool
+s_str(s_scan_t *sc, char **buf, size_t *cap, size_t *len)
+{
+    *len = 0;
+    if (!s_eat(sc, '"'))
+        return false;
+    for (;;) {
+        if (sc->i >= sc->n)
+            return false;
+        if (*len + 8 > *cap) {
+            *cap = *cap ? *cap * 2 : 256;
+            *buf = lisa_realloc(*buf, *cap);
+        }
+        char c = sc->s[sc->i++];
+        if (c == '"')
+            return true;
+        if ((unsigned char) c < 0x20)
+            return false;
+        if (c != '\\') {
+            (*buf)[(*len)++] = c;
+            continue;
+        }
+        if (sc->i >= sc->n)
+            return false;
+        char e = sc->s[sc->i++];
+        uint32_t cp;
+        switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+            (*buf)[(*len)++] = e;
+            break;
+        case 'b':
+            (*buf)[(*len)++] = '\b';
+            break;
+        case 'f':
+            (*buf)[(*len)++] = '\f';
+            break;
+        case 'n':
+            (*buf)[(*len)++] = '\n';
+            break;
+        case 'r':
+            (*buf)[(*len)++] = '\r';
+            break;
+        case 't':
+            (*buf)[(*len)++] = '\t';
+            break;
+        case 'u':
+            if (!s_u4(sc, &cp))
+                return false;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                uint32_t lo;
+                if (sc->n - sc->i < 2 || sc->s[sc->i] != '\\' ||
+                    sc->s[sc->i + 1] != 'u')
+                    return false;
+                sc->i += 2;
+                if (!s_u4(sc, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                    return false;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return false;
+            }
+            *len += lisa_utf8_put(cp, *buf + *len);
+            break;
+        default:
+            return false;
+        }
+    }
+}
+
+static bool
+s_int(s_scan_t *sc, int64_t *v)
+{
+    s_ws(sc);
+    bool neg = false;
+    if (sc->i < sc->n && sc->s[sc->i] == '-') {
+        neg = true;
+        sc->i++;
+    }
+    size_t start = sc->i;
+    int64_t x = 0;
+    while (sc->i < sc->n && sc->s[sc->i] >= '0' && sc->s[sc->i] <= '9') {
+        if (x > (INT64_MAX - 9) / 10)
+            return false;
+        x = x * 10 + (sc->s[sc->i++] - '0');
+    }
+    if (sc->i == start)
+        return false;
+    *v = neg ? -x : x;
+    return true;
+}
+
+/* Skips one value of any kind (checked by jansson later when kept). */
+static bool
+s_skip(s_scan_t *sc, int depth)
+{
+    if (depth > 128)
+        return false;
+    s_ws(sc);
+    if (sc->i >= sc->n)
+        return false;
+    char c = sc->s[sc->i];
+    if (c == '"') {
+        for (sc->i++; sc->i < sc->n; sc->i++) {
+            if (sc->s[sc->i] == '\\')
+                sc->i++;
+            else if (sc->s[sc->i] == '"') {
+                sc->i++;
+                return true;
+            }
+        }
+        return false;
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        sc->i++;
+        if (s_eat(sc, close))
+            return true;
+        do {
+            if (c == '{') {
+                if (!s_skip(sc, depth + 1) || !s_eat(sc, ':'))
+                    return false;
+            }
+            if (!s_skip(sc, depth + 1))
+                return false;
+        } while (s_eat(sc, ','));
+        return s_eat(sc, close);
+    }
+    size_t start = sc->i;
+    while (sc->i < sc->n && sc->s[sc->i] != ',' && sc->s[sc->i] != '}' &&
+           sc->s[sc->i] != ']' && sc->s[sc->i] != ' ' && sc->s[sc->i] != '\n' &&
+           sc->s[sc->i] != '\t' && sc->s[sc->i] != '\r')
+        sc->i++;
+    return sc->i > start;
+}
+
+/* Parses the value at the cursor with jansson (skipping it first). */
+static json_t *
+s_small(s_scan_t *sc)
+{
+    s_ws(sc);
+    size_t start = sc->i;
+    if (!s_skip(sc, 0))
+        return NULL;
+    json_error_t jerr;
+    return json_loadb(sc->s + start, sc->i - start, JSON_DECODE_ANY, &jerr);
+}
+
+static bool
+s_scan_vocab(s_scan_t *sc, s_list_t *vocab)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    bool ok = false;
+    if (!s_eat(sc, '{'))
+        goto out;
+    if (s_eat(sc, '}')) {
+        ok = true;
+        goto out;
+    }
+    do {
+        int64_t id;
+        if (!s_str(sc, &buf, &cap, &len) || !s_eat(sc, ':') || !s_int(sc, &id))
+            goto out;
+        s_list_add(vocab, buf, len, id);
+    } while (s_eat(sc, ','));
+    ok = s_eat(sc, '}');
+out:
+    lisa_free(&buf);
+    return ok;
+}
+
+/* Merges as ["a", "b"] pairs or "a b" strings: two list entries each. */
+static bool
+s_scan_merges(s_scan_t *sc, s_list_t *merges)
+{
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    bool ok = false;
+    if (!s_eat(sc, '['))
+        goto out;
+    if (s_eat(sc, ']')) {
+        ok = true;
+        goto out;
+    }
+    do {
+        if (s_eat(sc, '[')) {
+            for (int k = 0; k < 2; k++) {
+                if ((k == 1 && !s_eat(sc, ',')) || !s_str(sc, &buf, &cap, &len))
+                    goto out;
+                s_list_add(merges, buf, len, 0);
+            }
+            if (!s_eat(sc, ']'))
+                goto out;
+        } else {
+            if (!s_str(sc, &buf, &cap, &len))
+                goto out;
+            const char *sp = memchr(buf, ' ', len);
+            if (!sp)
+                goto out;
+            size_t la = (size_t) (sp - buf);
+            s_list_add(merges, buf, la, 0);
+            s_list_add(merges, sp + 1, len - la - 1, 0);
+        }
+    } while (s_eat(sc, ','));
+    ok = s_eat(sc, ']');
+out:
+    lisa_free(&buf);
+    return ok;
+}
+
+/* Splits tokenizer.json into small members (a jansson object, with
+ * "model" holding the model's small members) and the two big lists. */
+static lisa_rc_t
+s_scan_file(const char *data, size_t len, json_t **root, s_list_t *vocab,
+            s_list_t *merges, bool *have_vocab)
+{
+    s_scan_t sc = {.s = data, .n = len};
+    char *key = NULL;
+    size_t kcap = 0, klen = 0;
+    json_t *model = NULL;
+    *root = json_object();
+    *have_vocab = false;
+    if (!s_eat(&sc, '{'))
+        goto bad;
+    if (s_eat(&sc, '}'))
+        goto done;
+    do {
+        if (!s_str(&sc, &key, &kcap, &klen) || !s_eat(&sc, ':'))
+            goto bad;
+        if (klen == 5 && memcmp(key, "model", 5) == 0) {
+            s_ws(&sc);
+            if (sc.i >= sc.n || sc.s[sc.i] != '{') {
+                json_t *v = s_small(&sc);
+                if (!v)
+                    goto bad;
+                json_object_setn_new(*root, key, klen, v);
+                continue;
+            }
+            model = json_object();
+            sc.i++;
+            if (!s_eat(&sc, '}')) {
+                do {
+                    if (!s_str(&sc, &key, &kcap, &klen) || !s_eat(&sc, ':'))
+                        goto bad;
+                    if (klen == 5 && memcmp(key, "vocab", 5) == 0) {
+                        if (!s_scan_vocab(&sc, vocab))
+                            goto bad;
+                        *have_vocab = true;
+                    } else if (klen == 6 && memcmp(key, "merges", 6) == 0) {
+                        if (!s_scan_merges(&sc, merges))
+                            goto bad;
+                    } else {
+                        json_t *v = s_small(&sc);
+                        if (!v)
+                            goto bad;
+                        json_object_setn_new(model, key, klen, v);
+                    }
+                } while (s_eat(&sc, ','));
+                if (!s_eat(&sc, '}'))
+                    goto bad;
+            }
+            json_object_set_new(*root, "model", model);
+            model = NULL;
+        } else {
+            json_t *v = s_small(&sc);
+            if (!v)
+                goto bad;
+            json_object_setn_new(*root, key, klen, v);
+        }
+    } while (s_eat(&sc, ','));
+    if (!s_eat(&sc, '}'))
+        goto bad;
+done:
+    s_ws(&sc);
+    if (sc.i != sc.n)
+        goto bad;
+    lisa_free(&key);
+    return LISA_OK;
+bad:
+    lisa_log_error("tokenizer: tokenizer.json is malformed near byte %zu",
+                   sc.i);
+    lisa_free(&key);
+    json_decref(model);
+    json_decref(*root);
+    *root = NULL;
+    return LISA_INVALID;
+}
+
 /* Largest id named anywhere; LISA_INVALID on a bad id. */
 static lisa_rc_t
-s_scan_ids(json_t *vocab, json_t *added, size_t *n_ids)
+s_scan_ids(const s_list_t *vocab, json_t *added, size_t *n_ids)
 {
     json_int_t max = -1;
-    const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v)
-    {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= (json_int_t) S_MAX_VOCAB) {
+    for (size_t k = 0; k < vocab->count; k++) {
+        if (vocab->val[k] < 0 || vocab->val[k] >= (int64_t) S_MAX_VOCAB) {
             lisa_log_error("tokenizer: bad vocab id");
             return LISA_INVALID;
         }
-        if (json_integer_value(v) > max)
-            max = json_integer_value(v);
+        if (vocab->val[k] > max)
+            max = (json_int_t) vocab->val[k];
     }
     size_t i;
     json_array_foreach(added, i, v)
@@ -466,9 +915,9 @@ s_scan_ids(json_t *vocab, json_t *added, size_t *n_ids)
 }
 
 static lisa_rc_t
-s_load_merges(lisa_tokenizer_t *self, json_t *merges)
+s_load_merges(lisa_tokenizer_t *self, const s_list_t *merges)
 {
-    size_t n = json_is_array(merges) ? json_array_size(merges) : 0;
+    size_t n = merges->count / 2;
     self->merges_cap = s_pow2_at_least(n * 2 + 16);
     self->merges = lisa_malloc(self->merges_cap * sizeof *self->merges);
     for (size_t i = 0; i < self->merges_cap; i++)
@@ -477,28 +926,10 @@ s_load_merges(lisa_tokenizer_t *self, json_t *merges)
     size_t cap = 0;
     lisa_rc_t rc = LISA_OK;
     for (size_t r = 0; r < n; r++) {
-        json_t *m = json_array_get(merges, r);
-        const char *a, *b;
-        size_t la, lb;
-        const char *space = NULL;
-        if (json_is_array(m) && json_array_size(m) == 2 &&
-            json_is_string(json_array_get(m, 0)) &&
-            json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0));
-            la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1));
-            lb = json_string_length(json_array_get(m, 1));
-        } else if (json_is_string(m) &&
-                   (space = strchr(json_string_value(m), ' ')) != NULL) {
-            a = json_string_value(m);
-            la = (size_t) (space - a);
-            b = space + 1;
-            lb = json_string_length(m) - la - 1;
-        } else {
-            lisa_log_error("tokenizer: merge %zu is malformed", r);
-            rc = LISA_INVALID;
-            goto out;
-        }
+        const char *a = merges->arena + merges->off[2 * r];
+        size_t la = merges->slen[2 * r];
+        const char *b = merges->arena + merges->off[2 * r + 1];
+        size_t lb = merges->slen[2 * r + 1];
         int32_t ia = s_smap_find(self, a, la);
         int32_t ib = s_smap_find(self, b, lb);
         if (la + lb + 1 > cap) {
@@ -554,8 +985,8 @@ s_load_added(lisa_tokenizer_t *self, json_t *added)
         t->lstrip = s_json_bool(o, "lstrip", false);
         t->rstrip = s_json_bool(o, "rstrip", false);
         t->normalized = s_json_bool(o, "normalized", !t->special);
-        uint8_t kind = (uint8_t) (S_KIND_ADDED |
-                                  (t->special ? S_KIND_SPECIAL : 0));
+        uint8_t kind =
+            (uint8_t) (S_KIND_ADDED | (t->special ? S_KIND_SPECIAL : 0));
         s_set_token(self, t->id, c, len, kind);
         t->content = lisa_strndup(c, len);
         t->len = len;
@@ -581,7 +1012,8 @@ s_load_added(lisa_tokenizer_t *self, json_t *added)
 }
 
 static lisa_rc_t
-s_load(lisa_tokenizer_t *self, json_t *root)
+s_load(lisa_tokenizer_t *self, json_t *root, const s_list_t *vocab,
+       const s_list_t *merges, bool have_vocab)
 {
     lisa_rc_t rc;
     if (!json_is_object(root)) {
@@ -592,9 +1024,8 @@ s_load(lisa_tokenizer_t *self, json_t *root)
     rc = s_load_model_shape(model);
     if (rc != LISA_OK)
         return rc;
-    json_t *vocab = json_object_get(model, "vocab");
     json_t *added = json_object_get(root, "added_tokens");
-    if (!json_is_object(vocab)) {
+    if (!have_vocab) {
         lisa_log_error("tokenizer: model.vocab is not an object");
         return LISA_INVALID;
     }
@@ -636,16 +1067,14 @@ s_load(lisa_tokenizer_t *self, json_t *root)
     self->bytes_len = lisa_calloc(n, sizeof *self->bytes_len);
     self->kind = lisa_calloc(n, sizeof *self->kind);
 
-    const char *k;
-    json_t *v;
-    json_object_foreach(vocab, k, v)
-    {
-        size_t kl = strlen(k);
+    for (size_t i = 0; i < vocab->count; i++) {
+        const char *k = vocab->arena + vocab->off[i];
+        size_t kl = vocab->slen[i];
         if (!lisa_utf8_valid(k, kl)) {
             lisa_log_error("tokenizer: vocab key is not UTF-8");
             return LISA_INVALID;
         }
-        int32_t id = (int32_t) json_integer_value(v);
+        int32_t id = (int32_t) vocab->val[i];
         if (self->kind[id] & S_KIND_PRESENT) {
             lisa_log_error("tokenizer: vocab id %d used twice", (int) id);
             return LISA_INVALID;
@@ -675,7 +1104,7 @@ s_load(lisa_tokenizer_t *self, json_t *root)
         size_t fl = lisa_utf8_put(lisa_bytelevel_char((uint8_t) b), form);
         self->byte_id[b] = s_smap_find(self, form, fl);
     }
-    rc = s_load_merges(self, json_object_get(model, "merges"));
+    rc = s_load_merges(self, merges);
     if (rc != LISA_OK)
         return rc;
 
@@ -690,24 +1119,29 @@ lisa_tokenizer_t *
 lisa_tokenizer_new_from_json(const char *data, size_t len)
 {
     if (len > LISA_TOKENIZER_MAX_FILE) {
-        lisa_log_error("tokenizer: tokenizer.json too large (%zu bytes)",
-                       len);
+        lisa_log_error("tokenizer: tokenizer.json too large (%zu bytes)", len);
         return NULL;
     }
-    json_error_t jerr;
-    json_t *root = json_loadb(data, len, 0, &jerr);
-    if (!root) {
-        lisa_log_error("tokenizer: tokenizer.json: %s (line %d)", jerr.text,
-                       jerr.line);
+    json_t *root = NULL;
+    s_list_t vocab = {0}, merges = {0};
+    bool have_vocab = false;
+    if (s_scan_file(data, len, &root, &vocab, &merges, &have_vocab) !=
+        LISA_OK) {
+        s_list_free(&vocab);
+        s_list_free(&merges);
         return NULL;
     }
     lisa_tokenizer_t *self = lisa_calloc(1, sizeof *self);
     pthread_mutex_init(&self->cache_lock, NULL);
+    self->mctx = pcre2_match_context_create(NULL);
+    pcre2_set_match_limit(self->mctx, UINT32_MAX);
     self->cache = lisa_calloc(S_CACHE_SLOTS, sizeof *self->cache);
     self->cache_keys = lisa_malloc(S_CACHE_ARENA);
     self->cache_ids = lisa_malloc(S_CACHE_ARENA);
-    lisa_rc_t rc = s_load(self, root);
+    lisa_rc_t rc = s_load(self, root, &vocab, &merges, have_vocab);
     json_decref(root);
+    s_list_free(&vocab);
+    s_list_free(&merges);
     if (rc != LISA_OK)
         lisa_tokenizer_destroy(&self);
     return self;
@@ -816,6 +1250,8 @@ lisa_tokenizer_destroy(lisa_tokenizer_t **p)
     lisa_free(&self->norm_set.toks);
     for (size_t i = 0; i < self->n_re; i++)
         pcre2_code_free(self->re[i]);
+    if (self->mctx)
+        pcre2_match_context_free(self->mctx);
     pthread_mutex_destroy(&self->cache_lock);
     lisa_free(&self->cache);
     lisa_free(&self->cache_keys);
@@ -984,8 +1420,7 @@ s_cache_get(lisa_tokenizer_t *self, const uint8_t *b, size_t n, uint64_t h,
             break;
         if (s->hash == h && s->key_len == n &&
             memcmp(self->cache_keys + s->key_off, b, n) == 0) {
-            *rc = lisa_ids_append(out, self->cache_ids + s->ids_off,
-                                  s->n_ids);
+            *rc = lisa_ids_append(out, self->cache_ids + s->ids_off, s->n_ids);
             hit = 1;
             break;
         }
@@ -1017,15 +1452,13 @@ s_cache_put(lisa_tokenizer_t *self, const uint8_t *b, size_t n, uint64_t h,
         i = (i + 1) & mask;
     }
     memcpy(self->cache_keys + self->cache_keys_len, b, n);
-    memcpy(self->cache_ids + self->cache_ids_len, ids,
-           nids * sizeof(int32_t));
-    self->cache[i] = (s_cache_slot_t){.hash = h,
-                                      .key_off =
-                                          (uint32_t) self->cache_keys_len,
-                                      .key_len = (uint32_t) n,
-                                      .ids_off =
-                                          (uint32_t) self->cache_ids_len,
-                                      .n_ids = (uint32_t) nids};
+    memcpy(self->cache_ids + self->cache_ids_len, ids, nids * sizeof(int32_t));
+    self->cache[i] =
+        (s_cache_slot_t){.hash = h,
+                         .key_off = (uint32_t) self->cache_keys_len,
+                         .key_len = (uint32_t) n,
+                         .ids_off = (uint32_t) self->cache_ids_len,
+                         .n_ids = (uint32_t) nids};
     self->cache_keys_len += n;
     self->cache_ids_len += nids;
     self->cache_count++;
@@ -1072,8 +1505,8 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
     size_t pos = 0, last = 0;
     lisa_rc_t rc = LISA_OK;
     while (pos < n) {
-        int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK,
-                            md, NULL);
+        int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK, md,
+                            self->mctx);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0) {
@@ -1163,7 +1596,8 @@ s_split_added(lisa_tokenizer_t *self, s_work_t *w, const s_matcher_t *m,
             continue;
         if (t->single_word) {
             uint32_t cp;
-            bool start_ok = ms == 0 || !lisa_unicode_is_word(s_cp_before(s, ms));
+            bool start_ok =
+                ms == 0 || !lisa_unicode_is_word(s_cp_before(s, ms));
             bool stop_ok = me == n;
             if (!stop_ok) {
                 lisa_utf8_next(s + me, n - me, &cp);
@@ -1195,8 +1629,8 @@ s_split_added(lisa_tokenizer_t *self, s_work_t *w, const s_matcher_t *m,
         if (ms > start_offset) {
             rc = raw ? s_normalized(self, w, s + start_offset,
                                     ms - start_offset, out)
-                     : s_pretok(self, w, 0, s + start_offset,
-                                ms - start_offset, out);
+                     : s_pretok(self, w, 0, s + start_offset, ms - start_offset,
+                                out);
             if (rc != LISA_OK)
                 return rc;
         }
@@ -1208,10 +1642,9 @@ s_split_added(lisa_tokenizer_t *self, s_work_t *w, const s_matcher_t *m,
             from = me;
     }
     if (start_offset < n)
-        rc = raw ? s_normalized(self, w, s + start_offset, n - start_offset,
-                                out)
-                 : s_pretok(self, w, 0, s + start_offset, n - start_offset,
-                            out);
+        rc =
+            raw ? s_normalized(self, w, s + start_offset, n - start_offset, out)
+                : s_pretok(self, w, 0, s + start_offset, n - start_offset, out);
     return rc;
 }
 
@@ -1285,8 +1718,7 @@ lisa_tokenizer_decode(const lisa_tokenizer_t *self, const int32_t *ids,
         if ((flags & LISA_DECODE_SKIP_SPECIAL) &&
             (self->kind[id] & S_KIND_SPECIAL))
             continue;
-        memcpy(buf + k, self->arena + self->bytes_off[id],
-               self->bytes_len[id]);
+        memcpy(buf + k, self->arena + self->bytes_off[id], self->bytes_len[id]);
         k += self->bytes_len[id];
     }
     *text = lisa_utf8_lossy(buf, k, len);

@@ -7,6 +7,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
@@ -243,8 +244,25 @@ lisa_unicode_is_word(uint32_t cp)
 static bool
 s_printable(uint8_t b)
 {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) ||
-           b >= 0xAE;
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
+
+/* The 68 non-printable bytes in order; they spell U+0100 + rank. */
+static int16_t s_rank_byte[68];
+static int16_t s_byte_rank[256];
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+
+static void
+s_init_tables(void)
+{
+    int k = 0;
+    for (int b = 0; b < 256; b++) {
+        s_byte_rank[b] = -1;
+        if (!s_printable((uint8_t) b)) {
+            s_byte_rank[b] = (int16_t) k;
+            s_rank_byte[k++] = (int16_t) b;
+        }
+    }
 }
 
 uint32_t
@@ -252,12 +270,8 @@ lisa_bytelevel_char(uint8_t b)
 {
     if (s_printable(b))
         return b;
-    /* The others take 256, 257, ... in byte order. */
-    uint32_t k = 0;
-    for (unsigned x = 0; x < b; x++)
-        if (!s_printable((uint8_t) x))
-            k++;
-    return 256 + k;
+    pthread_once(&s_once, s_init_tables);
+    return 256u + (uint32_t) s_byte_rank[b];
 }
 
 int
@@ -267,13 +281,6 @@ lisa_bytelevel_byte(uint32_t cp)
         return s_printable((uint8_t) cp) ? (int) cp : -1;
     if (cp >= 256 + 68)
         return -1;
-    uint32_t k = cp - 256;
-    for (unsigned x = 0; x < 256; x++) {
-        if (!s_printable((uint8_t) x)) {
-            if (k == 0)
-                return (int) x;
-            k--;
-        }
-    }
-    return -1;
+    pthread_once(&s_once, s_init_tables);
+    return s_rank_byte[cp - 256];
 }

@@ -3,11 +3,9 @@
  * the command line (for operators, and for the oracle tests that compare
  * lisa with Hugging Face on large corpora in one process call).
  *
- *   lisa tokenize --tokenizer DIR [--no-special] [--lines]
- *       stdin: UTF-8 text (special tokens recognised unless --no-special)
- *       stdout: one JSON array of ids; with --lines, one array per input
- *       line (the newline itself not included), which batches many texts
- *       whose content has no newline... use --json for arbitrary texts:
+ *   lisa tokenize --tokenizer DIR [--no-special]
+ *       stdin: UTF-8 text, read whole (special tokens recognised unless
+ *       --no-special); stdout: one JSON array of ids
  *   lisa tokenize --tokenizer DIR --json
  *       stdin: a JSON array of strings; stdout: a JSON array of id arrays
  *   lisa detokenize --tokenizer DIR [--skip-special] [--json]
@@ -19,7 +17,6 @@
  * stderr and exit status 1.
  */
 #include "cli.h"
-
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_tokenizer.h"
 
@@ -197,8 +194,7 @@ s_ids_from_json(json_t *a, lisa_ids_t *ids)
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > INT32_MAX) {
-            fprintf(stderr, "lisa detokenize: item %zu is not a token id\n",
-                    i);
+            fprintf(stderr, "lisa detokenize: item %zu is not a token id\n", i);
             return 1;
         }
         if (lisa_ids_push(ids, (int32_t) json_integer_value(v)) != LISA_OK) {
@@ -216,8 +212,9 @@ s_decode_one(lisa_tokenizer_t *tok, const lisa_ids_t *ids, unsigned flags,
     lisa_rc_t rc = lisa_tokenizer_decode(tok, lisa_ids_data(ids),
                                          lisa_ids_len(ids), flags, text, tlen);
     if (rc != LISA_OK) {
-        fprintf(stderr, "lisa detokenize: unknown token id (vocabulary has "
-                        "%zu ids)\n",
+        fprintf(stderr,
+                "lisa detokenize: unknown token id (vocabulary has "
+                "%zu ids)\n",
                 lisa_tokenizer_vocab_size(tok));
         return 1;
     }
@@ -245,11 +242,10 @@ cli_detokenize(int argc, char **argv)
     char *text = NULL;
     lisa_ids_t *ids = lisa_ids_new(S_MAX_IDS);
     lisa_tokenizer_t *tok = NULL;
-    unsigned flags = LISA_DECODE_STRICT |
-                     (o.skip_special ? LISA_DECODE_SKIP_SPECIAL : 0u);
+    unsigned flags =
+        LISA_DECODE_STRICT | (o.skip_special ? LISA_DECODE_SKIP_SPECIAL : 0u);
     if (!in) {
-        fprintf(stderr, "lisa detokenize: input over %u bytes\n",
-                S_MAX_INPUT);
+        fprintf(stderr, "lisa detokenize: input over %u bytes\n", S_MAX_INPUT);
         goto out;
     }
     json_error_t jerr;

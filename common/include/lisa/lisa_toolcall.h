@@ -1,0 +1,74 @@
+/*
+ * lisa_toolcall: tool calls out of generated text (Hermes style).
+ *
+ * Qwen3 emits each call as
+ *     <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
+ * after optional content. The parser returns the content (the text
+ * outside the blocks) and, per block, the name, the arguments as JSON
+ * text, an id, or an error. A malformed block (bad JSON, no name,
+ * arguments not an object, no closing tag) is reported as an error on
+ * that call, never as a failure of the whole parse, so the gateway can
+ * answer with what did parse and count what did not.
+ *
+ * The arguments text is the exact substring the model wrote when it wrote
+ * an object (so that rendering the call back through the chat template,
+ * where a string is copied as is, reproduces the model's bytes); for
+ * arguments written as a JSON string holding an object, it is that
+ * string's value.
+ *
+ * Content rule: the text before the first block, with trailing
+ * whitespace removed, then any non-blank text between or after blocks
+ * (trimmed), joined by "\n". Text without any block is returned as is.
+ */
+#ifndef LISA_TOOLCALL_H
+#define LISA_TOOLCALL_H
+
+#include "lisa/lisa_rc.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define LISA_TOOLCALL_MAX_CALLS 64
+#define LISA_TOOLCALL_MAX_TEXT  (8u * 1024u * 1024u)
+
+typedef struct lisa_toolcalls_t lisa_toolcalls_t;
+
+/* One parsed block. Strings are borrowed from the lisa_toolcalls_t. */
+typedef struct {
+    const char *id;        /* id_prefix + index, e.g. "call_0" */
+    const char *name;      /* NULL when error */
+    const char *arguments; /* JSON object text; NULL when error */
+    const char *raw;       /* the text between the tags (or to the end) */
+    const char *error;     /* NULL when well formed; a static reason */
+} lisa_toolcall_t;
+
+/* Parses text[0..len). id_prefix (NULL: "call_") starts every id. NULL
+ * only when len exceeds LISA_TOOLCALL_MAX_TEXT. Blocks past
+ * LISA_TOOLCALL_MAX_CALLS are one last call with an error. */
+lisa_toolcalls_t *lisa_toolcalls_parse(const char *text, size_t len,
+                                       const char *id_prefix);
+
+/* Frees the result and sets *p to NULL; safe on NULL and twice. */
+void lisa_toolcalls_destroy(lisa_toolcalls_t **p);
+
+/* The content (never NULL; "" when there is none). */
+const char *lisa_toolcalls_content(const lisa_toolcalls_t *self);
+
+/* Number of blocks found (well formed or not). */
+size_t lisa_toolcalls_count(const lisa_toolcalls_t *self);
+
+/* Number of blocks with an error. */
+size_t lisa_toolcalls_errors(const lisa_toolcalls_t *self);
+
+/* Block i (< count), borrowed. */
+const lisa_toolcall_t *lisa_toolcalls_get(const lisa_toolcalls_t *self,
+                                          size_t i);
+
+/* The OpenAI assistant message for the parse: {"role": "assistant",
+ * "content": CONTENT or null (when empty and there are calls),
+ * "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}] (well-formed calls only; the key is absent when there are
+ * none)}. A new reference, owned by the caller. */
+json_t *lisa_toolcalls_message(const lisa_toolcalls_t *self);
+
+#endif

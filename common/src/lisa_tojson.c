@@ -1,0 +1,250 @@
+/*
+ * lisa_tojson: Python-compatible JSON serialization of jansson values.
+ * See the header for the rules; this file is a recursive writer over a
+ * bounded growable buffer.
+ */
+#include "lisa/lisa_tojson.h"
+
+#include "lisa/lisa_mem.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    size_t len, cap, max;
+    bool full;
+} s_buf_t;
+
+static void
+s_put(s_buf_t *b, const char *s, size_t n)
+{
+    if (b->full)
+        return;
+    if (n > b->max - b->len) {
+        b->full = true;
+        return;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        b->p = lisa_realloc(b->p, cap);
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+static void
+s_puts(s_buf_t *b, const char *s)
+{
+    s_put(b, s, strlen(s));
+}
+
+static void
+s_string(s_buf_t *b, const char *s, size_t n)
+{
+    s_put(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) s[i];
+        const char *esc = NULL;
+        char u[8];
+        switch (c) {
+        case '"':
+            esc = "\\\"";
+            break;
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\b':
+            esc = "\\b";
+            break;
+        case '\f':
+            esc = "\\f";
+            break;
+        default:
+            if (c < 0x20) {
+                snprintf(u, sizeof u, "\\u%04x", c);
+                esc = u;
+            }
+        }
+        if (esc) {
+            s_put(b, s + i - run, run);
+            run = 0;
+            s_puts(b, esc);
+        } else {
+            run++;
+        }
+    }
+    s_put(b, s + n - run, run);
+    s_put(b, "\"", 1);
+}
+
+size_t
+lisa_tojson_float(double x, char *buf)
+{
+    if (x == 0) {
+        strcpy(buf, signbit(x) ? "-0.0" : "0.0");
+        return strlen(buf);
+    }
+    /* Shortest %e that reads back as x. */
+    char e[40];
+    for (int prec = 0; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, x);
+        if (strtod(e, NULL) == x)
+            break;
+    }
+    /* e = [-]d[.ddd]e[+-]XX: collect digits and exponent. */
+    const char *p = e;
+    bool neg = false;
+    if (*p == '-') {
+        neg = true;
+        p++;
+    }
+    char digits[24];
+    size_t nd = 0;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9')
+            digits[nd++] = *p;
+    int exp10 = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    size_t k = 0;
+    if (neg)
+        buf[k++] = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 >= 0) {
+            for (int i = 0; i <= exp10; i++)
+                buf[k++] = (size_t) i < nd ? digits[i] : '0';
+            buf[k++] = '.';
+            if ((size_t) exp10 + 1 < nd)
+                for (size_t i = (size_t) exp10 + 1; i < nd; i++)
+                    buf[k++] = digits[i];
+            else
+                buf[k++] = '0';
+        } else {
+            buf[k++] = '0';
+            buf[k++] = '.';
+            for (int i = 0; i < -exp10 - 1; i++)
+                buf[k++] = '0';
+            for (size_t i = 0; i < nd; i++)
+                buf[k++] = digits[i];
+        }
+        buf[k] = '\0';
+        return k;
+    }
+    buf[k++] = digits[0];
+    if (nd > 1) {
+        buf[k++] = '.';
+        for (size_t i = 1; i < nd; i++)
+            buf[k++] = digits[i];
+    }
+    k += (size_t) sprintf(buf + k, "e%c%02d", exp10 < 0 ? '-' : '+',
+                          exp10 < 0 ? -exp10 : exp10);
+    return k;
+}
+
+static lisa_rc_t
+s_value(s_buf_t *b, json_t *v, int depth)
+{
+    if (depth > LISA_TOJSON_MAX_DEPTH)
+        return LISA_INVALID;
+    char num[48];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        s_put(b, "{", 1);
+        bool first = true;
+        const char *key;
+        size_t klen;
+        json_t *val;
+        json_object_keylen_foreach(v, key, klen, val)
+        {
+            if (!first)
+                s_put(b, ", ", 2);
+            first = false;
+            s_string(b, key, klen);
+            s_put(b, ": ", 2);
+            lisa_rc_t rc = s_value(b, val, depth + 1);
+            if (rc != LISA_OK)
+                return rc;
+        }
+        s_put(b, "}", 1);
+        break;
+    }
+    case JSON_ARRAY:
+        s_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                s_put(b, ", ", 2);
+            lisa_rc_t rc = s_value(b, json_array_get(v, i), depth + 1);
+            if (rc != LISA_OK)
+                return rc;
+        }
+        s_put(b, "]", 1);
+        break;
+    case JSON_STRING:
+        s_string(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(v));
+        s_puts(b, num);
+        break;
+    case JSON_REAL:
+        if (!isfinite(json_real_value(v)))
+            return LISA_INVALID;
+        lisa_tojson_float(json_real_value(v), num);
+        s_puts(b, num);
+        break;
+    case JSON_TRUE:
+        s_puts(b, "true");
+        break;
+    case JSON_FALSE:
+        s_puts(b, "false");
+        break;
+    case JSON_NULL:
+        s_puts(b, "null");
+        break;
+    }
+    return b->full ? LISA_TOOLARGE : LISA_OK;
+}
+
+lisa_rc_t
+lisa_tojson(json_t *v, size_t max, char **out, size_t *len)
+{
+    *out = NULL;
+    if (len)
+        *len = 0;
+    if (!v)
+        return LISA_INVALID;
+    s_buf_t b = {.max = max};
+    lisa_rc_t rc = s_value(&b, v, 0);
+    if (rc == LISA_OK && b.full)
+        rc = LISA_TOOLARGE;
+    if (rc != LISA_OK) {
+        lisa_free(&b.p);
+        return rc;
+    }
+    s_put(&b, "", 0);
+    if (!b.p)
+        b.p = lisa_malloc(1);
+    b.p[b.len] = '\0';
+    *out = b.p;
+    if (len)
+        *len = b.len;
+    return LISA_OK;
+}

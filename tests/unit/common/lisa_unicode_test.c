@@ -1,0 +1,73 @@
+/*
+ * lisa_unicode tests. The first test is the usage example.
+ */
+#include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+Test(lisa_unicode, usage)
+{
+    const char *s = "Cafe\xcc\x81"; /* e + combining acute */
+    cr_assert(lisa_utf8_valid(s, strlen(s)));
+    char *nfc = NULL;
+    size_t n = 0;
+    cr_assert_eq(lisa_utf8_nfc(s, strlen(s), &nfc, &n), LISA_OK);
+    cr_assert_str_eq(nfc, "Caf\xc3\xa9");
+    cr_assert_eq(n, 5);
+    lisa_free(&nfc);
+    /* already NFC: no copy */
+    cr_assert_eq(lisa_utf8_nfc("abc", 3, &nfc, &n), LISA_OK);
+    cr_assert_null(nfc);
+    /* byte-level alphabet: space is U+0120, 'a' is itself */
+    cr_assert_eq(lisa_bytelevel_char(' '), 0x120);
+    cr_assert_eq(lisa_bytelevel_char('a'), 'a');
+    cr_assert_eq(lisa_bytelevel_byte(0x120), ' ');
+}
+
+Test(lisa_unicode, strict_utf8)
+{
+    cr_assert(lisa_utf8_valid("", 0));
+    cr_assert(lisa_utf8_valid("\xf4\x8f\xbf\xbf", 4));
+    cr_assert_not(lisa_utf8_valid("\xf4\x90\x80\x80", 4)); /* > 10FFFF */
+    cr_assert_not(lisa_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    cr_assert_not(lisa_utf8_valid("\xe0\x80\xaf", 3));     /* overlong */
+    cr_assert_not(lisa_utf8_valid("\xc3", 1));             /* truncated */
+    cr_assert_not(lisa_utf8_valid("\xff", 1));
+}
+
+Test(lisa_unicode, lossy_like_rust)
+{
+    /* one U+FFFD per maximal invalid subpart */
+    size_t n = 0;
+    char *o = lisa_utf8_lossy((const uint8_t *) "a\xe2\x82"
+                                                "b\xf0\x80\xff",
+                              7, &n);
+    cr_assert_str_eq(o, "a\xef\xbf\xbd"
+                        "b\xef\xbf\xbd\xef\xbf\xbd"
+                        "\xef\xbf\xbd");
+    cr_assert_eq(n, strlen(o));
+    lisa_free(&o);
+    o = lisa_utf8_lossy((const uint8_t *) "\xf0\x9f\x8e", 3, &n);
+    cr_assert_str_eq(o, "\xef\xbf\xbd");
+    lisa_free(&o);
+}
+
+Test(lisa_unicode, bytelevel_is_a_bijection)
+{
+    bool seen[400] = {0};
+    for (int b = 0; b < 256; b++) {
+        uint32_t c = lisa_bytelevel_char((uint8_t) b);
+        cr_assert_lt(c, 400);
+        cr_assert_not(seen[c]);
+        seen[c] = true;
+        cr_assert_eq(lisa_bytelevel_byte(c), b);
+    }
+    cr_assert_eq(lisa_bytelevel_byte(' '), -1);
+    cr_assert_eq(lisa_bytelevel_byte(0x4E00), -1);
+    cr_assert(lisa_unicode_is_space(0x3000));
+    cr_assert_not(lisa_unicode_is_space(0x180E));
+    cr_assert(lisa_unicode_is_word(0x4E00));
+    cr_assert_not(lisa_unicode_is_word('-'));
+}
