@@ -382,7 +382,7 @@ s_apply(s_ctx_t *c, size_t i, const char *text, lisa_config_origin_t origin,
     }
     if (rc != LISA_OK) {
         s_err(c->err, c->errlen, "%s: %s: '%.64s' is not %s", where, e->name,
-              text, s_expect(e->type));
+              e->flags & LISA_CFG_SECRET ? "***" : text, s_expect(e->type));
         return LISA_INVALID;
     }
     if (s_check_range(e, &v, msg, sizeof msg) != LISA_OK) {
@@ -429,10 +429,77 @@ s_find_flag(const lisa_config_entry_t *t, size_t n, const char *flag,
     return false;
 }
 
+/* Edit distance of a and b (both at most 63 bytes; else a large value). */
+static size_t
+s_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b), row[64];
+    if (la >= 64 || lb >= 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The flag (or name) of the table closest to s[0..len), if within 2 edits;
+ * NULL otherwise. */
+static const char *
+s_suggest(const s_ctx_t *c, const char *s, size_t len, bool flags)
+{
+    const char *best = NULL;
+    size_t bestd = 3;
+    for (size_t i = 0; i < c->n; i++) {
+        const char *cand = flags ? c->table[i].flag : c->table[i].name;
+        size_t d = cand ? s_distance(s, len, cand) : SIZE_MAX;
+        if (d < bestd) {
+            bestd = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
+/* Writes the "unknown" error for s[0..len) with a suggestion if any. */
+static void
+s_unknown(const s_ctx_t *c, const char *where, const char *what, const char *s,
+          size_t len, bool flags)
+{
+    const char *hint = s_suggest(c, s, len, flags);
+    s_err(c->err, c->errlen, "%s: unknown %s '%.*s'%s%s%s", where, what,
+          (int) (len > 64 ? 64 : len), s, hint ? " (did you mean " : "",
+          hint ? hint : " (see --help", ")");
+}
+
 static bool
 s_same(const char *a, const char *b)
 {
     return a && b && strcmp(a, b) == 0;
+}
+
+/* True for a non-empty name without '=', blanks or control characters. */
+static bool
+s_name_ok(const char *s)
+{
+    if (!s || !*s || *s == '-' || strlen(s) > 100)
+        return false;
+    for (; *s; s++)
+        if (*s == '=' || (unsigned char) *s <= ' ' || *s == 0x7f)
+            return false;
+    return true;
 }
 
 /* Checks the table itself: names present and unique, flags "--x" and
@@ -443,7 +510,11 @@ s_check_table(s_ctx_t *c)
     for (size_t i = 0; i < c->n; i++) {
         const lisa_config_entry_t *e = &c->table[i];
         s_val_t b;
-        if (!e->name || !*e->name || (e->flag && strncmp(e->flag, "--", 2))) {
+        if (!s_name_ok(e->name) ||
+            (e->flag &&
+             (strncmp(e->flag, "--", 2) != 0 || !s_name_ok(e->flag + 2))) ||
+            (e->type == LISA_CFG_BOOL && e->flag &&
+             strncmp(e->flag, "--no-", 5) == 0)) {
             s_err(c->err, c->errlen, "config table: entry %zu: bad name/flag",
                   i);
             return LISA_INVALID;
@@ -537,8 +608,7 @@ s_file_line(s_ctx_t *c, const char *p, const char *end, const char *where)
     }
     size_t i;
     if (!s_find_name(c->table, c->n, kb, (size_t) (ke - kb), &i)) {
-        s_err(c->err, c->errlen, "%s: unknown setting '%.*s'", where,
-              (int) (ke - kb > 64 ? 64 : ke - kb), kb);
+        s_unknown(c, where, "setting", kb, (size_t) (ke - kb), false);
         return LISA_INVALID;
     }
     char *val = lisa_strndup(vb, (size_t) (ve - vb));
@@ -672,7 +742,7 @@ s_apply_flag(s_ctx_t *c, int argc, char **argv, int *k)
     if (s_negated(c, arg, &i))
         return s_apply(c, i, "false", LISA_CFG_FROM_FLAG, where);
     if (!s_find_flag(c->table, c->n, arg, flen, &i)) {
-        s_err(c->err, c->errlen, "%s: unknown flag (see --help)", where);
+        s_unknown(c, where, "flag", arg, flen, true);
         return LISA_INVALID;
     }
     if (!val && c->table[i].type == LISA_CFG_BOOL)
@@ -695,10 +765,11 @@ s_apply_arg(s_ctx_t *c, const char *arg)
     const char *val;
     char where[160];
     size_t nlen = s_split_flag(arg, &val), i;
-    snprintf(where, sizeof where, "argument %.96s", arg);
+    /* The value stays out of `where`: it may be a secret. */
+    snprintf(where, sizeof where, "argument %.*s",
+             (int) (nlen > 96 ? 96 : nlen), arg);
     if (!s_find_name(c->table, c->n, arg, nlen, &i)) {
-        s_err(c->err, c->errlen, "%s: unknown setting '%.*s'", where,
-              (int) (nlen > 64 ? 64 : nlen), arg);
+        s_unknown(c, where, "setting", arg, nlen, false);
         return LISA_INVALID;
     }
     return s_apply(c, i, val, LISA_CFG_FROM_ARG, where);
@@ -945,14 +1016,6 @@ lisa_config_format(const lisa_config_entry_t *e, const void *cfg, char *buf,
     return buf;
 }
 
-static const char *
-s_origin_str(lisa_config_origin_t o)
-{
-    static const char *const names[] = {"default", "file", "env", "flag",
-                                        "argument"};
-    return (unsigned) o < 5 ? names[o] : "?";
-}
-
 void
 lisa_config_dump(const lisa_config_entry_t *table, size_t n, const void *cfg,
                  const lisa_config_source_t *sources)
@@ -965,9 +1028,11 @@ lisa_config_dump(const lisa_config_entry_t *table, size_t n, const void *cfg,
                               : lisa_config_format(e, cfg, buf, sizeof buf);
         if (e->type == LISA_CFG_STRING && !s_fetch(e, cfg).s)
             val = "(unset)";
-        lisa_log_info("config %s = %s (%s)", e->name, val,
-                      sources ? sources[i].where
-                              : s_origin_str(LISA_CFG_FROM_DEFAULT));
+        if (sources)
+            lisa_log_info("config %s = %s (%s)", e->name, val,
+                          sources[i].where);
+        else
+            lisa_log_info("config %s = %s", e->name, val);
     }
 }
 
@@ -978,6 +1043,33 @@ s_metavar(lisa_config_type_t t)
     static const char *const names[] = {"STR",  "INT",      "UINT", "NUM",
                                         "BOOL", "DURATION", "SIZE"};
     return (unsigned) t < 7 ? names[t] : "?";
+}
+
+/* Bounds of e as text: "a .. b", ">= a", "<= b" or "". */
+static const char *
+s_range_text(const lisa_config_entry_t *e, char *buf, size_t len)
+{
+    const char *what = e->type == LISA_CFG_STRING ? "length " : "";
+    if (e->min && e->max)
+        snprintf(buf, len, "%s%s .. %s", what, e->min, e->max);
+    else if (e->min)
+        snprintf(buf, len, "%s>= %s", what, e->min);
+    else if (e->max)
+        snprintf(buf, len, "%s<= %s", what, e->max);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
+/* Default of e as text: its `def`, or the zero value for a NULL default. */
+static const char *
+s_default_text(const lisa_config_entry_t *e)
+{
+    static const char *const zero[] = {NULL,    "0",   "0", "0",
+                                       "false", "0ms", "0"};
+    if (e->def || (unsigned) e->type >= 7)
+        return e->def;
+    return zero[e->type];
 }
 
 void
@@ -994,8 +1086,11 @@ lisa_config_help(FILE *out, const char *prog, const char *about,
     fprintf(out, "  %-28s %s\n", "--help, -h", "print this help and exit");
     for (size_t i = 0; i < n; i++) {
         const lisa_config_entry_t *e = &table[i];
-        char lhs[96];
-        if (e->flag)
+        char lhs[96], range[96];
+        const char *def = s_default_text(e);
+        if (e->flag && e->type == LISA_CFG_BOOL)
+            snprintf(lhs, sizeof lhs, "%s[=BOOL]", e->flag);
+        else if (e->flag)
             snprintf(lhs, sizeof lhs, "%s %s", e->flag, s_metavar(e->type));
         else
             snprintf(lhs, sizeof lhs, "%s=%s", e->name, s_metavar(e->type));
@@ -1003,13 +1098,12 @@ lisa_config_help(FILE *out, const char *prog, const char *about,
         fprintf(out, "  %-28s name %s", "", e->name);
         if (e->env)
             fprintf(out, ", env %s", e->env);
-        if (e->def && !(e->flags & LISA_CFG_SECRET))
-            fprintf(out, ", default %s", e->def);
+        if (def && !(e->flags & LISA_CFG_SECRET))
+            fprintf(out, ", default %s", def);
         if (e->flags & LISA_CFG_REQUIRED)
             fprintf(out, ", required");
-        if (e->min || e->max)
-            fprintf(out, ", range [%s, %s]", e->min ? e->min : "",
-                    e->max ? e->max : "");
+        if (*s_range_text(e, range, sizeof range))
+            fprintf(out, ", %s", range);
         fprintf(out, "\n");
     }
 }
@@ -1055,13 +1149,10 @@ lisa_config_markdown(FILE *out, const char *title,
         s_md_cell(out, e->flag, true);
         s_md_cell(out, e->env, true);
         s_md_cell(out, lisa_config_type_str(e->type), false);
-        s_md_cell(out, e->flags & LISA_CFG_SECRET ? "(secret)" : e->def,
+        s_md_cell(out,
+                  e->flags & LISA_CFG_SECRET ? "(secret)" : s_default_text(e),
                   !(e->flags & LISA_CFG_SECRET));
-        range[0] = 0;
-        if (e->min || e->max)
-            snprintf(range, sizeof range, "%s .. %s", e->min ? e->min : "",
-                     e->max ? e->max : "");
-        s_md_cell(out, range, false);
+        s_md_cell(out, s_range_text(e, range, sizeof range), false);
         s_md_text(out, e->help);
         fprintf(out, "%s |\n",
                 e->flags & LISA_CFG_REQUIRED ? " (required)" : "");

@@ -127,18 +127,18 @@ lisa_token_b64url_decode(const char *s, size_t len, uint8_t *out, size_t cap,
 
 /* ---- tokens ------------------------------------------------------------ */
 
-int
+bool
 lisa_token_rollout_id_ok(const char *id)
 {
     if (!id)
-        return 0;
+        return false;
     size_t len = strnlen(id, LISA_TOKEN_MAX_ROLLOUT_ID + 1);
     if (len == 0 || len > LISA_TOKEN_MAX_ROLLOUT_ID)
-        return 0;
+        return false;
     for (size_t i = 0; i < len; i++)
         if (id[i] < 0x20 || id[i] > 0x7e)
-            return 0;
-    return 1;
+            return false;
+    return true;
 }
 
 uint64_t

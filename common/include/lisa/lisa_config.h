@@ -19,8 +19,14 @@
  *        .help = "lease of a claimed rollout", .offset = offsetof(cfg_t,
  * lease_ms)},
  *   };
- *   rc = lisa_config_load(s_table, 2, &cfg, argc, argv, err, sizeof err);
+ *   lisa_config_source_t src[2];
+ *   lisa_config_opts_t opts = {.about = "lisa-broker: ...", .sources = src};
+ *   rc = lisa_config_load_ex(s_table, 2, &cfg, argc, argv, &opts, err,
+ *                            sizeof err);
  *   // LISA_AGAIN: --help was printed, exit 0; LISA_INVALID: err says why.
+ *   lisa_config_dump(s_table, 2, &cfg, src);  // one log line per entry
+ *   ...
+ *   lisa_config_free(s_table, 2, &cfg);
  *
  * Precedence, lowest first: defaults < file (`--config FILE`) < environment
  * < command line (`--flag value`, `--flag=value` and positional
@@ -63,7 +69,9 @@ typedef enum {
 #define LISA_CFG_SECRET   0x1u /* printed as "***" by dump */
 #define LISA_CFG_REQUIRED 0x2u /* must be set (non-empty) by some source */
 
-/* One setting. `env`, `flag`, `def`, `min`, `max` may be NULL. `min`/`max`
+/* One setting. `env`, `flag`, `def`, `min`, `max` may be NULL. Names and
+ * flags have no '=', blanks or control characters; a BOOL flag "--x" also
+ * accepts "--no-x". `min`/`max`
  * are written in the entry's own syntax ("100ms", "1MiB"); for STRING they
  * bound the length in bytes. */
 typedef struct {
@@ -90,7 +98,8 @@ typedef enum {
 
 typedef struct {
     lisa_config_origin_t origin;
-    char where[160]; /* "default", "f.conf:3", "LISA_X", "--x", "a.b=..." */
+    char where[160]; /* "default", "file f.conf:3", "env LISA_X", "flag --x",
+                        "argument a.b" (never the value) */
 } lisa_config_source_t;
 
 /* Optional knobs of lisa_config_load_ex; every field may be 0/NULL. */
@@ -104,8 +113,9 @@ typedef struct {
     size_t *rest_len; /* out: how many were stored in rest */
 } lisa_config_opts_t;
 
-/* Fills *cfg from defaults, `--config FILE`, the environment and argv (argv
- * may be NULL when argc is 0). Returns LISA_OK; LISA_AGAIN after printing
+/* Fills *cfg (zeroed, or loaded before: its strings are freed) from
+ * defaults, `--config FILE`, the environment and argv (argv may be NULL
+ * when argc is 0). Returns LISA_OK; LISA_AGAIN after printing
  * --help (caller exits 0); LISA_INVALID (err names the entry and the
  * source; cfg strings already freed); LISA_ERR when the file can't be read.
  */
@@ -141,8 +151,8 @@ lisa_rc_t lisa_config_set(const lisa_config_entry_t *table, size_t n, void *cfg,
 const char *lisa_config_format(const lisa_config_entry_t *e, const void *cfg,
                                char *buf, size_t len);
 
-/* Logs one INFO line per entry: name, value (secrets "***") and source
- * (sources may be NULL). */
+/* Logs one INFO line per entry: name, value (secrets "***") and, when
+ * sources is not NULL, where the value came from. */
 void lisa_config_dump(const lisa_config_entry_t *table, size_t n,
                       const void *cfg, const lisa_config_source_t *sources);
 

@@ -23,6 +23,7 @@
 
 #include "lisa/lisa_rc.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,7 +61,7 @@ lisa_rc_t lisa_token_verify(const uint8_t *key, size_t keylen,
                             const char **why) LISA_NODISCARD;
 
 /* True when id is a valid rollout id (1..128 bytes of printable ASCII). */
-int lisa_token_rollout_id_ok(const char *id);
+bool lisa_token_rollout_id_ok(const char *id);
 
 /* Wall-clock time in ms since the Unix epoch (the clock of expiry_ms). */
 uint64_t lisa_token_now_ms(void);
