@@ -6,7 +6,6 @@
  * a valid Span of the same sequence number.
  */
 #include "../../services/broker/brk_wire.c"
-
 #include "lisa.pb-c.h"
 
 #include <stdint.h>
