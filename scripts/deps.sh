@@ -15,6 +15,7 @@ PKGS=(
   python3 python3-zmq python3-protobuf python3-venv
   bubblewrap
   nginx
+  redis-server
 )
 if [ "${LISA_DEPS_EXTRA:-}" != "" ]; then
   # shellcheck disable=SC2206

@@ -1,11 +1,12 @@
 /*
- * brk_config: the broker's settings, declared once in a table.
+ * brk_config: the broker's settings, declared once in a lisa_config table.
  *
  * Each setting has a name, an environment variable, a command-line flag, a
- * type, a default and a help line; the table drives --help, parsing,
- * validation and the start-up dump. Precedence, lowest first: defaults, a
- * config file (--config FILE, lines "name = value", '#' comments),
- * environment, flags.
+ * type, a default, a range and a help line; the table drives --help,
+ * parsing, validation and the start-up dump. Precedence, lowest first:
+ * defaults, a config file (--config FILE, lines "name = value", '#'
+ * comments), environment, flags. Durations take units ("250ms", "30s";
+ * a bare number is milliseconds), sizes too ("16MiB"; bare is bytes).
  */
 #ifndef BRK_CONFIG_H
 #define BRK_CONFIG_H
@@ -57,5 +58,8 @@ void brk_config_free(brk_config_t *cfg);
 
 /* Writes one "name = value" line per setting (the start-up dump). */
 void brk_config_dump(const brk_config_t *cfg, FILE *out);
+
+/* Writes the settings as a Markdown reference section. */
+lisa_rc_t brk_config_markdown(FILE *out) LISA_NODISCARD;
 
 #endif

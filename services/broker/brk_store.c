@@ -19,10 +19,14 @@
 #include "lisa/lisa_mem.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 /* One entry per schema version: migration i moves user_version i to i+1. */
 static const char *const s_migrations[] = {
@@ -198,7 +202,107 @@ struct brk_store_t {
     bool in_txn;
     uint64_t commits;
     int schema;
+    sqlite3_stmt *sp_begin, *sp_keep, *sp_undo;
+    /* Stored spans, kept here because COUNT(*) over a big table is slow:
+     * span_total is committed, span_delta is the open transaction's change,
+     * span_mark the delta when the current savepoint began. */
+    uint64_t span_total;
+    int64_t span_delta;
+    int64_t span_mark;
+    /* the checkpointer thread and its own connection */
+    pthread_t ckpt_thread;
+    bool ckpt_running;
+    pthread_mutex_t ckpt_mu;
+    pthread_cond_t ckpt_cv;
+    bool ckpt_stop;
+    sqlite3 *ckpt_db;
+    char *path;
+    int wal_fd; /* the -wal file, for brk_store_sync */
 };
+
+/* WAL frames (pages) above which the checkpointer stops being polite and
+ * makes writers wait until the log restarts: bounds the WAL file. */
+#define S_WAL_HARD_FRAMES 32768
+#define S_CKPT_PERIOD_MS  100
+
+/* The checkpointer copies committed pages from the WAL into the database
+ * file on its own connection and thread, so the loop's COMMITs never
+ * carry a checkpoint. PASSIVE checkpoints never block the writer; only a
+ * WAL past S_WAL_HARD_FRAMES gets a RESTART, which does. */
+static void *
+s_checkpointer(void *arg)
+{
+    brk_store_t *self = arg;
+    pthread_mutex_lock(&self->ckpt_mu);
+    while (!self->ckpt_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += S_CKPT_PERIOD_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&self->ckpt_cv, &self->ckpt_mu, &ts);
+        if (self->ckpt_stop)
+            break;
+        pthread_mutex_unlock(&self->ckpt_mu);
+        int log = 0, done = 0;
+        int rc = sqlite3_wal_checkpoint_v2(
+            self->ckpt_db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        if (rc == SQLITE_OK && log > S_WAL_HARD_FRAMES)
+            rc = sqlite3_wal_checkpoint_v2(
+                self->ckpt_db, NULL, SQLITE_CHECKPOINT_RESTART, &log, &done);
+        if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+            lisa_log_warn("store: checkpoint failed: %s",
+                          sqlite3_errmsg(self->ckpt_db));
+        pthread_mutex_lock(&self->ckpt_mu);
+    }
+    pthread_mutex_unlock(&self->ckpt_mu);
+    return NULL;
+}
+
+static lisa_rc_t
+s_checkpointer_start(brk_store_t *self, bool sync_full)
+{
+    if (sqlite3_open_v2(self->path, &self->ckpt_db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK)
+        return LISA_ERR;
+    sqlite3_busy_timeout(self->ckpt_db, 5000);
+    if (sqlite3_exec(self->ckpt_db,
+                     sync_full ? "PRAGMA synchronous = FULL"
+                               : "PRAGMA synchronous = NORMAL",
+                     NULL, NULL, NULL) != SQLITE_OK)
+        return LISA_ERR;
+    pthread_mutex_init(&self->ckpt_mu, NULL);
+    pthread_cond_init(&self->ckpt_cv, NULL);
+    if (pthread_create(&self->ckpt_thread, NULL, s_checkpointer, self) != 0) {
+        pthread_mutex_destroy(&self->ckpt_mu);
+        pthread_cond_destroy(&self->ckpt_cv);
+        return LISA_ERR;
+    }
+    self->ckpt_running = true;
+    return LISA_OK;
+}
+
+static void
+s_checkpointer_stop(brk_store_t *self)
+{
+    if (self->ckpt_running) {
+        pthread_mutex_lock(&self->ckpt_mu);
+        self->ckpt_stop = true;
+        pthread_cond_signal(&self->ckpt_cv);
+        pthread_mutex_unlock(&self->ckpt_mu);
+        pthread_join(self->ckpt_thread, NULL);
+        pthread_mutex_destroy(&self->ckpt_mu);
+        pthread_cond_destroy(&self->ckpt_cv);
+        self->ckpt_running = false;
+    }
+    if (self->ckpt_db) {
+        sqlite3_close(self->ckpt_db);
+        self->ckpt_db = NULL;
+    }
+}
 
 static lisa_rc_t
 s_exec(brk_store_t *self, const char *sql)
@@ -348,6 +452,8 @@ brk_store_open(const char *dir, bool sync_full)
     char path[4096];
     snprintf(path, sizeof path, "%s/broker.db", dir);
     brk_store_t *self = lisa_calloc(1, sizeof *self);
+    self->wal_fd = -1;
+    self->path = lisa_strdup(path);
     if (sqlite3_open_v2(path, &self->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                             SQLITE_OPEN_NOMUTEX,
@@ -362,17 +468,46 @@ brk_store_open(const char *dir, bool sync_full)
     const char *setup = sync_full ? "PRAGMA page_size = 16384;"
                                     "PRAGMA journal_mode = WAL;"
                                     "PRAGMA synchronous = FULL;"
-                                    "PRAGMA wal_autocheckpoint = 4096;"
+                                    "PRAGMA wal_autocheckpoint = 0;"
                                     "PRAGMA cache_size = -65536;"
                                     "PRAGMA foreign_keys = OFF;"
+                                    "PRAGMA temp_store = MEMORY;"
                                   : "PRAGMA page_size = 16384;"
                                     "PRAGMA journal_mode = WAL;"
                                     "PRAGMA synchronous = NORMAL;"
-                                    "PRAGMA wal_autocheckpoint = 4096;"
+                                    "PRAGMA wal_autocheckpoint = 0;"
                                     "PRAGMA cache_size = -65536;"
-                                    "PRAGMA foreign_keys = OFF;";
+                                    "PRAGMA foreign_keys = OFF;"
+                                    "PRAGMA temp_store = MEMORY;";
     sqlite3_busy_timeout(self->db, 5000);
     if (s_exec(self, setup) != LISA_OK || s_migrate(self) != LISA_OK) {
+        brk_store_close(&self);
+        return NULL;
+    }
+    sqlite3_stmt *st = s_stmt(self, Q_SPAN_COUNT);
+    if (st && sqlite3_step(st) == SQLITE_ROW)
+        self->span_total = s_col_u64(st, 0);
+    if (st)
+        sqlite3_reset(st);
+    if (sqlite3_prepare_v2(self->db, "SAVEPOINT req", -1, &self->sp_begin,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(self->db, "RELEASE req", -1, &self->sp_keep, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(self->db, "ROLLBACK TO req", -1, &self->sp_undo,
+                           NULL) != SQLITE_OK ||
+        s_checkpointer_start(self, sync_full) != LISA_OK) {
+        lisa_log_error("store: cannot set up '%s'", path);
+        brk_store_close(&self);
+        return NULL;
+    }
+    /* The WAL exists (the migrations wrote to it) and stays while any
+     * connection is open: SQLite reuses it from the start after a full
+     * checkpoint but never unlinks it under an open connection. */
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    self->wal_fd = open(wal, O_RDWR | O_CLOEXEC);
+    if (self->wal_fd < 0) {
+        lisa_log_error("store: cannot open '%s': %s", wal, strerror(errno));
         brk_store_close(&self);
         return NULL;
     }
@@ -385,11 +520,18 @@ brk_store_close(brk_store_t **pself)
     if (!pself || !*pself)
         return;
     brk_store_t *self = *pself;
+    s_checkpointer_stop(self);
     if (self->in_txn)
         brk_store_rollback(self);
     for (int i = 0; i < Q__COUNT; i++)
         sqlite3_finalize(self->stmt[i]);
+    sqlite3_finalize(self->sp_begin);
+    sqlite3_finalize(self->sp_keep);
+    sqlite3_finalize(self->sp_undo);
     sqlite3_close(self->db);
+    if (self->wal_fd >= 0)
+        close(self->wal_fd);
+    lisa_free(&self->path);
     lisa_free(pself);
 }
 
@@ -422,6 +564,9 @@ brk_store_commit(brk_store_t *self)
     }
     self->in_txn = false;
     self->commits++;
+    self->span_total =
+        (uint64_t) ((int64_t) self->span_total + self->span_delta);
+    self->span_delta = 0;
     return LISA_OK;
 }
 
@@ -436,18 +581,45 @@ brk_store_rollback(brk_store_t *self)
             sqlite3_reset(self->stmt[i]);
     (void) s_exec(self, "ROLLBACK");
     self->in_txn = false;
+    self->span_delta = 0;
+}
+
+lisa_rc_t
+brk_store_sync(brk_store_t *self)
+{
+    while (fdatasync(self->wal_fd) != 0) {
+        if (errno == EINTR)
+            continue;
+        lisa_log_error("store: fdatasync of the WAL: %s", strerror(errno));
+        return LISA_ERR;
+    }
+    return LISA_OK;
+}
+
+/* Steps a prepared control statement once. */
+static lisa_rc_t
+s_step_once(brk_store_t *self, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        lisa_log_error("store: %s", sqlite3_errmsg(self->db));
+        return LISA_ERR;
+    }
+    return LISA_OK;
 }
 
 lisa_rc_t
 brk_store_savepoint(brk_store_t *self)
 {
-    return s_exec(self, "SAVEPOINT req");
+    self->span_mark = self->span_delta;
+    return s_step_once(self, self->sp_begin);
 }
 
 void
 brk_store_savepoint_keep(brk_store_t *self)
 {
-    (void) s_exec(self, "RELEASE req");
+    (void) s_step_once(self, self->sp_keep);
 }
 
 void
@@ -456,8 +628,9 @@ brk_store_savepoint_undo(brk_store_t *self)
     for (int i = 0; i < Q__COUNT; i++)
         if (self->stmt[i])
             sqlite3_reset(self->stmt[i]);
-    (void) s_exec(self, "ROLLBACK TO req");
-    (void) s_exec(self, "RELEASE req");
+    (void) s_step_once(self, self->sp_undo);
+    (void) s_step_once(self, self->sp_keep);
+    self->span_delta = self->span_mark;
 }
 
 uint64_t
@@ -773,7 +946,8 @@ brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena, const char *id,
 }
 
 lisa_rc_t
-brk_store_span_put(brk_store_t *self, const Lisa__Span *span, bool *dup)
+brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
+                   const uint8_t *raw, size_t raw_len, bool *dup)
 {
     sqlite3_stmt *st = s_stmt(self, Q_SPAN_PUT);
     if (!st)
@@ -782,10 +956,16 @@ brk_store_span_put(brk_store_t *self, const Lisa__Span *span, bool *dup)
     s_text(st, 1, span->rollout_id);
     s_int(st, 2, span->attempt);
     s_int(st, 3, span->seq);
-    s_blob(st, 4, &span->base, &buf);
+    if (raw)
+        sqlite3_bind_blob(st, 4, raw_len ? (const void *) raw : "",
+                          (int) raw_len, SQLITE_STATIC);
+    else
+        s_blob(st, 4, &span->base, &buf);
     lisa_rc_t rc = s_done(self, st);
     lisa_free(&buf);
     *dup = rc == LISA_OK && sqlite3_changes(self->db) == 0;
+    if (rc == LISA_OK && !*dup)
+        self->span_delta++;
     return rc;
 }
 
@@ -987,12 +1167,7 @@ brk_store_counts(brk_store_t *self, const char *run_id, Lisa__Stats *s)
         }
     }
     sqlite3_reset(st);
-    st = s_stmt(self, Q_SPAN_COUNT);
-    if (!st)
-        return LISA_ERR;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        s->spans = s_col_u64(st, 0);
-    sqlite3_reset(st);
+    s->spans = (uint64_t) ((int64_t) self->span_total + self->span_delta);
     return LISA_OK;
 }
 
@@ -1020,6 +1195,8 @@ brk_store_prune(brk_store_t *self, const char *id)
         lisa_rc_t rc = s_done(self, st);
         if (rc != LISA_OK)
             return rc;
+        if (dels[i] == Q_DEL_SPANS)
+            self->span_delta -= sqlite3_changes(self->db);
     }
     st = s_stmt(self, Q_DEL_GROUP);
     if (!st)

@@ -45,6 +45,11 @@ lisa_rc_t brk_store_begin(brk_store_t *self) LISA_NODISCARD;
 lisa_rc_t brk_store_commit(brk_store_t *self) LISA_NODISCARD;
 /* Rolls the open transaction back (no-op when none). */
 void brk_store_rollback(brk_store_t *self);
+/* fdatasync of the WAL file: makes every COMMIT that returned before
+ * the call durable against power loss. Safe to call from another thread
+ * than the one using the store (it only touches a file descriptor). */
+lisa_rc_t brk_store_sync(brk_store_t *self) LISA_NODISCARD;
+
 /* Opens a savepoint inside the transaction (one request's writes). */
 lisa_rc_t brk_store_savepoint(brk_store_t *self) LISA_NODISCARD;
 /* Keeps the savepoint's writes in the transaction. */
@@ -104,8 +109,11 @@ lisa_rc_t brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena,
                                    const char *id, Lisa__Transition ***out,
                                    size_t *n) LISA_NODISCARD;
 
-/* Stores a span unless (rollout, attempt, seq) is present (*dup = true). */
+/* Stores a span unless (rollout, attempt, seq) is present (*dup = true).
+ * `raw`/`raw_len`, when not NULL, are the span's bytes as received (the
+ * packed form of *span), stored as they are instead of packing again. */
 lisa_rc_t brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
+                             const uint8_t *raw, size_t raw_len,
                              bool *dup) LISA_NODISCARD;
 /* Highest seq with every lower seq present (-1: none), and the count. */
 lisa_rc_t brk_store_span_status(brk_store_t *self, const char *id,

@@ -58,8 +58,9 @@ cli_call(lisa_rpc_t *rpc, const char *cmd, Lisa__Request *req,
 {
     lisa_rc_t rc = lisa_rpc_call(rpc, req, CLI_TIMEOUT_MS, rep);
     if (rc == LISA_TIMEOUT) {
-        fprintf(stderr, "lisa %s: no answer from the broker at %s within %d ms\n",
-                cmd, lisa_rpc_endpoint(rpc), CLI_TIMEOUT_MS);
+        fprintf(stderr,
+                "lisa %s: no answer from the broker at %s within %d ms\n", cmd,
+                lisa_rpc_endpoint(rpc), CLI_TIMEOUT_MS);
         return 1;
     }
     if (rc != LISA_OK) {
@@ -75,10 +76,10 @@ cli_call(lisa_rpc_t *rpc, const char *cmd, Lisa__Request *req,
     return 0;
 }
 
-static const char *const s_states[] = {"unspecified", "queued",  "claimed",
-                                       "running",     "scoring", "succeeded",
+static const char *const s_states[] = {"unspecified", "queued",   "claimed",
+                                       "running",     "scoring",  "succeeded",
                                        "failed",      "cancelled"};
-static const char *const s_astates[] = {"unspecified", "claimed", "running",
+static const char *const s_astates[] = {"unspecified", "claimed",   "running",
                                         "scoring",     "succeeded", "failed",
                                         "cancelled"};
 static const char *const s_kinds[] = {

@@ -13,7 +13,6 @@
  */
 #include "cli.h"
 #include "cli_broker.h"
-
 #include "lisa/lisa_mem.h"
 
 #include <stdio.h>
@@ -105,9 +104,8 @@ s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r)
     json_object_set_new(j, "final_attempt", json_integer(r->attempts));
     json_object_set_new(j, "span_count", json_integer((json_int_t) n));
     json_object_set_new(j, "reward_value",
-                        r->has_reward && r->reward
-                            ? json_real(r->reward->value)
-                            : json_null());
+                        r->has_reward && r->reward ? json_real(r->reward->value)
+                                                   : json_null());
     for (size_t i = 0; i < ex->n_attempts; i++)
         if (strcmp(ex->attempts[i]->rollout_id, r->rollout_id) == 0 &&
             ex->attempts[i]->attempt == r->attempts && ex->attempts[i]->result)

@@ -48,8 +48,8 @@ cli_rollouts(int argc, char **argv)
     int code = 0;
     size_t shown = 0;
     if (!as_json)
-        printf("%-28s %-9s %3s %8s %-14s %-10s %s\n", "ROLLOUT", "STATE",
-               "ATT", "REWARD", "DATA_SOURCE", "FAILURE", "REASON");
+        printf("%-28s %-9s %3s %8s %-14s %-10s %s\n", "ROLLOUT", "STATE", "ATT",
+               "REWARD", "DATA_SOURCE", "FAILURE", "REASON");
     do {
         Lisa__Request req = LISA__REQUEST__INIT;
         Lisa__QueryReq q = LISA__QUERY_REQ__INIT;

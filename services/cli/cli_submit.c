@@ -12,15 +12,14 @@
  */
 #include "cli.h"
 #include "cli_broker.h"
-
 #include "lisa/lisa_mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define S_MAX_FILE  (512u * 1024u * 1024u)
-#define S_BATCH     256u
+#define S_MAX_FILE (512u * 1024u * 1024u)
+#define S_BATCH    256u
 
 typedef struct {
     Lisa__TaskSpec **tasks;
@@ -174,16 +173,16 @@ s_task_free(Lisa__TaskSpec **pt)
 }
 
 static int
-s_record(json_t *rec, size_t index, const Lisa__TaskSpec *proto,
-         s_tasks_t *out, char *err, size_t errlen)
+s_record(json_t *rec, size_t index, const Lisa__TaskSpec *proto, s_tasks_t *out,
+         char *err, size_t errlen)
 {
     if (!json_is_object(rec)) {
         snprintf(err, errlen, "record %zu is not a JSON object", index);
         return -1;
     }
     json_t *extra = json_object_get(rec, "extra_info");
-    json_t *extra_copy = json_is_object(extra) ? json_deep_copy(extra)
-                                               : json_object();
+    json_t *extra_copy =
+        json_is_object(extra) ? json_deep_copy(extra) : json_object();
     Lisa__TaskSpec *t = lisa_calloc(1, sizeof *t);
     lisa__task_spec__init(t);
     t->n = proto->n;
@@ -192,8 +191,8 @@ s_record(json_t *rec, size_t index, const Lisa__TaskSpec *proto,
         t->limits = lisa_malloc(sizeof *t->limits);
         *t->limits = *proto->limits;
     }
-    json_t *gt = json_object_get(json_object_get(rec, "reward_model"),
-                                 "ground_truth");
+    json_t *gt =
+        json_object_get(json_object_get(rec, "reward_model"), "ground_truth");
     if (!gt)
         gt = json_object_get(rec, "ground_truth");
     if (!gt)

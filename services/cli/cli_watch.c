@@ -7,7 +7,6 @@
  */
 #include "cli.h"
 #include "cli_broker.h"
-
 #include "lisa/lisa_codec.h"
 
 #include <czmq.h>
@@ -51,7 +50,8 @@ s_print(const char *topic, const Lisa__Event *ev, bool as_json)
             printf("%8llu %s policy version %llu\n",
                    (unsigned long long) ev->seq, when,
                    (unsigned long long) ev->policy->version);
-    } else if (ev->body_case == LISA__EVENT__BODY_ENGINE && ev->engine->engine) {
+    } else if (ev->body_case == LISA__EVENT__BODY_ENGINE &&
+               ev->engine->engine) {
         const Lisa__Engine *e = ev->engine->engine;
         json_object_set_new(j, "engine",
                             json_pack("{s:s, s:s, s:b, s:b, s:I}", "engine_id",

@@ -103,7 +103,7 @@ class Client:
     def send(self, req):
         self.sock.send_multipart([b"", req.SerializeToString()])
 
-    def recv(self, timeout=5.0):
+    def recv(self, timeout=15.0):
         if not self.sock.poll(int(timeout * 1000)):
             raise TimeoutError("no reply within %.1fs" % timeout)
         frames = self.sock.recv_multipart()
@@ -112,7 +112,7 @@ class Client:
         rep.ParseFromString(frames[1])
         return rep
 
-    def call(self, body, msg, timeout=5.0):
+    def call(self, body, msg, timeout=15.0):
         req = self.request(body, msg)
         self.send(req)
         while True:
@@ -120,7 +120,7 @@ class Client:
             if rep.request_id == req.request_id:
                 return rep
 
-    def ok(self, body, msg, timeout=5.0):
+    def ok(self, body, msg, timeout=15.0):
         rep = self.call(body, msg, timeout)
         assert rep.code == pb.CODE_OK, (rep.code, rep.error)
         return getattr(rep, body)

@@ -68,7 +68,12 @@ def test_sigkill_loses_no_acknowledged_write(tmp_path, sync):
             led.spans[rid] = set()
             seq = 0
             pending = {}
-            kill_at = time.time() + rng.uniform(0.03, 0.35)
+            # kill at a random point, but only once this round has seen a
+            # random number of acknowledgements (slow machines ack slowly)
+            want_acks = rng.randint(1, 40)
+            round_acks0 = total_acks
+            kill_at = None
+            give_up = time.time() + 30
 
             def take(rep):
                 nonlocal total_acks
@@ -85,7 +90,10 @@ def test_sigkill_loses_no_acknowledged_write(tmp_path, sync):
                 elif kind == "cancel":
                     led.cancelled.update(arg)
 
-            while time.time() < kill_at:
+            while kill_at is None or time.time() < kill_at:
+                if kill_at is None and total_acks - round_acks0 >= want_acks:
+                    kill_at = time.time() + rng.uniform(0.0, 0.2)
+                assert time.time() < give_up, "the broker stopped acknowledging"
                 while len(pending) < 24:
                     k = rng.random()
                     if k < 0.45:
@@ -118,7 +126,7 @@ def test_sigkill_loses_no_acknowledged_write(tmp_path, sync):
             c = Client(b.ep["rpc"])
             verify(c, led)
             c.close()
-        assert total_acks > ROUNDS * 10, "too few writes acknowledged to mean much"
+        assert total_acks >= ROUNDS, "too few writes acknowledged to mean much"
         print("acknowledged writes:", total_acks, "rollouts:", len(led.rollouts),
               "spans:", sum(len(s) for s in led.spans.values()))
     finally:

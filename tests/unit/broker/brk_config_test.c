@@ -74,8 +74,20 @@ Test(brk_config, dump_lists_every_setting)
     FILE *f = open_memstream(&buf, &len);
     brk_config_dump(&cfg, f);
     fclose(f);
-    cr_assert_not_null(strstr(buf, "lease_ms = 30000\n"));
+    cr_assert_not_null(strstr(buf, "lease_ms = 30s\n"), "%s", buf);
     cr_assert_not_null(strstr(buf, "worker_endpoint = tcp://*:7103\n"));
     free(buf);
+    brk_config_free(&cfg);
+}
+
+Test(brk_config, durations_and_sizes_take_units)
+{
+    char *argv[] = {"b",     "--lease-ms", "2s", "--max-rpc-frame",
+                    "64KiB", "--tick-ms",  "25"};
+    brk_config_t cfg;
+    cr_assert_eq(brk_config_load(&cfg, 7, argv, stdout, stderr), LISA_OK);
+    cr_assert_eq(cfg.lease_ms, 2000);
+    cr_assert_eq(cfg.max_rpc_frame, 65536);
+    cr_assert_eq(cfg.tick_ms, 25);
     brk_config_free(&cfg);
 }

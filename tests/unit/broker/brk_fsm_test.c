@@ -5,6 +5,8 @@
 #include "brk_fsm.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
 
 #define Q  LISA__ROLLOUT_STATE__ROLLOUT_QUEUED
 #define C  LISA__ROLLOUT_STATE__ROLLOUT_CLAIMED
@@ -110,4 +112,25 @@ Test(brk_fsm, retryable_kinds)
                      "oom");
     cr_assert_str_eq(brk_fsm_failure_name((Lisa__FailureKind) 99), "?");
     cr_assert_str_eq(brk_fsm_event_name((brk_event_t) 99), "?");
+}
+
+Test(brk_fsm, docs_protocol_md_draws_this_table)
+{
+    /* docs/protocol.md must list every row as "| from | event | to |". */
+    FILE *f = fopen(LISA_SOURCE_DIR "/docs/protocol.md", "r");
+    cr_assert_not_null(f, "docs/protocol.md is missing");
+    static char doc[1 << 17];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[n] = '\0';
+    size_t rows = 0;
+    const brk_fsm_row_t *t = brk_fsm_rows(&rows);
+    for (size_t i = 0; i < rows; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "| %s | %s | %s |",
+                 brk_fsm_state_name(t[i].from), brk_fsm_event_name(t[i].event),
+                 brk_fsm_state_name(t[i].to));
+        cr_assert_not_null(strstr(doc, want), "docs/protocol.md lacks '%s'",
+                           want);
+    }
 }

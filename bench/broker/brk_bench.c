@@ -1,0 +1,702 @@
+/*
+ * brk_bench: what the broker costs, next to a well-known peer.
+ *
+ * Starts a real lisa-broker (sync=full: every group commit is fsynced) on
+ * loopback and measures
+ *   1. durable-acknowledged span ingest: SpanPut requests of one realistic
+ *      span each (500 appended prompt ids, 500 sampled ids with logprobs),
+ *      many in flight; a span counts when its reply (sent after COMMIT)
+ *      arrives;
+ *   2. rollout transitions per second (enqueue, claim, start, fail), each
+ *      one a durable row in the transitions table plus an event;
+ *   3. RPC latency percentiles for a write (heartbeat) and a read (stats)
+ *      with one request in flight.
+ * Then it starts redis-server on loopback with appendonly yes and
+ * appendfsync everysec (which may lose the last second on a crash: weaker
+ * than the broker) and measures pipelined XADD of the same span bytes for
+ * the same time, and prints the ratio broker / redis.
+ *
+ *   brk_bench [--seconds S] [--broker PATH] [--redis PATH] [--sync full|normal]
+ */
+#include "lisa/lisa_codec.h"
+#include "lisa/lisa_mem.h"
+
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* protobuf-c and exec take `char *`; literals are const. */
+#define S_TXT(s) ((char *) (uintptr_t) (s))
+
+#define S_WINDOW 2048
+#define S_APPEND 500
+#define S_RESP   500
+
+static double s_seconds = 3.0;
+
+static double
+s_now(void)
+{
+    return (double) zclock_usecs() / 1e6;
+}
+
+static pid_t
+s_spawn(char *const argv[])
+{
+    pid_t pid = 0;
+    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0) {
+        fprintf(stderr, "bench: cannot start %s\n", argv[0]);
+        return -1;
+    }
+    return pid;
+}
+
+static void
+s_stop(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+}
+
+/* CPU seconds (user + system) a process has used so far. */
+static double
+s_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    unsigned long ut = 0, st = 0;
+    /* after ") " come fields 3..: state ppid pgrp session tty tpgid flags
+     * minflt cminflt majflt cmajflt utime stime */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+               &ut, &st) != 2)
+        return 0;
+    return (double) (ut + st) / (double) sysconf(_SC_CLK_TCK);
+}
+
+/* ------------------------------------------------------------------ */
+/* broker side                                                        */
+
+typedef struct {
+    zsock_t *sock;
+    uint64_t next_id;
+} s_client_t;
+
+static Lisa__Reply *
+s_recv(s_client_t *c, int timeout_ms)
+{
+    zmq_pollitem_t it = {zsock_resolve(c->sock), 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0)
+        return NULL;
+    zmsg_t *m = zmsg_recv(c->sock);
+    if (!m)
+        return NULL;
+    zframe_t *f = zmsg_last(m);
+    Lisa__Reply *r = lisa__reply__unpack(NULL, zframe_size(f), zframe_data(f));
+    zmsg_destroy(&m);
+    return r;
+}
+
+static void
+s_send(s_client_t *c, Lisa__Request *req)
+{
+    req->request_id = c->next_id++;
+    zmsg_t *m = zmsg_new();
+    zmsg_addmem(m, NULL, 0);
+    lisa_codec_append(m, &req->base);
+    zmsg_send(&m, c->sock);
+}
+
+static Lisa__Reply *
+s_call(s_client_t *c, Lisa__Request *req)
+{
+    s_send(c, req);
+    for (;;) {
+        Lisa__Reply *r = s_recv(c, 30000);
+        if (!r) {
+            fprintf(stderr, "bench: broker did not answer\n");
+            exit(1);
+        }
+        if (r->request_id == req->request_id) {
+            if (r->code != LISA__CODE__CODE_OK) {
+                fprintf(stderr, "bench: broker error: %s\n", r->error);
+                exit(1);
+            }
+            return r;
+        }
+        lisa__reply__free_unpacked(r, NULL);
+    }
+}
+
+/* Enqueues one task as n rollouts and returns their ids (caller frees). */
+static char **
+s_enqueue(s_client_t *c, uint32_t n, const char *run)
+{
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__EnqueueReq q = LISA__ENQUEUE_REQ__INIT;
+    Lisa__TaskSpec t = LISA__TASK_SPEC__INIT;
+    Lisa__TaskSpec *tp = &t;
+    t.problem_statement = S_TXT("What is 2 + 3?");
+    t.ground_truth = S_TXT("5");
+    t.data_source = S_TXT("math_bench");
+    t.n = n;
+    q.run_id = (char *) (uintptr_t) run;
+    q.n_tasks = 1;
+    q.tasks = &tp;
+    req.body_case = LISA__REQUEST__BODY_ENQUEUE;
+    req.enqueue = &q;
+    Lisa__Reply *r = s_call(c, &req);
+    char **ids = lisa_calloc(n + 1, sizeof *ids);
+    for (size_t i = 0; i < r->enqueue->n_rollout_ids && i < n; i++)
+        ids[i] = lisa_strdup(r->enqueue->rollout_ids[i]);
+    lisa__reply__free_unpacked(r, NULL);
+    return ids;
+}
+
+static size_t
+s_claim(s_client_t *c, uint32_t cap, const char *run)
+{
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__ClaimReq q = LISA__CLAIM_REQ__INIT;
+    q.controller_id = S_TXT("bench");
+    q.capacity = cap;
+    q.run_id = (char *) (uintptr_t) run;
+    req.body_case = LISA__REQUEST__BODY_CLAIM;
+    req.claim = &q;
+    Lisa__Reply *r = s_call(c, &req);
+    size_t n = r->claim->n_attempts;
+    lisa__reply__free_unpacked(r, NULL);
+    return n;
+}
+
+static uint32_t s_append[S_APPEND], s_resp[S_RESP];
+static float s_lp[S_RESP];
+
+static void
+s_fill_span(Lisa__Span *s, char *rid, uint32_t seq)
+{
+    lisa__span__init(s);
+    s->rollout_id = rid;
+    s->attempt = 1;
+    s->seq = seq;
+    s->prev_seq = (int32_t) seq - 1;
+    s->n_appended_ids = S_APPEND;
+    s->appended_ids = s_append;
+    s->n_response_ids = S_RESP;
+    s->response_ids = s_resp;
+    s->n_response_logprobs = S_RESP;
+    s->response_logprobs = s_lp;
+    s->finish_reason = S_TXT("tool_calls");
+    s->policy_version = 3;
+    s->engine_id = S_TXT("rank0");
+    s->gateway_id = S_TXT("gw-1");
+    s->start_ms = 1700000000000ull;
+    s->end_ms = 1700000001234ull;
+    s->prompt_len = seq * 1000u + S_APPEND;
+}
+
+/* Pipelined requests produced by `make` for s_seconds; returns the
+ * number of OK replies and the elapsed seconds in *secs. */
+typedef void(s_make_fn)(void *arg, uint64_t i, Lisa__Request *req);
+
+static uint64_t
+s_pipeline(s_client_t *c, s_make_fn *make, void *arg, uint64_t limit,
+           double *secs)
+{
+    uint64_t sent = 0, ok = 0, got = 0;
+    double t0 = s_now(), stop = t0 + s_seconds;
+    while (got < sent || (s_now() < stop && sent < limit)) {
+        while (sent - got < S_WINDOW && s_now() < stop && sent < limit) {
+            Lisa__Request req = LISA__REQUEST__INIT;
+            make(arg, sent, &req);
+            s_send(c, &req);
+            sent++;
+        }
+        Lisa__Reply *r = s_recv(c, sent > got ? 30000 : 1);
+        if (!r) {
+            if (sent > got) {
+                fprintf(stderr, "bench: replies stopped coming\n");
+                exit(1);
+            }
+            continue;
+        }
+        got++;
+        if (r->code == LISA__CODE__CODE_OK)
+            ok++;
+        lisa__reply__free_unpacked(r, NULL);
+    }
+    *secs = s_now() - t0;
+    return ok;
+}
+
+typedef struct {
+    char **ids;
+    size_t n;
+    uint32_t *seq;
+    Lisa__SpanPutReq put;
+    Lisa__Span span;
+    Lisa__Span *spans[1];
+} s_spans_t;
+
+static void
+s_make_span(void *arg, uint64_t i, Lisa__Request *req)
+{
+    s_spans_t *s = arg;
+    size_t k = (size_t) (i % s->n);
+    s_fill_span(&s->span, s->ids[k], s->seq[k]++);
+    lisa__span_put_req__init(&s->put);
+    s->spans[0] = &s->span;
+    s->put.n_spans = 1;
+    s->put.spans = s->spans;
+    req->body_case = LISA__REQUEST__BODY_SPAN_PUT;
+    req->span_put = &s->put;
+}
+
+typedef struct {
+    char **ids;
+    size_t n;
+    int kind; /* 0 start, 1 fail */
+    Lisa__AttemptStartReq start;
+    Lisa__AttemptFailReq fail;
+} s_trans_t;
+
+static void
+s_make_trans(void *arg, uint64_t i, Lisa__Request *req)
+{
+    s_trans_t *t = arg;
+    char *id = t->ids[i % t->n];
+    if (t->kind == 0) {
+        lisa__attempt_start_req__init(&t->start);
+        t->start.rollout_id = id;
+        t->start.attempt = 1;
+        t->start.sandbox_id = S_TXT("sbx");
+        req->body_case = LISA__REQUEST__BODY_ATTEMPT_START;
+        req->attempt_start = &t->start;
+    } else {
+        lisa__attempt_fail_req__init(&t->fail);
+        t->fail.rollout_id = id;
+        t->fail.attempt = 1;
+        t->fail.kind = LISA__FAILURE_KIND__FAILURE_AGENT;
+        t->fail.reason = S_TXT("bench");
+        req->body_case = LISA__REQUEST__BODY_ATTEMPT_FAIL;
+        req->attempt_fail = &t->fail;
+    }
+}
+
+static int
+s_cmp(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+static void
+s_latency(s_client_t *c, const char *name, Lisa__Request *req, int n)
+{
+    double *lat = lisa_calloc((size_t) n, sizeof *lat);
+    for (int i = 0; i < n; i++) {
+        double t0 = s_now();
+        Lisa__Reply *r = s_call(c, req);
+        lat[i] = (s_now() - t0) * 1e3;
+        lisa__reply__free_unpacked(r, NULL);
+    }
+    qsort(lat, (size_t) n, sizeof *lat, s_cmp);
+    printf("  rpc latency %-22s p50 %7.3f ms  p99 %7.3f ms  (n=%d, one in "
+           "flight)\n",
+           name, lat[n / 2], lat[(n * 99) / 100], n);
+    lisa_free(&lat);
+}
+
+/* ------------------------------------------------------------------ */
+/* redis side: RESP over a plain TCP socket                           */
+
+static int
+s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *) &a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *) &a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int
+s_connect_tcp(int port)
+{
+    for (int tries = 0; tries < 200; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t) port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, (struct sockaddr *) &a, sizeof a) == 0)
+            return fd;
+        close(fd);
+        zclock_sleep(25);
+    }
+    return -1;
+}
+
+static void
+s_write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR)
+                continue;
+            fprintf(stderr, "bench: redis write failed\n");
+            exit(1);
+        }
+        p += w;
+        n -= (size_t) w;
+    }
+}
+
+/* Reads until `want` complete replies were consumed; returns errors seen. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} s_rbuf_t;
+
+static uint64_t
+s_read_replies(int fd, s_rbuf_t *rb, uint64_t want, uint64_t *errors)
+{
+    uint64_t done = 0;
+    while (done < want) {
+        /* parse complete replies in the buffer */
+        size_t off = 0;
+        for (;;) {
+            char *nl = memchr(rb->buf + off, '\n', rb->len - off);
+            if (!nl)
+                break;
+            char type = rb->buf[off];
+            size_t line_end = (size_t) (nl - rb->buf) + 1;
+            if (type == '$') {
+                long n = strtol(rb->buf + off + 1, NULL, 10);
+                size_t need = line_end + (n > 0 ? (size_t) n + 2 : 0);
+                if (need > rb->len)
+                    break;
+                off = need;
+            } else {
+                if (type == '-')
+                    (*errors)++;
+                off = line_end;
+            }
+            done++;
+            if (done == want)
+                break;
+        }
+        memmove(rb->buf, rb->buf + off, rb->len - off);
+        rb->len -= off;
+        if (done == want)
+            break;
+        if (rb->cap - rb->len < 65536) {
+            rb->cap = rb->cap * 2 + 65536;
+            rb->buf = lisa_realloc(rb->buf, rb->cap);
+        }
+        ssize_t r = read(fd, rb->buf + rb->len, rb->cap - rb->len);
+        if (r <= 0) {
+            fprintf(stderr, "bench: redis read failed\n");
+            exit(1);
+        }
+        rb->len += (size_t) r;
+    }
+    return done;
+}
+
+static double
+s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
+        size_t plen)
+{
+    int port = s_free_port();
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    char *argv[] = {(char *) (uintptr_t) redis_bin,
+                    S_TXT("--port"),
+                    portstr,
+                    S_TXT("--bind"),
+                    S_TXT("127.0.0.1"),
+                    S_TXT("--appendonly"),
+                    S_TXT("yes"),
+                    S_TXT("--appendfsync"),
+                    S_TXT("everysec"),
+                    S_TXT("--save"),
+                    S_TXT(""),
+                    S_TXT("--dir"),
+                    (char *) (uintptr_t) dir,
+                    S_TXT("--daemonize"),
+                    S_TXT("no"),
+                    S_TXT("--loglevel"),
+                    S_TXT("warning"),
+                    NULL};
+    pid_t pid = s_spawn(argv);
+    if (pid <= 0)
+        return 0;
+    int fd = s_connect_tcp(port);
+    if (fd < 0) {
+        fprintf(stderr, "bench: redis did not come up\n");
+        s_stop(pid);
+        return 0;
+    }
+    char head[128];
+    int hn =
+        snprintf(head, sizeof head,
+                 "*5\r\n$4\r\nXADD\r\n$5\r\nspans\r\n$1\r\n*\r\n$1\r\nd\r\n"
+                 "$%zu\r\n",
+                 plen);
+    size_t cmd_len = (size_t) hn + plen + 2;
+    char *cmd = lisa_malloc(cmd_len);
+    memcpy(cmd, head, (size_t) hn);
+    memcpy(cmd + hn, payload, plen);
+    memcpy(cmd + (size_t) hn + plen, "\r\n", 2);
+    s_rbuf_t rb = {lisa_malloc(1 << 20), 0, 1 << 20};
+    uint64_t sent = 0, got = 0, errors = 0;
+    const uint64_t batch = 64;
+    double cpu0 = s_cpu(pid);
+    double t0 = s_now(), stop = t0 + s_seconds;
+    while (s_now() < stop) {
+        for (uint64_t i = 0; i < batch; i++)
+            s_write_all(fd, cmd, cmd_len);
+        sent += batch;
+        if (sent - got >= S_WINDOW)
+            got += s_read_replies(fd, &rb, sent - got - S_WINDOW / 2, &errors);
+    }
+    got += s_read_replies(fd, &rb, sent - got, &errors);
+    double secs = s_now() - t0;
+    double rcpu = s_cpu(pid) - cpu0;
+    close(fd);
+    s_stop(pid);
+    lisa_free(&cmd);
+    lisa_free(&rb.buf);
+    if (errors)
+        fprintf(stderr, "bench: redis answered %" PRIu64 " errors\n", errors);
+    double rate = (double) (got - errors) / secs;
+    printf("  redis XADD (appendonly yes, appendfsync everysec, pipelined): "
+           "%10.0f entries/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
+           "redis cpu %.2f s = %.0f entries per cpu-second)\n",
+           rate, rate * (double) plen / 1e6, got - errors, secs, rcpu,
+           rcpu > 0 ? (double) (got - errors) / rcpu : 0.0);
+    return rate;
+}
+
+/* ------------------------------------------------------------------ */
+
+int
+main(int argc, char **argv)
+{
+    const char *broker_bin = LISA_BROKER_BIN,
+               *redis_bin = "/usr/bin/redis-server";
+    const char *sync = "full";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--seconds") == 0)
+            s_seconds = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--broker") == 0)
+            broker_bin = argv[i + 1];
+        else if (strcmp(argv[i], "--redis") == 0)
+            redis_bin = argv[i + 1];
+        else if (strcmp(argv[i], "--sync") == 0)
+            sync = argv[i + 1];
+    }
+    zsys_init();
+    zsys_set_logstream(NULL);
+    for (uint32_t i = 0; i < S_APPEND; i++)
+        s_append[i] = (i * 7919u) % 151643u;
+    for (uint32_t i = 0; i < S_RESP; i++) {
+        s_resp[i] = (i * 104729u) % 151643u;
+        s_lp[i] = -0.001f * (float) (i % 1000);
+    }
+    char dir[] = "/tmp/lisa-bench-XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    char data[512], ports[512], rdir[512];
+    snprintf(data, sizeof data, "%s/broker", dir);
+    snprintf(ports, sizeof ports, "%s/ports", dir);
+    snprintf(rdir, sizeof rdir, "%s/redis", dir);
+    mkdir(rdir, 0700);
+    char *bargv[] = {(char *) (uintptr_t) broker_bin,
+                     S_TXT("--data"),
+                     data,
+                     S_TXT("--ports-file"),
+                     ports,
+                     S_TXT("--rpc"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--spans"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--events"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--workers"),
+                     S_TXT("tcp://127.0.0.1:*"),
+                     S_TXT("--sync"),
+                     (char *) (uintptr_t) sync,
+                     S_TXT("--log-level"),
+                     S_TXT("warn"),
+                     S_TXT("--lease-ms"),
+                     S_TXT("600000"),
+                     NULL};
+    pid_t bpid = s_spawn(bargv);
+    fprintf(stderr, "bench: broker pid %d\n", (int) bpid);
+    char rpc_ep[320] = "";
+    for (int t = 0; t < 500 && !rpc_ep[0]; t++) {
+        FILE *f = fopen(ports, "r");
+        if (f) {
+            char line[300];
+            while (fgets(line, sizeof line, f))
+                if (strncmp(line, "rpc=", 4) == 0) {
+                    line[strcspn(line, "\n")] = '\0';
+                    snprintf(rpc_ep, sizeof rpc_ep, "%s", line + 4);
+                }
+            fclose(f);
+        }
+        if (!rpc_ep[0])
+            zclock_sleep(10);
+    }
+    if (!rpc_ep[0]) {
+        fprintf(stderr, "bench: broker did not start\n");
+        s_stop(bpid);
+        return 1;
+    }
+    s_client_t c = {zsock_new(ZMQ_DEALER), 1};
+    zsock_set_sndhwm(c.sock, 0);
+    zsock_set_rcvhwm(c.sock, 0);
+    zsock_connect(c.sock, "%s", rpc_ep);
+
+    /* payload size, for both sides */
+    Lisa__Span sp;
+    s_fill_span(&sp, S_TXT("r-01a2b3c4d5e6-0123456789"), 7);
+    size_t plen = lisa__span__get_packed_size(&sp);
+    uint8_t *payload = lisa_malloc(plen);
+    lisa__span__pack(&sp, payload);
+    double load = 0;
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf", &load) != 1)
+            load = 0;
+        fclose(lf);
+    }
+    printf("lisa broker bench: %ld online cores (load average %.1f), broker "
+           "sync=%s, %.1f s per figure\n",
+           sysconf(_SC_NPROCESSORS_ONLN), load, sync, s_seconds);
+    printf("  span: %u prompt ids + %u sampled ids with logprobs = %zu bytes "
+           "packed\n",
+           S_APPEND, S_RESP, plen);
+
+    /* 1. spans */
+    const size_t holders = 64;
+    s_spans_t sp_arg = {0};
+    sp_arg.ids = s_enqueue(&c, (uint32_t) holders, "spans");
+    sp_arg.n = holders;
+    sp_arg.seq = lisa_calloc(holders, sizeof *sp_arg.seq);
+    s_claim(&c, (uint32_t) holders, "spans");
+    double secs = 0;
+    double cpu0 = s_cpu(bpid);
+    uint64_t ok = s_pipeline(&c, s_make_span, &sp_arg, UINT64_MAX, &secs);
+    double bcpu = s_cpu(bpid) - cpu0;
+    double span_rate = (double) ok / secs;
+    printf("  broker span ingest (SpanPut, acknowledged after fsynced group "
+           "commit): %10.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
+           "broker cpu %.2f s = %.0f spans per cpu-second)\n",
+           span_rate, span_rate * (double) plen / 1e6, ok, secs, bcpu,
+           bcpu > 0 ? (double) ok / bcpu : 0.0);
+
+    /* 2. transitions: enqueue, claim, start, fail for N rollouts */
+    const uint32_t nt = 4000;
+    double t0 = s_now();
+    s_trans_t tr = {0};
+    tr.ids = lisa_calloc(nt + 1, sizeof *tr.ids);
+    for (uint32_t k = 0; k < nt; k += 1000) {
+        char **ids = s_enqueue(&c, 1000, "trans");
+        for (uint32_t j = 0; j < 1000; j++)
+            tr.ids[k + j] = ids[j];
+        lisa_free(&ids);
+    }
+    size_t claimed = 0;
+    while (claimed < nt)
+        claimed += s_claim(&c, 1000, "trans");
+    tr.n = nt;
+    double saved = s_seconds, dummy;
+    s_seconds = 1e9; /* run to the limit */
+    tr.kind = 0;
+    uint64_t t_ok = s_pipeline(&c, s_make_trans, &tr, nt, &dummy);
+    tr.kind = 1;
+    t_ok += s_pipeline(&c, s_make_trans, &tr, nt, &dummy);
+    s_seconds = saved;
+    double tsecs = s_now() - t0;
+    uint64_t transitions = (uint64_t) nt * 2 + t_ok;
+    printf("  broker rollout transitions (enqueue, claim, start, fail; each "
+           "recorded): %10.0f transitions/s  (%" PRIu64 " in %.2f s)\n",
+           (double) transitions / tsecs, transitions, tsecs);
+
+    /* 3. latency */
+    Lisa__Request hb = LISA__REQUEST__INIT;
+    Lisa__HeartbeatReq hq = LISA__HEARTBEAT_REQ__INIT;
+    hq.rollout_id = sp_arg.ids[0];
+    hq.attempt = 1;
+    hb.body_case = LISA__REQUEST__BODY_HEARTBEAT;
+    hb.heartbeat = &hq;
+    s_latency(&c, "heartbeat (durable)", &hb, 1000);
+    Lisa__Request st = LISA__REQUEST__INIT;
+    Lisa__StatsReq sq = LISA__STATS_REQ__INIT;
+    sq.run_id = S_TXT("trans");
+    st.body_case = LISA__REQUEST__BODY_STATS;
+    st.stats = &sq;
+    s_latency(&c, "stats (read)", &st, 1000);
+    Lisa__Reply *sr = s_call(&c, &st);
+    printf("  broker group commits so far: %" PRIu64 "\n",
+           sr->stats->stats->group_commits);
+    lisa__reply__free_unpacked(sr, NULL);
+    zsock_destroy(&c.sock);
+    s_stop(bpid);
+
+    /* 4. the peer */
+    double redis_rate = s_redis(redis_bin, rdir, payload, plen);
+    if (redis_rate > 0)
+        printf("  ratio broker durable spans/s : redis XADD/s = %.2f\n",
+               span_rate / redis_rate);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench: could not remove %s\n", dir);
+    for (size_t i = 0; i < holders; i++)
+        lisa_free(&sp_arg.ids[i]);
+    lisa_free(&sp_arg.ids);
+    lisa_free(&sp_arg.seq);
+    for (uint32_t i = 0; i < nt; i++)
+        lisa_free(&tr.ids[i]);
+    lisa_free(&tr.ids);
+    lisa_free(&payload);
+    return 0;
+}
