@@ -8,6 +8,20 @@
 
 #include <czmq.h>
 #include <stdio.h>
+#include <sys/resource.h>
+
+/* Each open call holds two sockets (agent, engine): lift the soft
+ * descriptor limit to the hard one so thousands of calls fit. */
+static void
+s_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            lisa_log_warn("cannot raise the open-files limit");
+    }
+}
 
 int
 main(int argc, char **argv)
@@ -27,6 +41,7 @@ main(int argc, char **argv)
         return 2;
     }
     lisa_config_dump(gw_config_table, gw_config_table_len, &cfg, NULL);
+    s_raise_nofile();
     zsys_init();
     zsys_catch_interrupts();
     zloop_t *loop = zloop_new();

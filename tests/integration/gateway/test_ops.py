@@ -3,6 +3,7 @@ calls proxied to a real broker (results only after spans are durable),
 pause/drain for weight updates, engine failover and discovery, restart
 without reusing a span sequence number, metrics and health."""
 import base64
+import os
 import json
 import time
 
@@ -237,3 +238,20 @@ def test_spans_resent_across_a_broker_restart(make_engine, make_gateway, make_br
         assert sorted((s.seq, s.prev_seq) for s in spans) == [(0, -1), (1, 0), (2, 1)]
     finally:
         brk.stop()
+
+
+def test_the_token_the_broker_issues_opens_the_gateway(make_engine, make_gateway, make_broker, key, tmp_path):
+    kf = tmp_path / "shared.key"
+    kf.write_text(key.hex() + "\n")
+    os.chmod(kf, 0o600)
+    eng = make_engine(lambda p, b: ("ok", "stop"))
+    brk = make_broker(token_key=str(kf))
+    gw = make_gateway(engines=eng.url, broker=brk.ep["rpc"])
+    c = Client(brk.ep["rpc"])
+    rid = enqueue(c, [task("q")])[0]
+    att = claim(c)[0]
+    c.close()
+    h = {"Authorization": "Bearer " + att.token}
+    st, _, body = http(gw.url + "/lisa/v1/task", "GET", None, h)
+    assert st == 200 and json.loads(body)["rollout_id"] == rid
+    assert chat(gw, att.token).choices[0].message.content == "ok"
