@@ -160,3 +160,35 @@ def test_same_attempt_twice_at_once_is_429(make_engine, make_gateway, key):
     for t in ts:
         t.join()
     assert sorted(out) == [200, 429]
+
+
+def test_a_thousand_open_calls(make_engine, make_gateway, key):
+    """1000 agents each wait on a slow engine at the same time; the gateway
+    holds them all on its one loop (no thread per call) and answers all."""
+    import asyncio
+    eng = make_engine(lambda p, b: ("done", "stop"), delay=2.0)
+    gw = make_gateway(engines=eng.url)
+    n = 1000
+
+    async def one(i):
+        r, w = await asyncio.open_connection("127.0.0.1", gw.port)
+        body = json.dumps({"messages": [{"role": "user", "content": "x%d" % i}]}).encode()
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer " + mint(key, "r-%d" % i, 1).encode() +
+                b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        await w.drain()
+        data = await asyncio.wait_for(r.read(), 120)
+        w.close()
+        return data.split(b" ", 2)[1]
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    codes = asyncio.run(main())
+    assert codes.count(b"200") == n, set(codes)
+    assert eng.max_inflight >= 200
+    # the gateway process stayed small in threads
+    with open("/proc/%d/status" % gw.proc.pid) as f:
+        threads = int([l for l in f if l.startswith("Threads:")][0].split()[1])
+    assert threads < 16
