@@ -771,8 +771,8 @@ main(int argc, char **argv)
         s_conn_t mc = {.fd = -1, .port = gport};
         const char *m;
         if (s_request_m(&mc, "GET", "/metrics", NULL, "", 0, &m) == 200) {
-            static const char *const st[] = {"prepare", "finish"};
-            for (int k = 0; k < 2; k++) {
+            static const char *const st[] = {"prepare", "finish", "respond"};
+            for (int k = 0; k < 3; k++) {
                 char mk[96];
                 snprintf(mk, sizeof mk,
                          "lisa_gateway_stage_seconds_sum{stage=\"%s\"} ",

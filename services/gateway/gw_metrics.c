@@ -31,7 +31,8 @@ static const s_family_t s_families[] = {
      "engine call latency, by engine"},
     {"lisa_gateway_stage_seconds", S_HISTOGRAM,
      "gateway time of a chat call outside the engine, by stage (prepare: "
-     "request to engine call; finish: engine answer to reply)"},
+     "request to engine call; finish: engine answer to reply; respond: "
+     "handing the reply to the HTTP layer)"},
     {"lisa_gateway_upstream_errors_total", S_COUNTER,
      "failed engine calls, by engine and kind"},
     {"lisa_gateway_upstream_retries_total", S_COUNTER,

@@ -627,9 +627,13 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     }
     if (c->turn > 0)
         gw_attempt_set_answer(c->a, c->turn, body, len, c->chat.stream);
+    int64_t r0 = zclock_usecs();
     (void) lisa_http_req_respond(
         c->c.req, 200,
         c->chat.stream ? "text/event-stream" : "application/json", body, len);
+    gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds",
+                       "stage=\"respond\"",
+                       (double) (zclock_usecs() - r0) / 1e6);
     s_count(srv, c->c.route, 200, c->c.t0_us);
     gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds", "stage=\"finish\"",
                        (double) (zclock_usecs() - c->up_done_us) / 1e6);
