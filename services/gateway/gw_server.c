@@ -51,6 +51,8 @@ struct gw_server_t {
     lisa_token_key_t key;
     zlistx_t *results;   /* s_result_t waiting for span acks */
     zhashx_t *done;      /* attempts whose result was accepted */
+    zlistx_t *calls;     /* engine calls in flight (s_chat_t, s_pass_t,
+                          * s_health_t), answered 503 and freed on destroy */
     uint64_t span_batch; /* batch in flight, 0 when none */
     uint64_t counter;
     size_t health_pending;
@@ -169,7 +171,27 @@ typedef struct {
     const char *route;
     int64_t t0_us;
     lisa_token_claims_t who;
+    int kind;     /* S_KIND_* while in srv->calls, else 0 */
+    void *handle; /* its node in srv->calls */
 } s_ctx_t;
+
+enum { S_KIND_CHAT = 1, S_KIND_PASS = 2, S_KIND_HEALTH = 3 };
+
+static void
+s_track(gw_server_t *srv, s_ctx_t *c, int kind)
+{
+    c->kind = kind;
+    c->handle = zlistx_add_end(srv->calls, c);
+}
+
+static void
+s_untrack(gw_server_t *srv, s_ctx_t *c)
+{
+    if (c->handle)
+        zlistx_delete(srv->calls, c->handle);
+    c->handle = NULL;
+    c->kind = 0;
+}
 
 static s_ctx_t *
 s_ctx_new(gw_server_t *srv, lisa_http_req_t *req, const char *route,
@@ -528,7 +550,9 @@ s_chat_send(s_chat_t *c)
         gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds",
                            "stage=\"prepare\"",
                            (double) (c->up_t0_us - c->c.t0_us) / 1e6);
+    s_track(srv, &c->c, S_KIND_CHAT);
     if (lisa_http_client_send(srv->hc, &r, s_chat_done, c, NULL) != LISA_OK) {
+        s_untrack(srv, &c->c);
         gw_pool_call_ended(srv->pool, id, false);
         gw_err_set(&err, LISA_ERR, 500, "server_error", NULL, NULL,
                    "could not start the engine call");
@@ -646,6 +670,7 @@ static void
 s_chat_done(lisa_http_response_t *resp, void *arg)
 {
     s_chat_t *c = arg;
+    s_untrack(c->c.srv, &c->c);
     c->up_done_us = zclock_usecs();
     gw_server_t *srv = c->c.srv;
     gw_err_t err;
@@ -711,7 +736,7 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
        const lisa_token_claims_t *who)
 {
     s_chat_t *c = lisa_calloc(1, sizeof *c);
-    c->c = (s_ctx_t){srv, req, route, t0_us, *who};
+    c->c = (s_ctx_t){srv, req, route, t0_us, *who, 0, NULL};
     gw_err_t err;
     size_t len;
     const char *turn = lisa_http_req_header(req, "X-Lisa-Turn");
@@ -769,6 +794,7 @@ static void
 s_pass_done(lisa_http_response_t *resp, void *arg)
 {
     s_pass_t *p = arg;
+    s_untrack(p->c.srv, &p->c);
     gw_server_t *srv = p->c.srv;
     lisa_rc_t rc = lisa_http_response_rc(resp);
     gw_pool_call_ended(srv->pool, p->engine,
@@ -817,7 +843,7 @@ s_completions(gw_server_t *srv, lisa_http_req_t *req, const char *route,
         return;
     }
     s_pass_t *p = lisa_calloc(1, sizeof *p);
-    p->c = (s_ctx_t){srv, req, route, t0_us, *who};
+    p->c = (s_ctx_t){srv, req, route, t0_us, *who, 0, NULL};
     snprintf(p->engine, sizeof p->engine, "%s", id);
     char full[2048];
     snprintf(full, sizeof full, "%s/v1/completions", url);
@@ -831,7 +857,9 @@ s_completions(gw_server_t *srv, lisa_http_req_t *req, const char *route,
                              .body_len = len,
                              .timeout_ms = (long) srv->cfg.upstream_timeout_ms};
     gw_pool_call_started(srv->pool, id);
+    s_track(srv, &p->c, S_KIND_PASS);
     if (lisa_http_client_send(srv->hc, &r, s_pass_done, p, NULL) != LISA_OK) {
+        s_untrack(srv, &p->c);
         gw_pool_call_ended(srv->pool, id, false);
         gw_err_set(&err, LISA_ERR, 500, "server_error", NULL, NULL,
                    "could not start the engine call");
@@ -1183,7 +1211,7 @@ s_result(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     }
     bool bad = false;
     s_result_t *res = lisa_calloc(1, sizeof *res);
-    res->c = (s_ctx_t){srv, req, route, t0_us, *who};
+    res->c = (s_ctx_t){srv, req, route, t0_us, *who, 0, NULL};
     res->answer = s_opt_str(o, "answer", S_MAX_ANSWER, &bad);
     res->end_reason = s_opt_str(o, "end_reason", 64, &bad);
     res->detail = s_opt_str(o, "detail", 4096, &bad);
@@ -1456,7 +1484,7 @@ s_on_refresh(zloop_t *loop, int timer_id, void *arg)
 }
 
 typedef struct {
-    gw_server_t *srv;
+    s_ctx_t c; /* only srv, kind and handle are used */
     char id[160];
 } s_health_t;
 
@@ -1464,8 +1492,9 @@ static void
 s_health_done(lisa_http_response_t *resp, void *arg)
 {
     s_health_t *h = arg;
-    h->srv->health_pending--;
-    gw_pool_health(h->srv->pool, h->id,
+    s_untrack(h->c.srv, &h->c);
+    h->c.srv->health_pending--;
+    gw_pool_health(h->c.srv->pool, h->id,
                    lisa_http_response_rc(resp) == LISA_OK &&
                        lisa_http_response_status(resp) == 200);
     lisa_free(&h);
@@ -1485,16 +1514,19 @@ s_on_health(zloop_t *loop, int timer_id, void *arg)
         char full[2048];
         snprintf(full, sizeof full, "%s/healthz", url);
         s_health_t *h = lisa_calloc(1, sizeof *h);
-        h->srv = srv;
+        h->c.srv = srv;
         snprintf(h->id, sizeof h->id, "%s", id);
         lisa_http_request_t r = {.url = full,
                                  .timeout_ms = S_HEALTH_TO_MS,
                                  .connect_timeout_ms = S_HEALTH_TO_MS};
+        s_track(srv, &h->c, S_KIND_HEALTH);
         if (lisa_http_client_send(srv->hc, &r, s_health_done, h, NULL) ==
             LISA_OK)
             srv->health_pending++;
-        else
+        else {
+            s_untrack(srv, &h->c);
             lisa_free(&h);
+        }
     }
     return 0;
 }
@@ -1566,6 +1598,7 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     srv->m = gw_metrics_new();
     srv->results = zlistx_new();
     srv->done = zhashx_new();
+    srv->calls = zlistx_new();
     if (cfg->broker && cfg->broker[0]) {
         srv->rpc = lisa_rpc_new(cfg->broker, cfg->gateway_id);
         if (!srv->rpc ||
@@ -1637,15 +1670,35 @@ gw_server_destroy(gw_server_t **self)
             zloop_timer_end(srv->loop, srv->expire_timer);
     }
     lisa_http_server_destroy(&srv->http);
-    /* kept requests were answered 503; free what waits on them */
+    /* kept requests were answered 503 by the HTTP layer; each still gets
+     * its one respond call (which releases it) before its context goes */
     if (srv->results) {
         for (s_result_t *r = zlistx_first(srv->results); r;
-             r = zlistx_next(srv->results))
+             r = zlistx_next(srv->results)) {
+            (void) lisa_http_req_respond(r->c.req, 503, NULL, "", 0);
             s_result_free(&r);
+        }
         zlistx_destroy(&srv->results);
     }
     zhashx_destroy(&srv->done);
-    lisa_http_client_destroy(&srv->hc);
+    lisa_http_client_destroy(&srv->hc); /* drops engine calls, no callbacks */
+    if (srv->calls) {
+        s_ctx_t *c;
+        while ((c = zlistx_first(srv->calls))) {
+            zlistx_delete(srv->calls, zlistx_cursor(srv->calls));
+            if (c->kind == S_KIND_HEALTH) {
+                lisa_free(&c);
+                continue;
+            }
+            (void) lisa_http_req_respond(c->req, 503, NULL, "", 0);
+            if (c->kind == S_KIND_CHAT) {
+                s_chat_t *chat = (s_chat_t *) (void *) c;
+                s_chat_free(&chat);
+            } else
+                lisa_free(&c);
+        }
+        zlistx_destroy(&srv->calls);
+    }
     if (srv->rpc) {
         lisa_rpc_detach(srv->rpc);
         lisa_rpc_destroy(&srv->rpc);
