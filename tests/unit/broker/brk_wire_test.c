@@ -17,7 +17,7 @@ s_pack_put(size_t nspans, size_t *len)
     static float lp[4] = {-1.0f, -0.5f, -0.25f, 0.0f};
     Lisa__Span spans[8];
     Lisa__Span *ptrs[8];
-    char rid[8][16];
+    char rid[8][32];
     for (size_t i = 0; i < nspans; i++) {
         lisa__span__init(&spans[i]);
         snprintf(rid[i], sizeof rid[i], "r-%zu", i);
