@@ -15,6 +15,7 @@
 #include "trn_loop.h"
 #include "trn_run_cfg.h"
 
+#include <czmq.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -71,6 +72,9 @@ int
 main(int argc, char **argv)
 {
     lisa_log_set_service("lisa-trainer");
+    /* before any thread opens a socket (czmq initialises lazily) */
+    zsys_init();
+    zsys_set_logstream(NULL);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         s_usage(argc < 2 ? stderr : stdout);

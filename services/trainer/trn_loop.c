@@ -271,9 +271,27 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
         req.body_case = LISA__REQUEST__BODY_WAIT;
         req.wait = &wq;
         Lisa__Reply *rep = NULL;
-        rc = s_call(L, &req, chunk + L->c->rpc_timeout_ms, &rep, "WaitReq");
-        if (rc != LISA_OK)
+        req.version = LISA_PROTOCOL_VERSION;
+        uint64_t tmo = chunk + L->c->rpc_timeout_ms;
+        rc = lisa_rpc_call(L->rpc, &req, (int) tmo, &rep);
+        if (rc != LISA_OK) {
+            lisa_rpc_reply_free(&rep);
+            rc =
+                s_fail(L, LISA_UNAVAILABLE,
+                       "broker %s did not answer WaitReq within %llu ms (%s)",
+                       L->c->broker, (unsigned long long) tmo, lisa_rc_str(rc));
             break;
+        }
+        /* a wait that ran out is answered CODE_TIMEOUT: nothing new yet */
+        rc = lisa_rpc_reply_rc(rep);
+        if (rc == LISA_TIMEOUT) {
+            rc = LISA_OK;
+        } else if (rc != LISA_OK) {
+            rc = s_fail(L, LISA_UNAVAILABLE, "broker refused WaitReq: %s",
+                        rep->error);
+            lisa_rpc_reply_free(&rep);
+            break;
+        }
         Lisa__WaitRep *wr = rep->wait;
         for (size_t i = 0; wr && i < wr->n_rollouts; i++) {
             const Lisa__Rollout *r = wr->rollouts[i];
