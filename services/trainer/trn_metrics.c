@@ -36,7 +36,14 @@ trn_metrics_destroy(trn_metrics_t **m)
 void
 trn_metrics_set(trn_metrics_t *m, const char *key, double v)
 {
-    json_object_set_new(m->o, key, isfinite(v) ? json_real(v) : json_null());
+    json_t *j;
+    if (!isfinite(v))
+        j = json_null();
+    else if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        j = json_integer((json_int_t) v); /* counts and steps stay integers */
+    else
+        j = json_real(v);
+    json_object_set_new(m->o, key, j);
 }
 
 void
