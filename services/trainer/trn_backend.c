@@ -69,6 +69,14 @@ s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
 }
 
 static lisa_rc_t
+s_logprobs(trn_backend_t *b, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+           float *logp, trn_err_t *err)
+{
+    s_cpu_t *c = (s_cpu_t *) b;
+    return trn_step_logprobs(c->m, cfg, r, logp, err);
+}
+
+static lisa_rc_t
 s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
 {
     s_cpu_t *c = (s_cpu_t *) b;
@@ -121,6 +129,7 @@ static const trn_backend_ops_t s_cpu_ops = {
     .gen_reset = s_gen_reset,
     .gen_step = s_gen_step,
     .train_step = s_train_step,
+    .logprobs = s_logprobs,
     .save = s_save,
     .save_optim = s_save_optim,
     .load_optim = s_load_optim,

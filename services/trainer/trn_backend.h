@@ -34,6 +34,10 @@ typedef struct {
     lisa_rc_t (*train_step)(trn_backend_t *b, const trn_step_cfg_t *cfg,
                             const trn_rollouts_t *r, trn_step_out_t *out,
                             trn_err_t *err);
+    /* Trainer log-probs of the sampled tokens (trn_step_logprobs): to
+     * compare with the engine's. */
+    lisa_rc_t (*logprobs)(trn_backend_t *b, const trn_step_cfg_t *cfg,
+                          const trn_rollouts_t *r, float *logp, trn_err_t *err);
     /* Writes a Hugging Face directory (config.json, model.safetensors,
      * tokenizer files) into existing `dir`. */
     lisa_rc_t (*save)(trn_backend_t *b, const char *dir, trn_save_dtype_t dt,

@@ -506,6 +506,34 @@ s_checkpoint(s_loop_t *L, uint64_t step)
     return LISA_OK;
 }
 
+/* How far the engine's log-probs are from the trainer's recomputation
+ * (same weights): mean and max |diff| over sampled tokens. A large value
+ * means the engine and the trainer disagree (verl's rollout_probs_diff). */
+static void
+s_logp_diff(s_loop_t *L, const trn_rollouts_t *r, size_t ntok, trn_metrics_t *m)
+{
+    trn_backend_t *b = L->a->backend;
+    if (!b->ops->logprobs)
+        return;
+    float *lp = lisa_calloc(ntok ? ntok : 1, sizeof *lp);
+    trn_err_t err = {{0}};
+    if (b->ops->logprobs(b, &L->scfg, r, lp, &err) == LISA_OK) {
+        double sum = 0, mx = 0, n = 0;
+        for (size_t t = 0; t < ntok; t++)
+            if (r->mask[t]) {
+                double d = fabs((double) lp[t] - (double) r->rollout_logp[t]);
+                sum += d;
+                mx = d > mx ? d : mx;
+                n++;
+            }
+        trn_metrics_set(m, "rollout/logp_diff_mean", n > 0 ? sum / n : 0);
+        trn_metrics_set(m, "rollout/logp_diff_max", mx);
+    } else {
+        lisa_log_warn("loop: trainer log-probs: %s", err.msg);
+    }
+    lisa_free(&lp);
+}
+
 /* One training step. */
 static lisa_rc_t
 s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
@@ -634,6 +662,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
         trn_step_out_t so;
         memset(&so, 0, sizeof so);
         trn_err_t err = {{0}};
+        s_logp_diff(L, &r, ntok, m);
         rc = L->a->backend->ops->train_step(L->a->backend, &L->scfg, &r, &so,
                                             &err);
         t_train = s_now() - t1;

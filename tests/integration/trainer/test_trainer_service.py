@@ -228,6 +228,8 @@ def test_training_steps_with_real_broker_and_reward(stack, tmp_path):
         assert m["advantage/max"] > 0 > m["advantage/min"]
         assert m["batch/sequences"] == 4 and m["batch/tokens"] > 0
         assert m["actor/grad_norm"] > 0 and m["update/skipped"] == 0
+        # the engine's log-probs are the trainer's (same weights, T = 1)
+        assert m["rollout/logp_diff_max"] < 1e-3, m
         assert m["time/rollout_s"] > 0 and m["time/train_s"] > 0
     assert tr[1]["policy_version_after"] == tr[0]["policy_version_after"] + 1
     assert len(va) == 1 and va[0]["step"] == 2

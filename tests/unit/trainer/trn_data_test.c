@@ -49,7 +49,7 @@ s_write(const char *name, const char *text)
 #define REC(id, ds)                                                            \
     "{\"prompt\":[{\"role\":\"user\",\"content\":\"p\"}],\"data_source\":"     \
     "\"" ds "\",\"reward_model\":{\"ground_truth\":\"42\"},\"extra_info\":{"   \
-            "\"id\":\"" id "\",\"problem_statement\":\"Q " id                  \
+    "\"id\":\"" id "\",\"problem_statement\":\"Q " id                          \
     "\",\"ground_truth\":\"42\","                                              \
     "\"qa_type\":\"open\",\"input_files\":\"{\\\"a.txt\\\": "                  \
     "\\\"alpha\\\"}\"}}"
