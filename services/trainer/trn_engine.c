@@ -524,7 +524,11 @@ trn_engine_new(trn_backend_t *b, const trn_engine_cfg_t *cfg)
     if (!e->cfg.queue_max)
         e->cfg.queue_max = 256;
     size_t maxpos = (size_t) b->ops->config(b)->max_position_embeddings;
-    if (!e->cfg.max_len || e->cfg.max_len > maxpos)
+    if (!e->cfg.max_len)
+        e->cfg.max_len = maxpos < TRN_ENGINE_DEFAULT_MAX_LEN
+                             ? maxpos
+                             : TRN_ENGINE_DEFAULT_MAX_LEN;
+    if (e->cfg.max_len > maxpos)
         e->cfg.max_len = maxpos;
     if (!e->cfg.register_ttl_ms)
         e->cfg.register_ttl_ms = 10000;

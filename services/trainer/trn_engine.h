@@ -29,6 +29,10 @@
 
 #include <stdint.h>
 
+/* Positions per KV slot when the config leaves it 0 (capped by the
+ * model's max_position_embeddings). */
+#define TRN_ENGINE_DEFAULT_MAX_LEN 16384u
+
 typedef struct {
     const char *address; /* listen address ("127.0.0.1") */
     uint16_t port;       /* 0: ephemeral */
@@ -37,7 +41,7 @@ typedef struct {
     const char *broker; /* NULL: no registration */
     uint64_t register_ttl_ms;
     size_t max_batch;          /* KV slots */
-    size_t max_len;            /* positions per slot */
+    size_t max_len;            /* positions per slot (0: default) */
     size_t queue_max;          /* waiting requests */
     uint64_t queue_timeout_ms; /* most time a request may wait */
     uint64_t policy_version;   /* initial */

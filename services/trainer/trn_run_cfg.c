@@ -113,7 +113,7 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
     E(max_batch, "engine.max_batch", NULL, INT64, "16",
       "KV slots (sequences generated together)"),
     E(max_len, "engine.max_len", NULL, INT64, "0",
-      "positions per KV slot (0: the model's maximum)"),
+      "positions per KV slot (0: min(model maximum, 16384))"),
     E(queue_max, "engine.queue_max", NULL, INT64, "256",
       "requests waiting for a slot"),
     E(queue_timeout_ms, "engine.queue_timeout", NULL, DURATION, "10m",
