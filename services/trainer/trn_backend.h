@@ -11,6 +11,7 @@
 #define TRN_BACKEND_H
 
 #include "trn_model.h"
+#include "trn_sampler.h"
 #include "trn_step.h"
 
 #include <stddef.h>
@@ -30,6 +31,17 @@ typedef struct {
     lisa_rc_t (*gen_step)(trn_backend_t *b, size_t n, const size_t *slots,
                           const int32_t *const *tokens, const size_t *n_new,
                           float *logits, trn_err_t *err);
+    /* Optional (NULL: the engine samples on the host from gen_step's
+     * logits): appends tokens like gen_step and draws each sequence's next
+     * token on the device under samp[i] with seeds[i] (mixed with the
+     * position), writing the token and its log-probability (log softmax
+     * of logits / T over the whole vocabulary, as trn_sampler). The drawn
+     * token is not appended. For backends whose logits should stay on the
+     * device (trn_gpu_model_step with a sampler). */
+    lisa_rc_t (*gen_sample)(trn_backend_t *b, size_t n, const size_t *slots,
+                            const int32_t *const *tokens, const size_t *n_new,
+                            const trn_sampling_t *samp, const uint64_t *seeds,
+                            int32_t *out_tok, float *out_lp, trn_err_t *err);
     /* One optimizer step over finished rollouts (trn_step_run). */
     lisa_rc_t (*train_step)(trn_backend_t *b, const trn_step_cfg_t *cfg,
                             const trn_rollouts_t *r, trn_step_out_t *out,

@@ -30,6 +30,7 @@ typedef struct s_job {
     size_t max_tokens;
     trn_sampling_t samp;
     uint64_t rng;
+    uint64_t seed; /* for backends that sample on the device */
     int32_t stop[S_MAX_STOP];
     size_t n_stop;
     uint64_t enq_ms;
@@ -190,6 +191,7 @@ s_parse(trn_engine_t *e, const char *body, size_t len, char *why, size_t wl)
     uint64_t s = seed >= 0 ? (uint64_t) seed : e->cfg.seed + (e->seed_ctr++);
     pthread_mutex_unlock(&e->mu);
     j->rng = trn_rng_seed(s);
+    j->seed = s;
     json_decref(r);
     return j;
 fail:
@@ -348,7 +350,13 @@ s_run(void *arg)
     trn_engine_t *e = arg;
     size_t B = e->cfg.max_batch, V = 0;
     V = (size_t) e->b->ops->config(e->b)->vocab_size;
-    float *logits = lisa_malloc(B * V * sizeof *logits);
+    /* a backend with gen_sample draws on the device: no logits come back */
+    bool dev = e->b->ops->gen_sample != NULL;
+    float *logits = dev ? NULL : lisa_malloc(B * V * sizeof *logits);
+    trn_sampling_t *samp = lisa_calloc(B, sizeof *samp);
+    uint64_t *seeds = lisa_calloc(B, sizeof *seeds);
+    int32_t *otok = lisa_calloc(B, sizeof *otok);
+    float *olp = lisa_calloc(B, sizeof *olp);
     size_t *slots = lisa_malloc(B * sizeof *slots);
     const int32_t **toks = lisa_malloc(B * sizeof *toks);
     size_t *n_new = lisa_malloc(B * sizeof *n_new);
@@ -393,8 +401,17 @@ s_run(void *arg)
                 n_new[i] = 1;
             }
         }
-        lisa_rc_t rc =
-            e->b->ops->gen_step(e->b, n, slots, toks, n_new, logits, &err);
+        lisa_rc_t rc;
+        if (dev) {
+            for (size_t i = 0; i < n; i++) {
+                samp[i] = batch[i]->samp;
+                seeds[i] = batch[i]->seed;
+            }
+            rc = e->b->ops->gen_sample(e->b, n, slots, toks, n_new, samp, seeds,
+                                       otok, olp, &err);
+        } else {
+            rc = e->b->ops->gen_step(e->b, n, slots, toks, n_new, logits, &err);
+        }
         pthread_mutex_lock(&e->mu);
         e->st.steps++;
         e->st.tokens_prefilled += pre;
@@ -408,11 +425,11 @@ s_run(void *arg)
                 fin = "error";
             } else {
                 j->prefilled = true;
-                int32_t t = 0;
-                float lp = 0;
-                trn_err_t se;
-                if (trn_sample(logits + i * V, V, &j->samp, &j->rng, &t, &lp,
-                               &se) != LISA_OK) {
+                int32_t t = otok[i];
+                float lp = olp[i];
+                trn_err_t se = {{0}};
+                if (!dev && trn_sample(logits + i * V, V, &j->samp, &j->rng, &t,
+                                       &lp, &se) != LISA_OK) {
                     (void) lisa_http_req_respond_error(j->req, 500,
                                                        "server_error", NULL,
                                                        "sampling: %s", se.msg);
@@ -443,6 +460,10 @@ s_run(void *arg)
         pthread_mutex_unlock(&e->mu);
     }
     lisa_free(&logits);
+    lisa_free(&samp);
+    lisa_free(&seeds);
+    lisa_free(&otok);
+    lisa_free(&olp);
     lisa_free(&slots);
     lisa_free(&toks);
     lisa_free(&n_new);

@@ -7,6 +7,7 @@
  */
 #include "trn_backend.h"
 #include "trn_engine.h"
+#include "trn_sampler.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -200,4 +201,96 @@ Test(trn_engine, bad_requests_are_400)
     cr_assert(strstr(out, "prompt[1]"), "%s", out);
     cr_assert_eq(s_post("not json", out, sizeof out), 400);
     cr_assert_eq(trn_engine_stats(s_e).rejected_bad, 2);
+}
+
+/* A backend that samples "on the device": the CPU backend plus gen_sample
+ * (gen_step + trn_sample inside the backend), as a GPU backend would
+ * provide it. The engine must then take its tokens instead of sampling. */
+typedef struct {
+    trn_backend_t base;
+    trn_backend_t *inner;
+    trn_backend_ops_t ops;
+    int calls;
+} devb_t;
+
+static devb_t *s_dev;
+
+static lisa_rc_t
+d_open(trn_backend_t *b, size_t s, size_t l, trn_err_t *e)
+{
+    return ((devb_t *) b)->inner->ops->gen_open(((devb_t *) b)->inner, s, l, e);
+}
+static void
+d_reset(trn_backend_t *b, size_t s)
+{
+    ((devb_t *) b)->inner->ops->gen_reset(((devb_t *) b)->inner, s);
+}
+static const trn_config_t *
+d_config(const trn_backend_t *b)
+{
+    const devb_t *d = (const devb_t *) b;
+    return d->inner->ops->config(d->inner);
+}
+static lisa_rc_t
+d_sample(trn_backend_t *b, size_t n, const size_t *slots,
+         const int32_t *const *tokens, const size_t *n_new,
+         const trn_sampling_t *samp, const uint64_t *seeds, int32_t *out_tok,
+         float *out_lp, trn_err_t *err)
+{
+    devb_t *d = (devb_t *) b;
+    size_t V = (size_t) d_config(b)->vocab_size;
+    float *logits = malloc(n * V * sizeof *logits);
+    lisa_rc_t rc =
+        d->inner->ops->gen_step(d->inner, n, slots, tokens, n_new, logits, err);
+    for (size_t i = 0; rc == LISA_OK && i < n; i++) {
+        uint64_t rng = trn_rng_seed(seeds[i] * 31 + n_new[i]);
+        rc = trn_sample(logits + i * V, V, &samp[i], &rng, &out_tok[i],
+                        &out_lp[i], err);
+    }
+    free(logits);
+    d->calls++;
+    return rc;
+}
+
+Test(trn_engine, a_backend_that_samples_on_the_device)
+{
+    trn_err_t err;
+    s_dev = calloc(1, sizeof *s_dev);
+    s_dev->inner = trn_backend_new("cpu", s_dir, 1, false, &err);
+    cr_assert(s_dev->inner);
+    s_dev->ops = *s_dev->inner->ops;
+    s_dev->ops.gen_open = d_open;
+    s_dev->ops.gen_reset = d_reset;
+    s_dev->ops.config = d_config;
+    s_dev->ops.gen_step = NULL;
+    s_dev->ops.gen_sample = d_sample;
+    s_dev->base.ops = &s_dev->ops;
+    trn_engine_cfg_t ec = {.address = "127.0.0.1", .max_batch = 2};
+    trn_engine_t *e2 = trn_engine_new(&s_dev->base, &ec);
+    cr_assert(e2);
+    /* greedy through the device path equals greedy through the host path */
+    const char *greedy = "{\"prompt\":[4,5,6],\"max_tokens\":6,"
+                         "\"temperature\":0}";
+    char host[65536], dev[65536];
+    cr_assert_eq(s_post(greedy, host, sizeof host), 200);
+    trn_engine_t *keep = s_e;
+    s_e = e2; /* s_post talks to s_e */
+    cr_assert_eq(s_post(greedy, dev, sizeof dev), 200, "%s", dev);
+    char other[65536];
+    cr_assert_eq(s_post("{\"prompt\":[1],\"max_tokens\":4,\"seed\":5}", other,
+                        sizeof other),
+                 200);
+    s_e = keep;
+    json_t *a = json_loads(host, 0, NULL), *b = json_loads(dev, 0, NULL);
+    json_t *ia = json_object_get(
+        json_array_get(json_object_get(a, "choices"), 0), "token_ids");
+    json_t *ib = json_object_get(
+        json_array_get(json_object_get(b, "choices"), 0), "token_ids");
+    cr_assert(json_equal(ia, ib), "%s vs %s", host, dev);
+    json_decref(a);
+    json_decref(b);
+    cr_assert_geq(s_dev->calls, 6 + 4);
+    trn_engine_destroy(&e2);
+    trn_backend_destroy(&s_dev->inner);
+    free(s_dev);
 }
