@@ -78,9 +78,10 @@ class Agent(threading.Thread):
     the engine the broker lists, pushes the spans, completes the attempt
     with answer "7" for even group indices and "3" for odd ones."""
 
-    def __init__(self, rpc):
+    def __init__(self, rpc, fail_task=None):
         super().__init__(daemon=True)
         self.rpc = rpc
+        self.fail_task = fail_task  # index 1 of this task fails (agent)
         self.stop = threading.Event()
         self.done = 0
         self.versions = set()
@@ -139,6 +140,12 @@ class Agent(threading.Thread):
                 prompt_len=len(full)))
             seq = full + ids
         b.call("span_put", pb.SpanPutReq(spans=spans))
+        if a.rollout.task_id == self.fail_task and idx == 1:
+            b.call("attempt_fail", pb.AttemptFailReq(
+                rollout_id=rid, attempt=att, kind=pb.FAILURE_AGENT,
+                reason="scripted agent failure"))
+            self.done += 1
+            return
         b.call("attempt_complete", pb.AttemptCompleteReq(
             rollout_id=rid, attempt=att, expected_spans=2,
             result=pb.AttemptResult(answer="7" if idx % 2 == 0 else "3",
@@ -330,3 +337,30 @@ def test_bad_data_is_a_clear_error(tmp_path):
     assert r.returncode == 1
     assert "bad.jsonl" in r.stderr and "record 1" in r.stderr
     assert "reward_model.ground_truth" in r.stderr
+
+
+@pytest.mark.parametrize("policy,kept,dropped", [
+    ("drop_group", 2, 1), ("mask", 3, 0), ("zero", 4, 0)])
+def test_failed_rollout_policies(stack, tmp_path, policy, kept, dropped):
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.jsonl"), 2)
+    out = str(tmp_path / "out")
+    agent = Agent(br.ep["rpc"], fail_task="q0")
+    agent.start()
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--train-data", train,
+                 "--broker", br.ep["rpc"], "--out", out, "--threads", "1",
+                 "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+                 "trainer.max_attempts=1", "trainer.failed_rollouts=" + policy,
+                 "trainer.step_timeout=60s", "engine.max_len=128"], log)
+    procs.append(p)
+    rc = wait_trainer(p, agent, 120)
+    agent.stop.set()
+    assert rc == 0, open(tmp_path / "trainer.log").read()[-3000:]
+    m = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    assert m["rollouts/failed"] == 1 and m["rollouts/succeeded"] == 3
+    assert m["rollouts/kept"] == kept and m["groups/dropped"] == dropped
+    # only succeeded rollouts count in the reward means
+    assert m["reward/math_toy/count"] == 3
+    assert m["update/skipped"] == 0
