@@ -159,6 +159,10 @@ trn_backend_new(const char *name, const char *model_dir, int threads, bool kl,
 {
     if (name && strcmp(name, "cpu") == 0)
         return trn_backend_cpu_new(model_dir, threads, kl, err);
+#ifdef LISA_HAVE_CUDA
+    if (name && strcmp(name, "cuda") == 0)
+        return trn_backend_cuda_new(model_dir, threads, kl, err);
+#endif
     s_seterr(err, "backend %s is not built into this binary",
              name ? name : "(null)");
     lisa_log_error("backend: %s", err ? err->msg : "unknown backend");

@@ -626,16 +626,49 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
     S_TRY(trn_k_sumsq(g->scalar, grad, n, NULL));
     if (g->dist)
         S_TRY(trn_dist_allreduce_sum(g->dist, g->scalar, 1));
+    {
+        float ss = 0;
+        S_TRY(trn_cuda_download(&ss, g->scalar, 4));
+        if (grad_norm)
+            *grad_norm = sqrtf(ss);
+        if (!isfinite(ss)) {
+            S_TRY(trn_gpu_model_zero_grad(g));
+            rc = LISA_AGAIN;
+            goto out;
+        }
+    }
     g->step++;
     S_TRY(trn_k_adamw(w32, wb, g->m, g->v, grad, n, lr, beta1, beta2, eps,
                       weight_decay, g->step, clip, g->scalar, NULL));
     if (g->dist)
         S_TRY(trn_dist_allgather_bf16(g->dist, g->wb, g->shard));
-    if (grad_norm) {
-        float ss = 0;
-        S_TRY(trn_cuda_download(&ss, g->scalar, 4));
-        *grad_norm = sqrtf(ss);
-    }
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m, float *v)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (g->dist)
+        return LISA_UNSUPPORTED;
+    *step = (uint64_t) g->step;
+    S_TRY(trn_cuda_download(m, g->m, g->n_params * 4));
+    S_TRY(trn_cuda_download(v, g->v, g->n_params * 4));
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step, const float *m,
+                        const float *v)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (g->dist)
+        return LISA_UNSUPPORTED;
+    S_TRY(trn_cuda_upload(g->m, m, g->n_params * 4));
+    S_TRY(trn_cuda_upload(g->v, v, g->n_params * 4));
+    g->step = (int) step;
 out:
     return rc;
 }

@@ -55,10 +55,21 @@ lisa_rc_t trn_gpu_model_download_weights(trn_gpu_model_t *g,
                                          trn_model_t *dst) LISA_NODISCARD;
 
 /* One AdamW step over all parameters with global-norm clipping (clip <= 0:
- * none); *grad_norm (may be NULL) receives the norm before clipping. */
+ * none); *grad_norm (may be NULL) receives the norm before clipping. A
+ * non-finite norm skips the update, zeroes the gradients and returns
+ * LISA_AGAIN. */
 lisa_rc_t trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1,
                               float beta2, float eps, float weight_decay,
                               float clip, float *grad_norm) LISA_NODISCARD;
+
+/* AdamW state of a one-rank model: step count and the m and v arrays
+ * (trn_gpu_model_num_params values each, host memory); LISA_UNSUPPORTED
+ * once the model is data parallel. */
+lisa_rc_t trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m,
+                                  float *v) LISA_NODISCARD;
+lisa_rc_t trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step,
+                                  const float *m,
+                                  const float *v) LISA_NODISCARD;
 
 /* Makes the model one data-parallel replica of `d` (not owned; NULL: back
  * to one rank is not supported). From then on trn_gpu_model_adamw is
