@@ -18,7 +18,7 @@ for t in "${targets[@]}"; do
   cp "build/cuda/bin/$t" "$out/bin/"
   ldd "build/cuda/bin/$t" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
+      libc.so*|libm.so*|libpthread*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*|libresolv*|libnss*|libanl*) ;;
       libcuda*|libcublas*|libcudart*|libnccl*|libnvidia*) ;;
       *) cp -L "$lib" "$out/lib/" ;;
     esac

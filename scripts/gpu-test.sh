@@ -25,6 +25,9 @@ run() {
 run "$bin/trn_cuda_kernels_test"
 run "$bin/trn_gpu_model_test"
 run "$bin/trn_gpu_gen_test"
+if [ -x "$bin/lisa-trainer" ]; then
+  run bash tests/gpu/trainer_serve_smoke.sh "$bin" tests/fixtures/qwen3-tiny/tied
+fi
 if [ "$gpus" -ge 2 ]; then
   world=$gpus
   [ "$world" -gt 8 ] && world=8
