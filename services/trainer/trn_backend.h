@@ -72,8 +72,8 @@ trn_backend_t *trn_backend_cpu_new(const char *model_dir, int threads, bool kl,
 
 /* The CUDA backend (built when LISA_HAVE_CUDA): the model on device
  * LISA_CUDA_DEVICE (default 0), generation and training on the GPU. */
-trn_backend_t *trn_backend_cuda_new(const char *model_dir, int threads,
-                                    bool kl, trn_err_t *err);
+trn_backend_t *trn_backend_cuda_new(const char *model_dir, int threads, bool kl,
+                                    trn_err_t *err);
 
 /* Opens a backend by name ("cpu"; "cuda" when built in). */
 trn_backend_t *trn_backend_new(const char *name, const char *model_dir,

@@ -392,8 +392,11 @@ Test(rwd_worker, over_capacity_is_busy, .timeout = 30)
                     "100",  "--threads",          "1",        "--capacity",
                     "1",    "--judge-url",        url,        "--judge-sources",
                     "slow", "--judge-timeout-ms", "1500",     "--judge-retries",
-                    "0",    "--log-level",        "error"};
-    cr_assert_eq(rwd_config_parse(&p.cfg, 19, argv, 1), LISA_OK);
+                    "0",    "--log-level",        "error",    "--liveness",
+                    "20"};
+    /* liveness 20 x 100 ms: a loaded machine must not make the worker
+     * think this scripted broker died while the judge call hangs */
+    cr_assert_eq(rwd_config_parse(&p.cfg, 21, argv, 1), LISA_OK);
     rwd_scorer_config_t sc = {
         .judge_sources = "slow",
         .judge = {.base_url = url, .timeout_ms = 1500, .retries = 0}};
@@ -406,12 +409,14 @@ Test(rwd_worker, over_capacity_is_busy, .timeout = 30)
     broker_request(&b, 2, "math", "1", "1");
     m = broker_recv_skip_hb(&b, 1000, NULL);
     cr_assert_not_null(m);
+    cr_assert_eq(m->body_case, LISA__WORKER_MSG__BODY_REPLY);
     cr_assert_eq(m->reply->job_id, 2);
     cr_assert_eq(m->reply->code, LISA__CODE__CODE_BUSY);
     lisa_codec_free((ProtobufCMessage **) &m);
     /* The judge call times out within its budget: CODE_UNAVAILABLE. */
     m = broker_recv_skip_hb(&b, 4000, NULL);
     cr_assert_not_null(m);
+    cr_assert_eq(m->body_case, LISA__WORKER_MSG__BODY_REPLY);
     cr_assert_eq(m->reply->job_id, 1, "job %llu code %d error %s",
                  (unsigned long long) m->reply->job_id, (int) m->reply->code,
                  m->reply->error);
