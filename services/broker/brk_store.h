@@ -28,11 +28,14 @@
 typedef struct brk_store_t brk_store_t;
 
 /* Schema version this build migrates to. */
-#define BRK_STORE_SCHEMA 2
+#define BRK_STORE_SCHEMA 3
 
 /* Opens (creating when needed) <dir>/broker.db and migrates it. `sync_full`
  * selects synchronous=FULL over NORMAL. NULL on failure (logged). */
 brk_store_t *brk_store_open(const char *dir, bool sync_full);
+/* brk_store_open with the span log's segment size bound (bytes). */
+brk_store_t *brk_store_open_ex(const char *dir, bool sync_full,
+                               uint64_t segment_max);
 /* Closes the store; accepts NULL, sets *self to NULL. An open transaction
  * is rolled back. */
 void brk_store_close(brk_store_t **self);
@@ -45,8 +48,9 @@ lisa_rc_t brk_store_begin(brk_store_t *self) LISA_NODISCARD;
 lisa_rc_t brk_store_commit(brk_store_t *self) LISA_NODISCARD;
 /* Rolls the open transaction back (no-op when none). */
 void brk_store_rollback(brk_store_t *self);
-/* fdatasync of the WAL file: makes every COMMIT that returned before
- * the call durable against power loss. Safe to call from another thread
+/* fdatasync of the span log, then of the WAL file: makes every COMMIT
+ * (and every span record) that returned before the call durable against
+ * power loss. Safe to call from another thread
  * than the one using the store (it only touches a file descriptor). */
 lisa_rc_t brk_store_sync(brk_store_t *self) LISA_NODISCARD;
 
@@ -109,7 +113,8 @@ lisa_rc_t brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena,
                                    const char *id, Lisa__Transition ***out,
                                    size_t *n) LISA_NODISCARD;
 
-/* Stores a span unless (rollout, attempt, seq) is present (*dup = true).
+/* Stores a span unless (rollout, attempt, seq) is present (*dup = true):
+ * its bytes go to the span log, an index row into the transaction.
  * `raw`/`raw_len`, when not NULL, are the span's bytes as received (the
  * packed form of *span), stored as they are instead of packing again. */
 lisa_rc_t brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
@@ -155,6 +160,12 @@ lisa_rc_t brk_store_counts(brk_store_t *self, const char *run_id,
 /* Deletes a rollout with its attempts, spans and transitions (and its
  * group when no rollout of it is left). */
 lisa_rc_t brk_store_prune(brk_store_t *self, const char *id) LISA_NODISCARD;
+
+/* Deletes the span log segments (but the current one) that no span row
+ * names any more. Only between transactions (LISA_CONFLICT inside one),
+ * and only once the deletions that freed them are durable: a segment
+ * removed before its rows' deletion is durable could be missed. */
+lisa_rc_t brk_store_span_gc(brk_store_t *self, size_t *dropped) LISA_NODISCARD;
 
 /* Moves every open lease that ends before lease_ms to lease_ms (used at
  * start-up, so attempts are not failed for the broker's own downtime). */
