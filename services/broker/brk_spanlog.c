@@ -1,12 +1,12 @@
 /*
  * brk_spanlog: segmented append-only span log (see brk_spanlog.h).
  *
- * One writer thread (the broker loop) appends with pwrite at `end`; the
- * syncer thread calls brk_spanlog_sync. The mutex guards only the current
+ * One writer thread (the broker loop) appends records to a buffer and
+ * writes the kept ones to the file with one pwrite per flush (once per
+ * group commit, before COMMIT); the syncer thread calls brk_spanlog_sync. The mutex guards only the current
  * segment's descriptor, which the writer swaps when it seals a segment.
  * Reads use their own descriptor, cached for the last segment read.
  */
-#define _DEFAULT_SOURCE /* pwritev */
 #include "brk_spanlog.h"
 
 #include "lisa/lisa_log.h"
@@ -21,10 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define S_MAGIC 0x4c53504eu /* "LSPN" */
+/* Buffered bytes past which a write flushes first (one flush per group
+ * commit otherwise). */
+#define S_WBUF_MAX (8u << 20)
 
 struct brk_spanlog_t {
     char *dir; /* <data_dir>/spans */
@@ -33,8 +35,14 @@ struct brk_spanlog_t {
     pthread_mutex_t mu; /* guards fd and segment against the syncer */
     int fd;             /* current segment, O_RDWR */
     uint32_t segment;
-    uint64_t end;
+    uint64_t end; /* kept bytes, flushed or not */
     uint64_t truncated;
+    /* records not yet written to the file: wbuf[0] is at file offset
+     * wbase (== the flushed end); kept ones run to `end`, an unkept one
+     * may follow */
+    uint8_t *wbuf;
+    size_t wcap;
+    uint64_t wbase;
     int rd_fd; /* cached read descriptor */
     uint32_t rd_segment;
 };
@@ -317,6 +325,7 @@ brk_spanlog_open(const char *dir, uint64_t segment_max, bool durable)
         goto fail;
     uint64_t size = (uint64_t) stt.st_size;
     self->end = s_scan(self->fd, size);
+    self->wbase = self->end;
     if (self->end < size) {
         self->truncated = size - self->end;
         lisa_log_warn("spanlog: segment %08" PRIx32 ": cut %" PRIu64
@@ -342,8 +351,12 @@ brk_spanlog_close(brk_spanlog_t **pself)
     if (!pself || !*pself)
         return;
     brk_spanlog_t *self = *pself;
-    if (self->fd >= 0)
+    if (self->fd >= 0) {
+        if (brk_spanlog_flush(self) != LISA_OK)
+            lisa_log_warn("spanlog: kept records lost at close");
         close(self->fd);
+    }
+    lisa_free(&self->wbuf);
     if (self->rd_fd >= 0)
         close(self->rd_fd);
     pthread_mutex_destroy(&self->mu);
@@ -370,6 +383,29 @@ brk_spanlog_truncated(const brk_spanlog_t *self)
 }
 
 lisa_rc_t
+brk_spanlog_flush(brk_spanlog_t *self)
+{
+    size_t n = (size_t) (self->end - self->wbase);
+    if (!n)
+        return LISA_OK;
+    if (s_pwrite_all(self->fd, self->wbuf, n, self->wbase) != LISA_OK) {
+        lisa_log_error("spanlog: write to segment %08" PRIx32 ": %s",
+                       self->segment, strerror(errno));
+        /* the records' rows are rolled back by the failed commit */
+        self->end = self->wbase;
+        return LISA_ERR;
+    }
+    self->wbase = self->end;
+    return LISA_OK;
+}
+
+void
+brk_spanlog_discard(brk_spanlog_t *self)
+{
+    self->end = self->wbase;
+}
+
+lisa_rc_t
 brk_spanlog_write(brk_spanlog_t *self, const uint8_t *data, size_t len,
                   brk_spanlog_ref_t *ref)
 {
@@ -377,10 +413,12 @@ brk_spanlog_write(brk_spanlog_t *self, const uint8_t *data, size_t len,
         lisa_log_error("spanlog: record of %zu bytes is over the bound", len);
         return LISA_TOOLARGE;
     }
-    if (self->end > 0 &&
-        self->end + BRK_SPANLOG_HEADER + len > self->segment_max) {
+    size_t rec = BRK_SPANLOG_HEADER + len;
+    if (self->end > 0 && self->end + rec > self->segment_max) {
         /* seal: the old segment is made durable before any record of the
          * new one can be acknowledged */
+        if (brk_spanlog_flush(self) != LISA_OK)
+            return LISA_ERR;
         if (self->durable && fdatasync(self->fd) != 0) {
             lisa_log_error("spanlog: fdatasync of segment %08" PRIx32 ": %s",
                            self->segment, strerror(errno));
@@ -392,36 +430,27 @@ brk_spanlog_write(brk_spanlog_t *self, const uint8_t *data, size_t len,
         if (s_open_segment(self, self->segment + 1, true) != LISA_OK)
             return LISA_ERR;
         self->end = 0;
+        self->wbase = 0;
     }
-    uint8_t h[BRK_SPANLOG_HEADER];
+    size_t at = (size_t) (self->end - self->wbase);
+    if (at && at + rec > S_WBUF_MAX) {
+        if (brk_spanlog_flush(self) != LISA_OK)
+            return LISA_ERR;
+        at = 0;
+    }
+    if (at + rec > self->wcap) {
+        size_t cap = self->wcap ? self->wcap : 1u << 20;
+        while (cap < at + rec)
+            cap *= 2;
+        self->wbuf = lisa_realloc(self->wbuf, cap);
+        self->wcap = cap;
+    }
+    uint8_t *h = self->wbuf + at;
     s_put32(h, S_MAGIC);
     s_put32(h + 4, (uint32_t) len);
-    s_put32(h + 8, s_record_crc(h + 4, data, len));
-    /* header and payload in one call, so a record is one write */
-    struct iovec iov[2] = {{h, sizeof h}, {(void *) (uintptr_t) data, len}};
-    ssize_t k;
-    while ((k = pwritev(self->fd, iov, 2, (off_t) self->end)) < 0 &&
-           errno == EINTR)
-        ;
-    size_t want = sizeof h + len;
-    if (k >= 0 && (size_t) k < want) {
-        /* short write: finish it piecewise */
-        size_t done = (size_t) k;
-        lisa_rc_t rc = LISA_OK;
-        if (done < sizeof h)
-            rc = s_pwrite_all(self->fd, h + done, sizeof h - done,
-                              self->end + done);
-        size_t pdone = done > sizeof h ? done - sizeof h : 0;
-        if (rc == LISA_OK && len > pdone)
-            rc = s_pwrite_all(self->fd, data + pdone, len - pdone,
-                              self->end + sizeof h + pdone);
-        k = rc == LISA_OK ? (ssize_t) want : -1;
-    }
-    if (k < 0) {
-        lisa_log_error("spanlog: write to segment %08" PRIx32 ": %s",
-                       self->segment, strerror(errno));
-        return LISA_ERR;
-    }
+    if (len)
+        memcpy(h + BRK_SPANLOG_HEADER, data, len);
+    s_put32(h + 8, s_record_crc(h + 4, h + BRK_SPANLOG_HEADER, len));
     ref->segment = self->segment;
     ref->offset = self->end;
     ref->len = (uint32_t) len;
@@ -439,6 +468,21 @@ lisa_rc_t
 brk_spanlog_read(brk_spanlog_t *self, const brk_spanlog_ref_t *ref,
                  uint8_t *buf)
 {
+    if (ref->segment == self->segment && ref->offset >= self->wbase &&
+        ref->offset + BRK_SPANLOG_HEADER + ref->len <= self->end) {
+        /* kept but not flushed yet */
+        const uint8_t *h = self->wbuf + (ref->offset - self->wbase);
+        if (s_get32(h) != S_MAGIC || s_get32(h + 4) != ref->len ||
+            s_record_crc(h + 4, h + BRK_SPANLOG_HEADER, ref->len) !=
+                s_get32(h + 8)) {
+            lisa_log_error("spanlog: buffered record at %08" PRIx32
+                           ":%" PRIu64 " is damaged",
+                           ref->segment, ref->offset);
+            return LISA_ERR;
+        }
+        memcpy(buf, h + BRK_SPANLOG_HEADER, ref->len);
+        return LISA_OK;
+    }
     if (self->rd_fd < 0 || self->rd_segment != ref->segment) {
         if (self->rd_fd >= 0)
             close(self->rd_fd);

@@ -9,9 +9,11 @@
  * span. A record is a 12-byte header (magic, payload length, CRC32C of
  * length and payload) followed by the payload.
  *
- * Writes go to the end of the current segment; a record becomes part of
- * the log only when the caller keeps it (brk_spanlog_keep), so a record
- * that turns out to be a duplicate is overwritten by the next one. A
+ * Writes go to the end of the current segment, through a buffer that
+ * brk_spanlog_flush writes out in one call (the store flushes before each
+ * COMMIT); a record becomes part of the log only when the caller keeps it
+ * (brk_spanlog_keep), so a record that turns out to be a duplicate is
+ * overwritten by the next one. A
  * segment is fdatasynced and sealed when it passes its size bound, and a
  * new one started (its directory entry synced too). brk_spanlog_sync makes
  * everything written so far durable; it may run on another thread than
@@ -54,7 +56,8 @@ typedef struct {
  * segments and new directory entries. NULL on failure (logged). */
 brk_spanlog_t *brk_spanlog_open(const char *dir, uint64_t segment_max,
                                 bool durable);
-/* Closes the log; accepts NULL, sets *self to NULL. */
+/* Flushes kept records and closes the log; accepts NULL, sets *self to
+ * NULL. */
 void brk_spanlog_close(brk_spanlog_t **self);
 
 /* The current segment and its end (kept bytes): after open, the recovered
@@ -65,11 +68,19 @@ uint64_t brk_spanlog_end(const brk_spanlog_t *self);
 uint64_t brk_spanlog_truncated(const brk_spanlog_t *self);
 
 /* Writes a record of `len` bytes at the end of the log without keeping it
- * (the next write would overwrite it); *ref says where it is. */
+ * (the next write would overwrite it); *ref says where it is. The bytes
+ * reach the file at the next flush. */
 lisa_rc_t brk_spanlog_write(brk_spanlog_t *self, const uint8_t *data,
                             size_t len, brk_spanlog_ref_t *ref) LISA_NODISCARD;
 /* Keeps the record just written at *ref: the end moves past it. */
 void brk_spanlog_keep(brk_spanlog_t *self, const brk_spanlog_ref_t *ref);
+
+/* Writes the kept records still buffered to the file (not synced). On
+ * failure they are dropped (logged): the caller must not commit rows that
+ * name them. */
+lisa_rc_t brk_spanlog_flush(brk_spanlog_t *self) LISA_NODISCARD;
+/* Drops the kept records not flushed yet (their rows were rolled back). */
+void brk_spanlog_discard(brk_spanlog_t *self);
 
 /* Reads the payload of the record at *ref into buf (ref->len bytes) and
  * checks its header and checksum: LISA_ERR (logged) when they do not
@@ -77,7 +88,7 @@ void brk_spanlog_keep(brk_spanlog_t *self, const brk_spanlog_ref_t *ref);
 lisa_rc_t brk_spanlog_read(brk_spanlog_t *self, const brk_spanlog_ref_t *ref,
                            uint8_t *buf) LISA_NODISCARD;
 
-/* fdatasync of the current segment: every record written before the call
+/* fdatasync of the current segment: every record flushed before the call
  * is durable on LISA_OK. Thread-safe against the writer. */
 lisa_rc_t brk_spanlog_sync(brk_spanlog_t *self) LISA_NODISCARD;
 

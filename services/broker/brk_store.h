@@ -4,10 +4,12 @@
  * The file is <data_dir>/broker.db in WAL mode. The broker is its only
  * writer and runs one transaction per loop iteration (group commit): all
  * writes of the iteration go in, COMMIT makes them durable, and only then
- * are replies sent. With sync "full" every COMMIT fsyncs the WAL, so an
- * acknowledged write survives power loss; with "normal" the WAL is written
- * but not synced at commit, which survives a killed process (the data is
- * in the OS page cache) but not a power cut.
+ * are replies sent. Span bytes live in the span log (brk_spanlog) beside
+ * the file; a span row only says where its record is. SQLite never fsyncs
+ * at COMMIT: brk_store_sync fsyncs the span log and the WAL (the broker's
+ * syncer thread calls it after each group commit), so an acknowledged
+ * write survives power loss; without it, a COMMIT survives a killed
+ * process (the data is in the OS page cache) but not a power cut.
  *
  * The schema is versioned (PRAGMA user_version) and migrated forward at
  * open, one transaction per step. Records cross this interface as the

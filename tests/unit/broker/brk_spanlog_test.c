@@ -62,14 +62,16 @@ TestSuite(brk_spanlog, .init = s_setup, .fini = s_teardown);
 
 Test(brk_spanlog, usage)
 {
-    /* Open, write a record, keep it, sync, read it back. */
+    /* Open, write a record, keep it, flush and sync, read it back. */
     brk_spanlog_t *log = brk_spanlog_open(s_dir, 1 << 20, true);
     cr_assert_not_null(log);
     const uint8_t data[] = "token ids and logprobs";
     brk_spanlog_ref_t ref;
     cr_assert_eq(brk_spanlog_write(log, data, sizeof data, &ref), LISA_OK);
     brk_spanlog_keep(log, &ref);
+    cr_assert_eq(brk_spanlog_flush(log), LISA_OK);
     cr_assert_eq(brk_spanlog_sync(log), LISA_OK);
+    cr_assert_eq(s_size(1), (off_t) (BRK_SPANLOG_HEADER + sizeof data));
     uint8_t back[sizeof data];
     cr_assert_eq(brk_spanlog_read(log, &ref, back), LISA_OK);
     cr_assert_arr_eq(back, data, sizeof data);
@@ -160,6 +162,7 @@ Test(brk_spanlog, damaged_record_is_refused_on_read)
     cr_assert_eq(brk_spanlog_write(log, (const uint8_t *) "abcdef", 6, &r),
                  LISA_OK);
     brk_spanlog_keep(log, &r);
+    cr_assert_eq(brk_spanlog_flush(log), LISA_OK);
     char p[300];
     s_seg_path(1, p, sizeof p);
     int fd = open(p, O_WRONLY);
@@ -168,6 +171,28 @@ Test(brk_spanlog, damaged_record_is_refused_on_read)
     uint8_t buf[6];
     cr_assert_eq(brk_spanlog_read(log, &r, buf), LISA_ERR);
     brk_spanlog_close(&log);
+}
+
+Test(brk_spanlog, buffered_records_read_back_and_discard_drops_them)
+{
+    brk_spanlog_t *log = brk_spanlog_open(s_dir, 1 << 20, false);
+    brk_spanlog_ref_t a, b;
+    cr_assert_eq(brk_spanlog_write(log, (const uint8_t *) "first", 5, &a),
+                 LISA_OK);
+    brk_spanlog_keep(log, &a);
+    cr_assert_eq(brk_spanlog_flush(log), LISA_OK);
+    cr_assert_eq(brk_spanlog_write(log, (const uint8_t *) "second", 6, &b),
+                 LISA_OK);
+    brk_spanlog_keep(log, &b);
+    uint8_t buf[6];
+    cr_assert_eq(brk_spanlog_read(log, &b, buf), LISA_OK); /* from memory */
+    cr_assert_arr_eq(buf, "second", 6);
+    cr_assert_eq(s_size(1), (off_t) (BRK_SPANLOG_HEADER + 5));
+    brk_spanlog_discard(log); /* its transaction rolled back */
+    cr_assert_eq(brk_spanlog_end(log), BRK_SPANLOG_HEADER + 5);
+    cr_assert_eq(brk_spanlog_read(log, &b, buf), LISA_ERR);
+    brk_spanlog_close(&log);
+    cr_assert_eq(s_size(1), (off_t) (BRK_SPANLOG_HEADER + 5));
 }
 
 static bool
@@ -195,6 +220,7 @@ Test(brk_spanlog, segments_rotate_and_dead_ones_are_dropped)
     cr_assert_eq(brk_spanlog_write(log, big, sizeof big, &r), LISA_OK);
     brk_spanlog_keep(log, &r);
     cr_assert_eq(r.segment, 5);
+    cr_assert_eq(brk_spanlog_flush(log), LISA_OK);
     /* segments 1, 3 and 4 hold nothing live; the current one stays */
     cr_assert_eq(brk_spanlog_drop(log, s_only_two, NULL), 3);
     cr_assert_eq(s_size(1), -1);
