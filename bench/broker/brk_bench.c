@@ -758,8 +758,8 @@ main(int argc, char **argv)
                "pipelined): %8.0f entries/s  (%.1f MB/s, %" PRIu64
                " in %.2f s; redis cpu %.2f s = %.0f entries per "
                "cpu-second)  ratio %.2f\n",
-               r + 1, r_rate[r], r_rate[r] * (double) plen / 1e6, rn,
-               s_seconds, rcpu, r_eff[r], ratio[r]);
+               r + 1, r_rate[r], r_rate[r] * (double) plen / 1e6, rn, s_seconds,
+               rcpu, r_eff[r], ratio[r]);
     }
     double span_rate = s_median(b_rate, (size_t) rounds);
     printf("  broker span ingest, median of %d rounds: %.0f spans/s, %.0f "

@@ -2436,8 +2436,7 @@ brk_server_new(const brk_config_t *cfg)
     /* SQLite itself never fsyncs at COMMIT (synchronous=NORMAL); with
      * sync "full" the syncer thread fsyncs the WAL after each group
      * commit and replies wait for it, so fsync overlaps the next batch. */
-    self->store =
-        brk_store_open_ex(cfg->data_dir, false, cfg->span_segment);
+    self->store = brk_store_open_ex(cfg->data_dir, false, cfg->span_segment);
     self->token = brk_token_new(cfg->token_key_file);
     if (!self->store || !self->token)
         goto fail;

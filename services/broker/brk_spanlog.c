@@ -3,9 +3,10 @@
  *
  * One writer thread (the broker loop) appends records to a buffer and
  * writes the kept ones to the file with one pwrite per flush (once per
- * group commit, before COMMIT); the syncer thread calls brk_spanlog_sync. The mutex guards only the current
- * segment's descriptor, which the writer swaps when it seals a segment.
- * Reads use their own descriptor, cached for the last segment read.
+ * group commit, before COMMIT); the syncer thread calls brk_spanlog_sync. The
+ * mutex guards only the current segment's descriptor, which the writer swaps
+ * when it seals a segment. Reads use their own descriptor, cached for the last
+ * segment read.
  */
 #include "brk_spanlog.h"
 
@@ -333,8 +334,7 @@ brk_spanlog_open(const char *dir, uint64_t segment_max, bool durable)
                       self->segment, self->truncated, self->end);
         if (ftruncate(self->fd, (off_t) self->end) != 0 ||
             (durable && fdatasync(self->fd) != 0)) {
-            lisa_log_error("spanlog: cannot truncate segment %08" PRIx32
-                           ": %s",
+            lisa_log_error("spanlog: cannot truncate segment %08" PRIx32 ": %s",
                            self->segment, strerror(errno));
             goto fail;
         }
@@ -475,8 +475,8 @@ brk_spanlog_read(brk_spanlog_t *self, const brk_spanlog_ref_t *ref,
         if (s_get32(h) != S_MAGIC || s_get32(h + 4) != ref->len ||
             s_record_crc(h + 4, h + BRK_SPANLOG_HEADER, ref->len) !=
                 s_get32(h + 8)) {
-            lisa_log_error("spanlog: buffered record at %08" PRIx32
-                           ":%" PRIu64 " is damaged",
+            lisa_log_error("spanlog: buffered record at %08" PRIx32 ":%" PRIu64
+                           " is damaged",
                            ref->segment, ref->offset);
             return LISA_ERR;
         }
@@ -527,8 +527,7 @@ brk_spanlog_sync(brk_spanlog_t *self)
 }
 
 size_t
-brk_spanlog_drop(brk_spanlog_t *self, bool (*live)(uint32_t, void *),
-                 void *arg)
+brk_spanlog_drop(brk_spanlog_t *self, bool (*live)(uint32_t, void *), void *arg)
 {
     DIR *d = opendir(self->dir);
     if (!d)
@@ -547,9 +546,8 @@ brk_spanlog_drop(brk_spanlog_t *self, bool (*live)(uint32_t, void *),
         s_path(self, s, path, sizeof path);
         if (unlink(path) == 0) {
             dropped++;
-            lisa_log_info("spanlog: deleted segment %08" PRIx32
-                          " (no span left)",
-                          s);
+            lisa_log_info(
+                "spanlog: deleted segment %08" PRIx32 " (no span left)", s);
         }
     }
     closedir(d);

@@ -16,7 +16,6 @@
 #include "brk_store.h"
 
 #include "brk_spanlog.h"
-
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -238,7 +237,7 @@ struct brk_store_t {
     bool ckpt_stop;
     sqlite3 *ckpt_db;
     char *path;
-    int wal_fd; /* the -wal file, for brk_store_sync */
+    int wal_fd;         /* the -wal file, for brk_store_sync */
     brk_spanlog_t *log; /* span bytes; rows here say where they are */
     uint8_t *span_buf;  /* packing / reading buffer for one span */
     size_t span_cap;

@@ -88,9 +88,9 @@ Test(brk_spanlog, crc32c_matches_the_standard_check_value)
     uint8_t z[32] = {0};
     cr_assert_eq(brk_spanlog_crc32c(0, z, sizeof z), 0x8A9136AAu);
     /* split computation gives the same value */
-    cr_assert_eq(brk_spanlog_crc32c(brk_spanlog_crc32c(0, "12345", 5), "6789",
-                                    4),
-                 0xE3069283u);
+    cr_assert_eq(
+        brk_spanlog_crc32c(brk_spanlog_crc32c(0, "12345", 5), "6789", 4),
+        0xE3069283u);
 }
 
 Test(brk_spanlog, unkept_record_is_overwritten)
@@ -124,8 +124,8 @@ Test(brk_spanlog, torn_tail_is_cut_at_open)
     brk_spanlog_close(&log);
 
     /* a header promising more bytes than follow (a write cut short) */
-    const uint8_t torn[] = {0x4e, 0x50, 0x53, 0x4c, 200, 0, 0, 0,
-                            1,    2,    3,    4,    'x', 'y'};
+    const uint8_t torn[] = {0x4e, 0x50, 0x53, 0x4c, 200, 0,   0,
+                            0,    1,    2,    3,    4,   'x', 'y'};
     s_append_raw(1, torn, sizeof torn);
     log = brk_spanlog_open(s_dir, 1 << 20, true);
     cr_assert_not_null(log);
@@ -135,9 +135,8 @@ Test(brk_spanlog, torn_tail_is_cut_at_open)
     brk_spanlog_close(&log);
 
     /* a whole record whose checksum does not match: cut as well */
-    uint8_t bad[BRK_SPANLOG_HEADER + 4] = {0x4e, 0x50, 0x53, 0x4c, 4, 0, 0, 0,
-                                           9,    9,    9,    9,    'a', 'b',
-                                           'c',  'd'};
+    uint8_t bad[BRK_SPANLOG_HEADER + 4] = {
+        0x4e, 0x50, 0x53, 0x4c, 4, 0, 0, 0, 9, 9, 9, 9, 'a', 'b', 'c', 'd'};
     s_append_raw(1, bad, sizeof bad);
     log = brk_spanlog_open(s_dir, 1 << 20, true);
     cr_assert_eq(brk_spanlog_truncated(log), sizeof bad);
