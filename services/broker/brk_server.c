@@ -156,6 +156,7 @@ struct brk_server_t {
     /* span log segments may be freed once batch gc_after is durable (an
      * export pruned rollouts in it); 0: nothing to do */
     uint64_t gc_after;
+    int64_t gc_since;           /* when gc_after first waited for the syncer */
     struct s_batch_s **batches; /* committed, waiting for fsync */
     size_t n_batches, cap_batches;
     struct {
@@ -2191,15 +2192,31 @@ s_flush_durable(brk_server_t *self, uint64_t durable)
 }
 
 /* Deletes span log segments freed by a prune once the prune is durable
- * (called between transactions). */
+ * (called between transactions). The deletion must not run ahead of
+ * any commit: a segment whose rows a committed but not yet fsynced prune
+ * deleted would be gone while a power cut could bring the rows back. So
+ * it waits until every committed batch is durable (no batch waits for
+ * the syncer), and when the loop never gets there for S_GC_WAIT_MS it
+ * syncs the store itself once, blocking the loop for one fsync. */
+#define S_GC_WAIT_MS 10000
+
 static void
 s_span_gc(brk_server_t *self, uint64_t durable)
 {
     if (!self->gc_after || durable < self->gc_after)
         return;
+    if (self->n_batches) {
+        if (!self->gc_since)
+            self->gc_since = zclock_mono();
+        if (zclock_mono() - self->gc_since < S_GC_WAIT_MS ||
+            brk_store_sync(self->store) != LISA_OK)
+            return;
+    }
     size_t dropped = 0;
-    if (brk_store_span_gc(self->store, &dropped) == LISA_OK)
+    if (brk_store_span_gc(self->store, &dropped) == LISA_OK) {
         self->gc_after = 0;
+        self->gc_since = 0;
+    }
 }
 
 static lisa_rc_t
