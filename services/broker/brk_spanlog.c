@@ -128,7 +128,7 @@ brk_spanlog_crc32c(uint32_t crc, const void *buf, size_t len)
 }
 
 /* ---------------------------------------------------------------- */
-/* helpers                                                          */
+/* internals                                                        */
 
 static void
 s_put32(uint8_t *p, uint32_t v)
