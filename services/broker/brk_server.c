@@ -153,6 +153,10 @@ struct brk_server_t {
     } cur_frame;
     zactor_t *syncer; /* NULL with sync "normal" */
     uint64_t batch_seq;
+    /* span log segments may be freed once batch gc_after is durable (an
+     * export pruned rollouts in it); 0: nothing to do */
+    uint64_t gc_after;
+    int64_t gc_since;           /* when gc_after first waited for the syncer */
     struct s_batch_s **batches; /* committed, waiting for fsync */
     size_t n_batches, cap_batches;
     struct {
@@ -1354,8 +1358,11 @@ s_h_export(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
             if (brk_store_prune(self->store, out->rollouts[i]->rollout_id) !=
                 LISA_OK)
                 return s_fail(err, LISA_ERR, "store delete failed");
-    if (q->prune && n)
+    if (q->prune && n) {
         lisa_log_info("export: pruned %zu finished rollouts", n);
+        /* this iteration's batch; its segments go once it is durable */
+        self->gc_after = self->batch_seq + 1;
+    }
     return LISA_OK;
 }
 
@@ -2184,6 +2191,34 @@ s_flush_durable(brk_server_t *self, uint64_t durable)
     s_dispatch(self);
 }
 
+/* Deletes span log segments freed by a prune once the prune is durable
+ * (called between transactions). The deletion must not run ahead of
+ * any commit: a segment whose rows a committed but not yet fsynced prune
+ * deleted would be gone while a power cut could bring the rows back. So
+ * it waits until every committed batch is durable (no batch waits for
+ * the syncer), and when the loop never gets there for S_GC_WAIT_MS it
+ * syncs the store itself once, blocking the loop for one fsync. */
+#define S_GC_WAIT_MS 10000
+
+static void
+s_span_gc(brk_server_t *self, uint64_t durable)
+{
+    if (!self->gc_after || durable < self->gc_after)
+        return;
+    if (self->n_batches) {
+        if (!self->gc_since)
+            self->gc_since = zclock_mono();
+        if (zclock_mono() - self->gc_since < S_GC_WAIT_MS ||
+            brk_store_sync(self->store) != LISA_OK)
+            return;
+    }
+    size_t dropped = 0;
+    if (brk_store_span_gc(self->store, &dropped) == LISA_OK) {
+        self->gc_after = 0;
+        self->gc_since = 0;
+    }
+}
+
 static lisa_rc_t
 s_finish_iteration(brk_server_t *self)
 {
@@ -2210,6 +2245,7 @@ s_finish_iteration(brk_server_t *self)
     s_batch_t *b = s_batch_take(self);
     if (!self->syncer) {
         /* sync "normal": COMMIT is the durability point (process crash) */
+        s_span_gc(self, b->id);
         s_batch_flush(self, b);
         s_batch_free(&b);
         s_dispatch(self);
@@ -2249,8 +2285,10 @@ s_on_syncer(brk_server_t *self)
             durable = id;
         zstr_free(&msg);
     }
-    if (durable)
+    if (durable) {
         s_flush_durable(self, durable);
+        s_span_gc(self, durable);
+    }
     return LISA_OK;
 }
 
@@ -2415,7 +2453,7 @@ brk_server_new(const brk_config_t *cfg)
     /* SQLite itself never fsyncs at COMMIT (synchronous=NORMAL); with
      * sync "full" the syncer thread fsyncs the WAL after each group
      * commit and replies wait for it, so fsync overlaps the next batch. */
-    self->store = brk_store_open(cfg->data_dir, false);
+    self->store = brk_store_open_ex(cfg->data_dir, false, cfg->span_segment);
     self->token = brk_token_new(cfg->token_key_file);
     if (!self->store || !self->token)
         goto fail;
@@ -2465,6 +2503,12 @@ brk_server_new(const brk_config_t *cfg)
         s_ptrs_push((void ***) &self->jobs, &self->n_jobs, &self->cap_jobs, j);
     }
     brk_arena_reset(self->arena);
+    /* segments a prune freed before a stop: the store is synced first, so
+     * the deletions that freed them are durable */
+    size_t dropped = 0;
+    if (brk_store_sync(self->store) != LISA_OK ||
+        brk_store_span_gc(self->store, &dropped) != LISA_OK)
+        goto fail;
     self->next_tick = zclock_mono();
     lisa_log_info("broker up: rpc %s, spans %s, events %s, workers %s; "
                   "store %s/broker.db (schema %d, sync %s), policy %" PRIu64

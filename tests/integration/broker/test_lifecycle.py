@@ -1,6 +1,7 @@
 """Drives every row of the broker's rollout state table against a real
 broker process and real reward workers on loopback."""
 import json
+import os
 import time
 
 import pytest
@@ -405,6 +406,55 @@ def test_export_then_prune(broker, client):
         assert client.call("query", pb.QueryReq(rollout_ids=[r])).code == pb.CODE_NOT_FOUND
     st = client.ok("stats", pb.StatsReq(run_id="exp")).stats
     assert st.succeeded == 0 and st.queued == 1 and st.spans == 0
+    w.stop()
+
+
+def test_prune_deletes_span_log_segments_nothing_names(make_broker):
+    """Span bytes live in segment files; once an export prunes every
+    rollout whose spans a sealed segment holds (and that is durable), the
+    segment file goes. Spans of rollouts kept stay readable."""
+    b = make_broker(span_segment="4KiB")
+    c = Client(b.ep["rpc"])
+    w = RewardWorker(b.ep["workers"])
+    w.start()
+    done = enqueue(c, [task("p%d" % i) for i in range(3)], run="seg")
+    keep = enqueue(c, [task("keep")], run="keep")[0]
+    claim(c, capacity=10)
+
+    def spans(rid, first, n):
+        return [pb.Span(rollout_id=rid, attempt=1, seq=s, prev_seq=s - 1,
+                        appended_ids=list(range(s, s + 200)),
+                        response_ids=list(range(300)),
+                        response_logprobs=[-0.5] * 300) for s in range(first, first + n)]
+    for rid in done:  # ~2.6 KB a span: one or two spans a segment
+        c.ok("span_put", pb.SpanPutReq(spans=spans(rid, 0, 4)))
+    c.ok("span_put", pb.SpanPutReq(spans=spans(keep, 0, 2)))
+    for rid in done:
+        complete(c, rid, 1)
+    c.ok("wait", pb.WaitReq(rollout_ids=done, timeout_ms=5000))
+    seg_dir = os.path.join(b.data_dir, "spans")
+    before = sorted(os.listdir(seg_dir))
+    assert len(before) >= 6, before
+    assert len(c.ok("export", pb.ExportReq(run_id="seg", limit=10, prune=True)).rollouts) == 3
+    # the next durable batch lets the broker delete what nothing names
+    end = time.time() + 5
+    while time.time() < end:
+        c.ok("heartbeat", pb.HeartbeatReq(rollout_id=keep, attempt=1))
+        after = sorted(os.listdir(seg_dir))
+        if len(after) <= 3:
+            break
+        time.sleep(0.05)
+    assert len(after) <= 3, (before, after)
+    q = c.ok("query", pb.QueryReq(rollout_ids=[keep], with_spans=True))
+    assert [s for s in q.spans] == spans(keep, 0, 2)
+    # and after a restart as well
+    b.stop()
+    b.start()
+    c2 = Client(b.ep["rpc"])
+    q = c2.ok("query", pb.QueryReq(rollout_ids=[keep], with_spans=True))
+    assert [s for s in q.spans] == spans(keep, 0, 2)
+    c2.close()
+    c.close()
     w.stop()
 
 
