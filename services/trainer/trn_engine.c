@@ -474,7 +474,7 @@ s_run(void *arg)
 /* ---- broker registration ----------------------------------------------- */
 
 static void
-s_register(trn_engine_t *e, lisa_rpc_t *rpc)
+s_register(trn_engine_t *e, lisa_rpc_t *rpc, bool final)
 {
     Lisa__Engine eng = LISA__ENGINE__INIT;
     Lisa__EngineRegisterReq er = LISA__ENGINE_REGISTER_REQ__INIT;
@@ -489,11 +489,16 @@ s_register(trn_engine_t *e, lisa_rpc_t *rpc)
     eng.max_batch = (uint32_t) e->cfg.max_batch;
     er.engine = &eng;
     er.ttl_ms = e->cfg.register_ttl_ms;
+    if (final) {
+        /* leaving: no new calls, and gone from the registry at once */
+        eng.paused = true;
+        er.ttl_ms = 1;
+    }
     req.version = LISA_PROTOCOL_VERSION;
     req.body_case = LISA__REQUEST__BODY_ENGINE_REGISTER;
     req.engine_register = &er;
     Lisa__Reply *rep = NULL;
-    lisa_rc_t rc = lisa_rpc_call(rpc, &req, 2000, &rep);
+    lisa_rc_t rc = lisa_rpc_call(rpc, &req, final ? 500 : 2000, &rep);
     if (rc == LISA_OK)
         rc = lisa_rpc_reply_rc(rep);
     if (rc != LISA_OK)
@@ -516,7 +521,7 @@ s_reg_run(void *arg)
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
         pthread_mutex_unlock(&e->mu);
-        s_register(e, rpc);
+        s_register(e, rpc, false);
         pthread_mutex_lock(&e->mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -527,6 +532,7 @@ s_reg_run(void *arg)
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     }
     pthread_mutex_unlock(&e->mu);
+    s_register(e, rpc, true);
     lisa_rpc_destroy(&rpc);
     return NULL;
 }

@@ -20,7 +20,8 @@
  *
  * The engine registers itself with the broker (EngineRegisterReq with a
  * TTL, renewed every ttl / 3, paused flag and policy version included) when
- * a broker endpoint is given.
+ * a broker endpoint is given; on shutdown it registers once more as paused
+ * with a 1 ms TTL, so gateways stop routing to it at once.
  */
 #ifndef TRN_ENGINE_H
 #define TRN_ENGINE_H

@@ -161,6 +161,15 @@ def test_registers_with_the_broker(tmp_path):
         es = b.call("engine_list", pb.EngineListReq()).engine_list.engines
         assert [e for e in es if e.engine_id == "eng-7"]
         stop(p)
+        # leaving deregisters at once (paused, 1 ms TTL)
+        end = time.time() + 2
+        while time.time() < end:
+            es = b.call("engine_list", pb.EngineListReq()).engine_list.engines
+            mine = [e for e in es if e.engine_id == "eng-7"]
+            if not mine or mine[0].paused:
+                break
+            time.sleep(0.05)
+        assert not mine or mine[0].paused
         b.close()
     finally:
         br.stop()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,7 +90,7 @@ class Agent(threading.Thread):
 
     def engine_url(self, b):
         rep = b.call("engine_list", pb.EngineListReq())
-        urls = [e.url for e in rep.engine_list.engines if e.up]
+        urls = [e.url for e in rep.engine_list.engines if e.up and not e.paused]
         return urls[0] if urls else None
 
     def run(self):
@@ -106,11 +107,22 @@ class Agent(threading.Thread):
                     time.sleep(0.05)
                     continue
                 for a in rep.claim.attempts:
-                    self.play(b, url, a)
+                    self.play_retry(b, url, a)
         except Exception as e:  # surfaced by the test
             self.errors.append(repr(e))
         finally:
             b.close()
+
+    def play_retry(self, b, url, a):
+        # an engine that just went away: look it up again (as a gateway
+        # would); the attempt starts over on the live engine
+        for _ in range(50):
+            try:
+                return self.play(b, url, a)
+            except urllib.error.URLError:
+                time.sleep(0.1)
+                url = self.engine_url(b) or url
+        return self.play(b, url, a)
 
     def play(self, b, url, a):
         rid, att = a.rollout.rollout_id, a.attempt
