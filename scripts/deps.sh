@@ -15,6 +15,7 @@ PKGS=(
   python3 python3-zmq python3-protobuf python3-venv
   bubblewrap
   redis-server
+  nginx
 )
 if [ "${LISA_DEPS_EXTRA:-}" != "" ]; then
   # shellcheck disable=SC2206
