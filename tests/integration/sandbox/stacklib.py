@@ -100,7 +100,7 @@ class Stack:
         with open(self.keyfile, "w") as f:
             f.write(self.key.hex() + "\n")
         os.chmod(self.keyfile, 0o600)
-        opts = {"lease-ms": 4000, "max-attempts": 2, "backoff-ms": 10,
+        opts = {"lease-ms": 30000, "max-attempts": 2, "backoff-ms": 10,
                 "backoff-max-ms": 20, "token-key": self.keyfile}
         opts.update(broker_opts or {})
         self.broker = Broker(os.path.join(self.dir, "broker"), **opts).start()

@@ -133,7 +133,8 @@ def test_sandbox_that_never_starts_the_agent(make_stack):
 HOSTILE = {
     "forkbomb": "b(){ b|b& }; b",
     "memhog": "tail /dev/zero",
-    "flood": "yes lisa",
+    # Gigabytes of output in 3 s; the agent keeps a bounded capture.
+    "flood": "timeout 3 yes lisa",
 }
 
 
@@ -156,9 +157,12 @@ def test_hostile_commands_are_bounded(make_stack):
                     max_turns=6)
     kinds = list(HOSTILE) if not ASAN else ["forkbomb", "flood"]
     ids = s.enqueue([task(f"task-{k}", limits=lim) for k in kinds])
-    ctl = s.controller(max_concurrency=4)
+    # One at a time: without a pids cgroup the process limit is the
+    # sandbox uid's RLIMIT_NPROC, which all local sandboxes share, so a
+    # fork bomb would starve its neighbours until its command is cut.
+    ctl = s.controller(max_concurrency=1)
     inside = set()
-    end = time.time() + 60
+    end = time.time() + 90
     while time.time() < end:
         inside.update(descendants(ctl.pid))
         states = [s.roll(r)[0].state for r in ids]
@@ -170,7 +174,7 @@ def test_hostile_commands_are_bounded(make_stack):
         r, atts = s.roll(rid)
         # The agent outlived the command and the rollout was scored: the
         # model got the bounded observation and then answered.
-        assert r.state == pb.ROLLOUT_SUCCEEDED, (k, r, atts, s.log())
+        assert r.state == pb.ROLLOUT_SUCCEEDED, (k, [(a.failure_kind, a.reason) for a in atts], s.log()[-3000:])
         assert len(atts) == 1, (k, atts)
     obs = {}
     for body in s.engine.requests:
