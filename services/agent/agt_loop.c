@@ -105,6 +105,8 @@ agt_loop_shrink_max_tokens(size_t max_tokens, size_t context_left)
     size_t floor = AGT_OVERFLOW_FLOOR;
     if (context_left < floor)
         floor = context_left;
+    if (floor == 0) /* no room at all: nothing to retry with */
+        return max_tokens;
     size_t cut = max_tokens / 2;
     if (cut < floor)
         cut = floor;
