@@ -6,9 +6,7 @@ docker/sandbox.Dockerfile on the locally made base. Then the faults that
 matter for containers: the container killed, the controller killed (the
 container outlives it and is adopted), a memory hog (OOM) and a fork bomb
 (pids limit). Skipped, saying why, where no engine can be started."""
-import os
 import signal
-import subprocess
 
 import pytest
 from brokerlib import task
@@ -127,4 +125,3 @@ def test_memory_hog_and_fork_bomb_are_contained(make_stack, clean):
                            timeout=90)
     assert r.state == pb.ROLLOUT_SUCCEEDED, atts  # the bomb hit PidsLimit
     wait_for(lambda: not containers(clean, CTL), what="containers removed")
-    del os, subprocess
