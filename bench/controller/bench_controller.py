@@ -22,12 +22,14 @@ def run(backend, n, conc, **ctl):
     try:
         ids = s.enqueue([task("bench", n=n)])
         t0 = time.time()
-        ctl = s.controller(backend=backend, max_concurrency=conc,
+        if ctl.get("gateway_socket", "") is None:
+            ctl["gateway_socket"] = s.sock
+        proc = s.controller(backend=backend, max_concurrency=conc,
                      create_per_s=10000, create_burst=conc,
                      log_level="warn", tick_ms=10, **ctl)
         left = set(ids)
         while left and time.time() - t0 < 600:
-            if ctl.poll() is not None:
+            if proc.poll() is not None:
                 sys.exit("controller exited:\n" + s.log()[-2000:])
             q = s.client.ok("query", pb.QueryReq(rollout_ids=list(left)))
             for r in q.rollouts:
@@ -72,7 +74,7 @@ def main():
         print(f"docker   skipped: {why}")
         return
     dt, ok, lat = run("docker", n_docker, 16, docker_socket=sock,
-                      image=IMAGE)
+                      image=IMAGE, gateway_socket=None)
     ours = show("docker", n_docker, dt, ok, lat)
     t0 = time.time()
     run_rm_loop(sock, n_docker)
