@@ -21,9 +21,30 @@ def _docker(sock, *args, timeout=900, **kw):
                           capture_output=True, text=True, **kw)
 
 
+ENGINE_DIR = os.path.join(os.path.dirname(BIN), "docker-engine")
+
+
+def engine_running():
+    """True when docker-up.sh's pid file names a live dockerd."""
+    try:
+        with open(os.path.join(ENGINE_DIR, "dockerd.pid")) as f:
+            pid = f.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"dockerd" in f.read()
+    except (OSError, ValueError):
+        return False
+
+
+def engine_stop():
+    """Stops the engine docker-up.sh started (by its pid file)."""
+    subprocess.run(["bash", os.path.join(SRC, "scripts", "docker-up.sh"),
+                    "--dir", ENGINE_DIR, "--stop"], capture_output=True,
+                   timeout=60)
+
+
 def engine():
     """(socket, None) with the sandbox image present, or (None, why)."""
-    d = os.path.join(os.path.dirname(BIN), "docker-engine")
+    d = ENGINE_DIR
     try:
         p = subprocess.run(
             ["bash", os.path.join(SRC, "scripts", "docker-up.sh"), "--dir", d,

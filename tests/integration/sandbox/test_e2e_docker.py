@@ -10,7 +10,8 @@ import signal
 
 import pytest
 from brokerlib import task
-from dockerlib import IMAGE, containers, engine, _docker
+from dockerlib import (IMAGE, _docker, containers, engine, engine_running,
+                       engine_stop)
 from stacklib import pb, scripted, wait_for
 
 CTL = "ctl-sbx"
@@ -18,10 +19,17 @@ CTL = "ctl-sbx"
 
 @pytest.fixture(scope="module")
 def docker_sock():
+    """The engine for this module; stopped afterwards when this module
+    started it (its data root, with the built image, stays for reuse)."""
+    was_running = engine_running()
     sock, why = engine()
     if not sock:
+        if not was_running and engine_running():
+            engine_stop()
         pytest.skip(why)
-    return sock
+    yield sock
+    if not was_running:
+        engine_stop()
 
 
 def docker_ctl(s, sock, **opts):
