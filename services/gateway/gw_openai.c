@@ -36,11 +36,11 @@ gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
 char *
 gw_err_body(const gw_err_t *err)
 {
-    json_t *o = json_pack(
-        "{s:{s:s,s:s,s:o,s:o}}", "error", "message", err->message, "type",
-        err->type ? err->type : "invalid_request_error", "param",
-        err->param[0] ? json_string(err->param) : json_null(), "code",
-        err->code ? json_string(err->code) : json_null());
+    json_t *o =
+        json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", err->message,
+                  "type", err->type ? err->type : "invalid_request_error",
+                  "param", err->param[0] ? json_string(err->param) : json_null(),
+                  "code", err->code ? json_string(err->code) : json_null());
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;

@@ -31,11 +31,11 @@
 
 /* An error as the agent sees it: HTTP status and the OpenAI error object. */
 typedef struct {
-    int status;       /* 400, 401, 403, 404, 409, 413, 429, 502, 503 ... */
-    const char *type; /* "invalid_request_error", "authentication_error" ... */
-    const char *code; /* NULL or "context_length_exceeded", ... */
-    char param[64];   /* "" or the offending field (copied: the request
-                       * it names may be gone when the error is sent) */
+    int status;        /* 400, 401, 403, 404, 409, 413, 429, 502, 503 ... */
+    const char *type;  /* "invalid_request_error", "authentication_error" ... */
+    const char *code;  /* NULL or "context_length_exceeded", ... */
+    char param[64];    /* "" or the offending field (copied: the request
+                        * it names may be gone when the error is sent) */
     char message[256];
 } gw_err_t;
 

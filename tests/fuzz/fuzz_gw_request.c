@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *body = (const char *) data;
+    const char *body = (const char *)data;
     gw_chat_req_t req;
     gw_err_t err;
     if (gw_chat_req_parse_lazy(body, size, &req, &err) == LISA_OK) {
@@ -27,7 +27,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 free(t);
             }
         }
-        (void) gw_chat_req_tools(&req, &err);
+        (void)gw_chat_req_tools(&req, &err);
         gw_chat_req_clear(&req);
     }
     if (gw_chat_req_parse(body, size, &req, &err) == LISA_OK)
