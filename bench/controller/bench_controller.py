@@ -64,7 +64,7 @@ def show(name, n, dt, ok, lat):
 def main():
     n_local = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     n_docker = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    dt, ok, lat = run("local", n_local, 32)
+    dt, ok, lat = run("local", n_local, 64)
     show("local", n_local, dt, ok, lat)
     if n_docker <= 0:
         return
