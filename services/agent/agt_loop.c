@@ -99,6 +99,20 @@ s_assistant(json_t *msg)
     return a;
 }
 
+size_t
+agt_loop_shrink_max_tokens(size_t max_tokens, size_t context_left)
+{
+    size_t floor = AGT_OVERFLOW_FLOOR;
+    if (context_left < floor)
+        floor = context_left;
+    if (floor == 0) /* no room at all: nothing to retry with */
+        return max_tokens;
+    size_t cut = max_tokens / 2;
+    if (cut < floor)
+        cut = floor;
+    return cut < max_tokens ? cut : max_tokens;
+}
+
 lisa_rc_t
 agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
              agt_heartbeat_t *hb, const char *system, const char *user,
@@ -112,6 +126,10 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
     /* Context accounting: tokens of the conversation as of the last
      * reply (from usage when given), plus characters appended since / 4. */
     size_t known_tokens = 0, chars_since = 0;
+    /* max_tokens cap of a call; cut back on context-overflow refusals. */
+    size_t call_cap = cfg->max_tokens_per_call;
+    unsigned overflow_retries = 0;
+    bool same_turn = false; /* retrying a refused call: history as is */
     for (size_t i = 0; i < json_array_size(msgs); i++)
         chars_since += s_msg_chars(json_array_get(msgs, i));
 
@@ -131,10 +149,14 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
                   NULL);
             break;
         }
-        char steps[128];
-        agt_loop_steps_text(cfg->max_turns - out->turns, steps, sizeof steps);
-        s_append_to_last(msgs, steps);
-        chars_since += strlen(steps) + 1;
+        if (!same_turn) {
+            char steps[128];
+            agt_loop_steps_text(cfg->max_turns - out->turns, steps,
+                                sizeof steps);
+            s_append_to_last(msgs, steps);
+            chars_since += strlen(steps) + 1;
+        }
+        same_turn = false;
         size_t est = known_tokens + (chars_since + 3) / 4;
         if (est >= cfg->max_context_tokens) {
             char d[96];
@@ -144,8 +166,8 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
             break;
         }
         size_t max_tokens = cfg->max_context_tokens - est;
-        if (max_tokens > cfg->max_tokens_per_call)
-            max_tokens = cfg->max_tokens_per_call;
+        if (max_tokens > call_cap)
+            max_tokens = call_cap;
 
         json_t *req =
             json_pack("{s:s,s:O,s:O,s:s,s:I}", "model", cfg->model, "messages",
@@ -164,6 +186,21 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
             gw, "POST", "/v1/chat/completions", req, out->turns + 1, timeout,
             cfg->retries, cfg->deadline_ms, cfg->cancel, &rep);
         json_decref(req);
+        if (rc != LISA_OK &&
+            strcmp(rep.err_code, "context_length_exceeded") == 0) {
+            size_t cut = agt_loop_shrink_max_tokens(
+                max_tokens, cfg->max_context_tokens - est);
+            if (cut < max_tokens && overflow_retries < AGT_OVERFLOW_RETRIES) {
+                lisa_log_warn("context overflow with max_tokens %zu: "
+                              "retrying with %zu",
+                              max_tokens, cut);
+                call_cap = cut;
+                overflow_retries++;
+                same_turn = true;
+                agt_reply_clear(&rep);
+                continue; /* the same turn again, with a smaller budget */
+            }
+        }
         if (rc != LISA_OK) {
             if (strcmp(rep.err_code, "context_length_exceeded") == 0)
                 s_end(out, "context", LISA_OK,

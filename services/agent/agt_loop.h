@@ -9,6 +9,9 @@
  * reminder as a user message. The episode ends on submit, the turn limit,
  * the context budget (usage counts from the gateway, else characters / 4),
  * the deadline, a cancellation, or an error the retries did not cure.
+ * A context_length_exceeded refusal first retries the same turn with a
+ * smaller max_tokens (halved, floor 8,192 or the room left), as the
+ * recipe does; only when it cannot shrink does the episode end.
  */
 #ifndef AGT_LOOP_H
 #define AGT_LOOP_H
@@ -19,6 +22,8 @@
 #include "lisa/lisa_rc.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 typedef struct {
     unsigned max_turns;
@@ -49,6 +54,17 @@ lisa_rc_t agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw,
                        agt_tools_t *tools, agt_heartbeat_t *hb,
                        const char *system, const char *user,
                        agt_loop_out_t *out);
+
+/* Smallest max_tokens a context-overflow retry goes down to, and how many
+ * such retries one turn gets. */
+#define AGT_OVERFLOW_FLOOR   8192u
+#define AGT_OVERFLOW_RETRIES 8u
+
+/* The max_tokens to retry with after the gateway refused a call of
+ * `max_tokens` with context_length_exceeded: half of it, but not below
+ * 8,192 or `context_left` (the estimated room), whichever is smaller.
+ * Returns max_tokens itself when it cannot shrink (the episode ends). */
+size_t agt_loop_shrink_max_tokens(size_t max_tokens, size_t context_left);
 
 /* The steps-remaining text appended before a call with `left` turns left
  * (this one included). Static. Exposed for tests. */

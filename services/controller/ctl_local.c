@@ -333,8 +333,8 @@ s_system_dirs(s_argv_t *a)
 /* Child after fork: async-signal-safe calls only, then exec. */
 static void
 s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
-        const char *cgroup_procs, uint64_t memory_bytes, unsigned uid,
-        pid_t parent)
+        const char *cgroup_procs, uint64_t memory_bytes, unsigned pids,
+        unsigned uid, pid_t parent)
 {
     (void) setsid();
     if (cgroup_procs) {
@@ -342,9 +342,18 @@ s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
         if (fd < 0 || write(fd, "0", 1) != 1)
             _exit(125);
         close(fd);
-    } else if (memory_bytes) {
-        struct rlimit as = {memory_bytes, memory_bytes};
-        (void) setrlimit(RLIMIT_AS, &as);
+    } else {
+        if (memory_bytes) {
+            struct rlimit as = {memory_bytes, memory_bytes};
+            (void) setrlimit(RLIMIT_AS, &as);
+        }
+        /* No pids controller: RLIMIT_NPROC bounds a fork bomb. It counts
+         * every process of the sandbox uid, so it is set only when the
+         * sandbox runs as its own unprivileged uid (root is exempt). */
+        if (pids && geteuid() == 0) {
+            struct rlimit np = {pids, pids};
+            (void) setrlimit(RLIMIT_NPROC, &np);
+        }
     }
     struct rlimit core = {0, 0};
     (void) setrlimit(RLIMIT_CORE, &core);
@@ -523,8 +532,8 @@ s_start(void *impl, const ctl_spec_t *spec)
     }
     if (pid == 0)
         s_child(bwrap, a.v, envp, logfd, procs,
-                l->no_memory_rlimit ? 0 : spec->memory_bytes, l->sandbox_uid,
-                self);
+                l->no_memory_rlimit ? 0 : spec->memory_bytes, spec->pids,
+                l->sandbox_uid, self);
     s_state_t st;
     memset(&st, 0, sizeof st);
     s_copy(st.sb.name, sizeof st.sb.name, spec->name);

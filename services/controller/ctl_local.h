@@ -8,8 +8,8 @@
  * binary to /run/lisa/lisa-agent; no host file is writable. Limits: a
  * cgroup v2 directory per sandbox (memory without swap, pids, CPU) when a
  * writable cgroup root is configured, rlimits otherwise (address space
- * for memory). When the controller runs as root the sandbox drops to an
- * unprivileged uid before bwrap starts.
+ * for memory, RLIMIT_NPROC of the sandbox uid for pids). When the controller
+ * runs as root the sandbox drops to an unprivileged uid before bwrap starts.
  *
  * Labels live in <state_dir>/<name>.state (key=value lines, written
  * atomically) with the pid and its start time, so a restarted controller

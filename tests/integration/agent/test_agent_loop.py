@@ -40,7 +40,8 @@ class Gateway:
     """Scripted gateway state shared with the handler threads."""
 
     def __init__(self, task, script, *, cancel_after=None, chat_errors=0,
-                 token=TOKEN, usage=True, cancel_when=None):
+                 token=TOKEN, usage=True, cancel_when=None,
+                 overflow_above=None):
         self.task = task
         self.script = list(script)
         self.cancel_after = cancel_after  # heartbeats before cancel=true
@@ -48,6 +49,9 @@ class Gateway:
         self.chat_errors = chat_errors    # 503s before the first answer
         self.token = token
         self.usage = usage
+        # Refuse calls asking more than this many tokens with
+        # context_length_exceeded, as an engine near its context limit.
+        self.overflow_above = overflow_above
         self.lock = threading.Lock()
         self.chats = []       # (headers, body) of every chat request
         self.heartbeats = []  # (monotonic time, note)
@@ -124,6 +128,14 @@ class Gateway:
                             self.reply(503, {"error": {
                                 "code": "unavailable",
                                 "message": "engine restarting"}})
+                            return
+                        if (gw.overflow_above is not None and
+                                body.get("max_tokens", 0) > gw.overflow_above):
+                            self.reply(400, {"error": {
+                                "code": "context_length_exceeded",
+                                "type": "invalid_request_error",
+                                "message": "prompt + max_tokens exceed "
+                                           "the context"}})
                             return
                         msg = gw.script.pop(0) if gw.script else text("hmm")
                     chars = sum(len(json.dumps(m)) for m in body["messages"])
@@ -362,6 +374,41 @@ def test_context_budget_ends_episode(tmp_path):
     assert gw.results[0]["turns"] >= 1
     # max_tokens never asks for more than what is left of the budget.
     assert all(b["max_tokens"] < 1500 for _, b in gw.chats)
+
+
+def test_context_overflow_shrinks_max_tokens_and_retries(tmp_path):
+    # The engine refuses anything above 10,000 tokens: the agent halves
+    # 40,000 -> 20,000 -> 10,000 and goes on, turn numbers unchanged.
+    gw = Gateway(base_task(max_tokens_per_call=40000, max_context_tokens=100000),
+                 [call("execute_bash", {"command": "echo hi"}),
+                  call("submit", {})], overflow_above=10000)
+    srv = serve(gw)
+    try:
+        p = run_agent(srv, tmp_path / "tb")
+    finally:
+        srv.shutdown()
+    assert p.returncode == 0, p.stderr
+    assert gw.results[0]["end_reason"] == "submit"
+    asked = [(h.get("X-Lisa-Turn"), b["max_tokens"]) for h, b in gw.chats]
+    assert asked == [("1", 40000), ("1", 20000), ("1", 10000),
+                     ("2", 10000)], asked
+    # The retried call carries the same history (no second steps note).
+    assert gw.chats[0][1]["messages"] == gw.chats[2][1]["messages"]
+
+
+def test_context_overflow_at_the_floor_ends_episode(tmp_path):
+    # Below the 8,192 floor nothing is left to cut: the episode ends with
+    # end_reason "context" after one shrink (12,000 -> 8,192).
+    gw = Gateway(base_task(max_tokens_per_call=12000, max_context_tokens=100000),
+                 [call("submit", {})], overflow_above=4000)
+    srv = serve(gw)
+    try:
+        p = run_agent(srv, tmp_path / "tb")
+    finally:
+        srv.shutdown()
+    assert p.returncode == 0, p.stderr
+    assert gw.results[0]["end_reason"] == "context"
+    assert [b["max_tokens"] for _, b in gw.chats] == [12000, 8192]
 
 
 def test_deadline_ends_episode_and_caps_commands(tmp_path):

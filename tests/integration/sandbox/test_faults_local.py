@@ -1,0 +1,192 @@
+"""Faults on the `local` backend with every service real and only the
+model scripted. Each ends in the attempt state the broker's contract
+names, and no sandbox process outlives the test:
+  - the agent killed mid-run: SANDBOX failure, retried, then succeeds;
+  - the sandbox (bwrap) killed: the same;
+  - the controller killed: its sandboxes die with it; a new controller
+    reports the attempt (SANDBOX), the retry succeeds;
+  - a sandbox that never starts the agent: the lease runs out (LEASE),
+    the stuck sandbox is removed, retried, then FAILED;
+  - a fork bomb, a memory hog and an infinite-output command from the
+    model: bounded by the sandbox's limits and the agent's caps; the
+    agent survives, posts its result, and the rollout is scored."""
+import os
+import signal
+import time
+
+import pytest
+from brokerlib import task
+from stacklib import BIN, descendants, pb, scripted, tokenizer, wait_for
+
+ASAN = "asan" in BIN
+
+
+def agent_pids(ctl):
+    """lisa-agent processes below the controller (inside our sandboxes)."""
+    out = []
+    for pid in descendants(ctl.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().startswith(b"/run/lisa/lisa-agent"):
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def all_gone(pids):
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    alive.append(pid)
+        except OSError:
+            pass
+    return not alive
+
+
+class Switch:
+    """First attempt: the model runs a long command; once flipped, the
+    model answers and submits."""
+
+    def __init__(self):
+        self.fast = False
+        self.slow = scripted(("execute_bash", {"command": "sleep 60"}))
+        self.good = scripted(
+            ("execute_bash", {"command": "echo '\\boxed{42}' > answer.txt"}),
+            ("submit", {}))
+
+    def __call__(self, prompt, body):
+        return (self.good if self.fast else self.slow)(prompt, body)
+
+
+def check_retried_and_succeeded(s, rid, kind):
+    r, atts = s.wait_state(rid, [pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED],
+                           timeout=60)
+    assert r.state == pb.ROLLOUT_SUCCEEDED, (r, atts)
+    assert r.reward.value == 1.0
+    assert len(atts) == 2
+    assert atts[0].failure_kind == kind, atts[0]
+    wait_for(lambda: not s.sandboxes(), what="sandboxes removed")
+
+
+@pytest.mark.parametrize("victim", ["agent", "sandbox"])
+def test_killed_agent_or_sandbox_is_retried(make_stack, victim):
+    sw = Switch()
+    s = make_stack(sw)
+    (rid,) = s.enqueue([task("q")])
+    ctl = s.controller()
+    wait_for(lambda: len(s.engine.requests) >= 1, what="first model call")
+    agents = wait_for(lambda: agent_pids(ctl), what="agent process")
+    inside = descendants(ctl.pid)
+    sw.fast = True
+    if victim == "agent":
+        os.kill(agents[0], signal.SIGKILL)
+    else:  # the sandbox's top process, the controller's child
+        top = [p for p in inside if p in descendants(ctl.pid)
+               and os.path.exists(f"/proc/{p}")
+               and int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1]
+                       .split()[1]) == ctl.pid]
+        os.kill(top[0], signal.SIGKILL)
+    check_retried_and_succeeded(s, rid, pb.FAILURE_SANDBOX)
+    wait_for(lambda: all_gone(inside), timeout=5, what="first sandbox gone")
+
+
+def test_killed_controller_sandboxes_die_and_are_reported(make_stack):
+    sw = Switch()
+    s = make_stack(sw)
+    (rid,) = s.enqueue([task("q")])
+    ctl = s.controller()
+    wait_for(lambda: len(s.engine.requests) >= 1, what="first model call")
+    inside = descendants(ctl.pid)
+    assert agent_pids(ctl)
+    ctl.send_signal(signal.SIGKILL)
+    ctl.wait()
+    # Local sandboxes die with their controller.
+    wait_for(lambda: all_gone(inside), timeout=5, what="sandbox died")
+    sw.fast = True
+    s.controller(log="ctl2.log")
+    check_retried_and_succeeded(s, rid, pb.FAILURE_SANDBOX)
+    assert "adopting" in s.log("ctl2.log")
+
+
+def test_sandbox_that_never_starts_the_agent(make_stack):
+    s = make_stack(scripted(("submit", {})),
+                   broker_opts={"lease-ms": 1500})
+    stuck = os.path.join(s.dir, "stuck-bwrap")
+    with open(stuck, "w") as f:
+        f.write("#!/bin/sh\nexec sleep 300\n")
+    os.chmod(stuck, 0o755)
+    (rid,) = s.enqueue([task("q")])
+    ctl = s.controller(bwrap=stuck)
+    r, atts = s.wait_state(rid, pb.ROLLOUT_FAILED, timeout=40)
+    assert len(atts) == 2
+    assert all(a.failure_kind == pb.FAILURE_LEASE for a in atts), atts
+    assert not s.engine.requests  # no agent ever ran
+    wait_for(lambda: not s.sandboxes(), what="stuck sandboxes removed")
+    wait_for(lambda: not [p for p in descendants(ctl.pid)], timeout=5,
+             what="no stuck process")
+
+
+# The model's command in each sandbox, by the word in its problem text.
+HOSTILE = {
+    "forkbomb": "b(){ b|b& }; b",
+    "memhog": "tail /dev/zero",
+    # Gigabytes of output in 3 s; the agent keeps a bounded capture.
+    "flood": "timeout 3 yes lisa",
+}
+
+
+def test_hostile_commands_are_bounded(make_stack):
+    def script(prompt, body):
+        text = tokenizer().decode(prompt, skip_special_tokens=False)
+        which = next(k for k in HOSTILE if f"task-{k}" in text)
+        k = text.count("<tool_response>")
+        if k == 0:
+            return scripted(("execute_bash",
+                             {"command": HOSTILE[which]}))(prompt, body)
+        if k == 1:
+            return scripted(None, ("execute_bash", {
+                "command": "echo '\\boxed{42}' > answer.txt"}))(prompt, body)
+        return scripted(None, None, ("submit", {}))(prompt, body)
+    s = make_stack(script)
+    # 20 s deadline: the agent keeps 15 s to post its result, so each
+    # hostile command is cut after about 5 s.
+    lim = pb.Limits(deadline_ms=21000, pids=64, memory_bytes=512 << 20,
+                    max_turns=6)
+    kinds = list(HOSTILE) if not ASAN else ["forkbomb", "flood"]
+    ids = s.enqueue([task(f"task-{k}", limits=lim) for k in kinds])
+    # One at a time: without a pids cgroup the process limit is the
+    # sandbox uid's RLIMIT_NPROC, which all local sandboxes share, so a
+    # fork bomb would starve its neighbours until its command is cut.
+    ctl = s.controller(max_concurrency=1)
+    inside = set()
+    end = time.time() + 90
+    while time.time() < end:
+        inside.update(descendants(ctl.pid))
+        states = [s.roll(r)[0].state for r in ids]
+        if all(st in (pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED)
+               for st in states):
+            break
+        time.sleep(0.1)
+    for k, rid in zip(kinds, ids):
+        r, atts = s.roll(rid)
+        # The agent outlived the command and the rollout was scored: the
+        # model got the bounded observation and then answered.
+        assert r.state == pb.ROLLOUT_SUCCEEDED, (k, [(a.failure_kind, a.reason) for a in atts], s.log()[-3000:])
+        assert len(atts) == 1, (k, atts)
+    obs = {}
+    for body in s.engine.requests:
+        text = tokenizer().decode(body["prompt"], skip_special_tokens=False)
+        if text.count("<tool_response>") == 1:
+            which = next(k for k in HOSTILE if f"task-{k}" in text)
+            obs[which] = text.rsplit("<tool_response>", 1)[1]
+    assert set(obs) == set(kinds)
+    # The flood's observation is cut to the agent's bound.
+    assert len(obs["flood"]) < 64 << 10, len(obs["flood"])
+    assert "lisa\nlisa\n" in obs["flood"]
+    if "memhog" in obs:
+        assert "memory" in obs["memhog"].lower(), obs["memhog"][:2000]
+    wait_for(lambda: not s.sandboxes(), what="sandboxes removed")
+    wait_for(lambda: all_gone(inside), timeout=10, what="hostile processes")
