@@ -583,6 +583,12 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
                                                      "invalid_request_error",
                                                      "body_too_large", true));
             }
+            if (errno == 0 && end != cl && *end == '\0' && n > 0) {
+                /* the declared size is within max_body: one buffer, no
+                 * regrowth while the pieces arrive */
+                req->body = lisa_realloc(req->body, (size_t) n + 1);
+                req->body_cap = (size_t) n + 1;
+            }
         }
         return MHD_YES;
     }
