@@ -31,6 +31,15 @@
  * kept-alive connection has not started its next request. The socket is
  * only touched while its entry is in our table, and MHD removes the entry
  * (notify "closed") before it closes the descriptor.
+ *
+ * Loop-driven mode (config.loop_driven): the daemons have no thread of
+ * their own. Each daemon's epoll descriptor is a poller of the service's
+ * zloop, which calls MHD_run when it is readable (new data, or an answer
+ * resumed a connection: MHD's inter-thread channel is in that epoll set, so
+ * a resume from any thread wakes the loop) and on a coarse timer for MHD's
+ * timeouts. Handlers are called inline, exactly as with internal threads;
+ * nothing is handed through the request pipe. Destroy drives the daemons
+ * itself until the shutdown answers are out.
  */
 #include "lisa/lisa_http_server.h"
 
@@ -153,10 +162,20 @@ struct _lisa_http_server_t {
     int pipe_r;
     int pipe_w;
     zmq_pollitem_t poll_item;
+    /* loop-driven mode */
+    bool driven;
+    bool tcp_polled;
+    bool unx_polled;
+    zmq_pollitem_t tcp_item;
+    zmq_pollitem_t unx_item;
+    int tick_id;
+    atomic_bool kick_pending;
     lisa_http_req_t **lq;
     size_t lq_n;
     size_t lq_cap;
 };
+
+static void s_mhd_drive(struct MHD_Daemon *d);
 
 static int64_t
 s_now_ms(void)
@@ -449,7 +468,7 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
                             s_error_response("server is shutting down",
                                              "server_error", "shutdown", true));
     S_INC(srv, requests);
-    if (srv->cfg.loop) {
+    if (srv->cfg.loop && !srv->driven) {
         /* Park the connection and hand the request to the loop thread. */
         bool wake = false;
         bool stopping = false;
@@ -563,6 +582,12 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
                                     s_error_response(msg,
                                                      "invalid_request_error",
                                                      "body_too_large", true));
+            }
+            if (errno == 0 && end != cl && *end == '\0' && n > 0) {
+                /* the declared size is within max_body: one buffer, no
+                 * regrowth while the pieces arrive */
+                req->body = lisa_realloc(req->body, (size_t) n + 1);
+                req->body_cap = (size_t) n + 1;
             }
         }
         return MHD_YES;
@@ -732,6 +757,22 @@ s_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 #pragma GCC diagnostic pop
 
+/* Resumes req's parked connection (req->mtx held, req->conn set). In
+ * loop-driven mode the loop is also told to run MHD, through the request
+ * pipe (one byte while none is pending), so the answer goes out on its next
+ * turn whichever thread resumed. */
+static void
+s_resume(lisa_http_req_t *req)
+{
+    MHD_resume_connection(req->conn);
+    lisa_http_server_t *srv = req->server;
+    if (srv && srv->driven && !atomic_exchange(&srv->kick_pending, true)) {
+        char b = 1;
+        ssize_t w = write(srv->pipe_w, &b, 1);
+        (void) w; /* a full pipe already wakes the loop */
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* streaming                                                            */
 
@@ -816,7 +857,7 @@ lisa_http_req_stream_open(lisa_http_req_t *req, unsigned status,
     req->answered = true;
     if (req->suspended) {
         req->suspended = false;
-        MHD_resume_connection(req->conn);
+        s_resume(req);
     }
     pthread_mutex_unlock(&req->mtx);
     return LISA_OK;
@@ -856,7 +897,7 @@ lisa_http_req_stream_push(lisa_http_req_t *req, const void *data, size_t len)
     req->sq_len += len;
     if (req->stream_suspended) {
         req->stream_suspended = false;
-        MHD_resume_connection(req->conn);
+        s_resume(req);
     }
 out:
     pthread_mutex_unlock(&req->mtx);
@@ -871,7 +912,7 @@ lisa_http_req_stream_close(lisa_http_req_t *req)
     req->stream_closed = true;
     if (req->stream_suspended && req->conn && !req->server_gone) {
         req->stream_suspended = false;
-        MHD_resume_connection(req->conn);
+        s_resume(req);
     }
     pthread_mutex_unlock(&req->mtx);
     s_req_unref(req);
@@ -908,7 +949,7 @@ lisa_http_req_respond(lisa_http_req_t *req, unsigned status,
         req->answered = true;
         if (req->suspended) {
             req->suspended = false;
-            MHD_resume_connection(req->conn);
+            s_resume(req);
         }
     }
     pthread_mutex_unlock(&req->mtx);
@@ -1025,6 +1066,14 @@ s_loop_readable(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     char buf[64];
     while (read(srv->pipe_r, buf, sizeof(buf)) > 0) {
     }
+    if (srv->driven) {
+        atomic_store(&srv->kick_pending, false);
+        if (srv->tcp.daemon)
+            s_mhd_drive(srv->tcp.daemon);
+        if (srv->unx.daemon)
+            s_mhd_drive(srv->unx.daemon);
+        return 0;
+    }
     for (;;) {
         pthread_mutex_lock(&srv->mtx);
         lisa_http_req_t **batch = srv->lq;
@@ -1039,6 +1088,71 @@ s_loop_readable(zloop_t *loop, zmq_pollitem_t *item, void *arg)
         free(batch);
     }
     return 0;
+}
+
+/* Loop-driven mode: runs one daemon until it has nothing ready at once
+ * (MHD keeps connections it could not finish in one pass on its own ready
+ * list, which the epoll descriptor does not report). */
+static void
+s_mhd_drive(struct MHD_Daemon *d)
+{
+    for (int i = 0; i < 64; i++) {
+        (void) MHD_run(d);
+        MHD_UNSIGNED_LONG_LONG t = 1;
+        if (MHD_get_timeout(d, &t) != MHD_YES || t != 0)
+            return;
+    }
+}
+
+static int
+s_loop_mhd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) loop;
+    (void) item;
+    s_listener_t *l = arg;
+    s_mhd_drive(l->daemon);
+    return 0;
+}
+
+/* Loop-driven mode: MHD's timeouts (idle connections) and a safety net. */
+static int
+s_loop_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    lisa_http_server_t *srv = arg;
+    if (srv->tcp.daemon)
+        s_mhd_drive(srv->tcp.daemon);
+    if (srv->unx.daemon)
+        s_mhd_drive(srv->unx.daemon);
+    return 0;
+}
+
+/* Loop-driven mode, on destroy: drives the daemons (no loop runs them now)
+ * until every live request has ended (the shutdown answers are sent) or a
+ * short grace period has passed. */
+static void
+s_drain_driven(lisa_http_server_t *srv)
+{
+    int64_t until = s_now_ms() + 2000;
+    for (;;) {
+        if (srv->tcp.daemon)
+            s_mhd_drive(srv->tcp.daemon);
+        if (srv->unx.daemon)
+            s_mhd_drive(srv->unx.daemon);
+        pthread_mutex_lock(&srv->mtx);
+        bool busy = srv->live != NULL;
+        pthread_mutex_unlock(&srv->mtx);
+        if (!busy || s_now_ms() >= until)
+            return;
+        zmq_pollitem_t items[2];
+        int n = 0;
+        if (srv->tcp_polled)
+            items[n++] = srv->tcp_item;
+        if (srv->unx_polled)
+            items[n++] = srv->unx_item;
+        (void) zmq_poll(items, n, 5);
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -1168,9 +1282,12 @@ static bool
 s_start_daemon(lisa_http_server_t *srv, s_listener_t *l, int fd)
 {
     l->server = srv;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    unsigned threads = srv->cfg.threads > 1 ? srv->cfg.threads : 0;
+    unsigned flags =
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (!srv->driven)
+        flags |= MHD_USE_INTERNAL_POLLING_THREAD;
+    unsigned threads =
+        !srv->driven && srv->cfg.threads > 1 ? srv->cfg.threads : 0;
     l->daemon = MHD_start_daemon(
         flags, 0, s_policy, l, s_access, l, MHD_OPTION_EXTERNAL_LOGGER,
         s_mhd_log, l, MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
@@ -1186,6 +1303,26 @@ s_start_daemon(lisa_http_server_t *srv, s_listener_t *l, int fd)
         close(fd);
         return false;
     }
+    if (srv->driven) {
+        const union MHD_DaemonInfo *di =
+            MHD_get_daemon_info(l->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!di || di->epoll_fd < 0) {
+            lisa_log_error("http: libmicrohttpd has no epoll descriptor");
+            return false;
+        }
+        zmq_pollitem_t *it = l->is_unix ? &srv->unx_item : &srv->tcp_item;
+        it->socket = NULL;
+        it->fd = di->epoll_fd;
+        it->events = ZMQ_POLLIN;
+        if (zloop_poller(srv->cfg.loop, it, s_loop_mhd, l) != 0) {
+            lisa_log_error("http: cannot watch libmicrohttpd's descriptor");
+            return false;
+        }
+        if (l->is_unix)
+            srv->unx_polled = true;
+        else
+            srv->tcp_polled = true;
+    }
     return true;
 }
 
@@ -1199,6 +1336,8 @@ lisa_http_server_new(const lisa_http_server_config_t *cfg)
     lisa_http_server_t *srv = lisa_calloc(1, sizeof(*srv));
     srv->cfg = *cfg;
     srv->pipe_r = srv->pipe_w = -1;
+    srv->tick_id = -1;
+    srv->driven = cfg->loop && cfg->loop_driven;
     if (!srv->cfg.max_body)
         srv->cfg.max_body = LISA_HTTP_DEFAULT_MAX_BODY;
     if (!srv->cfg.max_connections)
@@ -1259,6 +1398,11 @@ lisa_http_server_new(const lisa_http_server_config_t *cfg)
             goto fail;
         srv->unx.is_unix = true;
         if (!s_start_daemon(srv, &srv->unx, fd))
+            goto fail;
+    }
+    if (srv->driven) {
+        srv->tick_id = zloop_timer(srv->cfg.loop, 250, 0, s_loop_tick, srv);
+        if (srv->tick_id < 0)
             goto fail;
     }
     if (pthread_create(&srv->wd, NULL, s_watchdog, srv) != 0)
@@ -1330,6 +1474,16 @@ lisa_http_server_destroy(lisa_http_server_t **self_p)
         pthread_mutex_unlock(&req->mtx);
     }
     pthread_mutex_unlock(&srv->mtx);
+
+    if (srv->driven) {
+        if (srv->tick_id >= 0)
+            zloop_timer_end(srv->cfg.loop, srv->tick_id);
+        if (srv->tcp_polled)
+            zloop_poller_end(srv->cfg.loop, &srv->tcp_item);
+        if (srv->unx_polled)
+            zloop_poller_end(srv->cfg.loop, &srv->unx_item);
+        s_drain_driven(srv);
+    }
 
     if (srv->wd_started) {
         pthread_mutex_lock(&srv->mtx);

@@ -1622,6 +1622,7 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
         .max_body = cfg->max_body,
         .max_connections = (unsigned) cfg->max_connections,
         .request_timeout_ms = (unsigned) cfg->request_timeout_ms,
+        .loop_driven = cfg->http_threads == 0,
         .threads = (unsigned) cfg->http_threads};
     srv->http = lisa_http_server_new(&hs);
     if (!srv->http)

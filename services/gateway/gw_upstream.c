@@ -71,7 +71,7 @@ char *
 gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
                  size_t *len)
 {
-    s_buf_t b = {lisa_malloc(256 + n * 7), 0, 256 + n * 7};
+    s_buf_t b = {lisa_malloc(256 + n * 11), 0, 256 + n * 11};
     b.p[0] = '\0';
     s_puts(&b, "{\"model\":");
     s_json_str(&b, s->model ? s->model : "");

@@ -17,6 +17,10 @@
  *     each complete request through a pipe watched by the loop, so a
  *     single-threaded service needs no locks at all. lisa_http_server_new
  *     and _destroy must then be called on the loop's thread too.
+ *   - config.loop set and config.loop_driven: the same thread, but
+ *     libmicrohttpd is driven by that zloop (no HTTP threads and no hand-off
+ *     between threads: the lowest latency). Destroy then sends the shutdown
+ *     answers itself before it returns.
  * Answering (respond, stream push/close) is thread-safe from any thread.
  *
  * The request lifecycle seen by the application:
@@ -95,6 +99,12 @@ typedef struct {
     void *handler_arg;
     /* Optional: run handlers on this zloop's thread (see file comment). */
     zloop_t *loop;
+    /* With loop set: libmicrohttpd itself runs on the loop's thread (its
+     * epoll descriptor is a loop poller; no internal threads, `threads` is
+     * ignored). Handlers are called straight from the loop and an answer
+     * given on the loop's thread is written there, without waking another
+     * thread. Answering from other threads stays possible. */
+    bool loop_driven;
     size_t max_body;             /* bytes of request body */
     unsigned max_connections;    /* open connections, all listeners */
     unsigned request_timeout_ms; /* deadline for a complete request */

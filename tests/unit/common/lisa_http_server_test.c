@@ -21,6 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/* lisa_http_server_loop_test.c includes this file with the server driven
+ * by a zloop (every test then runs against the loop-driven mode). */
+#ifndef S_LOOP_DRIVEN
+#define S_LOOP_DRIVEN false
+#endif
+
 static void
 s_sleep_ms(long ms)
 {
@@ -299,6 +305,7 @@ Test(lisa_http_server, concurrent_deferred_on_loop)
                                      .handler = s_keep_on_loop,
                                      .handler_arg = &c,
                                      .loop = c.loop,
+                                     .loop_driven = S_LOOP_DRIVEN,
                                      .threads = 2};
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     cr_assert_not_null(srv);
