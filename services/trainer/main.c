@@ -78,6 +78,10 @@ main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         s_usage(argc < 2 ? stderr : stdout);
+        if (argc >= 2) /* the settings both commands take */
+            lisa_config_help(stdout, "lisa-trainer train|serve",
+                             "\nsettings of both commands:", trn_run_cfg_table,
+                             trn_run_cfg_table_len);
         return argc < 2 ? EXIT_CONFIG : EXIT_DONE;
     }
     bool train = strcmp(argv[1], "train") == 0;
@@ -111,6 +115,16 @@ main(int argc, char **argv)
     if (lisa_log_level_parse(cfg.log_level, &level) == LISA_OK)
         lisa_log_set_level(level);
     lisa_config_dump(trn_run_cfg_table, trn_run_cfg_table_len, &cfg, src);
+    if (cfg.world > 1 || cfg.nodes > 1 || cfg.gpus_per_node > 1) {
+        /* The kernels and NCCL data parallel exist (trn_dist); launching
+         * and coordinating ranks from the service does not yet. */
+        fprintf(stderr,
+                "lisa-trainer: a data-parallel run (world size %lld) is not "
+                "supported by this version; run one rank per trainer\n",
+                (long long) cfg.world);
+        code = EXIT_CONFIG;
+        goto out;
+    }
     if (!cfg.model && !cfg.resume) {
         fprintf(stderr, "lisa-trainer: --model is required\n");
         code = EXIT_CONFIG;
@@ -168,8 +182,19 @@ main(int argc, char **argv)
                           "differ from the checkpoint's; the data order "
                           "will not continue exactly");
     }
-    char host[256], idbuf[64], runbuf[160];
+    char host[256], idbuf[64], runbuf[160], listenbuf[64], urlbuf[320];
     uint16_t port = 0;
+    if (cfg.engine_port > 0 && cfg.engine_port < 65536) {
+        snprintf(listenbuf, sizeof listenbuf, "0.0.0.0:%lld",
+                 (long long) cfg.engine_port);
+        lisa_free(&cfg.listen);
+        cfg.listen = lisa_strdup(listenbuf);
+        if (!cfg.engine_url && cfg.advertise_host && *cfg.advertise_host) {
+            snprintf(urlbuf, sizeof urlbuf, "http://%s:%lld",
+                     cfg.advertise_host, (long long) cfg.engine_port);
+            cfg.engine_url = lisa_strdup(urlbuf);
+        }
+    }
     if (s_listen(cfg.listen, host, sizeof host, &port) != 0) {
         fprintf(stderr, "lisa-trainer: bad engine.listen %s\n", cfg.listen);
         code = EXIT_CONFIG;

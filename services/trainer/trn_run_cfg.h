@@ -18,6 +18,10 @@ typedef struct {
     char *model, *train_files, *val_files, *broker, *listen, *engine_url,
         *engine_id, *out_dir, *backend, *resume, *run_id;
     int64_t threads;
+    int64_t engine_port;
+    char *advertise_host;
+    int64_t world, rank, node_rank, nodes, gpus_per_node;
+    char *bootstrap;
     int64_t batch_size;
     bool shuffle;
     uint64_t seed;
