@@ -8,43 +8,11 @@
  */
 #include "lisa/lisa_chat.h"
 
+#include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_tojson.h"
 
 #include <string.h>
-
-typedef struct {
-    char *p;
-    size_t len, cap, max;
-    bool full;
-} s_buf_t;
-
-static void
-s_put(s_buf_t *b, const char *s, size_t n)
-{
-    if (b->full)
-        return;
-    if (n > b->max - b->len) {
-        b->full = true;
-        return;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = lisa_realloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void
-s_puts(s_buf_t *b, const char *s)
-{
-    s_put(b, s, strlen(s));
-}
 
 /* A borrowed or owned byte string. */
 typedef struct {
@@ -86,7 +54,7 @@ s_content(json_t *msg, s_str_t *out, const char **why)
         return LISA_OK;
     }
     if (json_is_array(c)) {
-        s_buf_t b = {.max = LISA_CHAT_MAX_OUTPUT};
+        lisa_buf_t b = {.max = LISA_CHAT_MAX_OUTPUT};
         size_t i;
         json_t *part;
         bool first = true;
@@ -96,9 +64,9 @@ s_content(json_t *msg, s_str_t *out, const char **why)
             if (!json_is_string(t))
                 continue;
             if (!first)
-                s_put(&b, "\n", 1);
+                lisa_buf_put(&b, "\n", 1);
             first = false;
-            s_put(&b, json_string_value(t), json_string_length(t));
+            lisa_buf_put(&b, json_string_value(t), json_string_length(t));
         }
         if (b.full) {
             lisa_free(&b.p);
@@ -194,7 +162,7 @@ s_last_query(json_t *messages, size_t n, size_t *idx, const char **why)
 }
 
 static lisa_rc_t
-s_header(s_buf_t *b, json_t *messages, json_t *tools, const char **why)
+s_header(lisa_buf_t *b, json_t *messages, json_t *tools, const char **why)
 {
     json_t *first = json_array_get(messages, 0);
     bool first_system = first && s_role_is(first, "system");
@@ -205,14 +173,15 @@ s_header(s_buf_t *b, json_t *messages, json_t *tools, const char **why)
             return rc;
     }
     if (tools && json_array_size(tools) > 0) {
-        s_puts(b, "<|im_start|>system\n");
+        lisa_buf_puts(b, "<|im_start|>system\n");
         if (first_system) {
-            s_put(b, c.s, c.n);
-            s_puts(b, "\n\n");
+            lisa_buf_put(b, c.s, c.n);
+            lisa_buf_puts(b, "\n\n");
         }
-        s_puts(b, "# Tools\n\nYou may call one or more functions to assist "
-                  "with the user query.\n\nYou are provided with function "
-                  "signatures within <tools></tools> XML tags:\n<tools>");
+        lisa_buf_puts(b,
+                      "# Tools\n\nYou may call one or more functions to assist "
+                      "with the user query.\n\nYou are provided with function "
+                      "signatures within <tools></tools> XML tags:\n<tools>");
         for (size_t i = 0; i < json_array_size(tools); i++) {
             char *j = NULL;
             size_t jl = 0;
@@ -223,26 +192,27 @@ s_header(s_buf_t *b, json_t *messages, json_t *tools, const char **why)
                 *why = "a tool cannot be serialized";
                 return rc;
             }
-            s_puts(b, "\n");
-            s_put(b, j, jl);
+            lisa_buf_puts(b, "\n");
+            lisa_buf_put(b, j, jl);
             lisa_free(&j);
         }
-        s_puts(b, "\n</tools>\n\nFor each function call, return a json "
-                  "object with function name and arguments within "
-                  "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-                  "{\"name\": <function-name>, \"arguments\": "
-                  "<args-json-object>}\n</tool_call><|im_end|>\n");
+        lisa_buf_puts(b, "\n</tools>\n\nFor each function call, return a json "
+                         "object with function name and arguments within "
+                         "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+                         "{\"name\": <function-name>, \"arguments\": "
+                         "<args-json-object>}\n</tool_call><|im_end|>\n");
     } else if (first_system) {
-        s_puts(b, "<|im_start|>system\n");
-        s_put(b, c.s, c.n);
-        s_puts(b, "<|im_end|>\n");
+        lisa_buf_puts(b, "<|im_start|>system\n");
+        lisa_buf_put(b, c.s, c.n);
+        lisa_buf_puts(b, "<|im_end|>\n");
     }
     s_str_free(&c);
     return LISA_OK;
 }
 
 static lisa_rc_t
-s_tool_calls(s_buf_t *b, json_t *calls, bool content_nonempty, const char **why)
+s_tool_calls(lisa_buf_t *b, json_t *calls, bool content_nonempty,
+             const char **why)
 {
     for (size_t i = 0; i < json_array_size(calls); i++) {
         json_t *tc = json_array_get(calls, i);
@@ -251,7 +221,7 @@ s_tool_calls(s_buf_t *b, json_t *calls, bool content_nonempty, const char **why)
             return LISA_INVALID;
         }
         if ((i == 0 && content_nonempty) || i > 0)
-            s_puts(b, "\n");
+            lisa_buf_puts(b, "\n");
         json_t *fn = json_object_get(tc, "function");
         if (json_is_object(fn) && json_object_size(fn) > 0)
             tc = fn;
@@ -265,12 +235,12 @@ s_tool_calls(s_buf_t *b, json_t *calls, bool content_nonempty, const char **why)
             *why = "a tool call has no arguments";
             return LISA_INVALID;
         }
-        s_puts(b, "<tool_call>\n{\"name\": \"");
+        lisa_buf_puts(b, "<tool_call>\n{\"name\": \"");
         if (name)
-            s_put(b, json_string_value(name), json_string_length(name));
-        s_puts(b, "\", \"arguments\": ");
+            lisa_buf_put(b, json_string_value(name), json_string_length(name));
+        lisa_buf_puts(b, "\", \"arguments\": ");
         if (json_is_string(args)) {
-            s_put(b, json_string_value(args), json_string_length(args));
+            lisa_buf_put(b, json_string_value(args), json_string_length(args));
         } else {
             char *j = NULL;
             size_t jl = 0;
@@ -279,10 +249,10 @@ s_tool_calls(s_buf_t *b, json_t *calls, bool content_nonempty, const char **why)
                 *why = "tool call arguments cannot be serialized";
                 return rc;
             }
-            s_put(b, j, jl);
+            lisa_buf_put(b, j, jl);
             lisa_free(&j);
         }
-        s_puts(b, "}\n</tool_call>");
+        lisa_buf_puts(b, "}\n</tool_call>");
     }
     return LISA_OK;
 }
@@ -308,7 +278,7 @@ s_reasoning(json_t *msg, json_t **out, const char **why)
 }
 
 static lisa_rc_t
-s_assistant(s_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
+s_assistant(lisa_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
             const char **why)
 {
     s_str_t full;
@@ -349,13 +319,13 @@ s_assistant(s_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
         const char *c = content;
         size_t cn = content_n;
         s_lstrip_nl(&c, &cn);
-        s_puts(b, "<|im_start|>assistant\n<think>\n");
-        s_put(b, r, rn);
-        s_puts(b, "\n</think>\n\n");
-        s_put(b, c, cn);
+        lisa_buf_puts(b, "<|im_start|>assistant\n<think>\n");
+        lisa_buf_put(b, r, rn);
+        lisa_buf_puts(b, "\n</think>\n\n");
+        lisa_buf_put(b, c, cn);
     } else {
-        s_puts(b, "<|im_start|>assistant\n");
-        s_put(b, content, content_n);
+        lisa_buf_puts(b, "<|im_start|>assistant\n");
+        lisa_buf_put(b, content, content_n);
     }
     json_t *calls = json_object_get(msg, "tool_calls");
     if (calls && !json_is_null(calls) && !json_is_array(calls)) {
@@ -368,15 +338,15 @@ s_assistant(s_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
         if (rc != LISA_OK)
             goto out;
     }
-    s_puts(b, "<|im_end|>\n");
+    lisa_buf_puts(b, "<|im_end|>\n");
 out:
     s_str_free(&full);
     return rc;
 }
 
 static lisa_rc_t
-s_message(s_buf_t *b, json_t *messages, size_t i, size_t n, size_t last_query,
-          const char **why)
+s_message(lisa_buf_t *b, json_t *messages, size_t i, size_t n,
+          size_t last_query, const char **why)
 {
     json_t *msg = json_array_get(messages, i);
     if (!json_is_object(msg)) {
@@ -390,11 +360,11 @@ s_message(s_buf_t *b, json_t *messages, size_t i, size_t n, size_t last_query,
         rc = s_content(msg, &c, why);
         if (rc != LISA_OK)
             return rc;
-        s_puts(b, "<|im_start|>");
-        s_puts(b, role);
-        s_puts(b, "\n");
-        s_put(b, c.s, c.n);
-        s_puts(b, "<|im_end|>\n");
+        lisa_buf_puts(b, "<|im_start|>");
+        lisa_buf_puts(b, role);
+        lisa_buf_puts(b, "\n");
+        lisa_buf_put(b, c.s, c.n);
+        lisa_buf_puts(b, "<|im_end|>\n");
     } else if (strcmp(role, "assistant") == 0) {
         rc = s_assistant(b, msg, i, n, last_query, why);
     } else if (strcmp(role, "tool") == 0) {
@@ -402,12 +372,12 @@ s_message(s_buf_t *b, json_t *messages, size_t i, size_t n, size_t last_query,
         if (rc != LISA_OK)
             return rc;
         if (i == 0 || !s_role_is(json_array_get(messages, i - 1), "tool"))
-            s_puts(b, "<|im_start|>user");
-        s_puts(b, "\n<tool_response>\n");
-        s_put(b, c.s, c.n);
-        s_puts(b, "\n</tool_response>");
+            lisa_buf_puts(b, "<|im_start|>user");
+        lisa_buf_puts(b, "\n<tool_response>\n");
+        lisa_buf_put(b, c.s, c.n);
+        lisa_buf_puts(b, "\n</tool_response>");
         if (i + 1 == n || !s_role_is(json_array_get(messages, i + 1), "tool"))
-            s_puts(b, "<|im_end|>\n");
+            lisa_buf_puts(b, "<|im_end|>\n");
     }
     s_str_free(&c);
     return rc;
@@ -454,13 +424,13 @@ s_render(json_t *messages, json_t *tools, size_t start, const char *prefix,
         *why = "start is past the last message";
         return LISA_INVALID;
     }
-    s_buf_t b = {.max = LISA_CHAT_MAX_OUTPUT};
+    lisa_buf_t b = {.max = LISA_CHAT_MAX_OUTPUT};
     size_t last_query = 0;
     lisa_rc_t rc = s_last_query(messages, n, &last_query, why);
     if (rc != LISA_OK)
         goto out;
     if (prefix)
-        s_puts(&b, prefix);
+        lisa_buf_puts(&b, prefix);
     if (start == 0) {
         rc = s_header(&b, messages, tools, why);
         if (rc != LISA_OK)
@@ -472,9 +442,9 @@ s_render(json_t *messages, json_t *tools, size_t start, const char *prefix,
             goto out;
     }
     if (opts->add_generation_prompt) {
-        s_puts(&b, "<|im_start|>assistant\n");
+        lisa_buf_puts(&b, "<|im_start|>assistant\n");
         if (opts->enable_thinking == 0)
-            s_puts(&b, "<think>\n\n</think>\n\n");
+            lisa_buf_puts(&b, "<think>\n\n</think>\n\n");
     }
     if (b.full) {
         *why = "rendered conversation too large";

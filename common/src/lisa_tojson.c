@@ -5,6 +5,7 @@
  */
 #include "lisa/lisa_tojson.h"
 
+#include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
 
 #include <math.h>
@@ -13,42 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *p;
-    size_t len, cap, max;
-    bool full;
-} s_buf_t;
-
 static void
-s_put(s_buf_t *b, const char *s, size_t n)
+s_string(lisa_buf_t *b, const char *s, size_t n)
 {
-    if (b->full)
-        return;
-    if (n > b->max - b->len) {
-        b->full = true;
-        return;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = lisa_realloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
-
-static void
-s_puts(s_buf_t *b, const char *s)
-{
-    s_put(b, s, strlen(s));
-}
-
-static void
-s_string(s_buf_t *b, const char *s, size_t n)
-{
-    s_put(b, "\"", 1);
+    lisa_buf_put(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char) s[i];
@@ -83,15 +52,15 @@ s_string(s_buf_t *b, const char *s, size_t n)
             }
         }
         if (esc) {
-            s_put(b, s + i - run, run);
+            lisa_buf_put(b, s + i - run, run);
             run = 0;
-            s_puts(b, esc);
+            lisa_buf_puts(b, esc);
         } else {
             run++;
         }
     }
-    s_put(b, s + n - run, run);
-    s_put(b, "\"", 1);
+    lisa_buf_put(b, s + n - run, run);
+    lisa_buf_put(b, "\"", 1);
 }
 
 size_t
@@ -159,14 +128,14 @@ lisa_tojson_float(double x, char *buf)
 }
 
 static lisa_rc_t
-s_value(s_buf_t *b, json_t *v, int depth)
+s_value(lisa_buf_t *b, json_t *v, int depth)
 {
     if (depth > LISA_TOJSON_MAX_DEPTH)
         return LISA_INVALID;
     char num[48];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
-        s_put(b, "{", 1);
+        lisa_buf_put(b, "{", 1);
         bool first = true;
         const char *key;
         size_t klen;
@@ -174,27 +143,27 @@ s_value(s_buf_t *b, json_t *v, int depth)
         json_object_keylen_foreach(v, key, klen, val)
         {
             if (!first)
-                s_put(b, ", ", 2);
+                lisa_buf_put(b, ", ", 2);
             first = false;
             s_string(b, key, klen);
-            s_put(b, ": ", 2);
+            lisa_buf_put(b, ": ", 2);
             lisa_rc_t rc = s_value(b, val, depth + 1);
             if (rc != LISA_OK)
                 return rc;
         }
-        s_put(b, "}", 1);
+        lisa_buf_put(b, "}", 1);
         break;
     }
     case JSON_ARRAY:
-        s_put(b, "[", 1);
+        lisa_buf_put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (i)
-                s_put(b, ", ", 2);
+                lisa_buf_put(b, ", ", 2);
             lisa_rc_t rc = s_value(b, json_array_get(v, i), depth + 1);
             if (rc != LISA_OK)
                 return rc;
         }
-        s_put(b, "]", 1);
+        lisa_buf_put(b, "]", 1);
         break;
     case JSON_STRING:
         s_string(b, json_string_value(v), json_string_length(v));
@@ -202,22 +171,22 @@ s_value(s_buf_t *b, json_t *v, int depth)
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(v));
-        s_puts(b, num);
+        lisa_buf_puts(b, num);
         break;
     case JSON_REAL:
         if (!isfinite(json_real_value(v)))
             return LISA_INVALID;
         lisa_tojson_float(json_real_value(v), num);
-        s_puts(b, num);
+        lisa_buf_puts(b, num);
         break;
     case JSON_TRUE:
-        s_puts(b, "true");
+        lisa_buf_puts(b, "true");
         break;
     case JSON_FALSE:
-        s_puts(b, "false");
+        lisa_buf_puts(b, "false");
         break;
     case JSON_NULL:
-        s_puts(b, "null");
+        lisa_buf_puts(b, "null");
         break;
     }
     return b->full ? LISA_TOOLARGE : LISA_OK;
@@ -231,7 +200,7 @@ lisa_tojson(json_t *v, size_t max, char **out, size_t *len)
         *len = 0;
     if (!v)
         return LISA_INVALID;
-    s_buf_t b = {.max = max};
+    lisa_buf_t b = {.max = max};
     lisa_rc_t rc = s_value(&b, v, 0);
     if (rc == LISA_OK && b.full)
         rc = LISA_TOOLARGE;
@@ -239,7 +208,7 @@ lisa_tojson(json_t *v, size_t max, char **out, size_t *len)
         lisa_free(&b.p);
         return rc;
     }
-    s_put(&b, "", 0);
+    lisa_buf_put(&b, "", 0);
     if (!b.p)
         b.p = lisa_malloc(1);
     b.p[b.len] = '\0';

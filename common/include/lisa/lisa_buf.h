@@ -1,0 +1,34 @@
+/*
+ * lisa_buf: a growable byte buffer with a hard maximum.
+ *
+ * Every buffer that input can grow has a bound: appending past `max` drops
+ * the bytes and sets `full`, which the caller checks once at the end and
+ * turns into an error ("output too large") instead of checking every
+ * append. The contents are always NUL-terminated. A value type: declare one
+ * on the stack with LISA_BUF(max), append, take `p` or lisa_buf_free.
+ */
+#ifndef LISA_BUF_H
+#define LISA_BUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+    char *p;    /* contents (NULL until the first append), NUL-terminated */
+    size_t len; /* bytes held */
+    size_t cap; /* bytes allocated */
+    size_t max; /* most bytes it may hold */
+    bool full;  /* an append did not fit: the contents are incomplete */
+} lisa_buf_t;
+
+/* An empty buffer bounded to `max` bytes. */
+#define LISA_BUF(max_) ((lisa_buf_t){.max = (max_)})
+
+/* Appends n bytes (nothing once full; sets full when they would pass max). */
+void lisa_buf_put(lisa_buf_t *b, const void *s, size_t n);
+/* Appends a NUL-terminated string. */
+void lisa_buf_puts(lisa_buf_t *b, const char *s);
+/* Frees the contents and empties the buffer (max is kept). */
+void lisa_buf_free(lisa_buf_t *b);
+
+#endif
