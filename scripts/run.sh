@@ -88,7 +88,7 @@ if [ $build = 1 ]; then
   cmake --preset default >/dev/null
   cmake --build --preset default -j "$(nproc)"
 fi
-bin=$root/build/default/bin
+bin=${LISA_BUILD_DIR:-$root/build/default}/bin
 missing=()
 for b in lisa lisa-broker lisa-reward lisa-gateway lisa-controller lisa-agent \
          lisa-trainer; do

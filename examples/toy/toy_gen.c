@@ -2,20 +2,27 @@
  * lisa-toygen: the toy task family of the local run, and the agent
  * trajectories that give the toy model its warm start.
  *
- * Two kinds of task, both needing a tool (the toy model cannot multiply
- * or read files by itself):
+ * Four kinds of task, each needing a tool (the toy model cannot add,
+ * count or read files by itself):
  *   - arithmetic: "Compute 347*29+18." -> the agent runs
  *     echo $((347*29+18)) > /testbed/answer.txt, then submits;
  *   - lookup: a key=value table in /testbed/documents/table.txt and
- *     "Find the value of k17." -> grep + cut into the answer file.
+ *     "Find the value of k17 in ..." -> grep + cut into the answer file;
+ *   - count: "How many lines does /testbed/documents/notes.txt have?"
+ *     -> wc -l;
+ *   - sum: "Add up the numbers in /testbed/documents/numbers.txt." -> awk.
+ * The first two need the model to copy numbers or keys from the prompt
+ * into its command (hard for a tiny model); the last two need only the
+ * right command for the kind of question. So the warm-started model
+ * solves part of the tasks, and RL has room on the rest.
  * Records are verl-format (data_source "math_toy", scored by the reward
  * worker's math-equivalence rule against the exact answer).
  *
  * The warm-start file holds, per task, the conversation a correct agent
  * has with the gateway in the toy domain's compact prompt (system prompt,
  * two tools, "Steps Remaining" notes as lisa-agent appends them):
- * {"messages": [...], "tools": [...]} per line, rendered and trained on
- * by lisa-sft.
+ * {"messages": [...], "tools": [...], "answer": ..., "files": {...}} per
+ * line, rendered and trained on by lisa-sft.
  *
  * Everything is a function of --seed (splitmix64), so the committed data
  * can be rebuilt byte for byte.
@@ -72,7 +79,8 @@ typedef struct {
     char problem[256];
     char answer[32];
     char command[256];
-    char table[512]; /* lookup only */
+    char file[16];   /* name of the input file, "" for none */
+    char table[1024]; /* its content */
 } s_task_t;
 
 static void
@@ -96,6 +104,7 @@ s_make_arith(s_rng_t *r, s_task_t *t)
     snprintf(t->command, sizeof t->command,
              "echo $((%s)) > /testbed/answer.txt", expr);
     t->table[0] = 0;
+    t->file[0] = 0;
 }
 
 static void
@@ -125,25 +134,80 @@ s_make_lookup(s_rng_t *r, s_task_t *t)
              "grep ^%s= /testbed/documents/table.txt | cut -d= -f2 > "
              "/testbed/answer.txt",
              keys[k]);
+    snprintf(t->file, sizeof t->file, "table.txt");
+}
+
+static const char *const s_words[] = {"apple", "river", "stone", "cloud",
+                                      "lamp",  "green", "quiet", "north",
+                                      "seven", "paper", "light", "wind"};
+
+static void
+s_make_count(s_rng_t *r, s_task_t *t)
+{
+    long lines = s_range(r, 2, 30);
+    size_t off = 0;
+    for (long i = 0; i < lines; i++) {
+        long w = s_range(r, 1, 3);
+        for (long j = 0; j < w; j++)
+            off += (size_t) snprintf(t->table + off, sizeof t->table - off,
+                                     "%s%s", j ? " " : "",
+                                     s_words[s_range(r, 0, 11)]);
+        off += (size_t) snprintf(t->table + off, sizeof t->table - off, "\n");
+    }
+    snprintf(t->problem, sizeof t->problem,
+             "How many lines does /testbed/documents/notes.txt have?");
+    snprintf(t->answer, sizeof t->answer, "%ld", lines);
+    snprintf(t->command, sizeof t->command,
+             "wc -l < /testbed/documents/notes.txt > /testbed/answer.txt");
+    snprintf(t->file, sizeof t->file, "notes.txt");
+}
+
+static void
+s_make_sum(s_rng_t *r, s_task_t *t)
+{
+    long n = s_range(r, 2, 12), sum = 0;
+    size_t off = 0;
+    for (long i = 0; i < n; i++) {
+        long v = s_range(r, 1, 999);
+        sum += v;
+        off += (size_t) snprintf(t->table + off, sizeof t->table - off,
+                                 "%ld\n", v);
+    }
+    snprintf(t->problem, sizeof t->problem,
+             "Add up the numbers in /testbed/documents/numbers.txt.");
+    snprintf(t->answer, sizeof t->answer, "%ld", sum);
+    snprintf(t->command, sizeof t->command,
+             "awk '{s+=$1} END {print s}' /testbed/documents/numbers.txt > "
+             "/testbed/answer.txt");
+    snprintf(t->file, sizeof t->file, "numbers.txt");
 }
 
 static void
 s_make(s_rng_t *r, const char *split, size_t i, s_task_t *t)
 {
     snprintf(t->id, sizeof t->id, "toy_%s_%05zu", split, i);
-    if (s_range(r, 0, 1))
-        s_make_arith(r, t);
-    else
-        s_make_lookup(r, t);
+    switch (s_range(r, 0, 3)) {
+    case 0: s_make_arith(r, t); break;
+    case 1: s_make_lookup(r, t); break;
+    case 2: s_make_count(r, t); break;
+    default: s_make_sum(r, t); break;
+    }
 }
 
 /* The verl record of a task. */
 static json_t *
-s_record(const s_task_t *t, const char *split, size_t i)
+s_files(const s_task_t *t)
 {
     json_t *files = json_object();
-    if (t->table[0])
-        json_object_set_new(files, "table.txt", json_string(t->table));
+    if (t->file[0])
+        json_object_set_new(files, t->file, json_string(t->table));
+    return files;
+}
+
+static json_t *
+s_record(const s_task_t *t, const char *split, size_t i)
+{
+    json_t *files = s_files(t);
     return json_pack(
         "{s:s,s:[{s:s,s:s}],s:s,s:{s:s,s:s},s:{s:s,s:s,s:I,s:s,s:o}}",
         "data_source", "math_toy", "prompt", "role", "user", "content",
@@ -188,8 +252,8 @@ s_trajectory(const s_task_t *t)
     json_array_append_new(msgs, s_call("call_2", "submit", json_object()));
     json_error_t e;
     json_t *tools = json_loads(s_tools, 0, &e);
-    return json_pack("{s:o,s:o,s:s}", "messages", msgs, "tools", tools,
-                     "answer", t->answer);
+    return json_pack("{s:o,s:o,s:s,s:o}", "messages", msgs, "tools", tools,
+                     "answer", t->answer, "files", s_files(t));
 }
 
 static int

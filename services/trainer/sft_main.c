@@ -24,7 +24,7 @@
 
 typedef struct {
     const char *data, *out, *model, *config, *tokenizer;
-    long steps, batch, seed, threads, eval, eval_every, hold, window;
+    long steps, batch, seed, threads, eval, eval_every, hold, window, full_every;
     double lr, minutes, std;
 } s_opts_t;
 
@@ -46,10 +46,11 @@ s_usage(void)
             "                [--steps N] [--batch B] [--lr X] [--seed S]\n"
             "                [--threads T] [--minutes M] [--hold N]\n"
             "                [--eval N] [--eval-every N] [--init-std X]\n"
-            "                [--window W]\n"
+            "                [--window W] [--full-every N]\n"
             "  --window W: train on each conversation from W tokens before\n"
             "  its first assistant turn (the prompt's fixed head is cut;\n"
-            "  attention is relative, and evaluation uses whole prompts)\n"
+            "  attention is relative, and evaluation uses whole prompts);\n"
+            "  --full-every N keeps every Nth conversation whole\n"
             "  --hold N: the last N conversations are held out for the\n"
             "  first-turn match rate (--eval of them, every --eval-every "
             "steps)\n");
@@ -110,6 +111,8 @@ s_parse(int argc, char **argv, s_opts_t *o)
             o->eval = (long) x;
         else if (!strcmp(a, "--eval-every"))
             o->eval_every = (long) x;
+        else if (!strcmp(a, "--full-every"))
+            o->full_every = (long) x;
         else if (!strcmp(a, "--window"))
             o->window = (long) x;
         else if (!strcmp(a, "--hold"))
@@ -126,7 +129,7 @@ s_parse(int argc, char **argv, s_opts_t *o)
     if (!o->data || !o->out || (!o->model && !(o->config && o->tokenizer)))
         return -1;
     if (o->steps < 1 || o->batch < 1 || o->batch > 4096 || o->threads < 1 ||
-        o->threads > 256 || o->hold < 0 || o->window < 0 || o->eval < 0 || o->eval_every < 1 ||
+        o->threads > 256 || o->hold < 0 || o->window < 0 || o->full_every < 0 || o->eval < 0 || o->eval_every < 1 ||
         o->lr <= 0)
         return -1;
     return 0;
@@ -183,14 +186,24 @@ s_load(const char *path, lisa_tokenizer_t *tok, trn_sft_seq_t **out,
     return rc;
 }
 
+/* Share of seqs[0..n) whose first turn greedy decoding reproduces; with
+ * window > 0, from only the last `window` tokens of each prompt. */
 static double
-s_eval(trn_model_t *m, const trn_sft_seq_t *seqs, size_t n)
+s_eval(trn_model_t *m, const trn_sft_seq_t *seqs, size_t n, long window)
 {
     size_t hit = 0;
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
         trn_err_t err;
-        if (trn_sft_first_turn_match(m, &seqs[i], &ok, &err) == LISA_OK && ok)
+        trn_sft_seq_t v = seqs[i];
+        if (window > 0 && v.prompt_len > (size_t) window) {
+            size_t cut = v.prompt_len - (size_t) window;
+            v.ids += cut;
+            v.mask += cut;
+            v.n -= cut;
+            v.prompt_len -= cut;
+        }
+        if (trn_sft_first_turn_match(m, &v, &ok, &err) == LISA_OK && ok)
             hit++;
     }
     return n ? (double) hit / (double) n : 0.0;
@@ -288,7 +301,8 @@ main(int argc, char **argv)
     double vtok = 0;
     for (size_t i = 0; i < ntrain; i++) {
         size_t cut = 0;
-        if (o.window > 0 && seqs[i].prompt_len > (size_t) o.window)
+        bool whole = o.full_every > 0 && i % (size_t) o.full_every == 0;
+        if (!whole && o.window > 0 && seqs[i].prompt_len > (size_t) o.window)
             cut = seqs[i].prompt_len - (size_t) o.window;
         views[i] = (trn_sft_seq_t){.ids = seqs[i].ids + cut,
                                    .mask = seqs[i].mask + cut,
@@ -333,14 +347,20 @@ main(int argc, char **argv)
                    "%.3f lr %.2e  %.0fs\n",
                    step, so.loss, ema, so.accuracy, so.grad_norm,
                    cfg.optim.lr, s_now() - t0);
-        if (neval && step % o.eval_every == 0)
+        if (neval && step % o.eval_every == 0) {
             printf("step %ld first-turn match on %zu held out: %.3f\n", step,
-                   neval, s_eval(m, seqs + ntrain, neval));
+                   neval, s_eval(m, seqs + ntrain, neval, 0));
+            if (o.window > 0)
+                printf("step %ld first-turn match from the last %ld prompt "
+                       "tokens: %.3f\n",
+                       step, o.window,
+                       s_eval(m, seqs + ntrain, neval, o.window));
+        }
         fflush(stdout);
     }
     if (neval)
         printf("final first-turn match on %zu held out: %.3f\n", neval,
-               s_eval(m, seqs + ntrain, neval));
+               s_eval(m, seqs + ntrain, neval, 0));
     if (trn_model_save(m, o.out, TRN_SAVE_F32, &err) != LISA_OK)
         goto out_loop;
     if (!o.model) {
