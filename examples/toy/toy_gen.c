@@ -50,9 +50,9 @@ static const char s_tools[] =
     "\"description\":\"Finish the task.\",\"parameters\":{\"type\":"
     "\"object\",\"properties\":{},\"required\":[]}}}]";
 
-#define S_MAX_TASKS   1000000
-#define S_TABLE_ROWS  8
-#define S_MAX_TURNS   4
+#define S_MAX_TASKS  1000000
+#define S_TABLE_ROWS 8
+#define S_MAX_TURNS  4
 
 typedef struct {
     uint64_t s;
@@ -79,7 +79,7 @@ typedef struct {
     char problem[256];
     char answer[32];
     char command[256];
-    char file[16];   /* name of the input file, "" for none */
+    char file[16];    /* name of the input file, "" for none */
     char table[1024]; /* its content */
 } s_task_t;
 
@@ -149,9 +149,9 @@ s_make_count(s_rng_t *r, s_task_t *t)
     for (long i = 0; i < lines; i++) {
         long w = s_range(r, 1, 3);
         for (long j = 0; j < w; j++)
-            off += (size_t) snprintf(t->table + off, sizeof t->table - off,
-                                     "%s%s", j ? " " : "",
-                                     s_words[s_range(r, 0, 11)]);
+            off +=
+                (size_t) snprintf(t->table + off, sizeof t->table - off, "%s%s",
+                                  j ? " " : "", s_words[s_range(r, 0, 11)]);
         off += (size_t) snprintf(t->table + off, sizeof t->table - off, "\n");
     }
     snprintf(t->problem, sizeof t->problem,
@@ -170,8 +170,8 @@ s_make_sum(s_rng_t *r, s_task_t *t)
     for (long i = 0; i < n; i++) {
         long v = s_range(r, 1, 999);
         sum += v;
-        off += (size_t) snprintf(t->table + off, sizeof t->table - off,
-                                 "%ld\n", v);
+        off += (size_t) snprintf(t->table + off, sizeof t->table - off, "%ld\n",
+                                 v);
     }
     snprintf(t->problem, sizeof t->problem,
              "Add up the numbers in /testbed/documents/numbers.txt.");
@@ -187,10 +187,18 @@ s_make(s_rng_t *r, const char *split, size_t i, s_task_t *t)
 {
     snprintf(t->id, sizeof t->id, "toy_%s_%05zu", split, i);
     switch (s_range(r, 0, 3)) {
-    case 0: s_make_arith(r, t); break;
-    case 1: s_make_lookup(r, t); break;
-    case 2: s_make_count(r, t); break;
-    default: s_make_sum(r, t); break;
+    case 0:
+        s_make_arith(r, t);
+        break;
+    case 1:
+        s_make_lookup(r, t);
+        break;
+    case 2:
+        s_make_count(r, t);
+        break;
+    default:
+        s_make_sum(r, t);
+        break;
     }
 }
 
@@ -213,16 +221,16 @@ s_record(const s_task_t *t, const char *split, size_t i)
         "data_source", "math_toy", "prompt", "role", "user", "content",
         t->problem, "ability", "math", "reward_model", "style", "rule",
         "ground_truth", t->answer, "extra_info", "id", t->id, "split", split,
-        "index", (json_int_t) i, "problem_statement", t->problem,
-        "input_files", files);
+        "index", (json_int_t) i, "problem_statement", t->problem, "input_files",
+        files);
 }
 
 static json_t *
 s_call(const char *id, const char *name, json_t *args)
 {
-    return json_pack("{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:o}}]}", "role",
-                     "assistant", "content", "tool_calls", "id", id, "type",
-                     "function", "function", "name", name, "arguments", args);
+    return json_pack("{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:o}}]}", "role", "assistant",
+                     "content", "tool_calls", "id", id, "type", "function",
+                     "function", "name", name, "arguments", args);
 }
 
 /* The conversation of a correct agent on task t, as lisa-agent builds it
@@ -239,13 +247,13 @@ s_trajectory(const s_task_t *t)
              "\nSteps Remaining: %d",
              S_MAX_TURNS - 1);
     json_t *msgs = json_array();
-    json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system",
-                                          "content", s_system));
+    json_array_append_new(
+        msgs, json_pack("{s:s,s:s}", "role", "system", "content", s_system));
+    json_array_append_new(
+        msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
     json_array_append_new(msgs,
-                          json_pack("{s:s,s:s}", "role", "user", "content", user));
-    json_array_append_new(msgs, s_call("call_1", "execute_bash",
-                                       json_pack("{s:s}", "command",
-                                                 t->command)));
+                          s_call("call_1", "execute_bash",
+                                 json_pack("{s:s}", "command", t->command)));
     json_array_append_new(msgs, json_pack("{s:s,s:s,s:s,s:s}", "role", "tool",
                                           "tool_call_id", "call_1", "name",
                                           "execute_bash", "content", obs));

@@ -127,10 +127,18 @@ s_escape(FILE *f, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
         default:
             if ((unsigned char) *s >= 0x20)
                 fputc(*s, f);
@@ -152,8 +160,7 @@ s_draw_panel(FILE *f, const s_panel_t *p, double ox, double oy)
             y1 = fmax(y1, p->s[i].y[j]);
         }
     fprintf(f, "<g transform=\"translate(%.0f,%.0f)\">\n", ox, oy);
-    fprintf(f,
-            "<text x=\"%d\" y=\"20\" font-size=\"15\" font-weight=\"bold\">",
+    fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"15\" font-weight=\"bold\">",
             S_MARGIN_L);
     s_escape(f, p->pattern);
     fputs("</text>\n", f);
@@ -207,11 +214,11 @@ s_draw_panel(FILE *f, const s_panel_t *p, double ox, double oy)
     for (size_t i = 0; i < p->n; i++) {
         const s_series_t *s = &p->s[i];
         const char *c = s_colors[i % (sizeof s_colors / sizeof s_colors[0])];
-        fprintf(f,
-                "<polyline class=\"series\" data-key=\"");
+        fprintf(f, "<polyline class=\"series\" data-key=\"");
         s_escape(f, s->key);
-        fprintf(f, "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
-                   "points=\"",
+        fprintf(f,
+                "\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
+                "points=\"",
                 c);
         for (size_t j = 0; j < s->n; j++)
             fprintf(f, "%s%.1f,%.1f", j ? " " : "",
@@ -219,8 +226,9 @@ s_draw_panel(FILE *f, const s_panel_t *p, double ox, double oy)
                     S_MARGIN_T + ph - (s->y[j] - y0) / (y1 - y0) * ph);
         fputs("\"/>\n", f);
         if (s->n == 1)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" "
-                       "fill=\"%s\"/>\n",
+            fprintf(f,
+                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" "
+                    "fill=\"%s\"/>\n",
                     S_MARGIN_L + (s->x[0] - x0) / (x1 - x0) * pw,
                     S_MARGIN_T + ph - (s->y[0] - y0) / (y1 - y0) * ph, c);
         double ly = S_MARGIN_T + 6 + 15.0 * (double) i;
@@ -283,8 +291,7 @@ cli_plot(int argc, char **argv)
     if (!in)
         return s_usage();
     if (np == 0)
-        for (; np < sizeof s_default_panels / sizeof s_default_panels[0];
-             np++)
+        for (; np < sizeof s_default_panels / sizeof s_default_panels[0]; np++)
             panels[np].pattern = s_default_panels[np];
     FILE *f = fopen(in, "r");
     if (!f) {

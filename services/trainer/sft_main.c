@@ -24,7 +24,8 @@
 
 typedef struct {
     const char *data, *out, *model, *config, *tokenizer;
-    long steps, batch, seed, threads, eval, eval_every, hold, window, full_every;
+    long steps, batch, seed, threads, eval, eval_every, hold, window,
+        full_every;
     double lr, minutes, std;
 } s_opts_t;
 
@@ -129,16 +130,15 @@ s_parse(int argc, char **argv, s_opts_t *o)
     if (!o->data || !o->out || (!o->model && !(o->config && o->tokenizer)))
         return -1;
     if (o->steps < 1 || o->batch < 1 || o->batch > 4096 || o->threads < 1 ||
-        o->threads > 256 || o->hold < 0 || o->window < 0 || o->full_every < 0 || o->eval < 0 || o->eval_every < 1 ||
-        o->lr <= 0)
+        o->threads > 256 || o->hold < 0 || o->window < 0 || o->full_every < 0 ||
+        o->eval < 0 || o->eval_every < 1 || o->lr <= 0)
         return -1;
     return 0;
 }
 
 /* Reads and encodes every line of the JSONL file. */
 static int
-s_load(const char *path, lisa_tokenizer_t *tok, trn_sft_seq_t **out,
-       size_t *n)
+s_load(const char *path, lisa_tokenizer_t *tok, trn_sft_seq_t **out, size_t *n)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -334,7 +334,9 @@ main(int argc, char **argv)
         /* linear warmup over 20 steps, cosine decay to 10% */
         double frac = (double) (step - 1) / (double) o.steps;
         double warm = step < 20 ? (double) step / 20.0 : 1.0;
-        cfg.optim.lr = o.lr * warm * (0.1 + 0.45 * (1.0 + cos(3.14159265358979323846 * frac)));
+        cfg.optim.lr =
+            o.lr * warm *
+            (0.1 + 0.45 * (1.0 + cos(3.14159265358979323846 * frac)));
         trn_sft_out_t so;
         if (trn_sft_step(m, opt, &cfg, batch, (size_t) o.batch, &so, &err) !=
             LISA_OK) {
@@ -345,8 +347,8 @@ main(int argc, char **argv)
         if (step % 10 == 0 || step == 1)
             printf("step %ld loss %.4f (ema %.4f) token_acc %.3f grad_norm "
                    "%.3f lr %.2e  %.0fs\n",
-                   step, so.loss, ema, so.accuracy, so.grad_norm,
-                   cfg.optim.lr, s_now() - t0);
+                   step, so.loss, ema, so.accuracy, so.grad_norm, cfg.optim.lr,
+                   s_now() - t0);
         if (neval && step % o.eval_every == 0) {
             printf("step %ld first-turn match on %zu held out: %.3f\n", step,
                    neval, s_eval(m, seqs + ntrain, neval, 0));
@@ -372,8 +374,7 @@ main(int argc, char **argv)
                 goto out_loop;
             }
     }
-    printf("saved %s after %ld steps (%.0fs)\n", o.out, step - 1,
-           s_now() - t0);
+    printf("saved %s after %ld steps (%.0fs)\n", o.out, step - 1, s_now() - t0);
     rc = 0;
 out_loop:
     lisa_free(&order);

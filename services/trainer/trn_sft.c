@@ -54,10 +54,11 @@ s_piece(lisa_tokenizer_t *tok, lisa_ids_t *ids, uint8_t **mask, size_t *cap,
         const char *text, size_t a, size_t b, uint8_t m, trn_err_t *err)
 {
     size_t before = lisa_ids_len(ids);
-    if (b > a && lisa_tokenizer_encode(tok, text + a, b - a, true, ids) !=
-                     LISA_OK)
-        return trn_fail(err, LISA_INVALID, "sft: conversation does not "
-                                            "tokenize (or is too long)");
+    if (b > a &&
+        lisa_tokenizer_encode(tok, text + a, b - a, true, ids) != LISA_OK)
+        return trn_fail(err, LISA_INVALID,
+                        "sft: conversation does not "
+                        "tokenize (or is too long)");
     size_t after = lisa_ids_len(ids);
     if (after > *cap) {
         size_t nc = *cap ? *cap : 1024;
@@ -89,8 +90,8 @@ trn_sft_encode(lisa_tokenizer_t *tok, json_t *conv, trn_sft_seq_t *out,
     json_t *ext = json_array();
     for (size_t i = 0; i < nm; i++)
         json_array_append(ext, json_array_get(msgs, i));
-    json_array_append_new(ext,
-                          json_pack("{s:s,s:s}", "role", "user", "content", ""));
+    json_array_append_new(
+        ext, json_pack("{s:s,s:s}", "role", "user", "content", ""));
     char *full = NULL;
     size_t fl = 0;
     lisa_rc_t rc = s_render(ext, tools, nm + 1, false, &full, &fl, err);

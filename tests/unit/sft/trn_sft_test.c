@@ -171,8 +171,8 @@ Test(trn_sft, refuses_bad_conversations)
         trn_err_t err;
         if (!c)
             continue; /* jansson refuses the lone surrogate itself */
-        cr_assert_eq(trn_sft_encode(tok, c, &s, &err), LISA_INVALID,
-                     "case %zu", i);
+        cr_assert_eq(trn_sft_encode(tok, c, &s, &err), LISA_INVALID, "case %zu",
+                     i);
         cr_assert_null(s.ids);
         json_decref(c);
     }
