@@ -6,9 +6,11 @@
 #
 #   examples/toy/build_model.sh [OUT_DIR]     (default: models/toy)
 #
-# Also rewrites examples/toy/data/{train,val}.json. Takes about 15 minutes
-# on two cores; the numbers below are the ones the committed model was
-# built with.
+# Also rewrites examples/toy/data/{train,val}.json. The numbers below are
+# the committed model's: 155 steps of a 300-step schedule (it was cut by a
+# 13-minute budget on a busy two-core machine; --stop 155 repeats that).
+# Its log is examples/toy/build_model.log: loss 5.56 -> 0.04, greedy
+# first tool call exact on 54% of held-out tasks.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -27,4 +29,7 @@ mkdir -p "$out"
   --config examples/toy/model_config.json \
   --tokenizer tests/fixtures/byte-tokenizer \
   --steps 300 --batch 8 --lr 4e-3 --window 96 --full-every 4 \
-  --hold 64 --eval 24 --eval-every 60 --minutes 13 --seed 1 --threads 2
+  --hold 64 --eval 24 --eval-every 60 --stop 155 --seed 1 --threads 2
+# The saved config.json is generated from the numbers; name the special
+# tokens the way the tokenizer does.
+sed -i 's/^{$/{\n  "bos_token_id": null,\n  "eos_token_id": 258,\n  "pad_token_id": 256,/' "$out/config.json"

@@ -25,7 +25,7 @@
 typedef struct {
     const char *data, *out, *model, *config, *tokenizer;
     long steps, batch, seed, threads, eval, eval_every, hold, window,
-        full_every;
+        full_every, stop;
     double lr, minutes, std;
 } s_opts_t;
 
@@ -47,7 +47,9 @@ s_usage(void)
             "                [--steps N] [--batch B] [--lr X] [--seed S]\n"
             "                [--threads T] [--minutes M] [--hold N]\n"
             "                [--eval N] [--eval-every N] [--init-std X]\n"
-            "                [--window W] [--full-every N]\n"
+            "                [--window W] [--full-every N] [--stop N]\n"
+            "  --stop N: stop after step N (the schedule still spans "
+            "--steps)\n"
             "  --window W: train on each conversation from W tokens before\n"
             "  its first assistant turn (the prompt's fixed head is cut;\n"
             "  attention is relative, and evaluation uses whole prompts);\n"
@@ -112,6 +114,8 @@ s_parse(int argc, char **argv, s_opts_t *o)
             o->eval = (long) x;
         else if (!strcmp(a, "--eval-every"))
             o->eval_every = (long) x;
+        else if (!strcmp(a, "--stop"))
+            o->stop = (long) x;
         else if (!strcmp(a, "--full-every"))
             o->full_every = (long) x;
         else if (!strcmp(a, "--window"))
@@ -131,7 +135,7 @@ s_parse(int argc, char **argv, s_opts_t *o)
         return -1;
     if (o->steps < 1 || o->batch < 1 || o->batch > 4096 || o->threads < 1 ||
         o->threads > 256 || o->hold < 0 || o->window < 0 || o->full_every < 0 ||
-        o->eval < 0 || o->eval_every < 1 || o->lr <= 0)
+        o->stop < 0 || o->eval < 0 || o->eval_every < 1 || o->lr <= 0)
         return -1;
     return 0;
 }
@@ -315,7 +319,8 @@ main(int argc, char **argv)
     double t0 = s_now(), ema = -1;
     long step;
     for (step = 1; step <= o.steps; step++) {
-        if (o.minutes > 0 && s_now() - t0 > o.minutes * 60.0)
+        if ((o.minutes > 0 && s_now() - t0 > o.minutes * 60.0) ||
+            (o.stop > 0 && step > o.stop))
             break;
         for (long j = 0; j < o.batch; j++) {
             if (pos == ntrain) { /* reshuffle (Fisher-Yates, xorshift) */
