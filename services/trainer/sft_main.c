@@ -9,6 +9,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_tokenizer.h"
+#include "trn_sampler.h"
 #include "trn_sft.h"
 
 #include <errno.h>
@@ -26,7 +27,7 @@ typedef struct {
     const char *data, *out, *model, *config, *tokenizer;
     long steps, batch, seed, threads, eval, eval_every, hold, window,
         full_every, stop;
-    double lr, minutes, std;
+    double lr, minutes, std, eval_temp;
 } s_opts_t;
 
 static double
@@ -48,6 +49,9 @@ s_usage(void)
             "                [--threads T] [--minutes M] [--hold N]\n"
             "                [--eval N] [--eval-every N] [--init-std X]\n"
             "                [--window W] [--full-every N] [--stop N]\n"
+            "                [--eval-temp T]\n"
+            "  --eval-temp T: sample at temperature T in evaluation (0: "
+            "greedy)\n"
             "  --stop N: stop after step N (the schedule still spans "
             "--steps)\n"
             "  --window W: train on each conversation from W tokens before\n"
@@ -126,6 +130,8 @@ s_parse(int argc, char **argv, s_opts_t *o)
             o->lr = x;
         else if (!strcmp(a, "--minutes"))
             o->minutes = x;
+        else if (!strcmp(a, "--eval-temp"))
+            o->eval_temp = x;
         else if (!strcmp(a, "--init-std"))
             o->std = x;
         else
@@ -135,7 +141,8 @@ s_parse(int argc, char **argv, s_opts_t *o)
         return -1;
     if (o->steps < 1 || o->batch < 1 || o->batch > 4096 || o->threads < 1 ||
         o->threads > 256 || o->hold < 0 || o->window < 0 || o->full_every < 0 ||
-        o->stop < 0 || o->eval < 0 || o->eval_every < 1 || o->lr <= 0)
+        o->stop < 0 || o->eval < 0 || o->eval_every < 1 || o->lr <= 0 ||
+        o->eval_temp < 0)
         return -1;
     return 0;
 }
@@ -193,8 +200,10 @@ s_load(const char *path, lisa_tokenizer_t *tok, trn_sft_seq_t **out, size_t *n)
 /* Share of seqs[0..n) whose first turn greedy decoding reproduces; with
  * window > 0, from only the last `window` tokens of each prompt. */
 static double
-s_eval(trn_model_t *m, const trn_sft_seq_t *seqs, size_t n, long window)
+s_eval(trn_model_t *m, const trn_sft_seq_t *seqs, size_t n, long window,
+       double temp)
 {
+    uint64_t rng = trn_rng_seed(12345);
     size_t hit = 0;
     for (size_t i = 0; i < n; i++) {
         bool ok = false;
@@ -207,7 +216,9 @@ s_eval(trn_model_t *m, const trn_sft_seq_t *seqs, size_t n, long window)
             v.n -= cut;
             v.prompt_len -= cut;
         }
-        if (trn_sft_first_turn_match(m, &v, &ok, &err) == LISA_OK && ok)
+        if (trn_sft_first_turn_match(m, &v, (float) temp, &rng, &ok, &err) ==
+                LISA_OK &&
+            ok)
             hit++;
     }
     return n ? (double) hit / (double) n : 0.0;
@@ -356,18 +367,18 @@ main(int argc, char **argv)
                    s_now() - t0);
         if (neval && step % o.eval_every == 0) {
             printf("step %ld first-turn match on %zu held out: %.3f\n", step,
-                   neval, s_eval(m, seqs + ntrain, neval, 0));
+                   neval, s_eval(m, seqs + ntrain, neval, 0, o.eval_temp));
             if (o.window > 0)
                 printf("step %ld first-turn match from the last %ld prompt "
                        "tokens: %.3f\n",
                        step, o.window,
-                       s_eval(m, seqs + ntrain, neval, o.window));
+                       s_eval(m, seqs + ntrain, neval, o.window, o.eval_temp));
         }
         fflush(stdout);
     }
     if (neval)
         printf("final first-turn match on %zu held out: %.3f\n", neval,
-               s_eval(m, seqs + ntrain, neval, 0));
+               s_eval(m, seqs + ntrain, neval, 0, o.eval_temp));
     if (trn_model_save(m, o.out, TRN_SAVE_F32, &err) != LISA_OK)
         goto out_loop;
     if (!o.model) {

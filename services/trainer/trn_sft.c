@@ -8,6 +8,7 @@
 #include "lisa/lisa_ids.h"
 #include "lisa/lisa_mem.h"
 #include "trn_err.h"
+#include "trn_sampler.h"
 
 #include <math.h>
 #include <string.h>
@@ -235,7 +236,8 @@ out:
 }
 
 lisa_rc_t
-trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq, bool *match,
+trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq,
+                         float temperature, uint64_t *rng, bool *match,
                          trn_err_t *err)
 {
     *match = false;
@@ -257,11 +259,15 @@ trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq, bool *match,
         rc = trn_model_step(m, kv, 1, &slot, &toks, &nn, logits, err);
         if (rc != LISA_OK)
             break;
-        size_t best = 0;
-        for (size_t v = 1; v < V; v++)
-            if (logits[v] > logits[best])
-                best = v;
-        ok = (int32_t) best == seq->ids[p + t];
+        trn_sampling_t smp = {.temperature = temperature, .top_p = 1.0f};
+        uint64_t greedy_rng = 1;
+        int32_t tok = -1;
+        float lp;
+        rc = trn_sample(logits, V, &smp, rng ? rng : &greedy_rng, &tok, &lp,
+                        err);
+        if (rc != LISA_OK)
+            break;
+        ok = tok == seq->ids[p + t];
         toks = &seq->ids[p + t];
         nn = 1;
     }

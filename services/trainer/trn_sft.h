@@ -67,10 +67,12 @@ lisa_rc_t trn_sft_step(trn_model_t *m, trn_adamw_t *opt,
                        size_t n, trn_sft_out_t *out,
                        trn_err_t *err) LISA_NODISCARD;
 
-/* Greedy decoding of seq's first assistant turn from its prompt
- * (ids[0..prompt_len)): true when the model reproduces the marked tokens
- * of that turn exactly, through its <|im_end|>. */
+/* Decodes seq's first assistant turn from its prompt (ids[0..prompt_len))
+ * at `temperature` (0: greedy; else sampled with *rng, trn_sampler):
+ * *match is true when the model reproduces the marked tokens of that turn
+ * exactly, through its <|im_end|>. */
 lisa_rc_t trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq,
+                                   float temperature, uint64_t *rng,
                                    bool *match, trn_err_t *err) LISA_NODISCARD;
 
 #endif

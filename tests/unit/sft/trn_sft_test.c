@@ -132,7 +132,8 @@ Test(trn_sft, steps_learn_a_conversation)
     c.optim.lr = 1e-2;
     trn_sft_out_t first = {0}, last = {0};
     bool match = true;
-    cr_assert_eq(trn_sft_first_turn_match(m, &s, &match, &err), LISA_OK);
+    cr_assert_eq(trn_sft_first_turn_match(m, &s, 0.0f, NULL, &match, &err),
+                 LISA_OK);
     cr_assert(!match, "a random model reproduced the turn");
     for (int i = 0; i < 150; i++) {
         cr_assert_eq(trn_sft_step(m, opt, &c, &s, 1, &last, &err), LISA_OK,
@@ -146,7 +147,8 @@ Test(trn_sft, steps_learn_a_conversation)
     cr_assert_eq(first.tokens, want, "marked tokens %f", first.tokens);
     cr_assert_gt(first.loss, 4.0, "first loss %f", first.loss);
     cr_assert_lt(last.loss, 0.05, "last loss %f", last.loss);
-    cr_assert_eq(trn_sft_first_turn_match(m, &s, &match, &err), LISA_OK);
+    cr_assert_eq(trn_sft_first_turn_match(m, &s, 0.0f, NULL, &match, &err),
+                 LISA_OK);
     cr_assert(match, "the trained model does not reproduce the turn");
     trn_adamw_destroy(&opt);
     trn_model_destroy(&m);
