@@ -133,8 +133,9 @@ stop_all() {
   pids=()
   names=()
 }
+interrupted=0
 trap 'stop_all' EXIT
-trap 'echo; echo "run.sh: interrupted, stopping"; exit 130' INT TERM
+trap 'interrupted=1; echo; echo "run.sh: interrupted, stopping"' INT TERM
 
 # start NAME CMD...: runs CMD in the background, output in logs/NAME.log.
 start() {
@@ -159,6 +160,7 @@ wait_file() {
 
 check_alive() {
   local i
+  [ "$interrupted" = 0 ] || exit 130
   for i in "${!pids[@]}"; do
     if ! kill -0 "${pids[$i]}" 2>/dev/null; then
       [ "${names[$i]}" = trainer ] && return 0
@@ -185,7 +187,7 @@ events=$(port_of events)
 workers=$(port_of workers)
 echo "broker: rpc $rpc, workers $workers"
 
-start reward "$bin/lisa-reward" --broker "$workers" --threads 1
+start reward "$bin/lisa-reward" worker --broker "$workers" --threads 1
 
 start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
   --port-file "$run/gateway.port" --unix "$run/gateway.sock" \
@@ -210,8 +212,8 @@ echo "logs: $run/logs/"
 
 # num KEY LINE: the number under "KEY" in one JSON line ("" if absent).
 num() {
-  printf '%s' "$2" | grep -o "\"$1\" *: *-\\?[0-9.eE+-]*" | head -n 1 |
-    sed 's/.*: *//'
+  { printf '%s' "$2" | grep -o "\"$1\" *: *-\\?[0-9.eE+-]*" | head -n 1 |
+    sed 's/.*: *//'; } || true
 }
 metrics=$run/trainer/metrics.jsonl
 seen=0
@@ -236,15 +238,19 @@ progress() {
 }
 
 rc=0
-while kill -0 "$trainer_pid" 2>/dev/null; do
+while [ "$interrupted" = 0 ] && kill -0 "$trainer_pid" 2>/dev/null; do
   check_alive
   progress
-  sleep 2
+  sleep 2 || true
 done
-wait "$trainer_pid" || rc=$?
+if [ "$interrupted" = 1 ]; then
+  rc=130
+else
+  wait "$trainer_pid" || rc=$?
+fi
 progress
 stop_all
-if [ "$rc" -ne 0 ]; then
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ]; then
   echo "run.sh: trainer exited with $rc; last lines of its log:" >&2
   tail -n 20 "$run/logs/trainer.log" >&2 || true
 fi
