@@ -29,6 +29,12 @@ run_suite() { # preset
 }
 
 run_suite default
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  # The CUDA backend builds here; its tests need a GPU (scripts/gpu-test.sh).
+  step "build (cuda, compile only)"
+  PATH=$PATH:/usr/local/cuda/bin cmake --preset cuda -DLISA_TESTS=OFF >/dev/null
+  PATH=$PATH:/usr/local/cuda/bin cmake --build --preset cuda -j "$jobs"
+fi
 if [ "${LISA_TEST_QUICK:-0}" != "1" ]; then
   run_suite asan
   step "fuzz (short runs)"

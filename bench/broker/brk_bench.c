@@ -131,6 +131,16 @@ s_send(s_client_t *c, Lisa__Request *req)
     zmsg_send(&m, c->sock);
 }
 
+/* Sends a request frame built by hand (see s_make_span). */
+static void
+s_send_raw(s_client_t *c, const uint8_t *data, size_t len)
+{
+    zmsg_t *m = zmsg_new();
+    zmsg_addmem(m, NULL, 0);
+    zmsg_addmem(m, data, len);
+    zmsg_send(&m, c->sock);
+}
+
 static Lisa__Reply *
 s_call(s_client_t *c, Lisa__Request *req)
 {
@@ -221,7 +231,7 @@ s_fill_span(Lisa__Span *s, char *rid, uint32_t seq)
 
 /* Pipelined requests produced by `make` for s_seconds; returns the
  * number of OK replies and the elapsed seconds in *secs. */
-typedef void(s_make_fn)(void *arg, uint64_t i, Lisa__Request *req);
+typedef void(s_make_fn)(void *arg, uint64_t i, s_client_t *c);
 
 static uint64_t
 s_pipeline(s_client_t *c, s_make_fn *make, void *arg, uint64_t limit,
@@ -231,9 +241,7 @@ s_pipeline(s_client_t *c, s_make_fn *make, void *arg, uint64_t limit,
     double t0 = s_now(), stop = t0 + s_seconds;
     while (got < sent || (s_now() < stop && sent < limit)) {
         while (sent - got < S_WINDOW && s_now() < stop && sent < limit) {
-            Lisa__Request req = LISA__REQUEST__INIT;
-            make(arg, sent, &req);
-            s_send(c, &req);
+            make(arg, sent, c);
             sent++;
         }
         Lisa__Reply *r = s_recv(c, sent > got ? 30000 : 1);
@@ -253,27 +261,89 @@ s_pipeline(s_client_t *c, s_make_fn *make, void *arg, uint64_t limit,
     return ok;
 }
 
+/* The span load generator, like the redis one, sends bytes encoded ahead
+ * of time: the id and logprob arrays (the bulk of a span) are packed once
+ * (s_bulk), and each request only packs the few per-span fields and
+ * frames them. Protobuf merges repeated encodings of a message, so the
+ * frame is a valid Request with one span of the full content. */
+static uint8_t *s_bulk;
+static size_t s_bulk_len;
+
+static void
+s_bulk_init(void)
+{
+    Lisa__Span b = LISA__SPAN__INIT;
+    b.n_appended_ids = S_APPEND;
+    b.appended_ids = s_append;
+    b.n_response_ids = S_RESP;
+    b.response_ids = s_resp;
+    b.n_response_logprobs = S_RESP;
+    b.response_logprobs = s_lp;
+    s_bulk_len = lisa__span__get_packed_size(&b);
+    s_bulk = lisa_malloc(s_bulk_len);
+    lisa__span__pack(&b, s_bulk);
+}
+
+static size_t
+s_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t) (v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t) v;
+    return n;
+}
+
+/* The packed span (small fields + s_bulk) into out (capacity cap). */
+static size_t
+s_pack_span(Lisa__Span *small, uint8_t *out, size_t cap)
+{
+    small->n_appended_ids = 0;
+    small->n_response_ids = 0;
+    small->n_response_logprobs = 0;
+    size_t n = lisa__span__get_packed_size(small);
+    if (n + s_bulk_len > cap)
+        abort();
+    lisa__span__pack(small, out);
+    memcpy(out + n, s_bulk, s_bulk_len);
+    return n + s_bulk_len;
+}
+
 typedef struct {
     char **ids;
     size_t n;
     uint32_t *seq;
-    Lisa__SpanPutReq put;
-    Lisa__Span span;
-    Lisa__Span *spans[1];
+    uint8_t *buf, *span;
+    size_t cap;
 } s_spans_t;
 
 static void
-s_make_span(void *arg, uint64_t i, Lisa__Request *req)
+s_make_span(void *arg, uint64_t i, s_client_t *c)
 {
     s_spans_t *s = arg;
     size_t k = (size_t) (i % s->n);
-    s_fill_span(&s->span, s->ids[k], s->seq[k]++);
-    lisa__span_put_req__init(&s->put);
-    s->spans[0] = &s->span;
-    s->put.n_spans = 1;
-    s->put.spans = s->spans;
-    req->body_case = LISA__REQUEST__BODY_SPAN_PUT;
-    req->span_put = &s->put;
+    Lisa__Span span;
+    s_fill_span(&span, s->ids[k], s->seq[k]++);
+    size_t sn = s_pack_span(&span, s->span, s->cap);
+    /* Request{version, request_id} then body span_put (field 122):
+     * SpanPutReq{spans (field 1): the span} */
+    Lisa__Request hdr = LISA__REQUEST__INIT;
+    hdr.version = 1;
+    hdr.request_id = c->next_id++;
+    size_t n = lisa__request__pack(&hdr, s->buf);
+    uint8_t inner[16];
+    size_t in = 0;
+    inner[in++] = (1 << 3) | 2;
+    in += s_varint(inner + in, sn);
+    n += s_varint(s->buf + n, (122u << 3) | 2);
+    n += s_varint(s->buf + n, in + sn);
+    memcpy(s->buf + n, inner, in);
+    n += in;
+    memcpy(s->buf + n, s->span, sn);
+    n += sn;
+    s_send_raw(c, s->buf, n);
 }
 
 typedef struct {
@@ -285,8 +355,9 @@ typedef struct {
 } s_trans_t;
 
 static void
-s_make_trans(void *arg, uint64_t i, Lisa__Request *req)
+s_make_trans(void *arg, uint64_t i, s_client_t *c)
 {
+    Lisa__Request r = LISA__REQUEST__INIT, *req = &r;
     s_trans_t *t = arg;
     char *id = t->ids[i % t->n];
     if (t->kind == 0) {
@@ -305,6 +376,7 @@ s_make_trans(void *arg, uint64_t i, Lisa__Request *req)
         req->body_case = LISA__REQUEST__BODY_ATTEMPT_FAIL;
         req->attempt_fail = &t->fail;
     }
+    s_send(c, req);
 }
 
 static int
@@ -438,9 +510,19 @@ s_read_replies(int fd, s_rbuf_t *rb, uint64_t want, uint64_t *errors)
     return done;
 }
 
-static double
-s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
-        size_t plen)
+typedef struct {
+    pid_t pid;
+    int fd;
+    char *cmd;
+    size_t cmd_len;
+    s_rbuf_t rb;
+} s_redis_t;
+
+/* Starts redis-server (appendonly, everysec) and connects; false when it
+ * cannot. `payload` is the entry every XADD carries. */
+static bool
+s_redis_start(s_redis_t *r, const char *redis_bin, const char *dir,
+              const uint8_t *payload, size_t plen)
 {
     int port = s_free_port();
     char portstr[16];
@@ -463,14 +545,14 @@ s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
                     S_TXT("--loglevel"),
                     S_TXT("warning"),
                     NULL};
-    pid_t pid = s_spawn(argv);
-    if (pid <= 0)
-        return 0;
-    int fd = s_connect_tcp(port);
-    if (fd < 0) {
+    r->pid = s_spawn(argv);
+    if (r->pid <= 0)
+        return false;
+    r->fd = s_connect_tcp(port);
+    if (r->fd < 0) {
         fprintf(stderr, "bench: redis did not come up\n");
-        s_stop(pid);
-        return 0;
+        s_stop(r->pid);
+        return false;
     }
     char head[128];
     int hn =
@@ -478,39 +560,56 @@ s_redis(const char *redis_bin, const char *dir, const uint8_t *payload,
                  "*5\r\n$4\r\nXADD\r\n$5\r\nspans\r\n$1\r\n*\r\n$1\r\nd\r\n"
                  "$%zu\r\n",
                  plen);
-    size_t cmd_len = (size_t) hn + plen + 2;
-    char *cmd = lisa_malloc(cmd_len);
-    memcpy(cmd, head, (size_t) hn);
-    memcpy(cmd + hn, payload, plen);
-    memcpy(cmd + (size_t) hn + plen, "\r\n", 2);
-    s_rbuf_t rb = {lisa_malloc(1 << 20), 0, 1 << 20};
+    r->cmd_len = (size_t) hn + plen + 2;
+    r->cmd = lisa_malloc(r->cmd_len);
+    memcpy(r->cmd, head, (size_t) hn);
+    memcpy(r->cmd + hn, payload, plen);
+    memcpy(r->cmd + (size_t) hn + plen, "\r\n", 2);
+    r->rb = (s_rbuf_t){lisa_malloc(1 << 20), 0, 1 << 20};
+    return true;
+}
+
+/* One round of pipelined XADD for s_seconds: entries/s, *cpu = redis
+ * CPU seconds used, *n = entries acknowledged. */
+static double
+s_redis_round(s_redis_t *r, double *cpu, uint64_t *n)
+{
     uint64_t sent = 0, got = 0, errors = 0;
     const uint64_t batch = 64;
-    double cpu0 = s_cpu(pid);
+    double cpu0 = s_cpu(r->pid);
     double t0 = s_now(), stop = t0 + s_seconds;
     while (s_now() < stop) {
         for (uint64_t i = 0; i < batch; i++)
-            s_write_all(fd, cmd, cmd_len);
+            s_write_all(r->fd, r->cmd, r->cmd_len);
         sent += batch;
         if (sent - got >= S_WINDOW)
-            got += s_read_replies(fd, &rb, sent - got - S_WINDOW / 2, &errors);
+            got += s_read_replies(r->fd, &r->rb, sent - got - S_WINDOW / 2,
+                                  &errors);
     }
-    got += s_read_replies(fd, &rb, sent - got, &errors);
+    got += s_read_replies(r->fd, &r->rb, sent - got, &errors);
     double secs = s_now() - t0;
-    double rcpu = s_cpu(pid) - cpu0;
-    close(fd);
-    s_stop(pid);
-    lisa_free(&cmd);
-    lisa_free(&rb.buf);
+    *cpu = s_cpu(r->pid) - cpu0;
     if (errors)
         fprintf(stderr, "bench: redis answered %" PRIu64 " errors\n", errors);
-    double rate = (double) (got - errors) / secs;
-    printf("  redis XADD (appendonly yes, appendfsync everysec, pipelined): "
-           "%10.0f entries/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
-           "redis cpu %.2f s = %.0f entries per cpu-second)\n",
-           rate, rate * (double) plen / 1e6, got - errors, secs, rcpu,
-           rcpu > 0 ? (double) (got - errors) / rcpu : 0.0);
-    return rate;
+    *n = got - errors;
+    return (double) *n / secs;
+}
+
+static void
+s_redis_stop(s_redis_t *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    s_stop(r->pid);
+    lisa_free(&r->cmd);
+    lisa_free(&r->rb.buf);
+}
+
+static double
+s_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, s_cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ------------------------------------------------------------------ */
@@ -521,6 +620,7 @@ main(int argc, char **argv)
     const char *broker_bin = LISA_BROKER_BIN,
                *redis_bin = "/usr/bin/redis-server";
     const char *sync = "full";
+    int rounds = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--seconds") == 0)
             s_seconds = atof(argv[i + 1]);
@@ -530,6 +630,12 @@ main(int argc, char **argv)
             redis_bin = argv[i + 1];
         else if (strcmp(argv[i], "--sync") == 0)
             sync = argv[i + 1];
+        else if (strcmp(argv[i], "--rounds") == 0)
+            rounds = atoi(argv[i + 1]);
+    }
+    if (rounds < 1 || rounds > 99) {
+        fprintf(stderr, "bench: --rounds must be 1..99\n");
+        return 2;
     }
     zsys_init();
     zsys_set_logstream(NULL);
@@ -539,6 +645,7 @@ main(int argc, char **argv)
         s_resp[i] = (i * 104729u) % 151643u;
         s_lp[i] = -0.001f * (float) (i % 1000);
     }
+    s_bulk_init();
     char dir[] = "/tmp/lisa-bench-XXXXXX";
     if (!mkdtemp(dir))
         return 1;
@@ -597,33 +704,74 @@ main(int argc, char **argv)
     /* payload size, for both sides */
     Lisa__Span sp;
     s_fill_span(&sp, S_TXT("r-01a2b3c4d5e6-0123456789"), 7);
-    size_t plen = lisa__span__get_packed_size(&sp);
-    uint8_t *payload = lisa_malloc(plen);
-    lisa__span__pack(&sp, payload);
-    printf("lisa broker bench: %ld online cores, broker sync=%s, %.1f s per "
-           "figure\n",
-           sysconf(_SC_NPROCESSORS_ONLN), sync, s_seconds);
+    size_t pcap = s_bulk_len + 4096;
+    uint8_t *payload = lisa_malloc(pcap);
+    size_t plen = s_pack_span(&sp, payload, pcap);
+    double load = 0;
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf", &load) != 1)
+            load = 0;
+        fclose(lf);
+    }
+    printf("lisa broker bench: %ld online cores (load average %.1f), broker "
+           "sync=%s, %.1f s per figure\n",
+           sysconf(_SC_NPROCESSORS_ONLN), load, sync, s_seconds);
     printf("  span: %u prompt ids + %u sampled ids with logprobs = %zu bytes "
            "packed\n",
            S_APPEND, S_RESP, plen);
 
-    /* 1. spans */
+    /* 1. spans, in rounds alternating with redis XADD of the same bytes,
+     * so both see the same machine */
+    s_redis_t rd = {.pid = -1, .fd = -1};
+    bool have_redis = s_redis_start(&rd, redis_bin, rdir, payload, plen);
     const size_t holders = 64;
     s_spans_t sp_arg = {0};
     sp_arg.ids = s_enqueue(&c, (uint32_t) holders, "spans");
     sp_arg.n = holders;
     sp_arg.seq = lisa_calloc(holders, sizeof *sp_arg.seq);
+    sp_arg.cap = s_bulk_len + 4096;
+    sp_arg.buf = lisa_malloc(sp_arg.cap + 64);
+    sp_arg.span = lisa_malloc(sp_arg.cap);
     s_claim(&c, (uint32_t) holders, "spans");
-    double secs = 0;
-    double cpu0 = s_cpu(bpid);
-    uint64_t ok = s_pipeline(&c, s_make_span, &sp_arg, UINT64_MAX, &secs);
-    double bcpu = s_cpu(bpid) - cpu0;
-    double span_rate = (double) ok / secs;
-    printf("  broker span ingest (SpanPut, acknowledged after fsynced group "
-           "commit): %10.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
-           "broker cpu %.2f s = %.0f spans per cpu-second)\n",
-           span_rate, span_rate * (double) plen / 1e6, ok, secs, bcpu,
-           bcpu > 0 ? (double) ok / bcpu : 0.0);
+    double b_rate[99], b_eff[99], r_rate[99], r_eff[99], ratio[99];
+    for (int r = 0; r < rounds; r++) {
+        double secs = 0;
+        double cpu0 = s_cpu(bpid);
+        uint64_t ok = s_pipeline(&c, s_make_span, &sp_arg, UINT64_MAX, &secs);
+        double bcpu = s_cpu(bpid) - cpu0;
+        b_rate[r] = (double) ok / secs;
+        b_eff[r] = bcpu > 0 ? (double) ok / bcpu : 0.0;
+        printf("  round %d broker span ingest (SpanPut, acknowledged after "
+               "fsync): %8.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
+               "broker cpu %.2f s = %.0f spans per cpu-second)\n",
+               r + 1, b_rate[r], b_rate[r] * (double) plen / 1e6, ok, secs,
+               bcpu, b_eff[r]);
+        if (!have_redis)
+            continue;
+        double rcpu = 0;
+        uint64_t rn = 0;
+        r_rate[r] = s_redis_round(&rd, &rcpu, &rn);
+        r_eff[r] = rcpu > 0 ? (double) rn / rcpu : 0.0;
+        ratio[r] = r_rate[r] > 0 ? b_rate[r] / r_rate[r] : 0.0;
+        printf("  round %d redis XADD (appendonly yes, appendfsync everysec, "
+               "pipelined): %8.0f entries/s  (%.1f MB/s, %" PRIu64
+               " in %.2f s; redis cpu %.2f s = %.0f entries per "
+               "cpu-second)  ratio %.2f\n",
+               r + 1, r_rate[r], r_rate[r] * (double) plen / 1e6, rn, s_seconds,
+               rcpu, r_eff[r], ratio[r]);
+    }
+    double span_rate = s_median(b_rate, (size_t) rounds);
+    printf("  broker span ingest, median of %d rounds: %.0f spans/s, %.0f "
+           "spans per cpu-second\n",
+           rounds, span_rate, s_median(b_eff, (size_t) rounds));
+    if (have_redis) {
+        printf("  redis XADD, median of %d rounds: %.0f entries/s, %.0f "
+               "entries per cpu-second\n",
+               rounds, s_median(r_rate, (size_t) rounds),
+               s_median(r_eff, (size_t) rounds));
+        s_redis_stop(&rd);
+    }
 
     /* 2. transitions: enqueue, claim, start, fail for N rollouts */
     const uint32_t nt = 4000;
@@ -674,11 +822,10 @@ main(int argc, char **argv)
     zsock_destroy(&c.sock);
     s_stop(bpid);
 
-    /* 4. the peer */
-    double redis_rate = s_redis(redis_bin, rdir, payload, plen);
-    if (redis_rate > 0)
-        printf("  ratio broker durable spans/s : redis XADD/s = %.2f\n",
-               span_rate / redis_rate);
+    if (have_redis)
+        printf("  ratio broker durable spans/s : redis XADD/s = %.2f (median "
+               "of the %d paired rounds)\n",
+               s_median(ratio, (size_t) rounds), rounds);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
@@ -687,6 +834,9 @@ main(int argc, char **argv)
         lisa_free(&sp_arg.ids[i]);
     lisa_free(&sp_arg.ids);
     lisa_free(&sp_arg.seq);
+    lisa_free(&sp_arg.buf);
+    lisa_free(&sp_arg.span);
+    lisa_free(&s_bulk);
     for (uint32_t i = 0; i < nt; i++)
         lisa_free(&tr.ids[i]);
     lisa_free(&tr.ids);

@@ -83,6 +83,9 @@ static const lisa_config_entry_t s_table[] = {
       "most rollouts per enqueue, spans per put, ids per wait or cancel"),
     E(max_answer, "LISA_BROKER_MAX_ANSWER", "--max-answer", LISA_CFG_SIZE,
       "1MiB", "1", "1GiB", "largest answer text of an attempt"),
+    E(span_segment, "LISA_BROKER_SPAN_SEGMENT", "--span-segment", LISA_CFG_SIZE,
+      "64MiB", "4KiB", "4GiB",
+      "size of one span log segment file (pruning deletes whole segments)"),
 };
 
 #define S_N (sizeof s_table / sizeof s_table[0])

@@ -45,6 +45,7 @@ typedef struct {
     uint64_t max_worker_frame; /* bytes */
     uint64_t max_batch;        /* rollouts per enqueue, spans per put */
     uint64_t max_answer;       /* bytes of an attempt's answer */
+    uint64_t span_segment;     /* bytes of one span log segment */
 } brk_config_t;
 
 /* Fills *cfg from defaults, file, environment and argv (argv[0] skipped).

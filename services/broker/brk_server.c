@@ -20,6 +20,7 @@
 #include "brk_fsm.h"
 #include "brk_store.h"
 #include "brk_token.h"
+#include "brk_wire.h"
 #include "lisa/lisa_codec.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -146,8 +147,16 @@ struct brk_server_t {
     zhashx_t *engines;        /* engine_id -> s_engine_t */
     zhashx_t *known_attempts; /* "rollout\x1fattempt" that exist */
     int64_t next_tick;
+    struct {
+        const uint8_t *data; /* the RPC frame being handled */
+        size_t len;
+    } cur_frame;
     zactor_t *syncer; /* NULL with sync "normal" */
     uint64_t batch_seq;
+    /* span log segments may be freed once batch gc_after is durable (an
+     * export pruned rollouts in it); 0: nothing to do */
+    uint64_t gc_after;
+    int64_t gc_since;           /* when gc_after first waited for the syncer */
     struct s_batch_s **batches; /* committed, waiting for fsync */
     size_t n_batches, cap_batches;
     struct {
@@ -1170,9 +1179,18 @@ s_h_span_put(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
         if (rc != LISA_OK)
             return rc;
     }
+    /* the spans' bytes as received, stored without packing them again */
+    static const uint32_t path[] = {LISA__REQUEST__BODY_SPAN_PUT, 1};
+    brk_wire_slice_t *raw = brk_arena_alloc(
+        self->arena, (q->n_spans ? q->n_spans : 1) * sizeof *raw);
+    long found = brk_wire_find(self->cur_frame.data, self->cur_frame.len, path,
+                               2, raw, q->n_spans);
+    bool use_raw = found >= 0 && (size_t) found == q->n_spans;
     for (size_t i = 0; i < q->n_spans; i++) {
         bool dup = false;
-        if (brk_store_span_put(self->store, q->spans[i], &dup) != LISA_OK)
+        if (brk_store_span_put(self->store, q->spans[i],
+                               use_raw ? raw[i].data : NULL,
+                               use_raw ? raw[i].len : 0, &dup) != LISA_OK)
             return s_fail(err, LISA_ERR, "store write failed");
         if (dup) {
             out->duplicates++;
@@ -1340,8 +1358,11 @@ s_h_export(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
             if (brk_store_prune(self->store, out->rollouts[i]->rollout_id) !=
                 LISA_OK)
                 return s_fail(err, LISA_ERR, "store delete failed");
-    if (q->prune && n)
+    if (q->prune && n) {
         lisa_log_info("export: pruned %zu finished rollouts", n);
+        /* this iteration's batch; its segments go once it is durable */
+        self->gc_after = self->batch_seq + 1;
+    }
     return LISA_OK;
 }
 
@@ -1490,7 +1511,11 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
     bool held = false;
     Lisa__Reply rep = LISA__REPLY__INIT;
     rep.request_id = req->request_id;
+    self->cur_frame.data = zframe_data(body);
+    self->cur_frame.len = zframe_size(body);
     rc = fn(self, req, &rep, err, &held, identity, delim);
+    self->cur_frame.data = NULL;
+    self->cur_frame.len = 0;
     if (rc != LISA_OK) {
         if (savepoint)
             brk_store_savepoint_undo(self->store);
@@ -1520,6 +1545,19 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
 /* ------------------------------------------------------------------ */
 /* span ingest (PULL)                                                 */
 
+/* Stores a pushed span from the bytes it arrived in. */
+static lisa_rc_t
+s_span_put_pushed(brk_server_t *self, zframe_t *frame, const Lisa__Span *span,
+                  bool *dup)
+{
+    static const uint32_t path[] = {LISA__SPAN_PUSH__BODY_SPAN};
+    brk_wire_slice_t raw;
+    bool use_raw = brk_wire_find(zframe_data(frame), zframe_size(frame), path,
+                                 1, &raw, 1) == 1;
+    return brk_store_span_put(self->store, span, use_raw ? raw.data : NULL,
+                              use_raw ? raw.len : 0, dup);
+}
+
 static void
 s_on_span(brk_server_t *self, zmsg_t *m)
 {
@@ -1544,7 +1582,7 @@ s_on_span(brk_server_t *self, zmsg_t *m)
         s_span_check(self, span, err) != LISA_OK) {
         self->cnt.spans_dropped++;
         lisa_log_warn("spans: dropped: %s", err[0] ? err : "store unavailable");
-    } else if (brk_store_span_put(self->store, span, &dup) != LISA_OK) {
+    } else if (s_span_put_pushed(self, zmsg_first(m), span, &dup) != LISA_OK) {
         self->cnt.spans_dropped++;
     } else if (dup) {
         self->cnt.span_dups++;
@@ -2153,6 +2191,34 @@ s_flush_durable(brk_server_t *self, uint64_t durable)
     s_dispatch(self);
 }
 
+/* Deletes span log segments freed by a prune once the prune is durable
+ * (called between transactions). The deletion must not run ahead of
+ * any commit: a segment whose rows a committed but not yet fsynced prune
+ * deleted would be gone while a power cut could bring the rows back. So
+ * it waits until every committed batch is durable (no batch waits for
+ * the syncer), and when the loop never gets there for S_GC_WAIT_MS it
+ * syncs the store itself once, blocking the loop for one fsync. */
+#define S_GC_WAIT_MS 10000
+
+static void
+s_span_gc(brk_server_t *self, uint64_t durable)
+{
+    if (!self->gc_after || durable < self->gc_after)
+        return;
+    if (self->n_batches) {
+        if (!self->gc_since)
+            self->gc_since = zclock_mono();
+        if (zclock_mono() - self->gc_since < S_GC_WAIT_MS ||
+            brk_store_sync(self->store) != LISA_OK)
+            return;
+    }
+    size_t dropped = 0;
+    if (brk_store_span_gc(self->store, &dropped) == LISA_OK) {
+        self->gc_after = 0;
+        self->gc_since = 0;
+    }
+}
+
 static lisa_rc_t
 s_finish_iteration(brk_server_t *self)
 {
@@ -2179,6 +2245,7 @@ s_finish_iteration(brk_server_t *self)
     s_batch_t *b = s_batch_take(self);
     if (!self->syncer) {
         /* sync "normal": COMMIT is the durability point (process crash) */
+        s_span_gc(self, b->id);
         s_batch_flush(self, b);
         s_batch_free(&b);
         s_dispatch(self);
@@ -2218,8 +2285,10 @@ s_on_syncer(brk_server_t *self)
             durable = id;
         zstr_free(&msg);
     }
-    if (durable)
+    if (durable) {
         s_flush_durable(self, durable);
+        s_span_gc(self, durable);
+    }
     return LISA_OK;
 }
 
@@ -2384,7 +2453,7 @@ brk_server_new(const brk_config_t *cfg)
     /* SQLite itself never fsyncs at COMMIT (synchronous=NORMAL); with
      * sync "full" the syncer thread fsyncs the WAL after each group
      * commit and replies wait for it, so fsync overlaps the next batch. */
-    self->store = brk_store_open(cfg->data_dir, false);
+    self->store = brk_store_open_ex(cfg->data_dir, false, cfg->span_segment);
     self->token = brk_token_new(cfg->token_key_file);
     if (!self->store || !self->token)
         goto fail;
@@ -2434,6 +2503,12 @@ brk_server_new(const brk_config_t *cfg)
         s_ptrs_push((void ***) &self->jobs, &self->n_jobs, &self->cap_jobs, j);
     }
     brk_arena_reset(self->arena);
+    /* segments a prune freed before a stop: the store is synced first, so
+     * the deletions that freed them are durable */
+    size_t dropped = 0;
+    if (brk_store_sync(self->store) != LISA_OK ||
+        brk_store_span_gc(self->store, &dropped) != LISA_OK)
+        goto fail;
     self->next_tick = zclock_mono();
     lisa_log_info("broker up: rpc %s, spans %s, events %s, workers %s; "
                   "store %s/broker.db (schema %d, sync %s), policy %" PRIu64

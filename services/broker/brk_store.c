@@ -15,6 +15,7 @@
  */
 #include "brk_store.h"
 
+#include "brk_spanlog.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -65,6 +66,18 @@ static const char *const s_migrations[] = {
     "CREATE TABLE idempotency(key TEXT PRIMARY KEY, reply BLOB NOT NULL,"
     " created_ms INTEGER NOT NULL);"
     "CREATE INDEX transitions_rollout ON transitions(rollout_id, id);",
+    /* 2 -> 3: span bytes move to the span log (brk_spanlog); a row keeps
+     * where its record is (segment, offset of the record, payload length)
+     * in a table clustered on the key, one b-tree per insert. Rows from
+     * before keep their bytes in `body` (segment NULL); new rows have no
+     * body. */
+    "CREATE TABLE spans3(rollout_id TEXT NOT NULL, attempt INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL, segment INTEGER, off INTEGER, len INTEGER,"
+    " body BLOB, PRIMARY KEY(rollout_id, attempt, seq)) WITHOUT ROWID;"
+    "INSERT INTO spans3(rollout_id, attempt, seq, body)"
+    " SELECT rollout_id, attempt, seq, body FROM spans;"
+    "DROP TABLE spans;"
+    "ALTER TABLE spans3 RENAME TO spans;",
 };
 
 #define S_ROLLOUT_COLS                                                         \
@@ -95,6 +108,8 @@ enum {
     Q_SPAN_SEQS,
     Q_SPANS_OF,
     Q_SPANS_OF_ATTEMPT,
+    Q_SPAN_SEGMENTS,
+    Q_SPAN_RECOVER,
     Q_CLAIMABLE,
     Q_CLAIMABLE_RUN,
     Q_DUE,
@@ -156,14 +171,19 @@ static const char *const s_sql[Q__COUNT] = {
     [Q_TRANSITIONS_OF] =
         "SELECT rollout_id, attempt, from_state, to_state, event, reason,"
         " time_ms FROM transitions WHERE rollout_id = ?1 ORDER BY id",
-    [Q_SPAN_PUT] = "INSERT OR IGNORE INTO spans(rollout_id, attempt, seq, body)"
-                   " VALUES(?1, ?2, ?3, ?4)",
+    [Q_SPAN_PUT] = "INSERT OR IGNORE INTO spans(rollout_id, attempt, seq,"
+                   " segment, off, len) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
     [Q_SPAN_SEQS] = "SELECT seq FROM spans WHERE rollout_id = ?1"
                     " AND attempt = ?2 ORDER BY seq",
-    [Q_SPANS_OF] = "SELECT body FROM spans WHERE rollout_id = ?1"
-                   " ORDER BY attempt, seq",
-    [Q_SPANS_OF_ATTEMPT] = "SELECT body FROM spans WHERE rollout_id = ?1"
-                           " AND attempt = ?2 ORDER BY seq",
+    [Q_SPANS_OF] = "SELECT body, segment, off, len FROM spans"
+                   " WHERE rollout_id = ?1 ORDER BY attempt, seq",
+    [Q_SPANS_OF_ATTEMPT] = "SELECT body, segment, off, len FROM spans"
+                           " WHERE rollout_id = ?1 AND attempt = ?2"
+                           " ORDER BY seq",
+    [Q_SPAN_SEGMENTS] = "SELECT DISTINCT segment FROM spans"
+                        " WHERE segment IS NOT NULL",
+    [Q_SPAN_RECOVER] = "DELETE FROM spans WHERE segment > ?1"
+                       " OR (segment = ?1 AND off + 12 + len > ?2)",
     [Q_CLAIMABLE] = "SELECT rollout_id FROM rollouts WHERE state = 1"
                     " AND not_before_ms <= ?1 ORDER BY created_ms, rowid"
                     " LIMIT ?2",
@@ -217,8 +237,14 @@ struct brk_store_t {
     bool ckpt_stop;
     sqlite3 *ckpt_db;
     char *path;
-    int wal_fd; /* the -wal file, for brk_store_sync */
+    int wal_fd;         /* the -wal file, for brk_store_sync */
+    brk_spanlog_t *log; /* span bytes; rows here say where they are */
+    uint8_t *span_buf;  /* packing / reading buffer for one span */
+    size_t span_cap;
 };
+
+/* Size bound of one span log segment. */
+#define S_SEGMENT_MAX (64u << 20)
 
 /* WAL frames (pages) above which the checkpointer stops being polite and
  * makes writers wait until the log restarts: bounds the WAL file. */
@@ -442,8 +468,33 @@ s_migrate(brk_store_t *self)
     return LISA_OK;
 }
 
+/* Drops index rows that point past the span log's recovered end: their
+ * records were never made whole, so they were never acknowledged. */
+static lisa_rc_t
+s_span_recover(brk_store_t *self)
+{
+    sqlite3_stmt *st = s_stmt(self, Q_SPAN_RECOVER);
+    if (!st)
+        return LISA_ERR;
+    s_int(st, 1, brk_spanlog_segment(self->log));
+    s_int(st, 2, brk_spanlog_end(self->log));
+    lisa_rc_t rc = s_done(self, st);
+    int gone = sqlite3_changes(self->db);
+    if (rc == LISA_OK && gone > 0)
+        lisa_log_warn("store: dropped %d span rows past the span log's end "
+                      "(never acknowledged)",
+                      gone);
+    return rc;
+}
+
 brk_store_t *
 brk_store_open(const char *dir, bool sync_full)
+{
+    return brk_store_open_ex(dir, sync_full, S_SEGMENT_MAX);
+}
+
+brk_store_t *
+brk_store_open_ex(const char *dir, bool sync_full, uint64_t segment_max)
 {
     if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
         lisa_log_error("store: cannot create '%s': %s", dir, strerror(errno));
@@ -481,6 +532,12 @@ brk_store_open(const char *dir, bool sync_full)
                                     "PRAGMA temp_store = MEMORY;";
     sqlite3_busy_timeout(self->db, 5000);
     if (s_exec(self, setup) != LISA_OK || s_migrate(self) != LISA_OK) {
+        brk_store_close(&self);
+        return NULL;
+    }
+    /* the broker fsyncs the log itself (brk_store_sync) before acking */
+    self->log = brk_spanlog_open(dir, segment_max, true);
+    if (!self->log || s_span_recover(self) != LISA_OK) {
         brk_store_close(&self);
         return NULL;
     }
@@ -531,6 +588,8 @@ brk_store_close(brk_store_t **pself)
     sqlite3_close(self->db);
     if (self->wal_fd >= 0)
         close(self->wal_fd);
+    brk_spanlog_close(&self->log);
+    lisa_free(&self->span_buf);
     lisa_free(&self->path);
     lisa_free(pself);
 }
@@ -557,7 +616,13 @@ brk_store_commit(brk_store_t *self)
 {
     if (!self->in_txn)
         return LISA_OK;
-    lisa_rc_t rc = s_exec(self, "COMMIT");
+    /* the span records this transaction's rows name reach the file first */
+    lisa_rc_t rc = brk_spanlog_flush(self->log);
+    if (rc != LISA_OK) {
+        brk_store_rollback(self);
+        return LISA_UNAVAILABLE;
+    }
+    rc = s_exec(self, "COMMIT");
     if (rc != LISA_OK) {
         brk_store_rollback(self);
         return LISA_UNAVAILABLE;
@@ -580,20 +645,40 @@ brk_store_rollback(brk_store_t *self)
         if (self->stmt[i])
             sqlite3_reset(self->stmt[i]);
     (void) s_exec(self, "ROLLBACK");
+    brk_spanlog_discard(self->log);
     self->in_txn = false;
     self->span_delta = 0;
+}
+
+/* The span log's fdatasync, on its own thread so it overlaps the WAL's. */
+static void *
+s_log_sync(void *arg)
+{
+    return brk_spanlog_sync(arg) == LISA_OK ? NULL : (void *) 1;
 }
 
 lisa_rc_t
 brk_store_sync(brk_store_t *self)
 {
+    /* Both files at once: the two fdatasyncs share the device's latency
+     * (and the file system's journal commit) instead of adding up. */
+    pthread_t t;
+    bool threaded = pthread_create(&t, NULL, s_log_sync, self->log) == 0;
+    lisa_rc_t rc = threaded ? LISA_OK : brk_spanlog_sync(self->log);
     while (fdatasync(self->wal_fd) != 0) {
         if (errno == EINTR)
             continue;
         lisa_log_error("store: fdatasync of the WAL: %s", strerror(errno));
-        return LISA_ERR;
+        rc = LISA_ERR;
+        break;
     }
-    return LISA_OK;
+    if (threaded) {
+        void *res = NULL;
+        pthread_join(t, &res);
+        if (res)
+            rc = LISA_ERR;
+    }
+    return rc;
 }
 
 /* Steps a prepared control statement once. */
@@ -945,23 +1030,52 @@ brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena, const char *id,
     return LISA_OK;
 }
 
-lisa_rc_t
-brk_store_span_put(brk_store_t *self, const Lisa__Span *span, bool *dup)
+/* A buffer of at least n bytes, kept for the next span. */
+static uint8_t *
+s_span_buf(brk_store_t *self, size_t n)
 {
+    if (n > self->span_cap) {
+        lisa_free(&self->span_buf);
+        self->span_cap = n < 65536 ? 65536 : n;
+        self->span_buf = lisa_malloc(self->span_cap);
+    }
+    return self->span_buf;
+}
+
+lisa_rc_t
+brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
+                   const uint8_t *raw, size_t raw_len, bool *dup)
+{
+    *dup = false;
     sqlite3_stmt *st = s_stmt(self, Q_SPAN_PUT);
     if (!st)
         return LISA_ERR;
-    uint8_t *buf = NULL;
+    if (!raw) {
+        raw_len = protobuf_c_message_get_packed_size(&span->base);
+        raw = s_span_buf(self, raw_len + 1);
+        protobuf_c_message_pack(&span->base, self->span_buf);
+    }
+    /* written first, kept only when the row is new: a duplicate's bytes
+     * are overwritten by the next record */
+    brk_spanlog_ref_t ref;
+    lisa_rc_t rc = brk_spanlog_write(self->log, raw, raw_len, &ref);
+    if (rc != LISA_OK)
+        return rc;
     s_text(st, 1, span->rollout_id);
     s_int(st, 2, span->attempt);
     s_int(st, 3, span->seq);
-    s_blob(st, 4, &span->base, &buf);
-    lisa_rc_t rc = s_done(self, st);
-    lisa_free(&buf);
-    *dup = rc == LISA_OK && sqlite3_changes(self->db) == 0;
-    if (rc == LISA_OK && !*dup)
+    s_int(st, 4, ref.segment);
+    s_int(st, 5, ref.offset);
+    s_int(st, 6, ref.len);
+    rc = s_done(self, st);
+    if (rc != LISA_OK)
+        return rc;
+    *dup = sqlite3_changes(self->db) == 0;
+    if (!*dup) {
+        brk_spanlog_keep(self->log, &ref);
         self->span_delta++;
-    return rc;
+    }
+    return LISA_OK;
 }
 
 lisa_rc_t
@@ -1001,13 +1115,33 @@ brk_store_spans_of(brk_store_t *self, brk_arena_t *arena, const char *id,
     s_text(st, 1, id);
     if (attempt)
         s_int(st, 2, attempt);
+    lisa_rc_t rc = LISA_OK;
     while (sqlite3_step(st) == SQLITE_ROW) {
-        ProtobufCMessage *m = s_col_msg(arena, st, 0, &lisa__span__descriptor);
+        ProtobufCMessage *m = NULL;
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+            m = s_col_msg(arena, st, 0, &lisa__span__descriptor);
+        } else {
+            brk_spanlog_ref_t ref = {.segment = s_col_u32(st, 1),
+                                     .offset = s_col_u64(st, 2),
+                                     .len = s_col_u32(st, 3)};
+            if (ref.len > BRK_SPANLOG_MAX_RECORD) {
+                rc = LISA_ERR;
+                break;
+            }
+            uint8_t *buf = s_span_buf(self, ref.len + 1);
+            if (brk_spanlog_read(self->log, &ref, buf) != LISA_OK) {
+                rc = LISA_ERR;
+                break;
+            }
+            m = protobuf_c_message_unpack(&lisa__span__descriptor, NULL,
+                                          ref.len, buf);
+            brk_arena_own(arena, m);
+        }
         if (m)
             s_push(arena, (void ***) out, n, &cap, m);
     }
     sqlite3_reset(st);
-    return LISA_OK;
+    return rc;
 }
 
 /* Runs a statement that yields ids in column 0. */
@@ -1198,6 +1332,51 @@ brk_store_prune(brk_store_t *self, const char *id)
         return LISA_ERR;
     s_text(st, 1, group);
     return s_done(self, st);
+}
+
+/* Segment numbers that still have rows, sorted, for s_segment_live. */
+typedef struct {
+    uint32_t *v;
+    size_t n;
+} s_segset_t;
+
+static bool
+s_segment_live(uint32_t segment, void *arg)
+{
+    const s_segset_t *set = arg;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->v[i] == segment)
+            return true;
+    return false;
+}
+
+lisa_rc_t
+brk_store_span_gc(brk_store_t *self, size_t *dropped)
+{
+    *dropped = 0;
+    if (self->in_txn)
+        return LISA_CONFLICT;
+    sqlite3_stmt *st = s_stmt(self, Q_SPAN_SEGMENTS);
+    if (!st)
+        return LISA_ERR;
+    s_segset_t set = {0};
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (set.n == cap) {
+            cap = cap ? cap * 2 : 64;
+            set.v = lisa_realloc(set.v, cap * sizeof *set.v);
+        }
+        set.v[set.n++] = s_col_u32(st, 0);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        lisa_free(&set.v);
+        return LISA_ERR;
+    }
+    *dropped = brk_spanlog_drop(self->log, s_segment_live, &set);
+    lisa_free(&set.v);
+    return LISA_OK;
 }
 
 lisa_rc_t

@@ -4,10 +4,12 @@
  * The file is <data_dir>/broker.db in WAL mode. The broker is its only
  * writer and runs one transaction per loop iteration (group commit): all
  * writes of the iteration go in, COMMIT makes them durable, and only then
- * are replies sent. With sync "full" every COMMIT fsyncs the WAL, so an
- * acknowledged write survives power loss; with "normal" the WAL is written
- * but not synced at commit, which survives a killed process (the data is
- * in the OS page cache) but not a power cut.
+ * are replies sent. Span bytes live in the span log (brk_spanlog) beside
+ * the file; a span row only says where its record is. SQLite never fsyncs
+ * at COMMIT: brk_store_sync fsyncs the span log and the WAL (the broker's
+ * syncer thread calls it after each group commit), so an acknowledged
+ * write survives power loss; without it, a COMMIT survives a killed
+ * process (the data is in the OS page cache) but not a power cut.
  *
  * The schema is versioned (PRAGMA user_version) and migrated forward at
  * open, one transaction per step. Records cross this interface as the
@@ -28,11 +30,14 @@
 typedef struct brk_store_t brk_store_t;
 
 /* Schema version this build migrates to. */
-#define BRK_STORE_SCHEMA 2
+#define BRK_STORE_SCHEMA 3
 
 /* Opens (creating when needed) <dir>/broker.db and migrates it. `sync_full`
  * selects synchronous=FULL over NORMAL. NULL on failure (logged). */
 brk_store_t *brk_store_open(const char *dir, bool sync_full);
+/* brk_store_open with the span log's segment size bound (bytes). */
+brk_store_t *brk_store_open_ex(const char *dir, bool sync_full,
+                               uint64_t segment_max);
 /* Closes the store; accepts NULL, sets *self to NULL. An open transaction
  * is rolled back. */
 void brk_store_close(brk_store_t **self);
@@ -45,8 +50,9 @@ lisa_rc_t brk_store_begin(brk_store_t *self) LISA_NODISCARD;
 lisa_rc_t brk_store_commit(brk_store_t *self) LISA_NODISCARD;
 /* Rolls the open transaction back (no-op when none). */
 void brk_store_rollback(brk_store_t *self);
-/* fdatasync of the WAL file: makes every COMMIT that returned before
- * the call durable against power loss. Safe to call from another thread
+/* fdatasync of the span log, then of the WAL file: makes every COMMIT
+ * (and every span record) that returned before the call durable against
+ * power loss. Safe to call from another thread
  * than the one using the store (it only touches a file descriptor). */
 lisa_rc_t brk_store_sync(brk_store_t *self) LISA_NODISCARD;
 
@@ -109,8 +115,12 @@ lisa_rc_t brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena,
                                    const char *id, Lisa__Transition ***out,
                                    size_t *n) LISA_NODISCARD;
 
-/* Stores a span unless (rollout, attempt, seq) is present (*dup = true). */
+/* Stores a span unless (rollout, attempt, seq) is present (*dup = true):
+ * its bytes go to the span log, an index row into the transaction.
+ * `raw`/`raw_len`, when not NULL, are the span's bytes as received (the
+ * packed form of *span), stored as they are instead of packing again. */
 lisa_rc_t brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
+                             const uint8_t *raw, size_t raw_len,
                              bool *dup) LISA_NODISCARD;
 /* Highest seq with every lower seq present (-1: none), and the count. */
 lisa_rc_t brk_store_span_status(brk_store_t *self, const char *id,
@@ -152,6 +162,12 @@ lisa_rc_t brk_store_counts(brk_store_t *self, const char *run_id,
 /* Deletes a rollout with its attempts, spans and transitions (and its
  * group when no rollout of it is left). */
 lisa_rc_t brk_store_prune(brk_store_t *self, const char *id) LISA_NODISCARD;
+
+/* Deletes the span log segments (but the current one) that no span row
+ * names any more. Only between transactions (LISA_CONFLICT inside one),
+ * and only once the deletions that freed them are durable: a segment
+ * removed before its rows' deletion is durable could be missed. */
+lisa_rc_t brk_store_span_gc(brk_store_t *self, size_t *dropped) LISA_NODISCARD;
 
 /* Moves every open lease that ends before lease_ms to lease_ms (used at
  * start-up, so attempts are not failed for the broker's own downtime). */

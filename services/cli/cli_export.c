@@ -2,8 +2,10 @@
  * cli_export: `lisa export` writes finished rollouts as JSON lines, ready
  * for training: per rollout, the token sequences of its final attempt with
  * a loss mask (1 = a token the engine sampled) and the sampling logprobs,
- * plus the reward. With --prune, what was exported is deleted from the
- * broker (the broker only deletes what it returned in the same reply).
+ * plus the reward. With --json the same objects come as one JSON array
+ * (a single document) instead of one line each. With --prune, what was
+ * exported is deleted from the broker (the broker only deletes what it
+ * returned in the same reply).
  *
  * Spans are stored linearly (each span holds only the ids appended since
  * the span it continues), so the sequences are rebuilt here: a span's
@@ -91,8 +93,11 @@ s_sequences(const Lisa__Span *const *spans, size_t n)
     return out;
 }
 
+/* Writes one rollout's object: a line of its own, or (as_array) an
+ * element of the array whose brackets the caller writes. */
 static void
-s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r)
+s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r,
+       bool as_array, size_t index)
 {
     json_t *j = cli_rollout_json(r);
     const Lisa__Span **spans = lisa_calloc(ex->n_spans + 1, sizeof *spans);
@@ -114,7 +119,10 @@ s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r)
     json_object_set_new(j, "sequences", s_sequences(spans, n));
     lisa_free(&spans);
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    fprintf(f, "%s\n", s);
+    if (as_array)
+        fprintf(f, "%s%s", index ? ",\n" : "\n", s);
+    else
+        fprintf(f, "%s\n", s);
     free(s);
     json_decref(j);
 }
@@ -123,13 +131,13 @@ int
 cli_export(int argc, char **argv)
 {
     const char *broker = NULL, *run = "", *outpath = NULL;
-    bool prune = false;
+    bool prune = false, as_array = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--prune") == 0)
             prune = true;
         else if (strcmp(a, "--json") == 0)
-            ; /* the output is JSON lines already */
+            as_array = true;
         else if (strcmp(a, "--broker") == 0 && v)
             broker = argv[++i];
         else if (strcmp(a, "--run") == 0 && v)
@@ -138,10 +146,11 @@ cli_export(int argc, char **argv)
             outpath = argv[++i];
         else {
             FILE *o = strcmp(a, "--help") == 0 ? stdout : stderr;
-            fprintf(o, "usage: lisa export [--run RUN] [-o FILE] [--prune] "
-                       "[--broker EP]\n"
+            fprintf(o, "usage: lisa export [--run RUN] [-o FILE] [--json] "
+                       "[--prune] [--broker EP]\n"
                        "Writes finished rollouts as JSON lines (token ids, "
-                       "loss mask, logprobs, reward).\n");
+                       "loss mask, logprobs, reward);\n"
+                       "--json writes them as one JSON array instead.\n");
             return o == stdout ? 0 : 2;
         }
     }
@@ -159,6 +168,8 @@ cli_export(int argc, char **argv)
     char after[256] = "";
     size_t total = 0;
     int code = 0;
+    if (as_array)
+        fputc('[', f);
     do {
         Lisa__Request req = LISA__REQUEST__INIT;
         Lisa__ExportReq q = LISA__EXPORT_REQ__INIT;
@@ -173,11 +184,14 @@ cli_export(int argc, char **argv)
         if (code)
             break;
         for (size_t i = 0; i < rep->export->n_rollouts; i++)
-            s_emit(f, rep->export, rep->export->rollouts[i]);
+            s_emit(f, rep->export, rep->export->rollouts[i], as_array,
+                   total + i);
         total += rep->export->n_rollouts;
         snprintf(after, sizeof after, "%s", rep->export->next_after);
         lisa_rpc_reply_free(&rep);
     } while (after[0]);
+    if (as_array)
+        fputs(total ? "\n]\n" : "]\n", f);
     if (fflush(f) != 0)
         code = 1;
     if (outpath)

@@ -214,11 +214,31 @@ rwd_rouge_l(const char *target, size_t tlen, const char *pred, size_t plen,
         pos[fill[aid[i]]++] = i;
 
     /* Bit-parallel LCS (Allison-Dix / Hyyro): V starts all ones; for each
-     * candidate token, U = V & M; V = (V + U) | (V - U). LCS = zeros. */
+     * candidate token, U = V & M; V = (V + U) | (V - U). LCS = zeros.
+     * The match mask M of a rare token is set and cleared sparsely; tokens
+     * with more positions than the vector has words get a dense mask, so
+     * every candidate token costs O(m / 64) whatever the repetition. At
+     * most a.n / words (about 64) ids can be dense: memory stays O(m). */
     size_t words = (a.n + 63) / 64;
     uint64_t *v = lisa_malloc(words * sizeof *v);
     uint64_t *u = lisa_calloc(words, sizeof *u);
     memset(v, 0xff, words * sizeof *v);
+    size_t *dense = lisa_malloc(tb.ids * sizeof *dense);
+    size_t ndense = 0;
+    for (size_t k = 0; k < tb.ids; k++)
+        if (start[k + 1] - start[k] > words)
+            ndense++;
+    uint64_t *masks = lisa_calloc(ndense ? ndense * words : 1, sizeof *masks);
+    ndense = 0;
+    for (size_t k = 0; k < tb.ids; k++) {
+        dense[k] = SIZE_MAX;
+        if (start[k + 1] - start[k] <= words)
+            continue;
+        dense[k] = ndense++;
+        uint64_t *mk = masks + dense[k] * words;
+        for (size_t q = start[k]; q < start[k + 1]; q++)
+            mk[pos[q] / 64] |= 1ull << (pos[q] % 64);
+    }
     for (size_t j = 0; j < b.n; j++) {
         size_t at;
         if (deadline_ms > 0 && (j & 1023) == 1023 &&
@@ -229,11 +249,15 @@ rwd_rouge_l(const char *target, size_t tlen, const char *pred, size_t plen,
         int32_t id = s_lookup(&tb, b.buf + b.off[j], b.len[j], &at);
         if (id < 0)
             continue;
-        for (size_t q = start[id]; q < start[id + 1]; q++)
-            u[pos[q] / 64] |= 1ull << (pos[q] % 64);
+        const uint64_t *m = u;
+        if (dense[id] != SIZE_MAX)
+            m = masks + dense[id] * words;
+        else
+            for (size_t q = start[id]; q < start[id + 1]; q++)
+                u[pos[q] / 64] |= 1ull << (pos[q] % 64);
         unsigned carry = 0, borrow = 0;
         for (size_t w = 0; w < words; w++) {
-            uint64_t vw = v[w] & u[w]; /* U restricted to V */
+            uint64_t vw = v[w] & m[w]; /* U restricted to V */
             uint64_t sum = v[w] + vw;
             unsigned c1 = sum < v[w];
             uint64_t sum2 = sum + carry;
@@ -246,8 +270,9 @@ rwd_rouge_l(const char *target, size_t tlen, const char *pred, size_t plen,
             borrow = b1 | b2;
             v[w] = sum2 | diff2;
         }
-        for (size_t q = start[id]; q < start[id + 1]; q++)
-            u[pos[q] / 64] = 0;
+        if (dense[id] == SIZE_MAX)
+            for (size_t q = start[id]; q < start[id + 1]; q++)
+                u[pos[q] / 64] = 0;
     }
     size_t ones = 0;
     for (size_t w = 0; w < words; w++) {
@@ -268,6 +293,8 @@ rwd_rouge_l(const char *target, size_t tlen, const char *pred, size_t plen,
 
     lisa_free(&v);
     lisa_free(&u);
+    lisa_free(&dense);
+    lisa_free(&masks);
     lisa_free(&fill);
     lisa_free(&pos);
     lisa_free(&start);

@@ -110,3 +110,24 @@ trn_grad_clip(float *g, size_t n, double max_norm, double *norm)
     }
     return LISA_OK;
 }
+
+float *
+trn_adamw_m(trn_adamw_t *opt)
+{
+    return opt->m;
+}
+float *
+trn_adamw_v(trn_adamw_t *opt)
+{
+    return opt->v;
+}
+size_t
+trn_adamw_len(const trn_adamw_t *opt)
+{
+    return opt->n;
+}
+void
+trn_adamw_set_steps(trn_adamw_t *opt, uint64_t steps)
+{
+    opt->step = steps;
+}

@@ -36,6 +36,13 @@ void trn_adamw_destroy(trn_adamw_t **opt);
 /* Steps taken so far. */
 uint64_t trn_adamw_steps(const trn_adamw_t *opt);
 
+/* The moment arrays (trn_adamw_len elements each), writable, and the
+ * step count setter: for checkpoints of the optimizer state. */
+float *trn_adamw_m(trn_adamw_t *opt);
+float *trn_adamw_v(trn_adamw_t *opt);
+size_t trn_adamw_len(const trn_adamw_t *opt);
+void trn_adamw_set_steps(trn_adamw_t *opt, uint64_t steps);
+
 /* One update of params[n] with grads[n]:
  *   p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
  *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).

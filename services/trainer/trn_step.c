@@ -31,8 +31,8 @@ trn_step_defaults(void)
 }
 
 static lisa_rc_t
-s_check(const trn_step_cfg_t *c, const trn_rollouts_t *r,
-        const trn_model_t *ref, trn_err_t *err)
+s_check(const trn_step_cfg_t *c, const trn_rollouts_t *r, bool have_ref,
+        trn_err_t *err)
 {
     if (r->n_seqs == 0 || !r->seq_offsets || !r->tokens || !r->mask ||
         !r->group || !r->score || r->seq_offsets[0] != 0)
@@ -40,7 +40,7 @@ s_check(const trn_step_cfg_t *c, const trn_rollouts_t *r,
     if ((c->bypass || c->is_threshold > 0) && !r->rollout_logp)
         return trn_fail(err, LISA_INVALID,
                         "step: bypass and IS weights need rollout log-probs");
-    if (c->loss.kl_coef > 0 && !ref)
+    if (c->loss.kl_coef > 0 && !have_ref)
         return trn_fail(err, LISA_INVALID, "step: KL needs a reference model");
     if (c->micro_tokens == 0 || !(c->grad_clip > 0) || !(c->temperature > 0) ||
         !(c->is_threshold >= 0))
@@ -95,10 +95,10 @@ s_scratch_free(s_scratch_t *s)
 
 /* Runs trajectories [s0, s1) as one micro-batch. */
 static lisa_rc_t
-s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
-        const trn_loss_cfg_t *lc, const trn_rollouts_t *r, const double *adv,
-        size_t s0, size_t s1, s_scratch_t *x, trn_step_out_t *out,
-        trn_err_t *err)
+s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
+        const trn_step_cfg_t *c, const trn_loss_cfg_t *lc,
+        const trn_rollouts_t *r, const double *adv, size_t s0, size_t s1,
+        s_scratch_t *x, trn_step_out_t *out, trn_err_t *err)
 {
     size_t base = r->seq_offsets[s0];
     size_t n = r->seq_offsets[s1] - base;
@@ -125,11 +125,11 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
     lisa_rc_t rc;
     bool need_ent = lc->entropy_coef > 0;
     if (ref) {
-        rc = trn_model_forward(ref, &b, x->ref, NULL, err);
+        rc = ref->forward(ref->self, &b, x->ref, NULL, err);
         if (rc != LISA_OK)
             return rc;
     }
-    rc = trn_model_forward(m, &b, x->logp, x->ent, err);
+    rc = m->forward(m->self, &b, x->logp, x->ent, err);
     if (rc != LISA_OK)
         return rc;
     if (c->bypass)
@@ -157,7 +157,7 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
     rc = trn_loss_compute(lc, &in, x->dlogp, x->dent, &lo, err);
     if (rc != LISA_OK)
         return rc;
-    rc = trn_model_backward(m, x->dlogp, need_ent ? x->dent : NULL, err);
+    rc = m->backward(m->self, x->dlogp, need_ent ? x->dent : NULL, err);
     if (rc != LISA_OK)
         return rc;
     out->loss += lo.loss;
@@ -176,10 +176,10 @@ s_micro(trn_model_t *m, trn_model_t *ref, const trn_step_cfg_t *c,
 }
 
 lisa_rc_t
-trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *c,
-                  const trn_rollouts_t *r, float *logp, trn_err_t *err)
+trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
+                       const trn_rollouts_t *r, float *logp, trn_err_t *err)
 {
-    lisa_rc_t rc = s_check(c, r, m, err);
+    lisa_rc_t rc = s_check(c, r, true, err);
     if (rc != LISA_OK)
         return rc;
     size_t cap = c->micro_tokens;
@@ -210,7 +210,7 @@ trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *c,
                          .seq_offsets = x.off,
                          .n_seqs = s1 - s0,
                          .temperature = c->temperature};
-        rc = trn_model_forward(m, &b, x.logp, NULL, err);
+        rc = m->forward(m->self, &b, x.logp, NULL, err);
         if (rc == LISA_OK)
             for (size_t t = base; t < base + n; t++) {
                 logp[t] = 0;
@@ -224,12 +224,12 @@ trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *c,
 }
 
 lisa_rc_t
-trn_step_run(trn_model_t *m, trn_model_t *ref, trn_adamw_t *opt,
-             const trn_step_cfg_t *c, const trn_rollouts_t *r,
-             trn_step_out_t *out, trn_err_t *err)
+trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
+                  const trn_step_cfg_t *c, const trn_rollouts_t *r,
+                  trn_step_out_t *out, trn_err_t *err)
 {
     memset(out, 0, sizeof *out);
-    lisa_rc_t rc = s_check(c, r, ref, err);
+    lisa_rc_t rc = s_check(c, r, ref != NULL, err);
     if (rc != LISA_OK)
         return rc;
     double *adv = lisa_malloc(r->n_seqs * sizeof *adv);
@@ -259,7 +259,7 @@ trn_step_run(trn_model_t *m, trn_model_t *ref, trn_adamw_t *opt,
         lc.loss_scale_factor = maxlen;
     cap = cap > c->micro_tokens ? cap : c->micro_tokens;
     s_scratch_init(&x, cap, r->n_seqs);
-    trn_model_zero_grad(m);
+    m->zero_grad(m->self);
     for (size_t s0 = 0; s0 < r->n_seqs;) {
         size_t s1 = s0 + 1;
         while (s1 < r->n_seqs &&
@@ -276,18 +276,86 @@ trn_step_run(trn_model_t *m, trn_model_t *ref, trn_adamw_t *opt,
         out->ppo_kl /= out->tokens;
         out->entropy /= out->tokens;
     }
-    float *g = trn_model_grads(m);
-    size_t np = trn_model_num_params(m);
-    if (trn_grad_clip(g, np, c->grad_clip, &out->grad_norm) != LISA_OK) {
-        out->skipped = true;
+    rc = m->update(m->self, c, &out->grad_norm, &out->skipped, err);
+    if (rc == LISA_OK && out->skipped)
         lisa_log_warn("trainer: gradient norm %g is not finite; step skipped",
                       out->grad_norm);
-        trn_model_zero_grad(m);
-        goto out;
-    }
-    rc = trn_adamw_step(opt, &c->optim, trn_model_params(m), g, np, err);
 out:
     s_scratch_free(&x);
     lisa_free(&adv);
     return rc;
+}
+
+/* ---- the CPU model as a trn_step_model_t ------------------------------ */
+
+typedef struct {
+    trn_model_t *m;
+    trn_adamw_t *opt;
+} s_cpu_t;
+
+static lisa_rc_t
+s_cpu_forward(void *self, const trn_batch_t *b, float *logp, float *ent,
+              trn_err_t *err)
+{
+    return trn_model_forward(((s_cpu_t *) self)->m, b, logp, ent, err);
+}
+
+static lisa_rc_t
+s_cpu_backward(void *self, const float *dlogp, const float *dent,
+               trn_err_t *err)
+{
+    return trn_model_backward(((s_cpu_t *) self)->m, dlogp, dent, err);
+}
+
+static void
+s_cpu_zero_grad(void *self)
+{
+    trn_model_zero_grad(((s_cpu_t *) self)->m);
+}
+
+static lisa_rc_t
+s_cpu_update(void *self, const trn_step_cfg_t *c, double *grad_norm,
+             bool *skipped, trn_err_t *err)
+{
+    s_cpu_t *x = self;
+    float *g = trn_model_grads(x->m);
+    size_t np = trn_model_num_params(x->m);
+    *skipped = false;
+    if (trn_grad_clip(g, np, c->grad_clip, grad_norm) != LISA_OK) {
+        *skipped = true;
+        trn_model_zero_grad(x->m);
+        return LISA_OK;
+    }
+    return trn_adamw_step(x->opt, &c->optim, trn_model_params(x->m), g, np,
+                          err);
+}
+
+static trn_step_model_t
+s_cpu_ops(s_cpu_t *x)
+{
+    trn_step_model_t o = {.self = x,
+                          .forward = s_cpu_forward,
+                          .backward = s_cpu_backward,
+                          .zero_grad = s_cpu_zero_grad,
+                          .update = s_cpu_update};
+    return o;
+}
+
+lisa_rc_t
+trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *c,
+                  const trn_rollouts_t *r, float *logp, trn_err_t *err)
+{
+    s_cpu_t x = {m, NULL};
+    trn_step_model_t o = s_cpu_ops(&x);
+    return trn_step_logprobs_with(&o, c, r, logp, err);
+}
+
+lisa_rc_t
+trn_step_run(trn_model_t *m, trn_model_t *ref, trn_adamw_t *opt,
+             const trn_step_cfg_t *c, const trn_rollouts_t *r,
+             trn_step_out_t *out, trn_err_t *err)
+{
+    s_cpu_t x = {m, opt}, xr = {ref, NULL};
+    trn_step_model_t o = s_cpu_ops(&x), orf = s_cpu_ops(&xr);
+    return trn_step_run_with(&o, ref ? &orf : NULL, c, r, out, err);
 }

@@ -76,6 +76,35 @@ typedef struct {
     bool skipped; /* non-finite gradient: no update */
 } trn_step_out_t;
 
+/* A trainable model as a step sees it, so the same step runs on the CPU
+ * model (trn_step_run) and on any other backend (the CUDA model). */
+typedef struct {
+    void *self;
+    /* trn_model_forward: log-probs (and entropy when ent is not NULL) */
+    lisa_rc_t (*forward)(void *self, const trn_batch_t *b, float *logp,
+                         float *ent, trn_err_t *err);
+    /* trn_model_backward: adds gradients (dent may be NULL) */
+    lisa_rc_t (*backward)(void *self, const float *dlogp, const float *dent,
+                          trn_err_t *err);
+    void (*zero_grad)(void *self);
+    /* Clips the gradient to cfg->grad_clip (global norm) and applies
+     * cfg->optim; *grad_norm is the norm before clipping. A non-finite
+     * norm skips the update, zeroes the gradients and sets *skipped. */
+    lisa_rc_t (*update)(void *self, const trn_step_cfg_t *cfg,
+                        double *grad_norm, bool *skipped, trn_err_t *err);
+} trn_step_model_t;
+
+/* trn_step_logprobs and trn_step_run on any model with these operations
+ * (update is only used by trn_step_run_with; ref may be NULL). */
+lisa_rc_t trn_step_logprobs_with(const trn_step_model_t *m,
+                                 const trn_step_cfg_t *cfg,
+                                 const trn_rollouts_t *r, float *logp,
+                                 trn_err_t *err) LISA_NODISCARD;
+lisa_rc_t trn_step_run_with(const trn_step_model_t *m,
+                            const trn_step_model_t *ref,
+                            const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+                            trn_step_out_t *out, trn_err_t *err) LISA_NODISCARD;
+
 /* Log-probs of every sampled token (logp[t] for mask[t] = 1, else 0) of
  * the rollouts under model `m`, forward only, in micro-batches of
  * cfg->micro_tokens at cfg->temperature: the old log-probs of a batch, or

@@ -31,6 +31,7 @@
 #define LISA_RPC_H
 
 #include "lisa.pb-c.h"
+#include "lisa/lisa_codec.h"
 #include "lisa/lisa_rc.h"
 
 #include <czmq.h>

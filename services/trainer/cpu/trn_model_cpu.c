@@ -463,13 +463,20 @@ out:
 static char *
 s_read_text(const char *path, size_t max, size_t *len)
 {
+    /* reads at most max + 1 bytes (so "too large" is detectable), into a
+     * buffer sized by the file rather than by the bound */
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = lisa_malloc(max + 1);
-    *len = fread(buf, 1, max + 1, f);
+    struct stat sb;
+    size_t want = max + 1;
+    if (fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 &&
+        (size_t) sb.st_size < max)
+        want = (size_t) sb.st_size + 1;
+    char *buf = lisa_malloc(want + 1);
+    *len = fread(buf, 1, want, f);
     fclose(f);
-    buf[*len <= max ? *len : max] = 0;
+    buf[*len] = 0;
     return buf;
 }
 

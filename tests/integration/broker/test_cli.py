@@ -111,6 +111,11 @@ def test_watch_then_export_with_tokens_masks_logprobs(broker, tmp_path):
     assert len(events) == 6
     assert [e["seq"] for e in events] == list(range(events[0]["seq"], events[0]["seq"] + 6))
     assert events[0]["rollout"]["state"] == "queued"
+    # --json: the same objects as one JSON array document
+    doc = json.loads(lisa(broker, "export", "--run", "exp", "--json").stdout)
+    assert isinstance(doc, list) and [d["rollout_id"] for d in doc] == [rid]
+    assert doc[0]["sequences"][0]["token_ids"] == [10, 11, 12, 20, 21, 30, 40]
+    assert json.loads(lisa(broker, "export", "--run", "none", "--json").stdout) == []
     path = tmp_path / "out.jsonl"
     lisa(broker, "export", "--run", "exp", "-o", str(path), "--prune")
     lines = [json.loads(l) for l in path.read_text().splitlines()]

@@ -1,6 +1,7 @@
 """Drives every row of the broker's rollout state table against a real
 broker process and real reward workers on loopback."""
 import json
+import os
 import time
 
 import pytest
@@ -84,11 +85,11 @@ def test_happy_path_records_every_transition(broker, client):
 
 
 def test_lease_expiry_retries_then_fails(make_broker):
-    b = make_broker(lease_ms=500, max_attempts=2)
+    b = make_broker(lease_ms=1500, max_attempts=2)
     c = Client(b.ep["rpc"])
     rid = enqueue(c, [task()])[0]
     assert claim(c)[0].attempt == 1
-    wait_state(c, rid, pb.ROLLOUT_QUEUED, timeout=5)
+    wait_state(c, rid, pb.ROLLOUT_QUEUED, timeout=10)
     q = rollout(c, rid, with_attempts=True)
     assert q.attempts[0].state == pb.ATTEMPT_FAILED
     assert q.attempts[0].failure_kind == pb.FAILURE_LEASE
@@ -97,22 +98,22 @@ def test_lease_expiry_retries_then_fails(make_broker):
     time.sleep(0.15)  # backoff
     a2 = claim(c)
     assert len(a2) == 1 and a2[0].attempt == 2
-    for _ in range(8):
+    for _ in range(6):
         hb = c.ok("heartbeat", pb.HeartbeatReq(rollout_id=rid, attempt=2))
         assert not hb.cancel
-        time.sleep(0.1)
+        time.sleep(0.3)
     assert state_of(c, rid) == pb.ROLLOUT_RUNNING
     # an old attempt's heartbeat is told to stop
     assert c.ok("heartbeat", pb.HeartbeatReq(rollout_id=rid, attempt=1)).cancel
     # then silence: no attempts left, so the rollout fails for good
-    wait_state(c, rid, pb.ROLLOUT_FAILED, timeout=5)
+    wait_state(c, rid, pb.ROLLOUT_FAILED, timeout=10)
     r = rollout(c, rid).rollouts[0]
     assert r.failure_kind == pb.FAILURE_LEASE and r.attempts == 2
     c.close()
 
 
 def test_infra_failures_retry_with_backoff_and_agent_failure_is_terminal(make_broker):
-    b = make_broker(max_attempts=3, backoff_ms=300, backoff_max_ms=300)
+    b = make_broker(max_attempts=3, backoff_ms=1500, backoff_max_ms=1500)
     c = Client(b.ep["rpc"])
     rid = enqueue(c, [task()])[0]
     claim(c)
@@ -127,8 +128,11 @@ def test_infra_failures_retry_with_backoff_and_agent_failure_is_terminal(make_br
     assert rep.retried
     assert state_of(c, rid) == pb.ROLLOUT_QUEUED
     assert claim(c) == []  # backoff: not claimable yet
-    time.sleep(0.35)
-    a = claim(c)
+    end = time.time() + 10
+    a = []
+    while not a and time.time() < end:
+        time.sleep(0.1)
+        a = claim(c)
     assert a[0].attempt == 2
     rep = c.ok("attempt_fail", pb.AttemptFailReq(rollout_id=rid, attempt=2,
                                                  kind=pb.FAILURE_AGENT,
@@ -160,11 +164,11 @@ def test_retry_limit_ends_in_failed(make_broker):
 
 
 def test_deadline_ends_a_heartbeating_attempt(broker, client):
-    rid = enqueue(client, [task(limits=pb.Limits(deadline_ms=400))])[0]
+    rid = enqueue(client, [task(limits=pb.Limits(deadline_ms=1500))])[0]
     a = claim(client)[0]
-    assert a.deadline_ms - time.time() * 1000 < 450
+    assert a.deadline_ms - time.time() * 1000 < 1600
     client.ok("attempt_start", pb.AttemptStartReq(rollout_id=rid, attempt=1))
-    end = time.time() + 3
+    end = time.time() + 10
     while time.time() < end and state_of(client, rid) == pb.ROLLOUT_RUNNING:
         client.ok("heartbeat", pb.HeartbeatReq(rollout_id=rid, attempt=1))
         time.sleep(0.03)
@@ -181,11 +185,11 @@ def test_deadline_covers_claim_and_scoring(broker, client):
     claim(client)
     wait_state(client, r1, pb.ROLLOUT_FAILED, timeout=5)
     # result posted but no reward worker: the deadline ends scoring too
-    r2 = enqueue(client, [task("b", limits=pb.Limits(deadline_ms=1000))])[0]
+    r2 = enqueue(client, [task("b", limits=pb.Limits(deadline_ms=2000))])[0]
     claim(client)
     assert complete(client, r2, 1).code == pb.CODE_OK
     assert state_of(client, r2) == pb.ROLLOUT_SCORING
-    wait_state(client, r2, pb.ROLLOUT_FAILED, timeout=5)
+    wait_state(client, r2, pb.ROLLOUT_FAILED, timeout=10)
     q = rollout(client, r2, with_transitions=True)
     assert q.rollouts[0].failure_kind == pb.FAILURE_DEADLINE
     assert q.transitions[-1].event == "deadline"
@@ -282,7 +286,7 @@ def test_wait_times_out_with_a_clear_answer_and_the_loop_keeps_serving(broker, c
     assert "timed out after 400 ms: 2 of 3 rollouts still open" in rep.error
     assert sorted(rep.wait.pending_ids) == sorted(set(ids) - {cancelled})
     assert [r.rollout_id for r in rep.wait.rollouts] == [cancelled]
-    assert 0.35 < elapsed < 2.0
+    assert 0.35 < elapsed < 10.0
     # a wait without a deadline is refused
     bad = client.call("wait", pb.WaitReq(rollout_ids=ids))
     assert bad.code == pb.CODE_INVALID and "timeout_ms is required" in bad.error
@@ -356,10 +360,10 @@ def test_policy_version_and_engines(make_broker):
     assert rep.code == pb.CODE_CONFLICT
     c.ok("engine_register", pb.EngineRegisterReq(
         engine=pb.Engine(engine_id="rank0", url="http://127.0.0.1:7200",
-                         policy_version=1, up=True), ttl_ms=200))
+                         policy_version=1, up=True), ttl_ms=1000))
     engines = c.ok("engine_list", pb.EngineListReq()).engines
     assert [e.engine_id for e in engines] == ["rank0"]
-    time.sleep(0.4)
+    time.sleep(1.3)
     assert list(c.ok("engine_list", pb.EngineListReq()).engines) == []
     evs = events_of(sub)
     kinds = [(t, e.WhichOneof("body")) for t, e in evs]
@@ -405,15 +409,64 @@ def test_export_then_prune(broker, client):
     w.stop()
 
 
+def test_prune_deletes_span_log_segments_nothing_names(make_broker):
+    """Span bytes live in segment files; once an export prunes every
+    rollout whose spans a sealed segment holds (and that is durable), the
+    segment file goes. Spans of rollouts kept stay readable."""
+    b = make_broker(span_segment="4KiB")
+    c = Client(b.ep["rpc"])
+    w = RewardWorker(b.ep["workers"])
+    w.start()
+    done = enqueue(c, [task("p%d" % i) for i in range(3)], run="seg")
+    keep = enqueue(c, [task("keep")], run="keep")[0]
+    claim(c, capacity=10)
+
+    def spans(rid, first, n):
+        return [pb.Span(rollout_id=rid, attempt=1, seq=s, prev_seq=s - 1,
+                        appended_ids=list(range(s, s + 200)),
+                        response_ids=list(range(300)),
+                        response_logprobs=[-0.5] * 300) for s in range(first, first + n)]
+    for rid in done:  # ~2.6 KB a span: one or two spans a segment
+        c.ok("span_put", pb.SpanPutReq(spans=spans(rid, 0, 4)))
+    c.ok("span_put", pb.SpanPutReq(spans=spans(keep, 0, 2)))
+    for rid in done:
+        complete(c, rid, 1)
+    c.ok("wait", pb.WaitReq(rollout_ids=done, timeout_ms=5000))
+    seg_dir = os.path.join(b.data_dir, "spans")
+    before = sorted(os.listdir(seg_dir))
+    assert len(before) >= 6, before
+    assert len(c.ok("export", pb.ExportReq(run_id="seg", limit=10, prune=True)).rollouts) == 3
+    # the next durable batch lets the broker delete what nothing names
+    end = time.time() + 5
+    while time.time() < end:
+        c.ok("heartbeat", pb.HeartbeatReq(rollout_id=keep, attempt=1))
+        after = sorted(os.listdir(seg_dir))
+        if len(after) <= 3:
+            break
+        time.sleep(0.05)
+    assert len(after) <= 3, (before, after)
+    q = c.ok("query", pb.QueryReq(rollout_ids=[keep], with_spans=True))
+    assert [s for s in q.spans] == spans(keep, 0, 2)
+    # and after a restart as well
+    b.stop()
+    b.start()
+    c2 = Client(b.ep["rpc"])
+    q = c2.ok("query", pb.QueryReq(rollout_ids=[keep], with_spans=True))
+    assert [s for s in q.spans] == spans(keep, 0, 2)
+    c2.close()
+    c.close()
+    w.stop()
+
+
 def test_restart_recovers_scoring_and_leases(make_broker):
-    b = make_broker(lease_ms=1000)
+    b = make_broker(lease_ms=2000)
     c = Client(b.ep["rpc"])
     r_score, r_run = enqueue(c, [task(n=2)])
     claim(c, capacity=2)
     complete(c, r_score, 1)
     c.ok("attempt_start", pb.AttemptStartReq(rollout_id=r_run, attempt=1))
     b.kill()
-    time.sleep(1.1)  # longer than the lease: downtime must not fail it
+    time.sleep(2.1)  # longer than the lease: downtime must not fail it
     b.start()
     c = Client(b.ep["rpc"])
     assert state_of(c, r_run) == pb.ROLLOUT_RUNNING

@@ -154,7 +154,7 @@ Test(brk_store, spans_are_idempotent_and_status_finds_gaps)
     bool dup = false;
     for (size_t i = 0; i < 4; i++) {
         Lisa__Span s = s_span("r-1", order[i]);
-        cr_assert_eq(brk_store_span_put(st, &s, &dup), LISA_OK);
+        cr_assert_eq(brk_store_span_put(st, &s, NULL, 0, &dup), LISA_OK);
         cr_assert_eq(dup, i == 3);
     }
     cr_assert_eq(brk_store_commit(st), LISA_OK);
@@ -235,7 +235,7 @@ Test(brk_store, list_pages_and_prune_removes_everything)
         cr_assert_eq(brk_store_rollout_put(st, &r), LISA_OK);
         Lisa__Span s = s_span(id, 0);
         bool dup;
-        cr_assert_eq(brk_store_span_put(st, &s, &dup), LISA_OK);
+        cr_assert_eq(brk_store_span_put(st, &s, NULL, 0, &dup), LISA_OK);
         cr_assert_eq(brk_store_transition(st, id, 1, 4, 5, "scored", "", 1),
                      LISA_OK);
     }

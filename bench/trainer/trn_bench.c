@@ -1,0 +1,321 @@
+/*
+ * bench/trainer: lisa's CUDA trainer at the Qwen3-4B shape on one GPU.
+ * Prints, one "name value unit" line each (bench/trainer/run.sh pairs them
+ * with the PyTorch + transformers peer measured in the same run):
+ *   train_tok_s_4k / mfu_4k, train_tok_s_16k / mfu_16k  forward+backward of
+ *       one sequence, layer recomputation on, optimizer excluded;
+ *   decode_tok_s_b1 / decode_tok_s_b64  sampled decoding after a 128-token
+ *       prompt, 128 new tokens per sequence.
+ * MFU counts model FLOPs only: 6 N + 6 L H D T per token (causal
+ * attention), N without the embedding, against 989 TFLOP/s dense bf16.
+ * With --world W (W GPUs, one process each): data-parallel training
+ * steps (forward + backward + ZeRO-1 AdamW with NCCL) at 4k tokens per
+ * rank, against the same step on one GPU, printing dp_tok_s_wW and the
+ * scaling efficiency.
+ *   trn_bench [--layers L] [--quick] [--world W]
+ */
+#include "trn_cuda.h"
+#include "trn_dist.h"
+#include "trn_gpu_model.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double
+s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static int
+s_cmp(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+static trn_config_t
+s_qwen3_4b(int layers)
+{
+    trn_config_t c;
+    memset(&c, 0, sizeof c);
+    c.hidden_size = 2560;
+    c.intermediate_size = 9728;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 262144;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 5e6;
+    c.tie_word_embeddings = 1;
+    return c;
+}
+
+static void
+s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
+        int reps)
+{
+    int32_t *tok = malloc((size_t) T * 4), *tgt = malloc((size_t) T * 4);
+    float *lp = malloc((size_t) T * 4), *dl = malloc((size_t) T * 4);
+    unsigned seed = 1;
+    for (int t = 0; t < T; t++)
+        tok[t] = (int32_t) (rand_r(&seed) % 150000u);
+    for (int t = 0; t < T; t++) {
+        tgt[t] = t + 1 < T ? tok[t + 1] : -1;
+        dl[t] = -1.0f / (float) T;
+    }
+    size_t offs[2] = {0, (size_t) T};
+    trn_batch_t b = {tok, tgt, (size_t) T, offs, 1, 1.0f};
+    trn_err_t err = {{0}};
+    double times[8];
+    for (int it = 0; it < reps + 1; it++) {
+        double t0 = s_now();
+        if (trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK) {
+            printf("train %s failed: %s\n", tag, err.msg);
+            exit(1);
+        }
+        if (it > 0)
+            times[it - 1] = s_now() - t0;
+    }
+    qsort(times, (size_t) reps, 8, s_cmp);
+    double t = times[reps / 2];
+    double C = (double) c->hidden_size, I = (double) c->intermediate_size;
+    double L = (double) c->num_hidden_layers,
+           H = (double) c->num_attention_heads;
+    double Hk = (double) c->num_key_value_heads, D = (double) c->head_dim;
+    double V = (double) c->vocab_size;
+    double n_layer = C * (H + 2 * Hk) * D + H * D * C + 3 * C * I;
+    double N = L * n_layer + V * C; /* + LM head (tied) */
+    double flops = (6 * N + 6 * L * H * D * T) * T;
+    printf("train_tok_s_%s %.0f tok/s\n", tag, T / t);
+    printf("mfu_%s %.1f %%\n", tag, 100 * flops / t / 989e12);
+    free(tok), free(tgt), free(lp), free(dl);
+}
+
+static void
+s_decode(trn_gpu_model_t *g, int batch, const char *tag)
+{
+    trn_err_t err = {{0}};
+    enum { PROMPT = 128, NEW = 128 };
+    trn_gpu_kv_t *kv =
+        trn_gpu_kv_new(g, (size_t) batch, PROMPT + NEW + 1, &err);
+    if (!kv) {
+        printf("decode %s: %s\n", tag, err.msg);
+        exit(1);
+    }
+    size_t *slots = malloc((size_t) batch * sizeof *slots);
+    size_t *n_new = malloc((size_t) batch * sizeof *n_new);
+    const int32_t **tk = malloc((size_t) batch * sizeof *tk);
+    int32_t *prompt = malloc((size_t) batch * PROMPT * 4);
+    int32_t *out = malloc((size_t) batch * 4);
+    float *lp = malloc((size_t) batch * 4);
+    trn_sample_t *sp = malloc((size_t) batch * sizeof *sp);
+    unsigned seed = 9;
+    for (int i = 0; i < batch * PROMPT; i++)
+        prompt[i] = (int32_t) (rand_r(&seed) % 150000u);
+    double best = 1e9;
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < batch; i++) {
+            trn_gpu_kv_reset(kv, (size_t) i);
+            slots[i] = (size_t) i;
+            n_new[i] = PROMPT;
+            tk[i] = prompt + (size_t) i * PROMPT;
+            sp[i].temperature = 1.0f;
+            sp[i].top_p = 1.0f;
+            sp[i].top_k = 0;
+            sp[i].seed = (uint64_t) i;
+        }
+        double t0 = s_now();
+        for (int st = 0; st < NEW; st++) {
+            if (trn_gpu_model_step(g, kv, (size_t) batch, slots, tk, n_new, sp,
+                                   out, lp, NULL, &err) != LISA_OK) {
+                printf("decode %s failed: %s\n", tag, err.msg);
+                exit(1);
+            }
+            for (int i = 0; i < batch; i++) {
+                n_new[i] = 1;
+                tk[i] = &out[i];
+            }
+        }
+        double t = s_now() - t0;
+        if (t < best)
+            best = t;
+    }
+    printf("decode_tok_s_%s %.0f tok/s\n", tag, batch * (double) NEW / best);
+    trn_gpu_kv_destroy(&kv);
+    free(slots), free(n_new), free(tk), free(prompt), free(out), free(lp);
+    free(sp);
+}
+
+/* Median seconds of `reps` full training steps (forward, backward,
+ * AdamW) at T tokens on this rank. */
+static double
+s_steps(trn_gpu_model_t *g, int T, int reps)
+{
+    int32_t *tok = malloc((size_t) T * 4), *tgt = malloc((size_t) T * 4);
+    float *lp = malloc((size_t) T * 4), *dl = malloc((size_t) T * 4);
+    unsigned seed = 3;
+    for (int t = 0; t < T; t++)
+        tok[t] = (int32_t) (rand_r(&seed) % 150000u);
+    for (int t = 0; t < T; t++) {
+        tgt[t] = t + 1 < T ? tok[t + 1] : -1;
+        dl[t] = -1.0f / (float) T;
+    }
+    size_t offs[2] = {0, (size_t) T};
+    trn_batch_t b = {tok, tgt, (size_t) T, offs, 1, 1.0f};
+    trn_err_t err = {{0}};
+    double times[8];
+    for (int it = 0; it < reps + 1; it++) {
+        double t0 = s_now();
+        if (trn_gpu_model_zero_grad(g) != LISA_OK ||
+            trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK ||
+            trn_gpu_model_adamw(g, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
+                                NULL) != LISA_OK ||
+            trn_cuda_sync() != LISA_OK) {
+            printf("step failed: %s\n", err.msg);
+            exit(1);
+        }
+        if (it > 0)
+            times[it - 1] = s_now() - t0;
+    }
+    qsort(times, (size_t) reps, 8, s_cmp);
+    free(tok), free(tgt), free(lp), free(dl);
+    return times[reps / 2];
+}
+
+static int
+s_dp_rank(int rank, int world, int layers, int fd_r, int fd_w, int fd_out)
+{
+    uint8_t id[TRN_DIST_ID_BYTES];
+    if (trn_cuda_set_device(rank) != LISA_OK)
+        return 1;
+    if (rank == 0) {
+        if (trn_dist_make_id(id) != LISA_OK)
+            return 1;
+        for (int r = 1; r < world; r++)
+            if (write(fd_w, id, sizeof id) != (ssize_t) sizeof id)
+                return 1;
+    } else if (read(fd_r, id, sizeof id) != (ssize_t) sizeof id) {
+        return 1;
+    }
+    trn_config_t c = s_qwen3_4b(layers);
+    trn_err_t err = {{0}};
+    trn_gpu_model_t *g = trn_gpu_model_new_random(&c, 1, 0.02f, &err);
+    trn_dist_t *d = trn_dist_new(rank, world, id, 120000);
+    if (!g || !d || trn_gpu_model_set_dist(g, d) != LISA_OK)
+        return 1;
+    double t = s_steps(g, 4096, 3);
+    if (rank == 0) {
+        char line[128];
+        int n = snprintf(line, sizeof line, "%.6f\n", t);
+        if (write(fd_out, line, (size_t) n) != n)
+            return 1;
+    }
+    trn_gpu_model_destroy(&g);
+    trn_dist_destroy(&d);
+    return 0;
+}
+
+/* Data parallel over `world` GPUs (fork before any CUDA call). */
+static int
+s_dp(int world, int layers)
+{
+    int ids[2], outp[2];
+    if (pipe(ids) != 0 || pipe(outp) != 0)
+        return 1;
+    pid_t pids[16];
+    for (int r = 0; r < world; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(s_dp_rank(r, world, layers, ids[0], ids[1], outp[1]));
+    }
+    int bad = 0;
+    for (int r = 0; r < world; r++) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    char buf[64] = {0};
+    if (bad || read(outp[0], buf, sizeof buf - 1) <= 0) {
+        printf("data-parallel run failed\n");
+        return 1;
+    }
+    double tw = atof(buf);
+    /* one GPU, same step, in a child too (the parent stays CUDA-free) */
+    int one[2];
+    if (pipe(one) != 0)
+        return 1;
+    pid_t p1 = fork();
+    if (p1 == 0) {
+        trn_config_t c = s_qwen3_4b(layers);
+        trn_err_t err = {{0}};
+        if (trn_cuda_set_device(0) != LISA_OK)
+            _exit(1);
+        trn_gpu_model_t *g = trn_gpu_model_new_random(&c, 1, 0.02f, &err);
+        if (!g)
+            _exit(1);
+        char line[64];
+        int n = snprintf(line, sizeof line, "%.6f\n", s_steps(g, 4096, 3));
+        _exit(write(one[1], line, (size_t) n) == n ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(p1, &st, 0);
+    memset(buf, 0, sizeof buf);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+        read(one[0], buf, sizeof buf - 1) <= 0) {
+        printf("one-GPU run failed\n");
+        return 1;
+    }
+    double t1 = atof(buf);
+    printf("step_tok_s_1gpu %.0f tok/s\n", 4096 / t1);
+    printf("dp_tok_s_w%d %.0f tok/s\n", world, world * 4096 / tw);
+    printf("dp_scaling_w%d %.1f %%\n", world, 100.0 * t1 / tw);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    int layers = 36, quick = 0, world = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
+            layers = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc)
+            world = atoi(argv[++i]);
+    }
+    if (world >= 1)
+        return s_dp(world, layers);
+    if (trn_cuda_device_count() < 1 || trn_cuda_set_device(0) != LISA_OK) {
+        printf("no CUDA device\n");
+        return 1;
+    }
+    trn_config_t c = s_qwen3_4b(layers);
+    trn_err_t err = {{0}};
+    trn_gpu_model_t *g = trn_gpu_model_new_random(&c, 1, 0.02f, &err);
+    if (!g) {
+        printf("model: %s\n", err.msg);
+        return 1;
+    }
+    printf("params %.3f B (Qwen3-4B shape, %d layers)\n",
+           (double) trn_gpu_model_num_params(g) / 1e9, layers);
+    s_train(g, &c, 4096, "4k", quick ? 1 : 3);
+    if (!quick)
+        s_train(g, &c, 16384, "16k", 3);
+    s_decode(g, 1, "b1");
+    s_decode(g, 64, "b64");
+    trn_gpu_model_destroy(&g);
+    return 0;
+}

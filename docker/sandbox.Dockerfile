@@ -1,0 +1,44 @@
+# The sandbox image: Debian slim, a shell and coreutils, python3 with
+# numpy, sympy and scipy (the recipe's toolkit, from Debian packages), and
+# lisa-agent as the entry point. No compilers, no package manager caches,
+# no ground truth, no credentials: the controller passes only the gateway
+# endpoint and the attempt token at run time. The agent runs as an
+# unprivileged user in /testbed, which the backends mount as a
+# size-limited tmpfs (docker) or emptyDir (k8s).
+#
+#   docker build -f docker/sandbox.Dockerfile -t lisa-sandbox:latest .
+
+FROM debian:bookworm-slim AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      build-essential cmake pkg-config \
+      libzmq3-dev libczmq-dev libprotobuf-c-dev protobuf-c-compiler \
+      libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev \
+      libsqlite3-dev libssl-dev libpcre2-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DLISA_TESTS=OFF \
+      -DLISA_CUDA=OFF \
+ && cmake --build /build --target lisa-agent -j"$(nproc)" \
+ && strip /build/bin/lisa-agent
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      bash coreutils findutils grep sed gawk less file \
+      ca-certificates libcurl4 libjansson4 \
+      python3 python3-numpy python3-sympy python3-scipy python3-mpmath \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*
+COPY --from=build /build/bin/lisa-agent /usr/local/bin/lisa-agent
+# The agent runs as nobody:nogroup (65534), the uid every lisa backend uses.
+RUN mkdir -p /testbed /run/lisa \
+ && chmod 1777 /testbed \
+ && /usr/local/bin/lisa-agent --help >/dev/null
+ENV LISA_TESTBED=/testbed \
+    HOME=/testbed \
+    LANG=C.UTF-8 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /testbed
+USER 65534:65534
+ENTRYPOINT ["/usr/local/bin/lisa-agent"]

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU test suite (needs an NVIDIA GPU, CUDA and NCCL): builds the `cuda`
+# preset and runs every GPU test program; with several GPUs it also runs the
+# data-parallel test on all of them (up to 8).
+#   scripts/gpu-test.sh            build, then run
+#   scripts/gpu-test.sh --no-build run what build/cuda/bin holds (or the
+#                                  folder in LISA_GPU_BIN)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+if [ "${1:-}" != "--no-build" ]; then
+  bash scripts/deps.sh
+  PATH=$PATH:/usr/local/cuda/bin cmake --preset cuda -DLISA_TESTS=OFF >/dev/null
+  PATH=$PATH:/usr/local/cuda/bin cmake --build --preset cuda -j "$(nproc)"
+fi
+bin=${LISA_GPU_BIN:-build/cuda/bin}
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+[ "$gpus" -ge 1 ] || { echo "no GPU found"; exit 1; }
+pass=0
+fail=0
+run() {
+  echo "== $*"
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+}
+run "$bin/trn_cuda_kernels_test"
+run "$bin/trn_gpu_model_test"
+run "$bin/trn_gpu_gen_test"
+if [ -x "$bin/lisa-trainer" ]; then
+  run bash tests/gpu/trainer_serve_smoke.sh "$bin" tests/fixtures/qwen3-tiny/tied
+fi
+if [ "$gpus" -ge 2 ]; then
+  world=$gpus
+  [ "$world" -gt 8 ] && world=8
+  run "$bin/trn_dist_test" "$world"
+fi
+echo
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,62 @@
+/*
+ * lisa-agent: the LLM-in-Sandbox agent that runs inside each sandbox.
+ * Reads its configuration (the gateway endpoint and the attempt token),
+ * hides the token from the processes it starts, runs one attempt and
+ * exits with a status from agt_exit.h.
+ */
+#include "agt_config.h"
+#include "agt_exit.h"
+#include "agt_run.h"
+#include "lisa/lisa_log.h"
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Removes the token from the environment and overwrites its bytes, so
+ * neither the model's commands nor /proc/<pid>/environ can read it. */
+static void
+s_scrub_env(const char *name)
+{
+    char *v = getenv(name);
+    if (v)
+        memset(v, 'x', strlen(v));
+    unsetenv(name);
+}
+
+int
+main(int argc, char **argv)
+{
+    lisa_log_set_service("agent");
+    agt_config_t cfg;
+    char err[256];
+    lisa_rc_t rc = agt_config_load(&cfg, argc, argv, stdout, err, sizeof err);
+    if (rc == LISA_AGAIN) { /* --help */
+        agt_config_clear(&cfg);
+        return AGT_EXIT_OK;
+    }
+    if (rc != LISA_OK) {
+        lisa_log_error("config: %s", err);
+        agt_config_clear(&cfg);
+        return AGT_EXIT_USAGE;
+    }
+    s_scrub_env("LISA_ATTEMPT_TOKEN");
+    if (agt_config_validate(&cfg, err, sizeof err) != LISA_OK) {
+        lisa_log_error("config: %s", err);
+        agt_config_clear(&cfg);
+        return AGT_EXIT_USAGE;
+    }
+    agt_config_dump(&cfg);
+    signal(SIGPIPE, SIG_IGN);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        lisa_log_error("curl_global_init failed");
+        agt_config_clear(&cfg);
+        return AGT_EXIT_INTERNAL;
+    }
+    int code = agt_run(&cfg);
+    curl_global_cleanup();
+    agt_config_clear(&cfg);
+    return code;
+}

@@ -1,0 +1,50 @@
+/*
+ * ctl_backend: helpers shared by the backends.
+ */
+#include "ctl_backend.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t
+ctl_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
+
+void
+ctl_backend_name(const char *rollout_id, unsigned attempt,
+                 char out[CTL_NAME_MAX])
+{
+    char suffix[16];
+    snprintf(suffix, sizeof suffix, "-a%u", attempt);
+    char body[CTL_NAME_MAX];
+    size_t n = 0;
+    const char *p = rollout_id ? rollout_id : "";
+    for (; *p && n < sizeof body - 1; p++) {
+        char c = *p;
+        if (c >= 'A' && c <= 'Z')
+            c = (char) (c - 'A' + 'a');
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+            c = '-';
+        body[n++] = c;
+    }
+    body[n] = '\0';
+    size_t room = CTL_NAME_MAX - 1 - strlen("lisa-") - strlen(suffix);
+    if (strlen(rollout_id ? rollout_id : "") > room) {
+        /* FNV-1a of the whole id keeps cut names distinct. */
+        uint32_t h = 2166136261u;
+        for (p = rollout_id; *p; p++)
+            h = (h ^ (uint8_t) *p) * 16777619u;
+        snprintf(body + room - 9, 10, "-%08x", h);
+    }
+    size_t bl = strlen(body), sl = strlen(suffix);
+    if (5 + bl + sl > CTL_NAME_MAX - 1)
+        bl = CTL_NAME_MAX - 1 - 5 - sl;
+    memcpy(out, "lisa-", 5);
+    memcpy(out + 5, body, bl);
+    memcpy(out + 5 + bl, suffix, sl + 1);
+}

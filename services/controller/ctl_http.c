@@ -1,0 +1,170 @@
+/*
+ * ctl_http: libcurl easy with bounded answers.
+ */
+#include "ctl_http.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <string.h>
+
+struct ctl_http {
+    CURL *curl;
+    char *socket;
+    char *ca;
+    char *auth;
+    size_t max;
+};
+
+typedef struct {
+    char *data;
+    size_t len, cap, max;
+    int over;
+} s_buf_t;
+
+static size_t
+s_on_data(char *p, size_t size, size_t nmemb, void *ud)
+{
+    s_buf_t *b = ud;
+    size_t n = size * nmemb;
+    if (b->len + n > b->max) {
+        b->over = 1;
+        return 0;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        b->data = lisa_realloc(b->data, cap);
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+ctl_http_t *
+ctl_http_new(const char *unix_socket, const char *ca_file, size_t max_reply)
+{
+    CURL *c = curl_easy_init();
+    if (!c)
+        return NULL;
+    ctl_http_t *h = lisa_calloc(1, sizeof *h);
+    h->curl = c;
+    h->socket = unix_socket && *unix_socket ? lisa_strdup(unix_socket) : NULL;
+    h->ca = ca_file && *ca_file ? lisa_strdup(ca_file) : NULL;
+    h->max = max_reply ? max_reply : 16u * 1024u * 1024u;
+    return h;
+}
+
+void
+ctl_http_destroy(ctl_http_t **h)
+{
+    if (!h || !*h)
+        return;
+    curl_easy_cleanup((*h)->curl);
+    lisa_free(&(*h)->socket);
+    lisa_free(&(*h)->ca);
+    lisa_free(&(*h)->auth);
+    lisa_free(h);
+}
+
+void
+ctl_http_set_bearer(ctl_http_t *h, const char *token)
+{
+    lisa_free(&h->auth);
+    if (!token || !*token)
+        return;
+    size_t n = strlen(token) + 32;
+    h->auth = lisa_malloc(n);
+    snprintf(h->auth, n, "Authorization: Bearer %s", token);
+}
+
+lisa_rc_t
+ctl_http_call(ctl_http_t *h, const char *method, const char *url,
+              const char *content_type, const char *body, long timeout_ms,
+              ctl_http_rep_t *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    CURL *c = h->curl;
+    curl_easy_reset(c);
+    struct curl_slist *hdr = NULL;
+    char ct[128];
+    s_buf_t b = {.max = h->max};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    if (h->socket)
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, h->socket);
+    if (h->ca)
+        curl_easy_setopt(c, CURLOPT_CAINFO, h->ca);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        snprintf(ct, sizeof ct, "Content-Type: %s",
+                 content_type ? content_type : "application/json");
+        hdr = curl_slist_append(hdr, ct);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t) strlen(body));
+    } else if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+    }
+    if (h->auth)
+        hdr = curl_slist_append(hdr, h->auth);
+    hdr = curl_slist_append(hdr, "Accept: application/json");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    CURLcode cc = curl_easy_perform(c);
+    curl_slist_free_all(hdr);
+    if (cc != CURLE_OK) {
+        lisa_free(&b.data);
+        if (b.over) {
+            lisa_log_warn("http %s %s: answer over %zu bytes", method, url,
+                          h->max);
+            return LISA_TOOLARGE;
+        }
+        lisa_log_debug("http %s %s: %s", method, url, curl_easy_strerror(cc));
+        return cc == CURLE_OPERATION_TIMEDOUT ? LISA_TIMEOUT : LISA_UNAVAILABLE;
+    }
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rep->status);
+    rep->body = b.data ? b.data : lisa_strdup("");
+    rep->len = b.len;
+    return LISA_OK;
+}
+
+void
+ctl_http_rep_clear(ctl_http_rep_t *rep)
+{
+    if (rep)
+        lisa_free(&rep->body);
+}
+
+char *
+ctl_http_escape(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = lisa_malloc(3 * n + 1);
+    size_t o = 0;
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) s[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
+            c == '~') {
+            out[o++] = (char) c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}

@@ -1,0 +1,768 @@
+/*
+ * ctl_local: fork + exec of bwrap, labels in a state directory.
+ */
+#define _DEFAULT_SOURCE /* setgroups */
+#include "ctl_local.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_MAX_SANDBOXES 100000u
+#define S_MAX_ARGS      160u
+
+typedef struct {
+    char *controller_id;
+    char *state_dir;
+    char *bwrap;
+    char *agent_path;
+    char *sandbox_cmd;
+    char *gateway_socket;
+    char *gateway_url;
+    char *cgroup_root;
+    unsigned sandbox_uid;
+    bool no_memory_rlimit;
+} s_local_t;
+
+/* One state file, parsed. */
+typedef struct {
+    ctl_sandbox_t sb;
+    long pid;
+    unsigned long long pid_start;
+    int has_exit;
+} s_state_t;
+
+static char *
+s_path(const s_local_t *l, const char *name, const char *ext)
+{
+    size_t n = strlen(l->state_dir) + strlen(name) + strlen(ext) + 2;
+    char *p = lisa_malloc(n);
+    snprintf(p, n, "%s/%s%s", l->state_dir, name, ext);
+    return p;
+}
+
+/* Start time of pid (field 22 of /proc/pid/stat), 0 when gone. */
+static unsigned long long
+s_pid_start(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ')
+        return 0;
+    if (p[2] == 'Z' || p[2] == 'X')
+        return 0; /* a zombie runs nothing */
+    /* Fields after ')' start at field 3 (state). */
+    int field = 3;
+    for (p += 2; *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    return strtoull(p, NULL, 10);
+}
+
+static lisa_rc_t
+s_write_state(const s_local_t *l, const s_state_t *st)
+{
+    char *path = s_path(l, st->sb.name, ".state");
+    char *tmp = s_path(l, st->sb.name, ".state.tmp");
+    lisa_rc_t rc = LISA_ERR;
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fprintf(f,
+                "name=%s\ncontroller=%s\nrun=%s\nrollout=%s\nattempt=%u\n"
+                "created_ms=%" PRIu64 "\ndeadline_ms=%" PRIu64
+                "\npid=%ld\npid_start=%llu\n",
+                st->sb.name, st->sb.controller_id, st->sb.run_id,
+                st->sb.rollout_id, st->sb.attempt, st->sb.created_ms,
+                st->sb.deadline_ms, st->pid, st->pid_start);
+        if (st->has_exit)
+            fprintf(f, "exit=%d\noom=%d\n", st->sb.exit_code,
+                    st->sb.oom ? 1 : 0);
+        if (fclose(f) == 0 && rename(tmp, path) == 0)
+            rc = LISA_OK;
+    }
+    if (rc != LISA_OK) {
+        lisa_log_error("local: cannot write %s: %s", path, strerror(errno));
+        (void) unlink(tmp);
+    }
+    lisa_free(&path);
+    lisa_free(&tmp);
+    return rc;
+}
+
+static void
+s_copy(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src);
+}
+
+static lisa_rc_t
+s_read_state(const s_local_t *l, const char *name, s_state_t *st)
+{
+    memset(st, 0, sizeof *st);
+    char *path = s_path(l, name, ".state");
+    FILE *f = fopen(path, "r");
+    lisa_free(&path);
+    if (!f)
+        return LISA_NOTFOUND;
+    char line[512];
+    int lines = 0;
+    while (fgets(line, sizeof line, f) && lines++ < 64) {
+        line[strcspn(line, "\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        const char *k = line, *v = eq + 1;
+        if (strcmp(k, "name") == 0)
+            s_copy(st->sb.name, sizeof st->sb.name, v);
+        else if (strcmp(k, "controller") == 0)
+            s_copy(st->sb.controller_id, sizeof st->sb.controller_id, v);
+        else if (strcmp(k, "run") == 0)
+            s_copy(st->sb.run_id, sizeof st->sb.run_id, v);
+        else if (strcmp(k, "rollout") == 0)
+            s_copy(st->sb.rollout_id, sizeof st->sb.rollout_id, v);
+        else if (strcmp(k, "attempt") == 0)
+            st->sb.attempt = (unsigned) strtoul(v, NULL, 10);
+        else if (strcmp(k, "created_ms") == 0)
+            st->sb.created_ms = strtoull(v, NULL, 10);
+        else if (strcmp(k, "deadline_ms") == 0)
+            st->sb.deadline_ms = strtoull(v, NULL, 10);
+        else if (strcmp(k, "pid") == 0)
+            st->pid = strtol(v, NULL, 10);
+        else if (strcmp(k, "pid_start") == 0)
+            st->pid_start = strtoull(v, NULL, 10);
+        else if (strcmp(k, "exit") == 0) {
+            st->sb.exit_code = (int) strtol(v, NULL, 10);
+            st->has_exit = 1;
+        } else if (strcmp(k, "oom") == 0)
+            st->sb.oom = strcmp(v, "1") == 0;
+    }
+    fclose(f);
+    if (strcmp(st->sb.name, name) != 0 || st->pid <= 0) {
+        lisa_log_warn("local: state file of %s is damaged", name);
+        return LISA_INVALID;
+    }
+    return LISA_OK;
+}
+
+static char *
+s_cgroup_dir(const s_local_t *l, const char *name)
+{
+    if (!*l->cgroup_root)
+        return NULL;
+    size_t n = strlen(l->cgroup_root) + strlen(name) + 2;
+    char *p = lisa_malloc(n);
+    snprintf(p, n, "%s/%s", l->cgroup_root, name);
+    return p;
+}
+
+static int
+s_write_file(const char *dir, const char *file, const char *val)
+{
+    char path[4352];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t w = write(fd, val, strlen(val));
+    int c = close(fd);
+    return w == (ssize_t) strlen(val) && c == 0 ? 0 : -1;
+}
+
+/* True when memory.events of the sandbox's cgroup counts an OOM kill. */
+static bool
+s_cgroup_oom(const s_local_t *l, const char *name)
+{
+    char *dir = s_cgroup_dir(l, name);
+    if (!dir)
+        return false;
+    char path[4352];
+    snprintf(path, sizeof path, "%s/memory.events", dir);
+    lisa_free(&dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[128];
+    bool oom = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long n = 0;
+        if (sscanf(line, "oom_kill %llu", &n) == 1 && n > 0)
+            oom = true;
+    }
+    fclose(f);
+    return oom;
+}
+
+/* Looks `prog` up in PATH unless it has a slash. Caller frees. */
+static char *
+s_which(const char *prog)
+{
+    if (strchr(prog, '/'))
+        return access(prog, X_OK) == 0 ? lisa_strdup(prog) : NULL;
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/bin:/bin";
+    char *dup = lisa_strdup(path);
+    char *save = NULL;
+    char *found = NULL;
+    for (char *d = strtok_r(dup, ":", &save); d && !found;
+         d = strtok_r(NULL, ":", &save)) {
+        size_t n = strlen(d) + strlen(prog) + 2;
+        char *cand = lisa_malloc(n);
+        snprintf(cand, n, "%s/%s", d, prog);
+        if (access(cand, X_OK) == 0)
+            found = cand;
+        else
+            lisa_free(&cand);
+    }
+    lisa_free(&dup);
+    return found;
+}
+
+static lisa_rc_t
+s_ping(void *impl)
+{
+    s_local_t *l = impl;
+    char *b = s_which(l->bwrap);
+    bool ok = b != NULL && access(l->state_dir, W_OK) == 0;
+    if (!ok)
+        lisa_log_warn("local: %s", b ? "state directory not writable"
+                                     : "bubblewrap not found");
+    lisa_free(&b);
+    return ok ? LISA_OK : LISA_UNAVAILABLE;
+}
+
+/* argv builder with a fixed bound. */
+typedef struct {
+    char *v[S_MAX_ARGS + 1];
+    size_t n;
+    char *owned[32];
+    size_t n_owned;
+} s_argv_t;
+
+static void
+s_arg(s_argv_t *a, const char *s)
+{
+    if (a->n < S_MAX_ARGS)
+        a->v[a->n++] = (char *) (uintptr_t) s;
+    a->v[a->n] = NULL;
+}
+
+static const char *
+s_own(s_argv_t *a, char *s)
+{
+    if (a->n_owned < sizeof a->owned / sizeof a->owned[0])
+        a->owned[a->n_owned++] = s;
+    return s;
+}
+
+static const char *
+s_num(s_argv_t *a, uint64_t v)
+{
+    char *s = lisa_malloc(24);
+    snprintf(s, 24, "%" PRIu64, v);
+    return s_own(a, s);
+}
+
+/* System directories: symlinks are recreated, directories bound
+ * read-only; missing ones are skipped. */
+static void
+s_system_dirs(s_argv_t *a)
+{
+    static const char *dirs[] = {"/bin",   "/sbin",  "/lib",
+                                 "/lib32", "/lib64", "/libx32"};
+    s_arg(a, "--ro-bind");
+    s_arg(a, "/usr");
+    s_arg(a, "/usr");
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        struct stat st;
+        if (lstat(dirs[i], &st) != 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {
+            char *target = lisa_calloc(1, 4096);
+            ssize_t n = readlink(dirs[i], target, 4095);
+            if (n <= 0) {
+                lisa_free(&target);
+                continue;
+            }
+            s_arg(a, "--symlink");
+            s_arg(a, s_own(a, target));
+            s_arg(a, dirs[i]);
+        } else if (S_ISDIR(st.st_mode)) {
+            s_arg(a, "--ro-bind");
+            s_arg(a, dirs[i]);
+            s_arg(a, dirs[i]);
+        }
+    }
+    /* The few /etc files programs need; never the whole host /etc. */
+    static const char *etc[] = {"/etc/ld.so.cache",  "/etc/ld.so.conf",
+                                "/etc/ld.so.conf.d", "/etc/alternatives",
+                                "/etc/localtime",    "/etc/nsswitch.conf",
+                                "/etc/passwd",       "/etc/group",
+                                "/etc/ssl",          "/etc/mime.types"};
+    for (size_t i = 0; i < sizeof etc / sizeof etc[0]; i++) {
+        s_arg(a, "--ro-bind-try");
+        s_arg(a, etc[i]);
+        s_arg(a, etc[i]);
+    }
+}
+
+/* Child after fork: async-signal-safe calls only, then exec. */
+static void
+s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
+        const char *cgroup_procs, uint64_t memory_bytes, unsigned uid,
+        pid_t parent)
+{
+    (void) setsid();
+    if (cgroup_procs) {
+        int fd = open(cgroup_procs, O_WRONLY);
+        if (fd < 0 || write(fd, "0", 1) != 1)
+            _exit(125);
+        close(fd);
+    } else if (memory_bytes) {
+        struct rlimit as = {memory_bytes, memory_bytes};
+        (void) setrlimit(RLIMIT_AS, &as);
+    }
+    struct rlimit core = {0, 0};
+    (void) setrlimit(RLIMIT_CORE, &core);
+    struct rlimit nofile = {4096, 4096};
+    (void) setrlimit(RLIMIT_NOFILE, &nofile);
+    sigset_t none;
+    sigemptyset(&none);
+    (void) sigprocmask(SIG_SETMASK, &none, NULL);
+    (void) signal(SIGPIPE, SIG_DFL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+        (void) dup2(devnull, STDIN_FILENO);
+    (void) dup2(logfd, STDOUT_FILENO);
+    (void) dup2(logfd, STDERR_FILENO);
+    if (geteuid() == 0) {
+        if (setgroups(0, NULL) != 0 || setgid((gid_t) uid) != 0 ||
+            setuid((uid_t) uid) != 0)
+            _exit(125);
+    }
+    /* Die with the controller from here on (a credential change clears
+     * the setting, so it comes after setuid), also before bwrap has set
+     * up its own --die-with-parent; a parent already gone means exit. */
+    (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(125);
+    execve(bwrap, argv, envp);
+    static const char msg[] = "cannot execute bubblewrap\n";
+    (void) write(STDERR_FILENO, msg, sizeof msg - 1);
+    _exit(127);
+}
+
+static lisa_rc_t
+s_setup_cgroup(const s_local_t *l, const ctl_spec_t *spec, char **procs)
+{
+    *procs = NULL;
+    char *dir = s_cgroup_dir(l, spec->name);
+    if (!dir)
+        return LISA_OK;
+    lisa_rc_t rc = LISA_ERR;
+    char v[64];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        goto out;
+    snprintf(v, sizeof v, "%" PRIu64, spec->memory_bytes);
+    if (s_write_file(dir, "memory.max", v) != 0)
+        goto out;
+    (void) s_write_file(dir, "memory.swap.max", "0");
+    snprintf(v, sizeof v, "%u", spec->pids);
+    if (s_write_file(dir, "pids.max", v) != 0)
+        goto out;
+    snprintf(v, sizeof v, "%u 100000", spec->cpu_millis * 100u);
+    if (s_write_file(dir, "cpu.max", v) != 0)
+        goto out;
+    size_t n = strlen(dir) + 16;
+    *procs = lisa_malloc(n);
+    snprintf(*procs, n, "%s/cgroup.procs", dir);
+    rc = LISA_OK;
+out:
+    if (rc != LISA_OK)
+        lisa_log_error("local: cgroup %s: %s", dir, strerror(errno));
+    lisa_free(&dir);
+    return rc;
+}
+
+static lisa_rc_t
+s_start(void *impl, const ctl_spec_t *spec)
+{
+    s_local_t *l = impl;
+    lisa_rc_t rc = LISA_ERR;
+    char *state = s_path(l, spec->name, ".state");
+    char *logp = s_path(l, spec->name, ".log");
+    char *bwrap = NULL, *procs = NULL;
+    s_argv_t a;
+    memset(&a, 0, sizeof a);
+    char *envp[8] = {0};
+    size_t ne = 0;
+    int logfd = -1;
+    if (access(state, F_OK) == 0) {
+        rc = LISA_CONFLICT;
+        goto out;
+    }
+    bwrap = s_which(l->bwrap);
+    if (!bwrap) {
+        lisa_log_error("local: bubblewrap '%s' not found", l->bwrap);
+        rc = LISA_UNAVAILABLE;
+        goto out;
+    }
+    bool use_socket = *l->gateway_socket != '\0';
+    s_arg(&a, bwrap);
+    s_arg(&a, "--unshare-all");
+    if (!use_socket)
+        s_arg(&a, "--share-net"); /* the gateway is only reachable by URL */
+    /* No --new-session: the sandbox's init must stay in bwrap's process
+     * group, so that killing the group reaches it even when bwrap died
+     * before the init armed its own parent-death signal. The sandbox has
+     * no terminal (stdin is /dev/null, output a file, setsid above). */
+    s_arg(&a, "--die-with-parent");
+    /* The command is the namespace's pid 1: no bwrap reaper holding a copy
+     * of the environment (the token) where the model could read it
+     * (/proc/1/environ). The agent scrubs its own copy and reaps. */
+    s_arg(&a, "--as-pid-1");
+    s_arg(&a, "--cap-drop");
+    s_arg(&a, "ALL");
+    s_arg(&a, "--hostname");
+    s_arg(&a, "sandbox");
+    s_system_dirs(&a);
+    s_arg(&a, "--proc");
+    s_arg(&a, "/proc");
+    s_arg(&a, "--dev");
+    s_arg(&a, "/dev");
+    s_arg(&a, "--size");
+    s_arg(&a, s_num(&a, spec->disk_bytes));
+    s_arg(&a, "--tmpfs");
+    s_arg(&a, "/testbed");
+    s_arg(&a, "--size");
+    s_arg(&a, s_num(&a, spec->disk_bytes));
+    s_arg(&a, "--tmpfs");
+    s_arg(&a, "/tmp");
+    s_arg(&a, "--dir");
+    s_arg(&a, "/run/lisa");
+    if (use_socket) {
+        s_arg(&a, "--bind");
+        s_arg(&a, l->gateway_socket);
+        s_arg(&a, "/run/lisa/gateway.sock");
+    }
+    if (*l->agent_path) {
+        s_arg(&a, "--ro-bind");
+        s_arg(&a, l->agent_path);
+        s_arg(&a, "/run/lisa/lisa-agent");
+    }
+    s_arg(&a, "--chdir");
+    s_arg(&a, "/testbed");
+    s_arg(&a, "--");
+    if (*l->sandbox_cmd) {
+        s_arg(&a, "/bin/sh");
+        s_arg(&a, "-c");
+        s_arg(&a, l->sandbox_cmd);
+    } else {
+        s_arg(&a, "/run/lisa/lisa-agent");
+    }
+    if (a.n >= S_MAX_ARGS) {
+        lisa_log_error("local: too many bubblewrap arguments");
+        goto out;
+    }
+    /* The token travels in the environment (readable only by the same
+     * uid), never on a command line. */
+    const char *fixed[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/testbed",
+                           "LANG=C.UTF-8", "LISA_TESTBED=/testbed"};
+    for (size_t i = 0; i < 4; i++)
+        envp[ne++] = lisa_strdup(fixed[i]);
+    size_t tn = strlen(spec->token) + 32;
+    envp[ne] = lisa_malloc(tn);
+    snprintf(envp[ne++], tn, "LISA_ATTEMPT_TOKEN=%s", spec->token);
+    if (use_socket) {
+        envp[ne++] = lisa_strdup("LISA_GATEWAY_SOCKET=/run/lisa/gateway.sock");
+    } else {
+        size_t un = strlen(l->gateway_url) + 32;
+        envp[ne] = lisa_malloc(un);
+        snprintf(envp[ne++], un, "LISA_GATEWAY_URL=%s", l->gateway_url);
+    }
+    logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (logfd < 0) {
+        lisa_log_error("local: cannot open %s: %s", logp, strerror(errno));
+        goto out;
+    }
+    if (geteuid() == 0 &&
+        fchown(logfd, (uid_t) l->sandbox_uid, (gid_t) l->sandbox_uid) != 0)
+        lisa_log_warn("local: cannot hand %s to uid %u", logp, l->sandbox_uid);
+    if (s_setup_cgroup(l, spec, &procs) != LISA_OK)
+        goto out;
+    pid_t self = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        lisa_log_error("local: fork: %s", strerror(errno));
+        rc = LISA_UNAVAILABLE;
+        goto out;
+    }
+    if (pid == 0)
+        s_child(bwrap, a.v, envp, logfd, procs,
+                l->no_memory_rlimit ? 0 : spec->memory_bytes, l->sandbox_uid,
+                self);
+    s_state_t st;
+    memset(&st, 0, sizeof st);
+    s_copy(st.sb.name, sizeof st.sb.name, spec->name);
+    s_copy(st.sb.controller_id, sizeof st.sb.controller_id,
+           spec->controller_id);
+    s_copy(st.sb.run_id, sizeof st.sb.run_id, spec->run_id);
+    s_copy(st.sb.rollout_id, sizeof st.sb.rollout_id, spec->rollout_id);
+    st.sb.attempt = spec->attempt;
+    st.sb.created_ms = spec->created_ms;
+    st.sb.deadline_ms = spec->deadline_ms;
+    st.pid = (long) pid;
+    st.pid_start = s_pid_start(pid);
+    rc = s_write_state(l, &st);
+    if (rc != LISA_OK) {
+        (void) kill(-pid, SIGKILL);
+        (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+        goto out;
+    }
+    lisa_log_info("local: started %s (pid %ld) for rollout %s attempt %u",
+                  spec->name, (long) pid, spec->rollout_id, spec->attempt);
+out:
+    if (logfd >= 0)
+        close(logfd);
+    for (size_t i = 0; i < ne; i++) {
+        if (strncmp(envp[i], "LISA_ATTEMPT_TOKEN=", 19) == 0)
+            memset(envp[i], 0, strlen(envp[i]));
+        lisa_free(&envp[i]);
+    }
+    for (size_t i = 0; i < a.n_owned; i++)
+        lisa_free(&a.owned[i]);
+    lisa_free(&procs);
+    lisa_free(&bwrap);
+    lisa_free(&state);
+    lisa_free(&logp);
+    return rc;
+}
+
+/* Brings st up to date: reaps our child, or checks a pid we adopted. */
+static void
+s_refresh(s_local_t *l, s_state_t *st)
+{
+    if (st->has_exit) {
+        st->sb.phase = CTL_PHASE_EXITED;
+        return;
+    }
+    int status = 0;
+    pid_t w = waitpid((pid_t) st->pid, &status, WNOHANG);
+    if (w == (pid_t) st->pid) {
+        st->has_exit = 1;
+        if (WIFEXITED(status))
+            st->sb.exit_code = WEXITSTATUS(status);
+        else if (WIFSIGNALED(status))
+            st->sb.exit_code = 128 + WTERMSIG(status);
+        st->sb.oom = s_cgroup_oom(l, st->sb.name);
+        (void) s_write_state(l, st);
+        st->sb.phase = CTL_PHASE_EXITED;
+        return;
+    }
+    if (w == 0) {
+        st->sb.phase = CTL_PHASE_RUNNING;
+        return;
+    }
+    /* Not our child (we restarted): alive only if the pid still names the
+     * same process. */
+    unsigned long long start = s_pid_start(st->pid);
+    if (start && start == st->pid_start) {
+        st->sb.phase = CTL_PHASE_RUNNING;
+        return;
+    }
+    st->has_exit = 1;
+    st->sb.exit_code = -1;
+    st->sb.oom = s_cgroup_oom(l, st->sb.name);
+    (void) s_write_state(l, st);
+    st->sb.phase = CTL_PHASE_EXITED;
+}
+
+static lisa_rc_t
+s_list(void *impl, ctl_sandbox_t **out, size_t *n)
+{
+    s_local_t *l = impl;
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(l->state_dir);
+    if (!d)
+        return LISA_UNAVAILABLE;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && *n < S_MAX_SANDBOXES) {
+        size_t len = strlen(e->d_name);
+        if (len < 7 || len - 6 >= CTL_NAME_MAX ||
+            strcmp(e->d_name + len - 6, ".state") != 0)
+            continue;
+        char name[CTL_NAME_MAX];
+        memcpy(name, e->d_name, len - 6);
+        name[len - 6] = '\0';
+        s_state_t st;
+        if (s_read_state(l, name, &st) != LISA_OK)
+            continue;
+        if (strcmp(st.sb.controller_id, l->controller_id) != 0)
+            continue;
+        s_refresh(l, &st);
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            *out = lisa_realloc(*out, cap * sizeof **out);
+        }
+        (*out)[(*n)++] = st.sb;
+    }
+    closedir(d);
+    return LISA_OK;
+}
+
+static lisa_rc_t
+s_remove(void *impl, const char *name)
+{
+    s_local_t *l = impl;
+    s_state_t st;
+    lisa_rc_t rc = s_read_state(l, name, &st);
+    if (rc == LISA_NOTFOUND)
+        return LISA_NOTFOUND;
+    if (rc == LISA_OK) {
+        s_refresh(l, &st);
+        /* bwrap leads its process group; the sandbox's init is in it (and
+         * everything dies with the init). A bwrap that died unobserved
+         * may have left the init behind: kill the group then too. */
+        if (st.sb.phase != CTL_PHASE_EXITED || st.sb.exit_code < 0)
+            (void) kill((pid_t) -st.pid, SIGKILL);
+        if (st.sb.phase != CTL_PHASE_EXITED) {
+            (void) kill((pid_t) st.pid, SIGKILL);
+            for (int i = 0; i < 200; i++) {
+                pid_t w = waitpid((pid_t) st.pid, NULL, WNOHANG);
+                if (w == (pid_t) st.pid ||
+                    (w < 0 && errno == ECHILD && !s_pid_start(st.pid)))
+                    break;
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+    char *dir = s_cgroup_dir(l, name);
+    if (dir) {
+        (void) s_write_file(dir, "cgroup.kill", "1");
+        for (int i = 0; i < 100 && rmdir(dir) != 0 && errno == EBUSY; i++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        lisa_free(&dir);
+    }
+    char *state = s_path(l, name, ".state");
+    char *logp = s_path(l, name, ".log");
+    (void) unlink(state);
+    (void) unlink(logp);
+    lisa_free(&state);
+    lisa_free(&logp);
+    return LISA_OK;
+}
+
+static void
+s_destroy(void *impl)
+{
+    s_local_t *l = impl;
+    lisa_free(&l->controller_id);
+    lisa_free(&l->state_dir);
+    lisa_free(&l->bwrap);
+    lisa_free(&l->agent_path);
+    lisa_free(&l->sandbox_cmd);
+    lisa_free(&l->gateway_socket);
+    lisa_free(&l->gateway_url);
+    lisa_free(&l->cgroup_root);
+    lisa_free(&l);
+}
+
+static void s_log_tail(void *impl, const char *name, char *buf, size_t len);
+
+static const ctl_backend_ops_t s_ops = {
+    .name = "local",
+    .ping = s_ping,
+    .start = s_start,
+    .list = s_list,
+    .remove = s_remove,
+    .log_tail = s_log_tail,
+    .destroy = s_destroy,
+    .dies_with_controller = true,
+};
+
+static void
+s_log_tail(void *impl, const char *name, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (len < 2)
+        return;
+    char *logp = s_path(impl, name, ".log");
+    FILE *f = fopen(logp, "r");
+    lisa_free(&logp);
+    if (!f)
+        return;
+    char tail[4096];
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+    long from =
+        size > (long) sizeof tail - 1 ? size - (long) sizeof tail + 1 : 0;
+    (void) fseek(f, from, SEEK_SET);
+    size_t n = fread(tail, 1, sizeof tail - 1, f);
+    fclose(f);
+    tail[n] = '\0';
+    while (n > 0 && (tail[n - 1] == '\n' || tail[n - 1] == '\r'))
+        tail[--n] = '\0';
+    char *last = strrchr(tail, '\n');
+    snprintf(buf, len, "%s", last ? last + 1 : tail);
+}
+
+lisa_rc_t
+ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
+{
+    if (!cfg || !cfg->state_dir || !*cfg->state_dir || !cfg->controller_id)
+        return LISA_INVALID;
+    if (!(cfg->gateway_socket && *cfg->gateway_socket) &&
+        !(cfg->gateway_url && *cfg->gateway_url)) {
+        lisa_log_error("local: set a gateway socket or URL");
+        return LISA_INVALID;
+    }
+    if (mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST) {
+        lisa_log_error("local: cannot create %s: %s", cfg->state_dir,
+                       strerror(errno));
+        return LISA_ERR;
+    }
+    s_local_t *l = lisa_calloc(1, sizeof *l);
+    l->controller_id = lisa_strdup(cfg->controller_id);
+    l->state_dir = lisa_strdup(cfg->state_dir);
+    l->bwrap = lisa_strdup(cfg->bwrap ? cfg->bwrap : "bwrap");
+    l->agent_path = lisa_strdup(cfg->agent_path ? cfg->agent_path : "");
+    l->sandbox_cmd = lisa_strdup(cfg->sandbox_cmd ? cfg->sandbox_cmd : "");
+    l->gateway_socket =
+        lisa_strdup(cfg->gateway_socket ? cfg->gateway_socket : "");
+    l->gateway_url = lisa_strdup(cfg->gateway_url ? cfg->gateway_url : "");
+    l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
+    l->sandbox_uid = cfg->sandbox_uid ? cfg->sandbox_uid : 65534u;
+    l->no_memory_rlimit = cfg->no_memory_rlimit;
+    out->ops = &s_ops;
+    out->impl = l;
+    return LISA_OK;
+}

@@ -1,0 +1,669 @@
+/*
+ * ctl_server: records of the attempts this controller runs, and the tick
+ * that reconciles them with the backend and the broker.
+ */
+#include "ctl_server.h"
+
+#include "ctl_outcome.h"
+#include "ctl_rate.h"
+#include "lisa/lisa_codec.h"
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "lisa/lisa_rpc.h"
+
+#include <czmq.h>
+#include <inttypes.h>
+#include <string.h>
+
+#define S_MAX_CLAIM_BATCH 64u
+#define S_QUERY_BATCH     500u
+#define S_MISSES          5 /* listings without a sandbox: it is gone */
+
+typedef struct {
+    char rollout_id[CTL_ID_MAX];
+    char run_id[CTL_ID_MAX];
+    char name[CTL_NAME_MAX];
+    unsigned attempt;
+    uint64_t deadline_ms;
+    bool stop;       /* the broker ended the attempt: remove, no report */
+    bool verified;   /* the broker confirmed the attempt is current */
+    bool seen;       /* present in the latest listing */
+    int misses;      /* listings in a row without it */
+    int64_t next_hb; /* monotonic ms of the next lease renewal (pending) */
+} s_rec_t;
+
+struct ctl_server {
+    const ctl_config_t *cfg;
+    ctl_backend_t be;
+    lisa_rpc_t *rpc;
+    zsock_t *sub;
+    s_rec_t *recs;
+    size_t n_recs, cap_recs;
+    ctl_rate_t rate;
+    int64_t pause_until; /* monotonic ms */
+    uint64_t pause_ms;   /* current backoff */
+    int64_t next_verify; /* monotonic ms */
+    uint64_t last_seq;
+    ctl_stats_t st;
+};
+
+static int64_t
+s_mono(void)
+{
+    return zclock_mono();
+}
+
+ctl_server_t *
+ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
+{
+    lisa_rpc_t *rpc = lisa_rpc_new(cfg->broker_rpc, "controller");
+    if (!rpc) {
+        lisa_log_error("controller: bad broker endpoint %s", cfg->broker_rpc);
+        backend->ops->destroy(backend->impl);
+        return NULL;
+    }
+    zsock_t *sub = zsock_new_sub(cfg->broker_events, "rollout");
+    if (!sub) {
+        lisa_log_error("controller: cannot subscribe to %s",
+                       cfg->broker_events);
+        lisa_rpc_destroy(&rpc);
+        backend->ops->destroy(backend->impl);
+        return NULL;
+    }
+    ctl_server_t *s = lisa_calloc(1, sizeof *s);
+    s->cfg = cfg;
+    s->be = *backend;
+    backend->ops = NULL;
+    backend->impl = NULL;
+    s->rpc = rpc;
+    s->sub = sub;
+    ctl_rate_init(&s->rate, cfg->create_per_s, cfg->create_burst,
+                  (uint64_t) s_mono());
+    s->pause_ms = 0;
+    return s;
+}
+
+void
+ctl_server_destroy(ctl_server_t **sp)
+{
+    if (!sp || !*sp)
+        return;
+    ctl_server_t *s = *sp;
+    if (s->be.ops)
+        s->be.ops->destroy(s->be.impl);
+    lisa_rpc_destroy(&s->rpc);
+    zsock_destroy(&s->sub);
+    lisa_free(&s->recs);
+    lisa_free(sp);
+}
+
+const ctl_stats_t *
+ctl_server_stats(const ctl_server_t *s)
+{
+    return &s->st;
+}
+
+/* ---- records --------------------------------------------------------- */
+
+static s_rec_t *
+s_find(ctl_server_t *s, const char *rollout_id, unsigned attempt)
+{
+    for (size_t i = 0; i < s->n_recs; i++)
+        if (s->recs[i].attempt == attempt &&
+            strcmp(s->recs[i].rollout_id, rollout_id) == 0)
+            return &s->recs[i];
+    return NULL;
+}
+
+static s_rec_t *
+s_add(ctl_server_t *s, const char *rollout_id, unsigned attempt,
+      const char *run_id, const char *name, uint64_t deadline_ms)
+{
+    if (s->n_recs == s->cap_recs) {
+        s->cap_recs = s->cap_recs ? s->cap_recs * 2 : 16;
+        s->recs = lisa_realloc(s->recs, s->cap_recs * sizeof *s->recs);
+    }
+    s_rec_t *r = &s->recs[s->n_recs++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->rollout_id, sizeof r->rollout_id, "%s", rollout_id);
+    snprintf(r->run_id, sizeof r->run_id, "%s", run_id ? run_id : "");
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->attempt = attempt;
+    r->deadline_ms = deadline_ms;
+    return r;
+}
+
+static void
+s_drop(ctl_server_t *s, s_rec_t *r)
+{
+    size_t i = (size_t) (r - s->recs);
+    s->recs[i] = s->recs[--s->n_recs];
+}
+
+/* ---- broker calls ---------------------------------------------------- */
+
+static lisa_rc_t
+s_call(ctl_server_t *s, Lisa__Request *req, Lisa__Reply **rep)
+{
+    lisa_rc_t rc =
+        lisa_rpc_call(s->rpc, req, (int) s->cfg->rpc_timeout_ms, rep);
+    if (rc != LISA_OK)
+        return rc;
+    rc = lisa_rpc_reply_rc(*rep);
+    if (rc != LISA_OK)
+        lisa_log_debug("broker: %s: %s", lisa_rc_str(rc),
+                       (*rep)->error ? (*rep)->error : "");
+    return rc;
+}
+
+static void
+s_report(ctl_server_t *s, const char *rollout_id, unsigned attempt,
+         Lisa__FailureKind kind, const char *why, const char *detail)
+{
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s%s%.400s", why,
+             detail && *detail ? ": " : "", detail ? detail : "");
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__AttemptFailReq f = LISA__ATTEMPT_FAIL_REQ__INIT;
+    f.rollout_id = (char *) (uintptr_t) rollout_id;
+    f.attempt = attempt;
+    f.kind = kind;
+    f.reason = reason;
+    req.body_case = LISA__REQUEST__BODY_ATTEMPT_FAIL;
+    req.attempt_fail = &f;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(s, &req, &rep);
+    s->st.reported++;
+    if (rc == LISA_OK)
+        lisa_log_info(
+            "rollout %s attempt %u: reported %s (%s)%s", rollout_id, attempt,
+            protobuf_c_enum_descriptor_get_value(
+                &lisa__failure_kind__descriptor, (int) kind)
+                ->name,
+            reason,
+            rep->attempt_fail && rep->attempt_fail->retried ? ", retried" : "");
+    else
+        lisa_log_warn("rollout %s attempt %u: failure report refused: %s",
+                      rollout_id, attempt, lisa_rc_str(rc));
+    lisa_rpc_reply_free(&rep);
+}
+
+static void
+s_confirm_start(ctl_server_t *s, const char *rollout_id, unsigned attempt,
+                const char *name)
+{
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__AttemptStartReq a = LISA__ATTEMPT_START_REQ__INIT;
+    a.rollout_id = (char *) (uintptr_t) rollout_id;
+    a.attempt = attempt;
+    a.sandbox_id = (char *) (uintptr_t) name;
+    req.body_case = LISA__REQUEST__BODY_ATTEMPT_START;
+    req.attempt_start = &a;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(s, &req, &rep);
+    if (rc != LISA_OK)
+        lisa_log_warn("rollout %s attempt %u: start not confirmed: %s (%s)",
+                      rollout_id, attempt, lisa_rc_str(rc),
+                      rep && rep->error ? rep->error : "");
+    lisa_rpc_reply_free(&rep);
+}
+
+/* Renews the lease of an attempt whose sandbox is still pending (image
+ * pull, scheduling): its agent cannot heartbeat yet. */
+static void
+s_heartbeat(ctl_server_t *s, s_rec_t *rec)
+{
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__HeartbeatReq h = LISA__HEARTBEAT_REQ__INIT;
+    h.rollout_id = rec->rollout_id;
+    h.attempt = rec->attempt;
+    h.note = (char *) (uintptr_t) "sandbox pending";
+    req.body_case = LISA__REQUEST__BODY_HEARTBEAT;
+    req.heartbeat = &h;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(s, &req, &rep);
+    if (rc == LISA_OK && rep->heartbeat && rep->heartbeat->cancel &&
+        !rec->stop) {
+        lisa_log_info("rollout %s attempt %u: cancelled while pending",
+                      rec->rollout_id, rec->attempt);
+        rec->stop = true;
+    }
+    s->st.heartbeats++;
+    lisa_rpc_reply_free(&rep);
+}
+
+/* ---- backend health -------------------------------------------------- */
+
+static void
+s_backend_down(ctl_server_t *s, const char *why)
+{
+    uint64_t max = s->cfg->backoff_max_ms;
+    s->pause_ms = s->pause_ms ? s->pause_ms * 2 : 500;
+    if (s->pause_ms > max)
+        s->pause_ms = max;
+    s->pause_until = s_mono() + (int64_t) s->pause_ms;
+    s->st.pauses++;
+    lisa_log_warn("backend %s unavailable (%s): claiming paused for %" PRIu64
+                  " ms",
+                  s->be.ops->name, why, s->pause_ms);
+}
+
+static void
+s_backend_up(ctl_server_t *s)
+{
+    if (s->pause_ms)
+        lisa_log_info("backend %s available again", s->be.ops->name);
+    s->pause_ms = 0;
+}
+
+/* ---- cross-check with the broker ------------------------------------- */
+
+static bool
+s_terminal(Lisa__RolloutState st)
+{
+    return st == LISA__ROLLOUT_STATE__ROLLOUT_SUCCEEDED ||
+           st == LISA__ROLLOUT_STATE__ROLLOUT_FAILED ||
+           st == LISA__ROLLOUT_STATE__ROLLOUT_CANCELLED;
+}
+
+/* Marks records whose attempt is no longer the rollout's open attempt. */
+static void
+s_judge(ctl_server_t *s, const Lisa__Rollout *r)
+{
+    for (size_t i = 0; i < s->n_recs; i++) {
+        s_rec_t *rec = &s->recs[i];
+        if (strcmp(rec->rollout_id, r->rollout_id) != 0)
+            continue;
+        /* Over: the rollout ended, moved on to a later attempt, or was
+         * queued again after this attempt (or before it ever existed). */
+        bool over = s_terminal(r->state) || r->attempts > rec->attempt ||
+                    r->attempts < rec->attempt ||
+                    r->state == LISA__ROLLOUT_STATE__ROLLOUT_QUEUED;
+        if (over && !rec->stop) {
+            lisa_log_info("rollout %s attempt %u: ended at the broker "
+                          "(state %d); stopping its sandbox",
+                          rec->rollout_id, rec->attempt, (int) r->state);
+            rec->stop = true;
+        }
+        rec->verified = true;
+    }
+}
+
+static void
+s_verify(ctl_server_t *s)
+{
+    for (size_t from = 0; from < s->n_recs; from += S_QUERY_BATCH) {
+        size_t n = s->n_recs - from;
+        if (n > S_QUERY_BATCH)
+            n = S_QUERY_BATCH;
+        char **ids = lisa_calloc(n, sizeof *ids);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = s->recs[from + i].rollout_id;
+        Lisa__Request req = LISA__REQUEST__INIT;
+        Lisa__QueryReq q = LISA__QUERY_REQ__INIT;
+        q.n_rollout_ids = n;
+        q.rollout_ids = ids;
+        q.limit = (uint32_t) n;
+        req.body_case = LISA__REQUEST__BODY_QUERY;
+        req.query = &q;
+        Lisa__Reply *rep = NULL;
+        lisa_rc_t rc = s_call(s, &req, &rep);
+        if (rc == LISA_OK && rep->query) {
+            /* Records the broker does not know any more are over too. */
+            for (size_t i = 0; i < n; i++) {
+                s_rec_t *rec = &s->recs[from + i];
+                bool known = false;
+                for (size_t k = 0; k < rep->query->n_rollouts; k++)
+                    known |= strcmp(rep->query->rollouts[k]->rollout_id,
+                                    rec->rollout_id) == 0;
+                if (!known && !rec->stop) {
+                    lisa_log_info("rollout %s unknown to the broker; "
+                                  "stopping its sandbox",
+                                  rec->rollout_id);
+                    rec->stop = true;
+                }
+                if (!known)
+                    rec->verified = true; /* the broker has answered */
+            }
+            for (size_t k = 0; k < rep->query->n_rollouts; k++)
+                s_judge(s, rep->query->rollouts[k]);
+        } else {
+            lisa_log_warn("broker: query failed: %s", lisa_rc_str(rc));
+        }
+        lisa_rpc_reply_free(&rep);
+        lisa_free(&ids);
+    }
+    s->next_verify = s_mono() + (int64_t) s->cfg->verify_ms;
+}
+
+/* ---- events ---------------------------------------------------------- */
+
+static void
+s_on_event(ctl_server_t *s, const Lisa__Event *ev)
+{
+    s->st.events++;
+    if (s->last_seq && ev->seq != s->last_seq + 1) {
+        s->st.event_gaps++;
+        s->next_verify = 0; /* missed events: cross-check now */
+    }
+    s->last_seq = ev->seq;
+    if (ev->body_case != LISA__EVENT__BODY_ROLLOUT || !ev->rollout)
+        return;
+    const Lisa__RolloutEvent *re = ev->rollout;
+    for (size_t i = 0; i < s->n_recs; i++) {
+        s_rec_t *rec = &s->recs[i];
+        if (!re->rollout_id || strcmp(rec->rollout_id, re->rollout_id) != 0)
+            continue;
+        bool attempt_over =
+            re->attempt == rec->attempt &&
+            (re->attempt_state == LISA__ATTEMPT_STATE__ATTEMPT_FAILED ||
+             re->attempt_state == LISA__ATTEMPT_STATE__ATTEMPT_CANCELLED ||
+             re->attempt_state == LISA__ATTEMPT_STATE__ATTEMPT_SUCCEEDED);
+        if ((attempt_over || s_terminal(re->state) ||
+             re->attempt > rec->attempt) &&
+            !rec->stop) {
+            lisa_log_info("rollout %s attempt %u: ended (event %" PRIu64
+                          "); stopping its sandbox",
+                          rec->rollout_id, rec->attempt, ev->seq);
+            rec->stop = true;
+        }
+    }
+}
+
+static void
+s_drain_events(ctl_server_t *s)
+{
+    for (int i = 0; i < 1000 && (zsock_events(s->sub) & ZMQ_POLLIN); i++) {
+        zmsg_t *m = zmsg_recv(s->sub);
+        if (!m)
+            break;
+        zframe_t *topic = zmsg_pop(m);
+        zframe_t *body = zmsg_pop(m);
+        ProtobufCMessage *msg = NULL;
+        if (body && lisa_codec_decode_frame(&lisa__event__descriptor, body,
+                                            LISA_MAX_EVENT_FRAME, NULL, &msg,
+                                            NULL) == LISA_OK) {
+            s_on_event(s, (const Lisa__Event *) msg);
+            lisa_codec_free(&msg);
+        }
+        zframe_destroy(&topic);
+        zframe_destroy(&body);
+        zmsg_destroy(&m);
+    }
+}
+
+/* ---- claims ---------------------------------------------------------- */
+
+static void
+s_start_one(ctl_server_t *s, const Lisa__ClaimedAttempt *ca, bool *down)
+{
+    const Lisa__Rollout *r = ca->rollout;
+    if (!r || !r->rollout_id || !ca->token) {
+        lisa_log_warn("broker: claim without rollout or token; skipped");
+        return;
+    }
+    uint64_t now = ctl_wall_ms();
+    const Lisa__Limits *lim = ca->limits;
+    ctl_spec_t spec = {
+        .controller_id = s->cfg->controller_id,
+        .run_id = r->run_id ? r->run_id : "",
+        .rollout_id = r->rollout_id,
+        .attempt = ca->attempt,
+        .token = ca->token,
+        .created_ms = now,
+        .deadline_ms =
+            ca->deadline_ms ? ca->deadline_ms : now + s->cfg->deadline_ms,
+        .cpu_millis = lim && lim->cpu_millis ? lim->cpu_millis
+                                             : (uint32_t) s->cfg->cpu_millis,
+        .memory_bytes =
+            lim && lim->memory_bytes ? lim->memory_bytes : s->cfg->memory_bytes,
+        .pids = lim && lim->pids ? lim->pids : (uint32_t) s->cfg->pids,
+        .disk_bytes =
+            lim && lim->disk_bytes ? lim->disk_bytes : s->cfg->disk_bytes,
+    };
+    char name[CTL_NAME_MAX];
+    ctl_backend_name(r->rollout_id, ca->attempt, name);
+    spec.name = name;
+    s->st.claimed++;
+    if (*down) {
+        s_report(s, r->rollout_id, ca->attempt,
+                 LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
+                 NULL);
+        return;
+    }
+    lisa_rc_t rc = s->be.ops->start(s->be.impl, &spec);
+    if (rc == LISA_OK || rc == LISA_CONFLICT) {
+        if (rc == LISA_CONFLICT)
+            lisa_log_info("sandbox %s already exists; taking it", name);
+        s->st.started++;
+        /* A sandbox of this attempt may have been adopted in this tick. */
+        s_rec_t *rec = s_find(s, r->rollout_id, ca->attempt);
+        if (!rec)
+            rec = s_add(s, r->rollout_id, ca->attempt, spec.run_id, name,
+                        spec.deadline_ms);
+        rec->verified = true;
+        rec->stop = false;
+        rec->deadline_ms = spec.deadline_ms;
+        s_confirm_start(s, r->rollout_id, ca->attempt, name);
+        s_backend_up(s);
+        return;
+    }
+    s->st.start_failed++;
+    if (rc == LISA_UNAVAILABLE) {
+        *down = true;
+        s_backend_down(s, "start failed");
+        s_report(s, r->rollout_id, ca->attempt,
+                 LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
+                 NULL);
+    } else {
+        s_report(s, r->rollout_id, ca->attempt,
+                 LISA__FAILURE_KIND__FAILURE_SANDBOX,
+                 "sandbox could not be started", lisa_rc_str(rc));
+    }
+}
+
+static void
+s_claim(ctl_server_t *s)
+{
+    int64_t mono = s_mono();
+    if (mono < s->pause_until)
+        return;
+    if (s->pause_ms) {
+        /* Leaving a pause: the backend must answer first. */
+        if (s->be.ops->ping(s->be.impl) != LISA_OK) {
+            s_backend_down(s, "ping failed");
+            return;
+        }
+        s_backend_up(s);
+    }
+    uint64_t max = s->cfg->max_concurrency;
+    if (s->n_recs >= max)
+        return;
+    uint64_t n = max - s->n_recs;
+    uint64_t tokens = ctl_rate_available(&s->rate, (uint64_t) mono);
+    if (n > tokens)
+        n = tokens;
+    if (n > S_MAX_CLAIM_BATCH)
+        n = S_MAX_CLAIM_BATCH;
+    if (n == 0)
+        return;
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__ClaimReq c = LISA__CLAIM_REQ__INIT;
+    c.controller_id = s->cfg->controller_id;
+    c.capacity = (uint32_t) n;
+    c.run_id = s->cfg->run_id;
+    req.body_case = LISA__REQUEST__BODY_CLAIM;
+    req.claim = &c;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(s, &req, &rep);
+    if (rc != LISA_OK || !rep->claim) {
+        if (rc != LISA_OK)
+            lisa_log_warn("broker: claim failed: %s", lisa_rc_str(rc));
+        lisa_rpc_reply_free(&rep);
+        return;
+    }
+    size_t got = rep->claim->n_attempts;
+    ctl_rate_take(&s->rate, got);
+    bool down = false;
+    for (size_t i = 0; i < got; i++)
+        s_start_one(s, rep->claim->attempts[i], &down);
+    lisa_rpc_reply_free(&rep);
+}
+
+/* ---- the tick -------------------------------------------------------- */
+
+static void
+s_detail(ctl_server_t *s, const char *name, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (s->be.ops->log_tail)
+        s->be.ops->log_tail(s->be.impl, name, buf, len);
+}
+
+static void
+s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
+{
+    s_rec_t *rec = s_find(s, sb->rollout_id, sb->attempt);
+    uint64_t grace = s->cfg->grace_ms;
+    if (!rec) {
+        if (sb->deadline_ms + grace <= now) {
+            lisa_log_info("reaping %s (rollout %s attempt %u): past its "
+                          "deadline and unknown",
+                          sb->name, sb->rollout_id, sb->attempt);
+            (void) s->be.ops->remove(s->be.impl, sb->name);
+            s->st.reaped++;
+            return;
+        }
+        lisa_log_info("adopting %s (rollout %s attempt %u)", sb->name,
+                      sb->rollout_id, sb->attempt);
+        rec = s_add(s, sb->rollout_id, sb->attempt, sb->run_id, sb->name,
+                    sb->deadline_ms);
+        s->st.adopted++;
+        s->next_verify = 0;
+    }
+    rec->seen = true;
+    rec->misses = 0;
+    if (sb->phase == CTL_PHASE_EXITED) {
+        s->st.exited++;
+        ctl_outcome_t o = ctl_outcome_of(sb);
+        lisa_log_info("sandbox %s exited with %d%s: %s", sb->name,
+                      sb->exit_code, sb->oom ? " (OOM)" : "", o.why);
+        if (o.report && !rec->verified)
+            s_verify(s); /* adopted: is its attempt still open? */
+        if (o.report && !rec->stop && rec->verified) {
+            char detail[256];
+            s_detail(s, sb->name, detail, sizeof detail);
+            s_report(s, rec->rollout_id, rec->attempt, o.kind, o.why, detail);
+        }
+        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_drop(s, rec);
+        return;
+    }
+    if (now >= rec->deadline_ms + grace) {
+        lisa_log_info("sandbox %s passed its deadline; killing it", sb->name);
+        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s->st.deadline_kills++;
+        if (!rec->stop)
+            s_report(s, rec->rollout_id, rec->attempt,
+                     LISA__FAILURE_KIND__FAILURE_DEADLINE,
+                     "killed at the attempt's deadline", NULL);
+        s_drop(s, rec);
+        return;
+    }
+    if (rec->stop && rec->verified) {
+        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s->st.stopped++;
+        s_drop(s, rec);
+        return;
+    }
+    if (sb->phase == CTL_PHASE_PENDING && rec->verified &&
+        s_mono() >= rec->next_hb) {
+        s_heartbeat(s, rec);
+        rec->next_hb = s_mono() + (int64_t) s->cfg->verify_ms;
+    }
+}
+
+static void
+s_tick(ctl_server_t *s)
+{
+    ctl_sandbox_t *list = NULL;
+    size_t n = 0;
+    lisa_rc_t rc = s->be.ops->list(s->be.impl, &list, &n);
+    if (rc != LISA_OK) {
+        lisa_free(&list);
+        if (s_mono() >= s->pause_until)
+            s_backend_down(s, "list failed");
+        return;
+    }
+    uint64_t now = ctl_wall_ms();
+    for (size_t i = 0; i < s->n_recs; i++)
+        s->recs[i].seen = false;
+    for (size_t i = 0; i < n; i++)
+        s_handle(s, &list[i], now);
+    lisa_free(&list);
+    /* Records whose sandbox vanished without an exit status. */
+    for (size_t i = 0; i < s->n_recs;) {
+        s_rec_t *rec = &s->recs[i];
+        if (rec->seen || ++rec->misses < S_MISSES) {
+            i++;
+            continue;
+        }
+        lisa_log_warn("sandbox %s disappeared", rec->name);
+        if (!rec->stop && rec->verified)
+            s_report(s, rec->rollout_id, rec->attempt,
+                     LISA__FAILURE_KIND__FAILURE_SANDBOX, "sandbox disappeared",
+                     NULL);
+        s_drop(s, rec);
+    }
+    if (s->n_recs && s_mono() >= s->next_verify)
+        s_verify(s);
+    s_claim(s);
+}
+
+static void
+s_shutdown(ctl_server_t *s)
+{
+    if (!s->be.ops->dies_with_controller)
+        return;
+    for (size_t i = 0; i < s->n_recs; i++) {
+        s_rec_t *rec = &s->recs[i];
+        (void) s->be.ops->remove(s->be.impl, rec->name);
+        if (!rec->stop)
+            s_report(s, rec->rollout_id, rec->attempt,
+                     LISA__FAILURE_KIND__FAILURE_INFRA, "controller stopped",
+                     NULL);
+    }
+    s->n_recs = 0;
+}
+
+lisa_rc_t
+ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
+{
+    zpoller_t *p = zpoller_new(s->sub, NULL);
+    if (!p)
+        return LISA_ERR;
+    lisa_log_info("controller %s: backend %s, at most %" PRIu64
+                  " sandboxes, %" PRIu64 " creations/s",
+                  s->cfg->controller_id, s->be.ops->name,
+                  s->cfg->max_concurrency, s->cfg->create_per_s);
+    if (s->be.ops->ping(s->be.impl) != LISA_OK)
+        s_backend_down(s, "ping failed at start");
+    int64_t next_tick = 0;
+    while (!*stop) {
+        int64_t wait = next_tick - s_mono();
+        if (wait > 0) {
+            (void) zpoller_wait(p, (int) wait);
+            if (zpoller_terminated(p) && !*stop)
+                continue;
+        }
+        s_drain_events(s);
+        if (s_mono() >= next_tick) {
+            s_tick(s);
+            next_tick = s_mono() + (int64_t) s->cfg->tick_ms;
+        }
+    }
+    lisa_log_info("controller stopping: %zu sandboxes open", s->n_recs);
+    s_shutdown(s);
+    zpoller_destroy(&p);
+    return LISA_OK;
+}

@@ -1,0 +1,285 @@
+/*
+ * gw_pool: engine set and routing policy (see the header). Engines live in
+ * a small array (tens of engines in practice); every lookup is a linear
+ * scan, cheaper than hashing at this size.
+ */
+#include "gw_pool.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    char *id;
+    char *url;
+    uint64_t policy_version;
+    bool paused;
+    bool from_broker;
+    bool seen;
+    bool up;
+    uint32_t fails;
+    uint32_t inflight;
+} s_engine_t;
+
+struct gw_pool_t {
+    s_engine_t *e;
+    size_t n, cap;
+    uint32_t max_inflight;
+    uint32_t fail_limit;
+    bool paused_all;
+    size_t rr; /* round-robin start among equally loaded engines */
+};
+
+gw_pool_t *
+gw_pool_new(uint32_t max_inflight, uint32_t fail_limit)
+{
+    gw_pool_t *self = lisa_calloc(1, sizeof *self);
+    self->max_inflight = max_inflight;
+    self->fail_limit = fail_limit ? fail_limit : 1;
+    return self;
+}
+
+static void
+s_engine_clear(s_engine_t *e)
+{
+    lisa_free(&e->id);
+    lisa_free(&e->url);
+}
+
+void
+gw_pool_destroy(gw_pool_t **self)
+{
+    if (!self || !*self)
+        return;
+    for (size_t i = 0; i < (*self)->n; i++)
+        s_engine_clear(&(*self)->e[i]);
+    lisa_free(&(*self)->e);
+    lisa_free(self);
+}
+
+static s_engine_t *
+s_find(const gw_pool_t *self, const char *id)
+{
+    if (!id)
+        return NULL;
+    for (size_t i = 0; i < self->n; i++)
+        if (strcmp(self->e[i].id, id) == 0)
+            return &self->e[i];
+    return NULL;
+}
+
+lisa_rc_t
+gw_pool_upsert(gw_pool_t *self, const char *id, const char *url,
+               uint64_t policy_version, bool paused, bool from_broker)
+{
+    if (!id || !*id || !url || !*url)
+        return LISA_INVALID;
+    s_engine_t *e = s_find(self, id);
+    if (!e) {
+        if (self->n >= GW_POOL_MAX_ENGINES)
+            return LISA_TOOLARGE;
+        if (self->n == self->cap) {
+            self->cap = self->cap ? self->cap * 2 : 8;
+            self->e = lisa_realloc(self->e, self->cap * sizeof *self->e);
+        }
+        e = &self->e[self->n++];
+        memset(e, 0, sizeof *e);
+        e->id = lisa_strdup(id);
+        e->up = true;
+        lisa_log_info("engine %s at %s joins the pool", id, url);
+    }
+    if (!e->url || strcmp(e->url, url) != 0) {
+        lisa_free(&e->url);
+        e->url = lisa_strdup(url);
+    }
+    e->policy_version = policy_version;
+    e->paused = paused;
+    e->from_broker = from_broker;
+    e->seen = true;
+    return LISA_OK;
+}
+
+lisa_rc_t
+gw_pool_add_static(gw_pool_t *self, const char *list)
+{
+    if (!list)
+        return LISA_OK;
+    char *copy = lisa_strdup(list);
+    char *save = NULL;
+    lisa_rc_t rc = LISA_OK;
+    size_t k = 0;
+    for (char *tok = strtok_r(copy, ", ", &save); tok;
+         tok = strtok_r(NULL, ", ", &save), k++) {
+        char name[32];
+        const char *id = name, *url = tok;
+        char *eq = strchr(tok, '=');
+        if (eq) {
+            *eq = '\0';
+            id = tok;
+            url = eq + 1;
+        } else
+            snprintf(name, sizeof name, "e%zu", k);
+        if (strncmp(url, "http://", 7) != 0 &&
+            strncmp(url, "https://", 8) != 0) {
+            rc = LISA_INVALID;
+            break;
+        }
+        rc = gw_pool_upsert(self, id, url, 0, false, false);
+        if (rc != LISA_OK)
+            break;
+    }
+    lisa_free(&copy);
+    return rc;
+}
+
+void
+gw_pool_sync_begin(gw_pool_t *self)
+{
+    for (size_t i = 0; i < self->n; i++)
+        if (self->e[i].from_broker)
+            self->e[i].seen = false;
+}
+
+size_t
+gw_pool_sync_end(gw_pool_t *self)
+{
+    size_t removed = 0, j = 0;
+    for (size_t i = 0; i < self->n; i++) {
+        if (self->e[i].from_broker && !self->e[i].seen) {
+            lisa_log_info("engine %s leaves the pool", self->e[i].id);
+            s_engine_clear(&self->e[i]);
+            removed++;
+            continue;
+        }
+        self->e[j++] = self->e[i];
+    }
+    self->n = j;
+    return removed;
+}
+
+static bool
+s_usable(const gw_pool_t *self, const s_engine_t *e)
+{
+    return e->up && !e->paused && !self->paused_all &&
+           (!self->max_inflight || e->inflight < self->max_inflight);
+}
+
+lisa_rc_t
+gw_pool_pick(gw_pool_t *self, const char *sticky, const char **id,
+             const char **url)
+{
+    s_engine_t *e = s_find(self, sticky);
+    if (!e || !s_usable(self, e)) {
+        e = NULL;
+        for (size_t k = 0; k < self->n; k++) {
+            s_engine_t *c = &self->e[(self->rr + k) % self->n];
+            if (s_usable(self, c) && (!e || c->inflight < e->inflight))
+                e = c;
+        }
+        if (self->n)
+            self->rr = (self->rr + 1) % self->n;
+    }
+    if (!e) {
+        for (size_t i = 0; i < self->n; i++)
+            if (self->e[i].up)
+                return LISA_AGAIN;
+        return LISA_UNAVAILABLE;
+    }
+    *id = e->id;
+    *url = e->url;
+    return LISA_OK;
+}
+
+void
+gw_pool_call_started(gw_pool_t *self, const char *id)
+{
+    s_engine_t *e = s_find(self, id);
+    if (e)
+        e->inflight++;
+}
+
+static void
+s_outcome(gw_pool_t *self, s_engine_t *e, bool ok)
+{
+    if (ok) {
+        if (!e->up)
+            lisa_log_info("engine %s is up", e->id);
+        e->up = true;
+        e->fails = 0;
+        return;
+    }
+    e->fails++;
+    if (e->up && e->fails >= self->fail_limit) {
+        e->up = false;
+        lisa_log_warn("engine %s is down after %u failures", e->id, e->fails);
+    }
+}
+
+void
+gw_pool_call_ended(gw_pool_t *self, const char *id, bool conn_error)
+{
+    s_engine_t *e = s_find(self, id);
+    if (!e)
+        return;
+    if (e->inflight)
+        e->inflight--;
+    s_outcome(self, e, !conn_error);
+}
+
+void
+gw_pool_health(gw_pool_t *self, const char *id, bool ok)
+{
+    s_engine_t *e = s_find(self, id);
+    if (e)
+        s_outcome(self, e, ok);
+}
+
+void
+gw_pool_pause_all(gw_pool_t *self, bool paused)
+{
+    self->paused_all = paused;
+}
+
+bool
+gw_pool_paused(const gw_pool_t *self)
+{
+    return self->paused_all;
+}
+
+uint32_t
+gw_pool_inflight(const gw_pool_t *self, const char *id)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < self->n; i++)
+        if (!id || strcmp(self->e[i].id, id) == 0)
+            n += self->e[i].inflight;
+    return n;
+}
+
+size_t
+gw_pool_size(const gw_pool_t *self)
+{
+    return self->n;
+}
+
+bool
+gw_pool_at(const gw_pool_t *self, size_t i, const char **id, const char **url,
+           bool *up, bool *paused, uint32_t *inflight)
+{
+    if (i >= self->n)
+        return false;
+    const s_engine_t *e = &self->e[i];
+    if (id)
+        *id = e->id;
+    if (url)
+        *url = e->url;
+    if (up)
+        *up = e->up;
+    if (paused)
+        *paused = e->paused || self->paused_all;
+    if (inflight)
+        *inflight = e->inflight;
+    return true;
+}

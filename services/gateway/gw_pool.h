@@ -1,0 +1,85 @@
+/*
+ * gw_pool: the generation engines a gateway may call, and the routing
+ * policy.
+ *
+ * Engines come from the static configuration and from the broker's engine
+ * registry (EngineListReq, re-read periodically); a sync replaces the
+ * broker-sourced set and keeps static ones. Routing is sticky per attempt
+ * (an attempt keeps its engine so the engine's prefix cache holds its
+ * prefix) with least-loaded fallback when the sticky engine is down,
+ * paused, gone or full. An engine is marked down after `fail_limit`
+ * consecutive connection errors or failed health checks, and up again on
+ * the first success. Paused engines (draining for a weight update, by the
+ * broker's record or the gateway's admin switch) get no new calls; their
+ * in-flight calls finish. Engines are referred to by id, so a call that
+ * outlives its engine's removal is harmless.
+ */
+#ifndef GW_POOL_H
+#define GW_POOL_H
+
+#include "lisa/lisa_rc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_POOL_MAX_ENGINES 1024u
+
+typedef struct gw_pool_t gw_pool_t;
+
+/* New empty pool; an engine takes at most `max_inflight` calls (0: no
+ * limit) and goes down after `fail_limit` consecutive failures (>= 1). */
+gw_pool_t *gw_pool_new(uint32_t max_inflight, uint32_t fail_limit);
+
+/* Destroys it; safe on NULL, sets *self to NULL. */
+void gw_pool_destroy(gw_pool_t **self);
+
+/* Adds or updates an engine. `from_broker` engines are removed by a sync
+ * that no longer lists them. LISA_INVALID for an empty id or url,
+ * LISA_TOOLARGE when the pool is full. */
+lisa_rc_t gw_pool_upsert(gw_pool_t *self, const char *id, const char *url,
+                         uint64_t policy_version, bool paused,
+                         bool from_broker) LISA_NODISCARD;
+
+/* Parses a static list "id=url,id=url" (or bare urls, named e0, e1...)
+ * and adds each engine. LISA_INVALID on a malformed list. */
+lisa_rc_t gw_pool_add_static(gw_pool_t *self, const char *list) LISA_NODISCARD;
+
+/* Starts a broker sync: every broker-sourced engine is unmarked. */
+void gw_pool_sync_begin(gw_pool_t *self);
+
+/* Ends a sync: broker-sourced engines not upserted since begin are removed.
+ * Returns how many were removed. */
+size_t gw_pool_sync_end(gw_pool_t *self);
+
+/* Routing. Picks an engine for a call whose attempt prefers `sticky` (may
+ * be NULL). On LISA_OK *id and *url are borrowed until the next change of
+ * the pool (copy them). LISA_AGAIN: every usable engine is paused or full
+ * (answer 429 with Retry-After); LISA_UNAVAILABLE: none is up (503). */
+lisa_rc_t gw_pool_pick(gw_pool_t *self, const char *sticky, const char **id,
+                       const char **url) LISA_NODISCARD;
+
+/* A call to engine `id` starts / ends (`conn_error`: it could not connect
+ * or the connection broke; other outcomes count as alive). */
+void gw_pool_call_started(gw_pool_t *self, const char *id);
+void gw_pool_call_ended(gw_pool_t *self, const char *id, bool conn_error);
+
+/* A health check result for engine `id`. */
+void gw_pool_health(gw_pool_t *self, const char *id, bool ok);
+
+/* Pauses / resumes new calls to every engine (admin switch). */
+void gw_pool_pause_all(gw_pool_t *self, bool paused);
+
+/* True when the admin switch is on. */
+bool gw_pool_paused(const gw_pool_t *self);
+
+/* Calls in flight to engine `id`, or to all engines when `id` is NULL. */
+uint32_t gw_pool_inflight(const gw_pool_t *self, const char *id);
+
+/* Number of engines, and the i-th one's fields (for health checks and
+ * metrics; pointers borrowed). Returns false when i is out of range. */
+size_t gw_pool_size(const gw_pool_t *self);
+bool gw_pool_at(const gw_pool_t *self, size_t i, const char **id,
+                const char **url, bool *up, bool *paused, uint32_t *inflight);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * gw_upstream: the engine protocol, token ids in and token ids out.
+ *
+ * Request (POST {engine}/v1/completions), the vLLM / SGLang shape:
+ *   {"model": M, "prompt": [ids], "max_tokens": N, "temperature": T,
+ *    "top_p": P, "logprobs": 1, "return_token_ids": true,
+ *    "stop_token_ids": [ids], "stop": [strings], "skip_special_tokens":
+ *    false, "stream": false}
+ *
+ * Response, as lisa's trainer serves it (docs/gateway.md):
+ *   {"choices": [{"index": 0, "token_ids": [ids], "finish_reason":
+ *     "stop"|"length", "logprobs": {"token_logprobs": [floats]}}],
+ *    "policy_version": V}
+ * Also accepted: vLLM's return_tokens_as_token_ids form, where
+ * choices[0].logprobs.tokens holds "token_id:<id>" strings (and no
+ * token_ids array). Logprobs are required: finite, <= 0, one per id (the
+ * trainer's importance weights need them).
+ */
+#ifndef GW_UPSTREAM_H
+#define GW_UPSTREAM_H
+
+#include "lisa/lisa_rc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Sampling parameters of one engine call. */
+typedef struct {
+    const char *model;
+    int64_t max_tokens;
+    double temperature; /* < 0: omitted (engine default) */
+    double top_p;       /* < 0: omitted */
+    const int32_t *stop_ids;
+    size_t n_stop_ids;
+    const char *const *stop; /* stop strings */
+    size_t n_stop;
+} gw_sampling_t;
+
+/* The request body for `n` prompt ids (caller frees); *len gets its length.
+ */
+char *gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
+                       size_t *len);
+
+/* What an engine sampled. */
+typedef struct {
+    uint32_t *ids;
+    float *logprobs; /* one per id */
+    size_t n;
+    char finish_reason[16]; /* "stop" or "length" */
+    uint64_t policy_version;
+} gw_completion_t;
+
+/* Parses an engine response; at most `max_ids` ids. LISA_INVALID (with
+ * `why`) for anything that is not the shape above. */
+lisa_rc_t gw_upstream_parse(const char *body, size_t len, size_t max_ids,
+                            gw_completion_t *out, char *why,
+                            size_t whylen) LISA_NODISCARD;
+
+/* Frees what gw_upstream_parse filled; safe twice. */
+void gw_completion_clear(gw_completion_t *c);
+
+#endif

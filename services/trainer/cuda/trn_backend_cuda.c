@@ -1,0 +1,257 @@
+/*
+ * trn_backend_cuda: the trainer service's backend on one CUDA device.
+ *
+ * Generation and training share the same device weights (trn_gpu_model):
+ * after an optimizer step the next generation request already uses them.
+ * The GRPO step itself is trn_step's, run through trn_step_model_t on the
+ * GPU model. A host copy of the model is kept for checkpoints (weights are
+ * downloaded into it when saving). The device is LISA_CUDA_DEVICE (default
+ * 0).
+ */
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "trn_backend.h"
+#include "trn_cuda.h"
+#include "trn_gpu_model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    trn_backend_t base;
+    trn_model_t *host; /* config, tokenizer files, and the save path */
+    trn_gpu_model_t *g;
+    trn_gpu_model_t *ref; /* frozen reference for a KL term, or NULL */
+    trn_gpu_kv_t *kv;
+} s_cuda_t;
+
+static void
+s_fail(trn_err_t *err, const char *msg)
+{
+    if (err)
+        snprintf(err->msg, sizeof err->msg, "cuda backend: %s", msg);
+    lisa_log_error("cuda backend: %s", msg);
+}
+
+/* ---- the GPU model as a trn_step_model_t ------------------------------ */
+
+static lisa_rc_t
+s_fwd(void *self, const trn_batch_t *b, float *logp, float *ent, trn_err_t *err)
+{
+    return trn_gpu_model_forward(self, b, logp, ent, err);
+}
+
+static lisa_rc_t
+s_bwd(void *self, const float *dlogp, const float *dent, trn_err_t *err)
+{
+    return trn_gpu_model_backward(self, dlogp, dent, err);
+}
+
+static void
+s_zero(void *self)
+{
+    if (trn_gpu_model_zero_grad(self) != LISA_OK)
+        lisa_log_error("cuda backend: zeroing gradients failed");
+}
+
+static lisa_rc_t
+s_update(void *self, const trn_step_cfg_t *c, double *grad_norm, bool *skipped,
+         trn_err_t *err)
+{
+    float norm = 0;
+    lisa_rc_t rc = trn_gpu_model_adamw(
+        self, (float) c->optim.lr, (float) c->optim.beta1,
+        (float) c->optim.beta2, (float) c->optim.eps,
+        (float) c->optim.weight_decay, (float) c->grad_clip, &norm);
+    *grad_norm = norm;
+    *skipped = rc == LISA_AGAIN;
+    if (rc == LISA_AGAIN)
+        return LISA_OK;
+    if (rc != LISA_OK)
+        s_fail(err, "optimizer step failed");
+    return rc;
+}
+
+static trn_step_model_t
+s_ops(trn_gpu_model_t *g)
+{
+    trn_step_model_t o = {.self = g,
+                          .forward = s_fwd,
+                          .backward = s_bwd,
+                          .zero_grad = s_zero,
+                          .update = s_update};
+    return o;
+}
+
+/* ---- the backend ------------------------------------------------------- */
+
+static lisa_rc_t
+s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    trn_gpu_kv_destroy(&c->kv);
+    c->kv = trn_gpu_kv_new(c->g, slots, max_len, err);
+    return c->kv ? LISA_OK : LISA_INVALID;
+}
+
+static void
+s_gen_reset(trn_backend_t *b, size_t slot)
+{
+    trn_gpu_kv_reset(((s_cuda_t *) b)->kv, slot);
+}
+
+static lisa_rc_t
+s_gen_step(trn_backend_t *b, size_t n, const size_t *slots,
+           const int32_t *const *tokens, const size_t *n_new, float *logits,
+           trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    return trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, NULL, NULL,
+                              NULL, logits, err);
+}
+
+static lisa_rc_t
+s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
+             const int32_t *const *tokens, const size_t *n_new,
+             const trn_sampling_t *samp, const uint64_t *seeds,
+             int32_t *out_tok, float *out_lp, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    trn_sample_t *sp = lisa_calloc(n, sizeof *sp);
+    for (size_t i = 0; i < n; i++) {
+        sp[i].temperature = samp[i].temperature;
+        sp[i].top_p = samp[i].top_p;
+        sp[i].top_k = samp[i].top_k > 0 ? samp[i].top_k : 0;
+        sp[i].seed = seeds[i];
+    }
+    lisa_rc_t rc = trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, sp,
+                                      out_tok, out_lp, NULL, err);
+    lisa_free(&sp);
+    return rc;
+}
+
+static lisa_rc_t
+s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
+             const trn_rollouts_t *r, trn_step_out_t *out, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    trn_step_model_t m = s_ops(c->g), ref = s_ops(c->ref);
+    return trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);
+}
+
+static lisa_rc_t
+s_logprobs(trn_backend_t *b, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+           float *logp, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    trn_step_model_t m = s_ops(c->g);
+    return trn_step_logprobs_with(&m, cfg, r, logp, err);
+}
+
+static lisa_rc_t
+s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    if (trn_gpu_model_download_weights(c->g, c->host) != LISA_OK) {
+        s_fail(err, "downloading weights for the checkpoint failed");
+        return LISA_ERR;
+    }
+    return trn_model_save(c->host, dir, dt, err);
+}
+
+static lisa_rc_t
+s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    size_t n = trn_gpu_model_num_params(c->g);
+    float *m = lisa_malloc(n * 4), *v = lisa_malloc(n * 4);
+    uint64_t step = 0;
+    lisa_rc_t rc = trn_gpu_model_get_optim(c->g, &step, m, v);
+    if (rc == LISA_OK)
+        rc = trn_optim_state_save(path, step, m, v, n, err);
+    else
+        s_fail(err, "reading the optimizer state failed");
+    lisa_free(&m);
+    lisa_free(&v);
+    return rc;
+}
+
+static lisa_rc_t
+s_load_optim(trn_backend_t *b, const char *path, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    size_t n = trn_gpu_model_num_params(c->g);
+    float *m = lisa_malloc(n * 4), *v = lisa_malloc(n * 4);
+    uint64_t step = 0;
+    lisa_rc_t rc = trn_optim_state_load(path, &step, m, v, n, err);
+    if (rc == LISA_OK && trn_gpu_model_set_optim(c->g, step, m, v) != LISA_OK) {
+        s_fail(err, "restoring the optimizer state failed");
+        rc = LISA_ERR;
+    }
+    lisa_free(&m);
+    lisa_free(&v);
+    return rc;
+}
+
+static const trn_config_t *
+s_config(const trn_backend_t *b)
+{
+    return trn_gpu_model_config(((const s_cuda_t *) b)->g);
+}
+
+static void
+s_destroy(trn_backend_t *b)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    trn_gpu_kv_destroy(&c->kv);
+    trn_gpu_model_destroy(&c->ref);
+    trn_gpu_model_destroy(&c->g);
+    trn_model_destroy(&c->host);
+    lisa_free(&c);
+}
+
+static const trn_backend_ops_t s_cuda_ops = {
+    .name = "cuda",
+    .gen_open = s_gen_open,
+    .gen_reset = s_gen_reset,
+    .gen_step = s_gen_step,
+    .gen_sample = s_gen_sample,
+    .train_step = s_train_step,
+    .logprobs = s_logprobs,
+    .save = s_save,
+    .save_optim = s_save_optim,
+    .load_optim = s_load_optim,
+    .config = s_config,
+    .destroy = s_destroy,
+};
+
+trn_backend_t *
+trn_backend_cuda_new(const char *model_dir, int threads, bool kl,
+                     trn_err_t *err)
+{
+    const char *dev = getenv("LISA_CUDA_DEVICE");
+    int d = dev && *dev ? (int) strtol(dev, NULL, 10) : 0;
+    if (trn_cuda_set_device(d) != LISA_OK) {
+        s_fail(err, "no usable CUDA device");
+        return NULL;
+    }
+    s_cuda_t *c = lisa_calloc(1, sizeof *c);
+    c->base.ops = &s_cuda_ops;
+    if (trn_model_load(model_dir, threads, &c->host, err) != LISA_OK)
+        goto fail;
+    c->g = trn_gpu_model_new(c->host, err);
+    if (!c->g)
+        goto fail;
+    if (kl) {
+        c->ref = trn_gpu_model_new(c->host, err);
+        if (!c->ref)
+            goto fail;
+    }
+    return &c->base;
+fail:
+    s_destroy(&c->base);
+    return NULL;
+}

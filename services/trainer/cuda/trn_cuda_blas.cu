@@ -1,0 +1,179 @@
+/*
+ * trn_cuda_blas: the three products of a Linear layer through cuBLASLt.
+ *
+ * Row-major tensors are column-major transposes, so each row-major product
+ * is expressed as the column-major product of the transposes:
+ *   forward      y[T,N]  = x[T,K] w[N,K]^T  ->  y^T = w x^T     (op(w)=T)
+ *   data grad    dx[T,K] = dy[T,N] w[N,K]   ->  dx^T = w^T dy^T (no ops)
+ *   weight grad  dw[N,K] += dy^T x          ->  dw^T = x^T dy   (op(dy)=T)
+ * Inputs are bf16, accumulation fp32 (CUBLAS_COMPUTE_32F), outputs bf16 or
+ * fp32. Heuristic choices are cached per shape.
+ */
+#include "trn_cuda_common.cuh"
+
+#include <cublasLt.h>
+#include <stdlib.h>
+
+#define S_WORKSPACE (32u << 20)
+#define S_CACHE     256
+
+typedef struct {
+    int ta, tb, m, n, k, ctype, beta_one, valid;
+    cublasLtMatmulAlgo_t algo;
+} s_plan_t;
+
+struct trn_blas {
+    cublasLtHandle_t lt;
+    void *workspace;
+    s_plan_t cache[S_CACHE];
+    int ncache;
+};
+
+#define S_BLAS_TRY(call)                                                       \
+    do {                                                                       \
+        cublasStatus_t st_ = (call);                                           \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                    \
+            fprintf(stderr, "trainer: cuBLASLt status %d at %s:%d\n",          \
+                    (int) st_, __FILE__, __LINE__);                            \
+            rc = LISA_ERR;                                                     \
+            goto out;                                                          \
+        }                                                                      \
+    } while (0)
+
+extern "C" trn_blas_t *
+trn_blas_new(void)
+{
+    trn_blas_t *b = (trn_blas_t *) calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
+        free(b);
+        return NULL;
+    }
+    b->workspace = trn_cuda_malloc(S_WORKSPACE);
+    if (!b->workspace) {
+        cublasLtDestroy(b->lt);
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+extern "C" void
+trn_blas_destroy(trn_blas_t **self)
+{
+    if (!self || !*self)
+        return;
+    trn_blas_t *b = *self;
+    trn_cuda_free(&b->workspace);
+    cublasLtDestroy(b->lt);
+    free(b);
+    *self = NULL;
+}
+
+/* Column-major C[m,n] = alpha op(A) op(B) + beta C. */
+static lisa_rc_t
+s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
+       int lda, const void *B, int ldb, void *C, int ldc, int c_f32, float beta,
+       cudaStream_t stream)
+{
+    lisa_rc_t rc = LISA_OK;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType_t ctype = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    float alpha = 1.0f;
+    s_plan_t *plan = NULL;
+    int beta_one = beta != 0.0f;
+
+    S_BLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    S_BLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                              &opa, sizeof opa));
+    S_BLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                              &opb, sizeof opb));
+    S_BLAS_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m,
+                                          ta ? m : k, lda));
+    S_BLAS_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k,
+                                          tb ? k : n, ldb));
+    S_BLAS_TRY(cublasLtMatrixLayoutCreate(&lc, ctype, m, n, ldc));
+
+    for (int i = 0; i < b->ncache; i++) {
+        s_plan_t *p = &b->cache[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k &&
+            p->ctype == c_f32 && p->beta_one == beta_one) {
+            plan = p;
+            break;
+        }
+    }
+    if (!plan) {
+        cublasLtMatmulPreference_t pref = NULL;
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        size_t ws = S_WORKSPACE;
+        S_BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+        cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+            b->lt, op, la, lb, lc, lc, pref, 1, &res, &found);
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+            fprintf(stderr, "trainer: no cuBLASLt algorithm for %dx%dx%d\n", m,
+                    n, k);
+            rc = LISA_ERR;
+            goto out;
+        }
+        plan = &b->cache[b->ncache < S_CACHE ? b->ncache++ : 0];
+        plan->ta = ta;
+        plan->tb = tb;
+        plan->m = m;
+        plan->n = n;
+        plan->k = k;
+        plan->ctype = c_f32;
+        plan->beta_one = beta_one;
+        plan->algo = res.algo;
+        plan->valid = 1;
+    }
+    S_BLAS_TRY(cublasLtMatmul(b->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C,
+                              lc, &plan->algo, b->workspace, S_WORKSPACE,
+                              stream));
+out:
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+extern "C" lisa_rc_t
+trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
+               const trn_bf16_t *x, const trn_bf16_t *w, int T, int K, int N,
+               int accumulate, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && T > 0 && K > 0 && N > 0);
+    void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
+    return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
+                  accumulate ? 1.0f : 0.0f, trn_stream(s));
+}
+
+extern "C" lisa_rc_t
+trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx, const trn_bf16_t *dy,
+                    const trn_bf16_t *w, int T, int K, int N,
+                    trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(b && dx && dy && w && T > 0 && K > 0 && N > 0);
+    return s_gemm(b, 0, 0, K, T, N, w, K, dy, N, dx, K, 0, 0.0f, trn_stream(s));
+}
+
+extern "C" lisa_rc_t
+trn_linear_bwd_weight(trn_blas_t *b, float *dw, const trn_bf16_t *dy,
+                      const trn_bf16_t *x, int T, int K, int N,
+                      trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(b && dw && dy && x && T > 0 && K > 0 && N > 0);
+    return s_gemm(b, 0, 1, K, N, T, x, K, dy, N, dw, K, 1, 1.0f, trn_stream(s));
+}

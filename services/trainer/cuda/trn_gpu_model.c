@@ -1,0 +1,682 @@
+/*
+ * trn_gpu_model: forward and backward of Qwen3 on one GPU, composed from
+ * the kernels of trn_cuda.h.
+ *
+ * Per layer, forward:
+ *   h1   = rmsnorm(x, w_in)                      bf16 [T, C]
+ *   qkv  = h1 @ [Wq;Wk;Wv]^T                     bf16 [T, S], S=(H+2Hk)D
+ *   qkvn = qkv with q,k head-normed and roped    bf16 [T, S]
+ *   o    = attention(qkvn)                       bf16 [T, H*D]
+ *   xm   = x + o @ Wo^T                          fp32 [T, C]
+ *   h2   = rmsnorm(xm, w_post); gu = h2 @ [Wg;Wu]^T; a = silu(g)*u
+ *   x'   = xm + a @ Wd^T
+ * The layer inputs x are kept (fp32); the backward pass recomputes the rest
+ * of a layer just before differentiating it.
+ */
+#include "trn_gpu_model.h"
+
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "trn_cuda.h"
+#include "trn_gpu_model_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Tensor offsets from the config, in trn_model.h's documented order:
+ * embed; per layer input_layernorm, q, k, v, o, q_norm, k_norm,
+ * post_attention_layernorm, gate, up, down; norm; lm_head when untied. */
+static void
+s_layout(trn_gpu_model_t *g)
+{
+    size_t C = (size_t) g->C, I = (size_t) g->I, D = (size_t) g->D;
+    size_t Q = (size_t) g->H * D, KV = (size_t) g->Hk * D;
+    size_t off = 0;
+    g->embed = off;
+    off += (size_t) g->V * C;
+    for (int l = 0; l < g->L; l++) {
+        s_layer_t *ly = &g->layers[l];
+        ly->w_in = off;
+        off += C;
+        ly->qkv = off;
+        off += (Q + 2 * KV) * C;
+        ly->o = off;
+        off += C * Q;
+        ly->q_norm = off;
+        off += D;
+        ly->k_norm = off;
+        off += D;
+        ly->w_post = off;
+        off += C;
+        ly->gu = off;
+        off += 2 * I * C;
+        ly->down = off;
+        off += C * I;
+    }
+    g->final_norm = off;
+    off += C;
+    if (g->cfg.tie_word_embeddings) {
+        g->lm_head = g->embed;
+    } else {
+        g->lm_head = off;
+        off += (size_t) g->V * C;
+    }
+    g->n_params = off;
+}
+
+/* Offset of tensor `name` of src in its parameter array, or -1. */
+static long
+s_src_offset(const trn_model_t *src, const char *name)
+{
+    trn_model_t *m = (trn_model_t *) (uintptr_t) src;
+    long t = trn_model_tensor_find(src, name);
+    if (t < 0)
+        return -1;
+    return (long) (trn_model_tensor_data(m, (size_t) t) - trn_model_params(m));
+}
+
+/* Checks that `src` lays its tensors out as s_layout says. */
+static int
+s_layout_matches(const trn_gpu_model_t *g, const trn_model_t *src)
+{
+    char nm[160];
+    if (trn_model_num_params(src) != g->n_params ||
+        s_src_offset(src, "model.embed_tokens.weight") != (long) g->embed ||
+        s_src_offset(src, "model.norm.weight") != (long) g->final_norm)
+        return 0;
+    for (int l = 0; l < g->L; l++) {
+        const s_layer_t *ly = &g->layers[l];
+        struct {
+            const char *suffix;
+            size_t off;
+        } t[] = {{"input_layernorm.weight", ly->w_in},
+                 {"self_attn.q_proj.weight", ly->qkv},
+                 {"self_attn.o_proj.weight", ly->o},
+                 {"self_attn.q_norm.weight", ly->q_norm},
+                 {"self_attn.k_norm.weight", ly->k_norm},
+                 {"post_attention_layernorm.weight", ly->w_post},
+                 {"mlp.gate_proj.weight", ly->gu},
+                 {"mlp.down_proj.weight", ly->down}};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, t[i].suffix);
+            if (s_src_offset(src, nm) != (long) t[i].off)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* A model with its config, layout and device buffers, weights unset. */
+static trn_gpu_model_t *
+s_alloc(const trn_config_t *c, trn_err_t *err)
+{
+    trn_gpu_model_t *g = lisa_calloc(1, sizeof *g);
+    g->cfg = *c;
+    g->C = (int) c->hidden_size;
+    g->I = (int) c->intermediate_size;
+    g->H = (int) c->num_attention_heads;
+    g->Hk = (int) c->num_key_value_heads;
+    g->D = (int) c->head_dim;
+    g->L = (int) c->num_hidden_layers;
+    g->V = (int) c->vocab_size;
+    g->S = (g->H + 2 * g->Hk) * g->D;
+    g->chunk = 1024;
+    if (g->D != 16 && g->D != 32 && g->D != 64 && g->D != 128) {
+        s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
+        goto fail;
+    }
+    g->layers = lisa_calloc((size_t) g->L, sizeof *g->layers);
+    s_layout(g);
+    g->blas = trn_blas_new();
+    size_t P = g->n_params;
+    g->w32 = trn_cuda_malloc(P * 4);
+    g->grad = trn_cuda_malloc(P * 4);
+    g->m = trn_cuda_malloc(P * 4);
+    g->v = trn_cuda_malloc(P * 4);
+    g->wb = trn_cuda_malloc(P * 2);
+    g->scalar = trn_cuda_malloc(64);
+    if (!g->blas || !g->w32 || !g->grad || !g->m || !g->v || !g->wb ||
+        !g->scalar) {
+        s_err(err, "out of device memory for the weights");
+        goto fail;
+    }
+    if (trn_cuda_memset(g->grad, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_memset(g->m, 0, P * 4, NULL) != LISA_OK ||
+        trn_cuda_memset(g->v, 0, P * 4, NULL) != LISA_OK) {
+        s_err(err, "device memset failed");
+        goto fail;
+    }
+    return g;
+fail:
+    trn_gpu_model_destroy(&g);
+    return NULL;
+}
+
+trn_gpu_model_t *
+trn_gpu_model_new(const trn_model_t *src, trn_err_t *err)
+{
+    trn_gpu_model_t *g = s_alloc(trn_model_config(src), err);
+    if (!g)
+        return NULL;
+    if (!s_layout_matches(g, src)) {
+        s_err(err, "the model's tensors are not in the documented order");
+        goto fail;
+    }
+    if (trn_cuda_upload(g->w32,
+                        trn_model_params((trn_model_t *) (uintptr_t) src),
+                        g->n_params * 4) != LISA_OK ||
+        trn_k_f32_to_bf16(g->wb, g->w32, g->n_params, NULL) != LISA_OK ||
+        trn_cuda_sync() != LISA_OK) {
+        s_err(err, "uploading weights failed");
+        goto fail;
+    }
+    return g;
+fail:
+    trn_gpu_model_destroy(&g);
+    return NULL;
+}
+
+trn_gpu_model_t *
+trn_gpu_model_new_random(const trn_config_t *cfg, uint64_t seed, float std,
+                         trn_err_t *err)
+{
+    if (trn_config_validate(cfg, err) != LISA_OK)
+        return NULL;
+    trn_gpu_model_t *g = s_alloc(cfg, err);
+    if (!g)
+        return NULL;
+    lisa_rc_t rc = trn_k_fill_normal(g->w32, g->n_params, seed, std, NULL);
+    /* norm weights start at one, as transformers initialises them */
+    size_t C = (size_t) g->C, D = (size_t) g->D;
+    for (int l = 0; l < g->L && rc == LISA_OK; l++) {
+        const s_layer_t *ly = &g->layers[l];
+        rc = trn_k_fill_const(g->w32 + ly->w_in, C, 1.0f, NULL);
+        if (rc == LISA_OK)
+            rc = trn_k_fill_const(g->w32 + ly->w_post, C, 1.0f, NULL);
+        if (rc == LISA_OK)
+            rc = trn_k_fill_const(g->w32 + ly->q_norm, 2 * D, 1.0f, NULL);
+    }
+    if (rc == LISA_OK)
+        rc = trn_k_fill_const(g->w32 + g->final_norm, C, 1.0f, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_f32_to_bf16(g->wb, g->w32, g->n_params, NULL);
+    if (rc == LISA_OK)
+        rc = trn_cuda_sync();
+    if (rc != LISA_OK) {
+        s_err(err, "random initialisation failed");
+        trn_gpu_model_destroy(&g);
+    }
+    return g;
+}
+
+const trn_config_t *
+trn_gpu_model_config(const trn_gpu_model_t *g)
+{
+    return &g->cfg;
+}
+
+size_t
+trn_gpu_model_num_params(const trn_gpu_model_t *g)
+{
+    return g->n_params;
+}
+
+static void
+s_free_acts(trn_gpu_model_t *g)
+{
+    void **p[] = {
+        (void **) &g->tokens, (void **) &g->targets, (void **) &g->pos,
+        (void **) &g->seg,    (void **) &g->xs,      (void **) &g->xm,
+        (void **) &g->h1,     (void **) &g->qkv,     (void **) &g->qkvn,
+        (void **) &g->o,      (void **) &g->h2,      (void **) &g->gu,
+        (void **) &g->a,      (void **) &g->hf,      (void **) &g->rstd1,
+        (void **) &g->rstd2,  (void **) &g->rstdq,   (void **) &g->rstdk,
+        (void **) &g->rstdf,  (void **) &g->lse,     (void **) &g->dx,
+        (void **) &g->dxb,    (void **) &g->dqkv,    (void **) &g->dgu,
+        (void **) &g->da,     (void **) &g->dhf,     (void **) &g->attn_scratch,
+        (void **) &g->logits, (void **) &g->dlogits, (void **) &g->logp,
+        (void **) &g->dlogp};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        trn_cuda_free(p[i]);
+    g->cap_T = 0;
+}
+
+void
+trn_gpu_model_destroy(trn_gpu_model_t **gp)
+{
+    if (!gp || !*gp)
+        return;
+    trn_gpu_model_t *g = *gp;
+    s_free_acts(g);
+    trn_cuda_free(&g->w32);
+    trn_cuda_free(&g->grad);
+    trn_cuda_free(&g->m);
+    trn_cuda_free(&g->v);
+    trn_cuda_free(&g->wb);
+    trn_cuda_free(&g->scalar);
+    trn_cuda_free(&g->gshard);
+    trn_blas_destroy(&g->blas);
+    lisa_free(&g->layers);
+    lisa_free(gp);
+}
+
+lisa_rc_t
+trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
+{
+    if (T <= g->cap_T)
+        return LISA_OK;
+    s_free_acts(g);
+    size_t C = (size_t) g->C, I = (size_t) g->I, S = (size_t) g->S;
+    size_t HD = (size_t) (g->H * g->D), V = (size_t) g->V;
+    size_t ch = g->chunk;
+    struct {
+        void **p;
+        size_t bytes;
+    } a[] = {
+        {(void **) &g->tokens, T * 4},
+        {(void **) &g->targets, T * 4},
+        {(void **) &g->pos, T * 4},
+        {(void **) &g->seg, T * 4},
+        {(void **) &g->xs, ((size_t) g->L + 1) * T * C * 4},
+        {(void **) &g->xm, T * C * 4},
+        {(void **) &g->h1, T * C * 2},
+        {(void **) &g->qkv, T * S * 2},
+        {(void **) &g->qkvn, T * S * 2},
+        {(void **) &g->o, T * HD * 2},
+        {(void **) &g->h2, T * C * 2},
+        {(void **) &g->gu, T * 2 * I * 2},
+        {(void **) &g->a, T * I * 2},
+        {(void **) &g->hf, T * C * 2},
+        {(void **) &g->rstd1, T * 4},
+        {(void **) &g->rstd2, T * 4},
+        {(void **) &g->rstdq, T * (size_t) g->H * 4},
+        {(void **) &g->rstdk, T * (size_t) g->Hk * 4},
+        {(void **) &g->rstdf, T * 4},
+        {(void **) &g->lse, T * (size_t) g->H * 4},
+        {(void **) &g->dx, T * C * 4},
+        {(void **) &g->dxb, T * (C > HD ? C : HD) * 2},
+        {(void **) &g->dqkv, T * S * 2},
+        {(void **) &g->dgu, T * 2 * I * 2},
+        {(void **) &g->da, T * (I > HD ? I : HD) * 2},
+        {(void **) &g->dhf, T * C * 2},
+        {(void **) &g->attn_scratch,
+         T * (size_t) g->H * ((size_t) g->D + 1) * 4},
+        {(void **) &g->logits, ch * V * 4},
+        {(void **) &g->dlogits, ch * V * 2},
+        {(void **) &g->logp, T * 4},
+        {(void **) &g->dlogp, T * 4},
+        {(void **) &g->ent, T * 4},
+        {(void **) &g->dent, T * 4},
+    };
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+        *a[i].p = trn_cuda_malloc(a[i].bytes);
+        if (!*a[i].p) {
+            s_free_acts(g);
+            return LISA_TOOLARGE;
+        }
+    }
+    g->cap_T = T;
+    return LISA_OK;
+}
+
+/* Runs layer l forward from xs[l]; writes xs[l+1] when `write_out`. */
+static lisa_rc_t
+s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out)
+{
+    lisa_rc_t rc = LISA_OK;
+    const s_layer_t *ly = &g->layers[l];
+    const trn_bf16_t *W = g->wb;
+    size_t C = (size_t) g->C, S = (size_t) g->S;
+    int H = g->H, Hk = g->Hk, D = g->D, I = g->I;
+    float eps = (float) g->cfg.rms_norm_eps;
+    float *x = g->xs + (size_t) l * (size_t) T * C;
+
+    S_TRY(trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C, W + ly->w_in,
+                            T, g->C, 1, eps, NULL));
+    S_TRY(trn_linear_fwd(g->blas, NULL, g->qkv, g->h1, W + ly->qkv, T, g->C,
+                         g->S, 0, NULL));
+    S_TRY(trn_cuda_copy(g->qkvn, g->qkv, (size_t) T * S * 2, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->qkvn, g->S, g->rstdq, NULL, g->qkv, g->S,
+                            W + ly->q_norm, T * H, D, H, eps, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->qkvn + H * D, g->S, g->rstdk, NULL,
+                            g->qkv + H * D, g->S, W + ly->k_norm, T * Hk, D, Hk,
+                            eps, NULL));
+    S_TRY(trn_k_rope(g->qkvn, g->S, g->pos, T, H, D, (float) g->cfg.rope_theta,
+                     0, NULL));
+    S_TRY(trn_k_rope(g->qkvn + H * D, g->S, g->pos, T, Hk, D,
+                     (float) g->cfg.rope_theta, 0, NULL));
+    S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
+                         g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
+                         NULL));
+    S_TRY(trn_cuda_copy(g->xm, x, (size_t) T * C * 4, NULL));
+    S_TRY(trn_linear_fwd(g->blas, g->xm, NULL, g->o, W + ly->o, T, H * D, g->C,
+                         1, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
+                            W + ly->w_post, T, g->C, 1, eps, NULL));
+    S_TRY(trn_linear_fwd(g->blas, NULL, g->gu, g->h2, W + ly->gu, T, g->C,
+                         2 * I, 0, NULL));
+    S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, I, NULL));
+    if (write_out) {
+        float *y = x + (size_t) T * C;
+        S_TRY(trn_cuda_copy(y, g->xm, (size_t) T * C * 4, NULL));
+        S_TRY(trn_linear_fwd(g->blas, y, NULL, g->a, W + ly->down, T, I, g->C,
+                             1, NULL));
+    }
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
+                      float *entropy, trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    g->have_forward = 0;
+    if (!b || !b->tokens || !b->targets || !b->seq_offsets || b->n_seqs < 1 ||
+        b->n_tokens < 1 || b->seq_offsets[0] != 0 ||
+        b->seq_offsets[b->n_seqs] != b->n_tokens || !(b->temperature > 0) ||
+        b->n_tokens > (size_t) INT32_MAX / 4) {
+        s_err(err, "invalid batch");
+        return LISA_INVALID;
+    }
+    size_t T = b->n_tokens;
+    int32_t *pos = lisa_malloc(T * 4), *seg = lisa_malloc(T * 4);
+    for (size_t s = 0; s < b->n_seqs; s++) {
+        if (b->seq_offsets[s + 1] <= b->seq_offsets[s]) {
+            s_err(err, "sequence offsets must increase");
+            rc = LISA_INVALID;
+            goto out;
+        }
+        for (size_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++) {
+            pos[t] = (int32_t) (t - b->seq_offsets[s]);
+            seg[t] = (int32_t) s;
+        }
+    }
+    for (size_t t = 0; t < T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= g->V || b->targets[t] >= g->V ||
+            pos[t] >= g->cfg.max_position_embeddings) {
+            s_err(err, "token id or position out of range");
+            rc = LISA_INVALID;
+            goto out;
+        }
+    rc = trn_gpu_model_reserve(g, T);
+    if (rc != LISA_OK) {
+        s_err(err, "out of device memory for activations");
+        goto out;
+    }
+    g->T = T;
+    g->inv_temp = 1.0f / b->temperature;
+    S_TRY(trn_cuda_upload(g->tokens, b->tokens, T * 4));
+    S_TRY(trn_cuda_upload(g->targets, b->targets, T * 4));
+    S_TRY(trn_cuda_upload(g->pos, pos, T * 4));
+    S_TRY(trn_cuda_upload(g->seg, seg, T * 4));
+    int Ti = (int) T;
+    S_TRY(trn_k_embed_fwd(g->xs, g->wb + g->embed, g->tokens, Ti, g->C, g->V,
+                          NULL));
+    for (int l = 0; l < g->L; l++)
+        S_TRY(s_layer_fwd(g, l, Ti, 1));
+    float *xl = g->xs + (size_t) g->L * T * (size_t) g->C;
+    S_TRY(trn_k_rmsnorm_fwd(g->hf, g->C, g->rstdf, xl, NULL, g->C,
+                            g->wb + g->final_norm, Ti, g->C, 1,
+                            (float) g->cfg.rms_norm_eps, NULL));
+    for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
+        int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
+        S_TRY(trn_linear_fwd(g->blas, g->logits, NULL,
+                             g->hf + r0 * (size_t) g->C, g->wb + g->lm_head, cn,
+                             g->C, g->V, 0, NULL));
+        S_TRY(trn_k_logprob(g->logp + r0, g->ent + r0, NULL, g->logits,
+                            g->targets + r0, NULL, NULL, cn, g->V, g->inv_temp,
+                            NULL));
+    }
+    S_TRY(trn_cuda_download(logp, g->logp, T * 4));
+    if (entropy)
+        S_TRY(trn_cuda_download(entropy, g->ent, T * 4));
+    g->have_forward = 1;
+out:
+    if (rc != LISA_OK && err && !err->msg[0])
+        s_err(err, "forward failed on the device");
+    lisa_free(&pos);
+    lisa_free(&seg);
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
+                       const float *dentropy, trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (!g->have_forward) {
+        s_err(err, "backward without a forward");
+        return LISA_CONFLICT;
+    }
+    size_t T = g->T, C = (size_t) g->C;
+    int Ti = (int) T, H = g->H, Hk = g->Hk, D = g->D, I = g->I;
+    float *G = g->grad;
+    const trn_bf16_t *W = g->wb;
+    S_TRY(trn_cuda_upload(g->dlogp, dlogp, T * 4));
+    if (dentropy)
+        S_TRY(trn_cuda_upload(g->dent, dentropy, T * 4));
+    /* LM head in chunks: recompute logits, form dlogits, project back. */
+    for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
+        int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
+        const trn_bf16_t *hc = g->hf + r0 * C;
+        S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head, cn,
+                             g->C, g->V, 0, NULL));
+        S_TRY(trn_k_logprob(g->logp + r0, NULL, g->dlogits, g->logits,
+                            g->targets + r0, g->dlogp + r0,
+                            dentropy ? g->dent + r0 : NULL, cn, g->V,
+                            g->inv_temp, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->dhf + r0 * C, g->dlogits,
+                                  W + g->lm_head, cn, g->C, g->V, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + g->lm_head, g->dlogits, hc, cn,
+                                    g->C, g->V, NULL));
+    }
+    S_TRY(trn_cuda_memset(g->dx, 0, T * C * 4, NULL));
+    S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + g->final_norm, g->dhf,
+                            g->C, g->xs + (size_t) g->L * T * C, NULL, g->C,
+                            W + g->final_norm, g->rstdf, Ti, g->C, 1, NULL));
+    for (int l = g->L - 1; l >= 0; l--) {
+        const s_layer_t *ly = &g->layers[l];
+        float *x = g->xs + (size_t) l * T * C;
+        S_TRY(s_layer_fwd(g, l, Ti, 0));
+        /* MLP */
+        S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
+                                  g->C, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->down, g->dxb, g->a, Ti, I,
+                                    g->C, NULL));
+        S_TRY(trn_k_swiglu_bwd(g->dgu, g->da, g->gu, Ti, I, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dgu, W + ly->gu, Ti, g->C,
+                                  2 * I, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->gu, g->dgu, g->h2, Ti,
+                                    g->C, 2 * I, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_post, g->dhf,
+                                g->C, g->xm, NULL, g->C, W + ly->w_post,
+                                g->rstd2, Ti, g->C, 1, NULL));
+        /* attention */
+        S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->o, Ti, H * D,
+                                  g->C, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->o, g->dxb, g->o, Ti, H * D,
+                                    g->C, NULL));
+        S_TRY(trn_k_attn_bwd(g->dqkv, g->dqkv + H * D, g->dqkv + (H + Hk) * D,
+                             g->S, g->attn_scratch, g->da, g->o, g->lse,
+                             g->qkvn, g->qkvn + H * D, g->qkvn + (H + Hk) * D,
+                             g->S, g->seg, Ti, H, Hk, D, NULL));
+        S_TRY(trn_k_rope(g->dqkv, g->S, g->pos, Ti, H, D,
+                         (float) g->cfg.rope_theta, 1, NULL));
+        S_TRY(trn_k_rope(g->dqkv + H * D, g->S, g->pos, Ti, Hk, D,
+                         (float) g->cfg.rope_theta, 1, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv, g->S, 0, G + ly->q_norm, g->dqkv,
+                                g->S, NULL, g->qkv, g->S, W + ly->q_norm,
+                                g->rstdq, Ti * H, D, H, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv + H * D, g->S, 0, G + ly->k_norm,
+                                g->dqkv + H * D, g->S, NULL, g->qkv + H * D,
+                                g->S, W + ly->k_norm, g->rstdk, Ti * Hk, D, Hk,
+                                NULL));
+        S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
+                                  g->C, g->S, NULL));
+        S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
+                                    g->C, g->S, NULL));
+        S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_in, g->dhf,
+                                g->C, x, NULL, g->C, W + ly->w_in, g->rstd1, Ti,
+                                g->C, 1, NULL));
+    }
+    S_TRY(
+        trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti, g->C, g->V, NULL));
+    S_TRY(trn_cuda_sync());
+out:
+    if (rc != LISA_OK && err && !err->msg[0])
+        s_err(err, "backward failed on the device");
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_zero_grad(trn_gpu_model_t *g)
+{
+    return trn_cuda_memset(g->grad, 0, (g->dist ? g->n_pad : g->n_params) * 4,
+                           NULL);
+}
+
+lisa_rc_t
+trn_gpu_model_download_grads(trn_gpu_model_t *g, trn_model_t *dst)
+{
+    if (trn_model_num_params(dst) != g->n_params)
+        return LISA_INVALID;
+    return trn_cuda_download(trn_model_grads(dst), g->grad, g->n_params * 4);
+}
+
+lisa_rc_t
+trn_gpu_model_download_weights(trn_gpu_model_t *g, trn_model_t *dst)
+{
+    if (trn_model_num_params(dst) != g->n_params)
+        return LISA_INVALID;
+    if (g->dist) { /* each rank holds only its shard of the fp32 master */
+        lisa_rc_t rc = trn_dist_allgather_f32(g->dist, g->w32, g->shard);
+        if (rc != LISA_OK)
+            return rc;
+    }
+    return trn_cuda_download(trn_model_params(dst), g->w32, g->n_params * 4);
+}
+
+/* Replaces *buf (n_old values) by a zeroed buffer of n_new values holding
+ * the old contents; elem is the value size. */
+static lisa_rc_t
+s_grow(void *bufp, size_t n_old, size_t n_new, size_t elem)
+{
+    void **buf = bufp;
+    void *nb = trn_cuda_malloc(n_new * elem);
+    if (!nb)
+        return LISA_TOOLARGE;
+    lisa_rc_t rc = trn_cuda_memset(nb, 0, n_new * elem, NULL);
+    if (rc == LISA_OK && *buf && n_old)
+        rc = trn_cuda_copy(nb, *buf, n_old * elem, NULL);
+    if (rc != LISA_OK) {
+        trn_cuda_free(&nb);
+        return rc;
+    }
+    trn_cuda_free(buf);
+    *buf = nb;
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_gpu_model_set_dist(trn_gpu_model_t *g, trn_dist_t *d)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (!d || g->dist || g->step > 0)
+        return LISA_CONFLICT;
+    size_t W = (size_t) trn_dist_world(d), P = g->n_params;
+    g->shard = (P + W - 1) / W;
+    g->n_pad = g->shard * W;
+    S_TRY(s_grow(&g->w32, P, g->n_pad, 4));
+    S_TRY(s_grow(&g->wb, P, g->n_pad, 2));
+    S_TRY(s_grow(&g->grad, P, g->n_pad, 4));
+    trn_cuda_free(&g->m);
+    trn_cuda_free(&g->v);
+    trn_cuda_free(&g->gshard);
+    S_TRY(s_grow(&g->m, 0, g->shard, 4));
+    S_TRY(s_grow(&g->v, 0, g->shard, 4));
+    S_TRY(s_grow(&g->gshard, 0, g->shard, 4));
+    S_TRY(trn_cuda_sync());
+    g->dist = d;
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, float clip, float *grad_norm)
+{
+    lisa_rc_t rc = LISA_OK;
+    float *grad = g->grad, *w32 = g->w32;
+    trn_bf16_t *wb = g->wb;
+    size_t n = g->n_params;
+    if (g->dist) {
+        size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
+        S_TRY(
+            trn_dist_reduce_scatter_sum(g->dist, g->grad, g->gshard, g->shard));
+        grad = g->gshard;
+        w32 += off;
+        wb += off;
+        n = g->shard;
+    }
+    S_TRY(trn_cuda_memset(g->scalar, 0, 4, NULL));
+    S_TRY(trn_k_sumsq(g->scalar, grad, n, NULL));
+    if (g->dist)
+        S_TRY(trn_dist_allreduce_sum(g->dist, g->scalar, 1));
+    {
+        float ss = 0;
+        S_TRY(trn_cuda_download(&ss, g->scalar, 4));
+        if (grad_norm)
+            *grad_norm = sqrtf(ss);
+        if (!isfinite(ss)) {
+            S_TRY(trn_gpu_model_zero_grad(g));
+            rc = LISA_AGAIN;
+            goto out;
+        }
+    }
+    g->step++;
+    S_TRY(trn_k_adamw(w32, wb, g->m, g->v, grad, n, lr, beta1, beta2, eps,
+                      weight_decay, g->step, clip, g->scalar, NULL));
+    if (g->dist)
+        S_TRY(trn_dist_allgather_bf16(g->dist, g->wb, g->shard));
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m, float *v)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (g->dist)
+        return LISA_UNSUPPORTED;
+    *step = (uint64_t) g->step;
+    S_TRY(trn_cuda_download(m, g->m, g->n_params * 4));
+    S_TRY(trn_cuda_download(v, g->v, g->n_params * 4));
+out:
+    return rc;
+}
+
+lisa_rc_t
+trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step, const float *m,
+                        const float *v)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (g->dist)
+        return LISA_UNSUPPORTED;
+    S_TRY(trn_cuda_upload(g->m, m, g->n_params * 4));
+    S_TRY(trn_cuda_upload(g->v, v, g->n_params * 4));
+    g->step = (int) step;
+out:
+    return rc;
+}
+
+float *
+trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n)
+{
+    if (n)
+        *n = g->n_params;
+    return g->grad;
+}

@@ -1,0 +1,71 @@
+/*
+ * trn_gpu_model_int: the GPU model's state, shared by its training
+ * (trn_gpu_model.c) and generation (trn_gpu_gen.c) halves. Private to
+ * services/trainer/cuda/.
+ */
+#ifndef TRN_GPU_MODEL_INT_H
+#define TRN_GPU_MODEL_INT_H
+
+#include "lisa/lisa_log.h"
+#include "trn_cuda.h"
+#include "trn_gpu_model.h"
+
+#include <stdio.h>
+
+/* Offsets (elements) of one layer's tensors in the parameter array. */
+typedef struct {
+    size_t w_in, qkv, o, q_norm, k_norm, w_post, gu, down;
+} s_layer_t;
+
+struct trn_gpu_model {
+    trn_config_t cfg;
+    int C, I, H, Hk, D, S, L, V;
+    size_t n_params;
+    size_t embed, final_norm, lm_head;
+    s_layer_t *layers;
+    trn_blas_t *blas;
+    float *w32, *grad, *m, *v; /* fp32 [n_params] */
+    trn_bf16_t *wb;            /* bf16 [n_params] */
+    float *scalar;             /* device scratch scalar */
+    int step;
+    /* data parallel (ZeRO-1): buffers of n_pad = world * shard values */
+    trn_dist_t *dist;
+    size_t n_pad, shard;
+    float *gshard; /* this rank's summed gradient shard */
+    /* activations, sized for cap_T tokens */
+    size_t cap_T, chunk;
+    int32_t *tokens, *targets, *pos, *seg;
+    float *xs; /* (L+1) x [T, C] layer inputs */
+    float *xm; /* [T, C] */
+    trn_bf16_t *h1, *qkv, *qkvn, *o, *h2, *gu, *a, *hf;
+    float *rstd1, *rstd2, *rstdq, *rstdk, *rstdf, *lse;
+    float *dx;                               /* fp32 [T, C] */
+    trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
+    float *attn_scratch;
+    float *logits;                    /* fp32 [chunk, V] */
+    trn_bf16_t *dlogits;              /* bf16 [chunk, V] */
+    float *logp, *dlogp, *ent, *dent; /* [T] */
+    size_t T;                         /* tokens of the last forward */
+    float inv_temp;
+    int have_forward;
+};
+
+static inline void
+s_err(trn_err_t *err, const char *msg)
+{
+    if (err)
+        snprintf(err->msg, sizeof err->msg, "%s", msg);
+    lisa_log_error("gpu model: %s", msg);
+}
+
+#define S_TRY(x)                                                               \
+    do {                                                                       \
+        rc = (x);                                                              \
+        if (rc != LISA_OK)                                                     \
+            goto out;                                                          \
+    } while (0)
+
+/* Makes the activation buffers hold at least T tokens (trn_gpu_model.c). */
+lisa_rc_t trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T);
+
+#endif

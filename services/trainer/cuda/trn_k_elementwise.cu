@@ -1,0 +1,233 @@
+/*
+ * trn_k_elementwise: conversions, embedding gather/scatter and SwiGLU.
+ */
+#include "trn_cuda_common.cuh"
+
+#define S_GRID(n) ((unsigned) ((n) / 256 + 1 > 65535 ? 65535 : (n) / 256 + 1))
+#define S_FOR(i, n)                                                            \
+    for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < (n);   \
+         i += (size_t) gridDim.x * blockDim.x)
+
+__global__ void
+s_f32_to_bf16(trn_bf16_t *out, const float *in, size_t n)
+{
+    S_FOR(i, n) trn_st(out + i, in[i]);
+}
+
+__global__ void
+s_bf16_to_f32(float *out, const trn_bf16_t *in, size_t n)
+{
+    S_FOR(i, n) out[i] = trn_ld(in + i);
+}
+
+extern "C" lisa_rc_t
+trn_k_f32_to_bf16(trn_bf16_t *out, const float *in, size_t n,
+                  trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(out && in);
+    if (n == 0)
+        return LISA_OK;
+    s_f32_to_bf16<<<S_GRID(n), 256, 0, trn_stream(s)>>>(out, in, n);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_k_bf16_to_f32(float *out, const trn_bf16_t *in, size_t n,
+                  trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(out && in);
+    if (n == 0)
+        return LISA_OK;
+    s_bf16_to_f32<<<S_GRID(n), 256, 0, trn_stream(s)>>>(out, in, n);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+__global__ void
+s_embed_fwd(float *x, const trn_bf16_t *table, const int32_t *ids, int T, int C,
+            int vocab)
+{
+    size_t n = (size_t) T * (size_t) C;
+    S_FOR(i, n)
+    {
+        int t = (int) (i / (size_t) C), c = (int) (i % (size_t) C);
+        int id = ids[t];
+        x[i] = (id >= 0 && id < vocab)
+                   ? trn_ld(table + (size_t) id * (size_t) C + (size_t) c)
+                   : 0.0f;
+    }
+}
+
+__global__ void
+s_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int T, int C,
+            int vocab)
+{
+    size_t n = (size_t) T * (size_t) C;
+    S_FOR(i, n)
+    {
+        int t = (int) (i / (size_t) C), c = (int) (i % (size_t) C);
+        int id = ids[t];
+        if (id >= 0 && id < vocab)
+            atomicAdd(&dtable[(size_t) id * (size_t) C + (size_t) c], dx[i]);
+    }
+}
+
+extern "C" lisa_rc_t
+trn_k_embed_fwd(float *x, const trn_bf16_t *table, const int32_t *ids, int T,
+                int C, int vocab, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(x && table && ids && T > 0 && C > 0 && vocab > 0);
+    size_t n = (size_t) T * (size_t) C;
+    s_embed_fwd<<<S_GRID(n), 256, 0, trn_stream(s)>>>(x, table, ids, T, C,
+                                                      vocab);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int T,
+                int C, int vocab, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(dtable && dx && ids && T > 0 && C > 0 && vocab > 0);
+    size_t n = (size_t) T * (size_t) C;
+    s_embed_bwd<<<S_GRID(n), 256, 0, trn_stream(s)>>>(dtable, dx, ids, T, C,
+                                                      vocab);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+__device__ __forceinline__ float
+s_sigmoid(float g)
+{
+    return 1.0f / (1.0f + expf(-g));
+}
+
+__global__ void
+s_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I)
+{
+    size_t n = (size_t) T * (size_t) I;
+    S_FOR(idx, n)
+    {
+        size_t t = idx / (size_t) I, i = idx % (size_t) I;
+        const trn_bf16_t *row = gu + t * 2 * (size_t) I;
+        float g = trn_ld(row + i), u = trn_ld(row + I + i);
+        trn_st(a + idx, trn_round_bf16(g * s_sigmoid(g)) * u);
+    }
+}
+
+__global__ void
+s_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu, int T,
+             int I)
+{
+    size_t n = (size_t) T * (size_t) I;
+    S_FOR(idx, n)
+    {
+        size_t t = idx / (size_t) I, i = idx % (size_t) I;
+        const trn_bf16_t *row = gu + t * 2 * (size_t) I;
+        trn_bf16_t *drow = dgu + t * 2 * (size_t) I;
+        float g = trn_ld(row + i), u = trn_ld(row + I + i);
+        float d = trn_ld(da + idx);
+        float sg = s_sigmoid(g);
+        float silu = g * sg;
+        trn_st(drow + i, d * u * sg * (1.0f + g * (1.0f - sg)));
+        trn_st(drow + I + i, d * silu);
+    }
+}
+
+extern "C" lisa_rc_t
+trn_k_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I,
+                 trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(a && gu && T > 0 && I > 0);
+    size_t n = (size_t) T * (size_t) I;
+    s_swiglu_fwd<<<S_GRID(n), 256, 0, trn_stream(s)>>>(a, gu, T, I);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_k_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu,
+                 int T, int I, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(dgu && da && gu && T > 0 && I > 0);
+    size_t n = (size_t) T * (size_t) I;
+    s_swiglu_bwd<<<S_GRID(n), 256, 0, trn_stream(s)>>>(dgu, da, gu, T, I);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+/* splitmix64: a counter-based generator, so any element can be drawn
+ * independently of the others. */
+__device__ __forceinline__ uint64_t
+s_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void
+s_fill_normal(float *x, size_t n, uint64_t seed, float std)
+{
+    S_FOR(i, n)
+    {
+        uint64_t r = s_mix(seed ^ s_mix(i));
+        float u1 = ((float) (r >> 40) + 0.5f) / 16777216.0f;
+        float u2 = (float) ((r >> 16) & 0xffffffu) / 16777216.0f;
+        x[i] = std * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    }
+}
+
+__global__ void
+s_fill_const(float *x, size_t n, float v)
+{
+    S_FOR(i, n) x[i] = v;
+}
+
+extern "C" lisa_rc_t
+trn_k_fill_normal(float *x, size_t n, uint64_t seed, float std,
+                  trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(x);
+    if (n == 0)
+        return LISA_OK;
+    s_fill_normal<<<S_GRID(n), 256, 0, trn_stream(s)>>>(x, n, seed, std);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(x);
+    if (n == 0)
+        return LISA_OK;
+    s_fill_const<<<S_GRID(n), 256, 0, trn_stream(s)>>>(x, n, v);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+__global__ void
+s_gather_rows(trn_bf16_t *out, const trn_bf16_t *in, const int32_t *idx, int n,
+              int C)
+{
+    size_t total = (size_t) n * (size_t) C;
+    S_FOR(i, total)
+    {
+        size_t r = i / (size_t) C, c = i % (size_t) C;
+        out[i] = in[(size_t) idx[r] * (size_t) C + c];
+    }
+}
+
+extern "C" lisa_rc_t
+trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in, const int32_t *idx,
+                  int n, int C, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(out && in && idx && n > 0 && C > 0);
+    size_t total = (size_t) n * (size_t) C;
+    s_gather_rows<<<S_GRID(total), 256, 0, trn_stream(s)>>>(out, in, idx, n, C);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}

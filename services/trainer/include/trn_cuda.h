@@ -1,0 +1,218 @@
+/*
+ * trn_cuda: the trainer's GPU kernels behind a plain C11 interface.
+ *
+ * Only the .cu files in services/trainer/cuda/ include CUDA headers; the
+ * rest of the trainer sees opaque device pointers and these launchers. Every
+ * launcher takes the stream it runs on (NULL: the default stream), checks its
+ * arguments, launches, checks the launch and returns a lisa_rc_t.
+ *
+ * Conventions:
+ *  - Tensors are row-major. A Linear weight is [out, in] as in PyTorch.
+ *  - bf16 values travel as uint16_t (the upper half of an IEEE float32).
+ *  - "fp32" buffers are float. The residual stream and every gradient that
+ *    accumulates over micro-batches are fp32; matrix-product inputs are bf16.
+ *  - Reductions (norms, softmax, log-sum-exp) accumulate in fp32.
+ *  - Each kernel has a plain-C reference (services/trainer/cpu/) that the
+ *    GPU tests compare against.
+ */
+#ifndef TRN_CUDA_H
+#define TRN_CUDA_H
+
+#include "lisa/lisa_rc.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t trn_bf16_t;
+typedef struct trn_cuda_stream trn_cuda_stream_t; /* a cudaStream_t */
+typedef struct trn_blas trn_blas_t; /* cuBLASLt handle + workspace */
+
+/* --- device, memory, streams ------------------------------------------ */
+
+/* Selects device `dev` for the calling thread; LISA_UNAVAILABLE if absent. */
+lisa_rc_t trn_cuda_set_device(int dev);
+/* Number of visible CUDA devices (0 when no driver). */
+int trn_cuda_device_count(void);
+/* Device memory of `bytes` (NULL on failure, logged). */
+void *trn_cuda_malloc(size_t bytes);
+/* Frees *p and sets it to NULL; safe on NULL. */
+void trn_cuda_free(void *pp);
+/* Host <-> device copies (synchronous). */
+lisa_rc_t trn_cuda_upload(void *dst, const void *src, size_t bytes);
+lisa_rc_t trn_cuda_download(void *dst, const void *src, size_t bytes);
+/* Device-to-device copy of `bytes` on `s`. */
+lisa_rc_t trn_cuda_copy(void *dst, const void *src, size_t bytes,
+                        trn_cuda_stream_t *s);
+/* Sets `bytes` of device memory to byte value `v` on `s`. */
+lisa_rc_t trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s);
+/* Waits for all work on the device. */
+lisa_rc_t trn_cuda_sync(void);
+/* Host-side bf16 conversions are trn_f32_to_bf16 / trn_bf16_to_f32
+ * (trn_safetensors.h). */
+
+/* --- matrix products (cuBLASLt, bf16 inputs, fp32 accumulation) -------- */
+
+/* A cuBLASLt handle with a workspace; NULL on failure. */
+trn_blas_t *trn_blas_new(void);
+void trn_blas_destroy(trn_blas_t **self);
+
+/* y[T,N] (= or +=, per `accumulate`) x[T,K] @ w[N,K]^T.
+ * y is fp32 when y_f32 is non-NULL, else bf16 into y_bf16. */
+lisa_rc_t trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
+                         const trn_bf16_t *x, const trn_bf16_t *w, int T, int K,
+                         int N, int accumulate, trn_cuda_stream_t *s);
+/* dx[T,K] (bf16, overwritten) = dy[T,N] @ w[N,K]. */
+lisa_rc_t trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx,
+                              const trn_bf16_t *dy, const trn_bf16_t *w, int T,
+                              int K, int N, trn_cuda_stream_t *s);
+/* dw[N,K] (fp32) += dy[T,N]^T @ x[T,K]. */
+lisa_rc_t trn_linear_bwd_weight(trn_blas_t *b, float *dw, const trn_bf16_t *dy,
+                                const trn_bf16_t *x, int T, int K, int N,
+                                trn_cuda_stream_t *s);
+
+/* --- element-wise and row kernels -------------------------------------- */
+
+/* out[i] = bf16(in[i]) for n values. */
+lisa_rc_t trn_k_f32_to_bf16(trn_bf16_t *out, const float *in, size_t n,
+                            trn_cuda_stream_t *s);
+/* out[i] = float(in[i]) for n values. */
+lisa_rc_t trn_k_bf16_to_f32(float *out, const trn_bf16_t *in, size_t n,
+                            trn_cuda_stream_t *s);
+
+/* Embedding: x[t,:] = float(table[ids[t],:]) for t < T. Ids >= vocab are an
+ * error reported through *bad (device int, may be NULL) and give zeros. */
+lisa_rc_t trn_k_embed_fwd(float *x, const trn_bf16_t *table, const int32_t *ids,
+                          int T, int C, int vocab, trn_cuda_stream_t *s);
+/* dtable[ids[t],:] += dx[t,:] (fp32 atomics). */
+lisa_rc_t trn_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids,
+                          int T, int C, int vocab, trn_cuda_stream_t *s);
+
+/* RMSNorm as Qwen3RMSNorm: out = w * bf16(x * rsqrt(mean(x^2) + eps)).
+ * Rows are `rows` vectors of `dim` values, `group` of them side by side in
+ * each line of a buffer: row r starts at (r/group)*stride + (r%group)*dim
+ * (group 1: row r at r*stride; group = heads: Qwen3's per-head q/k norms
+ * inside a fused q|k|v row). Input is fp32 (in_f32) or bf16 (in_bf16).
+ * rstd[r] is saved for the backward pass. */
+lisa_rc_t trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
+                            const float *in_f32, const trn_bf16_t *in_bf16,
+                            int in_stride, const trn_bf16_t *w, int rows,
+                            int dim, int group, float eps,
+                            trn_cuda_stream_t *s);
+/* Backward of trn_k_rmsnorm_fwd. dout is bf16 rows (stride dout_stride).
+ * dx is written (fp32 when dx_f32, accumulating if accumulate; else bf16 at
+ * dx_bf16, overwritten, stride dx_stride); dw (fp32, [dim]) accumulates. */
+lisa_rc_t trn_k_rmsnorm_bwd(float *dx_f32, trn_bf16_t *dx_bf16, int dx_stride,
+                            int accumulate, float *dw, const trn_bf16_t *dout,
+                            int dout_stride, const float *in_f32,
+                            const trn_bf16_t *in_bf16, int in_stride,
+                            const trn_bf16_t *w, const float *rstd, int rows,
+                            int dim, int group, trn_cuda_stream_t *s);
+
+/* Half-split RoPE, in place, on `heads` heads of width D for each token t
+ * at x + t*stride + h*D, with positions pos[t], as transformers computes it
+ * (inv_freq in fp32, cos/sin rounded to bf16). inverse=1 applies the
+ * transpose (the backward pass). */
+lisa_rc_t trn_k_rope(trn_bf16_t *x, int stride, const int32_t *pos, int T,
+                     int heads, int D, float theta, int inverse,
+                     trn_cuda_stream_t *s);
+
+/* SwiGLU: a[t,i] = silu(gu[t,i]) * gu[t,I+i] with gu = [gate | up]. */
+lisa_rc_t trn_k_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I,
+                           trn_cuda_stream_t *s);
+/* dgu from da and gu (both halves). */
+lisa_rc_t trn_k_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da,
+                           const trn_bf16_t *gu, int T, int I,
+                           trn_cuda_stream_t *s);
+
+/* --- attention ---------------------------------------------------------- */
+
+/* Causal grouped-query attention over packed sequences, without a T x T
+ * matrix in memory. q/k/v rows are at base + t*stride + head*D (q has H
+ * heads, k and v have Hk; query head h uses kv head h / (H/Hk)). seg[t] is
+ * the sequence index of token t (tokens of one sequence are contiguous);
+ * tokens attend only within their sequence. o is [T, H*D]; lse[h*T + t]
+ * keeps the log-sum-exp for the backward pass. */
+lisa_rc_t trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+                         const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                         const int32_t *seg, int T, int H, int Hk, int D,
+                         trn_cuda_stream_t *s);
+/* Backward: dq/dk/dv written at the same layout as q/k/v (stride dstride),
+ * overwritten. `scratch` holds T*H floats. */
+lisa_rc_t trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv,
+                         int dstride, float *scratch, const trn_bf16_t *dout,
+                         const trn_bf16_t *o, const float *lse,
+                         const trn_bf16_t *q, const trn_bf16_t *k,
+                         const trn_bf16_t *v, int stride, const int32_t *seg,
+                         int T, int H, int Hk, int D, trn_cuda_stream_t *s);
+
+/* --- log-probs of chosen tokens ---------------------------------------- */
+
+/* For `rows` rows of fp32 logits [rows, V] (scaled by inv_temp):
+ * logprob[r] = log softmax(logits[r])[target[r]], entropy[r] (may be NULL).
+ * With dlogits non-NULL also writes the backward: dlogits[r,j] (bf16) =
+ * inv_temp * (g[r] * (1{j=target} - p_j) + ge[r] * dH/dz_j), where g and ge
+ * (may be NULL) are the gradients of the loss w.r.t. logprob and entropy.
+ * Targets < 0 mark rows to skip (logprob 0, zero gradient). */
+lisa_rc_t trn_k_logprob(float *logprob, float *entropy, trn_bf16_t *dlogits,
+                        const float *logits, const int32_t *target,
+                        const float *g, const float *ge, int rows, int V,
+                        float inv_temp, trn_cuda_stream_t *s);
+
+/* --- initialisation ---------------------------------------------------- */
+
+/* x[i] = std * N(0,1), from a counter-based generator keyed by seed. */
+lisa_rc_t trn_k_fill_normal(float *x, size_t n, uint64_t seed, float std,
+                            trn_cuda_stream_t *s);
+/* x[i] = v. */
+lisa_rc_t trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s);
+
+/* --- generation ----------------------------------------------------------- */
+
+/* Writes the k and v rows of T new tokens (k at k + t*stride, v likewise,
+ * Hk*D values each) into the caches at [slot[t]][pos[t]]; cache rows are
+ * Hk*D values, max_len per slot. */
+lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
+                         const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                         const int32_t *slot, const int32_t *pos, int T,
+                         int HkD, int max_len, trn_cuda_stream_t *s);
+/* Attention of T new tokens (q rows at q + t*stride) over their slot's
+ * cache positions 0..pos[t]; o is [T, H*D]. */
+lisa_rc_t trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+                            const trn_bf16_t *cache_k,
+                            const trn_bf16_t *cache_v, const int32_t *slot,
+                            const int32_t *pos, int T, int H, int Hk, int D,
+                            int max_len, trn_cuda_stream_t *s);
+/* out[i,:] = in[idx[i],:] for n rows of C bf16 values. */
+lisa_rc_t trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in,
+                            const int32_t *idx, int n, int C,
+                            trn_cuda_stream_t *s);
+/* Samples one token per row of fp32 logits [n, V] with per-row
+ * temperature, top_p, top_k and seed; writes the token and its logprob
+ * (see trn_sample_t in trn_gpu_model.h). */
+lisa_rc_t trn_k_sample(int32_t *tok, float *lp, const float *logits,
+                       const float *temperature, const float *top_p,
+                       const int32_t *top_k, const uint64_t *seed, int n, int V,
+                       trn_cuda_stream_t *s);
+
+/* --- optimizer ----------------------------------------------------------- */
+
+/* out[0] += sum(x[i]^2) (fp32, device scalar) over n values. */
+lisa_rc_t trn_k_sumsq(float *out, const float *x, size_t n,
+                      trn_cuda_stream_t *s);
+/* AdamW on fp32 master weights with decoupled weight decay; the gradient is
+ * multiplied by min(1, clip / sqrt(*sumsq)) when clip > 0 (sumsq on device).
+ * Writes the bf16 copy of the weights when wbf16 is non-NULL. */
+lisa_rc_t trn_k_adamw(float *w, trn_bf16_t *wbf16, float *m, float *v,
+                      const float *grad, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, int step,
+                      float clip, const float *sumsq, trn_cuda_stream_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,121 @@
+/*
+ * trn_gpu_model: the Qwen3 model of trn_model.h on one CUDA device.
+ *
+ * Weights live on the device as fp32 master copies plus bf16 working
+ * copies, in the same tensor order as the CPU model's contiguous parameter
+ * array, so q|k|v and gate|up are adjacent rows and each pair runs as one
+ * fused matrix product. Activations: the residual stream is fp32; matrix
+ * inputs are bf16. The backward pass recomputes each layer's internals
+ * from its saved input (layer-level activation recomputation), so memory
+ * grows as layers x tokens x hidden_size only.
+ *
+ * The CPU model (services/trainer/cpu/) is the reference; the GPU tests
+ * compare log-probabilities and every gradient against it.
+ */
+#ifndef TRN_GPU_MODEL_H
+#define TRN_GPU_MODEL_H
+
+#include "trn_dist.h"
+#include "trn_model.h"
+
+typedef struct trn_gpu_model trn_gpu_model_t;
+
+/* A device copy of `src` (config and weights) on the current device; NULL
+ * on failure (logged, reason in err). */
+trn_gpu_model_t *trn_gpu_model_new(const trn_model_t *src, trn_err_t *err);
+/* A model of config `cfg` with weights drawn on the device from
+ * N(0, std^2) (norm weights 1), seeded; for benchmarks at real shapes. */
+trn_gpu_model_t *trn_gpu_model_new_random(const trn_config_t *cfg,
+                                          uint64_t seed, float std,
+                                          trn_err_t *err);
+/* The model's configuration (borrowed) and parameter count. */
+const trn_config_t *trn_gpu_model_config(const trn_gpu_model_t *g);
+size_t trn_gpu_model_num_params(const trn_gpu_model_t *g);
+/* Frees device memory; safe on NULL and twice. */
+void trn_gpu_model_destroy(trn_gpu_model_t **g);
+
+/* Forward for training, as trn_model_forward: logp[t] and, when entropy is
+ * not NULL, the entropy of each position's distribution (host arrays).
+ * Keeps what backward needs. */
+lisa_rc_t trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b,
+                                float *logp, float *entropy,
+                                trn_err_t *err) LISA_NODISCARD;
+/* Backward of the last forward: adds gradients (device, fp32) given
+ * d(loss)/d(logp) and, when not NULL, d(loss)/d(entropy). */
+lisa_rc_t trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
+                                 const float *dentropy,
+                                 trn_err_t *err) LISA_NODISCARD;
+/* Sets every device gradient to zero. */
+lisa_rc_t trn_gpu_model_zero_grad(trn_gpu_model_t *g) LISA_NODISCARD;
+/* Copies the device gradients into dst's gradients (same config). */
+lisa_rc_t trn_gpu_model_download_grads(trn_gpu_model_t *g,
+                                       trn_model_t *dst) LISA_NODISCARD;
+/* Copies the device fp32 master weights into dst's weights. */
+lisa_rc_t trn_gpu_model_download_weights(trn_gpu_model_t *g,
+                                         trn_model_t *dst) LISA_NODISCARD;
+
+/* One AdamW step over all parameters with global-norm clipping (clip <= 0:
+ * none); *grad_norm (may be NULL) receives the norm before clipping. A
+ * non-finite norm skips the update, zeroes the gradients and returns
+ * LISA_AGAIN. */
+lisa_rc_t trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1,
+                              float beta2, float eps, float weight_decay,
+                              float clip, float *grad_norm) LISA_NODISCARD;
+
+/* AdamW state of a one-rank model: step count and the m and v arrays
+ * (trn_gpu_model_num_params values each, host memory); LISA_UNSUPPORTED
+ * once the model is data parallel. */
+lisa_rc_t trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m,
+                                  float *v) LISA_NODISCARD;
+lisa_rc_t trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step,
+                                  const float *m,
+                                  const float *v) LISA_NODISCARD;
+
+/* Makes the model one data-parallel replica of `d` (not owned; NULL: back
+ * to one rank is not supported). From then on trn_gpu_model_adamw is
+ * ZeRO-1: gradients are reduce-scattered (summed, so losses must be
+ * normalised by whole-batch counts), each rank updates only its shard of
+ * the fp32 master weights and optimizer state, and the bf16 weights are
+ * all-gathered. Call before the first step. */
+lisa_rc_t trn_gpu_model_set_dist(trn_gpu_model_t *g,
+                                 trn_dist_t *d) LISA_NODISCARD;
+
+/* --- generation ---------------------------------------------------------
+ * A KV cache of `slots` sequences of up to `max_len` positions on the
+ * device; each engine request owns a slot while it generates. */
+typedef struct trn_gpu_kv trn_gpu_kv_t;
+
+trn_gpu_kv_t *trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len,
+                             trn_err_t *err);
+void trn_gpu_kv_destroy(trn_gpu_kv_t **kv);
+void trn_gpu_kv_reset(trn_gpu_kv_t *kv, size_t slot);
+size_t trn_gpu_kv_len(const trn_gpu_kv_t *kv, size_t slot);
+
+/* Sampling of one sequence. temperature <= 0 or top_k == 1: greedy.
+ * top_p in (0, 1]; top_k 0: no limit. The logprob reported for a sampled
+ * token is log softmax(logits / temperature) over the whole vocabulary
+ * (temperature 1 when greedy): what a training forward at the same
+ * temperature computes, whatever top_p / top_k truncated. */
+typedef struct {
+    float temperature;
+    float top_p;
+    int top_k;
+    uint64_t seed; /* mixed with the position, so each step differs */
+} trn_sample_t;
+
+/* Appends n_new[i] tokens (tokens[i]) to slot slots[i] for each of n
+ * sequences (distinct slots; prefill and decode in one call), then for each
+ * sequence: the logits of its last token (logits, host n x vocab, may be
+ * NULL) and, when `sp` is not NULL, a sampled next token and its logprob
+ * (out_tok, out_lp). The sampled token is not appended. */
+lisa_rc_t trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
+                             const size_t *slots, const int32_t *const *tokens,
+                             const size_t *n_new, const trn_sample_t *sp,
+                             int32_t *out_tok, float *out_lp, float *logits,
+                             trn_err_t *err) LISA_NODISCARD;
+
+/* Device pointers to the fp32 gradient array and its length, for
+ * collective reductions across ranks. */
+float *trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n);
+
+#endif

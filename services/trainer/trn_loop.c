@@ -1,0 +1,802 @@
+/*
+ * trn_loop: the synchronous RL loop (see trn_loop.h).
+ */
+#include "trn_loop.h"
+
+#include "lisa.pb-c.h"
+#include "lisa/lisa_codec.h"
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+#include "lisa/lisa_rpc.h"
+#include "trn_advantage.h"
+#include "trn_ckpt.h"
+#include "trn_metrics.h"
+#include "trn_traj.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define S_WAIT_CHUNK_MS 5000u /* one WaitReq */
+#define S_VAL_CHUNK     64u   /* validation prompts per enqueue */
+
+/* One rollout of a step. */
+typedef struct {
+    char *id;
+    size_t task; /* index of its prompt in the batch (its group) */
+    const char *ds;
+    bool terminal, ok, kept;
+    double reward;
+    uint32_t attempt;
+    trn_traj_t traj;
+} s_ro_t;
+
+typedef struct {
+    const trn_loop_args_t *a;
+    const trn_run_cfg_t *c;
+    lisa_rpc_t *rpc;
+    FILE *mf;
+    uint64_t version;
+    trn_step_cfg_t scfg;
+    trn_failed_t failed;
+    bool drop_equal, bf16;
+    char *err;
+    size_t errlen;
+} s_loop_t;
+
+static double
+s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static lisa_rc_t s_fail(s_loop_t *L, lisa_rc_t rc, const char *fmt, ...)
+    LISA_PRINTF(3, 4);
+static lisa_rc_t
+s_fail(s_loop_t *L, lisa_rc_t rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->err, L->errlen, fmt, ap);
+    va_end(ap);
+    lisa_log_error("loop: %s", L->err);
+    return rc;
+}
+
+/* One broker call; a silent broker is LISA_UNAVAILABLE. */
+static lisa_rc_t
+s_call(s_loop_t *L, Lisa__Request *req, uint64_t timeout_ms, Lisa__Reply **rep,
+       const char *what)
+{
+    req->version = LISA_PROTOCOL_VERSION;
+    *rep = NULL;
+    lisa_rc_t rc = lisa_rpc_call(L->rpc, req, (int) timeout_ms, rep);
+    if (rc != LISA_OK) {
+        lisa_rpc_reply_free(rep);
+        return s_fail(L, LISA_UNAVAILABLE,
+                      "broker %s did not answer %s within %llu ms (%s)",
+                      L->c->broker, what, (unsigned long long) timeout_ms,
+                      lisa_rc_str(rc));
+    }
+    rc = lisa_rpc_reply_rc(*rep);
+    if (rc != LISA_OK) {
+        rc = s_fail(L, rc == LISA_INVALID ? LISA_INVALID : LISA_UNAVAILABLE,
+                    "broker refused %s: %s", what, (*rep)->error);
+        lisa_rpc_reply_free(rep);
+    }
+    return rc;
+}
+
+static lisa_rc_t
+s_policy(s_loop_t *L, bool set, uint64_t v, uint64_t *out)
+{
+    Lisa__PolicyReq p = LISA__POLICY_REQ__INIT;
+    Lisa__Request req = LISA__REQUEST__INIT;
+    p.set = set;
+    p.version = v;
+    req.body_case = LISA__REQUEST__BODY_POLICY;
+    req.policy = &p;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(L, &req, L->c->rpc_timeout_ms, &rep, "PolicyReq");
+    if (rc == LISA_OK && out)
+        *out = rep->policy ? rep->policy->version : 0;
+    lisa_rpc_reply_free(&rep);
+    return rc;
+}
+
+static void
+s_ros_free(s_ro_t *ros, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        lisa_free(&ros[i].id);
+        trn_traj_free(&ros[i].traj);
+    }
+    lisa_free(&ros);
+}
+
+/* Enqueues tasks idx[nt] of d with n rollouts each; *ros gets nt * n
+ * records in order. */
+static lisa_rc_t
+s_enqueue(s_loop_t *L, const trn_data_t *d, const size_t *idx, size_t nt,
+          uint32_t n, bool val, uint64_t step, char *key, s_ro_t **ros_out)
+{
+    const trn_run_cfg_t *c = L->c;
+    Lisa__TaskSpec *ts = lisa_calloc(nt, sizeof *ts);
+    Lisa__TaskSpec **tp = lisa_calloc(nt, sizeof *tp);
+    Lisa__Limits lim = LISA__LIMITS__INIT;
+    lim.max_turns = (uint32_t) c->max_turns;
+    lim.max_context_tokens = (uint32_t) c->max_context;
+    lim.max_tokens_per_call = (uint32_t) c->max_tokens_per_call;
+    lim.deadline_ms = c->trajectory_timeout_ms;
+    lim.temperature = (float) (val ? c->val_temperature : c->temperature);
+    lim.top_p = (float) (val ? c->val_top_p : c->top_p);
+    size_t nfiles = 0;
+    for (size_t i = 0; i < nt; i++)
+        nfiles += trn_data_get(d, idx[i])->n_docs;
+    Lisa__File *files = lisa_calloc(nfiles + 1, sizeof *files);
+    Lisa__File **fp = lisa_calloc(nfiles + 1, sizeof *fp);
+    size_t fi = 0;
+    for (size_t i = 0; i < nt; i++) {
+        const trn_sample_t *s = trn_data_get(d, idx[i]);
+        lisa__task_spec__init(&ts[i]);
+        ts[i].task_id = s->id;
+        ts[i].data_source = s->data_source;
+        ts[i].problem_statement = s->problem;
+        ts[i].ground_truth = s->ground_truth;
+        ts[i].extra_info_json = s->extra_json;
+        ts[i].n = n;
+        ts[i].limits = &lim;
+        ts[i].max_attempts = (uint32_t) c->max_attempts;
+        ts[i].files = &fp[fi];
+        ts[i].n_files = s->n_docs;
+        for (size_t k = 0; k < s->n_docs; k++, fi++) {
+            lisa__file__init(&files[fi]);
+            files[fi].path = s->docs[k].name;
+            files[fi].content.data = (uint8_t *) s->docs[k].content;
+            files[fi].content.len = s->docs[k].len;
+            fp[fi] = &files[fi];
+        }
+        tp[i] = &ts[i];
+    }
+    Lisa__EnqueueReq eq = LISA__ENQUEUE_REQ__INIT;
+    char run[160];
+    snprintf(run, sizeof run, "%s", L->a->run_id);
+    eq.run_id = run;
+    eq.step = step;
+    eq.policy_version = L->version;
+    eq.mode = val ? LISA__MODE__MODE_VAL : LISA__MODE__MODE_TRAIN;
+    eq.tasks = tp;
+    eq.n_tasks = nt;
+    eq.idempotency_key = key;
+    Lisa__Request req = LISA__REQUEST__INIT;
+    req.body_case = LISA__REQUEST__BODY_ENQUEUE;
+    req.enqueue = &eq;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(L, &req, L->c->rpc_timeout_ms, &rep, "EnqueueReq");
+    if (rc == LISA_OK) {
+        Lisa__EnqueueRep *er = rep->enqueue;
+        if (!er || er->n_rollout_ids != nt * n) {
+            rc = s_fail(L, LISA_UNAVAILABLE,
+                        "broker returned %zu rollout ids for %zu",
+                        er ? er->n_rollout_ids : 0, nt * n);
+        } else {
+            s_ro_t *ros = lisa_calloc(nt * n, sizeof *ros);
+            for (size_t i = 0; i < nt * n; i++) {
+                ros[i].id = lisa_strdup(er->rollout_ids[i]);
+                ros[i].task = i / n;
+                ros[i].ds = trn_data_get(d, idx[i / n])->data_source;
+            }
+            *ros_out = ros;
+        }
+    }
+    lisa_rpc_reply_free(&rep);
+    lisa_free(&files);
+    lisa_free(&fp);
+    lisa_free(&ts);
+    lisa_free(&tp);
+    return rc;
+}
+
+static s_ro_t *
+s_find(s_ro_t *ros, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ros[i].id, id) == 0)
+            return &ros[i];
+    return NULL;
+}
+
+static void
+s_cancel(s_loop_t *L, char **ids, size_t n)
+{
+    Lisa__CancelReq cq = LISA__CANCEL_REQ__INIT;
+    cq.rollout_ids = ids;
+    cq.n_rollout_ids = n;
+    static char reason[] = "trainer step deadline";
+    cq.reason = reason;
+    Lisa__Request req = LISA__REQUEST__INIT;
+    req.body_case = LISA__REQUEST__BODY_CANCEL;
+    req.cancel = &cq;
+    Lisa__Reply *rep = NULL;
+    (void) s_call(L, &req, L->c->rpc_timeout_ms, &rep, "CancelReq");
+    lisa_rpc_reply_free(&rep);
+}
+
+/* Waits until every rollout is terminal or the deadline passes (the rest
+ * is cancelled and counted failed). */
+static lisa_rc_t
+s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
+{
+    char **ids = lisa_calloc(n, sizeof *ids);
+    lisa_rc_t rc = LISA_OK;
+    *timed_out = 0;
+    for (;;) {
+        size_t np = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!ros[i].terminal)
+                ids[np++] = ros[i].id;
+        if (np == 0)
+            break;
+        if (L->a->stop && *L->a->stop) {
+            s_cancel(L, ids, np);
+            rc = s_fail(L, LISA_AGAIN, "stopped by signal");
+            break;
+        }
+        double left = deadline - s_now();
+        if (left <= 0) {
+            lisa_log_warn("loop: %zu rollouts past the step deadline; "
+                          "cancelling them",
+                          np);
+            s_cancel(L, ids, np);
+            for (size_t i = 0; i < n; i++)
+                if (!ros[i].terminal) {
+                    ros[i].terminal = true;
+                    (*timed_out)++;
+                }
+            break;
+        }
+        uint64_t chunk = (uint64_t) (left * 1000.0) + 1;
+        if (chunk > S_WAIT_CHUNK_MS)
+            chunk = S_WAIT_CHUNK_MS;
+        Lisa__WaitReq wq = LISA__WAIT_REQ__INIT;
+        wq.rollout_ids = ids;
+        wq.n_rollout_ids = np;
+        wq.timeout_ms = chunk;
+        Lisa__Request req = LISA__REQUEST__INIT;
+        req.body_case = LISA__REQUEST__BODY_WAIT;
+        req.wait = &wq;
+        Lisa__Reply *rep = NULL;
+        req.version = LISA_PROTOCOL_VERSION;
+        uint64_t tmo = chunk + L->c->rpc_timeout_ms;
+        rc = lisa_rpc_call(L->rpc, &req, (int) tmo, &rep);
+        if (rc != LISA_OK) {
+            lisa_rpc_reply_free(&rep);
+            rc =
+                s_fail(L, LISA_UNAVAILABLE,
+                       "broker %s did not answer WaitReq within %llu ms (%s)",
+                       L->c->broker, (unsigned long long) tmo, lisa_rc_str(rc));
+            break;
+        }
+        /* a wait that ran out is answered CODE_TIMEOUT: nothing new yet */
+        rc = lisa_rpc_reply_rc(rep);
+        if (rc == LISA_TIMEOUT) {
+            rc = LISA_OK;
+        } else if (rc != LISA_OK) {
+            rc = s_fail(L, LISA_UNAVAILABLE, "broker refused WaitReq: %s",
+                        rep->error);
+            lisa_rpc_reply_free(&rep);
+            break;
+        }
+        Lisa__WaitRep *wr = rep->wait;
+        for (size_t i = 0; wr && i < wr->n_rollouts; i++) {
+            const Lisa__Rollout *r = wr->rollouts[i];
+            s_ro_t *ro = s_find(ros, n, r->rollout_id);
+            if (!ro || ro->terminal)
+                continue;
+            ro->terminal = true;
+            ro->attempt = r->attempts;
+            ro->ok = r->state == LISA__ROLLOUT_STATE__ROLLOUT_SUCCEEDED &&
+                     r->has_reward && r->reward && isfinite(r->reward->value);
+            ro->reward = ro->ok ? r->reward->value : 0.0;
+            if (!ro->ok)
+                lisa_log_info("loop: rollout %s ended %s: %s", ro->id,
+                              r->state == LISA__ROLLOUT_STATE__ROLLOUT_SUCCEEDED
+                                  ? "without a reward"
+                                  : "failed",
+                              r->reason);
+        }
+        lisa_rpc_reply_free(&rep);
+    }
+    lisa_free(&ids);
+    return rc;
+}
+
+/* Fetches the final attempt's spans of a rollout and builds its
+ * sequences. LISA_INVALID (logged) leaves it without sequences. */
+static lisa_rc_t
+s_spans(s_loop_t *L, s_ro_t *ro)
+{
+    Lisa__QueryReq q = LISA__QUERY_REQ__INIT;
+    char *ids[1] = {ro->id};
+    q.rollout_ids = ids;
+    q.n_rollout_ids = 1;
+    q.with_spans = true;
+    q.with_attempts = true;
+    Lisa__Request req = LISA__REQUEST__INIT;
+    req.body_case = LISA__REQUEST__BODY_QUERY;
+    req.query = &q;
+    Lisa__Reply *rep = NULL;
+    lisa_rc_t rc = s_call(L, &req, L->c->rpc_timeout_ms, &rep, "QueryReq");
+    if (rc != LISA_OK)
+        return rc;
+    Lisa__QueryRep *qr = rep->query;
+    size_t expected = 0, n = 0;
+    Lisa__Span **sp = NULL;
+    for (size_t i = 0; qr && i < qr->n_attempts; i++)
+        if (qr->attempts[i]->attempt == ro->attempt)
+            expected = qr->attempts[i]->span_count;
+    if (qr && qr->n_spans) {
+        sp = lisa_calloc(qr->n_spans, sizeof *sp);
+        for (size_t i = 0; i < qr->n_spans; i++)
+            if (qr->spans[i]->attempt == ro->attempt)
+                sp[n++] = qr->spans[i];
+    }
+    char why[256];
+    if (n == 0) {
+        lisa_log_warn("loop: rollout %s attempt %u has no spans", ro->id,
+                      ro->attempt);
+    } else if (trn_traj_build(sp, n, expected, TRN_MAX_BATCH_TOKENS, &ro->traj,
+                              why, sizeof why) != LISA_OK) {
+        lisa_log_warn("loop: rollout %s attempt %u: %s", ro->id, ro->attempt,
+                      why);
+    }
+    /* a sequence must start with an unsampled token (trn_step) */
+    for (size_t i = 0; i < ro->traj.n; i++)
+        if (ro->traj.seqs[i].len == 0 || ro->traj.seqs[i].mask[0]) {
+            lisa_log_warn("loop: rollout %s: a sequence starts with a "
+                          "sampled token; dropped",
+                          ro->id);
+            trn_traj_free(&ro->traj);
+            break;
+        }
+    lisa_free(&sp);
+    lisa_rpc_reply_free(&rep);
+    return LISA_OK;
+}
+
+/* Applies the failed / equal-reward policies: sets ->kept; returns the
+ * number of groups dropped. */
+static size_t
+s_select(s_loop_t *L, s_ro_t *ros, size_t n, size_t ntask)
+{
+    size_t dropped = 0;
+    for (size_t t = 0; t < ntask; t++) {
+        bool any_failed = false;
+        for (size_t i = 0; i < n; i++)
+            if (ros[i].task == t && !(ros[i].ok && ros[i].traj.n))
+                any_failed = true;
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            s_ro_t *r = &ros[i];
+            if (r->task != t)
+                continue;
+            bool usable = r->traj.n > 0;
+            switch (L->failed) {
+            case TRN_FAILED_DROP_GROUP:
+                r->kept = usable && r->ok && !any_failed;
+                break;
+            case TRN_FAILED_MASK:
+                r->kept = usable && r->ok;
+                break;
+            case TRN_FAILED_ZERO:
+                r->kept = usable;
+                if (!r->ok)
+                    r->reward = 0.0;
+                break;
+            }
+            kept += r->kept;
+        }
+        bool equal = true;
+        double first = NAN;
+        for (size_t i = 0; i < n; i++)
+            if (ros[i].task == t && ros[i].kept) {
+                if (isnan(first))
+                    first = ros[i].reward;
+                else if (ros[i].reward != first)
+                    equal = false;
+            }
+        if (kept && equal && L->drop_equal) {
+            for (size_t i = 0; i < n; i++)
+                if (ros[i].task == t)
+                    ros[i].kept = false;
+            kept = 0;
+        }
+        if (!kept)
+            dropped++;
+    }
+    return dropped;
+}
+
+static void
+s_val_metrics(s_loop_t *L, uint64_t step, s_ro_t *ros, size_t n, double secs)
+{
+    trn_metrics_t *m = trn_metrics_new();
+    trn_metrics_set_str(m, "kind", "val");
+    trn_metrics_set(m, "step", (double) step);
+    trn_metrics_set(m, "policy_version", (double) L->version);
+    const char **g = lisa_calloc(n ? n : 1, sizeof *g);
+    double *x = lisa_calloc(n ? n : 1, sizeof *x);
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        g[i] = ros[i].ds;
+        x[i] = ros[i].ok ? ros[i].reward : 0.0;
+        failed += !ros[i].ok;
+    }
+    trn_metrics_by_group(m, "val/reward", g, x, n);
+    trn_metrics_stats(m, "val/reward", x, n);
+    trn_metrics_set(m, "val/rollouts", (double) n);
+    trn_metrics_set(m, "val/failed", (double) failed);
+    trn_metrics_set(m, "time/val_s", secs);
+    if (trn_metrics_write(m, L->mf) != LISA_OK)
+        lisa_log_warn("loop: cannot write the metrics file");
+    lisa_free(&g);
+    lisa_free(&x);
+    trn_metrics_destroy(&m);
+}
+
+static lisa_rc_t
+s_validate(s_loop_t *L, uint64_t step)
+{
+    const trn_data_t *d = L->a->val;
+    size_t nv = trn_data_len(d);
+    if (nv == 0)
+        return LISA_OK;
+    double t0 = s_now();
+    uint32_t vn = (uint32_t) L->c->val_n;
+    s_ro_t *all = lisa_calloc(nv * vn, sizeof *all);
+    size_t nall = 0;
+    lisa_rc_t rc = LISA_OK;
+    size_t *idx = lisa_calloc(S_VAL_CHUNK, sizeof *idx);
+    for (size_t off = 0; off < nv && rc == LISA_OK; off += S_VAL_CHUNK) {
+        size_t nt = nv - off < S_VAL_CHUNK ? nv - off : S_VAL_CHUNK;
+        for (size_t i = 0; i < nt; i++)
+            idx[i] = off + i;
+        char key[256];
+        snprintf(key, sizeof key, "%s:%llu:val:%zu", L->a->run_id,
+                 (unsigned long long) step, off);
+        s_ro_t *ros = NULL;
+        rc = s_enqueue(L, d, idx, nt, vn, true, step, key, &ros);
+        if (rc != LISA_OK)
+            break;
+        size_t to = 0;
+        rc = s_wait(L, ros, nt * vn,
+                    s_now() + (double) L->c->step_timeout_ms / 1000.0, &to);
+        memcpy(all + nall, ros, nt * vn * sizeof *ros);
+        nall += nt * vn;
+        lisa_free(&ros);
+    }
+    if (rc == LISA_OK)
+        s_val_metrics(L, step, all, nall, s_now() - t0);
+    s_ros_free(all, nall);
+    lisa_free(&idx);
+    return rc;
+}
+
+static lisa_rc_t
+s_checkpoint(s_loop_t *L, uint64_t step)
+{
+    trn_ckpt_state_t st = {0};
+    st.global_step = step;
+    st.policy_version = L->version;
+    snprintf(st.run_id, sizeof st.run_id, "%s", L->a->run_id);
+    st.data_seed = L->c->seed;
+    st.batch_size = (uint64_t) L->c->batch_size;
+    st.n_train = trn_data_len(L->a->train);
+    trn_err_t err = {{0}};
+    lisa_rc_t rc = trn_ckpt_save(L->a->backend, L->c->out_dir, &st, L->bf16,
+                                 NULL, 0, &err);
+    if (rc != LISA_OK)
+        return s_fail(L, LISA_ERR, "checkpoint of step %llu: %s",
+                      (unsigned long long) step, err.msg);
+    return LISA_OK;
+}
+
+/* How far the engine's log-probs are from the trainer's recomputation
+ * (same weights): mean and max |diff| over sampled tokens. A large value
+ * means the engine and the trainer disagree (verl's rollout_probs_diff). */
+static void
+s_logp_diff(s_loop_t *L, const trn_rollouts_t *r, size_t ntok, trn_metrics_t *m)
+{
+    trn_backend_t *b = L->a->backend;
+    if (!b->ops->logprobs)
+        return;
+    float *lp = lisa_calloc(ntok ? ntok : 1, sizeof *lp);
+    trn_err_t err = {{0}};
+    if (b->ops->logprobs(b, &L->scfg, r, lp, &err) == LISA_OK) {
+        double sum = 0, mx = 0, n = 0;
+        for (size_t t = 0; t < ntok; t++)
+            if (r->mask[t]) {
+                double d = fabs((double) lp[t] - (double) r->rollout_logp[t]);
+                sum += d;
+                mx = d > mx ? d : mx;
+                n++;
+            }
+        trn_metrics_set(m, "rollout/logp_diff_mean", n > 0 ? sum / n : 0);
+        trn_metrics_set(m, "rollout/logp_diff_max", mx);
+    } else {
+        lisa_log_warn("loop: trainer log-probs: %s", err.msg);
+    }
+    lisa_free(&lp);
+}
+
+/* One training step. */
+static lisa_rc_t
+s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
+{
+    const trn_run_cfg_t *c = L->c;
+    double t0 = s_now();
+    uint32_t n = (uint32_t) c->n;
+    char key[256];
+    snprintf(key, sizeof key, "%s:%llu:train", L->a->run_id,
+             (unsigned long long) step);
+    s_ro_t *ros = NULL;
+    lisa_rc_t rc =
+        s_enqueue(L, L->a->train, idx, nt, n, false, step, key, &ros);
+    if (rc != LISA_OK)
+        return rc;
+    size_t nr = nt * n, timed_out = 0;
+    rc = s_wait(L, ros, nr, t0 + (double) c->step_timeout_ms / 1000.0,
+                &timed_out);
+    for (size_t i = 0; i < nr && rc == LISA_OK; i++)
+        if (ros[i].attempt > 0)
+            rc = s_spans(L, &ros[i]);
+    if (rc != LISA_OK) {
+        s_ros_free(ros, nr);
+        return rc;
+    }
+    double t_roll = s_now() - t0;
+    size_t dropped_groups = s_select(L, ros, nr, nt);
+
+    /* the batch */
+    size_t nseq = 0, ntok = 0, nkept = 0, nok = 0;
+    for (size_t i = 0; i < nr; i++) {
+        nok += ros[i].ok;
+        if (!ros[i].kept)
+            continue;
+        nkept++;
+        nseq += ros[i].traj.n;
+        for (size_t k = 0; k < ros[i].traj.n; k++)
+            ntok += ros[i].traj.seqs[k].len;
+    }
+    trn_metrics_t *m = trn_metrics_new();
+    trn_metrics_set_str(m, "kind", "train");
+    trn_metrics_set(m, "step", (double) step);
+    trn_metrics_set(m, "epoch", (double) epoch);
+    trn_metrics_set(m, "policy_version", (double) L->version);
+    {
+        const char **g = lisa_calloc(nr, sizeof *g);
+        double *x = lisa_calloc(nr, sizeof *x);
+        size_t k = 0;
+        for (size_t i = 0; i < nr; i++)
+            if (ros[i].ok) {
+                g[k] = ros[i].ds;
+                x[k++] = ros[i].reward;
+            }
+        trn_metrics_stats(m, "reward", x, k);
+        trn_metrics_by_group(m, "reward", g, x, k);
+        lisa_free(&g);
+        lisa_free(&x);
+    }
+    trn_metrics_set(m, "rollouts/total", (double) nr);
+    trn_metrics_set(m, "rollouts/succeeded", (double) nok);
+    trn_metrics_set(m, "rollouts/failed", (double) (nr - nok));
+    trn_metrics_set(m, "rollouts/timed_out", (double) timed_out);
+    trn_metrics_set(m, "rollouts/kept", (double) nkept);
+    trn_metrics_set(m, "groups/dropped", (double) dropped_groups);
+    trn_metrics_set(m, "batch/sequences", (double) nseq);
+    trn_metrics_set(m, "batch/tokens", (double) ntok);
+
+    size_t *off = lisa_calloc(nseq + 1, sizeof *off);
+    int32_t *tok = lisa_malloc((ntok ? ntok : 1) * sizeof *tok);
+    uint8_t *mask = lisa_malloc(ntok ? ntok : 1);
+    float *lp = lisa_malloc((ntok ? ntok : 1) * sizeof *lp);
+    int64_t *grp = lisa_calloc(nseq ? nseq : 1, sizeof *grp);
+    double *score = lisa_calloc(nseq ? nseq : 1, sizeof *score);
+    double *rlen = lisa_calloc(nseq ? nseq : 1, sizeof *rlen);
+    int64_t *rgrp = lisa_calloc(nr, sizeof *rgrp);
+    double *rsc = lisa_calloc(nr, sizeof *rsc), *adv = lisa_calloc(nr, 8);
+    size_t s = 0, t = 0, nrk = 0;
+    double resp_tokens = 0;
+    for (size_t i = 0; i < nr; i++) {
+        if (!ros[i].kept)
+            continue;
+        rgrp[nrk] = (int64_t) ros[i].task;
+        rsc[nrk++] = ros[i].reward;
+        for (size_t k = 0; k < ros[i].traj.n; k++) {
+            const trn_seq_t *q = &ros[i].traj.seqs[k];
+            memcpy(tok + t, q->tokens, q->len * sizeof *tok);
+            memcpy(mask + t, q->mask, q->len);
+            memcpy(lp + t, q->logp, q->len * sizeof *lp);
+            for (size_t u = 0; u < q->len; u++)
+                rlen[s] += q->mask[u];
+            resp_tokens += rlen[s];
+            t += q->len;
+            grp[s] = (int64_t) ros[i].task;
+            score[s] = ros[i].reward;
+            off[++s] = t;
+        }
+    }
+    if (nrk) {
+        trn_err_t ae;
+        if (trn_advantage(&L->scfg.adv, rsc, rgrp, nrk, adv, &ae) == LISA_OK)
+            trn_metrics_stats(m, "advantage", adv, nrk);
+    }
+    trn_metrics_stats(m, "response_length", rlen, nseq);
+    trn_metrics_set(m, "batch/response_tokens", resp_tokens);
+
+    double t1 = s_now(), t_train = 0;
+    if (nseq == 0) {
+        lisa_log_warn("loop: step %llu has no usable rollouts; no update",
+                      (unsigned long long) step);
+        trn_metrics_set(m, "update/skipped", 1);
+    } else {
+        rc = trn_engine_pause(L->a->engine, c->step_timeout_ms);
+        if (rc != LISA_OK) {
+            rc = s_fail(L, LISA_TIMEOUT,
+                        "engine did not drain for the weight update");
+            goto out;
+        }
+        trn_rollouts_t r = {.n_seqs = nseq,
+                            .seq_offsets = off,
+                            .tokens = tok,
+                            .mask = mask,
+                            .rollout_logp = lp,
+                            .old_logp = NULL,
+                            .group = grp,
+                            .score = score};
+        trn_step_out_t so;
+        memset(&so, 0, sizeof so);
+        trn_err_t err = {{0}};
+        s_logp_diff(L, &r, ntok, m);
+        rc = L->a->backend->ops->train_step(L->a->backend, &L->scfg, &r, &so,
+                                            &err);
+        t_train = s_now() - t1;
+        if (rc != LISA_OK) {
+            trn_engine_resume(L->a->engine, L->version);
+            rc = s_fail(L, LISA_ERR, "optimizer step %llu: %s",
+                        (unsigned long long) step, err.msg);
+            goto out;
+        }
+        uint64_t nv = L->version + 1;
+        rc = s_policy(L, true, nv, NULL);
+        if (rc != LISA_OK) {
+            trn_engine_resume(L->a->engine, L->version);
+            goto out;
+        }
+        L->version = nv;
+        trn_engine_resume(L->a->engine, nv);
+        trn_metrics_set(m, "update/skipped", so.skipped ? 1 : 0);
+        trn_metrics_set(m, "loss/total", so.loss);
+        trn_metrics_set(m, "loss/pg", so.pg_loss);
+        trn_metrics_set(m, "loss/kl", so.kl_loss);
+        trn_metrics_set(m, "actor/entropy", so.entropy);
+        trn_metrics_set(m, "actor/pg_clipfrac", so.pg_clipfrac);
+        trn_metrics_set(m, "actor/pg_clipfrac_lower", so.pg_clipfrac_lower);
+        trn_metrics_set(m, "actor/ppo_kl", so.ppo_kl);
+        trn_metrics_set(m, "actor/grad_norm", so.grad_norm);
+        trn_metrics_set(m, "actor/tokens", so.tokens);
+        trn_metrics_set(m, "actor/micro_batches", (double) so.micro_batches);
+        trn_metrics_set(m, "actor/lr", L->scfg.optim.lr);
+    }
+    trn_metrics_set(m, "policy_version_after", (double) L->version);
+    trn_metrics_set(m, "time/rollout_s", t_roll);
+    trn_metrics_set(m, "time/train_s", t_train);
+    trn_metrics_set(m, "time/step_s", s_now() - t0);
+    trn_metrics_set(m, "throughput/train_tokens_per_s",
+                    t_train > 0 ? (double) ntok / t_train : 0);
+    trn_metrics_set(m, "throughput/rollout_tokens_per_s",
+                    t_roll > 0 ? resp_tokens / t_roll : 0);
+    trn_engine_stats_t es = trn_engine_stats(L->a->engine);
+    trn_metrics_set(m, "engine/tokens_generated", (double) es.tokens_generated);
+    trn_metrics_set(m, "engine/requests", (double) es.requests);
+    if (trn_metrics_write(m, L->mf) != LISA_OK)
+        lisa_log_warn("loop: cannot write the metrics file");
+    lisa_log_info("loop: step %llu done: %zu/%zu rollouts ok, %zu sequences, "
+                  "%zu tokens, policy %llu (rollout %.1fs, train %.1fs)",
+                  (unsigned long long) step, nok, nr, nseq, ntok,
+                  (unsigned long long) L->version, t_roll, t_train);
+out:
+    trn_metrics_destroy(&m);
+    lisa_free(&off);
+    lisa_free(&tok);
+    lisa_free(&mask);
+    lisa_free(&lp);
+    lisa_free(&grp);
+    lisa_free(&score);
+    lisa_free(&rlen);
+    lisa_free(&rgrp);
+    lisa_free(&rsc);
+    lisa_free(&adv);
+    s_ros_free(ros, nr);
+    return rc;
+}
+
+lisa_rc_t
+trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
+{
+    s_loop_t L = {.a = a, .c = a->cfg, .err = err, .errlen = errlen};
+    const trn_run_cfg_t *c = a->cfg;
+    lisa_rc_t rc = trn_run_cfg_resolve(c, &L.scfg, &L.failed, &L.drop_equal,
+                                       &L.bf16, err, errlen);
+    size_t *perm = NULL;
+    if (rc != LISA_OK)
+        return rc;
+    size_t ntrain = trn_data_len(a->train), bs = (size_t) c->batch_size;
+    if (ntrain < bs)
+        return s_fail(&L, LISA_INVALID,
+                      "train set has %zu records, fewer than "
+                      "data.train_batch_size %zu",
+                      ntrain, bs);
+    size_t spe = ntrain / bs;
+    uint64_t total = c->total_steps > 0 ? (uint64_t) c->total_steps
+                                        : (uint64_t) c->total_epochs * spe;
+    char path[4096];
+    mkdir(c->out_dir, 0755);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
+    L.mf = fopen(path, "a");
+    if (!L.mf)
+        return s_fail(&L, LISA_ERR, "cannot open %s", path);
+    L.rpc = lisa_rpc_new(c->broker, "lisa-trainer");
+    if (!L.rpc) {
+        rc = s_fail(&L, LISA_INVALID, "bad broker endpoint %s", c->broker);
+        goto out;
+    }
+    lisa_rpc_set_tries(L.rpc, 1);
+    uint64_t bv = 0;
+    rc = s_policy(&L, false, 0, &bv);
+    if (rc != LISA_OK)
+        goto out;
+    L.version = a->policy_version > bv ? a->policy_version : bv;
+    if (L.version > bv && (rc = s_policy(&L, true, L.version, NULL)) != LISA_OK)
+        goto out;
+    trn_engine_resume(a->engine, L.version);
+    lisa_log_info("loop: run %s, %zu prompts, %zu steps per epoch, %llu "
+                  "steps, starting after step %llu at policy %llu",
+                  a->run_id, ntrain, spe, (unsigned long long) total,
+                  (unsigned long long) a->start_step,
+                  (unsigned long long) L.version);
+    if (c->val_before_train && a->val && a->start_step == 0 &&
+        (rc = s_validate(&L, 0)) != LISA_OK)
+        goto out;
+    perm = lisa_calloc(ntrain, sizeof *perm);
+    uint64_t perm_epoch = UINT64_MAX;
+    for (uint64_t step = a->start_step + 1; step <= total; step++) {
+        uint64_t epoch = (step - 1) / spe, b = (step - 1) % spe;
+        if (epoch != perm_epoch) {
+            trn_data_order(ntrain, c->shuffle, c->seed, epoch, perm);
+            perm_epoch = epoch;
+        }
+        rc = s_step(&L, step, perm + b * bs, bs, epoch);
+        if (rc != LISA_OK)
+            goto out;
+        if (c->test_freq > 0 && a->val && step % (uint64_t) c->test_freq == 0 &&
+            (rc = s_validate(&L, step)) != LISA_OK)
+            goto out;
+        if ((c->save_freq > 0 && step % (uint64_t) c->save_freq == 0) ||
+            step == total) {
+            if ((rc = s_checkpoint(&L, step)) != LISA_OK)
+                goto out;
+        }
+    }
+out:
+    lisa_free(&perm);
+    lisa_rpc_destroy(&L.rpc);
+    if (L.mf)
+        fclose(L.mf);
+    return rc;
+}

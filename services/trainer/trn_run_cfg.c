@@ -1,0 +1,182 @@
+/*
+ * trn_run_cfg: lisa-trainer's settings table (see trn_run_cfg.h).
+ */
+#include "trn_run_cfg.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define E(field, nm, fl, ty, df, hl)                                           \
+    {                                                                          \
+        .name = nm, .env = NULL, .flag = fl, .type = LISA_CFG_##ty, .def = df, \
+        .help = hl, .offset = offsetof(trn_run_cfg_t, field)                   \
+    }
+#define AR "actor_rollout_ref."
+
+const lisa_config_entry_t trn_run_cfg_table[] = {
+    E(model, "trainer.model", "--model", STRING, NULL,
+      "Hugging Face model directory"),
+    E(train_files, "data.train_files", "--train-data", STRING, NULL,
+      "verl train file (JSON array or JSONL)"),
+    E(val_files, "data.val_files", "--val-data", STRING, NULL,
+      "comma-separated validation files or directories"),
+    E(broker, "trainer.broker", "--broker", STRING, "tcp://127.0.0.1:7100",
+      "broker RPC endpoint"),
+    E(listen, "engine.listen", "--engine-listen", STRING, "127.0.0.1:0",
+      "HOST:PORT of the generation endpoint (port 0: ephemeral)"),
+    E(engine_url, "engine.url", "--engine-url", STRING, NULL,
+      "URL advertised to the broker (default http://<listen>)"),
+    E(engine_id, "engine.id", "--engine-id", STRING, NULL,
+      "engine id in the broker registry (default trainer-<pid>)"),
+    E(out_dir, "trainer.default_local_dir", "--out", STRING, "runs/lisa",
+      "output directory: metrics.jsonl, global_step_N/"),
+    E(backend, "trainer.backend", "--backend", STRING, "cpu",
+      "compute backend: cpu or cuda"),
+    E(resume, "trainer.resume", "--resume", STRING, NULL,
+      "a global_step_N directory to resume from"),
+    E(run_id, "trainer.experiment_name", "--run-id", STRING, NULL,
+      "broker run id (default lisa-<unix time>)"),
+    E(threads, "trainer.threads", "--threads", INT64, "2",
+      "CPU worker threads"),
+    E(log_level, "trainer.log_level", "--log-level", STRING, "info",
+      "log level"),
+    E(batch_size, "data.train_batch_size", NULL, INT64, "8",
+      "prompts per step"),
+    E(shuffle, "data.shuffle", NULL, BOOL, "true", "shuffle each epoch"),
+    E(seed, "data.seed", NULL, UINT64, "1", "shuffle seed"),
+    E(total_epochs, "trainer.total_epochs", NULL, INT64, "1",
+      "passes over the train set"),
+    E(total_steps, "trainer.total_training_steps", NULL, INT64, "0",
+      "stop after this many steps (0: epochs decide)"),
+    E(save_freq, "trainer.save_freq", NULL, INT64, "10",
+      "checkpoint every N steps (0: only at the end)"),
+    E(test_freq, "trainer.test_freq", NULL, INT64, "10",
+      "validate every N steps (0: never)"),
+    E(val_before_train, "trainer.val_before_train", NULL, BOOL, "false",
+      "validate before the first step"),
+    E(step_timeout_ms, "trainer.step_timeout", NULL, DURATION, "30m",
+      "deadline for one step's rollouts"),
+    E(rpc_timeout_ms, "trainer.rpc_timeout", NULL, DURATION, "10s",
+      "broker silence that counts as gone"),
+    E(failed_rollouts, "trainer.failed_rollouts", NULL, STRING, "drop_group",
+      "failed rollouts: drop_group, mask or zero"),
+    E(equal_groups, "trainer.equal_reward_groups", NULL, STRING, "keep",
+      "groups whose rewards are all equal: keep or drop"),
+    E(max_attempts, "trainer.max_attempts", NULL, INT64, "0",
+      "broker retry bound per rollout (0: broker default)"),
+    E(save_dtype, "trainer.save_dtype", NULL, STRING, "f32",
+      "checkpoint weights: f32 or bf16"),
+    E(n, AR "rollout.n", NULL, INT64, "8", "rollouts per prompt"),
+    E(temperature, AR "rollout.temperature", NULL, DOUBLE, "1.0",
+      "sampling temperature"),
+    E(top_p, AR "rollout.top_p", NULL, DOUBLE, "1.0", "nucleus sampling"),
+    E(val_n, AR "rollout.val_kwargs.n", NULL, INT64, "1",
+      "rollouts per validation prompt"),
+    E(val_temperature, AR "rollout.val_kwargs.temperature", NULL, DOUBLE, "0.7",
+      "validation temperature"),
+    E(val_top_p, AR "rollout.val_kwargs.top_p", NULL, DOUBLE, "0.8",
+      "validation top_p"),
+    E(max_turns, AR "rollout.max_turns", NULL, INT64, "100",
+      "agent turns per rollout"),
+    E(max_context, AR "rollout.max_context_tokens", NULL, INT64, "0",
+      "trajectory token budget (0: broker default)"),
+    E(max_tokens_per_call, AR "rollout.max_tokens_per_call", NULL, INT64, "0",
+      "tokens per completion (0: broker default)"),
+    E(trajectory_timeout_ms, AR "rollout.trajectory_timeout", NULL, DURATION,
+      "0", "wall clock per rollout (0: broker default)"),
+    E(lr, AR "actor.optim.lr", NULL, DOUBLE, "1e-6", "AdamW learning rate"),
+    E(weight_decay, AR "actor.optim.weight_decay", NULL, DOUBLE, "0.01",
+      "AdamW weight decay"),
+    E(grad_clip, AR "actor.grad_clip", NULL, DOUBLE, "1.0",
+      "global gradient norm clip"),
+    E(clip_low, AR "actor.clip_ratio_low", NULL, DOUBLE, "0.2", "PPO clip low"),
+    E(clip_high, AR "actor.clip_ratio_high", NULL, DOUBLE, "0.2",
+      "PPO clip high"),
+    E(clip_c, AR "actor.clip_ratio_c", NULL, DOUBLE, "3.0", "dual clip"),
+    E(loss_agg, AR "actor.loss_agg_mode", NULL, STRING, "token-mean",
+      "loss aggregation"),
+    E(use_kl, AR "actor.use_kl_loss", NULL, BOOL, "false",
+      "KL loss to the initial model"),
+    E(kl_coef, AR "actor.kl_loss_coef", NULL, DOUBLE, "0.001",
+      "KL loss coefficient"),
+    E(kl_type, AR "actor.kl_loss_type", NULL, STRING, "low_var_kl",
+      "KL estimator"),
+    E(entropy_coef, AR "actor.entropy_coeff", NULL, DOUBLE, "0",
+      "entropy bonus coefficient"),
+    E(micro_tokens, AR "actor.ppo_max_token_len_per_gpu", NULL, INT64, "4096",
+      "tokens per micro-batch"),
+    E(adv_estimator, "algorithm.adv_estimator", NULL, STRING, "grpo",
+      "advantage estimator: grpo or rloo"),
+    E(norm_adv, "algorithm.norm_adv_by_std_in_grpo", NULL, BOOL, "true",
+      "divide GRPO advantages by the group std"),
+    E(max_batch, "engine.max_batch", NULL, INT64, "16",
+      "KV slots (sequences generated together)"),
+    E(max_len, "engine.max_len", NULL, INT64, "0",
+      "positions per KV slot (0: min(model maximum, 16384))"),
+    E(queue_max, "engine.queue_max", NULL, INT64, "256",
+      "requests waiting for a slot"),
+    E(queue_timeout_ms, "engine.queue_timeout", NULL, DURATION, "10m",
+      "most time a request waits for a slot"),
+    E(register_ttl_ms, "engine.register_ttl", NULL, DURATION, "10s",
+      "broker registration TTL"),
+};
+const size_t trn_run_cfg_table_len =
+    sizeof trn_run_cfg_table / sizeof trn_run_cfg_table[0];
+
+lisa_rc_t
+trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
+                    trn_failed_t *failed, bool *drop_equal, bool *bf16,
+                    char *err, size_t errlen)
+{
+    *s = trn_step_defaults();
+    const char *bad = NULL;
+    if (trn_adv_kind_parse(c->adv_estimator, &s->adv.kind) != LISA_OK)
+        bad = "algorithm.adv_estimator";
+    s->adv.norm_by_std = c->norm_adv;
+    s->optim.lr = c->lr;
+    s->optim.weight_decay = c->weight_decay;
+    s->grad_clip = c->grad_clip;
+    s->loss.clip_low = c->clip_low;
+    s->loss.clip_high = c->clip_high;
+    s->loss.clip_c = c->clip_c;
+    if (trn_agg_parse(c->loss_agg, &s->loss.agg) != LISA_OK)
+        bad = "actor_rollout_ref.actor.loss_agg_mode";
+    s->loss.kl_coef = c->use_kl ? c->kl_coef : 0.0;
+    if (trn_kl_parse(c->kl_type, &s->loss.kl_type) != LISA_OK)
+        bad = "actor_rollout_ref.actor.kl_loss_type";
+    s->loss.entropy_coef = c->entropy_coef;
+    s->temperature = (float) c->temperature;
+    if (c->micro_tokens < 1)
+        bad = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
+    s->micro_tokens = (size_t) c->micro_tokens;
+    if (strcmp(c->failed_rollouts, "drop_group") == 0)
+        *failed = TRN_FAILED_DROP_GROUP;
+    else if (strcmp(c->failed_rollouts, "mask") == 0)
+        *failed = TRN_FAILED_MASK;
+    else if (strcmp(c->failed_rollouts, "zero") == 0)
+        *failed = TRN_FAILED_ZERO;
+    else
+        bad = "trainer.failed_rollouts";
+    if (strcmp(c->equal_groups, "keep") == 0)
+        *drop_equal = false;
+    else if (strcmp(c->equal_groups, "drop") == 0)
+        *drop_equal = true;
+    else
+        bad = "trainer.equal_reward_groups";
+    if (strcmp(c->save_dtype, "f32") == 0)
+        *bf16 = false;
+    else if (strcmp(c->save_dtype, "bf16") == 0)
+        *bf16 = true;
+    else
+        bad = "trainer.save_dtype";
+    if (c->batch_size < 1 || c->n < 1 || c->val_n < 1)
+        bad = "data.train_batch_size / rollout.n / val_kwargs.n (>= 1)";
+    if (!(c->temperature > 0))
+        bad = "actor_rollout_ref.rollout.temperature (> 0 for training)";
+    if (bad) {
+        snprintf(err, errlen, "bad value for %s", bad);
+        return LISA_INVALID;
+    }
+    return LISA_OK;
+}

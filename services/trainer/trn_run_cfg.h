@@ -1,0 +1,68 @@
+/*
+ * trn_run_cfg: the settings of lisa-trainer as one lisa_config table
+ * (names follow verl's / the recipe launcher's where they exist, so
+ * `actor_rollout_ref.actor.optim.lr=1e-6` works as a positional override),
+ * and their translation into the step configuration.
+ * docs/trainer-service.md lists them.
+ */
+#ifndef TRN_RUN_CFG_H
+#define TRN_RUN_CFG_H
+
+#include "lisa/lisa_config.h"
+#include "trn_step.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    char *model, *train_files, *val_files, *broker, *listen, *engine_url,
+        *engine_id, *out_dir, *backend, *resume, *run_id;
+    int64_t threads;
+    int64_t batch_size;
+    bool shuffle;
+    uint64_t seed;
+    int64_t total_epochs, total_steps, save_freq, test_freq;
+    bool val_before_train;
+    uint64_t step_timeout_ms;
+    char *failed_rollouts, *equal_groups, *save_dtype;
+    int64_t max_attempts;
+    int64_t n;
+    double temperature, top_p;
+    int64_t val_n;
+    double val_temperature, val_top_p;
+    int64_t max_turns, max_context, max_tokens_per_call;
+    uint64_t trajectory_timeout_ms;
+    double lr, weight_decay, grad_clip, clip_low, clip_high, clip_c;
+    char *loss_agg;
+    bool use_kl;
+    double kl_coef;
+    char *kl_type;
+    double entropy_coef;
+    int64_t micro_tokens;
+    char *adv_estimator;
+    bool norm_adv;
+    int64_t max_batch, max_len, queue_max;
+    uint64_t register_ttl_ms, queue_timeout_ms;
+    uint64_t rpc_timeout_ms;
+    char *log_level;
+} trn_run_cfg_t;
+
+/* The table (and its length). */
+extern const lisa_config_entry_t trn_run_cfg_table[];
+extern const size_t trn_run_cfg_table_len;
+
+/* The failed-rollout policies. */
+typedef enum {
+    TRN_FAILED_DROP_GROUP = 0,
+    TRN_FAILED_MASK = 1,
+    TRN_FAILED_ZERO = 2
+} trn_failed_t;
+
+/* Parses the enum-valued settings and fills the step configuration.
+ * LISA_INVALID with a reason naming the setting. */
+lisa_rc_t trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *step,
+                              trn_failed_t *failed, bool *drop_equal,
+                              bool *bf16, char *err,
+                              size_t errlen) LISA_NODISCARD;
+
+#endif

@@ -1,0 +1,754 @@
+/*
+ * GPU kernel tests: every trainer kernel against a plain-C reference in
+ * double precision, on fresh random inputs, with outputs poisoned before
+ * each run so an unwritten element fails. Prints one line per check and a
+ * closing "N passed, N failed" line; exits non-zero on any failure.
+ *
+ *   trn_cuda_kernels_test            run the checks
+ *   trn_cuda_kernels_test --bench    also time attention and the products
+ *                                    at Qwen3-4B shapes
+ */
+#include "trn_cuda.h"
+#include "trn_safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int s_pass, s_fail;
+static unsigned long long s_rng = 88172645463325252ull;
+
+static double
+s_rand(void) /* uniform in [-1, 1) */
+{
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
+    return (double) (s_rng >> 11) / (double) (1ull << 53) * 2.0 - 1.0;
+}
+
+static void
+s_check(const char *what, double err, double tol)
+{
+    int ok = err <= tol && !isnan(err);
+    printf("%-44s rel.err %.3e (tol %.0e) %s\n", what, err, tol,
+           ok ? "ok" : "FAIL");
+    if (ok)
+        s_pass++;
+    else
+        s_fail++;
+}
+
+/* ||a - b|| / ||b|| over n values (b the reference). */
+static double
+s_relerr(const double *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+/* Random bf16 host array with its exact values as doubles. */
+static trn_bf16_t *
+s_rand_bf16(size_t n, double scale, double **vals)
+{
+    trn_bf16_t *h = malloc(n * sizeof *h);
+    *vals = malloc(n * sizeof **vals);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = trn_f32_to_bf16((float) (s_rand() * scale));
+        (*vals)[i] = trn_bf16_to_f32(h[i]);
+    }
+    return h;
+}
+
+static void *
+s_dev(const void *host, size_t bytes)
+{
+    void *d = trn_cuda_malloc(bytes);
+    if (!d)
+        exit(2);
+    if (host)
+        trn_cuda_upload(d, host, bytes);
+    else
+        trn_cuda_memset(d, 0xff, bytes, NULL); /* poison: NaN patterns */
+    return d;
+}
+
+static double *
+s_get_bf16(const trn_bf16_t *d, size_t n)
+{
+    trn_bf16_t *h = malloc(n * sizeof *h);
+    double *v = malloc(n * sizeof *v);
+    trn_cuda_download(h, d, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        v[i] = trn_bf16_to_f32(h[i]);
+    free(h);
+    return v;
+}
+
+static double *
+s_get_f32(const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    double *v = malloc(n * sizeof *v);
+    trn_cuda_download(h, d, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        v[i] = h[i];
+    free(h);
+    return v;
+}
+
+#define RC(x)                                                                  \
+    do {                                                                       \
+        lisa_rc_t rc_ = (x);                                                   \
+        if (rc_ != LISA_OK) {                                                  \
+            printf("FAIL: %s returned %d\n", #x, (int) rc_);                   \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+/* ------------------------------------------------------------------ */
+
+static void
+test_linear(trn_blas_t *b)
+{
+    int T = 300, K = 256, N = 384;
+    double *x, *w, *dy;
+    trn_bf16_t *hx = s_rand_bf16((size_t) T * K, 1, &x);
+    trn_bf16_t *hw = s_rand_bf16((size_t) N * K, 0.1, &w);
+    trn_bf16_t *hdy = s_rand_bf16((size_t) T * N, 1, &dy);
+    trn_bf16_t *dx_ = s_dev(hx, (size_t) T * K * 2);
+    trn_bf16_t *dw_ = s_dev(hw, (size_t) N * K * 2);
+    trn_bf16_t *ddy = s_dev(hdy, (size_t) T * N * 2);
+    float *y32 = s_dev(NULL, (size_t) T * N * 4);
+    trn_bf16_t *y16 = s_dev(NULL, (size_t) T * N * 2);
+    trn_bf16_t *gx = s_dev(NULL, (size_t) T * K * 2);
+    float *gw = s_dev(NULL, (size_t) N * K * 4);
+    trn_cuda_memset(gw, 0, (size_t) N * K * 4, NULL);
+
+    RC(trn_linear_fwd(b, y32, NULL, dx_, dw_, T, K, N, 0, NULL));
+    RC(trn_linear_fwd(b, NULL, y16, dx_, dw_, T, K, N, 0, NULL));
+    RC(trn_linear_bwd_data(b, gx, ddy, dw_, T, K, N, NULL));
+    RC(trn_linear_bwd_weight(b, gw, ddy, dx_, T, K, N, NULL));
+    RC(trn_linear_bwd_weight(b, gw, ddy, dx_, T, K, N, NULL)); /* twice */
+    RC(trn_cuda_sync());
+
+    double *ry = calloc((size_t) T * N, sizeof(double));
+    double *rx = calloc((size_t) T * K, sizeof(double));
+    double *rw = calloc((size_t) N * K, sizeof(double));
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += x[t * K + k] * w[n * K + k];
+            ry[t * N + n] = s;
+        }
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int n = 0; n < N; n++)
+                s += dy[t * N + n] * w[n * K + k];
+            rx[t * K + k] = s;
+        }
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int t = 0; t < T; t++)
+                s += dy[t * N + n] * x[t * K + k];
+            rw[n * K + k] = 2 * s;
+        }
+    double *g;
+    s_check("linear fwd (fp32 out)",
+            s_relerr(g = s_get_f32(y32, (size_t) T * N), ry, (size_t) T * N),
+            1e-5);
+    free(g);
+    s_check("linear fwd (bf16 out)",
+            s_relerr(g = s_get_bf16(y16, (size_t) T * N), ry, (size_t) T * N),
+            5e-3);
+    free(g);
+    s_check("linear bwd data",
+            s_relerr(g = s_get_bf16(gx, (size_t) T * K), rx, (size_t) T * K),
+            5e-3);
+    free(g);
+    s_check("linear bwd weight (accumulated twice)",
+            s_relerr(g = s_get_f32(gw, (size_t) N * K), rw, (size_t) N * K),
+            1e-5);
+    free(g);
+    trn_cuda_free(&dx_), trn_cuda_free(&dw_), trn_cuda_free(&ddy);
+    trn_cuda_free(&y32), trn_cuda_free(&y16), trn_cuda_free(&gx);
+    trn_cuda_free(&gw);
+    free(hx), free(hw), free(hdy), free(x), free(w), free(dy);
+    free(ry), free(rx), free(rw);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+test_rmsnorm(int rows, int dim, int stride, int group, int f32_in)
+{
+    double eps = 1e-6;
+    size_t n = (size_t) (rows / group) * stride;
+    double *x, *w, *dout;
+    trn_bf16_t *hx = s_rand_bf16(n, 2, &x);
+    trn_bf16_t *hw = s_rand_bf16((size_t) dim, 1, &w);
+    trn_bf16_t *hg = s_rand_bf16((size_t) rows * dim, 1, &dout);
+    float *hxf = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        hxf[i] = (float) x[i];
+    float *dxf = f32_in ? s_dev(hxf, n * 4) : NULL;
+    trn_bf16_t *dxb = f32_in ? NULL : s_dev(hx, n * 2);
+    trn_bf16_t *dw = s_dev(hw, (size_t) dim * 2);
+    trn_bf16_t *dg = s_dev(hg, (size_t) rows * dim * 2);
+    trn_bf16_t *out = s_dev(NULL, (size_t) rows * dim * 2);
+    float *rstd = s_dev(NULL, (size_t) rows * 4);
+    float *gx = s_dev(NULL, (size_t) rows * dim * 4);
+    trn_cuda_memset(gx, 0, (size_t) rows * dim * 4, NULL);
+    float *gw = s_dev(NULL, (size_t) dim * 4);
+    trn_cuda_memset(gw, 0, (size_t) dim * 4, NULL);
+    int ls = dim * group; /* outputs: packed rows */
+    RC(trn_k_rmsnorm_fwd(out, ls, rstd, dxf, dxb, stride, dw, rows, dim, group,
+                         (float) eps, NULL));
+    RC(trn_k_rmsnorm_bwd(gx, NULL, ls, 1, gw, dg, ls, dxf, dxb, stride, dw,
+                         rstd, rows, dim, group, NULL));
+    RC(trn_cuda_sync());
+    double *ro = malloc((size_t) rows * dim * 8);
+    double *rgx = malloc((size_t) rows * dim * 8);
+    double *rgw = calloc((size_t) dim, 8);
+    for (int r = 0; r < rows; r++) {
+        const double *xr =
+            x + (size_t) (r / group) * stride + (size_t) (r % group) * dim;
+        double ss = 0;
+        for (int j = 0; j < dim; j++)
+            ss += xr[j] * xr[j];
+        double rs = 1 / sqrt(ss / dim + eps);
+        double dot = 0;
+        for (int j = 0; j < dim; j++) {
+            double nn = xr[j] * rs, g = dout[(size_t) r * dim + j];
+            ro[(size_t) r * dim + j] = w[j] * nn;
+            dot += g * w[j] * nn;
+            rgw[j] += g * nn;
+        }
+        dot /= dim;
+        for (int j = 0; j < dim; j++) {
+            double nn = xr[j] * rs, g = dout[(size_t) r * dim + j] * w[j];
+            rgx[(size_t) r * dim + j] = rs * (g - nn * dot);
+        }
+    }
+    char name[96];
+    double *g;
+    snprintf(name, sizeof name, "rmsnorm fwd %dx%d%s", rows, dim,
+             f32_in ? " fp32 in" : " bf16 in");
+    s_check(name,
+            s_relerr(g = s_get_bf16(out, (size_t) rows * dim), ro,
+                     (size_t) rows * dim),
+            8e-3);
+    free(g);
+    snprintf(name, sizeof name, "rmsnorm bwd dx %dx%d", rows, dim);
+    s_check(name,
+            s_relerr(g = s_get_f32(gx, (size_t) rows * dim), rgx,
+                     (size_t) rows * dim),
+            5e-3);
+    free(g);
+    snprintf(name, sizeof name, "rmsnorm bwd dw %dx%d", rows, dim);
+    s_check(name, s_relerr(g = s_get_f32(gw, (size_t) dim), rgw, (size_t) dim),
+            5e-3);
+    free(g);
+    trn_cuda_free(&dxf), trn_cuda_free(&dxb), trn_cuda_free(&dw);
+    trn_cuda_free(&dg), trn_cuda_free(&out), trn_cuda_free(&rstd);
+    trn_cuda_free(&gx), trn_cuda_free(&gw);
+    free(hx), free(hw), free(hg), free(hxf), free(x), free(w), free(dout);
+    free(ro), free(rgx), free(rgw);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+test_rope(void)
+{
+    int T = 200, heads = 6, D = 128, stride = 1024;
+    double theta = 5e6;
+    size_t n = (size_t) T * stride;
+    double *x;
+    trn_bf16_t *hx = s_rand_bf16(n, 1, &x);
+    int32_t *pos = malloc((size_t) T * 4);
+    for (int t = 0; t < T; t++)
+        pos[t] = t * 97 % 20000; /* large positions too */
+    trn_bf16_t *dx = s_dev(hx, n * 2);
+    int32_t *dpos = s_dev(pos, (size_t) T * 4);
+    RC(trn_k_rope(dx, stride, dpos, T, heads, D, (float) theta, 0, NULL));
+    RC(trn_cuda_sync());
+    double *got = s_get_bf16(dx, n);
+    double *ref = malloc(n * 8);
+    memcpy(ref, x, n * 8);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < D / 2; i++) {
+                float inv = 1.0f / powf((float) theta, (float) (2 * i) / D);
+                float ang = (float) pos[t] * inv;
+                double c = trn_bf16_to_f32(trn_f32_to_bf16(cosf(ang)));
+                double s = trn_bf16_to_f32(trn_f32_to_bf16(sinf(ang)));
+                size_t b = (size_t) t * stride + (size_t) h * D;
+                double x1 = x[b + i], x2 = x[b + i + D / 2];
+                ref[b + i] = x1 * c - x2 * s;
+                ref[b + i + D / 2] = x2 * c + x1 * s;
+            }
+    s_check("rope fwd (theta 5e6, positions to 20k)", s_relerr(got, ref, n),
+            5e-3);
+    free(got);
+    RC(trn_k_rope(dx, stride, dpos, T, heads, D, (float) theta, 1, NULL));
+    RC(trn_cuda_sync());
+    got = s_get_bf16(dx, n);
+    s_check("rope inverse(rope(x)) == x", s_relerr(got, x, n), 1e-2);
+    free(got), free(ref), free(hx), free(x), free(pos);
+    trn_cuda_free(&dx), trn_cuda_free(&dpos);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+test_swiglu_embed(void)
+{
+    int T = 100, I = 700;
+    double *gu, *da;
+    trn_bf16_t *hgu = s_rand_bf16((size_t) T * 2 * I, 4, &gu);
+    trn_bf16_t *hda = s_rand_bf16((size_t) T * I, 1, &da);
+    trn_bf16_t *dgu = s_dev(hgu, (size_t) T * 2 * I * 2);
+    trn_bf16_t *dda = s_dev(hda, (size_t) T * I * 2);
+    trn_bf16_t *a = s_dev(NULL, (size_t) T * I * 2);
+    trn_bf16_t *g = s_dev(NULL, (size_t) T * 2 * I * 2);
+    RC(trn_k_swiglu_fwd(a, dgu, T, I, NULL));
+    RC(trn_k_swiglu_bwd(g, dda, dgu, T, I, NULL));
+    RC(trn_cuda_sync());
+    double *ra = malloc((size_t) T * I * 8),
+           *rg = malloc((size_t) T * 2 * I * 8);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < I; i++) {
+            double gg = gu[(size_t) t * 2 * I + i],
+                   u = gu[(size_t) t * 2 * I + I + i];
+            double sg = 1 / (1 + exp(-gg)), d = da[(size_t) t * I + i];
+            ra[(size_t) t * I + i] = gg * sg * u;
+            rg[(size_t) t * 2 * I + i] = d * u * sg * (1 + gg * (1 - sg));
+            rg[(size_t) t * 2 * I + I + i] = d * gg * sg;
+        }
+    double *got;
+    s_check("swiglu fwd",
+            s_relerr(got = s_get_bf16(a, (size_t) T * I), ra, (size_t) T * I),
+            8e-3);
+    free(got);
+    s_check("swiglu bwd",
+            s_relerr(got = s_get_bf16(g, (size_t) T * 2 * I), rg,
+                     (size_t) T * 2 * I),
+            8e-3);
+    free(got), free(ra), free(rg), free(hgu), free(hda), free(gu), free(da);
+    trn_cuda_free(&dgu), trn_cuda_free(&dda), trn_cuda_free(&a),
+        trn_cuda_free(&g);
+
+    /* embedding gather and scatter-add, with repeated ids */
+    int V = 50, C = 96;
+    T = 40;
+    double *tab;
+    trn_bf16_t *htab = s_rand_bf16((size_t) V * C, 1, &tab);
+    int32_t ids[40];
+    for (int t = 0; t < T; t++)
+        ids[t] = (t * 7) % 13;
+    float *hdx = malloc((size_t) T * C * 4);
+    double *rdt = calloc((size_t) V * C, 8), *rx = malloc((size_t) T * C * 8);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            hdx[t * C + c] = (float) s_rand();
+            rdt[ids[t] * C + c] += hdx[t * C + c];
+            rx[t * C + c] = tab[ids[t] * C + c];
+        }
+    trn_bf16_t *dtab = s_dev(htab, (size_t) V * C * 2);
+    int32_t *dids = s_dev(ids, sizeof ids);
+    float *dx = s_dev(NULL, (size_t) T * C * 4);
+    float *ddx = s_dev(hdx, (size_t) T * C * 4);
+    float *dgt = s_dev(NULL, (size_t) V * C * 4);
+    trn_cuda_memset(dgt, 0, (size_t) V * C * 4, NULL);
+    RC(trn_k_embed_fwd(dx, dtab, dids, T, C, V, NULL));
+    RC(trn_k_embed_bwd(dgt, ddx, dids, T, C, V, NULL));
+    RC(trn_cuda_sync());
+    s_check("embedding fwd",
+            s_relerr(got = s_get_f32(dx, (size_t) T * C), rx, (size_t) T * C),
+            1e-7);
+    free(got);
+    s_check("embedding bwd (repeated ids)",
+            s_relerr(got = s_get_f32(dgt, (size_t) V * C), rdt, (size_t) V * C),
+            1e-6);
+    free(got), free(hdx), free(rdt), free(rx), free(htab), free(tab);
+    trn_cuda_free(&dtab), trn_cuda_free(&dids), trn_cuda_free(&dx);
+    trn_cuda_free(&ddx), trn_cuda_free(&dgt);
+}
+
+/* ------------------------------------------------------------------ */
+
+/* Reference attention in double over packed sequences. */
+static void
+s_attn_ref(const double *q, const double *k, const double *v, int stride,
+           const int32_t *seg, int T, int H, int Hk, int D, const double *dout,
+           double *o, double *lse, double *dq, double *dk, double *dv)
+{
+    int G = H / Hk;
+    double scale = 1 / sqrt((double) D);
+    double *p = malloc((size_t) T * 8), *dp = malloc((size_t) T * 8);
+    memset(dq, 0, (size_t) T * stride * 8);
+    memset(dk, 0, (size_t) T * stride * 8);
+    memset(dv, 0, (size_t) T * stride * 8);
+    for (int h = 0; h < H; h++) {
+        int hk = h / G;
+        for (int t = 0; t < T; t++) {
+            const double *qr = q + (size_t) t * stride + h * D;
+            double mx = -INFINITY;
+            for (int u = 0; u <= t; u++) {
+                if (seg[u] != seg[t]) {
+                    p[u] = -INFINITY;
+                    continue;
+                }
+                const double *kr = k + (size_t) u * stride + hk * D;
+                double s = 0;
+                for (int d = 0; d < D; d++)
+                    s += qr[d] * kr[d];
+                p[u] = s * scale;
+                if (p[u] > mx)
+                    mx = p[u];
+            }
+            double sum = 0;
+            for (int u = 0; u <= t; u++) {
+                p[u] = p[u] == -INFINITY ? 0 : exp(p[u] - mx);
+                sum += p[u];
+            }
+            lse[(size_t) h * T + t] = mx + log(sum);
+            double *orow = o + (size_t) t * H * D + h * D;
+            for (int d = 0; d < D; d++) {
+                double s = 0;
+                for (int u = 0; u <= t; u++)
+                    s += p[u] / sum * v[(size_t) u * stride + hk * D + d];
+                orow[d] = s;
+            }
+            /* backward for this row */
+            const double *dor = dout + (size_t) t * H * D + h * D;
+            double delta = 0;
+            for (int d = 0; d < D; d++)
+                delta += dor[d] * orow[d];
+            for (int u = 0; u <= t; u++) {
+                double pp = p[u] / sum;
+                double s = 0;
+                for (int d = 0; d < D; d++)
+                    s += dor[d] * v[(size_t) u * stride + hk * D + d];
+                dp[u] = pp * (s - delta) * scale;
+                for (int d = 0; d < D; d++)
+                    dv[(size_t) u * stride + hk * D + d] += pp * dor[d];
+            }
+            for (int u = 0; u <= t; u++)
+                for (int d = 0; d < D; d++) {
+                    dq[(size_t) t * stride + h * D + d] +=
+                        dp[u] * k[(size_t) u * stride + hk * D + d];
+                    dk[(size_t) u * stride + hk * D + d] += dp[u] * qr[d];
+                }
+        }
+    }
+    free(p), free(dp);
+}
+
+static void
+test_attention(int T, int H, int Hk, int D, int nseg)
+{
+    int stride = (H + 2 * Hk) * D; /* q | k | v packed per token */
+    size_t n = (size_t) T * stride;
+    double *qkv, *dout;
+    trn_bf16_t *hqkv = s_rand_bf16(n, 1.5, &qkv);
+    trn_bf16_t *hdo = s_rand_bf16((size_t) T * H * D, 1, &dout);
+    int32_t *seg = malloc((size_t) T * 4);
+    for (int t = 0; t < T; t++)
+        seg[t] = (int) ((long) t * nseg / T);
+    trn_bf16_t *d_qkv = s_dev(hqkv, n * 2);
+    trn_bf16_t *d_do = s_dev(hdo, (size_t) T * H * D * 2);
+    int32_t *d_seg = s_dev(seg, (size_t) T * 4);
+    trn_bf16_t *d_o = s_dev(NULL, (size_t) T * H * D * 2);
+    float *d_lse = s_dev(NULL, (size_t) T * H * 4);
+    trn_bf16_t *d_dqkv = s_dev(NULL, n * 2);
+    float *scratch = s_dev(NULL, (size_t) T * H * (D + 1) * 4);
+    const trn_bf16_t *q = d_qkv, *k = d_qkv + H * D, *v = d_qkv + (H + Hk) * D;
+    RC(trn_k_attn_fwd(d_o, d_lse, q, k, v, stride, d_seg, T, H, Hk, D, NULL));
+    RC(trn_k_attn_bwd(d_dqkv, d_dqkv + H * D, d_dqkv + (H + Hk) * D, stride,
+                      scratch, d_do, d_o, d_lse, q, k, v, stride, d_seg, T, H,
+                      Hk, D, NULL));
+    RC(trn_cuda_sync());
+    double *ro = malloc((size_t) T * H * D * 8),
+           *rl = malloc((size_t) T * H * 8);
+    double *rg = malloc(n * 8), *rdk = malloc(n * 8), *rdv = malloc(n * 8);
+    s_attn_ref(qkv, qkv + H * D, qkv + (H + Hk) * D, stride, seg, T, H, Hk, D,
+               dout, ro, rl, rg, rdk, rdv);
+    for (size_t t = 0; t < (size_t) T; t++) /* merge into one q|k|v layout */
+        for (int j = 0; j < Hk * D; j++) {
+            rg[t * stride + H * D + j] = rdk[t * stride + j];
+            rg[t * stride + (H + Hk) * D + j] = rdv[t * stride + j];
+        }
+    char name[96];
+    double *got;
+    snprintf(name, sizeof name, "attention fwd T=%d H=%d Hk=%d D=%d seqs=%d", T,
+             H, Hk, D, nseg);
+    s_check(name,
+            s_relerr(got = s_get_bf16(d_o, (size_t) T * H * D), ro,
+                     (size_t) T * H * D),
+            1e-2);
+    free(got);
+    snprintf(name, sizeof name, "attention lse D=%d", D);
+    s_check(
+        name,
+        s_relerr(got = s_get_f32(d_lse, (size_t) T * H), rl, (size_t) T * H),
+        1e-3);
+    free(got);
+    snprintf(name, sizeof name, "attention bwd dq|dk|dv D=%d", D);
+    s_check(name, s_relerr(got = s_get_bf16(d_dqkv, n), rg, n), 2e-2);
+    free(got);
+    free(ro), free(rl), free(rg), free(rdk), free(rdv), free(hqkv), free(hdo);
+    free(qkv), free(dout), free(seg);
+    trn_cuda_free(&d_qkv), trn_cuda_free(&d_do), trn_cuda_free(&d_seg);
+    trn_cuda_free(&d_o), trn_cuda_free(&d_lse), trn_cuda_free(&d_dqkv);
+    trn_cuda_free(&scratch);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void
+test_logprob(void)
+{
+    int rows = 37, V = 5003;
+    float inv_temp = 1.0f / 0.7f;
+    size_t n = (size_t) rows * V;
+    float *z = malloc(n * 4), *g = malloc((size_t) rows * 4),
+          *ge = malloc((size_t) rows * 4);
+    int32_t *tgt = malloc((size_t) rows * 4);
+    for (size_t i = 0; i < n; i++)
+        z[i] = (float) (s_rand() * 8);
+    for (int r = 0; r < rows; r++) {
+        tgt[r] = r == 5 ? -1 : (int) ((unsigned) (r * 7919) % (unsigned) V);
+        g[r] = (float) s_rand();
+        ge[r] = (float) s_rand() * 0.1f;
+    }
+    float *dz = s_dev(z, n * 4), *dg = s_dev(g, (size_t) rows * 4),
+          *dge = s_dev(ge, (size_t) rows * 4);
+    int32_t *dt = s_dev(tgt, (size_t) rows * 4);
+    float *lp = s_dev(NULL, (size_t) rows * 4),
+          *ent = s_dev(NULL, (size_t) rows * 4);
+    trn_bf16_t *dl = s_dev(NULL, n * 2);
+    RC(trn_k_logprob(lp, ent, dl, dz, dt, dg, dge, rows, V, inv_temp, NULL));
+    RC(trn_cuda_sync());
+    double *rlp = calloc((size_t) rows, 8), *rent = calloc((size_t) rows, 8);
+    double *rdl = calloc(n, 8);
+    for (int r = 0; r < rows; r++) {
+        if (tgt[r] < 0)
+            continue;
+        const float *zr = z + (size_t) r * V;
+        double mx = -INFINITY, se = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, zr[j] * (double) inv_temp);
+        for (int j = 0; j < V; j++)
+            se += exp(zr[j] * (double) inv_temp - mx);
+        double lse = mx + log(se), H = 0;
+        for (int j = 0; j < V; j++) {
+            double lpj = zr[j] * (double) inv_temp - lse;
+            H -= exp(lpj) * lpj;
+        }
+        rlp[r] = zr[tgt[r]] * (double) inv_temp - lse;
+        rent[r] = H;
+        for (int j = 0; j < V; j++) {
+            double lpj = zr[j] * (double) inv_temp - lse, p = exp(lpj);
+            rdl[(size_t) r * V + j] =
+                inv_temp * (g[r] * ((j == tgt[r]) - p) - ge[r] * p * (lpj + H));
+        }
+    }
+    double *got;
+    s_check("logprob of chosen tokens (T=0.7)",
+            s_relerr(got = s_get_f32(lp, (size_t) rows), rlp, (size_t) rows),
+            1e-5);
+    free(got);
+    s_check("entropy",
+            s_relerr(got = s_get_f32(ent, (size_t) rows), rent, (size_t) rows),
+            1e-5);
+    free(got);
+    s_check("dlogits (logprob + entropy terms)",
+            s_relerr(got = s_get_bf16(dl, n), rdl, n), 8e-3);
+    free(got), free(rlp), free(rent), free(rdl), free(z), free(g), free(ge),
+        free(tgt);
+    trn_cuda_free(&dz), trn_cuda_free(&dg), trn_cuda_free(&dge),
+        trn_cuda_free(&dt);
+    trn_cuda_free(&lp), trn_cuda_free(&ent), trn_cuda_free(&dl);
+}
+
+static void
+test_adamw(void)
+{
+    size_t n = 100003;
+    float *w = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4),
+          *gr = malloc(n * 4);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) {
+        w[i] = (float) s_rand();
+        gr[i] = (float) s_rand() * 0.5f;
+        ss += (double) gr[i] * gr[i];
+    }
+    float *dw = s_dev(w, n * 4), *dm = s_dev(m, n * 4), *dv = s_dev(v, n * 4),
+          *dg = s_dev(gr, n * 4);
+    float *dss = s_dev(NULL, 4);
+    trn_bf16_t *wb = s_dev(NULL, n * 2);
+    trn_cuda_memset(dss, 0, 4, NULL);
+    RC(trn_k_sumsq(dss, dg, n, NULL));
+    float clip = 1.0f, lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f,
+          wd = 0.01f;
+    for (int step = 1; step <= 3; step++)
+        RC(trn_k_adamw(dw, wb, dm, dv, dg, n, lr, b1, b2, eps, wd, step, clip,
+                       dss, NULL));
+    RC(trn_cuda_sync());
+    double norm = sqrt(ss), scale = norm > clip ? clip / (norm + 1e-6) : 1;
+    double *ref = malloc(n * 8), *rss = malloc(8);
+    rss[0] = ss;
+    for (size_t i = 0; i < n; i++) {
+        double wi = w[i], mi = 0, vi = 0;
+        for (int step = 1; step <= 3; step++) {
+            double g = gr[i] * scale;
+            mi = b1 * mi + (1 - b1) * g;
+            vi = b2 * vi + (1 - b2) * g * g;
+            double mh = mi / (1 - pow(b1, step)), vh = vi / (1 - pow(b2, step));
+            wi = wi * (1 - lr * wd) - lr * mh / (sqrt(vh) + eps);
+        }
+        ref[i] = wi;
+    }
+    double *got;
+    s_check("grad sum of squares", s_relerr(got = s_get_f32(dss, 1), rss, 1),
+            1e-5);
+    free(got);
+    s_check("adamw 3 steps with clipping (fp32 master)",
+            s_relerr(got = s_get_f32(dw, n), ref, n), 1e-6);
+    free(got);
+    s_check("adamw bf16 copy", s_relerr(got = s_get_bf16(wb, n), ref, n), 5e-3);
+    free(got), free(ref), free(rss), free(w), free(m), free(v), free(gr);
+    trn_cuda_free(&dw), trn_cuda_free(&dm), trn_cuda_free(&dv),
+        trn_cuda_free(&dg);
+    trn_cuda_free(&dss), trn_cuda_free(&wb);
+}
+
+/* ------------------------------------------------------------------ */
+
+static double
+s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int
+s_cmp(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+static void
+bench(trn_blas_t *b)
+{
+    printf("\n-- bench (median of 10 after 3 warm-ups) --\n");
+    int Ts[2] = {4096, 16384};
+    for (int ti = 0; ti < 2; ti++) {
+        int T = Ts[ti], H = 32, Hk = 8, D = 128, stride = (H + 2 * Hk) * D;
+        size_t n = (size_t) T * stride;
+        double *vals;
+        trn_bf16_t *h = s_rand_bf16(n, 1, &vals);
+        trn_bf16_t *qkv = s_dev(h, n * 2), *dqkv = s_dev(NULL, n * 2);
+        trn_bf16_t *o = s_dev(NULL, (size_t) T * H * D * 2);
+        trn_bf16_t *dout = s_dev(h, (size_t) T * H * D * 2);
+        float *lse = s_dev(NULL, (size_t) T * H * 4);
+        float *scr = s_dev(NULL, (size_t) T * H * (D + 1) * 4);
+        int32_t *seg = calloc((size_t) T, 4);
+        int32_t *dseg = s_dev(seg, (size_t) T * 4);
+        double tf[10], tb[10];
+        for (int it = 0; it < 13; it++) {
+            double t0 = s_now();
+            RC(trn_k_attn_fwd(o, lse, qkv, qkv + H * D, qkv + (H + Hk) * D,
+                              stride, dseg, T, H, Hk, D, NULL));
+            RC(trn_cuda_sync());
+            double t1 = s_now();
+            RC(trn_k_attn_bwd(dqkv, dqkv + H * D, dqkv + (H + Hk) * D, stride,
+                              scr, dout, o, lse, qkv, qkv + H * D,
+                              qkv + (H + Hk) * D, stride, dseg, T, H, Hk, D,
+                              NULL));
+            RC(trn_cuda_sync());
+            double t2 = s_now();
+            if (it >= 3) {
+                tf[it - 3] = t1 - t0;
+                tb[it - 3] = t2 - t1;
+            }
+        }
+        qsort(tf, 10, 8, s_cmp);
+        qsort(tb, 10, 8, s_cmp);
+        double flops = 4.0 * T * (double) T / 2 * D * H; /* causal */
+        printf("attention T=%-6d fwd %8.3f ms %6.1f TFLOP/s | bwd %8.3f ms "
+               "%6.1f TFLOP/s\n",
+               T, tf[5] * 1e3, flops / tf[5] / 1e12, tb[5] * 1e3,
+               2.5 * flops / tb[5] / 1e12);
+        trn_cuda_free(&qkv), trn_cuda_free(&dqkv), trn_cuda_free(&o);
+        trn_cuda_free(&dout), trn_cuda_free(&lse), trn_cuda_free(&scr);
+        trn_cuda_free(&dseg), free(seg), free(h), free(vals);
+    }
+    /* the MLP up-projection of Qwen3-4B at 4k tokens */
+    int T = 4096, K = 2560, N = 2 * 9728;
+    trn_bf16_t *x = s_dev(NULL, (size_t) T * K * 2),
+               *w = s_dev(NULL, (size_t) N * K * 2);
+    trn_bf16_t *y = s_dev(NULL, (size_t) T * N * 2);
+    double *vals;
+    trn_bf16_t *hx = s_rand_bf16((size_t) N * K, 1, &vals);
+    trn_cuda_upload(w, hx, (size_t) N * K * 2);
+    trn_cuda_upload(x, hx, (size_t) T * K * 2);
+    double tm[10];
+    for (int it = 0; it < 13; it++) {
+        double t0 = s_now();
+        RC(trn_linear_fwd(b, NULL, y, x, w, T, K, N, 0, NULL));
+        RC(trn_cuda_sync());
+        if (it >= 3)
+            tm[it - 3] = s_now() - t0;
+    }
+    qsort(tm, 10, 8, s_cmp);
+    printf("linear %dx%dx%d bf16: %.3f ms %.1f TFLOP/s\n", T, K, N, tm[5] * 1e3,
+           2.0 * T * K * N / tm[5] / 1e12);
+    trn_cuda_free(&x), trn_cuda_free(&w), trn_cuda_free(&y), free(hx),
+        free(vals);
+}
+
+int
+main(int argc, char **argv)
+{
+    if (trn_cuda_device_count() < 1) {
+        printf("no CUDA device\n0 passed, 1 failed\n");
+        return 1;
+    }
+    RC(trn_cuda_set_device(0));
+    trn_blas_t *b = trn_blas_new();
+    if (!b) {
+        printf("cuBLASLt unavailable\n");
+        return 1;
+    }
+    test_linear(b);
+    test_rmsnorm(257, 2560, 2560, 1, 1);
+    test_rmsnorm(300 * 4, 128, 128, 1, 0);
+    test_rmsnorm(77 * 4, 128, 6 * 128, 4, 0); /* head rows in q|k|v lines */
+    test_rope();
+    test_swiglu_embed();
+    test_attention(300, 4, 2, 64, 2);
+    test_attention(300, 4, 2, 128, 3);
+    test_attention(150, 4, 1, 16, 1);
+    test_attention(64, 2, 2, 32, 1);
+    test_logprob();
+    test_adamw();
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+        bench(b);
+    trn_blas_destroy(&b);
+    printf("\n%d passed, %d failed\n", s_pass, s_fail);
+    return s_fail ? 1 : 0;
+}

@@ -1,0 +1,257 @@
+"""lisa-gateway's operational side: the sandbox's task/heartbeat/result
+calls proxied to a real broker (results only after spans are durable),
+pause/drain for weight updates, engine failover and discovery, restart
+without reusing a span sequence number, metrics and health."""
+import base64
+import os
+import json
+import time
+
+import openai
+import pytest
+
+from brokerlib import Client, claim, enqueue, task  # noqa: I100 (sets the path)
+import lisa_pb2 as pb  # noqa: E402
+from gwlib import http, mint  # noqa: E402
+
+
+def attempt_of(client, **kw):
+    rid = enqueue(client, [task("what is 6*7?", files=[pb.File(path="a.txt", content=b"\x00\x01data")], **kw)])[0]
+    att = claim(client)[0]
+    return rid, att.attempt
+
+
+def chat(gw, tok, content="hi", **kw):
+    c = openai.OpenAI(base_url=gw.url + "/v1", api_key=tok, max_retries=0, **kw)
+    return c.chat.completions.create(model="lisa", messages=[{"role": "user", "content": content}])
+
+
+@pytest.fixture
+def stack(make_engine, make_gateway, make_broker, key):
+    eng = make_engine(lambda p, b: ("The answer is 42.", "stop"))
+    brk = make_broker()
+    gw = make_gateway(engines=eng.url, broker=brk.ep["rpc"])
+    c = Client(brk.ep["rpc"])
+    yield eng, gw, brk, c
+    c.close()
+
+
+def test_task_heartbeat_result(stack, key):
+    eng, gw, brk, c = stack
+    rid, att = attempt_of(c)
+    h = {"Authorization": "Bearer " + mint(key, rid, att)}
+    st, _, body = http(gw.url + "/lisa/v1/task", "GET", None, h)
+    assert st == 200, body
+    t = json.loads(body)
+    assert t["rollout_id"] == rid and t["attempt"] == att
+    assert t["problem_statement"] == "what is 6*7?"
+    f = t["files"][0]
+    assert f["encoding"] == "base64" and base64.b64decode(f["content"]) == b"\x00\x01data"
+    assert t["limits"]["time_left_ms"] > 0
+    assert "42" not in json.dumps(t["extra_info"]) and "ground_truth" not in body.decode()
+    st, _, body = http(gw.url + "/lisa/v1/heartbeat", "POST", {"note": "turn 1"}, h)
+    assert st == 200 and json.loads(body)["lease_expiry_ms"] > time.time() * 1000
+    for k in range(3):
+        chat(gw, mint(key, rid, att), "q%d" % k)
+    st, _, body = http(gw.url + "/lisa/v1/result", "POST",
+                       {"answer": "42", "turns": 3, "end_reason": "submit"}, h)
+    assert st == 200 and json.loads(body)["accepted"] is True, body
+    # the agent retries results on transient errors: a repeat is accepted
+    st, _, body = http(gw.url + "/lisa/v1/result", "POST",
+                       {"answer": "42", "turns": 3, "end_reason": "submit"}, h)
+    assert st == 200 and json.loads(body)["accepted"] is True
+    rep = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_attempts=True, with_spans=True))
+    assert len(rep.spans) == 3  # every span was durable before the result
+    a = rep.attempts[0]
+    assert a.result.answer == "42" and a.result.turns == 3
+    assert rep.rollouts[0].state in (pb.ROLLOUT_SCORING, pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED)
+    # a token for an attempt the broker does not know gets the broker's 404
+    st, _, body = http(gw.url + "/lisa/v1/task", "GET", None,
+                       {"Authorization": "Bearer " + mint(key, "r-unknown", 1)})
+    assert st == 404, body
+
+
+def test_restart_never_reuses_a_seq(stack, make_gateway, key):
+    eng, gw, brk, c = stack
+    rid, att = attempt_of(c)
+    tok = mint(key, rid, att)
+    oc = openai.OpenAI(base_url=gw.url + "/v1", api_key=tok, max_retries=0)
+    msgs = [{"role": "user", "content": "one"}]
+    r = oc.chat.completions.create(model="lisa", messages=msgs)
+    msgs += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "two"}]
+    oc.chat.completions.create(model="lisa", messages=msgs)
+    time.sleep(0.3)
+    gw.stop()
+    gw2 = make_gateway(engines=eng.url, broker=brk.ep["rpc"])
+    msgs += [{"role": "assistant", "content": "The answer is 42."}, {"role": "user", "content": "three"}]
+    openai.OpenAI(base_url=gw2.url + "/v1", api_key=tok, max_retries=0).chat.completions.create(
+        model="lisa", messages=msgs)
+    end = time.time() + 5
+    while time.time() < end:
+        spans = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True)).spans
+        if len(spans) == 3:
+            break
+        time.sleep(0.05)
+    got = sorted((s.seq, s.prev_seq, s.segment) for s in spans)
+    assert got == [(0, -1, 0), (1, 0, 0), (2, -1, 2)]
+
+
+def test_pause_and_drain(make_engine, make_gateway, key):
+    eng = make_engine(lambda p, b: ("ok", "stop"))
+    gw = make_gateway(engines=eng.url, retry_after=3)
+    tok = mint(key, "r-1", 1)
+    admin = {"Authorization": "Bearer admin-secret"}
+    assert http(gw.url + "/admin/pause", "POST", b"", {"Authorization": "Bearer wrong"})[0] == 401
+    st, _, body = http(gw.url + "/admin/pause", "POST", b"", admin)
+    assert st == 200 and json.loads(body)["paused"] is True
+    st, hd, body = http(gw.url + "/v1/chat/completions", "POST",
+                        {"messages": [{"role": "user", "content": "x"}]},
+                        {"Authorization": "Bearer " + tok})
+    assert st == 429 and hd["retry-after"] == "3"
+    assert json.loads(body)["error"]["code"] == "engines_paused"
+    st, _, body = http(gw.url + "/admin/drain", "GET", None, admin)
+    assert json.loads(body) == {"paused": True, "inflight": 0}
+    http(gw.url + "/admin/resume", "POST", b"", admin)
+    assert chat(gw, tok).choices[0].message.content == "ok"
+
+
+def test_engine_failover_and_health(make_engine, make_gateway, key):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = "http://127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    eng = make_engine(lambda p, b: ("alive", "stop"))
+    gw = make_gateway(engines="dead=%s,live=%s" % (dead, eng.url), fail_limit=1)
+    for i in range(4):
+        assert chat(gw, mint(key, "r-%d" % i, 1)).choices[0].message.content == "alive"
+    m = http(gw.url + "/metrics")[2].decode()
+    assert 'lisa_gateway_engine_up{engine="dead"} 0' in m
+    assert 'lisa_gateway_engine_up{engine="live"} 1' in m
+    st, _, body = http(gw.url + "/healthz")
+    h = json.loads(body)
+    assert st == 200 and h["engines"] == 2 and h["engines_up"] == 1
+
+
+def test_engines_from_the_broker(make_engine, make_gateway, make_broker, key):
+    eng = make_engine(lambda p, b: ("registered", "stop"))
+    brk = make_broker()
+    gw = make_gateway(broker=brk.ep["rpc"])
+    c = Client(brk.ep["rpc"])
+    rid, att = attempt_of(c)
+    tok = mint(key, rid, att)
+    st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                       {"messages": [{"role": "user", "content": "x"}]},
+                       {"Authorization": "Bearer " + tok})
+    assert st == 503 and json.loads(body)["error"]["code"] == "no_engine"
+    c.ok("engine_register", pb.EngineRegisterReq(
+        engine=pb.Engine(engine_id="rank0", url=eng.url, up=True, policy_version=3), ttl_ms=60000))
+    end = time.time() + 5
+    while time.time() < end:
+        st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                           {"messages": [{"role": "user", "content": "x"}]},
+                           {"Authorization": "Bearer " + tok})
+        if st == 200:
+            break
+        time.sleep(0.1)
+    assert st == 200 and json.loads(body)["choices"][0]["message"]["content"] == "registered"
+    c.close()
+
+
+def test_metrics(make_engine, make_gateway, key):
+    eng = make_engine(lambda p, b: ("four words right here", "stop"))
+    gw = make_gateway(engines=eng.url)
+    chat(gw, mint(key, "r-1", 1))
+    http(gw.url + "/v1/chat/completions", "POST", b"{", {"Authorization": "Bearer x"})
+    m = http(gw.url + "/metrics")[2].decode()
+    assert 'lisa_gateway_requests_total{route="chat",code="200"} 1' in m
+    assert 'lisa_gateway_requests_total{route="chat",code="401"} 1' in m
+    assert 'lisa_gateway_auth_failures_total{reason="malformed"} 1' in m
+    assert "lisa_gateway_request_seconds_bucket" in m
+    assert "lisa_gateway_tokens_out_total 5" in m  # 4 words + <|im_end|>
+    assert "lisa_gateway_active_attempts 1" in m
+
+
+def test_completions_passthrough(make_engine, make_gateway, key):
+    eng = make_engine(lambda p, b: ("raw", "length"))
+    gw = make_gateway(engines=eng.url)
+    st, _, body = http(gw.url + "/v1/completions", "POST",
+                       {"prompt": [1, 2, 3], "max_tokens": 4},
+                       {"Authorization": "Bearer " + mint(key, "r-1", 1)})
+    assert st == 200 and json.loads(body)["choices"][0]["finish_reason"] == "length"
+    assert eng.requests[-1]["prompt"] == [1, 2, 3]
+
+
+def test_retried_turn_gets_the_same_answer_and_no_second_span(stack, key):
+    eng, gw, brk, c = stack
+    rid, att = attempt_of(c)
+    h = {"Authorization": "Bearer " + mint(key, rid, att), "X-Lisa-Turn": "1"}
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    a = http(gw.url + "/v1/chat/completions", "POST", body, h)
+    b = http(gw.url + "/v1/chat/completions", "POST", body, h)
+    assert a[0] == b[0] == 200 and a[2] == b[2]
+    assert len(eng.requests) == 1
+    h["X-Lisa-Turn"] = "2"
+    body["messages"] += [json.loads(a[2])["choices"][0]["message"],
+                         {"role": "user", "content": "more"}]
+    assert http(gw.url + "/v1/chat/completions", "POST", body, h)[0] == 200
+    time.sleep(0.3)
+    spans = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True)).spans
+    assert sorted((s.seq, s.prev_seq) for s in spans) == [(0, -1), (1, 0)]
+
+
+def test_spans_resent_across_a_broker_restart(make_engine, make_gateway, make_broker, key, tmp_path):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    from brokerlib import Broker
+    eng = make_engine(lambda p, b: ("step", "stop"))
+    brk = Broker(tmp_path / "brkdata", rpc="tcp://127.0.0.1:%d" % port).start()
+    try:
+        c = Client(brk.ep["rpc"])
+        rid, att = attempt_of(c)
+        c.close()
+        gw = make_gateway(engines=eng.url, broker="tcp://127.0.0.1:%d" % port,
+                          rpc_timeout="500ms", result_wait="20s")
+        tok = mint(key, rid, att)
+        oc = openai.OpenAI(base_url=gw.url + "/v1", api_key=tok, max_retries=0)
+        msgs = [{"role": "user", "content": "one"}]
+        r = oc.chat.completions.create(model="lisa", messages=msgs)
+        brk.kill()  # SIGKILL: the broker is gone, the agent keeps working
+        for k in range(2):
+            msgs += [r.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "user", "content": "more %d" % k}]
+            r = oc.chat.completions.create(model="lisa", messages=msgs)
+        m = http(gw.url + "/metrics")[2].decode()
+        assert "lisa_gateway_spans_pending" in m
+        brk = Broker(tmp_path / "brkdata", rpc="tcp://127.0.0.1:%d" % port).start()
+        # the result is forwarded only once all three spans are durable
+        st, _, body = http(gw.url + "/lisa/v1/result", "POST",
+                           {"answer": "x", "turns": 3, "end_reason": "submit"},
+                           {"Authorization": "Bearer " + tok}, timeout=30)
+        assert st == 200, body
+        c = Client(brk.ep["rpc"])
+        spans = c.ok("query", pb.QueryReq(rollout_ids=[rid], with_spans=True)).spans
+        c.close()
+        assert sorted((s.seq, s.prev_seq) for s in spans) == [(0, -1), (1, 0), (2, 1)]
+    finally:
+        brk.stop()
+
+
+def test_the_token_the_broker_issues_opens_the_gateway(make_engine, make_gateway, make_broker, key, tmp_path):
+    kf = tmp_path / "shared.key"
+    kf.write_text(key.hex() + "\n")
+    os.chmod(kf, 0o600)
+    eng = make_engine(lambda p, b: ("ok", "stop"))
+    brk = make_broker(token_key=str(kf))
+    gw = make_gateway(engines=eng.url, broker=brk.ep["rpc"])
+    c = Client(brk.ep["rpc"])
+    rid = enqueue(c, [task("q")])[0]
+    att = claim(c)[0]
+    c.close()
+    h = {"Authorization": "Bearer " + att.token}
+    st, _, body = http(gw.url + "/lisa/v1/task", "GET", None, h)
+    assert st == 200 and json.loads(body)["rollout_id"] == rid
+    assert chat(gw, att.token).choices[0].message.content == "ok"

@@ -1,0 +1,219 @@
+"""lisa-gateway refuses bad tokens, cross-rollout access, garbage and huge
+bodies and slow clients with clear OpenAI-shaped errors, and keeps serving
+everyone else meanwhile."""
+import json
+import socket
+import threading
+import time
+
+import openai
+import pytest
+
+from gwlib import http, mint
+
+
+@pytest.fixture
+def gw(make_engine, make_gateway):
+    eng = make_engine(lambda p, b: ("fine", "stop"))
+    return make_gateway(engines=eng.url, max_body="64KiB", request_timeout="1s")
+
+
+def chat(gw, token, body=None, raw=None, headers=None):
+    h = {"Content-Type": "application/json"}
+    if token is not None:
+        h["Authorization"] = "Bearer " + token
+    h.update(headers or {})
+    if body is None and raw is None:
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+    st, hd, data = http(gw.url + "/v1/chat/completions", "POST",
+                        raw if raw is not None else json.dumps(body).encode(), h)
+    return st, hd, json.loads(data) if data else None
+
+
+def assert_error(resp, status, type_=None, code=None):
+    st, _, body = resp
+    assert st == status, (st, body)
+    err = body["error"]
+    assert isinstance(err["message"], str) and err["message"]
+    if type_:
+        assert err["type"] == type_
+    if code:
+        assert err["code"] == code
+
+
+def test_tokens(gw, key):
+    assert_error(chat(gw, None), 401, "authentication_error", "invalid_api_key")
+    assert_error(chat(gw, "garbage"), 401, "authentication_error")
+    assert_error(chat(gw, mint(b"k" * 32, "r-1", 1)), 401, "authentication_error")
+    expired = mint(key, "r-1", 1, expiry_ms=int(time.time() * 1000) - 1000)
+    assert_error(chat(gw, expired), 401, "authentication_error", "token_expired")
+    good = mint(key, "r-1", 1)
+    tampered = good[:-2] + ("A" if good[-2] != "A" else "B") + good[-1]
+    assert_error(chat(gw, tampered), 401)
+    assert chat(gw, good)[0] == 200
+    # the openai client sees an AuthenticationError
+    c = openai.OpenAI(base_url=gw.url + "/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        c.chat.completions.create(model="lisa", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.AuthenticationError):
+        c.models.list()
+    assert [m.id for m in openai.OpenAI(base_url=gw.url + "/v1", api_key=good).models.list()] == ["lisa"]
+
+
+def test_cross_rollout_refused(gw, key):
+    tok = mint(key, "r-1", 1)
+    h = {"Authorization": "Bearer " + tok}
+    for path in ("/lisa/v1/heartbeat", "/lisa/v1/result"):
+        st, _, body = http(gw.url + path, "POST", {"rollout_id": "r-2"}, h)
+        assert st == 403 and json.loads(body)["error"]["code"] == "wrong_rollout"
+        st, _, body = http(gw.url + path, "POST", {"rollout_id": "r-1", "attempt": 2}, h)
+        assert st == 403
+
+
+def test_garbage_bodies(gw, key):
+    tok = mint(key, "r-1", 1)
+    assert_error(chat(gw, tok, raw=b"{not json"), 400, "invalid_request_error")
+    assert_error(chat(gw, tok, raw=b"\xff\xfe\x00garbage"), 400)
+    assert_error(chat(gw, tok, raw=b""), 400)
+    assert_error(chat(gw, tok, raw=b"[]"), 400)
+    st, _, body = chat(gw, tok, {"messages": [{"role": "user", "content": "x"}], "evil": 1})
+    assert st == 400 and body["error"]["param"] == "evil"
+    st, _, body = chat(gw, tok, {"messages": [{"role": "user", "content": "x"}], "n": 3})
+    assert st == 400 and body["error"]["param"] == "n"
+    assert_error(chat(gw, tok, {"messages": [{"role": "root", "content": "x"}]}), 400)
+    st, _, _ = http(gw.url + "/v1/chat/completions", "GET", None,
+                    {"Authorization": "Bearer " + tok})
+    assert st == 405
+    assert http(gw.url + "/nope")[0] == 404
+    assert chat(gw, tok)[0] == 200
+
+
+def test_huge_body_refused(gw, key):
+    tok = mint(key, "r-1", 1)
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * 200_000}]}).encode()
+    st, _, body = chat(gw, tok, raw=big)
+    assert st == 413
+    assert "error" in json.loads(body) if isinstance(body, bytes) else body["error"]
+    assert chat(gw, tok)[0] == 200
+
+
+def test_slow_loris_cut_while_others_served(gw, key):
+    tok = mint(key, "r-1", 1)
+    slow = []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"mess")
+        slow.append(s)
+    t0 = time.time()
+    # others are served while the slow ones dangle
+    for _ in range(5):
+        assert chat(gw, tok)[0] == 200
+    assert time.time() - t0 < 1.0
+    # every slow connection is cut within the request timeout (+ slack)
+    for s in slow:
+        s.settimeout(5)
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+        assert time.time() - t0 < 5.0
+        s.close()
+    assert chat(gw, tok)[0] == 200
+
+
+def test_concurrent_attempts_one_loop(make_engine, make_gateway, key):
+    eng = make_engine(lambda p, b: ("slow reply", "stop"), delay=0.3)
+    gw = make_gateway(engines=eng.url)
+    results = []
+
+    def agent(i):
+        c = openai.OpenAI(base_url=gw.url + "/v1", api_key=mint(key, "r-%d" % i, 1),
+                          max_retries=0, timeout=30)
+        r = c.chat.completions.create(model="lisa", messages=[{"role": "user", "content": "go %d" % i}])
+        results.append(r.choices[0].message.content)
+
+    ts = [threading.Thread(target=agent, args=(i,)) for i in range(64)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert results == ["slow reply"] * 64
+    # the calls overlapped inside the gateway's one loop
+    assert eng.max_inflight >= 8
+
+
+def test_same_attempt_twice_at_once_is_429(make_engine, make_gateway, key):
+    eng = make_engine(lambda p, b: ("slow", "stop"), delay=0.5)
+    gw = make_gateway(engines=eng.url)
+    tok = mint(key, "r-1", 1)
+    out = []
+    ts = [threading.Thread(target=lambda: out.append(chat(gw, tok)[0])) for _ in range(2)]
+    for t in ts:
+        t.start()
+        time.sleep(0.1)
+    for t in ts:
+        t.join()
+    assert sorted(out) == [200, 429]
+
+
+def test_a_thousand_open_calls(make_engine, make_gateway, key):
+    """1000 agents each wait on a slow engine at the same time; the gateway
+    holds them all on its one loop (no thread per call) and answers all."""
+    import asyncio
+    eng = make_engine(lambda p, b: ("done", "stop"), delay=2.0)
+    gw = make_gateway(engines=eng.url)
+    n = 1000
+
+    async def one(i):
+        r, w = await asyncio.open_connection("127.0.0.1", gw.port)
+        body = json.dumps({"messages": [{"role": "user", "content": "x%d" % i}]}).encode()
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer " + mint(key, "r-%d" % i, 1).encode() +
+                b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        await w.drain()
+        data = await asyncio.wait_for(r.read(), 120)
+        w.close()
+        return data.split(b" ", 2)[1]
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    codes = asyncio.run(main())
+    assert codes.count(b"200") == n, set(codes)
+    assert eng.max_inflight >= 200
+    # the gateway process stayed small in threads
+    with open("/proc/%d/status" % gw.proc.pid) as f:
+        threads = int([l for l in f if l.startswith("Threads:")][0].split()[1])
+    assert threads < 16
+
+
+def test_stop_with_calls_in_flight(make_engine, make_gateway, key):
+    """SIGTERM while calls wait on the engine: each gets 503 or a closed
+    connection, the gateway exits 0 and (under ASan) leaks nothing."""
+    eng = make_engine(lambda p, b: ("late", "stop"), delay=3.0)
+    gw = make_gateway(engines=eng.url)
+    out = []
+
+    def one(i):
+        try:
+            out.append(chat(gw, mint(key, "r-%d" % i, 1))[0])
+        except Exception:  # the connection closed during shutdown
+            out.append("closed")
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(1.0)
+    assert gw.stop() == 0
+    for t in ts:
+        t.join()
+    assert len(out) == 4 and set(out) <= {503, "closed"}, out
+    log = gw.log_text()
+    assert "LeakSanitizer" not in log and "AddressSanitizer" not in log, log

@@ -1,0 +1,175 @@
+"""lisa-trainer serve: the generation endpoint on its own. Concurrent
+requests are batched into one engine step yet each gets exactly what it
+would get alone (same seed -> same ids and log-probs); stop tokens and
+max_tokens end generations with the right finish_reason; bad requests are
+400 with a reason; a full queue is 429; the engine registers with a real
+broker and its record carries its URL and policy version."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import pytest  # noqa: E402
+from test_trainer_service import (Broker, TRAINER, lisa_client, model_dir,  # noqa: E402
+                                  pb, post)
+
+
+def serve(tmp_path, *extra):
+    out = str(tmp_path / "serve")
+    log = open(tmp_path / "serve.log", "wb")
+    p = subprocess.Popen([TRAINER, "serve", "--model", model_dir(str(tmp_path)),
+                          "--out", out, "--threads", "1"] + list(extra),
+                         stdout=log, stderr=log)
+    url_file = os.path.join(out, "engine.url")
+    end = time.time() + 20
+    while not os.path.exists(url_file):
+        assert p.poll() is None, open(tmp_path / "serve.log").read()
+        assert time.time() < end
+        time.sleep(0.05)
+    time.sleep(0.05)
+    return p, open(url_file).read().strip()
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 0
+
+
+def status_of(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_batched_requests_match_single_requests(tmp_path):
+    p, url = serve(tmp_path, "--broker", "")
+    try:
+        reqs = [{"prompt": list(range(1 + i, 6 + 2 * i)), "max_tokens": 12,
+                 "temperature": 1.0, "seed": 100 + i, "logprobs": 1}
+                for i in range(6)]
+        alone = [post(url + "/v1/completions", r) for r in reqs]
+        together = [None] * len(reqs)
+
+        def go(i):
+            together[i] = post(url + "/v1/completions", reqs[i])
+        ts = [threading.Thread(target=go, args=(i,)) for i in range(len(reqs))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for a, b in zip(alone, together):
+            ca, cb = a["choices"][0], b["choices"][0]
+            assert ca["token_ids"] == cb["token_ids"]
+            assert len(ca["token_ids"]) == 12 and ca["finish_reason"] == "length"
+            for x, y in zip(ca["logprobs"]["token_logprobs"],
+                            cb["logprobs"]["token_logprobs"]):
+                assert x <= 0 and abs(x - y) < 1e-4
+            assert a["policy_version"] == 0
+        # different seeds give different samples
+        assert len({tuple(a["choices"][0]["token_ids"]) for a in alone}) > 1
+        # greedy is deterministic without a seed
+        g1 = post(url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 5,
+                                            "temperature": 0})
+        g2 = post(url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 5,
+                                            "temperature": 0})
+        assert g1["choices"][0]["token_ids"] == g2["choices"][0]["token_ids"]
+        # a stop token ends the generation and is included
+        first = g1["choices"][0]["token_ids"][0]
+        s = post(url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 5,
+                                           "temperature": 0,
+                                           "stop_token_ids": [first]})
+        assert s["choices"][0]["token_ids"] == [first]
+        assert s["choices"][0]["finish_reason"] == "stop"
+        with urllib.request.urlopen(url + "/healthz", timeout=5) as r:
+            h = json.loads(r.read())
+        assert r.status == 200 and h["status"] == "ok"
+    finally:
+        stop(p)
+
+
+@pytest.mark.parametrize("body,why", [
+    ({"prompt": "text"}, "prompt"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": [1, 99999]}, "prompt[1]"),
+    ({"prompt": [1], "max_tokens": 0}, "max_tokens"),
+    ({"prompt": [1], "top_p": 0}, "top_p"),
+    ({"prompt": [1], "n": 2}, "n must be 1"),
+    ({"prompt": [1], "stream": True}, "stream"),
+    ({"prompt": [1] * 300}, "context"),
+])
+def test_bad_requests_are_400_with_a_reason(tmp_path, body, why):
+    p, url = serve(tmp_path, "--broker", "")
+    try:
+        code, rep = status_of(url + "/v1/completions", body)
+        assert code == 400
+        assert why in rep["error"]["message"]
+    finally:
+        stop(p)
+
+
+def test_full_queue_is_429(tmp_path):
+    p, url = serve(tmp_path, "--broker", "", "engine.max_batch=1",
+                   "engine.queue_max=1")
+    try:
+        codes = []
+        lock = threading.Lock()
+
+        def go():
+            c, _ = status_of(url + "/v1/completions",
+                             {"prompt": [1, 2], "max_tokens": 200,
+                              "temperature": 1.0})
+            with lock:
+                codes.append(c)
+        ts = [threading.Thread(target=go) for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert 200 in codes and 429 in codes, codes
+        assert set(codes) <= {200, 429}
+    finally:
+        stop(p)
+
+
+def test_registers_with_the_broker(tmp_path):
+    br = Broker(tmp_path / "broker").start()
+    try:
+        p, url = serve(tmp_path, "--broker", br.ep["rpc"], "--engine-id",
+                       "eng-7", "engine.register_ttl=600ms")
+        b = lisa_client.Broker(br.ep["rpc"], timeout=5)
+        end = time.time() + 10
+        found = None
+        while time.time() < end and not found:
+            es = b.call("engine_list", pb.EngineListReq()).engine_list.engines
+            found = [e for e in es if e.engine_id == "eng-7"]
+            time.sleep(0.05)
+        assert found and found[0].url == url and found[0].up
+        assert found[0].max_batch == 16 and not found[0].paused
+        # renewed: still listed after several TTLs
+        time.sleep(2.0)
+        es = b.call("engine_list", pb.EngineListReq()).engine_list.engines
+        assert [e for e in es if e.engine_id == "eng-7"]
+        stop(p)
+        # leaving deregisters at once (paused, 1 ms TTL)
+        end = time.time() + 2
+        while time.time() < end:
+            es = b.call("engine_list", pb.EngineListReq()).engine_list.engines
+            mine = [e for e in es if e.engine_id == "eng-7"]
+            if not mine or mine[0].paused:
+                break
+            time.sleep(0.05)
+        assert not mine or mine[0].paused
+        b.close()
+    finally:
+        br.stop()

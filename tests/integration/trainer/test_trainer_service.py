@@ -1,0 +1,378 @@
+"""lisa-trainer end to end: a real lisa-broker, a real lisa-reward worker and
+lisa-trainer with a tiny Qwen3 model; a scripted controller + agent claims
+the rollouts through the broker RPC, calls the trainer's /v1/completions
+itself (two turns with an observation between them), pushes the spans and
+completes the attempts, so full training steps run: metrics lines appear,
+the policy version bumps, checkpoints are written, load back (in
+lisa-trainer serve, through trn_model_load) and resume. A second test kills
+the broker in the middle of a step: the trainer must exit with a clear error
+within its deadline."""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("LISA_SOURCE_DIR", os.path.join(HERE, "..", "..", ".."))
+BIN = os.environ.get("LISA_BINARY_DIR", os.path.join(SRC, "build", "default"))
+sys.path.insert(0, os.path.join(HERE, "..", "broker"))
+sys.path.insert(0, os.path.join(SRC, "clients"))
+os.environ.setdefault("LISA_BINARY_DIR", BIN)
+
+import pytest  # noqa: E402
+from brokerlib import Broker  # noqa: E402
+import lisa_client  # noqa: E402
+from lisa_client import pb  # noqa: E402
+
+TRAINER = os.path.join(BIN, "bin", "lisa-trainer")
+REWARD = os.path.join(BIN, "bin", "lisa-reward")
+TINY = os.path.join(SRC, "tests", "fixtures", "qwen3-tiny", "tied")
+
+
+def model_dir(tmp):
+    d = os.path.join(tmp, "model")
+    os.makedirs(d)
+    for f in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copy(os.path.join(TINY, f), d)
+    # a tokenizer file travels along with checkpoints
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"model_max_length": 256}, f)
+    return d
+
+
+def write_data(path, n, source="math_toy", jsonl=True):
+    recs = []
+    for i in range(n):
+        recs.append({
+            "prompt": [{"role": "user", "content": "placeholder"}],
+            "data_source": source,
+            "reward_model": {"ground_truth": "7", "style": "rule"},
+            "extra_info": {"id": "q%d" % i,
+                           "problem_statement": "What is 3 + 4? (%d)" % i,
+                           "input_files": json.dumps({"notes.txt": "3 and 4"}),
+                           "qa_type": "open"}})
+    with open(path, "w") as f:
+        if jsonl:
+            for r in recs:
+                f.write(json.dumps(r) + "\n")
+        else:
+            json.dump(recs, f)
+    return path
+
+
+def post(url, body, timeout=30):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+class Agent(threading.Thread):
+    """Scripted controller + agent: claims attempts, runs two turns against
+    the engine the broker lists, pushes the spans, completes the attempt
+    with answer "7" for even group indices and "3" for odd ones."""
+
+    def __init__(self, rpc, fail_task=None):
+        super().__init__(daemon=True)
+        self.rpc = rpc
+        self.fail_task = fail_task  # index 1 of this task fails (agent)
+        self.stop = threading.Event()
+        self.done = 0
+        self.versions = set()
+        self.errors = []
+
+    def engine_url(self, b):
+        rep = b.call("engine_list", pb.EngineListReq())
+        urls = [e.url for e in rep.engine_list.engines if e.up and not e.paused]
+        return urls[0] if urls else None
+
+    def run(self):
+        b = lisa_client.Broker(self.rpc, caller="test-agent", timeout=5)
+        try:
+            while not self.stop.is_set():
+                url = self.engine_url(b)
+                if not url:
+                    time.sleep(0.05)
+                    continue
+                rep = b.call("claim", pb.ClaimReq(controller_id="ctl-test",
+                                                  capacity=8))
+                if not rep.claim.attempts:
+                    time.sleep(0.05)
+                    continue
+                for a in rep.claim.attempts:
+                    self.play_retry(b, url, a)
+        except Exception as e:  # surfaced by the test
+            self.errors.append(repr(e))
+        finally:
+            b.close()
+
+    def play_retry(self, b, url, a):
+        # an engine that just went away: look it up again (as a gateway
+        # would); the attempt starts over on the live engine
+        for _ in range(50):
+            try:
+                return self.play(b, url, a)
+            except urllib.error.URLError:
+                time.sleep(0.1)
+                url = self.engine_url(b) or url
+        return self.play(b, url, a)
+
+    def play(self, b, url, a):
+        rid, att = a.rollout.rollout_id, a.attempt
+        idx = a.rollout.index_in_group
+        b.call("attempt_start", pb.AttemptStartReq(rollout_id=rid, attempt=att,
+                                                   sandbox_id="sb"))
+        prompt = [1, 2, 3, 4, 5]
+        spans, seq = [], []
+        for turn in range(2):
+            appended = prompt if turn == 0 else [9, 10, 11]
+            full = seq + appended
+            out = post(url + "/v1/completions", {
+                "model": "lisa", "prompt": full, "max_tokens": 4,
+                "logprobs": 1, "return_token_ids": True, "temperature": 1.0,
+                "stop_token_ids": [0]})
+            ch = out["choices"][0]
+            ids = ch["token_ids"]
+            lps = ch["logprobs"]["token_logprobs"]
+            assert len(ids) == len(lps) and all(x <= 0 for x in lps)
+            self.versions.add(out["policy_version"])
+            spans.append(pb.Span(
+                rollout_id=rid, attempt=att, seq=turn,
+                prev_seq=turn - 1, segment=0, appended_ids=appended,
+                response_ids=ids, response_logprobs=lps,
+                finish_reason=ch["finish_reason"],
+                policy_version=out["policy_version"], engine_id="e",
+                prompt_len=len(full)))
+            seq = full + ids
+        b.call("span_put", pb.SpanPutReq(spans=spans))
+        if a.rollout.task_id == self.fail_task and idx == 1:
+            b.call("attempt_fail", pb.AttemptFailReq(
+                rollout_id=rid, attempt=att, kind=pb.FAILURE_AGENT,
+                reason="scripted agent failure"))
+            self.done += 1
+            return
+        b.call("attempt_complete", pb.AttemptCompleteReq(
+            rollout_id=rid, attempt=att, expected_spans=2,
+            result=pb.AttemptResult(answer="7" if idx % 2 == 0 else "3",
+                                    turns=2, end_reason="submit")))
+        self.done += 1
+
+
+@pytest.fixture
+def stack(tmp_path):
+    procs = []
+    br = Broker(tmp_path / "broker").start()
+    rw = subprocess.Popen([REWARD, "worker", "--broker", br.ep["workers"],
+                           "--log-level", "warn"],
+                          stdout=subprocess.DEVNULL,
+                          stderr=open(tmp_path / "reward.log", "wb"))
+    procs.append(rw)
+    yield br, procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    br.stop()
+
+
+def wait_trainer(p, agent, timeout):
+    """Waits for the trainer to exit; fails at once if the agent broke."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if agent is not None:
+            assert not agent.errors, agent.errors
+        if p.poll() is not None:
+            return p.returncode
+        time.sleep(0.1)
+    raise AssertionError("trainer still running after %ss" % timeout)
+
+
+def trainer(args, log):
+    return subprocess.Popen([TRAINER] + args, stdout=log, stderr=log)
+
+
+def tensor_bytes(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        f.read(n)
+        return f.read()
+
+
+def test_training_steps_with_real_broker_and_reward(stack, tmp_path):
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.jsonl"), 4)
+    os.makedirs(tmp_path / "val")
+    write_data(str(tmp_path / "val" / "test_verl.json"), 2,
+               source="math_val", jsonl=False)
+    out = str(tmp_path / "out")
+    agent = Agent(br.ep["rpc"])
+    agent.start()
+    common = ["--broker", br.ep["rpc"], "--engine-listen", "127.0.0.1:0",
+              "--out", out, "--threads", "1",
+              "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+              "trainer.save_freq=1", "trainer.test_freq=2",
+              "actor_rollout_ref.actor.optim.lr=1e-3",
+              "algorithm.adv_estimator=grpo", "trainer.step_timeout=60s",
+              "engine.max_len=128", "engine.register_ttl=1s",
+              "trainer.experiment_name=run-t"]
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--train-data", train,
+                 "--val-data", str(tmp_path / "val"),
+                 "trainer.total_training_steps=2"] + common, log)
+    procs.append(p)
+    rc = wait_trainer(p, agent, 150)
+    text = open(tmp_path / "trainer.log").read()
+    assert rc == 0, text[-3000:]
+
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    tr = [m for m in lines if m["kind"] == "train"]
+    va = [m for m in lines if m["kind"] == "val"]
+    assert [m["step"] for m in tr] == [1, 2]
+    for m in tr:
+        assert m["rollouts/total"] == 4 and m["rollouts/succeeded"] == 4
+        assert m["reward/math_toy/mean"] == pytest.approx(0.5)
+        assert m["reward/mean"] == pytest.approx(0.5)
+        assert m["advantage/max"] > 0 > m["advantage/min"]
+        assert m["batch/sequences"] == 4 and m["batch/tokens"] > 0
+        assert m["actor/grad_norm"] > 0 and m["update/skipped"] == 0
+        # the engine's log-probs are the trainer's (same weights, T = 1)
+        assert m["rollout/logp_diff_max"] < 1e-3, m
+        assert m["time/rollout_s"] > 0 and m["time/train_s"] > 0
+    assert tr[1]["policy_version_after"] == tr[0]["policy_version_after"] + 1
+    assert len(va) == 1 and va[0]["step"] == 2
+    assert "val/reward/math_val/mean" in va[0]
+    # completions were sampled by two policies (before and after step 1)
+    assert len(agent.versions) >= 2
+
+    b = lisa_client.Broker(br.ep["rpc"], timeout=5)
+    v = b.call("policy", pb.PolicyReq()).policy.version
+    assert v == tr[1]["policy_version_after"] and v >= 2
+    b.close()
+
+    for step in (1, 2):
+        d = os.path.join(out, "global_step_%d" % step)
+        for f in ("config.json", "model.safetensors", "optimizer.bin",
+                  "trainer_state.json", "tokenizer_config.json"):
+            assert os.path.exists(os.path.join(d, f)), (d, f)
+        st = json.load(open(os.path.join(d, "trainer_state.json")))
+        assert st["global_step"] == step and st["run_id"] == "run-t"
+    assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read().strip() == "2"
+    assert tensor_bytes(os.path.join(out, "global_step_2", "model.safetensors")) != \
+        tensor_bytes(os.path.join(model, "model.safetensors"))
+
+    # the checkpoint loads back (trn_model_load) and serves
+    slog = open(tmp_path / "serve.log", "wb")
+    sout = str(tmp_path / "serve")
+    s = trainer(["serve", "--model", os.path.join(out, "global_step_2"),
+                 "--broker", "", "--out", sout, "--threads", "1"], slog)
+    procs.append(s)
+    url_file = os.path.join(sout, "engine.url")
+    end = time.time() + 20
+    while not os.path.exists(url_file) and time.time() < end:
+        assert s.poll() is None, open(tmp_path / "serve.log").read()
+        time.sleep(0.05)
+    url = open(url_file).read().strip()
+    r = post(url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3,
+                                       "temperature": 0})
+    assert len(r["choices"][0]["token_ids"]) == 3
+    s.send_signal(signal.SIGTERM)
+    assert s.wait(timeout=10) == 0
+
+    # resume from step 2 and run a third step
+    p = trainer(["train", "--resume", os.path.join(out, "global_step_2"),
+                 "--train-data", train, "trainer.total_training_steps=3"]
+                + common, log)
+    procs.append(p)
+    rc = wait_trainer(p, agent, 120)
+    assert rc == 0, open(tmp_path / "trainer.log").read()[-3000:]
+    agent.stop.set()
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    tr = [m for m in lines if m["kind"] == "train"]
+    assert [m["step"] for m in tr] == [1, 2, 3]
+    assert tr[2]["policy_version"] == tr[1]["policy_version_after"]
+    assert os.path.exists(os.path.join(out, "global_step_3", "model.safetensors"))
+
+
+def test_broker_dies_mid_step(stack, tmp_path):
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.json"), 2, jsonl=False)
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--train-data", train,
+                 "--broker", br.ep["rpc"], "--out", str(tmp_path / "out"),
+                 "--threads", "1", "data.train_batch_size=2",
+                 "actor_rollout_ref.rollout.n=2", "trainer.step_timeout=5m",
+                 "trainer.rpc_timeout=2s"], log)
+    procs.append(p)
+    # wait until the step's rollouts are queued (nobody claims them)
+    b = lisa_client.Broker(br.ep["rpc"], timeout=5)
+    end = time.time() + 30
+    while time.time() < end:
+        if b.call("stats", pb.StatsReq()).stats.stats.queued >= 4:
+            break
+        assert p.poll() is None, open(tmp_path / "trainer.log").read()
+        time.sleep(0.05)
+    b.close()
+    time.sleep(0.5)
+    br.kill()
+    t0 = time.time()
+    rc = p.wait(timeout=30)
+    took = time.time() - t0
+    text = open(tmp_path / "trainer.log").read()
+    assert rc == 2, text[-2000:]
+    assert "did not answer" in text and "broker" in text
+    # one wait chunk (5 s) plus the RPC timeout (2 s), with slack
+    assert took < 15, took
+
+
+def test_bad_data_is_a_clear_error(tmp_path):
+    model = model_dir(str(tmp_path))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"data_source": "m", "reward_model": {"ground_truth": "1"},'
+                   ' "extra_info": {"problem_statement": "x"}}\n'
+                   '{"data_source": "m", "extra_info": {"problem_statement": "y"}}\n')
+    r = subprocess.run([TRAINER, "train", "--model", model, "--train-data",
+                        str(bad), "--broker", "tcp://127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "bad.jsonl" in r.stderr and "record 1" in r.stderr
+    assert "reward_model.ground_truth" in r.stderr
+
+
+@pytest.mark.parametrize("policy,kept,dropped", [
+    ("drop_group", 2, 1), ("mask", 3, 0), ("zero", 4, 0)])
+def test_failed_rollout_policies(stack, tmp_path, policy, kept, dropped):
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.jsonl"), 2)
+    out = str(tmp_path / "out")
+    agent = Agent(br.ep["rpc"], fail_task="q0")
+    agent.start()
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--train-data", train,
+                 "--broker", br.ep["rpc"], "--out", out, "--threads", "1",
+                 "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+                 "trainer.max_attempts=1", "trainer.failed_rollouts=" + policy,
+                 "trainer.step_timeout=60s", "engine.max_len=128"], log)
+    procs.append(p)
+    rc = wait_trainer(p, agent, 120)
+    agent.stop.set()
+    assert rc == 0, open(tmp_path / "trainer.log").read()[-3000:]
+    m = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    assert m["rollouts/failed"] == 1 and m["rollouts/succeeded"] == 3
+    assert m["rollouts/kept"] == kept and m["groups/dropped"] == dropped
+    # only succeeded rollouts count in the reward means
+    assert m["reward/math_toy/count"] == 3
+    assert m["update/skipped"] == 0

@@ -1,0 +1,102 @@
+/*
+ * gw_upstream: engine request body and response parsing.
+ */
+#include "gw_upstream.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Usage: build a request, parse an answer. */
+Test(gw_upstream, usage)
+{
+    uint32_t ids[] = {151644, 0, 4294967295u, 7};
+    int32_t stop[] = {151645, 151643};
+    const char *strs[] = {"\"quoted\""};
+    gw_sampling_t s = {.model = "m",
+                       .max_tokens = 32,
+                       .temperature = 0.5,
+                       .top_p = -1,
+                       .stop_ids = stop,
+                       .n_stop_ids = 2,
+                       .stop = strs,
+                       .n_stop = 1};
+    size_t len;
+    char *body = gw_upstream_body(ids, 4, &s, &len);
+    cr_assert_eq(strlen(body), len);
+    json_t *o = json_loads(body, 0, NULL);
+    cr_assert_not_null(o, "%s", body);
+    json_t *p = json_object_get(o, "prompt");
+    cr_assert_eq(json_array_size(p), 4);
+    cr_assert_eq(json_integer_value(json_array_get(p, 2)), 4294967295ll);
+    cr_assert_eq(json_real_value(json_object_get(o, "temperature")), 0.5);
+    cr_assert_null(json_object_get(o, "top_p"));
+    cr_assert_eq(json_integer_value(json_object_get(o, "max_tokens")), 32);
+    cr_assert_eq(json_integer_value(
+                     json_array_get(json_object_get(o, "stop_token_ids"), 1)),
+                 151643);
+    cr_assert_str_eq(
+        json_string_value(json_array_get(json_object_get(o, "stop"), 0)),
+        "\"quoted\"");
+    cr_assert(json_is_true(json_object_get(o, "return_token_ids")));
+    json_decref(o);
+    free(body);
+
+    const char *ans = "{\"choices\":[{\"index\":0,\"token_ids\":[5,6],"
+                      "\"logprobs\":{\"token_logprobs\":[-0.5,0]},"
+                      "\"finish_reason\":\"stop\"}],\"policy_version\":9}";
+    gw_completion_t c;
+    char why[128];
+    cr_assert_eq(gw_upstream_parse(ans, strlen(ans), 100, &c, why, sizeof why),
+                 LISA_OK, "%s", why);
+    cr_assert_eq(c.n, 2);
+    cr_assert_eq(c.ids[1], 6);
+    cr_assert_eq(c.logprobs[0], -0.5f);
+    cr_assert_str_eq(c.finish_reason, "stop");
+    cr_assert_eq(c.policy_version, 9);
+    gw_completion_clear(&c);
+    gw_completion_clear(&c);
+}
+
+Test(gw_upstream, vllm_token_strings_and_refusals)
+{
+    const char *v = "{\"choices\":[{\"logprobs\":{\"tokens\":[\"token_id:11\","
+                    "\"token_id:12\"],\"token_logprobs\":[-1,-2]},"
+                    "\"finish_reason\":\"length\",\"policy_version\":3}]}";
+    gw_completion_t c;
+    char why[128];
+    cr_assert_eq(gw_upstream_parse(v, strlen(v), 100, &c, why, sizeof why),
+                 LISA_OK, "%s", why);
+    cr_assert_eq(c.ids[0], 11);
+    cr_assert_eq(c.policy_version, 3);
+    gw_completion_clear(&c);
+    static const char *const bad[] = {
+        "not json",
+        "{}",
+        "{\"choices\":[]}",
+        "{\"choices\":[{\"token_ids\":[1],\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[0.5]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[1,2],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[-1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"abort\"}]}",
+        "{\"choices\":[{\"token_ids\":[1,2,3],\"logprobs\":{\"token_logprobs\":"
+        "[-1,-1,-1]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"logprobs\":{\"tokens\":[\"token_id:x\"],"
+        "\"token_logprobs\":[-1]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"policy_version\":-2}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = '\0';
+        cr_assert_eq(
+            gw_upstream_parse(bad[i], strlen(bad[i]), 2, &c, why, sizeof why),
+            LISA_INVALID, "case %zu accepted", i);
+        cr_assert(why[0], "case %zu has no reason", i);
+        cr_assert_null(c.ids);
+    }
+}
