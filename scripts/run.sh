@@ -193,6 +193,11 @@ start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
   --port-file "$run/gateway.port" --unix "$run/gateway.sock" \
   --broker "$rpc" --token-key "file:$run/token.key" --tokenizer "$model"
 wait_file "$run/gateway.port" 30
+# The agents run as an unprivileged user inside their sandboxes; connecting
+# to a unix socket needs write permission on it (every request still needs
+# an attempt token).
+for _ in $(seq 1 100); do [ -S "$run/gateway.sock" ] && break; sleep 0.1; done
+chmod 666 "$run/gateway.sock"
 echo "gateway: http://127.0.0.1:$(cat "$run/gateway.port"), $run/gateway.sock"
 
 start controller "$bin/lisa-controller" --backend local \
@@ -220,20 +225,23 @@ seen=0
 t0=$(date +%s)
 progress() {
   [ -f "$metrics" ] || return 0
-  local n line step r acc ent
+  local n line step
   n=$(wc -l <"$metrics")
   while [ "$seen" -lt "$n" ]; do
     seen=$((seen + 1))
     line=$(sed -n "${seen}p" "$metrics")
     step=$(num step "$line")
-    [ -n "$step" ] || step=$(num training/global_step "$line")
-    r=$(num reward/mean "$line")
-    [ -n "$r" ] || r=$(num critic/score/mean "$line")
-    acc=$(num val/reward/mean "$line")
-    ent=$(num actor/entropy "$line")
-    printf 'step %-4s reward %-8s rollouts %-5s entropy %-8s %s%5ss\n' \
-      "${step:-?}" "${r:--}" "$(num rollouts/count "$line")" "${ent:--}" \
-      "${acc:+val $acc  }" "$(($(date +%s) - t0))"
+    if printf '%s' "$line" | grep -q '"kind" *: *"val"'; then
+      printf 'step %-4s validation reward %-8s (%s rollouts)  %5ss\n' \
+        "${step:-?}" "$(num val/reward/mean "$line")" \
+        "$(num val/rollouts "$line")" "$(($(date +%s) - t0))"
+    else
+      printf 'step %-4s reward %-8s rollouts %s/%s  entropy %-8s step %ss  %5ss\n' \
+        "${step:-?}" "$(num reward/mean "$line")" \
+        "$(num rollouts/succeeded "$line")" "$(num rollouts/total "$line")" \
+        "$(num actor/entropy "$line")" "$(num time/step_s "$line")" \
+        "$(($(date +%s) - t0))"
+    fi
   done
 }
 

@@ -25,10 +25,9 @@ STEPS = 10
 
 
 def reward_of(rec):
-    for k in ("reward/mean", "critic/score/mean"):
-        if k in rec:
-            return float(rec[k])
-    raise AssertionError(f"no reward mean in {sorted(rec)}")
+    # docs/trainer-service.md: reward/mean over succeeded rollouts (null
+    # when none succeeded)
+    return float(rec.get("reward/mean") or 0.0)
 
 
 def test_local_run_learns_the_toy_task(tmp_path):
@@ -68,8 +67,7 @@ def test_local_run_learns_the_toy_task(tmp_path):
     recs = [json.loads(line) for line in
             (run / "trainer" / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
-    train = [r for r in recs if any(k.startswith(("reward/", "critic/"))
-                                     for k in r)]
+    train = [r for r in recs if r.get("kind") == "train"]
     assert len(train) >= STEPS
     assert scored >= STEPS * 4 * 4 * 0.9, (n, scored)  # batch 4 x n 4
 
