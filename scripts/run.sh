@@ -132,6 +132,10 @@ stop_all() {
   done
   pids=()
   names=()
+  if [ -n "${sockdir:-}" ]; then
+    rm -rf "$sockdir"
+    sockdir=""
+  fi
 }
 interrupted=0
 trap 'stop_all' EXIT
@@ -189,20 +193,26 @@ echo "broker: rpc $rpc, workers $workers"
 
 start reward "$bin/lisa-reward" worker --broker "$workers" --threads 1
 
+# The gateway's unix socket lives in a folder of its own under /tmp that
+# anyone may traverse: bubblewrap resolves it as the sandboxes' user, and
+# the run folder may sit under a private directory.
+sockdir=$(mktemp -d "${TMPDIR:-/tmp}/lisa-gw.XXXXXX")
+chmod 711 "$sockdir"
+sock=$sockdir/gateway.sock
 start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
-  --port-file "$run/gateway.port" --unix "$run/gateway.sock" \
+  --port-file "$run/gateway.port" --unix "$sock" \
   --broker "$rpc" --token-key "file:$run/token.key" --tokenizer "$model"
 wait_file "$run/gateway.port" 30
 # The agents run as an unprivileged user inside their sandboxes; connecting
 # to a unix socket needs write permission on it (every request still needs
 # an attempt token).
-for _ in $(seq 1 100); do [ -S "$run/gateway.sock" ] && break; sleep 0.1; done
-chmod 666 "$run/gateway.sock"
-echo "gateway: http://127.0.0.1:$(cat "$run/gateway.port"), $run/gateway.sock"
+for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done
+chmod 666 "$sock"
+echo "gateway: http://127.0.0.1:$(cat "$run/gateway.port"), $sock"
 
 start controller "$bin/lisa-controller" --backend local \
   --broker-rpc "$rpc" --broker-events "$events" --run-id "$run_id" \
-  --gateway-socket "$run/gateway.sock" --state-dir "$run/controller" \
+  --gateway-socket "$sock" --state-dir "$run/controller" \
   --agent "$bin/lisa-agent"
 
 val_args=()

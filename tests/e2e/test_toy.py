@@ -94,6 +94,13 @@ def test_trajectories_solve_their_tasks(tmp_path):
         msgs = conv["messages"]
         assert [m["role"] for m in msgs] == ["system", "user", "assistant",
                                               "tool", "assistant"]
+        # The toy domain's compact prompt, as lisa-agent sends it
+        # (tests/unit/agent/agt_prompt_test.c holds the agent to it).
+        assert msgs[0]["content"] == (
+            "You solve tasks with tools. Write the answer to "
+            "/testbed/answer.txt, then call submit.")
+        assert [t["function"]["name"] for t in conv["tools"]] == [
+            "execute_bash", "submit"]
         assert msgs[1]["content"].endswith("\nSteps Remaining: 4")
         call = msgs[2]["tool_calls"][0]["function"]
         assert call["name"] == "execute_bash"
