@@ -68,7 +68,7 @@ defaults=(
   actor_rollout_ref.rollout.max_turns=4
   actor_rollout_ref.rollout.max_tokens_per_call=160
   actor_rollout_ref.rollout.max_context_tokens=2048
-  actor_rollout_ref.actor.optim.lr=5e-4
+  actor_rollout_ref.actor.optim.lr=5e-5
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
   trainer.step_timeout=10m
 )
