@@ -1,12 +1,279 @@
 #!/usr/bin/env bash
-# The main job: set up and run lisa on this machine.
-# Until the whole stack is assembled this builds everything and runs a smoke
-# check of the binaries that exist.
+# The main job: a whole lisa training run on this machine.
+#
+# Builds lisa, then starts the stack on 127.0.0.1 with every file under one
+# run folder (runs/local-<time>/): the broker (SQLite store), one reward
+# worker, the gateway (TCP port + a unix socket for the sandboxes), the
+# controller with the local bubblewrap backend (it starts lisa-agent per
+# rollout attempt), and the trainer on CPU (generation engine + GRPO). It
+# prints one line per training step, stops everything it started on
+# Ctrl+C, on any service's death or when training ends, and draws the
+# curves with `lisa plot`.
+#
+#   scripts/run.sh                                   # the toy run
+#   scripts/run.sh --model DIR --train-data FILE --val-data F1,DIR2 \
+#       trainer.total_epochs=2 actor_rollout_ref.rollout.n=2
+#
+# key=value arguments are trainer settings (docs/trainer-service.md); they
+# override the toy defaults below. See docs/local-run.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-bash scripts/deps.sh
-cmake --preset default >/dev/null
-cmake --build --preset default -j "$(nproc)"
-bin=build/default/bin
-"$bin/lisa" version
+
+usage() {
+  cat <<'USAGE'
+usage: scripts/run.sh [--model DIR] [--train-data FILE] [--val-data FILES]
+                      [--out DIR] [--no-build] [--steps N] [key=value ...]
+  --model DIR        Hugging Face model directory (default: models/toy)
+  --train-data FILE  verl train file (default: examples/toy/data/train.json)
+  --val-data FILES   comma-separated files or directories
+                     (default: examples/toy/data/val.json)
+  --out DIR          run folder (default: runs/local-<time>)
+  --no-build         use the binaries already in build/default/bin
+  --steps N          shorthand for trainer.total_training_steps=N
+  key=value          any trainer setting, e.g. trainer.total_epochs=2
+                     actor_rollout_ref.rollout.n=2 data.train_batch_size=4
+USAGE
+}
+
+model=models/toy
+train=examples/toy/data/train.json
+val=examples/toy/data/val.json
+out=""
+build=1
+overrides=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model=${2:?}; shift 2 ;;
+    --train-data) train=${2:?}; shift 2 ;;
+    --val-data) val=${2:?}; shift 2 ;;
+    --out) out=${2:?}; shift 2 ;;
+    --no-build) build=0; shift ;;
+    --steps) overrides+=("trainer.total_training_steps=${2:?}"); shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *=*) overrides+=("$1"); shift ;;
+    *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+# Defaults sized for the toy task on two CPU cores; a key given on the
+# command line replaces its default.
+defaults=(
+  data.train_batch_size=4
+  actor_rollout_ref.rollout.n=4
+  trainer.total_training_steps=20
+  trainer.save_freq=10
+  trainer.test_freq=10
+  trainer.val_before_train=true
+  actor_rollout_ref.rollout.max_turns=4
+  actor_rollout_ref.rollout.max_tokens_per_call=160
+  actor_rollout_ref.rollout.max_context_tokens=2048
+  actor_rollout_ref.actor.optim.lr=5e-5
+  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
+  trainer.step_timeout=10m
+)
+settings=()
+for d in "${defaults[@]}"; do
+  k=${d%%=*}
+  given=0
+  for o in "${overrides[@]+"${overrides[@]}"}"; do
+    [ "${o%%=*}" = "$k" ] && given=1
+  done
+  [ $given = 1 ] || settings+=("$d")
+done
+settings+=("${overrides[@]+"${overrides[@]}"}")
+
+if [ $build = 1 ]; then
+  bash scripts/deps.sh
+  cmake --preset default >/dev/null
+  cmake --build --preset default -j "$(nproc)"
+fi
+bin=${LISA_BUILD_DIR:-$root/build/default}/bin
+missing=()
+for b in lisa lisa-broker lisa-reward lisa-gateway lisa-controller lisa-agent \
+         lisa-trainer; do
+  [ -x "$bin/$b" ] || missing+=("$b")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "run.sh: not built: ${missing[*]} (in $bin)" >&2
+  exit 1
+fi
+for f in "$model/config.json" "$train"; do
+  [ -e "$f" ] || { echo "run.sh: $f does not exist" >&2; exit 1; }
+done
+
+stamp=$(date -u +%Y%m%d-%H%M%S)
+run=${out:-runs/local-$stamp}
+mkdir -p "$run/logs"
+run=$(cd "$run" && pwd)
+run_id=local-$stamp
+echo "run folder: $run"
+
+pids=()
+names=()
+stopping=0
+stop_all() {
+  stopping=1
+  local i pid
+  # Stop in reverse start order: trainer, controller (it removes its
+  # sandboxes), gateway, reward worker, broker.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    pid=${pids[$i]}
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "run.sh: ${names[$i]} (pid $pid) ignored TERM; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+  done
+  pids=()
+  names=()
+  if [ -n "${sockdir:-}" ]; then
+    rm -rf "$sockdir"
+    sockdir=""
+  fi
+}
+interrupted=0
+trap 'stop_all' EXIT
+trap 'interrupted=1; echo; echo "run.sh: interrupted, stopping"' INT TERM
+
+# start NAME CMD...: runs CMD in the background, output in logs/NAME.log.
+start() {
+  local name=$1
+  shift
+  "$@" >"$run/logs/$name.log" 2>&1 &
+  pids+=($!)
+  names+=("$name")
+}
+
+# wait_file PATH SECONDS: waits for a file to appear (a service's ports).
+wait_file() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    [ -s "$1" ] && return 0
+    check_alive
+    sleep 0.1
+  done
+  echo "run.sh: $1 did not appear within $2 s" >&2
+  exit 1
+}
+
+check_alive() {
+  local i
+  [ "$interrupted" = 0 ] || exit 130
+  for i in "${!pids[@]}"; do
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      [ "${names[$i]}" = trainer ] && return 0
+      echo "run.sh: ${names[$i]} exited; last lines of its log:" >&2
+      tail -n 20 "$run/logs/${names[$i]}.log" >&2 || true
+      exit 1
+    fi
+  done
+}
+
+# The attempt-token key the broker signs with and the gateway checks.
+umask 077
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run/token.key"
+umask 022
+
+start broker "$bin/lisa-broker" --data "$run/broker" \
+  --rpc 'tcp://127.0.0.1:*' --spans 'tcp://127.0.0.1:*' \
+  --events 'tcp://127.0.0.1:*' --workers 'tcp://127.0.0.1:*' \
+  --token-key "$run/token.key" --ports-file "$run/broker.ports"
+wait_file "$run/broker.ports" 30
+port_of() { sed -n "s/^$1=//p" "$run/broker.ports"; }
+rpc=$(port_of rpc)
+events=$(port_of events)
+workers=$(port_of workers)
+echo "broker: rpc $rpc, workers $workers"
+
+start reward "$bin/lisa-reward" worker --broker "$workers" --threads 1
+
+# The gateway's unix socket lives in a folder of its own under /tmp that
+# anyone may traverse: bubblewrap resolves it as the sandboxes' user, and
+# the run folder may sit under a private directory.
+sockdir=$(mktemp -d "${TMPDIR:-/tmp}/lisa-gw.XXXXXX")
+chmod 711 "$sockdir"
+sock=$sockdir/gateway.sock
+start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
+  --port-file "$run/gateway.port" --unix "$sock" \
+  --broker "$rpc" --token-key "file:$run/token.key" --tokenizer "$model"
+wait_file "$run/gateway.port" 30
+# The agents run as an unprivileged user inside their sandboxes; connecting
+# to a unix socket needs write permission on it (every request still needs
+# an attempt token).
+for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done
+chmod 666 "$sock"
+echo "gateway: http://127.0.0.1:$(cat "$run/gateway.port"), $sock"
+
+start controller "$bin/lisa-controller" --backend local \
+  --broker-rpc "$rpc" --broker-events "$events" --run-id "$run_id" \
+  --gateway-socket "$sock" --state-dir "$run/controller" \
+  --agent "$bin/lisa-agent"
+
+val_args=()
+[ -n "$val" ] && val_args=(--val-data "$val")
+start trainer "$bin/lisa-trainer" train --model "$model" \
+  --train-data "$train" "${val_args[@]}" --broker "$rpc" \
+  --engine-listen 127.0.0.1:0 --out "$run/trainer" --backend cpu \
+  --run-id "$run_id" "${settings[@]}"
+trainer_pid=${pids[${#pids[@]} - 1]}
+echo "trainer: pid $trainer_pid, settings: ${settings[*]}"
+echo "logs: $run/logs/"
+
+# num KEY LINE: the number under "KEY" in one JSON line ("" if absent).
+num() {
+  { printf '%s' "$2" | grep -o "\"$1\" *: *-\\?[0-9.eE+-]*" | head -n 1 |
+    sed 's/.*: *//'; } || true
+}
+metrics=$run/trainer/metrics.jsonl
+seen=0
+t0=$(date +%s)
+progress() {
+  [ -f "$metrics" ] || return 0
+  local n line step
+  n=$(wc -l <"$metrics")
+  while [ "$seen" -lt "$n" ]; do
+    seen=$((seen + 1))
+    line=$(sed -n "${seen}p" "$metrics")
+    step=$(num step "$line")
+    if printf '%s' "$line" | grep -q '"kind" *: *"val"'; then
+      printf 'step %-4s validation reward %-8s (%s rollouts)  %5ss\n' \
+        "${step:-?}" "$(num val/reward/mean "$line")" \
+        "$(num val/rollouts "$line")" "$(($(date +%s) - t0))"
+    else
+      printf 'step %-4s reward %-8s rollouts %s/%s  entropy %-8s step %ss  %5ss\n' \
+        "${step:-?}" "$(num reward/mean "$line")" \
+        "$(num rollouts/succeeded "$line")" "$(num rollouts/total "$line")" \
+        "$(num actor/entropy "$line")" "$(num time/step_s "$line")" \
+        "$(($(date +%s) - t0))"
+    fi
+  done
+}
+
+rc=0
+while [ "$interrupted" = 0 ] && kill -0 "$trainer_pid" 2>/dev/null; do
+  check_alive
+  progress
+  sleep 2 || true
+done
+if [ "$interrupted" = 1 ]; then
+  rc=130
+else
+  wait "$trainer_pid" || rc=$?
+fi
+progress
+stop_all
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ]; then
+  echo "run.sh: trainer exited with $rc; last lines of its log:" >&2
+  tail -n 20 "$run/logs/trainer.log" >&2 || true
+fi
+if [ -s "$metrics" ]; then
+  svg=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" --title "lisa $run_id")
+  echo "plot: $svg"
+fi
+exit "$rc"

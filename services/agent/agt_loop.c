@@ -120,7 +120,8 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
 {
     memset(out, 0, sizeof *out);
     json_t *msgs = json_array();
-    json_t *tool_defs = agt_tools_schemas();
+    json_t *tool_defs =
+        cfg->tools ? json_incref(cfg->tools) : agt_tools_schemas();
     json_array_append_new(msgs, s_msg("system", system));
     json_array_append_new(msgs, s_msg("user", user));
     /* Context accounting: tokens of the conversation as of the last

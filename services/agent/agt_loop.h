@@ -21,6 +21,7 @@
 #include "agt_tools.h"
 #include "lisa/lisa_rc.h"
 
+#include <jansson.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,6 +37,7 @@ typedef struct {
     unsigned retries;     /* attempts per chat completion */
     const char *model;
     const atomic_bool *cancel; /* set by the heartbeat */
+    json_t *tools; /* schemas sent (borrowed); NULL: agt_tools_schemas() */
 } agt_loop_cfg_t;
 
 typedef struct {

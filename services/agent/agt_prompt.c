@@ -5,6 +5,7 @@
 #include "agt_prompt.h"
 
 #include "agt_text.h"
+#include "agt_tools.h"
 #include "lisa/lisa_mem.h"
 
 #include <stdio.h>
@@ -22,6 +23,7 @@ static const struct {
     const char *prefix;
     agt_domain_t domain;
 } s_routes[] = {
+    {"math_toy", AGT_DOMAIN_TOY}, /* before "math": first match wins */
     {"math", AGT_DOMAIN_MATH},
     {"physics", AGT_DOMAIN_MATH},
     {"chem", AGT_DOMAIN_CHOICE},
@@ -69,7 +71,35 @@ static const struct {
          "searching and reading them with code.",
          "Write the final answer to {ANSWER} in plain text: concise, complete, "
          "and grounded in the documents."},
+    /* The toy model's byte tokenizer makes every byte a token: a compact
+     * prompt keeps toy rollouts short (the warm start is trained on
+     * exactly these texts, examples/toy/toy_gen.c). */
+    [AGT_DOMAIN_TOY] = {"toy",
+                        "You solve tasks with tools. Write the answer to "
+                        "/testbed/answer.txt, then call submit.",
+                        ""},
 };
+
+static const char s_toy_tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"execute_bash\","
+    "\"description\":\"Run a bash command in /testbed.\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"command\":"
+    "{\"type\":\"string\",\"description\":\"The command.\"}},"
+    "\"required\":[\"command\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"submit\","
+    "\"description\":\"Finish the task.\",\"parameters\":{\"type\":"
+    "\"object\",\"properties\":{},\"required\":[]}}}]";
+
+json_t *
+agt_prompt_tools(const agt_prompt_in_t *in)
+{
+    if (agt_prompt_domain(in->data_source) == AGT_DOMAIN_TOY) {
+        json_t *t = json_loads(s_toy_tools, 0, NULL);
+        if (t)
+            return t;
+    }
+    return agt_tools_schemas();
+}
 
 agt_domain_t
 agt_prompt_domain(const char *data_source)
@@ -103,6 +133,8 @@ agt_prompt_system(const agt_prompt_in_t *in)
 {
     agt_domain_t d = agt_prompt_domain(in->data_source);
     const char *root = in->root ? in->root : "/testbed";
+    if (d == AGT_DOMAIN_TOY)
+        return lisa_strdup(s_domains[d].role);
     agt_sb_t sb;
     agt_sb_init(&sb, S_PROMPT_MAX);
     agt_sb_puts(&sb, s_domains[d].role);
@@ -161,6 +193,8 @@ agt_prompt_user(const agt_prompt_in_t *in)
 {
     agt_domain_t d = agt_prompt_domain(in->data_source);
     const char *root = in->root ? in->root : "/testbed";
+    if (d == AGT_DOMAIN_TOY)
+        return lisa_strdup(in->problem ? in->problem : "");
     size_t n = strlen(root) + 16;
     char *answer = lisa_malloc(n);
     snprintf(answer, n, "%s/answer.txt", root);

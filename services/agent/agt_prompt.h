@@ -14,14 +14,17 @@
 #ifndef AGT_PROMPT_H
 #define AGT_PROMPT_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 typedef enum {
-    AGT_DOMAIN_GENERAL = 0,  /* unknown data source */
-    AGT_DOMAIN_MATH = 1,     /* math*, physics*: \boxed{} */
-    AGT_DOMAIN_CHOICE = 2,   /* chem*, biomed*: one letter */
-    AGT_DOMAIN_INSTRUCT = 3, /* instruct_follow*: the response itself */
-    AGT_DOMAIN_DOCUMENTS = 4 /* instruct_pretrain*, long_context* */
+    AGT_DOMAIN_GENERAL = 0,   /* unknown data source */
+    AGT_DOMAIN_MATH = 1,      /* math*, physics*: \boxed{} */
+    AGT_DOMAIN_CHOICE = 2,    /* chem*, biomed*: one letter */
+    AGT_DOMAIN_INSTRUCT = 3,  /* instruct_follow*: the response itself */
+    AGT_DOMAIN_DOCUMENTS = 4, /* instruct_pretrain*, long_context* */
+    AGT_DOMAIN_TOY = 5        /* math_toy*: the compact toy prompt
+                                 (docs/local-run.md) */
 } agt_domain_t;
 
 typedef struct {
@@ -40,6 +43,9 @@ const char *agt_prompt_domain_name(agt_domain_t d);
 char *agt_prompt_system(const agt_prompt_in_t *in);
 /* The first user message (caller frees). */
 char *agt_prompt_user(const agt_prompt_in_t *in);
+/* The tool schemas to send (caller decrefs): execute_bash and submit
+ * with short descriptions for the toy domain, else agt_tools_schemas(). */
+json_t *agt_prompt_tools(const agt_prompt_in_t *in);
 /* The reminder sent as a user message when a reply has no tool call. */
 extern const char *const AGT_PROMPT_CONTINUE;
 

@@ -111,6 +111,7 @@ agt_run(const agt_config_t *cfg)
     agt_heartbeat_t *hb = NULL;
     agt_tools_t *tools = NULL;
     char *sys = NULL, *user = NULL;
+    json_t *tool_defs = NULL;
     agt_gateway_cfg_t gcfg = {
         .base_url = cfg->gateway_url,
         .unix_socket = cfg->gateway_socket,
@@ -178,6 +179,7 @@ agt_run(const agt_config_t *cfg)
     };
     sys = agt_prompt_system(&pin);
     user = agt_prompt_user(&pin);
+    tool_defs = agt_prompt_tools(&pin);
     agt_tools_cfg_t tcfg = {
         .root = cfg->testbed,
         .cmd_timeout_ms = (unsigned) (cfg->cmd_timeout_s * 1000u),
@@ -212,6 +214,7 @@ agt_run(const agt_config_t *cfg)
         .retries = (unsigned) cfg->model_retries,
         .model = cfg->model,
         .cancel = &cancel,
+        .tools = tool_defs,
     };
     agt_heartbeat_note(hb, "turn 0");
     agt_loop_out_t lo;
@@ -235,6 +238,7 @@ agt_run(const agt_config_t *cfg)
             code = AGT_EXIT_ERROR_POSTED;
     }
 out:
+    json_decref(tool_defs);
     agt_heartbeat_stop(&hb);
     agt_tools_destroy(&tools);
     lisa_free(&sys);

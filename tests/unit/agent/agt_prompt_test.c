@@ -31,6 +31,8 @@ Test(agt_prompt, domain_routing)
         agt_domain_t d;
     } cases[] = {
         {"math_mini", AGT_DOMAIN_MATH},
+        {"math_toy", AGT_DOMAIN_TOY},
+        {"math_toy_v2", AGT_DOMAIN_TOY},
         {"physics", AGT_DOMAIN_MATH},
         {"chem_mini", AGT_DOMAIN_CHOICE},
         {"biomed_mini", AGT_DOMAIN_CHOICE},
@@ -81,4 +83,37 @@ Test(agt_prompt, continue_message)
 {
     cr_assert(strstr(AGT_PROMPT_CONTINUE, "MUST USE A FUNCTION CALL"));
     cr_assert(strstr(AGT_PROMPT_CONTINUE, "NEVER ASK FOR HUMAN HELP"));
+}
+
+Test(agt_prompt, toy_domain_is_compact)
+{
+    /* The texts the toy model is warm-started on (examples/toy/toy_gen.c;
+     * tests/e2e/test_toy.py holds the generator to the same texts). */
+    agt_prompt_in_t in = {.data_source = "math_toy",
+                          .problem = "Compute 3*4.",
+                          .root = "/testbed",
+                          .n_files = 1};
+    char *sys = agt_prompt_system(&in);
+    char *u = agt_prompt_user(&in);
+    cr_assert_str_eq(sys, "You solve tasks with tools. Write the answer to "
+                          "/testbed/answer.txt, then call submit.");
+    cr_assert_str_eq(u, "Compute 3*4.");
+    json_t *t = agt_prompt_tools(&in);
+    cr_assert_eq(json_array_size(t), 2);
+    cr_assert_str_eq(
+        json_string_value(json_object_get(
+            json_object_get(json_array_get(t, 0), "function"), "name")),
+        "execute_bash");
+    cr_assert_str_eq(
+        json_string_value(json_object_get(
+            json_object_get(json_array_get(t, 1), "function"), "name")),
+        "submit");
+    json_decref(t);
+    /* Other domains keep the full schemas. */
+    in.data_source = "math_mini";
+    t = agt_prompt_tools(&in);
+    cr_assert_eq(json_array_size(t), 3);
+    json_decref(t);
+    lisa_free(&sys);
+    lisa_free(&u);
 }

@@ -1,0 +1,208 @@
+/*
+ * trn_sft tests: the marking of sampled tokens against the chat template's
+ * own rendering (byte tokenizer), the NLL step learning a conversation,
+ * greedy first-turn reproduction, and refused inputs.
+ */
+#include "lisa/lisa_chat.h"
+#include "lisa/lisa_mem.h"
+#include "trn_sft.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <string.h>
+
+#define TOKDIR LISA_SOURCE_DIR "/tests/fixtures/byte-tokenizer"
+
+static const char s_conv[] =
+    "{\"messages\":["
+    "{\"role\":\"system\",\"content\":\"Use tools.\"},"
+    "{\"role\":\"user\",\"content\":\"Compute 3*4.\"},"
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\","
+    "\"type\":\"function\",\"function\":{\"name\":\"execute_bash\","
+    "\"arguments\":{\"command\":\"echo $((3*4))\"}}}]},"
+    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"name\":\"execute_bash\","
+    "\"content\":\"12\"},"
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c2\","
+    "\"type\":\"function\",\"function\":{\"name\":\"submit\","
+    "\"arguments\":{}}}]}],"
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"submit\","
+    "\"description\":\"Finish.\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{}}}}]}";
+
+static const char s_turn1[] =
+    "<tool_call>\n{\"name\": \"execute_bash\", \"arguments\": {\"command\": "
+    "\"echo $((3*4))\"}}\n</tool_call><|im_end|>";
+static const char s_turn2[] =
+    "<tool_call>\n{\"name\": \"submit\", \"arguments\": {}}\n</tool_call>"
+    "<|im_end|>";
+
+static char *
+s_decode(lisa_tokenizer_t *tok, const int32_t *ids, size_t n)
+{
+    char *text = NULL;
+    cr_assert_eq(lisa_tokenizer_decode(tok, ids, n, 0, &text, NULL), LISA_OK);
+    return text;
+}
+
+/* The text of the run of marked (m = 1) or unmarked tokens number k. */
+static char *
+s_run(lisa_tokenizer_t *tok, const trn_sft_seq_t *s, uint8_t m, int k)
+{
+    size_t i = 0;
+    for (int r = 0; i < s->n; r++) {
+        while (i < s->n && s->mask[i] != m)
+            i++;
+        size_t a = i;
+        while (i < s->n && s->mask[i] == m)
+            i++;
+        if (r == k)
+            return s_decode(tok, s->ids + a, i - a);
+    }
+    return NULL;
+}
+
+Test(trn_sft, usage_encode_and_mark)
+{
+    lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(TOKDIR);
+    cr_assert_not_null(tok);
+    json_t *conv = json_loads(s_conv, 0, NULL);
+    trn_sft_seq_t s;
+    trn_err_t err;
+    cr_assert_eq(trn_sft_encode(tok, conv, &s, &err), LISA_OK, "%s", err.msg);
+    /* The sampled tokens are exactly the two assistant turns. */
+    char *t1 = s_run(tok, &s, 1, 0), *t2 = s_run(tok, &s, 1, 1);
+    cr_assert_str_eq(t1, s_turn1);
+    cr_assert_str_eq(t2, s_turn2);
+    cr_assert_null(s_run(tok, &s, 1, 2));
+    /* The prompt is the template's rendering of the first two messages
+     * with the generation prompt, token for token. */
+    json_t *head = json_array();
+    json_t *msgs = json_object_get(conv, "messages");
+    json_array_append(head, json_array_get(msgs, 0));
+    json_array_append(head, json_array_get(msgs, 1));
+    lisa_chat_opts_t o = lisa_chat_opts_default();
+    char *want = NULL;
+    cr_assert_eq(lisa_chat_render(head, json_object_get(conv, "tools"), &o,
+                                  &want, NULL, NULL),
+                 LISA_OK);
+    char *prompt = s_decode(tok, s.ids, s.prompt_len);
+    cr_assert_str_eq(prompt, want);
+    /* Between the turns: the tool response, as a user turn. */
+    char *mid = s_run(tok, &s, 0, 1);
+    cr_assert_str_eq(mid, "\n<|im_start|>user\n<tool_response>\n12\n"
+                          "</tool_response><|im_end|>\n<|im_start|>"
+                          "assistant\n");
+    /* Special tokens are single ids. */
+    cr_assert_eq(s.ids[s.prompt_len - 11], /* <|im_start|>assistant\n */
+                 lisa_tokenizer_im_start_id(tok));
+    free(t1);
+    free(t2);
+    free(prompt);
+    free(mid);
+    lisa_free(&want);
+    json_decref(head);
+    json_decref(conv);
+    trn_sft_seq_clear(&s);
+    trn_sft_seq_clear(&s);
+    lisa_tokenizer_destroy(&tok);
+}
+
+Test(trn_sft, steps_learn_a_conversation)
+{
+    lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(TOKDIR);
+    json_t *conv = json_loads(s_conv, 0, NULL);
+    json_object_del(conv, "tools"); /* a short prompt keeps the test fast */
+    trn_sft_seq_t s;
+    trn_err_t err;
+    cr_assert_eq(trn_sft_encode(tok, conv, &s, &err), LISA_OK);
+    trn_config_t cfg = {.hidden_size = 32,
+                        .intermediate_size = 64,
+                        .num_hidden_layers = 1,
+                        .num_attention_heads = 2,
+                        .num_key_value_heads = 1,
+                        .head_dim = 16,
+                        .vocab_size = 265,
+                        .max_position_embeddings = 1024,
+                        .rms_norm_eps = 1e-6,
+                        .rope_theta = 10000,
+                        .tie_word_embeddings = true};
+    trn_model_t *m = trn_model_new_random(&cfg, 3, 0.02f, 1);
+    cr_assert_not_null(m);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    trn_sft_cfg_t c = trn_sft_defaults();
+    c.optim.lr = 2e-2;
+    trn_sft_out_t first = {0}, last = {0};
+    bool match = true;
+    cr_assert_eq(trn_sft_first_turn_match(m, &s, 0.0f, NULL, &match, &err),
+                 LISA_OK);
+    cr_assert(!match, "a random model reproduced the turn");
+    for (int i = 0; i < 80; i++) {
+        cr_assert_eq(trn_sft_step(m, opt, &c, &s, 1, &last, &err), LISA_OK,
+                     "%s", err.msg);
+        if (i == 0)
+            first = last;
+    }
+    /* One id per byte, and one per special token (<tool_call>,
+     * </tool_call>, <|im_end|>: 33 bytes, 3 ids, in each turn). */
+    double want = (double) (strlen(s_turn1) + strlen(s_turn2) - 2 * 30);
+    cr_assert_eq(first.tokens, want, "marked tokens %f", first.tokens);
+    cr_assert_gt(first.loss, 4.0, "first loss %f", first.loss);
+    cr_assert_lt(last.loss, 0.05, "last loss %f", last.loss);
+    cr_assert_eq(trn_sft_first_turn_match(m, &s, 0.0f, NULL, &match, &err),
+                 LISA_OK);
+    cr_assert(match, "the trained model does not reproduce the turn");
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+    json_decref(conv);
+    trn_sft_seq_clear(&s);
+    lisa_tokenizer_destroy(&tok);
+}
+
+Test(trn_sft, refuses_bad_conversations)
+{
+    lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(TOKDIR);
+    static const char *const bad[] = {
+        "{}",
+        "{\"messages\":{}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"\\u00ff\\ud800\"},"
+        "{\"role\":\"assistant\",\"content\":\"x\"}]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *c = json_loads(bad[i], JSON_ALLOW_NUL, NULL);
+        trn_sft_seq_t s;
+        trn_err_t err;
+        if (!c)
+            continue; /* jansson refuses the lone surrogate itself */
+        cr_assert_eq(trn_sft_encode(tok, c, &s, &err), LISA_INVALID, "case %zu",
+                     i);
+        cr_assert_null(s.ids);
+        json_decref(c);
+    }
+    /* An empty batch and a batch without marked tokens are refused. */
+    trn_config_t cfg = {.hidden_size = 32,
+                        .intermediate_size = 64,
+                        .num_hidden_layers = 1,
+                        .num_attention_heads = 2,
+                        .num_key_value_heads = 1,
+                        .head_dim = 16,
+                        .vocab_size = 265,
+                        .max_position_embeddings = 64,
+                        .rms_norm_eps = 1e-6,
+                        .rope_theta = 10000,
+                        .tie_word_embeddings = true};
+    trn_model_t *m = trn_model_new_random(&cfg, 3, 0.02f, 1);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    trn_sft_cfg_t c = trn_sft_defaults();
+    trn_sft_out_t out;
+    trn_err_t err;
+    cr_assert_eq(trn_sft_step(m, opt, &c, NULL, 0, &out, &err), LISA_INVALID);
+    int32_t ids[4] = {1, 2, 3, 4};
+    uint8_t mask[4] = {0};
+    trn_sft_seq_t s = {.ids = ids, .mask = mask, .n = 4, .prompt_len = 4};
+    cr_assert_eq(trn_sft_step(m, opt, &c, &s, 1, &out, &err), LISA_INVALID);
+    cr_assert_eq(trn_adamw_steps(opt), 0);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+    lisa_tokenizer_destroy(&tok);
+}
