@@ -5,7 +5,9 @@ container with network mode none), with the sandbox image built from
 docker/sandbox.Dockerfile on the locally made base. Then the faults that
 matter for containers: the container killed, the controller killed (the
 container outlives it and is adopted), a memory hog (OOM) and a fork bomb
-(pids limit). Skipped, saying why, where no engine can be started."""
+(pids limit). Opt-in (LISA_DOCKER_TESTS=1); skipped, saying why, where
+no engine can be started."""
+import os
 import signal
 
 import pytest
@@ -15,6 +17,12 @@ from dockerlib import (IMAGE, _docker, containers, engine, engine_running,
 from stacklib import pb, scripted, wait_for
 
 CTL = "ctl-sbx"
+
+# Building the sandbox image takes minutes and needs Debian's mirrors:
+# container tests are opt-in, as the compose tests are.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("LISA_DOCKER_TESTS") != "1",
+    reason="container tests are opt-in: set LISA_DOCKER_TESTS=1")
 
 
 @pytest.fixture(scope="module")
