@@ -320,7 +320,7 @@ main(int argc, char **argv)
 {
     const char *out = NULL;
     size_t n_train = 256, n_val = 64, n_sft = 0, seed = 7;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flags come as pairs */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -340,7 +340,6 @@ main(int argc, char **argv)
             return s_usage();
         if (bad)
             return s_usage();
-        i++;
     }
     if (!out)
         return s_usage();
