@@ -62,6 +62,31 @@ s_pair(const bf16 *p0, const bf16 *p1)
     return (uint32_t) lo | ((uint32_t) hi << 16);
 }
 
+/* Four 8x8 bf16 tiles of shared memory, transposed, into mma operand
+ * registers (ldmatrix .trans): lane j names row j % 8 of tile j / 8, and
+ * receives in register i the elements (2(j%4), j/4) and (2(j%4)+1, j/4)
+ * of tile i, which is the B fragment of m16n8k16 for a row-major [k][n]
+ * tile (and the A fragment for a [k][m] one). */
+__device__ __forceinline__ void
+s_ldsm_t(uint32_t r[4], const bf16 *p)
+{
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* B fragments of n-tiles n and n+1 at k-step kk from a row-major [k][n]
+ * tile in shared memory (row stride ld): b[0], b[1] for n; b[2], b[3]
+ * for n + 1. */
+__device__ __forceinline__ void
+s_ldsm_b2(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
+{
+    const int m = lane >> 3, row = lane & 7;
+    s_ldsm_t(b, base + (kk * 16 + (m & 1) * 8 + row) * ld + (n + (m >> 1)) * 8);
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * S_FWD_WARPS)
     s_attn_fwd_mma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
@@ -213,13 +238,12 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS)
             pa[1] = s_pack(s[2 * kk][2], s[2 * kk][3]);
             pa[2] = s_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             pa[3] = s_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            const bf16 *vr = Vs + (kk * 16 + 2 * t) * LDB + g;
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t b0 = s_pair(vr + n * 8, vr + LDB + n * 8);
-                uint32_t b1 =
-                    s_pair(vr + 8 * LDB + n * 8, vr + 9 * LDB + n * 8);
-                s_mma(acc[n], pa, b0, b1);
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b[4];
+                s_ldsm_b2(b, Vs, LDB, kk, n, lane);
+                s_mma(acc[n], pa, b[0], b[1]);
+                s_mma(acc[n + 1], pa, b[2], b[3]);
             }
         }
     }
@@ -405,14 +429,15 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                 sa[1] = s_pack(dpT[2 * kk][2], dpT[2 * kk][3]);
                 sa[2] = s_pack(dpT[2 * kk + 1][0], dpT[2 * kk + 1][1]);
                 sa[3] = s_pack(dpT[2 * kk + 1][2], dpT[2 * kk + 1][3]);
-                const bf16 *ob = dOs + (kk * 16 + 2 * t) * LDB + g;
-                const bf16 *qb = Qs + (kk * 16 + 2 * t) * LDB + g;
 #pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    s_mma(dV[n], pa, s_pair(ob + n * 8, ob + LDB + n * 8),
-                          s_pair(ob + 8 * LDB + n * 8, ob + 9 * LDB + n * 8));
-                    s_mma(dK[n], sa, s_pair(qb + n * 8, qb + LDB + n * 8),
-                          s_pair(qb + 8 * LDB + n * 8, qb + 9 * LDB + n * 8));
+                for (int n = 0; n < NT; n += 2) {
+                    uint32_t bo[4], bq[4];
+                    s_ldsm_b2(bo, dOs, LDB, kk, n, lane);
+                    s_ldsm_b2(bq, Qs, LDB, kk, n, lane);
+                    s_mma(dV[n], pa, bo[0], bo[1]);
+                    s_mma(dV[n + 1], pa, bo[2], bo[3]);
+                    s_mma(dK[n], sa, bq[0], bq[1]);
+                    s_mma(dK[n + 1], sa, bq[2], bq[3]);
                 }
             }
             /* share dS^T: row = key (local), column = query (local) */
@@ -434,18 +459,22 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                 const int r = warp * 16 + g;
 #pragma unroll
                 for (int kk = 0; kk < S_BK / 16; kk++) {
-                    const bf16 *d0 = dsT + (kk * 16 + 2 * t) * LDS;
+                    /* A = dS (queries x keys) from dsT (keys x queries):
+                     * tiles (keys +0, queries +0), (+0, +8), (+8, +0),
+                     * (+8, +8) of this warp's 16 queries */
                     uint32_t a[4];
-                    a[0] = s_pair(d0 + r, d0 + LDS + r);
-                    a[1] = s_pair(d0 + r + 8, d0 + LDS + r + 8);
-                    a[2] = s_pair(d0 + 8 * LDS + r, d0 + 9 * LDS + r);
-                    a[3] = s_pair(d0 + 8 * LDS + r + 8, d0 + 9 * LDS + r + 8);
-                    const bf16 *kb = Ks + (kk * 16 + 2 * t) * LDB + g;
+                    {
+                        const int m = lane >> 3, row = lane & 7;
+                        s_ldsm_t(a, dsT + (kk * 16 + (m >> 1) * 8 + row) * LDS +
+                                        warp * 16 + (m & 1) * 8);
+                    }
 #pragma unroll
-                    for (int n = 0; n < NT; n++)
-                        s_mma(
-                            dq[n], a, s_pair(kb + n * 8, kb + LDB + n * 8),
-                            s_pair(kb + 8 * LDB + n * 8, kb + 9 * LDB + n * 8));
+                    for (int n = 0; n < NT; n += 2) {
+                        uint32_t b[4];
+                        s_ldsm_b2(b, Ks, LDB, kk, n, lane);
+                        s_mma(dq[n], a, b[0], b[1]);
+                        s_mma(dq[n + 1], a, b[2], b[3]);
+                    }
                 }
                 const int tq0 = q0 + r, tq1 = tq0 + 8;
 #pragma unroll
