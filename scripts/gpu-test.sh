@@ -28,6 +28,13 @@ run "$bin/trn_gpu_gen_test"
 if [ -x "$bin/lisa-trainer" ]; then
   run bash tests/gpu/trainer_serve_smoke.sh "$bin" tests/fixtures/qwen3-tiny/tied
 fi
+# One RL step of a Qwen3-4B-shaped model through the whole stack (needs
+# torch + transformers to make the random model, bubblewrap, about 45 GB
+# of disk for its checkpoint); LISA_GPU_RL_STEP=0 leaves it out.
+if [ "${LISA_GPU_RL_STEP:-1}" != 0 ] && [ -x "$bin/lisa-controller" ] &&
+   python3 -c 'import transformers' 2>/dev/null; then
+  run bash tests/gpu/rl_step.sh "$bin"
+fi
 if [ "$gpus" -ge 2 ]; then
   world=$gpus
   [ "$world" -gt 8 ] && world=8
