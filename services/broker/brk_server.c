@@ -18,6 +18,7 @@
 
 #include "brk_arena.h"
 #include "brk_fsm.h"
+#include "brk_spanscan.h"
 #include "brk_store.h"
 #include "brk_token.h"
 #include "brk_wire.h"
@@ -40,6 +41,8 @@
 #define S_MAX_WORKERS 4096u
 #define S_DEFAULT_TTL 10000u
 #define S_ERR_LEN     512
+/* Spans of one SpanPut taken by the fast path (more: the full decoder). */
+#define S_SCAN_MAX 64
 
 /* A pending outbound message, or an in-flight score job, or a held wait. */
 typedef struct {
@@ -108,6 +111,14 @@ typedef struct {
     Lisa__Attempt *attempt_out; /* set by s_apply: the attempt it touched */
 } s_ctx_t;
 
+/* What s_span_check looks at of a span, decoded or scanned. */
+typedef struct {
+    const char *rollout_id;
+    uint32_t attempt, seq;
+    int32_t prev_seq;
+    size_t n_response_ids, n_response_logprobs;
+} s_span_key_t;
+
 typedef struct {
     uint64_t rpc_errors;
     uint64_t span_dups;
@@ -151,7 +162,8 @@ struct brk_server_t {
         const uint8_t *data; /* the RPC frame being handled */
         size_t len;
     } cur_frame;
-    zactor_t *syncer; /* NULL with sync "normal" */
+    brk_spanscan_span_t scan[S_SCAN_MAX]; /* the span fast path's output */
+    zactor_t *syncer;                     /* NULL with sync "normal" */
     uint64_t batch_seq;
     /* span log segments may be freed once batch gc_after is durable (an
      * export pruned rollouts in it); 0: nothing to do */
@@ -1130,9 +1142,25 @@ s_h_policy(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     return LISA_OK;
 }
 
+static s_span_key_t
+s_key_of(const Lisa__Span *s)
+{
+    return (s_span_key_t){
+        s->rollout_id, s->attempt,        s->seq,
+        s->prev_seq,   s->n_response_ids, s->n_response_logprobs};
+}
+
+static s_span_key_t
+s_key_of_scan(const brk_spanscan_span_t *s)
+{
+    return (s_span_key_t){
+        s->rollout_id, s->attempt,        s->seq,
+        s->prev_seq,   s->n_response_ids, s->n_response_logprobs};
+}
+
 /* Checks a span's shape and that its attempt exists. */
 static lisa_rc_t
-s_span_check(brk_server_t *self, const Lisa__Span *s, char *err)
+s_span_check(brk_server_t *self, const s_span_key_t *s, char *err)
 {
     if (!s_id_ok(s->rollout_id))
         return s_fail(err, LISA_INVALID, "span: rollout_id missing or invalid");
@@ -1175,7 +1203,8 @@ s_h_span_put(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     if (q->n_spans > self->cfg->max_batch)
         return s_fail(err, LISA_TOOLARGE, "too many spans in one put");
     for (size_t i = 0; i < q->n_spans; i++) {
-        lisa_rc_t rc = s_span_check(self, q->spans[i], err);
+        s_span_key_t k = s_key_of(q->spans[i]);
+        lisa_rc_t rc = s_span_check(self, &k, err);
         if (rc != LISA_OK)
             return rc;
     }
@@ -1450,6 +1479,72 @@ s_queue_error(brk_server_t *self, zframe_t *identity, bool delim,
     s_queue_reply(self, identity, delim, &rep);
 }
 
+/* Stores the scanned spans and counts them into *out; LISA_ERR when the
+ * store failed. */
+static lisa_rc_t
+s_span_store_scanned(brk_server_t *self, const brk_spanscan_span_t *sp,
+                     size_t n, Lisa__SpanPutRep *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool dup = false;
+        if (brk_store_span_put_raw(self->store, sp[i].rollout_id, sp[i].attempt,
+                                   sp[i].seq, sp[i].raw, sp[i].raw_len,
+                                   &dup) != LISA_OK)
+            return LISA_ERR;
+        if (dup) {
+            out->duplicates++;
+            self->cnt.span_dups++;
+        } else {
+            out->stored++;
+            self->cnt.spans_stored++;
+        }
+    }
+    return LISA_OK;
+}
+
+/* The fast path of SpanPut: a request brk_spanscan takes, whose spans all
+ * pass s_span_check, is stored and answered without decoding the spans
+ * (the same rows, log records and reply as s_h_span_put). false: nothing
+ * was stored or answered; the caller decodes the frame in full, which
+ * also produces the error reply. */
+static bool
+s_rpc_span_fast(brk_server_t *self, zframe_t *identity, bool delim,
+                zframe_t *body)
+{
+    size_t len = zframe_size(body), n = 0;
+    uint64_t request_id = 0;
+    if (len > self->cfg->max_rpc_frame ||
+        !brk_spanscan_request(zframe_data(body), len, &request_id, self->scan,
+                              S_SCAN_MAX, &n) ||
+        n > self->cfg->max_batch || brk_store_begin(self->store) != LISA_OK)
+        return false;
+    char err[S_ERR_LEN] = "";
+    for (size_t i = 0; i < n; i++) {
+        s_span_key_t k = s_key_of_scan(&self->scan[i]);
+        if (s_span_check(self, &k, err) != LISA_OK) {
+            brk_arena_reset(self->arena);
+            return false;
+        }
+    }
+    self->st_rpc.ok++;
+    Lisa__SpanPutRep out = LISA__SPAN_PUT_REP__INIT;
+    Lisa__Reply rep = LISA__REPLY__INIT;
+    rep.request_id = request_id;
+    if (s_span_store_scanned(self, self->scan, n, &out) != LISA_OK) {
+        s_queue_error(self, identity, delim, request_id,
+                      LISA__REQUEST__BODY_SPAN_PUT, LISA_ERR,
+                      "store write failed");
+    } else {
+        rep.code = LISA__CODE__CODE_OK;
+        rep.error = s_empty;
+        rep.body_case = LISA__REPLY__BODY_SPAN_PUT;
+        rep.span_put = &out;
+        s_queue_reply(self, identity, delim, &rep);
+    }
+    brk_arena_reset(self->arena);
+    return true;
+}
+
 static void
 s_on_rpc(brk_server_t *self, zmsg_t *m)
 {
@@ -1465,6 +1560,8 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
                           "expected frames [empty] Request");
         return;
     }
+    if (s_rpc_span_fast(self, identity, delim, body))
+        return;
     ProtobufCMessage *msg = NULL;
     const char *why = NULL;
     lisa_rc_t rc = lisa_codec_decode_frame(&lisa__request__descriptor, body,
@@ -1566,6 +1663,34 @@ s_on_span(brk_server_t *self, zmsg_t *m)
         self->cnt.spans_dropped++;
         return;
     }
+    /* fast path: a frame brk_spanscan takes is checked and stored without
+     * decoding the span; anything else is decoded in full below */
+    zframe_t *f = zmsg_first(m);
+    if (zframe_size(f) <= self->cfg->max_span_frame &&
+        brk_spanscan_push(zframe_data(f), zframe_size(f), &self->scan[0])) {
+        self->st_span.ok++;
+        s_span_key_t k = s_key_of_scan(&self->scan[0]);
+        char err[S_ERR_LEN] = "";
+        bool dup = false;
+        if (brk_store_begin(self->store) != LISA_OK ||
+            s_span_check(self, &k, err) != LISA_OK) {
+            self->cnt.spans_dropped++;
+            lisa_log_warn("spans: dropped: %s",
+                          err[0] ? err : "store unavailable");
+        } else if (brk_store_span_put_raw(self->store, self->scan[0].rollout_id,
+                                          self->scan[0].attempt,
+                                          self->scan[0].seq, self->scan[0].raw,
+                                          self->scan[0].raw_len,
+                                          &dup) != LISA_OK) {
+            self->cnt.spans_dropped++;
+        } else if (dup) {
+            self->cnt.span_dups++;
+        } else {
+            self->cnt.spans_stored++;
+        }
+        brk_arena_reset(self->arena);
+        return;
+    }
     ProtobufCMessage *msg = NULL;
     const char *why = NULL;
     if (lisa_codec_decode_frame(&lisa__span_push__descriptor, zmsg_first(m),
@@ -1578,8 +1703,9 @@ s_on_span(brk_server_t *self, zmsg_t *m)
     const Lisa__Span *span = ((Lisa__SpanPush *) msg)->span;
     char err[S_ERR_LEN] = "";
     bool dup = false;
+    s_span_key_t key = s_key_of(span);
     if (brk_store_begin(self->store) != LISA_OK ||
-        s_span_check(self, span, err) != LISA_OK) {
+        s_span_check(self, &key, err) != LISA_OK) {
         self->cnt.spans_dropped++;
         lisa_log_warn("spans: dropped: %s", err[0] ? err : "store unavailable");
     } else if (s_span_put_pushed(self, zmsg_first(m), span, &dup) != LISA_OK) {

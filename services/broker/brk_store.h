@@ -122,6 +122,12 @@ lisa_rc_t brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena,
 lisa_rc_t brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
                              const uint8_t *raw, size_t raw_len,
                              bool *dup) LISA_NODISCARD;
+/* Same for a span known only by its key and its packed bytes `raw`
+ * (what brk_spanscan reads off the wire), stored as they are. */
+lisa_rc_t brk_store_span_put_raw(brk_store_t *self, const char *rollout_id,
+                                 uint32_t attempt, uint32_t seq,
+                                 const uint8_t *raw, size_t raw_len,
+                                 bool *dup) LISA_NODISCARD;
 /* Highest seq with every lower seq present (-1: none), and the count. */
 lisa_rc_t brk_store_span_status(brk_store_t *self, const char *id,
                                 uint32_t attempt, int32_t *contiguous,
