@@ -79,16 +79,55 @@ s_bytes(s_cur_t *c, s_cur_t *out)
     return true;
 }
 
-/* Number of varints in packed data; false when one is malformed. */
+/* Number of varints in packed data; false when one is malformed (runs
+ * past the end or over 10 bytes). A varint ends at each byte whose top
+ * bit is clear, so the count is the number of such bytes; eight bytes are
+ * looked at a time, carrying the length of the current run of
+ * continuation bytes across words. */
 static bool
 s_count_packed(s_cur_t d, size_t *n)
 {
-    while (d.p < d.end) {
-        uint64_t v;
-        if (!s_uvarint(&d, 10, &v))
+    const uint8_t *p = d.p;
+    size_t len = (size_t) (d.end - d.p), cont = 0, i = 0;
+    unsigned run = 0; /* continuation bytes since the last end byte */
+    if (len && (p[len - 1] & 0x80))
+        return false;
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t tops = 0x8080808080808080ull;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        uint64_t hi = w & tops;
+        if (hi == 0) {
+            run = 0;
+            continue;
+        }
+        cont += (size_t) __builtin_popcountll(hi);
+        if (hi == tops) {
+            run += 8;
+            if (run >= 10)
+                return false;
+            continue;
+        }
+        /* the run goes on through the word's first bytes, and a new one
+         * starts with its last bytes; runs inside it are under 8 */
+        uint64_t ends = ~hi & tops;
+        if (run + (unsigned) (__builtin_ctzll(ends) / 8) >= 10)
             return false;
-        (*n)++;
+        run = (unsigned) (__builtin_clzll(ends) / 8);
     }
+#endif
+    for (; i < len; i++) {
+        if (p[i] & 0x80) {
+            cont++;
+            if (++run >= 10)
+                return false;
+        } else {
+            run = 0;
+        }
+    }
+    *n += len - cont;
     return true;
 }
 

@@ -157,6 +157,48 @@ Test(brk_spanscan, unpacked_and_merged)
     lisa__span_push__free_unpacked(p, NULL);
 }
 
+/* Packed runs are counted 8 bytes at a time: varints of every length up
+ * to 10 bytes, across word boundaries, count like protobuf-c counts them,
+ * and a varint of 11 bytes is refused by both. */
+Test(brk_spanscan, packed_varint_lengths)
+{
+    for (unsigned vlen = 1; vlen <= 11; vlen++)
+        for (unsigned lead = 0; lead < 9; lead++) {
+            /* field 7 packed: `lead` one-byte ids, one id of vlen bytes,
+             * then 3 one-byte ids */
+            uint8_t run[64];
+            size_t rn = 0;
+            for (unsigned i = 0; i < lead; i++)
+                run[rn++] = 5;
+            for (unsigned i = 0; i + 1 < vlen; i++)
+                run[rn++] = 0xff;
+            run[rn++] = 0x01;
+            for (unsigned i = 0; i < 3; i++)
+                run[rn++] = 7;
+            uint8_t buf[128];
+            size_t len = 0;
+            buf[len++] = 0x08;
+            buf[len++] = 1;
+            buf[len++] = 0xe2;
+            buf[len++] = 0x12;
+            buf[len++] = (uint8_t) (rn + 2);
+            buf[len++] = 0x3a;
+            buf[len++] = (uint8_t) rn;
+            memcpy(buf + len, run, rn);
+            len += rn;
+            brk_spanscan_span_t out;
+            bool took = brk_spanscan_push(buf, len, &out);
+            Lisa__SpanPush *p = lisa__span_push__unpack(NULL, len, buf);
+            cr_assert_eq(took, vlen <= 10, "vlen %u lead %u", vlen, lead);
+            cr_assert_eq(p != NULL, vlen <= 10, "vlen %u lead %u", vlen, lead);
+            if (p) {
+                cr_assert_eq(out.n_response_ids, p->span->n_response_ids);
+                cr_assert_eq(out.n_response_ids, lead + 4);
+                lisa__span_push__free_unpacked(p, NULL);
+            }
+        }
+}
+
 /* Frames outside the taken shape answer false (the full decoder gets
  * them); none of them is read past its end. */
 Test(brk_spanscan, declines)
