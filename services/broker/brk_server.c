@@ -2596,6 +2596,8 @@ brk_server_new(const brk_config_t *cfg)
     if (!self->rpc || !self->pull || !self->pub || !self->wrk)
         goto fail;
     if (strcmp(cfg->sync, "full") == 0) {
+        /* the syncer also writes the span log records (off the loop) */
+        brk_store_defer_span_writes(self->store);
         self->syncer = zactor_new(s_syncer, self->store);
         if (!self->syncer)
             goto fail;

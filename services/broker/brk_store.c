@@ -650,6 +650,12 @@ brk_store_rollback(brk_store_t *self)
     self->span_delta = 0;
 }
 
+void
+brk_store_defer_span_writes(brk_store_t *self)
+{
+    brk_spanlog_defer(self->log, true);
+}
+
 /* The span log's fdatasync, on its own thread so it overlaps the WAL's. */
 static void *
 s_log_sync(void *arg)
