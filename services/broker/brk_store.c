@@ -514,20 +514,16 @@ brk_store_open_ex(const char *dir, bool sync_full, uint64_t segment_max)
         brk_store_close(&self);
         return NULL;
     }
-    /* Page size only matters before the first table exists. Span bytes
-     * live in the span log, so a span row is a few dozen bytes, and the
-     * spans of many rollouts land on as many b-tree leaves: each group
-     * commit writes every touched page to the WAL, and 4 KiB pages keep
-     * that to a quarter of what 16 KiB pages (the earlier size, kept by
-     * existing files) write. */
-    const char *setup = sync_full ? "PRAGMA page_size = 4096;"
+    /* Page size only matters before the first table exists; 16 KiB pages
+     * keep a span (a few KiB of ids and logprobs) to one or two pages. */
+    const char *setup = sync_full ? "PRAGMA page_size = 16384;"
                                     "PRAGMA journal_mode = WAL;"
                                     "PRAGMA synchronous = FULL;"
                                     "PRAGMA wal_autocheckpoint = 0;"
                                     "PRAGMA cache_size = -65536;"
                                     "PRAGMA foreign_keys = OFF;"
                                     "PRAGMA temp_store = MEMORY;"
-                                  : "PRAGMA page_size = 4096;"
+                                  : "PRAGMA page_size = 16384;"
                                     "PRAGMA journal_mode = WAL;"
                                     "PRAGMA synchronous = NORMAL;"
                                     "PRAGMA wal_autocheckpoint = 0;"
