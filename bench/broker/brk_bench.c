@@ -400,6 +400,21 @@ s_make_trans(void *arg, uint64_t i, s_client_t *c)
     s_send(c, req);
 }
 
+/* The broker's group commits so far (StatsReq). */
+static uint64_t
+s_commits(s_client_t *c)
+{
+    Lisa__Request st = LISA__REQUEST__INIT;
+    Lisa__StatsReq sq = LISA__STATS_REQ__INIT;
+    st.body_case = LISA__REQUEST__BODY_STATS;
+    st.stats = &sq;
+    Lisa__Reply *r = s_call(c, &st);
+    uint64_t n =
+        r->stats && r->stats->stats ? r->stats->stats->group_commits : 0;
+    lisa__reply__free_unpacked(r, NULL);
+    return n;
+}
+
 static int
 s_cmp(const void *a, const void *b)
 {
@@ -798,17 +813,20 @@ main(int argc, char **argv)
     double b_rate[99], b_eff[99], r_rate[99], r_eff[99], ratio[99];
     for (int r = 0; r < rounds; r++) {
         double secs = 0;
+        uint64_t gc0 = s_commits(c);
         double cpu0 = s_cpu(bpid);
         uint64_t ok =
             s_pipeline(cs, np, s_make_span, &sp_arg, UINT64_MAX, &secs);
         double bcpu = s_cpu(bpid) - cpu0;
+        uint64_t gcs = s_commits(c) - gc0;
         b_rate[r] = (double) ok / secs;
         b_eff[r] = bcpu > 0 ? (double) ok / bcpu : 0.0;
         printf("  round %d broker span ingest (SpanPut, acknowledged after "
-               "fsync): %8.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
-               "broker cpu %.2f s = %.0f spans per cpu-second)\n",
+               "fsync): %8.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s, "
+               "%.0f per group commit; broker cpu %.2f s = %.0f spans per "
+               "cpu-second)\n",
                r + 1, b_rate[r], b_rate[r] * (double) plen / 1e6, ok, secs,
-               bcpu, b_eff[r]);
+               gcs ? (double) ok / (double) gcs : 0.0, bcpu, b_eff[r]);
         if (!have_redis)
             continue;
         double rcpu = 0;
