@@ -12,11 +12,15 @@
  *   3. RPC latency percentiles for a write (heartbeat) and a read (stats)
  *      with one request in flight.
  * Then it starts redis-server on loopback with appendonly yes and
- * appendfsync everysec (which may lose the last second on a crash: weaker
- * than the broker) and measures pipelined XADD of the same span bytes for
- * the same time, and prints the ratio broker / redis.
+ * appendfsync always (an entry is acknowledged after the fsync of the
+ * append-only file that holds it: the broker's promise) and measures
+ * pipelined XADD of the same span bytes, from the same number of
+ * producers with the same number in flight, in rounds alternating with
+ * the broker's, and prints the medians and the ratio broker / redis.
  *
- *   brk_bench [--seconds S] [--broker PATH] [--redis PATH] [--sync full|normal]
+ *   brk_bench [--seconds S] [--rounds R] [--producers P] [--window W]
+ *             [--broker PATH] [--redis PATH] [--sync full|normal]
+ *             [--redis-fsync always|everysec]
  */
 #include "lisa/lisa_codec.h"
 #include "lisa/lisa_mem.h"
@@ -41,11 +45,13 @@ extern char **environ;
 /* protobuf-c and exec take `char *`; literals are const. */
 #define S_TXT(s) ((char *) (uintptr_t) (s))
 
-#define S_WINDOW 2048
-#define S_APPEND 500
-#define S_RESP   500
+#define S_APPEND        500
+#define S_RESP          500
+#define S_MAX_PRODUCERS 64
 
 static double s_seconds = 3.0;
+/* requests (or XADDs) each producer keeps in flight */
+static uint64_t s_window = 512;
 
 static double
 s_now(void)
@@ -234,28 +240,43 @@ s_fill_span(Lisa__Span *s, char *rid, uint32_t seq)
 typedef void(s_make_fn)(void *arg, uint64_t i, s_client_t *c);
 
 static uint64_t
-s_pipeline(s_client_t *c, s_make_fn *make, void *arg, uint64_t limit,
-           double *secs)
+s_pipeline(s_client_t *cs, size_t nc, s_make_fn *make, void *arg,
+           uint64_t limit, double *secs)
 {
     uint64_t sent = 0, ok = 0, got = 0;
+    uint64_t inflight[S_MAX_PRODUCERS] = {0};
+    zmq_pollitem_t items[S_MAX_PRODUCERS];
+    for (size_t k = 0; k < nc; k++)
+        items[k] =
+            (zmq_pollitem_t){zsock_resolve(cs[k].sock), 0, ZMQ_POLLIN, 0};
     double t0 = s_now(), stop = t0 + s_seconds;
     while (got < sent || (s_now() < stop && sent < limit)) {
-        while (sent - got < S_WINDOW && s_now() < stop && sent < limit) {
-            make(arg, sent, c);
-            sent++;
-        }
-        Lisa__Reply *r = s_recv(c, sent > got ? 30000 : 1);
-        if (!r) {
+        for (size_t k = 0; k < nc; k++)
+            while (inflight[k] < s_window && sent < limit && s_now() < stop) {
+                make(arg, sent, &cs[k]);
+                sent++;
+                inflight[k]++;
+            }
+        int n = zmq_poll(items, (int) nc, sent > got ? 30000 : 1);
+        if (n <= 0) {
             if (sent > got) {
                 fprintf(stderr, "bench: replies stopped coming\n");
                 exit(1);
             }
             continue;
         }
-        got++;
-        if (r->code == LISA__CODE__CODE_OK)
-            ok++;
-        lisa__reply__free_unpacked(r, NULL);
+        for (size_t k = 0; k < nc; k++) {
+            if (!(items[k].revents & ZMQ_POLLIN))
+                continue;
+            Lisa__Reply *r;
+            while (inflight[k] && (r = s_recv(&cs[k], 0))) {
+                got++;
+                inflight[k]--;
+                if (r->code == LISA__CODE__CODE_OK)
+                    ok++;
+                lisa__reply__free_unpacked(r, NULL);
+            }
+        }
     }
     *secs = s_now() - t0;
     return ok;
@@ -377,6 +398,21 @@ s_make_trans(void *arg, uint64_t i, s_client_t *c)
         req->attempt_fail = &t->fail;
     }
     s_send(c, req);
+}
+
+/* The broker's group commits so far (StatsReq). */
+static uint64_t
+s_commits(s_client_t *c)
+{
+    Lisa__Request st = LISA__REQUEST__INIT;
+    Lisa__StatsReq sq = LISA__STATS_REQ__INIT;
+    st.body_case = LISA__REQUEST__BODY_STATS;
+    st.stats = &sq;
+    Lisa__Reply *r = s_call(c, &st);
+    uint64_t n =
+        r->stats && r->stats->stats ? r->stats->stats->group_commits : 0;
+    lisa__reply__free_unpacked(r, NULL);
+    return n;
 }
 
 static int
@@ -512,17 +548,19 @@ s_read_replies(int fd, s_rbuf_t *rb, uint64_t want, uint64_t *errors)
 
 typedef struct {
     pid_t pid;
-    int fd;
+    size_t n; /* connections, one per producer */
+    int fd[S_MAX_PRODUCERS];
+    s_rbuf_t rb[S_MAX_PRODUCERS];
     char *cmd;
     size_t cmd_len;
-    s_rbuf_t rb;
 } s_redis_t;
 
-/* Starts redis-server (appendonly, everysec) and connects; false when it
- * cannot. `payload` is the entry every XADD carries. */
+/* Starts redis-server (appendonly, appendfsync `fsync`) and opens n
+ * connections; false when it cannot. `payload` is the entry every XADD
+ * carries. */
 static bool
 s_redis_start(s_redis_t *r, const char *redis_bin, const char *dir,
-              const uint8_t *payload, size_t plen)
+              const char *fsync, size_t n, const uint8_t *payload, size_t plen)
 {
     int port = s_free_port();
     char portstr[16];
@@ -535,7 +573,7 @@ s_redis_start(s_redis_t *r, const char *redis_bin, const char *dir,
                     S_TXT("--appendonly"),
                     S_TXT("yes"),
                     S_TXT("--appendfsync"),
-                    S_TXT("everysec"),
+                    (char *) (uintptr_t) fsync,
                     S_TXT("--save"),
                     S_TXT(""),
                     S_TXT("--dir"),
@@ -544,15 +582,20 @@ s_redis_start(s_redis_t *r, const char *redis_bin, const char *dir,
                     S_TXT("no"),
                     S_TXT("--loglevel"),
                     S_TXT("warning"),
+                    S_TXT("--logfile"),
+                    S_TXT("redis.log"),
                     NULL};
     r->pid = s_spawn(argv);
     if (r->pid <= 0)
         return false;
-    r->fd = s_connect_tcp(port);
-    if (r->fd < 0) {
-        fprintf(stderr, "bench: redis did not come up\n");
-        s_stop(r->pid);
-        return false;
+    for (r->n = 0; r->n < n; r->n++) {
+        r->fd[r->n] = s_connect_tcp(port);
+        if (r->fd[r->n] < 0) {
+            fprintf(stderr, "bench: redis did not come up\n");
+            s_stop(r->pid);
+            return false;
+        }
+        r->rb[r->n] = (s_rbuf_t){lisa_malloc(1 << 20), 0, 1 << 20};
     }
     char head[128];
     int hn =
@@ -565,7 +608,6 @@ s_redis_start(s_redis_t *r, const char *redis_bin, const char *dir,
     memcpy(r->cmd, head, (size_t) hn);
     memcpy(r->cmd + hn, payload, plen);
     memcpy(r->cmd + (size_t) hn + plen, "\r\n", 2);
-    r->rb = (s_rbuf_t){lisa_malloc(1 << 20), 0, 1 << 20};
     return true;
 }
 
@@ -574,19 +616,27 @@ s_redis_start(s_redis_t *r, const char *redis_bin, const char *dir,
 static double
 s_redis_round(s_redis_t *r, double *cpu, uint64_t *n)
 {
-    uint64_t sent = 0, got = 0, errors = 0;
-    const uint64_t batch = 64;
+    uint64_t got = 0, errors = 0;
+    uint64_t inflight[S_MAX_PRODUCERS] = {0};
+    /* each connection writes batches of up to 64 and keeps s_window in
+     * flight: at the window it waits for the oldest batch's replies */
+    const uint64_t batch = s_window < 64 ? s_window : 64;
     double cpu0 = s_cpu(r->pid);
     double t0 = s_now(), stop = t0 + s_seconds;
     while (s_now() < stop) {
-        for (uint64_t i = 0; i < batch; i++)
-            s_write_all(r->fd, r->cmd, r->cmd_len);
-        sent += batch;
-        if (sent - got >= S_WINDOW)
-            got += s_read_replies(r->fd, &r->rb, sent - got - S_WINDOW / 2,
-                                  &errors);
+        for (size_t k = 0; k < r->n; k++) {
+            for (uint64_t i = 0; i < batch; i++)
+                s_write_all(r->fd[k], r->cmd, r->cmd_len);
+            inflight[k] += batch;
+            if (inflight[k] + batch > s_window) {
+                uint64_t want = inflight[k] + batch - s_window;
+                got += s_read_replies(r->fd[k], &r->rb[k], want, &errors);
+                inflight[k] -= want;
+            }
+        }
     }
-    got += s_read_replies(r->fd, &r->rb, sent - got, &errors);
+    for (size_t k = 0; k < r->n; k++)
+        got += s_read_replies(r->fd[k], &r->rb[k], inflight[k], &errors);
     double secs = s_now() - t0;
     *cpu = s_cpu(r->pid) - cpu0;
     if (errors)
@@ -598,11 +648,12 @@ s_redis_round(s_redis_t *r, double *cpu, uint64_t *n)
 static void
 s_redis_stop(s_redis_t *r)
 {
-    if (r->fd >= 0)
-        close(r->fd);
+    for (size_t k = 0; k < r->n; k++) {
+        close(r->fd[k]);
+        lisa_free(&r->rb[k].buf);
+    }
     s_stop(r->pid);
     lisa_free(&r->cmd);
-    lisa_free(&r->rb.buf);
 }
 
 static double
@@ -619,8 +670,9 @@ main(int argc, char **argv)
 {
     const char *broker_bin = LISA_BROKER_BIN,
                *redis_bin = "/usr/bin/redis-server";
-    const char *sync = "full";
+    const char *sync = "full", *redis_fsync = "always";
     int rounds = 3;
+    long producers = 4;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--seconds") == 0)
             s_seconds = atof(argv[i + 1]);
@@ -632,11 +684,26 @@ main(int argc, char **argv)
             sync = argv[i + 1];
         else if (strcmp(argv[i], "--rounds") == 0)
             rounds = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--producers") == 0)
+            producers = atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--window") == 0)
+            s_window = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--redis-fsync") == 0)
+            redis_fsync = argv[i + 1];
+        else {
+            fprintf(stderr, "bench: unknown option %s\n", argv[i]);
+            return 2;
+        }
     }
-    if (rounds < 1 || rounds > 99) {
-        fprintf(stderr, "bench: --rounds must be 1..99\n");
+    if (rounds < 1 || rounds > 99 || producers < 1 ||
+        producers > S_MAX_PRODUCERS || s_window < 1 || s_window > 100000) {
+        fprintf(stderr,
+                "bench: --rounds must be 1..99, --producers 1..%d, "
+                "--window 1..100000\n",
+                S_MAX_PRODUCERS);
         return 2;
     }
+    size_t np = (size_t) producers;
     zsys_init();
     zsys_set_logstream(NULL);
     for (uint32_t i = 0; i < S_APPEND; i++)
@@ -696,10 +763,16 @@ main(int argc, char **argv)
         s_stop(bpid);
         return 1;
     }
-    s_client_t c = {zsock_new(ZMQ_DEALER), 1};
-    zsock_set_sndhwm(c.sock, 0);
-    zsock_set_rcvhwm(c.sock, 0);
-    zsock_connect(c.sock, "%s", rpc_ep);
+    /* one DEALER (one connection) per producer; cs[0] also runs the
+     * one-at-a-time calls */
+    s_client_t cs[S_MAX_PRODUCERS];
+    for (size_t k = 0; k < np; k++) {
+        cs[k] = (s_client_t){zsock_new(ZMQ_DEALER), 1};
+        zsock_set_sndhwm(cs[k].sock, 0);
+        zsock_set_rcvhwm(cs[k].sock, 0);
+        zsock_connect(cs[k].sock, "%s", rpc_ep);
+    }
+    s_client_t *c = &cs[0];
 
     /* payload size, for both sides */
     Lisa__Span sp;
@@ -714,39 +787,46 @@ main(int argc, char **argv)
             load = 0;
         fclose(lf);
     }
-    printf("lisa broker bench: %ld online cores (load average %.1f), broker "
-           "sync=%s, %.1f s per figure\n",
-           sysconf(_SC_NPROCESSORS_ONLN), load, sync, s_seconds);
+    printf("lisa broker bench: %ld online cores (load average %.2f), broker "
+           "sync=%s, redis appendfsync %s, %zu producers x %" PRIu64
+           " in flight each, %.1f s per figure\n",
+           sysconf(_SC_NPROCESSORS_ONLN), load, sync, redis_fsync, np, s_window,
+           s_seconds);
     printf("  span: %u prompt ids + %u sampled ids with logprobs = %zu bytes "
            "packed\n",
            S_APPEND, S_RESP, plen);
 
     /* 1. spans, in rounds alternating with redis XADD of the same bytes,
      * so both see the same machine */
-    s_redis_t rd = {.pid = -1, .fd = -1};
-    bool have_redis = s_redis_start(&rd, redis_bin, rdir, payload, plen);
+    s_redis_t rd = {.pid = -1};
+    bool have_redis =
+        s_redis_start(&rd, redis_bin, rdir, redis_fsync, np, payload, plen);
     const size_t holders = 64;
     s_spans_t sp_arg = {0};
-    sp_arg.ids = s_enqueue(&c, (uint32_t) holders, "spans");
+    sp_arg.ids = s_enqueue(c, (uint32_t) holders, "spans");
     sp_arg.n = holders;
     sp_arg.seq = lisa_calloc(holders, sizeof *sp_arg.seq);
     sp_arg.cap = s_bulk_len + 4096;
     sp_arg.buf = lisa_malloc(sp_arg.cap + 64);
     sp_arg.span = lisa_malloc(sp_arg.cap);
-    s_claim(&c, (uint32_t) holders, "spans");
+    s_claim(c, (uint32_t) holders, "spans");
     double b_rate[99], b_eff[99], r_rate[99], r_eff[99], ratio[99];
     for (int r = 0; r < rounds; r++) {
         double secs = 0;
+        uint64_t gc0 = s_commits(c);
         double cpu0 = s_cpu(bpid);
-        uint64_t ok = s_pipeline(&c, s_make_span, &sp_arg, UINT64_MAX, &secs);
+        uint64_t ok =
+            s_pipeline(cs, np, s_make_span, &sp_arg, UINT64_MAX, &secs);
         double bcpu = s_cpu(bpid) - cpu0;
+        uint64_t gcs = s_commits(c) - gc0;
         b_rate[r] = (double) ok / secs;
         b_eff[r] = bcpu > 0 ? (double) ok / bcpu : 0.0;
         printf("  round %d broker span ingest (SpanPut, acknowledged after "
-               "fsync): %8.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s; "
-               "broker cpu %.2f s = %.0f spans per cpu-second)\n",
+               "fsync): %8.0f spans/s  (%.1f MB/s, %" PRIu64 " in %.2f s, "
+               "%.0f per group commit; broker cpu %.2f s = %.0f spans per "
+               "cpu-second)\n",
                r + 1, b_rate[r], b_rate[r] * (double) plen / 1e6, ok, secs,
-               bcpu, b_eff[r]);
+               gcs ? (double) ok / (double) gcs : 0.0, bcpu, b_eff[r]);
         if (!have_redis)
             continue;
         double rcpu = 0;
@@ -754,12 +834,12 @@ main(int argc, char **argv)
         r_rate[r] = s_redis_round(&rd, &rcpu, &rn);
         r_eff[r] = rcpu > 0 ? (double) rn / rcpu : 0.0;
         ratio[r] = r_rate[r] > 0 ? b_rate[r] / r_rate[r] : 0.0;
-        printf("  round %d redis XADD (appendonly yes, appendfsync everysec, "
+        printf("  round %d redis XADD (appendonly yes, appendfsync %s, "
                "pipelined): %8.0f entries/s  (%.1f MB/s, %" PRIu64
                " in %.2f s; redis cpu %.2f s = %.0f entries per "
                "cpu-second)  ratio %.2f\n",
-               r + 1, r_rate[r], r_rate[r] * (double) plen / 1e6, rn, s_seconds,
-               rcpu, r_eff[r], ratio[r]);
+               r + 1, redis_fsync, r_rate[r], r_rate[r] * (double) plen / 1e6,
+               rn, s_seconds, rcpu, r_eff[r], ratio[r]);
     }
     double span_rate = s_median(b_rate, (size_t) rounds);
     printf("  broker span ingest, median of %d rounds: %.0f spans/s, %.0f "
@@ -779,21 +859,21 @@ main(int argc, char **argv)
     s_trans_t tr = {0};
     tr.ids = lisa_calloc(nt + 1, sizeof *tr.ids);
     for (uint32_t k = 0; k < nt; k += 1000) {
-        char **ids = s_enqueue(&c, 1000, "trans");
+        char **ids = s_enqueue(c, 1000, "trans");
         for (uint32_t j = 0; j < 1000; j++)
             tr.ids[k + j] = ids[j];
         lisa_free(&ids);
     }
     size_t claimed = 0;
     while (claimed < nt)
-        claimed += s_claim(&c, 1000, "trans");
+        claimed += s_claim(c, 1000, "trans");
     tr.n = nt;
     double saved = s_seconds, dummy;
     s_seconds = 1e9; /* run to the limit */
     tr.kind = 0;
-    uint64_t t_ok = s_pipeline(&c, s_make_trans, &tr, nt, &dummy);
+    uint64_t t_ok = s_pipeline(cs, np, s_make_trans, &tr, nt, &dummy);
     tr.kind = 1;
-    t_ok += s_pipeline(&c, s_make_trans, &tr, nt, &dummy);
+    t_ok += s_pipeline(cs, np, s_make_trans, &tr, nt, &dummy);
     s_seconds = saved;
     double tsecs = s_now() - t0;
     uint64_t transitions = (uint64_t) nt * 2 + t_ok;
@@ -808,24 +888,31 @@ main(int argc, char **argv)
     hq.attempt = 1;
     hb.body_case = LISA__REQUEST__BODY_HEARTBEAT;
     hb.heartbeat = &hq;
-    s_latency(&c, "heartbeat (durable)", &hb, 1000);
+    s_latency(c, "heartbeat (durable)", &hb, 1000);
     Lisa__Request st = LISA__REQUEST__INIT;
     Lisa__StatsReq sq = LISA__STATS_REQ__INIT;
     sq.run_id = S_TXT("trans");
     st.body_case = LISA__REQUEST__BODY_STATS;
     st.stats = &sq;
-    s_latency(&c, "stats (read)", &st, 1000);
-    Lisa__Reply *sr = s_call(&c, &st);
+    s_latency(c, "stats (read)", &st, 1000);
+    Lisa__Reply *sr = s_call(c, &st);
     printf("  broker group commits so far: %" PRIu64 "\n",
            sr->stats->stats->group_commits);
     lisa__reply__free_unpacked(sr, NULL);
-    zsock_destroy(&c.sock);
+    for (size_t k = 0; k < np; k++)
+        zsock_destroy(&cs[k].sock);
     s_stop(bpid);
 
     if (have_redis)
-        printf("  ratio broker durable spans/s : redis XADD/s = %.2f (median "
-               "of the %d paired rounds)\n",
-               s_median(ratio, (size_t) rounds), rounds);
+        printf("  ratio broker durable spans/s : redis XADD/s (appendfsync "
+               "%s) = %.2f (median of the %d paired rounds)\n",
+               redis_fsync, s_median(ratio, (size_t) rounds), rounds);
+    lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf", &load) == 1)
+            printf("  load average at the end: %.2f\n", load);
+        fclose(lf);
+    }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -18,6 +18,7 @@
 
 #include "brk_arena.h"
 #include "brk_fsm.h"
+#include "brk_spanscan.h"
 #include "brk_store.h"
 #include "brk_token.h"
 #include "brk_wire.h"
@@ -40,6 +41,8 @@
 #define S_MAX_WORKERS 4096u
 #define S_DEFAULT_TTL 10000u
 #define S_ERR_LEN     512
+/* Spans of one SpanPut taken by the fast path (more: the full decoder). */
+#define S_SCAN_MAX 64
 
 /* A pending outbound message, or an in-flight score job, or a held wait. */
 typedef struct {
@@ -108,6 +111,14 @@ typedef struct {
     Lisa__Attempt *attempt_out; /* set by s_apply: the attempt it touched */
 } s_ctx_t;
 
+/* What s_span_check looks at of a span, decoded or scanned. */
+typedef struct {
+    const char *rollout_id;
+    uint32_t attempt, seq;
+    int32_t prev_seq;
+    size_t n_response_ids, n_response_logprobs;
+} s_span_key_t;
+
 typedef struct {
     uint64_t rpc_errors;
     uint64_t span_dups;
@@ -151,8 +162,11 @@ struct brk_server_t {
         const uint8_t *data; /* the RPC frame being handled */
         size_t len;
     } cur_frame;
-    zactor_t *syncer; /* NULL with sync "normal" */
+    brk_spanscan_span_t scan[S_SCAN_MAX]; /* the span fast path's output */
+    zactor_t *syncer;                     /* NULL with sync "normal" */
     uint64_t batch_seq;
+    uint64_t durable_seq; /* highest batch the syncer made durable */
+    uint64_t txn_msgs;    /* messages handled in the open transaction */
     /* span log segments may be freed once batch gc_after is durable (an
      * export pruned rollouts in it); 0: nothing to do */
     uint64_t gc_after;
@@ -160,8 +174,8 @@ struct brk_server_t {
     struct s_batch_s **batches; /* committed, waiting for fsync */
     size_t n_batches, cap_batches;
     struct {
-        uint64_t iterations, messages, work_us, commit_us;
-        size_t max_batch;
+        uint64_t iterations, messages, commits, work_us, commit_us;
+        uint64_t max_batch;
     } loop;
 };
 
@@ -1130,9 +1144,25 @@ s_h_policy(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     return LISA_OK;
 }
 
+static s_span_key_t
+s_key_of(const Lisa__Span *s)
+{
+    return (s_span_key_t){
+        s->rollout_id, s->attempt,        s->seq,
+        s->prev_seq,   s->n_response_ids, s->n_response_logprobs};
+}
+
+static s_span_key_t
+s_key_of_scan(const brk_spanscan_span_t *s)
+{
+    return (s_span_key_t){
+        s->rollout_id, s->attempt,        s->seq,
+        s->prev_seq,   s->n_response_ids, s->n_response_logprobs};
+}
+
 /* Checks a span's shape and that its attempt exists. */
 static lisa_rc_t
-s_span_check(brk_server_t *self, const Lisa__Span *s, char *err)
+s_span_check(brk_server_t *self, const s_span_key_t *s, char *err)
 {
     if (!s_id_ok(s->rollout_id))
         return s_fail(err, LISA_INVALID, "span: rollout_id missing or invalid");
@@ -1175,7 +1205,8 @@ s_h_span_put(brk_server_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     if (q->n_spans > self->cfg->max_batch)
         return s_fail(err, LISA_TOOLARGE, "too many spans in one put");
     for (size_t i = 0; i < q->n_spans; i++) {
-        lisa_rc_t rc = s_span_check(self, q->spans[i], err);
+        s_span_key_t k = s_key_of(q->spans[i]);
+        lisa_rc_t rc = s_span_check(self, &k, err);
         if (rc != LISA_OK)
             return rc;
     }
@@ -1450,6 +1481,72 @@ s_queue_error(brk_server_t *self, zframe_t *identity, bool delim,
     s_queue_reply(self, identity, delim, &rep);
 }
 
+/* Stores the scanned spans and counts them into *out; LISA_ERR when the
+ * store failed. */
+static lisa_rc_t
+s_span_store_scanned(brk_server_t *self, const brk_spanscan_span_t *sp,
+                     size_t n, Lisa__SpanPutRep *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool dup = false;
+        if (brk_store_span_put_raw(self->store, sp[i].rollout_id, sp[i].attempt,
+                                   sp[i].seq, sp[i].raw, sp[i].raw_len,
+                                   &dup) != LISA_OK)
+            return LISA_ERR;
+        if (dup) {
+            out->duplicates++;
+            self->cnt.span_dups++;
+        } else {
+            out->stored++;
+            self->cnt.spans_stored++;
+        }
+    }
+    return LISA_OK;
+}
+
+/* The fast path of SpanPut: a request brk_spanscan takes, whose spans all
+ * pass s_span_check, is stored and answered without decoding the spans
+ * (the same rows, log records and reply as s_h_span_put). false: nothing
+ * was stored or answered; the caller decodes the frame in full, which
+ * also produces the error reply. */
+static bool
+s_rpc_span_fast(brk_server_t *self, zframe_t *identity, bool delim,
+                zframe_t *body)
+{
+    size_t len = zframe_size(body), n = 0;
+    uint64_t request_id = 0;
+    if (len > self->cfg->max_rpc_frame ||
+        !brk_spanscan_request(zframe_data(body), len, &request_id, self->scan,
+                              S_SCAN_MAX, &n) ||
+        n > self->cfg->max_batch || brk_store_begin(self->store) != LISA_OK)
+        return false;
+    char err[S_ERR_LEN] = "";
+    for (size_t i = 0; i < n; i++) {
+        s_span_key_t k = s_key_of_scan(&self->scan[i]);
+        if (s_span_check(self, &k, err) != LISA_OK) {
+            brk_arena_reset(self->arena);
+            return false;
+        }
+    }
+    self->st_rpc.ok++;
+    Lisa__SpanPutRep out = LISA__SPAN_PUT_REP__INIT;
+    Lisa__Reply rep = LISA__REPLY__INIT;
+    rep.request_id = request_id;
+    if (s_span_store_scanned(self, self->scan, n, &out) != LISA_OK) {
+        s_queue_error(self, identity, delim, request_id,
+                      LISA__REQUEST__BODY_SPAN_PUT, LISA_ERR,
+                      "store write failed");
+    } else {
+        rep.code = LISA__CODE__CODE_OK;
+        rep.error = s_empty;
+        rep.body_case = LISA__REPLY__BODY_SPAN_PUT;
+        rep.span_put = &out;
+        s_queue_reply(self, identity, delim, &rep);
+    }
+    brk_arena_reset(self->arena);
+    return true;
+}
+
 static void
 s_on_rpc(brk_server_t *self, zmsg_t *m)
 {
@@ -1465,6 +1562,8 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
                           "expected frames [empty] Request");
         return;
     }
+    if (s_rpc_span_fast(self, identity, delim, body))
+        return;
     ProtobufCMessage *msg = NULL;
     const char *why = NULL;
     lisa_rc_t rc = lisa_codec_decode_frame(&lisa__request__descriptor, body,
@@ -1566,6 +1665,34 @@ s_on_span(brk_server_t *self, zmsg_t *m)
         self->cnt.spans_dropped++;
         return;
     }
+    /* fast path: a frame brk_spanscan takes is checked and stored without
+     * decoding the span; anything else is decoded in full below */
+    zframe_t *f = zmsg_first(m);
+    if (zframe_size(f) <= self->cfg->max_span_frame &&
+        brk_spanscan_push(zframe_data(f), zframe_size(f), &self->scan[0])) {
+        self->st_span.ok++;
+        s_span_key_t k = s_key_of_scan(&self->scan[0]);
+        char err[S_ERR_LEN] = "";
+        bool dup = false;
+        if (brk_store_begin(self->store) != LISA_OK ||
+            s_span_check(self, &k, err) != LISA_OK) {
+            self->cnt.spans_dropped++;
+            lisa_log_warn("spans: dropped: %s",
+                          err[0] ? err : "store unavailable");
+        } else if (brk_store_span_put_raw(self->store, self->scan[0].rollout_id,
+                                          self->scan[0].attempt,
+                                          self->scan[0].seq, self->scan[0].raw,
+                                          self->scan[0].raw_len,
+                                          &dup) != LISA_OK) {
+            self->cnt.spans_dropped++;
+        } else if (dup) {
+            self->cnt.span_dups++;
+        } else {
+            self->cnt.spans_stored++;
+        }
+        brk_arena_reset(self->arena);
+        return;
+    }
     ProtobufCMessage *msg = NULL;
     const char *why = NULL;
     if (lisa_codec_decode_frame(&lisa__span_push__descriptor, zmsg_first(m),
@@ -1578,8 +1705,9 @@ s_on_span(brk_server_t *self, zmsg_t *m)
     const Lisa__Span *span = ((Lisa__SpanPush *) msg)->span;
     char err[S_ERR_LEN] = "";
     bool dup = false;
+    s_span_key_t key = s_key_of(span);
     if (brk_store_begin(self->store) != LISA_OK ||
-        s_span_check(self, span, err) != LISA_OK) {
+        s_span_check(self, &key, err) != LISA_OK) {
         self->cnt.spans_dropped++;
         lisa_log_warn("spans: dropped: %s", err[0] ? err : "store unavailable");
     } else if (s_span_put_pushed(self, zmsg_first(m), span, &dup) != LISA_OK) {
@@ -2166,10 +2294,14 @@ s_batch_flush(brk_server_t *self, s_batch_t *b)
                 s_job_remove(self, i);
                 break;
             }
+    /* the waits this batch completes are answered with it; replies
+     * queued before (requests of the transaction still open while the
+     * syncer ran) wait for their own batch */
+    size_t mark = self->out_replies.n;
     s_waits_update(self, &b->finished);
-    for (size_t i = 0; i < self->out_replies.n; i++)
+    for (size_t i = mark; i < self->out_replies.n; i++)
         s_msgs_push(&b->replies, self->out_replies.v[i]);
-    self->out_replies.n = 0;
+    self->out_replies.n = mark;
     for (size_t i = 0; i < b->replies.n; i++)
         if (zmsg_send(&b->replies.v[i], self->rpc) != 0)
             zmsg_destroy(&b->replies.v[i]);
@@ -2285,6 +2417,8 @@ s_on_syncer(brk_server_t *self)
             durable = id;
         zstr_free(&msg);
     }
+    if (durable > self->durable_seq)
+        self->durable_seq = durable;
     if (durable) {
         s_flush_durable(self, durable);
         s_span_gc(self, durable);
@@ -2373,15 +2507,25 @@ brk_server_run(brk_server_t *self, volatile sig_atomic_t *stop)
             s_tick(self);
             self->next_tick = zclock_mono() + (int64_t) self->cfg->tick_ms;
         }
-        int64_t t_work = zclock_usecs();
-        lisa_rc_t frc = s_finish_iteration(self);
-        int64_t t_done = zclock_usecs();
+        self->txn_msgs += handled;
         self->loop.iterations++;
         self->loop.messages += handled;
+        int64_t t_work = zclock_usecs();
         self->loop.work_us += (uint64_t) (t_work - t_start);
+        /* While the syncer runs, what arrives joins the open transaction
+         * and is committed when the sync ends: its replies would wait for
+         * the next sync anyway, and one COMMIT per sync writes each
+         * touched page to the WAL once instead of once per iteration. */
+        if (self->syncer && self->batch_seq > self->durable_seq &&
+            self->txn_msgs < self->cfg->group_max)
+            continue;
+        lisa_rc_t frc = s_finish_iteration(self);
+        int64_t t_done = zclock_usecs();
         self->loop.commit_us += (uint64_t) (t_done - t_work);
-        if (handled > self->loop.max_batch)
-            self->loop.max_batch = handled;
+        self->loop.commits++;
+        if (self->txn_msgs > self->loop.max_batch)
+            self->loop.max_batch = self->txn_msgs;
+        self->txn_msgs = 0;
         if (frc != LISA_OK) {
             if (++failures >= 50) {
                 lisa_log_error("store keeps failing; stopping");
@@ -2392,17 +2536,21 @@ brk_server_run(brk_server_t *self, volatile sig_atomic_t *stop)
             failures = 0;
         }
     }
-    /* answer what is already committed before leaving */
+    /* commit what was held for the syncer, and answer what is committed
+     * before leaving */
+    if (s_finish_iteration(self) != LISA_OK)
+        lisa_log_warn("store: the last group commit failed");
     if (self->syncer && self->n_batches) {
         if (brk_store_sync(self->store) == LISA_OK)
             s_flush_durable(self, self->batch_seq);
     }
-    lisa_log_info("loop: %" PRIu64 " iterations, %" PRIu64
-                  " messages (largest batch %zu), %.3f s handling, %.3f s "
-                  "committing and sending",
-                  self->loop.iterations, self->loop.messages,
-                  self->loop.max_batch, (double) self->loop.work_us / 1e6,
-                  (double) self->loop.commit_us / 1e6);
+    lisa_log_info(
+        "loop: %" PRIu64 " iterations, %" PRIu64 " messages in %" PRIu64
+        " group commits (largest %" PRIu64 "), %.3f s handling, %.3f s "
+        "committing and sending",
+        self->loop.iterations, self->loop.messages, self->loop.commits,
+        self->loop.max_batch, (double) self->loop.work_us / 1e6,
+        (double) self->loop.commit_us / 1e6);
     return LISA_OK;
 }
 
@@ -2470,6 +2618,8 @@ brk_server_new(const brk_config_t *cfg)
     if (!self->rpc || !self->pull || !self->pub || !self->wrk)
         goto fail;
     if (strcmp(cfg->sync, "full") == 0) {
+        /* the syncer also writes the span log records (off the loop) */
+        brk_store_defer_span_writes(self->store);
         self->syncer = zactor_new(s_syncer, self->store);
         if (!self->syncer)
             goto fail;

@@ -3,10 +3,16 @@
  *
  * One writer thread (the broker loop) appends records to a buffer and
  * writes the kept ones to the file with one pwrite per flush (once per
- * group commit, before COMMIT); the syncer thread calls brk_spanlog_sync. The
- * mutex guards only the current segment's descriptor, which the writer swaps
- * when it seals a segment. Reads use their own descriptor, cached for the last
- * segment read.
+ * group commit, before COMMIT); the syncer thread calls brk_spanlog_sync.
+ * With deferred writes a flush only hands the buffer over (`pend`, by
+ * swapping buffers when the last one was taken already) and the syncer
+ * writes it before its fdatasync, so the writer's thread never copies
+ * span bytes into the page cache. The mutex guards the current segment's
+ * descriptor (swapped when a segment is sealed), `pend` and the `syncing`
+ * flag: while a sync runs outside the mutex the descriptor stays open, and
+ * the writer waits for it before it seals a segment or reads a record not
+ * written yet. Reads use their own descriptor, cached for the last segment
+ * read.
  */
 #include "brk_spanlog.h"
 
@@ -28,6 +34,9 @@
 /* Buffered bytes past which a write flushes first (one flush per group
  * commit otherwise). */
 #define S_WBUF_MAX (8u << 20)
+/* Handed-over bytes past which the writer stops handing over and writes
+ * them itself (a syncer that falls behind bounds the memory). */
+#define S_PEND_MAX (64u << 20)
 
 struct brk_spanlog_t {
     char *dir; /* <data_dir>/spans */
@@ -46,6 +55,18 @@ struct brk_spanlog_t {
     uint64_t wbase;
     int rd_fd; /* cached read descriptor */
     uint32_t rd_segment;
+    /* deferred writes: flushed records the syncer has yet to write, at
+     * file offset pend_base of the current segment; `spare` is the buffer
+     * handed back by the last sync; on_file is the current segment's end
+     * in the file */
+    bool deferred;
+    pthread_cond_t cv; /* signalled when a sync ends */
+    bool syncing;
+    bool broken; /* a deferred write failed: every later sync fails */
+    uint8_t *pend, *spare;
+    size_t pend_len, pend_cap, spare_cap;
+    uint64_t pend_base;
+    uint64_t on_file;
 };
 
 /* ---------------------------------------------------------------- */
@@ -273,13 +294,65 @@ s_open_segment(brk_spanlog_t *self, uint32_t n, bool create)
         return LISA_ERR;
     }
     pthread_mutex_lock(&self->mu);
+    while (self->syncing)
+        pthread_cond_wait(&self->cv, &self->mu);
     int old = self->fd;
     self->fd = fd;
     self->segment = n;
+    self->on_file = 0;
     pthread_mutex_unlock(&self->mu);
     if (old >= 0)
         close(old);
     return LISA_OK;
+}
+
+/* Writes the kept records of the writer's buffer to the file now. */
+static lisa_rc_t
+s_write_out(brk_spanlog_t *self)
+{
+    size_t n = (size_t) (self->end - self->wbase);
+    if (!n)
+        return LISA_OK;
+    if (s_pwrite_all(self->fd, self->wbuf, n, self->wbase) != LISA_OK) {
+        lisa_log_error("spanlog: write to segment %08" PRIx32 ": %s",
+                       self->segment, strerror(errno));
+        /* the records' rows are rolled back by the failed commit */
+        self->end = self->wbase;
+        return LISA_ERR;
+    }
+    self->wbase = self->end;
+    pthread_mutex_lock(&self->mu);
+    if (self->end > self->on_file)
+        self->on_file = self->end;
+    pthread_mutex_unlock(&self->mu);
+    return LISA_OK;
+}
+
+/* Writer's side: waits for a running sync, then writes what was handed
+ * over and not written yet. */
+static lisa_rc_t
+s_drain(brk_spanlog_t *self)
+{
+    lisa_rc_t rc = LISA_OK;
+    pthread_mutex_lock(&self->mu);
+    while (self->syncing)
+        pthread_cond_wait(&self->cv, &self->mu);
+    if (self->broken) {
+        rc = LISA_ERR;
+    } else if (self->pend_len) {
+        if (s_pwrite_all(self->fd, self->pend, self->pend_len,
+                         self->pend_base) != LISA_OK) {
+            lisa_log_error("spanlog: write to segment %08" PRIx32 ": %s",
+                           self->segment, strerror(errno));
+            self->broken = true;
+            rc = LISA_ERR;
+        } else {
+            self->on_file = self->pend_base + self->pend_len;
+        }
+        self->pend_len = 0;
+    }
+    pthread_mutex_unlock(&self->mu);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- */
@@ -297,6 +370,7 @@ brk_spanlog_open(const char *dir, uint64_t segment_max, bool durable)
     self->fd = -1;
     self->rd_fd = -1;
     pthread_mutex_init(&self->mu, NULL);
+    pthread_cond_init(&self->cv, NULL);
     if (mkdir(self->dir, 0750) != 0 && errno != EEXIST) {
         lisa_log_error("spanlog: cannot create '%s': %s", self->dir,
                        strerror(errno));
@@ -327,6 +401,7 @@ brk_spanlog_open(const char *dir, uint64_t segment_max, bool durable)
     uint64_t size = (uint64_t) stt.st_size;
     self->end = s_scan(self->fd, size);
     self->wbase = self->end;
+    self->on_file = self->end;
     if (self->end < size) {
         self->truncated = size - self->end;
         lisa_log_warn("spanlog: segment %08" PRIx32 ": cut %" PRIu64
@@ -352,11 +427,14 @@ brk_spanlog_close(brk_spanlog_t **pself)
         return;
     brk_spanlog_t *self = *pself;
     if (self->fd >= 0) {
-        if (brk_spanlog_flush(self) != LISA_OK)
+        if (s_drain(self) != LISA_OK || s_write_out(self) != LISA_OK)
             lisa_log_warn("spanlog: kept records lost at close");
         close(self->fd);
     }
     lisa_free(&self->wbuf);
+    lisa_free(&self->pend);
+    lisa_free(&self->spare);
+    pthread_cond_destroy(&self->cv);
     if (self->rd_fd >= 0)
         close(self->rd_fd);
     pthread_mutex_destroy(&self->mu);
@@ -382,19 +460,58 @@ brk_spanlog_truncated(const brk_spanlog_t *self)
     return self->truncated;
 }
 
+void
+brk_spanlog_defer(brk_spanlog_t *self, bool on)
+{
+    if (!on && s_drain(self) != LISA_OK)
+        lisa_log_warn("spanlog: deferred records could not be written");
+    self->deferred = on;
+}
+
 lisa_rc_t
 brk_spanlog_flush(brk_spanlog_t *self)
 {
     size_t n = (size_t) (self->end - self->wbase);
     if (!n)
         return LISA_OK;
-    if (s_pwrite_all(self->fd, self->wbuf, n, self->wbase) != LISA_OK) {
-        lisa_log_error("spanlog: write to segment %08" PRIx32 ": %s",
-                       self->segment, strerror(errno));
-        /* the records' rows are rolled back by the failed commit */
+    if (!self->deferred)
+        return s_write_out(self);
+    pthread_mutex_lock(&self->mu);
+    bool full = self->pend_len + n > S_PEND_MAX;
+    pthread_mutex_unlock(&self->mu);
+    if (full && s_drain(self) != LISA_OK) {
         self->end = self->wbase;
         return LISA_ERR;
     }
+    pthread_mutex_lock(&self->mu);
+    if (!self->pend_len) {
+        /* hand the buffer over whole; the unkept tail goes with it and is
+         * ignored */
+        uint8_t *b = self->pend;
+        size_t cap = self->pend_cap;
+        self->pend = self->wbuf;
+        self->pend_cap = self->wcap;
+        self->pend_base = self->wbase;
+        self->wbuf = b;
+        self->wcap = cap;
+        if (!self->wbuf && self->spare) {
+            self->wbuf = self->spare;
+            self->wcap = self->spare_cap;
+            self->spare = NULL;
+            self->spare_cap = 0;
+        }
+    } else {
+        if (self->pend_len + n > self->pend_cap) {
+            size_t cap = self->pend_cap ? self->pend_cap : 1u << 20;
+            while (cap < self->pend_len + n)
+                cap *= 2;
+            self->pend = lisa_realloc(self->pend, cap);
+            self->pend_cap = cap;
+        }
+        memcpy(self->pend + self->pend_len, self->wbuf, n);
+    }
+    self->pend_len += n;
+    pthread_mutex_unlock(&self->mu);
     self->wbase = self->end;
     return LISA_OK;
 }
@@ -417,7 +534,7 @@ brk_spanlog_write(brk_spanlog_t *self, const uint8_t *data, size_t len,
     if (self->end > 0 && self->end + rec > self->segment_max) {
         /* seal: the old segment is made durable before any record of the
          * new one can be acknowledged */
-        if (brk_spanlog_flush(self) != LISA_OK)
+        if (s_drain(self) != LISA_OK || s_write_out(self) != LISA_OK)
             return LISA_ERR;
         if (self->durable && fdatasync(self->fd) != 0) {
             lisa_log_error("spanlog: fdatasync of segment %08" PRIx32 ": %s",
@@ -483,6 +600,15 @@ brk_spanlog_read(brk_spanlog_t *self, const brk_spanlog_ref_t *ref,
         memcpy(buf, h + BRK_SPANLOG_HEADER, ref->len);
         return LISA_OK;
     }
+    if (ref->segment == self->segment) {
+        /* handed over but maybe not written yet */
+        pthread_mutex_lock(&self->mu);
+        bool written =
+            ref->offset + BRK_SPANLOG_HEADER + ref->len <= self->on_file;
+        pthread_mutex_unlock(&self->mu);
+        if (!written && s_drain(self) != LISA_OK)
+            return LISA_ERR;
+    }
     if (self->rd_fd < 0 || self->rd_segment != ref->segment) {
         if (self->rd_fd >= 0)
             close(self->rd_fd);
@@ -513,12 +639,56 @@ brk_spanlog_read(brk_spanlog_t *self, const brk_spanlog_ref_t *ref,
 lisa_rc_t
 brk_spanlog_sync(brk_spanlog_t *self)
 {
+    /* one sync at a time; the descriptor stays open while it runs */
     pthread_mutex_lock(&self->mu);
-    int rc;
-    while ((rc = fdatasync(self->fd)) != 0 && errno == EINTR)
-        ;
-    int err = errno;
+    while (self->syncing)
+        pthread_cond_wait(&self->cv, &self->mu);
+    if (self->broken) {
+        pthread_mutex_unlock(&self->mu);
+        return LISA_ERR;
+    }
+    self->syncing = true;
+    int fd = self->fd;
+    uint8_t *out = self->pend;
+    size_t out_len = self->pend_len, out_cap = self->pend_cap;
+    uint64_t out_base = self->pend_base;
+    if (out_len) {
+        /* take the handed-over records; the writer goes on in the spare */
+        self->pend = self->spare;
+        self->pend_cap = self->spare_cap;
+        self->spare = NULL;
+        self->spare_cap = 0;
+        self->pend_len = 0;
+    }
     pthread_mutex_unlock(&self->mu);
+    lisa_rc_t wrc =
+        out_len ? s_pwrite_all(fd, out, out_len, out_base) : LISA_OK;
+    int werr = errno;
+    int rc = 0;
+    if (wrc == LISA_OK)
+        while ((rc = fdatasync(fd)) != 0 && errno == EINTR)
+            ;
+    int err = errno;
+    pthread_mutex_lock(&self->mu);
+    if (out_len) {
+        if (!self->spare) {
+            self->spare = out;
+            self->spare_cap = out_cap;
+        } else {
+            lisa_free(&out);
+        }
+        if (wrc == LISA_OK && out_base + out_len > self->on_file)
+            self->on_file = out_base + out_len;
+    }
+    if (wrc != LISA_OK)
+        self->broken = true;
+    self->syncing = false;
+    pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    if (wrc != LISA_OK) {
+        lisa_log_error("spanlog: write to segment: %s", strerror(werr));
+        return LISA_ERR;
+    }
     if (rc != 0) {
         lisa_log_error("spanlog: fdatasync: %s", strerror(err));
         return LISA_ERR;

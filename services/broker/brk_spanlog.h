@@ -11,8 +11,9 @@
  *
  * Writes go to the end of the current segment, through a buffer that
  * brk_spanlog_flush writes out in one call (the store flushes before each
- * COMMIT); a record becomes part of the log only when the caller keeps it
- * (brk_spanlog_keep), so a record that turns out to be a duplicate is
+ * COMMIT) or, with deferred writes, hands over to the thread that calls
+ * brk_spanlog_sync; a record becomes part of the log only when the caller keeps
+ * it (brk_spanlog_keep), so a record that turns out to be a duplicate is
  * overwritten by the next one. A
  * segment is fdatasynced and sealed when it passes its size bound, and a
  * new one started (its directory entry synced too). brk_spanlog_sync makes
@@ -77,8 +78,15 @@ void brk_spanlog_keep(brk_spanlog_t *self, const brk_spanlog_ref_t *ref);
 
 /* Writes the kept records still buffered to the file (not synced). On
  * failure they are dropped (logged): the caller must not commit rows that
- * name them. */
+ * name them. With deferred writes it only hands them over to the next
+ * brk_spanlog_sync, which writes them before its fdatasync. */
 lisa_rc_t brk_spanlog_flush(brk_spanlog_t *self) LISA_NODISCARD;
+/* Deferred writes on or off (off at open). On, the writer's thread never
+ * writes span bytes at flush: the syncing thread does, so a record is in
+ * the file only after the next brk_spanlog_sync (reads of records not
+ * written yet write them first). Only for callers that sync before they
+ * acknowledge anything. */
+void brk_spanlog_defer(brk_spanlog_t *self, bool on);
 /* Drops the kept records not flushed yet (their rows were rolled back). */
 void brk_spanlog_discard(brk_spanlog_t *self);
 
@@ -88,8 +96,10 @@ void brk_spanlog_discard(brk_spanlog_t *self);
 lisa_rc_t brk_spanlog_read(brk_spanlog_t *self, const brk_spanlog_ref_t *ref,
                            uint8_t *buf) LISA_NODISCARD;
 
-/* fdatasync of the current segment: every record flushed before the call
- * is durable on LISA_OK. Thread-safe against the writer. */
+/* Writes the records handed over (deferred writes), then fdatasync of
+ * the current segment: every record flushed before the call is durable on
+ * LISA_OK. Thread-safe against the writer; one sync runs at a time. After
+ * a failed deferred write every later sync fails. */
 lisa_rc_t brk_spanlog_sync(brk_spanlog_t *self) LISA_NODISCARD;
 
 /* Deletes every sealed segment that `live(segment, arg)` says holds no

@@ -650,6 +650,12 @@ brk_store_rollback(brk_store_t *self)
     self->span_delta = 0;
 }
 
+void
+brk_store_defer_span_writes(brk_store_t *self)
+{
+    brk_spanlog_defer(self->log, true);
+}
+
 /* The span log's fdatasync, on its own thread so it overlaps the WAL's. */
 static void *
 s_log_sync(void *arg)
@@ -1046,24 +1052,33 @@ lisa_rc_t
 brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
                    const uint8_t *raw, size_t raw_len, bool *dup)
 {
-    *dup = false;
-    sqlite3_stmt *st = s_stmt(self, Q_SPAN_PUT);
-    if (!st)
-        return LISA_ERR;
     if (!raw) {
         raw_len = protobuf_c_message_get_packed_size(&span->base);
         raw = s_span_buf(self, raw_len + 1);
         protobuf_c_message_pack(&span->base, self->span_buf);
     }
+    return brk_store_span_put_raw(self, span->rollout_id, span->attempt,
+                                  span->seq, raw, raw_len, dup);
+}
+
+lisa_rc_t
+brk_store_span_put_raw(brk_store_t *self, const char *rollout_id,
+                       uint32_t attempt, uint32_t seq, const uint8_t *raw,
+                       size_t raw_len, bool *dup)
+{
+    *dup = false;
+    sqlite3_stmt *st = s_stmt(self, Q_SPAN_PUT);
+    if (!st)
+        return LISA_ERR;
     /* written first, kept only when the row is new: a duplicate's bytes
      * are overwritten by the next record */
     brk_spanlog_ref_t ref;
     lisa_rc_t rc = brk_spanlog_write(self->log, raw, raw_len, &ref);
     if (rc != LISA_OK)
         return rc;
-    s_text(st, 1, span->rollout_id);
-    s_int(st, 2, span->attempt);
-    s_int(st, 3, span->seq);
+    s_text(st, 1, rollout_id);
+    s_int(st, 2, attempt);
+    s_int(st, 3, seq);
     s_int(st, 4, ref.segment);
     s_int(st, 5, ref.offset);
     s_int(st, 6, ref.len);

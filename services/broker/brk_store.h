@@ -44,6 +44,12 @@ void brk_store_close(brk_store_t **self);
 /* The schema version of the open file. */
 int brk_store_schema(brk_store_t *self);
 
+/* Span log writes move from COMMIT to brk_store_sync (brk_spanlog_defer):
+ * for a caller that acknowledges only after brk_store_sync and runs it on
+ * another thread, which then copies the span bytes into the file instead
+ * of the thread that runs the transactions. */
+void brk_store_defer_span_writes(brk_store_t *self);
+
 /* Starts the iteration's transaction unless one is open. */
 lisa_rc_t brk_store_begin(brk_store_t *self) LISA_NODISCARD;
 /* Commits the open transaction (no-op when none); durable on LISA_OK. */
@@ -53,7 +59,8 @@ void brk_store_rollback(brk_store_t *self);
 /* fdatasync of the span log, then of the WAL file: makes every COMMIT
  * (and every span record) that returned before the call durable against
  * power loss. Safe to call from another thread
- * than the one using the store (it only touches a file descriptor). */
+ * than the one using the store (it only touches file descriptors and the
+ * span log's hand-over buffer, under the span log's mutex). */
 lisa_rc_t brk_store_sync(brk_store_t *self) LISA_NODISCARD;
 
 /* Opens a savepoint inside the transaction (one request's writes). */
@@ -122,6 +129,12 @@ lisa_rc_t brk_store_transitions_of(brk_store_t *self, brk_arena_t *arena,
 lisa_rc_t brk_store_span_put(brk_store_t *self, const Lisa__Span *span,
                              const uint8_t *raw, size_t raw_len,
                              bool *dup) LISA_NODISCARD;
+/* Same for a span known only by its key and its packed bytes `raw`
+ * (what brk_spanscan reads off the wire), stored as they are. */
+lisa_rc_t brk_store_span_put_raw(brk_store_t *self, const char *rollout_id,
+                                 uint32_t attempt, uint32_t seq,
+                                 const uint8_t *raw, size_t raw_len,
+                                 bool *dup) LISA_NODISCARD;
 /* Highest seq with every lower seq present (-1: none), and the count. */
 lisa_rc_t brk_store_span_status(brk_store_t *self, const char *id,
                                 uint32_t attempt, int32_t *contiguous,
