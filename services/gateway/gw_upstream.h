@@ -52,10 +52,23 @@ typedef struct {
 } gw_completion_t;
 
 /* Parses an engine response; at most `max_ids` ids. LISA_INVALID (with
- * `why`) for anything that is not the shape above. */
+ * `why`) for anything that is not the shape above. The small reader
+ * answers the usual replies; anything it is not sure of goes to jansson. */
 lisa_rc_t gw_upstream_parse(const char *body, size_t len, size_t max_ids,
                             gw_completion_t *out, char *why,
                             size_t whylen) LISA_NODISCARD;
+
+/* The small reader alone: LISA_OK with *out filled, exactly what
+ * gw_upstream_parse_json gives for the same bytes, or LISA_UNSUPPORTED
+ * (nothing filled) when it cannot be sure; never an error of its own. */
+lisa_rc_t gw_upstream_parse_fast(const char *body, size_t len, size_t max_ids,
+                                 gw_completion_t *out) LISA_NODISCARD;
+
+/* The reference reader (a jansson tree); same contract as
+ * gw_upstream_parse. */
+lisa_rc_t gw_upstream_parse_json(const char *body, size_t len, size_t max_ids,
+                                 gw_completion_t *out, char *why,
+                                 size_t whylen) LISA_NODISCARD;
 
 /* Frees what gw_upstream_parse filled; safe twice. */
 void gw_completion_clear(gw_completion_t *c);
