@@ -8,6 +8,7 @@
  */
 #include "gw_trace.h"
 
+#include "gw_upstream.h"
 #include "lisa/lisa_mem.h"
 
 #include <czmq.h>
@@ -21,6 +22,8 @@ struct gw_attempt_t {
     size_t n_ids, cap_ids;
     uint32_t *seg_ids; /* open new-segment prompt */
     size_t n_seg;
+    char *text; /* ids[0..n_text) as the engine request writes them */
+    size_t n_text, text_len, text_cap;
     uint8_t (*hist)[GW_DIGEST_LEN]; /* history digests */
     size_t n_hist;
     uint8_t tools[GW_DIGEST_LEN];
@@ -62,6 +65,7 @@ s_attempt_free(void **item)
     lisa_free(&a->key);
     lisa_free(&a->ids);
     lisa_free(&a->seg_ids);
+    lisa_free(&a->text);
     lisa_free(&a->hist);
     lisa_free(&a->cache);
     lisa_free(&a->answer);
@@ -346,6 +350,46 @@ gw_attempt_prompt(const gw_attempt_t *a, size_t *n)
     return a->seg_ids;
 }
 
+void
+gw_attempt_prompt_parts(gw_attempt_t *a, const char **text, size_t *text_len,
+                        const uint32_t **tail, size_t *n_tail)
+{
+    *text = "";
+    *text_len = 0;
+    *tail = NULL;
+    *n_tail = 0;
+    if (!a->busy)
+        return;
+    if (!a->open_extends) {
+        *tail = a->seg_ids;
+        *n_tail = a->n_seg;
+        return;
+    }
+    /* the committed ids the call extends never change until a new segment
+     * (which empties the text): only ids not written yet are formatted */
+    size_t stable = a->open_base;
+    if (a->n_text < stable) {
+        size_t more = stable - a->n_text;
+        size_t need = a->text_len + 1 + GW_UPSTREAM_ID_TEXT_MAX(more);
+        if (need > a->text_cap) {
+            size_t c = a->text_cap ? a->text_cap : 4096;
+            while (c < need)
+                c *= 2;
+            a->text = lisa_realloc(a->text, c);
+            a->text_cap = c;
+        }
+        if (a->text_len)
+            a->text[a->text_len++] = ',';
+        a->text_len += gw_upstream_write_ids(a->text + a->text_len,
+                                             a->ids + a->n_text, more);
+        a->n_text = stable;
+    }
+    *text = a->text ? a->text : "";
+    *text_len = a->text_len;
+    *tail = a->ids + stable;
+    *n_tail = a->n_ids - stable;
+}
+
 int32_t
 gw_attempt_last_id(const gw_attempt_t *a)
 {
@@ -424,6 +468,7 @@ gw_attempt_commit(gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
         sp->segment = a->segment;
         a->next_segment = a->segment + 1;
         /* the new segment's prompt becomes the stored sequence */
+        a->n_text = a->text_len = 0;
         lisa_free(&a->ids);
         a->ids = a->seg_ids;
         a->seg_ids = NULL;

@@ -79,17 +79,10 @@ s_json_str(s_buf_t *b, const char *s)
     json_decref(j);
 }
 
-char *
-gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
-                 size_t *len)
+size_t
+gw_upstream_write_ids(char *dst, const uint32_t *ids, size_t n)
 {
-    s_buf_t b = {lisa_malloc(256 + n * 11), 0, 256 + n * 11};
-    b.p[0] = '\0';
-    s_puts(&b, "{\"model\":");
-    s_json_str(&b, s->model ? s->model : "");
-    s_puts(&b, ",\"prompt\":[");
-    s_need(&b, n * 11);
-    char *w = b.p + b.n;
+    char *w = dst;
     for (size_t i = 0; i < n; i++) {
         char tmp[10];
         int k = 0;
@@ -104,7 +97,34 @@ gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
     }
     if (n)
         w--;
-    b.n = (size_t) (w - b.p);
+    return (size_t) (w - dst);
+}
+
+char *
+gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
+                 size_t *len)
+{
+    return gw_upstream_body_parts(NULL, 0, ids, n, s, len);
+}
+
+char *
+gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
+                       size_t n, const gw_sampling_t *s, size_t *len)
+{
+    size_t room = 256 + text_len + GW_UPSTREAM_ID_TEXT_MAX(n);
+    s_buf_t b = {lisa_malloc(room), 0, room};
+    b.p[0] = '\0';
+    s_puts(&b, "{\"model\":");
+    s_json_str(&b, s->model ? s->model : "");
+    s_puts(&b, ",\"prompt\":[");
+    s_need(&b, text_len + 1 + GW_UPSTREAM_ID_TEXT_MAX(n));
+    if (text_len) {
+        memcpy(b.p + b.n, text, text_len);
+        b.n += text_len;
+        if (n)
+            b.p[b.n++] = ',';
+    }
+    b.n += gw_upstream_write_ids(b.p + b.n, ids, n);
     b.p[b.n] = '\0';
     char tmp[160];
     snprintf(tmp, sizeof tmp,

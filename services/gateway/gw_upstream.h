@@ -42,6 +42,20 @@ typedef struct {
 char *gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
                        size_t *len);
 
+/* The same body for a prompt given as the text of its first ids (`text`,
+ * `text_len` bytes of "id,id,...", as gw_upstream_write_ids writes them;
+ * may be empty) followed by `n` more ids. */
+char *gw_upstream_body_parts(const char *text, size_t text_len,
+                             const uint32_t *ids, size_t n,
+                             const gw_sampling_t *s, size_t *len);
+
+/* Most bytes gw_upstream_write_ids writes for `n` ids. */
+#define GW_UPSTREAM_ID_TEXT_MAX(n) ((n) *11u)
+
+/* Writes `n` ids as "id,id,...,id" at dst (room for
+ * GW_UPSTREAM_ID_TEXT_MAX(n) bytes, no NUL); returns the bytes written. */
+size_t gw_upstream_write_ids(char *dst, const uint32_t *ids, size_t n);
+
 /* What an engine sampled. */
 typedef struct {
     uint32_t *ids;
