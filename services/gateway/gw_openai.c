@@ -6,7 +6,9 @@
  */
 #include "gw_openai.h"
 
+#include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <ctype.h>
 #include <czmq.h>
@@ -776,9 +778,72 @@ s_usage_json(const gw_usage_t *u)
                      (json_int_t) (u->prompt_tokens + u->completion_tokens));
 }
 
+/* Appends s as a JSON string, escaped as jansson's compact dump does. */
+static void
+s_jstr(lisa_buf_t *b, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    lisa_buf_put(b, "\"", 1);
+    const char *run = s;
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char) *p;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        lisa_buf_put(b, run, (size_t) (p - run));
+        run = p + 1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t n = 2;
+        switch (c) {
+        case '"':
+        case '\\':
+            esc[1] = (char) c;
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            n = 6;
+        }
+        lisa_buf_put(b, esc, n);
+    }
+    lisa_buf_puts(b, run);
+    lisa_buf_put(b, "\"", 1);
+}
+
+static void
+s_jint(lisa_buf_t *b, long long v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", v);
+    lisa_buf_put(b, tmp, (size_t) n);
+}
+
+static bool
+s_utf8_ok(const char *s)
+{
+    return !s || lisa_utf8_valid(s, strlen(s));
+}
+
+/* The reference writer (a jansson tree); gw_chat_response writes the same
+ * bytes directly. */
 char *
-gw_chat_response(const char *id, int64_t created, const char *model,
-                 const gw_reply_t *r, const gw_usage_t *u)
+gw_chat_response_json(const char *id, int64_t created, const char *model,
+                      const gw_reply_t *r, const gw_usage_t *u)
 {
     json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
                             r->content ? json_string(r->content) : json_null());
@@ -792,6 +857,56 @@ gw_chat_response(const char *id, int64_t created, const char *model,
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
+}
+
+char *
+gw_chat_response(const char *id, int64_t created, const char *model,
+                 const gw_reply_t *r, const gw_usage_t *u)
+{
+    /* strings jansson would refuse (not UTF-8) keep the reference path */
+    bool ok = s_utf8_ok(id) && s_utf8_ok(model) && s_utf8_ok(r->content) &&
+              s_utf8_ok(r->finish_reason);
+    for (size_t i = 0; ok && i < r->n_calls; i++)
+        ok = s_utf8_ok(r->calls[i].id) && s_utf8_ok(r->calls[i].name) &&
+             s_utf8_ok(r->calls[i].arguments);
+    if (!ok || !id || !model || !r->finish_reason)
+        return gw_chat_response_json(id, created, model, r, u);
+    lisa_buf_t b = LISA_BUF(SIZE_MAX);
+    lisa_buf_puts(&b, "{\"id\":");
+    s_jstr(&b, id);
+    lisa_buf_puts(&b, ",\"object\":\"chat.completion\",\"created\":");
+    s_jint(&b, (long long) created);
+    lisa_buf_puts(&b, ",\"model\":");
+    s_jstr(&b, model);
+    lisa_buf_puts(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                      "\"assistant\",\"content\":");
+    if (r->content)
+        s_jstr(&b, r->content);
+    else
+        lisa_buf_puts(&b, "null");
+    if (r->n_calls) {
+        lisa_buf_puts(&b, ",\"tool_calls\":[");
+        for (size_t i = 0; i < r->n_calls; i++) {
+            lisa_buf_puts(&b, i ? ",{\"id\":" : "{\"id\":");
+            s_jstr(&b, r->calls[i].id ? r->calls[i].id : "");
+            lisa_buf_puts(&b, ",\"type\":\"function\",\"function\":{\"name\":");
+            s_jstr(&b, r->calls[i].name ? r->calls[i].name : "");
+            lisa_buf_puts(&b, ",\"arguments\":");
+            s_jstr(&b, r->calls[i].arguments ? r->calls[i].arguments : "");
+            lisa_buf_puts(&b, "}}");
+        }
+        lisa_buf_puts(&b, "]");
+    }
+    lisa_buf_puts(&b, "},\"finish_reason\":");
+    s_jstr(&b, r->finish_reason);
+    lisa_buf_puts(&b, ",\"logprobs\":null}],\"usage\":{\"prompt_tokens\":");
+    s_jint(&b, (long long) u->prompt_tokens);
+    lisa_buf_puts(&b, ",\"completion_tokens\":");
+    s_jint(&b, (long long) u->completion_tokens);
+    lisa_buf_puts(&b, ",\"total_tokens\":");
+    s_jint(&b, (long long) (u->prompt_tokens + u->completion_tokens));
+    lisa_buf_puts(&b, "}}");
+    return b.p;
 }
 
 /* Appends one SSE event carrying a chunk with `delta` (stolen). */

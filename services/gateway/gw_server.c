@@ -689,10 +689,8 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
         body = gw_chat_stream(chat_id, created, model, &reply, &u,
                               c->chat.include_usage, &len);
     else {
-        char *j = gw_chat_response(chat_id, created, model, &reply, &u);
-        len = strlen(j);
-        body = lisa_memdup(j, len);
-        free(j);
+        body = gw_chat_response(chat_id, created, model, &reply, &u);
+        len = strlen(body);
     }
     if (c->turn > 0)
         gw_attempt_set_answer(c->a, c->turn, body, len, c->chat.stream);
