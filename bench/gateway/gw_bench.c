@@ -9,15 +9,24 @@
  * call + tool output, the whole history re-sent every turn as an OpenAI
  * client does.
  *
- *  - added latency: one connection, each request timed through the proxy
- *    and then replayed directly to the engine (the exact body the proxy
- *    forwarded); added = proxied - direct; p50 and p99 over every turn.
+ *  - added latency: one connection per proxy, each request timed through
+ *    the proxy and then replayed directly to the engine (the exact body
+ *    the proxy forwarded); added = proxied - direct; p50 and p99 over
+ *    every turn. Conversations alternate between the two proxies (and
+ *    which goes first), so both see the same load.
  *  - requests/s: `agents` connections running conversations for
- *    `seconds`, through each proxy.
+ *    `seconds`, through each proxy, back to back, the order alternating
+ *    between rounds; with the CPU time each proxy process (nginx: its
+ *    worker) spent per call, from /proc.
  *  - tokenizer MB/s on agent-like text.
  *
- * It prints the figures and the gateway/nginx ratios. Usage:
+ * Each of `rounds` rounds runs both measurements; it prints each round,
+ * the medians and the gateway/nginx ratios (the median of the rounds'
+ * ratios). On a shared machine single rounds vary a lot: read the
+ * medians, the CPU per call and the load average printed with them.
+ * Usage:
  *   gw_bench [turns=30] [conversations=20] [agents=8] [seconds=5]
+ *            [rounds=3]
  */
 #include "lisa/lisa_ids.h"
 #include "lisa/lisa_mem.h"
@@ -498,6 +507,17 @@ s_pct(double *v, size_t n, double p)
     return v[i < n ? i : n - 1];
 }
 
+/* Median of n values (sorts them); the mean of the two middle ones when
+ * n is even. */
+static double
+s_median(double *v, size_t n)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, s_cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 typedef struct {
     uint16_t port;
     bool gateway;
@@ -841,8 +861,8 @@ main(int argc, char **argv)
                     s_latency_conv(&gc, &dgc, true, key.bytes, key.len, turns,
                                    conv, ag, &gn);
                 else
-                    s_latency_conv(&nc, &dnc, false, key.bytes, key.len,
-                                   turns, conv, an, &ng_n);
+                    s_latency_conv(&nc, &dnc, false, key.bytes, key.len, turns,
+                                   conv, an, &ng_n);
             }
         }
         double *tmp = lisa_calloc(cap, sizeof *tmp);
@@ -857,9 +877,8 @@ main(int argc, char **argv)
             uint64_t f = 0;
             pid_t who = gw ? gw_pid : ng;
             double c0 = s_proc_cpu(who);
-            double rps =
-                s_throughput(gw ? gport : nport, gw, key.bytes, key.len, turns,
-                             agents, seconds, &f);
+            double rps = s_throughput(gw ? gport : nport, gw, key.bytes,
+                                      key.len, turns, agents, seconds, &f);
             double cpu = s_proc_cpu(who) - c0;
             double per = rps > 0 ? cpu / (rps * seconds) * 1e6 : 0;
             if (gw) {
@@ -884,12 +903,12 @@ main(int argc, char **argv)
     s_conn_close(&dnc);
     double g50 = gn ? s_pct(ag, gn, 0.5) * 1e3 : 0;
     double g99 = gn ? s_pct(ag, gn, 0.99) * 1e3 : 0;
-    double grps = s_pct(rgr, (size_t) rounds, 0.5);
+    double grps = s_median(rgr, (size_t) rounds);
     printf("gateway: added latency p50 %.3f ms, p99 %.3f ms over %zu calls "
            "(median of round p50s %.3f ms); %.0f req/s with %d agents (median "
            "of %d rounds, %llu failed); CPU %.0f us per call\n",
-           g50, g99, gn, s_pct(rg50, (size_t) rounds, 0.5), grps, agents,
-           rounds, (unsigned long long) gf, s_pct(rgcpu, (size_t) rounds, 0.5));
+           g50, g99, gn, s_median(rg50, (size_t) rounds), grps, agents, rounds,
+           (unsigned long long) gf, s_median(rgcpu, (size_t) rounds));
     if (peer) {
         double n50 = s_pct(an, ng_n, 0.5) * 1e3,
                n99 = s_pct(an, ng_n, 0.99) * 1e3;
@@ -897,12 +916,12 @@ main(int argc, char **argv)
                "calls (median of round p50s %.3f ms); %.0f req/s with %d "
                "agents (median of %d rounds, %llu failed); CPU %.0f us per "
                "call\n",
-               n50, n99, ng_n, s_pct(rn50, (size_t) rounds, 0.5),
-               s_pct(rnr, (size_t) rounds, 0.5), agents, rounds,
-               (unsigned long long) nf, s_pct(rncpu, (size_t) rounds, 0.5));
+               n50, n99, ng_n, s_median(rn50, (size_t) rounds),
+               s_median(rnr, (size_t) rounds), agents, rounds,
+               (unsigned long long) nf, s_median(rncpu, (size_t) rounds));
         printf("ratio gateway/nginx: req/s %.2f (median of the rounds' "
                "ratios; aim >= 0.5), p50 added %.2fx\n",
-               s_pct(rratio, (size_t) rounds, 0.5), n50 > 0 ? g50 / n50 : 0);
+               s_median(rratio, (size_t) rounds), n50 > 0 ? g50 / n50 : 0);
     } else
         printf("nginx:   not found; install Debian's nginx for the peer "
                "figures\n");
