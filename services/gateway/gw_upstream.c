@@ -602,7 +602,7 @@ s_rd_choice_member(s_rd_t *r, const char *k, size_t kn, bool kesc,
     if (s_key_is(k, kn, "logprobs")) {
         if (!s_rd_mark(&f->logprobs, r->p))
             return false;
-        if (*r->p == '{')
+        if (r->p < r->end && *r->p == '{')
             return s_rd_object(r, depth + 1, s_rd_logprobs_member, f);
     } else if ((s_key_is(k, kn, "token_ids") && !s_rd_mark(&f->ids, r->p)) ||
                (s_key_is(k, kn, "finish_reason") &&
@@ -659,6 +659,61 @@ s_rd_int_at(const char *p, const char *end, int64_t *v)
     return true;
 }
 
+/* Short decimals (at most 19 significant digits, a power of ten within
+ * 10^22) straight to the float they round to: m / 10^k in double is within
+ * 2^-52 of the value, and when every double within 2^-50 of it rounds to
+ * the same float, so does strtod's correctly rounded double. False (use
+ * strtod) otherwise. */
+static bool
+s_rd_float_fast(const char *p, const char *end, float *out)
+{
+    static const double pow10[] = {
+        1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+        1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    bool neg = p < end && *p == '-';
+    p += neg;
+    uint64_t m = 0;
+    int digits = 0, e10 = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (m || *p != '0')
+            digits++;
+        m = m * 10 + (uint64_t) (*p - '0');
+        if (digits > 19)
+            return false;
+    }
+    if (p < end && *p == '.')
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (m || *p != '0')
+                digits++;
+            if (digits > 19)
+                return false;
+            m = m * 10 + (uint64_t) (*p - '0');
+            e10--;
+        }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        bool eneg = p < end && *p == '-';
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        int x = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            x = x * 10 + (*p - '0');
+            if (x > 400)
+                return false;
+        }
+        e10 += eneg ? -x : x;
+    }
+    if (e10 < -22 || e10 > 22)
+        return false;
+    double d = (double) m;
+    d = e10 < 0 ? d / pow10[-e10] : d * pow10[e10];
+    float f = (float) d;
+    if ((float) (d * (1 - 0x1p-50)) != f || (float) (d * (1 + 0x1p-50)) != f)
+        return false;
+    *out = neg ? -f : f;
+    return true;
+}
+
 /* A number value at p (already validated) as a double, the way strtod
  * reads it. */
 static bool
@@ -705,10 +760,28 @@ s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
             bool is_int;
             (void) s_rd_number(&r, &is_int);
         } else if (lps) {
-            double d;
-            if (!s_rd_double_at(r.p, end, &d, &r.p) || !isfinite(d) || d > 0)
+            const char *q = r.p;
+            bool is_int;
+            if (!s_rd_number(&r, &is_int))
                 return false;
-            lps[n] = (float) d;
+            float f;
+            int64_t iv;
+            if (is_int && s_rd_int_at(q, end, &iv)) {
+                /* jansson holds an integer ("-0" is 0, not -0.0) */
+                if (iv > 0)
+                    return false;
+                lps[n] = (float) (double) iv;
+            } else if (s_rd_float_fast(q, r.p, &f)) {
+                if (f > 0)
+                    return false;
+                lps[n] = f;
+            } else {
+                double d;
+                const char *next;
+                if (!s_rd_double_at(q, end, &d, &next) || !isfinite(d) || d > 0)
+                    return false;
+                lps[n] = (float) d;
+            }
         } else {
             bool is_int;
             if (!s_rd_number(&r, &is_int))

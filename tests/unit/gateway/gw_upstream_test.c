@@ -117,6 +117,12 @@ Test(gw_upstream, fast_reader_agrees_or_declines)
         "\"x\":[true,false,null,{},[]]}}\r\n",
         "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"token_logprobs\":[]},"
         "\"finish_reason\":\"length\"}]}",
+        /* integer logprobs ("-0" is jansson's integer 0), long and short
+         * decimals, exponents */
+        "{\"choices\":[{\"token_ids\":[1,2,3,4,5,6,7,8],\"logprobs\":{"
+        "\"token_logprobs\":[-0,-7,-0.0,-0.050000000000000003,-1e-05,"
+        "-0.30000001192092896,-123456789012345678901234.5,-1E22]},"
+        "\"finish_reason\":\"stop\"}]}",
         /* the root's policy version wins over the choice's */
         "{\"policy_version\":0,\"choices\":[{\"token_ids\":[-0],\"logprobs\":"
         "{\"token_logprobs\":[-1]},\"finish_reason\":\"stop\","
@@ -134,7 +140,9 @@ Test(gw_upstream, fast_reader_agrees_or_declines)
         cr_assert_eq(f.n, j.n);
         for (size_t k = 0; k < f.n; k++) {
             cr_assert_eq(f.ids[k], j.ids[k]);
-            cr_assert_eq(f.logprobs[k], j.logprobs[k]);
+            /* bit for bit: -0.0 and 0.0 differ */
+            cr_assert_eq(memcmp(&f.logprobs[k], &j.logprobs[k], sizeof(float)),
+                         0, "case %zu logprob %zu", i, k);
         }
         cr_assert_str_eq(f.finish_reason, j.finish_reason);
         cr_assert_eq(f.policy_version, j.policy_version);
