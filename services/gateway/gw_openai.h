@@ -107,6 +107,8 @@ typedef struct {
     char *id;
     char *name;
     char *arguments; /* JSON text */
+    char *canonical; /* arguments as digests compare them (compact, keys
+                      * sorted), or NULL: computed from `arguments` */
 } gw_tool_call_t;
 
 /* The assistant reply the gateway returns. */

@@ -28,7 +28,7 @@ struct gw_attempt_t {
     size_t n_hist;
     uint8_t tools[GW_DIGEST_LEN];
     uint8_t (*cache)[2][GW_DIGEST_LEN]; /* raw hash, digest */
-    size_t n_cache;
+    size_t n_cache, cap_cache;
     bool has_history;
     bool based;
     bool busy;
@@ -271,7 +271,13 @@ void
 gw_attempt_cache(gw_attempt_t *a, const uint8_t (*raw)[GW_DIGEST_LEN],
                  const uint8_t (*digests)[GW_DIGEST_LEN], size_t n)
 {
-    a->cache = lisa_realloc(a->cache, (n ? n : 1) * sizeof *a->cache);
+    if (n > a->cap_cache || !a->cache) {
+        size_t c = a->cap_cache ? a->cap_cache : 16;
+        while (c < n)
+            c *= 2;
+        a->cache = lisa_realloc(a->cache, c * sizeof *a->cache);
+        a->cap_cache = c;
+    }
     for (size_t i = 0; i < n; i++) {
         memcpy(a->cache[i][0], raw[i], GW_DIGEST_LEN);
         memcpy(a->cache[i][1], digests[i], GW_DIGEST_LEN);
