@@ -672,7 +672,8 @@ lisa_http_client_send(lisa_http_client_t *self, const lisa_http_request_t *req,
     call->resp =
         s_resp_new(req->max_response ? req->max_response
                                      : LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
-    call->easy = self->n_spare ? self->spare[--self->n_spare] : curl_easy_init();
+    call->easy =
+        self->n_spare ? self->spare[--self->n_spare] : curl_easy_init();
     if (!call->easy) {
         lisa_http_response_destroy(&call->resp);
         free(box);
