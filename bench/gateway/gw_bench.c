@@ -9,15 +9,24 @@
  * call + tool output, the whole history re-sent every turn as an OpenAI
  * client does.
  *
- *  - added latency: one connection, each request timed through the proxy
- *    and then replayed directly to the engine (the exact body the proxy
- *    forwarded); added = proxied - direct; p50 and p99 over every turn.
+ *  - added latency: one connection per proxy, each request timed through
+ *    the proxy and then replayed directly to the engine (the exact body
+ *    the proxy forwarded); added = proxied - direct; p50 and p99 over
+ *    every turn. Conversations alternate between the two proxies (and
+ *    which goes first), so both see the same load.
  *  - requests/s: `agents` connections running conversations for
- *    `seconds`, through each proxy.
+ *    `seconds`, through each proxy, back to back, the order alternating
+ *    between rounds; with the CPU time each proxy process (nginx: its
+ *    worker) spent per call, from /proc.
  *  - tokenizer MB/s on agent-like text.
  *
- * It prints the figures and the gateway/nginx ratios. Usage:
+ * Each of `rounds` rounds runs both measurements; it prints each round,
+ * the medians and the gateway/nginx ratios (the median of the rounds'
+ * ratios). On a shared machine single rounds vary a lot: read the
+ * medians, the CPU per call and the load average printed with them.
+ * Usage:
  *   gw_bench [turns=30] [conversations=20] [agents=8] [seconds=5]
+ *            [rounds=3]
  */
 #include "lisa/lisa_ids.h"
 #include "lisa/lisa_mem.h"
@@ -25,6 +34,7 @@
 #include "lisa/lisa_tokenizer.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -464,11 +474,13 @@ s_start_nginx(const char *bin, uint16_t up, uint16_t port, char *dir)
             "error_log %s/error.log warn;\n"
             "events { worker_connections 4096; }\n"
             "http {\n access_log off;\n"
+            " keepalive_requests 10000000; keepalive_timeout 300s;\n"
             " client_body_temp_path %s/b; proxy_temp_path %s/p;\n"
             " fastcgi_temp_path %s/f; uwsgi_temp_path %s/u; "
             "scgi_temp_path %s/s;\n"
             " client_max_body_size 64m; client_body_buffer_size 1m;\n"
-            " upstream engine { server 127.0.0.1:%u; keepalive 64; }\n"
+            " upstream engine { server 127.0.0.1:%u; keepalive 64;\n"
+            "  keepalive_requests 10000000; }\n"
             " server {\n  listen 127.0.0.1:%u;\n  location / {\n"
             "   proxy_pass http://engine;\n   proxy_http_version 1.1;\n"
             "   proxy_set_header Connection \"\";\n  }\n }\n}\n",
@@ -495,6 +507,17 @@ s_pct(double *v, size_t n, double p)
     return v[i < n ? i : n - 1];
 }
 
+/* Median of n values (sorts them); the mean of the two middle ones when
+ * n is even. */
+static double
+s_median(double *v, size_t n)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, s_cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 typedef struct {
     uint16_t port;
     bool gateway;
@@ -515,52 +538,55 @@ s_token(const uint8_t *key, size_t keylen, int a, int b)
     return lisa_token_issue(key, keylen, rid, 1, lisa_token_now_ms() + 3600000);
 }
 
-/* Latency mode: proxied then direct, per turn. */
-static size_t
-s_latency(uint16_t proxy, uint16_t engine, bool gateway, const uint8_t *key,
-          size_t keylen, int turns, int convs, double *added)
+/* Latency mode: one conversation on one connection, each turn sent
+ * through the proxy and then replayed directly to the engine; appends the
+ * differences to added[*n]. */
+static void
+s_latency_conv(s_conn_t *pc, s_conn_t *dc, bool gateway, const uint8_t *key,
+               size_t keylen, int turns, int conv, double *added, size_t *n)
 {
-    s_conn_t pc = {.fd = -1, .port = proxy}, dc = {.fd = -1, .port = engine};
-    size_t n = 0;
-    for (int c = 0; c < convs; c++) {
-        json_t *msgs = s_conv_new();
-        char *tok = s_token(key, keylen, gateway ? 1000 : 2000, c);
-        for (int k = 0; k < turns; k++) {
-            char *body = s_conv_body(msgs);
-            const char *resp;
-            double t0 = s_now();
-            int st = s_request(&pc, "/v1/chat/completions", tok, body,
-                               strlen(body), &resp);
-            double t1 = s_now();
-            if (st != 200 || !s_conv_step(msgs, resp, k)) {
-                fprintf(stderr, "latency run: status %d\n", st);
-                free(body);
-                break;
-            }
-            pthread_mutex_lock(&s_last_mu);
-            char *last = lisa_memdup(s_last_body, s_last_len);
-            size_t last_len = s_last_len;
-            char path[64];
-            snprintf(path, sizeof path, "%s", s_last_path);
-            pthread_mutex_unlock(&s_last_mu);
-            double t2 = s_now();
-            st = s_request(&dc, path, NULL, last, last_len, &resp);
-            double t3 = s_now();
-            lisa_free(&last);
+    json_t *msgs = s_conv_new();
+    char *tok = s_token(key, keylen, gateway ? 1000 : 2000, conv);
+    for (int k = 0; k < turns; k++) {
+        char *body = s_conv_body(msgs);
+        const char *resp;
+        double t0 = s_now();
+        int st = s_request(pc, "/v1/chat/completions", tok, body, strlen(body),
+                           &resp);
+        double t1 = s_now();
+        if (st != 200 || !s_conv_step(msgs, resp, k)) {
+            fprintf(stderr, "latency run: status %d\n", st);
             free(body);
-            if (st == 200)
-                added[n++] = (t1 - t0) - (t3 - t2);
+            if (pc->fd >= 0)
+                close(pc->fd);
+            pc->fd = -1;
+            break;
         }
-        lisa_free(&tok);
-        json_decref(msgs);
+        pthread_mutex_lock(&s_last_mu);
+        char *last = lisa_memdup(s_last_body, s_last_len);
+        size_t last_len = s_last_len;
+        char path[64];
+        snprintf(path, sizeof path, "%s", s_last_path);
+        pthread_mutex_unlock(&s_last_mu);
+        double t2 = s_now();
+        st = s_request(dc, path, NULL, last, last_len, &resp);
+        double t3 = s_now();
+        lisa_free(&last);
+        free(body);
+        if (st == 200)
+            added[(*n)++] = (t1 - t0) - (t3 - t2);
     }
-    if (pc.fd >= 0)
-        close(pc.fd);
-    if (dc.fd >= 0)
-        close(dc.fd);
-    lisa_free(&pc.buf);
-    lisa_free(&dc.buf);
-    return n;
+    lisa_free(&tok);
+    json_decref(msgs);
+}
+
+static void
+s_conn_close(s_conn_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    lisa_free(&c->buf);
 }
 
 /* The HTTP layer's floor: a route answered without an engine call, minus
@@ -619,6 +645,71 @@ s_load_thread(void *arg)
         close(c.fd);
     lisa_free(&c.buf);
     return NULL;
+}
+
+/* CPU seconds (user + system) of process `pid` and of its children (the
+ * nginx master's worker), from /proc. */
+static double
+s_proc_cpu1(long pid, long *ppid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (!p)
+        return 0;
+    /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt
+     * majflt cmajflt utime stime */
+    char state;
+    long pp;
+    unsigned long skip, ut, st;
+    if (sscanf(p + 2, "%c %ld %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu",
+               &state, &pp, &skip, &skip, &skip, &skip, &skip, &skip, &skip,
+               &skip, &skip, &ut, &st) != 13)
+        return 0;
+    if (ppid)
+        *ppid = pp;
+    return (double) (ut + st) / (double) sysconf(_SC_CLK_TCK);
+}
+
+/* The 1-minute load average, from /proc/loadavg. */
+static double
+s_loadavg(void)
+{
+    double l = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = 0;
+        fclose(f);
+    }
+    return l;
+}
+
+static double
+s_proc_cpu(pid_t pid)
+{
+    double t = s_proc_cpu1(pid, NULL);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long child = strtol(e->d_name, &end, 10);
+        long pp = 0;
+        if (*end || child <= 0 || child == pid)
+            continue;
+        double c = s_proc_cpu1(child, &pp);
+        if (pp == pid)
+            t += c;
+    }
+    if (d)
+        closedir(d);
+    return t;
 }
 
 static double
@@ -682,6 +773,11 @@ main(int argc, char **argv)
     int convs = s_arg(argc, argv, 2, 20);
     int agents = s_arg(argc, argv, 3, 8);
     int seconds = s_arg(argc, argv, 4, 5);
+    int rounds = s_arg(argc, argv, 5, 3);
+    if (turns < 1 || convs < 1 || agents < 1 || seconds < 1 || rounds < 1) {
+        fprintf(stderr, "gw_bench: arguments must be positive\n");
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     s_paths();
     lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(S_TOKDIR);
@@ -706,7 +802,7 @@ main(int argc, char **argv)
         return 1;
     char *keyhex = lisa_token_key_hex(&key);
     uint16_t gport = s_free_port();
-    pid_t gw = s_start_gateway(up, gport, keyhex);
+    pid_t gw_pid = s_start_gateway(up, gport, keyhex);
     if (!s_wait_port(gport)) {
         fprintf(stderr, "gw_bench: gateway did not start\n");
         return 1;
@@ -727,39 +823,105 @@ main(int argc, char **argv)
     printf("gw_bench: %d-turn tool-calling conversations, full history "
            "re-sent each turn\n",
            turns);
-    size_t cap = (size_t) (turns * convs) + 1;
+    bool peer = ng > 0;
+    size_t cap = (size_t) (turns * convs * rounds) + 1;
     double *ag = lisa_calloc(cap, sizeof *ag),
            *an = lisa_calloc(cap, sizeof *an);
-    size_t ng_n = 0;
-    /* warm-up, then the measured runs */
-    (void) s_latency(gport, up, true, key.bytes, key.len, turns, 1, ag);
-    size_t gn =
-        s_latency(gport, up, true, key.bytes, key.len, turns, convs, ag);
-    if (ng > 0) {
-        (void) s_latency(nport, up, false, key.bytes, key.len, turns, 1, an);
-        ng_n =
-            s_latency(nport, up, false, key.bytes, key.len, turns, convs, an);
-    }
+    double *rg50 = lisa_calloc((size_t) rounds, sizeof *rg50),
+           *rn50 = lisa_calloc((size_t) rounds, sizeof *rn50),
+           *rgr = lisa_calloc((size_t) rounds, sizeof *rgr),
+           *rnr = lisa_calloc((size_t) rounds, sizeof *rnr),
+           *rratio = lisa_calloc((size_t) rounds, sizeof *rratio),
+           *rgcpu = lisa_calloc((size_t) rounds, sizeof *rgcpu),
+           *rncpu = lisa_calloc((size_t) rounds, sizeof *rncpu);
+    size_t gn = 0, ng_n = 0;
     uint64_t gf = 0, nf = 0;
-    double grps = s_throughput(gport, true, key.bytes, key.len, turns, agents,
-                               seconds, &gf);
-    double nrps = ng > 0 ? s_throughput(nport, false, key.bytes, key.len, turns,
-                                        agents, seconds, &nf)
-                         : 0;
+    s_conn_t gc = {.fd = -1, .port = gport}, nc = {.fd = -1, .port = nport},
+             dgc = {.fd = -1, .port = up}, dnc = {.fd = -1, .port = up};
+    /* warm-up: one conversation through each */
+    {
+        double *w = lisa_calloc((size_t) turns + 1, sizeof *w);
+        size_t wn = 0;
+        s_latency_conv(&gc, &dgc, true, key.bytes, key.len, turns, -1, w, &wn);
+        wn = 0;
+        if (peer)
+            s_latency_conv(&nc, &dnc, false, key.bytes, key.len, turns, -1, w,
+                           &wn);
+        lisa_free(&w);
+    }
+    for (int r = 0; r < rounds; r++) {
+        /* latency: conversations alternate between the two proxies (and
+         * which goes first), so both see the same load */
+        size_t g0 = gn, n0 = ng_n;
+        for (int c = 0; c < convs; c++) {
+            int conv = r * convs + c;
+            bool gw_first = (conv % 2) == 0 || !peer;
+            for (int k = 0; k < (peer ? 2 : 1); k++) {
+                if ((k == 0) == gw_first)
+                    s_latency_conv(&gc, &dgc, true, key.bytes, key.len, turns,
+                                   conv, ag, &gn);
+                else
+                    s_latency_conv(&nc, &dnc, false, key.bytes, key.len, turns,
+                                   conv, an, &ng_n);
+            }
+        }
+        double *tmp = lisa_calloc(cap, sizeof *tmp);
+        memcpy(tmp, ag + g0, (gn - g0) * sizeof *tmp);
+        rg50[r] = gn > g0 ? s_pct(tmp, gn - g0, 0.5) * 1e3 : 0;
+        memcpy(tmp, an + n0, (ng_n - n0) * sizeof *tmp);
+        rn50[r] = ng_n > n0 ? s_pct(tmp, ng_n - n0, 0.5) * 1e3 : 0;
+        lisa_free(&tmp);
+        /* requests/s: the two runs back to back, the order alternating */
+        for (int k = 0; k < (peer ? 2 : 1); k++) {
+            bool gw = (k == 0) == (r % 2 == 0 || !peer);
+            uint64_t f = 0;
+            pid_t who = gw ? gw_pid : ng;
+            double c0 = s_proc_cpu(who);
+            double rps = s_throughput(gw ? gport : nport, gw, key.bytes,
+                                      key.len, turns, agents, seconds, &f);
+            double cpu = s_proc_cpu(who) - c0;
+            double per = rps > 0 ? cpu / (rps * seconds) * 1e6 : 0;
+            if (gw) {
+                rgr[r] = rps;
+                rgcpu[r] = per;
+                gf += f;
+            } else {
+                rnr[r] = rps;
+                rncpu[r] = per;
+                nf += f;
+            }
+        }
+        rratio[r] = rnr[r] > 0 ? rgr[r] / rnr[r] : 0;
+        double la[1] = {s_loadavg()};
+        printf("round %d: p50 added gateway %.3f ms, nginx %.3f ms; req/s "
+               "gateway %.0f, nginx %.0f, ratio %.2f; load %.1f\n",
+               r + 1, rg50[r], rn50[r], rgr[r], rnr[r], rratio[r], la[0]);
+    }
+    s_conn_close(&gc);
+    s_conn_close(&nc);
+    s_conn_close(&dgc);
+    s_conn_close(&dnc);
     double g50 = gn ? s_pct(ag, gn, 0.5) * 1e3 : 0;
     double g99 = gn ? s_pct(ag, gn, 0.99) * 1e3 : 0;
-    printf("gateway: added latency p50 %.3f ms, p99 %.3f ms over %zu calls; "
-           "%.0f req/s with %d agents (%llu failed)\n",
-           g50, g99, gn, grps, agents, (unsigned long long) gf);
-    if (ng > 0) {
+    double grps = s_median(rgr, (size_t) rounds);
+    printf("gateway: added latency p50 %.3f ms, p99 %.3f ms over %zu calls "
+           "(median of round p50s %.3f ms); %.0f req/s with %d agents (median "
+           "of %d rounds, %llu failed); CPU %.0f us per call\n",
+           g50, g99, gn, s_median(rg50, (size_t) rounds), grps, agents, rounds,
+           (unsigned long long) gf, s_median(rgcpu, (size_t) rounds));
+    if (peer) {
         double n50 = s_pct(an, ng_n, 0.5) * 1e3,
                n99 = s_pct(an, ng_n, 0.99) * 1e3;
         printf("nginx:   added latency p50 %.3f ms, p99 %.3f ms over %zu "
-               "calls; %.0f req/s with %d agents (%llu failed)\n",
-               n50, n99, ng_n, nrps, agents, (unsigned long long) nf);
-        printf("ratio gateway/nginx: req/s %.2f (aim >= 0.5), p50 added "
-               "%.2fx\n",
-               nrps > 0 ? grps / nrps : 0, n50 > 0 ? g50 / n50 : 0);
+               "calls (median of round p50s %.3f ms); %.0f req/s with %d "
+               "agents (median of %d rounds, %llu failed); CPU %.0f us per "
+               "call\n",
+               n50, n99, ng_n, s_median(rn50, (size_t) rounds),
+               s_median(rnr, (size_t) rounds), agents, rounds,
+               (unsigned long long) nf, s_median(rncpu, (size_t) rounds));
+        printf("ratio gateway/nginx: req/s %.2f (median of the rounds' "
+               "ratios; aim >= 0.5), p50 added %.2fx\n",
+               s_median(rratio, (size_t) rounds), n50 > 0 ? g50 / n50 : 0);
     } else
         printf("nginx:   not found; install Debian's nginx for the peer "
                "figures\n");
@@ -796,8 +958,8 @@ main(int argc, char **argv)
     }
     printf("tokenizer: %.1f MB/s (lisa_tokenizer_encode, agent-like text)\n",
            s_tokenizer_mbs(tok));
-    kill(gw, SIGTERM);
-    waitpid(gw, NULL, 0);
+    kill(gw_pid, SIGTERM);
+    waitpid(gw_pid, NULL, 0);
     if (ng > 0) {
         kill(ng, SIGTERM);
         waitpid(ng, NULL, 0);
@@ -805,6 +967,13 @@ main(int argc, char **argv)
     MHD_stop_daemon(d);
     lisa_free(&ag);
     lisa_free(&an);
+    lisa_free(&rg50);
+    lisa_free(&rn50);
+    lisa_free(&rgr);
+    lisa_free(&rnr);
+    lisa_free(&rratio);
+    lisa_free(&rgcpu);
+    lisa_free(&rncpu);
     lisa_free(&keyhex);
     lisa_tokenizer_destroy(&tok);
     return 0;

@@ -58,6 +58,15 @@ struct _lisa_http_response_t {
     char error[CURL_ERROR_SIZE];
 };
 
+/* Easy handles kept for reuse: a call then costs a reset, not a new
+ * handle and its allocations. Connections live in the multi handle's
+ * cache either way. */
+#define S_SPARE_EASY 64u
+
+/* Idle connections the multi handle keeps for reuse (its default follows
+ * the number of handles added, so a burst then a lull closes them). */
+#define S_KEEP_CONNECTIONS 256L
+
 typedef struct s_call {
     struct _lisa_http_client_t *client;
     uint64_t id;
@@ -80,6 +89,8 @@ struct _lisa_http_client_t {
     s_call_t *calls;
     size_t n_calls;
     uint64_t next_id;
+    CURL *spare[S_SPARE_EASY]; /* finished handles, reset, for reuse */
+    size_t n_spare;
 };
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
@@ -461,7 +472,11 @@ static void
 s_call_free(lisa_http_client_t *self, s_call_t *call)
 {
     curl_multi_remove_handle(self->multi, call->easy);
-    curl_easy_cleanup(call->easy);
+    if (self->n_spare < S_SPARE_EASY) {
+        curl_easy_reset(call->easy);
+        self->spare[self->n_spare++] = call->easy;
+    } else
+        curl_easy_cleanup(call->easy);
     curl_slist_free_all(call->slist);
     lisa_http_response_destroy(&call->resp);
     free(s_box_of(call));
@@ -598,6 +613,7 @@ lisa_http_client_new(zloop_t *loop, const lisa_http_client_config_t *cfg)
     curl_multi_setopt(self->multi, CURLMOPT_SOCKETDATA, self);
     curl_multi_setopt(self->multi, CURLMOPT_TIMERFUNCTION, s_curl_timer);
     curl_multi_setopt(self->multi, CURLMOPT_TIMERDATA, self);
+    curl_multi_setopt(self->multi, CURLMOPT_MAXCONNECTS, S_KEEP_CONNECTIONS);
     if (cfg && cfg->max_connections > 0)
         curl_multi_setopt(self->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
                           cfg->max_connections);
@@ -628,6 +644,8 @@ lisa_http_client_destroy(lisa_http_client_t **self_p)
         s_call_unlink(self, call);
         s_call_free(self, call);
     }
+    while (self->n_spare)
+        curl_easy_cleanup(self->spare[--self->n_spare]);
     if (self->multi)
         curl_multi_cleanup(self->multi);
     if (self->timer_id >= 0)
@@ -654,7 +672,8 @@ lisa_http_client_send(lisa_http_client_t *self, const lisa_http_request_t *req,
     call->resp =
         s_resp_new(req->max_response ? req->max_response
                                      : LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
-    call->easy = curl_easy_init();
+    call->easy =
+        self->n_spare ? self->spare[--self->n_spare] : curl_easy_init();
     if (!call->easy) {
         lisa_http_response_destroy(&call->resp);
         free(box);

@@ -117,7 +117,7 @@ const lisa_config_entry_t gw_config_table[] = {
         "--engine-max-inflight", LISA_CFG_UINT64, "0",
         "open calls per engine (0: no limit)", engine_max_inflight),
     S_E("gateway.http_threads", "LISA_GW_HTTP_THREADS", "--http-threads",
-        LISA_CFG_UINT64, "1",
+        LISA_CFG_UINT64, "0",
         "libmicrohttpd polling threads (0: run HTTP on the gateway's loop)",
         http_threads),
 };

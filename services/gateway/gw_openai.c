@@ -6,12 +6,18 @@
  */
 #include "gw_openai.h"
 
+#include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <ctype.h>
 #include <czmq.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <math.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -333,10 +339,52 @@ s_ws(const char *p, const char *end)
     return p;
 }
 
+/* True when none of the 8 bytes in v is '"', '\\' or a control character
+ * (the bytes a string scan must stop at). May say false for a word that
+ * is plain (borrows after a hit), never true for one that is not. */
+static bool
+s_plain8(uint64_t v)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t q = v ^ (ones * '"'), bs = v ^ (ones * '\\');
+    uint64_t hit =
+        ((q - ones) & ~q) | ((bs - ones) & ~bs) | ((v - ones * 0x20u) & ~v);
+    return (hit & highs) == 0;
+}
+
+/* Plain bytes from p on, 16 (SSE2) or 8 at a time; stops at or before
+ * the first byte a string scan must look at. */
+static const char *
+s_skip_plain(const char *p, const char *end)
+{
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
+                  ctl = _mm_set1_epi8(0x1f);
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *) (const void *) p);
+        /* v <= 0x1f (unsigned) <=> max(v, 0x1f) == 0x1f */
+        __m128i hit = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bs)),
+            _mm_cmpeq_epi8(_mm_max_epu8(v, ctl), ctl));
+        int m = _mm_movemask_epi8(hit);
+        if (m)
+            return p + __builtin_ctz((unsigned) m);
+        p += 16;
+    }
+#endif
+    uint64_t w;
+    while (end - p >= 8 && (memcpy(&w, p, 8), s_plain8(w)))
+        p += 8;
+    return p;
+}
+
 static const char *
 s_skip_string(const char *p, const char *end)
 {
     for (p++; p < end; p++) {
+        p = s_skip_plain(p, end);
+        if (p >= end)
+            break;
         unsigned char ch = (unsigned char) *p;
         if (ch > '\\' || (ch >= 0x20 && ch != '"' && ch != '\\'))
             continue;
@@ -392,26 +440,56 @@ s_skip_value(const char *p, const char *end, unsigned depth)
     return q > p ? q : NULL;
 }
 
-/* Two 64-bit FNV-1a lanes: a fast fingerprint of a message's bytes. */
+static uint64_t
+s_mix(uint64_t h)
+{
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+/* A fast 128-bit fingerprint of a message's bytes: two multiply-xorshift
+ * lanes over 8-byte words (each word enters both lanes differently), the
+ * length, and a final mix of each lane with the other. */
 static void
 s_raw_hash(const char *p, size_t n, uint8_t out[GW_DIGEST_LEN])
 {
-    uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull ^ n;
-    for (size_t i = 0; i < n; i++) {
-        a = (a ^ (uint8_t) p[i]) * 0x100000001b3ull;
-        b = (b ^ (uint8_t) p[i]) * 0x9e3779b97f4a7c15ull;
+    uint64_t a = 0xcbf29ce484222325ull ^ n, b = 0x84222325cbf29ce4ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        a = (a ^ v) * 0x9e3779b97f4a7c15ull;
+        a ^= a >> 32;
+        b = (b ^ ((v << 23) | (v >> 41))) * 0xc2b2ae3d27d4eb4full;
+        b ^= b >> 29;
     }
-    b ^= a >> 29;
-    memcpy(out, &a, 8);
-    memcpy(out + 8, &b, 8);
+    if (i < n) {
+        uint64_t v = 0;
+        memcpy(&v, p + i, n - i);
+        v ^= (uint64_t) (n - i) << 59;
+        a = (a ^ v) * 0x9e3779b97f4a7c15ull;
+        b = (b ^ ((v << 23) | (v >> 41))) * 0xc2b2ae3d27d4eb4full;
+    }
+    uint64_t x = s_mix(a ^ (b >> 17)), y = s_mix(b ^ (a << 13) ^ n);
+    memcpy(out, &x, 8);
+    memcpy(out + 8, &y, 8);
 }
+
+/* Start and end of each message's bytes, in pairs. */
+typedef struct {
+    const char **v;
+    size_t n, cap;
+} s_spans_t;
 
 /* Finds the top-level "messages" array and each element's bytes. False
  * when the body is not a simple object with one such array (the caller
  * then parses it whole, which also yields the right error message). */
 static bool
 s_scan(const char *body, size_t len, const char **mb, const char **me,
-       const char **tb, const char **te, zlistx_t *spans)
+       const char **tb, const char **te, s_spans_t *spans)
 {
     *tb = *te = NULL;
     const char *p = s_ws(body, body + len), *end = body + len;
@@ -445,9 +523,14 @@ s_scan(const char *body, size_t len, const char **mb, const char **me,
                     const char *e = s_skip_value(q, end, 2);
                     if (!e)
                         return false;
-                    zlistx_add_end(spans, (void *) (uintptr_t) q);
-                    zlistx_add_end(spans, (void *) (uintptr_t) e);
-                    if (zlistx_size(spans) > 2 * GW_MAX_MESSAGES)
+                    if (spans->n == spans->cap) {
+                        spans->cap = spans->cap ? spans->cap * 2 : 64;
+                        spans->v = lisa_realloc(spans->v,
+                                                spans->cap * sizeof *spans->v);
+                    }
+                    spans->v[spans->n++] = q;
+                    spans->v[spans->n++] = e;
+                    if (spans->n > 2 * GW_MAX_MESSAGES)
                         return false; /* the whole parse refuses it */
                     q = s_ws(e, end);
                     if (q < end && *q == ',') {
@@ -519,9 +602,9 @@ gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
     req->temperature = -1;
     req->top_p = -1;
     lisa_rc_t rc = LISA_INVALID;
-    zlistx_t *spans = zlistx_new();
+    s_spans_t spans = {NULL, 0, 0};
     const char *mb, *me, *tb, *te;
-    if (s_scan(body, len, &mb, &me, &tb, &te, spans)) {
+    if (s_scan(body, len, &mb, &me, &tb, &te, &spans)) {
         /* the body without its messages and tools: their values become
          * [] and null; both are kept as raw bytes */
         char *rest = lisa_malloc(len + 8);
@@ -560,13 +643,12 @@ gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
         rc = s_parse_root(req, rest, rn, err);
         lisa_free(&rest);
         if (rc == LISA_OK)
-            rc = s_alloc_msgs(req, zlistx_size(spans) / 2, err);
+            rc = s_alloc_msgs(req, spans.n / 2, err);
         if (rc == LISA_OK) {
             req->messages = json_array();
             size_t i = 0;
-            for (const char *b = zlistx_first(spans); b;
-                 b = zlistx_next(spans), i++) {
-                const char *e = zlistx_next(spans);
+            for (; i < req->n_msgs; i++) {
+                const char *b = spans.v[2 * i], *e = spans.v[2 * i + 1];
                 req->raw[i] = b;
                 req->raw_len[i] = (size_t) (e - b);
                 s_raw_hash(b, req->raw_len[i], req->raw_hash[i]);
@@ -586,7 +668,7 @@ gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
             /* no raw bytes: hashes stay zero and never match a history */
         }
     }
-    zlistx_destroy(&spans);
+    lisa_free(&spans.v);
     if (rc == LISA_OK)
         rc = s_parse_fields(req, err);
     if (rc != LISA_OK)
@@ -692,6 +774,7 @@ gw_reply_clear(gw_reply_t *r)
         lisa_free(&r->calls[i].id);
         lisa_free(&r->calls[i].name);
         lisa_free(&r->calls[i].arguments);
+        lisa_free(&r->calls[i].canonical);
     }
     lisa_free(&r->calls);
     r->n_calls = 0;
@@ -722,9 +805,72 @@ s_usage_json(const gw_usage_t *u)
                      (json_int_t) (u->prompt_tokens + u->completion_tokens));
 }
 
+/* Appends s as a JSON string, escaped as jansson's compact dump does. */
+static void
+s_jstr(lisa_buf_t *b, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    lisa_buf_put(b, "\"", 1);
+    const char *run = s;
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char) *p;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        lisa_buf_put(b, run, (size_t) (p - run));
+        run = p + 1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t n = 2;
+        switch (c) {
+        case '"':
+        case '\\':
+            esc[1] = (char) c;
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            n = 6;
+        }
+        lisa_buf_put(b, esc, n);
+    }
+    lisa_buf_puts(b, run);
+    lisa_buf_put(b, "\"", 1);
+}
+
+static void
+s_jint(lisa_buf_t *b, long long v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", v);
+    lisa_buf_put(b, tmp, (size_t) n);
+}
+
+static bool
+s_utf8_ok(const char *s)
+{
+    return !s || lisa_utf8_valid(s, strlen(s));
+}
+
+/* The reference writer (a jansson tree); gw_chat_response writes the same
+ * bytes directly. */
 char *
-gw_chat_response(const char *id, int64_t created, const char *model,
-                 const gw_reply_t *r, const gw_usage_t *u)
+gw_chat_response_json(const char *id, int64_t created, const char *model,
+                      const gw_reply_t *r, const gw_usage_t *u)
 {
     json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
                             r->content ? json_string(r->content) : json_null());
@@ -738,6 +884,56 @@ gw_chat_response(const char *id, int64_t created, const char *model,
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
+}
+
+char *
+gw_chat_response(const char *id, int64_t created, const char *model,
+                 const gw_reply_t *r, const gw_usage_t *u)
+{
+    /* strings jansson would refuse (not UTF-8) keep the reference path */
+    bool ok = s_utf8_ok(id) && s_utf8_ok(model) && s_utf8_ok(r->content) &&
+              s_utf8_ok(r->finish_reason);
+    for (size_t i = 0; ok && i < r->n_calls; i++)
+        ok = s_utf8_ok(r->calls[i].id) && s_utf8_ok(r->calls[i].name) &&
+             s_utf8_ok(r->calls[i].arguments);
+    if (!ok || !id || !model || !r->finish_reason)
+        return gw_chat_response_json(id, created, model, r, u);
+    lisa_buf_t b = LISA_BUF(SIZE_MAX);
+    lisa_buf_puts(&b, "{\"id\":");
+    s_jstr(&b, id);
+    lisa_buf_puts(&b, ",\"object\":\"chat.completion\",\"created\":");
+    s_jint(&b, (long long) created);
+    lisa_buf_puts(&b, ",\"model\":");
+    s_jstr(&b, model);
+    lisa_buf_puts(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                      "\"assistant\",\"content\":");
+    if (r->content)
+        s_jstr(&b, r->content);
+    else
+        lisa_buf_puts(&b, "null");
+    if (r->n_calls) {
+        lisa_buf_puts(&b, ",\"tool_calls\":[");
+        for (size_t i = 0; i < r->n_calls; i++) {
+            lisa_buf_puts(&b, i ? ",{\"id\":" : "{\"id\":");
+            s_jstr(&b, r->calls[i].id ? r->calls[i].id : "");
+            lisa_buf_puts(&b, ",\"type\":\"function\",\"function\":{\"name\":");
+            s_jstr(&b, r->calls[i].name ? r->calls[i].name : "");
+            lisa_buf_puts(&b, ",\"arguments\":");
+            s_jstr(&b, r->calls[i].arguments ? r->calls[i].arguments : "");
+            lisa_buf_puts(&b, "}}");
+        }
+        lisa_buf_puts(&b, "]");
+    }
+    lisa_buf_puts(&b, "},\"finish_reason\":");
+    s_jstr(&b, r->finish_reason);
+    lisa_buf_puts(&b, ",\"logprobs\":null}],\"usage\":{\"prompt_tokens\":");
+    s_jint(&b, (long long) u->prompt_tokens);
+    lisa_buf_puts(&b, ",\"completion_tokens\":");
+    s_jint(&b, (long long) u->completion_tokens);
+    lisa_buf_puts(&b, ",\"total_tokens\":");
+    s_jint(&b, (long long) (u->prompt_tokens + u->completion_tokens));
+    lisa_buf_puts(&b, "}}");
+    return b.p;
 }
 
 /* Appends one SSE event carrying a chunk with `delta` (stolen). */
@@ -837,11 +1033,23 @@ s_final(EVP_MD_CTX *ctx, uint8_t out[GW_DIGEST_LEN])
     EVP_MD_CTX_free(ctx);
 }
 
+/* SHA-256 fetched once: an implicit fetch on every digest costs more
+ * than hashing a message. */
+static EVP_MD *s_sha256;
+static pthread_once_t s_sha256_once = PTHREAD_ONCE_INIT;
+
+static void
+s_sha256_fetch(void)
+{
+    s_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 static EVP_MD_CTX *
 s_start(void)
 {
+    pthread_once(&s_sha256_once, s_sha256_fetch);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    EVP_DigestInit_ex(ctx, s_sha256 ? s_sha256 : EVP_sha256(), NULL);
     return ctx;
 }
 
@@ -907,7 +1115,10 @@ gw_reply_digest(const gw_reply_t *r, uint8_t out[GW_DIGEST_LEN])
     for (size_t i = 0; i < r->n_calls; i++) {
         s_feed(ctx, r->calls[i].id);
         s_feed(ctx, r->calls[i].name);
-        s_feed_args(ctx, r->calls[i].arguments);
+        if (r->calls[i].canonical)
+            s_feed(ctx, r->calls[i].canonical);
+        else
+            s_feed_args(ctx, r->calls[i].arguments);
     }
     EVP_DigestUpdate(ctx, "\x1e", 1);
     s_feed(ctx, NULL);

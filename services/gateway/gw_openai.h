@@ -107,6 +107,8 @@ typedef struct {
     char *id;
     char *name;
     char *arguments; /* JSON text */
+    char *canonical; /* arguments as digests compare them (compact, keys
+                      * sorted), or NULL: computed from `arguments` */
 } gw_tool_call_t;
 
 /* The assistant reply the gateway returns. */
@@ -126,9 +128,14 @@ typedef struct {
     uint64_t completion_tokens;
 } gw_usage_t;
 
-/* The non-streaming response body (caller frees). */
+/* The non-streaming response body (caller frees with free()). Written
+ * directly, byte for byte what gw_chat_response_json writes. */
 char *gw_chat_response(const char *id, int64_t created, const char *model,
                        const gw_reply_t *r, const gw_usage_t *u);
+
+/* The same body built as a jansson tree (the reference). */
+char *gw_chat_response_json(const char *id, int64_t created, const char *model,
+                            const gw_reply_t *r, const gw_usage_t *u);
 
 /* The streaming response: every SSE event ("data: ...\n\n") through
  * "data: [DONE]\n\n", as one string (caller frees); *len gets its length.

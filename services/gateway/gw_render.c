@@ -248,11 +248,17 @@ s_parse_call(const char *p, size_t n, const char *id, gw_tool_call_t *call)
     }
     call->id = lisa_strdup(id);
     call->name = lisa_strdup(name);
+    call->canonical = NULL;
     if (json_is_string(args))
         call->arguments = lisa_strdup(json_string_value(args));
     else {
         char *a = json_dumps(args, JSON_PRESERVE_ORDER);
         call->arguments = lisa_strdup(a);
+        free(a);
+        /* the digest's form, from the tree already here (reading the
+         * arguments text back gives the same tree) */
+        a = json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        call->canonical = a ? lisa_strdup(a) : NULL;
         free(a);
     }
     json_decref(o);

@@ -8,6 +8,7 @@
  */
 #include "gw_trace.h"
 
+#include "gw_upstream.h"
 #include "lisa/lisa_mem.h"
 
 #include <czmq.h>
@@ -21,11 +22,13 @@ struct gw_attempt_t {
     size_t n_ids, cap_ids;
     uint32_t *seg_ids; /* open new-segment prompt */
     size_t n_seg;
+    char *text; /* ids[0..n_text) as the engine request writes them */
+    size_t n_text, text_len, text_cap;
     uint8_t (*hist)[GW_DIGEST_LEN]; /* history digests */
     size_t n_hist;
     uint8_t tools[GW_DIGEST_LEN];
     uint8_t (*cache)[2][GW_DIGEST_LEN]; /* raw hash, digest */
-    size_t n_cache;
+    size_t n_cache, cap_cache;
     bool has_history;
     bool based;
     bool busy;
@@ -62,6 +65,7 @@ s_attempt_free(void **item)
     lisa_free(&a->key);
     lisa_free(&a->ids);
     lisa_free(&a->seg_ids);
+    lisa_free(&a->text);
     lisa_free(&a->hist);
     lisa_free(&a->cache);
     lisa_free(&a->answer);
@@ -267,7 +271,13 @@ void
 gw_attempt_cache(gw_attempt_t *a, const uint8_t (*raw)[GW_DIGEST_LEN],
                  const uint8_t (*digests)[GW_DIGEST_LEN], size_t n)
 {
-    a->cache = lisa_realloc(a->cache, (n ? n : 1) * sizeof *a->cache);
+    if (n > a->cap_cache || !a->cache) {
+        size_t c = a->cap_cache ? a->cap_cache : 16;
+        while (c < n)
+            c *= 2;
+        a->cache = lisa_realloc(a->cache, c * sizeof *a->cache);
+        a->cap_cache = c;
+    }
     for (size_t i = 0; i < n; i++) {
         memcpy(a->cache[i][0], raw[i], GW_DIGEST_LEN);
         memcpy(a->cache[i][1], digests[i], GW_DIGEST_LEN);
@@ -344,6 +354,46 @@ gw_attempt_prompt(const gw_attempt_t *a, size_t *n)
     }
     *n = a->n_seg;
     return a->seg_ids;
+}
+
+void
+gw_attempt_prompt_parts(gw_attempt_t *a, const char **text, size_t *text_len,
+                        const uint32_t **tail, size_t *n_tail)
+{
+    *text = "";
+    *text_len = 0;
+    *tail = NULL;
+    *n_tail = 0;
+    if (!a->busy)
+        return;
+    if (!a->open_extends) {
+        *tail = a->seg_ids;
+        *n_tail = a->n_seg;
+        return;
+    }
+    /* the committed ids the call extends never change until a new segment
+     * (which empties the text): only ids not written yet are formatted */
+    size_t stable = a->open_base;
+    if (a->n_text < stable) {
+        size_t more = stable - a->n_text;
+        size_t need = a->text_len + 1 + GW_UPSTREAM_ID_TEXT_MAX(more);
+        if (need > a->text_cap) {
+            size_t c = a->text_cap ? a->text_cap : 4096;
+            while (c < need)
+                c *= 2;
+            a->text = lisa_realloc(a->text, c);
+            a->text_cap = c;
+        }
+        if (a->text_len)
+            a->text[a->text_len++] = ',';
+        a->text_len += gw_upstream_write_ids(a->text + a->text_len,
+                                             a->ids + a->n_text, more);
+        a->n_text = stable;
+    }
+    *text = a->text ? a->text : "";
+    *text_len = a->text_len;
+    *tail = a->ids + stable;
+    *n_tail = a->n_ids - stable;
 }
 
 int32_t
@@ -424,6 +474,7 @@ gw_attempt_commit(gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
         sp->segment = a->segment;
         a->next_segment = a->segment + 1;
         /* the new segment's prompt becomes the stored sequence */
+        a->n_text = a->text_len = 0;
         lisa_free(&a->ids);
         a->ids = a->seg_ids;
         a->seg_ids = NULL;

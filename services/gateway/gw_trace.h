@@ -121,6 +121,15 @@ lisa_rc_t gw_attempt_begin(gw_attempt_t *a, bool extends,
 /* The open call's prompt ids (borrowed until commit/abort). */
 const uint32_t *gw_attempt_prompt(const gw_attempt_t *a, size_t *n);
 
+/* The open call's prompt for the engine request: the text of its first
+ * ids ("id,id,..." as gw_upstream_write_ids writes them; the committed
+ * sequence it extends, kept per attempt so each id is written once;
+ * borrowed until the next call on the attempt) and the ids after them
+ * (borrowed until commit/abort). Empty when no call is open. */
+void gw_attempt_prompt_parts(gw_attempt_t *a, const char **text,
+                             size_t *text_len, const uint32_t **tail,
+                             size_t *n_tail);
+
 /* Last id of the stored sequence, -1 when empty. */
 int32_t gw_attempt_last_id(const gw_attempt_t *a);
 

@@ -42,6 +42,20 @@ typedef struct {
 char *gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
                        size_t *len);
 
+/* The same body for a prompt given as the text of its first ids (`text`,
+ * `text_len` bytes of "id,id,...", as gw_upstream_write_ids writes them;
+ * may be empty) followed by `n` more ids. */
+char *gw_upstream_body_parts(const char *text, size_t text_len,
+                             const uint32_t *ids, size_t n,
+                             const gw_sampling_t *s, size_t *len);
+
+/* Most bytes gw_upstream_write_ids writes for `n` ids. */
+#define GW_UPSTREAM_ID_TEXT_MAX(n) ((n) *11u)
+
+/* Writes `n` ids as "id,id,...,id" at dst (room for
+ * GW_UPSTREAM_ID_TEXT_MAX(n) bytes, no NUL); returns the bytes written. */
+size_t gw_upstream_write_ids(char *dst, const uint32_t *ids, size_t n);
+
 /* What an engine sampled. */
 typedef struct {
     uint32_t *ids;
@@ -52,10 +66,23 @@ typedef struct {
 } gw_completion_t;
 
 /* Parses an engine response; at most `max_ids` ids. LISA_INVALID (with
- * `why`) for anything that is not the shape above. */
+ * `why`) for anything that is not the shape above. The small reader
+ * answers the usual replies; anything it is not sure of goes to jansson. */
 lisa_rc_t gw_upstream_parse(const char *body, size_t len, size_t max_ids,
                             gw_completion_t *out, char *why,
                             size_t whylen) LISA_NODISCARD;
+
+/* The small reader alone: LISA_OK with *out filled, exactly what
+ * gw_upstream_parse_json gives for the same bytes, or LISA_UNSUPPORTED
+ * (nothing filled) when it cannot be sure; never an error of its own. */
+lisa_rc_t gw_upstream_parse_fast(const char *body, size_t len, size_t max_ids,
+                                 gw_completion_t *out) LISA_NODISCARD;
+
+/* The reference reader (a jansson tree); same contract as
+ * gw_upstream_parse. */
+lisa_rc_t gw_upstream_parse_json(const char *body, size_t len, size_t max_ids,
+                                 gw_completion_t *out, char *why,
+                                 size_t whylen) LISA_NODISCARD;
 
 /* Frees what gw_upstream_parse filled; safe twice. */
 void gw_completion_clear(gw_completion_t *c);

@@ -177,3 +177,37 @@ Test(gw_openai, digests)
     json_decref(p2);
     json_decref(p3);
 }
+
+/* The direct writer gives the reference writer's bytes: escapes, UTF-8,
+ * control characters, null content, several calls, no calls. */
+Test(gw_openai, response_writer_matches_jansson)
+{
+    gw_tool_call_t calls[2] = {
+        {lisa_strdup("call_0"), lisa_strdup("execute_bash"),
+         lisa_strdup("{\"command\": \"ls \\\"a b\\\" | wc\\n\"}")},
+        {lisa_strdup("call_1"), lisa_strdup("submit"), lisa_strdup("{}")}};
+    static const char *const contents[] = {
+        "plain", "quote \" backslash \\ slash / tab \t nl \n cr \r",
+        "ctl \x01\x1f\x7f bell \b ff \f",
+        "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", ""};
+    gw_usage_t u = {123456789012ll, 42};
+    for (size_t i = 0; i <= sizeof contents / sizeof contents[0]; i++)
+        for (size_t nc = 0; nc <= 2; nc++) {
+            gw_reply_t r = {
+                i < sizeof contents / sizeof contents[0] ? (char *) contents[i]
+                                                         : NULL,
+                calls, nc, nc ? "tool_calls" : (i % 2 ? "length" : "stop")};
+            char *a = gw_chat_response("chatcmpl-g-1", 1732900000,
+                                       "lisa/m\xc3\xa9", &r, &u);
+            char *b = gw_chat_response_json("chatcmpl-g-1", 1732900000,
+                                            "lisa/m\xc3\xa9", &r, &u);
+            cr_assert_str_eq(a, b, "content %zu, %zu calls", i, nc);
+            free(a);
+            free(b);
+        }
+    for (size_t k = 0; k < 2; k++) {
+        lisa_free(&calls[k].id);
+        lisa_free(&calls[k].name);
+        lisa_free(&calls[k].arguments);
+    }
+}

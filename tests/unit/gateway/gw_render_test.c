@@ -202,3 +202,36 @@ Test(gw_render, reply_edge_cases, .init = setup, .fini = teardown)
     }
     cr_assert_null(gw_render_new("/nonexistent"));
 }
+
+/* A parsed tool call carries its arguments in the digest's form: the
+ * reply digest is the same with it as computed from the arguments text. */
+Test(gw_render, canonical_arguments_match_the_digest, .init = setup,
+     .fini = teardown)
+{
+    static const char *const texts[] = {
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"z\": 1, \"a\": "
+        "[1.5, -2e-07, \"x\\n\\\"y\\u00e9\", null, true], \"m\": {\"b\": "
+        "{}, \"a\": []}}}\n</tool_call>",
+        "ok <tool_call>\n{\"name\": \"g\", \"arguments\": \"{\\\"q\\\": "
+        "2}\"}\n</tool_call>",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        lisa_ids_t *ids = lisa_ids_new(1000);
+        ids_of(texts[i], ids);
+        gw_reply_t rep;
+        cr_assert_eq(gw_render_reply(r, (const uint32_t *) lisa_ids_data(ids),
+                                     lisa_ids_len(ids), "stop", true, "c",
+                                     &rep),
+                     LISA_OK);
+        cr_assert_eq(rep.n_calls, 1, "case %zu", i);
+        /* an object has its form; a string is read back when digested */
+        cr_assert_eq(rep.calls[0].canonical != NULL, i == 0);
+        uint8_t with[GW_DIGEST_LEN], without[GW_DIGEST_LEN];
+        gw_reply_digest(&rep, with);
+        lisa_free(&rep.calls[0].canonical);
+        gw_reply_digest(&rep, without);
+        cr_assert_arr_eq(with, without, GW_DIGEST_LEN, "case %zu", i);
+        gw_reply_clear(&rep);
+        lisa_ids_destroy(&ids);
+    }
+}

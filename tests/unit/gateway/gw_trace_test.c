@@ -195,3 +195,71 @@ Test(gw_trace, chain_of_thirty_is_prefix_exact)
     cr_assert_eq(nfull, 90);
     gw_trace_destroy(&t);
 }
+
+/* The prompt in parts (cached text of the committed ids + the new ids)
+ * is always the prompt: across extensions, an aborted call and a new
+ * segment. */
+static void
+check_parts(gw_attempt_t *a)
+{
+    size_t n, text_len, n_tail;
+    const uint32_t *prompt = gw_attempt_prompt(a, &n);
+    const char *text;
+    const uint32_t *tail;
+    gw_attempt_prompt_parts(a, &text, &text_len, &tail, &n_tail);
+    char want[4096], got[4096];
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w += (size_t) snprintf(want + w, sizeof want - w, "%s%u", i ? "," : "",
+                               prompt[i]);
+    size_t g = (size_t) snprintf(got, sizeof got, "%.*s", (int) text_len, text);
+    for (size_t i = 0; i < n_tail; i++)
+        g += (size_t) snprintf(got + g, sizeof got - g, "%s%u", g ? "," : "",
+                               tail[i]);
+    cr_assert_str_eq(got, want);
+}
+
+Test(gw_trace, prompt_parts_follow_the_sequence)
+{
+    gw_trace_t *t = gw_trace_new(8, 1000);
+    gw_attempt_t *a;
+    cr_assert_eq(gw_trace_open(t, "r-p", 1, 100, &a), LISA_OK);
+    gw_attempt_set_base(a, 0);
+    uint8_t tools[GW_DIGEST_LEN], reply[GW_DIGEST_LEN], msgs[8][GW_DIGEST_LEN];
+    dig(tools, 9);
+    for (int i = 0; i < 8; i++)
+        dig(msgs[i], i + 1);
+    Lisa__Span *sp;
+    uint32_t p1[] = {151644, 0, 4294967295u};
+    cr_assert_eq(gw_attempt_begin(a, false, p1, 3, 100), LISA_OK);
+    check_parts(a);
+    uint32_t r[] = {7, 8};
+    gw_sample_t s = {r, NULL, 2, "stop", 1, "e0", "g", 1, 2, 3};
+    dig(reply, 2);
+    cr_assert_eq(gw_attempt_commit(a, msgs, 1, tools, reply, &s, &sp), LISA_OK);
+    gw_span_free(&sp);
+    uint32_t p2[] = {30, 31};
+    cr_assert_eq(gw_attempt_begin(a, true, p2, 2, 101), LISA_OK);
+    check_parts(a);
+    gw_attempt_abort(a); /* the text keeps only committed ids */
+    uint32_t p3[] = {40};
+    cr_assert_eq(gw_attempt_begin(a, true, p3, 1, 102), LISA_OK);
+    check_parts(a);
+    cr_assert_eq(gw_attempt_commit(a, msgs, 3, tools, reply, &s, &sp), LISA_OK);
+    gw_span_free(&sp);
+    cr_assert_eq(gw_attempt_begin(a, true, NULL, 0, 103), LISA_OK);
+    check_parts(a);
+    cr_assert_eq(gw_attempt_commit(a, msgs, 5, tools, reply, &s, &sp), LISA_OK);
+    gw_span_free(&sp);
+    /* a new segment replaces the sequence, and the text with it */
+    uint32_t p4[] = {5, 6};
+    cr_assert_eq(gw_attempt_begin(a, false, p4, 2, 104), LISA_OK);
+    check_parts(a);
+    cr_assert_eq(gw_attempt_commit(a, msgs, 2, tools, reply, &s, &sp), LISA_OK);
+    gw_span_free(&sp);
+    uint32_t p5[] = {9};
+    cr_assert_eq(gw_attempt_begin(a, true, p5, 1, 105), LISA_OK);
+    check_parts(a);
+    gw_attempt_abort(a);
+    gw_trace_destroy(&t);
+}

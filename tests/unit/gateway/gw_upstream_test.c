@@ -100,3 +100,116 @@ Test(gw_upstream, vllm_token_strings_and_refusals)
         cr_assert_null(c.ids);
     }
 }
+
+/* The small reader answers the usual replies exactly as jansson does, and
+ * leaves everything else (refusals included) to jansson. */
+Test(gw_upstream, fast_reader_agrees_or_declines)
+{
+    static const char *const answered[] = {
+        "{\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":"
+        "\"caf\\u00e9\",\"token_ids\":[40,686,1401,151645],\"logprobs\":{"
+        "\"token_logprobs\":[-0.050000000000000003,-0.2,-3e-05,0]},"
+        "\"finish_reason\":\"stop\"}],\"policy_version\":3}",
+        " {\"choices\" : [ {\"finish_reason\":\"length\",\"policy_version\":7,"
+        "\"logprobs\":{\"tokens\":null,\"token_logprobs\":[-1.5E+2,-0.0]},"
+        "\"token_ids\":[0,2147483647],\"text\":\"r\xc3\xa9sum\xc3\xa9 "
+        "\\\"q\\\" \xf0\x9f\x98\x80\"},{\"index\":1}],\"usage\":{\"n\":1.25e10,"
+        "\"x\":[true,false,null,{},[]]}}\r\n",
+        "{\"choices\":[{\"token_ids\":[],\"logprobs\":{\"token_logprobs\":[]},"
+        "\"finish_reason\":\"length\"}]}",
+        /* integer logprobs ("-0" is jansson's integer 0), long and short
+         * decimals, exponents */
+        "{\"choices\":[{\"token_ids\":[1,2,3,4,5,6,7,8],\"logprobs\":{"
+        "\"token_logprobs\":[-0,-7,-0.0,-0.050000000000000003,-1e-05,"
+        "-0.30000001192092896,-123456789012345678901234.5,-1E22]},"
+        "\"finish_reason\":\"stop\"}]}",
+        /* the root's policy version wins over the choice's */
+        "{\"policy_version\":0,\"choices\":[{\"token_ids\":[-0],\"logprobs\":"
+        "{\"token_logprobs\":[-1]},\"finish_reason\":\"stop\","
+        "\"policy_version\":\"x\"}]}",
+    };
+    for (size_t i = 0; i < sizeof answered / sizeof answered[0]; i++) {
+        gw_completion_t f, j;
+        char why[128];
+        size_t n = strlen(answered[i]);
+        cr_assert_eq(gw_upstream_parse_fast(answered[i], n, 100, &f), LISA_OK,
+                     "case %zu declined", i);
+        cr_assert_eq(
+            gw_upstream_parse_json(answered[i], n, 100, &j, why, sizeof why),
+            LISA_OK, "case %zu: %s", i, why);
+        cr_assert_eq(f.n, j.n);
+        for (size_t k = 0; k < f.n; k++) {
+            cr_assert_eq(f.ids[k], j.ids[k]);
+            /* bit for bit: -0.0 and 0.0 differ */
+            cr_assert_eq(memcmp(&f.logprobs[k], &j.logprobs[k], sizeof(float)),
+                         0, "case %zu logprob %zu", i, k);
+        }
+        cr_assert_str_eq(f.finish_reason, j.finish_reason);
+        cr_assert_eq(f.policy_version, j.policy_version);
+        gw_completion_clear(&f);
+        gw_completion_clear(&j);
+    }
+    static const char *const declined[] = {
+        "",
+        "[]",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}]} x",
+        /* duplicate key the reader needs */
+        "{\"choices\":[{\"token_ids\":[1],\"token_ids\":[2],\"logprobs\":{"
+        "\"token_logprobs\":[-1]},\"finish_reason\":\"stop\"}]}",
+        /* escaped key */
+        "{\"choices\":[{\"token\\u005fids\":[1],\"logprobs\":{"
+        "\"token_logprobs\":[-1]},\"finish_reason\":\"stop\"}]}",
+        /* an integer jansson refuses as too big, elsewhere in the body */
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"n\":99999999999999999999}",
+        /* a real that overflows */
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"n\":1e999}",
+        /* a lone surrogate and a NUL escape */
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"t\":\"\\ud800\"}",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"t\":\"\\u0000\"}",
+        /* invalid UTF-8 (overlong, then a surrogate) */
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"t\":\"\xc0\xaf\"}",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"t\":\"\xed\xa0\x80\"}",
+        /* a real id, a leading zero, a positive logprob */
+        "{\"choices\":[{\"token_ids\":[1.0],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[01],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}]}",
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[0.5]},\"finish_reason\":\"stop\"}]}",
+        /* vLLM's token strings: jansson's job */
+        "{\"choices\":[{\"logprobs\":{\"tokens\":[\"token_id:11\"],"
+        "\"token_logprobs\":[-1]},\"finish_reason\":\"length\"}]}",
+    };
+    for (size_t i = 0; i < sizeof declined / sizeof declined[0]; i++) {
+        gw_completion_t f;
+        cr_assert_eq(
+            gw_upstream_parse_fast(declined[i], strlen(declined[i]), 100, &f),
+            LISA_UNSUPPORTED, "case %zu answered", i);
+        cr_assert_null(f.ids);
+    }
+    /* nesting deeper than the small reader goes: jansson decides */
+    char deep[400];
+    size_t k = (size_t) snprintf(
+        deep, sizeof deep,
+        "{\"choices\":[{\"token_ids\":[1],\"logprobs\":{\"token_logprobs\":"
+        "[-1]},\"finish_reason\":\"stop\"}],\"d\":");
+    for (int i = 0; i < 80; i++)
+        deep[k++] = '[';
+    for (int i = 0; i < 80; i++)
+        deep[k++] = ']';
+    deep[k++] = '}';
+    gw_completion_t c;
+    char why[128];
+    cr_assert_eq(gw_upstream_parse_fast(deep, k, 100, &c), LISA_UNSUPPORTED);
+    cr_assert_eq(gw_upstream_parse(deep, k, 100, &c, why, sizeof why), LISA_OK,
+                 "%s", why);
+    cr_assert_eq(c.ids[0], 1);
+    gw_completion_clear(&c);
+}
