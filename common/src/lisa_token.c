@@ -11,6 +11,7 @@
 
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -283,18 +284,6 @@ lisa_token_verify(const uint8_t *key, size_t keylen, const char *token,
 
 /* ---- keys ---------------------------------------------------------------- */
 
-static int
-s_hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes len hex chars into out (cap bytes). */
 static lisa_rc_t
 s_hex_decode(const char *s, size_t len, uint8_t *out, size_t cap, size_t *n)
@@ -302,7 +291,7 @@ s_hex_decode(const char *s, size_t len, uint8_t *out, size_t cap, size_t *n)
     if (len % 2 || len / 2 > cap)
         return LISA_INVALID;
     for (size_t i = 0; i < len; i += 2) {
-        int hi = s_hex_val(s[i]), lo = s_hex_val(s[i + 1]);
+        int hi = lisa_hex_digit(s[i]), lo = lisa_hex_digit(s[i + 1]);
         if (hi < 0 || lo < 0)
             return LISA_INVALID;
         out[i / 2] = (uint8_t) (hi << 4 | lo);
@@ -315,7 +304,7 @@ static bool
 s_all_hex(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++)
-        if (s_hex_val(s[i]) < 0)
+        if (lisa_hex_digit(s[i]) < 0)
             return false;
     return len > 0;
 }

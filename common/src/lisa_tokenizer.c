@@ -561,18 +561,6 @@ s_eat(s_scan_t *sc, char c)
     return false;
 }
 
-static int
-s_hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool
 s_u4(s_scan_t *sc, uint32_t *v)
 {
@@ -580,7 +568,7 @@ s_u4(s_scan_t *sc, uint32_t *v)
         return false;
     *v = 0;
     for (int k = 0; k < 4; k++) {
-        int h = s_hex(sc->s[sc->i++]);
+        int h = lisa_hex_digit(sc->s[sc->i++]);
         if (h < 0)
             return false;
         *v = (*v << 4) | (uint32_t) h;

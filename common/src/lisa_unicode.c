@@ -284,3 +284,15 @@ lisa_bytelevel_byte(uint32_t cp)
     pthread_once(&s_once, s_init_tables);
     return s_rank_byte[cp - 256];
 }
+
+int
+lisa_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

@@ -17,6 +17,7 @@
 #include "gw_upstream.h"
 
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <jansson.h>
 #include <locale.h>
@@ -265,18 +266,6 @@ s_rd_ws(s_rd_t *r)
         r->p++;
 }
 
-static int
-s_hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Length of the valid UTF-8 sequence at p (lead byte >= 0x80), 0 if it is
  * not one: no overlong forms, no surrogates, nothing past U+10FFFF. */
 static size_t
@@ -348,7 +337,7 @@ s_rd_string(s_rd_t *r, const char **s, size_t *n, bool *esc)
                 return false;
             int v = 0;
             for (int i = 2; i < 6; i++) {
-                int h = s_hex((char) p[i]);
+                int h = lisa_hex_digit((char) p[i]);
                 if (h < 0)
                     return false;
                 v = v * 16 + h;

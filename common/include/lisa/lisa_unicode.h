@@ -27,6 +27,9 @@ bool lisa_utf8_valid(const char *s, size_t len);
  * its byte length (1..4). Input must have passed lisa_utf8_valid. */
 size_t lisa_utf8_next(const char *s, size_t len, uint32_t *cp);
 
+/* Value of one hexadecimal digit (either case), -1 for any other char. */
+int lisa_hex_digit(char c);
+
 /* Encodes cp (<= 0x10FFFF) into out (4 bytes of room); returns the length. */
 size_t lisa_utf8_put(uint32_t cp, char *out);
 

@@ -71,3 +71,17 @@ Test(lisa_unicode, bytelevel_is_a_bijection)
     cr_assert(lisa_unicode_is_word(0x4E00));
     cr_assert_not(lisa_unicode_is_word('-'));
 }
+
+Test(lisa_unicode, hex_digit_both_cases_and_nothing_else)
+{
+    const char *digits = "0123456789abcdef", *upper = "ABCDEF";
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(lisa_hex_digit(digits[i]), i);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(lisa_hex_digit(upper[i]), 10 + i);
+    const char *bad = "gG/:@`xX -\x7f";
+    for (const char *p = bad; *p; p++)
+        cr_assert_eq(lisa_hex_digit(*p), -1, "'%c'", *p);
+    cr_assert_eq(lisa_hex_digit((char) 0xc3), -1);
+    cr_assert_eq(lisa_hex_digit('\0'), -1);
+}
