@@ -565,6 +565,9 @@ def test_killing_every_service_mid_run(stack):
         TIMES.setdefault("killed", []).append(svc)
     code = _wait_trainer(stack, RUN_DEADLINE_S)
     _note("killed_run_s", time.monotonic() - t0)
+    _note("killed_run_exit", code)
+    _note("killed_run_trainer_restarts",
+          stack.inspect(stack.containers("trainer")[0])["RestartCount"])
     logs = stack.compose("logs", "--no-color", "trainer").stdout
     if code != 0:
         # Stopping is allowed, silently failing is not.
