@@ -23,14 +23,19 @@ cd "$root"
 usage() {
   cat <<'USAGE'
 usage: scripts/run.sh [--model DIR] [--train-data FILE] [--val-data FILES]
-                      [--out DIR] [--no-build] [--steps N] [key=value ...]
+                      [--out DIR] [--no-build] [--steps N]
+                      [--backend cpu|cuda] [--bwrap PATH] [key=value ...]
   --model DIR        Hugging Face model directory (default: models/toy)
   --train-data FILE  verl train file (default: examples/toy/data/train.json)
   --val-data FILES   comma-separated files or directories
-                     (default: examples/toy/data/val.json)
+                     (default: examples/toy/data/val.json; "" for none)
   --out DIR          run folder (default: runs/local-<time>)
   --no-build         use the binaries already in build/default/bin
   --steps N          shorthand for trainer.total_training_steps=N
+  --backend B        trainer backend: cpu (default) or cuda (a build with
+                     CUDA; the cuda preset's build/cuda, or LISA_BUILD_DIR)
+  --bwrap PATH       the bubblewrap the controller runs (default: bwrap
+                     from PATH)
   key=value          any trainer setting, e.g. trainer.total_epochs=2
                      actor_rollout_ref.rollout.n=2 data.train_batch_size=4
 USAGE
@@ -41,15 +46,19 @@ train=examples/toy/data/train.json
 val=examples/toy/data/val.json
 out=""
 build=1
+backend=cpu
+bwrap=bwrap
 overrides=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=${2:?}; shift 2 ;;
     --train-data) train=${2:?}; shift 2 ;;
-    --val-data) val=${2:?}; shift 2 ;;
+    --val-data) val=${2?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
     --no-build) build=0; shift ;;
     --steps) overrides+=("trainer.total_training_steps=${2:?}"); shift 2 ;;
+    --backend) backend=${2:?}; shift 2 ;;
+    --bwrap) bwrap=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -83,12 +92,18 @@ for d in "${defaults[@]}"; do
 done
 settings+=("${overrides[@]+"${overrides[@]}"}")
 
+case "$backend" in
+  cpu) preset=default ;;
+  cuda) preset=cuda ;;
+  *) echo "run.sh: --backend is cpu or cuda, not '$backend'" >&2; exit 2 ;;
+esac
 if [ $build = 1 ]; then
   bash scripts/deps.sh
-  cmake --preset default >/dev/null
-  cmake --build --preset default -j "$(nproc)"
+  [ $preset = cuda ] && export PATH=$PATH:/usr/local/cuda/bin
+  cmake --preset $preset >/dev/null
+  cmake --build --preset $preset -j "$(nproc)"
 fi
-bin=${LISA_BUILD_DIR:-$root/build/default}/bin
+bin=${LISA_BUILD_DIR:-$root/build/$preset}/bin
 missing=()
 for b in lisa lisa-broker lisa-reward lisa-gateway lisa-controller lisa-agent \
          lisa-trainer; do
@@ -213,13 +228,13 @@ echo "gateway: http://127.0.0.1:$(cat "$run/gateway.port"), $sock"
 start controller "$bin/lisa-controller" --backend local \
   --broker-rpc "$rpc" --broker-events "$events" --run-id "$run_id" \
   --gateway-socket "$sock" --state-dir "$run/controller" \
-  --agent "$bin/lisa-agent"
+  --agent "$bin/lisa-agent" --bwrap "$bwrap"
 
 val_args=()
 [ -n "$val" ] && val_args=(--val-data "$val")
 start trainer "$bin/lisa-trainer" train --model "$model" \
   --train-data "$train" "${val_args[@]}" --broker "$rpc" \
-  --engine-listen 127.0.0.1:0 --out "$run/trainer" --backend cpu \
+  --engine-listen 127.0.0.1:0 --out "$run/trainer" --backend "$backend" \
   --run-id "$run_id" "${settings[@]}"
 trainer_pid=${pids[${#pids[@]} - 1]}
 echo "trainer: pid $trainer_pid, settings: ${settings[*]}"
@@ -273,7 +288,11 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ]; then
   tail -n 20 "$run/logs/trainer.log" >&2 || true
 fi
 if [ -s "$metrics" ]; then
-  svg=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" --title "lisa $run_id")
-  echo "plot: $svg"
+  if svg=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" \
+    --title "lisa $run_id"); then
+    echo "plot: $svg"
+  else
+    echo "run.sh: lisa plot failed; the metrics are in $metrics" >&2
+  fi
 fi
 exit "$rc"

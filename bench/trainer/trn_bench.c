@@ -3,7 +3,9 @@
  * Prints, one "name value unit" line each (bench/trainer/run.sh pairs them
  * with the PyTorch + transformers peer measured in the same run):
  *   train_tok_s_4k / mfu_4k, train_tok_s_16k / mfu_16k  forward+backward of
- *       one sequence, layer recomputation on, optimizer excluded;
+ *       one sequence, optimizer excluded, activations kept when they fit
+ *       (recompute_<tag> says which); train_tok_s_4k_ckpt with layer
+ *       recomputation forced on;
  *   decode_tok_s_b1 / decode_tok_s_b64  sampled decoding after a 128-token
  *       prompt, 128 new tokens per sequence.
  * MFU counts model FLOPs only: 6 N + 6 L H D T per token (causal
@@ -99,6 +101,8 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
     double flops = (6 * N + 6 * L * H * D * T) * T;
     printf("train_tok_s_%s %.0f tok/s\n", tag, T / t);
     printf("mfu_%s %.1f %%\n", tag, 100 * flops / t / 989e12);
+    printf("recompute_%s %s\n", tag,
+           trn_gpu_model_keeps_activations(g) ? "off" : "on");
     free(tok), free(tgt), free(lp), free(dl);
 }
 
@@ -312,8 +316,14 @@ main(int argc, char **argv)
     printf("params %.3f B (Qwen3-4B shape, %d layers)\n",
            (double) trn_gpu_model_num_params(g) / 1e9, layers);
     s_train(g, &c, 4096, "4k", quick ? 1 : 3);
-    if (!quick)
+    if (!quick) {
+        /* the same with layer recomputation forced on (as the peer runs,
+         * with gradient checkpointing) */
+        trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_ON);
+        s_train(g, &c, 4096, "4k_ckpt", 3);
+        trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_AUTO);
         s_train(g, &c, 16384, "16k", 3);
+    }
     s_decode(g, 1, "b1");
     s_decode(g, 64, "b64");
     trn_gpu_model_destroy(&g);

@@ -114,6 +114,10 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "entropy bonus coefficient"),
     E(micro_tokens, AR "actor.ppo_max_token_len_per_gpu", NULL, INT64, "4096",
       "tokens per micro-batch"),
+    E(recompute, "actor_rollout_ref.model.enable_gradient_checkpointing", NULL,
+      STRING, "auto",
+      "layer recomputation on the GPU: auto (keep activations when they "
+      "fit), true, false"),
     E(adv_estimator, "algorithm.adv_estimator", NULL, STRING, "grpo",
       "advantage estimator: grpo or rloo"),
     E(norm_adv, "algorithm.norm_adv_by_std_in_grpo", NULL, BOOL, "true",
@@ -177,6 +181,14 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
     if (c->micro_tokens < 1)
         bad = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
     s->micro_tokens = (size_t) c->micro_tokens;
+    if (strcmp(c->recompute, "auto") == 0)
+        s->recompute = TRN_STEP_RECOMPUTE_AUTO;
+    else if (strcmp(c->recompute, "true") == 0)
+        s->recompute = TRN_STEP_RECOMPUTE_ON;
+    else if (strcmp(c->recompute, "false") == 0)
+        s->recompute = TRN_STEP_RECOMPUTE_OFF;
+    else
+        bad = "actor_rollout_ref.model.enable_gradient_checkpointing";
     if (strcmp(c->failed_rollouts, "drop_group") == 0)
         *failed = TRN_FAILED_DROP_GROUP;
     else if (strcmp(c->failed_rollouts, "mask") == 0)

@@ -43,6 +43,7 @@ typedef struct {
     char *kl_type;
     double entropy_coef;
     int64_t micro_tokens;
+    char *recompute;
     char *adv_estimator;
     bool norm_adv;
     int64_t max_batch, max_len, queue_max;

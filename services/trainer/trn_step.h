@@ -39,6 +39,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Layer recomputation (values match trn_gpu_model.h's TRN_RECOMPUTE_*). */
+enum {
+    TRN_STEP_RECOMPUTE_AUTO = 0,
+    TRN_STEP_RECOMPUTE_ON = 1,
+    TRN_STEP_RECOMPUTE_OFF = 2
+};
+
 typedef struct {
     trn_adv_cfg_t adv;
     trn_loss_cfg_t loss; /* normalisers 0: filled from the whole batch */
@@ -46,6 +53,8 @@ typedef struct {
     double grad_clip;    /* verl default 1.0 */
     float temperature;   /* rollout temperature (logits / T) */
     size_t micro_tokens; /* most tokens in one micro-batch */
+    int recompute;       /* TRN_STEP_RECOMPUTE_*: backends that can keep
+                            activations (CUDA); the CPU model recomputes */
     bool bypass;         /* old log-probs = the engine's */
     double is_threshold; /* > 0: token-level truncated IS weights */
 } trn_step_cfg_t;

@@ -32,7 +32,12 @@ done
 body='{"prompt": [1, 5, 9, 200, 31, 7, 64, 3], "max_tokens": 8, "temperature": 0, "logprobs": 1}'
 for be in cuda cpu; do
   url=$(cat "$work/$be/engine.url")
-  curl -sf -H 'Content-Type: application/json' -d "$body" "$url/v1/completions" >"$work/$be.json"
+  python3 - "$url/v1/completions" "$body" >"$work/$be.json" <<'PY'
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"})
+sys.stdout.write(urllib.request.urlopen(req, timeout=60).read().decode())
+PY
 done
 python3 - "$work/cuda.json" "$work/cpu.json" <<'PY'
 import json, sys

@@ -789,7 +789,12 @@ typedef struct {
     size_t rows;
 } s_attn_t;
 
-/* One row, all heads: online softmax over the row's keys. */
+/* Keys per block of the attention loops: scores for a block are formed
+ * first, then exponentiated together (trn_exp_shifted vectorises), then
+ * applied; the running maximum is rescaled once per block. */
+#define S_KBLOCK 128
+
+/* One row, all heads: softmax over the row's keys, block by block. */
 static void
 s_attn_fwd_task(void *ctx, size_t r)
 {
@@ -797,31 +802,38 @@ s_attn_fwd_task(void *ctx, size_t r)
     const trn_model_t *m = c->m;
     size_t HD = m->HD, grp = m->NH / m->NKV;
     float scale = 1.0f / sqrtf((float) HD);
-    float acc[TRN_MAX_HEAD_DIM];
+    float acc[TRN_MAX_HEAD_DIM], sc[S_KBLOCK];
     for (size_t h = 0; h < m->NH; h++) {
         const float *q = c->q + r * m->Q + h * HD;
         size_t kvh = h / grp;
         float mx = -INFINITY, l = 0;
         memset(acc, 0, HD * sizeof(float));
-        for (size_t j = 0; j < c->nk[r]; j++) {
-            size_t row = c->kstart[r] + j;
-            const float *k = c->k + row * c->kstride + kvh * HD;
-            const float *v = c->v + row * c->kstride + kvh * HD;
-            float s = 0;
-            for (size_t d = 0; d < HD; d++)
-                s += q[d] * k[d];
-            s *= scale;
-            if (s > mx) {
-                float f = expf(mx - s);
+        for (size_t j0 = 0; j0 < c->nk[r]; j0 += S_KBLOCK) {
+            size_t nb = c->nk[r] - j0 < S_KBLOCK ? c->nk[r] - j0 : S_KBLOCK;
+            const float *kb =
+                c->k + (c->kstart[r] + j0) * c->kstride + kvh * HD;
+            const float *vb =
+                c->v + (c->kstart[r] + j0) * c->kstride + kvh * HD;
+            float bm = -INFINITY;
+            for (size_t j = 0; j < nb; j++) {
+                sc[j] = trn_dot(q, kb + j * c->kstride, HD) * scale;
+                bm = sc[j] > bm ? sc[j] : bm;
+            }
+            if (bm > mx) {
+                float f = mx == -INFINITY ? 0.0f : expf(mx - bm);
                 l *= f;
                 for (size_t d = 0; d < HD; d++)
                     acc[d] *= f;
-                mx = s;
+                mx = bm;
             }
-            float p = expf(s - mx);
-            l += p;
-            for (size_t d = 0; d < HD; d++)
-                acc[d] += p * v[d];
+            trn_exp_shifted(sc, nb, mx);
+            for (size_t j = 0; j < nb; j++) {
+                const float *v = vb + j * c->kstride;
+                float p = sc[j];
+                l += p;
+                for (size_t d = 0; d < HD; d++)
+                    acc[d] += p * v[d];
+            }
         }
         float *o = c->o + r * m->Q + h * HD;
         for (size_t d = 0; d < HD; d++)
@@ -839,6 +851,7 @@ s_attn_bwd_task(void *ctx, size_t kvh)
     const trn_model_t *m = c->m;
     size_t HD = m->HD, grp = m->NH / m->NKV;
     float scale = 1.0f / sqrtf((float) HD);
+    float p[S_KBLOCK], dp[S_KBLOCK];
     for (size_t r = 0; r < c->rows; r++) {
         for (size_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
             const float *q = c->q + r * m->Q + h * HD;
@@ -846,26 +859,26 @@ s_attn_bwd_task(void *ctx, size_t kvh)
             const float *dO = c->dout + r * m->Q + h * HD;
             float *dq = c->dq + r * m->Q + h * HD;
             float lse = c->lse[r * m->NH + h];
-            float D = 0;
-            for (size_t d = 0; d < HD; d++)
-                D += dO[d] * o[d];
-            for (size_t j = 0; j < c->nk[r]; j++) {
-                size_t row = c->kstart[r] + j;
-                const float *k = c->k + row * c->kstride + kvh * HD;
-                const float *v = c->v + row * c->kstride + kvh * HD;
-                float s = 0, dp = 0;
-                for (size_t d = 0; d < HD; d++) {
-                    s += q[d] * k[d];
-                    dp += dO[d] * v[d];
+            float D = trn_dot(dO, o, HD);
+            for (size_t j0 = 0; j0 < c->nk[r]; j0 += S_KBLOCK) {
+                size_t nb = c->nk[r] - j0 < S_KBLOCK ? c->nk[r] - j0 : S_KBLOCK;
+                size_t row0 = c->kstart[r] + j0;
+                for (size_t j = 0; j < nb; j++) {
+                    size_t off = (row0 + j) * c->kstride + kvh * HD;
+                    p[j] = trn_dot(q, c->k + off, HD) * scale;
+                    dp[j] = trn_dot(dO, c->v + off, HD);
                 }
-                float p = expf(s * scale - lse);
-                float ds = p * (dp - D) * scale;
-                float *dk = c->dk + row * c->kstride + kvh * HD;
-                float *dv = c->dv + row * c->kstride + kvh * HD;
-                for (size_t d = 0; d < HD; d++) {
-                    dq[d] += ds * k[d];
-                    dk[d] += ds * q[d];
-                    dv[d] += p * dO[d];
+                trn_exp_shifted(p, nb, lse);
+                for (size_t j = 0; j < nb; j++) {
+                    size_t off = (row0 + j) * c->kstride + kvh * HD;
+                    const float *k = c->k + off;
+                    float *dk = c->dk + off, *dv = c->dv + off;
+                    float ds = p[j] * (dp[j] - D) * scale, pj = p[j];
+                    for (size_t d = 0; d < HD; d++) {
+                        dq[d] += ds * k[d];
+                        dk[d] += ds * q[d];
+                        dv[d] += pj * dO[d];
+                    }
                 }
             }
         }

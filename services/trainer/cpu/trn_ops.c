@@ -271,3 +271,52 @@ trn_silu(float x)
 {
     return x / (1.0f + expf(-x));
 }
+
+void
+trn_exp_shifted(float *x, size_t n, float shift)
+{
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693145751953125f, ln2_lo = 1.428606765330187e-6f;
+    /* Integer selects only: the vectoriser turns them into masks, where a
+     * float select would need -ffinite-math-only. */
+    for (size_t i = 0; i < n; i++) {
+        float t = x[i] - shift;
+        /* ku = round(t / ln 2) for t <= 0, so |f| <= ln 2 / 2 */
+        int ku = (int) (t * log2e - 0.5f);
+        int k = ku < -126 ? -126 : ku;
+        k = k > 0 ? 0 : k;
+        float kf = (float) k;
+        float f = (t - kf * ln2_hi) - kf * ln2_lo;
+        float p = 1.0f / 5040.0f;
+        p = p * f + 1.0f / 720.0f;
+        p = p * f + 1.0f / 120.0f;
+        p = p * f + 1.0f / 24.0f;
+        p = p * f + 1.0f / 6.0f;
+        p = p * f + 0.5f;
+        p = p * f + 1.0f;
+        p = p * f + 1.0f;
+        union {
+            uint32_t u;
+            float f;
+        } sc = {.u = (uint32_t) (k + 127) << 23}, r;
+        r.f = p * sc.f;
+        r.u &= ku < -126 ? 0u : 0xffffffffu; /* far below: exactly 0 */
+        x[i] = r.f;
+    }
+}
+
+float
+trn_dot(const float *a, const float *b, size_t n)
+{
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}

@@ -47,4 +47,15 @@ void trn_rope_inv_freq(float *inv_freq, size_t hd, double theta);
 /* silu(x) = x * sigmoid(x). */
 float trn_silu(float x);
 
+/* x[i] = exp(x[i] - shift) for every i, in a loop the compiler vectorises
+ * (expf from libm does not): a degree-7 polynomial on the reduced
+ * argument, within 2 ulp of expf down to -87 and 0 below about -88. For
+ * -1e9 <= x[i] - shift <= 0.4, as in a softmax after its maximum (or its
+ * log-sum-exp) is subtracted. */
+void trn_exp_shifted(float *x, size_t n, float shift);
+
+/* sum_i a[i] * b[i], with four partial sums (the vectoriser does not
+ * reorder a float sum by itself). */
+float trn_dot(const float *a, const float *b, size_t n);
+
 #endif

@@ -138,6 +138,7 @@ s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
              const trn_rollouts_t *r, trn_step_out_t *out, trn_err_t *err)
 {
     s_cuda_t *c = (s_cuda_t *) b;
+    trn_gpu_model_set_recompute(c->g, cfg->recompute);
     trn_step_model_t m = s_ops(c->g), ref = s_ops(c->ref);
     return trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);
 }

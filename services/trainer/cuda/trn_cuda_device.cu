@@ -86,3 +86,10 @@ trn_cuda_sync(void)
     TRN_CUDA_TRY(cudaDeviceSynchronize());
     return LISA_OK;
 }
+
+extern "C" lisa_rc_t
+trn_cuda_mem_info(size_t *free_b, size_t *total_b)
+{
+    TRN_CUDA_TRY(cudaMemGetInfo(free_b, total_b));
+    return LISA_OK;
+}

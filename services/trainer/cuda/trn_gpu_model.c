@@ -222,24 +222,93 @@ trn_gpu_model_num_params(const trn_gpu_model_t *g)
     return g->n_params;
 }
 
+/* The per-layer activation pointers, in the order s_bind lays them out,
+ * with the bytes of one layer's copy of each for T tokens. */
+typedef struct {
+    void **p;
+    size_t bytes;
+} s_act_t;
+
+static size_t
+s_layer_acts(trn_gpu_model_t *g, size_t T, s_act_t a[13])
+{
+    size_t C = (size_t) g->C, I = (size_t) g->I, S = (size_t) g->S;
+    size_t HD = (size_t) (g->H * g->D);
+    s_act_t t[13] = {
+        {(void **) &g->xm, T * C * 4},
+        {(void **) &g->h1, T * C * 2},
+        {(void **) &g->qkv, T * S * 2},
+        {(void **) &g->qkvn, T * S * 2},
+        {(void **) &g->o, T * HD * 2},
+        {(void **) &g->h2, T * C * 2},
+        {(void **) &g->gu, T * 2 * I * 2},
+        {(void **) &g->a, T * I * 2},
+        {(void **) &g->rstd1, T * 4},
+        {(void **) &g->rstd2, T * 4},
+        {(void **) &g->rstdq, T * (size_t) g->H * 4},
+        {(void **) &g->rstdk, T * (size_t) g->Hk * 4},
+        {(void **) &g->lse, T * (size_t) g->H * 4},
+    };
+    size_t total = 0;
+    for (int i = 0; i < 13; i++) {
+        t[i].bytes = (t[i].bytes + 255) & ~(size_t) 255;
+        total += t[i].bytes;
+        a[i] = t[i];
+    }
+    return total;
+}
+
+/* Points the layer-activation pointers at layer l's copy. */
+static void
+s_bind(trn_gpu_model_t *g, int l)
+{
+    s_act_t a[13];
+    s_layer_acts(g, g->cap_T, a);
+    char *p =
+        (char *) g->act_base + (g->keep ? (size_t) l * g->act_layer_bytes : 0);
+    for (int i = 0; i < 13; i++) {
+        *a[i].p = p;
+        p += a[i].bytes;
+    }
+}
+
 static void
 s_free_acts(trn_gpu_model_t *g)
 {
-    void **p[] = {
-        (void **) &g->tokens, (void **) &g->targets, (void **) &g->pos,
-        (void **) &g->seg,    (void **) &g->xs,      (void **) &g->xm,
-        (void **) &g->h1,     (void **) &g->qkv,     (void **) &g->qkvn,
-        (void **) &g->o,      (void **) &g->h2,      (void **) &g->gu,
-        (void **) &g->a,      (void **) &g->hf,      (void **) &g->rstd1,
-        (void **) &g->rstd2,  (void **) &g->rstdq,   (void **) &g->rstdk,
-        (void **) &g->rstdf,  (void **) &g->lse,     (void **) &g->dx,
-        (void **) &g->dxb,    (void **) &g->dqkv,    (void **) &g->dgu,
-        (void **) &g->da,     (void **) &g->dhf,     (void **) &g->attn_scratch,
-        (void **) &g->logits, (void **) &g->dlogits, (void **) &g->logp,
-        (void **) &g->dlogp};
+    void **p[] = {(void **) &g->tokens,  (void **) &g->targets,
+                  (void **) &g->pos,     (void **) &g->seg,
+                  (void **) &g->xs,      (void **) &g->hf,
+                  (void **) &g->rstdf,   (void **) &g->dx,
+                  (void **) &g->dxb,     (void **) &g->dqkv,
+                  (void **) &g->dgu,     (void **) &g->da,
+                  (void **) &g->dhf,     (void **) &g->attn_scratch,
+                  (void **) &g->logits,  (void **) &g->dlogits,
+                  (void **) &g->logp,    (void **) &g->dlogp,
+                  (void **) &g->ent,     (void **) &g->dent,
+                  (void **) &g->act_base};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         trn_cuda_free(p[i]);
+    s_act_t a[13];
+    s_layer_acts(g, 0, a);
+    for (int i = 0; i < 13; i++)
+        *a[i].p = NULL;
     g->cap_T = 0;
+    g->keep = 0;
+}
+
+void
+trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode)
+{
+    if (mode != g->recompute) {
+        g->recompute = mode;
+        s_free_acts(g); /* the next forward lays them out anew */
+    }
+}
+
+int
+trn_gpu_model_keeps_activations(const trn_gpu_model_t *g)
+{
+    return g->keep;
 }
 
 void
@@ -279,21 +348,8 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         {(void **) &g->pos, T * 4},
         {(void **) &g->seg, T * 4},
         {(void **) &g->xs, ((size_t) g->L + 1) * T * C * 4},
-        {(void **) &g->xm, T * C * 4},
-        {(void **) &g->h1, T * C * 2},
-        {(void **) &g->qkv, T * S * 2},
-        {(void **) &g->qkvn, T * S * 2},
-        {(void **) &g->o, T * HD * 2},
-        {(void **) &g->h2, T * C * 2},
-        {(void **) &g->gu, T * 2 * I * 2},
-        {(void **) &g->a, T * I * 2},
         {(void **) &g->hf, T * C * 2},
-        {(void **) &g->rstd1, T * 4},
-        {(void **) &g->rstd2, T * 4},
-        {(void **) &g->rstdq, T * (size_t) g->H * 4},
-        {(void **) &g->rstdk, T * (size_t) g->Hk * 4},
         {(void **) &g->rstdf, T * 4},
-        {(void **) &g->lse, T * (size_t) g->H * 4},
         {(void **) &g->dx, T * C * 4},
         {(void **) &g->dxb, T * (C > HD ? C : HD) * 2},
         {(void **) &g->dqkv, T * S * 2},
@@ -316,7 +372,28 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
             return LISA_TOOLARGE;
         }
     }
+    s_act_t la[13];
+    g->act_layer_bytes = s_layer_acts(g, T, la);
+    size_t all = g->act_layer_bytes * (size_t) g->L;
+    int keep = g->recompute == TRN_RECOMPUTE_OFF;
+    if (g->recompute == TRN_RECOMPUTE_AUTO) {
+        /* keep when all layers fit with a tenth of the device (at least
+         * 4 GiB) left for the engine, cuBLAS and fragmentation */
+        size_t free_b = 0, total_b = 0;
+        if (trn_cuda_mem_info(&free_b, &total_b) == LISA_OK) {
+            size_t spare = total_b / 10;
+            spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
+            keep = free_b > all && free_b - all > spare;
+        }
+    }
+    g->act_base = trn_cuda_malloc(keep ? all : g->act_layer_bytes);
+    if (!g->act_base) {
+        s_free_acts(g);
+        return LISA_TOOLARGE;
+    }
+    g->keep = keep;
     g->cap_T = T;
+    s_bind(g, 0);
     return LISA_OK;
 }
 
@@ -414,8 +491,10 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
     int Ti = (int) T;
     S_TRY(trn_k_embed_fwd(g->xs, g->wb + g->embed, g->tokens, Ti, g->C, g->V,
                           NULL));
-    for (int l = 0; l < g->L; l++)
+    for (int l = 0; l < g->L; l++) {
+        s_bind(g, l);
         S_TRY(s_layer_fwd(g, l, Ti, 1));
+    }
     float *xl = g->xs + (size_t) g->L * T * (size_t) g->C;
     S_TRY(trn_k_rmsnorm_fwd(g->hf, g->C, g->rstdf, xl, NULL, g->C,
                             g->wb + g->final_norm, Ti, g->C, 1,
@@ -479,7 +558,9 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
     for (int l = g->L - 1; l >= 0; l--) {
         const s_layer_t *ly = &g->layers[l];
         float *x = g->xs + (size_t) l * T * C;
-        S_TRY(s_layer_fwd(g, l, Ti, 0));
+        s_bind(g, l);
+        if (!g->keep)
+            S_TRY(s_layer_fwd(g, l, Ti, 0));
         /* MLP */
         S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,

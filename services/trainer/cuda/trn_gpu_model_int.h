@@ -36,9 +36,19 @@ struct trn_gpu_model {
     size_t cap_T, chunk;
     int32_t *tokens, *targets, *pos, *seg;
     float *xs; /* (L+1) x [T, C] layer inputs */
+    /* A layer's internals (the pointers below, from xm to lse): with
+     * `keep`, one copy per layer back to back from act_base (no
+     * recomputation in backward); else one copy, recomputed per layer.
+     * s_bind points them at layer l's copy. */
+    int recompute; /* TRN_RECOMPUTE_* */
+    int keep;
+    void *act_base;
+    size_t act_layer_bytes;
     float *xm; /* [T, C] */
-    trn_bf16_t *h1, *qkv, *qkvn, *o, *h2, *gu, *a, *hf;
-    float *rstd1, *rstd2, *rstdq, *rstdk, *rstdf, *lse;
+    trn_bf16_t *h1, *qkv, *qkvn, *o, *h2, *gu, *a;
+    float *rstd1, *rstd2, *rstdq, *rstdk, *lse;
+    trn_bf16_t *hf;
+    float *rstdf;
     float *dx;                               /* fp32 [T, C] */
     trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
     float *attn_scratch;

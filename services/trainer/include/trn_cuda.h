@@ -51,6 +51,8 @@ lisa_rc_t trn_cuda_copy(void *dst, const void *src, size_t bytes,
 lisa_rc_t trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s);
 /* Waits for all work on the device. */
 lisa_rc_t trn_cuda_sync(void);
+/* Free and total bytes of the current device. */
+lisa_rc_t trn_cuda_mem_info(size_t *free_b, size_t *total_b);
 /* Host-side bf16 conversions are trn_f32_to_bf16 / trn_bf16_to_f32
  * (trn_safetensors.h). */
 

@@ -5,9 +5,11 @@
  * copies, in the same tensor order as the CPU model's contiguous parameter
  * array, so q|k|v and gate|up are adjacent rows and each pair runs as one
  * fused matrix product. Activations: the residual stream is fp32; matrix
- * inputs are bf16. The backward pass recomputes each layer's internals
- * from its saved input (layer-level activation recomputation), so memory
- * grows as layers x tokens x hidden_size only.
+ * inputs are bf16. Activation recomputation (trn_gpu_model_set_recompute):
+ * either every layer's internals are kept from the forward pass, or the
+ * backward pass recomputes each layer's internals from its saved input, so
+ * memory grows as layers x tokens x hidden_size only; by default the
+ * model keeps them when the device has room.
  *
  * The CPU model (services/trainer/cpu/) is the reference; the GPU tests
  * compare log-probabilities and every gradient against it.
@@ -33,6 +35,15 @@ const trn_config_t *trn_gpu_model_config(const trn_gpu_model_t *g);
 size_t trn_gpu_model_num_params(const trn_gpu_model_t *g);
 /* Frees device memory; safe on NULL and twice. */
 void trn_gpu_model_destroy(trn_gpu_model_t **g);
+
+/* Activation recomputation: AUTO keeps every layer's activations when
+ * they fit in free device memory with room to spare and recomputes
+ * otherwise; ON always recomputes; OFF always keeps (a forward that does
+ * not fit fails with LISA_TOOLARGE). Applies from the next forward. */
+enum { TRN_RECOMPUTE_AUTO = 0, TRN_RECOMPUTE_ON = 1, TRN_RECOMPUTE_OFF = 2 };
+void trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode);
+/* Whether the last forward kept every layer's activations. */
+int trn_gpu_model_keeps_activations(const trn_gpu_model_t *g);
 
 /* Forward for training, as trn_model_forward: logp[t] and, when entropy is
  * not NULL, the entropy of each position's distribution (host arrays).

@@ -148,3 +148,43 @@ Test(trn_ops, rope_inverse_undoes_rope_and_keeps_norms)
     for (size_t i = 0; i < sizeof x / 4; i++)
         cr_assert_float_eq(x[i], orig[i], 1e-5);
 }
+
+Test(trn_ops, exp_shifted_matches_expf_within_two_ulp)
+{
+    enum { N = 200001 };
+    float *x = malloc(N * sizeof *x);
+    for (size_t i = 0; i < N; i++)
+        x[i] =
+            3.0f - 100.0f * (float) i / (N - 1); /* shift 3: t in [-100, 0] */
+    trn_exp_shifted(x, N, 3.0f);
+    for (size_t i = 0; i < N; i++) {
+        float t = (3.0f - 100.0f * (float) i / (N - 1)) - 3.0f;
+        float want = expf(t);
+        if (t > -86.0f)
+            cr_assert_leq(fabsf(x[i] - want), 2.5e-7f * want, "t=%g: %g vs %g",
+                          (double) t, (double) x[i], (double) want);
+        else
+            cr_assert_leq(x[i], 1e-37f, "t=%g: %g", (double) t, (double) x[i]);
+        cr_assert_geq(x[i], 0.0f);
+    }
+    /* the top of the range, and a small overshoot from rounding */
+    float y[3] = {5.0f, 5.0f + 1e-6f, 4.0f};
+    trn_exp_shifted(y, 3, 5.0f);
+    cr_assert_float_eq(y[0], 1.0f, 1e-7);
+    cr_assert_float_eq(y[1], 1.0f, 1e-5);
+    cr_assert_float_eq(y[2], expf(-1.0f), 2e-7);
+    free(x);
+}
+
+Test(trn_ops, dot_matches_a_double_sum_for_every_length)
+{
+    float a[37], b[37];
+    fill(a, 37, 3);
+    fill(b, 37, 4);
+    for (size_t n = 0; n <= 37; n++) {
+        double want = 0;
+        for (size_t i = 0; i < n; i++)
+            want += (double) a[i] * (double) b[i];
+        cr_assert_float_eq(trn_dot(a, b, n), want, 1e-5, "n=%zu", n);
+    }
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One synchronous RL step with a Qwen3-4B-shaped model (random weights)
+# through the whole stack, with the trainer on the GPU: the real broker,
+# reward worker, gateway, controller (local bubblewrap sandboxes running
+# lisa-agent) and `lisa-trainer --backend cuda`, started by scripts/run.sh
+# on the recipe's own records (tests/fixtures/seed-samples) and the real
+# Qwen3 tokenizer. Checks the step's metrics: every rollout scored, the
+# update applied (policy version 0 -> 1), the engine's sampled log-probs
+# consistent with the trainer's recomputation at the same weights, and a
+# checkpoint that names the step. A random model earns no reward, so every
+# advantage is zero; the small entropy bonus keeps the gradient non-zero.
+#   tests/gpu/rl_step.sh BINDIR [MODELDIR]
+# BINDIR holds the cuda preset's programs (build/cuda/bin or a bundle's
+# bin/). MODELDIR defaults to a fresh 4B-shaped model made by
+# tests/gpu/make_random_qwen3.py (needs torch + transformers). Settings:
+#   LISA_RL_SHAPE=4b|tiny      shape of the model made here (default 4b)
+#   LISA_SANDBOX_LIBDIR=DIR    library folder the agent needs inside the
+#                              sandbox (a folder under /usr, which the
+#                              sandboxes see read-only)
+#   LISA_BWRAP=PATH            bubblewrap to use (default: bwrap on PATH)
+#   LISA_RL_WORK=DIR           keep the run folder there (default: a
+#                              temporary folder)
+set -euo pipefail
+bin=$(cd "${1:?usage: rl_step.sh BINDIR [MODELDIR]}" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=${LISA_RL_WORK:-$(mktemp -d)}
+mkdir -p "$work"
+trap 'rm -rf "$work/model"' EXIT
+model=${2:-}
+if [ -z "$model" ]; then
+  model=$work/model
+  t0=$(date +%s)
+  python3 "$root/tests/gpu/make_random_qwen3.py" "$model" \
+    --shape "${LISA_RL_SHAPE:-4b}"
+  echo "model made in $(($(date +%s) - t0)) s"
+fi
+if [ -n "${LISA_SANDBOX_LIBDIR:-}" ]; then
+  export LISA_CTL_SANDBOX_CMD="LD_LIBRARY_PATH=$LISA_SANDBOX_LIBDIR exec /run/lisa/lisa-agent"
+fi
+run=$work/run
+t0=$(date +%s)
+LISA_BUILD_DIR=$(dirname "$bin") bash "$root/scripts/run.sh" --no-build \
+  --backend cuda --bwrap "${LISA_BWRAP:-bwrap}" --model "$model" \
+  --train-data "$root/tests/fixtures/seed-samples/verl_records_excerpt.json" \
+  --val-data "" --out "$run" --steps 1 \
+  data.train_batch_size=2 actor_rollout_ref.rollout.n=2 \
+  actor_rollout_ref.rollout.max_turns=3 \
+  actor_rollout_ref.rollout.max_tokens_per_call=96 \
+  actor_rollout_ref.rollout.max_context_tokens=8192 \
+  actor_rollout_ref.actor.optim.lr=1e-6 \
+  actor_rollout_ref.actor.entropy_coeff=0.001 \
+  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384 \
+  trainer.val_before_train=false trainer.save_freq=1 \
+  trainer.save_dtype=bf16 trainer.failed_rollouts=zero \
+  trainer.step_timeout=8m
+echo "stack run took $(($(date +%s) - t0)) s"
+python3 - "$run" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(os.path.join(run, "trainer", "metrics.jsonl"))]
+train = [l for l in lines if l.get("kind") == "train"]
+assert len(train) == 1, lines
+m = train[0]
+show = ["rollouts/total", "rollouts/succeeded", "reward/mean", "batch/sequences",
+        "batch/tokens", "batch/response_tokens", "rollout/logp_diff_mean",
+        "rollout/logp_diff_max", "actor/grad_norm", "actor/entropy",
+        "policy_version", "policy_version_after", "time/rollout_s",
+        "time/train_s", "time/step_s"]
+for k in show:
+    print(f"  {k:28s} {m.get(k)}")
+assert m["rollouts/total"] == 4, m
+assert m["batch/sequences"] >= 4 and m["batch/response_tokens"] > 0, m
+assert m.get("update/skipped") == 0, m
+assert m["policy_version"] == 0 and m["policy_version_after"] == 1, m
+# bf16 engine vs bf16 training forward over the same weights
+assert m["rollout/logp_diff_mean"] < 0.05, m
+assert m["actor/grad_norm"] > 0, m
+ck = os.path.join(run, "trainer", "global_step_1")
+assert os.path.isdir(ck), os.listdir(os.path.join(run, "trainer"))
+print("1 passed, 0 failed")
+PY
