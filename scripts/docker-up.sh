@@ -10,7 +10,8 @@
 #   --base      also make the base image lisa-base:bookworm (debootstrap of
 #               Debian 12 minbase + `docker import`; the root-file-system
 #               tarball is cached as build/docker-base/bookworm-minbase-slim.tar)
-#   --stop      stop the engine this folder's pid file names, and exit
+#   --stop      stop the engine this folder's pid file names, unmount what
+#               it left mounted under DIR, and exit
 #   --print-env print `DOCKER_HOST=...` on stdout once the engine answers
 #
 # The engine runs without a bridge and without iptables
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --base) want_base=1; shift ;;
     --stop) stop=1; shift ;;
     --print-env) print_env=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "docker-up: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -69,6 +70,13 @@ if [ "$stop" = 1 ]; then
     fi
   fi
   rm -f "$pidfile"
+  # What the engine left mounted under its folder (network namespaces
+  # under the exec root, overlay layers), deepest first.
+  awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo |
+    sort -r | while read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null ||
+        say "cannot unmount $m"
+    done
   exit 0
 fi
 

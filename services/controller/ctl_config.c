@@ -302,7 +302,13 @@ static const lisa_config_entry_t s_table[] = {
      .offset = offsetof(ctl_config_t, deadline_ms),
      .min = "1000ms",
      .max = "604800000ms"},
-
+    {.name = "controller.print_job",
+     .flag = "--print-job",
+     .type = LISA_CFG_BOOL,
+     .def = "false",
+     .help = "print the Job the k8s backend would create for an example "
+             "attempt (JSON) and exit",
+     .offset = offsetof(ctl_config_t, print_job)},
 };
 
 #define S_ROWS (sizeof s_table / sizeof s_table[0])

@@ -53,6 +53,7 @@ typedef struct {
     uint64_t deadline_ms;   /* when a claim carries no deadline */
     uint64_t k8s_ttl_s;     /* ttlSecondsAfterFinished */
     uint64_t memory_rlimit; /* local without cgroups: RLIMIT_AS (0: off) */
+    bool print_job;         /* print the k8s sandbox Job and exit */
 } ctl_config_t;
 
 /* Fills *cfg from defaults, --config file, environment and argv.

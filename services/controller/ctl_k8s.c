@@ -529,8 +529,10 @@ s_ping(void *impl)
     return rc;
 }
 
+/* The Job for one attempt. `c` supplies image, gateway URL, sandbox
+ * command and TTL; `selector` is the controller's label value. */
 static json_t *
-s_job_body(const s_k8s_t *k, const ctl_spec_t *sp)
+s_job_body(const ctl_k8s_cfg_t *c, const char *selector, const ctl_spec_t *sp)
 {
     char num[32], run_l[64], roll_l[64];
     s_label_value(sp->run_id, run_l);
@@ -538,8 +540,10 @@ s_job_body(const s_k8s_t *k, const ctl_spec_t *sp)
     json_t *labels = json_object();
     json_object_set_new(labels, "app.kubernetes.io/managed-by",
                         json_string("lisa"));
-    json_object_set_new(labels, "lisa/controller",
-                        json_string(k->selector_value));
+    /* The NetworkPolicy lisa-sandbox selects pods by this label. */
+    json_object_set_new(labels, "app.kubernetes.io/component",
+                        json_string("sandbox"));
+    json_object_set_new(labels, "lisa/controller", json_string(selector));
     json_object_set_new(labels, "lisa/run", json_string(run_l));
     json_object_set_new(labels, "lisa/rollout", json_string(roll_l));
     snprintf(num, sizeof num, "%u", sp->attempt);
@@ -561,11 +565,11 @@ s_job_body(const s_k8s_t *k, const ctl_spec_t *sp)
     snprintf(cpu, sizeof cpu, "%um", sp->cpu_millis);
     snprintf(mem, sizeof mem, "%" PRIu64, sp->memory_bytes);
     snprintf(disk, sizeof disk, "%" PRIu64, sp->disk_bytes);
-    json_t *cmd = *k->sandbox_cmd
-                      ? json_pack("[s,s,s]", "/bin/sh", "-c", k->sandbox_cmd)
+    json_t *cmd = c->sandbox_cmd && *c->sandbox_cmd
+                      ? json_pack("[s,s,s]", "/bin/sh", "-c", c->sandbox_cmd)
                       : json_pack("[s]", "/usr/local/bin/lisa-agent");
     json_t *env = json_pack("[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}]", "name",
-                            "LISA_GATEWAY_URL", "value", k->gateway_url, "name",
+                            "LISA_GATEWAY_URL", "value", c->gateway_url, "name",
                             "LISA_ATTEMPT_TOKEN", "value", sp->token, "name",
                             "LISA_TESTBED", "value", "/testbed", "name", "HOME",
                             "value", "/testbed");
@@ -574,7 +578,7 @@ s_job_body(const s_k8s_t *k, const ctl_spec_t *sp)
         "s:{s:{s:s,s:s},s:{s:s,s:s,s:s}},"
         "s:{s:b,s:b,s:b,s:{s:[s]}},"
         "s:[{s:s,s:s},{s:s,s:s}]}",
-        "name", "agent", "image", k->image, "command", cmd, "env", env,
+        "name", "agent", "image", c->image, "command", cmd, "env", env,
         "workingDir", "/testbed", "resources", "requests", "cpu", cpu, "memory",
         mem, "limits", "cpu", cpu, "memory", mem, "ephemeral-storage", disk,
         "securityContext", "allowPrivilegeEscalation", 0,
@@ -593,14 +597,19 @@ s_job_body(const s_k8s_t *k, const ctl_spec_t *sp)
         "RuntimeDefault", "containers", container, "volumes", "name", "testbed",
         "emptyDir", "sizeLimit", disk, "name", "tmp", "emptyDir", "sizeLimit",
         disk);
-    json_t *job =
-        json_pack("{s:s,s:s,s:{s:s,s:O,s:o},"
-                  "s:{s:i,s:I,s:I,s:{s:{s:o},s:o}}}",
-                  "apiVersion", "batch/v1", "kind", "Job", "metadata", "name",
-                  sp->name, "labels", labels, "annotations", ann, "spec",
-                  "backoffLimit", 0, "activeDeadlineSeconds", active,
-                  "ttlSecondsAfterFinished", (json_int_t) k->ttl_s, "template",
-                  "metadata", "labels", labels, "spec", pod);
+    /* An eviction or preemption is the infrastructure's fault: the Job
+     * fails at once and the broker retries the rollout. */
+    json_t *failure = json_pack("{s:[{s:s,s:[{s:s,s:s}]}]}", "rules", "action",
+                                "FailJob", "onPodConditions", "type",
+                                "DisruptionTarget", "status", "True");
+    json_t *job = json_pack(
+        "{s:s,s:s,s:{s:s,s:O,s:o},"
+        "s:{s:i,s:I,s:I,s:o,s:{s:{s:o},s:o}}}",
+        "apiVersion", "batch/v1", "kind", "Job", "metadata", "name", sp->name,
+        "labels", labels, "annotations", ann, "spec", "backoffLimit", 0,
+        "activeDeadlineSeconds", active, "ttlSecondsAfterFinished",
+        (json_int_t) c->ttl_s, "podFailurePolicy", failure, "template",
+        "metadata", "labels", labels, "spec", pod);
     return job; /* labels: one reference held by each metadata */
 }
 
@@ -608,7 +617,11 @@ static lisa_rc_t
 s_start(void *impl, const ctl_spec_t *sp)
 {
     s_k8s_t *k = impl;
-    json_t *job = s_job_body(k, sp);
+    ctl_k8s_cfg_t c = {.image = k->image,
+                       .gateway_url = k->gateway_url,
+                       .sandbox_cmd = k->sandbox_cmd,
+                       .ttl_s = k->ttl_s};
+    json_t *job = s_job_body(&c, k->selector_value, sp);
     if (!job) {
         lisa_log_error("k8s: cannot build the Job for %s", sp->name);
         return LISA_ERR;
@@ -741,6 +754,23 @@ s_read_small(const char *path)
     buf[n] = '\0';
     buf[strcspn(buf, "\r\n")] = '\0';
     return lisa_strdup(buf);
+}
+
+char *
+ctl_k8s_job_json(const ctl_k8s_cfg_t *cfg, const ctl_spec_t *spec)
+{
+    if (!cfg || !spec || !cfg->controller_id || !cfg->image || !*cfg->image ||
+        !cfg->gateway_url || !*cfg->gateway_url || !spec->name ||
+        !spec->run_id || !spec->rollout_id || !spec->token)
+        return NULL;
+    char selector[64];
+    s_label_value(cfg->controller_id, selector);
+    json_t *job = s_job_body(cfg, selector, spec);
+    if (!job)
+        return NULL;
+    char *text = json_dumps(job, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(job);
+    return text;
 }
 
 lisa_rc_t

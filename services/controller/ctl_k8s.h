@@ -42,4 +42,9 @@ typedef struct {
 lisa_rc_t ctl_k8s_new(const ctl_k8s_cfg_t *cfg,
                       ctl_backend_t *out) LISA_NODISCARD;
 
+/* The Job the backend creates for `spec`, as indented JSON text (free
+ * with free()); NULL when cfg or spec lacks the image, the gateway URL or
+ * an id. Contacts nothing: for `lisa-controller --print-job` and tests. */
+char *ctl_k8s_job_json(const ctl_k8s_cfg_t *cfg, const ctl_spec_t *spec);
+
 #endif

@@ -16,6 +16,7 @@
 #include <czmq.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -98,6 +99,45 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
     return LISA_UNSUPPORTED;
 }
 
+/* --print-job: the k8s backend's Job for an example attempt, built from
+ * this configuration (image, gateway URL, TTL, limits, deadline). */
+static lisa_rc_t
+s_print_job(const ctl_config_t *cfg)
+{
+    char name[CTL_NAME_MAX];
+    ctl_backend_name("example-rollout", 1, name);
+    uint64_t now = ctl_wall_ms();
+    ctl_spec_t spec = {
+        .name = name,
+        .controller_id = cfg->controller_id,
+        .run_id = *cfg->run_id ? cfg->run_id : "example-run",
+        .rollout_id = "example-rollout",
+        .attempt = 1,
+        .token = "example-attempt-token",
+        .created_ms = now,
+        .deadline_ms = now + cfg->deadline_ms,
+        .cpu_millis = (uint32_t) cfg->cpu_millis,
+        .memory_bytes = cfg->memory_bytes,
+        .pids = (uint32_t) cfg->pids,
+        .disk_bytes = cfg->disk_bytes,
+    };
+    ctl_k8s_cfg_t kc = {
+        .controller_id = cfg->controller_id,
+        .image = cfg->image,
+        .gateway_url = cfg->gateway_url,
+        .sandbox_cmd = cfg->sandbox_cmd,
+        .ttl_s = (unsigned) cfg->k8s_ttl_s,
+    };
+    char *text = ctl_k8s_job_json(&kc, &spec);
+    if (!text) {
+        lisa_log_error("--print-job: needs --image and --gateway-url");
+        return LISA_INVALID;
+    }
+    printf("%s\n", text);
+    free(text);
+    return LISA_OK;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -113,6 +153,11 @@ main(int argc, char **argv)
         lisa_log_error("config: %s", err);
         ctl_config_clear(&cfg);
         return 2;
+    }
+    if (cfg.print_job) {
+        rc = s_print_job(&cfg);
+        ctl_config_clear(&cfg);
+        return rc == LISA_OK ? 0 : 2;
     }
     lisa_log_level_t lvl;
     if (lisa_log_level_parse(cfg.log_level, &lvl) == LISA_OK)

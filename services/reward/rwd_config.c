@@ -30,7 +30,7 @@ static const s_opt_t s_opts[] = {
     {"broker", "LISA_REWARD_BROKER", O_STR, S_OFF(broker),
      "tcp://127.0.0.1:7103", 0, 0, "broker worker endpoint"},
     {"worker-id", "LISA_REWARD_WORKER_ID", O_STR, S_OFF(worker_id), "", 0, 0,
-     "worker id (empty: host-pid)"},
+     "worker id (empty: reward-HOST-PID-RANDOM)"},
     {"threads", "LISA_REWARD_THREADS", O_INT, S_OFF(threads), "4", 1, 64,
      "scoring threads"},
     {"capacity", "LISA_REWARD_CAPACITY", O_INT, S_OFF(capacity), "0", 0, 1024,

@@ -17,7 +17,8 @@
 
 typedef struct {
     char *broker;         /* worker: broker endpoint (DEALER connects) */
-    char *worker_id;      /* worker: id sent in WorkerReady ("" -> host-pid) */
+    char *worker_id;      /* worker: id sent in WorkerReady ("" ->
+                             reward-HOST-PID-RANDOM) */
     int64_t threads;      /* worker: scoring threads */
     int64_t capacity;     /* worker: requests accepted at once (0 -> threads) */
     int64_t heartbeat_ms; /* worker: heartbeat interval */

@@ -16,10 +16,13 @@
 #include "lisa/lisa_mem.h"
 
 #include <czmq.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RWD_SEND_TIMEOUT_MS 200
@@ -449,6 +452,30 @@ s_reconnect(rwd_worker_t *w, const char *why)
 /* ---------------------------------------------------------------------------
  * Lifecycle */
 
+/* reward-<host>-<pid>-<8 random hex digits>. Host name and pid alone are
+ * not unique: replicas sharing the host's network (one host name) each run
+ * in their own pid namespace, where the worker is one of the first pids. */
+static char *
+s_default_id(void)
+{
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    uint32_t salt = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&salt, sizeof salt, 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        salt = (uint32_t) ts.tv_nsec ^ (uint32_t) ts.tv_sec ^
+               ((uint32_t) getpid() << 16);
+    }
+    if (f)
+        fclose(f);
+    char *id = lisa_malloc(128);
+    snprintf(id, 128, "reward-%s-%ld-%08" PRIx32, host, (long) getpid(), salt);
+    return id;
+}
+
 rwd_worker_t *
 rwd_worker_new(const rwd_config_t *cfg, const rwd_scorer_t *scorer)
 {
@@ -456,15 +483,9 @@ rwd_worker_new(const rwd_config_t *cfg, const rwd_scorer_t *scorer)
         return NULL;
     rwd_worker_t *w = lisa_calloc(1, sizeof *w);
     w->endpoint = lisa_strdup(cfg->broker);
-    if (cfg->worker_id && *cfg->worker_id) {
-        w->worker_id = lisa_strndup(cfg->worker_id, 128);
-    } else {
-        char host[64] = "host";
-        gethostname(host, sizeof host - 1);
-        host[sizeof host - 1] = '\0';
-        w->worker_id = lisa_malloc(128);
-        snprintf(w->worker_id, 128, "reward-%s-%ld", host, (long) getpid());
-    }
+    w->worker_id = cfg->worker_id && *cfg->worker_id
+                       ? lisa_strndup(cfg->worker_id, 128)
+                       : s_default_id();
     w->threads = (size_t) cfg->threads;
     w->capacity = (uint32_t) (cfg->capacity > 0 ? cfg->capacity : cfg->threads);
     w->heartbeat_ms = cfg->heartbeat_ms;

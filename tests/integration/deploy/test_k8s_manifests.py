@@ -347,13 +347,41 @@ def test_controller_rendered_job_validates(tmp_path):
         pytest.skip("lisa-controller is not built")
     helptext = subprocess.run([ctl, "--help"], capture_output=True,
                               text=True, timeout=30)
-    if "print-job" not in helptext.stdout + helptext.stderr:
-        pytest.skip("lisa-controller has no --print-job mode yet: only the "
-                    "template k8s/base/sandbox-job-template.yaml is checked")
+    assert "--print-job" in helptext.stdout + helptext.stderr
     out = subprocess.run([ctl, "--backend=k8s", "--k8s-namespace=lisa",
-                          "--print-job"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
+                          "--gateway-url=http://lisa-gateway:7180",
+                          "--image=lisa-sandbox:dev", "--print-job"],
+                         capture_output=True, text=True, timeout=30,
+                         check=True).stdout
     job = yaml.safe_load(out)
     for v in VERSIONS:
         _validate(job, v)
     _check_sandbox_job(job)
+    # The NetworkPolicy selects the pods the controller really makes, and
+    # the template documents the same labels and failure policy.
+    objs = kustomize_lite.render(os.path.join(K8S, "overlays", "production"))
+    sel = _by(objs, "NetworkPolicy",
+              "lisa-sandbox")["spec"]["podSelector"]["matchLabels"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in sel.items()), (sel, labels)
+    tmpl = _docs(os.path.join(K8S, "base", "sandbox-job-template.yaml"))[0]
+    assert set(tmpl["metadata"]["labels"]) == set(job["metadata"]["labels"])
+    assert tmpl["spec"]["podFailurePolicy"] == job["spec"]["podFailurePolicy"]
+    # Settings reach the Job: limits, TTL, image, deadline.
+    out = subprocess.run([ctl, "--backend=k8s", "--print-job",
+                          "--gateway-url=http://gw:7180", "--image=img:1",
+                          "--cpu-millis=250", "--memory-bytes=64MiB",
+                          "--k8s-ttl-s=30", "--deadline-ms=90s"],
+                         capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    job = yaml.safe_load(out)
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "img:1"
+    assert c["resources"]["limits"]["cpu"] == "250m"
+    assert c["resources"]["limits"]["memory"] == str(64 << 20)
+    assert job["spec"]["ttlSecondsAfterFinished"] == 30
+    assert 89 <= job["spec"]["activeDeadlineSeconds"] <= 91
+    # Without a gateway URL the backend cannot work: an error, no Job.
+    r = subprocess.run([ctl, "--backend=k8s", "--print-job"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and not r.stdout.strip()

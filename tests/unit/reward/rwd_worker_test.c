@@ -17,8 +17,10 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -546,5 +548,46 @@ Test(rwd_worker, process_sigterm_says_disconnect, .timeout = 30)
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    broker_close(&b);
+}
+
+/* Without --worker-id, two workers of one process (same host name, same
+ * pid: what replicas on the host's network in their own pid namespaces
+ * look like) still announce different ids. */
+Test(rwd_worker, default_ids_differ_on_one_host, .timeout = 30)
+{
+    broker_t b;
+    broker_open(&b);
+    char *ids[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        char *argv[] = {"x",   "--broker",    b.endpoint, "--heartbeat-ms",
+                        "100", "--log-level", "error"};
+        inproc_t p;
+        memset(&p, 0, sizeof p);
+        cr_assert_eq(rwd_config_parse(&p.cfg, 7, argv, 1), LISA_OK);
+        p.scorer = rwd_scorer_new(NULL);
+        p.w = rwd_worker_new(&p.cfg, p.scorer);
+        cr_assert_not_null(p.w);
+        pthread_create(&p.th, NULL, inproc_main, &p);
+        Lisa__WorkerMsg *m = expect_ready(&b);
+        ids[i] = strdup(m->ready->worker_id);
+        lisa_codec_free((ProtobufCMessage **) &m);
+        inproc_stop(&p);
+        m = broker_recv_skip_hb(&b, 2000, NULL);
+        lisa_codec_free((ProtobufCMessage **) &m);
+    }
+    char host[64] = "host", prefix[160];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    snprintf(prefix, sizeof prefix, "reward-%s-%ld-", host, (long) getpid());
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(strncmp(ids[i], prefix, strlen(prefix)), 0, "%s", ids[i]);
+        const char *salt = ids[i] + strlen(prefix);
+        cr_assert_eq(strlen(salt), 8, "%s", ids[i]);
+        cr_assert_eq(strspn(salt, "0123456789abcdef"), 8, "%s", ids[i]);
+    }
+    cr_assert_str_neq(ids[0], ids[1]);
+    free(ids[0]);
+    free(ids[1]);
     broker_close(&b);
 }
