@@ -78,6 +78,11 @@ typedef struct {
     void (*log_tail)(void *impl, const char *name, char *buf, size_t len);
     /* Frees the backend. */
     void (*destroy)(void *impl);
+    /* A descriptor that polls readable when a sandbox may have changed
+     * (a local child exited, an engine event arrived), so the controller
+     * lists at once instead of at its next tick; -1 when there is none.
+     * Listing consumes the readiness. May be NULL. */
+    int (*wake_fd)(void *impl);
     /* True when sandboxes die with the controller (local backend). */
     bool dies_with_controller;
 } ctl_backend_ops_t;

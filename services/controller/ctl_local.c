@@ -1,5 +1,12 @@
 /*
  * ctl_local: fork + exec of bwrap, labels in a state directory.
+ *
+ * The state files are the truth a restarted controller reads; while it
+ * runs, the backend keeps each file's content in memory (a table by
+ * name), so a listing reads the directory and reaps children but opens
+ * only files it has not seen yet. Each child gets a pidfd in one epoll
+ * set: the set polls readable when a sandbox ended (the wake descriptor),
+ * and removal waits on the pidfd instead of sleeping.
  */
 #define _DEFAULT_SOURCE /* setgroups */
 #include "ctl_local.h"
@@ -7,15 +14,19 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <czmq.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -26,6 +37,8 @@
 
 #define S_MAX_SANDBOXES 100000u
 #define S_MAX_ARGS      160u
+#define S_MAX_SYS_ARGS  64u
+#define S_KILL_WAIT_MS  2000
 
 typedef struct {
     char *controller_id;
@@ -38,6 +51,12 @@ typedef struct {
     char *cgroup_root;
     unsigned sandbox_uid;
     bool no_memory_rlimit;
+    char *bwrap_path;               /* resolved bwrap, NULL until found */
+    char *sys_args[S_MAX_SYS_ARGS]; /* system directory arguments */
+    size_t n_sys_args;
+    zhashx_t *known; /* name -> s_entry_t: state files read or written */
+    uint64_t gen;    /* listing generation */
+    int epfd;        /* epoll set of the children's pidfds; -1 when none */
 } s_local_t;
 
 /* One state file, parsed. */
@@ -47,6 +66,14 @@ typedef struct {
     unsigned long long pid_start;
     int has_exit;
 } s_state_t;
+
+/* What the backend knows of one state file. */
+typedef struct {
+    s_state_t st;
+    bool ignored; /* another controller's, or damaged: not listed */
+    int pidfd;    /* our child's pidfd, in the epoll set; -1 when none */
+    uint64_t gen; /* the listing that last saw the file */
+} s_entry_t;
 
 static char *
 s_path(const s_local_t *l, const char *name, const char *ext)
@@ -287,34 +314,40 @@ s_num(s_argv_t *a, uint64_t v)
     return s_own(a, s);
 }
 
-/* System directories: symlinks are recreated, directories bound
- * read-only; missing ones are skipped. */
 static void
-s_system_dirs(s_argv_t *a)
+s_sys_arg(s_local_t *l, const char *a)
+{
+    if (l->n_sys_args < S_MAX_SYS_ARGS)
+        l->sys_args[l->n_sys_args++] = lisa_strdup(a);
+}
+
+/* System directories, worked out once: symlinks are recreated,
+ * directories bound read-only; missing ones are skipped. */
+static void
+s_system_dirs(s_local_t *l)
 {
     static const char *dirs[] = {"/bin",   "/sbin",  "/lib",
                                  "/lib32", "/lib64", "/libx32"};
-    s_arg(a, "--ro-bind");
-    s_arg(a, "/usr");
-    s_arg(a, "/usr");
+    s_sys_arg(l, "--ro-bind");
+    s_sys_arg(l, "/usr");
+    s_sys_arg(l, "/usr");
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         struct stat st;
         if (lstat(dirs[i], &st) != 0)
             continue;
         if (S_ISLNK(st.st_mode)) {
-            char *target = lisa_calloc(1, 4096);
-            ssize_t n = readlink(dirs[i], target, 4095);
-            if (n <= 0) {
-                lisa_free(&target);
+            char target[4096];
+            ssize_t n = readlink(dirs[i], target, sizeof target - 1);
+            if (n <= 0)
                 continue;
-            }
-            s_arg(a, "--symlink");
-            s_arg(a, s_own(a, target));
-            s_arg(a, dirs[i]);
+            target[n] = '\0';
+            s_sys_arg(l, "--symlink");
+            s_sys_arg(l, target);
+            s_sys_arg(l, dirs[i]);
         } else if (S_ISDIR(st.st_mode)) {
-            s_arg(a, "--ro-bind");
-            s_arg(a, dirs[i]);
-            s_arg(a, dirs[i]);
+            s_sys_arg(l, "--ro-bind");
+            s_sys_arg(l, dirs[i]);
+            s_sys_arg(l, dirs[i]);
         }
     }
     /* The few /etc files programs need; never the whole host /etc. */
@@ -324,9 +357,9 @@ s_system_dirs(s_argv_t *a)
                                 "/etc/passwd",       "/etc/group",
                                 "/etc/ssl",          "/etc/mime.types"};
     for (size_t i = 0; i < sizeof etc / sizeof etc[0]; i++) {
-        s_arg(a, "--ro-bind-try");
-        s_arg(a, etc[i]);
-        s_arg(a, etc[i]);
+        s_sys_arg(l, "--ro-bind-try");
+        s_sys_arg(l, etc[i]);
+        s_sys_arg(l, etc[i]);
     }
 }
 
@@ -417,6 +450,85 @@ out:
     return rc;
 }
 
+/* ---- the table of known state files --------------------------------- */
+
+static void
+s_pidfd_close(s_entry_t *e)
+{
+    if (e->pidfd >= 0)
+        close(e->pidfd); /* leaves the epoll set with its last descriptor */
+    e->pidfd = -1;
+}
+
+static void
+s_entry_free(void **item)
+{
+    if (!item || !*item)
+        return;
+    s_pidfd_close(*item);
+    lisa_free(item);
+}
+
+/* The entry of `name`, reading its state file the first time; NULL when
+ * the file is gone. */
+static s_entry_t *
+s_known(s_local_t *l, const char *name)
+{
+    s_entry_t *e = zhashx_lookup(l->known, name);
+    if (e)
+        return e;
+    s_state_t st;
+    lisa_rc_t rc = s_read_state(l, name, &st);
+    if (rc == LISA_NOTFOUND)
+        return NULL;
+    e = lisa_calloc(1, sizeof *e);
+    e->pidfd = -1;
+    if (rc != LISA_OK || strcmp(st.sb.controller_id, l->controller_id) != 0)
+        e->ignored = true;
+    else
+        e->st = st;
+    zhashx_update(l->known, name, e);
+    return e;
+}
+
+/* Drops entries whose file the listing `gen` did not see. */
+static void
+s_sweep(s_local_t *l, uint64_t gen)
+{
+    size_t n = 0, cap = 0;
+    char **gone = NULL;
+    for (s_entry_t *e = zhashx_first(l->known); e; e = zhashx_next(l->known)) {
+        if (e->gen == gen)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            gone = lisa_realloc(gone, cap * sizeof *gone);
+        }
+        gone[n++] = lisa_strdup(zhashx_cursor(l->known));
+    }
+    for (size_t i = 0; i < n; i++) {
+        zhashx_delete(l->known, gone[i]);
+        lisa_free(&gone[i]);
+    }
+    lisa_free(&gone);
+}
+
+/* A pidfd for our child `pid` in the epoll set; -1 when the kernel has
+ * none (the tick still sees the exit). */
+static int
+s_watch(s_local_t *l, pid_t pid)
+{
+    int fd = pidfd_open(pid, 0);
+    if (fd < 0)
+        return -1;
+    if (l->epfd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+            lisa_log_debug("local: epoll_ctl: %s", strerror(errno));
+    }
+    return fd;
+}
+
 static lisa_rc_t
 s_start(void *impl, const ctl_spec_t *spec)
 {
@@ -424,7 +536,7 @@ s_start(void *impl, const ctl_spec_t *spec)
     lisa_rc_t rc = LISA_ERR;
     char *state = s_path(l, spec->name, ".state");
     char *logp = s_path(l, spec->name, ".log");
-    char *bwrap = NULL, *procs = NULL;
+    char *procs = NULL;
     s_argv_t a;
     memset(&a, 0, sizeof a);
     char *envp[8] = {0};
@@ -434,7 +546,11 @@ s_start(void *impl, const ctl_spec_t *spec)
         rc = LISA_CONFLICT;
         goto out;
     }
-    bwrap = s_which(l->bwrap);
+    if (!l->bwrap_path || access(l->bwrap_path, X_OK) != 0) {
+        lisa_free(&l->bwrap_path);
+        l->bwrap_path = s_which(l->bwrap);
+    }
+    const char *bwrap = l->bwrap_path;
     if (!bwrap) {
         lisa_log_error("local: bubblewrap '%s' not found", l->bwrap);
         rc = LISA_UNAVAILABLE;
@@ -458,7 +574,8 @@ s_start(void *impl, const ctl_spec_t *spec)
     s_arg(&a, "ALL");
     s_arg(&a, "--hostname");
     s_arg(&a, "sandbox");
-    s_system_dirs(&a);
+    for (size_t i = 0; i < l->n_sys_args; i++)
+        s_arg(&a, l->sys_args[i]);
     s_arg(&a, "--proc");
     s_arg(&a, "/proc");
     s_arg(&a, "--dev");
@@ -546,13 +663,21 @@ s_start(void *impl, const ctl_spec_t *spec)
     st.sb.deadline_ms = spec->deadline_ms;
     st.pid = (long) pid;
     st.pid_start = s_pid_start(pid);
+    int pidfd = s_watch(l, pid);
     rc = s_write_state(l, &st);
     if (rc != LISA_OK) {
         (void) kill(-pid, SIGKILL);
         (void) kill(pid, SIGKILL);
         (void) waitpid(pid, NULL, 0);
+        if (pidfd >= 0)
+            close(pidfd);
         goto out;
     }
+    s_entry_t *e = lisa_calloc(1, sizeof *e);
+    e->st = st;
+    e->pidfd = pidfd;
+    e->gen = l->gen;
+    zhashx_update(l->known, spec->name, e);
     lisa_log_info("local: started %s (pid %ld) for rollout %s attempt %u",
                   spec->name, (long) pid, spec->rollout_id, spec->attempt);
 out:
@@ -566,7 +691,6 @@ out:
     for (size_t i = 0; i < a.n_owned; i++)
         lisa_free(&a.owned[i]);
     lisa_free(&procs);
-    lisa_free(&bwrap);
     lisa_free(&state);
     lisa_free(&logp);
     return rc;
@@ -611,6 +735,15 @@ s_refresh(s_local_t *l, s_state_t *st)
     st->sb.phase = CTL_PHASE_EXITED;
 }
 
+/* s_refresh on a known entry; an ended child's pidfd is closed. */
+static void
+s_update(s_local_t *l, s_entry_t *e)
+{
+    s_refresh(l, &e->st);
+    if (e->st.has_exit)
+        s_pidfd_close(e);
+}
+
 static lisa_rc_t
 s_list(void *impl, ctl_sandbox_t **out, size_t *n)
 {
@@ -620,57 +753,82 @@ s_list(void *impl, ctl_sandbox_t **out, size_t *n)
     DIR *d = opendir(l->state_dir);
     if (!d)
         return LISA_UNAVAILABLE;
+    uint64_t gen = ++l->gen;
     size_t cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && *n < S_MAX_SANDBOXES) {
-        size_t len = strlen(e->d_name);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && *n < S_MAX_SANDBOXES) {
+        size_t len = strlen(de->d_name);
         if (len < 7 || len - 6 >= CTL_NAME_MAX ||
-            strcmp(e->d_name + len - 6, ".state") != 0)
+            strcmp(de->d_name + len - 6, ".state") != 0)
             continue;
         char name[CTL_NAME_MAX];
-        memcpy(name, e->d_name, len - 6);
+        memcpy(name, de->d_name, len - 6);
         name[len - 6] = '\0';
-        s_state_t st;
-        if (s_read_state(l, name, &st) != LISA_OK)
+        s_entry_t *e = s_known(l, name);
+        if (!e)
             continue;
-        if (strcmp(st.sb.controller_id, l->controller_id) != 0)
+        e->gen = gen;
+        if (e->ignored)
             continue;
-        s_refresh(l, &st);
+        s_update(l, e);
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
             *out = lisa_realloc(*out, cap * sizeof **out);
         }
-        (*out)[(*n)++] = st.sb;
+        (*out)[(*n)++] = e->st.sb;
     }
+    if (!de)
+        s_sweep(l, gen); /* the whole directory was read */
     closedir(d);
     return LISA_OK;
+}
+
+/* Waits until the killed process `e` names is gone (reaped when ours). */
+static void
+s_wait_gone(s_entry_t *e)
+{
+    pid_t pid = (pid_t) e->st.pid;
+    if (e->pidfd >= 0) {
+        struct pollfd p = {.fd = e->pidfd, .events = POLLIN};
+        (void) poll(&p, 1, S_KILL_WAIT_MS);
+        (void) waitpid(pid, NULL, WNOHANG);
+        return;
+    }
+    for (int i = 0; i < S_KILL_WAIT_MS / 10; i++) {
+        pid_t w = waitpid(pid, NULL, WNOHANG);
+        if (w == pid || (w < 0 && errno == ECHILD && !s_pid_start(pid)))
+            break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static lisa_rc_t
 s_remove(void *impl, const char *name)
 {
     s_local_t *l = impl;
-    s_state_t st;
-    lisa_rc_t rc = s_read_state(l, name, &st);
-    if (rc == LISA_NOTFOUND)
-        return LISA_NOTFOUND;
+    s_entry_t *e = zhashx_lookup(l->known, name);
+    s_entry_t tmp = {.pidfd = -1};
+    lisa_rc_t rc = LISA_OK;
+    if (!e || e->ignored) {
+        /* Not listed yet, or not a file we list: read it as it is now. */
+        rc = s_read_state(l, name, &tmp.st);
+        if (rc == LISA_NOTFOUND) {
+            zhashx_delete(l->known, name);
+            return LISA_NOTFOUND;
+        }
+        e = &tmp;
+    }
     if (rc == LISA_OK) {
-        s_refresh(l, &st);
+        s_update(l, e);
         /* bwrap leads its process group; the sandbox's init is in it (and
          * everything dies with the init). A bwrap that died unobserved
          * may have left the init behind: kill the group then too. */
-        if (st.sb.phase != CTL_PHASE_EXITED || st.sb.exit_code < 0)
-            (void) kill((pid_t) -st.pid, SIGKILL);
-        if (st.sb.phase != CTL_PHASE_EXITED) {
-            (void) kill((pid_t) st.pid, SIGKILL);
-            for (int i = 0; i < 200; i++) {
-                pid_t w = waitpid((pid_t) st.pid, NULL, WNOHANG);
-                if (w == (pid_t) st.pid ||
-                    (w < 0 && errno == ECHILD && !s_pid_start(st.pid)))
-                    break;
-                struct timespec ts = {0, 10 * 1000000L};
-                nanosleep(&ts, NULL);
-            }
+        if (e->st.sb.phase != CTL_PHASE_EXITED || e->st.sb.exit_code < 0)
+            (void) kill((pid_t) -e->st.pid, SIGKILL);
+        if (e->st.sb.phase != CTL_PHASE_EXITED) {
+            (void) kill((pid_t) e->st.pid, SIGKILL);
+            s_wait_gone(e);
         }
     }
     char *dir = s_cgroup_dir(l, name);
@@ -688,7 +846,14 @@ s_remove(void *impl, const char *name)
     (void) unlink(logp);
     lisa_free(&state);
     lisa_free(&logp);
+    zhashx_delete(l->known, name);
     return LISA_OK;
+}
+
+static int
+s_wake_fd(void *impl)
+{
+    return ((s_local_t *) impl)->epfd;
 }
 
 static void
@@ -703,6 +868,12 @@ s_destroy(void *impl)
     lisa_free(&l->gateway_socket);
     lisa_free(&l->gateway_url);
     lisa_free(&l->cgroup_root);
+    lisa_free(&l->bwrap_path);
+    for (size_t i = 0; i < l->n_sys_args; i++)
+        lisa_free(&l->sys_args[i]);
+    zhashx_destroy(&l->known);
+    if (l->epfd >= 0)
+        close(l->epfd);
     lisa_free(&l);
 }
 
@@ -716,6 +887,7 @@ static const ctl_backend_ops_t s_ops = {
     .remove = s_remove,
     .log_tail = s_log_tail,
     .destroy = s_destroy,
+    .wake_fd = s_wake_fd,
     .dies_with_controller = true,
 };
 
@@ -771,6 +943,13 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
     l->sandbox_uid = cfg->sandbox_uid ? cfg->sandbox_uid : 65534u;
     l->no_memory_rlimit = cfg->no_memory_rlimit;
+    s_system_dirs(l);
+    l->known = zhashx_new();
+    zhashx_set_destructor(l->known, s_entry_free);
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (l->epfd < 0)
+        lisa_log_warn("local: epoll_create1: %s (exits seen at ticks only)",
+                      strerror(errno));
     out->ops = &s_ops;
     out->impl = l;
     return LISA_OK;
