@@ -1,5 +1,6 @@
 /*
- * ctl_http: libcurl easy with bounded answers.
+ * ctl_http: libcurl easy with bounded answers; batches through one curl
+ * multi handle whose connection cache outlives each batch.
  */
 #include "ctl_http.h"
 
@@ -12,6 +13,7 @@
 
 struct ctl_http {
     CURL *curl;
+    CURLM *multi; /* batches (ctl_http_many); NULL until the first */
     char *socket;
     char *ca;
     char *auth;
@@ -66,6 +68,8 @@ ctl_http_destroy(ctl_http_t **h)
     if (!h || !*h)
         return;
     curl_easy_cleanup((*h)->curl);
+    if ((*h)->multi)
+        curl_multi_cleanup((*h)->multi);
     lisa_free(&(*h)->socket);
     lisa_free(&(*h)->ca);
     lisa_free(&(*h)->auth);
@@ -83,17 +87,17 @@ ctl_http_set_bearer(ctl_http_t *h, const char *token)
     snprintf(h->auth, n, "Authorization: Bearer %s", token);
 }
 
-lisa_rc_t
-ctl_http_call(ctl_http_t *h, const char *method, const char *url,
-              const char *content_type, const char *body, long timeout_ms,
-              ctl_http_rep_t *rep)
+/* Sets up `c` for one request; the header list and answer buffer are
+ * the caller's until the transfer ends. */
+static void
+s_setup(ctl_http_t *h, CURL *c, const char *method, const char *url,
+        const char *content_type, const char *body, long timeout_ms,
+        struct curl_slist **hdr, s_buf_t *b)
 {
-    memset(rep, 0, sizeof *rep);
-    CURL *c = h->curl;
-    curl_easy_reset(c);
-    struct curl_slist *hdr = NULL;
     char ct[128];
-    s_buf_t b = {.max = h->max};
+    *hdr = NULL;
+    memset(b, 0, sizeof *b);
+    b->max = h->max;
     curl_easy_setopt(c, CURLOPT_URL, url);
     if (h->socket)
         curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, h->socket);
@@ -103,7 +107,7 @@ ctl_http_call(ctl_http_t *h, const char *method, const char *url,
     if (body) {
         snprintf(ct, sizeof ct, "Content-Type: %s",
                  content_type ? content_type : "application/json");
-        hdr = curl_slist_append(hdr, ct);
+        *hdr = curl_slist_append(*hdr, ct);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
                          (curl_off_t) strlen(body));
@@ -111,21 +115,26 @@ ctl_http_call(ctl_http_t *h, const char *method, const char *url,
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
     }
     if (h->auth)
-        hdr = curl_slist_append(hdr, h->auth);
-    hdr = curl_slist_append(hdr, "Accept: application/json");
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        *hdr = curl_slist_append(*hdr, h->auth);
+    *hdr = curl_slist_append(*hdr, "Accept: application/json");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
                      timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    CURLcode cc = curl_easy_perform(c);
-    curl_slist_free_all(hdr);
+}
+
+/* Turns a finished transfer into rc and *rep; frees the buffer on error. */
+static lisa_rc_t
+s_finish(ctl_http_t *h, CURL *c, CURLcode cc, const char *method,
+         const char *url, s_buf_t *b, ctl_http_rep_t *rep)
+{
     if (cc != CURLE_OK) {
-        lisa_free(&b.data);
-        if (b.over) {
+        lisa_free(&b->data);
+        if (b->over) {
             lisa_log_warn("http %s %s: answer over %zu bytes", method, url,
                           h->max);
             return LISA_TOOLARGE;
@@ -134,9 +143,98 @@ ctl_http_call(ctl_http_t *h, const char *method, const char *url,
         return cc == CURLE_OPERATION_TIMEDOUT ? LISA_TIMEOUT : LISA_UNAVAILABLE;
     }
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rep->status);
-    rep->body = b.data ? b.data : lisa_strdup("");
-    rep->len = b.len;
+    rep->body = b->data ? b->data : lisa_strdup("");
+    rep->len = b->len;
     return LISA_OK;
+}
+
+lisa_rc_t
+ctl_http_call(ctl_http_t *h, const char *method, const char *url,
+              const char *content_type, const char *body, long timeout_ms,
+              ctl_http_rep_t *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    CURL *c = h->curl;
+    curl_easy_reset(c);
+    struct curl_slist *hdr = NULL;
+    s_buf_t b;
+    s_setup(h, c, method, url, content_type, body, timeout_ms, &hdr, &b);
+    CURLcode cc = curl_easy_perform(c);
+    curl_slist_free_all(hdr);
+    return s_finish(h, c, cc, method, url, &b, rep);
+}
+
+void
+ctl_http_many(ctl_http_t *h, ctl_http_req_t *reqs, size_t n, size_t parallel,
+              long timeout_ms)
+{
+    if (n == 0)
+        return;
+    if (!h->multi) {
+        h->multi = curl_multi_init();
+        if (!h->multi) {
+            for (size_t i = 0; i < n; i++)
+                reqs[i].rc = ctl_http_call(h, reqs[i].method, reqs[i].url,
+                                           NULL, reqs[i].body, timeout_ms,
+                                           &reqs[i].rep);
+            return;
+        }
+    }
+    if (parallel == 0)
+        parallel = 1;
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) parallel);
+    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long) parallel);
+    CURL **easy = lisa_calloc(n, sizeof *easy);
+    struct curl_slist **hdr = lisa_calloc(n, sizeof *hdr);
+    s_buf_t *buf = lisa_calloc(n, sizeof *buf);
+    size_t open = 0;
+    for (size_t i = 0; i < n; i++) {
+        memset(&reqs[i].rep, 0, sizeof reqs[i].rep);
+        reqs[i].rc = LISA_UNAVAILABLE;
+        easy[i] = curl_easy_init();
+        if (!easy[i])
+            continue;
+        s_setup(h, easy[i], reqs[i].method, reqs[i].url, NULL, reqs[i].body,
+                timeout_ms, &hdr[i], &buf[i]);
+        curl_easy_setopt(easy[i], CURLOPT_PRIVATE, (void *) &reqs[i]);
+        if (curl_multi_add_handle(h->multi, easy[i]) == CURLM_OK)
+            open++;
+    }
+    while (open > 0) {
+        int running = 0;
+        if (curl_multi_perform(h->multi, &running) != CURLM_OK)
+            break;
+        CURLMsg *m;
+        int left = 0;
+        while ((m = curl_multi_info_read(h->multi, &left)) != NULL) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            size_t i = 0;
+            while (i < n && easy[i] != m->easy_handle)
+                i++;
+            if (i == n)
+                continue;
+            reqs[i].rc = s_finish(h, easy[i], m->data.result, reqs[i].method,
+                                  reqs[i].url, &buf[i], &reqs[i].rep);
+            curl_multi_remove_handle(h->multi, easy[i]);
+            curl_easy_cleanup(easy[i]);
+            easy[i] = NULL;
+            open--;
+        }
+        if (open > 0 && running > 0)
+            (void) curl_multi_poll(h->multi, NULL, 0, 100, NULL);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (easy[i]) { /* never finished (the multi handle failed) */
+            curl_multi_remove_handle(h->multi, easy[i]);
+            curl_easy_cleanup(easy[i]);
+            lisa_free(&buf[i].data);
+        }
+        curl_slist_free_all(hdr[i]);
+    }
+    lisa_free(&easy);
+    lisa_free(&hdr);
+    lisa_free(&buf);
 }
 
 void

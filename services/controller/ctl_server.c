@@ -50,6 +50,8 @@ struct ctl_server {
     bool stopping; /* claims answered from now on are handed back */
     bool dirty;    /* something changed: tick without waiting */
     bool wake_ok;  /* poll the backend's wake descriptor */
+    char (*doomed)[CTL_NAME_MAX]; /* sandboxes to remove at the pass's end */
+    size_t n_doomed, cap_doomed;
     ctl_stats_t st;
 };
 
@@ -105,6 +107,7 @@ ctl_server_destroy(ctl_server_t **sp)
     lisa_rpc_destroy(&s->rpc);
     zsock_destroy(&s->sub);
     lisa_free(&s->recs);
+    lisa_free(&s->doomed);
     lisa_free(sp);
 }
 
@@ -433,17 +436,22 @@ s_drain_events(ctl_server_t *s)
 
 /* ---- claims ---------------------------------------------------------- */
 
-static void
-s_start_one(ctl_server_t *s, const Lisa__ClaimedAttempt *ca, bool *down)
+/* The spec of a claimed attempt (strings borrowed from ca and name);
+ * false when the claim is unusable. */
+static bool
+s_spec_of(ctl_server_t *s, const Lisa__ClaimedAttempt *ca,
+          char name[CTL_NAME_MAX], ctl_spec_t *spec)
 {
     const Lisa__Rollout *r = ca->rollout;
     if (!r || !r->rollout_id || !ca->token) {
         lisa_log_warn("broker: claim without rollout or token; skipped");
-        return;
+        return false;
     }
     uint64_t now = ctl_wall_ms();
     const Lisa__Limits *lim = ca->limits;
-    ctl_spec_t spec = {
+    ctl_backend_name(r->rollout_id, ca->attempt, name);
+    *spec = (ctl_spec_t){
+        .name = name,
         .controller_id = s->cfg->controller_id,
         .run_id = r->run_id ? r->run_id : "",
         .rollout_id = r->rollout_id,
@@ -460,45 +468,74 @@ s_start_one(ctl_server_t *s, const Lisa__ClaimedAttempt *ca, bool *down)
         .disk_bytes =
             lim && lim->disk_bytes ? lim->disk_bytes : s->cfg->disk_bytes,
     };
-    char name[CTL_NAME_MAX];
-    ctl_backend_name(r->rollout_id, ca->attempt, name);
-    spec.name = name;
     s->st.claimed++;
-    if (*down) {
-        s_report(s, r->rollout_id, ca->attempt,
-                 LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
-                 NULL);
-        return;
-    }
-    lisa_rc_t rc = s->be.ops->start(s->be.impl, &spec);
+    return true;
+}
+
+/* Acts on the backend's answer to one start: a record and AttemptStart,
+ * or a failure report (INFRA when the backend is down: pause). */
+static void
+s_started(ctl_server_t *s, const ctl_spec_t *spec, lisa_rc_t rc, bool *down)
+{
     if (rc == LISA_OK || rc == LISA_CONFLICT) {
         if (rc == LISA_CONFLICT)
-            lisa_log_info("sandbox %s already exists; taking it", name);
+            lisa_log_info("sandbox %s already exists; taking it", spec->name);
         s->st.started++;
         /* A sandbox of this attempt may have been adopted in this tick. */
-        s_rec_t *rec = s_find(s, r->rollout_id, ca->attempt);
+        s_rec_t *rec = s_find(s, spec->rollout_id, spec->attempt);
         if (!rec)
-            rec = s_add(s, r->rollout_id, ca->attempt, spec.run_id, name,
-                        spec.deadline_ms);
+            rec = s_add(s, spec->rollout_id, spec->attempt, spec->run_id,
+                        spec->name, spec->deadline_ms);
         rec->verified = true;
         rec->stop = false;
-        rec->deadline_ms = spec.deadline_ms;
-        s_confirm_start(s, r->rollout_id, ca->attempt, name);
+        rec->deadline_ms = spec->deadline_ms;
+        s_confirm_start(s, spec->rollout_id, spec->attempt, spec->name);
         s_backend_up(s);
         return;
     }
     s->st.start_failed++;
     if (rc == LISA_UNAVAILABLE) {
+        if (!*down)
+            s_backend_down(s, "start failed");
         *down = true;
-        s_backend_down(s, "start failed");
-        s_report(s, r->rollout_id, ca->attempt,
+        s_report(s, spec->rollout_id, spec->attempt,
                  LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
                  NULL);
     } else {
-        s_report(s, r->rollout_id, ca->attempt,
+        s_report(s, spec->rollout_id, spec->attempt,
                  LISA__FAILURE_KIND__FAILURE_SANDBOX,
                  "sandbox could not be started", lisa_rc_str(rc));
     }
+}
+
+/* Starts the claimed attempts: all at once where the backend can, else
+ * one after another until one finds the backend down. */
+static void
+s_start_all(ctl_server_t *s, Lisa__ClaimedAttempt *const *cas, size_t got)
+{
+    ctl_spec_t *specs = lisa_calloc(got ? got : 1, sizeof *specs);
+    char(*names)[CTL_NAME_MAX] = lisa_calloc(got ? got : 1, sizeof *names);
+    lisa_rc_t *rcs = lisa_calloc(got ? got : 1, sizeof *rcs);
+    size_t n = 0;
+    for (size_t i = 0; i < got; i++)
+        if (s_spec_of(s, cas[i], names[n], &specs[n]))
+            n++;
+    if (s->be.ops->start_many && n > 1) {
+        s->be.ops->start_many(s->be.impl, specs, n, rcs);
+    } else {
+        bool gone = false;
+        for (size_t i = 0; i < n; i++) {
+            rcs[i] = gone ? LISA_UNAVAILABLE
+                          : s->be.ops->start(s->be.impl, &specs[i]);
+            gone |= rcs[i] == LISA_UNAVAILABLE;
+        }
+    }
+    bool down = false;
+    for (size_t i = 0; i < n; i++)
+        s_started(s, &specs[i], rcs[i], &down);
+    lisa_free(&rcs);
+    lisa_free(&names);
+    lisa_free(&specs);
 }
 
 /* Hands a claimed attempt back (the controller is stopping). */
@@ -527,13 +564,12 @@ s_on_claim(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
     }
     size_t got = rep->claim->n_attempts;
     ctl_rate_take(&s->rate, got);
-    bool down = false;
-    for (size_t i = 0; i < got; i++) {
-        if (s->stopping)
+    if (s->stopping) {
+        for (size_t i = 0; i < got; i++)
             s_hand_back(s, rep->claim->attempts[i]);
-        else
-            s_start_one(s, rep->claim->attempts[i], &down);
+        return;
     }
+    s_start_all(s, rep->claim->attempts, got);
 }
 
 /* Asks for as many attempts as there is room and rate for; the reply
@@ -582,6 +618,35 @@ s_claim(ctl_server_t *s)
 
 /* ---- the tick -------------------------------------------------------- */
 
+/* Marks a sandbox for removal at the end of this pass. */
+static void
+s_doom(ctl_server_t *s, const char *name)
+{
+    if (s->n_doomed == s->cap_doomed) {
+        s->cap_doomed = s->cap_doomed ? s->cap_doomed * 2 : 16;
+        s->doomed =
+            lisa_realloc(s->doomed, s->cap_doomed * sizeof *s->doomed);
+    }
+    snprintf(s->doomed[s->n_doomed++], CTL_NAME_MAX, "%s", name);
+}
+
+/* Removes the marked sandboxes, all at once where the backend can. */
+static void
+s_remove_doomed(ctl_server_t *s)
+{
+    if (s->n_doomed > 1 && s->be.ops->remove_many) {
+        const char **names = lisa_calloc(s->n_doomed, sizeof *names);
+        for (size_t i = 0; i < s->n_doomed; i++)
+            names[i] = s->doomed[i];
+        s->be.ops->remove_many(s->be.impl, names, s->n_doomed);
+        lisa_free(&names);
+    } else {
+        for (size_t i = 0; i < s->n_doomed; i++)
+            (void) s->be.ops->remove(s->be.impl, s->doomed[i]);
+    }
+    s->n_doomed = 0;
+}
+
 static void
 s_detail(ctl_server_t *s, const char *name, char *buf, size_t len)
 {
@@ -600,7 +665,7 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
             lisa_log_info("reaping %s (rollout %s attempt %u): past its "
                           "deadline and unknown",
                           sb->name, sb->rollout_id, sb->attempt);
-            (void) s->be.ops->remove(s->be.impl, sb->name);
+            s_doom(s, sb->name);
             s->st.reaped++;
             return;
         }
@@ -625,13 +690,13 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
             s_detail(s, sb->name, detail, sizeof detail);
             s_report(s, rec->rollout_id, rec->attempt, o.kind, o.why, detail);
         }
-        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_doom(s, sb->name);
         s_drop(s, rec);
         return;
     }
     if (now >= rec->deadline_ms + grace) {
         lisa_log_info("sandbox %s passed its deadline; killing it", sb->name);
-        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_doom(s, sb->name);
         s->st.deadline_kills++;
         if (!rec->stop)
             s_report(s, rec->rollout_id, rec->attempt,
@@ -641,7 +706,7 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
         return;
     }
     if (rec->stop && rec->verified) {
-        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_doom(s, sb->name);
         s->st.stopped++;
         s_drop(s, rec);
         return;
@@ -672,6 +737,7 @@ s_tick(ctl_server_t *s)
     for (size_t i = 0; i < n; i++)
         s_handle(s, &list[i], now);
     lisa_free(&list);
+    s_remove_doomed(s);
     /* Records whose sandbox vanished without an exit status. */
     for (size_t i = 0; i < s->n_recs;) {
         s_rec_t *rec = &s->recs[i];
@@ -734,9 +800,9 @@ ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
                   s->cfg->max_concurrency, s->cfg->create_per_s);
     if (s->be.ops->ping(s->be.impl) != LISA_OK)
         s_backend_down(s, "ping failed at start");
-    int wfd = s->be.ops->wake_fd ? s->be.ops->wake_fd(s->be.impl) : -1;
     int64_t next_tick = 0;
     while (!*stop) {
+        int wfd = s->be.ops->wake_fd ? s->be.ops->wake_fd(s->be.impl) : -1;
         /* Events, replies and the backend's wake descriptor all wake the
          * loop; a change ticks at once, else the tick period runs out. */
         zmq_pollitem_t items[3] = {
