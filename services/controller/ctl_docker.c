@@ -238,8 +238,8 @@ s_create_rc(const s_docker_t *d, const ctl_spec_t *sp, lisa_rc_t rc,
     if (rc != LISA_OK)
         return rc;
     if (rep->status >= 500) {
-        lisa_log_warn("docker: create %s -> %ld %.200s", sp->name,
-                      rep->status, rep->body);
+        lisa_log_warn("docker: create %s -> %ld %.200s", sp->name, rep->status,
+                      rep->body);
         return LISA_UNAVAILABLE;
     }
     rc = s_rc_of(rep->status);
@@ -248,8 +248,8 @@ s_create_rc(const s_docker_t *d, const ctl_spec_t *sp, lisa_rc_t rc,
                        rep->body);
         rc = LISA_UNAVAILABLE; /* nothing can start until it exists */
     } else if (rc == LISA_INVALID) {
-        lisa_log_error("docker: create %s -> %ld %.200s", sp->name,
-                       rep->status, rep->body);
+        lisa_log_error("docker: create %s -> %ld %.200s", sp->name, rep->status,
+                       rep->body);
     }
     return rc; /* LISA_CONFLICT: it exists; the caller takes it */
 }
@@ -491,8 +491,8 @@ s_remove_many(void *impl, const char *const *names, size_t n)
         s_batch_req(d, &rq[i], "DELETE", names[i], "?force=1&v=1", false);
     ctl_http_many(d->http, rq, n, S_PARALLEL, S_TIMEOUT_MS);
     for (size_t i = 0; i < n; i++)
-        if (rq[i].rc != LISA_OK || (rq[i].rep.status >= 300 &&
-                                    rq[i].rep.status != 404))
+        if (rq[i].rc != LISA_OK ||
+            (rq[i].rep.status >= 300 && rq[i].rep.status != 404))
             lisa_log_warn("docker: remove %s: %s %ld", names[i],
                           lisa_rc_str(rq[i].rc), rq[i].rep.status);
     s_batch_free(rq, n);
@@ -540,8 +540,8 @@ s_events_open(s_docker_t *d)
                        "Host: docker\r\n\r\n",
                        d->version, esc);
     lisa_free(&esc);
-    bool ok = connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0 &&
-              len > 0 && (size_t) len < n &&
+    bool ok = connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0 && len > 0 &&
+              (size_t) len < n &&
               write(fd, req, (size_t) len) == (ssize_t) len &&
               fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
     lisa_free(&req);
@@ -565,7 +565,8 @@ s_events_drain(s_docker_t *d)
             got += (size_t) r;
             continue;
         }
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        if (r < 0 &&
+            (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         s_events_close(d); /* EOF or error */
     }

@@ -174,15 +174,16 @@ ctl_http_many(ctl_http_t *h, ctl_http_req_t *reqs, size_t n, size_t parallel,
         h->multi = curl_multi_init();
         if (!h->multi) {
             for (size_t i = 0; i < n; i++)
-                reqs[i].rc = ctl_http_call(h, reqs[i].method, reqs[i].url,
-                                           NULL, reqs[i].body, timeout_ms,
-                                           &reqs[i].rep);
+                reqs[i].rc =
+                    ctl_http_call(h, reqs[i].method, reqs[i].url, NULL,
+                                  reqs[i].body, timeout_ms, &reqs[i].rep);
             return;
         }
     }
     if (parallel == 0)
         parallel = 1;
-    curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) parallel);
+    curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+                      (long) parallel);
     curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long) parallel);
     CURL **easy = lisa_calloc(n, sizeof *easy);
     struct curl_slist **hdr = lisa_calloc(n, sizeof *hdr);

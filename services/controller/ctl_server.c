@@ -624,8 +624,7 @@ s_doom(ctl_server_t *s, const char *name)
 {
     if (s->n_doomed == s->cap_doomed) {
         s->cap_doomed = s->cap_doomed ? s->cap_doomed * 2 : 16;
-        s->doomed =
-            lisa_realloc(s->doomed, s->cap_doomed * sizeof *s->doomed);
+        s->doomed = lisa_realloc(s->doomed, s->cap_doomed * sizeof *s->doomed);
     }
     snprintf(s->doomed[s->n_doomed++], CTL_NAME_MAX, "%s", name);
 }

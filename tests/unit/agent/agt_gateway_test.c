@@ -8,7 +8,6 @@
 #include "lisa/lisa_mem.h"
 
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
@@ -128,7 +127,6 @@ s_setup(void)
 {
     memset(&s_gw, 0, sizeof s_gw);
     atomic_store(&s_gw.status, 200);
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     struct sockaddr_in sa = {0};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -147,7 +145,6 @@ static void
 s_teardown(void)
 {
     MHD_stop_daemon(s_d);
-    curl_global_cleanup();
 }
 
 static agt_gateway_t *
