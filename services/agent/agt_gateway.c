@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,8 @@ typedef struct {
     long status;
     long long clen; /* Content-Length, -1 when none */
     bool chunked, close;
+    size_t ci;    /* chunked: where the next chunk's size line starts */
+    bool trailer; /* chunked: the last chunk is in, trailers follow */
 } s_ans_t;
 
 static void
@@ -355,44 +358,45 @@ s_parse_head(s_ans_t *a)
     return true;
 }
 
-/* Decodes the chunked body at raw[head..len) into sb. 1 complete, 0 needs
- * more bytes, -1 malformed. */
+/* Decodes the chunks complete so far (from a->ci on) into sb. 1 the last
+ * chunk and trailers are in, 0 needs more bytes, -1 malformed. */
 static int
-s_dechunk(const s_ans_t *a, agt_sb_t *sb)
+s_dechunk(s_ans_t *a, agt_sb_t *sb)
 {
-    size_t i = a->head;
-    agt_sb_free(sb);
-    agt_sb_init(sb, sb->max);
+    if (!a->ci)
+        a->ci = a->head;
     for (;;) {
+        size_t i = a->ci;
         const char *eol = memchr(a->raw + i, '\n', a->len - i);
         if (!eol)
             return 0;
+        if (a->trailer) { /* trailers end with a blank line */
+            bool blank = eol == a->raw + i ||
+                         (eol == a->raw + i + 1 && a->raw[i] == '\r');
+            a->ci = (size_t) (eol - a->raw) + 1;
+            if (blank)
+                return 1;
+            continue;
+        }
         char *e = NULL;
         unsigned long long n = strtoull(a->raw + i, &e, 16);
         if (e == a->raw + i)
             return -1;
-        i = (size_t) (eol - a->raw) + 1;
-        if (n == 0) { /* trailers end with a blank line */
-            for (;;) {
-                const char *t = memchr(a->raw + i, '\n', a->len - i);
-                if (!t)
-                    return 0;
-                bool blank = t == a->raw + i ||
-                             (t == a->raw + i + 1 && a->raw[i] == '\r');
-                i = (size_t) (t - a->raw) + 1;
-                if (blank)
-                    return 1;
-            }
+        size_t data = (size_t) (eol - a->raw) + 1;
+        if (n == 0) {
+            a->trailer = true;
+            a->ci = data;
+            continue;
         }
-        if (n > a->len - i || a->len - i - (size_t) n < 2)
-            return 0;
-        agt_sb_add(sb, a->raw + i, (size_t) n);
-        i += (size_t) n;
-        if (a->raw[i] == '\r')
-            i++;
-        if (a->raw[i] != '\n')
+        if (n > a->len - data || a->len - data - (size_t) n < 2)
+            return 0; /* the chunk and its CRLF are not all here yet */
+        agt_sb_add(sb, a->raw + data, (size_t) n);
+        size_t j = data + (size_t) n;
+        if (a->raw[j] == '\r')
+            j++;
+        if (a->raw[j] != '\n')
             return -1;
-        i++;
+        a->ci = j + 1;
     }
 }
 
@@ -497,10 +501,16 @@ s_plain_call(agt_gateway_t *gw, const char *method, const char *path,
     long deadline = agt_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
     agt_sb_t req;
     agt_sb_init(&req, 64u * 1024u * 1024u);
+    bool v6 = strchr(gw->host, ':') != NULL;
+    bool dflt = strcmp(gw->port, "80") == 0;
+    agt_sb_printf(&req, "%s %s%s HTTP/1.1\r\n", method, gw->prefix, path);
+    if (gw->socket)
+        agt_sb_puts(&req, "Host: localhost\r\n");
+    else
+        agt_sb_printf(&req, "Host: %s%s%s%s%s\r\n", v6 ? "[" : "", gw->host,
+                      v6 ? "]" : "", dflt ? "" : ":", dflt ? "" : gw->port);
     agt_sb_printf(&req,
-                  "%s %s%s HTTP/1.1\r\nHost: %s\r\n"
                   "Authorization: Bearer %s\r\nAccept: application/json\r\n",
-                  method, gw->prefix, path, gw->socket ? "localhost" : gw->host,
                   gw->token);
     if (turn)
         agt_sb_printf(&req, "X-Lisa-Turn: %u\r\n", turn);
@@ -550,7 +560,7 @@ out:
 /* ---- https through libcurl, loaded on first use ----------------------- */
 
 static struct {
-    bool tried, ok;
+    bool ok;
     CURL *(*easy_init)(void);
     CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
     CURLcode (*easy_perform)(CURL *);
@@ -562,15 +572,12 @@ static struct {
     CURLcode (*global_init)(long);
 } s_curl;
 
-static bool
-s_curl_load(void)
+static void
+s_curl_load_once(void)
 {
-    if (s_curl.tried)
-        return s_curl.ok;
-    s_curl.tried = true;
     void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
     if (!h)
-        return false;
+        return;
         /* POSIX: a function pointer travels through dlsym's void *. */
 #define S_SYM(field, name) *(void **) (&s_curl.field) = dlsym(h, name)
     S_SYM(easy_init, "curl_easy_init");
@@ -588,6 +595,14 @@ s_curl_load(void)
                 s_curl.easy_strerror && s_curl.slist_append &&
                 s_curl.slist_free_all && s_curl.global_init &&
                 s_curl.global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+}
+
+/* libcurl, loaded once for the process (the heartbeat thread too). */
+static bool
+s_curl_load(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    (void) pthread_once(&once, s_curl_load_once);
     return s_curl.ok;
 }
 

@@ -305,6 +305,16 @@ Test(agt_gateway, nobody_listening_is_unavailable)
     cr_assert_neq(rep.error[0], '\0');
     agt_reply_clear(&rep);
     agt_gateway_destroy(&gw);
+    /* https goes through libcurl, loaded on first use. */
+    agt_gateway_cfg_t tls = {.base_url = "https://127.0.0.1:1",
+                             .token = "t",
+                             .max_reply_bytes = 1024};
+    gw = agt_gateway_new(&tls);
+    cr_assert_eq(agt_gateway_call(gw, "GET", "/x", NULL, 0, 2000, &rep),
+                 LISA_UNAVAILABLE);
+    cr_assert(strstr(rep.error, "onnect"), "%s", rep.error);
+    agt_reply_clear(&rep);
+    agt_gateway_destroy(&gw);
     agt_gateway_cfg_t none = {.token = "t", .max_reply_bytes = 1024};
     cr_assert_null(agt_gateway_new(&none));
 }
