@@ -375,26 +375,46 @@ s_label_u64(json_t *labels, const char *key)
     return v ? strtoull(v, NULL, 10) : 0;
 }
 
-/* Exit code and OOM flag of an ended container (inspect). */
+/* Exit code and OOM flag from an inspect answer. */
 static void
-s_inspect_exit(s_docker_t *d, const char *name, ctl_sandbox_t *sb)
+s_exit_of(const ctl_http_req_t *rq, ctl_sandbox_t *sb)
 {
-    char *esc = ctl_http_escape(name);
-    char path[256];
-    snprintf(path, sizeof path, "/containers/%s/json", esc);
-    lisa_free(&esc);
-    ctl_http_rep_t rep;
     sb->exit_code = -1;
-    if (s_call(d, "GET", path, NULL, &rep) == LISA_OK && rep.status == 200) {
-        json_t *j = json_loads(rep.body, 0, NULL);
-        json_t *st = json_object_get(j, "State");
-        json_t *code = json_object_get(st, "ExitCode");
-        if (json_is_integer(code))
-            sb->exit_code = (int) json_integer_value(code);
-        sb->oom = json_is_true(json_object_get(st, "OOMKilled"));
-        json_decref(j);
+    if (rq->rc != LISA_OK || rq->rep.status != 200)
+        return;
+    json_t *j = json_loads(rq->rep.body, 0, NULL);
+    json_t *st = json_object_get(j, "State");
+    json_t *code = json_object_get(st, "ExitCode");
+    if (json_is_integer(code))
+        sb->exit_code = (int) json_integer_value(code);
+    sb->oom = json_is_true(json_object_get(st, "OOMKilled"));
+    json_decref(j);
+}
+
+/* Inspects the ended containers of a listing, all at once. */
+static void
+s_inspect_exits(s_docker_t *d, ctl_sandbox_t *sbs, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += sbs[i].phase == CTL_PHASE_EXITED;
+    if (m == 0)
+        return;
+    ctl_http_req_t *rq = lisa_calloc(m, sizeof *rq);
+    size_t *which = lisa_calloc(m, sizeof *which);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sbs[i].phase != CTL_PHASE_EXITED)
+            continue;
+        s_batch_req(d, &rq[k], "GET", sbs[i].name, "/json", false);
+        which[k++] = i;
     }
-    ctl_http_rep_clear(&rep);
+    ctl_http_many(d->http, rq, m, S_PARALLEL, S_TIMEOUT_MS);
+    for (k = 0; k < m; k++)
+        s_exit_of(&rq[k], &sbs[which[k]]);
+    s_batch_free(rq, m);
+    lisa_free(&which);
+    lisa_free(&rq);
 }
 
 static lisa_rc_t
@@ -453,14 +473,14 @@ s_list(void *impl, ctl_sandbox_t **out, size_t *n)
         if (strcmp(state, "created") == 0) {
             sb->phase = CTL_PHASE_PENDING;
         } else if (strcmp(state, "exited") == 0 || strcmp(state, "dead") == 0) {
-            sb->phase = CTL_PHASE_EXITED;
-            s_inspect_exit(d, sb->name, sb);
+            sb->phase = CTL_PHASE_EXITED; /* exit code: below */
         } else {
             sb->phase = CTL_PHASE_RUNNING;
         }
         (*n)++;
     }
     json_decref(arr);
+    s_inspect_exits(d, *out, *n);
     return LISA_OK;
 }
 

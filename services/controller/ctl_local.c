@@ -876,6 +876,30 @@ s_wait_gone(s_entry_t *e)
     }
 }
 
+/* pidfds of pid's children (the sandbox's init under bwrap), opened
+ * before the kill: an init exits only once its pid namespace is empty, so
+ * waiting on it means no process of the sandbox is left (they would
+ * count against the next sandbox's process limit). */
+static size_t
+s_child_fds(pid_t pid, int *fds, size_t max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", (long) pid,
+             (long) pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = 0;
+    long c;
+    while (n < max && fscanf(f, "%ld", &c) == 1) {
+        int fd = pidfd_open((pid_t) c, 0);
+        if (fd >= 0)
+            fds[n++] = fd;
+    }
+    fclose(f);
+    return n;
+}
+
 static lisa_rc_t
 s_remove(void *impl, const char *name)
 {
@@ -897,11 +921,20 @@ s_remove(void *impl, const char *name)
         /* bwrap leads its process group; the sandbox's init is in it (and
          * everything dies with the init). A bwrap that died unobserved
          * may have left the init behind: kill the group then too. */
+        int kids[4];
+        size_t nk = e->st.sb.phase != CTL_PHASE_EXITED
+                        ? s_child_fds((pid_t) e->st.pid, kids, 4)
+                        : 0;
         if (e->st.sb.phase != CTL_PHASE_EXITED || e->st.sb.exit_code < 0)
             (void) kill((pid_t) -e->st.pid, SIGKILL);
         if (e->st.sb.phase != CTL_PHASE_EXITED) {
             (void) kill((pid_t) e->st.pid, SIGKILL);
             s_wait_gone(e);
+            for (size_t i = 0; i < nk; i++) {
+                struct pollfd p = {.fd = kids[i], .events = POLLIN};
+                (void) poll(&p, 1, S_KILL_WAIT_MS);
+                close(kids[i]);
+            }
         }
     }
     char *dir = s_cgroup_dir(l, name);

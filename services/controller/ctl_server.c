@@ -216,7 +216,11 @@ s_on_started(void *arg, uint64_t request_id, lisa_rc_t rc,
     s_pending_start_t *p = arg;
     if (rc == LISA_OK)
         rc = lisa_rpc_reply_rc(rep);
-    if (rc != LISA_OK)
+    if (rc == LISA_CONFLICT) /* the agent was quicker: it already moved on */
+        lisa_log_debug("rollout %s attempt %u: start confirmed late (%s)",
+                       p->rollout_id, p->attempt,
+                       rep && rep->error ? rep->error : "");
+    else if (rc != LISA_OK)
         lisa_log_warn("rollout %s attempt %u: start not confirmed: %s (%s)",
                       p->rollout_id, p->attempt, lisa_rc_str(rc),
                       rep && rep->error ? rep->error : "");
@@ -736,6 +740,9 @@ s_tick(ctl_server_t *s)
     for (size_t i = 0; i < n; i++)
         s_handle(s, &list[i], now);
     lisa_free(&list);
+    /* The claim goes out first: its round trip overlaps the removals, and
+     * its reply is read (and its sandboxes started) only after them. */
+    s_claim(s);
     s_remove_doomed(s);
     /* Records whose sandbox vanished without an exit status. */
     for (size_t i = 0; i < s->n_recs;) {
