@@ -323,7 +323,7 @@ s_batch_free(ctl_http_req_t *rq, size_t n)
     }
 }
 
-/* All creates at once, then all starts of the created. */
+/* All creates at once, each container's start as soon as it exists. */
 static void
 s_start_many(void *impl, const ctl_spec_t *specs, size_t n, lisa_rc_t *rcs)
 {
@@ -333,32 +333,29 @@ s_start_many(void *impl, const ctl_spec_t *specs, size_t n, lisa_rc_t *rcs)
             rcs[i] = LISA_UNAVAILABLE;
         return;
     }
-    ctl_http_req_t *rq = lisa_calloc(n, sizeof *rq);
-    size_t *which = lisa_calloc(n, sizeof *which);
+    ctl_http_req_t *create = lisa_calloc(n, sizeof *create);
+    ctl_http_req_t *start = lisa_calloc(n, sizeof *start);
     for (size_t i = 0; i < n; i++) {
         json_t *body = s_create_body(d, &specs[i]);
-        s_batch_req(d, &rq[i], "POST", specs[i].name, NULL, true);
-        rq[i].body = json_dumps(body, JSON_COMPACT);
+        s_batch_req(d, &create[i], "POST", specs[i].name, NULL, true);
+        create[i].body = json_dumps(body, JSON_COMPACT);
         json_decref(body);
+        s_batch_req(d, &start[i], "POST", specs[i].name, "/start", false);
+        create[i].next = &start[i];
     }
-    ctl_http_many(d->http, rq, n, S_PARALLEL, S_TIMEOUT_MS);
-    for (size_t i = 0; i < n; i++)
-        rcs[i] = s_create_rc(d, &specs[i], rq[i].rc, &rq[i].rep);
-    s_batch_free(rq, n);
-    memset(rq, 0, n * sizeof *rq);
-    size_t m = 0;
+    ctl_http_many(d->http, create, n, S_PARALLEL, S_TIMEOUT_MS);
     for (size_t i = 0; i < n; i++) {
+        rcs[i] = s_create_rc(d, &specs[i], create[i].rc, &create[i].rep);
         if (rcs[i] != LISA_OK)
-            continue;
-        s_batch_req(d, &rq[m], "POST", specs[i].name, "/start", false);
-        which[m++] = i;
+            continue; /* LISA_CONFLICT: it exists; the caller takes it */
+        rcs[i] = start[i].rc == LISA_AGAIN
+                     ? LISA_UNAVAILABLE
+                     : s_started_rc(&specs[i], start[i].rc, &start[i].rep);
     }
-    ctl_http_many(d->http, rq, m, S_PARALLEL, S_TIMEOUT_MS);
-    for (size_t k = 0; k < m; k++)
-        rcs[which[k]] = s_started_rc(&specs[which[k]], rq[k].rc, &rq[k].rep);
-    s_batch_free(rq, m);
-    lisa_free(&which);
-    lisa_free(&rq);
+    s_batch_free(create, n);
+    s_batch_free(start, n);
+    lisa_free(&start);
+    lisa_free(&create);
 }
 
 static void

@@ -164,43 +164,89 @@ ctl_http_call(ctl_http_t *h, const char *method, const char *url,
     return s_finish(h, c, cc, method, url, &b, rep);
 }
 
+/* One transfer of a batch in flight. */
+typedef struct {
+    CURL *easy;
+    struct curl_slist *hdr;
+    s_buf_t buf;
+    ctl_http_req_t *req;
+} s_xfer_t;
+
+/* The transfers of one batch, to free whatever is left. */
+typedef struct {
+    s_xfer_t **v;
+    size_t n, cap;
+} s_xfers_t;
+
+/* Adds req to the batch; false when it could not be. */
+static bool
+s_add(ctl_http_t *h, s_xfers_t *all, ctl_http_req_t *req, long timeout_ms)
+{
+    memset(&req->rep, 0, sizeof req->rep);
+    req->rc = LISA_UNAVAILABLE;
+    s_xfer_t *x = lisa_calloc(1, sizeof *x);
+    x->req = req;
+    x->easy = curl_easy_init();
+    if (!x->easy) {
+        lisa_free(&x);
+        return false;
+    }
+    s_setup(h, x->easy, req->method, req->url, NULL, req->body, timeout_ms,
+            &x->hdr, &x->buf);
+    curl_easy_setopt(x->easy, CURLOPT_PRIVATE, (void *) x);
+    if (curl_multi_add_handle(h->multi, x->easy) != CURLM_OK) {
+        curl_easy_cleanup(x->easy);
+        curl_slist_free_all(x->hdr);
+        lisa_free(&x);
+        return false;
+    }
+    if (all->n == all->cap) {
+        all->cap = all->cap ? all->cap * 2 : 16;
+        all->v = lisa_realloc(all->v, all->cap * sizeof *all->v);
+    }
+    all->v[all->n++] = x;
+    return true;
+}
+
+/* Frees a transfer and forgets it in `all`. */
+static void
+s_drop(ctl_http_t *h, s_xfers_t *all, s_xfer_t *x)
+{
+    for (size_t i = 0; i < all->n; i++)
+        if (all->v[i] == x)
+            all->v[i] = NULL;
+    curl_multi_remove_handle(h->multi, x->easy);
+    curl_easy_cleanup(x->easy);
+    curl_slist_free_all(x->hdr);
+    lisa_free(&x->buf.data); /* NULL once s_finish took it */
+    lisa_free(&x);
+}
+
 void
 ctl_http_many(ctl_http_t *h, ctl_http_req_t *reqs, size_t n, size_t parallel,
               long timeout_ms)
 {
+    for (size_t i = 0; i < n; i++)
+        for (ctl_http_req_t *r = reqs[i].next; r; r = r->next) {
+            memset(&r->rep, 0, sizeof r->rep);
+            r->rc = LISA_AGAIN; /* not sent */
+        }
     if (n == 0)
         return;
-    if (!h->multi) {
-        h->multi = curl_multi_init();
-        if (!h->multi) {
-            for (size_t i = 0; i < n; i++)
-                reqs[i].rc =
-                    ctl_http_call(h, reqs[i].method, reqs[i].url, NULL,
-                                  reqs[i].body, timeout_ms, &reqs[i].rep);
-            return;
-        }
+    if (!h->multi && !(h->multi = curl_multi_init())) {
+        for (size_t i = 0; i < n; i++)
+            reqs[i].rc = ctl_http_call(h, reqs[i].method, reqs[i].url, NULL,
+                                       reqs[i].body, timeout_ms, &reqs[i].rep);
+        return;
     }
-    if (parallel == 0)
-        parallel = 1;
     curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
-                      (long) parallel);
-    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long) parallel);
-    CURL **easy = lisa_calloc(n, sizeof *easy);
-    struct curl_slist **hdr = lisa_calloc(n, sizeof *hdr);
-    s_buf_t *buf = lisa_calloc(n, sizeof *buf);
+                      (long) (parallel ? parallel : 1));
+    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS,
+                      (long) (parallel ? parallel : 1));
+    s_xfers_t all = {0};
     size_t open = 0;
-    for (size_t i = 0; i < n; i++) {
-        memset(&reqs[i].rep, 0, sizeof reqs[i].rep);
-        reqs[i].rc = LISA_UNAVAILABLE;
-        easy[i] = curl_easy_init();
-        if (!easy[i])
-            continue;
-        s_setup(h, easy[i], reqs[i].method, reqs[i].url, NULL, reqs[i].body,
-                timeout_ms, &hdr[i], &buf[i]);
-        curl_easy_setopt(easy[i], CURLOPT_PRIVATE, (void *) &reqs[i]);
-        if (curl_multi_add_handle(h->multi, easy[i]) == CURLM_OK)
-            open++;
-    }
+    for (size_t i = 0; i < n; i++)
+        open += s_add(h, &all, &reqs[i], timeout_ms);
     while (open > 0) {
         int running = 0;
         if (curl_multi_perform(h->multi, &running) != CURLM_OK)
@@ -210,32 +256,28 @@ ctl_http_many(ctl_http_t *h, ctl_http_req_t *reqs, size_t n, size_t parallel,
         while ((m = curl_multi_info_read(h->multi, &left)) != NULL) {
             if (m->msg != CURLMSG_DONE)
                 continue;
-            size_t i = 0;
-            while (i < n && easy[i] != m->easy_handle)
-                i++;
-            if (i == n)
+            s_xfer_t *x = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **) &x);
+            if (!x)
                 continue;
-            reqs[i].rc = s_finish(h, easy[i], m->data.result, reqs[i].method,
-                                  reqs[i].url, &buf[i], &reqs[i].rep);
-            curl_multi_remove_handle(h->multi, easy[i]);
-            curl_easy_cleanup(easy[i]);
-            easy[i] = NULL;
+            ctl_http_req_t *r = x->req;
+            r->rc = s_finish(h, x->easy, m->data.result, r->method, r->url,
+                             &x->buf, &r->rep);
+            x->buf.data = NULL; /* the answer's now, or freed */
+            s_drop(h, &all, x);
             open--;
+            /* Its follow-up goes out at once after a 2xx answer. */
+            if (r->next && r->rc == LISA_OK && r->rep.status >= 200 &&
+                r->rep.status < 300)
+                open += s_add(h, &all, r->next, timeout_ms);
         }
         if (open > 0 && running > 0)
             (void) curl_multi_poll(h->multi, NULL, 0, 100, NULL);
     }
-    for (size_t i = 0; i < n; i++) {
-        if (easy[i]) { /* never finished (the multi handle failed) */
-            curl_multi_remove_handle(h->multi, easy[i]);
-            curl_easy_cleanup(easy[i]);
-            lisa_free(&buf[i].data);
-        }
-        curl_slist_free_all(hdr[i]);
-    }
-    lisa_free(&easy);
-    lisa_free(&hdr);
-    lisa_free(&buf);
+    for (size_t i = 0; i < all.n; i++)
+        if (all.v[i]) /* never finished: the multi handle failed */
+            s_drop(h, &all, all.v[i]);
+    lisa_free(&all.v);
 }
 
 void

@@ -129,6 +129,37 @@ Test(ctl_http, usage)
     ctl_http_destroy(&h);
 }
 
+Test(ctl_http, follow_up_goes_out_after_a_2xx_answer_only)
+{
+    ctl_http_t *h = ctl_http_new(NULL, NULL, 1 << 20);
+    char u[4][128];
+    static const char *paths[] = {"/status/201", "/then-a", "/status/404",
+                                  "/then-b"};
+    for (size_t i = 0; i < 4; i++)
+        snprintf(u[i], sizeof u[i], "%s%s", s_base, paths[i]);
+    ctl_http_req_t first[2], then[2];
+    memset(first, 0, sizeof first);
+    memset(then, 0, sizeof then);
+    for (size_t i = 0; i < 2; i++) {
+        first[i] = (ctl_http_req_t){.method = "POST", .url = u[2 * i]};
+        then[i] = (ctl_http_req_t){.method = "POST", .url = u[2 * i + 1]};
+        first[i].next = &then[i];
+    }
+    ctl_http_many(h, first, 2, 2, 5000);
+    cr_assert_eq(first[0].rep.status, 201);
+    cr_assert_eq(then[0].rc, LISA_OK);
+    cr_assert(strstr(then[0].rep.body, "/then-a"), "%s", then[0].rep.body);
+    cr_assert_eq(first[1].rep.status, 404);
+    cr_assert_eq(then[1].rc, LISA_AGAIN); /* never sent */
+    cr_assert_null(then[1].rep.body);
+    cr_assert_eq(atomic_load(&s_calls), 3);
+    for (size_t i = 0; i < 2; i++) {
+        ctl_http_rep_clear(&first[i].rep);
+        ctl_http_rep_clear(&then[i].rep);
+    }
+    ctl_http_destroy(&h);
+}
+
 Test(ctl_http, batch_to_nobody_fails_each_request)
 {
     ctl_http_t *h = ctl_http_new(NULL, NULL, 1 << 20);
