@@ -28,7 +28,7 @@
 
 #define S_TIMEOUT_MS     15000L
 #define S_MAX_LIST       100000u
-#define S_PARALLEL       16u   /* connections of a batch */
+#define S_PARALLEL       6u    /* connections of a batch (more: no faster) */
 #define S_EVENTS_RETRY_S 1     /* between attempts to open the stream */
 #define S_DRAIN_MAX      65536 /* bytes of the stream read per listing */
 
