@@ -3,8 +3,9 @@
  * HTTP API (docs/agent-api.md), over TCP or a unix socket, with the
  * attempt token as a Bearer credential.
  *
- * One object owns one libcurl easy handle (connections are reused), so a
- * thread that needs its own calls (the heartbeat) makes its own object.
+ * One object owns one kept-alive connection (reused from call to call),
+ * so a thread that needs its own calls (the heartbeat) makes its own
+ * object. An https:// gateway goes through libcurl, loaded at run time.
  * Every answer is bounded (max_reply_bytes) and every call has a timeout.
  * HTTP outcomes map onto return codes the caller can act on: transient
  * (LISA_UNAVAILABLE, LISA_TIMEOUT: retry with backoff), credentials

@@ -9,7 +9,6 @@
 #include "agt_run.h"
 #include "lisa/lisa_log.h"
 
-#include <curl/curl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,13 +49,7 @@ main(int argc, char **argv)
     }
     agt_config_dump(&cfg);
     signal(SIGPIPE, SIG_IGN);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        lisa_log_error("curl_global_init failed");
-        agt_config_clear(&cfg);
-        return AGT_EXIT_INTERNAL;
-    }
     int code = agt_run(&cfg);
-    curl_global_cleanup();
     agt_config_clear(&cfg);
     return code;
 }

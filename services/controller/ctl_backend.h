@@ -73,11 +73,22 @@ typedef struct {
     lisa_rc_t (*list)(void *impl, ctl_sandbox_t **out, size_t *n);
     /* Kills (if running) and deletes a sandbox; LISA_NOTFOUND when gone. */
     lisa_rc_t (*remove)(void *impl, const char *name);
+    /* Starts n sandboxes at once; rcs[i] is what start() would answer
+     * for specs[i]. May be NULL (start() one after another). */
+    void (*start_many)(void *impl, const ctl_spec_t *specs, size_t n,
+                       lisa_rc_t *rcs);
+    /* Removes n sandboxes at once, as remove() each. May be NULL. */
+    void (*remove_many)(void *impl, const char *const *names, size_t n);
     /* Last line of a sandbox's output into buf ("" when none); may be
      * NULL when the backend keeps no output. */
     void (*log_tail)(void *impl, const char *name, char *buf, size_t len);
     /* Frees the backend. */
     void (*destroy)(void *impl);
+    /* A descriptor that polls readable when a sandbox may have changed
+     * (a local child exited, an engine event arrived), so the controller
+     * lists at once instead of at its next tick; -1 when there is none.
+     * Listing consumes the readiness. May be NULL. */
+    int (*wake_fd)(void *impl);
     /* True when sandboxes die with the controller (local backend). */
     bool dies_with_controller;
 } ctl_backend_ops_t;

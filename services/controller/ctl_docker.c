@@ -1,27 +1,48 @@
 /*
  * ctl_docker: Engine API calls, JSON with jansson.
+ *
+ * Batches of creates, starts and removals run concurrently over a few
+ * kept-alive connections (the engine works on them in parallel). An
+ * /events stream of this controller's containers dying, read on its own
+ * unix socket connection, is the wake descriptor: its bytes are only a
+ * signal to list now; the listing is the truth.
  */
+#define _DEFAULT_SOURCE /* struct sockaddr_un */
 #include "ctl_docker.h"
 
 #include "ctl_http.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
 
-#define S_TIMEOUT_MS 15000L
-#define S_MAX_LIST   100000u
+#define S_TIMEOUT_MS     15000L
+#define S_MAX_LIST       100000u
+#define S_PARALLEL       6u    /* connections of a batch (more: no faster) */
+#define S_EVENTS_RETRY_S 1     /* between attempts to open the stream */
+#define S_DRAIN_MAX      65536 /* bytes of the stream read per listing */
 
 typedef struct {
     char *controller_id, *socket, *image, *runtime, *network;
     char *gateway_socket, *gateway_url, *sandbox_cmd, *user;
     ctl_http_t *http;
     char version[16]; /* "1.45"; "" until negotiated */
+    int events_fd;    /* the /events stream; -1 when not open */
+    time_t events_tried;
 } s_docker_t;
+
+static void s_events_close(s_docker_t *d);
+static void s_events_drain(s_docker_t *d);
 
 /* Builds "http://docker/v<ver><path>". Caller frees. */
 static char *
@@ -98,8 +119,10 @@ s_ping(void *impl)
     if (rc == LISA_OK && rep.status != 200)
         rc = LISA_UNAVAILABLE;
     ctl_http_rep_clear(&rep);
-    if (rc != LISA_OK)
+    if (rc != LISA_OK) {
         d->version[0] = '\0'; /* negotiate again when it comes back */
+        s_events_close(d);
+    }
     return rc;
 }
 
@@ -207,6 +230,46 @@ s_rc_of(long status)
     return LISA_INVALID;
 }
 
+/* rc of a create answer (rc: the transport's). */
+static lisa_rc_t
+s_create_rc(const s_docker_t *d, const ctl_spec_t *sp, lisa_rc_t rc,
+            const ctl_http_rep_t *rep)
+{
+    if (rc != LISA_OK)
+        return rc;
+    if (rep->status >= 500) {
+        lisa_log_warn("docker: create %s -> %ld %.200s", sp->name, rep->status,
+                      rep->body);
+        return LISA_UNAVAILABLE;
+    }
+    rc = s_rc_of(rep->status);
+    if (rep->status == 404) {
+        lisa_log_error("docker: image %s not found: %.200s", d->image,
+                       rep->body);
+        rc = LISA_UNAVAILABLE; /* nothing can start until it exists */
+    } else if (rc == LISA_INVALID) {
+        lisa_log_error("docker: create %s -> %ld %.200s", sp->name, rep->status,
+                       rep->body);
+    }
+    return rc; /* LISA_CONFLICT: it exists; the caller takes it */
+}
+
+/* rc of a start answer. */
+static lisa_rc_t
+s_started_rc(const ctl_spec_t *sp, lisa_rc_t rc, const ctl_http_rep_t *rep)
+{
+    if (rc != LISA_OK)
+        return rc;
+    rc = s_rc_of(rep->status);
+    if (rc != LISA_OK)
+        lisa_log_error("docker: start %s -> %ld %.200s", sp->name, rep->status,
+                       rep->body);
+    else
+        lisa_log_info("docker: started %s for rollout %s attempt %u", sp->name,
+                      sp->rollout_id, sp->attempt);
+    return rc;
+}
+
 static lisa_rc_t
 s_start(void *impl, const ctl_spec_t *sp)
 {
@@ -218,36 +281,81 @@ s_start(void *impl, const ctl_spec_t *sp)
     ctl_http_rep_t rep;
     lisa_rc_t rc = s_call(d, "POST", path, body, &rep);
     json_decref(body);
-    if (rc == LISA_OK) {
-        rc = s_rc_of(rep.status);
-        if (rep.status == 404) {
-            lisa_log_error("docker: image %s not found: %.200s", d->image,
-                           rep.body);
-            rc = LISA_UNAVAILABLE; /* nothing can start until it exists */
-        } else if (rc == LISA_INVALID) {
-            lisa_log_error("docker: create %s -> %ld %.200s", sp->name,
-                           rep.status, rep.body);
-        }
-    }
+    rc = s_create_rc(d, sp, rc, &rep);
     ctl_http_rep_clear(&rep);
     if (rc != LISA_OK) {
         lisa_free(&name);
-        return rc; /* LISA_CONFLICT: it exists; the caller takes it */
+        return rc;
     }
     snprintf(path, sizeof path, "/containers/%s/start", name);
     lisa_free(&name);
     rc = s_call(d, "POST", path, NULL, &rep);
-    if (rc == LISA_OK) {
-        rc = s_rc_of(rep.status);
-        if (rc != LISA_OK)
-            lisa_log_error("docker: start %s -> %ld %.200s", sp->name,
-                           rep.status, rep.body);
-    }
+    rc = s_started_rc(sp, rc, &rep);
     ctl_http_rep_clear(&rep);
-    if (rc == LISA_OK)
-        lisa_log_info("docker: started %s for rollout %s attempt %u", sp->name,
-                      sp->rollout_id, sp->attempt);
     return rc;
+}
+
+/* Request i of a batch on container `name`: path "/containers/<name><tail>"
+ * (or `create` with the name as the query). */
+static void
+s_batch_req(const s_docker_t *d, ctl_http_req_t *rq, const char *method,
+            const char *name, const char *tail, bool create)
+{
+    char *esc = ctl_http_escape(name);
+    char path[256];
+    if (create)
+        snprintf(path, sizeof path, "/containers/create?name=%s", esc);
+    else
+        snprintf(path, sizeof path, "/containers/%s%s", esc, tail);
+    lisa_free(&esc);
+    rq->method = method;
+    rq->url = s_url(d, path);
+}
+
+static void
+s_batch_free(ctl_http_req_t *rq, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ctl_http_rep_clear(&rq[i].rep);
+        char *url = (char *) (uintptr_t) rq[i].url;
+        lisa_free(&url);
+        free((char *) (uintptr_t) rq[i].body); /* json_dumps: malloc */
+    }
+}
+
+/* All creates at once, each container's start as soon as it exists. */
+static void
+s_start_many(void *impl, const ctl_spec_t *specs, size_t n, lisa_rc_t *rcs)
+{
+    s_docker_t *d = impl;
+    if (s_negotiate(d) != LISA_OK) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = LISA_UNAVAILABLE;
+        return;
+    }
+    ctl_http_req_t *create = lisa_calloc(n, sizeof *create);
+    ctl_http_req_t *start = lisa_calloc(n, sizeof *start);
+    for (size_t i = 0; i < n; i++) {
+        json_t *body = s_create_body(d, &specs[i]);
+        s_batch_req(d, &create[i], "POST", specs[i].name, NULL, true);
+        create[i].body = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        s_batch_req(d, &start[i], "POST", specs[i].name, "/start", false);
+        create[i].next = &start[i];
+    }
+    ctl_http_many(d->http, create, n, S_PARALLEL, S_TIMEOUT_MS);
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = s_create_rc(d, &specs[i], create[i].rc, &create[i].rep);
+        if (rcs[i] != LISA_OK)
+            continue; /* LISA_CONFLICT: it exists; the caller takes it */
+        rcs[i] = start[i].rc == LISA_AGAIN
+                     ? LISA_UNAVAILABLE
+                     : s_started_rc(&specs[i], start[i].rc, &start[i].rep);
+    }
+    s_batch_free(create, n);
+    s_batch_free(start, n);
+    lisa_free(&start);
+    lisa_free(&create);
 }
 
 static void
@@ -264,26 +372,46 @@ s_label_u64(json_t *labels, const char *key)
     return v ? strtoull(v, NULL, 10) : 0;
 }
 
-/* Exit code and OOM flag of an ended container (inspect). */
+/* Exit code and OOM flag from an inspect answer. */
 static void
-s_inspect_exit(s_docker_t *d, const char *name, ctl_sandbox_t *sb)
+s_exit_of(const ctl_http_req_t *rq, ctl_sandbox_t *sb)
 {
-    char *esc = ctl_http_escape(name);
-    char path[256];
-    snprintf(path, sizeof path, "/containers/%s/json", esc);
-    lisa_free(&esc);
-    ctl_http_rep_t rep;
     sb->exit_code = -1;
-    if (s_call(d, "GET", path, NULL, &rep) == LISA_OK && rep.status == 200) {
-        json_t *j = json_loads(rep.body, 0, NULL);
-        json_t *st = json_object_get(j, "State");
-        json_t *code = json_object_get(st, "ExitCode");
-        if (json_is_integer(code))
-            sb->exit_code = (int) json_integer_value(code);
-        sb->oom = json_is_true(json_object_get(st, "OOMKilled"));
-        json_decref(j);
+    if (rq->rc != LISA_OK || rq->rep.status != 200)
+        return;
+    json_t *j = json_loads(rq->rep.body, 0, NULL);
+    json_t *st = json_object_get(j, "State");
+    json_t *code = json_object_get(st, "ExitCode");
+    if (json_is_integer(code))
+        sb->exit_code = (int) json_integer_value(code);
+    sb->oom = json_is_true(json_object_get(st, "OOMKilled"));
+    json_decref(j);
+}
+
+/* Inspects the ended containers of a listing, all at once. */
+static void
+s_inspect_exits(s_docker_t *d, ctl_sandbox_t *sbs, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += sbs[i].phase == CTL_PHASE_EXITED;
+    if (m == 0)
+        return;
+    ctl_http_req_t *rq = lisa_calloc(m, sizeof *rq);
+    size_t *which = lisa_calloc(m, sizeof *which);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sbs[i].phase != CTL_PHASE_EXITED)
+            continue;
+        s_batch_req(d, &rq[k], "GET", sbs[i].name, "/json", false);
+        which[k++] = i;
     }
-    ctl_http_rep_clear(&rep);
+    ctl_http_many(d->http, rq, m, S_PARALLEL, S_TIMEOUT_MS);
+    for (k = 0; k < m; k++)
+        s_exit_of(&rq[k], &sbs[which[k]]);
+    s_batch_free(rq, m);
+    lisa_free(&which);
+    lisa_free(&rq);
 }
 
 static lisa_rc_t
@@ -292,6 +420,7 @@ s_list(void *impl, ctl_sandbox_t **out, size_t *n)
     s_docker_t *d = impl;
     *out = NULL;
     *n = 0;
+    s_events_drain(d); /* before listing: a death after it wakes us again */
     char filter[256];
     snprintf(filter, sizeof filter, "{\"label\":[\"lisa.controller=%s\"]}",
              d->controller_id);
@@ -341,14 +470,14 @@ s_list(void *impl, ctl_sandbox_t **out, size_t *n)
         if (strcmp(state, "created") == 0) {
             sb->phase = CTL_PHASE_PENDING;
         } else if (strcmp(state, "exited") == 0 || strcmp(state, "dead") == 0) {
-            sb->phase = CTL_PHASE_EXITED;
-            s_inspect_exit(d, sb->name, sb);
+            sb->phase = CTL_PHASE_EXITED; /* exit code: below */
         } else {
             sb->phase = CTL_PHASE_RUNNING;
         }
         (*n)++;
     }
     json_decref(arr);
+    s_inspect_exits(d, *out, *n);
     return LISA_OK;
 }
 
@@ -366,6 +495,106 @@ s_remove(void *impl, const char *name)
         rc = s_rc_of(rep.status);
     ctl_http_rep_clear(&rep);
     return rc;
+}
+
+static void
+s_remove_many(void *impl, const char *const *names, size_t n)
+{
+    s_docker_t *d = impl;
+    if (s_negotiate(d) != LISA_OK)
+        return;
+    ctl_http_req_t *rq = lisa_calloc(n, sizeof *rq);
+    for (size_t i = 0; i < n; i++)
+        s_batch_req(d, &rq[i], "DELETE", names[i], "?force=1&v=1", false);
+    ctl_http_many(d->http, rq, n, S_PARALLEL, S_TIMEOUT_MS);
+    for (size_t i = 0; i < n; i++)
+        if (rq[i].rc != LISA_OK ||
+            (rq[i].rep.status >= 300 && rq[i].rep.status != 404))
+            lisa_log_warn("docker: remove %s: %s %ld", names[i],
+                          lisa_rc_str(rq[i].rc), rq[i].rep.status);
+    s_batch_free(rq, n);
+    lisa_free(&rq);
+}
+
+/* ---- the /events stream (wake descriptor) ---------------------------- */
+
+static void
+s_events_close(s_docker_t *d)
+{
+    if (d->events_fd >= 0)
+        close(d->events_fd);
+    d->events_fd = -1;
+}
+
+/* Opens the stream of this controller's containers dying: a plain
+ * request on a new connection, answered chunk by chunk for as long as it
+ * stays open. */
+static void
+s_events_open(s_docker_t *d)
+{
+    time_t now = time(NULL);
+    if (d->events_fd >= 0 || now - d->events_tried < S_EVENTS_RETRY_S ||
+        !d->version[0])
+        return;
+    d->events_tried = now;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(d->socket) >= sizeof sa.sun_path)
+        return;
+    memcpy(sa.sun_path, d->socket, strlen(d->socket) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    char filter[320];
+    snprintf(filter, sizeof filter,
+             "{\"type\":[\"container\"],\"event\":[\"die\"],"
+             "\"label\":[\"lisa.controller=%s\"]}",
+             d->controller_id);
+    char *esc = ctl_http_escape(filter);
+    size_t n = strlen(esc) + 128;
+    char *req = lisa_malloc(n);
+    int len = snprintf(req, n,
+                       "GET /v%s/events?filters=%s HTTP/1.1\r\n"
+                       "Host: docker\r\n\r\n",
+                       d->version, esc);
+    lisa_free(&esc);
+    bool ok = connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0 && len > 0 &&
+              (size_t) len < n &&
+              write(fd, req, (size_t) len) == (ssize_t) len &&
+              fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
+    lisa_free(&req);
+    if (!ok) {
+        lisa_log_debug("docker: events stream: %s", strerror(errno));
+        close(fd);
+        return;
+    }
+    d->events_fd = fd;
+}
+
+/* Reads what the stream holds now; an ended stream is closed (and opened
+ * again later). */
+static void
+s_events_drain(s_docker_t *d)
+{
+    char buf[4096];
+    for (size_t got = 0; d->events_fd >= 0 && got < S_DRAIN_MAX;) {
+        ssize_t r = read(d->events_fd, buf, sizeof buf);
+        if (r > 0) {
+            got += (size_t) r;
+            continue;
+        }
+        if (r < 0 &&
+            (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            break;
+        s_events_close(d); /* EOF or error */
+    }
+}
+
+static int
+s_wake_fd(void *impl)
+{
+    s_docker_t *d = impl;
+    s_events_open(d);
+    return d->events_fd;
 }
 
 /* Logs without a TTY are multiplexed: 8-byte headers (stream, 0, 0, 0,
@@ -417,6 +646,7 @@ static void
 s_destroy(void *impl)
 {
     s_docker_t *d = impl;
+    s_events_close(d);
     ctl_http_destroy(&d->http);
     lisa_free(&d->controller_id);
     lisa_free(&d->socket);
@@ -436,8 +666,11 @@ static const ctl_backend_ops_t s_ops = {
     .start = s_start,
     .list = s_list,
     .remove = s_remove,
+    .start_many = s_start_many,
+    .remove_many = s_remove_many,
     .log_tail = s_log_tail,
     .destroy = s_destroy,
+    .wake_fd = s_wake_fd,
     .dies_with_controller = false,
 };
 
@@ -478,6 +711,7 @@ ctl_docker_new(const ctl_docker_cfg_t *cfg, ctl_backend_t *out)
     d->gateway_url = s_dup(cfg->gateway_url);
     d->sandbox_cmd = s_dup(cfg->sandbox_cmd);
     d->user = s_dup(cfg->user);
+    d->events_fd = -1;
     out->ops = &s_ops;
     out->impl = d;
     return LISA_OK;

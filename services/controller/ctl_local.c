@@ -1,24 +1,45 @@
 /*
  * ctl_local: fork + exec of bwrap, labels in a state directory.
+ *
+ * The state files are the truth a restarted controller reads; while it
+ * runs, the backend keeps each file's content in memory (a table by
+ * name), so a listing reads the directory and reaps children but opens
+ * only files it has not seen yet. Each child gets a pidfd in one epoll
+ * set: the set polls readable when a sandbox ended (the wake descriptor),
+ * and removal waits on the pidfd instead of sleeping.
+ *
+ * The child that becomes bwrap shares the controller's memory until it
+ * execs (clone with CLONE_VM | CLONE_VFORK, on a stack of its own): no
+ * page tables copied and torn down per sandbox. It runs with every
+ * signal blocked until it has reset the controller's handlers, and
+ * changes credentials with raw system calls (glibc's wrappers would
+ * signal the controller's other threads). Sanitizer builds fork.
  */
-#define _DEFAULT_SOURCE /* setgroups */
+#define _GNU_SOURCE /* clone */
 #include "ctl_local.h"
 
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <czmq.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,6 +47,12 @@
 
 #define S_MAX_SANDBOXES 100000u
 #define S_MAX_ARGS      160u
+#define S_MAX_SYS_ARGS  64u
+#define S_KILL_WAIT_MS  2000
+#define S_CHILD_STACK   (64u * 1024u)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define S_SPAWN_FORK 1
+#endif
 
 typedef struct {
     char *controller_id;
@@ -38,6 +65,12 @@ typedef struct {
     char *cgroup_root;
     unsigned sandbox_uid;
     bool no_memory_rlimit;
+    char *bwrap_path;               /* resolved bwrap, NULL until found */
+    char *sys_args[S_MAX_SYS_ARGS]; /* system directory arguments */
+    size_t n_sys_args;
+    zhashx_t *known; /* name -> s_entry_t: state files read or written */
+    uint64_t gen;    /* listing generation */
+    int epfd;        /* epoll set of the children's pidfds; -1 when none */
 } s_local_t;
 
 /* One state file, parsed. */
@@ -47,6 +80,14 @@ typedef struct {
     unsigned long long pid_start;
     int has_exit;
 } s_state_t;
+
+/* What the backend knows of one state file. */
+typedef struct {
+    s_state_t st;
+    bool ignored; /* another controller's, or damaged: not listed */
+    int pidfd;    /* our child's pidfd, in the epoll set; -1 when none */
+    uint64_t gen; /* the listing that last saw the file */
+} s_entry_t;
 
 static char *
 s_path(const s_local_t *l, const char *name, const char *ext)
@@ -287,34 +328,40 @@ s_num(s_argv_t *a, uint64_t v)
     return s_own(a, s);
 }
 
-/* System directories: symlinks are recreated, directories bound
- * read-only; missing ones are skipped. */
 static void
-s_system_dirs(s_argv_t *a)
+s_sys_arg(s_local_t *l, const char *a)
+{
+    if (l->n_sys_args < S_MAX_SYS_ARGS)
+        l->sys_args[l->n_sys_args++] = lisa_strdup(a);
+}
+
+/* System directories, worked out once: symlinks are recreated,
+ * directories bound read-only; missing ones are skipped. */
+static void
+s_system_dirs(s_local_t *l)
 {
     static const char *dirs[] = {"/bin",   "/sbin",  "/lib",
                                  "/lib32", "/lib64", "/libx32"};
-    s_arg(a, "--ro-bind");
-    s_arg(a, "/usr");
-    s_arg(a, "/usr");
+    s_sys_arg(l, "--ro-bind");
+    s_sys_arg(l, "/usr");
+    s_sys_arg(l, "/usr");
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         struct stat st;
         if (lstat(dirs[i], &st) != 0)
             continue;
         if (S_ISLNK(st.st_mode)) {
-            char *target = lisa_calloc(1, 4096);
-            ssize_t n = readlink(dirs[i], target, 4095);
-            if (n <= 0) {
-                lisa_free(&target);
+            char target[4096];
+            ssize_t n = readlink(dirs[i], target, sizeof target - 1);
+            if (n <= 0)
                 continue;
-            }
-            s_arg(a, "--symlink");
-            s_arg(a, s_own(a, target));
-            s_arg(a, dirs[i]);
+            target[n] = '\0';
+            s_sys_arg(l, "--symlink");
+            s_sys_arg(l, target);
+            s_sys_arg(l, dirs[i]);
         } else if (S_ISDIR(st.st_mode)) {
-            s_arg(a, "--ro-bind");
-            s_arg(a, dirs[i]);
-            s_arg(a, dirs[i]);
+            s_sys_arg(l, "--ro-bind");
+            s_sys_arg(l, dirs[i]);
+            s_sys_arg(l, dirs[i]);
         }
     }
     /* The few /etc files programs need; never the whole host /etc. */
@@ -324,13 +371,14 @@ s_system_dirs(s_argv_t *a)
                                 "/etc/passwd",       "/etc/group",
                                 "/etc/ssl",          "/etc/mime.types"};
     for (size_t i = 0; i < sizeof etc / sizeof etc[0]; i++) {
-        s_arg(a, "--ro-bind-try");
-        s_arg(a, etc[i]);
-        s_arg(a, etc[i]);
+        s_sys_arg(l, "--ro-bind-try");
+        s_sys_arg(l, etc[i]);
+        s_sys_arg(l, etc[i]);
     }
 }
 
-/* Child after fork: async-signal-safe calls only, then exec. */
+/* Child after clone or fork: async-signal-safe system calls only, then
+ * exec; it never returns. */
 static void
 s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
         const char *cgroup_procs, uint64_t memory_bytes, unsigned pids,
@@ -359,18 +407,23 @@ s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
     (void) setrlimit(RLIMIT_CORE, &core);
     struct rlimit nofile = {4096, 4096};
     (void) setrlimit(RLIMIT_NOFILE, &nofile);
+    /* The controller's handlers are not the sandbox's: default them (this
+     * child has its own copy of the table) before unblocking. */
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        (void) signal(sigs[i], SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     (void) sigprocmask(SIG_SETMASK, &none, NULL);
-    (void) signal(SIGPIPE, SIG_DFL);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
         (void) dup2(devnull, STDIN_FILENO);
     (void) dup2(logfd, STDOUT_FILENO);
     (void) dup2(logfd, STDERR_FILENO);
     if (geteuid() == 0) {
-        if (setgroups(0, NULL) != 0 || setgid((gid_t) uid) != 0 ||
-            setuid((uid_t) uid) != 0)
+        if (syscall(SYS_setgroups, 0, NULL) != 0 ||
+            syscall(SYS_setgid, (gid_t) uid) != 0 ||
+            syscall(SYS_setuid, (uid_t) uid) != 0)
             _exit(125);
     }
     /* Die with the controller from here on (a credential change clears
@@ -383,6 +436,53 @@ s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
     static const char msg[] = "cannot execute bubblewrap\n";
     (void) write(STDERR_FILENO, msg, sizeof msg - 1);
     _exit(127);
+}
+
+typedef struct {
+    const char *bwrap;
+    char *const *argv;
+    char *const *envp;
+    int logfd;
+    const char *cgroup_procs;
+    uint64_t memory_bytes;
+    unsigned pids, uid;
+    pid_t parent;
+} s_child_args_t;
+
+static int
+s_child_main(void *arg)
+{
+    const s_child_args_t *c = arg;
+    s_child(c->bwrap, c->argv, c->envp, c->logfd, c->cgroup_procs,
+            c->memory_bytes, c->pids, c->uid, c->parent);
+    return 127;
+}
+
+/* Starts the child; its pid, or -1 with errno. */
+static pid_t
+s_spawn(const s_child_args_t *c)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    (void) pthread_sigmask(SIG_SETMASK, &all, &old);
+#ifdef S_SPAWN_FORK
+    pid_t pid = fork();
+    if (pid == 0)
+        (void) s_child_main((void *) (uintptr_t) c);
+#else
+    /* The parent waits (CLONE_VFORK) until the child has exec'd or
+     * exited, so the stack can go right after. */
+    char *stack = lisa_malloc(S_CHILD_STACK);
+    pid_t pid = clone(s_child_main, stack + S_CHILD_STACK,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, (void *) (uintptr_t) c);
+    int err = errno;
+    lisa_free(&stack);
+    errno = err;
+#endif
+    int err2 = errno;
+    (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err2;
+    return pid;
 }
 
 static lisa_rc_t
@@ -417,6 +517,85 @@ out:
     return rc;
 }
 
+/* ---- the table of known state files --------------------------------- */
+
+static void
+s_pidfd_close(s_entry_t *e)
+{
+    if (e->pidfd >= 0)
+        close(e->pidfd); /* leaves the epoll set with its last descriptor */
+    e->pidfd = -1;
+}
+
+static void
+s_entry_free(void **item)
+{
+    if (!item || !*item)
+        return;
+    s_pidfd_close(*item);
+    lisa_free(item);
+}
+
+/* The entry of `name`, reading its state file the first time; NULL when
+ * the file is gone. */
+static s_entry_t *
+s_known(s_local_t *l, const char *name)
+{
+    s_entry_t *e = zhashx_lookup(l->known, name);
+    if (e)
+        return e;
+    s_state_t st;
+    lisa_rc_t rc = s_read_state(l, name, &st);
+    if (rc == LISA_NOTFOUND)
+        return NULL;
+    e = lisa_calloc(1, sizeof *e);
+    e->pidfd = -1;
+    if (rc != LISA_OK || strcmp(st.sb.controller_id, l->controller_id) != 0)
+        e->ignored = true;
+    else
+        e->st = st;
+    zhashx_update(l->known, name, e);
+    return e;
+}
+
+/* Drops entries whose file the listing `gen` did not see. */
+static void
+s_sweep(s_local_t *l, uint64_t gen)
+{
+    size_t n = 0, cap = 0;
+    char **gone = NULL;
+    for (s_entry_t *e = zhashx_first(l->known); e; e = zhashx_next(l->known)) {
+        if (e->gen == gen)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            gone = lisa_realloc(gone, cap * sizeof *gone);
+        }
+        gone[n++] = lisa_strdup(zhashx_cursor(l->known));
+    }
+    for (size_t i = 0; i < n; i++) {
+        zhashx_delete(l->known, gone[i]);
+        lisa_free(&gone[i]);
+    }
+    lisa_free(&gone);
+}
+
+/* A pidfd for our child `pid` in the epoll set; -1 when the kernel has
+ * none (the tick still sees the exit). */
+static int
+s_watch(s_local_t *l, pid_t pid)
+{
+    int fd = pidfd_open(pid, 0);
+    if (fd < 0)
+        return -1;
+    if (l->epfd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+            lisa_log_debug("local: epoll_ctl: %s", strerror(errno));
+    }
+    return fd;
+}
+
 static lisa_rc_t
 s_start(void *impl, const ctl_spec_t *spec)
 {
@@ -424,7 +603,7 @@ s_start(void *impl, const ctl_spec_t *spec)
     lisa_rc_t rc = LISA_ERR;
     char *state = s_path(l, spec->name, ".state");
     char *logp = s_path(l, spec->name, ".log");
-    char *bwrap = NULL, *procs = NULL;
+    char *procs = NULL;
     s_argv_t a;
     memset(&a, 0, sizeof a);
     char *envp[8] = {0};
@@ -434,7 +613,11 @@ s_start(void *impl, const ctl_spec_t *spec)
         rc = LISA_CONFLICT;
         goto out;
     }
-    bwrap = s_which(l->bwrap);
+    if (!l->bwrap_path || access(l->bwrap_path, X_OK) != 0) {
+        lisa_free(&l->bwrap_path);
+        l->bwrap_path = s_which(l->bwrap);
+    }
+    const char *bwrap = l->bwrap_path;
     if (!bwrap) {
         lisa_log_error("local: bubblewrap '%s' not found", l->bwrap);
         rc = LISA_UNAVAILABLE;
@@ -458,7 +641,8 @@ s_start(void *impl, const ctl_spec_t *spec)
     s_arg(&a, "ALL");
     s_arg(&a, "--hostname");
     s_arg(&a, "sandbox");
-    s_system_dirs(&a);
+    for (size_t i = 0; i < l->n_sys_args; i++)
+        s_arg(&a, l->sys_args[i]);
     s_arg(&a, "--proc");
     s_arg(&a, "/proc");
     s_arg(&a, "--dev");
@@ -523,17 +707,23 @@ s_start(void *impl, const ctl_spec_t *spec)
         lisa_log_warn("local: cannot hand %s to uid %u", logp, l->sandbox_uid);
     if (s_setup_cgroup(l, spec, &procs) != LISA_OK)
         goto out;
-    pid_t self = getpid();
-    pid_t pid = fork();
+    s_child_args_t ca = {
+        .bwrap = bwrap,
+        .argv = a.v,
+        .envp = envp,
+        .logfd = logfd,
+        .cgroup_procs = procs,
+        .memory_bytes = l->no_memory_rlimit ? 0 : spec->memory_bytes,
+        .pids = spec->pids,
+        .uid = l->sandbox_uid,
+        .parent = getpid(),
+    };
+    pid_t pid = s_spawn(&ca);
     if (pid < 0) {
-        lisa_log_error("local: fork: %s", strerror(errno));
+        lisa_log_error("local: clone: %s", strerror(errno));
         rc = LISA_UNAVAILABLE;
         goto out;
     }
-    if (pid == 0)
-        s_child(bwrap, a.v, envp, logfd, procs,
-                l->no_memory_rlimit ? 0 : spec->memory_bytes, spec->pids,
-                l->sandbox_uid, self);
     s_state_t st;
     memset(&st, 0, sizeof st);
     s_copy(st.sb.name, sizeof st.sb.name, spec->name);
@@ -546,13 +736,21 @@ s_start(void *impl, const ctl_spec_t *spec)
     st.sb.deadline_ms = spec->deadline_ms;
     st.pid = (long) pid;
     st.pid_start = s_pid_start(pid);
+    int pidfd = s_watch(l, pid);
     rc = s_write_state(l, &st);
     if (rc != LISA_OK) {
         (void) kill(-pid, SIGKILL);
         (void) kill(pid, SIGKILL);
         (void) waitpid(pid, NULL, 0);
+        if (pidfd >= 0)
+            close(pidfd);
         goto out;
     }
+    s_entry_t *e = lisa_calloc(1, sizeof *e);
+    e->st = st;
+    e->pidfd = pidfd;
+    e->gen = l->gen;
+    zhashx_update(l->known, spec->name, e);
     lisa_log_info("local: started %s (pid %ld) for rollout %s attempt %u",
                   spec->name, (long) pid, spec->rollout_id, spec->attempt);
 out:
@@ -566,7 +764,6 @@ out:
     for (size_t i = 0; i < a.n_owned; i++)
         lisa_free(&a.owned[i]);
     lisa_free(&procs);
-    lisa_free(&bwrap);
     lisa_free(&state);
     lisa_free(&logp);
     return rc;
@@ -611,6 +808,15 @@ s_refresh(s_local_t *l, s_state_t *st)
     st->sb.phase = CTL_PHASE_EXITED;
 }
 
+/* s_refresh on a known entry; an ended child's pidfd is closed. */
+static void
+s_update(s_local_t *l, s_entry_t *e)
+{
+    s_refresh(l, &e->st);
+    if (e->st.has_exit)
+        s_pidfd_close(e);
+}
+
 static lisa_rc_t
 s_list(void *impl, ctl_sandbox_t **out, size_t *n)
 {
@@ -620,56 +826,114 @@ s_list(void *impl, ctl_sandbox_t **out, size_t *n)
     DIR *d = opendir(l->state_dir);
     if (!d)
         return LISA_UNAVAILABLE;
+    uint64_t gen = ++l->gen;
     size_t cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && *n < S_MAX_SANDBOXES) {
-        size_t len = strlen(e->d_name);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && *n < S_MAX_SANDBOXES) {
+        size_t len = strlen(de->d_name);
         if (len < 7 || len - 6 >= CTL_NAME_MAX ||
-            strcmp(e->d_name + len - 6, ".state") != 0)
+            strcmp(de->d_name + len - 6, ".state") != 0)
             continue;
         char name[CTL_NAME_MAX];
-        memcpy(name, e->d_name, len - 6);
+        memcpy(name, de->d_name, len - 6);
         name[len - 6] = '\0';
-        s_state_t st;
-        if (s_read_state(l, name, &st) != LISA_OK)
+        s_entry_t *e = s_known(l, name);
+        if (!e)
             continue;
-        if (strcmp(st.sb.controller_id, l->controller_id) != 0)
+        e->gen = gen;
+        if (e->ignored)
             continue;
-        s_refresh(l, &st);
+        s_update(l, e);
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
             *out = lisa_realloc(*out, cap * sizeof **out);
         }
-        (*out)[(*n)++] = st.sb;
+        (*out)[(*n)++] = e->st.sb;
     }
+    if (!de)
+        s_sweep(l, gen); /* the whole directory was read */
     closedir(d);
     return LISA_OK;
+}
+
+/* Waits until the killed process `e` names is gone (reaped when ours). */
+static void
+s_wait_gone(s_entry_t *e)
+{
+    pid_t pid = (pid_t) e->st.pid;
+    if (e->pidfd >= 0) {
+        struct pollfd p = {.fd = e->pidfd, .events = POLLIN};
+        (void) poll(&p, 1, S_KILL_WAIT_MS);
+        (void) waitpid(pid, NULL, WNOHANG);
+        return;
+    }
+    for (int i = 0; i < S_KILL_WAIT_MS / 10; i++) {
+        pid_t w = waitpid(pid, NULL, WNOHANG);
+        if (w == pid || (w < 0 && errno == ECHILD && !s_pid_start(pid)))
+            break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* pidfds of pid's children (the sandbox's init under bwrap), opened
+ * before the kill: an init exits only once its pid namespace is empty, so
+ * waiting on it means no process of the sandbox is left (they would
+ * count against the next sandbox's process limit). */
+static size_t
+s_child_fds(pid_t pid, int *fds, size_t max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", (long) pid,
+             (long) pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = 0;
+    long c;
+    while (n < max && fscanf(f, "%ld", &c) == 1) {
+        int fd = pidfd_open((pid_t) c, 0);
+        if (fd >= 0)
+            fds[n++] = fd;
+    }
+    fclose(f);
+    return n;
 }
 
 static lisa_rc_t
 s_remove(void *impl, const char *name)
 {
     s_local_t *l = impl;
-    s_state_t st;
-    lisa_rc_t rc = s_read_state(l, name, &st);
-    if (rc == LISA_NOTFOUND)
-        return LISA_NOTFOUND;
+    s_entry_t *e = zhashx_lookup(l->known, name);
+    s_entry_t tmp = {.pidfd = -1};
+    lisa_rc_t rc = LISA_OK;
+    if (!e || e->ignored) {
+        /* Not listed yet, or not a file we list: read it as it is now. */
+        rc = s_read_state(l, name, &tmp.st);
+        if (rc == LISA_NOTFOUND) {
+            zhashx_delete(l->known, name);
+            return LISA_NOTFOUND;
+        }
+        e = &tmp;
+    }
     if (rc == LISA_OK) {
-        s_refresh(l, &st);
+        s_update(l, e);
         /* bwrap leads its process group; the sandbox's init is in it (and
          * everything dies with the init). A bwrap that died unobserved
          * may have left the init behind: kill the group then too. */
-        if (st.sb.phase != CTL_PHASE_EXITED || st.sb.exit_code < 0)
-            (void) kill((pid_t) -st.pid, SIGKILL);
-        if (st.sb.phase != CTL_PHASE_EXITED) {
-            (void) kill((pid_t) st.pid, SIGKILL);
-            for (int i = 0; i < 200; i++) {
-                pid_t w = waitpid((pid_t) st.pid, NULL, WNOHANG);
-                if (w == (pid_t) st.pid ||
-                    (w < 0 && errno == ECHILD && !s_pid_start(st.pid)))
-                    break;
-                struct timespec ts = {0, 10 * 1000000L};
-                nanosleep(&ts, NULL);
+        int kids[4];
+        size_t nk = e->st.sb.phase != CTL_PHASE_EXITED
+                        ? s_child_fds((pid_t) e->st.pid, kids, 4)
+                        : 0;
+        if (e->st.sb.phase != CTL_PHASE_EXITED || e->st.sb.exit_code < 0)
+            (void) kill((pid_t) -e->st.pid, SIGKILL);
+        if (e->st.sb.phase != CTL_PHASE_EXITED) {
+            (void) kill((pid_t) e->st.pid, SIGKILL);
+            s_wait_gone(e);
+            for (size_t i = 0; i < nk; i++) {
+                struct pollfd p = {.fd = kids[i], .events = POLLIN};
+                (void) poll(&p, 1, S_KILL_WAIT_MS);
+                close(kids[i]);
             }
         }
     }
@@ -688,7 +952,14 @@ s_remove(void *impl, const char *name)
     (void) unlink(logp);
     lisa_free(&state);
     lisa_free(&logp);
+    zhashx_delete(l->known, name);
     return LISA_OK;
+}
+
+static int
+s_wake_fd(void *impl)
+{
+    return ((s_local_t *) impl)->epfd;
 }
 
 static void
@@ -703,6 +974,12 @@ s_destroy(void *impl)
     lisa_free(&l->gateway_socket);
     lisa_free(&l->gateway_url);
     lisa_free(&l->cgroup_root);
+    lisa_free(&l->bwrap_path);
+    for (size_t i = 0; i < l->n_sys_args; i++)
+        lisa_free(&l->sys_args[i]);
+    zhashx_destroy(&l->known);
+    if (l->epfd >= 0)
+        close(l->epfd);
     lisa_free(&l);
 }
 
@@ -716,6 +993,7 @@ static const ctl_backend_ops_t s_ops = {
     .remove = s_remove,
     .log_tail = s_log_tail,
     .destroy = s_destroy,
+    .wake_fd = s_wake_fd,
     .dies_with_controller = true,
 };
 
@@ -771,6 +1049,13 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
     l->sandbox_uid = cfg->sandbox_uid ? cfg->sandbox_uid : 65534u;
     l->no_memory_rlimit = cfg->no_memory_rlimit;
+    s_system_dirs(l);
+    l->known = zhashx_new();
+    zhashx_set_destructor(l->known, s_entry_free);
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (l->epfd < 0)
+        lisa_log_warn("local: epoll_create1: %s (exits seen at ticks only)",
+                      strerror(errno));
     out->ops = &s_ops;
     out->impl = l;
     return LISA_OK;

@@ -12,6 +12,7 @@
 #include "lisa/lisa_rpc.h"
 
 #include <czmq.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -35,7 +36,8 @@ typedef struct {
 struct ctl_server {
     const ctl_config_t *cfg;
     ctl_backend_t be;
-    lisa_rpc_t *rpc;
+    lisa_rpc_t *rpc;  /* synchronous calls: reports, queries, heartbeats */
+    lisa_rpc_t *arpc; /* asynchronous: claims and start confirmations */
     zsock_t *sub;
     s_rec_t *recs;
     size_t n_recs, cap_recs;
@@ -44,6 +46,12 @@ struct ctl_server {
     uint64_t pause_ms;   /* current backoff */
     int64_t next_verify; /* monotonic ms */
     uint64_t last_seq;
+    bool claiming; /* a claim is in flight */
+    bool stopping; /* claims answered from now on are handed back */
+    bool dirty;    /* something changed: tick without waiting */
+    bool wake_ok;  /* poll the backend's wake descriptor */
+    char (*doomed)[CTL_NAME_MAX]; /* sandboxes to remove at the pass's end */
+    size_t n_doomed, cap_doomed;
     ctl_stats_t st;
 };
 
@@ -62,10 +70,12 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
         backend->ops->destroy(backend->impl);
         return NULL;
     }
-    zsock_t *sub = zsock_new_sub(cfg->broker_events, "rollout");
+    lisa_rpc_t *arpc = lisa_rpc_new(cfg->broker_rpc, "controller");
+    zsock_t *sub = arpc ? zsock_new_sub(cfg->broker_events, "rollout") : NULL;
     if (!sub) {
         lisa_log_error("controller: cannot subscribe to %s",
                        cfg->broker_events);
+        lisa_rpc_destroy(&arpc);
         lisa_rpc_destroy(&rpc);
         backend->ops->destroy(backend->impl);
         return NULL;
@@ -76,7 +86,9 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
     backend->ops = NULL;
     backend->impl = NULL;
     s->rpc = rpc;
+    s->arpc = arpc;
     s->sub = sub;
+    s->wake_ok = true;
     ctl_rate_init(&s->rate, cfg->create_per_s, cfg->create_burst,
                   (uint64_t) s_mono());
     s->pause_ms = 0;
@@ -91,9 +103,11 @@ ctl_server_destroy(ctl_server_t **sp)
     ctl_server_t *s = *sp;
     if (s->be.ops)
         s->be.ops->destroy(s->be.impl);
+    lisa_rpc_destroy(&s->arpc); /* open callbacks run with LISA_ERR */
     lisa_rpc_destroy(&s->rpc);
     zsock_destroy(&s->sub);
     lisa_free(&s->recs);
+    lisa_free(&s->doomed);
     lisa_free(sp);
 }
 
@@ -188,6 +202,33 @@ s_report(ctl_server_t *s, const char *rollout_id, unsigned attempt,
     lisa_rpc_reply_free(&rep);
 }
 
+/* One start confirmation in flight (the callback's argument). */
+typedef struct {
+    char rollout_id[CTL_ID_MAX];
+    unsigned attempt;
+} s_pending_start_t;
+
+static void
+s_on_started(void *arg, uint64_t request_id, lisa_rc_t rc,
+             const Lisa__Reply *rep)
+{
+    (void) request_id;
+    s_pending_start_t *p = arg;
+    if (rc == LISA_OK)
+        rc = lisa_rpc_reply_rc(rep);
+    if (rc == LISA_CONFLICT) /* the agent was quicker: it already moved on */
+        lisa_log_debug("rollout %s attempt %u: start confirmed late (%s)",
+                       p->rollout_id, p->attempt,
+                       rep && rep->error ? rep->error : "");
+    else if (rc != LISA_OK)
+        lisa_log_warn("rollout %s attempt %u: start not confirmed: %s (%s)",
+                      p->rollout_id, p->attempt, lisa_rc_str(rc),
+                      rep && rep->error ? rep->error : "");
+    lisa_free(&p);
+}
+
+/* AttemptStart, not waited for: the loop goes on to the next sandbox and
+ * the reply is checked when it comes. */
 static void
 s_confirm_start(ctl_server_t *s, const char *rollout_id, unsigned attempt,
                 const char *name)
@@ -199,13 +240,15 @@ s_confirm_start(ctl_server_t *s, const char *rollout_id, unsigned attempt,
     a.sandbox_id = (char *) (uintptr_t) name;
     req.body_case = LISA__REQUEST__BODY_ATTEMPT_START;
     req.attempt_start = &a;
-    Lisa__Reply *rep = NULL;
-    lisa_rc_t rc = s_call(s, &req, &rep);
-    if (rc != LISA_OK)
-        lisa_log_warn("rollout %s attempt %u: start not confirmed: %s (%s)",
-                      rollout_id, attempt, lisa_rc_str(rc),
-                      rep && rep->error ? rep->error : "");
-    lisa_rpc_reply_free(&rep);
+    s_pending_start_t *p = lisa_calloc(1, sizeof *p);
+    snprintf(p->rollout_id, sizeof p->rollout_id, "%s", rollout_id);
+    p->attempt = attempt;
+    if (lisa_rpc_send(s->arpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_started,
+                      p, NULL) != LISA_OK) {
+        lisa_log_warn("rollout %s attempt %u: start confirmation not sent",
+                      rollout_id, attempt);
+        lisa_free(&p);
+    }
 }
 
 /* Renews the lease of an attempt whose sandbox is still pending (image
@@ -350,6 +393,8 @@ s_on_event(ctl_server_t *s, const Lisa__Event *ev)
     if (ev->body_case != LISA__EVENT__BODY_ROLLOUT || !ev->rollout)
         return;
     const Lisa__RolloutEvent *re = ev->rollout;
+    if (re->state == LISA__ROLLOUT_STATE__ROLLOUT_QUEUED)
+        s->dirty = true; /* work to claim */
     for (size_t i = 0; i < s->n_recs; i++) {
         s_rec_t *rec = &s->recs[i];
         if (!re->rollout_id || strcmp(rec->rollout_id, re->rollout_id) != 0)
@@ -366,6 +411,7 @@ s_on_event(ctl_server_t *s, const Lisa__Event *ev)
                           "); stopping its sandbox",
                           rec->rollout_id, rec->attempt, ev->seq);
             rec->stop = true;
+            s->dirty = true;
         }
     }
 }
@@ -394,17 +440,22 @@ s_drain_events(ctl_server_t *s)
 
 /* ---- claims ---------------------------------------------------------- */
 
-static void
-s_start_one(ctl_server_t *s, const Lisa__ClaimedAttempt *ca, bool *down)
+/* The spec of a claimed attempt (strings borrowed from ca and name);
+ * false when the claim is unusable. */
+static bool
+s_spec_of(ctl_server_t *s, const Lisa__ClaimedAttempt *ca,
+          char name[CTL_NAME_MAX], ctl_spec_t *spec)
 {
     const Lisa__Rollout *r = ca->rollout;
     if (!r || !r->rollout_id || !ca->token) {
         lisa_log_warn("broker: claim without rollout or token; skipped");
-        return;
+        return false;
     }
     uint64_t now = ctl_wall_ms();
     const Lisa__Limits *lim = ca->limits;
-    ctl_spec_t spec = {
+    ctl_backend_name(r->rollout_id, ca->attempt, name);
+    *spec = (ctl_spec_t){
+        .name = name,
         .controller_id = s->cfg->controller_id,
         .run_id = r->run_id ? r->run_id : "",
         .rollout_id = r->rollout_id,
@@ -421,50 +472,117 @@ s_start_one(ctl_server_t *s, const Lisa__ClaimedAttempt *ca, bool *down)
         .disk_bytes =
             lim && lim->disk_bytes ? lim->disk_bytes : s->cfg->disk_bytes,
     };
-    char name[CTL_NAME_MAX];
-    ctl_backend_name(r->rollout_id, ca->attempt, name);
-    spec.name = name;
     s->st.claimed++;
-    if (*down) {
-        s_report(s, r->rollout_id, ca->attempt,
-                 LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
-                 NULL);
-        return;
-    }
-    lisa_rc_t rc = s->be.ops->start(s->be.impl, &spec);
+    return true;
+}
+
+/* Acts on the backend's answer to one start: a record and AttemptStart,
+ * or a failure report (INFRA when the backend is down: pause). */
+static void
+s_started(ctl_server_t *s, const ctl_spec_t *spec, lisa_rc_t rc, bool *down)
+{
     if (rc == LISA_OK || rc == LISA_CONFLICT) {
         if (rc == LISA_CONFLICT)
-            lisa_log_info("sandbox %s already exists; taking it", name);
+            lisa_log_info("sandbox %s already exists; taking it", spec->name);
         s->st.started++;
         /* A sandbox of this attempt may have been adopted in this tick. */
-        s_rec_t *rec = s_find(s, r->rollout_id, ca->attempt);
+        s_rec_t *rec = s_find(s, spec->rollout_id, spec->attempt);
         if (!rec)
-            rec = s_add(s, r->rollout_id, ca->attempt, spec.run_id, name,
-                        spec.deadline_ms);
+            rec = s_add(s, spec->rollout_id, spec->attempt, spec->run_id,
+                        spec->name, spec->deadline_ms);
         rec->verified = true;
         rec->stop = false;
-        rec->deadline_ms = spec.deadline_ms;
-        s_confirm_start(s, r->rollout_id, ca->attempt, name);
+        rec->deadline_ms = spec->deadline_ms;
+        s_confirm_start(s, spec->rollout_id, spec->attempt, spec->name);
         s_backend_up(s);
         return;
     }
     s->st.start_failed++;
     if (rc == LISA_UNAVAILABLE) {
+        if (!*down)
+            s_backend_down(s, "start failed");
         *down = true;
-        s_backend_down(s, "start failed");
-        s_report(s, r->rollout_id, ca->attempt,
+        s_report(s, spec->rollout_id, spec->attempt,
                  LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
                  NULL);
     } else {
-        s_report(s, r->rollout_id, ca->attempt,
+        s_report(s, spec->rollout_id, spec->attempt,
                  LISA__FAILURE_KIND__FAILURE_SANDBOX,
                  "sandbox could not be started", lisa_rc_str(rc));
     }
 }
 
+/* Starts the claimed attempts: all at once where the backend can, else
+ * one after another until one finds the backend down. */
+static void
+s_start_all(ctl_server_t *s, Lisa__ClaimedAttempt *const *cas, size_t got)
+{
+    ctl_spec_t *specs = lisa_calloc(got ? got : 1, sizeof *specs);
+    char(*names)[CTL_NAME_MAX] = lisa_calloc(got ? got : 1, sizeof *names);
+    lisa_rc_t *rcs = lisa_calloc(got ? got : 1, sizeof *rcs);
+    size_t n = 0;
+    for (size_t i = 0; i < got; i++)
+        if (s_spec_of(s, cas[i], names[n], &specs[n]))
+            n++;
+    if (s->be.ops->start_many && n > 1) {
+        s->be.ops->start_many(s->be.impl, specs, n, rcs);
+    } else {
+        bool gone = false;
+        for (size_t i = 0; i < n; i++) {
+            rcs[i] = gone ? LISA_UNAVAILABLE
+                          : s->be.ops->start(s->be.impl, &specs[i]);
+            gone |= rcs[i] == LISA_UNAVAILABLE;
+        }
+    }
+    bool down = false;
+    for (size_t i = 0; i < n; i++)
+        s_started(s, &specs[i], rcs[i], &down);
+    lisa_free(&rcs);
+    lisa_free(&names);
+    lisa_free(&specs);
+}
+
+/* Hands a claimed attempt back (the controller is stopping). */
+static void
+s_hand_back(ctl_server_t *s, const Lisa__ClaimedAttempt *ca)
+{
+    s->st.claimed++;
+    if (ca->rollout && ca->rollout->rollout_id)
+        s_report(s, ca->rollout->rollout_id, ca->attempt,
+                 LISA__FAILURE_KIND__FAILURE_INFRA, "controller stopped", NULL);
+}
+
+static void
+s_on_claim(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
+{
+    (void) request_id;
+    ctl_server_t *s = arg;
+    s->claiming = false;
+    if (rc == LISA_ERR)
+        return; /* the client is going away */
+    if (rc == LISA_OK)
+        rc = lisa_rpc_reply_rc(rep);
+    if (rc != LISA_OK || !rep->claim) {
+        lisa_log_warn("broker: claim failed: %s", lisa_rc_str(rc));
+        return;
+    }
+    size_t got = rep->claim->n_attempts;
+    ctl_rate_take(&s->rate, got);
+    if (s->stopping) {
+        for (size_t i = 0; i < got; i++)
+            s_hand_back(s, rep->claim->attempts[i]);
+        return;
+    }
+    s_start_all(s, rep->claim->attempts, got);
+}
+
+/* Asks for as many attempts as there is room and rate for; the reply
+ * starts them (s_on_claim). One claim is in flight at a time. */
 static void
 s_claim(ctl_server_t *s)
 {
+    if (s->claiming || s->stopping)
+        return;
     int64_t mono = s_mono();
     if (mono < s->pause_until)
         return;
@@ -494,23 +612,43 @@ s_claim(ctl_server_t *s)
     c.run_id = s->cfg->run_id;
     req.body_case = LISA__REQUEST__BODY_CLAIM;
     req.claim = &c;
-    Lisa__Reply *rep = NULL;
-    lisa_rc_t rc = s_call(s, &req, &rep);
-    if (rc != LISA_OK || !rep->claim) {
-        if (rc != LISA_OK)
-            lisa_log_warn("broker: claim failed: %s", lisa_rc_str(rc));
-        lisa_rpc_reply_free(&rep);
+    if (lisa_rpc_send(s->arpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_claim,
+                      s, NULL) != LISA_OK) {
+        lisa_log_warn("broker: claim not sent");
         return;
     }
-    size_t got = rep->claim->n_attempts;
-    ctl_rate_take(&s->rate, got);
-    bool down = false;
-    for (size_t i = 0; i < got; i++)
-        s_start_one(s, rep->claim->attempts[i], &down);
-    lisa_rpc_reply_free(&rep);
+    s->claiming = true;
 }
 
 /* ---- the tick -------------------------------------------------------- */
+
+/* Marks a sandbox for removal at the end of this pass. */
+static void
+s_doom(ctl_server_t *s, const char *name)
+{
+    if (s->n_doomed == s->cap_doomed) {
+        s->cap_doomed = s->cap_doomed ? s->cap_doomed * 2 : 16;
+        s->doomed = lisa_realloc(s->doomed, s->cap_doomed * sizeof *s->doomed);
+    }
+    snprintf(s->doomed[s->n_doomed++], CTL_NAME_MAX, "%s", name);
+}
+
+/* Removes the marked sandboxes, all at once where the backend can. */
+static void
+s_remove_doomed(ctl_server_t *s)
+{
+    if (s->n_doomed > 1 && s->be.ops->remove_many) {
+        const char **names = lisa_calloc(s->n_doomed, sizeof *names);
+        for (size_t i = 0; i < s->n_doomed; i++)
+            names[i] = s->doomed[i];
+        s->be.ops->remove_many(s->be.impl, names, s->n_doomed);
+        lisa_free(&names);
+    } else {
+        for (size_t i = 0; i < s->n_doomed; i++)
+            (void) s->be.ops->remove(s->be.impl, s->doomed[i]);
+    }
+    s->n_doomed = 0;
+}
 
 static void
 s_detail(ctl_server_t *s, const char *name, char *buf, size_t len)
@@ -530,7 +668,7 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
             lisa_log_info("reaping %s (rollout %s attempt %u): past its "
                           "deadline and unknown",
                           sb->name, sb->rollout_id, sb->attempt);
-            (void) s->be.ops->remove(s->be.impl, sb->name);
+            s_doom(s, sb->name);
             s->st.reaped++;
             return;
         }
@@ -555,13 +693,13 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
             s_detail(s, sb->name, detail, sizeof detail);
             s_report(s, rec->rollout_id, rec->attempt, o.kind, o.why, detail);
         }
-        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_doom(s, sb->name);
         s_drop(s, rec);
         return;
     }
     if (now >= rec->deadline_ms + grace) {
         lisa_log_info("sandbox %s passed its deadline; killing it", sb->name);
-        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_doom(s, sb->name);
         s->st.deadline_kills++;
         if (!rec->stop)
             s_report(s, rec->rollout_id, rec->attempt,
@@ -571,7 +709,7 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
         return;
     }
     if (rec->stop && rec->verified) {
-        (void) s->be.ops->remove(s->be.impl, sb->name);
+        s_doom(s, sb->name);
         s->st.stopped++;
         s_drop(s, rec);
         return;
@@ -583,7 +721,8 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
     }
 }
 
-static void
+/* One reconcile pass; false when the backend could not list. */
+static bool
 s_tick(ctl_server_t *s)
 {
     ctl_sandbox_t *list = NULL;
@@ -593,7 +732,7 @@ s_tick(ctl_server_t *s)
         lisa_free(&list);
         if (s_mono() >= s->pause_until)
             s_backend_down(s, "list failed");
-        return;
+        return false;
     }
     uint64_t now = ctl_wall_ms();
     for (size_t i = 0; i < s->n_recs; i++)
@@ -601,6 +740,10 @@ s_tick(ctl_server_t *s)
     for (size_t i = 0; i < n; i++)
         s_handle(s, &list[i], now);
     lisa_free(&list);
+    /* The claim goes out first: its round trip overlaps the removals, and
+     * its reply is read (and its sandboxes started) only after them. */
+    s_claim(s);
+    s_remove_doomed(s);
     /* Records whose sandbox vanished without an exit status. */
     for (size_t i = 0; i < s->n_recs;) {
         s_rec_t *rec = &s->recs[i];
@@ -618,11 +761,29 @@ s_tick(ctl_server_t *s)
     if (s->n_recs && s_mono() >= s->next_verify)
         s_verify(s);
     s_claim(s);
+    return true;
+}
+
+/* Waits (bounded) for the claim and confirmations in flight; a claim
+ * answered now is handed back, not started. */
+static void
+s_settle(ctl_server_t *s)
+{
+    s->stopping = true;
+    int64_t end = s_mono() + (int64_t) s->cfg->rpc_timeout_ms;
+    while ((s->claiming || lisa_rpc_pending(s->arpc)) && s_mono() < end) {
+        zmq_pollitem_t it = {zsock_resolve(lisa_rpc_socket(s->arpc)), 0,
+                             ZMQ_POLLIN, 0};
+        (void) zmq_poll(&it, 1, 50);
+        lisa_rpc_dispatch(s->arpc);
+        lisa_rpc_expire(s->arpc);
+    }
 }
 
 static void
 s_shutdown(ctl_server_t *s)
 {
+    s_settle(s);
     if (!s->be.ops->dies_with_controller)
         return;
     for (size_t i = 0; i < s->n_recs; i++) {
@@ -639,9 +800,6 @@ s_shutdown(ctl_server_t *s)
 lisa_rc_t
 ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
 {
-    zpoller_t *p = zpoller_new(s->sub, NULL);
-    if (!p)
-        return LISA_ERR;
     lisa_log_info("controller %s: backend %s, at most %" PRIu64
                   " sandboxes, %" PRIu64 " creations/s",
                   s->cfg->controller_id, s->be.ops->name,
@@ -650,20 +808,41 @@ ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
         s_backend_down(s, "ping failed at start");
     int64_t next_tick = 0;
     while (!*stop) {
-        int64_t wait = next_tick - s_mono();
-        if (wait > 0) {
-            (void) zpoller_wait(p, (int) wait);
-            if (zpoller_terminated(p) && !*stop)
-                continue;
+        int wfd = s->be.ops->wake_fd ? s->be.ops->wake_fd(s->be.impl) : -1;
+        /* Events, replies and the backend's wake descriptor all wake the
+         * loop; a change ticks at once, else the tick period runs out. */
+        zmq_pollitem_t items[3] = {
+            {zsock_resolve(s->sub), 0, ZMQ_POLLIN, 0},
+            {zsock_resolve(lisa_rpc_socket(s->arpc)), 0, ZMQ_POLLIN, 0},
+            {NULL, wfd, ZMQ_POLLIN, 0},
+        };
+        int n_items = wfd >= 0 && s->wake_ok ? 3 : 2;
+        int64_t wait = s->dirty ? 0 : next_tick - s_mono();
+        int64_t dl = lisa_rpc_next_deadline_ms(s->arpc);
+        if (dl >= 0 && dl < wait)
+            wait = dl;
+        if (wait < 0)
+            wait = 0;
+        if (zmq_poll(items, n_items, (long) wait) < 0 && errno != EINTR) {
+            lisa_log_error("controller: poll: %s", zmq_strerror(errno));
+            break;
         }
+        if (*stop)
+            break;
         s_drain_events(s);
-        if (s_mono() >= next_tick) {
-            s_tick(s);
+        lisa_rpc_dispatch(s->arpc);
+        lisa_rpc_expire(s->arpc);
+        if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
+            s->dirty = true;
+        if (s->dirty || s_mono() >= next_tick) {
+            s->dirty = false;
+            /* A backend that cannot list keeps its descriptor ready: poll
+             * it again only after a listing that worked. */
+            s->wake_ok = s_tick(s);
             next_tick = s_mono() + (int64_t) s->cfg->tick_ms;
         }
     }
     lisa_log_info("controller stopping: %zu sandboxes open", s->n_recs);
     s_shutdown(s);
-    zpoller_destroy(&p);
     return LISA_OK;
 }

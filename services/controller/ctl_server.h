@@ -2,8 +2,11 @@
  * ctl_server: the controller's reconcile loop.
  *
  * One thread, one poller: the broker's event stream (SUB, topic
- * "rollout") and a tick. Each tick lists the backend's sandboxes and
- * makes the world match the broker:
+ * "rollout"), the replies of asynchronous broker calls, the backend's
+ * wake descriptor (a local child ended) and a tick. A change (a sandbox
+ * ended, an attempt ended at the broker, new work queued) runs the
+ * reconcile pass at once; otherwise it runs every tick. Each pass lists
+ * the backend's sandboxes and makes the world match the broker:
  *   - an exited sandbox is mapped through ctl_outcome: a failure is
  *     reported (AttemptFail), then the sandbox is removed;
  *   - a sandbox past its deadline (plus grace) is killed and reported as
@@ -17,9 +20,12 @@
  *   - free capacity is claimed (up to the concurrency cap and the token
  *     bucket of creations) and each claim becomes a sandbox, confirmed
  *     with AttemptStart.
- * A backend that fails pauses claiming with exponential backoff. Broker
- * calls are synchronous with a deadline each; the loop serves no clients,
- * so a slow call only delays the next tick.
+ * A backend that fails pauses claiming with exponential backoff. Claims
+ * and start confirmations are asynchronous (one claim in flight; its
+ * reply starts the sandboxes, whose confirmations are sent without
+ * waiting), so a batch of starts costs one broker round trip; reports,
+ * queries and heartbeats are synchronous with a deadline each. On stop,
+ * a claim still in flight is awaited and its attempts handed back.
  */
 #ifndef CTL_SERVER_H
 #define CTL_SERVER_H

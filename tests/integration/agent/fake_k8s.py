@@ -88,8 +88,12 @@ class ApiServer:
             stderr=subprocess.STDOUT, start_new_session=True)
 
     def compact(self):
-        """Forget history: watches from older versions get 410 Gone."""
+        """Forget history: watches from older versions get 410 Gone. The
+        version moves on first, so even a watch that is caught up is
+        behind the oldest version kept: its stream ends, and resuming it
+        gets the 410."""
         with self.cv:
+            self.rv += 1
             self.oldest_rv = self.rv
             self.events = []
             self.cv.notify_all()

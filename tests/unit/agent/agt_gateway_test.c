@@ -8,13 +8,15 @@
 #include "lisa/lisa_mem.h"
 
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 /* What the fake gateway does and saw. */
 typedef struct {
@@ -24,6 +26,8 @@ typedef struct {
     atomic_int cancel_after; /* heartbeats before cancel=true (0: never) */
     atomic_int huge;         /* answer with a 1 MB body */
     atomic_int bad_json;     /* answer with text that is not JSON */
+    atomic_int chunked;      /* answer in chunks (size unknown up front) */
+    atomic_int conns;        /* connections the server accepted */
     char auth[256];
     char turn[32];
     char body[8192];
@@ -47,6 +51,30 @@ s_reply(struct MHD_Connection *c, int status, const char *text)
     enum MHD_Result ret = MHD_queue_response(c, (unsigned) status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+/* Chunked answer: the body in pieces of at most 7 bytes. */
+static ssize_t
+s_chunk(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    const char *text = cls;
+    size_t n = strlen(text);
+    if (pos >= n)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t k = n - (size_t) pos < 7 ? n - (size_t) pos : 7;
+    if (k > max)
+        k = max;
+    memcpy(buf, text + pos, k);
+    return (ssize_t) k;
+}
+
+static void
+s_on_conn(void *cls, struct MHD_Connection *c, void **socket_ctx,
+          enum MHD_ConnectionNotificationCode code)
+{
+    (void) cls, (void) c, (void) socket_ctx;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&s_gw.conns, 1);
 }
 
 static enum MHD_Result
@@ -95,6 +123,15 @@ s_handler(void *cls, struct MHD_Connection *c, const char *url,
     }
     if (atomic_load(&s_gw.bad_json))
         return s_reply(c, 200, "this is not json");
+    if (atomic_load(&s_gw.chunked)) {
+        static const char text[] =
+            "{\"rollout_id\":\"r-1\",\"note\":\"sent in chunks\"}";
+        struct MHD_Response *r = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 64, s_chunk, (void *) text, NULL);
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     int st = atomic_load(&s_gw.status);
     if (st != 200) {
         char e[160];
@@ -128,7 +165,6 @@ s_setup(void)
 {
     memset(&s_gw, 0, sizeof s_gw);
     atomic_store(&s_gw.status, 200);
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     struct sockaddr_in sa = {0};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -136,7 +172,10 @@ s_setup(void)
     s_d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
         NULL, NULL, s_handler, NULL, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_NOTIFY_COMPLETED, s_done, NULL, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, s_done, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+        s_on_conn, NULL,
+        /* idle connections close after a second (see kept_alive_...) */
+        MHD_OPTION_CONNECTION_TIMEOUT, 1u, MHD_OPTION_END);
     cr_assert_not_null(s_d);
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(s_d, MHD_DAEMON_INFO_BIND_PORT);
@@ -147,7 +186,6 @@ static void
 s_teardown(void)
 {
     MHD_stop_daemon(s_d);
-    curl_global_cleanup();
 }
 
 static agt_gateway_t *
@@ -267,8 +305,103 @@ Test(agt_gateway, nobody_listening_is_unavailable)
     cr_assert_neq(rep.error[0], '\0');
     agt_reply_clear(&rep);
     agt_gateway_destroy(&gw);
+    /* https goes through libcurl, loaded on first use. */
+    agt_gateway_cfg_t tls = {.base_url = "https://127.0.0.1:1",
+                             .token = "t",
+                             .max_reply_bytes = 1024};
+    gw = agt_gateway_new(&tls);
+    cr_assert_eq(agt_gateway_call(gw, "GET", "/x", NULL, 0, 2000, &rep),
+                 LISA_UNAVAILABLE);
+    cr_assert(strstr(rep.error, "onnect"), "%s", rep.error);
+    agt_reply_clear(&rep);
+    agt_gateway_destroy(&gw);
     agt_gateway_cfg_t none = {.token = "t", .max_reply_bytes = 1024};
     cr_assert_null(agt_gateway_new(&none));
+}
+
+Test(agt_gateway, chunked_answers_and_one_kept_alive_connection)
+{
+    atomic_store(&s_gw.chunked, 1);
+    agt_gateway_t *gw = s_client(1 << 20);
+    for (int i = 0; i < 3; i++) {
+        agt_reply_t rep;
+        cr_assert_eq(
+            agt_gateway_call(gw, "GET", "/lisa/v1/task", NULL, 0, 5000, &rep),
+            LISA_OK, "%s", rep.error);
+        cr_assert_str_eq(json_string_value(json_object_get(rep.body, "note")),
+                         "sent in chunks");
+        agt_reply_clear(&rep);
+    }
+    cr_assert_eq(atomic_load(&s_gw.calls), 3);
+    cr_assert_eq(atomic_load(&s_gw.conns), 1, "connections: %d",
+                 atomic_load(&s_gw.conns));
+    /* A chunked answer over the bound is refused like any other. */
+    agt_gateway_t *small = s_client(16);
+    agt_reply_t rep;
+    cr_assert_eq(
+        agt_gateway_call(small, "GET", "/lisa/v1/task", NULL, 0, 5000, &rep),
+        LISA_TOOLARGE);
+    agt_reply_clear(&rep);
+    agt_gateway_destroy(&small);
+    agt_gateway_destroy(&gw);
+}
+
+Test(agt_gateway, kept_alive_connection_closed_by_the_server_is_reopened)
+{
+    agt_gateway_t *gw = s_client(1 << 20);
+    agt_reply_t rep;
+    cr_assert_eq(
+        agt_gateway_call(gw, "GET", "/lisa/v1/task", NULL, 0, 5000, &rep),
+        LISA_OK, "%s", rep.error);
+    agt_reply_clear(&rep);
+    /* The server drops idle connections after a second. */
+    nanosleep(&(struct timespec){2, 0}, NULL);
+    json_t *body = json_pack("{s:s}", "note", "after idle");
+    cr_assert_eq(
+        agt_gateway_call(gw, "POST", "/lisa/v1/result", body, 0, 5000, &rep),
+        LISA_OK, "%s", rep.error);
+    json_decref(body);
+    agt_reply_clear(&rep);
+    cr_assert_eq(atomic_load(&s_gw.calls), 2);
+    cr_assert_str_eq(s_gw.body, "{\"note\":\"after idle\"}");
+    cr_assert_eq(atomic_load(&s_gw.conns), 2);
+    agt_gateway_destroy(&gw);
+}
+
+Test(agt_gateway, unix_socket)
+{
+    /* The same server behind a unix socket, as in local sandboxes. */
+    char dir[] = "/tmp/agt_gw_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[sizeof dir + 16];
+    snprintf(path, sizeof path, "%s/gw.sock", dir);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    cr_assert_eq(bind(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+    cr_assert_eq(listen(fd, 16), 0);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+        NULL, NULL, s_handler, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_NOTIFY_COMPLETED, s_done, NULL, MHD_OPTION_END);
+    cr_assert_not_null(d);
+    agt_gateway_cfg_t c = {
+        .unix_socket = path, .token = "tok-unix", .max_reply_bytes = 4096};
+    agt_gateway_t *gw = agt_gateway_new(&c);
+    cr_assert_not_null(gw);
+    agt_reply_t rep;
+    cr_assert_eq(
+        agt_gateway_call(gw, "GET", "/lisa/v1/task", NULL, 2, 5000, &rep),
+        LISA_OK, "%s", rep.error);
+    cr_assert_str_eq(json_string_value(json_object_get(rep.body, "rollout_id")),
+                     "r-1");
+    cr_assert_str_eq(s_gw.auth, "Bearer tok-unix");
+    cr_assert_str_eq(s_gw.turn, "2");
+    agt_reply_clear(&rep);
+    agt_gateway_destroy(&gw);
+    MHD_stop_daemon(d);
+    unlink(path);
+    rmdir(dir);
 }
 
 Test(agt_heartbeat, beats_and_cancels)
