@@ -22,6 +22,7 @@ def med(xs):
 def main():
     layers = int(sys.argv[1]) if len(sys.argv) > 1 else 36
     quick = "--quick" in sys.argv
+    decode_only = "--decode-only" in sys.argv
     cfg = Qwen3Config(hidden_size=2560, intermediate_size=9728,
                       num_hidden_layers=layers, num_attention_heads=32,
                       num_key_value_heads=8, head_dim=128, vocab_size=151936,
@@ -33,7 +34,7 @@ def main():
     model.gradient_checkpointing_enable()
     model.train()
     for T, tag in ((4096, "4k"), (16384, "16k")):
-        if quick and T > 4096:
+        if (quick and T > 4096) or decode_only:
             continue
         ids = torch.randint(0, 150000, (1, T), device="cuda")
         times = []

@@ -7,14 +7,19 @@
  *       (recompute_<tag> says which); train_tok_s_4k_ckpt with layer
  *       recomputation forced on;
  *   decode_tok_s_b1 / decode_tok_s_b64  sampled decoding after a 128-token
- *       prompt, 128 new tokens per sequence.
+ *       prompt, 128 new tokens per sequence (decode_prefill_ms_* and
+ *       decode_step_ms_* split that time into the prompt's step and the
+ *       mean one-token step);
+ *   with --no-graphs also decode_tok_s_*_nograph: the same with every
+ *       kernel launched directly instead of replaying recorded graphs.
  * MFU counts model FLOPs only: 6 N + 6 L H D T per token (causal
  * attention), N without the embedding, against 989 TFLOP/s dense bf16.
  * With --world W (W GPUs, one process each): data-parallel training
  * steps (forward + backward + ZeRO-1 AdamW with NCCL) at 4k tokens per
  * rank, against the same step on one GPU, printing dp_tok_s_wW and the
  * scaling efficiency.
- *   trn_bench [--layers L] [--quick] [--world W]
+ *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
+ *             [--world W]
  */
 #include "trn_cuda.h"
 #include "trn_dist.h"
@@ -107,7 +112,7 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
 }
 
 static void
-s_decode(trn_gpu_model_t *g, int batch, const char *tag)
+s_decode(trn_gpu_model_t *g, int batch, const char *tag, int graphs)
 {
     trn_err_t err = {{0}};
     enum { PROMPT = 128, NEW = 128 };
@@ -117,6 +122,7 @@ s_decode(trn_gpu_model_t *g, int batch, const char *tag)
         printf("decode %s: %s\n", tag, err.msg);
         exit(1);
     }
+    trn_gpu_kv_set_graphs(kv, graphs);
     size_t *slots = malloc((size_t) batch * sizeof *slots);
     size_t *n_new = malloc((size_t) batch * sizeof *n_new);
     const int32_t **tk = malloc((size_t) batch * sizeof *tk);
@@ -127,8 +133,8 @@ s_decode(trn_gpu_model_t *g, int batch, const char *tag)
     unsigned seed = 9;
     for (int i = 0; i < batch * PROMPT; i++)
         prompt[i] = (int32_t) (rand_r(&seed) % 150000u);
-    double best = 1e9;
-    for (int rep = 0; rep < 2; rep++) {
+    double best = 1e9, best_prefill = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
         for (int i = 0; i < batch; i++) {
             trn_gpu_kv_reset(kv, (size_t) i);
             slots[i] = (size_t) i;
@@ -139,23 +145,31 @@ s_decode(trn_gpu_model_t *g, int batch, const char *tag)
             sp[i].top_k = 0;
             sp[i].seed = (uint64_t) i;
         }
-        double t0 = s_now();
+        double t0 = s_now(), t1 = t0;
         for (int st = 0; st < NEW; st++) {
             if (trn_gpu_model_step(g, kv, (size_t) batch, slots, tk, n_new, sp,
                                    out, lp, NULL, &err) != LISA_OK) {
                 printf("decode %s failed: %s\n", tag, err.msg);
                 exit(1);
             }
+            if (st == 0)
+                t1 = s_now();
             for (int i = 0; i < batch; i++) {
                 n_new[i] = 1;
                 tk[i] = &out[i];
             }
         }
         double t = s_now() - t0;
-        if (t < best)
+        if (t < best) {
             best = t;
+            best_prefill = t1 - t0;
+        }
     }
     printf("decode_tok_s_%s %.0f tok/s\n", tag, batch * (double) NEW / best);
+    /* the same run split: the prompt's step, then the 127 one-token steps */
+    printf("decode_prefill_ms_%s %.2f ms\n", tag, 1e3 * best_prefill);
+    printf("decode_step_ms_%s %.3f ms\n", tag,
+           1e3 * (best - best_prefill) / (NEW - 1));
     trn_gpu_kv_destroy(&kv);
     free(slots), free(n_new), free(tk), free(prompt), free(out), free(lp);
     free(sp);
@@ -291,12 +305,16 @@ s_dp(int world, int layers)
 int
 main(int argc, char **argv)
 {
-    int layers = 36, quick = 0, world = 0;
+    int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--decode-only") == 0)
+            decode_only = 1;
+        else if (strcmp(argv[i], "--no-graphs") == 0)
+            no_graphs = 1;
         else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc)
             world = atoi(argv[++i]);
     }
@@ -315,8 +333,9 @@ main(int argc, char **argv)
     }
     printf("params %.3f B (Qwen3-4B shape, %d layers)\n",
            (double) trn_gpu_model_num_params(g) / 1e9, layers);
-    s_train(g, &c, 4096, "4k", quick ? 1 : 3);
-    if (!quick) {
+    if (!decode_only)
+        s_train(g, &c, 4096, "4k", quick ? 1 : 3);
+    if (!quick && !decode_only) {
         /* the same with layer recomputation forced on (as the peer runs,
          * with gradient checkpointing) */
         trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_ON);
@@ -324,8 +343,12 @@ main(int argc, char **argv)
         trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_AUTO);
         s_train(g, &c, 16384, "16k", 3);
     }
-    s_decode(g, 1, "b1");
-    s_decode(g, 64, "b64");
+    s_decode(g, 1, "b1", 1);
+    s_decode(g, 64, "b64", 1);
+    if (no_graphs) { /* the same steps with every kernel launched directly */
+        s_decode(g, 1, "b1_nograph", 0);
+        s_decode(g, 64, "b64_nograph", 0);
+    }
     trn_gpu_model_destroy(&g);
     return 0;
 }

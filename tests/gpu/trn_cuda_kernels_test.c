@@ -636,6 +636,141 @@ test_adamw(void)
 
 /* ------------------------------------------------------------------ */
 
+/* Decode side: trn_k_qk_prep (per-head norm + RoPE + cache write) and
+ * trn_k_attn_decode over the cache it wrote, against double references.
+ * Tokens sit in distinct cache rows; `pad` makes every fourth row padding
+ * (slot -1), `split` gives the attention its scratch so few tokens split
+ * their positions over several blocks. */
+static void
+test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split)
+{
+    int nsl = 5, S = (H + 2 * Hk) * D, HkD = Hk * D, G = H / Hk;
+    double eps = 1e-6, theta = 1e6;
+    size_t nq = (size_t) T * S, nc = (size_t) nsl * max_len * HkD;
+    double *x, *ck0, *cv0, *qw, *kw;
+    trn_bf16_t *hx = s_rand_bf16(nq, 2, &x);
+    trn_bf16_t *hck = s_rand_bf16(nc, 1, &ck0), *hcv = s_rand_bf16(nc, 1, &cv0);
+    trn_bf16_t *hqw = s_rand_bf16((size_t) D, 1, &qw);
+    trn_bf16_t *hkw = s_rand_bf16((size_t) D, 1, &kw);
+    int32_t *slot = malloc((size_t) T * 4), *pos = malloc((size_t) T * 4);
+    for (int t = 0; t < T; t++) {
+        slot[t] = pad && t % 4 == 3 ? -1 : t % nsl;
+        /* distinct rows: one band of positions per t / nsl, late ones long */
+        pos[t] = (t / nsl) * (max_len / 8) + (t % nsl) * 3;
+        if (t == 0)
+            pos[t] = max_len - 1;
+    }
+    trn_bf16_t *dqkv = s_dev(hx, nq * 2), *dck = s_dev(hck, nc * 2);
+    trn_bf16_t *dcv = s_dev(hcv, nc * 2);
+    trn_bf16_t *dqw = s_dev(hqw, (size_t) D * 2),
+               *dkw = s_dev(hkw, (size_t) D * 2);
+    int32_t *dslot = s_dev(slot, (size_t) T * 4),
+            *dpos = s_dev(pos, (size_t) T * 4);
+    trn_bf16_t *dout = s_dev(NULL, (size_t) T * H * D * 2);
+    size_t nscr = trn_k_attn_decode_scratch(H, Hk, D);
+    float *scr = split ? s_dev(NULL, nscr * 4) : NULL;
+    RC(trn_k_qk_prep(dqkv, S, dqw, dkw, dck, dcv, dslot, dpos, T, H, Hk, D,
+                     max_len, (float) eps, (float) theta, NULL));
+    RC(trn_k_attn_decode(dout, dqkv, S, dck, dcv, dslot, dpos, T, H, Hk, D,
+                         max_len, scr, split ? nscr : 0, NULL));
+    RC(trn_cuda_sync());
+    double *gq = s_get_bf16(dqkv, nq), *gk = s_get_bf16(dck, nc);
+    double *gv = s_get_bf16(dcv, nc),
+           *go = s_get_bf16(dout, (size_t) T * H * D);
+    /* reference prep: queries and keys normalised and rotated */
+    size_t nrow = (size_t) T * (H + Hk) * D;
+    double *rp = calloc(nrow, 8), *gp = calloc(nrow, 8);
+    double *rv = calloc((size_t) T * HkD, 8),
+           *gvv = calloc((size_t) T * HkD, 8);
+    size_t np = 0, nv = 0;
+    for (int t = 0; t < T; t++)
+        for (int hh = 0; hh < H + Hk; hh++) {
+            int isq = hh < H;
+            if (!isq && slot[t] < 0)
+                continue;
+            const double *src = x + (size_t) t * S + (size_t) hh * D;
+            double ss = 0, y[256];
+            for (int d = 0; d < D; d++)
+                ss += src[d] * src[d];
+            float r = 1.0f / sqrtf((float) (ss / D) + (float) eps);
+            for (int d = 0; d < D; d++) {
+                float nrm =
+                    trn_bf16_to_f32(trn_f32_to_bf16((float) src[d] * r));
+                y[d] = trn_bf16_to_f32(
+                    trn_f32_to_bf16((float) (isq ? qw : kw)[d] * nrm));
+            }
+            size_t cbase = ((size_t) (slot[t] < 0 ? 0 : slot[t]) * max_len +
+                            (size_t) pos[t]) *
+                               HkD +
+                           (size_t) (hh - H) * D;
+            for (int i = 0; i < D / 2; i++) {
+                float inv = 1.0f / powf((float) theta, (float) (2 * i) / D);
+                float ang = (float) pos[t] * inv;
+                double c = trn_bf16_to_f32(trn_f32_to_bf16(cosf(ang)));
+                double sn = trn_bf16_to_f32(trn_f32_to_bf16(sinf(ang)));
+                rp[np + i] = y[i] * c - y[i + D / 2] * sn;
+                rp[np + i + D / 2] = y[i + D / 2] * c + y[i] * sn;
+            }
+            for (int d = 0; d < D; d++)
+                gp[np + d] = isq ? gq[(size_t) t * S + (size_t) hh * D + d]
+                                 : gk[cbase + d];
+            np += (size_t) D;
+            if (!isq) {
+                for (int d = 0; d < D; d++) {
+                    rv[nv + d] =
+                        x[(size_t) t * S + (size_t) (H + Hk + hh - H) * D + d];
+                    gvv[nv + d] = gv[cbase + d];
+                }
+                nv += (size_t) D;
+            }
+        }
+    char what[96];
+    snprintf(what, sizeof what, "qk prep T=%d H=%d Hk=%d D=%d%s", T, H, Hk, D,
+             pad ? " pad" : "");
+    s_check(what, s_relerr(gp, rp, np), 5e-3);
+    snprintf(what, sizeof what, "qk prep values into the cache (D=%d)", D);
+    s_check(what, s_relerr(gvv, rv, nv), 0);
+    /* reference attention over what the cache now holds */
+    size_t no = (size_t) T * H * D;
+    double *ro = calloc(no, 8), *sc = malloc((size_t) max_len * 8);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H && slot[t] >= 0; h++) {
+            const double *q = gq + (size_t) t * S + (size_t) h * D;
+            int hk = h / G;
+            double mx = -1e300, z = 0;
+            for (int j = 0; j <= pos[t]; j++) {
+                const double *k = gk + ((size_t) slot[t] * max_len + j) * HkD +
+                                  (size_t) hk * D;
+                double s2 = 0;
+                for (int d = 0; d < D; d++)
+                    s2 += q[d] * k[d];
+                sc[j] = s2 / sqrt((double) D);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j <= pos[t]; j++)
+                z += (sc[j] = exp(sc[j] - mx));
+            for (int j = 0; j <= pos[t]; j++) {
+                const double *v = gv + ((size_t) slot[t] * max_len + j) * HkD +
+                                  (size_t) hk * D;
+                for (int d = 0; d < D; d++)
+                    ro[(size_t) t * H * D + (size_t) h * D + d] +=
+                        sc[j] / z * v[d];
+            }
+        }
+    snprintf(what, sizeof what, "decode attention T=%d G=%d D=%d len<=%d%s%s",
+             T, G, D, max_len, pad ? " pad" : "", split ? " split" : "");
+    s_check(what, s_relerr(go, ro, no), 1e-2);
+    free(hx), free(x), free(hck), free(ck0), free(hcv), free(cv0), free(hqw);
+    free(qw), free(hkw), free(kw), free(slot), free(pos), free(gq), free(gk);
+    free(gv), free(go), free(rp), free(gp), free(rv), free(gvv), free(ro);
+    free(sc);
+    trn_cuda_free(&dqkv), trn_cuda_free(&dck), trn_cuda_free(&dcv);
+    trn_cuda_free(&dqw), trn_cuda_free(&dkw), trn_cuda_free(&dslot);
+    trn_cuda_free(&dpos), trn_cuda_free(&dout), trn_cuda_free(&scr);
+}
+
+/* ------------------------------------------------------------------ */
+
 static double
 s_now(void)
 {
@@ -721,6 +856,107 @@ bench(trn_blas_t *b)
         free(vals);
 }
 
+/* Mean seconds of one call of `what` over 50 back-to-back calls. */
+#define S_TIME(secs, what)                                                     \
+    do {                                                                       \
+        RC(what);                                                              \
+        RC(trn_cuda_sync());                                                   \
+        double t0_ = s_now();                                                  \
+        for (int r_ = 0; r_ < 50; r_++)                                        \
+            RC(what);                                                          \
+        RC(trn_cuda_sync());                                                   \
+        secs = (s_now() - t0_) / 50;                                           \
+    } while (0)
+
+/* The decode step's pieces at the Qwen3-4B shape, with the bytes each
+ * must read: achieved bandwidth per product, attention and sampling. */
+static void
+bench_decode(trn_blas_t *b)
+{
+    printf("\n-- decode pieces, Qwen3-4B shape (mean of 50 calls) --\n");
+    int C = 2560, I = 9728, H = 32, Hk = 8, D = 128, V = 151936;
+    int S = (H + 2 * Hk) * D;
+    struct {
+        const char *name;
+        int K, N;
+    } lin[] = {{"qkv", C, S},
+               {"o", H * D, C},
+               {"gate|up", C, 2 * I},
+               {"down", I, C},
+               {"lm head", C, V}};
+    size_t wmax = (size_t) V * C;
+    trn_bf16_t *w = s_dev(NULL, wmax * 2),
+               *x = s_dev(NULL, (size_t) 64 * I * 2);
+    RC(trn_cuda_memset(w, 0, wmax * 2, NULL));
+    RC(trn_cuda_memset(x, 0, (size_t) 64 * I * 2, NULL));
+    float *y = s_dev(NULL, (size_t) 64 * V * 4);
+    int Ms[3] = {1, 8, 64};
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
+        for (int mi = 0; mi < 3; mi++) {
+            int M = Ms[mi];
+            double t;
+            S_TIME(t, trn_linear_fwd(b, y, NULL, x, w, M, lin[i].K, lin[i].N, 0,
+                                     NULL));
+            double bytes = 2.0 * lin[i].K * lin[i].N;
+            printf("linear %-8s M=%-3d %8.1f us %7.0f GB/s\n", lin[i].name, M,
+                   t * 1e6, bytes / t / 1e9);
+        }
+    /* attention over 192 cached positions (the bench's mean) */
+    int max_len = 257;
+    for (int bi = 0; bi < 2; bi++) {
+        int T = bi ? 64 : 1, len = 192;
+        size_t nc = (size_t) T * max_len * Hk * D;
+        trn_bf16_t *ck = s_dev(NULL, nc * 2), *cv = s_dev(NULL, nc * 2);
+        trn_bf16_t *q = s_dev(NULL, (size_t) T * S * 2);
+        trn_bf16_t *o = s_dev(NULL, (size_t) T * H * D * 2);
+        RC(trn_cuda_memset(ck, 0, nc * 2, NULL));
+        RC(trn_cuda_memset(cv, 0, nc * 2, NULL));
+        RC(trn_cuda_memset(q, 0, (size_t) T * S * 2, NULL));
+        int32_t sl[64], ps[64];
+        for (int t = 0; t < T; t++)
+            sl[t] = t, ps[t] = len - 1;
+        int32_t *dsl = s_dev(sl, (size_t) T * 4),
+                *dps = s_dev(ps, (size_t) T * 4);
+        size_t ns = trn_k_attn_decode_scratch(H, Hk, D);
+        float *scr = s_dev(NULL, ns * 4);
+        double t;
+        S_TIME(t, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D,
+                                    max_len, scr, ns, NULL));
+        double bytes = 2.0 * T * len * Hk * D * 2;
+        printf("decode attention T=%-3d len %d %8.1f us %7.0f GB/s\n", T, len,
+               t * 1e6, bytes / t / 1e9);
+        S_TIME(t, trn_k_qk_prep(q, S, w, w, ck, cv, dsl, dps, T, H, Hk, D,
+                                max_len, 1e-6f, 1e6f, NULL));
+        printf("qk prep T=%-3d %8.1f us\n", T, t * 1e6);
+        trn_cuda_free(&ck), trn_cuda_free(&cv), trn_cuda_free(&q);
+        trn_cuda_free(&o), trn_cuda_free(&dsl), trn_cuda_free(&dps);
+        trn_cuda_free(&scr);
+    }
+    /* sampling 64 rows (temperature only, and top-p 0.9) */
+    int32_t *tok = s_dev(NULL, 64 * 4);
+    float *lp = s_dev(NULL, 64 * 4);
+    float tmp[64], tp[64], tp9[64];
+    int32_t tk[64];
+    uint64_t sd[64];
+    for (int i = 0; i < 64; i++)
+        tmp[i] = 1.0f, tp[i] = 1.0f, tp9[i] = 0.9f, tk[i] = 0,
+        sd[i] = (uint64_t) i;
+    float *dtmp = s_dev(tmp, 256), *dtp = s_dev(tp, 256),
+          *dtp9 = s_dev(tp9, 256);
+    int32_t *dtk = s_dev(tk, 256);
+    uint64_t *dsd = s_dev(sd, 512);
+    RC(trn_k_fill_normal(y, (size_t) 64 * V, 5, 3.0f, NULL));
+    double t;
+    S_TIME(t, trn_k_sample(tok, lp, y, dtmp, dtp, dtk, dsd, 64, V, NULL));
+    printf("sample 64 rows, temperature only %8.1f us\n", t * 1e6);
+    S_TIME(t, trn_k_sample(tok, lp, y, dtmp, dtp9, dtk, dsd, 64, V, NULL));
+    printf("sample 64 rows, top-p 0.9       %8.1f us\n", t * 1e6);
+    trn_cuda_free(&tok), trn_cuda_free(&lp), trn_cuda_free(&dtmp);
+    trn_cuda_free(&dtp), trn_cuda_free(&dtp9), trn_cuda_free(&dtk);
+    trn_cuda_free(&dsd), trn_cuda_free(&w), trn_cuda_free(&x);
+    trn_cuda_free(&y);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -744,10 +980,18 @@ main(int argc, char **argv)
     test_attention(300, 4, 2, 128, 3);
     test_attention(150, 4, 1, 16, 1);
     test_attention(64, 2, 2, 32, 1);
+    test_decode(1, 32, 8, 128, 2048, 0, 1); /* batch 1, split positions */
+    test_decode(1, 32, 8, 128, 300, 0, 0);  /* no scratch: one block */
+    test_decode(40, 32, 8, 128, 512, 1, 1); /* Qwen3-4B heads, padding */
+    test_decode(13, 8, 2, 64, 256, 1, 1);
+    test_decode(7, 4, 2, 32, 96, 0, 1); /* the test model's heads */
+    test_decode(9, 6, 2, 16, 64, 1, 0); /* other shapes: simple kernel */
     test_logprob();
     test_adamw();
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench_decode(b);
         bench(b);
+    }
     trn_blas_destroy(&b);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;

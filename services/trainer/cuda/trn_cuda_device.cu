@@ -93,3 +93,136 @@ trn_cuda_mem_info(size_t *free_b, size_t *total_b)
     TRN_CUDA_TRY(cudaMemGetInfo(free_b, total_b));
     return LISA_OK;
 }
+
+extern "C" trn_cuda_stream_t *
+trn_cuda_stream_new(void)
+{
+    cudaStream_t st = NULL;
+    /* default flags: a blocking stream, ordered with the legacy default
+     * stream that training and the synchronous copies use */
+    cudaError_t e = cudaStreamCreate(&st);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "trainer: cudaStreamCreate failed: %s\n",
+                cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    return (trn_cuda_stream_t *) st;
+}
+
+extern "C" void
+trn_cuda_stream_destroy(trn_cuda_stream_t **s)
+{
+    if (s && *s) {
+        cudaStreamSynchronize(trn_stream(*s));
+        cudaStreamDestroy(trn_stream(*s));
+        *s = NULL;
+    }
+}
+
+extern "C" lisa_rc_t
+trn_cuda_stream_sync(trn_cuda_stream_t *s)
+{
+    TRN_CUDA_TRY(cudaStreamSynchronize(trn_stream(s)));
+    return LISA_OK;
+}
+
+extern "C" void *
+trn_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "trainer: cudaMallocHost(%zu) failed: %s\n", bytes,
+                cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void
+trn_cuda_host_free(void *pp)
+{
+    void **p = (void **) pp;
+    if (p && *p) {
+        cudaFreeHost(*p);
+        *p = NULL;
+    }
+}
+
+extern "C" lisa_rc_t
+trn_cuda_upload_async(void *dst, const void *src, size_t bytes,
+                      trn_cuda_stream_t *s)
+{
+    TRN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                 trn_stream(s)));
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_cuda_download_async(void *dst, const void *src, size_t bytes,
+                        trn_cuda_stream_t *s)
+{
+    TRN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                                 trn_stream(s)));
+    return LISA_OK;
+}
+
+/* ---- graphs ------------------------------------------------------------- */
+
+extern "C" lisa_rc_t
+trn_cuda_capture_begin(trn_cuda_stream_t *s)
+{
+    if (!s)
+        return LISA_INVALID; /* the legacy default stream cannot record */
+    /* thread-local: other threads' CUDA calls stay legal meanwhile */
+    TRN_CUDA_TRY(cudaStreamBeginCapture(trn_stream(s),
+                                        cudaStreamCaptureModeThreadLocal));
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_cuda_capture_end(trn_cuda_stream_t *s, int ok, trn_cuda_graph_t **out)
+{
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    *out = NULL;
+    cudaError_t e = cudaStreamEndCapture(trn_stream(s), &graph);
+    if (e != cudaSuccess || !graph || !ok) {
+        if (e != cudaSuccess)
+            fprintf(stderr, "trainer: stream capture failed: %s\n",
+                    cudaGetErrorString(e));
+        if (graph)
+            cudaGraphDestroy(graph);
+        cudaGetLastError();
+        return ok ? LISA_ERR : LISA_OK;
+    }
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "trainer: graph instantiation failed: %s\n",
+                cudaGetErrorString(e));
+        cudaGetLastError();
+        return LISA_ERR;
+    }
+    *out = (trn_cuda_graph_t *) exec;
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_cuda_graph_launch(trn_cuda_graph_t *gr, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(gr);
+    TRN_CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t) gr, trn_stream(s)));
+    return LISA_OK;
+}
+
+extern "C" void
+trn_cuda_graph_destroy(trn_cuda_graph_t **gr)
+{
+    if (gr && *gr) {
+        cudaGraphExecDestroy((cudaGraphExec_t) *gr);
+        *gr = NULL;
+    }
+}

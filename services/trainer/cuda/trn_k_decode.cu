@@ -1,13 +1,22 @@
 /*
- * trn_k_decode: the generation-side kernels: writing keys and values into
- * the KV cache, attention of new tokens over their cache, and sampling.
+ * trn_k_decode: the generation-side kernels: preparing the new tokens'
+ * queries and keys (per-head RMSNorm, RoPE) and writing keys and values
+ * into the KV cache, attention of new tokens over their cache, and
+ * sampling.
  *
- * Decode attention: one block of 4 warps per (new token, query head); each
- * warp walks a quarter of the cached positions with an online softmax,
- * lanes holding D/32 dimensions each, and the four partial results are
- * merged in shared memory. Prefill tokens use the same kernel (each sees
- * positions up to its own), which is simple and fast enough for agent
- * turns; training uses the tiled kernel in trn_k_attn.cu.
+ * Decode attention (head_dim 32, 64 or 128, up to 8 query heads per KV
+ * head): one block per (new token, KV head, split) serves all the query
+ * heads that share the KV head, so each cached key and value is read once
+ * per token rather than once per query head. Tiles of 32 positions are
+ * staged in shared memory with 16-byte loads; scores, an online softmax
+ * and the weighted sum of values follow in fp32. When few tokens would
+ * leave the device idle (batch 1 decoding), the positions of a token are
+ * split over several blocks, each sized from the token's real length, and
+ * a second kernel merges the partial results by their log-sum-exp. Other
+ * shapes use a simpler kernel of one block per (token, query head). Rows
+ * whose slot is negative are padding and give zeros. Prefill tokens use
+ * the same kernels (each sees positions up to its own); training uses the
+ * tiled kernel in trn_k_attn.cu.
  *
  * Sampling: one block per row. Temperature scales the logits; top-k and
  * top-p become one probability threshold found by bisection (no sort over
@@ -28,6 +37,8 @@ s_kv_write(trn_bf16_t *ck, trn_bf16_t *cv, const trn_bf16_t *k,
     for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < total;
          i += (size_t) gridDim.x * blockDim.x) {
         int t = (int) (i / (size_t) HkD), c = (int) (i % (size_t) HkD);
+        if (slot[t] < 0)
+            continue;
         size_t dst = ((size_t) slot[t] * (size_t) max_len + (size_t) pos[t]) *
                          (size_t) HkD +
                      (size_t) c;
@@ -63,6 +74,13 @@ __global__ void __launch_bounds__(32 * S_WARPS)
     __shared__ float sm_o[S_WARPS][S_MAXE * 32];
     int t = blockIdx.x, h = blockIdx.y, hk = h / (H / Hk);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (slot[t] < 0) { /* padding row */
+        if (warp == 0)
+            for (int d = lane; d < D; d += 32)
+                trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) h * D + d,
+                       0.0f);
+        return;
+    }
     const trn_bf16_t *qr = q + (size_t) t * (size_t) stride + (size_t) h * D;
     float qv[S_MAXE], acc[S_MAXE];
 #pragma unroll
@@ -129,18 +147,347 @@ __global__ void __launch_bounds__(32 * S_WARPS)
     }
 }
 
+/* ---- q/k preparation -------------------------------------------------- */
+
+#define S_PREP_WARPS 4
+#define S_PREP_MAXD  256
+
+/* One warp per (token, head) of the H query and Hk key heads: RMSNorm with
+ * the head's weight (rounded to bf16 as trn_k_rmsnorm_fwd stores it), RoPE
+ * as trn_k_rope computes it; queries back in place, keys (and the value
+ * head of the same index) into the cache. */
+__global__ void __launch_bounds__(32 * S_PREP_WARPS)
+    s_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *qw,
+              const trn_bf16_t *kw, trn_bf16_t *ck, trn_bf16_t *cv,
+              const int32_t *slot, const int32_t *pos, int T, int H, int Hk,
+              int D, int max_len, float eps, float theta)
+{
+    __shared__ float sbuf[S_PREP_WARPS][S_PREP_MAXD];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row = blockIdx.x * S_PREP_WARPS + warp;
+    if (row >= T * (H + Hk))
+        return;
+    int t = row / (H + Hk), hh = row % (H + Hk);
+    int isq = hh < H, sl = slot[t], p = pos[t];
+    if (!isq && sl < 0)
+        return; /* padding row: nothing to cache */
+    float *buf = sbuf[warp];
+    trn_bf16_t *src = qkv + (size_t) t * (size_t) stride + (size_t) hh * D;
+    float ss = 0.0f;
+    for (int d = lane; d < D; d += 32) {
+        float x = trn_ld(src + d);
+        buf[d] = x;
+        ss += x * x;
+    }
+    ss = trn_warp_sum(ss);
+    float r = rsqrtf(ss / (float) D + eps);
+    const trn_bf16_t *w = isq ? qw : kw;
+    for (int d = lane; d < D; d += 32)
+        buf[d] = trn_round_bf16(trn_ld(w + d) * trn_round_bf16(buf[d] * r));
+    __syncwarp();
+    size_t HkD = (size_t) Hk * (size_t) D;
+    int kh = hh - H;
+    trn_bf16_t *dst =
+        isq ? src
+            : ck + ((size_t) sl * (size_t) max_len + (size_t) p) * HkD +
+                  (size_t) kh * D;
+    int half = D / 2;
+    for (int i = lane; i < half; i += 32) {
+        float inv_freq = 1.0f / powf(theta, (float) (2 * i) / (float) D);
+        float ang = (float) p * inv_freq;
+        float c = trn_round_bf16(cosf(ang));
+        float sn = trn_round_bf16(sinf(ang));
+        float x1 = buf[i], x2 = buf[i + half];
+        trn_st(dst + i, x1 * c - x2 * sn);
+        trn_st(dst + i + half, x2 * c + x1 * sn);
+    }
+    if (!isq) {
+        const trn_bf16_t *vs =
+            qkv + (size_t) t * (size_t) stride + (size_t) (H + Hk + kh) * D;
+        trn_bf16_t *vd = cv +
+                         ((size_t) sl * (size_t) max_len + (size_t) p) * HkD +
+                         (size_t) kh * D;
+        for (int d = lane; d < D; d += 32)
+            vd[d] = vs[d];
+    }
+}
+
+extern "C" lisa_rc_t
+trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
+              const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
+              trn_bf16_t *cache_v, const int32_t *slot, const int32_t *pos,
+              int T, int H, int Hk, int D, int max_len, float eps, float theta,
+              trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(qkv && q_norm && k_norm && cache_k && cache_v && slot && pos);
+    TRN_REQUIRE(T > 0 && H > 0 && Hk > 0 && D > 0 && D % 2 == 0);
+    TRN_REQUIRE(D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D && max_len > 0);
+    int rows = T * (H + Hk);
+    s_qk_prep<<<TRN_CEIL_DIV(rows, S_PREP_WARPS), 32 * S_PREP_WARPS, 0,
+                trn_stream(s)>>>(qkv, stride, q_norm, k_norm, cache_k, cache_v,
+                                 slot, pos, T, H, Hk, D, max_len, eps, theta);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+/* ---- grouped-query decode attention ------------------------------------ */
+
+#define S_GQ_THREADS 128
+#define S_GQ_TP      32 /* positions per tile */
+#define S_GQ_GMAX    8  /* query heads per KV head */
+#define S_GQ_SPLITS  32 /* most splits of one token's positions */
+
+/* A split's partial result: m[G], l[G], then o[G][D] (unnormalised). */
+__device__ __forceinline__ size_t
+s_gq_rec(int G, int D)
+{
+    return (size_t) G * (size_t) (D + 2);
+}
+
+template <int D>
+__global__ void
+__launch_bounds__(S_GQ_THREADS)
+    s_attn_gqa(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
+               const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
+               const int32_t *pos, int H, int Hk, int max_len, float scale)
+{
+    constexpr int KS = D + 8; /* padded row: conflict-free 16-byte reads */
+    constexpr int NA =
+        S_GQ_GMAX * D / S_GQ_THREADS > 0 ? S_GQ_GMAX * D / S_GQ_THREADS : 1;
+    __shared__ __align__(16) trn_bf16_t sk[S_GQ_TP * KS];
+    __shared__ __align__(16) trn_bf16_t sv[S_GQ_TP * KS];
+    __shared__ __align__(16) float sq[S_GQ_GMAX][D];
+    __shared__ float sp[S_GQ_GMAX][S_GQ_TP];
+    __shared__ float sm_m[S_GQ_GMAX], sm_l[S_GQ_GMAX], sm_a[S_GQ_GMAX];
+    int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
+    int nsplit = gridDim.z;
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int G = H / Hk;
+    int sl = slot[t];
+    int n = sl < 0 ? 0 : pos[t] + 1;
+    int tiles = (n + S_GQ_TP - 1) / S_GQ_TP;
+    int per = (tiles + nsplit - 1) / nsplit;
+    int j0 = split * per * S_GQ_TP;
+    int j1 = min(n, j0 + per * S_GQ_TP);
+    const trn_bf16_t *qr =
+        q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
+    for (int i = tid; i < G * D; i += S_GQ_THREADS)
+        sq[i / D][i % D] = trn_ld(qr + i) * scale;
+    if (tid < G) {
+        sm_m[tid] = -INFINITY;
+        sm_l[tid] = 0.0f;
+    }
+    float acc[NA];
+#pragma unroll
+    for (int k = 0; k < NA; k++)
+        acc[k] = 0.0f;
+    size_t HkD = (size_t) Hk * D;
+    size_t base =
+        (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD + (size_t) hk * D;
+    __syncthreads();
+    for (int jt = j0; jt < j1; jt += S_GQ_TP) {
+        int nt = min(S_GQ_TP, j1 - jt);
+        constexpr int CH = D / 8; /* 16-byte chunks per row */
+        for (int c = tid; c < S_GQ_TP * CH; c += S_GQ_THREADS) {
+            int r = c / CH, cc = c % CH;
+            if (r < nt) {
+                size_t off = base + (size_t) (jt + r) * HkD + (size_t) cc * 8;
+                *reinterpret_cast<uint4 *>(&sk[r * KS + cc * 8]) =
+                    *reinterpret_cast<const uint4 *>(ck + off);
+                *reinterpret_cast<uint4 *>(&sv[r * KS + cc * 8]) =
+                    *reinterpret_cast<const uint4 *>(cv + off);
+            }
+        }
+        __syncthreads();
+        for (int i = tid; i < G * S_GQ_TP; i += S_GQ_THREADS) {
+            int g = i / S_GQ_TP, r = i % S_GQ_TP;
+            float sc = -INFINITY;
+            if (r < nt) {
+                sc = 0.0f;
+#pragma unroll
+                for (int d = 0; d < D; d += 8) {
+                    uint4 u = *reinterpret_cast<const uint4 *>(&sk[r * KS + d]);
+                    const __nv_bfloat162 *b2 =
+                        reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float2 f = __bfloat1622float2(b2[e]);
+                        sc +=
+                            sq[g][d + 2 * e] * f.x + sq[g][d + 2 * e + 1] * f.y;
+                    }
+                }
+            }
+            sp[g][r] = sc;
+        }
+        __syncthreads();
+        for (int g = warp; g < G; g += S_GQ_THREADS / 32) {
+            float v = sp[g][lane]; /* S_GQ_TP == 32 */
+            float mo = sm_m[g];
+            float mn = fmaxf(mo, trn_warp_max(v));
+            float pr = lane < nt ? expf(v - mn) : 0.0f;
+            sp[g][lane] = pr;
+            float ps = trn_warp_sum(pr);
+            if (lane == 0) {
+                float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
+                sm_a[g] = a;
+                sm_l[g] = sm_l[g] * a + ps;
+                sm_m[g] = mn;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < NA; k++) {
+            int i = tid + k * S_GQ_THREADS;
+            if (i < G * D) {
+                int g = i / D, d = i % D;
+                float s2 = 0.0f;
+                for (int r = 0; r < nt; r++)
+                    s2 += sp[g][r] * trn_ld(&sv[r * KS + d]);
+                acc[k] = acc[k] * sm_a[g] + s2;
+            }
+        }
+        __syncthreads();
+    }
+    if (nsplit == 1) {
+        trn_bf16_t *orow =
+            o + (size_t) t * (size_t) (H * D) + (size_t) hk * G * D;
+#pragma unroll
+        for (int k = 0; k < NA; k++) {
+            int i = tid + k * S_GQ_THREADS;
+            if (i < G * D) {
+                float L = sm_l[i / D];
+                trn_st(orow + i, L > 0.0f ? acc[k] / L : 0.0f);
+            }
+        }
+        return;
+    }
+    float *rec = part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
+                         (size_t) hk * (size_t) nsplit + (size_t) split) *
+                            s_gq_rec(G, D);
+    if (tid < G) {
+        rec[tid] = sm_m[tid];
+        rec[G + tid] = sm_l[tid];
+    }
+#pragma unroll
+    for (int k = 0; k < NA; k++) {
+        int i = tid + k * S_GQ_THREADS;
+        if (i < G * D)
+            rec[2 * G + i] = acc[k];
+    }
+}
+
+/* Merges the splits of (token, query head): one thread per dimension. */
+__global__ void
+s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
+{
+    int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    int G = H / Hk, hk = h / G, g = h % G;
+    const float *rec0 = part + ((size_t) t * (size_t) Hk + (size_t) hk) *
+                                   (size_t) nsplit * s_gq_rec(G, D);
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++)
+        M = fmaxf(M, rec0[(size_t) s * s_gq_rec(G, D) + g]);
+    float L = 0.0f, acc = 0.0f;
+    if (M != -INFINITY)
+        for (int s = 0; s < nsplit; s++) {
+            const float *rec = rec0 + (size_t) s * s_gq_rec(G, D);
+            float m = rec[g];
+            if (m == -INFINITY)
+                continue;
+            float f = expf(m - M);
+            L += rec[G + g] * f;
+            acc += rec[2 * G + (size_t) g * D + d] * f;
+        }
+    trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) h * D + d,
+           L > 0.0f ? acc / L : 0.0f);
+}
+
+static int
+s_sm_count(void)
+{
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        n <= 0) {
+        cudaGetLastError();
+        n = 132;
+    }
+    return n;
+}
+
+extern "C" size_t
+trn_k_attn_decode_scratch(int H, int Hk, int D)
+{
+    if (H <= 0 || Hk <= 0 || D <= 0)
+        return 0;
+    /* splits are used only while T*Hk is below two blocks per processor,
+     * so T*Hk*nsplit stays under four per processor */
+    return (size_t) 4 * (size_t) s_sm_count() * (size_t) (H / Hk) *
+           (size_t) (D + 2);
+}
+
+template <int D>
+static lisa_rc_t
+s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+             const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
+             const int32_t *pos, int T, int H, int Hk, int max_len,
+             float *scratch, size_t scratch_floats, cudaStream_t st)
+{
+    int G = H / Hk;
+    size_t rec = (size_t) G * (size_t) (D + 2);
+    long blocks = (long) T * Hk, want = 2L * s_sm_count();
+    int nsplit = 1;
+    if (scratch && blocks < want) {
+        nsplit = (int) ((want + blocks - 1) / blocks);
+        int tiles = (max_len + S_GQ_TP - 1) / S_GQ_TP;
+        nsplit = nsplit > tiles ? tiles : nsplit;
+        nsplit = nsplit > S_GQ_SPLITS ? S_GQ_SPLITS : nsplit;
+        while (nsplit > 1 &&
+               (size_t) blocks * (size_t) nsplit * rec > scratch_floats)
+            nsplit--;
+    }
+    dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
+    s_attn_gqa<D><<<grid, S_GQ_THREADS, 0, st>>>(o, scratch, q, stride, ck, cv,
+                                                 slot, pos, H, Hk, max_len,
+                                                 1.0f / sqrtf((float) D));
+    TRN_LAUNCH_CHECK();
+    if (nsplit > 1) {
+        s_attn_merge<<<dim3((unsigned) T, (unsigned) H), D, 0, st>>>(
+            o, scratch, H, Hk, D, nsplit);
+        TRN_LAUNCH_CHECK();
+    }
+    return LISA_OK;
+}
+
 extern "C" lisa_rc_t
 trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                   const trn_bf16_t *cache_k, const trn_bf16_t *cache_v,
                   const int32_t *slot, const int32_t *pos, int T, int H, int Hk,
-                  int D, int max_len, trn_cuda_stream_t *s)
+                  int D, int max_len, float *scratch, size_t scratch_floats,
+                  trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(o && q && cache_k && cache_v && slot && pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D <= 32 * S_MAXE);
+    cudaStream_t st = trn_stream(s);
+    if (H / Hk <= S_GQ_GMAX && stride % 8 == 0) {
+        if (D == 128)
+            return s_gqa_launch<128>(o, q, stride, cache_k, cache_v, slot, pos,
+                                     T, H, Hk, max_len, scratch, scratch_floats,
+                                     st);
+        if (D == 64)
+            return s_gqa_launch<64>(o, q, stride, cache_k, cache_v, slot, pos,
+                                    T, H, Hk, max_len, scratch, scratch_floats,
+                                    st);
+        if (D == 32)
+            return s_gqa_launch<32>(o, q, stride, cache_k, cache_v, slot, pos,
+                                    T, H, Hk, max_len, scratch, scratch_floats,
+                                    st);
+    }
     dim3 grid((unsigned) T, (unsigned) H);
-    s_attn_decode<<<grid, 32 * S_WARPS, 0, trn_stream(s)>>>(
-        o, q, stride, cache_k, cache_v, slot, pos, H, Hk, D, max_len,
-        1.0f / sqrtf((float) D));
+    s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,
+                                                 slot, pos, H, Hk, D, max_len,
+                                                 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }

@@ -51,6 +51,40 @@ lisa_rc_t trn_cuda_copy(void *dst, const void *src, size_t bytes,
 lisa_rc_t trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s);
 /* Waits for all work on the device. */
 lisa_rc_t trn_cuda_sync(void);
+/* A stream of its own that still orders itself after work on the default
+ * stream (and the default stream after it); NULL on failure (logged). */
+trn_cuda_stream_t *trn_cuda_stream_new(void);
+/* Destroys *s (after its work) and sets it to NULL; safe on NULL. */
+void trn_cuda_stream_destroy(trn_cuda_stream_t **s);
+/* Waits for the work queued on `s`. */
+lisa_rc_t trn_cuda_stream_sync(trn_cuda_stream_t *s);
+/* Page-locked host memory of `bytes` (NULL on failure, logged), so copies
+ * from and to it can be queued on a stream; free with trn_cuda_host_free. */
+void *trn_cuda_host_alloc(size_t bytes);
+/* Frees *p (from trn_cuda_host_alloc) and sets it to NULL; safe on NULL. */
+void trn_cuda_host_free(void *pp);
+/* Host <-> device copies queued on `s` (host side page-locked for the copy
+ * to overlap; the host buffer must stay untouched until `s` has run it). */
+lisa_rc_t trn_cuda_upload_async(void *dst, const void *src, size_t bytes,
+                                trn_cuda_stream_t *s);
+lisa_rc_t trn_cuda_download_async(void *dst, const void *src, size_t bytes,
+                                  trn_cuda_stream_t *s);
+
+/* --- CUDA graphs: a recorded sequence of launches replayed as one ------ */
+
+typedef struct trn_cuda_graph trn_cuda_graph_t;
+/* Starts recording the launches this thread queues on `s` (not the default
+ * stream) instead of running them. */
+lisa_rc_t trn_cuda_capture_begin(trn_cuda_stream_t *s);
+/* Ends the recording on `s`; when `ok` (every launch of the recording
+ * succeeded), makes it a replayable graph in *out, else discards it.
+ * Always leaves `s` out of capture mode. */
+lisa_rc_t trn_cuda_capture_end(trn_cuda_stream_t *s, int ok,
+                               trn_cuda_graph_t **out);
+/* Queues one replay of `gr` on `s`. */
+lisa_rc_t trn_cuda_graph_launch(trn_cuda_graph_t *gr, trn_cuda_stream_t *s);
+/* Frees *gr and sets it to NULL; safe on NULL. */
+void trn_cuda_graph_destroy(trn_cuda_graph_t **gr);
 /* Free and total bytes of the current device. */
 lisa_rc_t trn_cuda_mem_info(size_t *free_b, size_t *total_b);
 /* Host-side bf16 conversions are trn_f32_to_bf16 / trn_bf16_to_f32
@@ -176,18 +210,38 @@ lisa_rc_t trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s);
 
 /* Writes the k and v rows of T new tokens (k at k + t*stride, v likewise,
  * Hk*D values each) into the caches at [slot[t]][pos[t]]; cache rows are
- * Hk*D values, max_len per slot. */
+ * Hk*D values, max_len per slot. Rows with slot[t] < 0 are skipped. */
 lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
                          const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                          const int32_t *slot, const int32_t *pos, int T,
                          int HkD, int max_len, trn_cuda_stream_t *s);
+/* The new tokens' side of a decode layer in one pass over the fused q|k|v
+ * rows (row t at qkv + t*stride: H query heads, then Hk key heads, then Hk
+ * value heads, D values each): Qwen3's per-head RMSNorm (weights q_norm,
+ * k_norm) and RoPE at pos[t] on the queries (in place) and the keys, then
+ * keys and values written into the caches as trn_k_kv_write does. Same
+ * values as trn_k_rmsnorm_fwd then trn_k_rope then trn_k_kv_write. Rows
+ * with slot[t] < 0 are padding: queries only, no cache write. */
+lisa_rc_t trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
+                        const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
+                        trn_bf16_t *cache_v, const int32_t *slot,
+                        const int32_t *pos, int T, int H, int Hk, int D,
+                        int max_len, float eps, float theta,
+                        trn_cuda_stream_t *s);
 /* Attention of T new tokens (q rows at q + t*stride) over their slot's
- * cache positions 0..pos[t]; o is [T, H*D]. */
+ * cache positions 0..pos[t]; o is [T, H*D]; rows with slot[t] < 0 give
+ * zeros. `scratch` (scratch_floats floats, may be NULL) lets few tokens
+ * split their positions over several blocks; the split count depends only
+ * on T, the shape, max_len and the scratch size, so a recorded launch
+ * stays valid as the caches grow. */
 lisa_rc_t trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                             const trn_bf16_t *cache_k,
                             const trn_bf16_t *cache_v, const int32_t *slot,
                             const int32_t *pos, int T, int H, int Hk, int D,
-                            int max_len, trn_cuda_stream_t *s);
+                            int max_len, float *scratch, size_t scratch_floats,
+                            trn_cuda_stream_t *s);
+/* Floats of scratch that let trn_k_attn_decode split as far as it would. */
+size_t trn_k_attn_decode_scratch(int H, int Hk, int D);
 /* out[i,:] = in[idx[i],:] for n rows of C bf16 values. */
 lisa_rc_t trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in,
                             const int32_t *idx, int n, int C,

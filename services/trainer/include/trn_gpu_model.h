@@ -101,6 +101,10 @@ trn_gpu_kv_t *trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len,
 void trn_gpu_kv_destroy(trn_gpu_kv_t **kv);
 void trn_gpu_kv_reset(trn_gpu_kv_t *kv, size_t slot);
 size_t trn_gpu_kv_len(const trn_gpu_kv_t *kv, size_t slot);
+/* Whether pure decode steps (one new token per sequence) replay recorded
+ * CUDA graphs (the default) or launch every kernel directly; both give the
+ * same results. */
+void trn_gpu_kv_set_graphs(trn_gpu_kv_t *kv, int on);
 
 /* Sampling of one sequence. temperature <= 0 or top_k == 1: greedy.
  * top_p in (0, 1]; top_k 0: no limit. The logprob reported for a sampled
