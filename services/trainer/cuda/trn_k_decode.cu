@@ -19,9 +19,11 @@
  * tiled kernel in trn_k_attn.cu.
  *
  * Sampling: one block per row. Temperature scales the logits; top-k and
- * top-p become one probability threshold found by bisection (no sort over
- * the vocabulary); the token is drawn by inverse CDF in vocabulary order
- * with a uniform from a counter-based generator keyed by the row's seed.
+ * top-p become one probability threshold found by bisection over its bit
+ * pattern (no sort over the vocabulary; the last steps over the few
+ * tokens near the threshold, in shared memory); the token is drawn by inverse
+ * CDF in vocabulary order with a uniform from a counter-based generator keyed
+ * by the row's seed.
  */
 #include "trn_cuda_common.cuh"
 
@@ -494,7 +496,8 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
 
 /* ---- sampling ---------------------------------------------------------- */
 
-#define S_ST 1024
+#define S_ST   1024
+#define S_CAND 2048 /* top-p / top-k candidates kept in shared memory */
 
 __device__ __forceinline__ uint64_t
 s_mix64(uint64_t z)
@@ -530,7 +533,8 @@ __launch_bounds__(S_ST)
 {
     __shared__ float shm[32];
     __shared__ float part[S_ST];
-    __shared__ int pick;
+    __shared__ float cands[S_CAND];
+    __shared__ int pick, ncand;
     int row = blockIdx.x;
     const float *z = logits + (size_t) row * (size_t) V;
     float T = temp[row];
@@ -567,26 +571,66 @@ __launch_bounds__(S_ST)
     }
     float inv_z = 1.0f / se;
     float pmax = expf(bmx - bmx) * inv_z;
-    /* threshold: the largest tau keeping top_k tokens and top_p mass */
+    /* threshold: the largest tau keeping top_k tokens and top_p mass.
+     * Bisection over the bit patterns of tau (probabilities are
+     * non-negative floats, ordered as their bits) ends on an exact
+     * probability value once no token lies between the bounds; once few
+     * tokens do, they are copied to shared memory and the remaining steps
+     * run there, with the mass above the upper bound carried along. */
     float tau = 0.0f;
     float P = top_p[row];
     int K = top_k[row];
     if ((P > 0.0f && P < 1.0f) || K > 1) {
-        float lo = 0.0f, hi = pmax;
-        for (int it = 0; it < 40; it++) {
-            float mid = 0.5f * (lo + hi), mass, count;
-            s_mass(z, V, bmx, inv_t, inv_z, mid, shm, &mass, &count);
+        unsigned lo = 0u, hi = __float_as_uint(pmax) + 1u;
+        float cnt_lo = (float) V, cnt_hi = 0.0f, mass_hi = 0.0f;
+        int cand = 0; /* candidates in shared memory */
+        while (hi - lo > 1u && cnt_lo > cnt_hi) {
+            if (!cand && cnt_lo - cnt_hi <= (float) S_CAND) {
+                if (threadIdx.x == 0)
+                    ncand = 0;
+                __syncthreads();
+                float flo = __uint_as_float(lo), fhi = __uint_as_float(hi);
+                for (int j = threadIdx.x; j < V; j += blockDim.x) {
+                    float p = expf(z[j] * inv_t - bmx) * inv_z;
+                    if (p >= flo && p < fhi) {
+                        int at = atomicAdd(&ncand, 1);
+                        if (at < S_CAND)
+                            cands[at] = p;
+                    }
+                }
+                __syncthreads();
+                cand = 1;
+            }
+            unsigned mid = lo + (hi - lo) / 2u;
+            float fm = __uint_as_float(mid), mass, count;
+            if (cand) {
+                float sm = 0.0f, c = 0.0f;
+                for (int i = threadIdx.x; i < min(ncand, S_CAND);
+                     i += blockDim.x)
+                    if (cands[i] >= fm) {
+                        sm += cands[i];
+                        c += 1.0f;
+                    }
+                mass = mass_hi + trn_block_sum(sm, shm);
+                count = cnt_hi + trn_block_sum(c, shm);
+            } else {
+                s_mass(z, V, bmx, inv_t, inv_z, fm, shm, &mass, &count);
+            }
             int ok = 1;
             if (P > 0.0f && P < 1.0f && mass < P)
                 ok = 0;
             if (K > 1 && count < (float) K)
                 ok = 0;
-            if (ok)
-                lo = mid; /* still keeps enough: raise the bar */
-            else
+            if (ok) { /* still keeps enough: raise the bar */
+                lo = mid;
+                cnt_lo = count;
+            } else {
                 hi = mid;
+                cnt_hi = count;
+                mass_hi = mass;
+            }
         }
-        tau = lo;
+        tau = __uint_as_float(lo);
     }
     /* inverse CDF over kept tokens, in vocabulary order */
     int chunk = (V + S_ST - 1) / S_ST;
