@@ -972,6 +972,8 @@ main(int argc, char **argv)
     }
     test_linear(b);
     test_rmsnorm(257, 2560, 2560, 1, 1);
+    test_rmsnorm(64, 2560, 2560, 1, 1); /* decode rows: a block per row */
+    test_rmsnorm(3, 1500, 1600, 1, 0);
     test_rmsnorm(300 * 4, 128, 128, 1, 0);
     test_rmsnorm(77 * 4, 128, 6 * 128, 4, 0); /* head rows in q|k|v lines */
     test_rope();

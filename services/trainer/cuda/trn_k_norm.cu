@@ -50,6 +50,35 @@ s_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd, const float *in_f,
     }
 }
 
+/* The same for few long rows (decode steps): one block per row, so a
+ * row's reads spread over 256 threads instead of one warp. */
+#define S_ROW_THREADS 256
+
+__global__ void
+__launch_bounds__(S_ROW_THREADS)
+    s_rmsnorm_row(trn_bf16_t *out, int out_stride, float *rstd,
+                  const float *in_f, const trn_bf16_t *in_b, int in_stride,
+                  const trn_bf16_t *w, int dim, float eps)
+{
+    __shared__ float shm[32];
+    int row = blockIdx.x;
+    size_t base = (size_t) row * (size_t) in_stride;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < dim; j += S_ROW_THREADS) {
+        float x = s_in(in_f, in_b, base + (size_t) j);
+        ss += x * x;
+    }
+    ss = trn_block_sum(ss, shm);
+    float r = rsqrtf(ss / (float) dim + eps);
+    if (threadIdx.x == 0 && rstd)
+        rstd[row] = r;
+    trn_bf16_t *o = out + (size_t) row * (size_t) out_stride;
+    for (int j = threadIdx.x; j < dim; j += S_ROW_THREADS) {
+        float n = trn_round_bf16(s_in(in_f, in_b, base + (size_t) j) * r);
+        trn_st(o + j, trn_ld(w + j) * n);
+    }
+}
+
 extern "C" lisa_rc_t
 trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
                   const float *in_f32, const trn_bf16_t *in_bf16, int in_stride,
@@ -59,6 +88,12 @@ trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
     TRN_REQUIRE(out && w && (in_f32 || in_bf16) && rows > 0 && dim > 0);
     TRN_REQUIRE(group >= 1 && rows % group == 0);
     TRN_REQUIRE(in_stride >= dim * group && out_stride >= dim * group);
+    if (group == 1 && dim >= 1024 && rows <= 256) {
+        s_rmsnorm_row<<<rows, S_ROW_THREADS, 0, trn_stream(s)>>>(
+            out, out_stride, rstd, in_f32, in_bf16, in_stride, w, dim, eps);
+        TRN_LAUNCH_CHECK();
+        return LISA_OK;
+    }
     s_rmsnorm_fwd<<<TRN_CEIL_DIV(rows, S_WARPS), 32 * S_WARPS, 0,
                     trn_stream(s)>>>(out, out_stride, rstd, in_f32, in_bf16,
                                      in_stride, w, rows, dim, group, eps);
