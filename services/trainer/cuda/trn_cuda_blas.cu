@@ -7,15 +7,20 @@
  *   data grad    dx[T,K] = dy[T,N] w[N,K]   ->  dx^T = w^T dy^T (no ops)
  *   weight grad  dw[N,K] += dy^T x          ->  dw^T = x^T dy   (op(dy)=T)
  * Inputs are bf16, accumulation fp32 (CUBLAS_COMPUTE_32F), outputs bf16 or
- * fp32. Heuristic choices are cached per shape.
+ * fp32. Heuristic choices are cached per shape; for skinny products
+ * (at most 128 rows of tokens: decode steps), where the first heuristic
+ * choice is often not the fastest, the first use times up to eight
+ * candidates on a scratch output and keeps the fastest (never while a
+ * stream is being recorded into a graph).
  */
 #include "trn_cuda_common.cuh"
 
 #include <cublasLt.h>
 #include <stdlib.h>
 
-#define S_WORKSPACE (32u << 20)
-#define S_CACHE     256
+#define S_WORKSPACE  (32u << 20)
+#define S_CACHE      256
+#define S_CANDIDATES 8 /* algorithms timed for skinny products */
 
 typedef struct {
     int ta, tb, m, n, k, ctype, beta_one, valid;
@@ -71,6 +76,52 @@ trn_blas_destroy(trn_blas_t **self)
     *self = NULL;
 }
 
+/* Index of the fastest of `found` algorithms for this product, timed on
+ * a scratch output (the first one when timing fails). */
+static int
+s_fastest(trn_blas_t *b, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+          cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const void *A,
+          const void *B, const cublasLtMatmulHeuristicResult_t *res, int found,
+          size_t c_bytes, cudaStream_t stream)
+{
+    int best = 0;
+    float best_ms = -1.0f, alpha = 1.0f, beta = 0.0f;
+    void *C = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (cudaMalloc(&C, c_bytes) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess)
+        goto out;
+    for (int i = 0; i < found; i++) {
+        int ok = 1;
+        for (int r = 0; r < 6 && ok; r++) { /* one warm-up, five timed */
+            if (r == 1)
+                cudaEventRecord(e0, stream);
+            ok = cublasLtMatmul(b->lt, op, &alpha, A, la, B, lb, &beta, C, lc,
+                                C, lc, &res[i].algo, b->workspace, S_WORKSPACE,
+                                stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        float ms = 0.0f;
+        if (!ok || cudaEventRecord(e1, stream) != cudaSuccess ||
+            cudaEventSynchronize(e1) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+            continue;
+        if (best_ms < 0.0f || ms < best_ms) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+out:
+    cudaGetLastError();
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (C)
+        cudaFree(C);
+    return best;
+}
+
 /* Column-major C[m,n] = alpha op(A) op(B) + beta C. */
 static lisa_rc_t
 s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
@@ -108,14 +159,22 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
     }
     if (!plan) {
         cublasLtMatmulPreference_t pref = NULL;
-        cublasLtMatmulHeuristicResult_t res;
+        cublasLtMatmulHeuristicResult_t res[S_CANDIDATES];
         int found = 0;
         size_t ws = S_WORKSPACE;
+        /* skinny products (decode steps) are memory-bound and the first
+         * heuristic choice is often not the fastest: time a few */
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        int want = n <= 128 &&
+                           cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+                           cap == cudaStreamCaptureStatusNone
+                       ? S_CANDIDATES
+                       : 1;
         S_BLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
         cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-            b->lt, op, la, lb, lc, lc, pref, 1, &res, &found);
+            b->lt, op, la, lb, lc, lc, pref, want, res, &found);
         cublasLtMatmulPreferenceDestroy(pref);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
             fprintf(stderr, "trainer: no cuBLASLt algorithm for %dx%dx%d\n", m,
@@ -123,6 +182,11 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
             rc = LISA_ERR;
             goto out;
         }
+        int best =
+            found > 1
+                ? s_fastest(b, op, la, lb, lc, A, B, res, found,
+                            (size_t) m * (size_t) n * (c_f32 ? 4u : 2u), stream)
+                : 0;
         plan = &b->cache[b->ncache < S_CACHE ? b->ncache++ : 0];
         plan->ta = ta;
         plan->tb = tb;
@@ -131,7 +195,7 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
         plan->k = k;
         plan->ctype = c_f32;
         plan->beta_one = beta_one;
-        plan->algo = res.algo;
+        plan->algo = res[best].algo;
         plan->valid = 1;
     }
     S_BLAS_TRY(cublasLtMatmul(b->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C,

@@ -4,19 +4,21 @@
  * into the KV cache, attention of new tokens over their cache, and
  * sampling.
  *
- * Decode attention (head_dim 32, 64 or 128, up to 8 query heads per KV
- * head): one block per (new token, KV head, split) serves all the query
+ * Decode attention (head_dim 32, 64 or 128; 1, 2, 4 or 8 query heads per
+ * KV head): one block per (new token, KV head, split) serves all the query
  * heads that share the KV head, so each cached key and value is read once
- * per token rather than once per query head. Tiles of 32 positions are
- * staged in shared memory with 16-byte loads; scores, an online softmax
- * and the weighted sum of values follow in fp32. When few tokens would
- * leave the device idle (batch 1 decoding), the positions of a token are
- * split over several blocks, each sized from the token's real length, and
- * a second kernel merges the partial results by their log-sum-exp. Other
- * shapes use a simpler kernel of one block per (token, query head). Rows
- * whose slot is negative are padding and give zeros. Prefill tokens use
- * the same kernels (each sees positions up to its own); training uses the
- * tiled kernel in trn_k_attn.cu.
+ * per token rather than once per query head. Lanes hold 8 dimensions of
+ * the queries and of an online-softmax state in registers and read keys
+ * and values with 16-byte loads, a group of D/8 lanes per position, two
+ * positions per group in flight, with no shared memory or barrier until
+ * the block merges its warps at the end. When few tokens would leave the
+ * device idle (batch 1 decoding), a token's positions are split over
+ * several blocks, sized from its real length, and a second kernel merges
+ * the partial results by their log-sum-exp. Other shapes use a simpler
+ * kernel of one block per (token, query head). Rows whose slot is
+ * negative are padding and give zeros. Prefill tokens use the same
+ * kernels (each sees positions up to its own); training uses the tiled
+ * kernel in trn_k_attn.cu.
  *
  * Sampling: one block per row. Temperature scales the logits; top-k and
  * top-p become one probability threshold found by bisection over its bit
@@ -234,9 +236,8 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 
 /* ---- grouped-query decode attention ------------------------------------ */
 
-#define S_GQ_THREADS 128
-#define S_GQ_TP      32 /* positions per tile */
-#define S_GQ_GMAX    8  /* query heads per KV head */
+#define S_GQ_THREADS 256
+#define S_GQ_TP      32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS  32 /* most splits of one token's positions */
 
 /* A split's partial result: m[G], l[G], then o[G][D] (unnormalised). */
@@ -246,135 +247,190 @@ s_gq_rec(int G, int D)
     return (size_t) G * (size_t) (D + 2);
 }
 
-template <int D>
+__device__ __forceinline__ void
+s_unpack8(uint4 u, float *f)
+{
+    const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float2 x = __bfloat1622float2(b2[e]);
+        f[2 * e] = x.x;
+        f[2 * e + 1] = x.y;
+    }
+}
+
+/* Online-softmax state of G query heads over 8 dimensions of one lane. */
+template <int G> struct s_gq_state {
+    float m[G], l[G], acc[G][8];
+};
+
+/* Adds one cached position (this lane's 8 key and value dimensions) to
+ * the state; the dot products are summed over the LP lanes of a group.
+ * Every lane of the warp calls it (shuffles), `ok` says whether the
+ * position counts. */
+template <int G, int LP>
+__device__ __forceinline__ void
+s_gq_step(s_gq_state<G> &st, const float (&qv)[G][8], uint4 ku, uint4 vu,
+          bool ok)
+{
+    float k[8], v[8], sc[G];
+    s_unpack8(ku, k);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float a = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            a += qv[g][e] * k[e];
+        sc[g] = a;
+    }
+#pragma unroll
+    for (int off = LP / 2; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], off);
+    if (!ok)
+        return;
+    s_unpack8(vu, v);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float mn = fmaxf(st.m[g], sc[g]);
+        float a = expf(st.m[g] - mn), p = expf(sc[g] - mn);
+        st.l[g] = st.l[g] * a + p;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            st.acc[g][e] = st.acc[g][e] * a + p * v[e];
+        st.m[g] = mn;
+    }
+}
+
+/* One block of 8 warps per (token, KV head, split). A group of LP = D/8
+ * lanes takes one position at a time (16-byte loads of its key and value
+ * rows), so a warp works on 32/LP positions at once, two steps in flight;
+ * the groups' states are merged through shuffles, then the warps' through
+ * shared memory. */
+template <int D, int G>
 __global__ void
 __launch_bounds__(S_GQ_THREADS)
     s_attn_gqa(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
                const int32_t *pos, int H, int Hk, int max_len, float scale)
 {
-    constexpr int KS = D + 8; /* padded row: conflict-free 16-byte reads */
-    constexpr int NA =
-        S_GQ_GMAX * D / S_GQ_THREADS > 0 ? S_GQ_GMAX * D / S_GQ_THREADS : 1;
-    __shared__ __align__(16) trn_bf16_t sk[S_GQ_TP * KS];
-    __shared__ __align__(16) trn_bf16_t sv[S_GQ_TP * KS];
-    __shared__ __align__(16) float sq[S_GQ_GMAX][D];
-    __shared__ float sp[S_GQ_GMAX][S_GQ_TP];
-    __shared__ float sm_m[S_GQ_GMAX], sm_l[S_GQ_GMAX], sm_a[S_GQ_GMAX];
+    constexpr int LP = D / 8, PPW = 32 / LP, NW = S_GQ_THREADS / 32;
+    constexpr int STEP = NW * PPW; /* positions per block step */
+    __shared__ float sm_m[NW][G], sm_l[NW][G];
+    __shared__ float sm_o[NW][G * D];
     int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
     int nsplit = gridDim.z;
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int G = H / Hk;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int grp = lane / LP, sub = lane % LP;
     int sl = slot[t];
     int n = sl < 0 ? 0 : pos[t] + 1;
     int tiles = (n + S_GQ_TP - 1) / S_GQ_TP;
     int per = (tiles + nsplit - 1) / nsplit;
     int j0 = split * per * S_GQ_TP;
     int j1 = min(n, j0 + per * S_GQ_TP);
-    const trn_bf16_t *qr =
-        q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
-    for (int i = tid; i < G * D; i += S_GQ_THREADS)
-        sq[i / D][i % D] = trn_ld(qr + i) * scale;
-    if (tid < G) {
-        sm_m[tid] = -INFINITY;
-        sm_l[tid] = 0.0f;
-    }
-    float acc[NA];
+    float qv[G][8];
+    const trn_bf16_t *qr = q + (size_t) t * (size_t) stride +
+                           (size_t) hk * G * D + (size_t) sub * 8;
 #pragma unroll
-    for (int k = 0; k < NA; k++)
-        acc[k] = 0.0f;
+    for (int g = 0; g < G; g++) {
+        s_unpack8(*reinterpret_cast<const uint4 *>(qr + (size_t) g * D), qv[g]);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            qv[g][e] *= scale;
+    }
+    s_gq_state<G> st;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            st.acc[g][e] = 0.0f;
+    }
     size_t HkD = (size_t) Hk * D;
-    size_t base =
-        (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD + (size_t) hk * D;
+    size_t base = (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD +
+                  (size_t) hk * D + (size_t) sub * 8;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int jw = j0 + warp * PPW; jw < j1; jw += 2 * STEP) {
+        int ja = jw + grp, jb = ja + STEP;
+        bool oka = ja < j1, okb = jb < j1;
+        uint4 ka = oka ? *reinterpret_cast<const uint4 *>(ck + base +
+                                                          (size_t) ja * HkD)
+                       : zero;
+        uint4 va = oka ? *reinterpret_cast<const uint4 *>(cv + base +
+                                                          (size_t) ja * HkD)
+                       : zero;
+        uint4 kb = okb ? *reinterpret_cast<const uint4 *>(ck + base +
+                                                          (size_t) jb * HkD)
+                       : zero;
+        uint4 vb = okb ? *reinterpret_cast<const uint4 *>(cv + base +
+                                                          (size_t) jb * HkD)
+                       : zero;
+        s_gq_step<G, LP>(st, qv, ka, va, oka);
+        s_gq_step<G, LP>(st, qv, kb, vb, okb);
+    }
+    /* merge the warp's position groups (lanes LP apart) */
+#pragma unroll
+    for (int off = LP; off < 32; off <<= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float m2 = __shfl_xor_sync(0xffffffffu, st.m[g], off);
+            float l2 = __shfl_xor_sync(0xffffffffu, st.l[g], off);
+            float M = fmaxf(st.m[g], m2);
+            float fa = st.m[g] == -INFINITY ? 0.0f : expf(st.m[g] - M);
+            float fb = m2 == -INFINITY ? 0.0f : expf(m2 - M);
+            st.l[g] = st.l[g] * fa + l2 * fb;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float a2 = __shfl_xor_sync(0xffffffffu, st.acc[g][e], off);
+                st.acc[g][e] = st.acc[g][e] * fa + a2 * fb;
+            }
+            st.m[g] = M;
+        }
+    if (grp == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (sub == 0) {
+                sm_m[warp][g] = st.m[g];
+                sm_l[warp][g] = st.l[g];
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                sm_o[warp][g * D + sub * 8 + e] = st.acc[g][e];
+        }
+    }
     __syncthreads();
-    for (int jt = j0; jt < j1; jt += S_GQ_TP) {
-        int nt = min(S_GQ_TP, j1 - jt);
-        constexpr int CH = D / 8; /* 16-byte chunks per row */
-        for (int c = tid; c < S_GQ_TP * CH; c += S_GQ_THREADS) {
-            int r = c / CH, cc = c % CH;
-            if (r < nt) {
-                size_t off = base + (size_t) (jt + r) * HkD + (size_t) cc * 8;
-                *reinterpret_cast<uint4 *>(&sk[r * KS + cc * 8]) =
-                    *reinterpret_cast<const uint4 *>(ck + off);
-                *reinterpret_cast<uint4 *>(&sv[r * KS + cc * 8]) =
-                    *reinterpret_cast<const uint4 *>(cv + off);
+    /* merge the warps: one thread per (query head, dimension) */
+    float *rec = part
+                     ? part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
+                               (size_t) hk * (size_t) nsplit + (size_t) split) *
+                                  s_gq_rec(G, D)
+                     : NULL;
+    for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS) {
+        int g = i / D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            M = fmaxf(M, sm_m[w][g]);
+        float L = 0.0f, acc = 0.0f;
+        if (M != -INFINITY)
+#pragma unroll
+            for (int w = 0; w < NW; w++) {
+                float f = sm_m[w][g] == -INFINITY ? 0.0f : expf(sm_m[w][g] - M);
+                L += sm_l[w][g] * f;
+                acc += sm_o[w][i] * f;
+            }
+        if (nsplit == 1) {
+            trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) hk * G * D + i,
+                   L > 0.0f ? acc / L : 0.0f);
+        } else {
+            rec[2 * G + i] = acc;
+            if (i % D == 0) {
+                rec[g] = M;
+                rec[G + g] = L;
             }
         }
-        __syncthreads();
-        for (int i = tid; i < G * S_GQ_TP; i += S_GQ_THREADS) {
-            int g = i / S_GQ_TP, r = i % S_GQ_TP;
-            float sc = -INFINITY;
-            if (r < nt) {
-                sc = 0.0f;
-#pragma unroll
-                for (int d = 0; d < D; d += 8) {
-                    uint4 u = *reinterpret_cast<const uint4 *>(&sk[r * KS + d]);
-                    const __nv_bfloat162 *b2 =
-                        reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float2 f = __bfloat1622float2(b2[e]);
-                        sc +=
-                            sq[g][d + 2 * e] * f.x + sq[g][d + 2 * e + 1] * f.y;
-                    }
-                }
-            }
-            sp[g][r] = sc;
-        }
-        __syncthreads();
-        for (int g = warp; g < G; g += S_GQ_THREADS / 32) {
-            float v = sp[g][lane]; /* S_GQ_TP == 32 */
-            float mo = sm_m[g];
-            float mn = fmaxf(mo, trn_warp_max(v));
-            float pr = lane < nt ? expf(v - mn) : 0.0f;
-            sp[g][lane] = pr;
-            float ps = trn_warp_sum(pr);
-            if (lane == 0) {
-                float a = mo == -INFINITY ? 0.0f : expf(mo - mn);
-                sm_a[g] = a;
-                sm_l[g] = sm_l[g] * a + ps;
-                sm_m[g] = mn;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < NA; k++) {
-            int i = tid + k * S_GQ_THREADS;
-            if (i < G * D) {
-                int g = i / D, d = i % D;
-                float s2 = 0.0f;
-                for (int r = 0; r < nt; r++)
-                    s2 += sp[g][r] * trn_ld(&sv[r * KS + d]);
-                acc[k] = acc[k] * sm_a[g] + s2;
-            }
-        }
-        __syncthreads();
-    }
-    if (nsplit == 1) {
-        trn_bf16_t *orow =
-            o + (size_t) t * (size_t) (H * D) + (size_t) hk * G * D;
-#pragma unroll
-        for (int k = 0; k < NA; k++) {
-            int i = tid + k * S_GQ_THREADS;
-            if (i < G * D) {
-                float L = sm_l[i / D];
-                trn_st(orow + i, L > 0.0f ? acc[k] / L : 0.0f);
-            }
-        }
-        return;
-    }
-    float *rec = part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
-                         (size_t) hk * (size_t) nsplit + (size_t) split) *
-                            s_gq_rec(G, D);
-    if (tid < G) {
-        rec[tid] = sm_m[tid];
-        rec[G + tid] = sm_l[tid];
-    }
-#pragma unroll
-    for (int k = 0; k < NA; k++) {
-        int i = tid + k * S_GQ_THREADS;
-        if (i < G * D)
-            rec[2 * G + i] = acc[k];
     }
 }
 
@@ -429,14 +485,13 @@ trn_k_attn_decode_scratch(int H, int Hk, int D)
            (size_t) (D + 2);
 }
 
-template <int D>
+template <int D, int G>
 static lisa_rc_t
 s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
              const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
              const int32_t *pos, int T, int H, int Hk, int max_len,
              float *scratch, size_t scratch_floats, cudaStream_t st)
 {
-    int G = H / Hk;
     size_t rec = (size_t) G * (size_t) (D + 2);
     long blocks = (long) T * Hk, want = 2L * s_sm_count();
     int nsplit = 1;
@@ -450,9 +505,9 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
             nsplit--;
     }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
-    s_attn_gqa<D><<<grid, S_GQ_THREADS, 0, st>>>(o, scratch, q, stride, ck, cv,
-                                                 slot, pos, H, Hk, max_len,
-                                                 1.0f / sqrtf((float) D));
+    s_attn_gqa<D, G><<<grid, S_GQ_THREADS, 0, st>>>(
+        o, nsplit > 1 ? scratch : NULL, q, stride, ck, cv, slot, pos, H, Hk,
+        max_len, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     if (nsplit > 1) {
         s_attn_merge<<<dim3((unsigned) T, (unsigned) H), D, 0, st>>>(
@@ -461,6 +516,28 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     }
     return LISA_OK;
 }
+
+#define S_GQA_G(D_)                                                            \
+    switch (H / Hk) {                                                          \
+    case 1:                                                                    \
+        return s_gqa_launch<D_, 1>(o, q, stride, cache_k, cache_v, slot, pos,  \
+                                   T, H, Hk, max_len, scratch, scratch_floats, \
+                                   st);                                        \
+    case 2:                                                                    \
+        return s_gqa_launch<D_, 2>(o, q, stride, cache_k, cache_v, slot, pos,  \
+                                   T, H, Hk, max_len, scratch, scratch_floats, \
+                                   st);                                        \
+    case 4:                                                                    \
+        return s_gqa_launch<D_, 4>(o, q, stride, cache_k, cache_v, slot, pos,  \
+                                   T, H, Hk, max_len, scratch, scratch_floats, \
+                                   st);                                        \
+    case 8:                                                                    \
+        return s_gqa_launch<D_, 8>(o, q, stride, cache_k, cache_v, slot, pos,  \
+                                   T, H, Hk, max_len, scratch, scratch_floats, \
+                                   st);                                        \
+    default:                                                                   \
+        break;                                                                 \
+    }
 
 extern "C" lisa_rc_t
 trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
@@ -472,19 +549,13 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     TRN_REQUIRE(o && q && cache_k && cache_v && slot && pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D <= 32 * S_MAXE);
     cudaStream_t st = trn_stream(s);
-    if (H / Hk <= S_GQ_GMAX && stride % 8 == 0) {
+    if (stride % 8 == 0) { /* 16-byte query loads */
         if (D == 128)
-            return s_gqa_launch<128>(o, q, stride, cache_k, cache_v, slot, pos,
-                                     T, H, Hk, max_len, scratch, scratch_floats,
-                                     st);
-        if (D == 64)
-            return s_gqa_launch<64>(o, q, stride, cache_k, cache_v, slot, pos,
-                                    T, H, Hk, max_len, scratch, scratch_floats,
-                                    st);
-        if (D == 32)
-            return s_gqa_launch<32>(o, q, stride, cache_k, cache_v, slot, pos,
-                                    T, H, Hk, max_len, scratch, scratch_floats,
-                                    st);
+            S_GQA_G(128)
+        else if (D == 64)
+            S_GQA_G(64)
+        else if (D == 32)
+            S_GQA_G(32)
     }
     dim3 grid((unsigned) T, (unsigned) H);
     s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,
@@ -497,7 +568,7 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
 /* ---- sampling ---------------------------------------------------------- */
 
 #define S_ST   1024
-#define S_CAND 2048 /* top-p / top-k candidates kept in shared memory */
+#define S_CAND 6144 /* top-p / top-k candidates kept in shared memory */
 
 __device__ __forceinline__ uint64_t
 s_mix64(uint64_t z)
@@ -641,20 +712,44 @@ __launch_bounds__(S_ST)
         if (p >= tau)
             s += p;
     }
-    part[threadIdx.x] = s;
+    /* prefix sums of the threads' chunks (a block scan), so the thread
+     * whose chunk holds the draw finds itself */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float incl = s;
+    for (int o = 1; o < 32; o <<= 1) {
+        float y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += y;
+    }
+    float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0)
+        excl = 0.0f;
+    if (lane == 31)
+        part[warp] = incl;
+    if (threadIdx.x == 0)
+        pick = -1;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float total = 0.0f;
-        for (int i = 0; i < S_ST; i++)
-            total += part[i];
-        uint64_t r = s_mix64(seed[row]);
-        float u = (float) (r >> 40) / 16777216.0f * total;
-        int c = 0;
-        float cum = 0.0f;
-        while (c < S_ST - 1 && cum + part[c] <= u)
-            cum += part[c++];
+    if (warp == 0) {
+        float w = part[lane]; /* S_ST / 32 == 32 warps */
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o)
+                w += y;
+        }
+        part[32 + lane] = w;
+    }
+    __syncthreads();
+    float before = warp ? part[32 + warp - 1] : 0.0f;
+    float total = part[32 + 31];
+    excl += before;
+    incl += before;
+    uint64_t r = s_mix64(seed[row]);
+    float u = (float) (r >> 40) / 16777216.0f * total;
+    int last_thread = threadIdx.x == S_ST - 1;
+    if ((excl <= u && u < incl) || (last_thread && u >= incl)) {
+        float cum = excl;
         int chosen = -1, last = -1;
-        for (int j = c * chunk; j < min(V, (c + 1) * chunk); j++) {
+        for (int j = j0; j < j1; j++) {
             float p = expf(z[j] * inv_t - bmx) * inv_z;
             if (p < tau)
                 continue;
@@ -667,8 +762,14 @@ __launch_bounds__(S_ST)
         }
         if (chosen < 0)
             chosen = last >= 0 ? last : arg; /* rounding at the very end */
+        pick = chosen;
         tok[row] = chosen;
         lp[row] = z[chosen] * inv_t - lse;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && pick < 0) { /* no chunk took the draw (NaN) */
+        tok[row] = arg;
+        lp[row] = z[arg] * inv_t - lse;
     }
 }
 
