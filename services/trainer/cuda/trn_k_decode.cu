@@ -8,10 +8,10 @@
  * KV head): one block per (new token, KV head, split) serves all the query
  * heads that share the KV head, so each cached key and value is read once
  * per token rather than once per query head. Lanes hold 8 dimensions of
- * the queries and of an online-softmax state in registers and read keys
- * and values with 16-byte loads, a group of D/8 lanes per position, two
- * positions per group in flight, with no shared memory or barrier until
- * the block merges its warps at the end. When few tokens would leave the
+ * an online-softmax state in registers (the scaled queries sit in shared
+ * memory) and read keys and values with 16-byte loads, a group of D/8
+ * lanes per position, four positions per group in flight, with no barrier
+ * until the block merges its warps at the end. When few tokens would leave the
  * device idle (batch 1 decoding), a token's positions are split over
  * several blocks, sized from its real length, and a second kernel merges
  * the partial results by their log-sum-exp. Other shapes use a simpler
@@ -270,18 +270,16 @@ template <int G> struct s_gq_state {
  * position counts. */
 template <int G, int LP>
 __device__ __forceinline__ void
-s_gq_step(s_gq_state<G> &st, const float (&qv)[G][8], uint4 ku, uint4 vu,
+s_gq_step(s_gq_state<G> &st, const float4 *qs, int qstride, uint4 ku, uint4 vu,
           bool ok)
 {
     float k[8], v[8], sc[G];
     s_unpack8(ku, k);
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        float a = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            a += qv[g][e] * k[e];
-        sc[g] = a;
+        float4 q0 = qs[g * qstride], q1 = qs[g * qstride + 1];
+        sc[g] = q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] +
+                q1.x * k[4] + q1.y * k[5] + q1.z * k[6] + q1.w * k[7];
     }
 #pragma unroll
     for (int off = LP / 2; off > 0; off >>= 1)
@@ -305,12 +303,12 @@ s_gq_step(s_gq_state<G> &st, const float (&qv)[G][8], uint4 ku, uint4 vu,
 
 /* One block of 8 warps per (token, KV head, split). A group of LP = D/8
  * lanes takes one position at a time (16-byte loads of its key and value
- * rows), so a warp works on 32/LP positions at once, two steps in flight;
+ * rows), so a warp works on 32/LP positions at once, four steps in flight;
  * the groups' states are merged through shuffles, then the warps' through
  * shared memory. */
 template <int D, int G>
 __global__ void
-__launch_bounds__(S_GQ_THREADS)
+__launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
     s_attn_gqa(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
                const int32_t *pos, int H, int Hk, int max_len, float scale)
@@ -319,6 +317,7 @@ __launch_bounds__(S_GQ_THREADS)
     constexpr int STEP = NW * PPW; /* positions per block step */
     __shared__ float sm_m[NW][G], sm_l[NW][G];
     __shared__ float sm_o[NW][G * D];
+    __shared__ __align__(16) float sq[G * D];
     int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
     int nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -329,16 +328,12 @@ __launch_bounds__(S_GQ_THREADS)
     int per = (tiles + nsplit - 1) / nsplit;
     int j0 = split * per * S_GQ_TP;
     int j1 = min(n, j0 + per * S_GQ_TP);
-    float qv[G][8];
-    const trn_bf16_t *qr = q + (size_t) t * (size_t) stride +
-                           (size_t) hk * G * D + (size_t) sub * 8;
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        s_unpack8(*reinterpret_cast<const uint4 *>(qr + (size_t) g * D), qv[g]);
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            qv[g][e] *= scale;
-    }
+    const trn_bf16_t *qr =
+        q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
+    for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS)
+        sq[i] = trn_ld(qr + i) * scale;
+    __syncthreads();
+    const float4 *qs = reinterpret_cast<const float4 *>(sq) + sub * 2;
     s_gq_state<G> st;
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -352,23 +347,20 @@ __launch_bounds__(S_GQ_THREADS)
     size_t base = (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD +
                   (size_t) hk * D + (size_t) sub * 8;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int jw = j0 + warp * PPW; jw < j1; jw += 2 * STEP) {
-        int ja = jw + grp, jb = ja + STEP;
-        bool oka = ja < j1, okb = jb < j1;
-        uint4 ka = oka ? *reinterpret_cast<const uint4 *>(ck + base +
-                                                          (size_t) ja * HkD)
-                       : zero;
-        uint4 va = oka ? *reinterpret_cast<const uint4 *>(cv + base +
-                                                          (size_t) ja * HkD)
-                       : zero;
-        uint4 kb = okb ? *reinterpret_cast<const uint4 *>(ck + base +
-                                                          (size_t) jb * HkD)
-                       : zero;
-        uint4 vb = okb ? *reinterpret_cast<const uint4 *>(cv + base +
-                                                          (size_t) jb * HkD)
-                       : zero;
-        s_gq_step<G, LP>(st, qv, ka, va, oka);
-        s_gq_step<G, LP>(st, qv, kb, vb, okb);
+    for (int jw = j0 + warp * PPW; jw < j1; jw += 4 * STEP) {
+        uint4 ku[4], vu[4];
+        bool ok[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = jw + grp + u * STEP;
+            ok[u] = j < j1;
+            size_t off = base + (size_t) (ok[u] ? j : 0) * HkD;
+            ku[u] = ok[u] ? *reinterpret_cast<const uint4 *>(ck + off) : zero;
+            vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(cv + off) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            s_gq_step<G, LP>(st, qs, D / 4, ku[u], vu[u], ok[u]);
     }
     /* merge the warp's position groups (lanes LP apart) */
 #pragma unroll
@@ -606,6 +598,7 @@ __launch_bounds__(S_ST)
     __shared__ float part[S_ST];
     __shared__ float cands[S_CAND];
     __shared__ int pick, ncand;
+    __shared__ float cum0;
     int row = blockIdx.x;
     const float *z = logits + (size_t) row * (size_t) V;
     float T = temp[row];
@@ -747,29 +740,46 @@ __launch_bounds__(S_ST)
     float u = (float) (r >> 40) / 16777216.0f * total;
     int last_thread = threadIdx.x == S_ST - 1;
     if ((excl <= u && u < incl) || (last_thread && u >= incl)) {
-        float cum = excl;
-        int chosen = -1, last = -1;
-        for (int j = j0; j < j1; j++) {
-            float p = expf(z[j] * inv_t - bmx) * inv_z;
-            if (p < tau)
-                continue;
-            last = j;
-            cum += p;
-            if (cum > u) {
-                chosen = j;
-                break;
-            }
-        }
-        if (chosen < 0)
-            chosen = last >= 0 ? last : arg; /* rounding at the very end */
-        pick = chosen;
-        tok[row] = chosen;
-        lp[row] = z[chosen] * inv_t - lse;
+        pick = threadIdx.x;
+        cum0 = excl;
     }
     __syncthreads();
-    if (threadIdx.x == 0 && pick < 0) { /* no chunk took the draw (NaN) */
-        tok[row] = arg;
-        lp[row] = z[arg] * inv_t - lse;
+    if (warp != 0)
+        return;
+    /* warp 0 walks the chosen chunk 32 tokens at a time */
+    int c = pick, chosen = -1, last = -1;
+    if (c >= 0) {
+        float cum = cum0;
+        int a0 = c * chunk, a1 = min(V, a0 + chunk);
+        for (int base = a0; base < a1 && chosen < 0; base += 32) {
+            int j = base + lane;
+            float p = 0.0f;
+            bool kept = false;
+            if (j < a1) {
+                p = expf(z[j] * inv_t - bmx) * inv_z;
+                kept = p >= tau;
+                p = kept ? p : 0.0f;
+            }
+            float sc = p;
+            for (int o = 1; o < 32; o <<= 1) {
+                float y = __shfl_up_sync(0xffffffffu, sc, o);
+                if (lane >= o)
+                    sc += y;
+            }
+            unsigned hit = __ballot_sync(0xffffffffu, kept && cum + sc > u);
+            unsigned km = __ballot_sync(0xffffffffu, kept);
+            if (hit)
+                chosen = base + __ffs((int) hit) - 1;
+            else if (km)
+                last = base + 31 - __clz((int) km);
+            cum += __shfl_sync(0xffffffffu, sc, 31);
+        }
+    }
+    if (lane == 0) {
+        if (chosen < 0) /* rounding at the very end, or no chunk took it */
+            chosen = last >= 0 ? last : arg;
+        tok[row] = chosen;
+        lp[row] = z[chosen] * inv_t - lse;
     }
 }
 
