@@ -636,6 +636,49 @@ test_adamw(void)
 
 /* ------------------------------------------------------------------ */
 
+/* The forward of a few tokens (the matrix-vector path): fp32 output
+ * accumulated onto what it held, bf16 output overwritten. */
+static void
+test_linear_few(trn_blas_t *b, int T, int K, int N)
+{
+    double *x, *w, *y0;
+    trn_bf16_t *hx = s_rand_bf16((size_t) T * K, 1, &x);
+    trn_bf16_t *hw = s_rand_bf16((size_t) N * K, 0.1, &w);
+    trn_bf16_t *hy0 = s_rand_bf16((size_t) T * N, 1, &y0);
+    float *fy0 = malloc((size_t) T * N * 4);
+    for (size_t i = 0; i < (size_t) T * N; i++)
+        fy0[i] = (float) y0[i];
+    trn_bf16_t *dx_ = s_dev(hx, (size_t) T * K * 2);
+    trn_bf16_t *dw_ = s_dev(hw, (size_t) N * K * 2);
+    float *y32 = s_dev(fy0, (size_t) T * N * 4);
+    trn_bf16_t *y16 = s_dev(NULL, (size_t) T * N * 2);
+    RC(trn_linear_fwd(b, y32, NULL, dx_, dw_, T, K, N, 1, NULL));
+    RC(trn_linear_fwd(b, NULL, y16, dx_, dw_, T, K, N, 0, NULL));
+    RC(trn_cuda_sync());
+    double *ry = malloc((size_t) T * N * 8), *ra = malloc((size_t) T * N * 8);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += x[(size_t) t * K + k] * w[(size_t) n * K + k];
+            ry[(size_t) t * N + n] = s;
+            ra[(size_t) t * N + n] = s + y0[(size_t) t * N + n];
+        }
+    char what[96];
+    double *g = s_get_f32(y32, (size_t) T * N);
+    snprintf(what, sizeof what, "linear fwd T=%d K=%d N=%d (fp32 +=)", T, K, N);
+    s_check(what, s_relerr(g, ra, (size_t) T * N), 1e-5);
+    free(g);
+    g = s_get_bf16(y16, (size_t) T * N);
+    snprintf(what, sizeof what, "linear fwd T=%d K=%d N=%d (bf16)", T, K, N);
+    s_check(what, s_relerr(g, ry, (size_t) T * N), 5e-3);
+    free(g);
+    trn_cuda_free(&dx_), trn_cuda_free(&dw_), trn_cuda_free(&y32);
+    trn_cuda_free(&y16);
+    free(hx), free(hw), free(hy0), free(x), free(w), free(y0), free(fy0);
+    free(ry), free(ra);
+}
+
 /* Decode side: trn_k_qk_prep (per-head norm + RoPE + cache write) and
  * trn_k_attn_decode over the cache it wrote, against double references.
  * Tokens sit in distinct cache rows; `pad` makes every fourth row padding
@@ -932,6 +975,35 @@ bench_decode(trn_blas_t *b)
         trn_cuda_free(&o), trn_cuda_free(&dsl), trn_cuda_free(&dps);
         trn_cuda_free(&scr);
     }
+    /* a prefill of 64 prompts of 128 tokens: the decode kernel over the
+     * cache against the training kernel over the packed prompts */
+    {
+        int T = 64 * 128, ml = 257;
+        size_t nc = (size_t) 64 * ml * Hk * D;
+        trn_bf16_t *ck = s_dev(NULL, nc * 2), *cv = s_dev(NULL, nc * 2);
+        trn_bf16_t *q = s_dev(NULL, (size_t) T * S * 2);
+        trn_bf16_t *o = s_dev(NULL, (size_t) T * H * D * 2);
+        float *lse = s_dev(NULL, (size_t) T * H * 4);
+        RC(trn_cuda_memset(ck, 0, nc * 2, NULL));
+        RC(trn_cuda_memset(cv, 0, nc * 2, NULL));
+        RC(trn_cuda_memset(q, 0, (size_t) T * S * 2, NULL));
+        int32_t *sl = malloc((size_t) T * 4), *ps = malloc((size_t) T * 4);
+        for (int t = 0; t < T; t++)
+            sl[t] = t / 128, ps[t] = t % 128;
+        int32_t *dsl = s_dev(sl, (size_t) T * 4),
+                *dps = s_dev(ps, (size_t) T * 4);
+        double t1, t2;
+        S_TIME(t1, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D, ml,
+                                     NULL, 0, NULL));
+        S_TIME(t2, trn_k_attn_fwd(o, lse, q, q + H * D, q + (H + Hk) * D, S,
+                                  dsl, T, H, Hk, D, NULL));
+        printf("prefill attention 64 x 128: decode kernel %8.1f us, training "
+               "kernel %8.1f us\n",
+               t1 * 1e6, t2 * 1e6);
+        trn_cuda_free(&ck), trn_cuda_free(&cv), trn_cuda_free(&q);
+        trn_cuda_free(&o), trn_cuda_free(&lse), trn_cuda_free(&dsl);
+        trn_cuda_free(&dps), free(sl), free(ps);
+    }
     /* sampling 64 rows (temperature only, and top-p 0.9) */
     int32_t *tok = s_dev(NULL, 64 * 4);
     float *lp = s_dev(NULL, 64 * 4);
@@ -971,6 +1043,10 @@ main(int argc, char **argv)
         return 1;
     }
     test_linear(b);
+    test_linear_few(b, 1, 2560, 700);  /* 8 warps share a row */
+    test_linear_few(b, 3, 1024, 4100); /* a warp per row */
+    test_linear_few(b, 8, 9728, 2560); /* the down projection's shape */
+    test_linear_few(b, 5, 136, 3000);  /* a slice shorter than a warp */
     test_rmsnorm(257, 2560, 2560, 1, 1);
     test_rmsnorm(64, 2560, 2560, 1, 1); /* decode rows: a block per row */
     test_rmsnorm(3, 1500, 1600, 1, 0);
