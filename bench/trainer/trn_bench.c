@@ -19,7 +19,8 @@
  * rank, against the same step on one GPU, printing dp_tok_s_wW and the
  * scaling efficiency.
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--world W]
+ *             [--batch B] [--world W]
+ * --batch B prints the decode figures of batch B alone.
  */
 #include "trn_cuda.h"
 #include "trn_dist.h"
@@ -306,6 +307,7 @@ int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
+    int batch = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -315,6 +317,8 @@ main(int argc, char **argv)
             decode_only = 1;
         else if (strcmp(argv[i], "--no-graphs") == 0)
             no_graphs = 1;
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+            batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc)
             world = atoi(argv[++i]);
     }
@@ -333,6 +337,13 @@ main(int argc, char **argv)
     }
     printf("params %.3f B (Qwen3-4B shape, %d layers)\n",
            (double) trn_gpu_model_num_params(g) / 1e9, layers);
+    if (batch > 0) { /* one decode figure only (for profilers) */
+        char tag[32];
+        snprintf(tag, sizeof tag, "b%d", batch);
+        s_decode(g, batch, tag, !no_graphs);
+        trn_gpu_model_destroy(&g);
+        return 0;
+    }
     if (!decode_only)
         s_train(g, &c, 4096, "4k", quick ? 1 : 3);
     if (!quick && !decode_only) {

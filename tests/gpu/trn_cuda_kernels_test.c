@@ -636,8 +636,8 @@ test_adamw(void)
 
 /* ------------------------------------------------------------------ */
 
-/* The forward of a few tokens (the matrix-vector path): fp32 output
- * accumulated onto what it held, bf16 output overwritten. */
+/* The forward of a few tokens (one token: the matrix-vector path): fp32
+ * output accumulated onto what it held, bf16 output overwritten. */
 static void
 test_linear_few(trn_blas_t *b, int T, int K, int N)
 {
@@ -1044,9 +1044,11 @@ main(int argc, char **argv)
     }
     test_linear(b);
     test_linear_few(b, 1, 2560, 700);  /* 8 warps share a row */
-    test_linear_few(b, 3, 1024, 4100); /* a warp per row */
-    test_linear_few(b, 8, 9728, 2560); /* the down projection's shape */
-    test_linear_few(b, 5, 136, 3000);  /* a slice shorter than a warp */
+    test_linear_few(b, 1, 1024, 4100); /* a warp per row */
+    test_linear_few(b, 1, 4096, 2560); /* the output projection's shape */
+    test_linear_few(b, 1, 136, 3000);  /* a slice shorter than a warp */
+    test_linear_few(b, 1, 9728, 2560); /* cuBLASLt's */
+    test_linear_few(b, 3, 1024, 600);
     test_rmsnorm(257, 2560, 2560, 1, 1);
     test_rmsnorm(64, 2560, 2560, 1, 1); /* decode rows: a block per row */
     test_rmsnorm(3, 1500, 1600, 1, 0);

@@ -132,6 +132,27 @@ main(void)
                 (double) (45 - agree), 3);
         s_check("cache length after prefill + 15 steps (slot 0)",
                 fabs((double) trn_gpu_kv_len(gkv, 0) - 50.0), 0);
+        /* a second turn on top of the cache: more tokens than slots, not
+         * from position 0 (attention through the cache) */
+        {
+            size_t more[N] = {6, 2, 9};
+            int32_t turn[N][9];
+            const int32_t *mt[N];
+            for (int i = 0; i < N; i++) {
+                for (size_t j = 0; j < more[i]; j++)
+                    turn[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
+                mt[i] = turn[i];
+            }
+            if (trn_model_step(cpu, ckv, N, slots, mt, more, lc, &err) !=
+                    LISA_OK ||
+                trn_gpu_model_step(gpu, gkv, N, slots, mt, more, NULL, NULL,
+                                   NULL, lg, &err) != LISA_OK) {
+                printf("second turn: %s\n", err.msg);
+                return 1;
+            }
+            s_check("second-turn logits vs CPU (17 tokens over the cache)",
+                    s_rel(lg, lc, (size_t) N * V), 3e-2);
+        }
         trn_kv_destroy(&ckv);
         trn_gpu_kv_destroy(&gkv);
         free(lc), free(lg);

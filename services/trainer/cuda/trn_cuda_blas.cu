@@ -11,8 +11,8 @@
  * (at most 128 rows of tokens: decode steps), where the first heuristic
  * choice is often not the fastest, the first use times up to sixteen
  * candidates on a scratch output and keeps the fastest (never while a
- * stream is being recorded into a graph). Forward products of at most 8
- * tokens skip cuBLASLt for a matrix-vector kernel of this file.
+ * stream is being recorded into a graph). Some forward products of one
+ * token skip cuBLASLt for a matrix-vector kernel of this file.
  */
 #include "trn_cuda_common.cuh"
 
@@ -215,122 +215,87 @@ out:
     return rc;
 }
 
-/* ---- forward of a few tokens: a matrix-vector kernel ------------------ */
+/* ---- forward of one token: a matrix-vector kernel ----------------------- */
 
-#define S_GEMV_MAXT 8 /* tokens up to which the forward skips cuBLASLt */
-
-/* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for M tokens: each
- * warp reads one weight row slice with 16-byte loads, four in flight per
- * lane, and keeps M sums; `ks` warps share a row (K split into slices) so
- * that short outputs still fill the device. Memory-bound, like the
- * decode step it serves. */
-template <int M>
+/* y[n] (=, or += into fp32) sum_k x[k] w[n, k]: each warp reads a slice
+ * of one weight row with 16-byte loads, four in flight per lane; `ks`
+ * warps share a row (K split into slices) so that short outputs still
+ * fill the device. Memory-bound, like the decode step it serves. */
 __global__ void __launch_bounds__(256)
     s_gemv(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
            int K, int N, int accumulate, int ks)
 {
-    __shared__ float red[8][M];
+    __shared__ float red[8];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp / ks, slice = warp % ks;
     int n = blockIdx.x * (8 / ks) + r;
     int chunks = K / 8, per = (chunks + ks - 1) / ks;
     int c0 = slice * per, c1 = min(chunks, c0 + per);
-    float a[M];
-#pragma unroll
-    for (int t = 0; t < M; t++)
-        a[t] = 0.0f;
+    float a = 0.0f;
     if (n < N) {
         const uint4 *wr =
             reinterpret_cast<const uint4 *>(w) + (size_t) n * chunks;
         const uint4 *xr = reinterpret_cast<const uint4 *>(x);
         for (int c = c0 + lane; c < c1; c += 32 * 4) {
-            uint4 wv[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                wv[u] =
-                    c + 32 * u < c1 ? wr[c + 32 * u] : make_uint4(0, 0, 0, 0);
+            uint4 wv[4], xv[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                int cc = c + 32 * u;
-                if (cc >= c1)
-                    break;
+                bool in = c + 32 * u < c1;
+                wv[u] = in ? wr[c + 32 * u] : make_uint4(0, 0, 0, 0);
+                xv[u] = in ? xr[c + 32 * u] : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
                 const __nv_bfloat162 *w2 =
                     reinterpret_cast<const __nv_bfloat162 *>(&wv[u]);
-                float2 wf[4];
+                const __nv_bfloat162 *x2 =
+                    reinterpret_cast<const __nv_bfloat162 *>(&xv[u]);
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    wf[e] = __bfloat1622float2(w2[e]);
-#pragma unroll
-                for (int t = 0; t < M; t++) {
-                    uint4 xv = xr[(size_t) t * chunks + cc];
-                    const __nv_bfloat162 *x2 =
-                        reinterpret_cast<const __nv_bfloat162 *>(&xv);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float2 xf = __bfloat1622float2(x2[e]);
-                        a[t] += wf[e].x * xf.x + wf[e].y * xf.y;
-                    }
+                for (int e = 0; e < 4; e++) {
+                    float2 wf = __bfloat1622float2(w2[e]);
+                    float2 xf = __bfloat1622float2(x2[e]);
+                    a += wf.x * xf.x + wf.y * xf.y;
                 }
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < M; t++)
-        a[t] = trn_warp_sum(a[t]);
+    a = trn_warp_sum(a);
     if (lane == 0)
-#pragma unroll
-        for (int t = 0; t < M; t++)
-            red[warp][t] = a[t];
+        red[warp] = a;
     __syncthreads();
-    if (slice == 0 && lane < M && n < N) {
+    if (slice == 0 && lane == 0 && n < N) {
         float sum = 0.0f;
         for (int i = 0; i < ks; i++)
-            sum += red[r * ks + i][lane];
-        size_t idx = (size_t) lane * (size_t) N + (size_t) n;
+            sum += red[r * ks + i];
         if (yf)
-            yf[idx] = (accumulate ? yf[idx] : 0.0f) + sum;
+            yf[n] = (accumulate ? yf[n] : 0.0f) + sum;
         else
-            trn_st(yb + idx, sum);
+            trn_st(yb + n, sum);
     }
 }
 
-template <int M>
-static lisa_rc_t
-s_gemv_launch(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
-              const trn_bf16_t *w, int K, int N, int accumulate,
-              cudaStream_t st)
+/* Whether the matrix-vector kernel serves this forward: one token, and
+ * the shapes where it measured faster than cuBLASLt's choice on an H200
+ * (the q|k|v and output projections of Qwen3-4B; wide or deep products
+ * such as gate|up, down and the LM head stay with cuBLASLt). */
+static int
+s_gemv_fits(const trn_bf16_t *x, const trn_bf16_t *w, int T, int K, int N)
 {
-    /* about 32 warps per processor of a large device */
-    int ks = N >= 4096 ? 1 : N >= 2048 ? 2 : N >= 1024 ? 4 : 8;
-    int rows = 8 / ks;
-    s_gemv<M><<<(unsigned) ((N + rows - 1) / rows), 256, 0, st>>>(
-        yf, yb, x, w, K, N, accumulate, ks);
-    TRN_LAUNCH_CHECK();
-    return LISA_OK;
+    return T == 1 && K % 8 == 0 && K <= 4096 && N <= 8192 &&
+           (uintptr_t) x % 16 == 0 && (uintptr_t) w % 16 == 0;
 }
 
 static lisa_rc_t
 s_gemv_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
-           int T, int K, int N, int accumulate, cudaStream_t st)
+           int K, int N, int accumulate, cudaStream_t st)
 {
-    switch (T) {
-    case 1:
-        return s_gemv_launch<1>(yf, yb, x, w, K, N, accumulate, st);
-    case 2:
-        return s_gemv_launch<2>(yf, yb, x, w, K, N, accumulate, st);
-    case 3:
-        return s_gemv_launch<3>(yf, yb, x, w, K, N, accumulate, st);
-    case 4:
-        return s_gemv_launch<4>(yf, yb, x, w, K, N, accumulate, st);
-    case 5:
-        return s_gemv_launch<5>(yf, yb, x, w, K, N, accumulate, st);
-    case 6:
-        return s_gemv_launch<6>(yf, yb, x, w, K, N, accumulate, st);
-    case 7:
-        return s_gemv_launch<7>(yf, yb, x, w, K, N, accumulate, st);
-    default:
-        return s_gemv_launch<8>(yf, yb, x, w, K, N, accumulate, st);
-    }
+    /* about 32 warps per processor of a large device */
+    int ks = N >= 4096 ? 1 : N >= 2048 ? 2 : N >= 1024 ? 4 : 8;
+    int rows = 8 / ks;
+    s_gemv<<<(unsigned) ((N + rows - 1) / rows), 256, 0, st>>>(
+        yf, yb, x, w, K, N, accumulate, ks);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
 }
 
 extern "C" lisa_rc_t
@@ -339,10 +304,9 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                int accumulate, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && T > 0 && K > 0 && N > 0);
-    if (T <= S_GEMV_MAXT && K % 8 == 0 && (uintptr_t) x % 16 == 0 &&
-        (uintptr_t) w % 16 == 0)
-        return s_gemv_fwd(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
-                          accumulate, trn_stream(s));
+    if (s_gemv_fits(x, w, T, K, N))
+        return s_gemv_fwd(y_f32, y_f32 ? NULL : y_bf16, x, w, K, N, accumulate,
+                          trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
                   accumulate ? 1.0f : 0.0f, trn_stream(s));

@@ -14,7 +14,10 @@
  * per batch size as a CUDA graph and replayed as one launch afterwards.
  * Batch sizes are rounded up to a few buckets; the extra rows are padding
  * (slot -1: no cache write, attention gives zeros, results dropped).
- * Steps with more tokens (prefill, mixed) run the same kernels directly.
+ * Steps with more tokens (prefill, mixed) run the same kernels directly,
+ * except that prompts which all start a sequence use the training
+ * attention kernel over the packed prompts (the new keys are all there is
+ * to attend to), which is far faster than attending through the cache.
  */
 #include "lisa/lisa_mem.h"
 #include "trn_gpu_model_int.h"
@@ -29,6 +32,10 @@ typedef struct {
     trn_bf16_t *h, *qkv, *o, *gu, *a, *hf;
     float *logits;
     int32_t *tok, *slot, *pos, *last;
+    /* fresh prompts only (every sequence from position 0): the training
+     * attention kernel over the packed prompts, seg[t] = sequence */
+    int32_t *seg;
+    float *lse;
 } s_bufs_t;
 
 typedef struct {
@@ -247,9 +254,14 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
     S_TRY(trn_k_qk_prep(b->qkv, g->S, W + ly->q_norm, W + ly->k_norm, kv->k[l],
                         kv->v[l], b->slot, b->pos, T, g->H, g->Hk, g->D,
                         (int) kv->max_len, eps, theta, st));
-    S_TRY(trn_k_attn_decode(b->o, b->qkv, g->S, kv->k[l], kv->v[l], b->slot,
-                            b->pos, T, g->H, g->Hk, g->D, (int) kv->max_len,
-                            kv->attn_part, kv->attn_part_n, st));
+    if (b->seg)
+        S_TRY(trn_k_attn_fwd(b->o, b->lse, b->qkv, b->qkv + g->H * g->D,
+                             b->qkv + (g->H + g->Hk) * g->D, g->S, b->seg, T,
+                             g->H, g->Hk, g->D, st));
+    else
+        S_TRY(trn_k_attn_decode(b->o, b->qkv, g->S, kv->k[l], kv->v[l], b->slot,
+                                b->pos, T, g->H, g->Hk, g->D, (int) kv->max_len,
+                                kv->attn_part, kv->attn_part_n, st));
     S_TRY(trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o, T, g->H * g->D,
                          g->C, 1, st));
     S_TRY(trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C, W + ly->w_post,
@@ -413,20 +425,25 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
     int32_t *h_topk = s_par(kv, H, S_TOPK);
     float *h_temp = s_par(kv, H, S_TEMP), *h_topp = s_par(kv, H, S_TOPP);
     uint64_t *h_seed = s_seed(kv, H);
-    int32_t *big = NULL; /* tok, slot, pos, last of a step over `slots` */
+    int32_t *big = NULL, *h_seg = NULL; /* a step over `slots` tokens */
+    int fresh = !small;
     if (!small) {
-        big = lisa_malloc(4 * T * 4);
+        big = lisa_malloc(5 * T * 4);
         h_tok = big;
         h_slot = big + T;
         h_pos = big + 2 * T;
         h_last = big + 3 * T;
+        h_seg = big + 4 * T;
     }
     size_t t = 0;
     for (size_t i = 0; i < n; i++) {
+        fresh &= kv->len[slots[i]] == 0;
         for (size_t j = 0; j < n_new[i]; j++, t++) {
             h_tok[t] = tokens[i][j];
             h_slot[t] = (int32_t) slots[i];
             h_pos[t] = (int32_t) (kv->len[slots[i]] + j);
+            if (h_seg)
+                h_seg[t] = (int32_t) i;
         }
         h_last[i] = (int32_t) (t - 1);
     }
@@ -481,7 +498,11 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
                       .tok = g->tokens,
                       .slot = kv->d_slot,
                       .pos = kv->d_pos,
-                      .last = kv->d_last};
+                      .last = kv->d_last,
+                      .seg = fresh ? g->seg : NULL,
+                      .lse = g->lse};
+        if (fresh)
+            S_TRY(trn_cuda_upload_async(b.seg, h_seg, T * 4, st));
         S_TRY(trn_cuda_upload_async(b.tok, h_tok, T * 4, st));
         S_TRY(trn_cuda_upload_async(b.slot, h_slot, T * 4, st));
         S_TRY(trn_cuda_upload_async(b.pos, h_pos, T * 4, st));

@@ -158,8 +158,8 @@ __global__ void __launch_bounds__(32 * S_WARPS)
 
 /* One warp per (token, head) of the H query and Hk key heads: RMSNorm with
  * the head's weight (rounded to bf16 as trn_k_rmsnorm_fwd stores it), RoPE
- * as trn_k_rope computes it; queries back in place, keys (and the value
- * head of the same index) into the cache. */
+ * as trn_k_rope computes it; queries and keys back in place, keys (and the
+ * value head of the same index) into the cache too. */
 __global__ void __launch_bounds__(32 * S_PREP_WARPS)
     s_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *qw,
               const trn_bf16_t *kw, trn_bf16_t *ck, trn_bf16_t *cv,
@@ -204,6 +204,10 @@ __global__ void __launch_bounds__(32 * S_PREP_WARPS)
         float x1 = buf[i], x2 = buf[i + half];
         trn_st(dst + i, x1 * c - x2 * sn);
         trn_st(dst + i + half, x2 * c + x1 * sn);
+        if (!isq) { /* keys in place too, for the prefill kernel */
+            trn_st(src + i, x1 * c - x2 * sn);
+            trn_st(src + i + half, x2 * c + x1 * sn);
+        }
     }
     if (!isq) {
         const trn_bf16_t *vs =
@@ -595,10 +599,9 @@ __launch_bounds__(S_ST)
              int V)
 {
     __shared__ float shm[32];
-    __shared__ float part[S_ST];
+    __shared__ float part[32];
     __shared__ float cands[S_CAND];
     __shared__ int pick, ncand;
-    __shared__ float cum0;
     int row = blockIdx.x;
     const float *z = logits + (size_t) row * (size_t) V;
     float T = temp[row];
@@ -696,19 +699,26 @@ __launch_bounds__(S_ST)
         }
         tau = __uint_as_float(lo);
     }
-    /* inverse CDF over kept tokens, in vocabulary order */
-    int chunk = (V + S_ST - 1) / S_ST;
-    int j0 = threadIdx.x * chunk, j1 = min(V, j0 + chunk);
+    /* inverse CDF over kept tokens, in vocabulary order: each warp sums a
+     * contiguous range (lanes reading side by side), a scan over the
+     * warps' sums finds the range holding the draw, and warp 0 walks that
+     * range 32 tokens at a time */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = S_ST / 32, wc = (V + nw - 1) / nw;
+    int w0 = warp * wc, w1 = min(V, w0 + wc);
     float s = 0.0f;
-    for (int j = j0; j < j1; j++) {
+    for (int j = w0 + lane; j < w1; j += 32) {
         float p = expf(z[j] * inv_t - bmx) * inv_z;
         if (p >= tau)
             s += p;
     }
-    /* prefix sums of the threads' chunks (a block scan), so the thread
-     * whose chunk holds the draw finds itself */
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float incl = s;
+    s = trn_warp_sum(s);
+    if (lane == 0)
+        part[warp] = s;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    float incl = part[lane]; /* nw == 32 */
     for (int o = 1; o < 32; o <<= 1) {
         float y = __shfl_up_sync(0xffffffffu, incl, o);
         if (lane >= o)
@@ -717,66 +727,41 @@ __launch_bounds__(S_ST)
     float excl = __shfl_up_sync(0xffffffffu, incl, 1);
     if (lane == 0)
         excl = 0.0f;
-    if (lane == 31)
-        part[warp] = incl;
-    if (threadIdx.x == 0)
-        pick = -1;
-    __syncthreads();
-    if (warp == 0) {
-        float w = part[lane]; /* S_ST / 32 == 32 warps */
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, w, o);
-            if (lane >= o)
-                w += y;
-        }
-        part[32 + lane] = w;
-    }
-    __syncthreads();
-    float before = warp ? part[32 + warp - 1] : 0.0f;
-    float total = part[32 + 31];
-    excl += before;
-    incl += before;
+    float total = __shfl_sync(0xffffffffu, incl, 31);
     uint64_t r = s_mix64(seed[row]);
     float u = (float) (r >> 40) / 16777216.0f * total;
-    int last_thread = threadIdx.x == S_ST - 1;
-    if ((excl <= u && u < incl) || (last_thread && u >= incl)) {
-        pick = threadIdx.x;
-        cum0 = excl;
-    }
-    __syncthreads();
-    if (warp != 0)
-        return;
-    /* warp 0 walks the chosen chunk 32 tokens at a time */
-    int c = pick, chosen = -1, last = -1;
-    if (c >= 0) {
-        float cum = cum0;
-        int a0 = c * chunk, a1 = min(V, a0 + chunk);
-        for (int base = a0; base < a1 && chosen < 0; base += 32) {
-            int j = base + lane;
-            float p = 0.0f;
-            bool kept = false;
-            if (j < a1) {
-                p = expf(z[j] * inv_t - bmx) * inv_z;
-                kept = p >= tau;
-                p = kept ? p : 0.0f;
-            }
-            float sc = p;
-            for (int o = 1; o < 32; o <<= 1) {
-                float y = __shfl_up_sync(0xffffffffu, sc, o);
-                if (lane >= o)
-                    sc += y;
-            }
-            unsigned hit = __ballot_sync(0xffffffffu, kept && cum + sc > u);
-            unsigned km = __ballot_sync(0xffffffffu, kept);
-            if (hit)
-                chosen = base + __ffs((int) hit) - 1;
-            else if (km)
-                last = base + 31 - __clz((int) km);
-            cum += __shfl_sync(0xffffffffu, sc, 31);
+    unsigned in = __ballot_sync(0xffffffffu, excl <= u && u < incl);
+    unsigned nz = __ballot_sync(0xffffffffu, incl > excl);
+    /* u rounded up to the total: the last range with any mass */
+    int c = in ? __ffs((int) in) - 1 : nz ? 31 - __clz((int) nz) : 31;
+    float cum = __shfl_sync(0xffffffffu, excl, c);
+    int chosen = -1, last = -1;
+    int a0 = c * wc, a1 = min(V, a0 + wc);
+    for (int base = a0; base < a1 && chosen < 0; base += 32) {
+        int j = base + lane;
+        float p = 0.0f;
+        bool kept = false;
+        if (j < a1) {
+            p = expf(z[j] * inv_t - bmx) * inv_z;
+            kept = p >= tau;
+            p = kept ? p : 0.0f;
         }
+        float sc = p;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, sc, o);
+            if (lane >= o)
+                sc += y;
+        }
+        unsigned hit = __ballot_sync(0xffffffffu, kept && cum + sc > u);
+        unsigned km = __ballot_sync(0xffffffffu, kept);
+        if (hit)
+            chosen = base + __ffs((int) hit) - 1;
+        else if (km)
+            last = base + 31 - __clz((int) km);
+        cum += __shfl_sync(0xffffffffu, sc, 31);
     }
     if (lane == 0) {
-        if (chosen < 0) /* rounding at the very end, or no chunk took it */
+        if (chosen < 0) /* rounding at the very end */
             chosen = last >= 0 ? last : arg;
         tok[row] = chosen;
         lp[row] = z[chosen] * inv_t - lse;

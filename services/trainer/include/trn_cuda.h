@@ -218,8 +218,8 @@ lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
 /* The new tokens' side of a decode layer in one pass over the fused q|k|v
  * rows (row t at qkv + t*stride: H query heads, then Hk key heads, then Hk
  * value heads, D values each): Qwen3's per-head RMSNorm (weights q_norm,
- * k_norm) and RoPE at pos[t] on the queries (in place) and the keys, then
- * keys and values written into the caches as trn_k_kv_write does. Same
+ * k_norm) and RoPE at pos[t] on the queries and the keys (both in place),
+ * then keys and values written into the caches as trn_k_kv_write does. Same
  * values as trn_k_rmsnorm_fwd then trn_k_rope then trn_k_kv_write. Rows
  * with slot[t] < 0 are padding: queries only, no cache write. */
 lisa_rc_t trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
