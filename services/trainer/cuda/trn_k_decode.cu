@@ -244,7 +244,8 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 #define S_GQ_TP      32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS  32 /* most splits of one token's positions */
 
-/* A split's partial result: m[G], l[G], then o[G][D] (unnormalised). */
+/* A split's partial result: m[G] (log2 units), l[G], then o[G][D]
+ * (unnormalised). */
 __device__ __forceinline__ size_t
 s_gq_rec(int G, int D)
 {
@@ -268,40 +269,64 @@ template <int G> struct s_gq_state {
     float m[G], l[G], acc[G][8];
 };
 
-/* Adds one cached position (this lane's 8 key and value dimensions) to
- * the state; the dot products are summed over the LP lanes of a group.
- * Every lane of the warp calls it (shuffles), `ok` says whether the
- * position counts. */
+/* Adds four cached positions (this lane's 8 key and value dimensions of
+ * each) to the state, scores in log2 units (the queries carry log2(e));
+ * the dot products are summed over the LP lanes of a group. Every lane of
+ * the warp calls it (shuffles); ok[u] says whether position u counts. */
 template <int G, int LP>
 __device__ __forceinline__ void
-s_gq_step(s_gq_state<G> &st, const float4 *qs, int qstride, uint4 ku, uint4 vu,
-          bool ok)
+s_gq_step4(s_gq_state<G> &st, const float4 *qs, int qstride,
+           const uint4 (&ku)[4], const uint4 (&vu)[4], const bool (&ok)[4])
 {
-    float k[8], v[8], sc[G];
-    s_unpack8(ku, k);
+    float sc[4][G];
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        float4 q0 = qs[g * qstride], q1 = qs[g * qstride + 1];
-        sc[g] = q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] +
-                q1.x * k[4] + q1.y * k[5] + q1.z * k[6] + q1.w * k[7];
+    for (int u = 0; u < 4; u++) {
+        float k[8];
+        s_unpack8(ku[u], k);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float4 q0 = qs[g * qstride], q1 = qs[g * qstride + 1];
+            sc[u][g] = q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] +
+                       q1.x * k[4] + q1.y * k[5] + q1.z * k[6] + q1.w * k[7];
+        }
     }
 #pragma unroll
     for (int off = LP / 2; off > 0; off >>= 1)
 #pragma unroll
-        for (int g = 0; g < G; g++)
-            sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], off);
-    if (!ok)
-        return;
-    s_unpack8(vu, v);
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], off);
+    float p[4][G], a[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        float mn = fmaxf(st.m[g], sc[g]);
-        float a = expf(st.m[g] - mn), p = expf(sc[g] - mn);
-        st.l[g] = st.l[g] * a + p;
+        float mx = st.m[g];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            mx = ok[u] ? fmaxf(mx, sc[u][g]) : mx;
+        int live = mx != -INFINITY;
+        a[g] = live ? exp2f(st.m[g] - mx) : 1.0f;
+        float ps = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            p[u][g] = ok[u] && live ? exp2f(sc[u][g] - mx) : 0.0f;
+            ps += p[u][g];
+        }
+        st.l[g] = st.l[g] * a[g] + ps;
+        st.m[g] = mx;
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            st.acc[g][e] = st.acc[g][e] * a + p * v[e];
-        st.m[g] = mn;
+            st.acc[g][e] *= a[g];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        float v[8];
+        s_unpack8(vu[u], v);
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                st.acc[g][e] += p[u][g] * v[e];
     }
 }
 
@@ -335,7 +360,7 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
     const trn_bf16_t *qr =
         q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
     for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS)
-        sq[i] = trn_ld(qr + i) * scale;
+        sq[i] = trn_ld(qr + i) * scale * 1.4426950408889634f; /* log2 e */
     __syncthreads();
     const float4 *qs = reinterpret_cast<const float4 *>(sq) + sub * 2;
     s_gq_state<G> st;
@@ -362,9 +387,7 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
             ku[u] = ok[u] ? *reinterpret_cast<const uint4 *>(ck + off) : zero;
             vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(cv + off) : zero;
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            s_gq_step<G, LP>(st, qs, D / 4, ku[u], vu[u], ok[u]);
+        s_gq_step4<G, LP>(st, qs, D / 4, ku, vu, ok);
     }
     /* merge the warp's position groups (lanes LP apart) */
 #pragma unroll
@@ -374,8 +397,8 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
             float m2 = __shfl_xor_sync(0xffffffffu, st.m[g], off);
             float l2 = __shfl_xor_sync(0xffffffffu, st.l[g], off);
             float M = fmaxf(st.m[g], m2);
-            float fa = st.m[g] == -INFINITY ? 0.0f : expf(st.m[g] - M);
-            float fb = m2 == -INFINITY ? 0.0f : expf(m2 - M);
+            float fa = st.m[g] == -INFINITY ? 0.0f : exp2f(st.m[g] - M);
+            float fb = m2 == -INFINITY ? 0.0f : exp2f(m2 - M);
             st.l[g] = st.l[g] * fa + l2 * fb;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
@@ -413,7 +436,7 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
         if (M != -INFINITY)
 #pragma unroll
             for (int w = 0; w < NW; w++) {
-                float f = sm_m[w][g] == -INFINITY ? 0.0f : expf(sm_m[w][g] - M);
+                float f = sm_m[w][g] == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - M);
                 L += sm_l[w][g] * f;
                 acc += sm_o[w][i] * f;
             }
@@ -448,7 +471,7 @@ s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
             float m = rec[g];
             if (m == -INFINITY)
                 continue;
-            float f = expf(m - M);
+            float f = exp2f(m - M);
             L += rec[G + g] * f;
             acc += rec[2 * G + (size_t) g * D + d] * f;
         }

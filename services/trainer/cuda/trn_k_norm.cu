@@ -50,12 +50,13 @@ s_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd, const float *in_f,
     }
 }
 
-/* The same for few long rows (decode steps): one block per row, so a
- * row's reads spread over 256 threads instead of one warp. */
+/* The same for few long rows (decode steps): one block per row, each
+ * thread holding up to S_ROW_MAXE of the row's values in registers, so the
+ * row is read once. */
 #define S_ROW_THREADS 256
+#define S_ROW_MAXE    16
 
-__global__ void
-__launch_bounds__(S_ROW_THREADS)
+__global__ void __launch_bounds__(S_ROW_THREADS)
     s_rmsnorm_row(trn_bf16_t *out, int out_stride, float *rstd,
                   const float *in_f, const trn_bf16_t *in_b, int in_stride,
                   const trn_bf16_t *w, int dim, float eps)
@@ -63,19 +64,25 @@ __launch_bounds__(S_ROW_THREADS)
     __shared__ float shm[32];
     int row = blockIdx.x;
     size_t base = (size_t) row * (size_t) in_stride;
+    float xv[S_ROW_MAXE], wv[S_ROW_MAXE];
     float ss = 0.0f;
-    for (int j = threadIdx.x; j < dim; j += S_ROW_THREADS) {
-        float x = s_in(in_f, in_b, base + (size_t) j);
-        ss += x * x;
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        xv[e] = j < dim ? s_in(in_f, in_b, base + (size_t) j) : 0.0f;
+        wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
+        ss += xv[e] * xv[e];
     }
     ss = trn_block_sum(ss, shm);
     float r = rsqrtf(ss / (float) dim + eps);
     if (threadIdx.x == 0 && rstd)
         rstd[row] = r;
     trn_bf16_t *o = out + (size_t) row * (size_t) out_stride;
-    for (int j = threadIdx.x; j < dim; j += S_ROW_THREADS) {
-        float n = trn_round_bf16(s_in(in_f, in_b, base + (size_t) j) * r);
-        trn_st(o + j, trn_ld(w + j) * n);
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        if (j < dim)
+            trn_st(o + j, wv[e] * trn_round_bf16(xv[e] * r));
     }
 }
 
@@ -88,7 +95,8 @@ trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
     TRN_REQUIRE(out && w && (in_f32 || in_bf16) && rows > 0 && dim > 0);
     TRN_REQUIRE(group >= 1 && rows % group == 0);
     TRN_REQUIRE(in_stride >= dim * group && out_stride >= dim * group);
-    if (group == 1 && dim >= 1024 && rows <= 256) {
+    if (group == 1 && dim >= 1024 && dim <= S_ROW_THREADS * S_ROW_MAXE &&
+        rows <= 256) {
         s_rmsnorm_row<<<rows, S_ROW_THREADS, 0, trn_stream(s)>>>(
             out, out_stride, rstd, in_f32, in_bf16, in_stride, w, dim, eps);
         TRN_LAUNCH_CHECK();
