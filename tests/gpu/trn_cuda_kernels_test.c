@@ -679,6 +679,76 @@ test_linear_few(trn_blas_t *b, int T, int K, int N)
     free(ry), free(ra);
 }
 
+/* Sampling: the chunked path (greedy and temperature-only rows) against
+ * the one-block-per-row path on the same rows and seeds, and both against
+ * a double reference for the greedy choice and the reported logprob; rows
+ * with top-p keep the one-block path either way. */
+static void
+test_sample(void)
+{
+    enum { N = 12 };
+    int V = 151936;
+    size_t n = (size_t) N * V;
+    float *hz = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        hz[i] = (float) (s_rand() * 6.0);
+    hz[(size_t) 3 * V + 77777] = 9.0f; /* a clear maximum in a late chunk */
+    float temp[N], topp[N];
+    int32_t topk[N];
+    uint64_t seed[N];
+    for (int i = 0; i < N; i++) {
+        temp[i] = i % 3 == 0 ? 0.0f : 0.7f + 0.1f * (float) (i % 4);
+        topp[i] = i % 5 == 4 ? 0.8f : 1.0f;
+        topk[i] = i == 7 ? 1 : 0;
+        seed[i] = 1234u + (uint64_t) i;
+    }
+    float *dz = s_dev(hz, n * 4), *dt = s_dev(temp, sizeof temp);
+    float *dp = s_dev(topp, sizeof topp);
+    int32_t *dk = s_dev(topk, sizeof topk);
+    uint64_t *ds = s_dev(seed, sizeof seed);
+    int32_t *t1 = s_dev(NULL, N * 4), *t2 = s_dev(NULL, N * 4);
+    float *l1 = s_dev(NULL, N * 4), *l2 = s_dev(NULL, N * 4);
+    size_t nss = trn_k_sample_scratch(N, V);
+    float *ss = s_dev(NULL, nss * 4);
+    RC(trn_k_sample(t1, l1, dz, dt, dp, dk, ds, N, V, NULL, 0, NULL));
+    RC(trn_k_sample(t2, l2, dz, dt, dp, dk, ds, N, V, ss, nss, NULL));
+    RC(trn_cuda_sync());
+    int32_t k1[N], k2[N];
+    float p1[N], p2[N];
+    trn_cuda_download(k1, t1, sizeof k1);
+    trn_cuda_download(k2, t2, sizeof k2);
+    trn_cuda_download(p1, l1, sizeof p1);
+    trn_cuda_download(p2, l2, sizeof p2);
+    int differ = 0, bad_greedy = 0;
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        int greedy = !(temp[i] > 0) || topk[i] == 1;
+        double it = greedy ? 1.0 : 1.0 / temp[i], mx = -1e300, z = 0;
+        const float *row = hz + (size_t) i * V;
+        int arg = 0;
+        for (int j = 0; j < V; j++)
+            if (row[j] * it > mx) {
+                mx = row[j] * it;
+                arg = j;
+            }
+        for (int j = 0; j < V; j++)
+            z += exp(row[j] * it - mx);
+        double lse = mx + log(z);
+        differ += k1[i] != k2[i];
+        bad_greedy += greedy && (k2[i] != arg || k1[i] != arg);
+        worst = fmax(worst, fabs(p2[i] - (row[k2[i]] * it - lse)));
+        worst = fmax(worst, fabs(p1[i] - (row[k1[i]] * it - lse)));
+    }
+    s_check("sample: chunked vs one-block tokens (of 12)", differ, 0);
+    s_check("sample: greedy picks that are not the argmax", bad_greedy, 0);
+    s_check("sample: logprob vs double log-softmax (max abs)", worst, 1e-4);
+    free(hz);
+    trn_cuda_free(&dz), trn_cuda_free(&dt), trn_cuda_free(&dp);
+    trn_cuda_free(&dk), trn_cuda_free(&ds), trn_cuda_free(&t1);
+    trn_cuda_free(&t2), trn_cuda_free(&l1), trn_cuda_free(&l2);
+    trn_cuda_free(&ss);
+}
+
 /* Decode side: trn_k_qk_prep (per-head norm + RoPE + cache write) and
  * trn_k_attn_decode over the cache it wrote, against double references.
  * Tokens sit in distinct cache rows; `pad` makes every fourth row padding
@@ -1019,9 +1089,18 @@ bench_decode(trn_blas_t *b)
     uint64_t *dsd = s_dev(sd, 512);
     RC(trn_k_fill_normal(y, (size_t) 64 * V, 5, 3.0f, NULL));
     double t;
-    S_TIME(t, trn_k_sample(tok, lp, y, dtmp, dtp, dtk, dsd, 64, V, NULL));
-    printf("sample 64 rows, temperature only %8.1f us\n", t * 1e6);
-    S_TIME(t, trn_k_sample(tok, lp, y, dtmp, dtp9, dtk, dsd, 64, V, NULL));
+    size_t nss = trn_k_sample_scratch(64, V);
+    float *ss = s_dev(NULL, nss * 4);
+    S_TIME(t,
+           trn_k_sample(tok, lp, y, dtmp, dtp, dtk, dsd, 64, V, NULL, 0, NULL));
+    printf("sample 64 rows, temperature only, a block per row %8.1f us\n",
+           t * 1e6);
+    S_TIME(t,
+           trn_k_sample(tok, lp, y, dtmp, dtp, dtk, dsd, 64, V, ss, nss, NULL));
+    printf("sample 64 rows, temperature only, chunked %8.1f us\n", t * 1e6);
+    trn_cuda_free(&ss);
+    S_TIME(t, trn_k_sample(tok, lp, y, dtmp, dtp9, dtk, dsd, 64, V, NULL, 0,
+                           NULL));
     printf("sample 64 rows, top-p 0.9       %8.1f us\n", t * 1e6);
     trn_cuda_free(&tok), trn_cuda_free(&lp), trn_cuda_free(&dtmp);
     trn_cuda_free(&dtp), trn_cuda_free(&dtp9), trn_cuda_free(&dtk);
@@ -1066,6 +1145,7 @@ main(int argc, char **argv)
     test_decode(13, 8, 2, 64, 256, 1, 1);
     test_decode(7, 4, 2, 32, 96, 0, 1); /* the test model's heads */
     test_decode(9, 6, 2, 16, 64, 1, 0); /* other shapes: simple kernel */
+    test_sample();
     test_logprob();
     test_adamw();
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {

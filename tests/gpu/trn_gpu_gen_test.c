@@ -176,7 +176,8 @@ main(void)
         trn_sample_t sp[N];
         for (int i = 0; i < N; i++) {
             sp[i].temperature = temp;
-            sp[i].top_p = 0.9f;
+            /* the threshold path and the temperature-only path */
+            sp[i].top_p = i < 2 ? 0.9f : 1.0f;
             sp[i].top_k = 0;
             sp[i].seed = 1000u + (uint64_t) i;
         }

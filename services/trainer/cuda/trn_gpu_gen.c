@@ -51,6 +51,8 @@ struct trn_gpu_kv {
     trn_cuda_stream_t *stream;
     float *attn_part; /* split attention scratch */
     size_t attn_part_n;
+    float *samp_part; /* sampling scratch */
+    size_t samp_part_n;
     /* A step of up to `slots` tokens: activations, logits and the
      * parameter block (int32 tok, slot, pos, last, top_k; float temp,
      * top_p: sp values each; uint64 seed: sp), fixed for the cache's life
@@ -117,6 +119,8 @@ trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len, trn_err_t *err)
     kv->stream = trn_cuda_stream_new();
     kv->attn_part_n = trn_k_attn_decode_scratch(g->H, g->Hk, g->D);
     kv->attn_part = trn_cuda_malloc(kv->attn_part_n * 4);
+    kv->samp_part_n = trn_k_sample_scratch((int) slots, g->V);
+    kv->samp_part = trn_cuda_malloc(kv->samp_part_n * 4);
     kv->dx = trn_cuda_malloc(S * C * 4);
     kv->dlogits = trn_cuda_malloc(S * (size_t) g->V * 4);
     kv->dh = trn_cuda_malloc(S * C * 2);
@@ -129,9 +133,10 @@ trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len, trn_err_t *err)
     kv->hparam = trn_cuda_host_alloc(s_param_bytes(kv));
     kv->dres = trn_cuda_malloc(8 * kv->sp);
     kv->hres = trn_cuda_host_alloc(8 * kv->sp);
-    if (!kv->stream || !kv->attn_part || !kv->dx || !kv->dlogits || !kv->dh ||
-        !kv->dhf || !kv->dqkv || !kv->dout_attn || !kv->dgu || !kv->da ||
-        !kv->dparam || !kv->hparam || !kv->dres || !kv->hres)
+    if (!kv->stream || !kv->attn_part || !kv->samp_part || !kv->dx ||
+        !kv->dlogits || !kv->dh || !kv->dhf || !kv->dqkv || !kv->dout_attn ||
+        !kv->dgu || !kv->da || !kv->dparam || !kv->hparam || !kv->dres ||
+        !kv->hres)
         goto oom;
     return kv;
 oom:
@@ -176,6 +181,7 @@ trn_gpu_kv_destroy(trn_gpu_kv_t **kvp)
     }
     s_free_scratch(kv);
     trn_cuda_free(&kv->attn_part);
+    trn_cuda_free(&kv->samp_part);
     trn_cuda_free(&kv->dx);
     trn_cuda_free(&kv->dlogits);
     trn_cuda_free(&kv->dh);
@@ -299,11 +305,11 @@ s_forward(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int T, int n,
                          g->C, g->V, 0, st));
     if (sample) {
         uint8_t *P = kv->dparam;
-        S_TRY(trn_k_sample((int32_t *) (void *) kv->dres,
-                           (float *) (void *) (kv->dres + 4 * kv->sp),
-                           b->logits, s_par(kv, P, S_TEMP),
-                           s_par(kv, P, S_TOPP), s_par(kv, P, S_TOPK),
-                           s_seed(kv, P), n, g->V, st));
+        S_TRY(trn_k_sample(
+            (int32_t *) (void *) kv->dres,
+            (float *) (void *) (kv->dres + 4 * kv->sp), b->logits,
+            s_par(kv, P, S_TEMP), s_par(kv, P, S_TOPP), s_par(kv, P, S_TOPK),
+            s_seed(kv, P), n, g->V, kv->samp_part, kv->samp_part_n, st));
     }
 out:
     return rc;

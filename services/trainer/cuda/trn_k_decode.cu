@@ -20,7 +20,12 @@
  * kernels (each sees positions up to its own); training uses the tiled
  * kernel in trn_k_attn.cu.
  *
- * Sampling: one block per row. Temperature scales the logits; top-k and
+ * Sampling: rows drawn greedily or at a temperature alone (the common
+ * case) spread over many blocks: one pass per chunk of 2,048 logits
+ * (chunk maximum, its index, sum of exponentials), then a warp per row
+ * combines the chunks, picks the chunk holding the draw by their masses
+ * and walks it. Rows with top-p or top-k take one block per row.
+ * Temperature scales the logits; top-k and
  * top-p become one probability threshold found by bisection over its bit
  * pattern (no sort over the vocabulary; the last steps over the few
  * tokens near the threshold, in shared memory); the token is drawn by inverse
@@ -436,7 +441,8 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
         if (M != -INFINITY)
 #pragma unroll
             for (int w = 0; w < NW; w++) {
-                float f = sm_m[w][g] == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - M);
+                float f =
+                    sm_m[w][g] == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - M);
                 L += sm_l[w][g] * f;
                 acc += sm_o[w][i] * f;
             }
@@ -615,17 +621,187 @@ s_mass(const float *z, int V, float mx, float inv_t, float inv_z, float tau,
     *count = trn_block_sum(c, shm);
 }
 
+/* Whether a row's draw needs no threshold: greedy, or temperature alone
+ * (top_p outside (0, 1) and top_k of at most 1). */
+__device__ __forceinline__ int
+s_plain(const float *temp, const float *top_p, const int32_t *top_k, int row)
+{
+    float P = top_p[row];
+    int K = top_k[row];
+    int greedy = !(temp[row] > 0.0f) || K == 1;
+    return greedy || !((P > 0.0f && P < 1.0f) || K > 1);
+}
+
+/* Plain draws spread each row over many blocks. Pass 1, one block per
+ * chunk of S_CH logits: the chunk's largest scaled logit (and its lowest
+ * index) and the sum of exp(scaled logit - that largest). */
+#define S_CH  2048
+#define S_CHT 256
+
+__global__ void
+__launch_bounds__(S_CHT)
+    s_sample_chunks(float *cm, float *cs, int32_t *ca, const float *logits,
+                    const float *temp, const float *top_p, const int32_t *top_k,
+                    int V, int nch)
+{
+    __shared__ float shm[32];
+    __shared__ int amin;
+    int row = blockIdx.y, c = blockIdx.x;
+    if (!s_plain(temp, top_p, top_k, row))
+        return;
+    float T = temp[row];
+    int greedy = !(T > 0.0f) || top_k[row] == 1;
+    float inv_t = greedy ? 1.0f : 1.0f / T;
+    const float *z = logits + (size_t) row * (size_t) V;
+    int j0 = c * S_CH, j1 = min(V, j0 + S_CH);
+    float mx = -INFINITY;
+    int arg = V;
+    for (int j = j0 + (int) threadIdx.x; j < j1; j += S_CHT) {
+        float v = z[j] * inv_t;
+        if (v > mx) {
+            mx = v;
+            arg = j;
+        }
+    }
+    if (threadIdx.x == 0)
+        amin = V;
+    float bmx = trn_block_max(mx, shm);
+    if (mx == bmx)
+        atomicMin(&amin, arg);
+    float se = 0.0f;
+    for (int j = j0 + (int) threadIdx.x; j < j1; j += S_CHT)
+        se += expf(z[j] * inv_t - bmx);
+    se = trn_block_sum(se, shm); /* its barriers also publish amin */
+    if (threadIdx.x == 0) {
+        size_t k = (size_t) row * (size_t) nch + (size_t) c;
+        cm[k] = bmx;
+        cs[k] = se;
+        ca[k] = amin < V ? amin : j0;
+    }
+}
+
+/* Pass 2, one warp per row: the row's maximum and log-sum-exp from its
+ * chunks; greedy takes the first chunk's index of the maximum; a draw
+ * picks the chunk by the chunks' masses, then walks it in vocabulary
+ * order as s_sample does. */
+__global__ void
+s_sample_plain(int32_t *tok, float *lp, const float *cm, const float *cs,
+               const int32_t *ca, const float *logits, const float *temp,
+               const float *top_p, const int32_t *top_k, const uint64_t *seed,
+               int V, int nch)
+{
+    int row = blockIdx.x, lane = threadIdx.x;
+    if (!s_plain(temp, top_p, top_k, row))
+        return;
+    float T = temp[row];
+    int greedy = !(T > 0.0f) || top_k[row] == 1;
+    float inv_t = greedy ? 1.0f : 1.0f / T;
+    const float *z = logits + (size_t) row * (size_t) V;
+    const float *m = cm + (size_t) row * (size_t) nch;
+    const float *sm = cs + (size_t) row * (size_t) nch;
+    const int32_t *am = ca + (size_t) row * (size_t) nch;
+    float bmx = -INFINITY;
+    for (int c = lane; c < nch; c += 32)
+        bmx = fmaxf(bmx, m[c]);
+    bmx = trn_warp_max(bmx);
+    float se = 0.0f;
+    int first = nch;
+    for (int c = lane; c < nch; c += 32) {
+        se += sm[c] * expf(m[c] - bmx);
+        if (m[c] == bmx && c < first)
+            first = c;
+    }
+    se = trn_warp_sum(se);
+    for (int o = 16; o > 0; o >>= 1)
+        first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
+    float lse = bmx + logf(se);
+    if (greedy) {
+        if (lane == 0) {
+            int pick = am[first < nch ? first : 0];
+            tok[row] = pick;
+            lp[row] = z[pick] - lse;
+        }
+        return;
+    }
+    float inv_z = 1.0f / se;
+    /* the chunk holding the draw: a scan over the chunks' masses */
+    uint64_t r = s_mix64(seed[row]);
+    float frac = (float) (r >> 40) / 16777216.0f;
+    float carry = 0.0f, total = 0.0f;
+    for (int c = lane; c < nch; c += 32)
+        total += sm[c] * expf(m[c] - bmx) * inv_z;
+    total = trn_warp_sum(total);
+    float u = frac * total;
+    int pickc = -1, lastnz = -1;
+    float cum0 = 0.0f;
+    for (int base = 0; base < nch && pickc < 0; base += 32) {
+        int c = base + lane;
+        float mass = c < nch ? sm[c] * expf(m[c] - bmx) * inv_z : 0.0f;
+        float incl = mass;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o)
+                incl += y;
+        }
+        float excl = incl - mass;
+        unsigned in = __ballot_sync(0xffffffffu, c < nch && mass > 0.0f &&
+                                                     carry + excl <= u &&
+                                                     u < carry + incl);
+        unsigned nz = __ballot_sync(0xffffffffu, c < nch && mass > 0.0f);
+        if (in) {
+            int w = __ffs((int) in) - 1;
+            pickc = base + w;
+            cum0 = carry + __shfl_sync(0xffffffffu, excl, w);
+        } else if (nz) {
+            int w = 31 - __clz((int) nz);
+            lastnz = base + w;
+            cum0 = carry + __shfl_sync(0xffffffffu, excl, w);
+        }
+        carry += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (pickc < 0) /* u rounded up to the total: the last chunk with mass */
+        pickc = lastnz >= 0 ? lastnz : 0;
+    float cum = cum0;
+    int chosen = -1, last = -1;
+    int a0 = pickc * S_CH, a1 = min(V, a0 + S_CH);
+    for (int base = a0; base < a1 && chosen < 0; base += 32) {
+        int j = base + lane;
+        float p = j < a1 ? expf(z[j] * inv_t - bmx) * inv_z : 0.0f;
+        float sc = p;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, sc, o);
+            if (lane >= o)
+                sc += y;
+        }
+        unsigned hit = __ballot_sync(0xffffffffu, j < a1 && cum + sc > u);
+        unsigned km = __ballot_sync(0xffffffffu, j < a1);
+        if (hit)
+            chosen = base + __ffs((int) hit) - 1;
+        else if (km)
+            last = base + 31 - __clz((int) km);
+        cum += __shfl_sync(0xffffffffu, sc, 31);
+    }
+    if (lane == 0) {
+        if (chosen < 0) /* rounding at the very end */
+            chosen = last >= 0 ? last : am[first < nch ? first : 0];
+        tok[row] = chosen;
+        lp[row] = z[chosen] * inv_t - lse;
+    }
+}
+
 __global__ void
 __launch_bounds__(S_ST)
     s_sample(int32_t *tok, float *lp, const float *logits, const float *temp,
              const float *top_p, const int32_t *top_k, const uint64_t *seed,
-             int V)
+             int V, int split)
 {
     __shared__ float shm[32];
     __shared__ float part[32];
     __shared__ float cands[S_CAND];
     __shared__ int pick, ncand;
     int row = blockIdx.x;
+    if (split && s_plain(temp, top_p, top_k, row))
+        return; /* s_sample_chunks + s_sample_plain draw it */
     const float *z = logits + (size_t) row * (size_t) V;
     float T = temp[row];
     int greedy = !(T > 0.0f) || top_k[row] == 1;
@@ -791,15 +967,39 @@ __launch_bounds__(S_ST)
     }
 }
 
+extern "C" size_t
+trn_k_sample_scratch(int n, int V)
+{
+    if (n <= 0 || V <= 0)
+        return 0;
+    return (size_t) 3 * (size_t) n * (size_t) ((V + S_CH - 1) / S_CH);
+}
+
 extern "C" lisa_rc_t
 trn_k_sample(int32_t *tok, float *lp, const float *logits,
              const float *temperature, const float *top_p, const int32_t *top_k,
-             const uint64_t *seed, int n, int V, trn_cuda_stream_t *s)
+             const uint64_t *seed, int n, int V, float *scratch,
+             size_t scratch_floats, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(tok && lp && logits && temperature && top_p && top_k && seed);
     TRN_REQUIRE(n > 0 && V > 0);
-    s_sample<<<n, S_ST, 0, trn_stream(s)>>>(tok, lp, logits, temperature, top_p,
-                                            top_k, seed, V);
+    cudaStream_t st = trn_stream(s);
+    int nch = (V + S_CH - 1) / S_CH;
+    int split = scratch && scratch_floats >= trn_k_sample_scratch(n, V);
+    if (split) {
+        size_t k = (size_t) n * (size_t) nch;
+        float *cm = scratch, *cs = scratch + k;
+        int32_t *ca = (int32_t *) (void *) (scratch + 2 * k);
+        s_sample_chunks<<<dim3((unsigned) nch, (unsigned) n), S_CHT, 0, st>>>(
+            cm, cs, ca, logits, temperature, top_p, top_k, V, nch);
+        TRN_LAUNCH_CHECK();
+        s_sample_plain<<<n, 32, 0, st>>>(tok, lp, cm, cs, ca, logits,
+                                         temperature, top_p, top_k, seed, V,
+                                         nch);
+        TRN_LAUNCH_CHECK();
+    }
+    s_sample<<<n, S_ST, 0, st>>>(tok, lp, logits, temperature, top_p, top_k,
+                                 seed, V, split);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }

@@ -56,7 +56,8 @@ s_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd, const float *in_f,
 #define S_ROW_THREADS 256
 #define S_ROW_MAXE    16
 
-__global__ void __launch_bounds__(S_ROW_THREADS)
+__global__ void
+__launch_bounds__(S_ROW_THREADS)
     s_rmsnorm_row(trn_bf16_t *out, int out_stride, float *rstd,
                   const float *in_f, const trn_bf16_t *in_b, int in_stride,
                   const trn_bf16_t *w, int dim, float eps)

@@ -252,7 +252,11 @@ lisa_rc_t trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in,
 lisa_rc_t trn_k_sample(int32_t *tok, float *lp, const float *logits,
                        const float *temperature, const float *top_p,
                        const int32_t *top_k, const uint64_t *seed, int n, int V,
+                       float *scratch, size_t scratch_floats,
                        trn_cuda_stream_t *s);
+/* Floats of scratch with which trn_k_sample spreads greedy and
+ * temperature-only rows over many blocks (without: one block per row). */
+size_t trn_k_sample_scratch(int n, int V);
 
 /* --- optimizer ----------------------------------------------------------- */
 
