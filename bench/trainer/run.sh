@@ -2,7 +2,7 @@
 # bench/trainer: lisa's CUDA trainer and the PyTorch + transformers peer on
 # the same GPU in one run, then the ratios. Needs a GPU machine with
 # python3 + torch + transformers for the peer.
-#   bench/trainer/run.sh BINDIR [--quick]
+#   bench/trainer/run.sh BINDIR [--quick] [--decode-only] [--no-graphs]
 set -euo pipefail
 bindir=${1:?usage: run.sh BINDIR [--quick]}
 shift || true
@@ -14,6 +14,8 @@ echo "$peer" | sed 's/^/torch  /'
 echo "ratios (lisa / torch):"
 while read -r name value unit; do
   theirs=$(echo "$peer" | awk -v n="$name" '$1 == n {print $2}')
-  [ -n "$theirs" ] && awk -v n="$name" -v a="$value" -v b="$theirs" \
-    'BEGIN { printf "  %-18s %.2fx\n", n, a / b }'
+  if [ -n "$theirs" ]; then # figures without a peer (split times) print no ratio
+    awk -v n="$name" -v a="$value" -v b="$theirs" \
+      'BEGIN { printf "  %-18s %.2fx\n", n, a / b }'
+  fi
 done <<< "$(echo "$ours" | grep -E '^(train|decode)_')"
