@@ -432,7 +432,10 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
     float *h_temp = s_par(kv, H, S_TEMP), *h_topp = s_par(kv, H, S_TOPP);
     uint64_t *h_seed = s_seed(kv, H);
     int32_t *big = NULL, *h_seg = NULL; /* a step over `slots` tokens */
-    int fresh = !small;
+    /* head sizes the training attention kernel has */
+    int fresh = !small &&
+                (g->D == 16 || g->D == 32 || g->D == 64 || g->D == 128) &&
+                g->S % 8 == 0;
     if (!small) {
         big = lisa_malloc(5 * T * 4);
         h_tok = big;
