@@ -485,17 +485,23 @@ s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
            L > 0.0f ? acc / L : 0.0f);
 }
 
+/* Multiprocessors of the current device, asked once per process (each
+ * process drives one device). */
 static int
 s_sm_count(void)
 {
+    static int cached;
+    if (cached > 0)
+        return cached;
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
             cudaSuccess ||
         n <= 0) {
         cudaGetLastError();
-        n = 132;
+        return 132;
     }
+    cached = n;
     return n;
 }
 
