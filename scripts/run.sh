@@ -69,15 +69,19 @@ done
 # command line replaces its default.
 defaults=(
   data.train_batch_size=4
-  actor_rollout_ref.rollout.n=4
-  trainer.total_training_steps=20
+  actor_rollout_ref.rollout.n=8
+  trainer.total_training_steps=30
   trainer.save_freq=10
   trainer.test_freq=10
   trainer.val_before_train=true
   actor_rollout_ref.rollout.max_turns=4
-  actor_rollout_ref.rollout.max_tokens_per_call=160
+  actor_rollout_ref.rollout.max_tokens_per_call=96
   actor_rollout_ref.rollout.max_context_tokens=2048
-  actor_rollout_ref.actor.optim.lr=5e-5
+  actor_rollout_ref.rollout.val_kwargs.temperature=1.0
+  actor_rollout_ref.rollout.val_kwargs.top_p=1.0
+  actor_rollout_ref.actor.optim.lr=5e-4
+  actor_rollout_ref.actor.optim.lr_warmup_steps=3
+  actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
   trainer.step_timeout=10m
 )

@@ -2,7 +2,8 @@
 # lisa's whole test suite, from a fresh Debian 12 machine:
 #   1. installs the Debian packages it needs (scripts/deps.sh),
 #   2. makes the test-only Python environment (scripts/pyenv.sh),
-#   3. builds with the picky warnings as errors and runs every suite,
+#   3. builds with the picky warnings as errors and runs every suite, then
+#      the local training run on the toy task alone (ctest label `localrun`),
 #   4. rebuilds under ASan+UBSan and runs every suite again,
 #   5. checks formatting and runs the fuzz targets briefly.
 #   6. runs the compose stack's toy training on a private Docker engine
@@ -29,11 +30,16 @@ run_suite() { # preset
   cmake --preset "$preset" -DLISA_PYTHON="$py" >/dev/null
   cmake --build --preset "$preset" -j "$jobs"
   step "tests ($preset)"
-  # The container test runs once, as its own step below.
-  ctest --preset "$preset" -j "$jobs" -LE docker
+  # The container test and the local training run run once each, as
+  # their own steps below.
+  ctest --preset "$preset" -j "$jobs" -LE 'docker|localrun'
 }
 
 run_suite default
+step "local run (scripts/run.sh on the toy task: the reward rises)"
+t0=$(date +%s)
+ctest --preset default -L localrun --output-on-failure
+echo "local run: $(($(date +%s) - t0)) s"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   # The CUDA backend builds here; its tests need a GPU (scripts/gpu-test.sh).
   step "build (cuda, compile only)"

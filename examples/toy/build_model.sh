@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Rebuilds the toy model (models/toy/): a 2-layer Qwen3-shaped model with
-# the byte-level tokenizer, warm-started by supervised fine-tuning on
-# correct agent trajectories of the toy tasks (lisa-toygen --sft), rendered
-# with the Qwen3 chat template exactly as the gateway renders them.
+# Rebuilds the toy model (models/toy/): a 2-layer Qwen3-shaped model with a
+# small byte-level BPE tokenizer learned on the toy domain, warm-started by
+# supervised fine-tuning on the trajectories of an imperfect demonstrator
+# (lisa-toygen --sft: the right command, but its output written to the
+# answer file only 40% of the time), rendered with
+# the Qwen3 chat template exactly as the gateway renders them.
 #
 #   examples/toy/build_model.sh [OUT_DIR]     (default: models/toy)
 #
-# Also rewrites examples/toy/data/{train,val}.json. The numbers below are
-# the committed model's: 155 steps of a 300-step schedule (it was cut by a
-# 13-minute budget on a busy two-core machine; --stop 155 repeats that).
-# Its log is examples/toy/build_model.log: loss 5.56 -> 0.04, greedy
-# first tool call exact on 54% of held-out tasks.
+# Also rewrites examples/toy/data/{train,val}.json. Needs the test
+# environment's Python (scripts/pyenv.sh: tokenizers and transformers) for
+# the tokenizer; about 4 minutes on two cores. Its log of the committed
+# model is examples/toy/build_model.log.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -20,16 +21,40 @@ if [ ! -x "$bin/lisa-sft" ] || [ ! -x "$bin/lisa-toygen" ]; then
   cmake --preset default >/dev/null
   cmake --build --preset default -j "$(nproc)" --target lisa-sft lisa-toygen
 fi
+py=$(bash scripts/pyenv.sh "$root/build/pyenv")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin/lisa-toygen" --out examples/toy/data --train 256 --val 64 --seed 7
-"$bin/lisa-toygen" --out "$tmp" --train 256 --val 64 --sft 4000 --seed 7
+# The tokenizer learns its merges on conversations of every command.
+mkdir -p "$tmp/corpus" "$tmp/tok" "$tmp/sft"
+"$bin/lisa-toygen" --out "$tmp/corpus" --train 1 --val 1 --sft 2000 \
+  --sft-correct 0.25 --seed 11
+"$py" examples/toy/make_tokenizer.py "$tmp/corpus/sft.jsonl" "$tmp/tok" \
+  --vocab 1024
+# The model's vocabulary is the tokenizer's.
+"$py" - "$tmp/tok" examples/toy/model_config.json "$tmp/config.json" <<'PY'
+import json, sys
+n = len(json.load(open(f"{sys.argv[1]}/tokenizer.json"))["model"]["vocab"])
+n += len(json.load(open(f"{sys.argv[1]}/tokenizer.json"))["added_tokens"])
+cfg = json.load(open(sys.argv[2]))
+cfg["vocab_size"] = n
+json.dump(cfg, open(sys.argv[3], "w"))
+PY
+"$bin/lisa-toygen" --out "$tmp/sft" --train 1 --val 1 --sft 4000 \
+  --sft-correct 0.4 --seed 7
 mkdir -p "$out"
-"$bin/lisa-sft" --data "$tmp/sft.jsonl" --out "$out" \
-  --config examples/toy/model_config.json \
-  --tokenizer tests/fixtures/byte-tokenizer \
-  --steps 300 --batch 8 --lr 4e-3 --window 96 --full-every 4 \
-  --hold 64 --eval 24 --eval-every 60 --stop 155 --seed 1 --threads 2
-# The saved config.json is generated from the numbers; name the special
-# tokens the way the tokenizer does.
-sed -i 's/^{$/{\n  "bos_token_id": null,\n  "eos_token_id": 258,\n  "pad_token_id": 256,/' "$out/config.json"
+"$bin/lisa-sft" --data "$tmp/sft/sft.jsonl" --out "$out" \
+  --config "$tmp/config.json" --tokenizer "$tmp/tok" \
+  --steps 300 --batch 8 --lr 4e-3 --window 4096 --full-every 1 \
+  --hold 64 --eval 24 --eval-every 100 --seed 1 --threads 2
+# Name the special tokens in config.json the way the tokenizer does.
+"$py" - "$out" <<'PY'
+import json, sys
+d = sys.argv[1]
+ids = {t["content"]: t["id"] for t in
+       json.load(open(f"{d}/tokenizer.json"))["added_tokens"]}
+cfg = json.load(open(f"{d}/config.json"))
+cfg.update(bos_token_id=None, eos_token_id=ids["<|im_end|>"],
+           pad_token_id=ids["<|endoftext|>"])
+json.dump(cfg, open(f"{d}/config.json", "w"), indent=2)
+PY

@@ -41,6 +41,7 @@ typedef struct {
     FILE *mf;
     uint64_t version;
     trn_step_cfg_t scfg;
+    uint64_t warmup; /* optimizer steps of linear lr warmup */
     trn_failed_t failed;
     bool drop_equal, bf16;
     char *err;
@@ -663,6 +664,10 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
         memset(&so, 0, sizeof so);
         trn_err_t err = {{0}};
         s_logp_diff(L, &r, ntok, m);
+        /* linear warmup: update k (from 0) runs at lr * (k + 1) / warmup */
+        L->scfg.optim.lr = L->c->lr;
+        if (L->version < L->warmup)
+            L->scfg.optim.lr *= (double) (L->version + 1) / (double) L->warmup;
         rc = L->a->backend->ops->train_step(L->a->backend, &L->scfg, &r, &so,
                                             &err);
         t_train = s_now() - t1;
@@ -745,6 +750,9 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
     size_t spe = ntrain / bs;
     uint64_t total = c->total_steps > 0 ? (uint64_t) c->total_steps
                                         : (uint64_t) c->total_epochs * spe;
+    L.warmup = c->lr_warmup_steps >= 0
+                   ? (uint64_t) c->lr_warmup_steps
+                   : (uint64_t) ceil(c->lr_warmup_ratio * (double) total);
     char path[4096];
     mkdir(c->out_dir, 0755);
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);

@@ -94,6 +94,12 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
     E(trajectory_timeout_ms, AR "rollout.trajectory_timeout", NULL, DURATION,
       "0", "wall clock per rollout (0: broker default)"),
     E(lr, AR "actor.optim.lr", NULL, DOUBLE, "1e-6", "AdamW learning rate"),
+    E(lr_warmup_steps, AR "actor.optim.lr_warmup_steps", NULL, INT64, "-1",
+      "linear lr warmup over this many updates (-1: from the ratio)"),
+    E(lr_warmup_ratio, AR "actor.optim.lr_warmup_steps_ratio", NULL, DOUBLE,
+      "0", "warmup as a share of the training steps"),
+    E(adam_eps, AR "actor.optim.eps", NULL, DOUBLE, "1e-8",
+      "AdamW epsilon (added to the root of the second moment)"),
     E(weight_decay, AR "actor.optim.weight_decay", NULL, DOUBLE, "0.01",
       "AdamW weight decay"),
     E(grad_clip, AR "actor.grad_clip", NULL, DOUBLE, "1.0",
@@ -167,6 +173,7 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
     s->adv.norm_by_std = c->norm_adv;
     s->optim.lr = c->lr;
     s->optim.weight_decay = c->weight_decay;
+    s->optim.eps = c->adam_eps;
     s->grad_clip = c->grad_clip;
     s->loss.clip_low = c->clip_low;
     s->loss.clip_high = c->clip_high;
@@ -213,6 +220,12 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         bad = "data.train_batch_size / rollout.n / val_kwargs.n (>= 1)";
     if (!(c->temperature > 0))
         bad = "actor_rollout_ref.rollout.temperature (> 0 for training)";
+    if (!(c->adam_eps > 0 && c->adam_eps < 1))
+        bad = "actor_rollout_ref.actor.optim.eps (0 < eps < 1)";
+    if (c->lr_warmup_steps < -1)
+        bad = "actor_rollout_ref.actor.optim.lr_warmup_steps (>= -1)";
+    if (!(c->lr_warmup_ratio >= 0 && c->lr_warmup_ratio <= 1))
+        bad = "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio (0..1)";
     if (bad) {
         snprintf(err, errlen, "bad value for %s", bad);
         return LISA_INVALID;

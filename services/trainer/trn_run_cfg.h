@@ -37,6 +37,8 @@ typedef struct {
     int64_t max_turns, max_context, max_tokens_per_call;
     uint64_t trajectory_timeout_ms;
     double lr, weight_decay, grad_clip, clip_low, clip_high, clip_c;
+    int64_t lr_warmup_steps;
+    double lr_warmup_ratio, adam_eps;
     char *loss_agg;
     bool use_kl;
     double kl_coef;

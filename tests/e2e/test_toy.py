@@ -1,13 +1,18 @@
 """The toy task family and the toy model's warm start.
 
 - lisa-toygen is deterministic, its records are verl-format with the right
-  answers (recomputed here), and every warm-start trajectory really solves
-  its task: its bash command, run with /testbed mapped to a scratch
-  folder holding the task's files, writes the ground truth.
+  answers (recomputed here from each task's numbers file), and the four
+  answers of a file differ, so only the right command earns the reward.
+- Every warm-start trajectory runs a real command: run with bash, /testbed
+  mapped to a scratch folder holding the task's files, it computes the
+  ground truth, and writes it to the answer file exactly when the
+  conversation is marked correct (else to another file: the
+  demonstrator's habit); the share of correct ones follows --sft-correct.
 - lisa-sft lowers the loss, saves a checkpoint, and the checkpoint loads
   back (training resumes from it).
-- The committed warm-start model (models/toy) loads and reproduces the
-  correct first tool call on a share of fresh tasks.
+- The committed warm-start model (models/toy) loads and, sampling at
+  temperature 1 as the rollouts do, makes the right first tool call on
+  some fresh tasks and not on all (the room RL has).
 """
 import json
 import os
@@ -28,20 +33,13 @@ def gen(out, *args):
     return out
 
 
-def arith(expr):
-    """Left-to-right with * first, as bash's $(( )) does for these forms."""
-    toks = re.findall(r"\d+|[-+*]", expr)
-    vals, ops = [int(toks[0])], []
-    for op, v in zip(toks[1::2], toks[2::2]):
-        if op == "*":
-            vals[-1] *= int(v)
-        else:
-            ops.append(op)
-            vals.append(int(v))
-    acc = vals[0]
-    for op, v in zip(ops, vals[1:]):
-        acc = acc + v if op == "+" else acc - v
-    return acc
+FILE = "/testbed/documents/numbers.txt"
+QUESTIONS = {
+    f"How many numbers are in {FILE}?": len,
+    f"Add up the numbers in {FILE}.": sum,
+    f"What is the first number in {FILE}?": lambda v: v[0],
+    f"What is the last number in {FILE}?": lambda v: v[-1],
+}
 
 
 def test_usage_records_are_verl_tasks_with_right_answers(tmp_path):
@@ -54,42 +52,52 @@ def test_usage_records_are_verl_tasks_with_right_answers(tmp_path):
     train = json.loads((a / "train.json").read_text())
     val = json.loads((a / "val.json").read_text())
     assert len(train) == 40 and len(val) == 10
-    kinds = set()
+    asked = set()
     for r in train + val:
         assert r["data_source"] == "math_toy"
         q = r["extra_info"]["problem_statement"]
         assert r["prompt"] == [{"role": "user", "content": q}]
         gt = r["reward_model"]["ground_truth"]
-        m = re.fullmatch(r"Compute ([-+*\d]+)\.", q)
-        if m:
-            kinds.add("arith")
-            assert int(gt) == arith(m.group(1))
-            assert r["extra_info"]["input_files"] == {}
-            continue
         files = r["extra_info"]["input_files"]
-        assert len(files) == 1
-        m = re.fullmatch(r"Find the value of (\w+) in "
-                         r"/testbed/documents/table.txt\.", q)
-        if m:
-            kinds.add("lookup")
-            table = dict(line.split("=") for line in
-                         files["table.txt"].split())
-            assert table[m.group(1)] == gt
-        elif q == "How many lines does /testbed/documents/notes.txt have?":
-            kinds.add("count")
-            assert int(gt) == len(files["notes.txt"].splitlines())
-        else:
-            assert q == "Add up the numbers in /testbed/documents/numbers.txt."
-            kinds.add("sum")
-            assert int(gt) == sum(map(int, files["numbers.txt"].split()))
-    assert kinds == {"arith", "lookup", "count", "sum"}
+        assert list(files) == ["numbers.txt"]
+        nums = [int(x) for x in files["numbers.txt"].split()]
+        assert 3 <= len(nums) <= 12 and len(set(nums)) == len(nums)
+        assert all(13 <= x <= 999 for x in nums)
+        assert q in QUESTIONS, q
+        asked.add(q)
+        assert int(gt) == QUESTIONS[q](nums)
+        # Only one of the four commands gives the ground truth.
+        answers = [f(nums) for f in QUESTIONS.values()]
+        assert answers.count(int(gt)) == 1
+    assert asked == set(QUESTIONS)
     ids = [r["extra_info"]["id"] for r in train + val]
     assert len(set(ids)) == len(ids)
 
 
-def test_trajectories_solve_their_tasks(tmp_path):
-    d = gen(tmp_path / "d", "--train", "1", "--val", "1", "--sft", "40")
-    for i, line in enumerate((d / "sft.jsonl").read_text().splitlines()):
+def test_bad_arguments_are_refused(tmp_path):
+    for args in (["--sft-correct", "1.5"], ["--sft-correct", "x"],
+                 ["--train", "-1"], ["--seed"], ["--what", "1"]):
+        r = subprocess.run([f"{BIN}/lisa-toygen", "--out", str(tmp_path),
+                            *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and "usage:" in r.stderr, args
+
+
+def run_call(tmp_path, i, conv, call):
+    tb = tmp_path / f"testbed{i}"
+    (tb / "documents").mkdir(parents=True)
+    for name, text in conv["files"].items():
+        (tb / "documents" / name).write_text(text)
+    cmd = call["arguments"]["command"].replace("/testbed", str(tb))
+    subprocess.run(["bash", "-c", cmd], check=True, timeout=30)
+    return {f.name: f.read_text().strip() for f in tb.glob("*.txt")}
+
+
+def test_trajectories_run_real_commands(tmp_path):
+    d = gen(tmp_path / "d", "--train", "1", "--val", "1", "--sft", "60")
+    right = 0
+    lines = (d / "sft.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
         conv = json.loads(line)
         msgs = conv["messages"]
         assert [m["role"] for m in msgs] == ["system", "user", "assistant",
@@ -105,13 +113,23 @@ def test_trajectories_solve_their_tasks(tmp_path):
         call = msgs[2]["tool_calls"][0]["function"]
         assert call["name"] == "execute_bash"
         assert msgs[4]["tool_calls"][0]["function"]["name"] == "submit"
-        tb = tmp_path / f"testbed{i}"
-        (tb / "documents").mkdir(parents=True)
-        for name, text in conv["files"].items():
-            (tb / "documents" / name).write_text(text)
-        cmd = call["arguments"]["command"].replace("/testbed", str(tb))
-        subprocess.run(["bash", "-c", cmd], check=True, timeout=30)
-        assert (tb / "answer.txt").read_text().strip() == conv["answer"]
+        got = run_call(tmp_path, i, conv, call)
+        # The right command's output, in one file: the answer file
+        # exactly when the conversation is marked correct.
+        assert list(got.values()) == [conv["answer"]], (got, conv)
+        assert ("answer.txt" in got) == conv["correct"], (got, conv)
+        right += conv["correct"]
+    # --sft-correct defaults to 0.4: 60 draws, far from 0 and from 60.
+    assert 10 <= right <= 40, right
+    # --sft-correct 1: a perfect demonstrator.
+    e = gen(tmp_path / "e", "--train", "1", "--val", "1", "--sft", "12",
+            "--sft-correct", "1")
+    for i, line in enumerate((e / "sft.jsonl").read_text().splitlines()):
+        conv = json.loads(line)
+        assert conv["correct"] is True
+        got = run_call(tmp_path, 100 + i, conv,
+                       conv["messages"][2]["tool_calls"][0]["function"])
+        assert got == {"answer.txt": conv["answer"]}
 
 
 def sft(*args, timeout=240):
@@ -158,16 +176,58 @@ def test_committed_warm_start_solves_some_tasks(tmp_path):
     model = os.path.join(SRC, "models", "toy")
     if not os.path.isfile(os.path.join(model, "model.safetensors")):
         pytest.fail("models/toy has no model.safetensors")
-    d = gen(tmp_path / "d", "--train", "1", "--val", "1", "--sft", "16",
-            "--seed", "99")
+    # Fresh tasks with the right first call as reference.
+    d = gen(tmp_path / "d", "--train", "1", "--val", "1", "--sft", "21",
+            "--seed", "99", "--sft-correct", "1")
     out = tmp_path / "o"
     out.mkdir()
     log = sft("--data", str(d / "sft.jsonl"), "--out", str(out), "--model",
               model, "--steps", "1", "--batch", "1", "--lr", "1e-12",
-              "--hold", "15", "--eval", "15", "--eval-every", "1000",
-              "--threads", "2", timeout=280)
-    rate = float(re.search(r"final first-turn match on 15 held out: "
+              "--hold", "20", "--eval", "20", "--eval-every", "1000",
+              "--eval-temp", "1", "--threads", "2", timeout=280)
+    rate = float(re.search(r"final first-turn match on 20 held out: "
                            r"([\d.]+)", log).group(1))
-    # Greedy decoding reproduces the exact tool call on some fresh tasks,
-    # and not on all (RL has room to improve it).
-    assert rate >= 0.1, log
+    # Sampling as the rollouts do, the warm start makes the exact right
+    # call (right command, answer file) on some fresh tasks and not on all:
+    # RL has room to improve it.
+    assert 0.1 <= rate <= 0.8, log
+
+
+def test_committed_tokenizer_matches_tokenizers(tmp_path):
+    """models/toy's BPE tokenizer (examples/toy/make_tokenizer.py): lisa's
+    tokenizer gives the ids the `tokenizers` package gives, on rendered
+    toy conversations and on text the toy never shows, and decodes them
+    back."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+    model = os.path.join(SRC, "models", "toy")
+    ref = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    hf = PreTrainedTokenizerFast.from_pretrained(model)
+    d = gen(tmp_path / "d", "--train", "1", "--val", "1", "--sft", "12",
+            "--seed", "5", "--sft-correct", "0.5")
+    texts = []
+    for line in (d / "sft.jsonl").read_text().splitlines():
+        conv = json.loads(line)
+        for m in conv["messages"]:
+            if m.get("content") is None:
+                m["content"] = ""
+        texts.append(hf.apply_chat_template(conv["messages"],
+                                            tools=conv["tools"],
+                                            tokenize=False))
+    texts += ["héllo wörld 123 ∑ 日本語 😀  \n\n  tabs\t\tx",
+              "<|im_start|>user\nHow many?<|im_end|>\n<tool_call>",
+              "".join(chr(c) for c in range(32, 127)) * 3]
+    for t in texts:
+        want = ref.encode(t).ids
+        r = subprocess.run([f"{BIN}/lisa", "tokenize", "--tokenizer", model],
+                           input=t.encode(), capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got == want, t[:80]
+        r = subprocess.run([f"{BIN}/lisa", "detokenize", "--tokenizer",
+                            model], input=json.dumps(got).encode(),
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.decode() == t, t[:80]
+    # The toy's conversations are far fewer tokens than bytes.
+    conv = texts[0]
+    assert len(ref.encode(conv).ids) * 3 < len(conv.encode())

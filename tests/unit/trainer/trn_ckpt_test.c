@@ -208,7 +208,36 @@ Test(trn_ckpt, settings_take_verl_style_overrides)
     cr_assert_float_eq(s.loss.clip_high, 0.28, 1e-12);
     cr_assert_eq(fp, TRN_FAILED_MASK);
     cr_assert(!de && !bf);
+    cr_assert_float_eq(s.optim.eps, 1e-8, 1e-20);
+    cr_assert_eq(c.lr_warmup_steps, -1);
     lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
+    /* warmup and AdamW epsilon: taken, and refused out of range */
+    char *opt[] = {"train", "actor_rollout_ref.actor.optim.eps=1e-5",
+                   "actor_rollout_ref.actor.optim.lr_warmup_steps=5"};
+    cr_assert_eq(lisa_config_load(trn_run_cfg_table, trn_run_cfg_table_len, &c,
+                                  3, opt, err, sizeof err),
+                 LISA_OK, "%s", err);
+    cr_assert_eq(trn_run_cfg_resolve(&c, &s, &fp, &de, &bf, err, sizeof err),
+                 LISA_OK, "%s", err);
+    cr_assert_float_eq(s.optim.eps, 1e-5, 1e-18);
+    cr_assert_eq(c.lr_warmup_steps, 5);
+    lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
+    const char *out_of_range[][2] = {
+        {"actor_rollout_ref.actor.optim.eps=0", "optim.eps"},
+        {"actor_rollout_ref.actor.optim.lr_warmup_steps=-2", "lr_warmup"},
+        {"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=1.5",
+         "lr_warmup_steps_ratio"}};
+    for (size_t i = 0; i < 3; i++) {
+        char *av[] = {"train", (char *) out_of_range[i][0]};
+        cr_assert_eq(lisa_config_load(trn_run_cfg_table, trn_run_cfg_table_len,
+                                      &c, 2, av, err, sizeof err),
+                     LISA_OK, "%s", err);
+        cr_assert_eq(
+            trn_run_cfg_resolve(&c, &s, &fp, &de, &bf, err, sizeof err),
+            LISA_INVALID, "%s", out_of_range[i][0]);
+        cr_assert(strstr(err, out_of_range[i][1]), "%s", err);
+        lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
+    }
     char *bad[] = {"train", "algorithm.adv_estimator=ppo"};
     cr_assert_eq(lisa_config_load(trn_run_cfg_table, trn_run_cfg_table_len, &c,
                                   2, bad, err, sizeof err),
