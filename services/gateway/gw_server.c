@@ -12,6 +12,7 @@
  */
 #include "gw_server.h"
 
+#include "gw_client.h"
 #include "gw_metrics.h"
 #include "gw_openai.h"
 #include "gw_pool.h"
@@ -52,7 +53,8 @@ struct gw_server_t {
     gw_config_t cfg;
     zloop_t *loop;
     lisa_http_server_t *http;
-    lisa_http_client_t *hc;
+    lisa_http_client_t *hc; /* health checks, passthrough, named hosts */
+    gw_client_t *gc;        /* engine calls to literal addresses */
     lisa_rpc_t *rpc;
     gw_trace_t *trace;
     gw_pool_t *pool;
@@ -554,6 +556,7 @@ s_chat_based(void *arg, uint64_t request_id, lisa_rc_t rc,
 }
 
 static void s_chat_done(lisa_http_response_t *resp, void *arg);
+static void s_chat_gdone(const gw_client_resp_t *resp, void *arg);
 
 static void
 s_chat_send(s_chat_t *c)
@@ -578,6 +581,29 @@ s_chat_send(s_chat_t *c)
     gw_attempt_set_engine(c->a, id);
     char full[2048];
     snprintf(full, sizeof full, "%s/v1/completions", url);
+    if (gw_client_url_ok(full)) {
+        gw_pool_call_started(srv->pool, id);
+        c->tries++;
+        c->up_t0_us = zclock_usecs();
+        if (c->tries == 1)
+            gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds",
+                               "stage=\"prepare\"",
+                               (double) (c->up_t0_us - c->c.t0_us) / 1e6);
+        s_track(srv, &c->c, S_KIND_CHAT);
+        /* the body stays put until the call ends; the callback may run
+         * before this returns (a refused connection), and nothing here
+         * touches c after it */
+        if (gw_client_post(srv->gc, full, c->body, c->body_len,
+                           (long) srv->cfg.upstream_timeout_ms, 2000,
+                           s_chat_gdone, c, NULL) != LISA_OK) {
+            s_untrack(srv, &c->c);
+            gw_pool_call_ended(srv->pool, id, false);
+            gw_err_set(&err, LISA_ERR, 500, "server_error", NULL, NULL,
+                       "could not start the engine call");
+            s_chat_fail(&c, &err);
+        }
+        return;
+    }
     /* no "Expect: 100-continue" round trip before the body */
     static const char *const hdrs[] = {"Content-Type: application/json",
                                        "Expect:", NULL};
@@ -709,16 +735,16 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     s_chat_free(&c);
 }
 
+/* The engine call ended: rc and status as lisa_http_client reports them,
+ * the body, and the transport's error text. */
 static void
-s_chat_done(lisa_http_response_t *resp, void *arg)
+s_chat_result(s_chat_t *c, lisa_rc_t rc, long status, const char *body,
+              size_t len, const char *error)
 {
-    s_chat_t *c = arg;
     s_untrack(c->c.srv, &c->c);
     c->up_done_us = zclock_usecs();
     gw_server_t *srv = c->c.srv;
     gw_err_t err;
-    lisa_rc_t rc = lisa_http_response_rc(resp);
-    long status = lisa_http_response_status(resp);
     bool conn = rc == LISA_UNAVAILABLE || rc == LISA_ERR;
     gw_pool_call_ended(srv->pool, c->engine, conn);
     char labels[200];
@@ -734,8 +760,7 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
             return;
         }
         gw_err_set(&err, rc, 502, "server_error", "engine_unreachable", NULL,
-                   "the generation engine could not be reached (%s)",
-                   lisa_http_response_error(resp));
+                   "the generation engine could not be reached (%s)", error);
         s_chat_fail(&c, &err);
         return;
     }
@@ -757,8 +782,6 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
         s_chat_fail(&c, &err);
         return;
     }
-    size_t len;
-    const char *body = lisa_http_response_body(resp, &len);
     gw_completion_t comp;
     char why[160];
     if (gw_upstream_parse(body, len, srv->cfg.max_context, &comp, why,
@@ -772,6 +795,23 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
     }
     s_chat_answer(c, &comp);
     gw_completion_clear(&comp);
+}
+
+static void
+s_chat_done(lisa_http_response_t *resp, void *arg)
+{
+    size_t len;
+    const char *body = lisa_http_response_body(resp, &len);
+    s_chat_result(arg, lisa_http_response_rc(resp),
+                  lisa_http_response_status(resp), body, len,
+                  lisa_http_response_error(resp));
+}
+
+static void
+s_chat_gdone(const gw_client_resp_t *resp, void *arg)
+{
+    s_chat_result(arg, resp->rc, resp->status, resp->body, resp->body_len,
+                  resp->error);
 }
 
 static void
@@ -1653,7 +1693,8 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     }
     lisa_http_client_config_t hcc = {0};
     srv->hc = lisa_http_client_new(loop, &hcc);
-    if (!srv->hc)
+    srv->gc = gw_client_new(loop, LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
+    if (!srv->hc || !srv->gc)
         goto fail;
     lisa_http_server_config_t hs = {
         .address = cfg->address && cfg->address[0] ? cfg->address : NULL,
@@ -1727,6 +1768,7 @@ gw_server_destroy(gw_server_t **self)
     }
     zhashx_destroy(&srv->done);
     lisa_http_client_destroy(&srv->hc); /* drops engine calls, no callbacks */
+    gw_client_destroy(&srv->gc);
     if (srv->calls) {
         s_ctx_t *c;
         while ((c = zlistx_first(srv->calls))) {
