@@ -353,18 +353,18 @@ struct s_call {
     s_conn_t *conn;
     s_addr_t *addr;
     int state;
-    char head[GW_CLIENT_MAX_URL + 256];
-    size_t head_len;
-    const char *body;
-    size_t body_len;
-    size_t sent; /* bytes of head + body written */
+    struct iovec part[1 + GW_CLIENT_MAX_PARTS]; /* the head, then the body */
+    size_t n_part;
+    size_t total; /* bytes of head + body */
+    size_t sent;  /* bytes of them written */
     int64_t deadline_ms, connect_ms, connect_deadline_ms;
     gw_client_parse_t parse;
     bool retried;
     bool expired; /* marked by the sweep */
     gw_client_done_fn *done;
     void *arg;
-    s_call_t *prev, *next; /* in flight */
+    s_call_t *prev, *next;              /* in flight */
+    char head[GW_CLIENT_MAX_URL + 256]; /* last: not zeroed on creation */
 };
 
 struct gw_client_t {
@@ -685,21 +685,20 @@ static void
 s_write(gw_client_t *self, s_call_t *call)
 {
     s_conn_t *c = call->conn;
-    size_t total = call->head_len + call->body_len;
-    while (call->sent < total) {
-        struct iovec iov[2];
-        int n = 0;
-        if (call->sent < call->head_len) {
-            iov[n].iov_base = call->head + call->sent;
-            iov[n++].iov_len = call->head_len - call->sent;
+    while (call->sent < call->total) {
+        struct iovec iov[1 + GW_CLIENT_MAX_PARTS];
+        size_t n = 0, skip = call->sent;
+        for (size_t i = 0; i < call->n_part; i++) {
+            size_t l = call->part[i].iov_len;
+            if (skip >= l) {
+                skip -= l;
+                continue;
+            }
+            iov[n].iov_base = (char *) call->part[i].iov_base + skip;
+            iov[n++].iov_len = l - skip;
+            skip = 0;
         }
-        size_t boff =
-            call->sent > call->head_len ? call->sent - call->head_len : 0;
-        if (call->body_len > boff) {
-            iov[n].iov_base = (void *) (uintptr_t) (call->body + boff);
-            iov[n++].iov_len = call->body_len - boff;
-        }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t) n};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = n};
         ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
@@ -955,8 +954,26 @@ gw_client_post(gw_client_t *self, const char *url, const void *body, size_t len,
                long timeout_ms, long connect_ms, gw_client_done_fn *done,
                void *arg, uint64_t *id)
 {
-    if (!self || !done || (!body && len))
+    if (!body && len)
         return LISA_INVALID;
+    struct iovec part = {.iov_base = (void *) (uintptr_t) body, .iov_len = len};
+    return gw_client_postv(self, url, &part, len ? 1 : 0, timeout_ms,
+                           connect_ms, done, arg, id);
+}
+
+lisa_rc_t
+gw_client_postv(gw_client_t *self, const char *url, const struct iovec *parts,
+                size_t n, long timeout_ms, long connect_ms,
+                gw_client_done_fn *done, void *arg, uint64_t *id)
+{
+    if (!self || !done || n > GW_CLIENT_MAX_PARTS || (n && !parts))
+        return LISA_INVALID;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!parts[i].iov_base && parts[i].iov_len)
+            return LISA_INVALID;
+        len += parts[i].iov_len;
+    }
     char key[GW_CLIENT_MAX_URL];
     struct sockaddr_storage sa;
     socklen_t sl;
@@ -966,7 +983,8 @@ gw_client_post(gw_client_t *self, const char *url, const void *body, size_t len,
     s_addr_t *a = s_addr_get(self, key, &sa, sl);
     if (!a)
         return LISA_ERR;
-    s_call_t *call = lisa_calloc(1, sizeof *call);
+    s_call_t *call = lisa_malloc(sizeof *call);
+    memset(call, 0, offsetof(s_call_t, head));
     int hn = snprintf(call->head, sizeof call->head,
                       "POST %s HTTP/1.1\r\nHost: %s\r\n"
                       "Content-Type: application/json\r\n"
@@ -979,9 +997,13 @@ gw_client_post(gw_client_t *self, const char *url, const void *body, size_t len,
     call->client = self;
     call->id = ++self->next_id;
     call->addr = a;
-    call->head_len = (size_t) hn;
-    call->body = body;
-    call->body_len = len;
+    call->part[0].iov_base = call->head;
+    call->part[0].iov_len = (size_t) hn;
+    call->n_part = 1;
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].iov_len)
+            call->part[call->n_part++] = parts[i];
+    call->total = (size_t) hn + len;
     call->done = done;
     call->arg = arg;
     int64_t now = s_now_ms();

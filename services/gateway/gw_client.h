@@ -42,6 +42,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 typedef struct gw_client_t gw_client_t;
 
@@ -89,6 +90,16 @@ lisa_rc_t gw_client_post(gw_client_t *self, const char *url, const void *body,
                          size_t len, long timeout_ms, long connect_ms,
                          gw_client_done_fn *done, void *arg,
                          uint64_t *id) LISA_NODISCARD;
+
+/* Most body parts gw_client_postv takes. */
+#define GW_CLIENT_MAX_PARTS 4u
+
+/* The same with the body in `n` parts (at most GW_CLIENT_MAX_PARTS, each
+ * borrowed like the body above), written one after the other. */
+lisa_rc_t gw_client_postv(gw_client_t *self, const char *url,
+                          const struct iovec *parts, size_t n, long timeout_ms,
+                          long connect_ms, gw_client_done_fn *done, void *arg,
+                          uint64_t *id) LISA_NODISCARD;
 
 /* Cancels call `id` (its connection is closed; its callback never runs).
  * LISA_NOTFOUND when it already ended or never existed. */

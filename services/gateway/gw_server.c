@@ -29,6 +29,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -376,6 +377,13 @@ typedef struct {
     uint8_t tools[GW_DIGEST_LEN];
     gw_attempt_t *a; /* valid while begun (busy attempts stay put) */
     bool begun;
+    /* the engine request: pre + the attempt's id text (borrowed: it does
+     * not change while the call runs) + post; `body` joins them for
+     * lisa_http_client, only when an engine is called through it */
+    char *pre, *post;
+    size_t pre_len, post_len;
+    const char *text;
+    size_t text_len;
     char *body;
     size_t body_len;
     char engine[160];
@@ -396,6 +404,8 @@ s_chat_free(s_chat_t **cp)
         gw_attempt_abort(c->a);
     gw_chat_req_clear(&c->chat);
     lisa_free(&c->dig);
+    lisa_free(&c->pre);
+    lisa_free(&c->post);
     lisa_free(&c->body);
     lisa_free(cp);
 }
@@ -510,12 +520,11 @@ s_chat_render(s_chat_t *c)
                        .n_stop_ids = n_stop_ids,
                        .stop = c->chat.stop,
                        .n_stop = c->chat.n_stop};
-    const char *text;
-    size_t text_len, n_tail;
+    size_t n_tail;
     const uint32_t *tail;
-    gw_attempt_prompt_parts(a, &text, &text_len, &tail, &n_tail);
-    c->body =
-        gw_upstream_body_parts(text, text_len, tail, n_tail, &s, &c->body_len);
+    gw_attempt_prompt_parts(a, &c->text, &c->text_len, &tail, &n_tail);
+    gw_upstream_body_split(c->text_len, tail, n_tail, &s, &c->pre, &c->pre_len,
+                           &c->post, &c->post_len);
     gw_metrics_add(srv->m, "lisa_gateway_tokens_in_total", NULL,
                    (double) appended);
     gw_metrics_add(srv->m, "lisa_gateway_prompt_tokens_total", NULL,
@@ -593,9 +602,13 @@ s_chat_send(s_chat_t *c)
         /* the body stays put until the call ends; the callback may run
          * before this returns (a refused connection), and nothing here
          * touches c after it */
-        if (gw_client_post(srv->gc, full, c->body, c->body_len,
-                           (long) srv->cfg.upstream_timeout_ms, 2000,
-                           s_chat_gdone, c, NULL) != LISA_OK) {
+        struct iovec parts[3] = {
+            {.iov_base = c->pre, .iov_len = c->pre_len},
+            {.iov_base = (void *) (uintptr_t) c->text, .iov_len = c->text_len},
+            {.iov_base = c->post, .iov_len = c->post_len}};
+        if (gw_client_postv(srv->gc, full, parts, 3,
+                            (long) srv->cfg.upstream_timeout_ms, 2000,
+                            s_chat_gdone, c, NULL) != LISA_OK) {
             s_untrack(srv, &c->c);
             gw_pool_call_ended(srv->pool, id, false);
             gw_err_set(&err, LISA_ERR, 500, "server_error", NULL, NULL,
@@ -603,6 +616,14 @@ s_chat_send(s_chat_t *c)
             s_chat_fail(&c, &err);
         }
         return;
+    }
+    if (!c->body) {
+        c->body_len = c->pre_len + c->text_len + c->post_len;
+        c->body = lisa_malloc(c->body_len + 1);
+        memcpy(c->body, c->pre, c->pre_len);
+        memcpy(c->body + c->pre_len, c->text, c->text_len);
+        memcpy(c->body + c->pre_len + c->text_len, c->post, c->post_len);
+        c->body[c->body_len] = '\0';
     }
     /* no "Expect: 100-continue" round trip before the body */
     static const char *const hdrs[] = {"Content-Type: application/json",

@@ -73,6 +73,19 @@ s_u32(s_buf_t *b, uint32_t v)
 static void
 s_json_str(s_buf_t *b, const char *s)
 {
+    /* printable ASCII without quote or backslash is its own JSON text */
+    size_t n = 0;
+    while (s[n] >= 0x20 && s[n] < 0x7f && s[n] != '"' && s[n] != '\\')
+        n++;
+    if (!s[n]) {
+        s_need(b, n + 2);
+        b->p[b->n++] = '"';
+        memcpy(b->p + b->n, s, n);
+        b->n += n;
+        b->p[b->n++] = '"';
+        b->p[b->n] = '\0';
+        return;
+    }
     json_t *j = json_string(s);
     char *t = json_dumps(j, JSON_ENCODE_ANY);
     s_puts(b, t ? t : "\"\"");
@@ -108,6 +121,51 @@ gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
     return gw_upstream_body_parts(NULL, 0, ids, n, s, len);
 }
 
+static void
+s_head(s_buf_t *b, const gw_sampling_t *s)
+{
+    s_puts(b, "{\"model\":");
+    s_json_str(b, s->model ? s->model : "");
+    s_puts(b, ",\"prompt\":[");
+}
+
+/* Everything after the prompt's ids. */
+static void
+s_rest(s_buf_t *b, const gw_sampling_t *s)
+{
+    char tmp[160];
+    snprintf(tmp, sizeof tmp,
+             "],\"max_tokens\":%lld,\"logprobs\":1,\"return_token_ids\":true,"
+             "\"skip_special_tokens\":false,\"stream\":false",
+             (long long) s->max_tokens);
+    s_puts(b, tmp);
+    if (s->temperature >= 0) {
+        snprintf(tmp, sizeof tmp, ",\"temperature\":%.17g", s->temperature);
+        s_puts(b, tmp);
+    }
+    if (s->top_p >= 0) {
+        snprintf(tmp, sizeof tmp, ",\"top_p\":%.17g", s->top_p);
+        s_puts(b, tmp);
+    }
+    s_puts(b, ",\"stop_token_ids\":[");
+    for (size_t i = 0; i < s->n_stop_ids; i++) {
+        if (i)
+            s_put(b, ",", 1);
+        s_u32(b, (uint32_t) s->stop_ids[i]);
+    }
+    s_put(b, "]", 1);
+    if (s->n_stop) {
+        s_puts(b, ",\"stop\":[");
+        for (size_t i = 0; i < s->n_stop; i++) {
+            if (i)
+                s_put(b, ",", 1);
+            s_json_str(b, s->stop[i]);
+        }
+        s_put(b, "]", 1);
+    }
+    s_put(b, "}", 1);
+}
+
 char *
 gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
                        size_t n, const gw_sampling_t *s, size_t *len)
@@ -115,9 +173,7 @@ gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
     size_t room = 256 + text_len + GW_UPSTREAM_ID_TEXT_MAX(n);
     s_buf_t b = {lisa_malloc(room), 0, room};
     b.p[0] = '\0';
-    s_puts(&b, "{\"model\":");
-    s_json_str(&b, s->model ? s->model : "");
-    s_puts(&b, ",\"prompt\":[");
+    s_head(&b, s);
     s_need(&b, text_len + 1 + GW_UPSTREAM_ID_TEXT_MAX(n));
     if (text_len) {
         memcpy(b.p + b.n, text, text_len);
@@ -127,39 +183,31 @@ gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
     }
     b.n += gw_upstream_write_ids(b.p + b.n, ids, n);
     b.p[b.n] = '\0';
-    char tmp[160];
-    snprintf(tmp, sizeof tmp,
-             "],\"max_tokens\":%lld,\"logprobs\":1,\"return_token_ids\":true,"
-             "\"skip_special_tokens\":false,\"stream\":false",
-             (long long) s->max_tokens);
-    s_puts(&b, tmp);
-    if (s->temperature >= 0) {
-        snprintf(tmp, sizeof tmp, ",\"temperature\":%.17g", s->temperature);
-        s_puts(&b, tmp);
-    }
-    if (s->top_p >= 0) {
-        snprintf(tmp, sizeof tmp, ",\"top_p\":%.17g", s->top_p);
-        s_puts(&b, tmp);
-    }
-    s_puts(&b, ",\"stop_token_ids\":[");
-    for (size_t i = 0; i < s->n_stop_ids; i++) {
-        if (i)
-            s_put(&b, ",", 1);
-        s_u32(&b, (uint32_t) s->stop_ids[i]);
-    }
-    s_put(&b, "]", 1);
-    if (s->n_stop) {
-        s_puts(&b, ",\"stop\":[");
-        for (size_t i = 0; i < s->n_stop; i++) {
-            if (i)
-                s_put(&b, ",", 1);
-            s_json_str(&b, s->stop[i]);
-        }
-        s_put(&b, "]", 1);
-    }
-    s_put(&b, "}", 1);
+    s_rest(&b, s);
     *len = b.n;
     return b.p;
+}
+
+void
+gw_upstream_body_split(size_t text_len, const uint32_t *ids, size_t n,
+                       const gw_sampling_t *s, char **pre, size_t *pre_len,
+                       char **post, size_t *post_len)
+{
+    s_buf_t b = {lisa_malloc(64), 0, 64};
+    b.p[0] = '\0';
+    s_head(&b, s);
+    *pre = b.p;
+    *pre_len = b.n;
+    size_t room = 256 + GW_UPSTREAM_ID_TEXT_MAX(n);
+    b = (s_buf_t){lisa_malloc(room), 0, room};
+    b.p[0] = '\0';
+    if (text_len && n)
+        b.p[b.n++] = ',';
+    b.n += gw_upstream_write_ids(b.p + b.n, ids, n);
+    b.p[b.n] = '\0';
+    s_rest(&b, s);
+    *post = b.p;
+    *post_len = b.n;
 }
 
 void
