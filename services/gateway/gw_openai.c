@@ -6,6 +6,7 @@
  */
 #include "gw_openai.h"
 
+#include "gw_json.h"
 #include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_unicode.h"
@@ -568,7 +569,7 @@ static lisa_rc_t
 s_parse_root(gw_chat_req_t *req, const char *body, size_t len, gw_err_t *err)
 {
     json_error_t jerr;
-    req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    req->root = gw_json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->root)
         return S_BAD(NULL,
                      "We could not parse the JSON body of your request "
@@ -684,8 +685,8 @@ gw_chat_req_msg(gw_chat_req_t *req, size_t i, gw_err_t *err)
     json_t *m;
     if (req->raw[i]) {
         json_error_t jerr;
-        m = json_loadb(req->raw[i], req->raw_len[i], JSON_REJECT_DUPLICATES,
-                       &jerr);
+        m = gw_json_loadb(req->raw[i], req->raw_len[i], JSON_REJECT_DUPLICATES,
+                          &jerr);
         req->raw[i] = NULL; /* parsed (or refused) once */
         if (!m) {
             S_BAD("messages", "messages[%zu] is not valid JSON (%s)", i,
@@ -716,8 +717,8 @@ gw_chat_req_tools(gw_chat_req_t *req, gw_err_t *err)
     err->status = 0;
     if (req->tools_raw) {
         json_error_t jerr;
-        json_t *t = json_loadb(req->tools_raw, req->tools_raw_len,
-                               JSON_REJECT_DUPLICATES, &jerr);
+        json_t *t = gw_json_loadb(req->tools_raw, req->tools_raw_len,
+                                  JSON_REJECT_DUPLICATES, &jerr);
         req->tools_raw = NULL;
         if (!t || s_check_tools(t, err) != LISA_OK) {
             if (!t)
@@ -1015,7 +1016,8 @@ s_feed(EVP_MD_CTX *ctx, const char *s)
 static void
 s_feed_args(EVP_MD_CTX *ctx, const char *args)
 {
-    json_t *v = args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
+    json_t *v =
+        args ? gw_json_loadb(args, strlen(args), JSON_DECODE_ANY, NULL) : NULL;
     char *s = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
                 : NULL;
     s_feed(ctx, s ? s : args);

@@ -6,6 +6,7 @@
  */
 #include "gw_render.h"
 
+#include "gw_json.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -238,7 +239,7 @@ s_skip_ws(const char *p, const char *end)
 static bool
 s_parse_call(const char *p, size_t n, const char *id, gw_tool_call_t *call)
 {
-    json_t *o = json_loadb(p, n, 0, NULL);
+    json_t *o = gw_json_loadb(p, n, 0, NULL);
     const char *name = json_string_value(json_object_get(o, "name"));
     json_t *args = json_object_get(o, "arguments");
     if (!json_is_object(o) || !name ||

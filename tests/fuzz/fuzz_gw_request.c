@@ -4,6 +4,7 @@
  * digests) and engine responses. The modules are compiled into the target
  * (they depend only on liblisa's libraries).
  */
+#include "../../services/gateway/gw_json.c"
 #include "../../services/gateway/gw_openai.c"
 #include "../../services/gateway/gw_upstream.c"
 
