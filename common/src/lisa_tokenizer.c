@@ -94,6 +94,8 @@ struct lisa_tokenizer_t {
 
     bool nfc;
     pcre2_code *re[S_MAX_REGEX];
+    bool jit[S_MAX_REGEX]; /* re[i] was JIT-compiled: match through the
+                            * JIT's direct entry (no per-call checks) */
     size_t n_re;
     /* The patterns are linear per match, but a whitespace run of many
      * megabytes backtracks once per byte: PCRE2's default match limit
@@ -369,7 +371,7 @@ s_add_regex(lisa_tokenizer_t *self, const char *pattern_in)
         return LISA_INVALID;
     }
     /* JIT is an accelerator: without it matching still works. */
-    (void) pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    self->jit[self->n_re] = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
     self->re[self->n_re++] = re;
     return LISA_OK;
 }
@@ -1493,8 +1495,12 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
     size_t pos = 0, last = 0;
     lisa_rc_t rc = LISA_OK;
     while (pos < n) {
-        int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK, md,
-                            self->mctx);
+        /* the text was checked as UTF-8 once, in lisa_tokenizer_encode */
+        int r = self->jit[level]
+                    ? pcre2_jit_match(re, (PCRE2_SPTR) s, n, pos, 0, md,
+                                      self->mctx)
+                    : pcre2_match(re, (PCRE2_SPTR) s, n, pos,
+                                  PCRE2_NO_UTF_CHECK, md, self->mctx);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0) {
