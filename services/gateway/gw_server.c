@@ -701,10 +701,12 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
         gw_attempt_commit(c->a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,
                           c->n_dig, c->tools, rdig, &s, &span);
     c->begun = false;
-    if (rc == LISA_OK)
+    if (rc == LISA_OK) {
         gw_attempt_cache(c->a,
                          (const uint8_t(*)[GW_DIGEST_LEN]) c->chat.raw_hash,
                          (const uint8_t(*)[GW_DIGEST_LEN]) c->dig, c->n_dig);
+        gw_attempt_keep_prefix(c->a, &c->chat);
+    }
     if (rc != LISA_OK) {
         gw_reply_clear(&reply);
         gw_err_set(&err, rc, 400, "invalid_request_error",
@@ -864,7 +866,12 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
         return;
     }
     const char *body = lisa_http_req_body(req, &len);
-    if (gw_chat_req_parse_lazy(body, len, &c->chat, &err) != LISA_OK) {
+    /* the history re-sent since the attempt's last call is not scanned
+     * again when its bytes are unchanged */
+    gw_chat_prefix_t known;
+    bool have = seen && gw_attempt_prefix(seen, &known);
+    if (gw_chat_req_parse_after(body, len, have ? &known : NULL, &c->chat,
+                                &err) != LISA_OK) {
         s_chat_fail(&c, &err);
         return;
     }
