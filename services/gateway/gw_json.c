@@ -10,6 +10,7 @@
  */
 #include "gw_json.h"
 
+#include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_unicode.h"
 
@@ -21,6 +22,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -398,4 +400,184 @@ gw_json_loadb(const char *p, size_t len, size_t flags, json_error_t *err)
 {
     json_t *v = gw_json_load(p, len, flags);
     return v ? v : json_loadb(p, len, flags, err);
+}
+
+/* ---- the writer --------------------------------------------------------- */
+
+/* Appends s[0, n) as a JSON string, escaped as jansson escapes it. */
+static void
+s_jput_str(lisa_buf_t *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    lisa_buf_put(b, "\"", 1);
+    const char *run = s, *end = s + n;
+    for (const char *p = s; p < end; p++) {
+        unsigned char c = (unsigned char) *p;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        lisa_buf_put(b, run, (size_t) (p - run));
+        run = p + 1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t k = 2;
+        switch (c) {
+        case '"':
+        case '\\':
+            esc[1] = (char) c;
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            memcpy(esc + 1, "u00", 3);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            k = 6;
+        }
+        lisa_buf_put(b, esc, k);
+    }
+    lisa_buf_put(b, run, (size_t) (end - run));
+    lisa_buf_put(b, "\"", 1);
+}
+
+typedef struct {
+    const char *k;
+    size_t n;
+    json_t *v;
+} s_jkv_t;
+
+static int
+s_jkv_cmp(const void *x, const void *y)
+{
+    const s_jkv_t *a = x, *b = y;
+    size_t m = a->n < b->n ? a->n : b->n;
+    int r = memcmp(a->k, b->k, m);
+    if (r)
+        return r;
+    return a->n < b->n ? -1 : a->n > b->n;
+}
+
+static bool
+s_jdump(lisa_buf_t *b, const json_t *v, size_t flags, unsigned depth)
+{
+    if (depth > S_JMAX_DEPTH)
+        return false;
+    bool compact = flags & JSON_COMPACT;
+    switch (json_typeof(v)) {
+    case JSON_NULL:
+        lisa_buf_put(b, "null", 4);
+        return true;
+    case JSON_TRUE:
+        lisa_buf_put(b, "true", 4);
+        return true;
+    case JSON_FALSE:
+        lisa_buf_put(b, "false", 5);
+        return true;
+    case JSON_INTEGER: {
+        char tmp[32];
+        int n = snprintf(tmp, sizeof tmp, "%" JSON_INTEGER_FORMAT,
+                         json_integer_value(v));
+        lisa_buf_put(b, tmp, (size_t) n);
+        return true;
+    }
+    case JSON_REAL:
+        return false; /* jansson's own formatting decides */
+    case JSON_STRING: {
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (!lisa_utf8_valid(s, n))
+            return false;
+        s_jput_str(b, s, n);
+        return true;
+    }
+    case JSON_ARRAY: {
+        size_t n = json_array_size(v);
+        lisa_buf_put(b, "[", 1);
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                lisa_buf_put(b, compact ? "," : ", ", compact ? 1 : 2);
+            if (!s_jdump(b, json_array_get(v, i), flags, depth + 1))
+                return false;
+        }
+        lisa_buf_put(b, "]", 1);
+        return true;
+    }
+    case JSON_OBJECT: {
+        size_t n = json_object_size(v);
+        s_jkv_t small[16], *kv = n <= 16 ? small : NULL;
+        if (!kv)
+            kv = lisa_malloc(n * sizeof *kv);
+        size_t i = 0;
+        const char *k;
+        size_t kn;
+        json_t *x;
+        bool ok = true;
+        json_object_keylen_foreach((json_t *) (uintptr_t) v, k, kn, x)
+        {
+            if (i < n) {
+                kv[i].k = k;
+                kv[i].n = kn;
+                kv[i++].v = x;
+            }
+            if (memchr(k, 0, kn))
+                ok = false;
+        }
+        if (ok && (flags & JSON_SORT_KEYS))
+            qsort(kv, i, sizeof *kv, s_jkv_cmp);
+        lisa_buf_put(b, "{", 1);
+        for (size_t j = 0; ok && j < i; j++) {
+            if (j)
+                lisa_buf_put(b, compact ? "," : ", ", compact ? 1 : 2);
+            if (!lisa_utf8_valid(kv[j].k, kv[j].n)) {
+                ok = false;
+                break;
+            }
+            s_jput_str(b, kv[j].k, kv[j].n);
+            lisa_buf_put(b, compact ? ":" : ": ", compact ? 1 : 2);
+            ok = s_jdump(b, kv[j].v, flags, depth + 1);
+        }
+        lisa_buf_put(b, "}", 1);
+        if (kv != small)
+            lisa_free(&kv);
+        return ok && i == n;
+    }
+    }
+    return false;
+}
+
+char *
+gw_json_dump(const json_t *v, size_t flags)
+{
+    size_t ok =
+        JSON_COMPACT | JSON_SORT_KEYS | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY;
+    if (!v || (flags & ~ok) ||
+        (!(flags & JSON_ENCODE_ANY) && !json_is_object(v) && !json_is_array(v)))
+        return NULL;
+    lisa_buf_t b = LISA_BUF(SIZE_MAX);
+    if (!s_jdump(&b, v, flags, 1) || b.full) {
+        lisa_buf_free(&b);
+        return NULL;
+    }
+    if (!b.p) /* never: every value writes something */
+        return NULL;
+    /* the caller frees with free(), as json_dumps's text */
+    return b.p;
+}
+
+char *
+gw_json_dumps(const json_t *v, size_t flags)
+{
+    char *s = gw_json_dump(v, flags);
+    return s ? s : json_dumps(v, flags);
 }

@@ -16,6 +16,10 @@
  * jansson's. The libFuzzer target fuzz_gw_json checks that whenever it
  * answers, jansson accepts the same bytes with an equal value (same types,
  * same key order).
+ *
+ * The writer side does the same for the few dumps per call (a tool call's
+ * arguments as the agent gets them, and in the canonical form digests
+ * compare): jansson's exact bytes, or NULL and jansson writes them.
  */
 #ifndef GW_JSON_H
 #define GW_JSON_H
@@ -32,5 +36,14 @@ json_t *gw_json_load(const char *p, size_t len, size_t flags);
  * NULL). */
 json_t *gw_json_loadb(const char *p, size_t len, size_t flags,
                       json_error_t *err);
+
+/* The text json_dumps(v, flags) writes, for flags made of JSON_COMPACT,
+ * JSON_SORT_KEYS, JSON_PRESERVE_ORDER and JSON_ENCODE_ANY (caller frees
+ * with free()), or NULL when not sure (a real number, a key with a NUL,
+ * nesting deeper than 64, other flags): then call json_dumps. */
+char *gw_json_dump(const json_t *v, size_t flags);
+
+/* gw_json_dump, else json_dumps with the same arguments. */
+char *gw_json_dumps(const json_t *v, size_t flags);
 
 #endif

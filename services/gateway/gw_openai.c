@@ -1102,8 +1102,9 @@ s_feed_args(EVP_MD_CTX *ctx, const char *args)
 {
     json_t *v =
         args ? gw_json_loadb(args, strlen(args), JSON_DECODE_ANY, NULL) : NULL;
-    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
-                : NULL;
+    char *s =
+        v ? gw_json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+          : NULL;
     s_feed(ctx, s ? s : args);
     free(s);
     json_decref(v);
@@ -1216,7 +1217,7 @@ gw_tools_digest(const json_t *tools, uint8_t out[GW_DIGEST_LEN])
 {
     EVP_MD_CTX *ctx = s_start();
     if (tools && json_array_size(tools) > 0) {
-        char *s = json_dumps(tools, JSON_COMPACT | JSON_SORT_KEYS);
+        char *s = gw_json_dumps(tools, JSON_COMPACT | JSON_SORT_KEYS);
         s_feed(ctx, s);
         free(s);
     }

@@ -103,3 +103,37 @@ Test(gw_json, gives_up_where_jansson_decides)
     cr_assert_not_null(j);
     json_decref(j);
 }
+
+/* The writer gives jansson's bytes, or NULL where jansson decides. */
+Test(gw_json, dump_writes_janssons_bytes)
+{
+    const char *text = "{\"z\":{\"b\":[1,-2,\"x\\n\\u0001\\\"\"],\"a\":null},"
+                       "\"\\u00e9\":true,\"a\":[],\"m\":{},\"q\":false}";
+    json_t *v = json_loads(text, 0, NULL);
+    cr_assert_not_null(v);
+    static const size_t fl[] = {JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY,
+                                JSON_PRESERVE_ORDER | JSON_ENCODE_ANY,
+                                JSON_PRESERVE_ORDER, JSON_COMPACT,
+                                JSON_SORT_KEYS};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+        char *w = gw_json_dump(v, fl[i]), *r = json_dumps(v, fl[i]);
+        cr_assert_not_null(w);
+        cr_assert_str_eq(w, r);
+        free(w);
+        free(r);
+    }
+    json_t *s = json_string("plain");
+    cr_assert_null(gw_json_dump(s, JSON_COMPACT)); /* needs ENCODE_ANY */
+    char *w = gw_json_dump(s, JSON_COMPACT | JSON_ENCODE_ANY);
+    cr_assert_str_eq(w, "\"plain\"");
+    free(w);
+    json_decref(s);
+    json_t *r = json_pack("{s:f}", "t", 0.5); /* reals: jansson writes */
+    cr_assert_null(gw_json_dump(r, JSON_COMPACT));
+    w = gw_json_dumps(r, JSON_COMPACT);
+    cr_assert_str_eq(w, "{\"t\":0.5}");
+    free(w);
+    json_decref(r);
+    cr_assert_null(gw_json_dump(v, JSON_INDENT(2)));
+    json_decref(v);
+}
