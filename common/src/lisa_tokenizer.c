@@ -1496,11 +1496,11 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
     lisa_rc_t rc = LISA_OK;
     while (pos < n) {
         /* the text was checked as UTF-8 once, in lisa_tokenizer_encode */
-        int r = self->jit[level]
-                    ? pcre2_jit_match(re, (PCRE2_SPTR) s, n, pos, 0, md,
-                                      self->mctx)
-                    : pcre2_match(re, (PCRE2_SPTR) s, n, pos,
-                                  PCRE2_NO_UTF_CHECK, md, self->mctx);
+        int r =
+            self->jit[level]
+                ? pcre2_jit_match(re, (PCRE2_SPTR) s, n, pos, 0, md, self->mctx)
+                : pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK,
+                              md, self->mctx);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0) {

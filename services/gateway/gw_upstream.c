@@ -772,14 +772,17 @@ s_rd_double_at(const char *p, const char *end, double *v, const char **next)
     return e == tmp + n;
 }
 
-/* The elements of a validated array of numbers at p ('['): counts them
- * (ids == NULL && lps == NULL) or stores them. */
+/* The elements of a validated array of numbers at p ('['), stored as
+ * ids (*idsp) or as logprobs (*lpsp), in an array grown as they come
+ * (the caller frees it, also on failure). */
 static bool
 s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
-             uint32_t *ids, float *lps)
+             uint32_t **idsp, float **lpsp)
 {
     s_rd_t r = {p + 1, end};
-    size_t n = 0;
+    size_t n = 0, cap = 0;
+    uint32_t *ids = NULL;
+    float *lps = NULL;
     s_rd_ws(&r);
     if (r.p < end && *r.p == ']') {
         *count = 0;
@@ -789,6 +792,15 @@ s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
         if (n >= max || r.p >= end ||
             (*r.p != '-' && (*r.p < '0' || *r.p > '9')))
             return false;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            if (cap > max)
+                cap = max;
+            if (idsp)
+                *idsp = ids = lisa_realloc(*idsp, cap * sizeof *ids);
+            else
+                *lpsp = lps = lisa_realloc(*lpsp, cap * sizeof *lps);
+        }
         if (ids) {
             int64_t v;
             if (!s_rd_int_at(r.p, end, &v) || v < 0 || v > INT32_MAX)
@@ -819,10 +831,6 @@ s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
                     return false;
                 lps[n] = (float) d;
             }
-        } else {
-            bool is_int;
-            if (!s_rd_number(&r, &is_int))
-                return false;
         }
         n++;
         s_rd_ws(&r);
@@ -860,29 +868,32 @@ gw_upstream_parse_fast(const char *body, size_t len, size_t max_ids,
         return LISA_UNSUPPORTED;
     const char *end = body + len;
     size_t n, n_lp;
-    if (!s_rd_numbers(f.ids, end, max_ids, &n, NULL, NULL) ||
-        !s_rd_numbers(f.tl, end, max_ids, &n_lp, NULL, NULL) || n != n_lp)
+    if (!s_rd_numbers(f.ids, end, max_ids, &n, &out->ids, NULL) ||
+        !s_rd_numbers(f.tl, end, max_ids, &n_lp, NULL, &out->logprobs) ||
+        n != n_lp) {
+        gw_completion_clear(out);
         return LISA_UNSUPPORTED;
+    }
     /* finish_reason: "stop" or "length", without escapes */
     s_rd_t fr = {f.finish, end};
     const char *s;
     size_t sn;
     bool esc;
     if (!s_rd_string(&fr, &s, &sn, &esc) || esc ||
-        !(s_key_is(s, sn, "stop") || s_key_is(s, sn, "length")))
-        return LISA_UNSUPPORTED;
-    int64_t pv = 0;
-    const char *pvat = f.choices_pv ? f.choices_pv : f.pv;
-    if (pvat && (!s_rd_int_at(pvat, end, &pv) || pv < 0))
-        return LISA_UNSUPPORTED;
-    out->ids = lisa_malloc((n ? n : 1) * sizeof *out->ids);
-    out->logprobs = lisa_malloc((n ? n : 1) * sizeof *out->logprobs);
-    size_t k1, k2;
-    if (!s_rd_numbers(f.ids, end, max_ids, &k1, out->ids, NULL) ||
-        !s_rd_numbers(f.tl, end, max_ids, &k2, NULL, out->logprobs)) {
+        !(s_key_is(s, sn, "stop") || s_key_is(s, sn, "length"))) {
         gw_completion_clear(out);
         return LISA_UNSUPPORTED;
     }
+    int64_t pv = 0;
+    const char *pvat = f.choices_pv ? f.choices_pv : f.pv;
+    if (pvat && (!s_rd_int_at(pvat, end, &pv) || pv < 0)) {
+        gw_completion_clear(out);
+        return LISA_UNSUPPORTED;
+    }
+    if (!out->ids)
+        out->ids = lisa_malloc(sizeof *out->ids);
+    if (!out->logprobs)
+        out->logprobs = lisa_malloc(sizeof *out->logprobs);
     out->n = n;
     memcpy(out->finish_reason, s, sn);
     out->finish_reason[sn] = '\0';
