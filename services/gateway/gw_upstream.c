@@ -93,20 +93,35 @@ s_json_str(s_buf_t *b, const char *s)
     json_decref(j);
 }
 
+/* "00".."99": ids are written two digits at a time */
+static const char s_digits2[] =
+    "00010203040506070809101112131415161718192021222324"
+    "25262728293031323334353637383940414243444546474849"
+    "50515253545556575859606162636465666768697071727374"
+    "75767778798081828384858687888990919293949596979899";
+
 size_t
 gw_upstream_write_ids(char *dst, const uint32_t *ids, size_t n)
 {
     char *w = dst;
     for (size_t i = 0; i < n; i++) {
         char tmp[10];
-        int k = 0;
+        char *t = tmp + sizeof tmp;
         uint32_t v = ids[i];
-        do {
-            tmp[k++] = (char) ('0' + v % 10);
-            v /= 10;
-        } while (v);
-        while (k)
-            *w++ = tmp[--k];
+        while (v >= 100) {
+            uint32_t r = v % 100;
+            v /= 100;
+            t -= 2;
+            memcpy(t, s_digits2 + 2 * r, 2);
+        }
+        if (v >= 10) {
+            t -= 2;
+            memcpy(t, s_digits2 + 2 * v, 2);
+        } else
+            *--t = (char) ('0' + v);
+        size_t k = (size_t) (tmp + sizeof tmp - t);
+        memcpy(w, t, k);
+        w += k;
         *w++ = ',';
     }
     if (n)

@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,4 +254,29 @@ Test(gw_upstream, body_split_equals_body_parts)
                 free(pre);
                 free(post);
             }
+}
+
+/* Ids are written as printf writes them, one comma between. */
+Test(gw_upstream, write_ids_matches_printf)
+{
+    uint32_t ids[64];
+    size_t n = 0;
+    uint32_t edge[] = {0,        1,         9,          10,     99,
+                       100,      101,       999,        1000,   9999,
+                       10000,    65535,     99999,      151643, 1000000,
+                       99999999, 100000000, 4294967295u};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ids[n++] = edge[i];
+    for (uint32_t v = 7; n < 64; v = v * 13 + 5)
+        ids[n++] = v;
+    char got[64 * 11], want[64 * 11];
+    size_t len = gw_upstream_write_ids(got, ids, n);
+    cr_assert_leq(len, GW_UPSTREAM_ID_TEXT_MAX(n));
+    got[len] = '\0';
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t) snprintf(want + k, sizeof want - k, i ? ",%u" : "%u",
+                               ids[i]);
+    cr_assert_str_eq(got, want);
+    cr_assert_eq(gw_upstream_write_ids(got, ids, 0), 0);
 }
