@@ -899,7 +899,8 @@ lisa_http_req_stream_push(lisa_http_req_t *req, const void *data, size_t len)
         req->sq = lisa_realloc(req->sq, cap);
         req->sq_cap = cap;
     }
-    memcpy(req->sq + req->sq_len, data, len);
+    if (len) /* an empty push has nothing to copy (sq may be NULL) */
+        memcpy(req->sq + req->sq_len, data, len);
     req->sq_len += len;
     if (req->stream_suspended) {
         req->stream_suspended = false;
