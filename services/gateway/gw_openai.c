@@ -940,9 +940,18 @@ s_jstr(lisa_buf_t *b, const char *s)
 static void
 s_jint(lisa_buf_t *b, long long v)
 {
+    /* "%lld" without printf (a few per call) */
     char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    lisa_buf_put(b, tmp, (size_t) n);
+    size_t k = sizeof tmp;
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long) v : (unsigned long long) v;
+    do {
+        tmp[--k] = (char) ('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[--k] = '-';
+    lisa_buf_put(b, tmp + k, sizeof tmp - k);
 }
 
 static bool

@@ -106,7 +106,22 @@ gw_trace_destroy(gw_trace_t **self)
 static void
 s_key(char *buf, size_t len, const char *rollout, uint32_t attempt)
 {
-    snprintf(buf, len, "%s#%u", rollout, attempt);
+    /* "%s#%u", cut to len like snprintf (this runs on every call) */
+    char num[12];
+    size_t k = sizeof num;
+    do {
+        num[--k] = (char) ('0' + attempt % 10);
+        attempt /= 10;
+    } while (attempt);
+    size_t rn = strlen(rollout), nn = sizeof num - k, at = 0;
+    size_t parts[3][2] = {{0, rn}, {0, 1}, {0, nn}};
+    const char *src[3] = {rollout, "#", num + k};
+    for (int i = 0; i < 3 && at + 1 < len; i++) {
+        size_t m = parts[i][1] < len - 1 - at ? parts[i][1] : len - 1 - at;
+        memcpy(buf + at, src[i], m);
+        at += m;
+    }
+    buf[at] = '\0';
 }
 
 gw_attempt_t *
