@@ -817,12 +817,27 @@ s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
                 *lpsp = lps = lisa_realloc(*lpsp, cap * sizeof *lps);
         }
         if (ids) {
-            int64_t v;
-            if (!s_rd_int_at(r.p, end, &v) || v < 0 || v > INT32_MAX)
-                return false;
-            ids[n] = (uint32_t) v;
-            bool is_int;
-            (void) s_rd_number(&r, &is_int);
+            /* the usual id: up to 10 digits, no sign, no leading zero,
+             * read in one scan; anything else the long way */
+            const char *q = r.p;
+            uint64_t x = 0;
+            while (q < end && *q >= '0' && *q <= '9' && q - r.p < 11)
+                x = x * 10 + (uint64_t) (*q++ - '0');
+            if (q > r.p && q - r.p <= 10 && (*r.p != '0' || q - r.p == 1) &&
+                (q == end || (*q != '.' && *q != 'e' && *q != 'E' &&
+                              (*q < '0' || *q > '9')))) {
+                if (x > INT32_MAX)
+                    return false;
+                ids[n] = (uint32_t) x;
+                r.p = q;
+            } else {
+                int64_t v;
+                if (!s_rd_int_at(r.p, end, &v) || v < 0 || v > INT32_MAX)
+                    return false;
+                ids[n] = (uint32_t) v;
+                bool is_int;
+                (void) s_rd_number(&r, &is_int);
+            }
         } else if (lps) {
             const char *q = r.p;
             bool is_int;
