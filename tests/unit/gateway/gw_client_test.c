@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* ---- helpers ------------------------------------------------------------ */
+/* ---- scaffolding ------------------------------------------------------- */
 
 typedef struct {
     int calls;
