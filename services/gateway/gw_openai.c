@@ -706,6 +706,7 @@ gw_chat_req_parse_after(const char *body, size_t len,
         rn += (size_t) (body + len - at);
         req->msgs_off = (size_t) (mb - body);
         req->known_len = known ? known->len : 0;
+        req->known_gen = known ? known->gen : 0;
         if (tb) {
             req->tools_off = (size_t) (tb - body);
             req->tools_len = (size_t) (te - tb);

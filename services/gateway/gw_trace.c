@@ -35,6 +35,9 @@ struct gw_attempt_t {
     size_t (*pre_span)[2];
     uint8_t (*pre_hash)[GW_DIGEST_LEN];
     size_t pre_n, pre_msgs, pre_tools_off, pre_tools_len;
+    uint64_t pre_gen; /* bumped by every keep: a request parsed against an
+                       * older prefix (another call committed meanwhile)
+                       * does not take its bytes as its own */
     bool has_history;
     bool based;
     bool busy;
@@ -300,12 +303,16 @@ gw_attempt_keep_prefix(gw_attempt_t *a, const gw_chat_req_t *req)
     size_t len = n && req->raw_len && req->raw_len[n - 1]
                      ? req->raw_off[n - 1] + req->raw_len[n - 1]
                      : 0;
+    uint64_t gen = a->pre_gen++;
     if (!len || len > S_MAX_PREFIX || !req->body) {
         a->pre_n = a->pre_len = 0;
         return;
     }
     /* the part known from the previous call is already here */
-    size_t have = a->pre_n && req->known_len == a->pre_len ? a->pre_len : 0;
+    size_t have =
+        a->pre_n && req->known_len == a->pre_len && req->known_gen == gen
+            ? a->pre_len
+            : 0;
     if (len > a->pre_cap) {
         size_t c = a->pre_cap ? a->pre_cap : 16384;
         while (c < len)
@@ -344,7 +351,8 @@ gw_attempt_prefix(const gw_attempt_t *a, gw_chat_prefix_t *out)
                                   (const uint8_t(*)[GW_DIGEST_LEN]) a->pre_hash,
                               .msgs_off = a->pre_msgs,
                               .tools_off = a->pre_tools_off,
-                              .tools_len = a->pre_tools_len};
+                              .tools_len = a->pre_tools_len,
+                              .gen = a->pre_gen};
     return true;
 }
 

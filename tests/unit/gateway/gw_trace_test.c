@@ -310,6 +310,13 @@ Test(gw_trace, kept_prefix_resumes_the_next_parse)
     cr_assert(gw_attempt_prefix(a, &k));
     cr_assert_eq(k.n, 4);
     cr_assert_eq(memcmp(k.bytes, b2, k.len), 0);
+    /* a request parsed against a prefix replaced since (another call
+     * committed in between) is copied whole, not appended */
+    gw_attempt_keep_prefix(a, &r1);
+    gw_attempt_keep_prefix(a, &r2);
+    cr_assert(gw_attempt_prefix(a, &k));
+    cr_assert_eq(k.n, 4);
+    cr_assert_eq(memcmp(k.bytes, b2, k.len), 0);
     gw_chat_req_clear(&lazy);
     gw_chat_req_clear(&r2);
     /* a body that differs inside the known part is scanned whole */
