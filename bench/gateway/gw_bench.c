@@ -394,10 +394,12 @@ s_free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* Waits up to 60 s for a listener (a gateway under valgrind takes a
+ * while to load its tokenizer). */
 static bool
 s_wait_port(uint16_t port)
 {
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < 6000; i++) {
         int fd = s_connect(port);
         if (fd >= 0) {
             close(fd);

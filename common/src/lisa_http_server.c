@@ -429,7 +429,13 @@ s_fill_peer(lisa_http_req_t *req, struct MHD_Connection *conn)
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char host[INET6_ADDRSTRLEN + 8] = "?";
     char serv[16] = "?";
-    if (ci && ci->client_addr) {
+    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET) {
+        /* what getnameinfo writes for IPv4, without its overhead */
+        const struct sockaddr_in *in =
+            (const struct sockaddr_in *) (const void *) ci->client_addr;
+        if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host)))
+            snprintf(serv, sizeof(serv), "%u", (unsigned) ntohs(in->sin_port));
+    } else if (ci && ci->client_addr) {
         socklen_t sl = ci->client_addr->sa_family == AF_INET6
                            ? (socklen_t) sizeof(struct sockaddr_in6)
                            : (socklen_t) sizeof(struct sockaddr_in);
@@ -893,7 +899,8 @@ lisa_http_req_stream_push(lisa_http_req_t *req, const void *data, size_t len)
         req->sq = lisa_realloc(req->sq, cap);
         req->sq_cap = cap;
     }
-    memcpy(req->sq + req->sq_len, data, len);
+    if (len) /* an empty push has nothing to copy (sq may be NULL) */
+        memcpy(req->sq + req->sq_len, data, len);
     req->sq_len += len;
     if (req->stream_suspended) {
         req->stream_suspended = false;

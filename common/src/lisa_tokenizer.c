@@ -94,6 +94,10 @@ struct lisa_tokenizer_t {
 
     bool nfc;
     pcre2_code *re[S_MAX_REGEX];
+    bool jit[S_MAX_REGEX];   /* re[i] was JIT-compiled: match through the
+                              * JIT's direct entry (no per-call checks) */
+    bool ascii[S_MAX_REGEX]; /* re[i] is S_QWEN_SPLIT: ASCII text is split
+                              * by s_ascii_match instead */
     size_t n_re;
     /* The patterns are linear per match, but a whitespace run of many
      * megabytes backtracks once per byte: PCRE2's default match limit
@@ -348,6 +352,102 @@ s_rewrite_pattern(const char *p)
     return o;
 }
 
+/* The Qwen2/Qwen3 pre-tokenizer pattern, as tokenizer.json writes it. */
+static const char S_QWEN_SPLIT[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* ASCII classes of S_QWEN_SPLIT under PCRE2_UCP: \s is tab, LF, VT, FF,
+ * CR and space; \p{L} the letters; \p{N} the digits. */
+static bool
+s_a_space(unsigned char c)
+{
+    return c == ' ' || (c >= 0x09 && c <= 0x0d);
+}
+
+static bool
+s_a_letter(unsigned char c)
+{
+    return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
+}
+
+static bool
+s_a_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static bool
+s_a_crlf(unsigned char c)
+{
+    return c == '\r' || c == '\n';
+}
+
+/* The end of S_QWEN_SPLIT's match at pos in ASCII text s[0, n) (pos < n):
+ * the match always starts at pos there, as some alternative takes any
+ * ASCII character; the alternatives are tried in the pattern's order,
+ * with PCRE's greedy backtracking worked out per alternative. */
+static size_t
+s_ascii_match(const unsigned char *s, size_t n, size_t pos)
+{
+    unsigned char c = s[pos];
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    if (c == '\'' && pos + 1 < n) {
+        unsigned char a = s[pos + 1] | 0x20;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd')
+            return pos + 2;
+        if (pos + 2 < n) {
+            unsigned char b = s[pos + 2] | 0x20;
+            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
+                (a == 'l' && b == 'l'))
+                return pos + 3;
+        }
+    }
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    size_t p = pos;
+    if (!s_a_crlf(c) && !s_a_letter(c) && !s_a_digit(c) && pos + 1 < n &&
+        s_a_letter(s[pos + 1]))
+        p = pos + 1;
+    if (s_a_letter(s[p])) {
+        while (p < n && s_a_letter(s[p]))
+            p++;
+        return p;
+    }
+    /* \p{N} */
+    if (s_a_digit(c))
+        return pos + 1;
+    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+    p = pos;
+    if (c == ' ' && pos + 1 < n)
+        p = pos + 1;
+#define S_A_OTHER(x) (!s_a_space(x) && !s_a_letter(x) && !s_a_digit(x))
+    if (!S_A_OTHER(s[p]) && p != pos)
+        p = pos; /* the optional space gives back */
+    if (S_A_OTHER(s[p])) {
+        while (p < n && S_A_OTHER(s[p]))
+            p++;
+        while (p < n && s_a_crlf(s[p]))
+            p++;
+        return p;
+    }
+#undef S_A_OTHER
+    /* whitespace from here: j ends the run */
+    size_t j = pos;
+    while (j < n && s_a_space(s[j]))
+        j++;
+    /* \s*[\r\n]+ : through the run's last CR or LF */
+    for (size_t k = j; k > pos; k--)
+        if (s_a_crlf(s[k - 1]))
+            return k;
+    /* \s+(?!\S) : the run, less its last character unless it ends s */
+    if (j == n)
+        return j;
+    if (j - pos >= 2)
+        return j - 1;
+    /* \s+ */
+    return j;
+}
+
 static lisa_rc_t
 s_add_regex(lisa_tokenizer_t *self, const char *pattern_in)
 {
@@ -369,7 +469,8 @@ s_add_regex(lisa_tokenizer_t *self, const char *pattern_in)
         return LISA_INVALID;
     }
     /* JIT is an accelerator: without it matching still works. */
-    (void) pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    self->jit[self->n_re] = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
+    self->ascii[self->n_re] = strcmp(pattern_in, S_QWEN_SPLIT) == 0;
     self->re[self->n_re++] = re;
     return LISA_OK;
 }
@@ -1486,6 +1587,23 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
         return LISA_OK;
     if (level >= self->n_re)
         return s_word(self, w, (const uint8_t *) s, n, out);
+    if (self->ascii[level]) {
+        /* ASCII text: the pattern's matches without pcre2 */
+        size_t i = 0;
+        while (i < n && (unsigned char) s[i] < 0x80)
+            i++;
+        if (i == n) {
+            for (size_t pos = 0; pos < n;) {
+                size_t me = s_ascii_match((const unsigned char *) s, n, pos);
+                lisa_rc_t rc =
+                    s_pretok(self, w, level + 1, s + pos, me - pos, out);
+                if (rc != LISA_OK)
+                    return rc;
+                pos = me;
+            }
+            return LISA_OK;
+        }
+    }
     pcre2_code *re = self->re[level];
     if (!w->md[level])
         w->md[level] = pcre2_match_data_create_from_pattern(re, NULL);
@@ -1493,8 +1611,12 @@ s_pretok(lisa_tokenizer_t *self, s_work_t *w, size_t level, const char *s,
     size_t pos = 0, last = 0;
     lisa_rc_t rc = LISA_OK;
     while (pos < n) {
-        int r = pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK, md,
-                            self->mctx);
+        /* the text was checked as UTF-8 once, in lisa_tokenizer_encode */
+        int r =
+            self->jit[level]
+                ? pcre2_jit_match(re, (PCRE2_SPTR) s, n, pos, 0, md, self->mctx)
+                : pcre2_match(re, (PCRE2_SPTR) s, n, pos, PCRE2_NO_UTF_CHECK,
+                              md, self->mctx);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0) {

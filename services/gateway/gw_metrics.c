@@ -112,10 +112,31 @@ gw_metrics_destroy(gw_metrics_t **self)
 static long
 s_family(const char *name)
 {
+    /* callers pass the table's literals: their address usually matches */
+    for (size_t i = 0; i < S_NFAM; i++)
+        if (s_families[i].name == name)
+            return (long) i;
     for (size_t i = 0; i < S_NFAM; i++)
         if (strcmp(s_families[i].name, name) == 0)
             return (long) i;
     return -1;
+}
+
+/* "name{labels}" into key (room for 512 bytes, cut like snprintf). */
+static void
+s_key(char *key, const char *name, const char *labels)
+{
+    size_t nn = strlen(name), ln = labels ? strlen(labels) : 0;
+    if (nn > 509)
+        nn = 509;
+    if (ln > 509 - nn)
+        ln = 509 - nn;
+    memcpy(key, name, nn);
+    key[nn] = '{';
+    if (ln)
+        memcpy(key + nn + 1, labels, ln);
+    key[nn + 1 + ln] = '}';
+    key[nn + 2 + ln] = '\0';
 }
 
 static s_series_t *
@@ -128,7 +149,7 @@ s_get(gw_metrics_t *self, const char *name, const char *labels, s_kind_t kind)
         return NULL;
     }
     char key[512];
-    snprintf(key, sizeof key, "%s{%s}", name, labels ? labels : "");
+    s_key(key, name, labels);
     s_series_t *s = zhashx_lookup(self->series, key);
     if (!s) {
         s = lisa_calloc(1, sizeof *s);
@@ -176,7 +197,7 @@ double
 gw_metrics_get(const gw_metrics_t *self, const char *name, const char *labels)
 {
     char key[512];
-    snprintf(key, sizeof key, "%s{%s}", name, labels ? labels : "");
+    s_key(key, name, labels);
     s_series_t *s = zhashx_lookup(self->series, key);
     return s ? s->value : 0.0;
 }

@@ -6,6 +6,7 @@
  */
 #include "gw_openai.h"
 
+#include "gw_json.h"
 #include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_unicode.h"
@@ -484,74 +485,109 @@ typedef struct {
     size_t n, cap;
 } s_spans_t;
 
+/* Scans the messages array's elements from q: right after its '[' when
+ * `after` is false, else right after an element. Each element's bytes go
+ * to spans; returns the position after the closing ']' or NULL. */
+static const char *
+s_scan_elems(const char *q, const char *end, bool after, s_spans_t *spans)
+{
+    if (!after) {
+        q = s_ws(q, end);
+        if (q < end && *q == ']')
+            return q + 1;
+    }
+    for (;;) {
+        if (!after) {
+            const char *e = s_skip_value(q, end, 2);
+            if (!e)
+                return NULL;
+            if (spans->n == spans->cap) {
+                spans->cap = spans->cap ? spans->cap * 2 : 64;
+                spans->v =
+                    lisa_realloc(spans->v, spans->cap * sizeof *spans->v);
+            }
+            spans->v[spans->n++] = q;
+            spans->v[spans->n++] = e;
+            if (spans->n > 2 * GW_MAX_MESSAGES)
+                return NULL; /* the whole parse refuses it */
+            q = e;
+        }
+        after = false;
+        q = s_ws(q, end);
+        if (q < end && *q == ',') {
+            q = s_ws(q + 1, end);
+            continue;
+        }
+        if (q < end && *q == ']')
+            return q + 1;
+        return NULL;
+    }
+}
+
 /* Finds the top-level "messages" array and each element's bytes. False
  * when the body is not a simple object with one such array (the caller
- * then parses it whole, which also yields the right error message). */
+ * then parses it whole, which also yields the right error message).
+ * With `known`, the body's first known->len bytes are those of a body
+ * scanned before (spans already filled): the scan resumes after them,
+ * inside the messages array right after its last known element. */
 static bool
-s_scan(const char *body, size_t len, const char **mb, const char **me,
-       const char **tb, const char **te, s_spans_t *spans)
+s_scan(const char *body, size_t len, const gw_chat_prefix_t *known,
+       const char **mb, const char **me, const char **tb, const char **te,
+       s_spans_t *spans)
 {
     *tb = *te = NULL;
     const char *p = s_ws(body, body + len), *end = body + len;
     *mb = *me = NULL;
-    if (p >= end || *p != '{')
-        return false;
-    p = s_ws(p + 1, end);
-    if (p < end && *p == '}')
-        return false;
-    for (;;) {
-        const char *k = p;
-        if (p >= end || *p != '"' || !(p = s_skip_string(p, end)))
-            return false;
-        bool is_msgs =
-            (size_t) (p - k) == 10 && memcmp(k, "\"messages\"", 10) == 0;
-        bool is_tools = (size_t) (p - k) == 7 && memcmp(k, "\"tools\"", 7) == 0;
-        p = s_ws(p, end);
-        if (p >= end || *p != ':')
+    bool resume = known != NULL;
+    if (resume) {
+        *mb = body + known->msgs_off;
+        if (known->tools_len) {
+            *tb = body + known->tools_off;
+            *te = *tb + known->tools_len;
+        }
+        p = body + known->len;
+    } else {
+        if (p >= end || *p != '{')
             return false;
         p = s_ws(p + 1, end);
-        const char *v = p;
-        if (is_msgs) {
-            /* one pass over the array: each element's bytes */
-            if (*mb || p >= end || *v != '[')
-                return false;
-            const char *q = s_ws(v + 1, end);
-            if (q < end && *q == ']')
-                q++;
-            else
-                for (;;) {
-                    const char *e = s_skip_value(q, end, 2);
-                    if (!e)
-                        return false;
-                    if (spans->n == spans->cap) {
-                        spans->cap = spans->cap ? spans->cap * 2 : 64;
-                        spans->v = lisa_realloc(spans->v,
-                                                spans->cap * sizeof *spans->v);
-                    }
-                    spans->v[spans->n++] = q;
-                    spans->v[spans->n++] = e;
-                    if (spans->n > 2 * GW_MAX_MESSAGES)
-                        return false; /* the whole parse refuses it */
-                    q = s_ws(e, end);
-                    if (q < end && *q == ',') {
-                        q = s_ws(q + 1, end);
-                        continue;
-                    }
-                    if (q < end && *q == ']') {
-                        q++;
-                        break;
-                    }
-                    return false;
-                }
-            *mb = v;
-            *me = p = q;
-        } else if (!(p = s_skip_value(p, end, 1)))
+        if (p < end && *p == '}')
             return false;
-        if (is_tools) {
-            if (*tb)
+    }
+    for (;;) {
+        if (resume) {
+            resume = false;
+            if (!(p = s_scan_elems(p, end, true, spans)))
                 return false;
-            *tb = v;
-            *te = p;
+            *me = p;
+        } else {
+            const char *k = p;
+            if (p >= end || *p != '"' || !(p = s_skip_string(p, end)))
+                return false;
+            bool is_msgs =
+                (size_t) (p - k) == 10 && memcmp(k, "\"messages\"", 10) == 0;
+            bool is_tools =
+                (size_t) (p - k) == 7 && memcmp(k, "\"tools\"", 7) == 0;
+            p = s_ws(p, end);
+            if (p >= end || *p != ':')
+                return false;
+            p = s_ws(p + 1, end);
+            const char *v = p;
+            if (is_msgs) {
+                /* one pass over the array: each element's bytes */
+                if (*mb || p >= end || *v != '[')
+                    return false;
+                if (!(p = s_scan_elems(v + 1, end, false, spans)))
+                    return false;
+                *mb = v;
+                *me = p;
+            } else if (!(p = s_skip_value(p, end, 1)))
+                return false;
+            if (is_tools) {
+                if (*tb)
+                    return false;
+                *tb = v;
+                *te = p;
+            }
         }
         p = s_ws(p, end);
         if (p < end && *p == ',') {
@@ -568,7 +604,7 @@ static lisa_rc_t
 s_parse_root(gw_chat_req_t *req, const char *body, size_t len, gw_err_t *err)
 {
     json_error_t jerr;
-    req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    req->root = gw_json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->root)
         return S_BAD(NULL,
                      "We could not parse the JSON body of your request "
@@ -589,6 +625,7 @@ s_alloc_msgs(gw_chat_req_t *req, size_t n, gw_err_t *err)
                      GW_MAX_MESSAGES);
     req->n_msgs = n;
     req->raw = lisa_calloc(n, sizeof *req->raw);
+    req->raw_off = lisa_calloc(n, sizeof *req->raw_off);
     req->raw_len = lisa_calloc(n, sizeof *req->raw_len);
     req->raw_hash = lisa_calloc(n, GW_DIGEST_LEN);
     return LISA_OK;
@@ -598,13 +635,51 @@ lisa_rc_t
 gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
                        gw_err_t *err)
 {
+    return gw_chat_req_parse_after(body, len, NULL, req, err);
+}
+
+/* True when `known` describes the beginning of this body. */
+static bool
+s_known_fits(const char *body, size_t len, const gw_chat_prefix_t *k)
+{
+    return k && k->n && k->len < len && k->n <= GW_MAX_MESSAGES &&
+           k->msgs_off < k->span[0][0] &&
+           k->span[k->n - 1][0] + k->span[k->n - 1][1] == k->len &&
+           (!k->tools_len || k->tools_off + k->tools_len <= k->msgs_off) &&
+           memcmp(body, k->bytes, k->len) == 0;
+}
+
+lisa_rc_t
+gw_chat_req_parse_after(const char *body, size_t len,
+                        const gw_chat_prefix_t *known, gw_chat_req_t *req,
+                        gw_err_t *err)
+{
     memset(req, 0, sizeof *req);
     req->temperature = -1;
     req->top_p = -1;
     lisa_rc_t rc = LISA_INVALID;
     s_spans_t spans = {NULL, 0, 0};
     const char *mb, *me, *tb, *te;
-    if (s_scan(body, len, &mb, &me, &tb, &te, &spans)) {
+    if (!s_known_fits(body, len, known))
+        known = NULL;
+    if (known) {
+        spans.cap = 2 * known->n + 64;
+        spans.v = lisa_malloc(spans.cap * sizeof *spans.v);
+        for (size_t i = 0; i < known->n; i++) {
+            spans.v[spans.n++] = body + known->span[i][0];
+            spans.v[spans.n++] = body + known->span[i][0] + known->span[i][1];
+        }
+    }
+    bool scanned = s_scan(body, len, known, &mb, &me, &tb, &te, &spans);
+    if (!scanned && known) {
+        /* what follows the known part is not as simple: scan it all, so
+         * the outcome is exactly that of a body seen the first time */
+        known = NULL;
+        spans.n = 0;
+        scanned = s_scan(body, len, NULL, &mb, &me, &tb, &te, &spans);
+    }
+    req->body = body;
+    if (scanned) {
         /* the body without its messages and tools: their values become
          * [] and null; both are kept as raw bytes */
         char *rest = lisa_malloc(len + 8);
@@ -629,7 +704,12 @@ gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
         }
         memcpy(rest + rn, at, (size_t) (body + len - at));
         rn += (size_t) (body + len - at);
+        req->msgs_off = (size_t) (mb - body);
+        req->known_len = known ? known->len : 0;
+        req->known_gen = known ? known->gen : 0;
         if (tb) {
+            req->tools_off = (size_t) (tb - body);
+            req->tools_len = (size_t) (te - tb);
             const char *q = s_ws(tb + 1, te);
             req->has_tools = *tb != 'n' && !(*tb == '[' && *q == ']');
             if (req->has_tools) {
@@ -650,8 +730,13 @@ gw_chat_req_parse_lazy(const char *body, size_t len, gw_chat_req_t *req,
             for (; i < req->n_msgs; i++) {
                 const char *b = spans.v[2 * i], *e = spans.v[2 * i + 1];
                 req->raw[i] = b;
+                req->raw_off[i] = (size_t) (b - body);
                 req->raw_len[i] = (size_t) (e - b);
-                s_raw_hash(b, req->raw_len[i], req->raw_hash[i]);
+                /* a known message's bytes are the ones hashed before */
+                if (known && i < known->n)
+                    memcpy(req->raw_hash[i], known->hash[i], GW_DIGEST_LEN);
+                else
+                    s_raw_hash(b, req->raw_len[i], req->raw_hash[i]);
                 json_array_append_new(req->messages, json_null());
             }
             json_object_set(req->root, "messages", req->messages);
@@ -684,8 +769,8 @@ gw_chat_req_msg(gw_chat_req_t *req, size_t i, gw_err_t *err)
     json_t *m;
     if (req->raw[i]) {
         json_error_t jerr;
-        m = json_loadb(req->raw[i], req->raw_len[i], JSON_REJECT_DUPLICATES,
-                       &jerr);
+        m = gw_json_loadb(req->raw[i], req->raw_len[i], JSON_REJECT_DUPLICATES,
+                          &jerr);
         req->raw[i] = NULL; /* parsed (or refused) once */
         if (!m) {
             S_BAD("messages", "messages[%zu] is not valid JSON (%s)", i,
@@ -716,8 +801,8 @@ gw_chat_req_tools(gw_chat_req_t *req, gw_err_t *err)
     err->status = 0;
     if (req->tools_raw) {
         json_error_t jerr;
-        json_t *t = json_loadb(req->tools_raw, req->tools_raw_len,
-                               JSON_REJECT_DUPLICATES, &jerr);
+        json_t *t = gw_json_loadb(req->tools_raw, req->tools_raw_len,
+                                  JSON_REJECT_DUPLICATES, &jerr);
         req->tools_raw = NULL;
         if (!t || s_check_tools(t, err) != LISA_OK) {
             if (!t)
@@ -759,6 +844,7 @@ gw_chat_req_clear(gw_chat_req_t *req)
     json_decref(req->root);
     json_decref(req->messages);
     lisa_free(&req->raw);
+    lisa_free(&req->raw_off);
     lisa_free(&req->raw_len);
     lisa_free(&req->raw_hash);
     memset(req, 0, sizeof *req);
@@ -855,9 +941,18 @@ s_jstr(lisa_buf_t *b, const char *s)
 static void
 s_jint(lisa_buf_t *b, long long v)
 {
+    /* "%lld" without printf (a few per call) */
     char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    lisa_buf_put(b, tmp, (size_t) n);
+    size_t k = sizeof tmp;
+    unsigned long long u =
+        v < 0 ? 0ull - (unsigned long long) v : (unsigned long long) v;
+    do {
+        tmp[--k] = (char) ('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[--k] = '-';
+    lisa_buf_put(b, tmp + k, sizeof tmp - k);
 }
 
 static bool
@@ -1015,9 +1110,11 @@ s_feed(EVP_MD_CTX *ctx, const char *s)
 static void
 s_feed_args(EVP_MD_CTX *ctx, const char *args)
 {
-    json_t *v = args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
-    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
-                : NULL;
+    json_t *v =
+        args ? gw_json_loadb(args, strlen(args), JSON_DECODE_ANY, NULL) : NULL;
+    char *s =
+        v ? gw_json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+          : NULL;
     s_feed(ctx, s ? s : args);
     free(s);
     json_decref(v);
@@ -1130,7 +1227,7 @@ gw_tools_digest(const json_t *tools, uint8_t out[GW_DIGEST_LEN])
 {
     EVP_MD_CTX *ctx = s_start();
     if (tools && json_array_size(tools) > 0) {
-        char *s = json_dumps(tools, JSON_COMPACT | JSON_SORT_KEYS);
+        char *s = gw_json_dumps(tools, JSON_COMPACT | JSON_SORT_KEYS);
         s_feed(ctx, s);
         free(s);
     }

@@ -59,8 +59,15 @@ typedef struct {
     json_t *root;     /* the parsed body without its messages (owned) */
     json_t *messages; /* array of n_msgs: parsed messages or null slots */
     size_t n_msgs;
-    const char **raw; /* raw bytes of each message (borrow the body) */
-    size_t *raw_len;  /* NULL entries when the body was parsed whole */
+    const char *body;   /* the body parsed (borrowed) */
+    const char **raw;   /* raw bytes of each message (borrow the body) */
+    size_t *raw_off;    /* where each message starts in the body */
+    size_t *raw_len;    /* NULL entries when the body was parsed whole */
+    size_t msgs_off;    /* where the messages array starts ('[') */
+    size_t tools_off;   /* where the "tools" value starts, and its length */
+    size_t tools_len;   /* (0: no "tools" key found by the scan) */
+    size_t known_len;   /* bytes taken as known by gw_chat_req_parse_after */
+    uint64_t known_gen; /* and the gen of the prefix they came from */
     uint8_t (*raw_hash)[GW_DIGEST_LEN]; /* hash of each message's bytes */
     json_t *tools;  /* array or NULL; lazily parsed (gw_chat_req_tools) */
     bool has_tools; /* a non-empty tools array was sent */
@@ -89,6 +96,32 @@ lisa_rc_t gw_chat_req_parse(const char *body, size_t len, gw_chat_req_t *req,
 lisa_rc_t gw_chat_req_parse_lazy(const char *body, size_t len,
                                  gw_chat_req_t *req,
                                  gw_err_t *err) LISA_NODISCARD;
+
+/* What is known of a body's beginning from the same attempt's previous
+ * request: its first `len` bytes run through the end of message n-1 (no
+ * further); each of those messages' offset and length in it, and the
+ * hash of its bytes (as gw_chat_req_t.raw_hash); where the messages
+ * array starts; the tools array's span when it came before the messages
+ * (tools_len 0 otherwise). */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    size_t n;
+    const size_t (*span)[2]; /* offset, length */
+    const uint8_t (*hash)[GW_DIGEST_LEN];
+    size_t msgs_off;
+    size_t tools_off, tools_len;
+    uint64_t gen; /* which remembered prefix this is (copied to the request) */
+} gw_chat_prefix_t;
+
+/* gw_chat_req_parse_lazy, for a body that may begin with `known` (NULL:
+ * nothing known): when its first known->len bytes are those bytes, they
+ * are neither scanned nor hashed again. The outcome is the same as
+ * gw_chat_req_parse_lazy's in every case. */
+lisa_rc_t gw_chat_req_parse_after(const char *body, size_t len,
+                                  const gw_chat_prefix_t *known,
+                                  gw_chat_req_t *req,
+                                  gw_err_t *err) LISA_NODISCARD;
 
 /* Message i, parsed and validated on first use (borrowed); NULL with *err
  * filled when it is malformed. */

@@ -6,6 +6,7 @@
  */
 #include "gw_render.h"
 
+#include "gw_json.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -117,7 +118,7 @@ s_tools_block(s_str_t *s, const json_t *messages, const json_t *tools)
     json_array_foreach(tools, i, t)
     {
         /* Python's json.dumps defaults: ", " and ": ", no ASCII escaping */
-        char *j = json_dumps(t, JSON_PRESERVE_ORDER);
+        char *j = gw_json_dumps(t, JSON_PRESERVE_ORDER);
         s_cat(s, "\n");
         s_cat(s, j);
         free(j);
@@ -238,7 +239,7 @@ s_skip_ws(const char *p, const char *end)
 static bool
 s_parse_call(const char *p, size_t n, const char *id, gw_tool_call_t *call)
 {
-    json_t *o = json_loadb(p, n, 0, NULL);
+    json_t *o = gw_json_loadb(p, n, 0, NULL);
     const char *name = json_string_value(json_object_get(o, "name"));
     json_t *args = json_object_get(o, "arguments");
     if (!json_is_object(o) || !name ||
@@ -252,12 +253,13 @@ s_parse_call(const char *p, size_t n, const char *id, gw_tool_call_t *call)
     if (json_is_string(args))
         call->arguments = lisa_strdup(json_string_value(args));
     else {
-        char *a = json_dumps(args, JSON_PRESERVE_ORDER);
+        char *a = gw_json_dumps(args, JSON_PRESERVE_ORDER);
         call->arguments = lisa_strdup(a);
         free(a);
         /* the digest's form, from the tree already here (reading the
          * arguments text back gives the same tree) */
-        a = json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        a = gw_json_dumps(args,
+                          JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
         call->canonical = a ? lisa_strdup(a) : NULL;
         free(a);
     }

@@ -12,6 +12,7 @@
  */
 #include "gw_server.h"
 
+#include "gw_client.h"
 #include "gw_metrics.h"
 #include "gw_openai.h"
 #include "gw_pool.h"
@@ -28,6 +29,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -52,7 +54,8 @@ struct gw_server_t {
     gw_config_t cfg;
     zloop_t *loop;
     lisa_http_server_t *http;
-    lisa_http_client_t *hc;
+    lisa_http_client_t *hc; /* health checks, passthrough, named hosts */
+    gw_client_t *gc;        /* engine calls to literal addresses */
     lisa_rpc_t *rpc;
     gw_trace_t *trace;
     gw_pool_t *pool;
@@ -94,10 +97,25 @@ static void
 s_count(gw_server_t *srv, const char *route, unsigned status, int64_t t0_us)
 {
     char labels[96];
-    snprintf(labels, sizeof labels, "route=\"%s\",code=\"%s\"", route,
-             s_status_label(status));
+    size_t rn = strnlen(route, 60);
+    /* route="R",code="NNN" and route="R", without printf (every call) */
+    memcpy(labels, "route=\"", 7);
+    memcpy(labels + 7, route, rn);
+    size_t at = 7 + rn;
+    labels[at++] = '"';
+    if (status >= 100 && status < 1000) {
+        memcpy(labels + at, ",code=\"", 7);
+        at += 7;
+        labels[at++] = (char) ('0' + status / 100);
+        labels[at++] = (char) ('0' + status / 10 % 10);
+        labels[at++] = (char) ('0' + status % 10);
+        labels[at++] = '"';
+        labels[at] = '\0';
+    } else
+        snprintf(labels + at, sizeof labels - at, ",code=\"%s\"",
+                 s_status_label(status));
     gw_metrics_add(srv->m, "lisa_gateway_requests_total", labels, 1);
-    snprintf(labels, sizeof labels, "route=\"%s\"", route);
+    labels[8 + rn] = '\0';
     gw_metrics_observe(srv->m, "lisa_gateway_request_seconds", labels,
                        (double) (zclock_usecs() - t0_us) / 1e6);
 }
@@ -374,6 +392,13 @@ typedef struct {
     uint8_t tools[GW_DIGEST_LEN];
     gw_attempt_t *a; /* valid while begun (busy attempts stay put) */
     bool begun;
+    /* the engine request: pre + the attempt's id text (borrowed: it does
+     * not change while the call runs) + post; `body` joins them for
+     * lisa_http_client, only when an engine is called through it */
+    char *pre, *post;
+    size_t pre_len, post_len;
+    const char *text;
+    size_t text_len;
     char *body;
     size_t body_len;
     char engine[160];
@@ -394,6 +419,8 @@ s_chat_free(s_chat_t **cp)
         gw_attempt_abort(c->a);
     gw_chat_req_clear(&c->chat);
     lisa_free(&c->dig);
+    lisa_free(&c->pre);
+    lisa_free(&c->post);
     lisa_free(&c->body);
     lisa_free(cp);
 }
@@ -508,12 +535,11 @@ s_chat_render(s_chat_t *c)
                        .n_stop_ids = n_stop_ids,
                        .stop = c->chat.stop,
                        .n_stop = c->chat.n_stop};
-    const char *text;
-    size_t text_len, n_tail;
+    size_t n_tail;
     const uint32_t *tail;
-    gw_attempt_prompt_parts(a, &text, &text_len, &tail, &n_tail);
-    c->body =
-        gw_upstream_body_parts(text, text_len, tail, n_tail, &s, &c->body_len);
+    gw_attempt_prompt_parts(a, &c->text, &c->text_len, &tail, &n_tail);
+    gw_upstream_body_split(c->text_len, tail, n_tail, &s, &c->pre, &c->pre_len,
+                           &c->post, &c->post_len);
     gw_metrics_add(srv->m, "lisa_gateway_tokens_in_total", NULL,
                    (double) appended);
     gw_metrics_add(srv->m, "lisa_gateway_prompt_tokens_total", NULL,
@@ -554,6 +580,7 @@ s_chat_based(void *arg, uint64_t request_id, lisa_rc_t rc,
 }
 
 static void s_chat_done(lisa_http_response_t *resp, void *arg);
+static void s_chat_gdone(const gw_client_resp_t *resp, void *arg);
 
 static void
 s_chat_send(s_chat_t *c)
@@ -578,6 +605,41 @@ s_chat_send(s_chat_t *c)
     gw_attempt_set_engine(c->a, id);
     char full[2048];
     snprintf(full, sizeof full, "%s/v1/completions", url);
+    if (gw_client_url_ok(full)) {
+        gw_pool_call_started(srv->pool, id);
+        c->tries++;
+        c->up_t0_us = zclock_usecs();
+        if (c->tries == 1)
+            gw_metrics_observe(srv->m, "lisa_gateway_stage_seconds",
+                               "stage=\"prepare\"",
+                               (double) (c->up_t0_us - c->c.t0_us) / 1e6);
+        s_track(srv, &c->c, S_KIND_CHAT);
+        /* the body stays put until the call ends; the callback may run
+         * before this returns (a refused connection), and nothing here
+         * touches c after it */
+        struct iovec parts[3] = {
+            {.iov_base = c->pre, .iov_len = c->pre_len},
+            {.iov_base = (void *) (uintptr_t) c->text, .iov_len = c->text_len},
+            {.iov_base = c->post, .iov_len = c->post_len}};
+        if (gw_client_postv(srv->gc, full, parts, 3,
+                            (long) srv->cfg.upstream_timeout_ms, 2000,
+                            s_chat_gdone, c, NULL) != LISA_OK) {
+            s_untrack(srv, &c->c);
+            gw_pool_call_ended(srv->pool, id, false);
+            gw_err_set(&err, LISA_ERR, 500, "server_error", NULL, NULL,
+                       "could not start the engine call");
+            s_chat_fail(&c, &err);
+        }
+        return;
+    }
+    if (!c->body) {
+        c->body_len = c->pre_len + c->text_len + c->post_len;
+        c->body = lisa_malloc(c->body_len + 1);
+        memcpy(c->body, c->pre, c->pre_len);
+        memcpy(c->body + c->pre_len, c->text, c->text_len);
+        memcpy(c->body + c->pre_len + c->text_len, c->post, c->post_len);
+        c->body[c->body_len] = '\0';
+    }
     /* no "Expect: 100-continue" round trip before the body */
     static const char *const hdrs[] = {"Content-Type: application/json",
                                        "Expect:", NULL};
@@ -654,10 +716,12 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
         gw_attempt_commit(c->a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,
                           c->n_dig, c->tools, rdig, &s, &span);
     c->begun = false;
-    if (rc == LISA_OK)
+    if (rc == LISA_OK) {
         gw_attempt_cache(c->a,
                          (const uint8_t(*)[GW_DIGEST_LEN]) c->chat.raw_hash,
                          (const uint8_t(*)[GW_DIGEST_LEN]) c->dig, c->n_dig);
+        gw_attempt_keep_prefix(c->a, &c->chat);
+    }
     if (rc != LISA_OK) {
         gw_reply_clear(&reply);
         gw_err_set(&err, rc, 400, "invalid_request_error",
@@ -709,16 +773,16 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     s_chat_free(&c);
 }
 
+/* The engine call ended: rc and status as lisa_http_client reports them,
+ * the body, and the transport's error text. */
 static void
-s_chat_done(lisa_http_response_t *resp, void *arg)
+s_chat_result(s_chat_t *c, lisa_rc_t rc, long status, const char *body,
+              size_t len, const char *error)
 {
-    s_chat_t *c = arg;
     s_untrack(c->c.srv, &c->c);
     c->up_done_us = zclock_usecs();
     gw_server_t *srv = c->c.srv;
     gw_err_t err;
-    lisa_rc_t rc = lisa_http_response_rc(resp);
-    long status = lisa_http_response_status(resp);
     bool conn = rc == LISA_UNAVAILABLE || rc == LISA_ERR;
     gw_pool_call_ended(srv->pool, c->engine, conn);
     char labels[200];
@@ -734,8 +798,7 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
             return;
         }
         gw_err_set(&err, rc, 502, "server_error", "engine_unreachable", NULL,
-                   "the generation engine could not be reached (%s)",
-                   lisa_http_response_error(resp));
+                   "the generation engine could not be reached (%s)", error);
         s_chat_fail(&c, &err);
         return;
     }
@@ -757,8 +820,6 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
         s_chat_fail(&c, &err);
         return;
     }
-    size_t len;
-    const char *body = lisa_http_response_body(resp, &len);
     gw_completion_t comp;
     char why[160];
     if (gw_upstream_parse(body, len, srv->cfg.max_context, &comp, why,
@@ -772,6 +833,23 @@ s_chat_done(lisa_http_response_t *resp, void *arg)
     }
     s_chat_answer(c, &comp);
     gw_completion_clear(&comp);
+}
+
+static void
+s_chat_done(lisa_http_response_t *resp, void *arg)
+{
+    size_t len;
+    const char *body = lisa_http_response_body(resp, &len);
+    s_chat_result(arg, lisa_http_response_rc(resp),
+                  lisa_http_response_status(resp), body, len,
+                  lisa_http_response_error(resp));
+}
+
+static void
+s_chat_gdone(const gw_client_resp_t *resp, void *arg)
+{
+    s_chat_result(arg, resp->rc, resp->status, resp->body, resp->body_len,
+                  resp->error);
 }
 
 static void
@@ -803,7 +881,12 @@ s_chat(gw_server_t *srv, lisa_http_req_t *req, const char *route, int64_t t0_us,
         return;
     }
     const char *body = lisa_http_req_body(req, &len);
-    if (gw_chat_req_parse_lazy(body, len, &c->chat, &err) != LISA_OK) {
+    /* the history re-sent since the attempt's last call is not scanned
+     * again when its bytes are unchanged */
+    gw_chat_prefix_t known;
+    bool have = seen && gw_attempt_prefix(seen, &known);
+    if (gw_chat_req_parse_after(body, len, have ? &known : NULL, &c->chat,
+                                &err) != LISA_OK) {
         s_chat_fail(&c, &err);
         return;
     }
@@ -1653,7 +1736,8 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     }
     lisa_http_client_config_t hcc = {0};
     srv->hc = lisa_http_client_new(loop, &hcc);
-    if (!srv->hc)
+    srv->gc = gw_client_new(loop, LISA_HTTP_CLIENT_DEFAULT_MAX_RESPONSE);
+    if (!srv->hc || !srv->gc)
         goto fail;
     lisa_http_server_config_t hs = {
         .address = cfg->address && cfg->address[0] ? cfg->address : NULL,
@@ -1727,6 +1811,7 @@ gw_server_destroy(gw_server_t **self)
     }
     zhashx_destroy(&srv->done);
     lisa_http_client_destroy(&srv->hc); /* drops engine calls, no callbacks */
+    gw_client_destroy(&srv->gc);
     if (srv->calls) {
         s_ctx_t *c;
         while ((c = zlistx_first(srv->calls))) {

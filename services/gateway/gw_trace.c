@@ -29,6 +29,15 @@ struct gw_attempt_t {
     uint8_t tools[GW_DIGEST_LEN];
     uint8_t (*cache)[2][GW_DIGEST_LEN]; /* raw hash, digest */
     size_t n_cache, cap_cache;
+    /* the committed request's body through its last message */
+    char *pre;
+    size_t pre_len, pre_cap;
+    size_t (*pre_span)[2];
+    uint8_t (*pre_hash)[GW_DIGEST_LEN];
+    size_t pre_n, pre_msgs, pre_tools_off, pre_tools_len;
+    uint64_t pre_gen; /* bumped by every keep: a request parsed against an
+                       * older prefix (another call committed meanwhile)
+                       * does not take its bytes as its own */
     bool has_history;
     bool based;
     bool busy;
@@ -68,6 +77,9 @@ s_attempt_free(void **item)
     lisa_free(&a->text);
     lisa_free(&a->hist);
     lisa_free(&a->cache);
+    lisa_free(&a->pre);
+    lisa_free(&a->pre_span);
+    lisa_free(&a->pre_hash);
     lisa_free(&a->answer);
     lisa_free(&a->engine);
     lisa_free(&a);
@@ -97,7 +109,22 @@ gw_trace_destroy(gw_trace_t **self)
 static void
 s_key(char *buf, size_t len, const char *rollout, uint32_t attempt)
 {
-    snprintf(buf, len, "%s#%u", rollout, attempt);
+    /* "%s#%u", cut to len like snprintf (this runs on every call) */
+    char num[12];
+    size_t k = sizeof num;
+    do {
+        num[--k] = (char) ('0' + attempt % 10);
+        attempt /= 10;
+    } while (attempt);
+    size_t rn = strlen(rollout), nn = sizeof num - k, at = 0;
+    size_t parts[3][2] = {{0, rn}, {0, 1}, {0, nn}};
+    const char *src[3] = {rollout, "#", num + k};
+    for (int i = 0; i < 3 && at + 1 < len; i++) {
+        size_t m = parts[i][1] < len - 1 - at ? parts[i][1] : len - 1 - at;
+        memcpy(buf + at, src[i], m);
+        at += m;
+    }
+    buf[at] = '\0';
 }
 
 gw_attempt_t *
@@ -264,6 +291,68 @@ gw_attempt_cached_digest(const gw_attempt_t *a, size_t i,
     if (i >= a->n_cache || memcmp(a->cache[i][0], raw, GW_DIGEST_LEN) != 0)
         return false;
     memcpy(out, a->cache[i][1], GW_DIGEST_LEN);
+    return true;
+}
+
+#define S_MAX_PREFIX (4u << 20)
+
+void
+gw_attempt_keep_prefix(gw_attempt_t *a, const gw_chat_req_t *req)
+{
+    size_t n = req->n_msgs;
+    size_t len = n && req->raw_len && req->raw_len[n - 1]
+                     ? req->raw_off[n - 1] + req->raw_len[n - 1]
+                     : 0;
+    uint64_t gen = a->pre_gen++;
+    if (!len || len > S_MAX_PREFIX || !req->body) {
+        a->pre_n = a->pre_len = 0;
+        return;
+    }
+    /* the part known from the previous call is already here */
+    size_t have =
+        a->pre_n && req->known_len == a->pre_len && req->known_gen == gen
+            ? a->pre_len
+            : 0;
+    if (len > a->pre_cap) {
+        size_t c = a->pre_cap ? a->pre_cap : 16384;
+        while (c < len)
+            c *= 2;
+        a->pre = lisa_realloc(a->pre, c);
+        a->pre_cap = c;
+    }
+    memcpy(a->pre + have, req->body + have, len - have);
+    a->pre_len = len;
+    if (n > a->pre_n || !a->pre_span) {
+        a->pre_span = lisa_realloc(a->pre_span, n * sizeof *a->pre_span);
+        a->pre_hash = lisa_realloc(a->pre_hash, n * sizeof *a->pre_hash);
+    }
+    for (size_t i = 0; i < n; i++) {
+        a->pre_span[i][0] = req->raw_off[i];
+        a->pre_span[i][1] = req->raw_len[i];
+    }
+    memcpy(a->pre_hash, req->raw_hash, n * sizeof *a->pre_hash);
+    a->pre_n = n;
+    a->pre_msgs = req->msgs_off;
+    bool tools_before = req->tools_len && req->tools_off < req->msgs_off;
+    a->pre_tools_off = tools_before ? req->tools_off : 0;
+    a->pre_tools_len = tools_before ? req->tools_len : 0;
+}
+
+bool
+gw_attempt_prefix(const gw_attempt_t *a, gw_chat_prefix_t *out)
+{
+    if (!a->pre_n)
+        return false;
+    *out = (gw_chat_prefix_t){.bytes = a->pre,
+                              .len = a->pre_len,
+                              .n = a->pre_n,
+                              .span = (const size_t(*)[2]) a->pre_span,
+                              .hash =
+                                  (const uint8_t(*)[GW_DIGEST_LEN]) a->pre_hash,
+                              .msgs_off = a->pre_msgs,
+                              .tools_off = a->pre_tools_off,
+                              .tools_len = a->pre_tools_len,
+                              .gen = a->pre_gen};
     return true;
 }
 

@@ -94,6 +94,15 @@ bool gw_attempt_cached_digest(const gw_attempt_t *a, size_t i,
 void gw_attempt_cache(gw_attempt_t *a, const uint8_t (*raw)[GW_DIGEST_LEN],
                       const uint8_t (*digests)[GW_DIGEST_LEN], size_t n);
 
+/* Remembers the beginning of the committed request's body, through its
+ * last message, with each message's span and raw hash (bodies over 4 MiB
+ * are not kept), for gw_chat_req_parse_after on the next call. */
+void gw_attempt_keep_prefix(gw_attempt_t *a, const gw_chat_req_t *req);
+
+/* The remembered beginning (borrowed until the next keep); false when
+ * there is none. */
+bool gw_attempt_prefix(const gw_attempt_t *a, gw_chat_prefix_t *out);
+
 /* Remembers the answer given to turn `turn` (the agent's X-Lisa-Turn), so
  * a retried call of that turn gets the same answer and no second span. */
 void gw_attempt_set_answer(gw_attempt_t *a, int64_t turn, const char *body,

@@ -73,6 +73,19 @@ s_u32(s_buf_t *b, uint32_t v)
 static void
 s_json_str(s_buf_t *b, const char *s)
 {
+    /* printable ASCII without quote or backslash is its own JSON text */
+    size_t n = 0;
+    while (s[n] >= 0x20 && s[n] < 0x7f && s[n] != '"' && s[n] != '\\')
+        n++;
+    if (!s[n]) {
+        s_need(b, n + 2);
+        b->p[b->n++] = '"';
+        memcpy(b->p + b->n, s, n);
+        b->n += n;
+        b->p[b->n++] = '"';
+        b->p[b->n] = '\0';
+        return;
+    }
     json_t *j = json_string(s);
     char *t = json_dumps(j, JSON_ENCODE_ANY);
     s_puts(b, t ? t : "\"\"");
@@ -80,20 +93,35 @@ s_json_str(s_buf_t *b, const char *s)
     json_decref(j);
 }
 
+/* "00".."99": ids are written two digits at a time */
+static const char s_digits2[] =
+    "00010203040506070809101112131415161718192021222324"
+    "25262728293031323334353637383940414243444546474849"
+    "50515253545556575859606162636465666768697071727374"
+    "75767778798081828384858687888990919293949596979899";
+
 size_t
 gw_upstream_write_ids(char *dst, const uint32_t *ids, size_t n)
 {
     char *w = dst;
     for (size_t i = 0; i < n; i++) {
         char tmp[10];
-        int k = 0;
+        char *t = tmp + sizeof tmp;
         uint32_t v = ids[i];
-        do {
-            tmp[k++] = (char) ('0' + v % 10);
-            v /= 10;
-        } while (v);
-        while (k)
-            *w++ = tmp[--k];
+        while (v >= 100) {
+            uint32_t r = v % 100;
+            v /= 100;
+            t -= 2;
+            memcpy(t, s_digits2 + 2 * r, 2);
+        }
+        if (v >= 10) {
+            t -= 2;
+            memcpy(t, s_digits2 + 2 * v, 2);
+        } else
+            *--t = (char) ('0' + v);
+        size_t k = (size_t) (tmp + sizeof tmp - t);
+        memcpy(w, t, k);
+        w += k;
         *w++ = ',';
     }
     if (n)
@@ -108,6 +136,51 @@ gw_upstream_body(const uint32_t *ids, size_t n, const gw_sampling_t *s,
     return gw_upstream_body_parts(NULL, 0, ids, n, s, len);
 }
 
+static void
+s_head(s_buf_t *b, const gw_sampling_t *s)
+{
+    s_puts(b, "{\"model\":");
+    s_json_str(b, s->model ? s->model : "");
+    s_puts(b, ",\"prompt\":[");
+}
+
+/* Everything after the prompt's ids. */
+static void
+s_rest(s_buf_t *b, const gw_sampling_t *s)
+{
+    char tmp[160];
+    snprintf(tmp, sizeof tmp,
+             "],\"max_tokens\":%lld,\"logprobs\":1,\"return_token_ids\":true,"
+             "\"skip_special_tokens\":false,\"stream\":false",
+             (long long) s->max_tokens);
+    s_puts(b, tmp);
+    if (s->temperature >= 0) {
+        snprintf(tmp, sizeof tmp, ",\"temperature\":%.17g", s->temperature);
+        s_puts(b, tmp);
+    }
+    if (s->top_p >= 0) {
+        snprintf(tmp, sizeof tmp, ",\"top_p\":%.17g", s->top_p);
+        s_puts(b, tmp);
+    }
+    s_puts(b, ",\"stop_token_ids\":[");
+    for (size_t i = 0; i < s->n_stop_ids; i++) {
+        if (i)
+            s_put(b, ",", 1);
+        s_u32(b, (uint32_t) s->stop_ids[i]);
+    }
+    s_put(b, "]", 1);
+    if (s->n_stop) {
+        s_puts(b, ",\"stop\":[");
+        for (size_t i = 0; i < s->n_stop; i++) {
+            if (i)
+                s_put(b, ",", 1);
+            s_json_str(b, s->stop[i]);
+        }
+        s_put(b, "]", 1);
+    }
+    s_put(b, "}", 1);
+}
+
 char *
 gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
                        size_t n, const gw_sampling_t *s, size_t *len)
@@ -115,9 +188,7 @@ gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
     size_t room = 256 + text_len + GW_UPSTREAM_ID_TEXT_MAX(n);
     s_buf_t b = {lisa_malloc(room), 0, room};
     b.p[0] = '\0';
-    s_puts(&b, "{\"model\":");
-    s_json_str(&b, s->model ? s->model : "");
-    s_puts(&b, ",\"prompt\":[");
+    s_head(&b, s);
     s_need(&b, text_len + 1 + GW_UPSTREAM_ID_TEXT_MAX(n));
     if (text_len) {
         memcpy(b.p + b.n, text, text_len);
@@ -127,39 +198,31 @@ gw_upstream_body_parts(const char *text, size_t text_len, const uint32_t *ids,
     }
     b.n += gw_upstream_write_ids(b.p + b.n, ids, n);
     b.p[b.n] = '\0';
-    char tmp[160];
-    snprintf(tmp, sizeof tmp,
-             "],\"max_tokens\":%lld,\"logprobs\":1,\"return_token_ids\":true,"
-             "\"skip_special_tokens\":false,\"stream\":false",
-             (long long) s->max_tokens);
-    s_puts(&b, tmp);
-    if (s->temperature >= 0) {
-        snprintf(tmp, sizeof tmp, ",\"temperature\":%.17g", s->temperature);
-        s_puts(&b, tmp);
-    }
-    if (s->top_p >= 0) {
-        snprintf(tmp, sizeof tmp, ",\"top_p\":%.17g", s->top_p);
-        s_puts(&b, tmp);
-    }
-    s_puts(&b, ",\"stop_token_ids\":[");
-    for (size_t i = 0; i < s->n_stop_ids; i++) {
-        if (i)
-            s_put(&b, ",", 1);
-        s_u32(&b, (uint32_t) s->stop_ids[i]);
-    }
-    s_put(&b, "]", 1);
-    if (s->n_stop) {
-        s_puts(&b, ",\"stop\":[");
-        for (size_t i = 0; i < s->n_stop; i++) {
-            if (i)
-                s_put(&b, ",", 1);
-            s_json_str(&b, s->stop[i]);
-        }
-        s_put(&b, "]", 1);
-    }
-    s_put(&b, "}", 1);
+    s_rest(&b, s);
     *len = b.n;
     return b.p;
+}
+
+void
+gw_upstream_body_split(size_t text_len, const uint32_t *ids, size_t n,
+                       const gw_sampling_t *s, char **pre, size_t *pre_len,
+                       char **post, size_t *post_len)
+{
+    s_buf_t b = {lisa_malloc(64), 0, 64};
+    b.p[0] = '\0';
+    s_head(&b, s);
+    *pre = b.p;
+    *pre_len = b.n;
+    size_t room = 256 + GW_UPSTREAM_ID_TEXT_MAX(n);
+    b = (s_buf_t){lisa_malloc(room), 0, room};
+    b.p[0] = '\0';
+    if (text_len && n)
+        b.p[b.n++] = ',';
+    b.n += gw_upstream_write_ids(b.p + b.n, ids, n);
+    b.p[b.n] = '\0';
+    s_rest(&b, s);
+    *post = b.p;
+    *post_len = b.n;
 }
 
 void
@@ -724,14 +787,17 @@ s_rd_double_at(const char *p, const char *end, double *v, const char **next)
     return e == tmp + n;
 }
 
-/* The elements of a validated array of numbers at p ('['): counts them
- * (ids == NULL && lps == NULL) or stores them. */
+/* The elements of a validated array of numbers at p ('['), stored as
+ * ids (*idsp) or as logprobs (*lpsp), in an array grown as they come
+ * (the caller frees it, also on failure). */
 static bool
 s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
-             uint32_t *ids, float *lps)
+             uint32_t **idsp, float **lpsp)
 {
     s_rd_t r = {p + 1, end};
-    size_t n = 0;
+    size_t n = 0, cap = 0;
+    uint32_t *ids = NULL;
+    float *lps = NULL;
     s_rd_ws(&r);
     if (r.p < end && *r.p == ']') {
         *count = 0;
@@ -741,13 +807,37 @@ s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
         if (n >= max || r.p >= end ||
             (*r.p != '-' && (*r.p < '0' || *r.p > '9')))
             return false;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            if (cap > max)
+                cap = max;
+            if (idsp)
+                *idsp = ids = lisa_realloc(*idsp, cap * sizeof *ids);
+            else
+                *lpsp = lps = lisa_realloc(*lpsp, cap * sizeof *lps);
+        }
         if (ids) {
-            int64_t v;
-            if (!s_rd_int_at(r.p, end, &v) || v < 0 || v > INT32_MAX)
-                return false;
-            ids[n] = (uint32_t) v;
-            bool is_int;
-            (void) s_rd_number(&r, &is_int);
+            /* the usual id: up to 10 digits, no sign, no leading zero,
+             * read in one scan; anything else the long way */
+            const char *q = r.p;
+            uint64_t x = 0;
+            while (q < end && *q >= '0' && *q <= '9' && q - r.p < 11)
+                x = x * 10 + (uint64_t) (*q++ - '0');
+            if (q > r.p && q - r.p <= 10 && (*r.p != '0' || q - r.p == 1) &&
+                (q == end || (*q != '.' && *q != 'e' && *q != 'E' &&
+                              (*q < '0' || *q > '9')))) {
+                if (x > INT32_MAX)
+                    return false;
+                ids[n] = (uint32_t) x;
+                r.p = q;
+            } else {
+                int64_t v;
+                if (!s_rd_int_at(r.p, end, &v) || v < 0 || v > INT32_MAX)
+                    return false;
+                ids[n] = (uint32_t) v;
+                bool is_int;
+                (void) s_rd_number(&r, &is_int);
+            }
         } else if (lps) {
             const char *q = r.p;
             bool is_int;
@@ -771,10 +861,6 @@ s_rd_numbers(const char *p, const char *end, size_t max, size_t *count,
                     return false;
                 lps[n] = (float) d;
             }
-        } else {
-            bool is_int;
-            if (!s_rd_number(&r, &is_int))
-                return false;
         }
         n++;
         s_rd_ws(&r);
@@ -812,29 +898,32 @@ gw_upstream_parse_fast(const char *body, size_t len, size_t max_ids,
         return LISA_UNSUPPORTED;
     const char *end = body + len;
     size_t n, n_lp;
-    if (!s_rd_numbers(f.ids, end, max_ids, &n, NULL, NULL) ||
-        !s_rd_numbers(f.tl, end, max_ids, &n_lp, NULL, NULL) || n != n_lp)
+    if (!s_rd_numbers(f.ids, end, max_ids, &n, &out->ids, NULL) ||
+        !s_rd_numbers(f.tl, end, max_ids, &n_lp, NULL, &out->logprobs) ||
+        n != n_lp) {
+        gw_completion_clear(out);
         return LISA_UNSUPPORTED;
+    }
     /* finish_reason: "stop" or "length", without escapes */
     s_rd_t fr = {f.finish, end};
     const char *s;
     size_t sn;
     bool esc;
     if (!s_rd_string(&fr, &s, &sn, &esc) || esc ||
-        !(s_key_is(s, sn, "stop") || s_key_is(s, sn, "length")))
-        return LISA_UNSUPPORTED;
-    int64_t pv = 0;
-    const char *pvat = f.choices_pv ? f.choices_pv : f.pv;
-    if (pvat && (!s_rd_int_at(pvat, end, &pv) || pv < 0))
-        return LISA_UNSUPPORTED;
-    out->ids = lisa_malloc((n ? n : 1) * sizeof *out->ids);
-    out->logprobs = lisa_malloc((n ? n : 1) * sizeof *out->logprobs);
-    size_t k1, k2;
-    if (!s_rd_numbers(f.ids, end, max_ids, &k1, out->ids, NULL) ||
-        !s_rd_numbers(f.tl, end, max_ids, &k2, NULL, out->logprobs)) {
+        !(s_key_is(s, sn, "stop") || s_key_is(s, sn, "length"))) {
         gw_completion_clear(out);
         return LISA_UNSUPPORTED;
     }
+    int64_t pv = 0;
+    const char *pvat = f.choices_pv ? f.choices_pv : f.pv;
+    if (pvat && (!s_rd_int_at(pvat, end, &pv) || pv < 0)) {
+        gw_completion_clear(out);
+        return LISA_UNSUPPORTED;
+    }
+    if (!out->ids)
+        out->ids = lisa_malloc(sizeof *out->ids);
+    if (!out->logprobs)
+        out->logprobs = lisa_malloc(sizeof *out->logprobs);
     out->n = n;
     memcpy(out->finish_reason, s, sn);
     out->finish_reason[sn] = '\0';

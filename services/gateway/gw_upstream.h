@@ -49,6 +49,14 @@ char *gw_upstream_body_parts(const char *text, size_t text_len,
                              const uint32_t *ids, size_t n,
                              const gw_sampling_t *s, size_t *len);
 
+/* The same body in three parts, so the text need not be copied: *pre
+ * (allocated, caller frees) holds what comes before `text_len` bytes of
+ * id text, *post (allocated) what comes after it (the `n` ids and the
+ * rest). pre + text + post is byte for byte gw_upstream_body_parts. */
+void gw_upstream_body_split(size_t text_len, const uint32_t *ids, size_t n,
+                            const gw_sampling_t *s, char **pre, size_t *pre_len,
+                            char **post, size_t *post_len);
+
 /* Most bytes gw_upstream_write_ids writes for `n` ids. */
 #define GW_UPSTREAM_ID_TEXT_MAX(n) ((n) *11u)
 

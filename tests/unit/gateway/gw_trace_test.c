@@ -263,3 +263,84 @@ Test(gw_trace, prompt_parts_follow_the_sequence)
     gw_attempt_abort(a);
     gw_trace_destroy(&t);
 }
+
+/* The committed request's beginning is kept; the next request that starts
+ * with it is parsed from where it ends, with the same outcome. */
+Test(gw_trace, kept_prefix_resumes_the_next_parse)
+{
+    static const char b1[] =
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":\"u\"}],\"model\":\"m\"}";
+    static const char b2[] =
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+        "\"content\":\"a\"}, {\"role\":\"user\",\"content\":\"v\"}],"
+        "\"model\":\"m\",\"temperature\":0.5}";
+    gw_trace_t *t = gw_trace_new(8, 1000);
+    gw_attempt_t *a;
+    cr_assert_eq(gw_trace_open(t, "r-1", 1, 100, &a), LISA_OK);
+    gw_chat_prefix_t k;
+    cr_assert_not(gw_attempt_prefix(a, &k));
+    gw_chat_req_t r1, r2, lazy;
+    gw_err_t err;
+    cr_assert_eq(gw_chat_req_parse_lazy(b1, strlen(b1), &r1, &err), LISA_OK);
+    gw_attempt_keep_prefix(a, &r1);
+    cr_assert(gw_attempt_prefix(a, &k));
+    cr_assert_eq(k.n, 2);
+    cr_assert_eq(k.len, strstr(b1, "],\"model\"") - b1);
+    cr_assert_gt(k.tools_len, 0); /* the tools came first */
+    cr_assert_eq(gw_chat_req_parse_after(b2, strlen(b2), &k, &r2, &err),
+                 LISA_OK);
+    cr_assert_eq(r2.known_len, k.len);
+    cr_assert_eq(gw_chat_req_parse_lazy(b2, strlen(b2), &lazy, &err), LISA_OK);
+    cr_assert_eq(r2.n_msgs, 4);
+    cr_assert_eq(lazy.n_msgs, 4);
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_eq(r2.raw_off[i], lazy.raw_off[i]);
+        cr_assert_eq(r2.raw_len[i], lazy.raw_len[i]);
+        cr_assert_arr_eq(r2.raw_hash[i], lazy.raw_hash[i], GW_DIGEST_LEN);
+    }
+    cr_assert_arr_eq(r2.tools_digest, lazy.tools_digest, GW_DIGEST_LEN);
+    cr_assert(json_equal(r2.root, lazy.root));
+    cr_assert_eq(r2.temperature, 0.5);
+    /* the next kept prefix grows by the new part only */
+    gw_attempt_keep_prefix(a, &r2);
+    cr_assert(gw_attempt_prefix(a, &k));
+    cr_assert_eq(k.n, 4);
+    cr_assert_eq(memcmp(k.bytes, b2, k.len), 0);
+    /* a request parsed against a prefix replaced since (another call
+     * committed in between) is copied whole, not appended */
+    gw_attempt_keep_prefix(a, &r1);
+    gw_attempt_keep_prefix(a, &r2);
+    cr_assert(gw_attempt_prefix(a, &k));
+    cr_assert_eq(k.n, 4);
+    cr_assert_eq(memcmp(k.bytes, b2, k.len), 0);
+    gw_chat_req_clear(&lazy);
+    gw_chat_req_clear(&r2);
+    /* a body that differs inside the known part is scanned whole */
+    char b3[sizeof b2];
+    memcpy(b3, b2, sizeof b2);
+    b3[strstr(b3, "\"u\"") - b3 + 1] = 'x';
+    cr_assert_eq(gw_chat_req_parse_after(b3, strlen(b3), &k, &r2, &err),
+                 LISA_OK);
+    cr_assert_eq(r2.known_len, 0);
+    gw_chat_req_clear(&r2);
+    /* what follows the known part decides, as for any body */
+    static const char bad[] =
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":\"u\"},{\"role\":\"assistant\","
+        "\"content\":\"a\"}, {\"role\":\"user\",\"content\":\"v\"},]}";
+    gw_attempt_keep_prefix(a, &r1);
+    cr_assert(gw_attempt_prefix(a, &k));
+    gw_err_t e2;
+    cr_assert_eq(gw_chat_req_parse_after(bad, strlen(bad), &k, &r2, &err),
+                 LISA_INVALID);
+    cr_assert_eq(gw_chat_req_parse_lazy(bad, strlen(bad), &r2, &e2),
+                 LISA_INVALID);
+    cr_assert_str_eq(err.message, e2.message);
+    gw_chat_req_clear(&r1);
+    gw_trace_destroy(&t);
+}

@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,4 +213,70 @@ Test(gw_upstream, fast_reader_agrees_or_declines)
                  "%s", why);
     cr_assert_eq(c.ids[0], 1);
     gw_completion_clear(&c);
+}
+
+/* The body in three parts is byte for byte the body in one. */
+Test(gw_upstream, body_split_equals_body_parts)
+{
+    uint32_t ids[] = {1, 22, 333, 4294967295u};
+    int32_t stop[] = {151645};
+    const char *strs[] = {"a\"b", "\n"};
+    const char *models[] = {"lisa", "q\"uote\\d", "\xc3\xa9t\xc3\xa9", ""};
+    const char *texts[] = {"", "7,8,9"};
+    for (size_t m = 0; m < 4; m++)
+        for (size_t t = 0; t < 2; t++)
+            for (size_t n = 0; n <= 4; n += 4) {
+                gw_sampling_t s = {.model = models[m],
+                                   .max_tokens = 9,
+                                   .temperature = m % 2 ? 0.7 : -1,
+                                   .top_p = -1,
+                                   .stop_ids = stop,
+                                   .n_stop_ids = 1,
+                                   .stop = strs,
+                                   .n_stop = m % 3};
+                size_t len, pl, ql;
+                char *one = gw_upstream_body_parts(texts[t], strlen(texts[t]),
+                                                   ids, n, &s, &len);
+                char *pre, *post;
+                gw_upstream_body_split(strlen(texts[t]), ids, n, &s, &pre, &pl,
+                                       &post, &ql);
+                char joined[1024];
+                cr_assert_lt(pl + strlen(texts[t]) + ql, sizeof joined);
+                snprintf(joined, sizeof joined, "%s%s%s", pre, texts[t], post);
+                cr_assert_eq(pl + strlen(texts[t]) + ql, len);
+                cr_assert_str_eq(joined, one);
+                json_t *o = json_loads(joined, 0, NULL);
+                cr_assert_not_null(o, "%s", joined);
+                cr_assert_str_eq(json_string_value(json_object_get(o, "model")),
+                                 models[m]);
+                json_decref(o);
+                free(one);
+                free(pre);
+                free(post);
+            }
+}
+
+/* Ids are written as printf writes them, one comma between. */
+Test(gw_upstream, write_ids_matches_printf)
+{
+    uint32_t ids[64];
+    size_t n = 0;
+    uint32_t edge[] = {0,        1,         9,          10,     99,
+                       100,      101,       999,        1000,   9999,
+                       10000,    65535,     99999,      151643, 1000000,
+                       99999999, 100000000, 4294967295u};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ids[n++] = edge[i];
+    for (uint32_t v = 7; n < 64; v = v * 13 + 5)
+        ids[n++] = v;
+    char got[64 * 11], want[64 * 11];
+    size_t len = gw_upstream_write_ids(got, ids, n);
+    cr_assert_leq(len, GW_UPSTREAM_ID_TEXT_MAX(n));
+    got[len] = '\0';
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t) snprintf(want + k, sizeof want - k, i ? ",%u" : "%u",
+                               ids[i]);
+    cr_assert_str_eq(got, want);
+    cr_assert_eq(gw_upstream_write_ids(got, ids, 0), 0);
 }
