@@ -404,9 +404,8 @@ gw_json_loadb(const char *p, size_t len, size_t flags, json_error_t *err)
 
 /* ---- the writer --------------------------------------------------------- */
 
-/* Appends s[0, n) as a JSON string, escaped as jansson escapes it. */
-static void
-s_jput_str(lisa_buf_t *b, const char *s, size_t n)
+void
+gw_json_put_str(lisa_buf_t *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789ABCDEF";
     lisa_buf_put(b, "\"", 1);
@@ -498,7 +497,7 @@ s_jdump(lisa_buf_t *b, const json_t *v, size_t flags, unsigned depth)
         size_t n = json_string_length(v);
         if (!lisa_utf8_valid(s, n))
             return false;
-        s_jput_str(b, s, n);
+        gw_json_put_str(b, s, n);
         return true;
     }
     case JSON_ARRAY: {
@@ -543,7 +542,7 @@ s_jdump(lisa_buf_t *b, const json_t *v, size_t flags, unsigned depth)
                 ok = false;
                 break;
             }
-            s_jput_str(b, kv[j].k, kv[j].n);
+            gw_json_put_str(b, kv[j].k, kv[j].n);
             lisa_buf_put(b, compact ? ":" : ": ", compact ? 1 : 2);
             ok = s_jdump(b, kv[j].v, flags, depth + 1);
         }

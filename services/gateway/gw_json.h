@@ -24,6 +24,8 @@
 #ifndef GW_JSON_H
 #define GW_JSON_H
 
+#include "lisa/lisa_buf.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -45,5 +47,9 @@ char *gw_json_dump(const json_t *v, size_t flags);
 
 /* gw_json_dump, else json_dumps with the same arguments. */
 char *gw_json_dumps(const json_t *v, size_t flags);
+
+/* Appends s[0, n) to b as a JSON string (quotes included), escaped exactly
+ * as jansson escapes it. */
+void gw_json_put_str(lisa_buf_t *b, const char *s, size_t n);
 
 #endif

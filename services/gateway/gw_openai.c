@@ -895,47 +895,7 @@ s_usage_json(const gw_usage_t *u)
 static void
 s_jstr(lisa_buf_t *b, const char *s)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    lisa_buf_put(b, "\"", 1);
-    const char *run = s;
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char) *p;
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        lisa_buf_put(b, run, (size_t) (p - run));
-        run = p + 1;
-        char esc[6] = {'\\', 0, 0, 0, 0, 0};
-        size_t n = 2;
-        switch (c) {
-        case '"':
-        case '\\':
-            esc[1] = (char) c;
-            break;
-        case '\b':
-            esc[1] = 'b';
-            break;
-        case '\f':
-            esc[1] = 'f';
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        default:
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            n = 6;
-        }
-        lisa_buf_put(b, esc, n);
-    }
-    lisa_buf_puts(b, run);
-    lisa_buf_put(b, "\"", 1);
+    gw_json_put_str(b, s, strlen(s));
 }
 
 static void
