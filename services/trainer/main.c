@@ -230,12 +230,18 @@ main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     mkdir(cfg.out_dir, 0755);
-    char path[4096];
+    /* engine.url appears whole: written aside, then renamed into place */
+    char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/engine.url", cfg.out_dir);
-    FILE *uf = fopen(path, "w");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *uf = fopen(tmp, "w");
     if (uf) {
-        fprintf(uf, "%s\n", trn_engine_url(eng));
-        fclose(uf);
+        int bad = fprintf(uf, "%s\n", trn_engine_url(eng)) < 0;
+        bad |= fclose(uf) != 0;
+        if (bad || rename(tmp, path) != 0) {
+            lisa_log_warn("cannot write %s", path);
+            unlink(tmp);
+        }
     }
     if (!train) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};

@@ -79,8 +79,11 @@ class Agent(threading.Thread):
     the engine the broker lists, pushes the spans, completes the attempt
     with answer "7" for even group indices and "3" for odd ones."""
 
+    running = []  # every agent started; the stack fixture stops them
+
     def __init__(self, rpc, fail_task=None):
         super().__init__(daemon=True)
+        Agent.running.append(self)
         self.rpc = rpc
         self.fail_task = fail_task  # index 1 of this task fails (agent)
         self.stop = threading.Event()
@@ -175,6 +178,14 @@ def stack(tmp_path):
                           stderr=open(tmp_path / "reward.log", "wb"))
     procs.append(rw)
     yield br, procs
+    # A test that failed early leaves its agent running; stopped here, it
+    # cannot claim the next test's attempts (its broker may get the same
+    # ephemeral port).
+    while Agent.running:
+        a = Agent.running.pop()
+        a.stop.set()
+        if a.is_alive():
+            a.join(timeout=30)
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -283,6 +294,7 @@ def test_training_steps_with_real_broker_and_reward(stack, tmp_path):
     while not os.path.exists(url_file) and time.time() < end:
         assert s.poll() is None, open(tmp_path / "serve.log").read()
         time.sleep(0.05)
+    # written whole or not at all (the trainer renames it into place)
     url = open(url_file).read().strip()
     r = post(url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3,
                                        "temperature": 0})
