@@ -19,6 +19,8 @@
 
 typedef struct trn_backend trn_backend_t;
 
+#define TRN_BACKEND_DIST_ID_BYTES 128
+
 typedef struct {
     const char *name;
     /* KV cache of `slots` sequences of `max_len` positions (replaces any). */
@@ -51,13 +53,23 @@ typedef struct {
     lisa_rc_t (*logprobs)(trn_backend_t *b, const trn_step_cfg_t *cfg,
                           const trn_rollouts_t *r, float *logp, trn_err_t *err);
     /* Writes a Hugging Face directory (config.json, model.safetensors,
-     * tokenizer files) into existing `dir`. */
+     * tokenizer files) into existing `dir`. dir NULL: another rank's part
+     * of a data-parallel save (takes part in gathering sharded state,
+     * writes nothing); the same for save_optim's path. */
     lisa_rc_t (*save)(trn_backend_t *b, const char *dir, trn_save_dtype_t dt,
                       trn_err_t *err);
     /* Writes / reads the optimizer state to / from a file. */
     lisa_rc_t (*save_optim)(trn_backend_t *b, const char *path, trn_err_t *err);
     lisa_rc_t (*load_optim)(trn_backend_t *b, const char *path, trn_err_t *err);
     const trn_config_t *(*config)(const trn_backend_t *b);
+    /* Optional (NULL: gradients cross ranks through the step's trn_comm_t
+     * on the host): a device communicator for data parallel. dist_id
+     * makes rank 0's unique id (TRN_BACKEND_DIST_ID_BYTES); dist_join
+     * joins it as `rank` of `world` (every rank at once, before any step
+     * or optimizer state is loaded), within timeout_ms. */
+    lisa_rc_t (*dist_id)(trn_backend_t *b, uint8_t *id, trn_err_t *err);
+    lisa_rc_t (*dist_join)(trn_backend_t *b, const uint8_t *id, int rank,
+                           int world, int timeout_ms, trn_err_t *err);
     void (*destroy)(trn_backend_t *b);
 } trn_backend_ops_t;
 

@@ -144,19 +144,26 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
     EV(advertise_host, "engine.advertise_host", "LISA_TRN_ADVERTISE_HOST", NULL,
        STRING, NULL,
        "host name advertised as http://HOST:PORT when engine.url is unset"),
-    /* data-parallel launch: one rank is all this version runs */
+    /* data parallel (docs/trainer-service.md): `gpus_per_node` > 1 makes
+     * this process launch the node's other ranks itself; ranks launched
+     * by something else (one per pod) give world_size, rank, bootstrap */
     EV(world, "trainer.world_size", "LISA_TRN_WORLD", NULL, INT64, "1",
-       "ranks in the run (only 1 is supported by this version)"),
+       "ranks in the run (ranks launched one by one, e.g. indexed pods)"),
     EV(rank, "trainer.rank", "LISA_TRN_RANK", NULL, INT64, "0",
-       "this process's rank"),
+       "this process's rank (ranks launched one by one)"),
     EV(node_rank, "trainer.node_rank", "LISA_TRN_NODE_RANK", NULL, INT64, "0",
        "this node's index (multi-node launch)"),
-    EV(nodes, "trainer.nodes", "LISA_TRN_NODES", NULL, INT64, "1",
+    EV(nodes, "trainer.nnodes", "LISA_TRN_NODES", NULL, INT64, "1",
        "nodes in the run"),
-    EV(gpus_per_node, "trainer.gpus_per_node", "LISA_TRN_GPUS_PER_NODE", NULL,
-       INT64, "1", "ranks per node"),
+    EV(gpus_per_node, "trainer.n_gpus_per_node", "LISA_TRN_GPUS_PER_NODE",
+       "--gpus", INT64, "1",
+       "ranks this process launches on its node (one per GPU)"),
     EV(bootstrap, "trainer.bootstrap", "LISA_TRN_BOOTSTRAP", NULL, STRING, NULL,
-       "rank 0's bootstrap endpoint (NCCL unique id over ZeroMQ)"),
+       "rank 0's bootstrap endpoint tcp://HOST:PORT (rank 0 binds its port "
+       "on every interface; one-node launches default to a loopback port)"),
+    EV(rank_timeout_ms, "trainer.rank_timeout", "LISA_TRN_RANK_TIMEOUT", NULL,
+       DURATION, "10m",
+       "deadline of the ranks' bootstrap and of each answer and collective"),
 };
 const size_t trn_run_cfg_table_len =
     sizeof trn_run_cfg_table / sizeof trn_run_cfg_table[0];

@@ -22,6 +22,7 @@ typedef struct {
     char *advertise_host;
     int64_t world, rank, node_rank, nodes, gpus_per_node;
     char *bootstrap;
+    uint64_t rank_timeout_ms;
     int64_t batch_size;
     bool shuffle;
     uint64_t seed;

@@ -93,6 +93,44 @@ s_scratch_free(s_scratch_t *s)
     lisa_free(&s->off);
 }
 
+/* The micro-batches of a batch: trajectories [start[k], start[k + 1]),
+ * each at most micro_tokens long unless one trajectory is longer, and the
+ * rank that runs each one (comm: to the least loaded rank so far, in
+ * order; else rank 0). Returns the number of micro-batches. */
+static size_t
+s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
+       int **owner)
+{
+    size_t n = 0;
+    *start = lisa_malloc((r->n_seqs + 1) * sizeof **start);
+    *owner = lisa_calloc(r->n_seqs ? r->n_seqs : 1, sizeof **owner);
+    int world = c->comm && c->comm->world > 1 ? c->comm->world : 1;
+    double *load = lisa_calloc((size_t) world, sizeof *load);
+    for (size_t s0 = 0; s0 < r->n_seqs;) {
+        size_t s1 = s0 + 1;
+        while (s1 < r->n_seqs &&
+               r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
+            s1++;
+        int best = 0;
+        for (int k = 1; k < world; k++)
+            if (load[k] < load[best])
+                best = k;
+        load[best] += (double) (r->seq_offsets[s1] - r->seq_offsets[s0]);
+        (*owner)[n] = best;
+        (*start)[n++] = s0;
+        s0 = s1;
+    }
+    (*start)[n] = r->n_seqs;
+    lisa_free(&load);
+    return n;
+}
+
+static int
+s_rank(const trn_step_cfg_t *c)
+{
+    return c->comm && c->comm->world > 1 ? c->comm->rank : 0;
+}
+
 /* Runs trajectories [s0, s1) as one micro-batch. */
 static lisa_rc_t
 s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
@@ -189,11 +227,16 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
     }
     s_scratch_t x = {0};
     s_scratch_init(&x, cap, r->n_seqs);
-    for (size_t s0 = 0; s0 < r->n_seqs && rc == LISA_OK;) {
-        size_t s1 = s0 + 1;
-        while (s1 < r->n_seqs &&
-               r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
-            s1++;
+    size_t *start = NULL, ntok = r->seq_offsets[r->n_seqs];
+    int *owner = NULL;
+    size_t nmb = s_plan(c, r, &start, &owner);
+    bool dp = c->comm && c->comm->world > 1;
+    if (dp)
+        memset(logp, 0, ntok * sizeof *logp);
+    for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
+        if (owner[k] != s_rank(c))
+            continue;
+        size_t s0 = start[k], s1 = start[k + 1];
         size_t base = r->seq_offsets[s0], n = r->seq_offsets[s1] - base;
         for (size_t s = s0; s <= s1; s++)
             x.off[s - s0] = r->seq_offsets[s] - base;
@@ -217,8 +260,23 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
                 if (t > base && x.targets[t - 1 - base] >= 0)
                     logp[t] = x.logp[t - 1 - base];
             }
-        s0 = s1;
     }
+    if (dp) { /* every rank reaches the sum, failed or not */
+        double *v = lisa_malloc((ntok + 1) * sizeof *v);
+        for (size_t t = 0; t < ntok; t++)
+            v[t] = logp[t];
+        v[ntok] = rc != LISA_OK;
+        lisa_rc_t src = c->comm->sum(c->comm->self, v, ntok + 1, err);
+        if (src != LISA_OK)
+            rc = src;
+        else if (rc == LISA_OK && v[ntok] > 0)
+            rc = trn_fail(err, LISA_ERR, "step: another rank failed");
+        for (size_t t = 0; t < ntok; t++)
+            logp[t] = (float) v[t];
+        lisa_free(&v);
+    }
+    lisa_free(&start);
+    lisa_free(&owner);
     s_scratch_free(&x);
     return rc;
 }
@@ -260,16 +318,48 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
     cap = cap > c->micro_tokens ? cap : c->micro_tokens;
     s_scratch_init(&x, cap, r->n_seqs);
     m->zero_grad(m->self);
-    for (size_t s0 = 0; s0 < r->n_seqs;) {
-        size_t s1 = s0 + 1;
-        while (s1 < r->n_seqs &&
-               r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
-            s1++;
-        rc = s_micro(m, ref, c, &lc, r, adv, s0, s1, &x, out, err);
+    {
+        size_t *start = NULL;
+        int *owner = NULL;
+        size_t nmb = s_plan(c, r, &start, &owner);
+        for (size_t k = 0; k < nmb && rc == LISA_OK; k++)
+            if (owner[k] == s_rank(c))
+                rc = s_micro(m, ref, c, &lc, r, adv, start[k], start[k + 1], &x,
+                             out, err);
+        lisa_free(&start);
+        lisa_free(&owner);
+    }
+    if (c->comm && c->comm->world > 1) {
+        /* every rank reaches the sum, failed or not, so none waits on a
+         * rank that gave up; then all stop before the update */
+        double v[] = {
+            out->loss,    out->pg_loss,     out->kl_loss,
+            out->entropy, out->pg_clipfrac, out->pg_clipfrac_lower,
+            out->ppo_kl,  out->tokens,      (double) out->micro_batches,
+            rc != LISA_OK};
+        lisa_rc_t src = c->comm->sum(c->comm->self, v, 10, err);
+        if (src != LISA_OK) {
+            rc = src;
+            goto out;
+        }
         if (rc != LISA_OK)
             goto out;
-        s0 = s1;
+        if (v[9] > 0) {
+            rc = trn_fail(err, LISA_ERR, "step: another rank failed");
+            goto out;
+        }
+        out->loss = v[0];
+        out->pg_loss = v[1];
+        out->kl_loss = v[2];
+        out->entropy = v[3];
+        out->pg_clipfrac = v[4];
+        out->pg_clipfrac_lower = v[5];
+        out->ppo_kl = v[6];
+        out->tokens = v[7];
+        out->micro_batches = (size_t) v[8];
     }
+    if (rc != LISA_OK)
+        goto out;
     if (out->tokens > 0) {
         out->pg_clipfrac /= out->tokens;
         out->pg_clipfrac_lower /= out->tokens;
@@ -321,6 +411,17 @@ s_cpu_update(void *self, const trn_step_cfg_t *c, double *grad_norm,
     float *g = trn_model_grads(x->m);
     size_t np = trn_model_num_params(x->m);
     *skipped = false;
+    if (c->comm && c->comm->world > 1) { /* sum the ranks' gradients */
+        double *v = lisa_malloc(np * sizeof *v);
+        for (size_t i = 0; i < np; i++)
+            v[i] = g[i];
+        lisa_rc_t rc = c->comm->sum(c->comm->self, v, np, err);
+        for (size_t i = 0; i < np; i++)
+            g[i] = (float) v[i];
+        lisa_free(&v);
+        if (rc != LISA_OK)
+            return rc;
+    }
     if (trn_grad_clip(g, np, c->grad_clip, grad_norm) != LISA_OK) {
         *skipped = true;
         trn_model_zero_grad(x->m);

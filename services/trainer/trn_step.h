@@ -46,17 +46,34 @@ enum {
     TRN_STEP_RECOMPUTE_OFF = 2
 };
 
+/* Data parallel as a step sees it. Every rank gets the whole batch and
+ * fixes the loss normalisers from all of it, then runs only the
+ * micro-batches assigned to it (whole micro-batches, each to the rank with
+ * the fewest tokens so far, in order: the same split on every rank), so
+ * the gradients summed over ranks equal one rank's gradient of the whole
+ * batch. The step's reported sums (losses, entropy, clip fractions,
+ * tokens) cross ranks through `sum`, as does the gradient of backends
+ * without their own reduction (the CPU model). */
+typedef struct {
+    int rank, world;
+    void *self;
+    /* In-place sum of n values over every rank; each rank gets the total.
+     * Every rank calls it in the same order. */
+    lisa_rc_t (*sum)(void *self, double *v, size_t n, trn_err_t *err);
+} trn_comm_t;
+
 typedef struct {
     trn_adv_cfg_t adv;
     trn_loss_cfg_t loss; /* normalisers 0: filled from the whole batch */
     trn_adamw_cfg_t optim;
-    double grad_clip;    /* verl default 1.0 */
-    float temperature;   /* rollout temperature (logits / T) */
-    size_t micro_tokens; /* most tokens in one micro-batch */
-    int recompute;       /* TRN_STEP_RECOMPUTE_*: backends that can keep
-                            activations (CUDA); the CPU model recomputes */
-    bool bypass;         /* old log-probs = the engine's */
-    double is_threshold; /* > 0: token-level truncated IS weights */
+    double grad_clip;       /* verl default 1.0 */
+    float temperature;      /* rollout temperature (logits / T) */
+    size_t micro_tokens;    /* most tokens in one micro-batch */
+    int recompute;          /* TRN_STEP_RECOMPUTE_*: backends that can keep
+                               activations (CUDA); the CPU model recomputes */
+    bool bypass;            /* old log-probs = the engine's */
+    double is_threshold;    /* > 0: token-level truncated IS weights */
+    const trn_comm_t *comm; /* NULL: one rank */
 } trn_step_cfg_t;
 
 /* verl-like defaults: grpo, token-mean, clip 0.2/0.2/3, lr 1e-6, clip 1.0,
@@ -117,7 +134,8 @@ lisa_rc_t trn_step_run_with(const trn_step_model_t *m,
 /* Log-probs of every sampled token (logp[t] for mask[t] = 1, else 0) of
  * the rollouts under model `m`, forward only, in micro-batches of
  * cfg->micro_tokens at cfg->temperature: the old log-probs of a batch, or
- * the reference model's. */
+ * the reference model's. With cfg->comm each rank computes its own
+ * micro-batches and every rank gets all of logp. */
 lisa_rc_t trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *cfg,
                             const trn_rollouts_t *r, float *logp,
                             trn_err_t *err) LISA_NODISCARD;

@@ -12,6 +12,7 @@
 #include "lisa/lisa_mem.h"
 #include "trn_backend.h"
 #include "trn_cuda.h"
+#include "trn_dist.h"
 #include "trn_gpu_model.h"
 
 #include <math.h>
@@ -26,6 +27,7 @@ typedef struct {
     trn_gpu_model_t *g;
     trn_gpu_model_t *ref; /* frozen reference for a KL term, or NULL */
     trn_gpu_kv_t *kv;
+    trn_dist_t *dist; /* data parallel, or NULL */
 } s_cuda_t;
 
 static void
@@ -156,10 +158,13 @@ static lisa_rc_t
 s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
 {
     s_cuda_t *c = (s_cuda_t *) b;
+    /* data parallel: a collective (the fp32 master is sharded) */
     if (trn_gpu_model_download_weights(c->g, c->host) != LISA_OK) {
         s_fail(err, "downloading weights for the checkpoint failed");
         return LISA_ERR;
     }
+    if (!dir) /* another rank's part */
+        return LISA_OK;
     return trn_model_save(c->host, dir, dt, err);
 }
 
@@ -168,10 +173,12 @@ s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
 {
     s_cuda_t *c = (s_cuda_t *) b;
     size_t n = trn_gpu_model_num_params(c->g);
-    float *m = lisa_malloc(n * 4), *v = lisa_malloc(n * 4);
+    /* data parallel: a collective; only the rank that writes downloads */
+    float *m = path ? lisa_malloc(n * 4) : NULL;
+    float *v = path ? lisa_malloc(n * 4) : NULL;
     uint64_t step = 0;
     lisa_rc_t rc = trn_gpu_model_get_optim(c->g, &step, m, v);
-    if (rc == LISA_OK)
+    if (rc == LISA_OK && path)
         rc = trn_optim_state_save(path, step, m, v, n, err);
     else
         s_fail(err, "reading the optimizer state failed");
@@ -203,6 +210,40 @@ s_config(const trn_backend_t *b)
     return trn_gpu_model_config(((const s_cuda_t *) b)->g);
 }
 
+static lisa_rc_t
+s_dist_id(trn_backend_t *b, uint8_t *id, trn_err_t *err)
+{
+    (void) b;
+    if (trn_dist_make_id(id) != LISA_OK) {
+        s_fail(err, "cannot make an NCCL unique id");
+        return LISA_ERR;
+    }
+    return LISA_OK;
+}
+
+static lisa_rc_t
+s_dist_join(trn_backend_t *b, const uint8_t *id, int rank, int world,
+            int timeout_ms, trn_err_t *err)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    if (c->dist) {
+        s_fail(err, "already data parallel");
+        return LISA_CONFLICT;
+    }
+    c->dist = trn_dist_new(rank, world, id, timeout_ms);
+    if (!c->dist) {
+        s_fail(err, "joining the NCCL communicator failed (see the log)");
+        return LISA_UNAVAILABLE;
+    }
+    trn_dist_set_timeout(c->dist, timeout_ms);
+    if (trn_gpu_model_set_dist(c->g, c->dist) != LISA_OK) {
+        trn_dist_destroy(&c->dist);
+        s_fail(err, "cannot shard the optimizer state over the ranks");
+        return LISA_ERR;
+    }
+    return LISA_OK;
+}
+
 static void
 s_destroy(trn_backend_t *b)
 {
@@ -211,6 +252,7 @@ s_destroy(trn_backend_t *b)
     trn_gpu_model_destroy(&c->ref);
     trn_gpu_model_destroy(&c->g);
     trn_model_destroy(&c->host);
+    trn_dist_destroy(&c->dist);
     lisa_free(&c);
 }
 
@@ -227,6 +269,8 @@ static const trn_backend_ops_t s_cuda_ops = {
     .load_optim = s_load_optim,
     .config = s_config,
     .destroy = s_destroy,
+    .dist_id = s_dist_id,
+    .dist_join = s_dist_join,
 };
 
 trn_backend_t *

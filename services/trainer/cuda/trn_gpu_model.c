@@ -731,9 +731,20 @@ lisa_rc_t
 trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m, float *v)
 {
     lisa_rc_t rc = LISA_OK;
-    if (g->dist)
-        return LISA_UNSUPPORTED;
     *step = (uint64_t) g->step;
+    if (g->dist) { /* gather each rank's shard through the gradient buffer,
+                      which the next step zeroes first anyway */
+        size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
+        float *src[2] = {g->m, g->v}, *dst[2] = {m, v};
+        for (int k = 0; k < 2; k++) {
+            S_TRY(trn_cuda_copy(g->grad + off, src[k], g->shard * 4, NULL));
+            S_TRY(trn_dist_allgather_f32(g->dist, g->grad, g->shard));
+            if (dst[k])
+                S_TRY(trn_cuda_download(dst[k], g->grad, g->n_params * 4));
+        }
+        S_TRY(trn_gpu_model_zero_grad(g));
+        goto out;
+    }
     S_TRY(trn_cuda_download(m, g->m, g->n_params * 4));
     S_TRY(trn_cuda_download(v, g->v, g->n_params * 4));
 out:
@@ -745,8 +756,19 @@ trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step, const float *m,
                         const float *v)
 {
     lisa_rc_t rc = LISA_OK;
-    if (g->dist)
-        return LISA_UNSUPPORTED;
+    if (g->dist) { /* this rank's shard (the padding past the end stays 0) */
+        size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
+        size_t k = off < g->n_params ? g->n_params - off : 0;
+        k = k < g->shard ? k : g->shard;
+        S_TRY(trn_cuda_memset(g->m, 0, g->shard * 4, NULL));
+        S_TRY(trn_cuda_memset(g->v, 0, g->shard * 4, NULL));
+        if (k) {
+            S_TRY(trn_cuda_upload(g->m, m + off, k * 4));
+            S_TRY(trn_cuda_upload(g->v, v + off, k * 4));
+        }
+        g->step = (int) step;
+        goto out;
+    }
     S_TRY(trn_cuda_upload(g->m, m, g->n_params * 4));
     S_TRY(trn_cuda_upload(g->v, v, g->n_params * 4));
     g->step = (int) step;

@@ -73,9 +73,11 @@ lisa_rc_t trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1,
                               float beta2, float eps, float weight_decay,
                               float clip, float *grad_norm) LISA_NODISCARD;
 
-/* AdamW state of a one-rank model: step count and the m and v arrays
- * (trn_gpu_model_num_params values each, host memory); LISA_UNSUPPORTED
- * once the model is data parallel. */
+/* AdamW state: step count and the m and v arrays (trn_gpu_model_num_params
+ * values each, host memory). Data parallel: get is a collective (every
+ * rank calls it; m and v may be NULL on ranks that only take part) that
+ * gathers the shards; set keeps this rank's shard of the whole arrays
+ * (call after trn_gpu_model_set_dist). */
 lisa_rc_t trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m,
                                   float *v) LISA_NODISCARD;
 lisa_rc_t trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step,
