@@ -629,6 +629,10 @@ trn_engine_destroy(trn_engine_t **ep)
                                            "shutting down");
         s_job_free(&j);
     }
+    lisa_log_info("engine: %s stopped after %llu requests, %llu tokens "
+                  "generated",
+                  e->id, (unsigned long long) e->st.requests,
+                  (unsigned long long) e->st.tokens_generated);
     lisa_free(&e->active);
     lisa_free(&e->broker);
     pthread_mutex_destroy(&e->mu);

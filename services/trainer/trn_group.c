@@ -448,9 +448,14 @@ s_send_command(trn_group_t *g, Lisa__RankCommand *cmd, trn_err_t *err)
 lisa_rc_t
 trn_group_command(trn_group_t *g, Lisa__RankCommand *cmd, trn_err_t *err)
 {
-    if (g->rank != 0 || !g->joined || g->stopped)
+    if (g->rank != 0 || !g->joined)
         return trn_fail(err, LISA_CONFLICT,
                         "group: commands come from a joined rank 0");
+    if (g->lost)
+        return trn_fail(err, LISA_UNAVAILABLE, "group: a rank disconnected");
+    if (g->stopped)
+        return trn_fail(err, LISA_ERR,
+                        "group: the ranks stopped after an earlier failure");
     cmd->seq = ++g->seq;
     return s_send_command(g, cmd, err);
 }
