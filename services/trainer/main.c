@@ -512,7 +512,8 @@ main(int argc, char **argv)
         }
         if (dev &&
             be->ops->dist_join(be, id, (int) rank, (int) world,
-                               (int) cfg.rank_timeout_ms, &terr) != LISA_OK) {
+                               (int) cfg.rank_timeout_ms, trn_group_peers_ok,
+                               group, &terr) != LISA_OK) {
             fprintf(stderr, "lisa-trainer: ranks: %s\n", terr.msg);
             code = EXIT_MODEL;
             goto out;

@@ -66,10 +66,13 @@ typedef struct {
      * on the host): a device communicator for data parallel. dist_id
      * makes rank 0's unique id (TRN_BACKEND_DIST_ID_BYTES); dist_join
      * joins it as `rank` of `world` (every rank at once, before any step
-     * or optimizer state is loaded), within timeout_ms. */
+     * or optimizer state is loaded), within timeout_ms; from then on every
+     * device wait also polls peers_ok(ctx) (may be NULL) and fails at once
+     * when it returns 0 (another rank went away). */
     lisa_rc_t (*dist_id)(trn_backend_t *b, uint8_t *id, trn_err_t *err);
     lisa_rc_t (*dist_join)(trn_backend_t *b, const uint8_t *id, int rank,
-                           int world, int timeout_ms, trn_err_t *err);
+                           int world, int timeout_ms, int (*peers_ok)(void *),
+                           void *ctx, trn_err_t *err);
     void (*destroy)(trn_backend_t *b);
 } trn_backend_ops_t;
 

@@ -647,6 +647,18 @@ trn_group_sum(trn_group_t *g, double *v, size_t n, trn_err_t *err)
     return LISA_OK;
 }
 
+int
+trn_group_peers_ok(void *arg)
+{
+    trn_group_t *g = arg;
+    if (!g)
+        return 1;
+    s_drain_monitor(g);
+    if (g->lost)
+        return 0;
+    return !(g->alive && !g->alive(g->alive_ctx));
+}
+
 static lisa_rc_t
 s_comm_sum(void *self, double *v, size_t n, trn_err_t *err)
 {

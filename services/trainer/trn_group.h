@@ -108,6 +108,11 @@ lisa_rc_t trn_group_reply(trn_group_t *g, lisa_rc_t rc,
 lisa_rc_t trn_group_sum(trn_group_t *g, double *v, size_t n,
                         trn_err_t *err) LISA_NODISCARD;
 
+/* 1 while no peer has gone (drains the disconnect monitor; rank 0 also
+ * asks its liveness check); for waits outside the group, such as a
+ * device collective. */
+int trn_group_peers_ok(void *g);
+
 /* The group as a step's trn_comm_t (valid while g lives). */
 trn_comm_t trn_group_comm(trn_group_t *g);
 

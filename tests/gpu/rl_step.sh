@@ -20,6 +20,8 @@
 #   LISA_BWRAP=PATH            bubblewrap to use (default: bwrap on PATH)
 #   LISA_RL_WORK=DIR           keep the run folder there (default: a
 #                              temporary folder)
+#   LISA_RL_RANKS=N            trainer ranks, one GPU each (default 1;
+#                              lisa-trainer launches the others itself)
 set -euo pipefail
 bin=$(cd "${1:?usage: rl_step.sh BINDIR [MODELDIR]}" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,6 +40,10 @@ if [ -n "${LISA_SANDBOX_LIBDIR:-}" ]; then
   export LISA_CTL_SANDBOX_CMD="LD_LIBRARY_PATH=$LISA_SANDBOX_LIBDIR exec /run/lisa/lisa-agent"
 fi
 run=$work/run
+ranks=${LISA_RL_RANKS:-1}
+# with several ranks, micro-batches small enough that each rank gets some
+micro=16384
+[ "$ranks" -gt 1 ] && micro=2048
 t0=$(date +%s)
 LISA_BUILD_DIR=$(dirname "$bin") bash "$root/scripts/run.sh" --no-build \
   --backend cuda --bwrap "${LISA_BWRAP:-bwrap}" --model "$model" \
@@ -49,14 +55,15 @@ LISA_BUILD_DIR=$(dirname "$bin") bash "$root/scripts/run.sh" --no-build \
   actor_rollout_ref.rollout.max_context_tokens=8192 \
   actor_rollout_ref.actor.optim.lr=1e-6 \
   actor_rollout_ref.actor.entropy_coeff=0.001 \
-  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384 \
+  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$micro \
+  trainer.n_gpus_per_node="$ranks" \
   trainer.val_before_train=false trainer.save_freq=1 \
   trainer.save_dtype=bf16 trainer.failed_rollouts=zero \
   trainer.step_timeout=8m
 echo "stack run took $(($(date +%s) - t0)) s"
-python3 - "$run" <<'PY'
-import json, os, sys
-run = sys.argv[1]
+python3 - "$run" "$ranks" <<'PY'
+import json, os, re, sys
+run, ranks = sys.argv[1], int(sys.argv[2])
 lines = [json.loads(l) for l in open(os.path.join(run, "trainer", "metrics.jsonl"))]
 train = [l for l in lines if l.get("kind") == "train"]
 assert len(train) == 1, lines
@@ -77,5 +84,14 @@ assert m["rollout/logp_diff_mean"] < 0.05, m
 assert m["actor/grad_norm"] > 0, m
 ck = os.path.join(run, "trainer", "global_step_1")
 assert os.path.isdir(ck), os.listdir(os.path.join(run, "trainer"))
+if ranks > 1:
+    log = open(os.path.join(run, "logs", "trainer.log")).read()
+    assert f"group: all {ranks} ranks joined" in log, log[-3000:]
+    for r in range(1, ranks):
+        assert f"train: done (rank {r})" in log, log[-3000:]
+    served = re.findall(r"engine: (\S+) stopped after (\d+) requests", log)
+    print("  engines (id, requests):", served)
+    assert len(served) == ranks, served
+    assert m["actor/micro_batches"] >= ranks, m
 print("1 passed, 0 failed")
 PY

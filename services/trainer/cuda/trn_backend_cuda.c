@@ -28,7 +28,19 @@ typedef struct {
     trn_gpu_model_t *ref; /* frozen reference for a KL term, or NULL */
     trn_gpu_kv_t *kv;
     trn_dist_t *dist; /* data parallel, or NULL */
+    int dev;          /* the device: current in whichever thread calls */
 } s_cuda_t;
+
+/* The device is per thread in CUDA, and the engine's thread and the
+ * loop's both drive the backend: every entry point makes it current. */
+static s_cuda_t *
+s_on(trn_backend_t *b)
+{
+    s_cuda_t *c = (s_cuda_t *) b;
+    if (trn_cuda_set_device(c->dev) != LISA_OK)
+        lisa_log_error("cuda backend: cannot select device %d", c->dev);
+    return c;
+}
 
 static void
 s_fail(trn_err_t *err, const char *msg)
@@ -93,7 +105,7 @@ s_ops(trn_gpu_model_t *g)
 static lisa_rc_t
 s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     trn_gpu_kv_destroy(&c->kv);
     c->kv = trn_gpu_kv_new(c->g, slots, max_len, err);
     return c->kv ? LISA_OK : LISA_INVALID;
@@ -102,7 +114,7 @@ s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
 static void
 s_gen_reset(trn_backend_t *b, size_t slot)
 {
-    trn_gpu_kv_reset(((s_cuda_t *) b)->kv, slot);
+    trn_gpu_kv_reset(s_on(b)->kv, slot);
 }
 
 static lisa_rc_t
@@ -110,7 +122,7 @@ s_gen_step(trn_backend_t *b, size_t n, const size_t *slots,
            const int32_t *const *tokens, const size_t *n_new, float *logits,
            trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     return trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, NULL, NULL,
                               NULL, logits, err);
 }
@@ -121,7 +133,7 @@ s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
              const trn_sampling_t *samp, const uint64_t *seeds,
              int32_t *out_tok, float *out_lp, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     trn_sample_t *sp = lisa_calloc(n, sizeof *sp);
     for (size_t i = 0; i < n; i++) {
         sp[i].temperature = samp[i].temperature;
@@ -139,7 +151,7 @@ static lisa_rc_t
 s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
              const trn_rollouts_t *r, trn_step_out_t *out, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     trn_gpu_model_set_recompute(c->g, cfg->recompute);
     trn_step_model_t m = s_ops(c->g), ref = s_ops(c->ref);
     return trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);
@@ -149,7 +161,7 @@ static lisa_rc_t
 s_logprobs(trn_backend_t *b, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
            float *logp, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     trn_step_model_t m = s_ops(c->g);
     return trn_step_logprobs_with(&m, cfg, r, logp, err);
 }
@@ -157,7 +169,7 @@ s_logprobs(trn_backend_t *b, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
 static lisa_rc_t
 s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     /* data parallel: a collective (the fp32 master is sharded) */
     if (trn_gpu_model_download_weights(c->g, c->host) != LISA_OK) {
         s_fail(err, "downloading weights for the checkpoint failed");
@@ -171,7 +183,7 @@ s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
 static lisa_rc_t
 s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     size_t n = trn_gpu_model_num_params(c->g);
     /* data parallel: a collective; only the rank that writes downloads */
     float *m = path ? lisa_malloc(n * 4) : NULL;
@@ -190,7 +202,7 @@ s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
 static lisa_rc_t
 s_load_optim(trn_backend_t *b, const char *path, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     size_t n = trn_gpu_model_num_params(c->g);
     float *m = lisa_malloc(n * 4), *v = lisa_malloc(n * 4);
     uint64_t step = 0;
@@ -213,7 +225,7 @@ s_config(const trn_backend_t *b)
 static lisa_rc_t
 s_dist_id(trn_backend_t *b, uint8_t *id, trn_err_t *err)
 {
-    (void) b;
+    (void) s_on(b);
     if (trn_dist_make_id(id) != LISA_OK) {
         s_fail(err, "cannot make an NCCL unique id");
         return LISA_ERR;
@@ -223,13 +235,14 @@ s_dist_id(trn_backend_t *b, uint8_t *id, trn_err_t *err)
 
 static lisa_rc_t
 s_dist_join(trn_backend_t *b, const uint8_t *id, int rank, int world,
-            int timeout_ms, trn_err_t *err)
+            int timeout_ms, int (*peers_ok)(void *), void *ctx, trn_err_t *err)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     if (c->dist) {
         s_fail(err, "already data parallel");
         return LISA_CONFLICT;
     }
+    trn_dist_set_peer_check(peers_ok, ctx);
     c->dist = trn_dist_new(rank, world, id, timeout_ms);
     if (!c->dist) {
         s_fail(err, "joining the NCCL communicator failed (see the log)");
@@ -247,7 +260,7 @@ s_dist_join(trn_backend_t *b, const uint8_t *id, int rank, int world,
 static void
 s_destroy(trn_backend_t *b)
 {
-    s_cuda_t *c = (s_cuda_t *) b;
+    s_cuda_t *c = s_on(b);
     trn_gpu_kv_destroy(&c->kv);
     trn_gpu_model_destroy(&c->ref);
     trn_gpu_model_destroy(&c->g);
@@ -285,6 +298,7 @@ trn_backend_cuda_new(const char *model_dir, int threads, bool kl,
     }
     s_cuda_t *c = lisa_calloc(1, sizeof *c);
     c->base.ops = &s_cuda_ops;
+    c->dev = d;
     if (trn_model_load(model_dir, threads, &c->host, err) != LISA_OK)
         goto fail;
     c->g = trn_gpu_model_new(c->host, err);

@@ -23,6 +23,11 @@ struct trn_dist {
     int broken; /* aborted: every later call fails fast */
 };
 
+/* The process's check that the other ranks are still there (see
+ * trn_dist_set_peer_check); polled every 10 ms of a wait. */
+static int (*s_peers_ok)(void *ctx);
+static void *s_peers_ctx;
+
 static double
 s_now_ms(void)
 {
@@ -53,7 +58,7 @@ s_abort(trn_dist_t *d, const char *what, const char *why)
 static lisa_rc_t
 s_wait(trn_dist_t *d, const char *what, int need_stream)
 {
-    double deadline = s_now_ms() + d->timeout_ms;
+    double deadline = s_now_ms() + d->timeout_ms, next_check = 0;
     for (;;) {
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(d->comm, &st);
@@ -72,12 +77,27 @@ s_wait(trn_dist_t *d, const char *what, int need_stream)
                 return LISA_ERR;
             }
         }
-        if (s_now_ms() > deadline) {
+        double now = s_now_ms();
+        if (now > deadline) {
             s_abort(d, what, "deadline passed (a peer is gone or stuck)");
             return LISA_TIMEOUT;
         }
+        if (s_peers_ok && now >= next_check) {
+            next_check = now + 10;
+            if (!s_peers_ok(s_peers_ctx)) {
+                s_abort(d, what, "another rank went away");
+                return LISA_UNAVAILABLE;
+            }
+        }
         s_nap();
     }
+}
+
+extern "C" void
+trn_dist_set_peer_check(int (*ok)(void *ctx), void *ctx)
+{
+    s_peers_ok = ok;
+    s_peers_ctx = ctx;
 }
 
 extern "C" lisa_rc_t

@@ -25,6 +25,12 @@ extern "C" {
 
 typedef struct trn_dist trn_dist_t;
 
+/* A check, polled while any wait of this process runs, that the other
+ * ranks are still there (for example their control connection): when it
+ * returns 0 the wait aborts the communicator and fails with
+ * LISA_UNAVAILABLE instead of waiting for the deadline. NULL: none. */
+void trn_dist_set_peer_check(int (*ok)(void *ctx), void *ctx);
+
 /* Makes a fresh NCCL unique id (rank 0 only). */
 lisa_rc_t trn_dist_make_id(uint8_t id[TRN_DIST_ID_BYTES]) LISA_NODISCARD;
 
