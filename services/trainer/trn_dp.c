@@ -6,6 +6,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "trn_err.h"
+#include "trn_rank_batch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,73 +18,6 @@ typedef struct {
     trn_engine_t *engine;
     trn_comm_t comm;
 } s_dp_t;
-
-/* ---- batches on the wire ------------------------------------------------ */
-
-/* Points `b` at r's arrays (no copies; tokens are converted into *tok). */
-static void
-s_batch_out(const trn_rollouts_t *r, Lisa__RankBatch *b, uint64_t **off,
-            uint32_t **tok)
-{
-    size_t n = r->n_seqs, nt = r->seq_offsets[n];
-    *off = lisa_malloc((n + 1) * sizeof **off);
-    *tok = lisa_malloc((nt ? nt : 1) * sizeof **tok);
-    for (size_t i = 0; i <= n; i++)
-        (*off)[i] = r->seq_offsets[i];
-    for (size_t t = 0; t < nt; t++)
-        (*tok)[t] = (uint32_t) r->tokens[t];
-    b->n_seq_offsets = n + 1;
-    b->seq_offsets = *off;
-    b->n_tokens = nt;
-    b->tokens = *tok;
-    b->mask.data = (uint8_t *) (uintptr_t) r->mask;
-    b->mask.len = nt;
-    b->n_rollout_logp = r->rollout_logp ? nt : 0;
-    b->rollout_logp = (float *) (uintptr_t) r->rollout_logp;
-    b->n_group = n;
-    b->group = (int64_t *) (uintptr_t) r->group;
-    b->n_score = n;
-    b->score = (double *) (uintptr_t) r->score;
-}
-
-/* The batch a command carries, checked: every array the length the
- * offsets say. Owned arrays go to *off and *tok. */
-static lisa_rc_t
-s_batch_in(const Lisa__RankBatch *b, trn_rollouts_t *r, size_t **off,
-           int32_t **tok, trn_err_t *err)
-{
-    memset(r, 0, sizeof *r);
-    if (!b || b->n_seq_offsets < 2 || b->seq_offsets[0] != 0)
-        return trn_fail(err, LISA_INVALID, "dp: command without a batch");
-    size_t n = b->n_seq_offsets - 1, nt = b->n_tokens;
-    for (size_t i = 0; i < n; i++)
-        if (b->seq_offsets[i + 1] <= b->seq_offsets[i])
-            return trn_fail(err, LISA_INVALID, "dp: unordered offsets");
-    if (b->seq_offsets[n] != nt || b->mask.len != nt || b->n_group != n ||
-        b->n_score != n || (b->n_rollout_logp != 0 && b->n_rollout_logp != nt))
-        return trn_fail(err, LISA_INVALID,
-                        "dp: batch arrays disagree with its offsets");
-    *off = lisa_malloc((n + 1) * sizeof **off);
-    *tok = lisa_malloc((nt ? nt : 1) * sizeof **tok);
-    for (size_t i = 0; i <= n; i++)
-        (*off)[i] = (size_t) b->seq_offsets[i];
-    for (size_t t = 0; t < nt; t++) {
-        if (b->tokens[t] > (uint32_t) INT32_MAX) {
-            lisa_free(off);
-            lisa_free(tok);
-            return trn_fail(err, LISA_INVALID, "dp: bad token id");
-        }
-        (*tok)[t] = (int32_t) b->tokens[t];
-    }
-    r->n_seqs = n;
-    r->seq_offsets = *off;
-    r->tokens = *tok;
-    r->mask = b->mask.data;
-    r->rollout_logp = b->n_rollout_logp ? b->rollout_logp : NULL;
-    r->group = b->group;
-    r->score = b->score;
-    return LISA_OK;
-}
 
 /* ---- rank 0's backend --------------------------------------------------- */
 
@@ -155,7 +89,7 @@ s_batch_command(s_dp_t *d, Lisa__RankOp op, const trn_step_cfg_t *cfg,
     uint32_t *tok = NULL;
     if (r->n_seqs == 0 || !r->seq_offsets)
         return trn_fail(err, LISA_INVALID, "dp: empty batch");
-    s_batch_out(r, b, &off, &tok);
+    trn_rank_batch_out(r, b, &off, &tok);
     cmd->op = op;
     cmd->lr = cfg->optim.lr;
     cmd->policy_version = trn_engine_policy_version(d->engine) + 1;
@@ -296,7 +230,7 @@ s_follow_one(trn_backend_t *b, trn_group_t *g, const trn_step_cfg_t *cfg,
     *stepped = false;
     switch (cmd->op) {
     case LISA__RANK_OP__RANK_OP_STEP: {
-        rc = s_batch_in(cmd->batch, &r, &off, &tok, err);
+        rc = trn_rank_batch_in(cmd->batch, &r, &off, &tok, err);
         if (rc != LISA_OK)
             break;
         local.optim.lr = cmd->lr;
@@ -306,7 +240,7 @@ s_follow_one(trn_backend_t *b, trn_group_t *g, const trn_step_cfg_t *cfg,
         break;
     }
     case LISA__RANK_OP__RANK_OP_LOGPROBS: {
-        rc = s_batch_in(cmd->batch, &r, &off, &tok, err);
+        rc = trn_rank_batch_in(cmd->batch, &r, &off, &tok, err);
         if (rc != LISA_OK || !b->ops->logprobs) {
             if (rc == LISA_OK)
                 rc = trn_fail(err, LISA_UNSUPPORTED, "dp: no logprobs");
