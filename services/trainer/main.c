@@ -495,7 +495,7 @@ main(int argc, char **argv)
         }
         if (trn_group_set_identity(group, trn_engine_url(eng), digest) !=
                 LISA_OK ||
-            trn_group_join(group, rank == 0 && dev ? id : NULL,
+            trn_group_join(group, rank > 0 || dev ? id : NULL,
                            rank == 0 ? NULL : &have_id, &terr) != LISA_OK) {
             fprintf(stderr, "lisa-trainer: ranks: %s\n", terr.msg);
             code = EXIT_CONFIG;
