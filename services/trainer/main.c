@@ -617,15 +617,19 @@ main(int argc, char **argv)
     else
         lisa_log_info("train: done");
 out:
-    trn_group_destroy(&group); /* tells the ranks to stop if still needed */
+    /* in this order: the ranks hear the stop; every rank leaves the device
+     * communicator at once (its waits still watch the group); then the
+     * group goes and the launched ranks are collected */
+    trn_group_stop(group, code == EXIT_DONE);
+    trn_engine_destroy(&eng);
+    trn_backend_destroy(&be);
+    trn_group_destroy(&group);
     if (kids.n && s_kids_reap(&kids, code == EXIT_DONE ? 60000 : 5000) > 0 &&
         code == EXIT_DONE) {
         fprintf(stderr, "lisa-trainer: a launched rank failed\n");
         code = EXIT_MODEL;
     }
     lisa_free(&kids.pids);
-    trn_engine_destroy(&eng);
-    trn_backend_destroy(&be);
     trn_data_destroy(&tdata);
     trn_data_destroy(&vdata);
     lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &cfg);

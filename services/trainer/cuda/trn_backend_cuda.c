@@ -190,10 +190,10 @@ s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
     float *v = path ? lisa_malloc(n * 4) : NULL;
     uint64_t step = 0;
     lisa_rc_t rc = trn_gpu_model_get_optim(c->g, &step, m, v);
-    if (rc == LISA_OK && path)
-        rc = trn_optim_state_save(path, step, m, v, n, err);
-    else
+    if (rc != LISA_OK)
         s_fail(err, "reading the optimizer state failed");
+    else if (path)
+        rc = trn_optim_state_save(path, step, m, v, n, err);
     lisa_free(&m);
     lisa_free(&v);
     return rc;
@@ -266,6 +266,7 @@ s_destroy(trn_backend_t *b)
     trn_gpu_model_destroy(&c->g);
     trn_model_destroy(&c->host);
     trn_dist_destroy(&c->dist);
+    trn_dist_set_peer_check(NULL, NULL);
     lisa_free(&c);
 }
 
