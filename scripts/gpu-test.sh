@@ -39,6 +39,11 @@ if [ "$gpus" -ge 2 ]; then
   world=$gpus
   [ "$world" -gt 8 ] && world=8
   run "$bin/trn_dist_test" "$world"
+  # the same RL step with lisa-trainer launching one rank per GPU
+  if [ "${LISA_GPU_RL_STEP:-1}" != 0 ] && [ -x "$bin/lisa-controller" ] &&
+     python3 -c 'import transformers' 2>/dev/null; then
+    run env LISA_RL_RANKS="$world" bash tests/gpu/rl_step.sh "$bin"
+  fi
 fi
 echo
 echo "$pass passed, $fail failed"
