@@ -177,7 +177,7 @@ lisa_rc_t trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                          const int32_t *seg, int T, int H, int Hk, int D,
                          trn_cuda_stream_t *s);
 /* Backward: dq/dk/dv written at the same layout as q/k/v (stride dstride),
- * overwritten. `scratch` holds T*H floats. */
+ * overwritten. `scratch` holds T*H*(D+1) floats, 8-byte aligned. */
 lisa_rc_t trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv,
                          int dstride, float *scratch, const trn_bf16_t *dout,
                          const trn_bf16_t *o, const float *lse,
