@@ -149,8 +149,9 @@ s_ldsm_b2(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
 
 #define S_FWD_WARPS 4
 #define S_FWD_BQ    (32 * S_FWD_WARPS)
-/* key tile: 64, or 32 at head_dim 128 (the scores' registers) */
-#define S_FWD_BK(D) ((D) >= 128 ? 32 : 64)
+#define S_FWD_BK    64
+/* keys a warp scores at once: 32 at head_dim 128 (the registers) */
+#define S_FWD_BC(D) ((D) >= 128 ? 32 : 64)
 
 template <int D>
 __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
@@ -158,8 +159,8 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
                    const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                    const int32_t *seg, int T, int H, int Hk, float scale)
 {
-    constexpr int LDB = D + 8, KT = D / 16, NT = D / 8, BK = S_FWD_BK(D);
-    constexpr int NS = BK / 8; /* score n-tiles */
+    constexpr int LDB = D + 8, KT = D / 16, NT = D / 8, BK = S_FWD_BK;
+    constexpr int BC = S_FWD_BC(D), NS = BC / 8; /* sub-tile, its n-tiles */
     constexpr int BQ = S_FWD_BQ, NTH = 32 * S_FWD_WARPS, CH = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem);
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
 #pragma unroll
         for (int n = 0; n < NT; n++)
             acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
-    /* my four rows: (m, half) = row q0 + 32w + 16m + g + 8 half */
+    /* my four rows: i = 2m + half is row q0 + 32w + 16m + 8half + g */
     float mr[4], lr[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -221,22 +222,27 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
     }
     const float sc = scale * S_LOG2E;
     const int wfirst = q0 + warp * 32;
-    const int rbase = wfirst + g; /* row (m, half) is rbase + 16m + 8half */
+    const int rbase = wfirst + g;
 
     for (int j = 0; j < ntiles; j++) {
         const int k0 = kbeg + j * BK, buf = j & 1;
-        if (j + 1 < ntiles) {
-            load_kv(buf ^ 1, k0 + BK);
-            s_cp_commit();
-            s_cp_wait<1>();
-        } else {
-            s_cp_wait<0>();
-        }
+        /* tile j has landed, and every warp is done with tile j - 1,
+         * whose buffers take tile j + 1 */
+        s_cp_wait<0>();
         __syncthreads();
-        /* rows of this warp entirely before the tile: nothing to see */
-        if (wfirst + 31 >= k0) {
-            const bf16 *Kb = Ks + buf * BK * LDB, *Vb = Vs + buf * BK * LDB;
-            const bool full = k0 + BK - 1 <= q0 && seg[k0] == seg_last;
+        if (j + 1 < ntiles)
+            load_kv(buf ^ 1, k0 + BK);
+        s_cp_commit();
+#pragma unroll
+        for (int sub = 0; sub < BK / BC; sub++) {
+            const int kc = k0 + sub * BC;
+            /* rows of this warp entirely before the sub-tile, or the
+             * sub-tile wholly in earlier sequences: nothing to see */
+            if (wfirst + 31 < kc || seg[min(kc + BC - 1, T - 1)] < seg_first)
+                continue;
+            const bf16 *Kb = Ks + (buf * BK + sub * BC) * LDB;
+            const bf16 *Vb = Vs + (buf * BK + sub * BC) * LDB;
+            const bool full = kc + BC - 1 <= q0 && seg[kc] == seg_last;
 
             float s[2][NS][4];
 #pragma unroll
@@ -269,13 +275,15 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
                     for (int n = 0; n < NS; n++)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
-                            int tk = k0 + n * 8 + 2 * t + e;
+                            int tk = kc + n * 8 + 2 * t + e;
                             if (tk > r || seg[min(tk, T - 1)] != sg)
                                 s[i >> 1][n][(i & 1) * 2 + e] = -INFINITY;
                         }
                 }
             }
-            /* running max (base-2 units), rescale, probabilities */
+            /* running max (base-2 units), probabilities; the output is
+             * rescaled only when some row of the warp has a new max */
+            float alpha[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int m = i >> 1, e0 = (i & 1) * 2;
@@ -287,13 +295,8 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 float mn = fmaxf(mr[i], mx * sc);
                 float mu = mn == -INFINITY ? 0.0f : mn;
-                const float alpha = exp2f(mr[i] - mu);
+                alpha[i] = exp2f(mr[i] - mu);
                 mr[i] = mn;
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    acc[m][n][e0] *= alpha;
-                    acc[m][n][e0 + 1] *= alpha;
-                }
                 float ps = 0.0f;
 #pragma unroll
                 for (int n = 0; n < NS; n++) {
@@ -305,11 +308,24 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
                 }
                 ps += __shfl_xor_sync(0xffffffffu, ps, 1);
                 ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-                lr[i] = lr[i] * alpha + ps;
+                lr[i] = lr[i] * alpha[i] + ps;
+            }
+            const bool same = alpha[0] == 1.0f && alpha[1] == 1.0f &&
+                              alpha[2] == 1.0f && alpha[3] == 1.0f;
+            if (!__all_sync(0xffffffffu, same)) {
+#pragma unroll
+                for (int m = 0; m < 2; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        acc[m][n][0] *= alpha[2 * m];
+                        acc[m][n][1] *= alpha[2 * m];
+                        acc[m][n][2] *= alpha[2 * m + 1];
+                        acc[m][n][3] *= alpha[2 * m + 1];
+                    }
             }
             /* O += P V: P's accumulators are the A operand as they stand */
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) {
+            for (int kk = 0; kk < BC / 16; kk++) {
                 uint32_t pa[2][4];
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
@@ -330,7 +346,6 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
                 }
             }
         }
-        __syncthreads(); /* this buffer is refilled next iteration */
     }
     /* normalise and store */
     const size_t ost = (size_t) (H * D);
@@ -406,8 +421,8 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
     bf16 *Vs = Ks + BK * LDB;
     bf16 *Qs = Vs + BK * LDB; /* [2][BQ][LDB] */
     bf16 *dOs = Qs + 2 * BQ * LDB;
-    bf16 *dsT = dOs + 2 * BQ * LDB;                           /* [BK][LDS] */
-    float *lse_s = reinterpret_cast<float *>(dsT + BK * LDS); /* [2][BQ] */
+    bf16 *dsT = dOs + 2 * BQ * LDB; /* [2][BK][LDS] */
+    float *lse_s = reinterpret_cast<float *>(dsT + 2 * BK * LDS); /* [2][BQ] */
     float *del_s = lse_s + 2 * BQ;
     int *segq = reinterpret_cast<int *>(del_s + 2 * BQ);
 
@@ -463,6 +478,8 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
     if (niter > 0)
         load_q(0, 0);
     s_cp_commit();
+    s_cp_wait<0>();
+    __syncthreads();
 
     const int kw = k0 + warp * 16; /* this warp's first key */
     const int kr0 = kw + g, kr1 = kr0 + 8;
@@ -479,14 +496,12 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
     for (int it = 0; it < niter; it++) {
         const int buf = it & 1;
         const int h = hk * G + it / nq, q0 = k0 + (it % nq) * BQ;
-        if (it + 1 < niter) {
+        /* the buffers of tile it - 1 take tile it + 1: every warp passed
+         * the barrier after reading them */
+        if (it + 1 < niter)
             load_q(buf ^ 1, it + 1);
-            s_cp_commit();
-            s_cp_wait<1>();
-        } else {
-            s_cp_wait<0>();
-        }
-        __syncthreads();
+        s_cp_commit();
+        bf16 *dsb = dsT + buf * BK * LDS;
         const bf16 *Qb = Qs + buf * BQ * LDB, *dOb = dOs + buf * BQ * LDB;
         const float *lseb = lse_s + buf * BQ, *delb = del_s + buf * BQ;
         const int *segb = segq + buf * BQ;
@@ -496,9 +511,9 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 #pragma unroll
             for (int n = 0; n < 8; n++) {
                 int c = n * 8 + 2 * t;
-                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g) * LDS + c) =
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
                     0u;
-                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g + 8) * LDS +
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
                                               c) = 0u;
             }
         } else {
@@ -529,24 +544,32 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
              * the warp's keys and the tile's queries is hidden */
             const bool full =
                 q0 >= kw + 15 && q0 + BQ - 1 < T && segb[BQ - 1] == skw;
+            if (!full) {
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+#pragma unroll
+                    for (int e1 = 0; e1 < 2; e1++) {
+                        const int col = n * 8 + 2 * t + e1;
+                        const int tq = q0 + col, sq = segb[col];
+                        if (!(tq < T && kr0 <= tq && sq == sk0))
+                            sT[n][e1] = -INFINITY;
+                        if (!(tq < T && kr1 <= tq && sq == sk1))
+                            sT[n][2 + e1] = -INFINITY;
+                    }
+            }
+            /* dS without the softmax scale: dK and dQ take it at the end */
 #pragma unroll
             for (int n = 0; n < 8; n++)
 #pragma unroll
                 for (int e1 = 0; e1 < 2; e1++) {
                     const int col = n * 8 + 2 * t + e1;
                     const float l2 = lseb[col] * S_LOG2E, dl = delb[col];
-                    bool ok0 = true, ok1 = true;
-                    if (!full) {
-                        const int tq = q0 + col, sq = segb[col];
-                        ok0 = tq < T && kr0 <= tq && sq == sk0;
-                        ok1 = tq < T && kr1 <= tq && sq == sk1;
-                    }
-                    float p0 = ok0 ? exp2f(fmaf(sT[n][e1], sc, -l2)) : 0.0f;
-                    float p1 = ok1 ? exp2f(fmaf(sT[n][2 + e1], sc, -l2)) : 0.0f;
+                    float p0 = exp2f(fmaf(sT[n][e1], sc, -l2));
+                    float p1 = exp2f(fmaf(sT[n][2 + e1], sc, -l2));
                     sT[n][e1] = p0;
                     sT[n][2 + e1] = p1;
-                    dpT[n][e1] = p0 * (dpT[n][e1] - dl) * scale;
-                    dpT[n][2 + e1] = p1 * (dpT[n][2 + e1] - dl) * scale;
+                    dpT[n][e1] = p0 * (dpT[n][e1] - dl);
+                    dpT[n][2 + e1] = p1 * (dpT[n][2 + e1] - dl);
                 }
                 /* dV += P^T dO, dK += dS^T Q (k-steps over the 64 queries) */
 #pragma unroll
@@ -575,12 +598,14 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 #pragma unroll
             for (int n = 0; n < 8; n++) {
                 int c = n * 8 + 2 * t;
-                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g) * LDS + c) =
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
                     s_pack(dpT[n][0], dpT[n][1]);
-                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g + 8) * LDS +
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
                                               c) = s_pack(dpT[n][2], dpT[n][3]);
             }
         }
+        /* tile it + 1 has landed and dS^T is whole */
+        s_cp_wait<0>();
         __syncthreads();
         /* dQ (query rows 16(w%4).., columns of half w/4) = dS K over the
          * block's 128 keys */
@@ -598,7 +623,7 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                 uint32_t a[4];
                 {
                     const int m = lane >> 3, row = lane & 7;
-                    s_ldsm_t(a, dsT + (kk * 16 + (m >> 1) * 8 + row) * LDS +
+                    s_ldsm_t(a, dsb + (kk * 16 + (m >> 1) * 8 + row) * LDS +
                                     mt * 16 + (m & 1) * 8);
                 }
 #pragma unroll
@@ -630,30 +655,30 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
         if (kr0 < T) {
             size_t off = (size_t) kr0 * (size_t) dstride + (size_t) hk * D + c;
             *reinterpret_cast<uint32_t *>(dk + off) =
-                s_pack(dK[n][0], dK[n][1]);
+                s_pack(dK[n][0] * scale, dK[n][1] * scale);
             *reinterpret_cast<uint32_t *>(dv + off) =
                 s_pack(dV[n][0], dV[n][1]);
         }
         if (kr1 < T) {
             size_t off = (size_t) kr1 * (size_t) dstride + (size_t) hk * D + c;
             *reinterpret_cast<uint32_t *>(dk + off) =
-                s_pack(dK[n][2], dK[n][3]);
+                s_pack(dK[n][2] * scale, dK[n][3] * scale);
             *reinterpret_cast<uint32_t *>(dv + off) =
                 s_pack(dV[n][2], dV[n][3]);
         }
     }
 }
 
-/* dq[t, h*D + c] = bf16(dq_acc[(t*H + h)*D + c]). */
+/* dq[t, h*D + c] = bf16(scale * dq_acc[(t*H + h)*D + c]). */
 __global__ void
 s_dq_store(trn_bf16_t *dq, int dstride, const float *dq_acc, int T, int H,
-           int D)
+           int D, float scale)
 {
     size_t n = (size_t) T * H * D;
     for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n;
          i += (size_t) gridDim.x * blockDim.x) {
         size_t t = i / ((size_t) H * D), hc = i % ((size_t) H * D);
-        trn_st(dq + t * (size_t) dstride + hc, dq_acc[i]);
+        trn_st(dq + t * (size_t) dstride + hc, scale * dq_acc[i]);
     }
 }
 
@@ -664,7 +689,7 @@ s_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q, const trn_bf16_t *k,
       cudaStream_t st)
 {
     /* Q rows + two K and two V buffers */
-    size_t shm = (size_t) (S_FWD_BQ + 4 * S_FWD_BK(D)) * (D + 8) * 2;
+    size_t shm = (size_t) (S_FWD_BQ + 4 * S_FWD_BK) * (D + 8) * 2;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         s_attn_fwd_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         (int) shm));
@@ -682,9 +707,9 @@ s_bwd(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
       const trn_bf16_t *q, const trn_bf16_t *k, const trn_bf16_t *v, int stride,
       const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
-    /* K, V; two Q and two dO buffers; dS^T; two sets of lse, Delta, seg */
+    /* K, V; two each of Q, dO, dS^T and the rows' lse, Delta, seg */
     size_t shm = (size_t) (2 * S_BWD_BK + 4 * S_BWD_BQ) * (D + 8) * 2 +
-                 (size_t) S_BWD_BK * (S_BWD_BQ + 8) * 2 +
+                 (size_t) 2 * S_BWD_BK * (S_BWD_BQ + 8) * 2 +
                  (size_t) 6 * S_BWD_BQ * 4;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         s_attn_bwd_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -764,7 +789,8 @@ trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
         return rc;
     size_t n = (size_t) T * H * D;
     unsigned blocks = (unsigned) (n / 256 + 1 > 65535 ? 65535 : n / 256 + 1);
-    s_dq_store<<<blocks, 256, 0, st>>>(dq, dstride, dq_acc, T, H, D);
+    s_dq_store<<<blocks, 256, 0, st>>>(dq, dstride, dq_acc, T, H, D,
+                                       1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
