@@ -14,7 +14,9 @@
  * computed), read every mma operand with ldmatrix from padded rows (no
  * bank conflicts), take exponentials base 2 with the scale folded in, skip
  * the mask on tiles that are wholly visible, and hand out the heaviest
- * causal tiles first. See the notes above each kernel.
+ * causal tiles first. Before the backward pass one vectorised kernel forms
+ * Delta = rowsum(dO * O) and zeroes the dq buffer; after it another
+ * scales and rounds dq to bf16. See the notes above each kernel.
  *
  * Packed sequences: seg[t] is non-decreasing; a query attends to keys of
  * its own sequence at or before it. Tiles entirely in another sequence are
@@ -143,9 +145,12 @@ s_ldsm_b2(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
  * memory feeds two products. Q stays in shared memory (read with ldmatrix
  * per key tile); scores, probabilities and output accumulators stay in
  * registers. Key tiles of 64 stream through two K/V buffers: the copy of
- * tile j+1 is issued before tile j is computed. Scores are kept in base-2
- * units (scale * log2 e folded in), so every exponential is one ex2.
- * Blocks run heaviest first (the last query tiles see the most keys). */
+ * tile j+1 is issued right after the one barrier of tile j, and lands
+ * while tile j is computed. At head_dim 128 a warp scores a tile 32 keys
+ * at a time (the registers). Scores are kept in base-2 units (scale *
+ * log2 e folded in), so every exponential is one ex2, and the output is
+ * rescaled only when some row of the warp has a new max. Blocks run
+ * heaviest first (the last query tiles see the most keys). */
 
 #define S_FWD_WARPS 4
 #define S_FWD_BQ    (32 * S_FWD_WARPS)
@@ -367,22 +372,38 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
     }
 }
 
-/* Delta[h*T + t] = sum_d dO[t,h,d] * O[t,h,d]; one warp per (t, h). */
+/* Delta[h*T + t] = sum_d dO[t,h,d] * O[t,h,d] for the rows [t][h] of
+ * dO and O (each [T][H*D]), and dq_acc (laid out as they are) zeroed: D/8
+ * lanes a row, 8 elements a lane. */
+template <int D>
 __global__ void
-s_attn_delta(float *delta, const trn_bf16_t *dout, const trn_bf16_t *o, int T,
-             int H, int D)
+s_attn_delta(float *delta, float *dq_acc, const trn_bf16_t *dout,
+             const trn_bf16_t *o, int T, int H)
 {
-    int w = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (w >= T * H)
-        return;
-    int t = w / H, h = w % H;
-    size_t base = (size_t) t * (size_t) (H * D) + (size_t) h * D;
+    constexpr int L = D / 8;
+    const size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x;
+    const size_t row = i / L, e = row * D + (i % L) * 8;
+    const bool ok = row < (size_t) T * H;
     float s = 0.0f;
-    for (int d = lane; d < D; d += 32)
-        s += trn_ld(dout + base + d) * trn_ld(o + base + d);
-    s = trn_warp_sum(s);
-    if (lane == 0)
-        delta[(size_t) h * T + t] = s;
+    if (ok) {
+        uint4 a = *reinterpret_cast<const uint4 *>(dout + e);
+        uint4 b = *reinterpret_cast<const uint4 *>(o + e);
+        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+        const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 x = __bfloat1622float2(pa[j]), y = __bfloat1622float2(pb[j]);
+            s = fmaf(x.x, y.x, fmaf(x.y, y.y, s));
+        }
+        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        reinterpret_cast<float4 *>(dq_acc + e)[0] = z;
+        reinterpret_cast<float4 *>(dq_acc + e)[1] = z;
+    }
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (ok && i % L == 0)
+        delta[(size_t) (row % H) * T + row / H] = s;
 }
 
 /* ---- backward ----------------------------------------------------------
@@ -396,8 +417,10 @@ s_attn_delta(float *delta, const trn_bf16_t *dout, const trn_bf16_t *o, int T,
  * the warps, as 4 row tiles x 2 column halves, add dQ = dS K of the tile
  * into the fp32 dq buffer with paired atomics. Q, dO and the rows'
  * log-sum-exp, Delta and sequence of the next tile are copied in while
- * this one is computed. Blocks run heaviest first (the first key tiles are
- * seen by the most queries). */
+ * this one is computed; one barrier a tile suffices, as dS^T is
+ * double-buffered. dS is kept without the softmax scale, which dK and dQ
+ * take once at the end. Blocks run heaviest first (the first key tiles
+ * are seen by the most queries). */
 
 #define S_BWD_WARPS 8
 #define S_BWD_BK    (16 * S_BWD_WARPS)
@@ -669,16 +692,23 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
     }
 }
 
-/* dq[t, h*D + c] = bf16(scale * dq_acc[(t*H + h)*D + c]). */
+/* dq[t, h*D + c] = bf16(scale * dq_acc[(t*H + h)*D + c]), 8 a thread. */
 __global__ void
 s_dq_store(trn_bf16_t *dq, int dstride, const float *dq_acc, int T, int H,
            int D, float scale)
 {
-    size_t n = (size_t) T * H * D;
+    const size_t n = (size_t) T * H * D / 8, HD = (size_t) H * D;
     for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n;
          i += (size_t) gridDim.x * blockDim.x) {
-        size_t t = i / ((size_t) H * D), hc = i % ((size_t) H * D);
-        trn_st(dq + t * (size_t) dstride + hc, scale * dq_acc[i]);
+        const size_t e = i * 8, t = e / HD, hc = e % HD;
+        float4 a = reinterpret_cast<const float4 *>(dq_acc + e)[0];
+        float4 b = reinterpret_cast<const float4 *>(dq_acc + e)[1];
+        uint4 r;
+        r.x = s_pack(a.x * scale, a.y * scale);
+        r.y = s_pack(a.z * scale, a.w * scale);
+        r.z = s_pack(b.x * scale, b.y * scale);
+        r.w = s_pack(b.z * scale, b.w * scale);
+        *reinterpret_cast<uint4 *>(dq + t * (size_t) dstride + hc) = r;
     }
 }
 
@@ -722,6 +752,12 @@ s_bwd(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
     return LISA_OK;
 }
 
+static bool
+s_aligned16(const void *p)
+{
+    return ((uintptr_t) p & 15) == 0;
+}
+
 #define S_DISPATCH(fn, D, ...)                                                 \
     switch (D) {                                                               \
     case 16:                                                                   \
@@ -744,6 +780,7 @@ trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
 {
     TRN_REQUIRE(o && lse && q && k && v && seg && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && stride % 8 == 0);
+    TRN_REQUIRE(s_aligned16(q) && s_aligned16(k) && s_aligned16(v));
     S_DISPATCH(s_fwd, D, o, lse, q, k, v, stride, seg, T, H, Hk, trn_stream(s));
 }
 
@@ -757,14 +794,29 @@ trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
     TRN_REQUIRE(dq && dk && dv && scratch && dout && o && lse && q && k && v);
     TRN_REQUIRE(seg && T > 0 && H > 0 && Hk > 0 && H % Hk == 0);
     TRN_REQUIRE(stride % 8 == 0 && dstride % 8 == 0);
+    TRN_REQUIRE(s_aligned16(q) && s_aligned16(k) && s_aligned16(v));
+    TRN_REQUIRE(s_aligned16(dq) && s_aligned16(dout) && s_aligned16(o) &&
+                s_aligned16(scratch));
     if (D != 16 && D != 32 && D != 64 && D != 128)
         return LISA_UNSUPPORTED;
     cudaStream_t st = trn_stream(s);
     float *dq_acc = scratch; /* first: the paired atomics need 8 bytes */
     float *delta = scratch + (size_t) T * H * D;
-    TRN_CUDA_TRY(cudaMemsetAsync(dq_acc, 0, (size_t) T * H * D * 4, st));
-    s_attn_delta<<<TRN_CEIL_DIV(T * H, 8), 256, 0, st>>>(delta, dout, o, T, H,
-                                                         D);
+    const unsigned nb = (unsigned) TRN_CEIL_DIV((size_t) T * H * (D / 8), 256);
+    switch (D) {
+    case 16:
+        s_attn_delta<16><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    case 32:
+        s_attn_delta<32><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    case 64:
+        s_attn_delta<64><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    default:
+        s_attn_delta<128><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    }
     TRN_LAUNCH_CHECK();
     lisa_rc_t rc;
     switch (D) {
@@ -787,8 +839,8 @@ trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
     }
     if (rc != LISA_OK)
         return rc;
-    size_t n = (size_t) T * H * D;
-    unsigned blocks = (unsigned) (n / 256 + 1 > 65535 ? 65535 : n / 256 + 1);
+    size_t n = (size_t) T * H * D / 8 / 256 + 1;
+    unsigned blocks = (unsigned) (n > 65535 ? 65535 : n);
     s_dq_store<<<blocks, 256, 0, st>>>(dq, dstride, dq_acc, T, H, D,
                                        1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
