@@ -1139,6 +1139,7 @@ main(int argc, char **argv)
     test_attention(300, 4, 2, 128, 3);
     test_attention(150, 4, 1, 16, 1);
     test_attention(64, 2, 2, 32, 1);
+    test_attention(513, 4, 2, 128, 4);      /* a last query tile of one row */
     test_decode(1, 32, 8, 128, 2048, 0, 1); /* batch 1, split positions */
     test_decode(1, 32, 8, 128, 300, 0, 0);  /* no scratch: one block */
     test_decode(40, 32, 8, 128, 512, 1, 1); /* Qwen3-4B heads, padding */

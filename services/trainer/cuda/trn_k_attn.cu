@@ -5,11 +5,18 @@
  * and keeps the log-sum-exp of every row; the backward pass recomputes the
  * probabilities tile by tile from it (the FlashAttention-2 scheme).
  *
- * Forward: one block of 8 warps per (128 query rows, query head). Backward:
- * one block of 4 warps per (64 keys, kv head), looping over the query heads
- * of the group and the query tiles at or after the key tile; dK and dV
- * accumulate in registers, dQ in an fp32 buffer through atomics. Both keep
- * their tiles in registers; see the notes above each kernel.
+ * Forward: one block of 4 warps per (128 query rows, query head), 32 rows
+ * a warp. Backward: one block of 8 warps per (128 keys, kv head), looping
+ * over the query heads of the group and the 64-row query tiles at or after
+ * the key tile; dK and dV accumulate in registers, dQ in an fp32 buffer
+ * through atomics. Both stream their tiles through shared memory with
+ * cp.async, double-buffered (the next tile lands while this one is
+ * computed), read every mma operand with ldmatrix from padded rows (no
+ * bank conflicts), take exponentials base 2 with the scale folded in, skip
+ * the mask on tiles that are wholly visible, and hand out the heaviest
+ * causal tiles first. Before the backward pass one vectorised kernel forms
+ * Delta = rowsum(dO * O) and zeroes the dq buffer; after it another
+ * scales and rounds dq to bf16. See the notes above each kernel.
  *
  * Packed sequences: seg[t] is non-decreasing; a query attends to keys of
  * its own sequence at or before it. Tiles entirely in another sequence are
@@ -17,24 +24,17 @@
  */
 #include "trn_cuda_common.cuh"
 
-#define S_BQ 64
-#define S_BK 64
-
 typedef __nv_bfloat16 bf16;
 
-/* ---- forward on mma.sync (FlashAttention-2 register tiling) ------------
- *
- * One block of 8 warps per (128 query rows, query head); each warp owns 16
- * rows and keeps its Q fragments, scores, probabilities and output
- * accumulators in registers (mma.sync m16n8k16, bf16 in, fp32 out). The
- * accumulator layout of one product is the operand layout of the next, so
- * probabilities go from softmax to the P.V product without shared memory.
- * Fragment layout (PTX ISA, m16n8k16): lane = 4*g + t; A holds rows g and
- * g+8, columns 2t, 2t+1 (+8); B holds k rows 2t, 2t+1 (+8), column g; C
- * holds rows g, g+8, columns 2t, 2t+1. */
+#define S_LOG2E 1.4426950408889634f
+#define S_LN2   0.6931471805599453f
 
-#define S_FWD_WARPS 8
-#define S_FWD_BQ    (16 * S_FWD_WARPS)
+/* Fragment layout of mma.sync m16n8k16 (PTX ISA): lane = 4*g + t; A holds
+ * rows g and g+8, columns 2t, 2t+1 (+8); B holds k rows 2t, 2t+1 (+8),
+ * column g; C holds rows g, g+8, columns 2t, 2t+1. The accumulator layout
+ * of one product is the A operand layout of the next. Shared-memory tiles
+ * are row-major with rows padded by 8 elements: the eight 16-byte rows one
+ * ldmatrix phase reads then fall in distinct banks. */
 
 __device__ __forceinline__ void
 s_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
@@ -54,19 +54,54 @@ s_pack(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ __forceinline__ uint32_t
-s_pair(const bf16 *p0, const bf16 *p1)
+/* 16 bytes global -> shared without registers; zeros where !ok. */
+__device__ __forceinline__ void
+s_cp16(void *dst, const void *src, bool ok)
 {
-    uint16_t lo = *reinterpret_cast<const uint16_t *>(p0);
-    uint16_t hi = *reinterpret_cast<const uint16_t *>(p1);
-    return (uint32_t) lo | ((uint32_t) hi << 16);
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+                 "l"(src), "r"(ok ? 16 : 0));
 }
 
-/* Four 8x8 bf16 tiles of shared memory, transposed, into mma operand
- * registers (ldmatrix .trans): lane j names row j % 8 of tile j / 8, and
- * receives in register i the elements (2(j%4), j/4) and (2(j%4)+1, j/4)
- * of tile i, which is the B fragment of m16n8k16 for a row-major [k][n]
- * tile (and the A fragment for a [k][m] one). */
+/* 4 bytes global -> shared; zeros where !ok. */
+__device__ __forceinline__ void
+s_cp4(void *dst, const void *src, bool ok)
+{
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a),
+                 "l"(src), "r"(ok ? 4 : 0));
+}
+
+__device__ __forceinline__ void
+s_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Wait until at most N of this thread's copy groups are in flight. */
+template <int N>
+__device__ __forceinline__ void
+s_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 bf16 tiles of shared memory into registers (ldmatrix): lane j
+ * names row j % 8 of tile j / 8; register i receives tile i with lane
+ * 4r + c holding (row r, columns 2c, 2c+1). */
+__device__ __forceinline__ void
+s_ldsm(uint32_t r[4], const bf16 *p)
+{
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* The same, transposed: register i receives the elements (2(j%4), j/4)
+ * and (2(j%4)+1, j/4) of tile i, which is the B fragment of m16n8k16 for a
+ * row-major [k][n] tile (and the A fragment for a [k][m] one). */
 __device__ __forceinline__ void
 s_ldsm_t(uint32_t r[4], const bf16 *p)
 {
@@ -77,9 +112,25 @@ s_ldsm_t(uint32_t r[4], const bf16 *p)
                  : "r"(a));
 }
 
+/* A fragment (16 rows from row m0, k-step kk) of a row-major [m][k] tile. */
+__device__ __forceinline__ void
+s_ldsm_a(uint32_t a[4], const bf16 *base, int ld, int m0, int kk, int lane)
+{
+    s_ldsm(a, base + (m0 + (lane & 15)) * ld + kk * 16 + (lane >> 4) * 8);
+}
+
+/* B fragments of n-tiles n and n+1 at k-step kk from a row-major [n][k]
+ * tile (B = the tile transposed, as K in Q K^T): b[0], b[1] for n; b[2],
+ * b[3] for n + 1. */
+__device__ __forceinline__ void
+s_ldsm_bn(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
+{
+    const int m = lane >> 3, row = lane & 7;
+    s_ldsm(b, base + ((n + (m >> 1)) * 8 + row) * ld + kk * 16 + (m & 1) * 8);
+}
+
 /* B fragments of n-tiles n and n+1 at k-step kk from a row-major [k][n]
- * tile in shared memory (row stride ld): b[0], b[1] for n; b[2], b[3]
- * for n + 1. */
+ * tile (as V in P V): b[0], b[1] for n; b[2], b[3] for n + 1. */
 __device__ __forceinline__ void
 s_ldsm_b2(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
 {
@@ -87,219 +138,293 @@ s_ldsm_b2(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
     s_ldsm_t(b, base + (kk * 16 + (m & 1) * 8 + row) * ld + (n + (m >> 1)) * 8);
 }
 
+/* ---- forward -----------------------------------------------------------
+ *
+ * One block of 4 warps per (128 query rows, query head); warp w owns rows
+ * 32w..32w+31 as two m16 tiles, so every K and V fragment read from shared
+ * memory feeds two products. Q stays in shared memory (read with ldmatrix
+ * per key tile); scores, probabilities and output accumulators stay in
+ * registers. Key tiles of 64 stream through two K/V buffers: the copy of
+ * tile j+1 is issued right after the one barrier of tile j, and lands
+ * while tile j is computed. At head_dim 128 a warp scores a tile 32 keys
+ * at a time (the registers). Scores are kept in base-2 units (scale *
+ * log2 e folded in), so every exponential is one ex2, and the output is
+ * rescaled only when some row of the warp has a new max. Blocks run
+ * heaviest first (the last query tiles see the most keys). */
+
+#define S_FWD_WARPS 4
+#define S_FWD_BQ    (32 * S_FWD_WARPS)
+#define S_FWD_BK    64
+/* keys a warp scores at once: 32 at head_dim 128 (the registers) */
+#define S_FWD_BC(D) ((D) >= 128 ? 32 : 64)
+
 template <int D>
-__global__ void __launch_bounds__(32 * S_FWD_WARPS)
+__global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
     s_attn_fwd_mma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                    const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                    const int32_t *seg, int T, int H, int Hk, float scale)
 {
-    constexpr int LDB = D + 8; /* padded rows: conflict-free fragments */
-    constexpr int KT = D / 16; /* k-steps over the head dimension */
-    constexpr int NT = D / 8;  /* output n-tiles */
+    constexpr int LDB = D + 8, KT = D / 16, NT = D / 8, BK = S_FWD_BK;
+    constexpr int BC = S_FWD_BC(D), NS = BC / 8; /* sub-tile, its n-tiles */
+    constexpr int BQ = S_FWD_BQ, NTH = 32 * S_FWD_WARPS, CH = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Ks = reinterpret_cast<bf16 *>(smem);
-    bf16 *Vs = Ks + S_BK * LDB;
-    int *segk = reinterpret_cast<int *>(Vs + S_BK * LDB);
-    bf16 *Qs = Ks; /* Q is staged through the K/V space before the loop */
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem);
+    bf16 *Ks = Qs + BQ * LDB; /* [2][BK][LDB] */
+    bf16 *Vs = Ks + 2 * BK * LDB;
 
-    const int h = blockIdx.y, hk = h / (H / Hk);
-    const int q0 = blockIdx.x * S_FWD_BQ;
+    const int h = blockIdx.x, hk = h / (H / Hk);
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const size_t st = (size_t) stride;
-    constexpr int NTH = 32 * S_FWD_WARPS;
-
-    /* Q rows of this block -> registers */
-    for (int i = threadIdx.x; i < S_FWD_BQ * (D / 8); i += NTH) {
-        int r = i / (D / 8), c = (i % (D / 8)) * 8;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (q0 + r < T)
-            val = *reinterpret_cast<const uint4 *>(q + (size_t) h * D +
-                                                   (size_t) (q0 + r) * st + c);
-        *reinterpret_cast<uint4 *>(Qs + r * LDB + c) = val;
-    }
-    __syncthreads();
-    uint32_t qa[KT][4];
-    {
-        const bf16 *qr = Qs + (warp * 16) * LDB;
-#pragma unroll
-        for (int kk = 0; kk < KT; kk++) {
-            int c = kk * 16 + 2 * t;
-            qa[kk][0] = *reinterpret_cast<const uint32_t *>(qr + g * LDB + c);
-            qa[kk][1] =
-                *reinterpret_cast<const uint32_t *>(qr + (g + 8) * LDB + c);
-            qa[kk][2] =
-                *reinterpret_cast<const uint32_t *>(qr + g * LDB + c + 8);
-            qa[kk][3] =
-                *reinterpret_cast<const uint32_t *>(qr + (g + 8) * LDB + c + 8);
-        }
-    }
-    float acc[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const int r0 = q0 + warp * 16 + g, r1 = r0 + 8; /* my two rows */
-    const int sg0 = r0 < T ? seg[r0] : -1, sg1 = r1 < T ? seg[r1] : -1;
-    const int qlast = min(q0 + S_FWD_BQ, T) - 1;
+    const int qlast = min(q0 + BQ, T) - 1;
     const int seg_first = seg[q0], seg_last = seg[qlast];
 
-    for (int k0 = 0; k0 <= qlast; k0 += S_BK) {
-        int klast = min(k0 + S_BK, T) - 1;
-        if (seg[klast] < seg_first)
-            continue;
-        __syncthreads();
-        for (int i = threadIdx.x; i < S_BK * (D / 8); i += NTH) {
-            int r = i / (D / 8), c = (i % (D / 8)) * 8;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (k0 + r < T) {
-                size_t off = (size_t) (k0 + r) * st + (size_t) hk * D + c;
-                kv = *reinterpret_cast<const uint4 *>(k + off);
-                vv = *reinterpret_cast<const uint4 *>(v + off);
-            }
-            *reinterpret_cast<uint4 *>(Ks + r * LDB + c) = kv;
-            *reinterpret_cast<uint4 *>(Vs + r * LDB + c) = vv;
-        }
-        if (threadIdx.x < S_BK)
-            segk[threadIdx.x] =
-                k0 + threadIdx.x < T ? seg[k0 + threadIdx.x] : -2;
-        __syncthreads();
-        /* rows of this warp entirely before the tile: nothing to see */
-        if (q0 + warp * 16 + 15 < k0)
-            continue;
-        const bool full = klast <= q0 && seg[k0] == seg_last && klast < T;
+    /* key tiles wholly in earlier sequences form a prefix: count them */
+    int kskip = 0;
+    for (int j0 = 0; j0 <= q0 / BK; j0 += NTH) {
+        int j = j0 + (int) threadIdx.x;
+        bool before =
+            j <= q0 / BK && seg[min(j * BK + BK - 1, T - 1)] < seg_first;
+        kskip += __syncthreads_count(before);
+    }
+    const int kbeg = kskip * BK;
+    const int ntiles = qlast >= kbeg ? (qlast - kbeg) / BK + 1 : 0;
 
-        float s[8][4];
+    /* Q rows of this block, then the first K/V tile, as one copy group */
+    for (int i = threadIdx.x; i < BQ * CH; i += NTH) {
+        int r = i / CH, c = (i % CH) * 8;
+        bool ok = q0 + r < T;
+        s_cp16(Qs + r * LDB + c,
+               q + (size_t) h * D + (size_t) (ok ? q0 + r : 0) * st + c, ok);
+    }
+    auto load_kv = [&](int buf, int k0) {
+        bf16 *kd = Ks + buf * BK * LDB, *vd = Vs + buf * BK * LDB;
+        for (int i = threadIdx.x; i < BK * CH; i += NTH) {
+            int r = i / CH, c = (i % CH) * 8;
+            bool ok = k0 + r < T;
+            size_t off = (size_t) (ok ? k0 + r : 0) * st + (size_t) hk * D + c;
+            s_cp16(kd + r * LDB + c, k + off, ok);
+            s_cp16(vd + r * LDB + c, v + off, ok);
+        }
+    };
+    if (ntiles > 0)
+        load_kv(0, kbeg);
+    s_cp_commit();
+
+    float acc[2][NT][4];
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            const bf16 *kr = Ks + (n * 8 + g) * LDB + 2 * t;
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+    /* my four rows: i = 2m + half is row q0 + 32w + 16m + 8half + g */
+    float mr[4], lr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        mr[i] = -INFINITY;
+        lr[i] = 0.0f;
+    }
+    const float sc = scale * S_LOG2E;
+    const int wfirst = q0 + warp * 32;
+    const int rbase = wfirst + g;
+
+    for (int j = 0; j < ntiles; j++) {
+        const int k0 = kbeg + j * BK, buf = j & 1;
+        /* tile j has landed, and every warp is done with tile j - 1,
+         * whose buffers take tile j + 1 */
+        s_cp_wait<0>();
+        __syncthreads();
+        if (j + 1 < ntiles)
+            load_kv(buf ^ 1, k0 + BK);
+        s_cp_commit();
+#pragma unroll
+        for (int sub = 0; sub < BK / BC; sub++) {
+            const int kc = k0 + sub * BC;
+            /* rows of this warp entirely before the sub-tile, or the
+             * sub-tile wholly in earlier sequences: nothing to see */
+            if (wfirst + 31 < kc || seg[min(kc + BC - 1, T - 1)] < seg_first)
+                continue;
+            const bf16 *Kb = Ks + (buf * BK + sub * BC) * LDB;
+            const bf16 *Vb = Vs + (buf * BK + sub * BC) * LDB;
+            const bool full = kc + BC - 1 <= q0 && seg[kc] == seg_last;
+
+            float s[2][NS][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+                    s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < KT; kk++) {
-                uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr + kk * 16);
-                uint32_t b1 =
-                    *reinterpret_cast<const uint32_t *>(kr + kk * 16 + 8);
-                s_mma(s[n], qa[kk], b0, b1);
+                uint32_t qa[2][4];
+                s_ldsm_a(qa[0], Qs, LDB, warp * 32, kk, lane);
+                s_ldsm_a(qa[1], Qs, LDB, warp * 32 + 16, kk, lane);
+#pragma unroll
+                for (int n = 0; n < NS; n += 2) {
+                    uint32_t b[4];
+                    s_ldsm_bn(b, Kb, LDB, kk, n, lane);
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        s_mma(s[m][n], qa[m], b[0], b[1]);
+                        s_mma(s[m][n + 1], qa[m], b[2], b[3]);
+                    }
+                }
             }
-        }
-        /* scale, mask, running max */
-        float mx0 = -INFINITY, mx1 = -INFINITY;
+            if (!full) {
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
+                for (int i = 0; i < 4; i++) {
+                    const int r = rbase + (i >> 1) * 16 + (i & 1) * 8;
+                    const int sg = r < T ? seg[r] : -1;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int col = n * 8 + 2 * t + (e & 1);
-                int tk = k0 + col;
-                int row = e < 2 ? r0 : r1;
-                int sg = e < 2 ? sg0 : sg1;
-                bool ok = full || (tk <= row && segk[col] == sg && row < T);
-                s[n][e] = ok ? s[n][e] * scale : -INFINITY;
+                    for (int n = 0; n < NS; n++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            int tk = kc + n * 8 + 2 * t + e;
+                            if (tk > r || seg[min(tk, T - 1)] != sg)
+                                s[i >> 1][n][(i & 1) * 2 + e] = -INFINITY;
+                        }
+                }
             }
-            mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        float a0 = mn0 == -INFINITY ? 1.0f : __expf(m0 - mn0);
-        float a1 = mn1 == -INFINITY ? 1.0f : __expf(m1 - mn1);
-        float ps0 = 0.0f, ps1 = 0.0f;
+            /* running max (base-2 units), probabilities; the output is
+             * rescaled only when some row of the warp has a new max */
+            float alpha[4];
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            s[n][0] = mn0 == -INFINITY ? 0.0f : __expf(s[n][0] - mn0);
-            s[n][1] = mn0 == -INFINITY ? 0.0f : __expf(s[n][1] - mn0);
-            s[n][2] = mn1 == -INFINITY ? 0.0f : __expf(s[n][2] - mn1);
-            s[n][3] = mn1 == -INFINITY ? 0.0f : __expf(s[n][3] - mn1);
-            ps0 += s[n][0] + s[n][1];
-            ps1 += s[n][2] + s[n][3];
-        }
-        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
-        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
-        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
-        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
-        l0 = l0 * a0 + ps0;
-        l1 = l1 * a1 + ps1;
-        m0 = mn0;
-        m1 = mn1;
+            for (int i = 0; i < 4; i++) {
+                const int m = i >> 1, e0 = (i & 1) * 2;
+                float mx = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            acc[n][0] *= a0;
-            acc[n][1] *= a0;
-            acc[n][2] *= a1;
-            acc[n][3] *= a1;
-        }
-        /* O += P V: P's accumulators are the A operand as they stand */
+                for (int n = 0; n < NS; n++)
+                    mx = fmaxf(mx, fmaxf(s[m][n][e0], s[m][n][e0 + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float mn = fmaxf(mr[i], mx * sc);
+                float mu = mn == -INFINITY ? 0.0f : mn;
+                alpha[i] = exp2f(mr[i] - mu);
+                mr[i] = mn;
+                float ps = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < S_BK / 16; kk++) {
-            uint32_t pa[4];
-            pa[0] = s_pack(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = s_pack(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = s_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = s_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                for (int n = 0; n < NS; n++) {
+                    float p0 = exp2f(fmaf(s[m][n][e0], sc, -mu));
+                    float p1 = exp2f(fmaf(s[m][n][e0 + 1], sc, -mu));
+                    s[m][n][e0] = p0;
+                    s[m][n][e0 + 1] = p1;
+                    ps += p0 + p1;
+                }
+                ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+                ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+                lr[i] = lr[i] * alpha[i] + ps;
+            }
+            const bool same = alpha[0] == 1.0f && alpha[1] == 1.0f &&
+                              alpha[2] == 1.0f && alpha[3] == 1.0f;
+            if (!__all_sync(0xffffffffu, same)) {
 #pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t b[4];
-                s_ldsm_b2(b, Vs, LDB, kk, n, lane);
-                s_mma(acc[n], pa, b[0], b[1]);
-                s_mma(acc[n + 1], pa, b[2], b[3]);
+                for (int m = 0; m < 2; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        acc[m][n][0] *= alpha[2 * m];
+                        acc[m][n][1] *= alpha[2 * m];
+                        acc[m][n][2] *= alpha[2 * m + 1];
+                        acc[m][n][3] *= alpha[2 * m + 1];
+                    }
+            }
+            /* O += P V: P's accumulators are the A operand as they stand */
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t pa[2][4];
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    pa[m][0] = s_pack(s[m][2 * kk][0], s[m][2 * kk][1]);
+                    pa[m][1] = s_pack(s[m][2 * kk][2], s[m][2 * kk][3]);
+                    pa[m][2] = s_pack(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+                    pa[m][3] = s_pack(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n += 2) {
+                    uint32_t b[4];
+                    s_ldsm_b2(b, Vb, LDB, kk, n, lane);
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        s_mma(acc[m][n], pa[m], b[0], b[1]);
+                        s_mma(acc[m][n + 1], pa[m], b[2], b[3]);
+                    }
+                }
             }
         }
     }
     /* normalise and store */
     const size_t ost = (size_t) (H * D);
-    float il0 = l0 > 0.0f ? 1.0f / l0 : 0.0f,
-          il1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        int c = n * 8 + 2 * t;
-        if (r0 < T)
-            *reinterpret_cast<uint32_t *>(o + (size_t) r0 * ost +
-                                          (size_t) h * D + c) =
-                s_pack(acc[n][0] * il0, acc[n][1] * il0);
-        if (r1 < T)
-            *reinterpret_cast<uint32_t *>(o + (size_t) r1 * ost +
-                                          (size_t) h * D + c) =
-                s_pack(acc[n][2] * il1, acc[n][3] * il1);
-    }
-    if (t == 0) {
-        if (r0 < T)
-            lse[(size_t) h * T + r0] = l0 > 0.0f ? m0 + logf(l0) : INFINITY;
-        if (r1 < T)
-            lse[(size_t) h * T + r1] = l1 > 0.0f ? m1 + logf(l1) : INFINITY;
+    for (int i = 0; i < 4; i++) {
+        const int m = i >> 1, e0 = (i & 1) * 2;
+        const int r = rbase + m * 16 + (i & 1) * 8;
+        if (r >= T)
+            continue;
+        float il = lr[i] > 0.0f ? 1.0f / lr[i] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            *reinterpret_cast<uint32_t *>(o + (size_t) r * ost +
+                                          (size_t) h * D + n * 8 + 2 * t) =
+                s_pack(acc[m][n][e0] * il, acc[m][n][e0 + 1] * il);
+        if (t == 0)
+            lse[(size_t) h * T + r] =
+                lr[i] > 0.0f ? (mr[i] + log2f(lr[i])) * S_LN2 : INFINITY;
     }
 }
 
-/* Delta[h*T + t] = sum_d dO[t,h,d] * O[t,h,d]; one warp per (t, h). */
+/* Delta[h*T + t] = sum_d dO[t,h,d] * O[t,h,d] for the rows [t][h] of
+ * dO and O (each [T][H*D]), and dq_acc (laid out as they are) zeroed: D/8
+ * lanes a row, 8 elements a lane. */
+template <int D>
 __global__ void
-s_attn_delta(float *delta, const trn_bf16_t *dout, const trn_bf16_t *o, int T,
-             int H, int D)
+s_attn_delta(float *delta, float *dq_acc, const trn_bf16_t *dout,
+             const trn_bf16_t *o, int T, int H)
 {
-    int w = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (w >= T * H)
-        return;
-    int t = w / H, h = w % H;
-    size_t base = (size_t) t * (size_t) (H * D) + (size_t) h * D;
+    constexpr int L = D / 8;
+    const size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x;
+    const size_t row = i / L, e = row * D + (i % L) * 8;
+    const bool ok = row < (size_t) T * H;
     float s = 0.0f;
-    for (int d = lane; d < D; d += 32)
-        s += trn_ld(dout + base + d) * trn_ld(o + base + d);
-    s = trn_warp_sum(s);
-    if (lane == 0)
-        delta[(size_t) h * T + t] = s;
+    if (ok) {
+        uint4 a = *reinterpret_cast<const uint4 *>(dout + e);
+        uint4 b = *reinterpret_cast<const uint4 *>(o + e);
+        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+        const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 x = __bfloat1622float2(pa[j]), y = __bfloat1622float2(pb[j]);
+            s = fmaf(x.x, y.x, fmaf(x.y, y.y, s));
+        }
+        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        reinterpret_cast<float4 *>(dq_acc + e)[0] = z;
+        reinterpret_cast<float4 *>(dq_acc + e)[1] = z;
+    }
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (ok && i % L == 0)
+        delta[(size_t) (row % H) * T + row / H] = s;
 }
 
-/* ---- backward on mma.sync ----------------------------------------------
+/* ---- backward ----------------------------------------------------------
  *
- * One block of 4 warps per (64 keys, kv head); warp w owns keys 16w..16w+15
- * and keeps their dK and dV accumulators in registers for the whole pass.
- * For every query tile (of each query head of the group) it forms S^T and
- * dP^T for its keys (keys are the rows, so P^T and dS^T come out in the
- * accumulator layout that feeds dV += P^T dO and dK += dS^T Q directly),
- * then shares dS^T through shared memory so that each warp adds 16 query
- * rows of dQ = dS K into the fp32 dq buffer with atomics. */
+ * One block of 8 warps per (128 keys, kv head); warp w owns keys
+ * 16w..16w+15 and keeps their dK and dV accumulators in registers for the
+ * whole pass. For every 64-row query tile (of each query head of the
+ * group) it forms S^T and dP^T for its keys (keys are the rows, so P^T and
+ * dS^T come out in the accumulator layout that feeds dV += P^T dO and
+ * dK += dS^T Q directly), then shares dS^T through shared memory so that
+ * the warps, as 4 row tiles x 2 column halves, add dQ = dS K of the tile
+ * into the fp32 dq buffer with paired atomics. Q, dO and the rows'
+ * log-sum-exp, Delta and sequence of the next tile are copied in while
+ * this one is computed; one barrier a tile suffices, as dS^T is
+ * double-buffered. dS is kept without the softmax scale, which dK and dQ
+ * take once at the end. Blocks run heaviest first (the first key tiles
+ * are seen by the most queries). */
 
-#define S_BWD_WARPS 4
+#define S_BWD_WARPS 8
+#define S_BWD_BK    (16 * S_BWD_WARPS)
+#define S_BWD_BQ    64
 
 template <int D>
 __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
@@ -309,39 +434,81 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                    const trn_bf16_t *v, int stride, const int32_t *seg, int T,
                    int H, int Hk, float scale)
 {
-    constexpr int LDB = D + 8, LDS = S_BK + 8;
-    constexpr int KT = D / 16, NT = D / 8;
+    constexpr int BK = S_BWD_BK, BQ = S_BWD_BQ, LDB = D + 8, LDS = BQ + 8;
+    constexpr int KT = D / 16, NT = D / 8, CH = D / 8;
     constexpr int NTH = 32 * S_BWD_WARPS;
+    constexpr int DQS = D >= 32 ? 2 : 1; /* dQ column halves */
+    constexpr int NTQ = NT / DQS;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);
-    bf16 *Vs = Ks + S_BK * LDB;
-    bf16 *Qs = Vs + S_BK * LDB;
-    bf16 *dOs = Qs + S_BQ * LDB;
-    bf16 *dsT = dOs + S_BQ * LDB;
-    float *lse_s = reinterpret_cast<float *>(dsT + S_BK * LDS);
-    float *del_s = lse_s + S_BQ;
-    int *segq = reinterpret_cast<int *>(del_s + S_BQ);
+    bf16 *Vs = Ks + BK * LDB;
+    bf16 *Qs = Vs + BK * LDB; /* [2][BQ][LDB] */
+    bf16 *dOs = Qs + 2 * BQ * LDB;
+    bf16 *dsT = dOs + 2 * BQ * LDB; /* [2][BK][LDS] */
+    float *lse_s = reinterpret_cast<float *>(dsT + 2 * BK * LDS); /* [2][BQ] */
+    float *del_s = lse_s + 2 * BQ;
+    int *segq = reinterpret_cast<int *>(del_s + 2 * BQ);
 
-    const int hk = blockIdx.y, G = H / Hk;
-    const int k0 = blockIdx.x * S_BK;
+    const int hk = blockIdx.x, G = H / Hk;
+    const int k0 = blockIdx.y * BK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const size_t st = (size_t) stride, ost = (size_t) (H * D);
+    const int seg_klast = seg[min(k0 + BK - 1, T - 1)];
 
-    for (int i = threadIdx.x; i < S_BK * (D / 8); i += NTH) {
-        int r = i / (D / 8), c = (i % (D / 8)) * 8;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-        if (k0 + r < T) {
-            size_t off = (size_t) (k0 + r) * st + (size_t) hk * D + c;
-            kv = *reinterpret_cast<const uint4 *>(k + off);
-            vv = *reinterpret_cast<const uint4 *>(v + off);
+    /* query tiles from k0 on, up to the end of the last key's sequence */
+    int nq = 0;
+    {
+        const int ntot = TRN_CEIL_DIV(T - k0, BQ);
+        for (int j0 = 0; j0 < ntot; j0 += NTH) {
+            int j = j0 + (int) threadIdx.x;
+            bool in = j < ntot && seg[k0 + j * BQ] <= seg_klast;
+            nq += __syncthreads_count(in);
         }
-        *reinterpret_cast<uint4 *>(Ks + r * LDB + c) = kv;
-        *reinterpret_cast<uint4 *>(Vs + r * LDB + c) = vv;
     }
-    const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;
+    const int niter = nq * G;
+
+    for (int i = threadIdx.x; i < BK * CH; i += NTH) {
+        int r = i / CH, c = (i % CH) * 8;
+        bool ok = k0 + r < T;
+        size_t off = (size_t) (ok ? k0 + r : 0) * st + (size_t) hk * D + c;
+        s_cp16(Ks + r * LDB + c, k + off, ok);
+        s_cp16(Vs + r * LDB + c, v + off, ok);
+    }
+    auto load_q = [&](int buf, int it) {
+        const int h = hk * G + it / nq, qq = k0 + (it % nq) * BQ;
+        bf16 *qd = Qs + buf * BQ * LDB, *od = dOs + buf * BQ * LDB;
+        for (int i = threadIdx.x; i < BQ * CH; i += NTH) {
+            int r = i / CH, c = (i % CH) * 8;
+            bool ok = qq + r < T;
+            size_t row = (size_t) (ok ? qq + r : 0);
+            s_cp16(qd + r * LDB + c, q + row * st + (size_t) h * D + c, ok);
+            s_cp16(od + r * LDB + c, dout + row * ost + (size_t) h * D + c, ok);
+        }
+        int i = threadIdx.x;
+        if (i < 3 * BQ) {
+            int r = i % BQ, what = i / BQ, tq = qq + r;
+            bool ok = tq < T;
+            size_t at = (size_t) h * T + (ok ? tq : 0);
+            if (what == 0)
+                s_cp4(lse_s + buf * BQ + r, lse + at, ok);
+            else if (what == 1)
+                s_cp4(del_s + buf * BQ + r, delta + at, ok);
+            else
+                s_cp4(segq + buf * BQ + r, seg + (ok ? tq : 0), ok);
+        }
+    };
+    if (niter > 0)
+        load_q(0, 0);
+    s_cp_commit();
+    s_cp_wait<0>();
+    __syncthreads();
+
+    const int kw = k0 + warp * 16; /* this warp's first key */
+    const int kr0 = kw + g, kr1 = kr0 + 8;
     const int sk0 = kr0 < T ? seg[kr0] : -2, sk1 = kr1 < T ? seg[kr1] : -2;
-    const int seg_klast = seg[min(k0 + S_BK - 1, T - 1)];
+    const int skw = kw < T ? seg[kw] : -2;
+    const float sc = scale * S_LOG2E;
     float dK[NT][4], dV[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; n++)
@@ -349,32 +516,30 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
         for (int e = 0; e < 4; e++)
             dK[n][e] = dV[n][e] = 0.0f;
 
-    for (int gi = 0; gi < G; gi++) {
-        const int h = hk * G + gi;
-        for (int q0 = k0; q0 < T; q0 += S_BQ) {
-            if (seg[q0] > seg_klast)
-                break;
-            __syncthreads();
-            for (int i = threadIdx.x; i < S_BQ * (D / 8); i += NTH) {
-                int r = i / (D / 8), c = (i % (D / 8)) * 8;
-                uint4 qv = make_uint4(0, 0, 0, 0), ov = qv;
-                if (q0 + r < T) {
-                    qv = *reinterpret_cast<const uint4 *>(
-                        q + (size_t) (q0 + r) * st + (size_t) h * D + c);
-                    ov = *reinterpret_cast<const uint4 *>(
-                        dout + (size_t) (q0 + r) * ost + (size_t) h * D + c);
-                }
-                *reinterpret_cast<uint4 *>(Qs + r * LDB + c) = qv;
-                *reinterpret_cast<uint4 *>(dOs + r * LDB + c) = ov;
-            }
-            if (threadIdx.x < S_BQ) {
-                int tq = q0 + threadIdx.x;
-                lse_s[threadIdx.x] = tq < T ? lse[(size_t) h * T + tq] : 0.0f;
-                del_s[threadIdx.x] = tq < T ? delta[(size_t) h * T + tq] : 0.0f;
-                segq[threadIdx.x] = tq < T ? seg[tq] : -1;
-            }
-            __syncthreads();
+    for (int it = 0; it < niter; it++) {
+        const int buf = it & 1;
+        const int h = hk * G + it / nq, q0 = k0 + (it % nq) * BQ;
+        /* the buffers of tile it - 1 take tile it + 1: every warp passed
+         * the barrier after reading them */
+        if (it + 1 < niter)
+            load_q(buf ^ 1, it + 1);
+        s_cp_commit();
+        bf16 *dsb = dsT + buf * BK * LDS;
+        const bf16 *Qb = Qs + buf * BQ * LDB, *dOb = dOs + buf * BQ * LDB;
+        const float *lseb = lse_s + buf * BQ, *delb = del_s + buf * BQ;
+        const int *segb = segq + buf * BQ;
 
+        if (kw > q0 + BQ - 1) {
+            /* every query of the tile is before this warp's keys */
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                int c = n * 8 + 2 * t;
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
+                    0u;
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
+                                              c) = 0u;
+            }
+        } else {
             /* S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x 64 queries) */
             float sT[8][4], dpT[8][4];
 #pragma unroll
@@ -384,42 +549,54 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                     sT[n][e] = dpT[n][e] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < KT; kk++) {
-                const bf16 *kr = Ks + (warp * 16 + g) * LDB + kk * 16 + 2 * t;
-                const bf16 *vr = Vs + (warp * 16 + g) * LDB + kk * 16 + 2 * t;
                 uint32_t ak[4], av[4];
-                ak[0] = *reinterpret_cast<const uint32_t *>(kr);
-                ak[1] = *reinterpret_cast<const uint32_t *>(kr + 8 * LDB);
-                ak[2] = *reinterpret_cast<const uint32_t *>(kr + 8);
-                ak[3] = *reinterpret_cast<const uint32_t *>(kr + 8 * LDB + 8);
-                av[0] = *reinterpret_cast<const uint32_t *>(vr);
-                av[1] = *reinterpret_cast<const uint32_t *>(vr + 8 * LDB);
-                av[2] = *reinterpret_cast<const uint32_t *>(vr + 8);
-                av[3] = *reinterpret_cast<const uint32_t *>(vr + 8 * LDB + 8);
+                s_ldsm_a(ak, Ks, LDB, warp * 16, kk, lane);
+                s_ldsm_a(av, Vs, LDB, warp * 16, kk, lane);
 #pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    const bf16 *qb = Qs + (n * 8 + g) * LDB + kk * 16 + 2 * t;
-                    const bf16 *ob = dOs + (n * 8 + g) * LDB + kk * 16 + 2 * t;
-                    s_mma(sT[n], ak, *reinterpret_cast<const uint32_t *>(qb),
-                          *reinterpret_cast<const uint32_t *>(qb + 8));
-                    s_mma(dpT[n], av, *reinterpret_cast<const uint32_t *>(ob),
-                          *reinterpret_cast<const uint32_t *>(ob + 8));
+                for (int n = 0; n < 8; n += 2) {
+                    uint32_t bq[4], bo[4];
+                    s_ldsm_bn(bq, Qb, LDB, kk, n, lane);
+                    s_ldsm_bn(bo, dOb, LDB, kk, n, lane);
+                    s_mma(sT[n], ak, bq[0], bq[1]);
+                    s_mma(sT[n + 1], ak, bq[2], bq[3]);
+                    s_mma(dpT[n], av, bo[0], bo[1]);
+                    s_mma(dpT[n + 1], av, bo[2], bo[3]);
                 }
             }
-            /* P^T and dS^T in place */
+            /* P^T and dS^T in place; the mask only where some pair of
+             * the warp's keys and the tile's queries is hidden */
+            const bool full =
+                q0 >= kw + 15 && q0 + BQ - 1 < T && segb[BQ - 1] == skw;
+            if (!full) {
+#pragma unroll
+                for (int n = 0; n < 8; n++)
+#pragma unroll
+                    for (int e1 = 0; e1 < 2; e1++) {
+                        const int col = n * 8 + 2 * t + e1;
+                        const int tq = q0 + col, sq = segb[col];
+                        if (!(tq < T && kr0 <= tq && sq == sk0))
+                            sT[n][e1] = -INFINITY;
+                        if (!(tq < T && kr1 <= tq && sq == sk1))
+                            sT[n][2 + e1] = -INFINITY;
+                    }
+            }
+            /* dS without the softmax scale: dK and dQ take it at the end */
 #pragma unroll
             for (int n = 0; n < 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int col = n * 8 + 2 * t + (e & 1), tq = q0 + col;
-                    int kr = e < 2 ? kr0 : kr1, sk = e < 2 ? sk0 : sk1;
-                    bool ok = tq < T && kr <= tq && segq[col] == sk;
-                    float p = ok ? __expf(sT[n][e] * scale - lse_s[col]) : 0.0f;
-                    sT[n][e] = p;
-                    dpT[n][e] = p * (dpT[n][e] - del_s[col]) * scale;
+                for (int e1 = 0; e1 < 2; e1++) {
+                    const int col = n * 8 + 2 * t + e1;
+                    const float l2 = lseb[col] * S_LOG2E, dl = delb[col];
+                    float p0 = exp2f(fmaf(sT[n][e1], sc, -l2));
+                    float p1 = exp2f(fmaf(sT[n][2 + e1], sc, -l2));
+                    sT[n][e1] = p0;
+                    sT[n][2 + e1] = p1;
+                    dpT[n][e1] = p0 * (dpT[n][e1] - dl);
+                    dpT[n][2 + e1] = p1 * (dpT[n][2 + e1] - dl);
                 }
                 /* dV += P^T dO, dK += dS^T Q (k-steps over the 64 queries) */
 #pragma unroll
-            for (int kk = 0; kk < S_BQ / 16; kk++) {
+            for (int kk = 0; kk < BQ / 16; kk++) {
                 uint32_t pa[4], sa[4];
                 pa[0] = s_pack(sT[2 * kk][0], sT[2 * kk][1]);
                 pa[1] = s_pack(sT[2 * kk][2], sT[2 * kk][3]);
@@ -432,8 +609,8 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 #pragma unroll
                 for (int n = 0; n < NT; n += 2) {
                     uint32_t bo[4], bq[4];
-                    s_ldsm_b2(bo, dOs, LDB, kk, n, lane);
-                    s_ldsm_b2(bq, Qs, LDB, kk, n, lane);
+                    s_ldsm_b2(bo, dOb, LDB, kk, n, lane);
+                    s_ldsm_b2(bq, Qb, LDB, kk, n, lane);
                     s_mma(dV[n], pa, bo[0], bo[1]);
                     s_mma(dV[n + 1], pa, bo[2], bo[3]);
                     s_mma(dK[n], sa, bq[0], bq[1]);
@@ -444,53 +621,54 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 #pragma unroll
             for (int n = 0; n < 8; n++) {
                 int c = n * 8 + 2 * t;
-                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g) * LDS + c) =
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
                     s_pack(dpT[n][0], dpT[n][1]);
-                *reinterpret_cast<uint32_t *>(dsT + (warp * 16 + g + 8) * LDS +
+                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
                                               c) = s_pack(dpT[n][2], dpT[n][3]);
             }
-            __syncthreads();
-            /* dQ rows 16w.. of this tile = dS K over the block's 64 keys */
-            {
-                float dq[NT][4];
+        }
+        /* tile it + 1 has landed and dS^T is whole */
+        s_cp_wait<0>();
+        __syncthreads();
+        /* dQ (query rows 16(w%4).., columns of half w/4) = dS K over the
+         * block's 128 keys */
+        const int mt = warp & 3, dh = warp >> 2;
+        if (dh < DQS) {
+            float dq[NTQ][4];
 #pragma unroll
-                for (int n = 0; n < NT; n++)
-                    dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-                const int r = warp * 16 + g;
+            for (int n = 0; n < NTQ; n++)
+                dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 #pragma unroll
-                for (int kk = 0; kk < S_BK / 16; kk++) {
-                    /* A = dS (queries x keys) from dsT (keys x queries):
-                     * tiles (keys +0, queries +0), (+0, +8), (+8, +0),
-                     * (+8, +8) of this warp's 16 queries */
-                    uint32_t a[4];
-                    {
-                        const int m = lane >> 3, row = lane & 7;
-                        s_ldsm_t(a, dsT + (kk * 16 + (m >> 1) * 8 + row) * LDS +
-                                        warp * 16 + (m & 1) * 8);
-                    }
-#pragma unroll
-                    for (int n = 0; n < NT; n += 2) {
-                        uint32_t b[4];
-                        s_ldsm_b2(b, Ks, LDB, kk, n, lane);
-                        s_mma(dq[n], a, b[0], b[1]);
-                        s_mma(dq[n + 1], a, b[2], b[3]);
-                    }
+            for (int kk = 0; kk < BK / 16; kk++) {
+                /* A = dS (queries x keys) from dsT (keys x queries):
+                 * tiles (keys +0, queries +0), (+0, +8), (+8, +0),
+                 * (+8, +8) of these 16 queries */
+                uint32_t a[4];
+                {
+                    const int m = lane >> 3, row = lane & 7;
+                    s_ldsm_t(a, dsb + (kk * 16 + (m >> 1) * 8 + row) * LDS +
+                                    mt * 16 + (m & 1) * 8);
                 }
-                const int tq0 = q0 + r, tq1 = tq0 + 8;
 #pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    int c = n * 8 + 2 * t;
-                    if (tq0 < T) {
-                        float *p = dq_acc + ((size_t) tq0 * H + h) * D + c;
-                        atomicAdd(p, dq[n][0]);
-                        atomicAdd(p + 1, dq[n][1]);
-                    }
-                    if (tq1 < T) {
-                        float *p = dq_acc + ((size_t) tq1 * H + h) * D + c;
-                        atomicAdd(p, dq[n][2]);
-                        atomicAdd(p + 1, dq[n][3]);
-                    }
+                for (int n = 0; n < NTQ; n += 2) {
+                    uint32_t b[4];
+                    s_ldsm_b2(b, Ks, LDB, kk, dh * NTQ + n, lane);
+                    s_mma(dq[n], a, b[0], b[1]);
+                    s_mma(dq[n + 1], a, b[2], b[3]);
                 }
+            }
+            const int tq0 = q0 + mt * 16 + g, tq1 = tq0 + 8;
+#pragma unroll
+            for (int n = 0; n < NTQ; n++) {
+                int c = (dh * NTQ + n) * 8 + 2 * t;
+                if (tq0 < T)
+                    atomicAdd(reinterpret_cast<float2 *>(
+                                  dq_acc + ((size_t) tq0 * H + h) * D + c),
+                              make_float2(dq[n][0], dq[n][1]));
+                if (tq1 < T)
+                    atomicAdd(reinterpret_cast<float2 *>(
+                                  dq_acc + ((size_t) tq1 * H + h) * D + c),
+                              make_float2(dq[n][2], dq[n][3]));
             }
         }
     }
@@ -500,30 +678,37 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
         if (kr0 < T) {
             size_t off = (size_t) kr0 * (size_t) dstride + (size_t) hk * D + c;
             *reinterpret_cast<uint32_t *>(dk + off) =
-                s_pack(dK[n][0], dK[n][1]);
+                s_pack(dK[n][0] * scale, dK[n][1] * scale);
             *reinterpret_cast<uint32_t *>(dv + off) =
                 s_pack(dV[n][0], dV[n][1]);
         }
         if (kr1 < T) {
             size_t off = (size_t) kr1 * (size_t) dstride + (size_t) hk * D + c;
             *reinterpret_cast<uint32_t *>(dk + off) =
-                s_pack(dK[n][2], dK[n][3]);
+                s_pack(dK[n][2] * scale, dK[n][3] * scale);
             *reinterpret_cast<uint32_t *>(dv + off) =
                 s_pack(dV[n][2], dV[n][3]);
         }
     }
 }
 
-/* dq[t, h*D + c] = bf16(dq_acc[(t*H + h)*D + c]). */
+/* dq[t, h*D + c] = bf16(scale * dq_acc[(t*H + h)*D + c]), 8 a thread. */
 __global__ void
 s_dq_store(trn_bf16_t *dq, int dstride, const float *dq_acc, int T, int H,
-           int D)
+           int D, float scale)
 {
-    size_t n = (size_t) T * H * D;
+    const size_t n = (size_t) T * H * D / 8, HD = (size_t) H * D;
     for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n;
          i += (size_t) gridDim.x * blockDim.x) {
-        size_t t = i / ((size_t) H * D), hc = i % ((size_t) H * D);
-        trn_st(dq + t * (size_t) dstride + hc, dq_acc[i]);
+        const size_t e = i * 8, t = e / HD, hc = e % HD;
+        float4 a = reinterpret_cast<const float4 *>(dq_acc + e)[0];
+        float4 b = reinterpret_cast<const float4 *>(dq_acc + e)[1];
+        uint4 r;
+        r.x = s_pack(a.x * scale, a.y * scale);
+        r.y = s_pack(a.z * scale, a.w * scale);
+        r.z = s_pack(b.x * scale, b.y * scale);
+        r.w = s_pack(b.z * scale, b.w * scale);
+        *reinterpret_cast<uint4 *>(dq + t * (size_t) dstride + hc) = r;
     }
 }
 
@@ -533,14 +718,12 @@ s_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q, const trn_bf16_t *k,
       const trn_bf16_t *v, int stride, const int32_t *seg, int T, int H, int Hk,
       cudaStream_t st)
 {
-    /* K and V tiles (the Q staging area fits in the same space) + segs */
-    size_t kv = (size_t) 2 * S_BK * (D + 8) * 2;
-    size_t qs = (size_t) S_FWD_BQ * (D + 8) * 2;
-    size_t shm = (kv > qs ? kv : qs) + S_BK * 4;
+    /* Q rows + two K and two V buffers */
+    size_t shm = (size_t) (S_FWD_BQ + 4 * S_FWD_BK) * (D + 8) * 2;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         s_attn_fwd_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         (int) shm));
-    dim3 grid(TRN_CEIL_DIV(T, S_FWD_BQ), H);
+    dim3 grid(H, TRN_CEIL_DIV(T, S_FWD_BQ));
     s_attn_fwd_mma<D><<<grid, 32 * S_FWD_WARPS, shm, st>>>(
         o, lse, q, k, v, stride, seg, T, H, Hk, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
@@ -554,17 +737,25 @@ s_bwd(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
       const trn_bf16_t *q, const trn_bf16_t *k, const trn_bf16_t *v, int stride,
       const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
-    size_t shm =
-        (size_t) 4 * 64 * (D + 8) * 2 + (size_t) 64 * (64 + 8) * 2 + 3 * 64 * 4;
+    /* K, V; two each of Q, dO, dS^T and the rows' lse, Delta, seg */
+    size_t shm = (size_t) (2 * S_BWD_BK + 4 * S_BWD_BQ) * (D + 8) * 2 +
+                 (size_t) 2 * S_BWD_BK * (S_BWD_BQ + 8) * 2 +
+                 (size_t) 6 * S_BWD_BQ * 4;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         s_attn_bwd_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         (int) shm));
-    dim3 grid(TRN_CEIL_DIV(T, S_BK), Hk);
+    dim3 grid(Hk, TRN_CEIL_DIV(T, S_BWD_BK));
     s_attn_bwd_mma<D><<<grid, 32 * S_BWD_WARPS, shm, st>>>(
         dk, dv, dstride, dq_acc, delta, dout, lse, q, k, v, stride, seg, T, H,
         Hk, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
+}
+
+static bool
+s_aligned16(const void *p)
+{
+    return ((uintptr_t) p & 15) == 0;
 }
 
 #define S_DISPATCH(fn, D, ...)                                                 \
@@ -589,6 +780,7 @@ trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
 {
     TRN_REQUIRE(o && lse && q && k && v && seg && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && stride % 8 == 0);
+    TRN_REQUIRE(s_aligned16(q) && s_aligned16(k) && s_aligned16(v));
     S_DISPATCH(s_fwd, D, o, lse, q, k, v, stride, seg, T, H, Hk, trn_stream(s));
 }
 
@@ -602,14 +794,29 @@ trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
     TRN_REQUIRE(dq && dk && dv && scratch && dout && o && lse && q && k && v);
     TRN_REQUIRE(seg && T > 0 && H > 0 && Hk > 0 && H % Hk == 0);
     TRN_REQUIRE(stride % 8 == 0 && dstride % 8 == 0);
+    TRN_REQUIRE(s_aligned16(q) && s_aligned16(k) && s_aligned16(v));
+    TRN_REQUIRE(s_aligned16(dq) && s_aligned16(dout) && s_aligned16(o) &&
+                s_aligned16(scratch));
     if (D != 16 && D != 32 && D != 64 && D != 128)
         return LISA_UNSUPPORTED;
     cudaStream_t st = trn_stream(s);
-    float *delta = scratch;
-    float *dq_acc = scratch + (size_t) T * H;
-    TRN_CUDA_TRY(cudaMemsetAsync(dq_acc, 0, (size_t) T * H * D * 4, st));
-    s_attn_delta<<<TRN_CEIL_DIV(T * H, 8), 256, 0, st>>>(delta, dout, o, T, H,
-                                                         D);
+    float *dq_acc = scratch; /* first: the paired atomics need 8 bytes */
+    float *delta = scratch + (size_t) T * H * D;
+    const unsigned nb = (unsigned) TRN_CEIL_DIV((size_t) T * H * (D / 8), 256);
+    switch (D) {
+    case 16:
+        s_attn_delta<16><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    case 32:
+        s_attn_delta<32><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    case 64:
+        s_attn_delta<64><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    default:
+        s_attn_delta<128><<<nb, 256, 0, st>>>(delta, dq_acc, dout, o, T, H);
+        break;
+    }
     TRN_LAUNCH_CHECK();
     lisa_rc_t rc;
     switch (D) {
@@ -632,9 +839,10 @@ trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
     }
     if (rc != LISA_OK)
         return rc;
-    size_t n = (size_t) T * H * D;
-    unsigned blocks = (unsigned) (n / 256 + 1 > 65535 ? 65535 : n / 256 + 1);
-    s_dq_store<<<blocks, 256, 0, st>>>(dq, dstride, dq_acc, T, H, D);
+    size_t n = (size_t) T * H * D / 8 / 256 + 1;
+    unsigned blocks = (unsigned) (n > 65535 ? 65535 : n);
+    s_dq_store<<<blocks, 256, 0, st>>>(dq, dstride, dq_acc, T, H, D,
+                                       1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }

@@ -171,13 +171,15 @@ lisa_rc_t trn_k_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da,
  * heads, k and v have Hk; query head h uses kv head h / (H/Hk)). seg[t] is
  * the sequence index of token t (tokens of one sequence are contiguous);
  * tokens attend only within their sequence. o is [T, H*D]; lse[h*T + t]
- * keeps the log-sum-exp for the backward pass. */
+ * keeps the log-sum-exp for the backward pass. q, k and v are 16-byte
+ * aligned. */
 lisa_rc_t trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                          const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                          const int32_t *seg, int T, int H, int Hk, int D,
                          trn_cuda_stream_t *s);
 /* Backward: dq/dk/dv written at the same layout as q/k/v (stride dstride),
- * overwritten. `scratch` holds T*H floats. */
+ * overwritten. `scratch` holds T*H*(D+1) floats; scratch, dq, dout and o
+ * are 16-byte aligned as q, k and v are. */
 lisa_rc_t trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv,
                          int dstride, float *scratch, const trn_bf16_t *dout,
                          const trn_bf16_t *o, const float *lse,
