@@ -44,11 +44,12 @@ s_jws(s_jrd_t *r)
         r->p++;
 }
 
-/* Plain bytes from p on (not '"', '\\' or a control; *high set when one
- * is >= 0x80); stops at or before the first byte that is not. */
-static const char *
-s_jplain(const char *p, const char *end, bool *high)
+const char *
+gw_json_scan_plain(const char *p, const char *end, bool *high)
 {
+    bool dummy = false;
+    if (!high)
+        high = &dummy;
 #ifdef __SSE2__
     const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
                   ctl = _mm_set1_epi8(0x1f);
@@ -106,7 +107,7 @@ s_jstring(s_jrd_t *r, const char **s, size_t *n)
     const char *b = r->p + 1, *p = b;
     bool high = false, esc = false;
     for (;;) {
-        p = s_jplain(p, r->end, &high);
+        p = gw_json_scan_plain(p, r->end, &high);
         if (p >= r->end)
             return false;
         if (*p == '"')

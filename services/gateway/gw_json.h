@@ -27,6 +27,7 @@
 #include "lisa/lisa_buf.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The value of `len` bytes at `p`, as json_loadb(p, len, flags) would give
@@ -47,6 +48,12 @@ char *gw_json_dump(const json_t *v, size_t flags);
 
 /* gw_json_dump, else json_dumps with the same arguments. */
 char *gw_json_dumps(const json_t *v, size_t flags);
+
+/* Skips the plain bytes of a JSON string's body from p on (not '"', '\\'
+ * or a control character), 16 at a time where SSE2 is there; returns the
+ * first byte that is not plain (or end). *high (may be NULL) is set when a
+ * skipped byte is >= 0x80 (UTF-8 to validate). */
+const char *gw_json_scan_plain(const char *p, const char *end, bool *high);
 
 /* Appends s[0, n) to b as a JSON string (quotes included), escaped exactly
  * as jansson escapes it. */

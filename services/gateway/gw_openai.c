@@ -340,50 +340,11 @@ s_ws(const char *p, const char *end)
     return p;
 }
 
-/* True when none of the 8 bytes in v is '"', '\\' or a control character
- * (the bytes a string scan must stop at). May say false for a word that
- * is plain (borrows after a hit), never true for one that is not. */
-static bool
-s_plain8(uint64_t v)
-{
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
-    uint64_t q = v ^ (ones * '"'), bs = v ^ (ones * '\\');
-    uint64_t hit =
-        ((q - ones) & ~q) | ((bs - ones) & ~bs) | ((v - ones * 0x20u) & ~v);
-    return (hit & highs) == 0;
-}
-
-/* Plain bytes from p on, 16 (SSE2) or 8 at a time; stops at or before
- * the first byte a string scan must look at. */
-static const char *
-s_skip_plain(const char *p, const char *end)
-{
-#ifdef __SSE2__
-    const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'),
-                  ctl = _mm_set1_epi8(0x1f);
-    while (end - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *) (const void *) p);
-        /* v <= 0x1f (unsigned) <=> max(v, 0x1f) == 0x1f */
-        __m128i hit = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bs)),
-            _mm_cmpeq_epi8(_mm_max_epu8(v, ctl), ctl));
-        int m = _mm_movemask_epi8(hit);
-        if (m)
-            return p + __builtin_ctz((unsigned) m);
-        p += 16;
-    }
-#endif
-    uint64_t w;
-    while (end - p >= 8 && (memcpy(&w, p, 8), s_plain8(w)))
-        p += 8;
-    return p;
-}
-
 static const char *
 s_skip_string(const char *p, const char *end)
 {
     for (p++; p < end; p++) {
-        p = s_skip_plain(p, end);
+        p = gw_json_scan_plain(p, end, NULL);
         if (p >= end)
             break;
         unsigned char ch = (unsigned char) *p;

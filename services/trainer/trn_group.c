@@ -17,7 +17,6 @@
 #include <czmq.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #define S_TICK_MS 100
 
@@ -40,14 +39,6 @@ struct trn_group {
     volatile sig_atomic_t *stop;
     lisa_codec_stats_t stats;
 };
-
-static int64_t
-s_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Drains monitor events; marks the group lost on a disconnect after the
  * join. */
@@ -99,7 +90,7 @@ s_recv(trn_group_t *g, int64_t deadline_ms, zmsg_t **out, trn_err_t *err)
                                 {g->mon, 0, ZMQ_POLLIN, 0}};
         int64_t wait = S_TICK_MS;
         if (deadline_ms >= 0) {
-            int64_t left = deadline_ms - s_now_ms();
+            int64_t left = deadline_ms - zclock_mono();
             if (left <= 0)
                 return trn_fail(err, LISA_TIMEOUT,
                                 "group: no answer from the other ranks "
@@ -108,17 +99,18 @@ s_recv(trn_group_t *g, int64_t deadline_ms, zmsg_t **out, trn_err_t *err)
             wait = left < wait ? left : wait;
         }
         int n = zmq_poll(it, 2, (long) wait);
-        if (it[1].revents & ZMQ_POLLIN)
-            s_drain_monitor(g);
-        if (g->lost)
-            return trn_fail(err, LISA_UNAVAILABLE, "group: %s",
-                            g->rank == 0 ? "a rank disconnected"
-                                         : "rank 0 went away");
+        /* what a peer sent before it left still counts: messages first */
         if (n > 0 && (it[0].revents & ZMQ_POLLIN)) {
             *out = zmsg_recv(g->sock);
             if (*out)
                 return LISA_OK;
         }
+        if (it[1].revents & ZMQ_POLLIN)
+            s_drain_monitor(g);
+        if (g->lost && !(zsock_events(g->sock) & ZMQ_POLLIN))
+            return trn_fail(err, LISA_UNAVAILABLE, "group: %s",
+                            g->rank == 0 ? "a rank disconnected"
+                                         : "rank 0 went away");
         if (g->stop && *g->stop)
             return trn_fail(err, LISA_AGAIN, "group: stopped");
         if (g->alive && !g->alive(g->alive_ctx))
@@ -290,7 +282,7 @@ s_refuse(trn_group_t *g, zmsg_t *m, const char *why)
 static lisa_rc_t
 s_join_root(trn_group_t *g, const uint8_t *id, trn_err_t *err)
 {
-    int64_t deadline = s_now_ms() + g->timeout_ms;
+    int64_t deadline = zclock_mono() + g->timeout_ms;
     int joined = 1;
     lisa_rc_t rc = LISA_OK;
     while (joined < g->world) {
@@ -371,7 +363,7 @@ s_join_rank(trn_group_t *g, uint8_t *id, bool *have_id, trn_err_t *err)
     if (s_send(g, 0, &b) != LISA_OK)
         return trn_fail(err, LISA_ERR, "group: cannot send the join");
     zmsg_t *m = NULL;
-    lisa_rc_t rc = s_recv(g, s_now_ms() + g->timeout_ms, &m, err);
+    lisa_rc_t rc = s_recv(g, zclock_mono() + g->timeout_ms, &m, err);
     if (rc == LISA_TIMEOUT)
         return trn_fail(err, LISA_TIMEOUT,
                         "group: rank 0 at %.200s did not answer the join "
@@ -466,7 +458,7 @@ trn_group_command(trn_group_t *g, Lisa__RankCommand *cmd, trn_err_t *err)
 static lisa_rc_t
 s_collect(trn_group_t *g, bool partial, double *sum, size_t n, trn_err_t *err)
 {
-    int64_t deadline = s_now_ms() + g->timeout_ms;
+    int64_t deadline = zclock_mono() + g->timeout_ms;
     Lisa__RankResult **got = lisa_calloc((size_t) g->world, sizeof *got);
     int have = 1;
     lisa_rc_t rc = LISA_OK, first = LISA_OK;
@@ -625,7 +617,7 @@ trn_group_sum(trn_group_t *g, double *v, size_t n, trn_err_t *err)
     if (s_result(g, LISA_OK, NULL, v, n) != LISA_OK)
         return trn_fail(err, LISA_ERR, "group: cannot send to rank 0");
     zmsg_t *m = NULL;
-    lisa_rc_t rc = s_recv(g, s_now_ms() + g->timeout_ms, &m, err);
+    lisa_rc_t rc = s_recv(g, zclock_mono() + g->timeout_ms, &m, err);
     if (rc != LISA_OK)
         return rc;
     Lisa__Bootstrap *b = s_decode(g, m);

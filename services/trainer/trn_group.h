@@ -16,9 +16,10 @@
  * values, rank 0 adds them to its own in rank order and sends the total
  * back as a RANK_OP_SUM command, so every rank gets the same bits.
  *
- * Nothing waits forever: the bootstrap and every answer have a deadline;
- * a peer that disconnects after the bootstrap (socket monitor; ZeroMQ
- * heartbeats notice a silent one) ends any wait at once with an error;
+ * A rank leaves only after rank 0's STOP. Nothing waits forever: the
+ * bootstrap and every answer have a deadline; a peer that disconnects
+ * after the bootstrap (socket monitor; ZeroMQ heartbeats notice a silent
+ * one) ends any wait at once with an error;
  * rank 0 can add a liveness check of the ranks it launched itself.
  */
 #ifndef TRN_GROUP_H

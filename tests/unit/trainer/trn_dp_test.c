@@ -12,6 +12,7 @@
 #include "trn_dp.h"
 #include "trn_engine.h"
 #include "trn_group.h"
+#include "trn_tiny_model.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -28,25 +29,7 @@ static char s_dir[128];
 static void
 s_setup(void)
 {
-    trn_config_t c = {.hidden_size = 32,
-                      .intermediate_size = 64,
-                      .num_hidden_layers = 2,
-                      .num_attention_heads = 2,
-                      .num_key_value_heads = 1,
-                      .head_dim = 16,
-                      .vocab_size = 64,
-                      .max_position_embeddings = 256,
-                      .rms_norm_eps = 1e-6,
-                      .rope_theta = 10000,
-                      .tie_word_embeddings = true};
-    trn_model_t *m = trn_model_new_random(&c, 1, 0.5f, 7);
-    cr_assert(m);
-    snprintf(s_dir, sizeof s_dir, "/tmp/trn_dp_test.XXXXXX");
-    cr_assert(mkdtemp(s_dir));
-    trn_err_t err;
-    cr_assert_eq(trn_model_save(m, s_dir, TRN_SAVE_F32, &err), LISA_OK, "%s",
-                 err.msg);
-    trn_model_destroy(&m);
+    trn_tiny_model_dir(s_dir, sizeof s_dir, "trn_dp_test", 2, 7);
 }
 
 static void
@@ -327,6 +310,13 @@ s_summer(void *arg)
         if (trn_group_reply(g, k->rc, err.msg) != LISA_OK)
             k->rc = LISA_ERR;
     }
+    /* a rank leaves only after rank 0's STOP */
+    if (k->rc == LISA_OK && trn_group_next(g, &cmd, &err) == LISA_OK) {
+        if (cmd->op != LISA__RANK_OP__RANK_OP_STOP ||
+            trn_group_reply(g, LISA_OK, NULL) != LISA_OK)
+            k->rc = LISA_ERR;
+        trn_group_free_command(&cmd);
+    }
     trn_group_destroy(&g);
     return NULL;
 }
@@ -357,6 +347,7 @@ Test(trn_dp, sums_cross_every_rank)
     cr_assert_float_eq(v[1], 60, 1e-12);
     cr_assert_float_eq(v[2], 600, 1e-12);
     cr_assert_eq(trn_group_finish(g, &err), LISA_OK, "%s", err.msg);
+    trn_group_stop(g, true);
     for (int r = 1; r < 3; r++) {
         pthread_join(th[r], NULL);
         cr_assert_eq(k[r].rc, LISA_OK);

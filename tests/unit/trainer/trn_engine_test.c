@@ -8,6 +8,7 @@
 #include "trn_backend.h"
 #include "trn_engine.h"
 #include "trn_sampler.h"
+#include "trn_tiny_model.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -28,25 +29,8 @@ static trn_engine_t *s_e;
 static void
 s_setup(void)
 {
-    trn_config_t c = {.hidden_size = 32,
-                      .intermediate_size = 64,
-                      .num_hidden_layers = 1,
-                      .num_attention_heads = 2,
-                      .num_key_value_heads = 1,
-                      .head_dim = 16,
-                      .vocab_size = 64,
-                      .max_position_embeddings = 256,
-                      .rms_norm_eps = 1e-6,
-                      .rope_theta = 10000,
-                      .tie_word_embeddings = true};
-    trn_model_t *m = trn_model_new_random(&c, 1, 0.5f, 1);
-    cr_assert(m);
-    snprintf(s_dir, sizeof s_dir, "/tmp/trn_engine_test.XXXXXX");
-    cr_assert(mkdtemp(s_dir));
+    trn_tiny_model_dir(s_dir, sizeof s_dir, "trn_engine_test", 1, 1);
     trn_err_t err;
-    cr_assert_eq(trn_model_save(m, s_dir, TRN_SAVE_F32, &err), LISA_OK, "%s",
-                 err.msg);
-    trn_model_destroy(&m);
     s_b = trn_backend_new("cpu", s_dir, 1, false, &err);
     cr_assert(s_b, "%s", err.msg);
     trn_engine_cfg_t ec = {
