@@ -108,7 +108,9 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
     printf("train_tok_s_%s %.0f tok/s\n", tag, T / t);
     printf("mfu_%s %.1f %%\n", tag, 100 * flops / t / 989e12);
     printf("recompute_%s %s\n", tag,
-           trn_gpu_model_keeps_activations(g) ? "off" : "on");
+           trn_gpu_model_keeps_activations(g) ? "off"
+           : trn_gpu_model_keeps_attention(g) ? "on-but-attention"
+                                              : "on");
     free(tok), free(tgt), free(lp), free(dl);
 }
 

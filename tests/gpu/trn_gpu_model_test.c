@@ -79,7 +79,7 @@ s_free_batch(s_batch_t *sb)
 
 static void
 test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
-           int steps, double abs_tol)
+           int steps, double abs_tol, int recompute)
 {
     char what[160];
     trn_err_t err = {{0}};
@@ -96,6 +96,7 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
         trn_model_destroy(&cpu);
         return;
     }
+    trn_gpu_model_set_recompute(gpu, recompute);
     s_batch_t sb;
     s_make_batch(&sb, lens, nseq, (int) cfg.vocab_size, 77);
     size_t T = sb.b.n_tokens, P = trn_model_num_params(cpu);
@@ -124,6 +125,15 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
         s_fail++;
         free(g_cpu);
         goto out;
+    }
+    if (recompute != TRN_RECOMPUTE_AUTO) { /* the path asked for ran */
+        int ok = recompute == TRN_RECOMPUTE_ON
+                     ? !trn_gpu_model_keeps_activations(gpu) &&
+                           !trn_gpu_model_keeps_attention(gpu)
+                     : !trn_gpu_model_keeps_activations(gpu) &&
+                           trn_gpu_model_keeps_attention(gpu);
+        snprintf(what, sizeof what, "%s: recomputation mode in effect", name);
+        s_check(what, ok ? 0 : 1, 0.5);
     }
     double maxabs = 0;
     for (size_t t = 0; t < T; t++)
@@ -239,15 +249,23 @@ main(void)
     }
     int lens1[] = {70, 50, 30};
     test_model("tiny tied D=32", s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6),
-               lens1, 3, 5, 5e-2);
+               lens1, 3, 5, 5e-2, TRN_RECOMPUTE_AUTO);
+    /* the backward's recomputed forward, whole and without the attention */
+    test_model("tiny tied D=32, recomputed",
+               s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6), lens1, 3, 5, 5e-2,
+               TRN_RECOMPUTE_ON);
+    test_model("tiny tied D=32, attention kept",
+               s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6), lens1, 3, 5, 5e-2,
+               TRN_RECOMPUTE_KEEP_ATTN);
     int lens2[] = {200, 57};
     test_model("small untied D=64 Hk=1",
-               s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), lens2, 2, 5, 5e-2);
+               s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), lens2, 2, 5, 5e-2,
+               TRN_RECOMPUTE_AUTO);
     int lens3[] = {40, 24};
     test_model("Qwen3-4B layer shape, 2 layers",
                s_cfg(2560, 9728, 2, 32, 8, 128, 151936, 1, 5e6), lens3, 2, 0,
                /* logp near -12 over a 152k vocabulary: bf16 products */
-               2e-1);
+               2e-1, TRN_RECOMPUTE_AUTO);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;
 }

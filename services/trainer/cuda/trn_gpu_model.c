@@ -270,22 +270,29 @@ s_bind(trn_gpu_model_t *g, int l)
         *a[i].p = p;
         p += a[i].bytes;
     }
+    if (g->keep_attn) { /* this layer's kept attention output and lse */
+        char *k = (char *) g->attn_keep + (size_t) l * g->attn_keep_bytes;
+        size_t ob =
+            (g->cap_T * (size_t) (g->H * g->D) * 2 + 255) & ~(size_t) 255;
+        g->o = (trn_bf16_t *) (void *) k;
+        g->lse = (float *) (void *) (k + ob);
+    }
 }
 
 static void
 s_free_acts(trn_gpu_model_t *g)
 {
-    void **p[] = {(void **) &g->tokens,  (void **) &g->targets,
-                  (void **) &g->pos,     (void **) &g->seg,
-                  (void **) &g->xs,      (void **) &g->hf,
-                  (void **) &g->rstdf,   (void **) &g->dx,
-                  (void **) &g->dxb,     (void **) &g->dqkv,
-                  (void **) &g->dgu,     (void **) &g->da,
-                  (void **) &g->dhf,     (void **) &g->attn_scratch,
-                  (void **) &g->logits,  (void **) &g->dlogits,
-                  (void **) &g->logp,    (void **) &g->dlogp,
-                  (void **) &g->ent,     (void **) &g->dent,
-                  (void **) &g->act_base};
+    void **p[] = {(void **) &g->tokens,   (void **) &g->targets,
+                  (void **) &g->pos,      (void **) &g->seg,
+                  (void **) &g->xs,       (void **) &g->hf,
+                  (void **) &g->rstdf,    (void **) &g->dx,
+                  (void **) &g->dxb,      (void **) &g->dqkv,
+                  (void **) &g->dgu,      (void **) &g->da,
+                  (void **) &g->dhf,      (void **) &g->attn_scratch,
+                  (void **) &g->logits,   (void **) &g->dlogits,
+                  (void **) &g->logp,     (void **) &g->dlogp,
+                  (void **) &g->ent,      (void **) &g->dent,
+                  (void **) &g->act_base, (void **) &g->attn_keep};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         trn_cuda_free(p[i]);
     s_act_t a[13];
@@ -294,6 +301,7 @@ s_free_acts(trn_gpu_model_t *g)
         *a[i].p = NULL;
     g->cap_T = 0;
     g->keep = 0;
+    g->keep_attn = 0;
 }
 
 void
@@ -309,6 +317,12 @@ int
 trn_gpu_model_keeps_activations(const trn_gpu_model_t *g)
 {
     return g->keep;
+}
+
+int
+trn_gpu_model_keeps_attention(const trn_gpu_model_t *g)
+{
+    return g->keep_attn;
 }
 
 void
@@ -393,13 +407,33 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
     }
     g->keep = keep;
     g->cap_T = T;
+    if (!keep && (g->recompute == TRN_RECOMPUTE_AUTO ||
+                  g->recompute == TRN_RECOMPUTE_KEEP_ATTN)) {
+        /* recomputing: keep each layer's attention output and lse when
+         * they fit with the same spare, so the recomputed forward skips
+         * the attention */
+        size_t ob = (T * HD * 2 + 255) & ~(size_t) 255;
+        size_t lb = (T * (size_t) g->H * 4 + 255) & ~(size_t) 255;
+        size_t need = (ob + lb) * (size_t) g->L;
+        size_t free_b = 0, total_b = 0;
+        if (trn_cuda_mem_info(&free_b, &total_b) == LISA_OK) {
+            size_t spare = total_b / 10;
+            spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
+            if (free_b > need && free_b - need > spare) {
+                g->attn_keep = trn_cuda_malloc(need);
+                g->attn_keep_bytes = ob + lb;
+                g->keep_attn = g->attn_keep != NULL;
+            }
+        }
+    }
     s_bind(g, 0);
     return LISA_OK;
 }
 
-/* Runs layer l forward from xs[l]; writes xs[l+1] when `write_out`. */
+/* Runs layer l forward from xs[l]; writes xs[l+1] when `write_out`; runs
+ * the attention unless its output and lse are kept (`attn` 0). */
 static lisa_rc_t
-s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out)
+s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
 {
     lisa_rc_t rc = LISA_OK;
     const s_layer_t *ly = &g->layers[l];
@@ -423,9 +457,10 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out)
                      0, NULL));
     S_TRY(trn_k_rope(g->qkvn + H * D, g->S, g->pos, T, Hk, D,
                      (float) g->cfg.rope_theta, 0, NULL));
-    S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
-                         g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
-                         NULL));
+    if (attn)
+        S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
+                             g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
+                             NULL));
     S_TRY(trn_cuda_copy(g->xm, x, (size_t) T * C * 4, NULL));
     S_TRY(trn_linear_fwd(g->blas, g->xm, NULL, g->o, W + ly->o, T, H * D, g->C,
                          1, NULL));
@@ -493,7 +528,7 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
                           NULL));
     for (int l = 0; l < g->L; l++) {
         s_bind(g, l);
-        S_TRY(s_layer_fwd(g, l, Ti, 1));
+        S_TRY(s_layer_fwd(g, l, Ti, 1, 1));
     }
     float *xl = g->xs + (size_t) g->L * T * (size_t) g->C;
     S_TRY(trn_k_rmsnorm_fwd(g->hf, g->C, g->rstdf, xl, NULL, g->C,
@@ -560,7 +595,7 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         float *x = g->xs + (size_t) l * T * C;
         s_bind(g, l);
         if (!g->keep)
-            S_TRY(s_layer_fwd(g, l, Ti, 0));
+            S_TRY(s_layer_fwd(g, l, Ti, 0, !g->keep_attn));
         /* MLP */
         S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,

@@ -44,7 +44,14 @@ struct trn_gpu_model {
     int keep;
     void *act_base;
     size_t act_layer_bytes;
-    float *xm; /* [T, C] */
+    /* Recomputing (auto mode) with memory to spare: every layer's
+     * attention output and log-sum-exp are kept (o, lse point into these
+     * per layer), so the backward pass's recomputed forward skips the
+     * attention, the largest part of a long sequence's layer. */
+    int keep_attn;
+    void *attn_keep;        /* L x ([T, H*D] bf16 + [T, H] fp32), padded */
+    size_t attn_keep_bytes; /* per layer */
+    float *xm;              /* [T, C] */
     trn_bf16_t *h1, *qkv, *qkvn, *o, *h2, *gu, *a;
     float *rstd1, *rstd2, *rstdq, *rstdk, *lse;
     trn_bf16_t *hf;

@@ -38,12 +38,22 @@ void trn_gpu_model_destroy(trn_gpu_model_t **g);
 
 /* Activation recomputation: AUTO keeps every layer's activations when
  * they fit in free device memory with room to spare and recomputes
- * otherwise; ON always recomputes; OFF always keeps (a forward that does
- * not fit fails with LISA_TOOLARGE). Applies from the next forward. */
-enum { TRN_RECOMPUTE_AUTO = 0, TRN_RECOMPUTE_ON = 1, TRN_RECOMPUTE_OFF = 2 };
+ * otherwise (keeping each layer's attention output and log-sum-exp when
+ * those fit, so the recomputed forward skips the attention); ON always
+ * recomputes everything; OFF always keeps (a forward that does not fit
+ * fails with LISA_TOOLARGE); KEEP_ATTN recomputes all but the attention
+ * (its outputs kept when they fit). Applies from the next forward. */
+enum {
+    TRN_RECOMPUTE_AUTO = 0,
+    TRN_RECOMPUTE_ON = 1,
+    TRN_RECOMPUTE_OFF = 2,
+    TRN_RECOMPUTE_KEEP_ATTN = 3
+};
 void trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode);
-/* Whether the last forward kept every layer's activations. */
+/* Whether the last forward kept every layer's activations, and whether it
+ * kept (only) every layer's attention outputs. */
 int trn_gpu_model_keeps_activations(const trn_gpu_model_t *g);
+int trn_gpu_model_keeps_attention(const trn_gpu_model_t *g);
 
 /* Forward for training, as trn_model_forward: logp[t] and, when entropy is
  * not NULL, the entropy of each position's distribution (host arrays).
