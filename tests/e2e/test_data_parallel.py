@@ -4,7 +4,8 @@ its second rank itself (docs/trainer-service.md, "Data parallel").
 
 Asserts that both ranks join over the bootstrap socket, that both ranks'
 engines serve the rollouts, that every step trains and the run ends with a
-checkpoint and no process left; and that a rank killed in the middle of the
+checkpoint and no process left, that both ranks resume from that
+checkpoint; and that a rank killed in the middle of the
 run ends the run at once with an error that names it, again with nothing
 left behind.
 """
@@ -64,6 +65,23 @@ def test_two_ranks_train_through_the_stack(tmp_path):
     assert (run / "trainer" / "global_step_3" / "model.safetensors").is_file()
     assert "train: done (rank 1)" in log
     assert not leftovers(run), leftovers(run)
+
+    # Both ranks resume from the checkpoint and train one step more.
+    run2 = tmp_path / "run2"
+    ckpt = run / "trainer" / "global_step_3"
+    cmd, env = run_sh(run2, "--steps", "4", "trainer.save_freq=4",
+                      f"trainer.resume={ckpt}", *FAST)
+    p = subprocess.run(cmd, cwd=SRC, env=env, capture_output=True, text=True,
+                       timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert re.findall(r"^step (\d+) ", p.stdout, re.M) == ["4"], out
+    metrics = (run2 / "trainer" / "metrics.jsonl").read_text()
+    assert '"policy_version_after":4' in metrics.replace(" ", ""), metrics
+    log = (run2 / "logs" / "trainer.log").read_text()
+    assert "train: done (rank 1)" in log, log[-3000:]
+    assert (run2 / "trainer" / "global_step_4" / "optimizer.bin").is_file()
+    assert not leftovers(run2), leftovers(run2)
 
 
 def test_a_killed_rank_ends_the_run(tmp_path):
