@@ -276,6 +276,12 @@ main(int argc, char **argv)
                                         : "0")
                              : 0;
     int64_t world = cfg.world, rank = cfg.rank, launch = 1;
+    if (cfg.gpus_per_node < 1 || cfg.nodes < 1) {
+        fprintf(stderr, "lisa-trainer: trainer.n_gpus_per_node and "
+                        "trainer.nnodes must be at least 1\n");
+        code = EXIT_CONFIG;
+        goto out;
+    }
     if (!spawned && (cfg.gpus_per_node > 1 || cfg.nodes > 1)) {
         if (cfg.gpus_per_node < 1 || cfg.nodes < 1 || cfg.node_rank < 0 ||
             cfg.node_rank >= cfg.nodes ||

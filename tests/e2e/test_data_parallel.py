@@ -117,3 +117,27 @@ def test_a_killed_rank_ends_the_run(tmp_path):
                      r"exited", log), log[-3000:]
     assert len(re.findall(r"^step \d+ ", out, re.M)) < 40
     assert not leftovers(run), leftovers(run)
+
+
+@pytest.mark.parametrize("args,why", [
+    (["train", "trainer.n_gpus_per_node=0"], "at least 1"),
+    (["train", "trainer.nnodes=2", "trainer.node_rank=2",
+      "trainer.n_gpus_per_node=2"], "trainer.node_rank"),
+    (["train", "trainer.world_size=3", "trainer.rank=3"], "bad rank 3"),
+    (["train", "trainer.world_size=4", "trainer.nnodes=1",
+      "trainer.n_gpus_per_node=2"], "is not trainer.nnodes"),
+    (["train", "trainer.world_size=2", "trainer.rank=1"],
+     "needs trainer.bootstrap"),
+    (["serve", "trainer.n_gpus_per_node=2"], "data parallel is for train"),
+])
+def test_bad_rank_settings_are_refused(tmp_path, args, why):
+    exe = f"{BIN}/lisa-trainer"
+    if not os.access(exe, os.X_OK):
+        pytest.skip("lisa-trainer not built")
+    model = os.path.join(SRC, "models", "toy")
+    data = os.path.join(SRC, "examples", "toy", "data", "train.json")
+    p = subprocess.run([exe, args[0], "--model", model, "--train-data", data,
+                        "--out", str(tmp_path), *args[1:]],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert why in p.stderr, p.stderr[-2000:]
