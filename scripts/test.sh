@@ -3,7 +3,8 @@
 #   1. installs the Debian packages it needs (scripts/deps.sh),
 #   2. makes the test-only Python environment (scripts/pyenv.sh),
 #   3. builds with the picky warnings as errors and runs every suite, then
-#      the local training run on the toy task alone (ctest label `localrun`),
+#      the local training runs through the whole stack one at a time
+#      (ctest label `localrun`: the toy run, and two trainer ranks),
 #   4. rebuilds under ASan+UBSan and runs every suite again,
 #   5. checks formatting and runs the fuzz targets briefly.
 #   6. runs the compose stack's toy training on a private Docker engine
@@ -36,7 +37,7 @@ run_suite() { # preset
 }
 
 run_suite default
-step "local run (scripts/run.sh on the toy task: the reward rises)"
+step "local runs (scripts/run.sh on the toy task: the reward rises; two trainer ranks)"
 t0=$(date +%s)
 ctest --preset default -L localrun --output-on-failure
 echo "local run: $(($(date +%s) - t0)) s"
