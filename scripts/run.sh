@@ -83,6 +83,7 @@ defaults=(
   actor_rollout_ref.actor.optim.lr_warmup_steps=3
   actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
+  trainer.overlong_rollouts=mask
   trainer.step_timeout=10m
 )
 settings=()

@@ -29,6 +29,7 @@ typedef struct {
     size_t task; /* index of its prompt in the batch (its group) */
     const char *ds;
     bool terminal, ok, kept;
+    bool overlong; /* ended at the turn or context limit */
     double reward;
     uint32_t attempt;
     trn_traj_t traj;
@@ -44,6 +45,7 @@ typedef struct {
     uint64_t warmup; /* optimizer steps of linear lr warmup */
     trn_failed_t failed;
     bool drop_equal, bf16;
+    bool mask_overlong; /* trainer.overlong_rollouts=mask */
     char *err;
     size_t errlen;
 } s_loop_t;
@@ -339,8 +341,12 @@ s_spans(s_loop_t *L, s_ro_t *ro)
     size_t expected = 0, n = 0;
     Lisa__Span **sp = NULL;
     for (size_t i = 0; qr && i < qr->n_attempts; i++)
-        if (qr->attempts[i]->attempt == ro->attempt)
+        if (qr->attempts[i]->attempt == ro->attempt) {
+            const Lisa__AttemptResult *res = qr->attempts[i]->result;
             expected = qr->attempts[i]->span_count;
+            ro->overlong = res && (strcmp(res->end_reason, "turn_limit") == 0 ||
+                                   strcmp(res->end_reason, "context") == 0);
+        }
     if (qr && qr->n_spans) {
         sp = lisa_calloc(qr->n_spans, sizeof *sp);
         for (size_t i = 0; i < qr->n_spans; i++)
@@ -611,17 +617,24 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     double *rlen = lisa_calloc(nseq ? nseq : 1, sizeof *rlen);
     int64_t *rgrp = lisa_calloc(nr, sizeof *rgrp);
     double *rsc = lisa_calloc(nr, sizeof *rsc), *adv = lisa_calloc(nr, 8);
-    size_t s = 0, t = 0, nrk = 0;
+    size_t s = 0, t = 0, nrk = 0, noverlong = 0;
     double resp_tokens = 0;
     for (size_t i = 0; i < nr; i++) {
         if (!ros[i].kept)
             continue;
         rgrp[nrk] = (int64_t) ros[i].task;
         rsc[nrk++] = ros[i].reward;
+        /* overlong filtering: the group's statistics keep its reward, the
+         * loss skips its tokens */
+        bool masked = L->mask_overlong && ros[i].overlong;
+        noverlong += ros[i].overlong;
         for (size_t k = 0; k < ros[i].traj.n; k++) {
             const trn_seq_t *q = &ros[i].traj.seqs[k];
             memcpy(tok + t, q->tokens, q->len * sizeof *tok);
-            memcpy(mask + t, q->mask, q->len);
+            if (masked)
+                memset(mask + t, 0, q->len);
+            else
+                memcpy(mask + t, q->mask, q->len);
             memcpy(lp + t, q->logp, q->len * sizeof *lp);
             for (size_t u = 0; u < q->len; u++)
                 rlen[s] += q->mask[u];
@@ -638,6 +651,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
             trn_metrics_stats(m, "advantage", adv, nrk);
     }
     trn_metrics_stats(m, "response_length", rlen, nseq);
+    trn_metrics_set(m, "rollouts/overlong", (double) noverlong);
     trn_metrics_set(m, "batch/response_tokens", resp_tokens);
 
     double t1 = s_now(), t_train = 0;
@@ -736,6 +750,7 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
 {
     s_loop_t L = {.a = a, .c = a->cfg, .err = err, .errlen = errlen};
     const trn_run_cfg_t *c = a->cfg;
+    L.mask_overlong = c->overlong && strcmp(c->overlong, "mask") == 0;
     lisa_rc_t rc = trn_run_cfg_resolve(c, &L.scfg, &L.failed, &L.drop_equal,
                                        &L.bf16, err, errlen);
     size_t *perm = NULL;

@@ -70,6 +70,9 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "failed rollouts: drop_group, mask or zero"),
     E(equal_groups, "trainer.equal_reward_groups", NULL, STRING, "keep",
       "groups whose rewards are all equal: keep or drop"),
+    E(overlong, "trainer.overlong_rollouts", NULL, STRING, "keep",
+      "rollouts that ended at the turn or context limit: keep, or mask "
+      "(no loss on their tokens; their reward still counts in the group)"),
     E(max_attempts, "trainer.max_attempts", NULL, INT64, "0",
       "broker retry bound per rollout (0: broker default)"),
     E(save_dtype, "trainer.save_dtype", NULL, STRING, "f32",
@@ -217,6 +220,8 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         *drop_equal = true;
     else
         bad = "trainer.equal_reward_groups";
+    if (strcmp(c->overlong, "keep") != 0 && strcmp(c->overlong, "mask") != 0)
+        bad = "trainer.overlong_rollouts";
     if (strcmp(c->save_dtype, "f32") == 0)
         *bf16 = false;
     else if (strcmp(c->save_dtype, "bf16") == 0)

@@ -29,7 +29,7 @@ typedef struct {
     int64_t total_epochs, total_steps, save_freq, test_freq;
     bool val_before_train;
     uint64_t step_timeout_ms;
-    char *failed_rollouts, *equal_groups, *save_dtype;
+    char *failed_rollouts, *equal_groups, *save_dtype, *overlong;
     int64_t max_attempts;
     int64_t n;
     double temperature, top_p;

@@ -81,11 +81,13 @@ class Agent(threading.Thread):
 
     running = []  # every agent started; the stack fixture stops them
 
-    def __init__(self, rpc, fail_task=None):
+    def __init__(self, rpc, fail_task=None, overlong_idx=None):
         super().__init__(daemon=True)
         Agent.running.append(self)
         self.rpc = rpc
         self.fail_task = fail_task  # index 1 of this task fails (agent)
+        # rollouts of this group index end at the turn limit
+        self.overlong_idx = overlong_idx
         self.stop = threading.Event()
         self.done = 0
         self.versions = set()
@@ -163,8 +165,10 @@ class Agent(threading.Thread):
             return
         b.call("attempt_complete", pb.AttemptCompleteReq(
             rollout_id=rid, attempt=att, expected_spans=2,
-            result=pb.AttemptResult(answer="7" if idx % 2 == 0 else "3",
-                                    turns=2, end_reason="submit")))
+            result=pb.AttemptResult(
+                answer="7" if idx % 2 == 0 else "3", turns=2,
+                end_reason="turn_limit" if idx == self.overlong_idx
+                else "submit")))
         self.done += 1
 
 
@@ -388,3 +392,45 @@ def test_failed_rollout_policies(stack, tmp_path, policy, kept, dropped):
     # only succeeded rollouts count in the reward means
     assert m["reward/math_toy/count"] == 3
     assert m["update/skipped"] == 0
+
+
+@pytest.mark.parametrize("policy", ["keep", "mask"])
+def test_overlong_rollouts(stack, tmp_path, policy):
+    """Rollouts that end at the turn limit (group index 1 here): `mask`
+    takes their tokens out of the loss, their reward stays in the group."""
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.jsonl"), 2)
+    out = str(tmp_path / "out")
+    agent = Agent(br.ep["rpc"], overlong_idx=1)
+    agent.start()
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--train-data", train,
+                 "--broker", br.ep["rpc"], "--out", out, "--threads", "1",
+                 "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+                 "trainer.overlong_rollouts=" + policy,
+                 "trainer.step_timeout=60s", "engine.max_len=128"], log)
+    procs.append(p)
+    rc = wait_trainer(p, agent, 120)
+    agent.stop.set()
+    assert rc == 0, open(tmp_path / "trainer.log").read()[-3000:]
+    m = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    assert m["rollouts/overlong"] == 2 and m["rollouts/kept"] == 4
+    # every response token is sampled; each rollout sampled up to 8
+    sampled = m["batch/response_tokens"]
+    if policy == "keep":
+        assert m["actor/tokens"] == sampled
+    else:
+        assert 0 < m["actor/tokens"] < sampled
+    # the rewards of all four count either way (two groups, "7" vs "3")
+    assert m["reward/math_toy/count"] == 4
+
+
+def test_bad_overlong_policy_is_refused(tmp_path):
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.jsonl"), 2)
+    r = subprocess.run([TRAINER, "train", "--model", model, "--train-data",
+                        train, "trainer.overlong_rollouts=drop"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "trainer.overlong_rollouts" in r.stderr
