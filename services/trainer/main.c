@@ -599,7 +599,6 @@ main(int argc, char **argv)
                           .policy_version = st.policy_version,
                           .stop = &s_stop};
     rc = trn_loop_run(&la, err, sizeof err);
-    trn_group_stop(group, rc == LISA_OK);
     switch (rc) {
     case LISA_OK:
         code = EXIT_DONE;

@@ -38,12 +38,6 @@ s_run(s_dp_t *d, lisa_rc_t local_rc, trn_err_t *err)
 }
 
 static lisa_rc_t
-s_send(s_dp_t *d, Lisa__RankCommand *cmd, trn_err_t *err)
-{
-    return trn_group_command(d->g, cmd, err);
-}
-
-static lisa_rc_t
 s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
 {
     trn_backend_t *in = ((s_dp_t *) b)->inner;
@@ -93,7 +87,7 @@ s_batch_command(s_dp_t *d, Lisa__RankOp op, const trn_step_cfg_t *cfg,
     cmd->op = op;
     cmd->lr = cfg->optim.lr;
     cmd->policy_version = trn_engine_policy_version(d->engine) + 1;
-    lisa_rc_t rc = s_send(d, cmd, err);
+    lisa_rc_t rc = trn_group_command(d->g, cmd, err);
     lisa_free(&off);
     lisa_free(&tok);
     *local = *cfg;
@@ -144,7 +138,7 @@ s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
     Lisa__RankCommand cmd = LISA__RANK_COMMAND__INIT;
     cmd.op = LISA__RANK_OP__RANK_OP_SAVE;
     cmd.save_dtype = dt == TRN_SAVE_BF16 ? 1 : 0;
-    lisa_rc_t rc = s_send(d, &cmd, err);
+    lisa_rc_t rc = trn_group_command(d->g, &cmd, err);
     if (rc != LISA_OK)
         return rc;
     rc = d->inner->ops->save(d->inner, dir, dt, err);
@@ -157,7 +151,7 @@ s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
     s_dp_t *d = (s_dp_t *) b;
     Lisa__RankCommand cmd = LISA__RANK_COMMAND__INIT;
     cmd.op = LISA__RANK_OP__RANK_OP_SAVE_OPTIM;
-    lisa_rc_t rc = s_send(d, &cmd, err);
+    lisa_rc_t rc = trn_group_command(d->g, &cmd, err);
     if (rc != LISA_OK)
         return rc;
     rc = d->inner->ops->save_optim(d->inner, path, err);
@@ -217,7 +211,7 @@ trn_dp_wrap(trn_backend_t *inner, trn_group_t *g, trn_engine_t *engine)
 /* ---- the other ranks ---------------------------------------------------- */
 
 static lisa_rc_t
-s_follow_one(trn_backend_t *b, trn_group_t *g, const trn_step_cfg_t *cfg,
+s_follow_one(trn_backend_t *b, const trn_step_cfg_t *cfg,
              const trn_comm_t *comm, Lisa__RankCommand *cmd, bool *stepped,
              trn_err_t *err)
 {
@@ -266,7 +260,6 @@ s_follow_one(trn_backend_t *b, trn_group_t *g, const trn_step_cfg_t *cfg,
     }
     lisa_free(&off);
     lisa_free(&tok);
-    (void) g;
     return rc;
 }
 
@@ -299,7 +292,7 @@ trn_dp_follow(trn_backend_t *b, trn_group_t *g, trn_engine_t *engine,
             rc = trn_fail(&e, LISA_TIMEOUT,
                           "dp: engine did not drain for the command");
         else
-            rc = s_follow_one(b, g, cfg, &comm, cmd, &stepped, &e);
+            rc = s_follow_one(b, cfg, &comm, cmd, &stepped, &e);
         trn_engine_resume(engine, stepped ? cmd->policy_version : version);
         trn_group_free_command(&cmd);
         if (trn_group_reply(g, rc, e.msg) != LISA_OK)

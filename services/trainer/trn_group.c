@@ -531,27 +531,25 @@ trn_group_next(trn_group_t *g, Lisa__RankCommand **cmd, trn_err_t *err)
                         "group: only a joined rank > 0 takes commands");
     if (g->stopped)
         return trn_fail(err, LISA_ERR, "group: rank 0 stopped the run");
-    for (;;) {
-        zmsg_t *m = NULL;
-        lisa_rc_t rc = s_recv(g, -1, &m, err);
-        if (rc != LISA_OK)
-            return rc;
-        Lisa__Bootstrap *b = s_decode(g, m);
-        zmsg_destroy(&m);
-        if (!b || b->body_case != LISA__BOOTSTRAP__BODY_COMMAND ||
-            b->command->seq <= g->seq ||
-            b->command->op == LISA__RANK_OP__RANK_OP_SUM) {
-            lisa_codec_free((ProtobufCMessage **) &b);
-            return trn_fail(err, LISA_INVALID,
-                            "group: unexpected message from rank 0");
-        }
-        g->seq = b->command->seq;
-        *cmd = b->command;
-        b->command = NULL;
-        b->body_case = LISA__BOOTSTRAP__BODY__NOT_SET;
+    zmsg_t *m = NULL;
+    lisa_rc_t rc = s_recv(g, -1, &m, err);
+    if (rc != LISA_OK)
+        return rc;
+    Lisa__Bootstrap *b = s_decode(g, m);
+    zmsg_destroy(&m);
+    if (!b || b->body_case != LISA__BOOTSTRAP__BODY_COMMAND ||
+        b->command->seq <= g->seq ||
+        b->command->op == LISA__RANK_OP__RANK_OP_SUM) {
         lisa_codec_free((ProtobufCMessage **) &b);
-        return LISA_OK;
+        return trn_fail(err, LISA_INVALID,
+                        "group: unexpected message from rank 0");
     }
+    g->seq = b->command->seq;
+    *cmd = b->command;
+    b->command = NULL;
+    b->body_case = LISA__BOOTSTRAP__BODY__NOT_SET;
+    lisa_codec_free((ProtobufCMessage **) &b);
+    return LISA_OK;
 }
 
 void

@@ -93,6 +93,19 @@ s_scratch_free(s_scratch_t *s)
     lisa_free(&s->off);
 }
 
+/* Ranks of the step (1 without a comm) and this one's index. */
+static int
+s_world(const trn_step_cfg_t *c)
+{
+    return c->comm && c->comm->world > 1 ? c->comm->world : 1;
+}
+
+static int
+s_rank(const trn_step_cfg_t *c)
+{
+    return s_world(c) > 1 ? c->comm->rank : 0;
+}
+
 /* The micro-batches of a batch: trajectories [start[k], start[k + 1]),
  * each at most micro_tokens long unless one trajectory is longer, and the
  * rank that runs each one (comm: to the least loaded rank so far, in
@@ -104,7 +117,7 @@ s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
     size_t n = 0;
     *start = lisa_malloc((r->n_seqs + 1) * sizeof **start);
     *owner = lisa_calloc(r->n_seqs ? r->n_seqs : 1, sizeof **owner);
-    int world = c->comm && c->comm->world > 1 ? c->comm->world : 1;
+    int world = s_world(c);
     double *load = lisa_calloc((size_t) world, sizeof *load);
     for (size_t s0 = 0; s0 < r->n_seqs;) {
         size_t s1 = s0 + 1;
@@ -123,12 +136,6 @@ s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
     (*start)[n] = r->n_seqs;
     lisa_free(&load);
     return n;
-}
-
-static int
-s_rank(const trn_step_cfg_t *c)
-{
-    return c->comm && c->comm->world > 1 ? c->comm->rank : 0;
 }
 
 /* Runs trajectories [s0, s1) as one micro-batch. */
@@ -230,7 +237,7 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
     size_t *start = NULL, ntok = r->seq_offsets[r->n_seqs];
     int *owner = NULL;
     size_t nmb = s_plan(c, r, &start, &owner);
-    bool dp = c->comm && c->comm->world > 1;
+    bool dp = s_world(c) > 1;
     if (dp)
         memset(logp, 0, ntok * sizeof *logp);
     for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
@@ -329,7 +336,7 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         lisa_free(&start);
         lisa_free(&owner);
     }
-    if (c->comm && c->comm->world > 1) {
+    if (s_world(c) > 1) {
         /* every rank reaches the sum, failed or not, so none waits on a
          * rank that gave up; then all stop before the update */
         double v[] = {
@@ -411,7 +418,7 @@ s_cpu_update(void *self, const trn_step_cfg_t *c, double *grad_norm,
     float *g = trn_model_grads(x->m);
     size_t np = trn_model_num_params(x->m);
     *skipped = false;
-    if (c->comm && c->comm->world > 1) { /* sum the ranks' gradients */
+    if (s_world(c) > 1) { /* sum the ranks' gradients */
         double *v = lisa_malloc(np * sizeof *v);
         for (size_t i = 0; i < np; i++)
             v[i] = g[i];

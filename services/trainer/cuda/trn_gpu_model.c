@@ -229,6 +229,26 @@ typedef struct {
     size_t bytes;
 } s_act_t;
 
+/* Sizes rounded up to 256 bytes, so every buffer stays aligned. */
+static size_t
+s_pad(size_t bytes)
+{
+    return (bytes + 255) & ~(size_t) 255;
+}
+
+/* Whether `need` more bytes fit in free device memory with a tenth of the
+ * device (at least 4 GiB) left for the engine, cuBLAS and fragmentation. */
+static int
+s_fits(size_t need)
+{
+    size_t free_b = 0, total_b = 0;
+    if (trn_cuda_mem_info(&free_b, &total_b) != LISA_OK)
+        return 0;
+    size_t spare = total_b / 10;
+    spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
+    return free_b > need && free_b - need > spare;
+}
+
 static size_t
 s_layer_acts(trn_gpu_model_t *g, size_t T, s_act_t a[13])
 {
@@ -251,7 +271,7 @@ s_layer_acts(trn_gpu_model_t *g, size_t T, s_act_t a[13])
     };
     size_t total = 0;
     for (int i = 0; i < 13; i++) {
-        t[i].bytes = (t[i].bytes + 255) & ~(size_t) 255;
+        t[i].bytes = s_pad(t[i].bytes);
         total += t[i].bytes;
         a[i] = t[i];
     }
@@ -272,8 +292,7 @@ s_bind(trn_gpu_model_t *g, int l)
     }
     if (g->keep_attn) { /* this layer's kept attention output and lse */
         char *k = (char *) g->attn_keep + (size_t) l * g->attn_keep_bytes;
-        size_t ob =
-            (g->cap_T * (size_t) (g->H * g->D) * 2 + 255) & ~(size_t) 255;
+        size_t ob = s_pad(g->cap_T * (size_t) (g->H * g->D) * 2);
         g->o = (trn_bf16_t *) (void *) k;
         g->lse = (float *) (void *) (k + ob);
     }
@@ -389,17 +408,8 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
     s_act_t la[13];
     g->act_layer_bytes = s_layer_acts(g, T, la);
     size_t all = g->act_layer_bytes * (size_t) g->L;
-    int keep = g->recompute == TRN_RECOMPUTE_OFF;
-    if (g->recompute == TRN_RECOMPUTE_AUTO) {
-        /* keep when all layers fit with a tenth of the device (at least
-         * 4 GiB) left for the engine, cuBLAS and fragmentation */
-        size_t free_b = 0, total_b = 0;
-        if (trn_cuda_mem_info(&free_b, &total_b) == LISA_OK) {
-            size_t spare = total_b / 10;
-            spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
-            keep = free_b > all && free_b - all > spare;
-        }
-    }
+    int keep = g->recompute == TRN_RECOMPUTE_OFF ||
+               (g->recompute == TRN_RECOMPUTE_AUTO && s_fits(all));
     g->act_base = trn_cuda_malloc(keep ? all : g->act_layer_bytes);
     if (!g->act_base) {
         s_free_acts(g);
@@ -412,18 +422,12 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         /* recomputing: keep each layer's attention output and lse when
          * they fit with the same spare, so the recomputed forward skips
          * the attention */
-        size_t ob = (T * HD * 2 + 255) & ~(size_t) 255;
-        size_t lb = (T * (size_t) g->H * 4 + 255) & ~(size_t) 255;
+        size_t ob = s_pad(T * HD * 2), lb = s_pad(T * (size_t) g->H * 4);
         size_t need = (ob + lb) * (size_t) g->L;
-        size_t free_b = 0, total_b = 0;
-        if (trn_cuda_mem_info(&free_b, &total_b) == LISA_OK) {
-            size_t spare = total_b / 10;
-            spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
-            if (free_b > need && free_b - need > spare) {
-                g->attn_keep = trn_cuda_malloc(need);
-                g->attn_keep_bytes = ob + lb;
-                g->keep_attn = g->attn_keep != NULL;
-            }
+        if (s_fits(need)) {
+            g->attn_keep = trn_cuda_malloc(need);
+            g->attn_keep_bytes = ob + lb;
+            g->keep_attn = g->attn_keep != NULL;
         }
     }
     s_bind(g, 0);

@@ -548,27 +548,30 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     return LISA_OK;
 }
 
-#define S_GQA_G(D_)                                                            \
-    switch (H / Hk) {                                                          \
-    case 1:                                                                    \
-        return s_gqa_launch<D_, 1>(o, q, stride, cache_k, cache_v, slot, pos,  \
-                                   T, H, Hk, max_len, scratch, scratch_floats, \
-                                   st);                                        \
-    case 2:                                                                    \
-        return s_gqa_launch<D_, 2>(o, q, stride, cache_k, cache_v, slot, pos,  \
-                                   T, H, Hk, max_len, scratch, scratch_floats, \
-                                   st);                                        \
-    case 4:                                                                    \
-        return s_gqa_launch<D_, 4>(o, q, stride, cache_k, cache_v, slot, pos,  \
-                                   T, H, Hk, max_len, scratch, scratch_floats, \
-                                   st);                                        \
-    case 8:                                                                    \
-        return s_gqa_launch<D_, 8>(o, q, stride, cache_k, cache_v, slot, pos,  \
-                                   T, H, Hk, max_len, scratch, scratch_floats, \
-                                   st);                                        \
-    default:                                                                   \
-        break;                                                                 \
+typedef lisa_rc_t (*s_gqa_fn)(trn_bf16_t *, const trn_bf16_t *, int,
+                              const trn_bf16_t *, const trn_bf16_t *,
+                              const int32_t *, const int32_t *, int, int, int,
+                              int, float *, size_t, cudaStream_t);
+
+/* The grouped kernel's launcher for head_dim D and G query heads per KV
+ * head (1, 2, 4 or 8), or NULL for another G. */
+template <int D>
+static s_gqa_fn
+s_gqa_pick(int G)
+{
+    switch (G) {
+    case 1:
+        return s_gqa_launch<D, 1>;
+    case 2:
+        return s_gqa_launch<D, 2>;
+    case 4:
+        return s_gqa_launch<D, 4>;
+    case 8:
+        return s_gqa_launch<D, 8>;
+    default:
+        return NULL;
     }
+}
 
 extern "C" lisa_rc_t
 trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
@@ -581,12 +584,14 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D <= 32 * S_MAXE);
     cudaStream_t st = trn_stream(s);
     if (stride % 8 == 0) { /* 16-byte query loads */
-        if (D == 128)
-            S_GQA_G(128)
-        else if (D == 64)
-            S_GQA_G(64)
-        else if (D == 32)
-            S_GQA_G(32)
+        int G = H / Hk;
+        s_gqa_fn f = D == 128  ? s_gqa_pick<128>(G)
+                     : D == 64 ? s_gqa_pick<64>(G)
+                     : D == 32 ? s_gqa_pick<32>(G)
+                               : NULL;
+        if (f)
+            return f(o, q, stride, cache_k, cache_v, slot, pos, T, H, Hk,
+                     max_len, scratch, scratch_floats, st);
     }
     dim3 grid((unsigned) T, (unsigned) H);
     s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,

@@ -367,26 +367,32 @@ def test_bad_data_is_a_clear_error(tmp_path):
     assert "reward_model.ground_truth" in r.stderr
 
 
-@pytest.mark.parametrize("policy,kept,dropped", [
-    ("drop_group", 2, 1), ("mask", 3, 0), ("zero", 4, 0)])
-def test_failed_rollout_policies(stack, tmp_path, policy, kept, dropped):
+def one_step(stack, tmp_path, agent, *settings):
+    """One training step of 2 prompts x 2 rollouts with `agent` playing
+    the rollouts; returns the step's metrics line."""
     br, procs = stack
     model = model_dir(str(tmp_path))
     train = write_data(str(tmp_path / "train.jsonl"), 2)
     out = str(tmp_path / "out")
-    agent = Agent(br.ep["rpc"], fail_task="q0")
     agent.start()
     log = open(tmp_path / "trainer.log", "wb")
     p = trainer(["train", "--model", model, "--train-data", train,
                  "--broker", br.ep["rpc"], "--out", out, "--threads", "1",
                  "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-                 "trainer.max_attempts=1", "trainer.failed_rollouts=" + policy,
-                 "trainer.step_timeout=60s", "engine.max_len=128"], log)
+                 *settings, "trainer.step_timeout=60s", "engine.max_len=128"],
+                log)
     procs.append(p)
     rc = wait_trainer(p, agent, 120)
     agent.stop.set()
     assert rc == 0, open(tmp_path / "trainer.log").read()[-3000:]
-    m = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    return json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+
+
+@pytest.mark.parametrize("policy,kept,dropped", [
+    ("drop_group", 2, 1), ("mask", 3, 0), ("zero", 4, 0)])
+def test_failed_rollout_policies(stack, tmp_path, policy, kept, dropped):
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"], fail_task="q0"),
+                 "trainer.max_attempts=1", "trainer.failed_rollouts=" + policy)
     assert m["rollouts/failed"] == 1 and m["rollouts/succeeded"] == 3
     assert m["rollouts/kept"] == kept and m["groups/dropped"] == dropped
     # only succeeded rollouts count in the reward means
@@ -398,23 +404,8 @@ def test_failed_rollout_policies(stack, tmp_path, policy, kept, dropped):
 def test_overlong_rollouts(stack, tmp_path, policy):
     """Rollouts that end at the turn limit (group index 1 here): `mask`
     takes their tokens out of the loss, their reward stays in the group."""
-    br, procs = stack
-    model = model_dir(str(tmp_path))
-    train = write_data(str(tmp_path / "train.jsonl"), 2)
-    out = str(tmp_path / "out")
-    agent = Agent(br.ep["rpc"], overlong_idx=1)
-    agent.start()
-    log = open(tmp_path / "trainer.log", "wb")
-    p = trainer(["train", "--model", model, "--train-data", train,
-                 "--broker", br.ep["rpc"], "--out", out, "--threads", "1",
-                 "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-                 "trainer.overlong_rollouts=" + policy,
-                 "trainer.step_timeout=60s", "engine.max_len=128"], log)
-    procs.append(p)
-    rc = wait_trainer(p, agent, 120)
-    agent.stop.set()
-    assert rc == 0, open(tmp_path / "trainer.log").read()[-3000:]
-    m = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"], overlong_idx=1),
+                 "trainer.overlong_rollouts=" + policy)
     assert m["rollouts/overlong"] == 2 and m["rollouts/kept"] == 4
     # every response token is sampled; each rollout sampled up to 8
     sampled = m["batch/response_tokens"]
