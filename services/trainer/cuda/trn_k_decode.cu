@@ -615,6 +615,30 @@ s_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* One step of a warp's inverse-CDF walk over 32 tokens from `base`: lane
+ * `lane` holds its token's probability p (0 when not `live`); *cum is the
+ * mass before base. Sets *chosen to the first token where the running
+ * mass passes u, else *last to the last live token, and adds the 32's
+ * mass to *cum. */
+__device__ __forceinline__ void
+s_walk32(float p, bool live, float u, int base, int lane, float *cum,
+         int *chosen, int *last)
+{
+    float sc = p;
+    for (int o = 1; o < 32; o <<= 1) {
+        float y = __shfl_up_sync(0xffffffffu, sc, o);
+        if (lane >= o)
+            sc += y;
+    }
+    unsigned hit = __ballot_sync(0xffffffffu, live && *cum + sc > u);
+    unsigned km = __ballot_sync(0xffffffffu, live);
+    if (hit)
+        *chosen = base + __ffs((int) hit) - 1;
+    else if (km)
+        *last = base + 31 - __clz((int) km);
+    *cum += __shfl_sync(0xffffffffu, sc, 31);
+}
+
 /* Sum of p_j over j with p_j >= tau (and, in count, how many). */
 __device__ void
 s_mass(const float *z, int V, float mx, float inv_t, float inv_z, float tau,
@@ -778,19 +802,7 @@ s_sample_plain(int32_t *tok, float *lp, const float *cm, const float *cs,
     for (int base = a0; base < a1 && chosen < 0; base += 32) {
         int j = base + lane;
         float p = j < a1 ? expf(z[j] * inv_t - bmx) * inv_z : 0.0f;
-        float sc = p;
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, sc, o);
-            if (lane >= o)
-                sc += y;
-        }
-        unsigned hit = __ballot_sync(0xffffffffu, j < a1 && cum + sc > u);
-        unsigned km = __ballot_sync(0xffffffffu, j < a1);
-        if (hit)
-            chosen = base + __ffs((int) hit) - 1;
-        else if (km)
-            last = base + 31 - __clz((int) km);
-        cum += __shfl_sync(0xffffffffu, sc, 31);
+        s_walk32(p, j < a1, u, base, lane, &cum, &chosen, &last);
     }
     if (lane == 0) {
         if (chosen < 0) /* rounding at the very end */
@@ -956,19 +968,7 @@ __launch_bounds__(S_ST)
             kept = p >= tau;
             p = kept ? p : 0.0f;
         }
-        float sc = p;
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, sc, o);
-            if (lane >= o)
-                sc += y;
-        }
-        unsigned hit = __ballot_sync(0xffffffffu, kept && cum + sc > u);
-        unsigned km = __ballot_sync(0xffffffffu, kept);
-        if (hit)
-            chosen = base + __ffs((int) hit) - 1;
-        else if (km)
-            last = base + 31 - __clz((int) km);
-        cum += __shfl_sync(0xffffffffu, sc, 31);
+        s_walk32(p, kept, u, base, lane, &cum, &chosen, &last);
     }
     if (lane == 0) {
         if (chosen < 0) /* rounding at the very end */
