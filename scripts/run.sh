@@ -79,11 +79,10 @@ defaults=(
   actor_rollout_ref.rollout.max_context_tokens=2048
   actor_rollout_ref.rollout.val_kwargs.temperature=1.0
   actor_rollout_ref.rollout.val_kwargs.top_p=1.0
-  actor_rollout_ref.actor.optim.lr=5e-4
+  actor_rollout_ref.actor.optim.lr=3e-4
   actor_rollout_ref.actor.optim.lr_warmup_steps=3
   actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
-  trainer.overlong_rollouts=mask
   trainer.step_timeout=10m
 )
 settings=()

@@ -306,6 +306,9 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
     trn_loss_cfg_t lc = c->loss;
     double ntok = 0, nseq = 0, maxlen = 0;
     size_t cap = 0;
+    /* a learning signal: a trained token with a non-zero advantage, or a
+     * KL or entropy term (the same answer on every rank: whole batch) */
+    bool signal = c->loss.kl_coef > 0 || c->loss.entropy_coef > 0;
     for (size_t s = 0; s < r->n_seqs; s++) {
         size_t b = r->seq_offsets[s], e = r->seq_offsets[s + 1];
         double k = 0;
@@ -313,6 +316,7 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
             k += r->mask[t] ? 1 : 0;
         ntok += k;
         nseq += k > 0 ? 1 : 0;
+        signal = signal || (k > 0 && adv[s] != 0.0);
         maxlen = (double) (e - b) > maxlen ? (double) (e - b) : maxlen;
         cap = e - b > cap ? e - b : cap;
     }
@@ -372,6 +376,14 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         out->pg_clipfrac_lower /= out->tokens;
         out->ppo_kl /= out->tokens;
         out->entropy /= out->tokens;
+    }
+    if (!signal || ntok == 0) {
+        /* the gradient is exactly zero: AdamW would still move every
+         * weight (momentum, decay), with nothing learnt to justify it */
+        out->skipped = true;
+        lisa_log_info("trainer: no trained token carries a learning signal "
+                      "(all advantages 0); update skipped");
+        goto out;
     }
     rc = m->update(m->self, c, &out->grad_norm, &out->skipped, err);
     if (rc == LISA_OK && out->skipped)

@@ -21,7 +21,9 @@
  *      optional truncated IS weights (trainer vs engine), the loss and its
  *      gradient (trn_loss), backward;
  *   4. gradient clipping, then AdamW; a non-finite gradient norm skips the
- *      update (as verl does) and is reported.
+ *      update (as verl does) and is reported, and so does a batch with no
+ *      learning signal (no trained token with a non-zero advantage and no
+ *      KL or entropy term), whose gradient is exactly zero.
  *
  * The token at position t is predicted from position t - 1, so a mask on
  * token t puts the loss on position t - 1; the first token of a trajectory

@@ -94,9 +94,9 @@ def test_local_run_learns_the_toy_task(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
     # The learning rate warms up linearly over the first three updates
-    # (the toy defaults: lr 5e-4, lr_warmup_steps 3), then stays.
+    # (the toy defaults: lr 3e-4, lr_warmup_steps 3), then stays.
     lrs = [float(r["actor/lr"]) for r in train if "actor/lr" in r]
-    assert lrs[:4] == pytest.approx([5e-4 / 3, 1e-3 / 3, 5e-4, 5e-4]), lrs
+    assert lrs[:4] == pytest.approx([1e-4, 2e-4, 3e-4, 3e-4]), lrs
 
     # Mean reward rises. Validation: the 64 val tasks, one rollout each,
     # before training and after it. Training: 32 rollouts a step, the last

@@ -119,6 +119,40 @@ Test(trn_step, usage)
     trn_model_destroy(&m);
 }
 
+Test(trn_step, no_learning_signal_no_update)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 3, 0.2f, 2);
+    size_t np = trn_model_num_params(m);
+    trn_adamw_t *opt = trn_adamw_new(np);
+    data_t d;
+    data_init(&d);
+    for (size_t s = 0; s < NSEQ; s++)
+        d.score[s] = 1.0; /* every group all-equal: every advantage 0 */
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.optim.lr = 1e-2;
+    float *before = malloc(np * sizeof *before);
+    memcpy(before, trn_model_params(m), np * sizeof *before);
+    trn_step_out_t out;
+    trn_err_t err;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert(out.skipped);
+    cr_assert_eq(trn_adamw_steps(opt), 0);
+    cr_assert_eq(memcmp(before, trn_model_params(m), np * sizeof *before), 0);
+    cr_assert_gt(out.entropy, 0.0); /* the step's figures are still there */
+    /* an entropy term is a signal of its own */
+    sc.loss.entropy_coef = 0.01;
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_not(out.skipped);
+    cr_assert_eq(trn_adamw_steps(opt), 1);
+    cr_assert_neq(memcmp(before, trn_model_params(m), np * sizeof *before), 0);
+    free(before);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
+
 Test(trn_step, training_moves_probability_to_winners)
 {
     trn_config_t cfg = tiny();
