@@ -23,7 +23,7 @@ SRC = os.environ["LISA_SOURCE_DIR"]
 BIN = os.path.join(os.environ["LISA_BINARY_DIR"], "bin")
 STACK = ["lisa-broker", "lisa-reward", "lisa-gateway", "lisa-controller",
          "lisa-agent", "lisa-trainer", "lisa", "lisa-sft"]
-STEPS = 20
+STEPS = 30
 
 
 def reward_of(rec):
