@@ -5,8 +5,8 @@
  * closing "N passed, N failed" line; exits non-zero on any failure.
  *
  *   trn_cuda_kernels_test            run the checks
- *   trn_cuda_kernels_test --bench    also time attention and the products
- *                                    at Qwen3-4B shapes
+ *   trn_cuda_kernels_test --bench    also time attention, the products and
+ *                                    the norms and SwiGLU at Qwen3-4B shapes
  */
 #include "trn_cuda.h"
 #include "trn_safetensors.h"
@@ -188,6 +188,66 @@ test_linear(trn_blas_t *b)
 
 /* ------------------------------------------------------------------ */
 
+/* The backward's ways of writing dx. */
+enum { S_DX_F32, S_DX_RESID, S_DX_BF16 };
+
+/* One backward of test_rmsnorm's rows into a fresh dx (fp32 ones start at
+ * random values, to check they accumulate) and a zeroed dw; checks dx
+ * against dx0 + rgx and dw against rgw, and for S_DX_RESID that the bf16
+ * copy is the updated dx rounded (bit for bit). */
+static void
+s_rmsnorm_bwd_check(int mode, int rows, int dim, int stride, int group,
+                    const float *dxf, const trn_bf16_t *dxb,
+                    const trn_bf16_t *dw, const trn_bf16_t *dg,
+                    const float *rstd, const double *rgx, const double *rgw)
+{
+    size_t nd = (size_t) rows * dim;
+    int ls = dim * group; /* outputs: packed rows */
+    float *h0 = malloc(nd * 4);
+    for (size_t i = 0; i < nd; i++)
+        h0[i] = mode == S_DX_BF16 ? 0.0f : (float) s_rand();
+    float *gx = s_dev(h0, nd * 4);
+    trn_bf16_t *gb = s_dev(NULL, nd * 2);
+    float *gw = s_dev(NULL, (size_t) dim * 4);
+    RC(trn_cuda_memset(gw, 0, (size_t) dim * 4, NULL));
+    if (mode == S_DX_F32)
+        RC(trn_k_rmsnorm_bwd(gx, NULL, ls, 1, gw, dg, ls, dxf, dxb, stride, dw,
+                             rstd, rows, dim, group, NULL));
+    else if (mode == S_DX_RESID)
+        RC(trn_k_rmsnorm_bwd_resid(gx, gb, ls, gw, dg, ls, dxf, stride, dw,
+                                   rstd, rows, dim, NULL));
+    else
+        RC(trn_k_rmsnorm_bwd(NULL, gb, ls, 0, gw, dg, ls, dxf, dxb, stride, dw,
+                             rstd, rows, dim, group, NULL));
+    RC(trn_cuda_sync());
+    static const char *what[] = {"fp32 dx", "fp32 dx + bf16 copy", "bf16 dx"};
+    char name[96];
+    double *ref = malloc(nd * 8), *g;
+    for (size_t i = 0; i < nd; i++)
+        ref[i] = h0[i] + rgx[i];
+    snprintf(name, sizeof name, "rmsnorm bwd %dx%d %s", rows, dim, what[mode]);
+    g = mode == S_DX_BF16 ? s_get_bf16(gb, nd) : s_get_f32(gx, nd);
+    s_check(name, s_relerr(g, ref, nd), mode == S_DX_BF16 ? 8e-3 : 5e-3);
+    if (mode == S_DX_RESID) {
+        trn_bf16_t *hb = malloc(nd * 2);
+        trn_cuda_download(hb, gb, nd * 2);
+        size_t bad = 0;
+        for (size_t i = 0; i < nd; i++)
+            bad += hb[i] != trn_f32_to_bf16((float) g[i]);
+        snprintf(name, sizeof name, "rmsnorm bwd %dx%d bf16 copy == bf16(dx)",
+                 rows, dim);
+        s_check(name, (double) bad, 0);
+        free(hb);
+    }
+    free(g);
+    snprintf(name, sizeof name, "rmsnorm bwd dw %dx%d %s", rows, dim,
+             what[mode]);
+    s_check(name, s_relerr(g = s_get_f32(gw, (size_t) dim), rgw, (size_t) dim),
+            5e-3);
+    free(g), free(ref), free(h0);
+    trn_cuda_free(&gx), trn_cuda_free(&gb), trn_cuda_free(&gw);
+}
+
 static void
 test_rmsnorm(int rows, int dim, int stride, int group, int f32_in)
 {
@@ -206,15 +266,9 @@ test_rmsnorm(int rows, int dim, int stride, int group, int f32_in)
     trn_bf16_t *dg = s_dev(hg, (size_t) rows * dim * 2);
     trn_bf16_t *out = s_dev(NULL, (size_t) rows * dim * 2);
     float *rstd = s_dev(NULL, (size_t) rows * 4);
-    float *gx = s_dev(NULL, (size_t) rows * dim * 4);
-    trn_cuda_memset(gx, 0, (size_t) rows * dim * 4, NULL);
-    float *gw = s_dev(NULL, (size_t) dim * 4);
-    trn_cuda_memset(gw, 0, (size_t) dim * 4, NULL);
     int ls = dim * group; /* outputs: packed rows */
     RC(trn_k_rmsnorm_fwd(out, ls, rstd, dxf, dxb, stride, dw, rows, dim, group,
                          (float) eps, NULL));
-    RC(trn_k_rmsnorm_bwd(gx, NULL, ls, 1, gw, dg, ls, dxf, dxb, stride, dw,
-                         rstd, rows, dim, group, NULL));
     RC(trn_cuda_sync());
     double *ro = malloc((size_t) rows * dim * 8);
     double *rgx = malloc((size_t) rows * dim * 8);
@@ -248,19 +302,16 @@ test_rmsnorm(int rows, int dim, int stride, int group, int f32_in)
                      (size_t) rows * dim),
             8e-3);
     free(g);
-    snprintf(name, sizeof name, "rmsnorm bwd dx %dx%d", rows, dim);
-    s_check(name,
-            s_relerr(g = s_get_f32(gx, (size_t) rows * dim), rgx,
-                     (size_t) rows * dim),
-            5e-3);
-    free(g);
-    snprintf(name, sizeof name, "rmsnorm bwd dw %dx%d", rows, dim);
-    s_check(name, s_relerr(g = s_get_f32(gw, (size_t) dim), rgw, (size_t) dim),
-            5e-3);
-    free(g);
+    s_rmsnorm_bwd_check(S_DX_F32, rows, dim, stride, group, dxf, dxb, dw, dg,
+                        rstd, rgx, rgw);
+    if (f32_in && group == 1)
+        s_rmsnorm_bwd_check(S_DX_RESID, rows, dim, stride, group, dxf, dxb, dw,
+                            dg, rstd, rgx, rgw);
+    if (!f32_in)
+        s_rmsnorm_bwd_check(S_DX_BF16, rows, dim, stride, group, dxf, dxb, dw,
+                            dg, rstd, rgx, rgw);
     trn_cuda_free(&dxf), trn_cuda_free(&dxb), trn_cuda_free(&dw);
     trn_cuda_free(&dg), trn_cuda_free(&out), trn_cuda_free(&rstd);
-    trn_cuda_free(&gx), trn_cuda_free(&gw);
     free(hx), free(hw), free(hg), free(hxf), free(x), free(w), free(dout);
     free(ro), free(rgx), free(rgw);
 }
@@ -310,22 +361,38 @@ test_rope(void)
 
 /* ------------------------------------------------------------------ */
 
-static void
-test_swiglu_embed(void)
+/* Bits of n bf16 values at d that differ from those at e. */
+static size_t
+s_bf16_diff(const trn_bf16_t *d, const trn_bf16_t *e, size_t n)
 {
-    int T = 100, I = 700;
+    trn_bf16_t *x = malloc(n * 2), *y = malloc(n * 2);
+    trn_cuda_download(x, d, n * 2);
+    trn_cuda_download(y, e, n * 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += x[i] != y[i];
+    free(x), free(y);
+    return bad;
+}
+
+/* SwiGLU forward and backward against the reference; with I a multiple of
+ * 8 also the 8-wide kernels against the scalar ones (taken when the
+ * buffers are not 16-byte aligned), which must give the same bits. */
+static void
+s_swiglu_check(int T, int I)
+{
+    size_t nh = (size_t) T * I, nf = 2 * nh;
     double *gu, *da;
-    trn_bf16_t *hgu = s_rand_bf16((size_t) T * 2 * I, 4, &gu);
-    trn_bf16_t *hda = s_rand_bf16((size_t) T * I, 1, &da);
-    trn_bf16_t *dgu = s_dev(hgu, (size_t) T * 2 * I * 2);
-    trn_bf16_t *dda = s_dev(hda, (size_t) T * I * 2);
-    trn_bf16_t *a = s_dev(NULL, (size_t) T * I * 2);
-    trn_bf16_t *g = s_dev(NULL, (size_t) T * 2 * I * 2);
+    trn_bf16_t *hgu = s_rand_bf16(nf, 4, &gu);
+    trn_bf16_t *hda = s_rand_bf16(nh, 1, &da);
+    trn_bf16_t *dgu = s_dev(hgu, nf * 2);
+    trn_bf16_t *dda = s_dev(hda, nh * 2);
+    trn_bf16_t *a = s_dev(NULL, nh * 2);
+    trn_bf16_t *g = s_dev(NULL, nf * 2);
     RC(trn_k_swiglu_fwd(a, dgu, T, I, NULL));
     RC(trn_k_swiglu_bwd(g, dda, dgu, T, I, NULL));
     RC(trn_cuda_sync());
-    double *ra = malloc((size_t) T * I * 8),
-           *rg = malloc((size_t) T * 2 * I * 8);
+    double *ra = malloc(nh * 8), *rg = malloc(nf * 8);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < I; i++) {
             double gg = gu[(size_t) t * 2 * I + i],
@@ -335,23 +402,48 @@ test_swiglu_embed(void)
             rg[(size_t) t * 2 * I + i] = d * u * sg * (1 + gg * (1 - sg));
             rg[(size_t) t * 2 * I + I + i] = d * gg * sg;
         }
+    char name[96];
     double *got;
-    s_check("swiglu fwd",
-            s_relerr(got = s_get_bf16(a, (size_t) T * I), ra, (size_t) T * I),
-            8e-3);
+    snprintf(name, sizeof name, "swiglu fwd %dx%d", T, I);
+    s_check(name, s_relerr(got = s_get_bf16(a, nh), ra, nh), 8e-3);
     free(got);
-    s_check("swiglu bwd",
-            s_relerr(got = s_get_bf16(g, (size_t) T * 2 * I), rg,
-                     (size_t) T * 2 * I),
-            8e-3);
-    free(got), free(ra), free(rg), free(hgu), free(hda), free(gu), free(da);
+    snprintf(name, sizeof name, "swiglu bwd %dx%d", T, I);
+    s_check(name, s_relerr(got = s_get_bf16(g, nf), rg, nf), 8e-3);
+    free(got);
+    if (I % 8 == 0) {
+        /* the same values 8 bytes further on: scalar kernels */
+        trn_bf16_t *gu2 = s_dev(NULL, nf * 2 + 8),
+                   *da2 = s_dev(NULL, nh * 2 + 8);
+        trn_bf16_t *a2 = s_dev(NULL, nh * 2 + 8), *g2 = s_dev(NULL, nf * 2 + 8);
+        trn_cuda_upload(gu2 + 4, hgu, nf * 2);
+        trn_cuda_upload(da2 + 4, hda, nh * 2);
+        RC(trn_k_swiglu_fwd(a2 + 4, gu2 + 4, T, I, NULL));
+        RC(trn_k_swiglu_bwd(g2 + 4, da2 + 4, gu2 + 4, T, I, NULL));
+        RC(trn_cuda_sync());
+        snprintf(name, sizeof name, "swiglu fwd %dx%d 8-wide == scalar (bits)",
+                 T, I);
+        s_check(name, (double) s_bf16_diff(a, a2 + 4, nh), 0);
+        snprintf(name, sizeof name, "swiglu bwd %dx%d 8-wide == scalar (bits)",
+                 T, I);
+        s_check(name, (double) s_bf16_diff(g, g2 + 4, nf), 0);
+        trn_cuda_free(&gu2), trn_cuda_free(&da2), trn_cuda_free(&a2);
+        trn_cuda_free(&g2);
+    }
+    free(ra), free(rg), free(hgu), free(hda), free(gu), free(da);
     trn_cuda_free(&dgu), trn_cuda_free(&dda), trn_cuda_free(&a),
         trn_cuda_free(&g);
+}
+
+static void
+test_swiglu_embed(void)
+{
+    s_swiglu_check(100, 700); /* I not a multiple of 8: scalar kernels */
+    s_swiglu_check(64, 1024);
+    s_swiglu_check(37, 9728); /* Qwen3-4B's intermediate size */
 
     /* embedding gather and scatter-add, with repeated ids */
-    int V = 50, C = 96;
-    T = 40;
-    double *tab;
+    int V = 50, C = 96, T = 40;
+    double *tab, *got;
     trn_bf16_t *htab = s_rand_bf16((size_t) V * C, 1, &tab);
     int32_t ids[40];
     for (int t = 0; t < T; t++)
@@ -899,6 +991,70 @@ s_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Mean seconds of one call of `what` over 50 back-to-back calls. */
+#define S_TIME(secs, what)                                                     \
+    do {                                                                       \
+        RC(what);                                                              \
+        RC(trn_cuda_sync());                                                   \
+        double t0_ = s_now();                                                  \
+        for (int r_ = 0; r_ < 50; r_++)                                        \
+            RC(what);                                                          \
+        RC(trn_cuda_sync());                                                   \
+        secs = (s_now() - t0_) / 50;                                           \
+    } while (0)
+
+/* The element-wise kernels of a layer at Qwen3-4B's shape (4k tokens),
+ * with the bytes each must move, and the decode step's norm (64 rows). */
+static void
+bench_elementwise(void)
+{
+    int T = 4096, C = 2560, I = 9728;
+    size_t nc = (size_t) T * C, ni = (size_t) T * I;
+    float *x = s_dev(NULL, nc * 4), *dx = s_dev(NULL, nc * 4);
+    float *rstd = s_dev(NULL, (size_t) T * 4),
+          *dw = s_dev(NULL, (size_t) C * 4);
+    trn_bf16_t *h = s_dev(NULL, nc * 2), *hb = s_dev(NULL, nc * 2);
+    trn_bf16_t *w = s_dev(NULL, (size_t) C * 2);
+    trn_bf16_t *gu = s_dev(NULL, 2 * ni * 2), *dgu = s_dev(NULL, 2 * ni * 2);
+    trn_bf16_t *a = s_dev(NULL, ni * 2);
+    RC(trn_k_fill_normal(x, nc, 1, 1.0f, NULL));
+    RC(trn_cuda_memset(dx, 0, nc * 4, NULL));
+    RC(trn_cuda_memset(dw, 0, (size_t) C * 4, NULL));
+    RC(trn_cuda_memset(h, 0, nc * 2, NULL));
+    RC(trn_cuda_memset(w, 0, (size_t) C * 2, NULL));
+    RC(trn_cuda_memset(gu, 0, 2 * ni * 2, NULL));
+    RC(trn_cuda_memset(a, 0, ni * 2, NULL));
+    double t;
+    S_TIME(t,
+           trn_k_rmsnorm_fwd(h, C, rstd, x, NULL, C, w, T, C, 1, 1e-6f, NULL));
+    printf("rmsnorm fwd %dx%d fp32 in      %8.1f us %7.0f GB/s\n", T, C,
+           t * 1e6, nc * 6.0 / t / 1e9);
+    S_TIME(t, trn_k_rmsnorm_bwd(dx, NULL, C, 1, dw, h, C, x, NULL, C, w, rstd,
+                                T, C, 1, NULL));
+    printf("rmsnorm bwd %dx%d fp32 dx      %8.1f us %7.0f GB/s\n", T, C,
+           t * 1e6, nc * 14.0 / t / 1e9);
+    S_TIME(t, trn_k_rmsnorm_bwd_resid(dx, hb, C, dw, h, C, x, C, w, rstd, T, C,
+                                      NULL));
+    printf("rmsnorm bwd %dx%d + bf16 copy  %8.1f us %7.0f GB/s\n", T, C,
+           t * 1e6, nc * 16.0 / t / 1e9);
+    S_TIME(t, trn_k_f32_to_bf16(hb, dx, nc, NULL));
+    printf("f32 to bf16 %dx%d              %8.1f us %7.0f GB/s\n", T, C,
+           t * 1e6, nc * 6.0 / t / 1e9);
+    S_TIME(t,
+           trn_k_rmsnorm_fwd(h, C, NULL, x, NULL, C, w, 64, C, 1, 1e-6f, NULL));
+    printf("rmsnorm fwd 64x%d (decode)     %8.1f us\n", C, t * 1e6);
+    S_TIME(t, trn_k_swiglu_fwd(a, gu, T, I, NULL));
+    printf("swiglu fwd %dx%d              %8.1f us %7.0f GB/s\n", T, I, t * 1e6,
+           ni * 6.0 / t / 1e9);
+    S_TIME(t, trn_k_swiglu_bwd(dgu, a, gu, T, I, NULL));
+    printf("swiglu bwd %dx%d              %8.1f us %7.0f GB/s\n", T, I, t * 1e6,
+           ni * 10.0 / t / 1e9);
+    trn_cuda_free(&x), trn_cuda_free(&dx), trn_cuda_free(&rstd);
+    trn_cuda_free(&dw), trn_cuda_free(&h), trn_cuda_free(&hb);
+    trn_cuda_free(&w), trn_cuda_free(&gu), trn_cuda_free(&dgu);
+    trn_cuda_free(&a);
+}
+
 static void
 bench(trn_blas_t *b)
 {
@@ -967,19 +1123,8 @@ bench(trn_blas_t *b)
            2.0 * T * K * N / tm[5] / 1e12);
     trn_cuda_free(&x), trn_cuda_free(&w), trn_cuda_free(&y), free(hx),
         free(vals);
+    bench_elementwise();
 }
-
-/* Mean seconds of one call of `what` over 50 back-to-back calls. */
-#define S_TIME(secs, what)                                                     \
-    do {                                                                       \
-        RC(what);                                                              \
-        RC(trn_cuda_sync());                                                   \
-        double t0_ = s_now();                                                  \
-        for (int r_ = 0; r_ < 50; r_++)                                        \
-            RC(what);                                                          \
-        RC(trn_cuda_sync());                                                   \
-        secs = (s_now() - t0_) / 50;                                           \
-    } while (0)
 
 /* The decode step's pieces at the Qwen3-4B shape, with the bytes each
  * must read: achieved bandwidth per product, attention and sampling. */
@@ -1129,10 +1274,18 @@ main(int argc, char **argv)
     test_linear_few(b, 1, 9728, 2560); /* cuBLASLt's */
     test_linear_few(b, 3, 1024, 600);
     test_rmsnorm(257, 2560, 2560, 1, 1);
-    test_rmsnorm(64, 2560, 2560, 1, 1); /* decode rows: a block per row */
+    test_rmsnorm(4096, 2560, 2560, 1, 1); /* several rows per warp */
+    test_rmsnorm(64, 2560, 2560, 1, 1);   /* decode rows: a warp a block */
+    test_rmsnorm(70, 3000, 3004, 1, 1);
     test_rmsnorm(3, 1500, 1600, 1, 0);
     test_rmsnorm(300 * 4, 128, 128, 1, 0);
     test_rmsnorm(77 * 4, 128, 6 * 128, 4, 0); /* head rows in q|k|v lines */
+    /* shapes the vector kernels leave to the scalar ones */
+    test_rmsnorm(3, 1501, 1600, 1, 0);   /* dim not a multiple of 4 */
+    test_rmsnorm(40, 256, 257, 1, 0);    /* odd stride */
+    test_rmsnorm(30 * 3, 64, 194, 3, 1); /* head rows, odd line stride */
+    test_rmsnorm(5, 5000, 5000, 1, 1);   /* longer than a warp's registers */
+    test_rmsnorm(2, 12300, 12300, 1, 1); /* dw over 48 KiB of shared memory */
     test_rope();
     test_swiglu_embed();
     test_attention(300, 4, 2, 64, 2);

@@ -591,17 +591,17 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                                     g->C, g->V, NULL));
     }
     S_TRY(trn_cuda_memset(g->dx, 0, T * C * 4, NULL));
-    S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + g->final_norm, g->dhf,
-                            g->C, g->xs + (size_t) g->L * T * C, NULL, g->C,
-                            W + g->final_norm, g->rstdf, Ti, g->C, 1, NULL));
+    S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, g->dxb, g->C, G + g->final_norm,
+                                  g->dhf, g->C, g->xs + (size_t) g->L * T * C,
+                                  g->C, W + g->final_norm, g->rstdf, Ti, g->C,
+                                  NULL));
     for (int l = g->L - 1; l >= 0; l--) {
         const s_layer_t *ly = &g->layers[l];
         float *x = g->xs + (size_t) l * T * C;
         s_bind(g, l);
         if (!g->keep)
             S_TRY(s_layer_fwd(g, l, Ti, 0, !g->keep_attn));
-        /* MLP */
-        S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
+        /* MLP (dxb: dx in bf16, from the norm backward before) */
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
                                   g->C, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->down, g->dxb, g->a, Ti, I,
@@ -611,11 +611,10 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                                   2 * I, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->gu, g->dgu, g->h2, Ti,
                                     g->C, 2 * I, NULL));
-        S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_post, g->dhf,
-                                g->C, g->xm, NULL, g->C, W + ly->w_post,
-                                g->rstd2, Ti, g->C, 1, NULL));
+        S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, g->dxb, g->C, G + ly->w_post,
+                                      g->dhf, g->C, g->xm, g->C, W + ly->w_post,
+                                      g->rstd2, Ti, g->C, NULL));
         /* attention */
-        S_TRY(trn_k_f32_to_bf16(g->dxb, g->dx, T * C, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->o, Ti, H * D,
                                   g->C, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->o, g->dxb, g->o, Ti, H * D,
@@ -639,9 +638,9 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                                   g->C, g->S, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
                                     g->C, g->S, NULL));
-        S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_in, g->dhf,
-                                g->C, x, NULL, g->C, W + ly->w_in, g->rstd1, Ti,
-                                g->C, 1, NULL));
+        S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, l > 0 ? g->dxb : NULL, g->C,
+                                      G + ly->w_in, g->dhf, g->C, x, g->C,
+                                      W + ly->w_in, g->rstd1, Ti, g->C, NULL));
     }
     S_TRY(
         trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti, g->C, g->V, NULL));

@@ -147,6 +147,17 @@ lisa_rc_t trn_k_rmsnorm_bwd(float *dx_f32, trn_bf16_t *dx_bf16, int dx_stride,
                             const trn_bf16_t *in_bf16, int in_stride,
                             const trn_bf16_t *w, const float *rstd, int rows,
                             int dim, int group, trn_cuda_stream_t *s);
+/* The backward of a hidden-size norm (group 1, fp32 input `in`) into the
+ * residual stream's gradient: dx (fp32, stride dx_stride) accumulates as
+ * trn_k_rmsnorm_bwd with accumulate 1 does, and when dx_copy is not NULL
+ * the updated dx rounded to bf16 is also written there (same stride), as
+ * trn_k_f32_to_bf16 would convert it afterwards; dw accumulates. */
+lisa_rc_t trn_k_rmsnorm_bwd_resid(float *dx, trn_bf16_t *dx_copy, int dx_stride,
+                                  float *dw, const trn_bf16_t *dout,
+                                  int dout_stride, const float *in,
+                                  int in_stride, const trn_bf16_t *w,
+                                  const float *rstd, int rows, int dim,
+                                  trn_cuda_stream_t *s);
 
 /* Half-split RoPE, in place, on `heads` heads of width D for each token t
  * at x + t*stride + h*D, with positions pos[t], as transformers computes it
