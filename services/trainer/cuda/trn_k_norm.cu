@@ -108,7 +108,10 @@ s_fwd_scalar(trn_bf16_t *out, int out_stride, float *rstd, const In *in,
 }
 
 /* Vector kernel: lane l holds the row's groups of four l, l+32, ... (at
- * most NV of them) in registers; a block is blockDim.x / 32 rows. */
+ * most NV of them) in registers; a block is blockDim.x / 32 rows. The
+ * weights are loaded with the row, before any store: a load after a store
+ * that might alias it would wait for the one before, a memory latency per
+ * group instead of one per row. */
 template <typename In, int NV>
 __global__ void __launch_bounds__(256)
     s_fwd_vec(trn_bf16_t *out, int out_stride, float *rstd, const In *in,
@@ -122,13 +125,17 @@ __global__ void __launch_bounds__(256)
     const In *x = in + s_row(row, group, in_stride, dim);
     int nc = dim >> 2;
     float v[NV][4];
+    uint2 wp[NV];
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         int c = lane + 32 * k;
-        if (c < nc)
+        if (c < nc) {
             s_ld4(x + 4 * c, v[k]);
-        else
+            wp[k] = *reinterpret_cast<const uint2 *>(w + 4 * c);
+        } else {
             v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.0f;
+            wp[k] = make_uint2(0u, 0u);
+        }
     }
     float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(256)
         int c = lane + 32 * k;
         if (c < nc) {
             float wv[4], y[4];
-            s_ld4(w + 4 * c, wv);
+            s_unpack4(wp[k], wv);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 y[e] = wv[e] * trn_round_bf16(v[k][e] * r);
@@ -293,8 +300,9 @@ s_bwd_scalar(s_dx_t dx, float *dw, const trn_bf16_t *dout, int dout_stride,
         atomicAdd(&dw[j], s_dw[j]);
 }
 
-/* Vector kernel: a warp per row (grid-stride), the row's x and dout in
- * registers; warp w of a block sums its dw in shared floats
+/* Vector kernel: a warp per row (grid-stride), the row's x, dout and the
+ * weights in registers (loaded at once; the old dx too, before any store,
+ * as in s_fwd_vec); warp w of a block sums its dw in shared floats
  * [w*dim, (w+1)*dim), lane l owning the groups of four l, l+32, ..., so no
  * atomics are needed until the block adds its sum to dw. */
 template <typename In, int NV>
@@ -316,16 +324,17 @@ __global__ void __launch_bounds__(256)
         const trn_bf16_t *gr = dout + s_row(row, group, dout_stride, dim);
         float r = rstd[row];
         float v[NV][4];
-        uint2 gp[NV];
+        uint2 gp[NV], wp[NV];
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             int c = lane + 32 * k;
             if (c < nc) {
                 s_ld4(x + 4 * c, v[k]);
                 gp[k] = *reinterpret_cast<const uint2 *>(gr + 4 * c);
+                wp[k] = *reinterpret_cast<const uint2 *>(w + 4 * c);
             } else {
                 v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.0f;
-                gp[k] = make_uint2(0u, 0u);
+                gp[k] = wp[k] = make_uint2(0u, 0u);
             }
         }
         float dot = 0.0f;
@@ -334,7 +343,7 @@ __global__ void __launch_bounds__(256)
             int c = lane + 32 * k;
             if (c < nc) {
                 float wv[4], g[4];
-                s_ld4(w + 4 * c, wv);
+                s_unpack4(wp[k], wv);
                 s_unpack4(gp[k], g);
 #pragma unroll
                 for (int e = 0; e < 4; e++)
@@ -342,35 +351,50 @@ __global__ void __launch_bounds__(256)
             }
         }
         dot = trn_warp_sum(dot) / (float) dim;
-        size_t ob = s_row(row, group, dx.stride, dim);
+        /* d into v, and dw; then the old dx, loaded all at once; then the
+         * stores (loads after stores would each wait a latency) */
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             int c = lane + 32 * k;
             if (c < nc) {
-                float wv[4], g[4], d[4];
-                s_ld4(w + 4 * c, wv);
+                float wv[4], g[4];
+                s_unpack4(wp[k], wv);
                 s_unpack4(gp[k], g);
                 float4 a = acc[c];
                 float *ap = &a.x;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float n = v[k][e] * r;
-                    d[e] = r * (g[e] * wv[e] - n * dot);
+                    v[k][e] = r * (g[e] * wv[e] - n * dot);
                     ap[e] += g[e] * trn_round_bf16(n);
                 }
                 acc[c] = a;
+            }
+        }
+        size_t ob = s_row(row, group, dx.stride, dim);
+        if (dx.f && dx.accumulate) {
+#pragma unroll
+            for (int k = 0; k < NV; k++) {
+                int c = lane + 32 * k;
+                if (c < nc) {
+                    float4 o = *reinterpret_cast<const float4 *>(
+                        dx.f + ob + (size_t) 4 * c);
+                    v[k][0] += o.x, v[k][1] += o.y, v[k][2] += o.z,
+                        v[k][3] += o.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            int c = lane + 32 * k;
+            if (c < nc) {
                 if (dx.f) {
-                    float4 *p =
-                        reinterpret_cast<float4 *>(dx.f + ob + (size_t) 4 * c);
-                    if (dx.accumulate) {
-                        float4 o = *p;
-                        d[0] += o.x, d[1] += o.y, d[2] += o.z, d[3] += o.w;
-                    }
-                    *p = make_float4(d[0], d[1], d[2], d[3]);
+                    *reinterpret_cast<float4 *>(dx.f + ob + (size_t) 4 * c) =
+                        make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
                     if (dx.copy)
-                        s_st4(dx.copy + ob + (size_t) 4 * c, d);
+                        s_st4(dx.copy + ob + (size_t) 4 * c, v[k]);
                 } else {
-                    s_st4(dx.b + ob + (size_t) 4 * c, d);
+                    s_st4(dx.b + ob + (size_t) 4 * c, v[k]);
                 }
             }
         }
