@@ -5,15 +5,16 @@
  * Qwen3's per-head q/k norms (rows = tokens x heads, dim = head_dim), which
  * is why rows are addressed through strides.
  *
- * The norms only move memory, so their speed is their bandwidth. Rows whose
- * values come in aligned groups of four (dim, strides and pointers allow
- * 16-byte fp32 / 8-byte bf16 accesses) and fit in a warp's registers take
- * the vector kernels: each lane loads all its values of a row at once, so a
- * row costs one memory latency, and the row's sum is reduced once. The
- * backward keeps each warp's dw in its own slice of shared memory (no
- * atomics per row) and adds the block's sum to dw once. Other shapes take
- * the scalar kernels. Both compute the same formula with the same bf16
- * rounding points; only the order of the sums differs.
+ * The norms only move memory, so their speed is their bandwidth, and a
+ * warp must have its whole row in flight at once: the forward's lanes load
+ * all their values of a row into registers before using any (lane l the
+ * values l, l+32, ..., summed in the same order as ever, so the results are
+ * the same bits); the backward's lanes load groups of four (16-byte fp32 /
+ * 8-byte bf16 accesses) where dim, strides and pointers allow, keep each
+ * warp's dw in its own slice of shared memory (no atomics per row) and add
+ * the block's sum to dw once. Other shapes take the scalar kernels. All
+ * compute the same formula with the same bf16 rounding points; the
+ * backward's sums may run in another order.
  */
 #include "trn_cuda_common.cuh"
 
@@ -107,90 +108,66 @@ s_fwd_scalar(trn_bf16_t *out, int out_stride, float *rstd, const In *in,
     }
 }
 
-/* Vector kernel: lane l holds the row's groups of four l, l+32, ... (at
- * most NV of them) in registers; a block is blockDim.x / 32 rows. The
- * weights are loaded with the row, before any store: a load after a store
- * that might alias it would wait for the one before, a memory latency per
- * group instead of one per row. */
-template <typename In, int NV>
+/* Register kernel: lane l holds the row's values l, l+32, ... (at most E
+ * of them), all loaded at once, so a row costs one memory latency; the sum
+ * of squares runs in the scalar kernel's order (and trn_k_qk_fwd's), so
+ * the results are the same bits. The products are formed before any store:
+ * a weight load after a store that might alias it would wait for it. A
+ * block is blockDim.x / 32 rows. */
+template <typename In, int E>
 __global__ void __launch_bounds__(256)
-    s_fwd_vec(trn_bf16_t *out, int out_stride, float *rstd, const In *in,
-              int in_stride, const trn_bf16_t *w, int rows, int dim, int group,
-              float eps)
+    s_fwd_regs(trn_bf16_t *out, int out_stride, float *rstd, const In *in,
+               int in_stride, const trn_bf16_t *w, int rows, int dim, int group,
+               float eps)
 {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (int) (blockDim.x >> 5) + (int) (threadIdx.x >> 5);
     if (row >= rows)
         return;
     const In *x = in + s_row(row, group, in_stride, dim);
-    int nc = dim >> 2;
-    float v[NV][4];
-    uint2 wp[NV];
+    float v[E];
 #pragma unroll
-    for (int k = 0; k < NV; k++) {
-        int c = lane + 32 * k;
-        if (c < nc) {
-            s_ld4(x + 4 * c, v[k]);
-            wp[k] = *reinterpret_cast<const uint2 *>(w + 4 * c);
-        } else {
-            v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.0f;
-            wp[k] = make_uint2(0u, 0u);
-        }
+    for (int e = 0; e < E; e++) {
+        int j = lane + 32 * e;
+        v[e] = j < dim ? s_ld1(x + j) : 0.0f;
     }
-    float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;
 #pragma unroll
-    for (int k = 0; k < NV; k++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            s4[e] += v[k][e] * v[k][e];
-    float ss = trn_warp_sum((s4[0] + s4[1]) + (s4[2] + s4[3]));
+    for (int e = 0; e < E; e++)
+        ss += v[e] * v[e]; /* zeros past dim add nothing */
+    ss = trn_warp_sum(ss);
     float r = rsqrtf(ss / (float) dim + eps);
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int j = lane + 32 * e;
+        if (j < dim)
+            v[e] = trn_ld(w + j) * trn_round_bf16(v[e] * r);
+    }
     if (lane == 0 && rstd)
         rstd[row] = r;
     trn_bf16_t *o = out + s_row(row, group, out_stride, dim);
 #pragma unroll
-    for (int k = 0; k < NV; k++) {
-        int c = lane + 32 * k;
-        if (c < nc) {
-            float wv[4], y[4];
-            s_unpack4(wp[k], wv);
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                y[e] = wv[e] * trn_round_bf16(v[k][e] * r);
-            s_st4(o + 4 * c, y);
-        }
+    for (int e = 0; e < E; e++) {
+        int j = lane + 32 * e;
+        if (j < dim)
+            trn_st(o + j, v[e]);
     }
 }
 
-/* Groups of four per lane the vector kernels are built for: the smallest
- * that holds dim / 128 is used; longer rows take the scalar kernels. */
-#define S_NV_MAX      32
-#define S_NV_CASES(X) X(1) X(2) X(4) X(8) X(16) X(20) X(24) X(S_NV_MAX)
+/* Values per lane the register kernel is built for: the smallest that
+ * holds dim / 32 is used; longer rows take the scalar kernel. */
+#define S_E_CASES(X)                                                           \
+    X(1) X(2) X(4) X(8) X(16) X(32) X(48) X(64) X(80) X(96) X(128)
 
 static int
-s_nv(int dim)
+s_e(int dim)
 {
-    int need = TRN_CEIL_DIV(dim / 4, 32);
-    static const int nvs[] = {1, 2, 4, 8, 16, 20, 24, S_NV_MAX};
-    for (size_t i = 0; i < sizeof nvs / sizeof nvs[0]; i++)
-        if (need <= nvs[i])
-            return nvs[i];
+    int need = TRN_CEIL_DIV(dim, 32);
+    static const int es[] = {1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128};
+    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++)
+        if (need <= es[i])
+            return es[i];
     return 0;
-}
-
-static int
-s_aligned(const void *p, size_t a)
-{
-    return ((uintptr_t) p % a) == 0;
-}
-
-/* Whether the vector kernels can address every row of this shape (rows
- * of a line start dim apart, so they are aligned as dim is). */
-static int
-s_vec_ok(int dim, int in_stride, int out_stride)
-{
-    return dim % 4 == 0 && in_stride % 4 == 0 && out_stride % 4 == 0 &&
-           s_nv(dim) > 0;
 }
 
 template <typename In>
@@ -199,24 +176,19 @@ s_fwd(trn_bf16_t *out, int out_stride, float *rstd, const In *in, int in_stride,
       const trn_bf16_t *w, int rows, int dim, int group, float eps,
       cudaStream_t st)
 {
-    if (s_vec_ok(dim, in_stride, out_stride) && s_aligned(in, 4 * sizeof(In)) &&
-        s_aligned(out, 8) && s_aligned(w, 8)) {
-        /* few rows (decode steps): a warp per block, to spread the rows
-         * over the multiprocessors */
-        int wpb = rows < 1024 ? 1 : 4;
-        unsigned blocks = (unsigned) TRN_CEIL_DIV(rows, wpb);
-        switch (s_nv(dim)) {
-#define S_CASE(NV)                                                             \
-    case NV:                                                                   \
-        s_fwd_vec<In, NV><<<blocks, 32 * wpb, 0, st>>>(                        \
+    /* few rows (decode steps): a warp per block, to spread the rows over
+     * the multiprocessors */
+    int wpb = rows < 1024 ? 1 : 4;
+    unsigned blocks = (unsigned) TRN_CEIL_DIV(rows, wpb);
+    switch (s_e(dim)) {
+#define S_CASE(E)                                                              \
+    case E:                                                                    \
+        s_fwd_regs<In, E><<<blocks, 32 * wpb, 0, st>>>(                        \
             out, out_stride, rstd, in, in_stride, w, rows, dim, group, eps);   \
         break;
-            S_NV_CASES(S_CASE)
+        S_E_CASES(S_CASE)
 #undef S_CASE
-        default:
-            return LISA_ERR;
-        }
-    } else {
+    default:
         s_fwd_scalar<In><<<TRN_CEIL_DIV(rows, S_WARPS), 32 * S_WARPS, 0, st>>>(
             out, out_stride, rstd, in, in_stride, w, rows, dim, group, eps);
     }
@@ -251,6 +223,37 @@ typedef struct {
     int stride;
     int accumulate;
 } s_dx_t;
+
+/* Groups of four per lane the vector kernel is built for: the smallest
+ * that holds dim / 128 is used; longer rows take the scalar kernel. */
+#define S_NV_MAX      32
+#define S_NV_CASES(X) X(1) X(2) X(4) X(8) X(16) X(20) X(24) X(S_NV_MAX)
+
+static int
+s_nv(int dim)
+{
+    int need = TRN_CEIL_DIV(dim / 4, 32);
+    static const int nvs[] = {1, 2, 4, 8, 16, 20, 24, S_NV_MAX};
+    for (size_t i = 0; i < sizeof nvs / sizeof nvs[0]; i++)
+        if (need <= nvs[i])
+            return nvs[i];
+    return 0;
+}
+
+static int
+s_aligned(const void *p, size_t a)
+{
+    return ((uintptr_t) p % a) == 0;
+}
+
+/* Whether the vector kernel can address every row of this shape (rows
+ * of a line start dim apart, so they are aligned as dim is). */
+static int
+s_vec_ok(int dim, int in_stride, int out_stride)
+{
+    return dim % 4 == 0 && in_stride % 4 == 0 && out_stride % 4 == 0 &&
+           s_nv(dim) > 0;
+}
 
 /* Scalar kernel: grid-stride over rows; each block sums its dw
  * contribution in shared memory and adds it to the global dw once. */
