@@ -122,6 +122,7 @@ s_alloc(const trn_config_t *c, trn_err_t *err)
     g->V = (int) c->vocab_size;
     g->S = (g->H + 2 * g->Hk) * g->D;
     g->chunk = 1024;
+    g->overlap = 1;
     if (g->D != 16 && g->D != 32 && g->D != 64 && g->D != 128) {
         s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
         goto fail;
@@ -559,6 +560,63 @@ out:
     return rc;
 }
 
+/* Gradient bucket i of the data-parallel sum, in the order every rank
+ * starts them: the layers from last to first (each final once the
+ * backward pass has passed it), then the final norm, the embedding and an
+ * untied LM head (final only at the end: the tied LM head and the
+ * embedding share theirs). Returns 0 past the last bucket. */
+static int
+s_bucket(const trn_gpu_model_t *g, int i, size_t *begin, size_t *end)
+{
+    size_t VC = (size_t) g->V * (size_t) g->C;
+    if (i < g->L) {
+        const s_layer_t *ly = &g->layers[g->L - 1 - i];
+        *begin = ly->w_in;
+        *end = ly->down + (size_t) g->C * (size_t) g->I;
+        return 1;
+    }
+    i -= g->L;
+    if (i == 0) {
+        *begin = g->final_norm;
+        *end = g->final_norm + (size_t) g->C;
+    } else if (i == 1) {
+        *begin = g->embed;
+        *end = g->embed + VC;
+    } else if (i == 2 && !g->cfg.tie_word_embeddings) {
+        *begin = g->lm_head;
+        *end = g->lm_head + VC;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Starts the sum of buckets [from, to) (to < 0: through the last). */
+static lisa_rc_t
+s_reduce_buckets(trn_gpu_model_t *g, int from, int to)
+{
+    size_t b = 0, e = 0;
+    for (int i = from; (to < 0 || i < to) && s_bucket(g, i, &b, &e); i++) {
+        lisa_rc_t rc = trn_dist_reduce_to_owners(g->dist, g->grad, g->gshard,
+                                                 g->shard, b, e);
+        if (rc != LISA_OK)
+            return rc;
+    }
+    return LISA_OK;
+}
+
+void
+trn_gpu_model_set_overlap(trn_gpu_model_t *g, int on)
+{
+    g->overlap = on != 0;
+}
+
+void
+trn_gpu_model_last_backward(trn_gpu_model_t *g)
+{
+    g->last_bwd = 1;
+}
+
 lisa_rc_t
 trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                        const float *dentropy, trn_err_t *err)
@@ -572,6 +630,10 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
     int Ti = (int) T, H = g->H, Hk = g->Hk, D = g->D, I = g->I;
     float *G = g->grad;
     const trn_bf16_t *W = g->wb;
+    /* the last backward of a data-parallel step sums each layer's
+     * gradient across ranks while the layers below it run */
+    int ovl = g->dist && g->overlap && g->last_bwd && !g->reduced;
+    g->last_bwd = 0;
     S_TRY(trn_cuda_upload(g->dlogp, dlogp, T * 4));
     if (dentropy)
         S_TRY(trn_cuda_upload(g->dent, dentropy, T * 4));
@@ -642,10 +704,17 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         S_TRY(trn_k_rmsnorm_bwd(g->dx, NULL, g->C, 1, G + ly->w_in, g->dhf,
                                 g->C, x, NULL, g->C, W + ly->w_in, g->rstd1, Ti,
                                 g->C, 1, NULL));
+        if (ovl)
+            S_TRY(s_reduce_buckets(g, g->L - 1 - l, g->L - l));
     }
     S_TRY(
         trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti, g->C, g->V, NULL));
-    S_TRY(trn_cuda_sync());
+    if (ovl) {
+        S_TRY(s_reduce_buckets(g, g->L, -1));
+        g->reduced = 1;
+    }
+    /* this stream only: started sums run on (trn_gpu_model_adamw waits) */
+    S_TRY(trn_cuda_stream_sync(NULL));
 out:
     if (rc != LISA_OK && err && !err->msg[0])
         s_err(err, "backward failed on the device");
@@ -655,6 +724,12 @@ out:
 lisa_rc_t
 trn_gpu_model_zero_grad(trn_gpu_model_t *g)
 {
+    if (g->dist) { /* sums still reading the gradient (a skipped step) */
+        lisa_rc_t rc = trn_dist_wait(g->dist);
+        g->reduced = 0;
+        if (rc != LISA_OK)
+            return rc;
+    }
     return trn_cuda_memset(g->grad, 0, (g->dist ? g->n_pad : g->n_params) * 4,
                            NULL);
 }
@@ -735,8 +810,13 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
     size_t n = g->n_params;
     if (g->dist) {
         size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
-        S_TRY(
-            trn_dist_reduce_scatter_sum(g->dist, g->grad, g->gshard, g->shard));
+        if (!g->overlap)
+            S_TRY(trn_dist_reduce_scatter_sum(g->dist, g->grad, g->gshard,
+                                              g->shard));
+        else if (!g->reduced) /* no marked backward here: the same buckets */
+            S_TRY(s_reduce_buckets(g, 0, -1));
+        g->reduced = 0;
+        S_TRY(trn_dist_wait(g->dist));
         grad = g->gshard;
         w32 += off;
         wb += off;

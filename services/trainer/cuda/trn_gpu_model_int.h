@@ -32,6 +32,11 @@ struct trn_gpu_model {
     trn_dist_t *dist;
     size_t n_pad, shard;
     float *gshard; /* this rank's summed gradient shard */
+    /* Overlap (on by default): the shards are summed bucket by bucket with
+     * trn_dist_reduce_to_owners, during the backward pass marked last of
+     * the step (each layer's bucket once its gradient is complete) or else
+     * all at once in adamw; `reduced` says the buckets were started. */
+    int overlap, last_bwd, reduced;
     /* activations, sized for cap_T tokens */
     size_t cap_T, chunk;
     int32_t *tokens, *targets, *pos, *seg;
