@@ -288,8 +288,9 @@ trn_dist_reduce_to_owners(trn_dist_t *d, const float *send, float *recv,
         int owner = (int) (p / shard);
         size_t stop = ((size_t) owner + 1) * shard;
         stop = stop < end ? stop : end;
+        /* other ranks: in place, so nothing of theirs is written */
         float *dst = owner == d->rank ? recv + (p - (size_t) owner * shard)
-                                      : recv; /* read on the owner only */
+                                      : (float *) send + p;
         r = ncclReduce(send + p, dst, stop - p, ncclFloat32, ncclSum, owner,
                        d->comm, d->stream);
         p = stop;

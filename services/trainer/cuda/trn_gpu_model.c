@@ -333,6 +333,15 @@ trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode)
     }
 }
 
+void
+trn_gpu_model_set_head_chunk(trn_gpu_model_t *g, size_t rows)
+{
+    if (rows != g->chunk_max) {
+        g->chunk_max = rows;
+        s_free_acts(g); /* the next forward sizes the buffers anew */
+    }
+}
+
 int
 trn_gpu_model_keeps_activations(const trn_gpu_model_t *g)
 {
@@ -372,7 +381,15 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
     s_free_acts(g);
     size_t C = (size_t) g->C, I = (size_t) g->I, S = (size_t) g->S;
     size_t HD = (size_t) (g->H * g->D), V = (size_t) g->V;
-    size_t ch = g->chunk;
+    /* LM-head rows per chunk: up to 4096 when they fit (a whole 4k
+     * sequence's logits stay for the backward pass, and the head's weight
+     * gradient runs as fewer, larger products), else 1024 */
+    size_t ch = T < 1024 ? 1024 : T > 4096 ? 4096 : T;
+    if (ch > 1024 && !s_fits(ch * V * 6))
+        ch = 1024;
+    if (g->chunk_max)
+        ch = g->chunk_max;
+    g->chunk = ch;
     struct {
         void **p;
         size_t bytes;
@@ -466,19 +483,16 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
         S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
                              g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
                              NULL));
-    S_TRY(trn_cuda_copy(g->xm, x, (size_t) T * C * 4, NULL));
-    S_TRY(trn_linear_fwd(g->blas, g->xm, NULL, g->o, W + ly->o, T, H * D, g->C,
-                         1, NULL));
+    S_TRY(trn_linear_fwd_res(g->blas, g->xm, x, g->o, W + ly->o, T, H * D, g->C,
+                             NULL));
     S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
                             W + ly->w_post, T, g->C, 1, eps, NULL));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->gu, g->h2, W + ly->gu, T, g->C,
                          2 * I, 0, NULL));
     S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, I, NULL));
     if (write_out) {
-        float *y = x + (size_t) T * C;
-        S_TRY(trn_cuda_copy(y, g->xm, (size_t) T * C * 4, NULL));
-        S_TRY(trn_linear_fwd(g->blas, y, NULL, g->a, W + ly->down, T, I, g->C,
-                             1, NULL));
+        S_TRY(trn_linear_fwd_res(g->blas, x + (size_t) T * C, g->xm, g->a,
+                                 W + ly->down, T, I, g->C, NULL));
     }
 out:
     return rc;
@@ -490,6 +504,7 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
 {
     lisa_rc_t rc = LISA_OK;
     g->have_forward = 0;
+    g->logits_kept = 0;
     if (!b || !b->tokens || !b->targets || !b->seq_offsets || b->n_seqs < 1 ||
         b->n_tokens < 1 || b->seq_offsets[0] != 0 ||
         b->seq_offsets[b->n_seqs] != b->n_tokens || !(b->temperature > 0) ||
@@ -551,6 +566,7 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
     S_TRY(trn_cuda_download(logp, g->logp, T * 4));
     if (entropy)
         S_TRY(trn_cuda_download(entropy, g->ent, T * 4));
+    g->logits_kept = T <= g->chunk;
     g->have_forward = 1;
 out:
     if (rc != LISA_OK && err && !err->msg[0])
@@ -637,12 +653,14 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
     S_TRY(trn_cuda_upload(g->dlogp, dlogp, T * 4));
     if (dentropy)
         S_TRY(trn_cuda_upload(g->dent, dentropy, T * 4));
-    /* LM head in chunks: recompute logits, form dlogits, project back. */
+    /* LM head in chunks: recompute logits (unless the forward's are all
+     * still there), form dlogits, project back. */
     for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
         int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
         const trn_bf16_t *hc = g->hf + r0 * C;
-        S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head, cn,
-                             g->C, g->V, 0, NULL));
+        if (!g->logits_kept)
+            S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head,
+                                 cn, g->C, g->V, 0, NULL));
         S_TRY(trn_k_logprob(g->logp + r0, NULL, g->dlogits, g->logits,
                             g->targets + r0, g->dlogp + r0,
                             dentropy ? g->dent + r0 : NULL, cn, g->V,

@@ -101,6 +101,12 @@ void trn_blas_destroy(trn_blas_t **self);
 lisa_rc_t trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                          const trn_bf16_t *x, const trn_bf16_t *w, int T, int K,
                          int N, int accumulate, trn_cuda_stream_t *s);
+/* y[T,N] = res[T,N] + x[T,K] @ w[N,K]^T, all fp32 but x and w (res may
+ * be y: then as trn_linear_fwd accumulating). A residual connection in one
+ * pass, without copying res first. */
+lisa_rc_t trn_linear_fwd_res(trn_blas_t *b, float *y, const float *res,
+                             const trn_bf16_t *x, const trn_bf16_t *w, int T,
+                             int K, int N, trn_cuda_stream_t *s);
 /* dx[T,K] (bf16, overwritten) = dy[T,N] @ w[N,K]. */
 lisa_rc_t trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx,
                               const trn_bf16_t *dy, const trn_bf16_t *w, int T,

@@ -50,6 +50,12 @@ enum {
     TRN_RECOMPUTE_KEEP_ATTN = 3
 };
 void trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode);
+/* Most rows of the LM head's logits in one chunk (fp32 logits and bf16
+ * gradients of `rows` x vocabulary values in memory); 0, the default: up
+ * to 4096 when they fit, else 1024. A forward of at most that many tokens
+ * keeps its logits for the backward pass instead of recomputing them.
+ * Applies from the next forward. */
+void trn_gpu_model_set_head_chunk(trn_gpu_model_t *g, size_t rows);
 /* Whether the last forward kept every layer's activations, and whether it
  * kept (only) every layer's attention outputs. */
 int trn_gpu_model_keeps_activations(const trn_gpu_model_t *g);
