@@ -460,7 +460,7 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
     lisa_rc_t rc = LISA_OK;
     const s_layer_t *ly = &g->layers[l];
     const trn_bf16_t *W = g->wb;
-    size_t C = (size_t) g->C, S = (size_t) g->S;
+    size_t C = (size_t) g->C;
     int H = g->H, Hk = g->Hk, D = g->D, I = g->I;
     float eps = (float) g->cfg.rms_norm_eps;
     float *x = g->xs + (size_t) l * (size_t) T * C;
@@ -469,16 +469,9 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
                             T, g->C, 1, eps, NULL));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->qkv, g->h1, W + ly->qkv, T, g->C,
                          g->S, 0, NULL));
-    S_TRY(trn_cuda_copy(g->qkvn, g->qkv, (size_t) T * S * 2, NULL));
-    S_TRY(trn_k_rmsnorm_fwd(g->qkvn, g->S, g->rstdq, NULL, g->qkv, g->S,
-                            W + ly->q_norm, T * H, D, H, eps, NULL));
-    S_TRY(trn_k_rmsnorm_fwd(g->qkvn + H * D, g->S, g->rstdk, NULL,
-                            g->qkv + H * D, g->S, W + ly->k_norm, T * Hk, D, Hk,
-                            eps, NULL));
-    S_TRY(trn_k_rope(g->qkvn, g->S, g->pos, T, H, D, (float) g->cfg.rope_theta,
-                     0, NULL));
-    S_TRY(trn_k_rope(g->qkvn + H * D, g->S, g->pos, T, Hk, D,
-                     (float) g->cfg.rope_theta, 0, NULL));
+    S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
+                       W + ly->q_norm, W + ly->k_norm, g->pos, T, H, Hk, D, eps,
+                       (float) g->cfg.rope_theta, NULL));
     if (attn)
         S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
                              g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
@@ -704,17 +697,10 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                              g->S, g->attn_scratch, g->da, g->o, g->lse,
                              g->qkvn, g->qkvn + H * D, g->qkvn + (H + Hk) * D,
                              g->S, g->seg, Ti, H, Hk, D, NULL));
-        S_TRY(trn_k_rope(g->dqkv, g->S, g->pos, Ti, H, D,
-                         (float) g->cfg.rope_theta, 1, NULL));
-        S_TRY(trn_k_rope(g->dqkv + H * D, g->S, g->pos, Ti, Hk, D,
-                         (float) g->cfg.rope_theta, 1, NULL));
-        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv, g->S, 0, G + ly->q_norm, g->dqkv,
-                                g->S, NULL, g->qkv, g->S, W + ly->q_norm,
-                                g->rstdq, Ti * H, D, H, NULL));
-        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv + H * D, g->S, 0, G + ly->k_norm,
-                                g->dqkv + H * D, g->S, NULL, g->qkv + H * D,
-                                g->S, W + ly->k_norm, g->rstdk, Ti * Hk, D, Hk,
-                                NULL));
+        S_TRY(trn_k_qk_bwd(g->dqkv, g->S, G + ly->q_norm, G + ly->k_norm,
+                           g->qkv, W + ly->q_norm, W + ly->k_norm, g->rstdq,
+                           g->rstdk, g->pos, Ti, H, Hk, D,
+                           (float) g->cfg.rope_theta, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
                                   g->C, g->S, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
