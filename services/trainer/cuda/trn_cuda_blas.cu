@@ -9,7 +9,7 @@
  * Inputs are bf16, accumulation fp32 (CUBLAS_COMPUTE_32F), outputs bf16 or
  * fp32. Heuristic choices are cached per shape; for skinny products
  * (at most 128 rows of tokens: decode steps), where the first heuristic
- * choice is often not the fastest, the first use times up to sixteen
+ * choice is often not the fastest, the first use times up to 32
  * candidates on a scratch output and keeps the fastest (never while a
  * stream is being recorded into a graph). Some forward products of one
  * token skip cuBLASLt for a matrix-vector kernel of this file.
@@ -22,7 +22,7 @@
 
 #define S_WORKSPACE  (32u << 20)
 #define S_CACHE      256
-#define S_CANDIDATES 16 /* algorithms timed for skinny products */
+#define S_CANDIDATES 32 /* algorithms timed for skinny products */
 
 typedef struct {
     int ta, tb, m, n, k, ctype, beta_one, valid;
