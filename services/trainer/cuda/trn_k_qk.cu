@@ -85,6 +85,20 @@ s_copy(trn_bf16_t *dst, const trn_bf16_t *src, int n, int vec)
     }
 }
 
+/* This lane's values of the q and k norm weights (lane + 32 e). */
+template <int D, int E>
+__device__ __forceinline__ void
+s_norm_weights(float (&wq)[E], float (&wk)[E], const trn_bf16_t *qw,
+               const trn_bf16_t *kw, int lane)
+{
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int j = lane + 32 * e;
+        wq[e] = j < D ? trn_ld(qw + j) : 0.0f;
+        wk[e] = j < D ? trn_ld(kw + j) : 0.0f;
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * S_WARPS)
     s_qk_fwd(trn_bf16_t *out, const trn_bf16_t *in, int stride, float *rstdq,
@@ -96,12 +110,7 @@ __global__ void __launch_bounds__(32 * S_WARPS)
     __shared__ float sc[D / 2], ss[D / 2];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NR = H + Hk;
     float wq[E], wk[E];
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        int j = lane + 32 * e;
-        wq[e] = j < D ? trn_ld(qw + j) : 0.0f;
-        wk[e] = j < D ? trn_ld(kw + j) : 0.0f;
-    }
+    s_norm_weights<D, E>(wq, wk, qw, kw, lane);
     for (int t = blockIdx.x; t < T; t += gridDim.x) {
         __syncthreads(); /* the previous token's angles are used */
         s_angles<D>(sc, ss, pos[t], theta, 0);
@@ -172,13 +181,10 @@ __global__ void __launch_bounds__(32 * S_WARPS)
     for (int j = threadIdx.x; j < 2 * D; j += blockDim.x)
         sdw[j / D][j % D] = 0.0f;
     float wq[E], wk[E], aq[E], ak[E];
+    s_norm_weights<D, E>(wq, wk, qw, kw, lane);
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        int j = lane + 32 * e;
-        wq[e] = j < D ? trn_ld(qw + j) : 0.0f;
-        wk[e] = j < D ? trn_ld(kw + j) : 0.0f;
+    for (int e = 0; e < E; e++)
         aq[e] = ak[e] = 0.0f;
-    }
     for (int t = blockIdx.x; t < T; t += gridDim.x) {
         __syncthreads();
         s_angles<D>(sc, ss, pos[t], theta, 1);
