@@ -17,7 +17,8 @@
  * With --world W (W GPUs, one process each): data-parallel training
  * steps (forward + backward + ZeRO-1 AdamW with NCCL) at 4k tokens per
  * rank, against the same step on one GPU, printing dp_tok_s_wW and the
- * scaling efficiency.
+ * scaling efficiency (the gradient sum overlapping the backward pass), and
+ * the same with one reduce-scatter after the backward (_no_overlap).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
  *             [--batch B] [--world W]
  * --batch B prints the decode figures of batch B alone.
@@ -198,6 +199,7 @@ s_steps(trn_gpu_model_t *g, int T, int reps)
     double times[8];
     for (int it = 0; it < reps + 1; it++) {
         double t0 = s_now();
+        trn_gpu_model_last_backward(g); /* one micro-batch per step */
         if (trn_gpu_model_zero_grad(g) != LISA_OK ||
             trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
             trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK ||
@@ -236,10 +238,14 @@ s_dp_rank(int rank, int world, int layers, int fd_r, int fd_w, int fd_out)
     trn_dist_t *d = trn_dist_new(rank, world, id, 120000);
     if (!g || !d || trn_gpu_model_set_dist(g, d) != LISA_OK)
         return 1;
+    /* the gradient sum after the backward pass, then overlapping it */
+    trn_gpu_model_set_overlap(g, 0);
+    double t_after = s_steps(g, 4096, 3);
+    trn_gpu_model_set_overlap(g, 1);
     double t = s_steps(g, 4096, 3);
     if (rank == 0) {
         char line[128];
-        int n = snprintf(line, sizeof line, "%.6f\n", t);
+        int n = snprintf(line, sizeof line, "%.6f %.6f\n", t, t_after);
         if (write(fd_out, line, (size_t) n) != n)
             return 1;
     }
@@ -272,7 +278,11 @@ s_dp(int world, int layers)
         printf("data-parallel run failed\n");
         return 1;
     }
-    double tw = atof(buf);
+    double tw = 0, tw_after = 0;
+    if (sscanf(buf, "%lf %lf", &tw, &tw_after) != 2) {
+        printf("data-parallel run failed\n");
+        return 1;
+    }
     /* one GPU, same step, in a child too (the parent stays CUDA-free) */
     int one[2];
     if (pipe(one) != 0)
@@ -302,6 +312,10 @@ s_dp(int world, int layers)
     printf("step_tok_s_1gpu %.0f tok/s\n", 4096 / t1);
     printf("dp_tok_s_w%d %.0f tok/s\n", world, world * 4096 / tw);
     printf("dp_scaling_w%d %.1f %%\n", world, 100.0 * t1 / tw);
+    /* the same with one reduce-scatter after the backward pass */
+    printf("dp_tok_s_w%d_no_overlap %.0f tok/s\n", world,
+           world * 4096 / tw_after);
+    printf("dp_scaling_w%d_no_overlap %.1f %%\n", world, 100.0 * t1 / tw_after);
     return 0;
 }
 

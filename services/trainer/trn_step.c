@@ -333,10 +333,18 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         size_t *start = NULL;
         int *owner = NULL;
         size_t nmb = s_plan(c, r, &start, &owner);
-        for (size_t k = 0; k < nmb && rc == LISA_OK; k++)
+        size_t last = nmb; /* this rank's last micro-batch */
+        for (size_t k = 0; k < nmb; k++)
             if (owner[k] == s_rank(c))
-                rc = s_micro(m, ref, c, &lc, r, adv, start[k], start[k + 1], &x,
-                             out, err);
+                last = k;
+        for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
+            if (owner[k] != s_rank(c))
+                continue;
+            if (k == last && m->last_backward)
+                m->last_backward(m->self);
+            rc = s_micro(m, ref, c, &lc, r, adv, start[k], start[k + 1], &x,
+                         out, err);
+        }
         lisa_free(&start);
         lisa_free(&owner);
     }

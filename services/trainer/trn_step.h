@@ -115,6 +115,9 @@ typedef struct {
     lisa_rc_t (*backward)(void *self, const float *dlogp, const float *dent,
                           trn_err_t *err);
     void (*zero_grad)(void *self);
+    /* Optional: says the next backward is this rank's last of the step, so
+     * a backend may start summing gradients across ranks while it runs. */
+    void (*last_backward)(void *self);
     /* Clips the gradient to cfg->grad_clip (global norm) and applies
      * cfg->optim; *grad_norm is the norm before clipping. A non-finite
      * norm skips the update, zeroes the gradients and sets *skipped. */

@@ -361,6 +361,162 @@ test_rope(void)
 
 /* ------------------------------------------------------------------ */
 
+/* The unfused training sequence trn_k_qk_fwd replaces: copy, the per-head
+ * norms of the query and key heads, RoPE on both. */
+static lisa_rc_t
+s_qk_unfused_fwd(trn_bf16_t *qkvn, const trn_bf16_t *qkv, int stride, float *rq,
+                 float *rk, const trn_bf16_t *qw, const trn_bf16_t *kw,
+                 const int32_t *pos, int T, int H, int Hk, int D, float eps,
+                 float theta)
+{
+    lisa_rc_t rc = trn_cuda_copy(qkvn, qkv, (size_t) T * stride * 2, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rmsnorm_fwd(qkvn, stride, rq, NULL, qkv, stride, qw, T * H,
+                               D, H, eps, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rmsnorm_fwd(qkvn + H * D, stride, rk, NULL, qkv + H * D,
+                               stride, kw, T * Hk, D, Hk, eps, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rope(qkvn, stride, pos, T, H, D, theta, 0, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rope(qkvn + H * D, stride, pos, T, Hk, D, theta, 0, NULL);
+    return rc;
+}
+
+/* ... and the backward sequence trn_k_qk_bwd replaces. */
+static lisa_rc_t
+s_qk_unfused_bwd(trn_bf16_t *dqkv, int stride, float *gq, float *gk,
+                 const trn_bf16_t *qkv, const trn_bf16_t *qw,
+                 const trn_bf16_t *kw, const float *rq, const float *rk,
+                 const int32_t *pos, int T, int H, int Hk, int D, float theta)
+{
+    lisa_rc_t rc = trn_k_rope(dqkv, stride, pos, T, H, D, theta, 1, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rope(dqkv + H * D, stride, pos, T, Hk, D, theta, 1, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rmsnorm_bwd(NULL, dqkv, stride, 0, gq, dqkv, stride, NULL,
+                               qkv, stride, qw, rq, T * H, D, H, NULL);
+    if (rc == LISA_OK)
+        rc = trn_k_rmsnorm_bwd(NULL, dqkv + H * D, stride, 0, gk, dqkv + H * D,
+                               stride, NULL, qkv + H * D, stride, kw, rk,
+                               T * Hk, D, Hk, NULL);
+    return rc;
+}
+
+/* Values (bf16 or fp32 bit patterns) that differ between two device
+ * buffers in the first `cols` of each of `rows` lines of `stride`. */
+static size_t
+s_ndiff(const void *a, const void *b, size_t rows, size_t cols, size_t stride,
+        size_t elem)
+{
+    size_t bytes = rows * stride * elem, n = 0;
+    unsigned char *ha = malloc(bytes), *hb = malloc(bytes);
+    trn_cuda_download(ha, a, bytes);
+    trn_cuda_download(hb, b, bytes);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) {
+            size_t at = (r * stride + c) * elem;
+            n += memcmp(ha + at, hb + at, elem) != 0;
+        }
+    free(ha), free(hb);
+    return n;
+}
+
+/* trn_k_qk_fwd / trn_k_qk_bwd against the unfused kernels on the same
+ * inputs: forward bit for bit (out of place and in place), backward's
+ * gradients to rounding noise, value heads untouched. `pad` extra values
+ * per line (an odd pad takes the unvectorised copy). */
+static void
+test_qk_fused(int T, int H, int Hk, int D, int pad)
+{
+    int S = (H + 2 * Hk) * D, stride = S + pad;
+    float eps = 1e-6f, theta = 1e6f;
+    size_t n = (size_t) T * stride;
+    double *x, *gv, *qw, *kw, *dw0;
+    trn_bf16_t *hx = s_rand_bf16(n, 2, &x), *hg = s_rand_bf16(n, 1, &gv);
+    trn_bf16_t *hqw = s_rand_bf16((size_t) D, 1, &qw);
+    trn_bf16_t *hkw = s_rand_bf16((size_t) D, 1, &kw);
+    trn_bf16_t *hdw = s_rand_bf16((size_t) 2 * D, 1, &dw0);
+    float *hdwf = malloc((size_t) 2 * D * 4);
+    for (int j = 0; j < 2 * D; j++)
+        hdwf[j] = (float) dw0[j]; /* the weight gradients accumulate */
+    int32_t *pos = malloc((size_t) T * 4);
+    for (int t = 0; t < T; t++)
+        pos[t] = (t * 397 + 11) % 30000;
+    trn_bf16_t *in = s_dev(hx, n * 2), *dqw = s_dev(hqw, (size_t) D * 2);
+    trn_bf16_t *dkw = s_dev(hkw, (size_t) D * 2);
+    int32_t *dpos = s_dev(pos, (size_t) T * 4);
+    trn_bf16_t *ref = s_dev(NULL, n * 2), *out = s_dev(NULL, n * 2);
+    trn_bf16_t *inpl = s_dev(hx, n * 2);
+    float *rq = s_dev(NULL, (size_t) T * H * 4);
+    float *rk = s_dev(NULL, (size_t) T * Hk * 4);
+    float *fq = s_dev(NULL, (size_t) T * H * 4);
+    float *fk = s_dev(NULL, (size_t) T * Hk * 4);
+    float *fq2 = s_dev(NULL, (size_t) T * H * 4);
+    float *fk2 = s_dev(NULL, (size_t) T * Hk * 4);
+    RC(s_qk_unfused_fwd(ref, in, stride, rq, rk, dqw, dkw, dpos, T, H, Hk, D,
+                        eps, theta));
+    RC(trn_k_qk_fwd(out, in, stride, fq, fk, dqw, dkw, dpos, T, H, Hk, D, eps,
+                    theta, NULL));
+    RC(trn_k_qk_fwd(inpl, inpl, stride, fq2, fk2, dqw, dkw, dpos, T, H, Hk, D,
+                    eps, theta, NULL));
+    RC(trn_cuda_sync());
+    size_t dv = s_ndiff(out, ref, (size_t) T, (size_t) S, (size_t) stride, 2);
+    size_t dr = s_ndiff(fq, rq, (size_t) T, (size_t) H, (size_t) H, 4) +
+                s_ndiff(fk, rk, (size_t) T, (size_t) Hk, (size_t) Hk, 4);
+    size_t di = s_ndiff(inpl, ref, (size_t) T, (size_t) S, (size_t) stride, 2) +
+                s_ndiff(fq2, rq, (size_t) T, (size_t) H, (size_t) H, 4) +
+                s_ndiff(fk2, rk, (size_t) T, (size_t) Hk, (size_t) Hk, 4);
+    char name[96];
+    snprintf(name, sizeof name, "qk fwd T%d H%d/%d D%d values differing", T, H,
+             Hk, D);
+    s_check(name, (double) dv, 0);
+    snprintf(name, sizeof name, "qk fwd T%d H%d/%d D%d rstd differing", T, H,
+             Hk, D);
+    s_check(name, (double) dr, 0);
+    snprintf(name, sizeof name, "qk fwd T%d H%d/%d D%d in place differing", T,
+             H, Hk, D);
+    s_check(name, (double) di, 0);
+
+    trn_bf16_t *ga = s_dev(hg, n * 2), *gb = s_dev(hg, n * 2);
+    float *wa = s_dev(hdwf, (size_t) 2 * D * 4);
+    float *wb = s_dev(hdwf, (size_t) 2 * D * 4);
+    RC(s_qk_unfused_bwd(ga, stride, wa, wa + D, in, dqw, dkw, rq, rk, dpos, T,
+                        H, Hk, D, theta));
+    RC(trn_k_qk_bwd(gb, stride, wb, wb + D, in, dqw, dkw, rq, rk, dpos, T, H,
+                    Hk, D, theta, NULL));
+    RC(trn_cuda_sync());
+    double *a = s_get_bf16(ga, n), *b = s_get_bf16(gb, n);
+    size_t nd = 0, nv = 0;
+    for (size_t i = 0; i < n; i++) {
+        nd += a[i] != b[i];
+        /* value heads and padding: the incoming gradient, untouched */
+        if ((int) (i % (size_t) stride) >= (H + Hk) * D)
+            nv += b[i] != gv[i];
+    }
+    snprintf(name, sizeof name, "qk bwd T%d H%d/%d D%d dqkv (%zu differ)", T, H,
+             Hk, D, nd);
+    s_check(name, s_relerr(b, a, n), 1e-3);
+    snprintf(name, sizeof name, "qk bwd T%d H%d/%d D%d v untouched", T, H, Hk,
+             D);
+    s_check(name, (double) nv, 0);
+    double *da = s_get_f32(wa, (size_t) 2 * D),
+           *db = s_get_f32(wb, (size_t) 2 * D);
+    snprintf(name, sizeof name, "qk bwd T%d H%d/%d D%d dw", T, H, Hk, D);
+    s_check(name, s_relerr(db, da, (size_t) 2 * D), 1e-5);
+    free(a), free(b), free(da), free(db);
+    trn_cuda_free(&ga), trn_cuda_free(&gb), trn_cuda_free(&wa);
+    trn_cuda_free(&wb), trn_cuda_free(&in), trn_cuda_free(&dqw);
+    trn_cuda_free(&dkw), trn_cuda_free(&dpos), trn_cuda_free(&ref);
+    trn_cuda_free(&out), trn_cuda_free(&inpl), trn_cuda_free(&rq);
+    trn_cuda_free(&rk), trn_cuda_free(&fq), trn_cuda_free(&fk);
+    trn_cuda_free(&fq2), trn_cuda_free(&fk2);
+    free(hx), free(hg), free(hqw), free(hkw), free(hdw), free(hdwf);
+    free(x), free(gv), free(qw), free(kw), free(dw0), free(pos);
+}
+
+/* ------------------------------------------------------------------ */
+
 /* Bits of n bf16 values at d that differ from those at e. */
 static size_t
 s_bf16_diff(const trn_bf16_t *d, const trn_bf16_t *e, size_t n)
@@ -1101,6 +1257,62 @@ bench(trn_blas_t *b)
         trn_cuda_free(&dout), trn_cuda_free(&lse), trn_cuda_free(&scr);
         trn_cuda_free(&dseg), free(seg), free(h), free(vals);
     }
+    /* Qwen3-4B's per-head q/k norm and RoPE at 4k tokens: the unfused
+     * sequences against the fused kernels (per call, a sample 20 calls) */
+    {
+        int T = 4096, H = 32, Hk = 8, D = 128, S = (H + 2 * Hk) * D;
+        size_t n = (size_t) T * S;
+        double *vals;
+        trn_bf16_t *h = s_rand_bf16(n, 1, &vals);
+        trn_bf16_t *qkv = s_dev(h, n * 2), *qkvn = s_dev(NULL, n * 2);
+        trn_bf16_t *g0 = s_dev(h, n * 2), *dq = s_dev(h, n * 2);
+        trn_bf16_t *w = s_dev(h, (size_t) D * 2);
+        float *rq = s_dev(NULL, (size_t) T * H * 4);
+        float *rk = s_dev(NULL, (size_t) T * Hk * 4);
+        float *dw = s_dev(NULL, (size_t) 2 * D * 4);
+        trn_cuda_memset(dw, 0, (size_t) 2 * D * 4, NULL);
+        int32_t *pos = malloc((size_t) T * 4);
+        for (int t = 0; t < T; t++)
+            pos[t] = t;
+        int32_t *dpos = s_dev(pos, (size_t) T * 4);
+        double tq[4][10];
+        for (int it = 0; it < 13; it++)
+            for (int k = 0; k < 4; k++) {
+                if (k >= 2)
+                    RC(trn_cuda_copy(dq, g0, n * 2, NULL));
+                RC(trn_cuda_sync());
+                double t0 = s_now();
+                for (int r = 0; r < 20; r++) {
+                    if (k == 0)
+                        RC(s_qk_unfused_fwd(qkvn, qkv, S, rq, rk, w, w, dpos, T,
+                                            H, Hk, D, 1e-6f, 1e6f));
+                    else if (k == 1)
+                        RC(trn_k_qk_fwd(qkvn, qkv, S, rq, rk, w, w, dpos, T, H,
+                                        Hk, D, 1e-6f, 1e6f, NULL));
+                    else if (k == 2)
+                        RC(s_qk_unfused_bwd(dq, S, dw, dw + D, qkv, w, w, rq,
+                                            rk, dpos, T, H, Hk, D, 1e6f));
+                    else
+                        RC(trn_k_qk_bwd(dq, S, dw, dw + D, qkv, w, w, rq, rk,
+                                        dpos, T, H, Hk, D, 1e6f, NULL));
+                }
+                RC(trn_cuda_sync());
+                if (it >= 3)
+                    tq[k][it - 3] = (s_now() - t0) / 20;
+            }
+        for (int k = 0; k < 4; k++)
+            qsort(tq[k], 10, 8, s_cmp);
+        printf("q/k norm+rope T=%d fwd: unfused %6.1f us, fused %6.1f us "
+               "(x%.2f)\n",
+               T, tq[0][5] * 1e6, tq[1][5] * 1e6, tq[0][5] / tq[1][5]);
+        printf("q/k norm+rope T=%d bwd: unfused %6.1f us, fused %6.1f us "
+               "(x%.2f)\n",
+               T, tq[2][5] * 1e6, tq[3][5] * 1e6, tq[2][5] / tq[3][5]);
+        trn_cuda_free(&qkv), trn_cuda_free(&qkvn), trn_cuda_free(&g0);
+        trn_cuda_free(&dq), trn_cuda_free(&w), trn_cuda_free(&rq);
+        trn_cuda_free(&rk), trn_cuda_free(&dw), trn_cuda_free(&dpos);
+        free(pos), free(h), free(vals);
+    }
     /* the MLP up-projection of Qwen3-4B at 4k tokens */
     int T = 4096, K = 2560, N = 2 * 9728;
     trn_bf16_t *x = s_dev(NULL, (size_t) T * K * 2),
@@ -1287,6 +1499,11 @@ main(int argc, char **argv)
     test_rmsnorm(5, 5000, 5000, 1, 1);   /* longer than a warp's registers */
     test_rmsnorm(2, 12300, 12300, 1, 1); /* dw over 48 KiB of shared memory */
     test_rope();
+    test_qk_fused(300, 32, 8, 128, 0); /* Qwen3-4B heads */
+    test_qk_fused(1, 32, 8, 128, 0);
+    test_qk_fused(77, 4, 2, 16, 5); /* odd padding: unvectorised copy */
+    test_qk_fused(50, 6, 2, 32, 0);
+    test_qk_fused(33, 8, 4, 64, 8);
     test_swiglu_embed();
     test_attention(300, 4, 2, 64, 2);
     test_attention(300, 4, 2, 128, 3);

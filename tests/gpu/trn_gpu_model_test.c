@@ -77,6 +77,9 @@ s_free_batch(s_batch_t *sb)
     free(sb->tokens), free(sb->targets), free(sb->offs);
 }
 
+/* LM-head rows per chunk for the next test_model (0: the model's own) */
+static size_t s_head_chunk;
+
 static void
 test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
            int steps, double abs_tol, int recompute)
@@ -97,6 +100,7 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
         return;
     }
     trn_gpu_model_set_recompute(gpu, recompute);
+    trn_gpu_model_set_head_chunk(gpu, s_head_chunk);
     s_batch_t sb;
     s_make_batch(&sb, lens, nseq, (int) cfg.vocab_size, 77);
     size_t T = sb.b.n_tokens, P = trn_model_num_params(cpu);
@@ -257,6 +261,12 @@ main(void)
     test_model("tiny tied D=32, attention kept",
                s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6), lens1, 3, 5, 5e-2,
                TRN_RECOMPUTE_KEEP_ATTN);
+    /* the LM head in chunks of 64 rows: logits recomputed in backward */
+    s_head_chunk = 64;
+    test_model("tiny tied D=32, head in chunks",
+               s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6), lens1, 3, 5, 5e-2,
+               TRN_RECOMPUTE_AUTO);
+    s_head_chunk = 0;
     int lens2[] = {200, 57};
     test_model("small untied D=64 Hk=1",
                s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), lens2, 2, 5, 5e-2,

@@ -71,6 +71,12 @@ s_zero(void *self)
         lisa_log_error("cuda backend: zeroing gradients failed");
 }
 
+static void
+s_last(void *self)
+{
+    trn_gpu_model_last_backward(self);
+}
+
 static lisa_rc_t
 s_update(void *self, const trn_step_cfg_t *c, double *grad_norm, bool *skipped,
          trn_err_t *err)
@@ -96,6 +102,7 @@ s_ops(trn_gpu_model_t *g)
                           .forward = s_fwd,
                           .backward = s_bwd,
                           .zero_grad = s_zero,
+                          .last_backward = s_last,
                           .update = s_update};
     return o;
 }

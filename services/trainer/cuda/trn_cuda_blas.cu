@@ -9,7 +9,7 @@
  * Inputs are bf16, accumulation fp32 (CUBLAS_COMPUTE_32F), outputs bf16 or
  * fp32. Heuristic choices are cached per shape; for skinny products
  * (at most 128 rows of tokens: decode steps), where the first heuristic
- * choice is often not the fastest, the first use times up to sixteen
+ * choice is often not the fastest, the first use times up to 32
  * candidates on a scratch output and keeps the fastest (never while a
  * stream is being recorded into a graph). Some forward products of one
  * token skip cuBLASLt for a matrix-vector kernel of this file.
@@ -22,7 +22,7 @@
 
 #define S_WORKSPACE  (32u << 20)
 #define S_CACHE      256
-#define S_CANDIDATES 16 /* algorithms timed for skinny products */
+#define S_CANDIDATES 32 /* algorithms timed for skinny products */
 
 typedef struct {
     int ta, tb, m, n, k, ctype, beta_one, valid;
@@ -124,11 +124,12 @@ out:
     return best;
 }
 
-/* Column-major C[m,n] = alpha op(A) op(B) + beta C. */
+/* Column-major D[m,n] = alpha op(A) op(B) + beta C (C same layout as D;
+ * Cin NULL: C is D). */
 static lisa_rc_t
 s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
        int lda, const void *B, int ldb, void *C, int ldc, int c_f32, float beta,
-       cudaStream_t stream)
+       const void *Cin, cudaStream_t stream)
 {
     lisa_rc_t rc = LISA_OK;
     cublasLtMatmulDesc_t op = NULL;
@@ -200,9 +201,9 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
         plan->algo = res[best].algo;
         plan->valid = 1;
     }
-    S_BLAS_TRY(cublasLtMatmul(b->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C,
-                              lc, &plan->algo, b->workspace, S_WORKSPACE,
-                              stream));
+    S_BLAS_TRY(cublasLtMatmul(b->lt, op, &alpha, A, la, B, lb, &beta,
+                              Cin ? Cin : C, lc, C, lc, &plan->algo,
+                              b->workspace, S_WORKSPACE, stream));
 out:
     if (lc)
         cublasLtMatrixLayoutDestroy(lc);
@@ -309,7 +310,19 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                           trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
-                  accumulate ? 1.0f : 0.0f, trn_stream(s));
+                  accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));
+}
+
+extern "C" lisa_rc_t
+trn_linear_fwd_res(trn_blas_t *b, float *y, const float *res,
+                   const trn_bf16_t *x, const trn_bf16_t *w, int T, int K,
+                   int N, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(b && y && res && x && w && T > 0 && K > 0 && N > 0);
+    if (res == y)
+        return trn_linear_fwd(b, y, NULL, x, w, T, K, N, 1, s);
+    return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, 1, 1.0f, res,
+                  trn_stream(s));
 }
 
 extern "C" lisa_rc_t
@@ -318,7 +331,8 @@ trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx, const trn_bf16_t *dy,
                     trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(b && dx && dy && w && T > 0 && K > 0 && N > 0);
-    return s_gemm(b, 0, 0, K, T, N, w, K, dy, N, dx, K, 0, 0.0f, trn_stream(s));
+    return s_gemm(b, 0, 0, K, T, N, w, K, dy, N, dx, K, 0, 0.0f, NULL,
+                  trn_stream(s));
 }
 
 extern "C" lisa_rc_t
@@ -327,5 +341,6 @@ trn_linear_bwd_weight(trn_blas_t *b, float *dw, const trn_bf16_t *dy,
                       trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(b && dw && dy && x && T > 0 && K > 0 && N > 0);
-    return s_gemm(b, 0, 1, K, N, T, x, K, dy, N, dw, K, 1, 1.0f, trn_stream(s));
+    return s_gemm(b, 0, 1, K, N, T, x, K, dy, N, dw, K, 1, 1.0f, NULL,
+                  trn_stream(s));
 }

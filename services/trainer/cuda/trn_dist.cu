@@ -20,7 +20,9 @@ struct trn_dist {
     cudaStream_t stream;
     int rank, world;
     int timeout_ms;
-    int broken; /* aborted: every later call fails fast */
+    int broken;     /* aborted: every later call fails fast */
+    int pending;    /* reductions started and not yet waited for */
+    cudaEvent_t ev; /* orders started reductions after queued work */
 };
 
 /* The process's check that the other ranks are still there (see
@@ -131,6 +133,12 @@ trn_dist_new(int rank, int world, const uint8_t id[TRN_DIST_ID_BYTES],
         free(d);
         return NULL;
     }
+    if (cudaEventCreateWithFlags(&d->ev, cudaEventDisableTiming) !=
+        cudaSuccess) {
+        cudaStreamDestroy(d->stream);
+        free(d);
+        return NULL;
+    }
     ncclUniqueId u;
     memcpy(u.internal, id, TRN_DIST_ID_BYTES);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -139,11 +147,13 @@ trn_dist_new(int rank, int world, const uint8_t id[TRN_DIST_ID_BYTES],
     if (r != ncclSuccess && r != ncclInProgress) {
         fprintf(stderr, "trainer: ncclCommInitRankConfig: %s\n",
                 ncclGetErrorString(r));
+        cudaEventDestroy(d->ev);
         cudaStreamDestroy(d->stream);
         free(d);
         return NULL;
     }
     if (s_wait(d, "communicator init", 0) != LISA_OK) {
+        cudaEventDestroy(d->ev);
         cudaStreamDestroy(d->stream);
         free(d);
         return NULL;
@@ -157,11 +167,14 @@ trn_dist_destroy(trn_dist_t **dp)
     if (!dp || !*dp)
         return;
     trn_dist_t *d = *dp;
+    if (d->pending && !d->broken && trn_dist_wait(d) != LISA_OK)
+        d->broken = 1; /* aborted by the wait; nothing left to finalize */
     if (d->comm && !d->broken) {
         ncclCommFinalize(d->comm);
         if (s_wait(d, "finalize", 0) == LISA_OK)
             ncclCommDestroy(d->comm);
     }
+    cudaEventDestroy(d->ev);
     cudaStreamDestroy(d->stream);
     free(d);
     *dp = NULL;
@@ -186,12 +199,19 @@ trn_dist_set_timeout(trn_dist_t *d, int timeout_ms)
         d->timeout_ms = timeout_ms;
 }
 
-/* Orders the collective after work already queued on the default stream. */
+/* Orders the collective after work already queued on the default stream
+ * (and after started reductions, waited for under the deadline first, so
+ * the device-wide synchronisation cannot wait on a missing peer). */
 static lisa_rc_t
 s_begin(trn_dist_t *d)
 {
     if (d->broken)
         return LISA_UNAVAILABLE;
+    if (d->pending) {
+        lisa_rc_t rc = trn_dist_wait(d);
+        if (rc != LISA_OK)
+            return rc;
+    }
     TRN_CUDA_TRY(cudaDeviceSynchronize());
     return LISA_OK;
 }
@@ -249,4 +269,51 @@ trn_dist_allgather_bf16(trn_dist_t *d, trn_bf16_t *buf, size_t shard)
     return s_issue(d, "all-gather",
                    ncclAllGather(buf + (size_t) d->rank * shard, buf, shard,
                                  ncclBfloat16, d->comm, d->stream));
+}
+
+extern "C" lisa_rc_t
+trn_dist_reduce_to_owners(trn_dist_t *d, const float *send, float *recv,
+                          size_t shard, size_t begin, size_t end)
+{
+    if (d->broken)
+        return LISA_UNAVAILABLE;
+    if (begin >= end || shard == 0)
+        return LISA_OK;
+    if (end > shard * (size_t) d->world)
+        return LISA_INVALID;
+    TRN_CUDA_TRY(cudaEventRecord(d->ev, 0));
+    TRN_CUDA_TRY(cudaStreamWaitEvent(d->stream, d->ev, 0));
+    ncclResult_t r = ncclGroupStart();
+    for (size_t p = begin; p < end && r == ncclSuccess;) {
+        int owner = (int) (p / shard);
+        size_t stop = ((size_t) owner + 1) * shard;
+        stop = stop < end ? stop : end;
+        /* other ranks: in place, so nothing of theirs is written */
+        float *dst = owner == d->rank ? recv + (p - (size_t) owner * shard)
+                                      : (float *) send + p;
+        r = ncclReduce(send + p, dst, stop - p, ncclFloat32, ncclSum, owner,
+                       d->comm, d->stream);
+        p = stop;
+    }
+    ncclResult_t g = ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress)
+        r = g;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        s_abort(d, "reduce", ncclGetErrorString(r));
+        return LISA_ERR;
+    }
+    d->pending = 1;
+    return s_wait(d, "reduce", 0); /* enqueued; the stream runs on */
+}
+
+extern "C" lisa_rc_t
+trn_dist_wait(trn_dist_t *d)
+{
+    if (d->broken)
+        return LISA_UNAVAILABLE;
+    if (!d->pending)
+        return LISA_OK;
+    lisa_rc_t rc = s_wait(d, "gradient reduction", 1);
+    d->pending = 0;
+    return rc;
 }

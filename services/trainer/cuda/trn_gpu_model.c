@@ -122,6 +122,7 @@ s_alloc(const trn_config_t *c, trn_err_t *err)
     g->V = (int) c->vocab_size;
     g->S = (g->H + 2 * g->Hk) * g->D;
     g->chunk = 1024;
+    g->overlap = 1;
     if (g->D != 16 && g->D != 32 && g->D != 64 && g->D != 128) {
         s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
         goto fail;
@@ -332,6 +333,15 @@ trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode)
     }
 }
 
+void
+trn_gpu_model_set_head_chunk(trn_gpu_model_t *g, size_t rows)
+{
+    if (rows != g->chunk_max) {
+        g->chunk_max = rows;
+        s_free_acts(g); /* the next forward sizes the buffers anew */
+    }
+}
+
 int
 trn_gpu_model_keeps_activations(const trn_gpu_model_t *g)
 {
@@ -371,7 +381,15 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
     s_free_acts(g);
     size_t C = (size_t) g->C, I = (size_t) g->I, S = (size_t) g->S;
     size_t HD = (size_t) (g->H * g->D), V = (size_t) g->V;
-    size_t ch = g->chunk;
+    /* LM-head rows per chunk: up to 4096 when they fit (a whole 4k
+     * sequence's logits stay for the backward pass, and the head's weight
+     * gradient runs as fewer, larger products), else 1024 */
+    size_t ch = T < 1024 ? 1024 : T > 4096 ? 4096 : T;
+    if (ch > 1024 && !s_fits(ch * V * 6))
+        ch = 1024;
+    if (g->chunk_max)
+        ch = g->chunk_max;
+    g->chunk = ch;
     struct {
         void **p;
         size_t bytes;
@@ -442,7 +460,7 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
     lisa_rc_t rc = LISA_OK;
     const s_layer_t *ly = &g->layers[l];
     const trn_bf16_t *W = g->wb;
-    size_t C = (size_t) g->C, S = (size_t) g->S;
+    size_t C = (size_t) g->C;
     int H = g->H, Hk = g->Hk, D = g->D, I = g->I;
     float eps = (float) g->cfg.rms_norm_eps;
     float *x = g->xs + (size_t) l * (size_t) T * C;
@@ -451,33 +469,23 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
                             T, g->C, 1, eps, NULL));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->qkv, g->h1, W + ly->qkv, T, g->C,
                          g->S, 0, NULL));
-    S_TRY(trn_cuda_copy(g->qkvn, g->qkv, (size_t) T * S * 2, NULL));
-    S_TRY(trn_k_rmsnorm_fwd(g->qkvn, g->S, g->rstdq, NULL, g->qkv, g->S,
-                            W + ly->q_norm, T * H, D, H, eps, NULL));
-    S_TRY(trn_k_rmsnorm_fwd(g->qkvn + H * D, g->S, g->rstdk, NULL,
-                            g->qkv + H * D, g->S, W + ly->k_norm, T * Hk, D, Hk,
-                            eps, NULL));
-    S_TRY(trn_k_rope(g->qkvn, g->S, g->pos, T, H, D, (float) g->cfg.rope_theta,
-                     0, NULL));
-    S_TRY(trn_k_rope(g->qkvn + H * D, g->S, g->pos, T, Hk, D,
-                     (float) g->cfg.rope_theta, 0, NULL));
+    S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
+                       W + ly->q_norm, W + ly->k_norm, g->pos, T, H, Hk, D, eps,
+                       (float) g->cfg.rope_theta, NULL));
     if (attn)
         S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
                              g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
                              NULL));
-    S_TRY(trn_cuda_copy(g->xm, x, (size_t) T * C * 4, NULL));
-    S_TRY(trn_linear_fwd(g->blas, g->xm, NULL, g->o, W + ly->o, T, H * D, g->C,
-                         1, NULL));
+    S_TRY(trn_linear_fwd_res(g->blas, g->xm, x, g->o, W + ly->o, T, H * D, g->C,
+                             NULL));
     S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
                             W + ly->w_post, T, g->C, 1, eps, NULL));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->gu, g->h2, W + ly->gu, T, g->C,
                          2 * I, 0, NULL));
     S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, I, NULL));
     if (write_out) {
-        float *y = x + (size_t) T * C;
-        S_TRY(trn_cuda_copy(y, g->xm, (size_t) T * C * 4, NULL));
-        S_TRY(trn_linear_fwd(g->blas, y, NULL, g->a, W + ly->down, T, I, g->C,
-                             1, NULL));
+        S_TRY(trn_linear_fwd_res(g->blas, x + (size_t) T * C, g->xm, g->a,
+                                 W + ly->down, T, I, g->C, NULL));
     }
 out:
     return rc;
@@ -489,6 +497,7 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
 {
     lisa_rc_t rc = LISA_OK;
     g->have_forward = 0;
+    g->logits_kept = 0;
     if (!b || !b->tokens || !b->targets || !b->seq_offsets || b->n_seqs < 1 ||
         b->n_tokens < 1 || b->seq_offsets[0] != 0 ||
         b->seq_offsets[b->n_seqs] != b->n_tokens || !(b->temperature > 0) ||
@@ -550,6 +559,7 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
     S_TRY(trn_cuda_download(logp, g->logp, T * 4));
     if (entropy)
         S_TRY(trn_cuda_download(entropy, g->ent, T * 4));
+    g->logits_kept = T <= g->chunk;
     g->have_forward = 1;
 out:
     if (rc != LISA_OK && err && !err->msg[0])
@@ -557,6 +567,63 @@ out:
     lisa_free(&pos);
     lisa_free(&seg);
     return rc;
+}
+
+/* Gradient bucket i of the data-parallel sum, in the order every rank
+ * starts them: the layers from last to first (each final once the
+ * backward pass has passed it), then the final norm, the embedding and an
+ * untied LM head (final only at the end: the tied LM head and the
+ * embedding share theirs). Returns 0 past the last bucket. */
+static int
+s_bucket(const trn_gpu_model_t *g, int i, size_t *begin, size_t *end)
+{
+    size_t VC = (size_t) g->V * (size_t) g->C;
+    if (i < g->L) {
+        const s_layer_t *ly = &g->layers[g->L - 1 - i];
+        *begin = ly->w_in;
+        *end = ly->down + (size_t) g->C * (size_t) g->I;
+        return 1;
+    }
+    i -= g->L;
+    if (i == 0) {
+        *begin = g->final_norm;
+        *end = g->final_norm + (size_t) g->C;
+    } else if (i == 1) {
+        *begin = g->embed;
+        *end = g->embed + VC;
+    } else if (i == 2 && !g->cfg.tie_word_embeddings) {
+        *begin = g->lm_head;
+        *end = g->lm_head + VC;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Starts the sum of buckets [from, to) (to < 0: through the last). */
+static lisa_rc_t
+s_reduce_buckets(trn_gpu_model_t *g, int from, int to)
+{
+    size_t b = 0, e = 0;
+    for (int i = from; (to < 0 || i < to) && s_bucket(g, i, &b, &e); i++) {
+        lisa_rc_t rc = trn_dist_reduce_to_owners(g->dist, g->grad, g->gshard,
+                                                 g->shard, b, e);
+        if (rc != LISA_OK)
+            return rc;
+    }
+    return LISA_OK;
+}
+
+void
+trn_gpu_model_set_overlap(trn_gpu_model_t *g, int on)
+{
+    g->overlap = on != 0;
+}
+
+void
+trn_gpu_model_last_backward(trn_gpu_model_t *g)
+{
+    g->last_bwd = 1;
 }
 
 lisa_rc_t
@@ -572,15 +639,21 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
     int Ti = (int) T, H = g->H, Hk = g->Hk, D = g->D, I = g->I;
     float *G = g->grad;
     const trn_bf16_t *W = g->wb;
+    /* the last backward of a data-parallel step sums each layer's
+     * gradient across ranks while the layers below it run */
+    int ovl = g->dist && g->overlap && g->last_bwd && !g->reduced;
+    g->last_bwd = 0;
     S_TRY(trn_cuda_upload(g->dlogp, dlogp, T * 4));
     if (dentropy)
         S_TRY(trn_cuda_upload(g->dent, dentropy, T * 4));
-    /* LM head in chunks: recompute logits, form dlogits, project back. */
+    /* LM head in chunks: recompute logits (unless the forward's are all
+     * still there), form dlogits, project back. */
     for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
         int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
         const trn_bf16_t *hc = g->hf + r0 * C;
-        S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head, cn,
-                             g->C, g->V, 0, NULL));
+        if (!g->logits_kept)
+            S_TRY(trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head,
+                                 cn, g->C, g->V, 0, NULL));
         S_TRY(trn_k_logprob(g->logp + r0, NULL, g->dlogits, g->logits,
                             g->targets + r0, g->dlogp + r0,
                             dentropy ? g->dent + r0 : NULL, cn, g->V,
@@ -623,17 +696,10 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                              g->S, g->attn_scratch, g->da, g->o, g->lse,
                              g->qkvn, g->qkvn + H * D, g->qkvn + (H + Hk) * D,
                              g->S, g->seg, Ti, H, Hk, D, NULL));
-        S_TRY(trn_k_rope(g->dqkv, g->S, g->pos, Ti, H, D,
-                         (float) g->cfg.rope_theta, 1, NULL));
-        S_TRY(trn_k_rope(g->dqkv + H * D, g->S, g->pos, Ti, Hk, D,
-                         (float) g->cfg.rope_theta, 1, NULL));
-        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv, g->S, 0, G + ly->q_norm, g->dqkv,
-                                g->S, NULL, g->qkv, g->S, W + ly->q_norm,
-                                g->rstdq, Ti * H, D, H, NULL));
-        S_TRY(trn_k_rmsnorm_bwd(NULL, g->dqkv + H * D, g->S, 0, G + ly->k_norm,
-                                g->dqkv + H * D, g->S, NULL, g->qkv + H * D,
-                                g->S, W + ly->k_norm, g->rstdk, Ti * Hk, D, Hk,
-                                NULL));
+        S_TRY(trn_k_qk_bwd(g->dqkv, g->S, G + ly->q_norm, G + ly->k_norm,
+                           g->qkv, W + ly->q_norm, W + ly->k_norm, g->rstdq,
+                           g->rstdk, g->pos, Ti, H, Hk, D,
+                           (float) g->cfg.rope_theta, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
                                   g->C, g->S, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
@@ -641,10 +707,17 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, l > 0 ? g->dxb : NULL, g->C,
                                       G + ly->w_in, g->dhf, g->C, x, g->C,
                                       W + ly->w_in, g->rstd1, Ti, g->C, NULL));
+        if (ovl)
+            S_TRY(s_reduce_buckets(g, g->L - 1 - l, g->L - l));
     }
     S_TRY(
         trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti, g->C, g->V, NULL));
-    S_TRY(trn_cuda_sync());
+    if (ovl) {
+        S_TRY(s_reduce_buckets(g, g->L, -1));
+        g->reduced = 1;
+    }
+    /* this stream only: started sums run on (trn_gpu_model_adamw waits) */
+    S_TRY(trn_cuda_stream_sync(NULL));
 out:
     if (rc != LISA_OK && err && !err->msg[0])
         s_err(err, "backward failed on the device");
@@ -654,6 +727,12 @@ out:
 lisa_rc_t
 trn_gpu_model_zero_grad(trn_gpu_model_t *g)
 {
+    if (g->dist) { /* sums still reading the gradient (a skipped step) */
+        lisa_rc_t rc = trn_dist_wait(g->dist);
+        g->reduced = 0;
+        if (rc != LISA_OK)
+            return rc;
+    }
     return trn_cuda_memset(g->grad, 0, (g->dist ? g->n_pad : g->n_params) * 4,
                            NULL);
 }
@@ -734,8 +813,13 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
     size_t n = g->n_params;
     if (g->dist) {
         size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
-        S_TRY(
-            trn_dist_reduce_scatter_sum(g->dist, g->grad, g->gshard, g->shard));
+        if (!g->overlap)
+            S_TRY(trn_dist_reduce_scatter_sum(g->dist, g->grad, g->gshard,
+                                              g->shard));
+        else if (!g->reduced) /* no marked backward here: the same buckets */
+            S_TRY(s_reduce_buckets(g, 0, -1));
+        g->reduced = 0;
+        S_TRY(trn_dist_wait(g->dist));
         grad = g->gshard;
         w32 += off;
         wb += off;

@@ -32,8 +32,14 @@ struct trn_gpu_model {
     trn_dist_t *dist;
     size_t n_pad, shard;
     float *gshard; /* this rank's summed gradient shard */
+    /* Overlap (on by default): the shards are summed bucket by bucket with
+     * trn_dist_reduce_to_owners, during the backward pass marked last of
+     * the step (each layer's bucket once its gradient is complete) or else
+     * all at once in adamw; `reduced` says the buckets were started. */
+    int overlap, last_bwd, reduced;
     /* activations, sized for cap_T tokens */
     size_t cap_T, chunk;
+    size_t chunk_max; /* LM-head rows per chunk asked for (0: automatic) */
     int32_t *tokens, *targets, *pos, *seg;
     float *xs; /* (L+1) x [T, C] layer inputs */
     /* A layer's internals (the pointers below, from xm to lse): with
@@ -59,8 +65,9 @@ struct trn_gpu_model {
     float *dx;                               /* fp32 [T, C] */
     trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
     float *attn_scratch;
-    float *logits;                    /* fp32 [chunk, V] */
-    trn_bf16_t *dlogits;              /* bf16 [chunk, V] */
+    float *logits;       /* fp32 [chunk, V] */
+    int logits_kept;     /* the last forward's logits are all in `logits` */
+    trn_bf16_t *dlogits; /* bf16 [chunk, V] */
     float *logp, *dlogp, *ent, *dent; /* [T] */
     size_t T;                         /* tokens of the last forward */
     float inv_temp;

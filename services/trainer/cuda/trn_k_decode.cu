@@ -335,6 +335,24 @@ s_gq_step4(s_gq_state<G> &st, const float4 *qs, int qstride,
     }
 }
 
+/* Loads the key and value slices of positions j, j + step, j + 2 step,
+ * j + 3 step (ok[u]: below j1; others read as zeros). */
+__device__ __forceinline__ void
+s_gq_load4(uint4 (&ku)[4], uint4 (&vu)[4], bool (&ok)[4], const trn_bf16_t *ck,
+           const trn_bf16_t *cv, size_t base, size_t HkD, int j, int step,
+           int j1)
+{
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int ju = j + u * step;
+        ok[u] = ju < j1;
+        size_t off = base + (size_t) (ok[u] ? ju : 0) * HkD;
+        ku[u] = ok[u] ? *reinterpret_cast<const uint4 *>(ck + off) : zero;
+        vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(cv + off) : zero;
+    }
+}
+
 /* One block of 8 warps per (token, KV head, split). A group of LP = D/8
  * lanes takes one position at a time (16-byte loads of its key and value
  * rows), so a warp works on 32/LP positions at once, four steps in flight;
@@ -364,6 +382,15 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
     int j1 = min(n, j0 + per * S_GQ_TP);
     const trn_bf16_t *qr =
         q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
+    size_t HkD = (size_t) Hk * D;
+    size_t base = (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD +
+                  (size_t) hk * D + (size_t) sub * 8;
+    uint4 ku[4], vu[4];
+    bool ok[4];
+    /* the first four positions' loads go out before the queries' barrier,
+     * so the two memory latencies overlap */
+    int jw = j0 + warp * PPW;
+    s_gq_load4(ku, vu, ok, ck, cv, base, HkD, jw + grp, STEP, j1);
     for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS)
         sq[i] = trn_ld(qr + i) * scale * 1.4426950408889634f; /* log2 e */
     __syncthreads();
@@ -377,22 +404,12 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
         for (int e = 0; e < 8; e++)
             st.acc[g][e] = 0.0f;
     }
-    size_t HkD = (size_t) Hk * D;
-    size_t base = (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD +
-                  (size_t) hk * D + (size_t) sub * 8;
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int jw = j0 + warp * PPW; jw < j1; jw += 4 * STEP) {
-        uint4 ku[4], vu[4];
-        bool ok[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = jw + grp + u * STEP;
-            ok[u] = j < j1;
-            size_t off = base + (size_t) (ok[u] ? j : 0) * HkD;
-            ku[u] = ok[u] ? *reinterpret_cast<const uint4 *>(ck + off) : zero;
-            vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(cv + off) : zero;
-        }
+    while (jw < j1) {
         s_gq_step4<G, LP>(st, qs, D / 4, ku, vu, ok);
+        jw += 4 * STEP;
+        if (jw >= j1)
+            break;
+        s_gq_load4(ku, vu, ok, ck, cv, base, HkD, jw + grp, STEP, j1);
     }
     /* merge the warp's position groups (lanes LP apart) */
 #pragma unroll

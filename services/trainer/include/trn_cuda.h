@@ -101,6 +101,12 @@ void trn_blas_destroy(trn_blas_t **self);
 lisa_rc_t trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                          const trn_bf16_t *x, const trn_bf16_t *w, int T, int K,
                          int N, int accumulate, trn_cuda_stream_t *s);
+/* y[T,N] = res[T,N] + x[T,K] @ w[N,K]^T, all fp32 but x and w (res may
+ * be y: then as trn_linear_fwd accumulating). A residual connection in one
+ * pass, without copying res first. */
+lisa_rc_t trn_linear_fwd_res(trn_blas_t *b, float *y, const float *res,
+                             const trn_bf16_t *x, const trn_bf16_t *w, int T,
+                             int K, int N, trn_cuda_stream_t *s);
 /* dx[T,K] (bf16, overwritten) = dy[T,N] @ w[N,K]. */
 lisa_rc_t trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx,
                               const trn_bf16_t *dy, const trn_bf16_t *w, int T,
@@ -166,6 +172,30 @@ lisa_rc_t trn_k_rmsnorm_bwd_resid(float *dx, trn_bf16_t *dx_copy, int dx_stride,
 lisa_rc_t trn_k_rope(trn_bf16_t *x, int stride, const int32_t *pos, int T,
                      int heads, int D, float theta, int inverse,
                      trn_cuda_stream_t *s);
+
+/* Qwen3's per-head q/k norm and RoPE in one pass (the training path): for
+ * each token t, qkv and qkvn are lines of `stride` values holding H query,
+ * Hk key and Hk value heads of width D (D in {16, 32, 64, 128}, H % Hk ==
+ * 0). Query and key heads are RMS-normed (weights q_norm / k_norm) and
+ * rotated at pos[t] into qkvn, value heads copied (qkvn may be qkv: then in
+ * place); rstdq[t*H + h] and rstdk[t*Hk + h] are saved. Bit for bit the
+ * values of trn_k_rmsnorm_fwd then trn_k_rope on the same rows. */
+lisa_rc_t trn_k_qk_fwd(trn_bf16_t *qkvn, const trn_bf16_t *qkv, int stride,
+                       float *rstdq, float *rstdk, const trn_bf16_t *q_norm,
+                       const trn_bf16_t *k_norm, const int32_t *pos, int T,
+                       int H, int Hk, int D, float eps, float theta,
+                       trn_cuda_stream_t *s);
+/* Backward of trn_k_qk_fwd, in place on the query and key heads of dqkv
+ * (lines of `stride` like qkv, the pre-norm rows; value heads untouched):
+ * inverse RoPE then the norm's backward; dq_norm and dk_norm (fp32 [D])
+ * accumulate the weights' gradients. The values of trn_k_rope(inverse)
+ * then trn_k_rmsnorm_bwd, up to the order of the weight-gradient sums. */
+lisa_rc_t trn_k_qk_bwd(trn_bf16_t *dqkv, int stride, float *dq_norm,
+                       float *dk_norm, const trn_bf16_t *qkv,
+                       const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
+                       const float *rstdq, const float *rstdk,
+                       const int32_t *pos, int T, int H, int Hk, int D,
+                       float theta, trn_cuda_stream_t *s);
 
 /* SwiGLU: a[t,i] = silu(gu[t,i]) * gu[t,I+i] with gu = [gate | up]. */
 lisa_rc_t trn_k_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I,

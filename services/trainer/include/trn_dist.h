@@ -59,6 +59,18 @@ lisa_rc_t trn_dist_allgather_f32(trn_dist_t *d, float *buf,
                                  size_t shard) LISA_NODISCARD;
 lisa_rc_t trn_dist_allgather_bf16(trn_dist_t *d, trn_bf16_t *buf,
                                   size_t shard) LISA_NODISCARD;
+/* Starts summing send[begin, end) across ranks into the owners' shards,
+ * as trn_dist_reduce_scatter_sum would for that range: the values of rank
+ * r's shard ([r*shard, (r+1)*shard)) land in r's recv at their offset in
+ * the shard. Runs after the work queued so far on the default stream and
+ * alongside later work (send[begin, end) must not change until it ends);
+ * trn_dist_wait, or any later collective, waits for it. Every rank makes
+ * the same calls in the same order. */
+lisa_rc_t trn_dist_reduce_to_owners(trn_dist_t *d, const float *send,
+                                    float *recv, size_t shard, size_t begin,
+                                    size_t end) LISA_NODISCARD;
+/* Waits, under the deadline, for every reduction started. */
+lisa_rc_t trn_dist_wait(trn_dist_t *d) LISA_NODISCARD;
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,12 @@ enum {
     TRN_RECOMPUTE_KEEP_ATTN = 3
 };
 void trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode);
+/* Most rows of the LM head's logits in one chunk (fp32 logits and bf16
+ * gradients of `rows` x vocabulary values in memory); 0, the default: up
+ * to 4096 when they fit, else 1024. A forward of at most that many tokens
+ * keeps its logits for the backward pass instead of recomputing them.
+ * Applies from the next forward. */
+void trn_gpu_model_set_head_chunk(trn_gpu_model_t *g, size_t rows);
 /* Whether the last forward kept every layer's activations, and whether it
  * kept (only) every layer's attention outputs. */
 int trn_gpu_model_keeps_activations(const trn_gpu_model_t *g);
@@ -102,6 +108,18 @@ lisa_rc_t trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step,
  * all-gathered. Call before the first step. */
 lisa_rc_t trn_gpu_model_set_dist(trn_gpu_model_t *g,
                                  trn_dist_t *d) LISA_NODISCARD;
+/* Data parallel: whether the gradient's sum across ranks overlaps the
+ * backward pass (on by default). On: the gradient is summed in buckets
+ * (each layer, then the final norm and the embedding), each started on a
+ * communication stream as soon as the backward pass marked by
+ * trn_gpu_model_last_backward has finished it, or all at once in
+ * trn_gpu_model_adamw when no backward of this rank was marked (a rank
+ * without micro-batches). Off: one reduce-scatter after the backward
+ * pass. Every rank must use the same setting. */
+void trn_gpu_model_set_overlap(trn_gpu_model_t *g, int on);
+/* Marks the next backward pass as this rank's last before the optimizer
+ * step (its gradients are final once it has passed each layer). */
+void trn_gpu_model_last_backward(trn_gpu_model_t *g);
 
 /* --- generation ---------------------------------------------------------
  * A KV cache of `slots` sequences of up to `max_len` positions on the

@@ -342,3 +342,97 @@ Test(trn_step, old_logprobs_for_several_mini_batches)
     trn_adamw_destroy(&opt);
     trn_model_destroy(&m);
 }
+
+/* A model that only counts calls, for the step's call order. */
+typedef struct {
+    int backwards, hints, backwards_after_hint, updates;
+} counter_t;
+
+static lisa_rc_t
+cnt_forward(void *self, const trn_batch_t *b, float *logp, float *ent,
+            trn_err_t *err)
+{
+    (void) self, (void) err;
+    for (size_t t = 0; t < b->n_tokens; t++) {
+        logp[t] = -1.0f;
+        if (ent)
+            ent[t] = 0.5f;
+    }
+    return LISA_OK;
+}
+
+static lisa_rc_t
+cnt_backward(void *self, const float *dlogp, const float *dent, trn_err_t *err)
+{
+    (void) dlogp, (void) dent, (void) err;
+    counter_t *c = self;
+    c->backwards++;
+    if (c->hints)
+        c->backwards_after_hint++;
+    return LISA_OK;
+}
+
+static void
+cnt_zero(void *self)
+{
+    (void) self;
+}
+
+static void
+cnt_last(void *self)
+{
+    ((counter_t *) self)->hints++;
+}
+
+static lisa_rc_t
+cnt_update(void *self, const trn_step_cfg_t *cfg, double *grad_norm,
+           bool *skipped, trn_err_t *err)
+{
+    (void) cfg, (void) err;
+    ((counter_t *) self)->updates++;
+    *grad_norm = 0;
+    *skipped = false;
+    return LISA_OK;
+}
+
+/* Each rank's sum of one: the values stay as they are. */
+static lisa_rc_t
+cnt_sum(void *self, double *v, size_t n, trn_err_t *err)
+{
+    (void) self, (void) v, (void) n, (void) err;
+    return LISA_OK;
+}
+
+Test(trn_step, last_backward_hint_precedes_the_ranks_last_micro_batch)
+{
+    data_t d;
+    data_init(&d);
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.micro_tokens = 2 * LEN; /* four micro-batches of two trajectories */
+    /* two ranks: two micro-batches each, the hint before the second; six
+     * ranks: the last two have none, so no hint, and still an update */
+    int worlds[] = {1, 2, 6};
+    for (size_t w = 0; w < 3; w++) {
+        for (int rank = 0; rank < worlds[w]; rank++) {
+            counter_t c = {0};
+            trn_step_model_t m = {.self = &c,
+                                  .forward = cnt_forward,
+                                  .backward = cnt_backward,
+                                  .zero_grad = cnt_zero,
+                                  .last_backward = cnt_last,
+                                  .update = cnt_update};
+            trn_comm_t comm = {rank, worlds[w], NULL, cnt_sum};
+            sc.comm = &comm;
+            trn_step_out_t out;
+            cr_assert_eq(trn_step_run_with(&m, NULL, &sc, &d.r, &out, NULL),
+                         LISA_OK);
+            int want = worlds[w] == 1 ? 4 : worlds[w] == 2 ? 2 : rank < 4;
+            cr_assert_eq(c.backwards, want, "world %d rank %d", worlds[w],
+                         rank);
+            cr_assert_eq(c.hints, want > 0, "world %d rank %d", worlds[w],
+                         rank);
+            cr_assert_eq(c.backwards_after_hint, want > 0);
+            cr_assert_eq(c.updates, 1);
+        }
+    }
+}
