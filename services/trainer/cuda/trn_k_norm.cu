@@ -154,6 +154,43 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* Few long rows (decode steps: a row per token of the batch): a block of
+ * S_ROW_THREADS per row, thread i holding values i, i + S_ROW_THREADS, ...
+ * (at most S_ROW_MAXE), so a row's loads spread over a whole block. */
+#define S_ROW_THREADS 256
+#define S_ROW_MAXE    16
+
+template <typename In>
+__global__ void
+__launch_bounds__(S_ROW_THREADS)
+    s_fwd_row(trn_bf16_t *out, int out_stride, float *rstd, const In *in,
+              int in_stride, const trn_bf16_t *w, int dim, float eps)
+{
+    __shared__ float shm[32];
+    int row = blockIdx.x;
+    const In *x = in + (size_t) row * (size_t) in_stride;
+    float xv[S_ROW_MAXE], wv[S_ROW_MAXE];
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        xv[e] = j < dim ? s_ld1(x + j) : 0.0f;
+        wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
+        ss += xv[e] * xv[e];
+    }
+    ss = trn_block_sum(ss, shm);
+    float r = rsqrtf(ss / (float) dim + eps);
+    if (threadIdx.x == 0 && rstd)
+        rstd[row] = r;
+    trn_bf16_t *o = out + (size_t) row * (size_t) out_stride;
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        if (j < dim)
+            trn_st(o + j, wv[e] * trn_round_bf16(xv[e] * r));
+    }
+}
+
 /* Values per lane the register kernel is built for: the smallest that
  * holds dim / 32 is used; longer rows take the scalar kernel. */
 #define S_E_CASES(X)                                                           \
@@ -176,8 +213,15 @@ s_fwd(trn_bf16_t *out, int out_stride, float *rstd, const In *in, int in_stride,
       const trn_bf16_t *w, int rows, int dim, int group, float eps,
       cudaStream_t st)
 {
-    /* few rows (decode steps): a warp per block, to spread the rows over
-     * the multiprocessors */
+    if (group == 1 && rows <= 256 && dim >= 1024 &&
+        dim <= S_ROW_THREADS * S_ROW_MAXE) { /* decode steps */
+        s_fwd_row<In><<<rows, S_ROW_THREADS, 0, st>>>(out, out_stride, rstd, in,
+                                                      in_stride, w, dim, eps);
+        TRN_LAUNCH_CHECK();
+        return LISA_OK;
+    }
+    /* few rows: a warp per block, to spread the rows over the
+     * multiprocessors */
     int wpb = rows < 1024 ? 1 : 4;
     unsigned blocks = (unsigned) TRN_CEIL_DIV(rows, wpb);
     switch (s_e(dim)) {
