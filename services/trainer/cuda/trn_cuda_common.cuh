@@ -108,4 +108,29 @@ trn_block_max(float v, float *shm)
     return trn_warp_max(v);
 }
 
+/* 16 bytes global -> shared without registers (cp.async); zeros where
+ * !ok. Both addresses 16-byte aligned. */
+__device__ __forceinline__ void
+trn_cp16(void *dst, const void *src, bool ok = true)
+{
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+                 "l"(src), "r"(ok ? 16 : 0));
+}
+
+/* Closes this thread's current group of copies. */
+__device__ __forceinline__ void
+trn_cp_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Waits until at most N of this thread's copy groups are in flight. */
+template <int N>
+__device__ __forceinline__ void
+trn_cp_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 #endif

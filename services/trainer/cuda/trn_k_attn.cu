@@ -54,15 +54,6 @@ s_pack(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* 16 bytes global -> shared without registers; zeros where !ok. */
-__device__ __forceinline__ void
-s_cp16(void *dst, const void *src, bool ok)
-{
-    uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
-                 "l"(src), "r"(ok ? 16 : 0));
-}
-
 /* 4 bytes global -> shared; zeros where !ok. */
 __device__ __forceinline__ void
 s_cp4(void *dst, const void *src, bool ok)
@@ -70,20 +61,6 @@ s_cp4(void *dst, const void *src, bool ok)
     uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a),
                  "l"(src), "r"(ok ? 4 : 0));
-}
-
-__device__ __forceinline__ void
-s_cp_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-/* Wait until at most N of this thread's copy groups are in flight. */
-template <int N>
-__device__ __forceinline__ void
-s_cp_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 /* Four 8x8 bf16 tiles of shared memory into registers (ldmatrix): lane j
@@ -195,8 +172,8 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
     for (int i = threadIdx.x; i < BQ * CH; i += NTH) {
         int r = i / CH, c = (i % CH) * 8;
         bool ok = q0 + r < T;
-        s_cp16(Qs + r * LDB + c,
-               q + (size_t) h * D + (size_t) (ok ? q0 + r : 0) * st + c, ok);
+        trn_cp16(Qs + r * LDB + c,
+                 q + (size_t) h * D + (size_t) (ok ? q0 + r : 0) * st + c, ok);
     }
     auto load_kv = [&](int buf, int k0) {
         bf16 *kd = Ks + buf * BK * LDB, *vd = Vs + buf * BK * LDB;
@@ -204,13 +181,13 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
             int r = i / CH, c = (i % CH) * 8;
             bool ok = k0 + r < T;
             size_t off = (size_t) (ok ? k0 + r : 0) * st + (size_t) hk * D + c;
-            s_cp16(kd + r * LDB + c, k + off, ok);
-            s_cp16(vd + r * LDB + c, v + off, ok);
+            trn_cp16(kd + r * LDB + c, k + off, ok);
+            trn_cp16(vd + r * LDB + c, v + off, ok);
         }
     };
     if (ntiles > 0)
         load_kv(0, kbeg);
-    s_cp_commit();
+    trn_cp_commit();
 
     float acc[2][NT][4];
 #pragma unroll
@@ -233,11 +210,11 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
         const int k0 = kbeg + j * BK, buf = j & 1;
         /* tile j has landed, and every warp is done with tile j - 1,
          * whose buffers take tile j + 1 */
-        s_cp_wait<0>();
+        trn_cp_wait<0>();
         __syncthreads();
         if (j + 1 < ntiles)
             load_kv(buf ^ 1, k0 + BK);
-        s_cp_commit();
+        trn_cp_commit();
 #pragma unroll
         for (int sub = 0; sub < BK / BC; sub++) {
             const int kc = k0 + sub * BC;
@@ -472,8 +449,8 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
         int r = i / CH, c = (i % CH) * 8;
         bool ok = k0 + r < T;
         size_t off = (size_t) (ok ? k0 + r : 0) * st + (size_t) hk * D + c;
-        s_cp16(Ks + r * LDB + c, k + off, ok);
-        s_cp16(Vs + r * LDB + c, v + off, ok);
+        trn_cp16(Ks + r * LDB + c, k + off, ok);
+        trn_cp16(Vs + r * LDB + c, v + off, ok);
     }
     auto load_q = [&](int buf, int it) {
         const int h = hk * G + it / nq, qq = k0 + (it % nq) * BQ;
@@ -482,8 +459,9 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
             int r = i / CH, c = (i % CH) * 8;
             bool ok = qq + r < T;
             size_t row = (size_t) (ok ? qq + r : 0);
-            s_cp16(qd + r * LDB + c, q + row * st + (size_t) h * D + c, ok);
-            s_cp16(od + r * LDB + c, dout + row * ost + (size_t) h * D + c, ok);
+            trn_cp16(qd + r * LDB + c, q + row * st + (size_t) h * D + c, ok);
+            trn_cp16(od + r * LDB + c, dout + row * ost + (size_t) h * D + c,
+                     ok);
         }
         int i = threadIdx.x;
         if (i < 3 * BQ) {
@@ -500,8 +478,8 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
     };
     if (niter > 0)
         load_q(0, 0);
-    s_cp_commit();
-    s_cp_wait<0>();
+    trn_cp_commit();
+    trn_cp_wait<0>();
     __syncthreads();
 
     const int kw = k0 + warp * 16; /* this warp's first key */
@@ -523,7 +501,7 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
          * the barrier after reading them */
         if (it + 1 < niter)
             load_q(buf ^ 1, it + 1);
-        s_cp_commit();
+        trn_cp_commit();
         bf16 *dsb = dsT + buf * BK * LDS;
         const bf16 *Qb = Qs + buf * BQ * LDB, *dOb = dOs + buf * BQ * LDB;
         const float *lseb = lse_s + buf * BQ, *delb = del_s + buf * BQ;
@@ -628,7 +606,7 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
             }
         }
         /* tile it + 1 has landed and dS^T is whole */
-        s_cp_wait<0>();
+        trn_cp_wait<0>();
         __syncthreads();
         /* dQ (query rows 16(w%4).., columns of half w/4) = dS K over the
          * block's 128 keys */

@@ -245,7 +245,8 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 
 /* ---- grouped-query decode attention ------------------------------------ */
 
-#define S_GQ_THREADS 256
+#define S_GQ_THREADS 128
+#define S_GQ_STAGES  3  /* key/value tiles in flight or in use */
 #define S_GQ_TP      32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS  32 /* most splits of one token's positions */
 
@@ -335,40 +336,30 @@ s_gq_step4(s_gq_state<G> &st, const float4 *qs, int qstride,
     }
 }
 
-/* Loads the key and value slices of positions j, j + step, j + 2 step,
- * j + 3 step (ok[u]: below j1; others read as zeros). */
-__device__ __forceinline__ void
-s_gq_load4(uint4 (&ku)[4], uint4 (&vu)[4], bool (&ok)[4], const trn_bf16_t *ck,
-           const trn_bf16_t *cv, size_t base, size_t HkD, int j, int step,
-           int j1)
-{
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int ju = j + u * step;
-        ok[u] = ju < j1;
-        size_t off = base + (size_t) (ok[u] ? ju : 0) * HkD;
-        ku[u] = ok[u] ? *reinterpret_cast<const uint4 *>(ck + off) : zero;
-        vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(cv + off) : zero;
-    }
-}
-
-/* One block of 8 warps per (token, KV head, split). A group of LP = D/8
- * lanes takes one position at a time (16-byte loads of its key and value
- * rows), so a warp works on 32/LP positions at once, four steps in flight;
- * the groups' states are merged through shuffles, then the warps' through
+/* One block of 4 warps per (token, KV head, split). The keys and values
+ * come through shared memory in tiles of 4 * STEP positions (8 KB each),
+ * S_GQ_STAGES tiles deep, copied with cp.async: the copies hold no
+ * registers, so more bytes are in flight and the arithmetic of one tile
+ * runs while the next ones land. In a tile, a group of LP = D/8 lanes
+ * takes one position at a time (16-byte reads of its key and value rows),
+ * so a warp works on 32/LP positions at once, four steps a tile; the
+ * groups' states are merged through shuffles, then the warps' through
  * shared memory. */
 template <int D, int G>
 __global__ void
-__launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
+__launch_bounds__(S_GQ_THREADS, G <= 4 ? 4 : 2)
     s_attn_gqa(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
                const int32_t *pos, int H, int Hk, int max_len, float scale)
 {
     constexpr int LP = D / 8, PPW = 32 / LP, NW = S_GQ_THREADS / 32;
     constexpr int STEP = NW * PPW; /* positions per block step */
+    constexpr int TP = 4 * STEP;   /* positions per tile */
+    constexpr int TE = TP * D;     /* values of a key (or value) tile */
+    static_assert(TE * 2 == 8192, "the launcher sizes tiles of 8 KB");
+    extern __shared__ __align__(16) unsigned char s_dyn[];
+    trn_bf16_t *tiles_kv = reinterpret_cast<trn_bf16_t *>(s_dyn);
     __shared__ float sm_m[NW][G], sm_l[NW][G];
-    __shared__ float sm_o[NW][G * D];
     __shared__ __align__(16) float sq[G * D];
     int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
     int nsplit = gridDim.z;
@@ -376,24 +367,38 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
     int grp = lane / LP, sub = lane % LP;
     int sl = slot[t];
     int n = sl < 0 ? 0 : pos[t] + 1;
-    int tiles = (n + S_GQ_TP - 1) / S_GQ_TP;
-    int per = (tiles + nsplit - 1) / nsplit;
+    int units = (n + S_GQ_TP - 1) / S_GQ_TP;
+    int per = (units + nsplit - 1) / nsplit;
     int j0 = split * per * S_GQ_TP;
     int j1 = min(n, j0 + per * S_GQ_TP);
+    int nt = j1 > j0 ? (j1 - j0 + TP - 1) / TP : 0;
     const trn_bf16_t *qr =
         q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
     size_t HkD = (size_t) Hk * D;
-    size_t base = (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD +
-                  (size_t) hk * D + (size_t) sub * 8;
-    uint4 ku[4], vu[4];
-    bool ok[4];
-    /* the first four positions' loads go out before the queries' barrier,
-     * so the two memory latencies overlap */
-    int jw = j0 + warp * PPW;
-    s_gq_load4(ku, vu, ok, ck, cv, base, HkD, jw + grp, STEP, j1);
+    size_t base =
+        (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD + (size_t) hk * D;
+    /* tile i's copies: chunk c of the tile is position c / (D/8), 16 bytes
+     * c % (D/8) of its row; positions past j1 are not read */
+    auto issue = [&](int i) {
+        if (i < nt) {
+            trn_bf16_t *sk = tiles_kv + (size_t) (i % S_GQ_STAGES) * 2 * TE;
+            int jt = j0 + i * TP;
+            for (int c = threadIdx.x; c < TP * (D / 8); c += S_GQ_THREADS) {
+                int p = c / (D / 8), e = (c % (D / 8)) * 8;
+                if (jt + p < j1) {
+                    size_t off = base + (size_t) (jt + p) * HkD + (size_t) e;
+                    trn_cp16(sk + p * D + e, ck + off);
+                    trn_cp16(sk + TE + p * D + e, cv + off);
+                }
+            }
+        }
+        trn_cp_commit(); /* one group per tile, empty ones too */
+    };
+#pragma unroll
+    for (int i = 0; i < S_GQ_STAGES - 1; i++)
+        issue(i);
     for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS)
         sq[i] = trn_ld(qr + i) * scale * 1.4426950408889634f; /* log2 e */
-    __syncthreads();
     const float4 *qs = reinterpret_cast<const float4 *>(sq) + sub * 2;
     s_gq_state<G> st;
 #pragma unroll
@@ -404,13 +409,31 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 2 : 1)
         for (int e = 0; e < 8; e++)
             st.acc[g][e] = 0.0f;
     }
-    while (jw < j1) {
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int i = 0; i < nt; i++) {
+        trn_cp_wait<S_GQ_STAGES - 2>(); /* tile i has landed (this thread) */
+        __syncthreads(); /* ... for every thread; tile i-1's reads done */
+        issue(i + S_GQ_STAGES - 1);
+        const trn_bf16_t *sk = tiles_kv + (size_t) (i % S_GQ_STAGES) * 2 * TE;
+        int jt = j0 + i * TP;
+        uint4 ku[4], vu[4];
+        bool ok[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int p = warp * PPW + grp + u * STEP;
+            ok[u] = jt + p < j1;
+            ku[u] = ok[u]
+                        ? *reinterpret_cast<const uint4 *>(sk + p * D + sub * 8)
+                        : zero;
+            vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(sk + TE + p * D +
+                                                             sub * 8)
+                          : zero;
+        }
         s_gq_step4<G, LP>(st, qs, D / 4, ku, vu, ok);
-        jw += 4 * STEP;
-        if (jw >= j1)
-            break;
-        s_gq_load4(ku, vu, ok, ck, cv, base, HkD, jw + grp, STEP, j1);
     }
+    trn_cp_wait<0>();
+    __syncthreads(); /* the tiles' memory is the warps' merge area now */
+    float(*sm_o)[G * D] = reinterpret_cast<float(*)[G * D]>(s_dyn);
     /* merge the warp's position groups (lanes LP apart) */
 #pragma unroll
     for (int off = LP; off < 32; off <<= 1)
@@ -553,7 +576,19 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
             nsplit--;
     }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
-    s_attn_gqa<D, G><<<grid, S_GQ_THREADS, 0, st>>>(
+    /* the key/value tiles: 8 KB each, a key and a value tile per stage */
+    const int smem = S_GQ_STAGES * 2 * 8192;
+    static int smem_set; /* per instantiation; the first call is never
+                            inside a graph capture (decode records after a
+                            direct run) */
+    if (!smem_set) {
+        if (cudaFuncSetAttribute(s_attn_gqa<D, G>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess)
+            return LISA_ERR;
+        smem_set = 1;
+    }
+    s_attn_gqa<D, G><<<grid, S_GQ_THREADS, smem, st>>>(
         o, nsplit > 1 ? scratch : NULL, q, stride, ck, cv, slot, pos, H, Hk,
         max_len, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
