@@ -1514,8 +1514,10 @@ main(int argc, char **argv)
     test_decode(1, 32, 8, 128, 300, 0, 0);  /* no scratch: one block */
     test_decode(40, 32, 8, 128, 512, 1, 1); /* Qwen3-4B heads, padding */
     test_decode(13, 8, 2, 64, 256, 1, 1);
-    test_decode(7, 4, 2, 32, 96, 0, 1); /* the test model's heads */
-    test_decode(9, 6, 2, 16, 64, 1, 0); /* other shapes: simple kernel */
+    test_decode(7, 4, 2, 32, 96, 0, 1);    /* the test model's heads */
+    test_decode(5, 16, 2, 128, 200, 1, 1); /* eight query heads a KV head */
+    test_decode(6, 8, 8, 64, 150, 0, 1);   /* one: plain multi-head */
+    test_decode(9, 6, 2, 16, 64, 1, 0);    /* other shapes: simple kernel */
     test_sample();
     test_logprob();
     test_adamw();

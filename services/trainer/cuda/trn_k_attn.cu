@@ -23,36 +23,12 @@
  * skipped.
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_mma.cuh"
 
 typedef __nv_bfloat16 bf16;
 
 #define S_LOG2E 1.4426950408889634f
 #define S_LN2   0.6931471805599453f
-
-/* Fragment layout of mma.sync m16n8k16 (PTX ISA): lane = 4*g + t; A holds
- * rows g and g+8, columns 2t, 2t+1 (+8); B holds k rows 2t, 2t+1 (+8),
- * column g; C holds rows g, g+8, columns 2t, 2t+1. The accumulator layout
- * of one product is the A operand layout of the next. Shared-memory tiles
- * are row-major with rows padded by 8 elements: the eight 16-byte rows one
- * ldmatrix phase reads then fall in distinct banks. */
-
-__device__ __forceinline__ void
-s_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                   "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t
-s_pack(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
 
 /* 4 bytes global -> shared; zeros where !ok. */
 __device__ __forceinline__ void
@@ -61,58 +37,6 @@ s_cp4(void *dst, const void *src, bool ok)
     uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a),
                  "l"(src), "r"(ok ? 4 : 0));
-}
-
-/* Four 8x8 bf16 tiles of shared memory into registers (ldmatrix): lane j
- * names row j % 8 of tile j / 8; register i receives tile i with lane
- * 4r + c holding (row r, columns 2c, 2c+1). */
-__device__ __forceinline__ void
-s_ldsm(uint32_t r[4], const bf16 *p)
-{
-    uint32_t a = (uint32_t) __cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
-                 "{%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-/* The same, transposed: register i receives the elements (2(j%4), j/4)
- * and (2(j%4)+1, j/4) of tile i, which is the B fragment of m16n8k16 for a
- * row-major [k][n] tile (and the A fragment for a [k][m] one). */
-__device__ __forceinline__ void
-s_ldsm_t(uint32_t r[4], const bf16 *p)
-{
-    uint32_t a = (uint32_t) __cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
-                 "{%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-/* A fragment (16 rows from row m0, k-step kk) of a row-major [m][k] tile. */
-__device__ __forceinline__ void
-s_ldsm_a(uint32_t a[4], const bf16 *base, int ld, int m0, int kk, int lane)
-{
-    s_ldsm(a, base + (m0 + (lane & 15)) * ld + kk * 16 + (lane >> 4) * 8);
-}
-
-/* B fragments of n-tiles n and n+1 at k-step kk from a row-major [n][k]
- * tile (B = the tile transposed, as K in Q K^T): b[0], b[1] for n; b[2],
- * b[3] for n + 1. */
-__device__ __forceinline__ void
-s_ldsm_bn(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
-{
-    const int m = lane >> 3, row = lane & 7;
-    s_ldsm(b, base + ((n + (m >> 1)) * 8 + row) * ld + kk * 16 + (m & 1) * 8);
-}
-
-/* B fragments of n-tiles n and n+1 at k-step kk from a row-major [k][n]
- * tile (as V in P V): b[0], b[1] for n; b[2], b[3] for n + 1. */
-__device__ __forceinline__ void
-s_ldsm_b2(uint32_t b[4], const bf16 *base, int ld, int kk, int n, int lane)
-{
-    const int m = lane >> 3, row = lane & 7;
-    s_ldsm_t(b, base + (kk * 16 + (m & 1) * 8 + row) * ld + (n + (m >> 1)) * 8);
 }
 
 /* ---- forward -----------------------------------------------------------
@@ -235,16 +159,16 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
 #pragma unroll
             for (int kk = 0; kk < KT; kk++) {
                 uint32_t qa[2][4];
-                s_ldsm_a(qa[0], Qs, LDB, warp * 32, kk, lane);
-                s_ldsm_a(qa[1], Qs, LDB, warp * 32 + 16, kk, lane);
+                trn_ldsm_a(qa[0], Qs, LDB, warp * 32, kk, lane);
+                trn_ldsm_a(qa[1], Qs, LDB, warp * 32 + 16, kk, lane);
 #pragma unroll
                 for (int n = 0; n < NS; n += 2) {
                     uint32_t b[4];
-                    s_ldsm_bn(b, Kb, LDB, kk, n, lane);
+                    trn_ldsm_bn(b, Kb, LDB, kk, n, lane);
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
-                        s_mma(s[m][n], qa[m], b[0], b[1]);
-                        s_mma(s[m][n + 1], qa[m], b[2], b[3]);
+                        trn_mma(s[m][n], qa[m], b[0], b[1]);
+                        trn_mma(s[m][n + 1], qa[m], b[2], b[3]);
                     }
                 }
             }
@@ -311,19 +235,21 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
                 uint32_t pa[2][4];
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
-                    pa[m][0] = s_pack(s[m][2 * kk][0], s[m][2 * kk][1]);
-                    pa[m][1] = s_pack(s[m][2 * kk][2], s[m][2 * kk][3]);
-                    pa[m][2] = s_pack(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-                    pa[m][3] = s_pack(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+                    pa[m][0] = trn_pack2(s[m][2 * kk][0], s[m][2 * kk][1]);
+                    pa[m][1] = trn_pack2(s[m][2 * kk][2], s[m][2 * kk][3]);
+                    pa[m][2] =
+                        trn_pack2(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+                    pa[m][3] =
+                        trn_pack2(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
                 }
 #pragma unroll
                 for (int n = 0; n < NT; n += 2) {
                     uint32_t b[4];
-                    s_ldsm_b2(b, Vb, LDB, kk, n, lane);
+                    trn_ldsm_b2(b, Vb, LDB, kk, n, lane);
 #pragma unroll
                     for (int m = 0; m < 2; m++) {
-                        s_mma(acc[m][n], pa[m], b[0], b[1]);
-                        s_mma(acc[m][n + 1], pa[m], b[2], b[3]);
+                        trn_mma(acc[m][n], pa[m], b[0], b[1]);
+                        trn_mma(acc[m][n + 1], pa[m], b[2], b[3]);
                     }
                 }
             }
@@ -342,7 +268,7 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
         for (int n = 0; n < NT; n++)
             *reinterpret_cast<uint32_t *>(o + (size_t) r * ost +
                                           (size_t) h * D + n * 8 + 2 * t) =
-                s_pack(acc[m][n][e0] * il, acc[m][n][e0 + 1] * il);
+                trn_pack2(acc[m][n][e0] * il, acc[m][n][e0 + 1] * il);
         if (t == 0)
             lse[(size_t) h * T + r] =
                 lr[i] > 0.0f ? (mr[i] + log2f(lr[i])) * S_LN2 : INFINITY;
@@ -528,17 +454,17 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 #pragma unroll
             for (int kk = 0; kk < KT; kk++) {
                 uint32_t ak[4], av[4];
-                s_ldsm_a(ak, Ks, LDB, warp * 16, kk, lane);
-                s_ldsm_a(av, Vs, LDB, warp * 16, kk, lane);
+                trn_ldsm_a(ak, Ks, LDB, warp * 16, kk, lane);
+                trn_ldsm_a(av, Vs, LDB, warp * 16, kk, lane);
 #pragma unroll
                 for (int n = 0; n < 8; n += 2) {
                     uint32_t bq[4], bo[4];
-                    s_ldsm_bn(bq, Qb, LDB, kk, n, lane);
-                    s_ldsm_bn(bo, dOb, LDB, kk, n, lane);
-                    s_mma(sT[n], ak, bq[0], bq[1]);
-                    s_mma(sT[n + 1], ak, bq[2], bq[3]);
-                    s_mma(dpT[n], av, bo[0], bo[1]);
-                    s_mma(dpT[n + 1], av, bo[2], bo[3]);
+                    trn_ldsm_bn(bq, Qb, LDB, kk, n, lane);
+                    trn_ldsm_bn(bo, dOb, LDB, kk, n, lane);
+                    trn_mma(sT[n], ak, bq[0], bq[1]);
+                    trn_mma(sT[n + 1], ak, bq[2], bq[3]);
+                    trn_mma(dpT[n], av, bo[0], bo[1]);
+                    trn_mma(dpT[n + 1], av, bo[2], bo[3]);
                 }
             }
             /* P^T and dS^T in place; the mask only where some pair of
@@ -576,23 +502,23 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 #pragma unroll
             for (int kk = 0; kk < BQ / 16; kk++) {
                 uint32_t pa[4], sa[4];
-                pa[0] = s_pack(sT[2 * kk][0], sT[2 * kk][1]);
-                pa[1] = s_pack(sT[2 * kk][2], sT[2 * kk][3]);
-                pa[2] = s_pack(sT[2 * kk + 1][0], sT[2 * kk + 1][1]);
-                pa[3] = s_pack(sT[2 * kk + 1][2], sT[2 * kk + 1][3]);
-                sa[0] = s_pack(dpT[2 * kk][0], dpT[2 * kk][1]);
-                sa[1] = s_pack(dpT[2 * kk][2], dpT[2 * kk][3]);
-                sa[2] = s_pack(dpT[2 * kk + 1][0], dpT[2 * kk + 1][1]);
-                sa[3] = s_pack(dpT[2 * kk + 1][2], dpT[2 * kk + 1][3]);
+                pa[0] = trn_pack2(sT[2 * kk][0], sT[2 * kk][1]);
+                pa[1] = trn_pack2(sT[2 * kk][2], sT[2 * kk][3]);
+                pa[2] = trn_pack2(sT[2 * kk + 1][0], sT[2 * kk + 1][1]);
+                pa[3] = trn_pack2(sT[2 * kk + 1][2], sT[2 * kk + 1][3]);
+                sa[0] = trn_pack2(dpT[2 * kk][0], dpT[2 * kk][1]);
+                sa[1] = trn_pack2(dpT[2 * kk][2], dpT[2 * kk][3]);
+                sa[2] = trn_pack2(dpT[2 * kk + 1][0], dpT[2 * kk + 1][1]);
+                sa[3] = trn_pack2(dpT[2 * kk + 1][2], dpT[2 * kk + 1][3]);
 #pragma unroll
                 for (int n = 0; n < NT; n += 2) {
                     uint32_t bo[4], bq[4];
-                    s_ldsm_b2(bo, dOb, LDB, kk, n, lane);
-                    s_ldsm_b2(bq, Qb, LDB, kk, n, lane);
-                    s_mma(dV[n], pa, bo[0], bo[1]);
-                    s_mma(dV[n + 1], pa, bo[2], bo[3]);
-                    s_mma(dK[n], sa, bq[0], bq[1]);
-                    s_mma(dK[n + 1], sa, bq[2], bq[3]);
+                    trn_ldsm_b2(bo, dOb, LDB, kk, n, lane);
+                    trn_ldsm_b2(bq, Qb, LDB, kk, n, lane);
+                    trn_mma(dV[n], pa, bo[0], bo[1]);
+                    trn_mma(dV[n + 1], pa, bo[2], bo[3]);
+                    trn_mma(dK[n], sa, bq[0], bq[1]);
+                    trn_mma(dK[n + 1], sa, bq[2], bq[3]);
                 }
             }
             /* share dS^T: row = key (local), column = query (local) */
@@ -600,9 +526,10 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
             for (int n = 0; n < 8; n++) {
                 int c = n * 8 + 2 * t;
                 *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
-                    s_pack(dpT[n][0], dpT[n][1]);
+                    trn_pack2(dpT[n][0], dpT[n][1]);
                 *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
-                                              c) = s_pack(dpT[n][2], dpT[n][3]);
+                                              c) =
+                    trn_pack2(dpT[n][2], dpT[n][3]);
             }
         }
         /* tile it + 1 has landed and dS^T is whole */
@@ -624,15 +551,15 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                 uint32_t a[4];
                 {
                     const int m = lane >> 3, row = lane & 7;
-                    s_ldsm_t(a, dsb + (kk * 16 + (m >> 1) * 8 + row) * LDS +
-                                    mt * 16 + (m & 1) * 8);
+                    trn_ldsm_t(a, dsb + (kk * 16 + (m >> 1) * 8 + row) * LDS +
+                                      mt * 16 + (m & 1) * 8);
                 }
 #pragma unroll
                 for (int n = 0; n < NTQ; n += 2) {
                     uint32_t b[4];
-                    s_ldsm_b2(b, Ks, LDB, kk, dh * NTQ + n, lane);
-                    s_mma(dq[n], a, b[0], b[1]);
-                    s_mma(dq[n + 1], a, b[2], b[3]);
+                    trn_ldsm_b2(b, Ks, LDB, kk, dh * NTQ + n, lane);
+                    trn_mma(dq[n], a, b[0], b[1]);
+                    trn_mma(dq[n + 1], a, b[2], b[3]);
                 }
             }
             const int tq0 = q0 + mt * 16 + g, tq1 = tq0 + 8;
@@ -656,16 +583,16 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
         if (kr0 < T) {
             size_t off = (size_t) kr0 * (size_t) dstride + (size_t) hk * D + c;
             *reinterpret_cast<uint32_t *>(dk + off) =
-                s_pack(dK[n][0] * scale, dK[n][1] * scale);
+                trn_pack2(dK[n][0] * scale, dK[n][1] * scale);
             *reinterpret_cast<uint32_t *>(dv + off) =
-                s_pack(dV[n][0], dV[n][1]);
+                trn_pack2(dV[n][0], dV[n][1]);
         }
         if (kr1 < T) {
             size_t off = (size_t) kr1 * (size_t) dstride + (size_t) hk * D + c;
             *reinterpret_cast<uint32_t *>(dk + off) =
-                s_pack(dK[n][2] * scale, dK[n][3] * scale);
+                trn_pack2(dK[n][2] * scale, dK[n][3] * scale);
             *reinterpret_cast<uint32_t *>(dv + off) =
-                s_pack(dV[n][2], dV[n][3]);
+                trn_pack2(dV[n][2], dV[n][3]);
         }
     }
 }
@@ -682,10 +609,10 @@ s_dq_store(trn_bf16_t *dq, int dstride, const float *dq_acc, int T, int H,
         float4 a = reinterpret_cast<const float4 *>(dq_acc + e)[0];
         float4 b = reinterpret_cast<const float4 *>(dq_acc + e)[1];
         uint4 r;
-        r.x = s_pack(a.x * scale, a.y * scale);
-        r.y = s_pack(a.z * scale, a.w * scale);
-        r.z = s_pack(b.x * scale, b.y * scale);
-        r.w = s_pack(b.z * scale, b.w * scale);
+        r.x = trn_pack2(a.x * scale, a.y * scale);
+        r.y = trn_pack2(a.z * scale, a.w * scale);
+        r.z = trn_pack2(b.x * scale, b.y * scale);
+        r.w = trn_pack2(b.z * scale, b.w * scale);
         *reinterpret_cast<uint4 *>(dq + t * (size_t) dstride + hc) = r;
     }
 }

@@ -33,6 +33,7 @@
  * by the row's seed.
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_mma.cuh"
 
 #define S_WARPS 4
 #define S_MAXE  4 /* dimensions per lane: D <= 128 */
@@ -246,7 +247,6 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 /* ---- grouped-query decode attention ------------------------------------ */
 
 #define S_GQ_THREADS 128
-#define S_GQ_STAGES  3  /* key/value tiles in flight or in use */
 #define S_GQ_TP      32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS  32 /* most splits of one token's positions */
 
@@ -258,220 +258,22 @@ s_gq_rec(int G, int D)
     return (size_t) G * (size_t) (D + 2);
 }
 
+/* The end of a grouped decode block: the NW warps' states (each query
+ * head's maximum and sum in sm_m / sm_l, its unnormalised output in
+ * sm_o[w][g * D + d]) merged by one thread per (query head, dimension),
+ * then either the output (one split) or this split's record. */
+template <int D, int G, int NW>
 __device__ __forceinline__ void
-s_unpack8(uint4 u, float *f)
+s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
+            const float (*sm_l)[G], const float (*sm_o)[G * D], int t, int hk,
+            int split, int nsplit, int H, int Hk)
 {
-    const __nv_bfloat162 *b2 = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float2 x = __bfloat1622float2(b2[e]);
-        f[2 * e] = x.x;
-        f[2 * e + 1] = x.y;
-    }
-}
-
-/* Online-softmax state of G query heads over 8 dimensions of one lane. */
-template <int G> struct s_gq_state {
-    float m[G], l[G], acc[G][8];
-};
-
-/* Adds four cached positions (this lane's 8 key and value dimensions of
- * each) to the state, scores in log2 units (the queries carry log2(e));
- * the dot products are summed over the LP lanes of a group. Every lane of
- * the warp calls it (shuffles); ok[u] says whether position u counts. */
-template <int G, int LP>
-__device__ __forceinline__ void
-s_gq_step4(s_gq_state<G> &st, const float4 *qs, int qstride,
-           const uint4 (&ku)[4], const uint4 (&vu)[4], const bool (&ok)[4])
-{
-    float sc[4][G];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        float k[8];
-        s_unpack8(ku[u], k);
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float4 q0 = qs[g * qstride], q1 = qs[g * qstride + 1];
-            sc[u][g] = q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] +
-                       q1.x * k[4] + q1.y * k[5] + q1.z * k[6] + q1.w * k[7];
-        }
-    }
-#pragma unroll
-    for (int off = LP / 2; off > 0; off >>= 1)
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], off);
-    float p[4][G], a[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        float mx = st.m[g];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            mx = ok[u] ? fmaxf(mx, sc[u][g]) : mx;
-        int live = mx != -INFINITY;
-        a[g] = live ? exp2f(st.m[g] - mx) : 1.0f;
-        float ps = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            p[u][g] = ok[u] && live ? exp2f(sc[u][g] - mx) : 0.0f;
-            ps += p[u][g];
-        }
-        st.l[g] = st.l[g] * a[g] + ps;
-        st.m[g] = mx;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            st.acc[g][e] *= a[g];
-    }
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        float v[8];
-        s_unpack8(vu[u], v);
-#pragma unroll
-        for (int g = 0; g < G; g++)
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                st.acc[g][e] += p[u][g] * v[e];
-    }
-}
-
-/* One block of 4 warps per (token, KV head, split). The keys and values
- * come through shared memory in tiles of 4 * STEP positions (8 KB each),
- * S_GQ_STAGES tiles deep, copied with cp.async: the copies hold no
- * registers, so more bytes are in flight and the arithmetic of one tile
- * runs while the next ones land. In a tile, a group of LP = D/8 lanes
- * takes one position at a time (16-byte reads of its key and value rows),
- * so a warp works on 32/LP positions at once, four steps a tile; the
- * groups' states are merged through shuffles, then the warps' through
- * shared memory. */
-template <int D, int G>
-__global__ void
-__launch_bounds__(S_GQ_THREADS, G <= 4 ? 4 : 2)
-    s_attn_gqa(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
-               const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
-               const int32_t *pos, int H, int Hk, int max_len, float scale)
-{
-    constexpr int LP = D / 8, PPW = 32 / LP, NW = S_GQ_THREADS / 32;
-    constexpr int STEP = NW * PPW; /* positions per block step */
-    constexpr int TP = 4 * STEP;   /* positions per tile */
-    constexpr int TE = TP * D;     /* values of a key (or value) tile */
-    static_assert(TE * 2 == 8192, "the launcher sizes tiles of 8 KB");
-    extern __shared__ __align__(16) unsigned char s_dyn[];
-    trn_bf16_t *tiles_kv = reinterpret_cast<trn_bf16_t *>(s_dyn);
-    __shared__ float sm_m[NW][G], sm_l[NW][G];
-    __shared__ __align__(16) float sq[G * D];
-    int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
-    int nsplit = gridDim.z;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int grp = lane / LP, sub = lane % LP;
-    int sl = slot[t];
-    int n = sl < 0 ? 0 : pos[t] + 1;
-    int units = (n + S_GQ_TP - 1) / S_GQ_TP;
-    int per = (units + nsplit - 1) / nsplit;
-    int j0 = split * per * S_GQ_TP;
-    int j1 = min(n, j0 + per * S_GQ_TP);
-    int nt = j1 > j0 ? (j1 - j0 + TP - 1) / TP : 0;
-    const trn_bf16_t *qr =
-        q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
-    size_t HkD = (size_t) Hk * D;
-    size_t base =
-        (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD + (size_t) hk * D;
-    /* tile i's copies: chunk c of the tile is position c / (D/8), 16 bytes
-     * c % (D/8) of its row; positions past j1 are not read */
-    auto issue = [&](int i) {
-        if (i < nt) {
-            trn_bf16_t *sk = tiles_kv + (size_t) (i % S_GQ_STAGES) * 2 * TE;
-            int jt = j0 + i * TP;
-            for (int c = threadIdx.x; c < TP * (D / 8); c += S_GQ_THREADS) {
-                int p = c / (D / 8), e = (c % (D / 8)) * 8;
-                if (jt + p < j1) {
-                    size_t off = base + (size_t) (jt + p) * HkD + (size_t) e;
-                    trn_cp16(sk + p * D + e, ck + off);
-                    trn_cp16(sk + TE + p * D + e, cv + off);
-                }
-            }
-        }
-        trn_cp_commit(); /* one group per tile, empty ones too */
-    };
-#pragma unroll
-    for (int i = 0; i < S_GQ_STAGES - 1; i++)
-        issue(i);
-    for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS)
-        sq[i] = trn_ld(qr + i) * scale * 1.4426950408889634f; /* log2 e */
-    const float4 *qs = reinterpret_cast<const float4 *>(sq) + sub * 2;
-    s_gq_state<G> st;
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        st.m[g] = -INFINITY;
-        st.l[g] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            st.acc[g][e] = 0.0f;
-    }
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    for (int i = 0; i < nt; i++) {
-        trn_cp_wait<S_GQ_STAGES - 2>(); /* tile i has landed (this thread) */
-        __syncthreads(); /* ... for every thread; tile i-1's reads done */
-        issue(i + S_GQ_STAGES - 1);
-        const trn_bf16_t *sk = tiles_kv + (size_t) (i % S_GQ_STAGES) * 2 * TE;
-        int jt = j0 + i * TP;
-        uint4 ku[4], vu[4];
-        bool ok[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int p = warp * PPW + grp + u * STEP;
-            ok[u] = jt + p < j1;
-            ku[u] = ok[u]
-                        ? *reinterpret_cast<const uint4 *>(sk + p * D + sub * 8)
-                        : zero;
-            vu[u] = ok[u] ? *reinterpret_cast<const uint4 *>(sk + TE + p * D +
-                                                             sub * 8)
-                          : zero;
-        }
-        s_gq_step4<G, LP>(st, qs, D / 4, ku, vu, ok);
-    }
-    trn_cp_wait<0>();
-    __syncthreads(); /* the tiles' memory is the warps' merge area now */
-    float(*sm_o)[G * D] = reinterpret_cast<float(*)[G * D]>(s_dyn);
-    /* merge the warp's position groups (lanes LP apart) */
-#pragma unroll
-    for (int off = LP; off < 32; off <<= 1)
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float m2 = __shfl_xor_sync(0xffffffffu, st.m[g], off);
-            float l2 = __shfl_xor_sync(0xffffffffu, st.l[g], off);
-            float M = fmaxf(st.m[g], m2);
-            float fa = st.m[g] == -INFINITY ? 0.0f : exp2f(st.m[g] - M);
-            float fb = m2 == -INFINITY ? 0.0f : exp2f(m2 - M);
-            st.l[g] = st.l[g] * fa + l2 * fb;
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                float a2 = __shfl_xor_sync(0xffffffffu, st.acc[g][e], off);
-                st.acc[g][e] = st.acc[g][e] * fa + a2 * fb;
-            }
-            st.m[g] = M;
-        }
-    if (grp == 0) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (sub == 0) {
-                sm_m[warp][g] = st.m[g];
-                sm_l[warp][g] = st.l[g];
-            }
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                sm_o[warp][g * D + sub * 8 + e] = st.acc[g][e];
-        }
-    }
-    __syncthreads();
-    /* merge the warps: one thread per (query head, dimension) */
     float *rec = part
                      ? part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
                                (size_t) hk * (size_t) nsplit + (size_t) split) *
                                   s_gq_rec(G, D)
                      : NULL;
-    for (int i = threadIdx.x; i < G * D; i += S_GQ_THREADS) {
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         int g = i / D;
         float M = -INFINITY;
 #pragma unroll
@@ -497,6 +299,166 @@ __launch_bounds__(S_GQ_THREADS, G <= 4 ? 4 : 2)
             }
         }
     }
+}
+
+/* Grouped decode attention on tensor cores (head_dim 32, 64 or 128, up
+ * to 8 query heads per KV head): one block of 4 warps per (token, KV
+ * head, split) serves the query heads that share the KV head (the cache is
+ * read once per token, not once per query head). Key and value tiles of
+ * S_GM_TP positions (rows padded, so ldmatrix reads are free of bank
+ * conflicts) come through shared memory with cp.async, two deep. Each warp
+ * takes 16 positions of a tile: the scores of the G query heads (rows of
+ * an m16 tile, the rest zero) are one mma.sync per 16 dimensions and 8
+ * positions; the online softmax runs on the accumulator fragments (a
+ * row's 16 scores over 4 lanes); the probabilities, rounded to bf16 as the
+ * training kernel rounds them, multiply the values in one more mma per 8
+ * dimensions. The warps' states merge through shared memory. */
+#define S_GM_TP     64
+#define S_GM_STAGES 2
+
+template <int D>
+constexpr int
+s_gm_smem(void)
+{
+    return S_GM_STAGES * 2 * S_GM_TP * (D + 8) * 2;
+}
+
+template <int D, int G>
+__global__ void
+__launch_bounds__(S_GQ_THREADS)
+    s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
+                   const trn_bf16_t *ck, const trn_bf16_t *cv,
+                   const int32_t *slot, const int32_t *pos, int H, int Hk,
+                   int max_len, float scale)
+{
+    constexpr int NW = S_GQ_THREADS / 32, LD = D + 8, KS = D / 16;
+    constexpr int NT = D / 8, TE = S_GM_TP * LD;
+    static_assert(G <= 8 && NW * 16 == S_GM_TP, "rows and positions");
+    extern __shared__ __align__(16) unsigned char s_dyn[];
+    __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(s_dyn);
+    __shared__ float sm_m[NW][G], sm_l[NW][G];
+    int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
+    int nsplit = gridDim.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, tq = lane & 3;
+    int sl = slot[t];
+    int n = sl < 0 ? 0 : pos[t] + 1;
+    int units = (n + S_GQ_TP - 1) / S_GQ_TP;
+    int per = (units + nsplit - 1) / nsplit;
+    int j0 = split * per * S_GQ_TP;
+    int j1 = min(n, j0 + per * S_GQ_TP);
+    int nt = j1 > j0 ? (j1 - j0 + S_GM_TP - 1) / S_GM_TP : 0;
+    size_t HkD = (size_t) Hk * D;
+    size_t base =
+        (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD + (size_t) hk * D;
+    /* tile i's copies; rows past j1 are zero-filled (a zero probability
+     * times a stale value could be NaN) */
+    auto issue = [&](int i) {
+        if (i < nt) {
+            __nv_bfloat16 *sk = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
+            int jt = j0 + i * S_GM_TP;
+            for (int c = threadIdx.x; c < S_GM_TP * (D / 8);
+                 c += S_GQ_THREADS) {
+                int p = c / (D / 8), e = (c % (D / 8)) * 8;
+                bool ok = jt + p < j1;
+                size_t off = base + (size_t) (ok ? jt + p : j0) * HkD + e;
+                trn_cp16(sk + p * LD + e, ck + off, ok);
+                trn_cp16(sk + TE + p * LD + e, cv + off, ok);
+            }
+        }
+        trn_cp_commit();
+    };
+    issue(0);
+    /* the queries as A fragments (rows g < G; rows g + 8 are zero) */
+    const trn_bf16_t *qr =
+        q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
+    uint32_t qa[KS][2];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        const trn_bf16_t *qg = qr + (size_t) g * D + kk * 16 + 2 * tq;
+        qa[kk][0] = g < G ? *reinterpret_cast<const uint32_t *>(qg) : 0u;
+        qa[kk][1] = g < G ? *reinterpret_cast<const uint32_t *>(qg + 8) : 0u;
+    }
+    float oacc[NT][4];
+#pragma unroll
+    for (int d = 0; d < NT; d++)
+        oacc[d][0] = oacc[d][1] = oacc[d][2] = oacc[d][3] = 0.0f;
+    float m_r = -INFINITY, l_r = 0.0f;
+    const float sl2 = scale * 1.4426950408889634f; /* log2 e */
+    const int p0 = warp * 16;
+    for (int i = 0; i < nt; i++) {
+        trn_cp_wait<0>();
+        __syncthreads(); /* tile i is in; tile i-1's reads are done */
+        issue(i + 1);
+        const __nv_bfloat16 *K = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
+        const __nv_bfloat16 *V = K + TE;
+        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t b[4];
+            trn_ldsm_bn(b, K, LD, kk, p0 / 8, lane);
+            uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+            trn_mma(sc[0], a, b[0], b[1]);
+            trn_mma(sc[1], a, b[2], b[3]);
+        }
+        /* row g's scores: positions p0 + 8 h + 2 tq + e */
+        int jt = j0 + i * S_GM_TP + p0 + 2 * tq;
+        float mx = m_r;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v = jt + 8 * h + e < j1 ? sc[h][e] * sl2 : -INFINITY;
+                sc[h][e] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float alpha = m_r == -INFINITY ? 0.0f : exp2f(m_r - mx);
+        float ps = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float p = sc[h][e] == -INFINITY ? 0.0f : exp2f(sc[h][e] - mx);
+                sc[h][e] = p;
+                ps += p;
+            }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+        l_r = l_r * alpha + ps;
+        m_r = mx;
+        uint32_t pa[4] = {trn_pack2(sc[0][0], sc[0][1]), 0u,
+                          trn_pack2(sc[1][0], sc[1][1]), 0u};
+#pragma unroll
+        for (int d = 0; d < NT; d += 2) {
+            oacc[d][0] *= alpha;
+            oacc[d][1] *= alpha;
+            oacc[d + 1][0] *= alpha;
+            oacc[d + 1][1] *= alpha;
+            uint32_t b[4];
+            trn_ldsm_b2(b, V + p0 * LD, LD, 0, d, lane);
+            trn_mma(oacc[d], pa, b[0], b[1]);
+            trn_mma(oacc[d + 1], pa, b[2], b[3]);
+        }
+    }
+    trn_cp_wait<0>();
+    __syncthreads(); /* the tiles' memory is the warps' merge area now */
+    float(*sm_o)[G * D] = reinterpret_cast<float(*)[G * D]>(s_dyn);
+    if (g < G) {
+        if (tq == 0) {
+            sm_m[warp][g] = m_r;
+            sm_l[warp][g] = l_r;
+        }
+#pragma unroll
+        for (int d = 0; d < NT; d++) {
+            sm_o[warp][g * D + d * 8 + 2 * tq] = oacc[d][0];
+            sm_o[warp][g * D + d * 8 + 2 * tq + 1] = oacc[d][1];
+        }
+    }
+    __syncthreads();
+    s_gq_finish<D, G, NW>(o, part, sm_m, sm_l, sm_o, t, hk, split, nsplit, H,
+                          Hk);
 }
 
 /* Merges the splits of (token, query head): one thread per dimension. */
@@ -576,21 +538,23 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
             nsplit--;
     }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
-    /* the key/value tiles: 8 KB each, a key and a value tile per stage */
-    const int smem = S_GQ_STAGES * 2 * 8192;
+    /* the key/value tiles take more shared memory than a block gets
+     * unasked */
+    auto kern = s_attn_gqa_mma<D, G>;
+    const int smem = s_gm_smem<D>();
     static int smem_set; /* per instantiation; the first call is never
                             inside a graph capture (decode records after a
                             direct run) */
     if (!smem_set) {
-        if (cudaFuncSetAttribute(s_attn_gqa<D, G>,
+        if (cudaFuncSetAttribute(kern,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return LISA_ERR;
         smem_set = 1;
     }
-    s_attn_gqa<D, G><<<grid, S_GQ_THREADS, smem, st>>>(
-        o, nsplit > 1 ? scratch : NULL, q, stride, ck, cv, slot, pos, H, Hk,
-        max_len, 1.0f / sqrtf((float) D));
+    kern<<<grid, S_GQ_THREADS, smem, st>>>(o, nsplit > 1 ? scratch : NULL, q,
+                                           stride, ck, cv, slot, pos, H, Hk,
+                                           max_len, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     if (nsplit > 1) {
         s_attn_merge<<<dim3((unsigned) T, (unsigned) H), D, 0, st>>>(
