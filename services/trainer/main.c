@@ -283,8 +283,7 @@ main(int argc, char **argv)
         goto out;
     }
     if (!spawned && (cfg.gpus_per_node > 1 || cfg.nodes > 1)) {
-        if (cfg.gpus_per_node < 1 || cfg.nodes < 1 || cfg.node_rank < 0 ||
-            cfg.node_rank >= cfg.nodes ||
+        if (cfg.node_rank < 0 || cfg.node_rank >= cfg.nodes ||
             cfg.nodes * cfg.gpus_per_node > TRN_GROUP_MAX_WORLD) {
             fprintf(stderr, "lisa-trainer: bad trainer.nnodes / "
                             "trainer.node_rank / trainer.n_gpus_per_node\n");

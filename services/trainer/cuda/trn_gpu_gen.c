@@ -94,7 +94,7 @@ s_param_bytes(const trn_gpu_kv_t *kv)
 trn_gpu_kv_t *
 trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len, trn_err_t *err)
 {
-    if (slots == 0 || max_len == 0 || slots > g->chunk ||
+    if (slots == 0 || max_len == 0 || slots > TRN_GEN_MAX_ROWS ||
         max_len > (size_t) g->cfg.max_position_embeddings) {
         s_err(err, "KV cache: bad slots or max_len");
         return NULL;

@@ -121,7 +121,6 @@ s_alloc(const trn_config_t *c, trn_err_t *err)
     g->L = (int) c->num_hidden_layers;
     g->V = (int) c->vocab_size;
     g->S = (g->H + 2 * g->Hk) * g->D;
-    g->chunk = 1024;
     g->overlap = 1;
     if (g->D != 16 && g->D != 32 && g->D != 64 && g->D != 128) {
         s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
@@ -409,7 +408,8 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         {(void **) &g->dhf, T * C * 2},
         {(void **) &g->attn_scratch,
          T * (size_t) g->H * ((size_t) g->D + 1) * 4},
-        {(void **) &g->logits, ch * V * 4},
+        {(void **) &g->logits,
+         (ch > TRN_GEN_MAX_ROWS ? ch : TRN_GEN_MAX_ROWS) * V * 4},
         {(void **) &g->dlogits, ch * V * 2},
         {(void **) &g->logp, T * 4},
         {(void **) &g->dlogp, T * 4},

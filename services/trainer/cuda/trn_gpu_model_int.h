@@ -17,6 +17,11 @@ typedef struct {
     size_t w_in, qkv, o, q_norm, k_norm, w_post, gu, down;
 } s_layer_t;
 
+/* Most sequences of a KV cache: a prefill step's logits (a row per
+ * sequence) land in the model's logits buffer, which holds at least this
+ * many rows whatever the LM head's chunk. */
+#define TRN_GEN_MAX_ROWS 1024
+
 struct trn_gpu_model {
     trn_config_t cfg;
     int C, I, H, Hk, D, S, L, V;
@@ -65,7 +70,7 @@ struct trn_gpu_model {
     float *dx;                               /* fp32 [T, C] */
     trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
     float *attn_scratch;
-    float *logits;       /* fp32 [chunk, V] */
+    float *logits;       /* fp32 [max(chunk, TRN_GEN_MAX_ROWS), V] */
     int logits_kept;     /* the last forward's logits are all in `logits` */
     trn_bf16_t *dlogits; /* bf16 [chunk, V] */
     float *logp, *dlogp, *ent, *dent; /* [T] */

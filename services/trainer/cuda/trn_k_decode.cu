@@ -7,11 +7,11 @@
  * Decode attention (head_dim 32, 64 or 128; 1, 2, 4 or 8 query heads per
  * KV head): one block per (new token, KV head, split) serves all the query
  * heads that share the KV head, so each cached key and value is read once
- * per token rather than once per query head. Lanes hold 8 dimensions of
- * an online-softmax state in registers (the scaled queries sit in shared
- * memory) and read keys and values with 16-byte loads, a group of D/8
- * lanes per position, four positions per group in flight, with no barrier
- * until the block merges its warps at the end. When few tokens would leave the
+ * per token rather than once per query head. The query heads are the
+ * rows of tensor-core (mma.sync) tiles; keys and values come through
+ * shared memory with cp.async, a tile ahead of the one being computed;
+ * the online softmax runs on the accumulator fragments, and the block
+ * merges its warps at the end. When few tokens would leave the
  * device idle (batch 1 decoding), a token's positions are split over
  * several blocks, sized from its real length, and a second kernel merges
  * the partial results by their log-sum-exp. Other shapes use a simpler
@@ -540,21 +540,20 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
     /* the key/value tiles take more shared memory than a block gets
      * unasked */
-    auto kern = s_attn_gqa_mma<D, G>;
     const int smem = s_gm_smem<D>();
     static int smem_set; /* per instantiation; the first call is never
                             inside a graph capture (decode records after a
                             direct run) */
     if (!smem_set) {
-        if (cudaFuncSetAttribute(kern,
+        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return LISA_ERR;
         smem_set = 1;
     }
-    kern<<<grid, S_GQ_THREADS, smem, st>>>(o, nsplit > 1 ? scratch : NULL, q,
-                                           stride, ck, cv, slot, pos, H, Hk,
-                                           max_len, 1.0f / sqrtf((float) D));
+    s_attn_gqa_mma<D, G><<<grid, S_GQ_THREADS, smem, st>>>(
+        o, nsplit > 1 ? scratch : NULL, q, stride, ck, cv, slot, pos, H, Hk,
+        max_len, 1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     if (nsplit > 1) {
         s_attn_merge<<<dim3((unsigned) T, (unsigned) H), D, 0, st>>>(

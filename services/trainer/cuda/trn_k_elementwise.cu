@@ -218,15 +218,6 @@ s_swiglu_vec(int I, const void *p, const void *q, const void *r)
            (uintptr_t) r % 16 == 0;
 }
 
-/* Blocks of 256 threads for n vectors: enough to fill the device, capped
- * as S_GRID caps (the kernels stride over the rest). */
-static unsigned
-s_grid8(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (unsigned) (b > 65535 ? 65535 : b);
-}
-
 extern "C" lisa_rc_t
 trn_k_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I,
                  trn_cuda_stream_t *s)
@@ -237,11 +228,11 @@ trn_k_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I,
         size_t nv = n / 8;
         /* 2 * nv: the gate|up rows' vectors are indexed too */
         if (2 * nv < UINT32_MAX)
-            s_swiglu_fwd8<uint32_t><<<s_grid8(nv), 256, 0, trn_stream(s)>>>(
+            s_swiglu_fwd8<uint32_t><<<S_GRID(nv), 256, 0, trn_stream(s)>>>(
                 (uint4 *) a, (const uint4 *) gu, (uint32_t) T,
                 (uint32_t) (I / 8));
         else
-            s_swiglu_fwd8<size_t><<<s_grid8(nv), 256, 0, trn_stream(s)>>>(
+            s_swiglu_fwd8<size_t><<<S_GRID(nv), 256, 0, trn_stream(s)>>>(
                 (uint4 *) a, (const uint4 *) gu, (size_t) T, (size_t) (I / 8));
     } else {
         s_swiglu_fwd<<<S_GRID(n), 256, 0, trn_stream(s)>>>(a, gu, T, I);
@@ -259,11 +250,11 @@ trn_k_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu,
     if (s_swiglu_vec(I, dgu, da, gu)) {
         size_t nv = n / 8;
         if (2 * nv < UINT32_MAX)
-            s_swiglu_bwd8<uint32_t><<<s_grid8(nv), 256, 0, trn_stream(s)>>>(
+            s_swiglu_bwd8<uint32_t><<<S_GRID(nv), 256, 0, trn_stream(s)>>>(
                 (uint4 *) dgu, (const uint4 *) da, (const uint4 *) gu,
                 (uint32_t) T, (uint32_t) (I / 8));
         else
-            s_swiglu_bwd8<size_t><<<s_grid8(nv), 256, 0, trn_stream(s)>>>(
+            s_swiglu_bwd8<size_t><<<S_GRID(nv), 256, 0, trn_stream(s)>>>(
                 (uint4 *) dgu, (const uint4 *) da, (const uint4 *) gu,
                 (size_t) T, (size_t) (I / 8));
     } else {

@@ -122,8 +122,9 @@ void trn_gpu_model_set_overlap(trn_gpu_model_t *g, int on);
 void trn_gpu_model_last_backward(trn_gpu_model_t *g);
 
 /* --- generation ---------------------------------------------------------
- * A KV cache of `slots` sequences of up to `max_len` positions on the
- * device; each engine request owns a slot while it generates. */
+ * A KV cache of `slots` sequences (at most 1,024) of up to `max_len`
+ * positions on the device; each engine request owns a slot while it
+ * generates. */
 typedef struct trn_gpu_kv trn_gpu_kv_t;
 
 trn_gpu_kv_t *trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len,
