@@ -38,6 +38,7 @@ typedef struct {
     uint64_t worker_liveness;  /* missed heartbeats before a worker is dead */
     uint64_t score_budget_ms;  /* most time a worker may spend on a score */
     uint64_t score_tries;      /* dispatches of one score on worker errors */
+    uint64_t score_unroutable_ms; /* wait of a score no connected worker serves */
     uint64_t max_wait_ms;      /* bound on WaitReq.timeout_ms */
     uint64_t max_waits;        /* concurrent waits held */
     uint64_t max_rpc_frame;    /* bytes */

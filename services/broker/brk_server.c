@@ -62,6 +62,8 @@ typedef struct {
     uint32_t tries; /* dispatches answered with a worker error */
     char *worker;   /* key of the worker holding it; NULL: queued */
     int64_t due;    /* mono ms by which the worker must answer */
+    int64_t unroutable_since; /* mono ms since when workers are connected
+                                 but none serves data_source; 0: not so */
     char *data_source;
 } s_job_t;
 
@@ -1963,6 +1965,47 @@ s_worker_serves(const s_worker_t *w, const char *data_source)
     return false;
 }
 
+/* Whether `list` (entries joined by ", ") holds `item`. */
+static bool
+s_list_has(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; *p;) {
+        const char *e = strstr(p, ", ");
+        size_t len = e ? (size_t) (e - p) : strlen(p);
+        if (len == n && strncmp(p, item, n) == 0)
+            return true;
+        if (!e)
+            break;
+        p = e + 2;
+    }
+    return false;
+}
+
+/* Whether reward workers are connected but none serves `data_source`;
+ * if so, `list` (size n) names the prefixes they do serve. */
+static bool
+s_unroutable(brk_server_t *self, const char *data_source, char *list, size_t n)
+{
+    if (zhashx_size(self->workers) == 0)
+        return false;
+    size_t used = 0;
+    list[0] = '\0';
+    for (s_worker_t *w = zhashx_first(self->workers); w;
+         w = zhashx_next(self->workers)) {
+        if (s_worker_serves(w, data_source))
+            return false;
+        for (size_t i = 0; i < w->n_prefixes && used < n; i++) {
+            if (s_list_has(list, w->prefixes[i]))
+                continue;
+            int k = snprintf(list + used, n - used, "%s%s", used ? ", " : "",
+                             w->prefixes[i]);
+            used += k > 0 ? (size_t) k : 0;
+        }
+    }
+    return true;
+}
+
 /* Sends queued score jobs to workers with room (after COMMIT). */
 static void
 s_dispatch(brk_server_t *self)
@@ -2169,9 +2212,30 @@ s_tick(brk_server_t *self)
         w = next;
     }
 
-    /* score jobs a live worker sat on for too long */
+    /* score jobs a live worker sat on for too long, and queued ones no
+     * connected worker can score */
     for (size_t i = 0; i < self->n_jobs;) {
         s_job_t *j = self->jobs[i];
+        char serve[256];
+        if (!j->worker &&
+            s_unroutable(self, j->data_source, serve, sizeof serve)) {
+            if (!j->unroutable_since)
+                j->unroutable_since = mono;
+            if (mono - j->unroutable_since >=
+                (int64_t) self->cfg->score_unroutable_ms) {
+                char why[S_ERR_LEN];
+                snprintf(why, sizeof why,
+                         "no reward worker scores data source '%.64s' "
+                         "(connected workers serve: %s)",
+                         j->data_source ? j->data_source : "", serve);
+                lisa_log_warn("rollout %s: %s", j->rollout_id, why);
+                s_score_failed(self, j, why);
+                s_job_remove(self, i);
+                continue;
+            }
+        } else if (!j->worker) {
+            j->unroutable_since = 0;
+        }
         if (j->worker && j->due <= mono) {
             s_worker_t *holder = zhashx_lookup(self->workers, j->worker);
             if (holder && holder->inflight)

@@ -22,6 +22,10 @@
 #                              temporary folder)
 #   LISA_RL_RANKS=N            trainer ranks, one GPU each (default 1;
 #                              lisa-trainer launches the others itself)
+#   LISA_RL_PROMPTS=N          prompts of the step, two rollouts each
+#                              (default 2, or one per rank from 3 ranks)
+#   LISA_RL_EXTRA="K=V ..."    more run settings (for example
+#                              trainer.log_level=debug)
 set -euo pipefail
 bin=$(cd "${1:?usage: rl_step.sh BINDIR [MODELDIR]}" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,12 +48,17 @@ ranks=${LISA_RL_RANKS:-1}
 # with several ranks, micro-batches small enough that each rank gets some
 micro=16384
 [ "$ranks" -gt 1 ] && micro=2048
+# two prompts x two rollouts; from three ranks on one prompt per rank, so
+# every rank gets micro-batches and every engine gets calls
+prompts=2
+[ "$ranks" -gt 2 ] && prompts=$ranks
+prompts=${LISA_RL_PROMPTS:-$prompts}
 t0=$(date +%s)
 LISA_BUILD_DIR=$(dirname "$bin") bash "$root/scripts/run.sh" --no-build \
   --backend cuda --bwrap "${LISA_BWRAP:-bwrap}" --model "$model" \
   --train-data "$root/tests/fixtures/seed-samples/verl_records_excerpt.json" \
   --val-data "" --out "$run" --steps 1 \
-  data.train_batch_size=2 actor_rollout_ref.rollout.n=2 \
+  data.train_batch_size="$prompts" actor_rollout_ref.rollout.n=2 \
   actor_rollout_ref.rollout.max_turns=3 \
   actor_rollout_ref.rollout.max_tokens_per_call=96 \
   actor_rollout_ref.rollout.max_context_tokens=8192 \
@@ -59,11 +68,11 @@ LISA_BUILD_DIR=$(dirname "$bin") bash "$root/scripts/run.sh" --no-build \
   trainer.n_gpus_per_node="$ranks" \
   trainer.val_before_train=false trainer.save_freq=1 \
   trainer.save_dtype=bf16 trainer.failed_rollouts=zero \
-  trainer.step_timeout=8m
+  trainer.step_timeout=8m ${LISA_RL_EXTRA:-}
 echo "stack run took $(($(date +%s) - t0)) s"
-python3 - "$run" "$ranks" <<'PY'
+python3 - "$run" "$ranks" "$prompts" <<'PY'
 import json, os, re, sys
-run, ranks = sys.argv[1], int(sys.argv[2])
+run, ranks, prompts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lines = [json.loads(l) for l in open(os.path.join(run, "trainer", "metrics.jsonl"))]
 train = [l for l in lines if l.get("kind") == "train"]
 assert len(train) == 1, lines
@@ -75,8 +84,8 @@ show = ["rollouts/total", "rollouts/succeeded", "reward/mean", "batch/sequences"
         "time/train_s", "time/step_s"]
 for k in show:
     print(f"  {k:28s} {m.get(k)}")
-assert m["rollouts/total"] == 4, m
-assert m["batch/sequences"] >= 4 and m["batch/response_tokens"] > 0, m
+assert m["rollouts/total"] == 2 * prompts, m
+assert m["batch/sequences"] >= 2 * prompts and m["batch/response_tokens"] > 0, m
 assert m.get("update/skipped") == 0, m
 assert m["policy_version"] == 0 and m["policy_version_after"] == 1, m
 # bf16 engine vs bf16 training forward over the same weights
@@ -92,6 +101,7 @@ if ranks > 1:
     served = re.findall(r"engine: (\S+) stopped after (\d+) requests", log)
     print("  engines (id, requests):", served)
     assert len(served) == ranks, served
+    assert all(int(n) > 0 for _, n in served), served
     assert m["actor/micro_batches"] >= ranks, m
 print("1 passed, 0 failed")
 PY

@@ -2,12 +2,13 @@
 broker process and real reward workers on loopback."""
 import json
 import os
+import subprocess
 import time
 
 import pytest
 import zmq
 
-from brokerlib import (Client, RewardWorker, claim, enqueue, pb, rollout,
+from brokerlib import (BIN, Client, RewardWorker, claim, enqueue, pb, rollout,
                        state_of, task, wait_state)
 
 
@@ -241,6 +242,86 @@ def test_worker_serves_only_its_data_sources(broker, client):
     time.sleep(0.2)
     assert state_of(client, r_math) == pb.ROLLOUT_SCORING
     w.stop()
+
+
+def test_score_no_connected_worker_serves_fails_with_a_reason(make_broker):
+    # Workers are connected, none scores the data source: after the grace
+    # the rollout fails with FAILURE_REWARD naming the source and what the
+    # workers serve, rather than waiting for the whole deadline. A source a
+    # worker joins for within the grace is scored, and with no worker
+    # connected at all a score waits (workers may still come).
+    b = make_broker(score_unroutable_ms=400)
+    c = Client(b.ep["rpc"])
+    r_none = enqueue(c, [task("n", source="math_x")])[0]
+    claim(c)
+    complete(c, r_none, 1)
+    time.sleep(0.8)
+    assert state_of(c, r_none) == pb.ROLLOUT_SCORING  # no worker at all yet
+    bio = RewardWorker(b.ep["workers"], worker_id="bio", sources=["biomed"])
+    bio.start()
+    time.sleep(0.2)
+    r_if = enqueue(c, [task("i", source="instruct_follow_mini")])[0]
+    r_late = enqueue(c, [task("l", source="long_context_mini")])[0]
+    claim(c)
+    complete(c, r_if, 1)
+    complete(c, r_late, 1)
+    time.sleep(0.1)
+    qa = RewardWorker(b.ep["workers"], worker_id="qa",
+                      sources=["long_context", "instruct_pretrain"])
+    qa.start()
+    wait_state(c, r_late, pb.ROLLOUT_SUCCEEDED)
+    for rid, source in ((r_if, "instruct_follow_mini"), (r_none, "math_x")):
+        wait_state(c, rid, pb.ROLLOUT_FAILED, timeout=5.0)
+        q = rollout(c, rid).rollouts[0]
+        assert q.failure_kind == pb.FAILURE_REWARD, q
+        assert ("no reward worker scores data source '%s'" % source
+                in q.reason), q.reason
+        assert "connected workers serve: " in q.reason and "biomed" in q.reason
+    # r_if waited until both workers were connected: both are named, once
+    why = rollout(c, r_if).rollouts[0].reason
+    served = why.split("serve: ")[1].rstrip(")").split(", ")
+    assert sorted(served) == ["biomed", "instruct_pretrain", "long_context"], why
+    # the loop keeps serving: a scorable rollout still succeeds
+    r_ok = enqueue(c, [task("b", source="biomed_mini")])[0]
+    claim(c)
+    complete(c, r_ok, 1)
+    wait_state(c, r_ok, pb.ROLLOUT_SUCCEEDED)
+    bio.stop()
+    qa.stop()
+    c.close()
+
+
+def test_real_reward_worker_scores_and_refuses_what_it_cannot(make_broker):
+    # The real lisa-reward worker advertises the recipe's routes; a data
+    # source outside them (IFBench's instruct_follow) fails within the grace
+    # with the worker's routes in the reason, the others are scored.
+    exe = os.path.join(BIN, "bin", "lisa-reward")
+    if not os.access(exe, os.X_OK):
+        pytest.skip("lisa-reward not built")
+    b = make_broker(score_unroutable_ms=300)
+    w = subprocess.Popen([exe, "worker", "--broker", b.ep["workers"],
+                          "--threads", "1", "--heartbeat-ms", "50",
+                          "--log-level", "warn"])
+    try:
+        c = Client(b.ep["rpc"])
+        r_math = enqueue(c, [task("m", truth="70", source="math_mini")])[0]
+        r_if = enqueue(c, [task("i", source="instruct_follow_mini",
+                                truth='{"instruction_id_list": []}')])[0]
+        claim(c)
+        complete(c, r_math, 1, answer="so \\boxed{70}")
+        complete(c, r_if, 1, answer="whatever")
+        wait_state(c, r_math, pb.ROLLOUT_SUCCEEDED, timeout=10.0)
+        assert rollout(c, r_math).rollouts[0].reward.value == 1.0
+        wait_state(c, r_if, pb.ROLLOUT_FAILED, timeout=10.0)
+        q = rollout(c, r_if).rollouts[0]
+        assert q.failure_kind == pb.FAILURE_REWARD
+        assert "'instruct_follow_mini'" in q.reason, q.reason
+        for route in ("math", "biomed", "instruct_pretrain", "long_context"):
+            assert route in q.reason.split("serve: ")[1], q.reason
+        c.close()
+    finally:
+        w.terminate()
+        w.wait(timeout=10)
 
 
 def test_cancel_in_every_open_state(broker, client):
