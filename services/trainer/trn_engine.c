@@ -61,6 +61,8 @@ struct trn_engine {
     size_t n_active;
     bool paused, stop;
     uint64_t version;
+    uint64_t state_seq; /* bumped by pause / resume; the registration
+                           thread re-registers when it moved */
     uint64_t seed_ctr;
     trn_engine_stats_t st;
 };
@@ -473,7 +475,9 @@ s_run(void *arg)
 
 /* ---- broker registration ----------------------------------------------- */
 
-static void
+/* Registers the engine's state with the broker; returns the state_seq
+ * that state belongs to. */
+static uint64_t
 s_register(trn_engine_t *e, lisa_rpc_t *rpc, bool final)
 {
     Lisa__Engine eng = LISA__ENGINE__INIT;
@@ -482,6 +486,7 @@ s_register(trn_engine_t *e, lisa_rpc_t *rpc, bool final)
     pthread_mutex_lock(&e->mu);
     eng.policy_version = e->version;
     eng.paused = e->paused;
+    uint64_t seq = e->state_seq;
     pthread_mutex_unlock(&e->mu);
     eng.engine_id = e->id;
     eng.url = e->url;
@@ -505,6 +510,7 @@ s_register(trn_engine_t *e, lisa_rpc_t *rpc, bool final)
         lisa_log_warn("engine: register with %s failed: %s", e->broker,
                       lisa_rc_str(rc));
     lisa_rpc_reply_free(&rep);
+    return seq;
 }
 
 static void *
@@ -521,15 +527,18 @@ s_reg_run(void *arg)
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
         pthread_mutex_unlock(&e->mu);
-        s_register(e, rpc, false);
+        uint64_t seq = s_register(e, rpc, false);
         pthread_mutex_lock(&e->mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t ns = (uint64_t) ts.tv_nsec + (every % 1000) * 1000000ull;
         ts.tv_sec += (time_t) (every / 1000 + ns / 1000000000ull);
         ts.tv_nsec = (long) (ns % 1000000000ull);
-        if (!e->stop)
-            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        /* a pause or resume during the call above is registered at once
+         * (its wake-up came while no one waited), else the next renewal */
+        int w = 0;
+        while (!e->stop && e->state_seq == seq && w == 0)
+            w = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
     }
     pthread_mutex_unlock(&e->mu);
     s_register(e, rpc, true);
@@ -658,6 +667,7 @@ trn_engine_pause(trn_engine_t *e, uint64_t timeout_ms)
 {
     pthread_mutex_lock(&e->mu);
     e->paused = true;
+    e->state_seq++;
     pthread_cond_broadcast(&e->cv);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -678,6 +688,7 @@ trn_engine_resume(trn_engine_t *e, uint64_t policy_version)
     pthread_mutex_lock(&e->mu);
     e->version = policy_version;
     e->paused = false;
+    e->state_seq++;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }

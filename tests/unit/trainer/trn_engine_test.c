@@ -10,6 +10,8 @@
 #include "trn_sampler.h"
 #include "trn_tiny_model.h"
 
+#include "lisa/lisa_codec.h"
+
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -291,4 +293,104 @@ Test(trn_engine, a_backend_that_samples_on_the_device)
     trn_engine_destroy(&e2);
     trn_backend_destroy(&s_dev->inner);
     free(s_dev);
+}
+
+/* ---- registration with the broker --------------------------------------
+ * The broker here is a real ZeroMQ ROUTER in the test that holds its reply
+ * to the first EngineRegister while the engine is paused and resumed, as
+ * lisa-trainer does at start-up (and each data-parallel rank on every
+ * command). The state change must reach the broker as soon as that call
+ * ends, not at the next renewal (TTL / 3 = 10 s here): a gateway that sees
+ * the engine paused sends every first call of a step to other engines. */
+
+/* Receives one request from the router (NULL on timeout); *id, *empty
+ * keep the envelope for the reply. */
+static Lisa__Request *
+s_recv_register(zsock_t *router, zframe_t **id, zframe_t **empty)
+{
+    zmsg_t *m = zmsg_recv(router);
+    if (!m)
+        return NULL;
+    *id = zmsg_pop(m);
+    *empty = zmsg_pop(m);
+    zframe_t *body = zmsg_pop(m);
+    ProtobufCMessage *msg = NULL;
+    lisa_rc_t rc = lisa_codec_decode_frame(&lisa__request__descriptor, body,
+                                           LISA_MAX_RPC_FRAME, NULL, &msg,
+                                           NULL);
+    zframe_destroy(&body);
+    zmsg_destroy(&m);
+    cr_assert_eq(rc, LISA_OK);
+    Lisa__Request *req = (Lisa__Request *) msg;
+    cr_assert_eq(req->body_case, LISA__REQUEST__BODY_ENGINE_REGISTER);
+    return req;
+}
+
+static void
+s_reply_ok(zsock_t *router, zframe_t **id, zframe_t **empty, uint64_t rid)
+{
+    Lisa__Reply rep = LISA__REPLY__INIT;
+    Lisa__EngineRegisterRep er = LISA__ENGINE_REGISTER_REP__INIT;
+    rep.request_id = rid;
+    rep.code = LISA__CODE__CODE_OK;
+    rep.body_case = LISA__REPLY__BODY_ENGINE_REGISTER;
+    rep.engine_register = &er;
+    zmsg_t *out = zmsg_new();
+    zmsg_append(out, id);
+    zmsg_append(out, empty);
+    lisa_codec_append(out, &rep.base);
+    cr_assert_eq(zmsg_send(&out, router), 0);
+}
+
+Test(trn_engine_broker, a_resume_during_a_registration_is_registered_at_once)
+{
+    char dir[128];
+    trn_tiny_model_dir(dir, sizeof dir, "trn_engine_reg", 1, 1);
+    trn_err_t err;
+    trn_backend_t *b = trn_backend_new("cpu", dir, 1, false, &err);
+    cr_assert(b, "%s", err.msg);
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    int port = zsock_bind(router, "tcp://127.0.0.1:*");
+    cr_assert_gt(port, 0);
+    zsock_set_rcvtimeo(router, 5000);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    trn_engine_cfg_t ec = {.address = "127.0.0.1",
+                           .max_batch = 2,
+                           .policy_version = 0,
+                           .broker = ep,
+                           .register_ttl_ms = 30000,
+                           .seed = 1};
+    trn_engine_t *e = trn_engine_new(b, &ec);
+    cr_assert(e);
+    zframe_t *id = NULL, *empty = NULL;
+    Lisa__Request *first = s_recv_register(router, &id, &empty);
+    cr_assert(first, "no registration within 5 s");
+    uint64_t rid = first->request_id;
+    cr_assert_eq(first->engine_register->engine->policy_version, 0);
+    lisa_codec_free((ProtobufCMessage **) &first);
+    /* the call is on the wire: pause, then resume at a new version */
+    cr_assert_eq(trn_engine_pause(e, 1000), LISA_OK);
+    trn_engine_resume(e, 9);
+    s_reply_ok(router, &id, &empty, rid);
+    zsock_set_rcvtimeo(router, 2000);
+    int64_t t0 = zclock_mono();
+    Lisa__Request *second = s_recv_register(router, &id, &empty);
+    cr_assert(second, "the resume was not registered within 2 s");
+    cr_assert_lt(zclock_mono() - t0, 2000);
+    cr_assert_not(second->engine_register->engine->paused);
+    cr_assert_eq(second->engine_register->engine->policy_version, 9);
+    s_reply_ok(router, &id, &empty, second->request_id);
+    lisa_codec_free((ProtobufCMessage **) &second);
+    /* nothing changed since: no third call before the renewal */
+    zsock_set_rcvtimeo(router, 500);
+    zmsg_t *none = zmsg_recv(router);
+    cr_assert_null(none, "registered again with nothing to tell");
+    zsock_set_rcvtimeo(router, 100);
+    trn_engine_destroy(&e); /* its last registration is not answered */
+    zsock_destroy(&router);
+    trn_backend_destroy(&b);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
