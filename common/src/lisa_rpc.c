@@ -38,6 +38,7 @@ struct lisa_rpc_t {
     uint64_t dropped;
     zloop_t *loop;
     int timer_id;
+    const volatile sig_atomic_t *interrupt; /* lisa_rpc_set_interrupt */
 };
 
 static zsock_t *
@@ -103,6 +104,13 @@ void
 lisa_rpc_set_tries(lisa_rpc_t *self, unsigned tries)
 {
     self->tries = tries ? tries : 1;
+}
+
+void
+lisa_rpc_set_interrupt(lisa_rpc_t *self, const volatile sig_atomic_t *flag)
+{
+    if (self)
+        self->interrupt = flag;
 }
 
 const char *
@@ -230,18 +238,24 @@ lisa_rpc_call(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
             return LISA_ERR;
         int64_t deadline = zclock_mono() + timeout_ms;
         for (;;) {
+            if (self->interrupt && *self->interrupt)
+                return LISA_AGAIN;
             int64_t left = deadline - zclock_mono();
             if (left <= 0)
                 break;
+            int64_t slice = self->interrupt && left > 100 ? 100 : left;
             zmq_pollitem_t it = {zsock_resolve(self->sock), 0, ZMQ_POLLIN, 0};
-            int rc = zmq_poll(&it, 1, (long) left);
+            int rc = zmq_poll(&it, 1, (long) slice);
             if (rc < 0) {
                 if (zmq_errno() == EINTR)
                     continue;
                 return LISA_ERR;
             }
-            if (rc == 0)
+            if (rc == 0) {
+                if (slice < left)
+                    continue;
                 break;
+            }
             Lisa__Reply *r = s_recv(self, self->sock);
             if (!r)
                 continue;

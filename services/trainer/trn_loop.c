@@ -79,6 +79,8 @@ s_call(s_loop_t *L, Lisa__Request *req, uint64_t timeout_ms, Lisa__Reply **rep,
     req->version = LISA_PROTOCOL_VERSION;
     *rep = NULL;
     lisa_rc_t rc = lisa_rpc_call(L->rpc, req, (int) timeout_ms, rep);
+    if (rc == LISA_AGAIN) /* the stop flag ended the wait */
+        return s_fail(L, LISA_AGAIN, "stopped by signal (during %s)", what);
     if (rc != LISA_OK) {
         lisa_rpc_reply_free(rep);
         return s_fail(L, LISA_UNAVAILABLE,
@@ -214,20 +216,38 @@ s_find(s_ro_t *ros, size_t n, const char *id)
     return NULL;
 }
 
+/* Cancels the rollouts `ids`. When stopping on a signal the broker gets
+ * at most S_STOP_CANCEL_MS to confirm (it may be stopping too). */
+#define S_STOP_CANCEL_MS 1000u
+
 static void
-s_cancel(s_loop_t *L, char **ids, size_t n)
+s_cancel(s_loop_t *L, char **ids, size_t n, bool stopping)
 {
     Lisa__CancelReq cq = LISA__CANCEL_REQ__INIT;
     cq.rollout_ids = ids;
     cq.n_rollout_ids = n;
-    static char reason[] = "trainer step deadline";
-    cq.reason = reason;
+    static char deadline[] = "trainer step deadline";
+    static char stopped[] = "trainer stopped";
+    cq.reason = stopping ? stopped : deadline;
     Lisa__Request req = LISA__REQUEST__INIT;
     req.body_case = LISA__REQUEST__BODY_CANCEL;
     req.cancel = &cq;
     Lisa__Reply *rep = NULL;
-    (void) s_call(L, &req, L->c->rpc_timeout_ms, &rep, "CancelReq");
+    uint64_t tmo = L->c->rpc_timeout_ms;
+    if (stopping) {
+        lisa_rpc_set_interrupt(L->rpc, NULL);
+        if (tmo > S_STOP_CANCEL_MS)
+            tmo = S_STOP_CANCEL_MS;
+    }
+    req.version = LISA_PROTOCOL_VERSION;
+    if (lisa_rpc_call(L->rpc, &req, (int) tmo, &rep) != LISA_OK ||
+        lisa_rpc_reply_rc(rep) != LISA_OK)
+        lisa_log_warn("loop: cancelling %zu rollouts: no confirmation from "
+                      "broker %s",
+                      n, L->c->broker);
     lisa_rpc_reply_free(&rep);
+    if (stopping)
+        lisa_rpc_set_interrupt(L->rpc, L->a->stop);
 }
 
 /* Waits until every rollout is terminal or the deadline passes (the rest
@@ -246,7 +266,7 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
         if (np == 0)
             break;
         if (L->a->stop && *L->a->stop) {
-            s_cancel(L, ids, np);
+            s_cancel(L, ids, np, true);
             rc = s_fail(L, LISA_AGAIN, "stopped by signal");
             break;
         }
@@ -255,7 +275,7 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
             lisa_log_warn("loop: %zu rollouts past the step deadline; "
                           "cancelling them",
                           np);
-            s_cancel(L, ids, np);
+            s_cancel(L, ids, np, false);
             for (size_t i = 0; i < n; i++)
                 if (!ros[i].terminal) {
                     ros[i].terminal = true;
@@ -277,6 +297,11 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
         req.version = LISA_PROTOCOL_VERSION;
         uint64_t tmo = chunk + L->c->rpc_timeout_ms;
         rc = lisa_rpc_call(L->rpc, &req, (int) tmo, &rep);
+        if (rc == LISA_AGAIN) { /* the stop flag ended the wait */
+            s_cancel(L, ids, np, true);
+            rc = s_fail(L, LISA_AGAIN, "stopped by signal");
+            break;
+        }
         if (rc != LISA_OK) {
             lisa_rpc_reply_free(&rep);
             rc =
@@ -780,6 +805,7 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
         goto out;
     }
     lisa_rpc_set_tries(L.rpc, 1);
+    lisa_rpc_set_interrupt(L.rpc, a->stop);
     uint64_t bv = 0;
     rc = s_policy(&L, false, 0, &bv);
     if (rc != LISA_OK)

@@ -35,6 +35,7 @@
 #include "lisa/lisa_rc.h"
 
 #include <czmq.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,6 +66,13 @@ void lisa_rpc_destroy(lisa_rpc_t **self);
 /* Sets how many times lisa_rpc_call sends an idempotent request (>= 1). */
 void lisa_rpc_set_tries(lisa_rpc_t *self, unsigned tries);
 
+/* Makes lisa_rpc_call give up waiting once *flag is non-zero (typically
+ * set by a SIGINT/SIGTERM handler), checked at least every 100 ms; NULL
+ * turns that off. The request is still sent; the call then returns
+ * LISA_AGAIN without a reply. */
+void lisa_rpc_set_interrupt(lisa_rpc_t *self,
+                            const volatile sig_atomic_t *flag);
+
 /* The endpoint this client talks to (borrowed). */
 const char *lisa_rpc_endpoint(const lisa_rpc_t *self);
 
@@ -75,8 +83,9 @@ bool lisa_rpc_idempotent(const Lisa__Request *req);
 /* Synchronous call. Sets req->request_id and req->caller, sends, and waits
  * up to `timeout_ms` per try. On LISA_OK *reply is the broker's reply
  * (check (*reply)->code); free it with lisa_rpc_reply_free. Returns
- * LISA_TIMEOUT when no reply came in any try, LISA_INVALID for a
- * non-positive timeout, LISA_ERR on socket failure. Must not be mixed with
+ * LISA_TIMEOUT when no reply came in any try, LISA_AGAIN when the
+ * interrupt flag (lisa_rpc_set_interrupt) was set while waiting,
+ * LISA_INVALID for a non-positive timeout, LISA_ERR on socket failure. Must not be mixed with
  * open async requests on the same client. */
 lisa_rc_t lisa_rpc_call(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
                         Lisa__Reply **reply) LISA_NODISCARD;

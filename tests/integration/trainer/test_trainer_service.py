@@ -353,6 +353,41 @@ def test_broker_dies_mid_step(stack, tmp_path):
     assert took < 15, took
 
 
+def test_sigterm_while_waiting_on_a_dead_broker_exits_at_once(stack, tmp_path):
+    # Ctrl-C of a local run signals every process at once: the broker is
+    # gone while the trainer waits on its step's rollouts. The trainer must
+    # not sit out the wait and its RPC timeout (here 5 s + 30 s) first.
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    train = write_data(str(tmp_path / "train.json"), 2, jsonl=False)
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--train-data", train,
+                 "--broker", br.ep["rpc"], "--out", str(tmp_path / "out"),
+                 "--threads", "1", "data.train_batch_size=2",
+                 "actor_rollout_ref.rollout.n=2", "trainer.step_timeout=5m",
+                 "trainer.rpc_timeout=30s"], log)
+    procs.append(p)
+    b = lisa_client.Broker(br.ep["rpc"], timeout=5)
+    end = time.time() + 30
+    while time.time() < end:
+        if b.call("stats", pb.StatsReq()).stats.stats.queued >= 4:
+            break
+        assert p.poll() is None, open(tmp_path / "trainer.log").read()
+        time.sleep(0.05)
+    b.close()
+    time.sleep(0.5)
+    br.kill()
+    p.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    rc = p.wait(timeout=40)
+    took = time.time() - t0
+    text = open(tmp_path / "trainer.log").read()
+    assert rc != 0, text[-2000:]
+    assert "stopped by signal" in text, text[-2000:]
+    # the cancel gets 1 s, the engine's last registration 0.5 s
+    assert took < 5, (took, text[-2000:])
+
+
 def test_bad_data_is_a_clear_error(tmp_path):
     model = model_dir(str(tmp_path))
     bad = tmp_path / "bad.jsonl"

@@ -6,6 +6,8 @@
 #include "lisa/lisa_rpc.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -213,4 +215,50 @@ Test(lisa_rpc, async_from_a_zloop)
     lisa_rpc_destroy(&rpc);
     cr_assert_eq(t.errors, 1);
     zactor_destroy(&peer);
+}
+
+/* A signal handler's flag ends a synchronous wait within about 100 ms,
+ * also a wait already under way, and the client keeps working after. */
+static volatile sig_atomic_t s_flag;
+
+static void *
+s_raise_later(void *arg)
+{
+    (void) arg;
+    zclock_sleep(200);
+    s_flag = 1;
+    return NULL;
+}
+
+Test(lisa_rpc, interrupt_flag_ends_the_wait)
+{
+    peer_cfg_t cfg = {1000, 0}; /* drops every request */
+    char ep[64];
+    zactor_t *peer = s_start(&cfg, ep, sizeof ep);
+    lisa_rpc_t *rpc = lisa_rpc_new(ep, "stop");
+    lisa_rpc_set_interrupt(rpc, &s_flag);
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__StatsReq sreq = LISA__STATS_REQ__INIT;
+    req.body_case = LISA__REQUEST__BODY_STATS;
+    req.stats = &sreq;
+    Lisa__Reply *rep = NULL;
+    s_flag = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, s_raise_later, NULL);
+    int64_t t0 = zclock_mono();
+    cr_assert_eq(lisa_rpc_call(rpc, &req, 10000, &rep), LISA_AGAIN);
+    int64_t took = zclock_mono() - t0;
+    pthread_join(t, NULL);
+    cr_assert_null(rep);
+    cr_assert(took >= 190 && took < 1000, "took %lld ms", (long long) took);
+    /* set before the call: it returns at once (the request was sent) */
+    t0 = zclock_mono();
+    cr_assert_eq(lisa_rpc_call(rpc, &req, 10000, &rep), LISA_AGAIN);
+    cr_assert_lt(zclock_mono() - t0, 200);
+    /* without the flag the same client times out as before */
+    lisa_rpc_set_interrupt(rpc, NULL);
+    cr_assert_eq(lisa_rpc_call(rpc, &req, 150, &rep), LISA_TIMEOUT);
+    zactor_destroy(&peer);
+    cr_assert_geq(cfg.seen, 2);
+    lisa_rpc_destroy(&rpc);
 }
