@@ -35,18 +35,18 @@ typedef struct {
     uint64_t tick_ms;        /* lease/deadline/liveness scan period */
     uint64_t group_max;      /* most messages in one group commit */
     uint64_t worker_heartbeat_ms; /* heartbeat to reward workers */
-    uint64_t worker_liveness;  /* missed heartbeats before a worker is dead */
-    uint64_t score_budget_ms;  /* most time a worker may spend on a score */
-    uint64_t score_tries;      /* dispatches of one score on worker errors */
-    uint64_t score_unroutable_ms; /* wait of a score no connected worker serves */
-    uint64_t max_wait_ms;      /* bound on WaitReq.timeout_ms */
-    uint64_t max_waits;        /* concurrent waits held */
-    uint64_t max_rpc_frame;    /* bytes */
-    uint64_t max_span_frame;   /* bytes */
-    uint64_t max_worker_frame; /* bytes */
-    uint64_t max_batch;        /* rollouts per enqueue, spans per put */
-    uint64_t max_answer;       /* bytes of an attempt's answer */
-    uint64_t span_segment;     /* bytes of one span log segment */
+    uint64_t worker_liveness; /* missed heartbeats before a worker is dead */
+    uint64_t score_budget_ms; /* most time a worker may spend on a score */
+    uint64_t score_tries;     /* dispatches of one score on worker errors */
+    uint64_t score_unroutable_ms; /* wait when no worker serves a source */
+    uint64_t max_wait_ms;         /* bound on WaitReq.timeout_ms */
+    uint64_t max_waits;           /* concurrent waits held */
+    uint64_t max_rpc_frame;       /* bytes */
+    uint64_t max_span_frame;      /* bytes */
+    uint64_t max_worker_frame;    /* bytes */
+    uint64_t max_batch;           /* rollouts per enqueue, spans per put */
+    uint64_t max_answer;          /* bytes of an attempt's answer */
+    uint64_t span_segment;        /* bytes of one span log segment */
 } brk_config_t;
 
 /* Fills *cfg from defaults, file, environment and argv (argv[0] skipped).

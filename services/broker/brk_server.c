@@ -59,9 +59,9 @@ typedef struct {
     uint64_t job_id;
     char *rollout_id;
     uint32_t attempt;
-    uint32_t tries; /* dispatches answered with a worker error */
-    char *worker;   /* key of the worker holding it; NULL: queued */
-    int64_t due;    /* mono ms by which the worker must answer */
+    uint32_t tries;           /* dispatches answered with a worker error */
+    char *worker;             /* key of the worker holding it; NULL: queued */
+    int64_t due;              /* mono ms by which the worker must answer */
     int64_t unroutable_since; /* mono ms since when workers are connected
                                  but none serves data_source; 0: not so */
     char *data_source;

@@ -85,8 +85,8 @@ bool lisa_rpc_idempotent(const Lisa__Request *req);
  * (check (*reply)->code); free it with lisa_rpc_reply_free. Returns
  * LISA_TIMEOUT when no reply came in any try, LISA_AGAIN when the
  * interrupt flag (lisa_rpc_set_interrupt) was set while waiting,
- * LISA_INVALID for a non-positive timeout, LISA_ERR on socket failure. Must not be mixed with
- * open async requests on the same client. */
+ * LISA_INVALID for a non-positive timeout, LISA_ERR on socket failure. Must not
+ * be mixed with open async requests on the same client. */
 lisa_rc_t lisa_rpc_call(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
                         Lisa__Reply **reply) LISA_NODISCARD;
 

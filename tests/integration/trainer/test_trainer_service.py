@@ -321,7 +321,9 @@ def test_training_steps_with_real_broker_and_reward(stack, tmp_path):
     assert os.path.exists(os.path.join(out, "global_step_3", "model.safetensors"))
 
 
-def test_broker_dies_mid_step(stack, tmp_path):
+def start_a_step_nobody_claims(stack, tmp_path, rpc_timeout):
+    """Starts a trainer whose first step's 4 rollouts stay queued (no
+    controller) and returns it once the broker holds them."""
     br, procs = stack
     model = model_dir(str(tmp_path))
     train = write_data(str(tmp_path / "train.json"), 2, jsonl=False)
@@ -330,9 +332,8 @@ def test_broker_dies_mid_step(stack, tmp_path):
                  "--broker", br.ep["rpc"], "--out", str(tmp_path / "out"),
                  "--threads", "1", "data.train_batch_size=2",
                  "actor_rollout_ref.rollout.n=2", "trainer.step_timeout=5m",
-                 "trainer.rpc_timeout=2s"], log)
+                 "trainer.rpc_timeout=" + rpc_timeout], log)
     procs.append(p)
-    # wait until the step's rollouts are queued (nobody claims them)
     b = lisa_client.Broker(br.ep["rpc"], timeout=5)
     end = time.time() + 30
     while time.time() < end:
@@ -342,7 +343,12 @@ def test_broker_dies_mid_step(stack, tmp_path):
         time.sleep(0.05)
     b.close()
     time.sleep(0.5)
-    br.kill()
+    return p
+
+
+def test_broker_dies_mid_step(stack, tmp_path):
+    p = start_a_step_nobody_claims(stack, tmp_path, "2s")
+    stack[0].kill()
     t0 = time.time()
     rc = p.wait(timeout=30)
     took = time.time() - t0
@@ -357,26 +363,8 @@ def test_sigterm_while_waiting_on_a_dead_broker_exits_at_once(stack, tmp_path):
     # Ctrl-C of a local run signals every process at once: the broker is
     # gone while the trainer waits on its step's rollouts. The trainer must
     # not sit out the wait and its RPC timeout (here 5 s + 30 s) first.
-    br, procs = stack
-    model = model_dir(str(tmp_path))
-    train = write_data(str(tmp_path / "train.json"), 2, jsonl=False)
-    log = open(tmp_path / "trainer.log", "wb")
-    p = trainer(["train", "--model", model, "--train-data", train,
-                 "--broker", br.ep["rpc"], "--out", str(tmp_path / "out"),
-                 "--threads", "1", "data.train_batch_size=2",
-                 "actor_rollout_ref.rollout.n=2", "trainer.step_timeout=5m",
-                 "trainer.rpc_timeout=30s"], log)
-    procs.append(p)
-    b = lisa_client.Broker(br.ep["rpc"], timeout=5)
-    end = time.time() + 30
-    while time.time() < end:
-        if b.call("stats", pb.StatsReq()).stats.stats.queued >= 4:
-            break
-        assert p.poll() is None, open(tmp_path / "trainer.log").read()
-        time.sleep(0.05)
-    b.close()
-    time.sleep(0.5)
-    br.kill()
+    p = start_a_step_nobody_claims(stack, tmp_path, "30s")
+    stack[0].kill()
     p.send_signal(signal.SIGTERM)
     t0 = time.time()
     rc = p.wait(timeout=40)

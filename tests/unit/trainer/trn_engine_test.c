@@ -5,12 +5,11 @@
  * requests in the queue and the answer after resume carries the new policy
  * version. The first test is the usage example.
  */
+#include "lisa/lisa_codec.h"
 #include "trn_backend.h"
 #include "trn_engine.h"
 #include "trn_sampler.h"
 #include "trn_tiny_model.h"
-
-#include "lisa/lisa_codec.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -315,9 +314,8 @@ s_recv_register(zsock_t *router, zframe_t **id, zframe_t **empty)
     *empty = zmsg_pop(m);
     zframe_t *body = zmsg_pop(m);
     ProtobufCMessage *msg = NULL;
-    lisa_rc_t rc = lisa_codec_decode_frame(&lisa__request__descriptor, body,
-                                           LISA_MAX_RPC_FRAME, NULL, &msg,
-                                           NULL);
+    lisa_rc_t rc = lisa_codec_decode_frame(
+        &lisa__request__descriptor, body, LISA_MAX_RPC_FRAME, NULL, &msg, NULL);
     zframe_destroy(&body);
     zmsg_destroy(&m);
     cr_assert_eq(rc, LISA_OK);
