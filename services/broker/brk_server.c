@@ -41,6 +41,8 @@
 #define S_MAX_WORKERS 4096u
 #define S_DEFAULT_TTL 10000u
 #define S_ERR_LEN     512
+/* repeat of the "no reward worker connected" warning */
+#define S_NO_WORKER_WARN_MS 60000
 /* Spans of one SpanPut taken by the fast path (more: the full decoder). */
 #define S_SCAN_MAX 64
 
@@ -173,6 +175,9 @@ struct brk_server_t {
      * export pruned rollouts in it); 0: nothing to do */
     uint64_t gc_after;
     int64_t gc_since;           /* when gc_after first waited for the syncer */
+    int64_t no_worker_since;    /* mono ms since scores wait with no reward
+                                   worker connected; 0: not so */
+    int64_t no_worker_warn;     /* mono ms of the next such warning */
     struct s_batch_s **batches; /* committed, waiting for fsync */
     size_t n_batches, cap_batches;
     struct {
@@ -2210,6 +2215,26 @@ s_tick(brk_server_t *self)
             w->next_hb = mono + (int64_t) self->cfg->worker_heartbeat_ms;
         }
         w = next;
+    }
+
+    /* scores waiting with no reward worker connected: they wait (one may
+     * still come), but say so now and then */
+    if (self->n_jobs && zhashx_size(self->workers) == 0) {
+        if (!self->no_worker_since) {
+            self->no_worker_since = mono;
+            self->no_worker_warn =
+                mono + (int64_t) self->cfg->score_unroutable_ms;
+        }
+        if (mono >= self->no_worker_warn) {
+            lisa_log_warn("no reward worker is connected: score jobs "
+                          "waiting: %zu, for %lld s (start one: lisa-reward "
+                          "worker --broker <this broker's --workers>)",
+                          self->n_jobs,
+                          (long long) (mono - self->no_worker_since) / 1000);
+            self->no_worker_warn = mono + S_NO_WORKER_WARN_MS;
+        }
+    } else {
+        self->no_worker_since = 0;
     }
 
     /* score jobs a live worker sat on for too long, and queued ones no

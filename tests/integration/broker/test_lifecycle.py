@@ -249,7 +249,8 @@ def test_score_no_connected_worker_serves_fails_with_a_reason(make_broker):
     # the rollout fails with FAILURE_REWARD naming the source and what the
     # workers serve, rather than waiting for the whole deadline. A source a
     # worker joins for within the grace is scored, and with no worker
-    # connected at all a score waits (workers may still come).
+    # connected at all a score waits (workers may still come), and the
+    # broker's log says why.
     b = make_broker(score_unroutable_ms=400)
     c = Client(b.ep["rpc"])
     r_none = enqueue(c, [task("n", source="math_x")])[0]
@@ -257,6 +258,9 @@ def test_score_no_connected_worker_serves_fails_with_a_reason(make_broker):
     complete(c, r_none, 1)
     time.sleep(0.8)
     assert state_of(c, r_none) == pb.ROLLOUT_SCORING  # no worker at all yet
+    # ... which the broker says in its log
+    assert "no reward worker is connected: score jobs waiting: 1, for 0 s" \
+        in b.log_text(), b.log_text()
     bio = RewardWorker(b.ep["workers"], worker_id="bio", sources=["biomed"])
     bio.start()
     time.sleep(0.2)
