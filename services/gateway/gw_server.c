@@ -72,6 +72,7 @@ struct gw_server_t {
     uint64_t counter;
     size_t health_pending;
     bool listing;
+    int64_t listed_on_demand; /* mono ms of the last s_refresh_now */
     int tick_timer, refresh_timer, health_timer, expire_timer;
 };
 
@@ -579,6 +580,24 @@ s_chat_based(void *arg, uint64_t request_id, lisa_rc_t rc,
     s_chat_render(c);
 }
 
+static int s_on_refresh(zloop_t *loop, int timer_id, void *arg);
+
+/* A call found no engine it may use: ask the broker for the engine list
+ * now (at most every S_LIST_NOW_MS) rather than at the next refresh, so
+ * an engine that just resumed after a weight update or joined is used by
+ * the caller's retry. */
+#define S_LIST_NOW_MS 100
+
+static void
+s_refresh_now(gw_server_t *srv)
+{
+    int64_t now = zclock_mono();
+    if (now - srv->listed_on_demand < S_LIST_NOW_MS)
+        return;
+    srv->listed_on_demand = now;
+    (void) s_on_refresh(NULL, 0, srv);
+}
+
 static void s_chat_done(lisa_http_response_t *resp, void *arg);
 static void s_chat_gdone(const gw_client_resp_t *resp, void *arg);
 
@@ -590,6 +609,7 @@ s_chat_send(s_chat_t *c)
     const char *id, *url;
     lisa_rc_t rc = gw_pool_pick(srv->pool, gw_attempt_engine(c->a), &id, &url);
     if (rc != LISA_OK) {
+        s_refresh_now(srv);
         if (rc == LISA_AGAIN)
             gw_err_set(&err, rc, 429, "rate_limit_error", "engines_paused",
                        NULL,
@@ -962,6 +982,7 @@ s_completions(gw_server_t *srv, lisa_http_req_t *req, const char *route,
     lisa_rc_t rc =
         gw_pool_pick(srv->pool, a ? gw_attempt_engine(a) : NULL, &id, &url);
     if (rc != LISA_OK) {
+        s_refresh_now(srv);
         gw_err_set(&err, rc, rc == LISA_AGAIN ? 429 : 503,
                    rc == LISA_AGAIN ? "rate_limit_error" : "server_error", NULL,
                    NULL, "no generation engine is available now");

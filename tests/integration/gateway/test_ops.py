@@ -158,6 +158,44 @@ def test_engines_from_the_broker(make_engine, make_gateway, make_broker, key):
     c.close()
 
 
+def test_a_call_finding_no_engine_refreshes_the_list_at_once(
+        make_engine, make_gateway, make_broker, key):
+    # With a 30 s refresh, an engine that resumes after a weight update (or
+    # joins) would be unused for up to 30 s; the failed call itself makes
+    # the gateway list the engines again, so the caller's retry gets it.
+    eng = make_engine(lambda p, b: ("resumed", "stop"))
+    brk = make_broker()
+    c = Client(brk.ep["rpc"])
+    c.ok("engine_register", pb.EngineRegisterReq(
+        engine=pb.Engine(engine_id="rank0", url=eng.url, up=True, paused=True,
+                         policy_version=1), ttl_ms=60000))
+    gw = make_gateway(broker=brk.ep["rpc"], engine_refresh="30s")
+    rid, att = attempt_of(c)
+    tok = mint(key, rid, att)
+    body = {"messages": [{"role": "user", "content": "x"}]}
+    hdr = {"Authorization": "Bearer " + tok}
+    end = time.time() + 5
+    while time.time() < end:  # the list at start-up: paused
+        st, _, out = http(gw.url + "/v1/chat/completions", "POST", body, hdr)
+        if st == 429:
+            break
+        time.sleep(0.05)
+    assert st == 429 and json.loads(out)["error"]["code"] == "engines_paused"
+    c.ok("engine_register", pb.EngineRegisterReq(
+        engine=pb.Engine(engine_id="rank0", url=eng.url, up=True, paused=False,
+                         policy_version=2), ttl_ms=60000))
+    t0 = time.time()
+    st, _, out = http(gw.url + "/v1/chat/completions", "POST", body, hdr)
+    assert st == 429  # this call still saw it paused, and asked again
+    while st != 200 and time.time() - t0 < 5:
+        time.sleep(0.25)  # the agent's first retry delay
+        st, _, out = http(gw.url + "/v1/chat/completions", "POST", body, hdr)
+    assert st == 200, out
+    assert json.loads(out)["choices"][0]["message"]["content"] == "resumed"
+    assert time.time() - t0 < 2, time.time() - t0
+    c.close()
+
+
 def test_metrics(make_engine, make_gateway, key):
     eng = make_engine(lambda p, b: ("four words right here", "stop"))
     gw = make_gateway(engines=eng.url)
