@@ -1987,19 +1987,28 @@ s_list_has(const char *list, const char *item)
     return false;
 }
 
-/* Whether reward workers are connected but none serves `data_source`;
- * if so, `list` (size n) names the prefixes they do serve. */
+/* Whether reward workers are connected but none serves `data_source`. */
 static bool
-s_unroutable(brk_server_t *self, const char *data_source, char *list, size_t n)
+s_unroutable(brk_server_t *self, const char *data_source)
 {
     if (zhashx_size(self->workers) == 0)
         return false;
+    for (s_worker_t *w = zhashx_first(self->workers); w;
+         w = zhashx_next(self->workers))
+        if (s_worker_serves(w, data_source))
+            return false;
+    return true;
+}
+
+/* The prefixes the connected workers serve, each once, into list (size
+ * n; cut short when it fills). */
+static void
+s_served_prefixes(brk_server_t *self, char *list, size_t n)
+{
     size_t used = 0;
     list[0] = '\0';
     for (s_worker_t *w = zhashx_first(self->workers); w;
-         w = zhashx_next(self->workers)) {
-        if (s_worker_serves(w, data_source))
-            return false;
+         w = zhashx_next(self->workers))
         for (size_t i = 0; i < w->n_prefixes && used < n; i++) {
             if (s_list_has(list, w->prefixes[i]))
                 continue;
@@ -2007,8 +2016,6 @@ s_unroutable(brk_server_t *self, const char *data_source, char *list, size_t n)
                              w->prefixes[i]);
             used += k > 0 ? (size_t) k : 0;
         }
-    }
-    return true;
 }
 
 /* Sends queued score jobs to workers with room (after COMMIT). */
@@ -2241,14 +2248,13 @@ s_tick(brk_server_t *self)
      * connected worker can score */
     for (size_t i = 0; i < self->n_jobs;) {
         s_job_t *j = self->jobs[i];
-        char serve[256];
-        if (!j->worker &&
-            s_unroutable(self, j->data_source, serve, sizeof serve)) {
+        if (!j->worker && s_unroutable(self, j->data_source)) {
             if (!j->unroutable_since)
                 j->unroutable_since = mono;
             if (mono - j->unroutable_since >=
                 (int64_t) self->cfg->score_unroutable_ms) {
-                char why[S_ERR_LEN];
+                char serve[256], why[S_ERR_LEN];
+                s_served_prefixes(self, serve, sizeof serve);
                 snprintf(why, sizeof why,
                          "no reward worker scores data source '%.64s' "
                          "(connected workers serve: %s)",
