@@ -927,6 +927,37 @@ test_linear_few(trn_blas_t *b, int T, int K, int N)
     free(ry), free(ra);
 }
 
+/* The gate|up product with SwiGLU in its kernel (trn_linear_fwd_glu)
+ * against the product into bf16 then trn_k_swiglu_fwd: the same bits. */
+static void
+test_linear_glu(trn_blas_t *b, int T, int K, int I)
+{
+    double *x, *w;
+    trn_bf16_t *hx = s_rand_bf16((size_t) T * K, 1, &x);
+    trn_bf16_t *hw = s_rand_bf16((size_t) 2 * I * K, 0.1, &w);
+    trn_bf16_t *dx_ = s_dev(hx, (size_t) T * K * 2);
+    trn_bf16_t *dw_ = s_dev(hw, (size_t) 2 * I * K * 2);
+    trn_bf16_t *gu = s_dev(NULL, (size_t) T * 2 * I * 2);
+    trn_bf16_t *a1 = s_dev(NULL, (size_t) T * I * 2);
+    trn_bf16_t *a2 = s_dev(NULL, (size_t) T * I * 2);
+    RC(trn_linear_fwd_glu(a1, dx_, dw_, T, K, I, NULL));
+    RC(trn_linear_fwd(b, NULL, gu, dx_, dw_, T, K, 2 * I, 0, NULL));
+    RC(trn_k_swiglu_fwd(a2, gu, T, I, NULL));
+    RC(trn_cuda_sync());
+    double *g1 = s_get_bf16(a1, (size_t) T * I);
+    double *g2 = s_get_bf16(a2, (size_t) T * I);
+    double diff = 0;
+    for (size_t i = 0; i < (size_t) T * I; i++)
+        diff = fmax(diff, fabs(g1[i] - g2[i]));
+    char what[96];
+    snprintf(what, sizeof what, "linear + swiglu T=%d K=%d I=%d (max diff)", T,
+             K, I);
+    s_check(what, diff, 0);
+    trn_cuda_free(&dx_), trn_cuda_free(&dw_), trn_cuda_free(&gu);
+    trn_cuda_free(&a1), trn_cuda_free(&a2);
+    free(hx), free(x), free(hw), free(w), free(g1), free(g2);
+}
+
 /* Sampling: the chunked path (greedy and temperature-only rows) against
  * the one-block-per-row path on the same rows and seeds, and both against
  * a double reference for the greedy choice and the reported logprob; rows
@@ -1001,11 +1032,15 @@ test_sample(void)
  * trn_k_attn_decode over the cache it wrote, against double references.
  * Tokens sit in distinct cache rows; `pad` makes every fourth row padding
  * (slot -1), `split` gives the attention its scratch so few tokens split
- * their positions over several blocks. */
+ * their positions over several blocks. `fused` runs
+ * trn_k_attn_decode_prep instead (one token per sequence: every token its
+ * own slot), which leaves the queries unwritten: the reference attention
+ * then takes the reference's queries. */
 static void
-test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split)
+test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
+            int fused)
 {
-    int nsl = 5, S = (H + 2 * Hk) * D, HkD = Hk * D, G = H / Hk;
+    int nsl = fused ? T : 5, S = (H + 2 * Hk) * D, HkD = Hk * D, G = H / Hk;
     double eps = 1e-6, theta = 1e6;
     size_t nq = (size_t) T * S, nc = (size_t) nsl * max_len * HkD;
     double *x, *ck0, *cv0, *qw, *kw;
@@ -1030,10 +1065,16 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split)
     trn_bf16_t *dout = s_dev(NULL, (size_t) T * H * D * 2);
     size_t nscr = trn_k_attn_decode_scratch(H, Hk, D);
     float *scr = split ? s_dev(NULL, nscr * 4) : NULL;
-    RC(trn_k_qk_prep(dqkv, S, dqw, dkw, dck, dcv, dslot, dpos, T, H, Hk, D,
-                     max_len, (float) eps, (float) theta, NULL));
-    RC(trn_k_attn_decode(dout, dqkv, S, dck, dcv, dslot, dpos, T, H, Hk, D,
-                         max_len, scr, split ? nscr : 0, NULL));
+    if (fused) {
+        RC(trn_k_attn_decode_prep(dout, dqkv, S, dqw, dkw, dck, dcv, dslot,
+                                  dpos, T, H, Hk, D, max_len, (float) eps,
+                                  (float) theta, scr, split ? nscr : 0, NULL));
+    } else {
+        RC(trn_k_qk_prep(dqkv, S, dqw, dkw, dck, dcv, dslot, dpos, T, H, Hk, D,
+                         max_len, (float) eps, (float) theta, NULL));
+        RC(trn_k_attn_decode(dout, dqkv, S, dck, dcv, dslot, dpos, T, H, Hk, D,
+                             max_len, scr, split ? nscr : 0, NULL));
+    }
     RC(trn_cuda_sync());
     double *gq = s_get_bf16(dqkv, nq), *gk = s_get_bf16(dck, nc);
     double *gv = s_get_bf16(dcv, nc),
@@ -1072,9 +1113,12 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split)
                 rp[np + i] = y[i] * c - y[i + D / 2] * sn;
                 rp[np + i + D / 2] = y[i + D / 2] * c + y[i] * sn;
             }
-            for (int d = 0; d < D; d++)
-                gp[np + d] = isq ? gq[(size_t) t * S + (size_t) hh * D + d]
-                                 : gk[cbase + d];
+            for (int d = 0; d < D; d++) {
+                double *gqd = &gq[(size_t) t * S + (size_t) hh * D + d];
+                if (isq && fused) /* unwritten: attend with the reference */
+                    *gqd = rp[np + d];
+                gp[np + d] = isq ? *gqd : gk[cbase + d];
+            }
             np += (size_t) D;
             if (!isq) {
                 for (int d = 0; d < D; d++) {
@@ -1086,8 +1130,8 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split)
             }
         }
     char what[96];
-    snprintf(what, sizeof what, "qk prep T=%d H=%d Hk=%d D=%d%s", T, H, Hk, D,
-             pad ? " pad" : "");
+    snprintf(what, sizeof what, "qk prep T=%d H=%d Hk=%d D=%d%s%s", T, H, Hk, D,
+             pad ? " pad" : "", fused ? " fused" : "");
     s_check(what, s_relerr(gp, rp, np), 5e-3);
     snprintf(what, sizeof what, "qk prep values into the cache (D=%d)", D);
     s_check(what, s_relerr(gvv, rv, nv), 0);
@@ -1118,8 +1162,9 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split)
                         sc[j] / z * v[d];
             }
         }
-    snprintf(what, sizeof what, "decode attention T=%d G=%d D=%d len<=%d%s%s",
-             T, G, D, max_len, pad ? " pad" : "", split ? " split" : "");
+    snprintf(what, sizeof what, "decode attention T=%d G=%d D=%d len<=%d%s%s%s",
+             T, G, D, max_len, pad ? " pad" : "", split ? " split" : "",
+             fused ? " fused" : "");
     s_check(what, s_relerr(go, ro, no), 1e-2);
     free(hx), free(x), free(hck), free(ck0), free(hcv), free(cv0), free(hqw);
     free(qw), free(hkw), free(kw), free(slot), free(pos), free(gq), free(gk);
@@ -1360,9 +1405,9 @@ bench_decode(trn_blas_t *b)
     RC(trn_cuda_memset(w, 0, wmax * 2, NULL));
     RC(trn_cuda_memset(x, 0, (size_t) 64 * I * 2, NULL));
     float *y = s_dev(NULL, (size_t) 64 * V * 4);
-    int Ms[3] = {1, 8, 64};
+    int Ms[5] = {1, 2, 4, 8, 64};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
-        for (int mi = 0; mi < 3; mi++) {
+        for (int mi = 0; mi < 5; mi++) {
             int M = Ms[mi];
             double t;
             S_TIME(t, trn_linear_fwd(b, y, NULL, x, w, M, lin[i].K, lin[i].N, 0,
@@ -1371,6 +1416,12 @@ bench_decode(trn_blas_t *b)
             printf("linear %-8s M=%-3d %8.1f us %7.0f GB/s\n", lin[i].name, M,
                    t * 1e6, bytes / t / 1e9);
         }
+    {
+        double t;
+        S_TIME(t, trn_linear_fwd_glu((trn_bf16_t *) y, x, w, 1, C, I, NULL));
+        printf("linear gate|up + swiglu M=1 %8.1f us %7.0f GB/s\n", t * 1e6,
+               4.0 * C * I / t / 1e9);
+    }
     /* attention over 192 cached positions (the bench's mean) */
     int max_len = 257;
     for (int bi = 0; bi < 2; bi++) {
@@ -1398,6 +1449,11 @@ bench_decode(trn_blas_t *b)
         S_TIME(t, trn_k_qk_prep(q, S, w, w, ck, cv, dsl, dps, T, H, Hk, D,
                                 max_len, 1e-6f, 1e6f, NULL));
         printf("qk prep T=%-3d %8.1f us\n", T, t * 1e6);
+        S_TIME(t,
+               trn_k_attn_decode_prep(o, q, S, w, w, ck, cv, dsl, dps, T, H, Hk,
+                                      D, max_len, 1e-6f, 1e6f, scr, ns, NULL));
+        printf("decode attention with qk prep (fused) T=%-3d %8.1f us\n", T,
+               t * 1e6);
         trn_cuda_free(&ck), trn_cuda_free(&cv), trn_cuda_free(&q);
         trn_cuda_free(&o), trn_cuda_free(&dsl), trn_cuda_free(&dps);
         trn_cuda_free(&scr);
@@ -1468,6 +1524,9 @@ bench_decode(trn_blas_t *b)
 int
 main(int argc, char **argv)
 {
+    /* the matrix-vector kernel at every token count it has (the product
+     * default is one token), unless the caller chose */
+    setenv("LISA_CUDA_GEMV_TOKENS", "4", 0);
     if (trn_cuda_device_count() < 1) {
         printf("no CUDA device\n0 passed, 1 failed\n");
         return 1;
@@ -1479,12 +1538,33 @@ main(int argc, char **argv)
         return 1;
     }
     test_linear(b);
-    test_linear_few(b, 1, 2560, 700);  /* 8 warps share a row */
+    /* the matrix-vector kernel: 1 to 4 tokens, rows split over 1, 2, 4
+     * and 8 warps */
+    test_linear_few(b, 1, 2560, 700);  /* two warps a row */
     test_linear_few(b, 1, 1024, 4100); /* a warp per row */
     test_linear_few(b, 1, 4096, 2560); /* the output projection's shape */
     test_linear_few(b, 1, 136, 3000);  /* a slice shorter than a warp */
-    test_linear_few(b, 1, 9728, 2560); /* cuBLASLt's */
+    test_linear_few(b, 1, 9728, 2560); /* down: eight warps a row */
+    test_linear_few(b, 2, 2560, 6144); /* q|k|v */
     test_linear_few(b, 3, 1024, 600);
+    test_linear_few(b, 4, 9728, 2560); /* down */
+    test_linear_few(b, 4, 6000, 333);  /* four warps a row, a short block */
+    test_linear_few(b, 4, 16384, 100); /* the deepest it takes */
+    test_linear_few(b, 4, 16392, 100); /* deeper: cuBLASLt's */
+    test_linear_few(b, 1, 64, 70000);  /* wider than it takes: cuBLASLt's */
+    test_linear_few(b, 5, 1024, 600);  /* five tokens: cuBLASLt's */
+    test_linear_glu(b, 1, 2560, 9728); /* Qwen3-4B's gate|up */
+    test_linear_glu(b, 1, 136, 301);   /* a last block with one pair */
+    test_linear_glu(b, 3, 1024, 700);  /* three tokens */
+    test_linear_glu(b, 4, 8192, 64);   /* four warps a row */
+    s_check("linear + swiglu: shapes it does not take",
+            trn_linear_glu_fits(5, 64, 64) ||
+                    trn_linear_glu_fits(1, 8200, 64) ||
+                    trn_linear_glu_fits(1, 64, 40000) ||
+                    !trn_linear_glu_fits(1, 64, 32768)
+                ? 1.0
+                : 0.0,
+            0);
     test_rmsnorm(257, 2560, 2560, 1, 1);
     test_rmsnorm(4096, 2560, 2560, 1, 1); /* several rows per warp */
     test_rmsnorm(64, 2560, 2560, 1, 1);   /* decode rows: a warp a block */
@@ -1509,15 +1589,18 @@ main(int argc, char **argv)
     test_attention(300, 4, 2, 128, 3);
     test_attention(150, 4, 1, 16, 1);
     test_attention(64, 2, 2, 32, 1);
-    test_attention(513, 4, 2, 128, 4);      /* a last query tile of one row */
-    test_decode(1, 32, 8, 128, 2048, 0, 1); /* batch 1, split positions */
-    test_decode(1, 32, 8, 128, 300, 0, 0);  /* no scratch: one block */
-    test_decode(40, 32, 8, 128, 512, 1, 1); /* Qwen3-4B heads, padding */
-    test_decode(13, 8, 2, 64, 256, 1, 1);
-    test_decode(7, 4, 2, 32, 96, 0, 1);    /* the test model's heads */
-    test_decode(5, 16, 2, 128, 200, 1, 1); /* eight query heads a KV head */
-    test_decode(6, 8, 8, 64, 150, 0, 1);   /* one: plain multi-head */
-    test_decode(9, 6, 2, 16, 64, 1, 0);    /* other shapes: simple kernel */
+    test_attention(513, 4, 2, 128, 4); /* a last query tile of one row */
+    for (int fu = 0; fu < 2; fu++) {   /* separate kernels, then fused */
+        test_decode(1, 32, 8, 128, 2048, 0, 1, fu); /* batch 1, split */
+        test_decode(1, 32, 8, 128, 300, 0, 0, fu);  /* no scratch: one block */
+        test_decode(40, 32, 8, 128, 512, 1, 1, fu); /* Qwen3-4B, padding */
+        test_decode(13, 8, 2, 64, 256, 1, 1, fu);
+        test_decode(7, 4, 2, 32, 96, 0, 1, fu);    /* the test model's heads */
+        test_decode(5, 16, 2, 128, 200, 1, 1, fu); /* eight query heads */
+        test_decode(6, 8, 8, 64, 150, 0, 1, fu);   /* one: plain multi-head */
+        test_decode(9, 6, 2, 16, 64, 1, 0, fu);    /* other shapes: simple */
+    }
+    test_decode(64, 32, 8, 128, 257, 1, 1, 1); /* the bench's batch */
     test_sample();
     test_logprob();
     test_adamw();

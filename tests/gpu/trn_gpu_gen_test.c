@@ -66,6 +66,71 @@ s_cfg(void)
     return c;
 }
 
+/* Recorded decode steps (graphs) against direct launches and the CPU:
+ * n sequences (at most 5) in `sl` slots, prompts of lens[i] tokens, then
+ * greedy one-token steps. With fewer sequences than slots the step runs
+ * as a bucket with padding rows that must leave the cache alone; one
+ * sequence alone takes the products that make their input inside. */
+static int
+s_graph_steps(trn_model_t *cpu, trn_gpu_model_t *gpu, int V, int n, int sl,
+              const size_t *slots, size_t *lens, const char *what)
+{
+    enum { STEPS = 6 };
+    trn_err_t err = {{0}};
+    int32_t prompts[5][16];
+    unsigned seed = 21;
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < lens[i]; j++)
+            prompts[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
+    trn_kv_t *ckv = trn_kv_new(cpu, (size_t) sl, 64);
+    trn_gpu_kv_t *ga = trn_gpu_kv_new(gpu, (size_t) sl, 64, &err);
+    trn_gpu_kv_t *gb = trn_gpu_kv_new(gpu, (size_t) sl, 64, &err);
+    if (!ckv || !ga || !gb) {
+        printf("caches: %s\n", err.msg);
+        return -1;
+    }
+    trn_gpu_kv_set_graphs(gb, 0);
+    float *lc = malloc((size_t) n * V * 4), *la = malloc((size_t) n * V * 4);
+    float *lb = malloc((size_t) n * V * 4);
+    const int32_t *tk[5];
+    for (int i = 0; i < n; i++)
+        tk[i] = prompts[i];
+    double worst_ab = 0, worst_ac = 0;
+    size_t *nn = lens;
+    size_t one[5] = {1, 1, 1, 1, 1};
+    int32_t next[5];
+    for (int st = 0; st <= STEPS; st++) {
+        if (trn_model_step(cpu, ckv, (size_t) n, slots, tk, nn, lc, &err) !=
+                LISA_OK ||
+            trn_gpu_model_step(gpu, ga, (size_t) n, slots, tk, nn, NULL, NULL,
+                               NULL, la, &err) != LISA_OK ||
+            trn_gpu_model_step(gpu, gb, (size_t) n, slots, tk, nn, NULL, NULL,
+                               NULL, lb, &err) != LISA_OK) {
+            printf("graph steps: %s\n", err.msg);
+            return -1;
+        }
+        worst_ab = fmax(worst_ab, s_rel(la, lb, (size_t) n * V));
+        worst_ac = fmax(worst_ac, s_rel(la, lc, (size_t) n * V));
+        for (int i = 0; i < n; i++) {
+            next[i] = (int32_t) s_argmax(lc + (size_t) i * V, V);
+            tk[i] = &next[i];
+        }
+        nn = one;
+    }
+    char msg[120];
+    snprintf(msg, sizeof msg, "recorded vs direct decode logits, %s (max rel)",
+             what);
+    s_check(msg, worst_ab, 1e-5);
+    snprintf(msg, sizeof msg, "recorded decode logits vs CPU, %s (max rel)",
+             what);
+    s_check(msg, worst_ac, 3e-2);
+    trn_kv_destroy(&ckv);
+    trn_gpu_kv_destroy(&ga);
+    trn_gpu_kv_destroy(&gb);
+    free(lc), free(la), free(lb);
+    return 0;
+}
+
 int
 main(void)
 {
@@ -318,61 +383,14 @@ main(void)
         free(p), free(order), free(in_nucleus), free(hist), free(lg);
         trn_gpu_kv_destroy(&kv);
     }
-    /* 4. recorded decode steps (graphs) against direct launches and the
-     * CPU, with 5 sequences in 8 slots: the step runs as 8 rows, 3 of them
-     * padding that must leave the cache alone. */
+    /* 4. recorded decode steps against direct launches and the CPU: 5
+     * sequences in 8 slots (3 padding rows), then one sequence alone */
     {
-        enum { N = 5, SL = 8, STEPS = 6 };
-        size_t slots[N] = {6, 1, 3, 0, 4}, lens[N] = {9, 3, 14, 5, 11};
-        int32_t prompts[N][16];
-        unsigned seed = 21;
-        for (int i = 0; i < N; i++)
-            for (size_t j = 0; j < lens[i]; j++)
-                prompts[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
-        trn_kv_t *ckv = trn_kv_new(cpu, SL, 64);
-        trn_gpu_kv_t *ga = trn_gpu_kv_new(gpu, SL, 64, &err);
-        trn_gpu_kv_t *gb = trn_gpu_kv_new(gpu, SL, 64, &err);
-        if (!ckv || !ga || !gb) {
-            printf("caches: %s\n", err.msg);
+        size_t slots[5] = {6, 1, 3, 0, 4}, lens[5] = {9, 3, 14, 5, 11};
+        if (s_graph_steps(cpu, gpu, V, 5, 8, slots, lens, "5 of 8 rows") ||
+            s_graph_steps(cpu, gpu, V, 1, 4, slots + 2, lens + 2,
+                          "one sequence"))
             return 1;
-        }
-        trn_gpu_kv_set_graphs(gb, 0);
-        float *lc = malloc((size_t) N * V * 4),
-              *la = malloc((size_t) N * V * 4);
-        float *lb = malloc((size_t) N * V * 4);
-        const int32_t *tk[N];
-        for (int i = 0; i < N; i++)
-            tk[i] = prompts[i];
-        double worst_ab = 0, worst_ac = 0;
-        size_t *nn = lens;
-        size_t one[N] = {1, 1, 1, 1, 1};
-        int32_t next[N];
-        for (int st = 0; st <= STEPS; st++) {
-            if (trn_model_step(cpu, ckv, N, slots, tk, nn, lc, &err) !=
-                    LISA_OK ||
-                trn_gpu_model_step(gpu, ga, N, slots, tk, nn, NULL, NULL, NULL,
-                                   la, &err) != LISA_OK ||
-                trn_gpu_model_step(gpu, gb, N, slots, tk, nn, NULL, NULL, NULL,
-                                   lb, &err) != LISA_OK) {
-                printf("graph steps: %s\n", err.msg);
-                return 1;
-            }
-            worst_ab = fmax(worst_ab, s_rel(la, lb, (size_t) N * V));
-            worst_ac = fmax(worst_ac, s_rel(la, lc, (size_t) N * V));
-            for (int i = 0; i < N; i++) {
-                next[i] = (int32_t) s_argmax(lc + (size_t) i * V, V);
-                tk[i] = &next[i];
-            }
-            nn = one;
-        }
-        s_check("recorded vs direct decode logits, 5 of 8 rows (max rel)",
-                worst_ab, 1e-5);
-        s_check("recorded decode logits vs CPU with padding rows (max rel)",
-                worst_ac, 3e-2);
-        trn_kv_destroy(&ckv);
-        trn_gpu_kv_destroy(&ga);
-        trn_gpu_kv_destroy(&gb);
-        free(lc), free(la), free(lb);
     }
     trn_gpu_model_destroy(&gpu);
     trn_model_destroy(&cpu);

@@ -11,8 +11,9 @@
  * (at most 128 rows of tokens: decode steps), where the first heuristic
  * choice is often not the fastest, the first use times up to 32
  * candidates on a scratch output and keeps the fastest (never while a
- * stream is being recorded into a graph). Some forward products of one
- * token skip cuBLASLt for a matrix-vector kernel of this file.
+ * stream is being recorded into a graph). Forward products of up to four
+ * tokens skip cuBLASLt for a matrix-vector kernel of this file, launched
+ * to overlap the kernel before it (trn_launch_pdl).
  */
 #include "trn_cuda_common.cuh"
 
@@ -216,87 +217,198 @@ out:
     return rc;
 }
 
-/* ---- forward of one token: a matrix-vector kernel ----------------------- */
+/* ---- forward of a few tokens: a matrix-vector kernel ------------------- */
 
-/* y[n] (=, or += into fp32) sum_k x[k] w[n, k]: each warp reads a slice
- * of one weight row with 16-byte loads, four in flight per lane; `ks`
- * warps share a row (K split into slices) so that short outputs still
- * fill the device. Memory-bound, like the decode step it serves. */
+#define S_GV_TMAX 4 /* most tokens the kernel serves */
+#define S_GV_L    8 /* 16-byte weight loads a lane holds */
+
+/* A 16-byte weight load that leaves L1 alone (each weight is read once a
+ * step; the tokens' rows are what L1 should keep). */
+__device__ __forceinline__ uint4
+s_ld_stream(const uint4 *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for TT tokens: each
+ * warp takes a slice of one weight row (`ks` warps a row, ks rows' worth
+ * of warps a block), every lane holding its S_GV_L 16-byte loads of it at
+ * once, so a warp's whole slice is in flight in one memory latency. The
+ * weights are loaded before trn_pdl_enter (nothing before this kernel in
+ * a step writes them), so with overlapping launches the stream of weights
+ * starts while the previous kernel still finishes; the tokens' rows are
+ * read after. Memory-bound, like the decode step it serves.
+ * With GLU (w holds N = 2I rows, gate rows then up rows) a block's row
+ * pairs are gate row j and up row I + j, and it writes
+ * yb[t, j] = silu(gate) * up instead, rounded as trn_k_swiglu_fwd rounds
+ * the two products' bf16 outputs: the same bits without the gate|up row
+ * or a SwiGLU kernel. */
+template <int TT, bool GLU>
 __global__ void __launch_bounds__(256)
     s_gemv(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
            int K, int N, int accumulate, int ks)
 {
-    __shared__ float red[8];
+    __shared__ float red[8][TT];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp / ks, slice = warp % ks;
-    int n = blockIdx.x * (8 / ks) + r;
+    int I = N / 2, j = blockIdx.x * (4 / ks) + (r >> 1);
+    int n = GLU ? (j < I ? (r & 1) * I + j : N) : blockIdx.x * (8 / ks) + r;
     int chunks = K / 8, per = (chunks + ks - 1) / ks;
-    int c0 = slice * per, c1 = min(chunks, c0 + per);
-    float a = 0.0f;
-    if (n < N) {
-        const uint4 *wr =
-            reinterpret_cast<const uint4 *>(w) + (size_t) n * chunks;
-        const uint4 *xr = reinterpret_cast<const uint4 *>(x);
-        for (int c = c0 + lane; c < c1; c += 32 * 4) {
-            uint4 wv[4], xv[4];
+    int c0 = slice * per + lane, c1 = min(chunks, slice * per + per);
+    const uint4 *wr =
+        reinterpret_cast<const uint4 *>(w) + (size_t) (n < N ? n : 0) * chunks;
+    uint4 wv[S_GV_L];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                bool in = c + 32 * u < c1;
-                wv[u] = in ? wr[c + 32 * u] : make_uint4(0, 0, 0, 0);
-                xv[u] = in ? xr[c + 32 * u] : make_uint4(0, 0, 0, 0);
-            }
+    for (int u = 0; u < S_GV_L; u++) {
+        int c = c0 + 32 * u;
+        wv[u] = n < N && c < c1 ? s_ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+    }
+    trn_pdl_enter();
+    const uint4 *xr = reinterpret_cast<const uint4 *>(x);
+    float a[TT];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const __nv_bfloat162 *w2 =
-                    reinterpret_cast<const __nv_bfloat162 *>(&wv[u]);
-                const __nv_bfloat162 *x2 =
-                    reinterpret_cast<const __nv_bfloat162 *>(&xv[u]);
+    for (int t = 0; t < TT; t++)
+        a[t] = 0.0f;
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 wf = __bfloat1622float2(w2[e]);
-                    float2 xf = __bfloat1622float2(x2[e]);
-                    a += wf.x * xf.x + wf.y * xf.y;
-                }
+    for (int u = 0; u < S_GV_L; u++) {
+        int c = c0 + 32 * u;
+        if (c >= c1)
+            break;
+        const __nv_bfloat162 *w2 =
+            reinterpret_cast<const __nv_bfloat162 *>(&wv[u]);
+        float2 wf[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            wf[e] = __bfloat1622float2(w2[e]);
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            uint4 xv = xr[(size_t) t * chunks + c];
+            const __nv_bfloat162 *x2 =
+                reinterpret_cast<const __nv_bfloat162 *>(&xv);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float2 xf = __bfloat1622float2(x2[e]);
+                a[t] += wf[e].x * xf.x + wf[e].y * xf.y;
             }
         }
     }
-    a = trn_warp_sum(a);
-    if (lane == 0)
-        red[warp] = a;
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float v = trn_warp_sum(a[t]);
+        if (lane == 0)
+            red[warp][t] = v;
+    }
     __syncthreads();
-    if (slice == 0 && lane == 0 && n < N) {
+    if (GLU) {
+        if (slice == 0 && lane < TT && (r & 1) == 0 && n < N) {
+            float gs = 0.0f, us = 0.0f;
+            for (int i = 0; i < ks; i++) {
+                gs += red[r * ks + i][lane];
+                us += red[(r + 1) * ks + i][lane];
+            }
+            float g = trn_round_bf16(gs), u = trn_round_bf16(us);
+            trn_st(yb + (size_t) lane * (size_t) I + (size_t) j,
+                   trn_round_bf16(g * trn_sigmoid(g)) * u);
+        }
+    } else if (slice == 0 && lane < TT && n < N) {
         float sum = 0.0f;
         for (int i = 0; i < ks; i++)
-            sum += red[r * ks + i];
+            sum += red[r * ks + i][lane];
+        size_t o = (size_t) lane * (size_t) N + (size_t) n;
         if (yf)
-            yf[n] = (accumulate ? yf[n] : 0.0f) + sum;
+            yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
         else
-            trn_st(yb + n, sum);
+            trn_st(yb + o, sum);
     }
 }
 
-/* Whether the matrix-vector kernel serves this forward: one token, and
- * the shapes where it measured faster than cuBLASLt's choice on an H200
- * (the q|k|v and output projections of Qwen3-4B; wide or deep products
- * such as gate|up, down and the LM head stay with cuBLASLt). */
+/* Warps a weight row is split over (1, 2, 4 or 8: a block holds whole
+ * rows) so that a lane's share fits its S_GV_L loads; 0 when K is too
+ * deep. */
+static int
+s_gemv_ks(int K)
+{
+    int chunks = K / 8;
+    for (int ks = 1; ks <= 8; ks *= 2)
+        if ((chunks + ks - 1) / ks <= 32 * S_GV_L)
+            return ks;
+    return 0;
+}
+
+/* Most tokens the matrix-vector kernel takes (LISA_CUDA_GEMV_TOKENS, 0 to
+ * S_GV_TMAX, default 1: at 2 to 4 tokens cuBLASLt measured faster on an
+ * H200; 0 leaves every product to cuBLASLt). */
+static int
+s_gemv_tmax(void)
+{
+    static int tmax = -1;
+    if (tmax < 0) {
+        const char *e = getenv("LISA_CUDA_GEMV_TOKENS");
+        int v = e && *e ? atoi(e) : 1;
+        tmax = v < 0 ? 0 : v > S_GV_TMAX ? S_GV_TMAX : v;
+    }
+    return tmax;
+}
+
+/* Whether the matrix-vector kernel serves this forward: up to four tokens
+ * (decode steps of a few sequences), rows of at most 16384 values, and
+ * outputs up to 65536 wide (the LM head stays with cuBLASLt, which streams
+ * it at the copy rate). */
 static int
 s_gemv_fits(const trn_bf16_t *x, const trn_bf16_t *w, int T, int K, int N)
 {
-    return T == 1 && K % 8 == 0 && K <= 4096 && N <= 8192 &&
+    return T <= s_gemv_tmax() && K % 8 == 0 && s_gemv_ks(K) > 0 && N <= 65536 &&
            (uintptr_t) x % 16 == 0 && (uintptr_t) w % 16 == 0;
 }
 
+template <bool GLU>
 static lisa_rc_t
 s_gemv_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
-           int K, int N, int accumulate, cudaStream_t st)
+           int T, int K, int N, int accumulate, cudaStream_t st)
 {
-    /* about 32 warps per processor of a large device */
-    int ks = N >= 4096 ? 1 : N >= 2048 ? 2 : N >= 1024 ? 4 : 8;
-    int rows = 8 / ks;
-    s_gemv<<<(unsigned) ((N + rows - 1) / rows), 256, 0, st>>>(
-        yf, yb, x, w, K, N, accumulate, ks);
-    TRN_LAUNCH_CHECK();
+    int ks = s_gemv_ks(K), rows = 8 / ks;
+    dim3 grid((unsigned) ((N + rows - 1) / rows)), block(256);
+    cudaError_t e;
+    switch (T) {
+    case 1:
+        e = trn_launch_pdl(s_gemv<1, GLU>, grid, block, 0, st, yf, yb, x, w, K,
+                           N, accumulate, ks);
+        break;
+    case 2:
+        e = trn_launch_pdl(s_gemv<2, GLU>, grid, block, 0, st, yf, yb, x, w, K,
+                           N, accumulate, ks);
+        break;
+    case 3:
+        e = trn_launch_pdl(s_gemv<3, GLU>, grid, block, 0, st, yf, yb, x, w, K,
+                           N, accumulate, ks);
+        break;
+    default:
+        e = trn_launch_pdl(s_gemv<4, GLU>, grid, block, 0, st, yf, yb, x, w, K,
+                           N, accumulate, ks);
+        break;
+    }
+    TRN_CUDA_TRY(e);
     return LISA_OK;
+}
+
+extern "C" int
+trn_linear_glu_fits(int T, int K, int I)
+{
+    /* row pairs in a block: at most four warps a row */
+    return I > 0 && s_gemv_fits(NULL, NULL, T, K, 2 * I) && s_gemv_ks(K) <= 4;
+}
+
+extern "C" lisa_rc_t
+trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x, const trn_bf16_t *w,
+                   int T, int K, int I, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(a && x && w && trn_linear_glu_fits(T, K, I));
+    TRN_REQUIRE((uintptr_t) x % 16 == 0 && (uintptr_t) w % 16 == 0);
+    return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
 }
 
 extern "C" lisa_rc_t
@@ -306,8 +418,8 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
 {
     TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && T > 0 && K > 0 && N > 0);
     if (s_gemv_fits(x, w, T, K, N))
-        return s_gemv_fwd(y_f32, y_f32 ? NULL : y_bf16, x, w, K, N, accumulate,
-                          trn_stream(s));
+        return s_gemv_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
+                                 accumulate, trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
                   accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));

@@ -108,6 +108,40 @@ trn_block_max(float v, float *shm)
     return trn_warp_max(v);
 }
 
+/* SwiGLU's gate: silu(g) = g * trn_sigmoid(g) (the one formula of the
+ * kernels that compute it, so they give the same bits). */
+__device__ __forceinline__ float
+trn_sigmoid(float g)
+{
+    return 1.0f / (1.0f + expf(-g));
+}
+
+/* Eight bf16 values of one 16-byte access, as floats; and back, rounded
+ * as trn_st rounds one. */
+__device__ __forceinline__ void
+trn_unpack8(uint4 q, float v[8])
+{
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        v[2 * p] = __uint_as_float(w[p] << 16);
+        v[2 * p + 1] = __uint_as_float(w[p] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4
+trn_pack8(const float v[8])
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+        w[p] =
+            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p])) |
+            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p + 1]))
+                << 16;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* 16 bytes global -> shared without registers (cp.async); zeros where
  * !ok. Both addresses 16-byte aligned. */
 __device__ __forceinline__ void
@@ -131,6 +165,49 @@ __device__ __forceinline__ void
 trn_cp_wait(void)
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* ---- programmatic dependent launch (decode steps) -----------------------
+ * A kernel launched with trn_launch_pdl may start while the kernel before
+ * it on the stream is still finishing, so its blocks are resident when
+ * that one's last blocks end: a decode step is hundreds of short kernels,
+ * and this hides each one's launch and ramp. Such a kernel calls
+ * trn_pdl_enter() before it reads anything an earlier kernel wrote and
+ * before it writes anything; before that it may only read what the
+ * kernel just before it cannot write (weights: only the optimizer, weight
+ * loads and collectives write them, and none of those lets its successor
+ * start early). trn_pdl_enter() waits for the previous kernel to finish
+ * and then lets the next one start; since every such kernel waits before
+ * it lets its successor in, a kernel never overlaps more than the one
+ * before it. On a plain launch both are no-ops. */
+__device__ __forceinline__ void
+trn_pdl_enter(void)
+{
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* Whether launches may overlap (LISA_CUDA_PDL=0 turns it off; read once). */
+int trn_pdl_on(void);
+
+/* Launches kernel k<<<grid, block, smem, st>>>(args...), allowed to start
+ * before the previous kernel on st ends (see trn_pdl_enter). */
+template <typename... P, typename... A>
+static inline cudaError_t
+trn_launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+               cudaStream_t st, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = trn_pdl_on() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
 }
 
 #endif

@@ -3,6 +3,20 @@
  */
 #include "trn_cuda_common.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
+int
+trn_pdl_on(void)
+{
+    static int on = -1; /* racy first read: every thread computes the same */
+    if (on < 0) {
+        const char *e = getenv("LISA_CUDA_PDL");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
 extern "C" lisa_rc_t
 trn_cuda_set_device(int dev)
 {

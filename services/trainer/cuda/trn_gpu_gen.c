@@ -36,6 +36,7 @@ typedef struct {
      * attention kernel over the packed prompts, seg[t] = sequence */
     int32_t *seg;
     float *lse;
+    int one; /* one token per sequence: q/k preparation fused into attention */
 } s_bufs_t;
 
 typedef struct {
@@ -257,24 +258,36 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                             g->C, 1, eps, st));
     S_TRY(trn_linear_fwd(g->blas, NULL, b->qkv, b->h, W + ly->qkv, T, g->C,
                          g->S, 0, st));
-    S_TRY(trn_k_qk_prep(b->qkv, g->S, W + ly->q_norm, W + ly->k_norm, kv->k[l],
-                        kv->v[l], b->slot, b->pos, T, g->H, g->Hk, g->D,
-                        (int) kv->max_len, eps, theta, st));
-    if (b->seg)
-        S_TRY(trn_k_attn_fwd(b->o, b->lse, b->qkv, b->qkv + g->H * g->D,
-                             b->qkv + (g->H + g->Hk) * g->D, g->S, b->seg, T,
-                             g->H, g->Hk, g->D, st));
-    else
-        S_TRY(trn_k_attn_decode(b->o, b->qkv, g->S, kv->k[l], kv->v[l], b->slot,
-                                b->pos, T, g->H, g->Hk, g->D, (int) kv->max_len,
-                                kv->attn_part, kv->attn_part_n, st));
+    if (b->one) { /* q/k preparation inside the attention kernel */
+        S_TRY(trn_k_attn_decode_prep(
+            b->o, b->qkv, g->S, W + ly->q_norm, W + ly->k_norm, kv->k[l],
+            kv->v[l], b->slot, b->pos, T, g->H, g->Hk, g->D, (int) kv->max_len,
+            eps, theta, kv->attn_part, kv->attn_part_n, st));
+    } else {
+        S_TRY(trn_k_qk_prep(b->qkv, g->S, W + ly->q_norm, W + ly->k_norm,
+                            kv->k[l], kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
+                            g->D, (int) kv->max_len, eps, theta, st));
+        if (b->seg)
+            S_TRY(trn_k_attn_fwd(b->o, b->lse, b->qkv, b->qkv + g->H * g->D,
+                                 b->qkv + (g->H + g->Hk) * g->D, g->S, b->seg,
+                                 T, g->H, g->Hk, g->D, st));
+        else
+            S_TRY(trn_k_attn_decode(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
+                                    b->slot, b->pos, T, g->H, g->Hk, g->D,
+                                    (int) kv->max_len, kv->attn_part,
+                                    kv->attn_part_n, st));
+    }
     S_TRY(trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o, T, g->H * g->D,
                          g->C, 1, st));
     S_TRY(trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C, W + ly->w_post,
                             T, g->C, 1, eps, st));
-    S_TRY(trn_linear_fwd(g->blas, NULL, b->gu, b->h, W + ly->gu, T, g->C,
-                         2 * g->I, 0, st));
-    S_TRY(trn_k_swiglu_fwd(b->a, b->gu, T, g->I, st));
+    if (trn_linear_glu_fits(T, g->C, g->I)) { /* SwiGLU in the product */
+        S_TRY(trn_linear_fwd_glu(b->a, b->h, W + ly->gu, T, g->C, g->I, st));
+    } else {
+        S_TRY(trn_linear_fwd(g->blas, NULL, b->gu, b->h, W + ly->gu, T, g->C,
+                             2 * g->I, 0, st));
+        S_TRY(trn_k_swiglu_fwd(b->a, b->gu, T, g->I, st));
+    }
     S_TRY(trn_linear_fwd(g->blas, b->x, NULL, b->a, W + ly->down, T, g->I, g->C,
                          1, st));
 out:
@@ -349,6 +362,7 @@ static lisa_rc_t
 s_run_small(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int nb, int sample)
 {
     s_bufs_t b = s_small_bufs(kv);
+    b.one = 1;
     if (!kv->use_graphs)
         return s_forward(g, kv, &b, nb, nb, 1, sample);
     s_graph_t *gr = NULL;

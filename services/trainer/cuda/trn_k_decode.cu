@@ -162,6 +162,43 @@ __global__ void __launch_bounds__(32 * S_WARPS)
 #define S_PREP_WARPS 4
 #define S_PREP_MAXD  256
 
+/* One warp's head: RMSNorm of src (D bf16 values) with weight w, then
+ * RoPE at position p, into d1 (and d2 when not NULL) as bf16; buf holds D
+ * floats of the warp's shared memory. The one formula of the q/k
+ * preparation, so the fused decode kernel gives the same bits. */
+__device__ __forceinline__ void
+s_prep_head(const trn_bf16_t *src, const trn_bf16_t *w, float *buf, int D,
+            int p, float eps, float theta, trn_bf16_t *d1, trn_bf16_t *d2,
+            int lane)
+{
+    float ss = 0.0f;
+    for (int d = lane; d < D; d += 32) {
+        float x = trn_ld(src + d);
+        buf[d] = x;
+        ss += x * x;
+    }
+    ss = trn_warp_sum(ss);
+    float r = rsqrtf(ss / (float) D + eps);
+    for (int d = lane; d < D; d += 32)
+        buf[d] = trn_round_bf16(trn_ld(w + d) * trn_round_bf16(buf[d] * r));
+    __syncwarp();
+    int half = D / 2;
+    for (int i = lane; i < half; i += 32) {
+        float inv_freq = 1.0f / powf(theta, (float) (2 * i) / (float) D);
+        float ang = (float) p * inv_freq;
+        float c = trn_round_bf16(cosf(ang));
+        float sn = trn_round_bf16(sinf(ang));
+        float x1 = buf[i], x2 = buf[i + half];
+        float y1 = x1 * c - x2 * sn, y2 = x2 * c + x1 * sn;
+        trn_st(d1 + i, y1);
+        trn_st(d1 + i + half, y2);
+        if (d2) {
+            trn_st(d2 + i, y1);
+            trn_st(d2 + i + half, y2);
+        }
+    }
+}
+
 /* One warp per (token, head) of the H query and Hk key heads: RMSNorm with
  * the head's weight (rounded to bf16 as trn_k_rmsnorm_fwd stores it), RoPE
  * as trn_k_rope computes it; queries and keys back in place, keys (and the
@@ -173,6 +210,7 @@ __global__ void __launch_bounds__(32 * S_PREP_WARPS)
               int D, int max_len, float eps, float theta)
 {
     __shared__ float sbuf[S_PREP_WARPS][S_PREP_MAXD];
+    trn_pdl_enter();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * S_PREP_WARPS + warp;
     if (row >= T * (H + Hk))
@@ -181,49 +219,21 @@ __global__ void __launch_bounds__(32 * S_PREP_WARPS)
     int isq = hh < H, sl = slot[t], p = pos[t];
     if (!isq && sl < 0)
         return; /* padding row: nothing to cache */
-    float *buf = sbuf[warp];
     trn_bf16_t *src = qkv + (size_t) t * (size_t) stride + (size_t) hh * D;
-    float ss = 0.0f;
-    for (int d = lane; d < D; d += 32) {
-        float x = trn_ld(src + d);
-        buf[d] = x;
-        ss += x * x;
+    if (isq) {
+        s_prep_head(src, qw, sbuf[warp], D, p, eps, theta, src, NULL, lane);
+        return;
     }
-    ss = trn_warp_sum(ss);
-    float r = rsqrtf(ss / (float) D + eps);
-    const trn_bf16_t *w = isq ? qw : kw;
-    for (int d = lane; d < D; d += 32)
-        buf[d] = trn_round_bf16(trn_ld(w + d) * trn_round_bf16(buf[d] * r));
-    __syncwarp();
     size_t HkD = (size_t) Hk * (size_t) D;
     int kh = hh - H;
-    trn_bf16_t *dst =
-        isq ? src
-            : ck + ((size_t) sl * (size_t) max_len + (size_t) p) * HkD +
-                  (size_t) kh * D;
-    int half = D / 2;
-    for (int i = lane; i < half; i += 32) {
-        float inv_freq = 1.0f / powf(theta, (float) (2 * i) / (float) D);
-        float ang = (float) p * inv_freq;
-        float c = trn_round_bf16(cosf(ang));
-        float sn = trn_round_bf16(sinf(ang));
-        float x1 = buf[i], x2 = buf[i + half];
-        trn_st(dst + i, x1 * c - x2 * sn);
-        trn_st(dst + i + half, x2 * c + x1 * sn);
-        if (!isq) { /* keys in place too, for the prefill kernel */
-            trn_st(src + i, x1 * c - x2 * sn);
-            trn_st(src + i + half, x2 * c + x1 * sn);
-        }
-    }
-    if (!isq) {
-        const trn_bf16_t *vs =
-            qkv + (size_t) t * (size_t) stride + (size_t) (H + Hk + kh) * D;
-        trn_bf16_t *vd = cv +
-                         ((size_t) sl * (size_t) max_len + (size_t) p) * HkD +
-                         (size_t) kh * D;
-        for (int d = lane; d < D; d += 32)
-            vd[d] = vs[d];
-    }
+    size_t at =
+        ((size_t) sl * (size_t) max_len + (size_t) p) * HkD + (size_t) kh * D;
+    /* keys into the cache, and in place too, for the prefill kernel */
+    s_prep_head(src, kw, sbuf[warp], D, p, eps, theta, ck + at, src, lane);
+    const trn_bf16_t *vs =
+        qkv + (size_t) t * (size_t) stride + (size_t) (H + Hk + kh) * D;
+    for (int d = lane; d < D; d += 32)
+        cv[at + d] = vs[d];
 }
 
 extern "C" lisa_rc_t
@@ -237,10 +247,10 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
     TRN_REQUIRE(T > 0 && H > 0 && Hk > 0 && D > 0 && D % 2 == 0);
     TRN_REQUIRE(D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D && max_len > 0);
     int rows = T * (H + Hk);
-    s_qk_prep<<<TRN_CEIL_DIV(rows, S_PREP_WARPS), 32 * S_PREP_WARPS, 0,
-                trn_stream(s)>>>(qkv, stride, q_norm, k_norm, cache_k, cache_v,
-                                 slot, pos, T, H, Hk, D, max_len, eps, theta);
-    TRN_LAUNCH_CHECK();
+    TRN_CUDA_TRY(trn_launch_pdl(
+        s_qk_prep, dim3((unsigned) TRN_CEIL_DIV(rows, S_PREP_WARPS)),
+        dim3(32 * S_PREP_WARPS), 0, trn_stream(s), qkv, stride, q_norm, k_norm,
+        cache_k, cache_v, slot, pos, T, H, Hk, D, max_len, eps, theta));
     return LISA_OK;
 }
 
@@ -312,7 +322,13 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
  * positions; the online softmax runs on the accumulator fragments (a
  * row's 16 scores over 4 lanes); the probabilities, rounded to bf16 as the
  * training kernel rounds them, multiply the values in one more mma per 8
- * dimensions. The warps' states merge through shared memory. */
+ * dimensions. The warps' states merge through shared memory.
+ * With PREP (a step of one token per sequence) the block also does
+ * s_qk_prep's work for its heads: its queries from the raw q|k|v row into
+ * shared memory, the new key and value into the cache (by the split that
+ * holds the new position), and into the tile that holds that position once
+ * it has arrived, since that tile's copy may have read the row before the
+ * write. Blocks of other KV heads or splits never read that row. */
 #define S_GM_TP     64
 #define S_GM_STAGES 2
 
@@ -323,13 +339,14 @@ s_gm_smem(void)
     return S_GM_STAGES * 2 * S_GM_TP * (D + 8) * 2;
 }
 
-template <int D, int G>
+template <int D, int G, bool PREP>
 __global__ void
 __launch_bounds__(S_GQ_THREADS)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
-                   const trn_bf16_t *ck, const trn_bf16_t *cv,
-                   const int32_t *slot, const int32_t *pos, int H, int Hk,
-                   int max_len, float scale)
+                   trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
+                   const int32_t *pos, int H, int Hk, int max_len, float scale,
+                   const trn_bf16_t *qw, const trn_bf16_t *kw, float eps,
+                   float theta)
 {
     constexpr int NW = S_GQ_THREADS / 32, LD = D + 8, KS = D / 16;
     constexpr int NT = D / 8, TE = S_GM_TP * LD;
@@ -337,6 +354,7 @@ __launch_bounds__(S_GQ_THREADS)
     extern __shared__ __align__(16) unsigned char s_dyn[];
     __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(s_dyn);
     __shared__ float sm_m[NW][G], sm_l[NW][G];
+    trn_pdl_enter();
     int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
     int nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -372,6 +390,32 @@ __launch_bounds__(S_GQ_THREADS)
     /* the queries as A fragments (rows g < G; rows g + 8 are zero) */
     const trn_bf16_t *qr =
         q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
+    __shared__ __align__(16) trn_bf16_t sq[PREP ? G * D : 1];
+    __shared__ __align__(16) trn_bf16_t snew[PREP ? 2 * D : 1];
+    __shared__ float sbuf[PREP ? NW : 1][PREP ? D : 1];
+    const int pnew = n - 1; /* the new token's position */
+    const bool own = PREP && sl >= 0 && pnew >= j0 && pnew < j1;
+    if (PREP && sl >= 0) {
+        const trn_bf16_t *row = q + (size_t) t * (size_t) stride;
+        size_t at = (size_t) sl * (size_t) max_len * HkD + (size_t) pnew * HkD +
+                    (size_t) hk * D;
+        for (int h = warp; h <= G; h += NW) {
+            if (h < G)
+                s_prep_head(row + (size_t) (hk * G + h) * D, qw, sbuf[warp], D,
+                            pnew, eps, theta, sq + h * D, NULL, lane);
+            else
+                s_prep_head(row + (size_t) (H + hk) * D, kw, sbuf[warp], D,
+                            pnew, eps, theta, snew, own ? ck + at : NULL, lane);
+        }
+        const trn_bf16_t *vs = row + (size_t) (H + Hk + hk) * D;
+        for (int d = threadIdx.x; d < D; d += S_GQ_THREADS) {
+            snew[D + d] = vs[d];
+            if (own)
+                cv[at + d] = vs[d];
+        }
+        __syncthreads();
+        qr = sq;
+    }
     uint32_t qa[KS][2];
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
@@ -392,6 +436,19 @@ __launch_bounds__(S_GQ_THREADS)
         issue(i + 1);
         const __nv_bfloat16 *K = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
         const __nv_bfloat16 *V = K + TE;
+        if (own && pnew >= j0 + i * S_GM_TP && pnew < j0 + (i + 1) * S_GM_TP) {
+            /* the new key and value into their row of this tile */
+            __nv_bfloat16 *kr = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE +
+                                (size_t) (pnew - j0 - i * S_GM_TP) * LD;
+            for (int c = threadIdx.x; c < D / 4; c += S_GQ_THREADS) {
+                int e = (c % (D / 8)) * 8;
+                const uint4 *src = reinterpret_cast<const uint4 *>(
+                    snew + (c < D / 8 ? 0 : D) + e);
+                *reinterpret_cast<uint4 *>(kr + (c < D / 8 ? 0 : TE) + e) =
+                    *src;
+            }
+            __syncthreads();
+        }
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
@@ -465,6 +522,7 @@ __launch_bounds__(S_GQ_THREADS)
 __global__ void
 s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
 {
+    trn_pdl_enter();
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     int G = H / Hk, hk = h / G, g = h % G;
     const float *rec0 = part + ((size_t) t * (size_t) Hk + (size_t) hk) *
@@ -518,12 +576,18 @@ trn_k_attn_decode_scratch(int H, int Hk, int D)
            (size_t) (D + 2);
 }
 
+/* What the fused preparation needs (s_attn_gqa_mma's PREP). */
+typedef struct {
+    const trn_bf16_t *qw, *kw;
+    float eps, theta;
+} s_prep_t;
+
 template <int D, int G>
 static lisa_rc_t
-s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
-             const trn_bf16_t *ck, const trn_bf16_t *cv, const int32_t *slot,
-             const int32_t *pos, int T, int H, int Hk, int max_len,
-             float *scratch, size_t scratch_floats, cudaStream_t st)
+s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
+             trn_bf16_t *cv, const int32_t *slot, const int32_t *pos, int T,
+             int H, int Hk, int max_len, float *scratch, size_t scratch_floats,
+             const s_prep_t *prep, cudaStream_t st)
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
     long blocks = (long) T * Hk, want = 2L * s_sm_count();
@@ -545,28 +609,33 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                             inside a graph capture (decode records after a
                             direct run) */
     if (!smem_set) {
-        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G>,
+        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess ||
+            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return LISA_ERR;
         smem_set = 1;
     }
-    s_attn_gqa_mma<D, G><<<grid, S_GQ_THREADS, smem, st>>>(
-        o, nsplit > 1 ? scratch : NULL, q, stride, ck, cv, slot, pos, H, Hk,
-        max_len, 1.0f / sqrtf((float) D));
-    TRN_LAUNCH_CHECK();
-    if (nsplit > 1) {
-        s_attn_merge<<<dim3((unsigned) T, (unsigned) H), D, 0, st>>>(
-            o, scratch, H, Hk, D, nsplit);
-        TRN_LAUNCH_CHECK();
-    }
+    s_prep_t none = {NULL, NULL, 0.0f, 0.0f};
+    const s_prep_t *pp = prep ? prep : &none;
+    TRN_CUDA_TRY(trn_launch_pdl(
+        prep ? s_attn_gqa_mma<D, G, true> : s_attn_gqa_mma<D, G, false>, grid,
+        dim3(S_GQ_THREADS), (size_t) smem, st, o, nsplit > 1 ? scratch : NULL,
+        q, stride, ck, cv, slot, pos, H, Hk, max_len, 1.0f / sqrtf((float) D),
+        pp->qw, pp->kw, pp->eps, pp->theta));
+    if (nsplit > 1)
+        TRN_CUDA_TRY(trn_launch_pdl(
+            s_attn_merge, dim3((unsigned) T, (unsigned) H), dim3(D), 0, st, o,
+            (const float *) scratch, H, Hk, D, nsplit));
     return LISA_OK;
 }
 
 typedef lisa_rc_t (*s_gqa_fn)(trn_bf16_t *, const trn_bf16_t *, int,
-                              const trn_bf16_t *, const trn_bf16_t *,
-                              const int32_t *, const int32_t *, int, int, int,
-                              int, float *, size_t, cudaStream_t);
+                              trn_bf16_t *, trn_bf16_t *, const int32_t *,
+                              const int32_t *, int, int, int, int, float *,
+                              size_t, const s_prep_t *, cudaStream_t);
 
 /* The grouped kernel's launcher for head_dim D and G query heads per KV
  * head (1, 2, 4 or 8), or NULL for another G. */
@@ -605,8 +674,9 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                      : D == 32 ? s_gqa_pick<32>(G)
                                : NULL;
         if (f)
-            return f(o, q, stride, cache_k, cache_v, slot, pos, T, H, Hk,
-                     max_len, scratch, scratch_floats, st);
+            return f(o, q, stride, const_cast<trn_bf16_t *>(cache_k),
+                     const_cast<trn_bf16_t *>(cache_v), slot, pos, T, H, Hk,
+                     max_len, scratch, scratch_floats, NULL, st);
     }
     dim3 grid((unsigned) T, (unsigned) H);
     s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,
@@ -614,6 +684,41 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                                                  1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
+                       const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
+                       trn_bf16_t *cache_k, trn_bf16_t *cache_v,
+                       const int32_t *slot, const int32_t *pos, int T, int H,
+                       int Hk, int D, int max_len, float eps, float theta,
+                       float *scratch, size_t scratch_floats,
+                       trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(o && qkv && q_norm && k_norm && cache_k && cache_v && slot &&
+                pos && T > 0);
+    TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D % 2 == 0 &&
+                D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D && max_len > 0);
+    s_gqa_fn f = NULL;
+    if (stride % 8 == 0 && (long) T * Hk < 2L * s_sm_count()) {
+        int G = H / Hk;
+        f = D == 128  ? s_gqa_pick<128>(G)
+            : D == 64 ? s_gqa_pick<64>(G)
+            : D == 32 ? s_gqa_pick<32>(G)
+                      : NULL;
+    }
+    if (!f) { /* the two kernels (q|k|v written back) */
+        lisa_rc_t rc = trn_k_qk_prep(const_cast<trn_bf16_t *>(qkv), stride,
+                                     q_norm, k_norm, cache_k, cache_v, slot,
+                                     pos, T, H, Hk, D, max_len, eps, theta, s);
+        if (rc != LISA_OK)
+            return rc;
+        return trn_k_attn_decode(o, qkv, stride, cache_k, cache_v, slot, pos, T,
+                                 H, Hk, D, max_len, scratch, scratch_floats, s);
+    }
+    s_prep_t prep = {q_norm, k_norm, eps, theta};
+    return f(o, qkv, stride, cache_k, cache_v, slot, pos, T, H, Hk, max_len,
+             scratch, scratch_floats, &prep, trn_stream(s));
 }
 
 /* ---- sampling ---------------------------------------------------------- */

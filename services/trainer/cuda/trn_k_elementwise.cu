@@ -99,12 +99,6 @@ trn_k_embed_bwd(float *dtable, const float *dx, const int32_t *ids, int T,
     return LISA_OK;
 }
 
-__device__ __forceinline__ float
-s_sigmoid(float g)
-{
-    return 1.0f / (1.0f + expf(-g));
-}
-
 __global__ void
 s_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I)
 {
@@ -114,7 +108,7 @@ s_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I)
         size_t t = idx / (size_t) I, i = idx % (size_t) I;
         const trn_bf16_t *row = gu + t * 2 * (size_t) I;
         float g = trn_ld(row + i), u = trn_ld(row + I + i);
-        trn_st(a + idx, trn_round_bf16(g * s_sigmoid(g)) * u);
+        trn_st(a + idx, trn_round_bf16(g * trn_sigmoid(g)) * u);
     }
 }
 
@@ -130,7 +124,7 @@ s_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu, int T,
         trn_bf16_t *drow = dgu + t * 2 * (size_t) I;
         float g = trn_ld(row + i), u = trn_ld(row + I + i);
         float d = trn_ld(da + idx);
-        float sg = s_sigmoid(g);
+        float sg = trn_sigmoid(g);
         float silu = g * sg;
         trn_st(drow + i, d * u * sg * (1.0f + g * (1.0f - sg)));
         trn_st(drow + I + i, d * silu);
@@ -141,46 +135,23 @@ s_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu, int T,
  * 16-byte aligned): vector v covers a[t, 8i .. 8i+7] with t = v / I8,
  * i = v % I8. Each value goes through the same expressions as above, so the
  * results are the same bits. Idx: 32-bit indices when the count fits. */
-__device__ __forceinline__ void
-s_unpack8(uint4 q, float v[8])
-{
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        v[2 * p] = __uint_as_float(w[p] << 16);
-        v[2 * p + 1] = __uint_as_float(w[p] & 0xffff0000u);
-    }
-}
-
-__device__ __forceinline__ uint4
-s_pack8(const float v[8])
-{
-    uint32_t w[4];
-#pragma unroll
-    for (int p = 0; p < 4; p++)
-        w[p] =
-            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p])) |
-            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p + 1]))
-                << 16;
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 template <typename Idx>
 __global__ void
 s_swiglu_fwd8(uint4 *a, const uint4 *gu, Idx T, Idx I8)
 {
+    trn_pdl_enter(); /* launched to overlap the kernel before it */
     Idx n = T * I8;
     for (Idx v = blockIdx.x * (Idx) blockDim.x + threadIdx.x; v < n;
          v += (Idx) gridDim.x * blockDim.x) {
         Idx t = v / I8, i = v - t * I8;
         const uint4 *row = gu + t * 2 * I8;
         float g[8], u[8], o[8];
-        s_unpack8(row[i], g);
-        s_unpack8(row[I8 + i], u);
+        trn_unpack8(row[i], g);
+        trn_unpack8(row[I8 + i], u);
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            o[e] = trn_round_bf16(g[e] * s_sigmoid(g[e])) * u[e];
-        a[v] = s_pack8(o);
+            o[e] = trn_round_bf16(g[e] * trn_sigmoid(g[e])) * u[e];
+        a[v] = trn_pack8(o);
     }
 }
 
@@ -195,18 +166,18 @@ s_swiglu_bwd8(uint4 *dgu, const uint4 *da, const uint4 *gu, Idx T, Idx I8)
         const uint4 *row = gu + t * 2 * I8;
         uint4 *drow = dgu + t * 2 * I8;
         float g[8], u[8], d[8], dg[8], du[8];
-        s_unpack8(row[i], g);
-        s_unpack8(row[I8 + i], u);
-        s_unpack8(da[v], d);
+        trn_unpack8(row[i], g);
+        trn_unpack8(row[I8 + i], u);
+        trn_unpack8(da[v], d);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            float sg = s_sigmoid(g[e]);
+            float sg = trn_sigmoid(g[e]);
             float silu = g[e] * sg;
             dg[e] = d[e] * u[e] * sg * (1.0f + g[e] * (1.0f - sg));
             du[e] = d[e] * silu;
         }
-        drow[i] = s_pack8(dg);
-        drow[I8 + i] = s_pack8(du);
+        drow[i] = trn_pack8(dg);
+        drow[I8 + i] = trn_pack8(du);
     }
 }
 
@@ -228,9 +199,10 @@ trn_k_swiglu_fwd(trn_bf16_t *a, const trn_bf16_t *gu, int T, int I,
         size_t nv = n / 8;
         /* 2 * nv: the gate|up rows' vectors are indexed too */
         if (2 * nv < UINT32_MAX)
-            s_swiglu_fwd8<uint32_t><<<S_GRID(nv), 256, 0, trn_stream(s)>>>(
-                (uint4 *) a, (const uint4 *) gu, (uint32_t) T,
-                (uint32_t) (I / 8));
+            TRN_CUDA_TRY(trn_launch_pdl(
+                s_swiglu_fwd8<uint32_t>, dim3(S_GRID(nv)), dim3(256), 0,
+                trn_stream(s), (uint4 *) a, (const uint4 *) gu, (uint32_t) T,
+                (uint32_t) (I / 8)));
         else
             s_swiglu_fwd8<size_t><<<S_GRID(nv), 256, 0, trn_stream(s)>>>(
                 (uint4 *) a, (const uint4 *) gu, (size_t) T, (size_t) (I / 8));

@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(256)
 
 /* Few long rows (decode steps: a row per token of the batch): a block of
  * S_ROW_THREADS per row, thread i holding values i, i + S_ROW_THREADS, ...
- * (at most S_ROW_MAXE), so a row's loads spread over a whole block. */
+ * (at most S_ROW_MAXE), so a row's loads spread over a whole block.
+ * Launched to overlap the kernel before it: the weight is read first. */
 #define S_ROW_THREADS 256
 #define S_ROW_MAXE    16
 
@@ -174,8 +175,13 @@ __launch_bounds__(S_ROW_THREADS)
 #pragma unroll
     for (int e = 0; e < S_ROW_MAXE; e++) {
         int j = threadIdx.x + e * S_ROW_THREADS;
-        xv[e] = j < dim ? s_ld1(x + j) : 0.0f;
         wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
+    }
+    trn_pdl_enter(); /* the weight before, the row after */
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        xv[e] = j < dim ? s_ld1(x + j) : 0.0f;
         ss += xv[e] * xv[e];
     }
     ss = trn_block_sum(ss, shm);
@@ -215,9 +221,9 @@ s_fwd(trn_bf16_t *out, int out_stride, float *rstd, const In *in, int in_stride,
 {
     if (group == 1 && rows <= 256 && dim >= 1024 &&
         dim <= S_ROW_THREADS * S_ROW_MAXE) { /* decode steps */
-        s_fwd_row<In><<<rows, S_ROW_THREADS, 0, st>>>(out, out_stride, rstd, in,
-                                                      in_stride, w, dim, eps);
-        TRN_LAUNCH_CHECK();
+        TRN_CUDA_TRY(trn_launch_pdl(s_fwd_row<In>, dim3((unsigned) rows),
+                                    dim3(S_ROW_THREADS), 0, st, out, out_stride,
+                                    rstd, in, in_stride, w, dim, eps));
         return LISA_OK;
     }
     /* few rows: a warp per block, to spread the rows over the

@@ -101,6 +101,14 @@ void trn_blas_destroy(trn_blas_t **self);
 lisa_rc_t trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                          const trn_bf16_t *x, const trn_bf16_t *w, int T, int K,
                          int N, int accumulate, trn_cuda_stream_t *s);
+/* a[T,I] (bf16) = silu(x w_gate^T) * (x w_up^T) for w = [2I, K] (gate
+ * rows, then up rows), in one kernel, with the bits trn_linear_fwd into
+ * bf16 followed by trn_k_swiglu_fwd give; for the few tokens
+ * trn_linear_glu_fits accepts (a decode step of one sequence). */
+int trn_linear_glu_fits(int T, int K, int I);
+lisa_rc_t trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x,
+                             const trn_bf16_t *w, int T, int K, int I,
+                             trn_cuda_stream_t *s);
 /* y[T,N] = res[T,N] + x[T,K] @ w[N,K]^T, all fp32 but x and w (res may
  * be y: then as trn_linear_fwd accumulating). A residual connection in one
  * pass, without copying res first. */
@@ -283,6 +291,21 @@ lisa_rc_t trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                             const int32_t *pos, int T, int H, int Hk, int D,
                             int max_len, float *scratch, size_t scratch_floats,
                             trn_cuda_stream_t *s);
+/* trn_k_qk_prep and trn_k_attn_decode in one kernel, for a step in which
+ * every sequence (slot) has exactly one new token: the same results, the
+ * new keys and values in the cache, but q|k|v is only read (its queries
+ * and keys are not written back). Shapes the grouped kernel does not serve,
+ * and steps with enough tokens to fill the device without splitting (where
+ * the preparation would sit on every block's path: measured slower on an
+ * H200), run the two kernels. */
+lisa_rc_t trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv,
+                                 int stride, const trn_bf16_t *q_norm,
+                                 const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
+                                 trn_bf16_t *cache_v, const int32_t *slot,
+                                 const int32_t *pos, int T, int H, int Hk,
+                                 int D, int max_len, float eps, float theta,
+                                 float *scratch, size_t scratch_floats,
+                                 trn_cuda_stream_t *s);
 /* Floats of scratch that let trn_k_attn_decode split as far as it would. */
 size_t trn_k_attn_decode_scratch(int H, int Hk, int D);
 /* out[i,:] = in[idx[i],:] for n rows of C bf16 values. */
