@@ -256,9 +256,8 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 
 /* ---- grouped-query decode attention ------------------------------------ */
 
-#define S_GQ_THREADS 128
-#define S_GQ_TP      32 /* positions: the unit a token's splits are cut in */
-#define S_GQ_SPLITS  32 /* most splits of one token's positions */
+#define S_GQ_TP     32 /* positions: the unit a token's splits are cut in */
+#define S_GQ_SPLITS 32 /* most splits of one token's positions */
 
 /* A split's partial result: m[G] (log2 units), l[G], then o[G][D]
  * (unnormalised). */
@@ -312,10 +311,10 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
 }
 
 /* Grouped decode attention on tensor cores (head_dim 32, 64 or 128, up
- * to 8 query heads per KV head): one block of 4 warps per (token, KV
+ * to 8 query heads per KV head): one block of NW warps per (token, KV
  * head, split) serves the query heads that share the KV head (the cache is
  * read once per token, not once per query head). Key and value tiles of
- * S_GM_TP positions (rows padded, so ldmatrix reads are free of bank
+ * 16 NW positions (rows padded, so ldmatrix reads are free of bank
  * conflicts) come through shared memory with cp.async, two deep. Each warp
  * takes 16 positions of a tile: the scores of the G query heads (rows of
  * an m16 tile, the rest zero) are one mma.sync per 16 dimensions and 8
@@ -329,28 +328,26 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
  * holds the new position), and into the tile that holds that position once
  * it has arrived, since that tile's copy may have read the row before the
  * write. Blocks of other KV heads or splits never read that row. */
-#define S_GM_TP     64
 #define S_GM_STAGES 2
 
-template <int D>
+template <int D, int NW>
 constexpr int
 s_gm_smem(void)
 {
-    return S_GM_STAGES * 2 * S_GM_TP * (D + 8) * 2;
+    return S_GM_STAGES * 2 * 16 * NW * (D + 8) * 2;
 }
 
-template <int D, int G, bool PREP>
-__global__ void
-__launch_bounds__(S_GQ_THREADS)
+template <int D, int G, bool PREP, int NW>
+__global__ void __launch_bounds__(32 * NW)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                    trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
                    const int32_t *pos, int H, int Hk, int max_len, float scale,
                    const trn_bf16_t *qw, const trn_bf16_t *kw, float eps,
                    float theta)
 {
-    constexpr int NW = S_GQ_THREADS / 32, LD = D + 8, KS = D / 16;
-    constexpr int NT = D / 8, TE = S_GM_TP * LD;
-    static_assert(G <= 8 && NW * 16 == S_GM_TP, "rows and positions");
+    constexpr int S_GQ_THREADS = 32 * NW, S_GM_TP = 16 * NW;
+    constexpr int LD = D + 8, KS = D / 16, NT = D / 8, TE = S_GM_TP * LD;
+    static_assert(G <= 8, "query heads a KV head");
     extern __shared__ __align__(16) unsigned char s_dyn[];
     __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(s_dyn);
     __shared__ float sm_m[NW][G], sm_l[NW][G];
@@ -582,6 +579,40 @@ typedef struct {
     float eps, theta;
 } s_prep_t;
 
+/* One launch of the grouped kernel with NW warps a block. */
+template <int D, int G, int NW>
+static lisa_rc_t
+s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
+          int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
+          const int32_t *pos, int H, int Hk, int max_len, const s_prep_t *prep,
+          cudaStream_t st)
+{
+    /* the key/value tiles take more shared memory than a block gets
+     * unasked */
+    const int smem = s_gm_smem<D, NW>();
+    static int smem_set; /* per instantiation; the first call is never
+                            inside a graph capture (decode records after a
+                            direct run) */
+    if (!smem_set) {
+        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess ||
+            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess)
+            return LISA_ERR;
+        smem_set = 1;
+    }
+    s_prep_t none = {NULL, NULL, 0.0f, 0.0f};
+    const s_prep_t *pp = prep ? prep : &none;
+    TRN_CUDA_TRY(trn_launch_pdl(
+        prep ? s_attn_gqa_mma<D, G, true, NW> : s_attn_gqa_mma<D, G, false, NW>,
+        grid, dim3(32 * NW), (size_t) smem, st, o, part, q, stride, ck, cv,
+        slot, pos, H, Hk, max_len, 1.0f / sqrtf((float) D), pp->qw, pp->kw,
+        pp->eps, pp->theta));
+    return LISA_OK;
+}
+
 template <int D, int G>
 static lisa_rc_t
 s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
@@ -602,29 +633,18 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
             nsplit--;
     }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
-    /* the key/value tiles take more shared memory than a block gets
-     * unasked */
-    const int smem = s_gm_smem<D>();
-    static int smem_set; /* per instantiation; the first call is never
-                            inside a graph capture (decode records after a
-                            direct run) */
-    if (!smem_set) {
-        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem) != cudaSuccess ||
-            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem) != cudaSuccess)
-            return LISA_ERR;
-        smem_set = 1;
-    }
-    s_prep_t none = {NULL, NULL, 0.0f, 0.0f};
-    const s_prep_t *pp = prep ? prep : &none;
-    TRN_CUDA_TRY(trn_launch_pdl(
-        prep ? s_attn_gqa_mma<D, G, true> : s_attn_gqa_mma<D, G, false>, grid,
-        dim3(S_GQ_THREADS), (size_t) smem, st, o, nsplit > 1 ? scratch : NULL,
-        q, stride, ck, cv, slot, pos, H, Hk, max_len, 1.0f / sqrtf((float) D),
-        pp->qw, pp->kw, pp->eps, pp->theta));
+    /* blocks of 4 warps (64 positions a tile) where the blocks are few;
+     * of 2 (32 positions) where they fill the device: three of the wider
+     * ones fit a multiprocessor's shared memory, so a batch of 64 tokens'
+     * 512 blocks would take two rounds; six of the narrow ones fit */
+    float *part = nsplit > 1 ? scratch : NULL;
+    lisa_rc_t rc =
+        blocks < want ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv,
+                                           slot, pos, H, Hk, max_len, prep, st)
+                      : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv,
+                                           slot, pos, H, Hk, max_len, prep, st);
+    if (rc != LISA_OK)
+        return rc;
     if (nsplit > 1)
         TRN_CUDA_TRY(trn_launch_pdl(
             s_attn_merge, dim3((unsigned) T, (unsigned) H), dim3(D), 0, st, o,
