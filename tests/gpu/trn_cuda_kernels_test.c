@@ -1113,12 +1113,14 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
                 rp[np + i] = y[i] * c - y[i + D / 2] * sn;
                 rp[np + i + D / 2] = y[i + D / 2] * c + y[i] * sn;
             }
-            for (int d = 0; d < D; d++) {
-                double *gqd = &gq[(size_t) t * S + (size_t) hh * D + d];
-                if (isq && fused) /* unwritten: attend with the reference */
-                    *gqd = rp[np + d];
-                gp[np + d] = isq ? *gqd : gk[cbase + d];
+            if (isq && fused) { /* unwritten: attend with the reference */
+                for (int d = 0; d < D; d++)
+                    gq[(size_t) t * S + (size_t) hh * D + d] = rp[np + d];
+                continue; /* and check only what it wrote: the keys */
             }
+            for (int d = 0; d < D; d++)
+                gp[np + d] = isq ? gq[(size_t) t * S + (size_t) hh * D + d]
+                                 : gk[cbase + d];
             np += (size_t) D;
             if (!isq) {
                 for (int d = 0; d < D; d++) {

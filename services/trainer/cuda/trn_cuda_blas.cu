@@ -354,15 +354,21 @@ s_gemv_tmax(void)
     return tmax;
 }
 
-/* Whether the matrix-vector kernel serves this forward: up to four tokens
- * (decode steps of a few sequences), rows of at most 16384 values, and
- * outputs up to 65536 wide (the LM head stays with cuBLASLt, which streams
- * it at the copy rate). */
+/* Whether the matrix-vector kernel serves a product of this shape: up
+ * to four tokens (decode steps of a few sequences), rows of at most 16384
+ * values, and outputs up to 65536 wide (the LM head stays with cuBLASLt,
+ * which streams it at the copy rate). Its 16-byte loads also need x and w
+ * 16-byte aligned. */
 static int
-s_gemv_fits(const trn_bf16_t *x, const trn_bf16_t *w, int T, int K, int N)
+s_gemv_fits(int T, int K, int N)
 {
-    return T <= s_gemv_tmax() && K % 8 == 0 && s_gemv_ks(K) > 0 && N <= 65536 &&
-           (uintptr_t) x % 16 == 0 && (uintptr_t) w % 16 == 0;
+    return T <= s_gemv_tmax() && K % 8 == 0 && s_gemv_ks(K) > 0 && N <= 65536;
+}
+
+static int
+s_aligned16(const void *p)
+{
+    return (uintptr_t) p % 16 == 0;
 }
 
 template <bool GLU>
@@ -372,26 +378,13 @@ s_gemv_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
 {
     int ks = s_gemv_ks(K), rows = 8 / ks;
     dim3 grid((unsigned) ((N + rows - 1) / rows)), block(256);
-    cudaError_t e;
-    switch (T) {
-    case 1:
-        e = trn_launch_pdl(s_gemv<1, GLU>, grid, block, 0, st, yf, yb, x, w, K,
-                           N, accumulate, ks);
-        break;
-    case 2:
-        e = trn_launch_pdl(s_gemv<2, GLU>, grid, block, 0, st, yf, yb, x, w, K,
-                           N, accumulate, ks);
-        break;
-    case 3:
-        e = trn_launch_pdl(s_gemv<3, GLU>, grid, block, 0, st, yf, yb, x, w, K,
-                           N, accumulate, ks);
-        break;
-    default:
-        e = trn_launch_pdl(s_gemv<4, GLU>, grid, block, 0, st, yf, yb, x, w, K,
-                           N, accumulate, ks);
-        break;
-    }
-    TRN_CUDA_TRY(e);
+    void (*k)(float *, trn_bf16_t *, const trn_bf16_t *, const trn_bf16_t *,
+              int, int, int, int) = T == 1   ? s_gemv<1, GLU>
+                                    : T == 2 ? s_gemv<2, GLU>
+                                    : T == 3 ? s_gemv<3, GLU>
+                                             : s_gemv<4, GLU>;
+    TRN_CUDA_TRY(trn_launch_pdl(k, grid, block, 0, st, yf, yb, x, w, K, N,
+                                accumulate, ks));
     return LISA_OK;
 }
 
@@ -399,7 +392,7 @@ extern "C" int
 trn_linear_glu_fits(int T, int K, int I)
 {
     /* row pairs in a block: at most four warps a row */
-    return I > 0 && s_gemv_fits(NULL, NULL, T, K, 2 * I) && s_gemv_ks(K) <= 4;
+    return I > 0 && s_gemv_fits(T, K, 2 * I) && s_gemv_ks(K) <= 4;
 }
 
 extern "C" lisa_rc_t
@@ -407,7 +400,7 @@ trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x, const trn_bf16_t *w,
                    int T, int K, int I, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(a && x && w && trn_linear_glu_fits(T, K, I));
-    TRN_REQUIRE((uintptr_t) x % 16 == 0 && (uintptr_t) w % 16 == 0);
+    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w));
     return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
 }
 
@@ -417,7 +410,7 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                int accumulate, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && T > 0 && K > 0 && N > 0);
-    if (s_gemv_fits(x, w, T, K, N))
+    if (s_gemv_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
         return s_gemv_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                  accumulate, trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;

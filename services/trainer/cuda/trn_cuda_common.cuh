@@ -116,32 +116,6 @@ trn_sigmoid(float g)
     return 1.0f / (1.0f + expf(-g));
 }
 
-/* Eight bf16 values of one 16-byte access, as floats; and back, rounded
- * as trn_st rounds one. */
-__device__ __forceinline__ void
-trn_unpack8(uint4 q, float v[8])
-{
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
-        v[2 * p] = __uint_as_float(w[p] << 16);
-        v[2 * p + 1] = __uint_as_float(w[p] & 0xffff0000u);
-    }
-}
-
-__device__ __forceinline__ uint4
-trn_pack8(const float v[8])
-{
-    uint32_t w[4];
-#pragma unroll
-    for (int p = 0; p < 4; p++)
-        w[p] =
-            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p])) |
-            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p + 1]))
-                << 16;
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 /* 16 bytes global -> shared without registers (cp.async); zeros where
  * !ok. Both addresses 16-byte aligned. */
 __device__ __forceinline__ void

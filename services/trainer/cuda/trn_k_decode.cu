@@ -613,6 +613,15 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
     return LISA_OK;
 }
 
+/* Whether T tokens' blocks (one per token and KV head) are few, under
+ * two per multiprocessor: then a token's positions split over several
+ * blocks, when scratch allows, and the blocks are the wider kind. */
+static bool
+s_gqa_few(int T, int Hk)
+{
+    return (long) T * Hk < 2L * s_sm_count();
+}
+
 template <int D, int G>
 static lisa_rc_t
 s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
@@ -622,8 +631,9 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
     long blocks = (long) T * Hk, want = 2L * s_sm_count();
+    bool few = s_gqa_few(T, Hk);
     int nsplit = 1;
-    if (scratch && blocks < want) {
+    if (scratch && few) {
         nsplit = (int) ((want + blocks - 1) / blocks);
         int tiles = (max_len + S_GQ_TP - 1) / S_GQ_TP;
         nsplit = nsplit > tiles ? tiles : nsplit;
@@ -639,10 +649,10 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
      * 512 blocks would take two rounds; six of the narrow ones fit */
     float *part = nsplit > 1 ? scratch : NULL;
     lisa_rc_t rc =
-        blocks < want ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv,
-                                           slot, pos, H, Hk, max_len, prep, st)
-                      : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv,
-                                           slot, pos, H, Hk, max_len, prep, st);
+        few ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv, slot, pos, H,
+                                 Hk, max_len, prep, st)
+            : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv, slot, pos, H,
+                                 Hk, max_len, prep, st);
     if (rc != LISA_OK)
         return rc;
     if (nsplit > 1)
@@ -677,6 +687,20 @@ s_gqa_pick(int G)
     }
 }
 
+/* The grouped kernel's launcher for this shape (head_dim 32, 64 or 128,
+ * 16-byte query loads), or NULL: the simple kernel's shapes. */
+static s_gqa_fn
+s_gqa_for(int stride, int H, int Hk, int D)
+{
+    if (stride % 8 != 0)
+        return NULL;
+    int G = H / Hk;
+    return D == 128  ? s_gqa_pick<128>(G)
+           : D == 64 ? s_gqa_pick<64>(G)
+           : D == 32 ? s_gqa_pick<32>(G)
+                     : NULL;
+}
+
 extern "C" lisa_rc_t
 trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                   const trn_bf16_t *cache_k, const trn_bf16_t *cache_v,
@@ -687,17 +711,11 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     TRN_REQUIRE(o && q && cache_k && cache_v && slot && pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D <= 32 * S_MAXE);
     cudaStream_t st = trn_stream(s);
-    if (stride % 8 == 0) { /* 16-byte query loads */
-        int G = H / Hk;
-        s_gqa_fn f = D == 128  ? s_gqa_pick<128>(G)
-                     : D == 64 ? s_gqa_pick<64>(G)
-                     : D == 32 ? s_gqa_pick<32>(G)
-                               : NULL;
-        if (f)
-            return f(o, q, stride, const_cast<trn_bf16_t *>(cache_k),
-                     const_cast<trn_bf16_t *>(cache_v), slot, pos, T, H, Hk,
-                     max_len, scratch, scratch_floats, NULL, st);
-    }
+    s_gqa_fn f = s_gqa_for(stride, H, Hk, D);
+    if (f)
+        return f(o, q, stride, const_cast<trn_bf16_t *>(cache_k),
+                 const_cast<trn_bf16_t *>(cache_v), slot, pos, T, H, Hk,
+                 max_len, scratch, scratch_floats, NULL, st);
     dim3 grid((unsigned) T, (unsigned) H);
     s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,
                                                  slot, pos, H, Hk, D, max_len,
@@ -719,14 +737,7 @@ trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
                 pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D % 2 == 0 &&
                 D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D && max_len > 0);
-    s_gqa_fn f = NULL;
-    if (stride % 8 == 0 && (long) T * Hk < 2L * s_sm_count()) {
-        int G = H / Hk;
-        f = D == 128  ? s_gqa_pick<128>(G)
-            : D == 64 ? s_gqa_pick<64>(G)
-            : D == 32 ? s_gqa_pick<32>(G)
-                      : NULL;
-    }
+    s_gqa_fn f = s_gqa_few(T, Hk) ? s_gqa_for(stride, H, Hk, D) : NULL;
     if (!f) { /* the two kernels (q|k|v written back) */
         lisa_rc_t rc = trn_k_qk_prep(const_cast<trn_bf16_t *>(qkv), stride,
                                      q_norm, k_norm, cache_k, cache_v, slot,

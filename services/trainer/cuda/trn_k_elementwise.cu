@@ -135,6 +135,30 @@ s_swiglu_bwd(trn_bf16_t *dgu, const trn_bf16_t *da, const trn_bf16_t *gu, int T,
  * 16-byte aligned): vector v covers a[t, 8i .. 8i+7] with t = v / I8,
  * i = v % I8. Each value goes through the same expressions as above, so the
  * results are the same bits. Idx: 32-bit indices when the count fits. */
+__device__ __forceinline__ void
+s_unpack8(uint4 q, float v[8])
+{
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        v[2 * p] = __uint_as_float(w[p] << 16);
+        v[2 * p + 1] = __uint_as_float(w[p] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4
+s_pack8(const float v[8])
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+        w[p] =
+            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p])) |
+            (uint32_t) __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * p + 1]))
+                << 16;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 template <typename Idx>
 __global__ void
 s_swiglu_fwd8(uint4 *a, const uint4 *gu, Idx T, Idx I8)
@@ -146,12 +170,12 @@ s_swiglu_fwd8(uint4 *a, const uint4 *gu, Idx T, Idx I8)
         Idx t = v / I8, i = v - t * I8;
         const uint4 *row = gu + t * 2 * I8;
         float g[8], u[8], o[8];
-        trn_unpack8(row[i], g);
-        trn_unpack8(row[I8 + i], u);
+        s_unpack8(row[i], g);
+        s_unpack8(row[I8 + i], u);
 #pragma unroll
         for (int e = 0; e < 8; e++)
             o[e] = trn_round_bf16(g[e] * trn_sigmoid(g[e])) * u[e];
-        a[v] = trn_pack8(o);
+        a[v] = s_pack8(o);
     }
 }
 
@@ -166,9 +190,9 @@ s_swiglu_bwd8(uint4 *dgu, const uint4 *da, const uint4 *gu, Idx T, Idx I8)
         const uint4 *row = gu + t * 2 * I8;
         uint4 *drow = dgu + t * 2 * I8;
         float g[8], u[8], d[8], dg[8], du[8];
-        trn_unpack8(row[i], g);
-        trn_unpack8(row[I8 + i], u);
-        trn_unpack8(da[v], d);
+        s_unpack8(row[i], g);
+        s_unpack8(row[I8 + i], u);
+        s_unpack8(da[v], d);
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             float sg = trn_sigmoid(g[e]);
@@ -176,8 +200,8 @@ s_swiglu_bwd8(uint4 *dgu, const uint4 *da, const uint4 *gu, Idx T, Idx I8)
             dg[e] = d[e] * u[e] * sg * (1.0f + g[e] * (1.0f - sg));
             du[e] = d[e] * silu;
         }
-        drow[i] = trn_pack8(dg);
-        drow[I8 + i] = trn_pack8(du);
+        drow[i] = s_pack8(dg);
+        drow[I8 + i] = s_pack8(du);
     }
 }
 
