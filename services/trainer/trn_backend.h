@@ -23,27 +23,39 @@ typedef struct trn_backend trn_backend_t;
 
 typedef struct {
     const char *name;
-    /* KV cache of `slots` sequences of `max_len` positions (replaces any). */
-    lisa_rc_t (*gen_open)(trn_backend_t *b, size_t slots, size_t max_len,
+    /* Opens the paged KV cache of `geom` (replaces any); geom->n_blocks 0:
+     * sized from memory, and set to what was made. */
+    lisa_rc_t (*gen_open)(trn_backend_t *b, trn_kv_geom_t *geom,
                           trn_err_t *err);
-    /* Empties a slot. */
-    void (*gen_reset)(trn_backend_t *b, size_t slot);
-    /* Appends tokens to slots and writes each one's next-token logits
-     * (n x vocab), as trn_model_step. */
-    lisa_rc_t (*gen_step)(trn_backend_t *b, size_t n, const size_t *slots,
-                          const int32_t *const *tokens, const size_t *n_new,
-                          float *logits, trn_err_t *err);
+    /* Frees the KV cache and the step buffers (the memory goes back to
+     * training); gen_open makes them again. Safe when none is open. */
+    void (*gen_close)(trn_backend_t *b);
+    /* Runs a step of n sequences (trn_model_step) and writes each one's
+     * next-token logits (n x vocab). */
+    lisa_rc_t (*gen_step)(trn_backend_t *b, size_t n,
+                          const trn_gen_seq_t *seqs, float *logits,
+                          trn_err_t *err);
     /* Optional (NULL: the engine samples on the host from gen_step's
-     * logits): appends tokens like gen_step and draws each sequence's next
+     * logits): runs the step like gen_step and draws each sequence's next
      * token on the device under samp[i] with seeds[i] (mixed with the
      * position), writing the token and its log-probability (log softmax
      * of logits / T over the whole vocabulary, as trn_sampler). The drawn
      * token is not appended. For backends whose logits should stay on the
      * device (trn_gpu_model_step with a sampler). */
-    lisa_rc_t (*gen_sample)(trn_backend_t *b, size_t n, const size_t *slots,
-                            const int32_t *const *tokens, const size_t *n_new,
+    lisa_rc_t (*gen_sample)(trn_backend_t *b, size_t n,
+                            const trn_gen_seq_t *seqs,
                             const trn_sampling_t *samp, const uint64_t *seeds,
                             int32_t *out_tok, float *out_lp, trn_err_t *err);
+    /* Optional (NULL: training state always resident): where the
+     * training state (fp32 master weights, gradients, optimizer moments)
+     * lives. on_device 0 moves it to page-locked host memory and frees its
+     * device memory (while rollouts run); 1 brings it back (before a
+     * train_step, after gen_close). The bf16 working weights stay on the
+     * device in both phases. Idempotent. */
+    lisa_rc_t (*train_state)(trn_backend_t *b, int on_device, trn_err_t *err);
+    /* Optional: device memory in use and total (bytes), for the engine's
+     * metrics; NULL or 0 where the backend has no device. */
+    void (*mem_info)(trn_backend_t *b, size_t *used, size_t *total);
     /* One optimizer step over finished rollouts (trn_step_run). */
     lisa_rc_t (*train_step)(trn_backend_t *b, const trn_step_cfg_t *cfg,
                             const trn_rollouts_t *r, trn_step_out_t *out,

@@ -122,16 +122,23 @@ void trn_gpu_model_set_overlap(trn_gpu_model_t *g, int on);
 void trn_gpu_model_last_backward(trn_gpu_model_t *g);
 
 /* --- generation ---------------------------------------------------------
- * A KV cache of `slots` sequences (at most 1,024) of up to `max_len`
- * positions on the device; each engine request owns a slot while it
- * generates. */
+ * A paged KV cache on the device (trn_kv_geom_t, trn_gen_seq_t in
+ * trn_model.h): per layer, keys and values of n_blocks blocks of
+ * block_size positions ([n_blocks * block_size, Hk*D] bf16 each), a block
+ * table of max_seqs rows of max_blocks entries on the device (rows
+ * uploaded when they change), and the buffers of a step of up to
+ * max_tokens new tokens and max_seqs sequences, allocated once here, so a
+ * step never allocates. */
 typedef struct trn_gpu_kv trn_gpu_kv_t;
 
-trn_gpu_kv_t *trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len,
+/* Device bytes one block takes (keys and values of every layer). */
+size_t trn_gpu_kv_block_bytes(const trn_gpu_model_t *g, size_t block_size);
+/* Makes the cache; geom->n_blocks 0: as many blocks as kv_bytes (else
+ * kv_fraction of the device memory free after the step buffers) hold,
+ * and geom->n_blocks is set. NULL on failure (err says why). */
+trn_gpu_kv_t *trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom,
                              trn_err_t *err);
 void trn_gpu_kv_destroy(trn_gpu_kv_t **kv);
-void trn_gpu_kv_reset(trn_gpu_kv_t *kv, size_t slot);
-size_t trn_gpu_kv_len(const trn_gpu_kv_t *kv, size_t slot);
 /* Whether pure decode steps (one new token per sequence) replay recorded
  * CUDA graphs (the default) or launch every kernel directly; both give the
  * same results. */
@@ -149,14 +156,16 @@ typedef struct {
     uint64_t seed; /* mixed with the position, so each step differs */
 } trn_sample_t;
 
-/* Appends n_new[i] tokens (tokens[i]) to slot slots[i] for each of n
- * sequences (distinct slots; prefill and decode in one call), then for each
- * sequence: the logits of its last token (logits, host n x vocab, may be
- * NULL) and, when `sp` is not NULL, a sampled next token and its logprob
- * (out_tok, out_lp). The sampled token is not appended. */
+/* Runs a step of n sequences (see trn_gen_seq_t): their new tokens'
+ * keys and values into their blocks, then for each sequence the logits of
+ * its last new token (logits, host n x vocab, may be NULL) and, when `sp`
+ * is not NULL, a sampled next token and its logprob (out_tok, out_lp).
+ * The sampled token is not appended. Sequences with one new token
+ * (decodes) attend through the cache with the decode kernels; longer ones
+ * (prompts and prompt chunks after a cached prefix) with the paged
+ * prefill kernel. */
 lisa_rc_t trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
-                             const size_t *slots, const int32_t *const *tokens,
-                             const size_t *n_new, const trn_sample_t *sp,
+                             const trn_gen_seq_t *seqs, const trn_sample_t *sp,
                              int32_t *out_tok, float *out_lp, float *logits,
                              trn_err_t *err) LISA_NODISCARD;
 

@@ -13,9 +13,11 @@
  * - weights, loaded from safetensors (one file, or shards listed in
  *   model.safetensors.index.json; F32, BF16 or F16 on disk, fp32 in memory)
  *   and saved back as safetensors + config.json that transformers loads;
- * - generation: a KV cache with slots, and one call that appends tokens to
- *   any number of slots and returns the next-token logits of each (prefill
- *   and decode are the same call with more or fewer tokens);
+ * - generation: a paged KV cache (blocks of positions, a block table per
+ *   sequence, blocks shared between sequences with a common prefix) and
+ *   one call that appends tokens to any number of sequences and returns
+ *   the next-token logits of each (prefill, chunks of prefill after a
+ *   cached prefix and decode are the same call);
  * - training: forward over packed sequences returning the log-probability
  *   of a chosen target token per position (the vocabulary projection runs
  *   over chunks of positions, so T x V logits never exist at once), then
@@ -186,26 +188,71 @@ lisa_rc_t trn_model_backward(trn_model_t *m, const float *dlogp,
 lisa_rc_t trn_model_logits(trn_model_t *m, const int32_t *tokens, size_t n,
                            float *logits, trn_err_t *err) LISA_NODISCARD;
 
-/* A KV cache: `slots` sequences of up to `max_len` positions each. */
-typedef struct trn_kv trn_kv_t;
+/* ---- generation: a paged KV cache ------------------------------------
+ * Keys and values live in fixed-size blocks of `block_size` positions (a
+ * power of two); a sequence is a list of blocks (its block table), so the
+ * cache holds as many sequences of any length as its blocks allow, and a
+ * block may appear in several sequences' tables (a shared prefix). The
+ * caller (the engine's block manager) owns the tables and decides which
+ * blocks a step writes; a step writes only positions start..start+n_new-1
+ * of each sequence and reads positions 0..start+n_new-1. */
+typedef struct {
+    size_t block_size; /* positions a block: a power of two, 1..1024 */
+    size_t n_blocks;   /* blocks; 0: the backend sizes the cache from
+                          memory (kv_bytes, else kv_fraction of what is
+                          free) and sets it */
+    size_t max_seqs;   /* sequences in one step, rows of the table */
+    size_t max_blocks; /* blocks one sequence may have */
+    size_t max_tokens; /* new tokens in one step (its buffers) */
+    size_t kv_bytes;   /* memory for the blocks (0: kv_fraction) */
+    double kv_fraction; /* of free memory after the step buffers (0: 0.9) */
+} trn_kv_geom_t;
 
-/* A cache for model `m`; NULL when the sizes are 0, over the model's
- * max_position_embeddings or TRN_MAX_KV_SLOTS, or overflow. */
-trn_kv_t *trn_kv_new(const trn_model_t *m, size_t slots, size_t max_len);
+/* One sequence of a step. */
+typedef struct {
+    size_t slot;           /* its row in the block table, < max_seqs;
+                              distinct within a step */
+    const int32_t *blocks; /* its block table: block ids < n_blocks, at
+                              least ceil((start + n_new) / block_size) */
+    size_t n_blocks;       /* entries of `blocks`, <= max_blocks */
+    size_t start;          /* positions already in the cache */
+    const int32_t *tokens; /* the new tokens, positions start.. */
+    size_t n_new;          /* > 0 */
+} trn_gen_seq_t;
+
+/* Checks a step's sequences against a geometry and a vocabulary:
+ * LISA_INVALID (err says which) for a bad slot, block id, token or a slot
+ * twice; LISA_TOOLARGE for more sequences or tokens than the geometry's
+ * step, or a table too short for the sequence. Backends call it first. */
+lisa_rc_t trn_gen_check(const trn_kv_geom_t *geom, size_t vocab, size_t n,
+                        const trn_gen_seq_t *seqs,
+                        trn_err_t *err) LISA_NODISCARD;
+
+/* Bytes one block of the CPU cache takes (fp32 keys and values of every
+ * layer). */
+size_t trn_kv_block_bytes(const trn_model_t *m, size_t block_size);
+
+/* A paged cache (fp32) for model `m`. geom->n_blocks 0: from kv_bytes
+ * (0: 256 MiB). NULL on bad sizes. */
+typedef struct trn_kv trn_kv_t;
+trn_kv_t *trn_kv_new(const trn_model_t *m, trn_kv_geom_t *geom);
 /* Frees the cache; safe on NULL and twice. */
 void trn_kv_destroy(trn_kv_t **kv);
-/* Empties slot `slot` (its length becomes 0). */
-void trn_kv_reset(trn_kv_t *kv, size_t slot);
-/* Number of positions held in `slot`. */
-size_t trn_kv_len(const trn_kv_t *kv, size_t slot);
+/* The geometry the cache was made with (borrowed). */
+const trn_kv_geom_t *trn_kv_geom(const trn_kv_t *kv);
 
-/* Appends n_new[i] tokens (tokens[i]) to slot slots[i] for each of n
- * sequences (distinct slots) and writes the logits of the last appended
- * token of each into logits[i * vocab]. LISA_TOOLARGE when a slot would
- * exceed max_len; LISA_INVALID on bad ids or slots. */
+/* Runs the step: appends each sequence's new tokens at positions start..
+ * (their keys and values written into their blocks) and writes the
+ * logits of each sequence's last new token into logits[i * vocab]. */
 lisa_rc_t trn_model_step(trn_model_t *m, trn_kv_t *kv, size_t n,
-                         const size_t *slots, const int32_t *const *tokens,
-                         const size_t *n_new, float *logits,
+                         const trn_gen_seq_t *seqs, float *logits,
                          trn_err_t *err) LISA_NODISCARD;
+
+/* A contiguous helper for one sequence (tests, SFT checks, benchmarks):
+ * a table of blocks 0, 1, ... in `blocks` (at least n_blocks entries) for
+ * slot `slot` of a geometry whose blocks are laid out slot after slot. */
+void trn_gen_seq_contiguous(trn_gen_seq_t *s, int32_t *blocks,
+                            const trn_kv_geom_t *geom, size_t slot,
+                            size_t start, const int32_t *tokens, size_t n_new);
 
 #endif
