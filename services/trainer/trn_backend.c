@@ -32,32 +32,34 @@ s_seterr(trn_err_t *err, const char *fmt, ...)
 }
 
 static lisa_rc_t
-s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
+s_gen_open(trn_backend_t *b, trn_kv_geom_t *geom, trn_err_t *err)
 {
     s_cpu_t *c = (s_cpu_t *) b;
     trn_kv_destroy(&c->kv);
-    c->kv = trn_kv_new(c->m, slots, max_len);
+    c->kv = trn_kv_new(c->m, geom);
     if (!c->kv) {
-        s_seterr(err, "bad KV cache size");
+        s_seterr(err, "bad KV cache geometry");
         return LISA_INVALID;
     }
     return LISA_OK;
 }
 
 static void
-s_gen_reset(trn_backend_t *b, size_t slot)
+s_gen_close(trn_backend_t *b)
 {
-    s_cpu_t *c = (s_cpu_t *) b;
-    trn_kv_reset(c->kv, slot);
+    trn_kv_destroy(&((s_cpu_t *) b)->kv);
 }
 
 static lisa_rc_t
-s_gen_step(trn_backend_t *b, size_t n, const size_t *slots,
-           const int32_t *const *tokens, const size_t *n_new, float *logits,
+s_gen_step(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs, float *logits,
            trn_err_t *err)
 {
     s_cpu_t *c = (s_cpu_t *) b;
-    return trn_model_step(c->m, c->kv, n, slots, tokens, n_new, logits, err);
+    if (!c->kv) {
+        s_seterr(err, "no KV cache is open");
+        return LISA_INVALID;
+    }
+    return trn_model_step(c->m, c->kv, n, seqs, logits, err);
 }
 
 static lisa_rc_t
@@ -130,7 +132,7 @@ s_destroy(trn_backend_t *b)
 static const trn_backend_ops_t s_cpu_ops = {
     .name = "cpu",
     .gen_open = s_gen_open,
-    .gen_reset = s_gen_reset,
+    .gen_close = s_gen_close,
     .gen_step = s_gen_step,
     .train_step = s_train_step,
     .logprobs = s_logprobs,

@@ -32,9 +32,8 @@ typedef struct {
     void (*gen_close)(trn_backend_t *b);
     /* Runs a step of n sequences (trn_model_step) and writes each one's
      * next-token logits (n x vocab). */
-    lisa_rc_t (*gen_step)(trn_backend_t *b, size_t n,
-                          const trn_gen_seq_t *seqs, float *logits,
-                          trn_err_t *err);
+    lisa_rc_t (*gen_step)(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs,
+                          float *logits, trn_err_t *err);
     /* Optional (NULL: the engine samples on the host from gen_step's
      * logits): runs the step like gen_step and draws each sequence's next
      * token on the device under samp[i] with seeds[i] (mixed with the

@@ -38,39 +38,55 @@ s_run(s_dp_t *d, lisa_rc_t local_rc, trn_err_t *err)
 }
 
 static lisa_rc_t
-s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
+s_gen_open(trn_backend_t *b, trn_kv_geom_t *geom, trn_err_t *err)
 {
     trn_backend_t *in = ((s_dp_t *) b)->inner;
-    return in->ops->gen_open(in, slots, max_len, err);
+    return in->ops->gen_open(in, geom, err);
 }
 
 static void
-s_gen_reset(trn_backend_t *b, size_t slot)
+s_gen_close(trn_backend_t *b)
 {
     trn_backend_t *in = ((s_dp_t *) b)->inner;
-    in->ops->gen_reset(in, slot);
+    if (in->ops->gen_close)
+        in->ops->gen_close(in);
 }
 
 static lisa_rc_t
-s_gen_step(trn_backend_t *b, size_t n, const size_t *slots,
-           const int32_t *const *tokens, const size_t *n_new, float *logits,
+s_gen_step(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs, float *logits,
            trn_err_t *err)
 {
     trn_backend_t *in = ((s_dp_t *) b)->inner;
-    return in->ops->gen_step(in, n, slots, tokens, n_new, logits, err);
+    return in->ops->gen_step(in, n, seqs, logits, err);
 }
 
 static lisa_rc_t
-s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
-             const int32_t *const *tokens, const size_t *n_new,
+s_gen_sample(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs,
              const trn_sampling_t *samp, const uint64_t *seeds,
              int32_t *out_tok, float *out_lp, trn_err_t *err)
 {
     trn_backend_t *in = ((s_dp_t *) b)->inner;
     if (!in->ops->gen_sample) /* the engine drives the inner backend */
         return trn_fail(err, LISA_UNSUPPORTED, "dp: no on-device sampling");
-    return in->ops->gen_sample(in, n, slots, tokens, n_new, samp, seeds,
-                               out_tok, out_lp, err);
+    return in->ops->gen_sample(in, n, seqs, samp, seeds, out_tok, out_lp, err);
+}
+
+static lisa_rc_t
+s_train_state(trn_backend_t *b, int on_device, trn_err_t *err)
+{
+    trn_backend_t *in = ((s_dp_t *) b)->inner;
+    if (!in->ops->train_state)
+        return LISA_OK;
+    return in->ops->train_state(in, on_device, err);
+}
+
+static void
+s_mem_info(trn_backend_t *b, size_t *used, size_t *total)
+{
+    trn_backend_t *in = ((s_dp_t *) b)->inner;
+    *used = *total = 0;
+    if (in->ops->mem_info)
+        in->ops->mem_info(in, used, total);
 }
 
 static lisa_rc_t
@@ -184,9 +200,11 @@ s_destroy(trn_backend_t *b)
 static const trn_backend_ops_t s_dp_ops = {
     .name = "data-parallel",
     .gen_open = s_gen_open,
-    .gen_reset = s_gen_reset,
+    .gen_close = s_gen_close,
     .gen_step = s_gen_step,
     .gen_sample = s_gen_sample,
+    .train_state = s_train_state,
+    .mem_info = s_mem_info,
     .train_step = s_train_step,
     .logprobs = s_logprobs,
     .save = s_save,

@@ -10,6 +10,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_rpc.h"
+#include "trn_blocks.h"
 #include "trn_sampler.h"
 
 #include <jansson.h>
@@ -23,11 +24,10 @@
 #define S_MAX_PROMPT (1u << 20)
 
 typedef struct s_job {
-    struct s_job *next;
+    struct s_job *next; /* waiting queue */
     lisa_http_req_t *req;
-    int32_t *prompt;
-    size_t n_prompt;
-    size_t max_tokens;
+    int32_t *tok; /* the prompt, then the sampled tokens */
+    size_t n_prompt, max_tokens;
     trn_sampling_t samp;
     uint64_t rng;
     uint64_t seed; /* for backends that sample on the device */
@@ -35,17 +35,29 @@ typedef struct s_job {
     size_t n_stop;
     uint64_t enq_ms;
     /* generation state */
-    int32_t *out;
     float *out_lp;
     size_t n_out;
-    size_t slot;
-    bool prefilled;
     uint64_t version;
+    bool started; /* admitted once (counts as in flight from then on) */
+    /* paged cache state (engine thread only) */
+    size_t slot;          /* row of the block table while running */
+    int32_t *blocks;      /* block table, max_blocks entries */
+    size_t n_blocks;      /* entries held */
+    size_t n_cached;      /* positions whose keys and values are in blocks */
+    size_t n_commit;      /* leading blocks committed to the prefix cache */
+    uint64_t chain;       /* hash of the last committed block */
+    size_t cached_tokens; /* prompt positions found in the cache at first
+                             admission */
+    size_t n_step;        /* tokens fed in the step being built */
 } s_job_t;
 
 struct trn_engine {
     trn_backend_t *b;
     trn_engine_cfg_t cfg;
+    trn_kv_geom_t geom;
+    trn_blocks_t *bm; /* NULL while the cache is closed (time-sharing) */
+    size_t max_blocks;
+    size_t cap_tokens; /* longest sequence: context and whole cache */
     char url[256];
     char id[128];
     char *broker;
@@ -53,13 +65,17 @@ struct trn_engine {
     pthread_t thread, reg_thread;
     bool reg_started;
     pthread_mutex_t mu;
-    pthread_cond_t cv;   /* work arrived / stop */
-    pthread_cond_t idle; /* no in-flight while paused */
-    s_job_t *qhead, *qtail;
+    pthread_cond_t cv;      /* work arrived / stop */
+    pthread_cond_t idle;    /* no in-flight while paused */
+    s_job_t *qhead, *qtail; /* waiting, first come first served; preempted
+                               sequences go back to the front */
     size_t qlen;
-    s_job_t **active; /* by slot */
-    size_t n_active;
-    bool paused, stop;
+    size_t n_preempted; /* queued sequences that already sampled tokens */
+    s_job_t **run;      /* running, in admission order */
+    size_t n_run;
+    size_t *free_slots;
+    size_t n_free_slots;
+    bool paused, stop, flush;
     uint64_t version;
     uint64_t state_seq; /* bumped by pause / resume; the registration
                            thread re-registers when it moved */
@@ -80,9 +96,9 @@ s_job_free(s_job_t **j)
 {
     if (!*j)
         return;
-    lisa_free(&(*j)->prompt);
-    lisa_free(&(*j)->out);
+    lisa_free(&(*j)->tok);
     lisa_free(&(*j)->out_lp);
+    lisa_free(&(*j)->blocks);
     lisa_free(j);
 }
 
@@ -140,13 +156,20 @@ s_parse(trn_engine_t *e, const char *body, size_t len, char *why, size_t wl)
         snprintf(why, wl, "prompt must be a non-empty array of token ids");
         goto fail;
     }
-    if (json_array_size(p) >= e->cfg.max_len) {
-        snprintf(why, wl, "prompt of %zu tokens exceeds the context of %zu",
-                 json_array_size(p), e->cfg.max_len);
+    /* a prompt must leave room for one sampled token within the context
+     * and within the whole cache */
+    pthread_mutex_lock(&e->mu);
+    size_t cap = e->cap_tokens;
+    pthread_mutex_unlock(&e->mu);
+    if (json_array_size(p) >= cap) {
+        snprintf(why, wl,
+                 "prompt of %zu tokens exceeds the context of %zu tokens "
+                 "(prompt + completion)",
+                 json_array_size(p), cap);
         goto fail;
     }
-    j->prompt = lisa_malloc(json_array_size(p) * sizeof *j->prompt);
-    if (s_ids(p, j->prompt, S_MAX_PROMPT, vocab, &j->n_prompt, "prompt", why,
+    j->tok = lisa_malloc(json_array_size(p) * sizeof *j->tok);
+    if (s_ids(p, j->tok, S_MAX_PROMPT, vocab, &j->n_prompt, "prompt", why,
               wl) != LISA_OK)
         goto fail;
     json_t *st = json_object_get(r, "stop_token_ids");
@@ -182,12 +205,16 @@ s_parse(trn_engine_t *e, const char *body, size_t len, char *why, size_t wl)
         snprintf(why, wl, "temperature must be in [0, 100], top_p in (0, 1]");
         goto fail;
     }
-    size_t room = e->cfg.max_len - j->n_prompt;
+    size_t room = cap - j->n_prompt;
     j->max_tokens = (size_t) max_tokens < room ? (size_t) max_tokens : room;
     j->samp.temperature = (float) temp;
     j->samp.top_p = (float) top_p;
     j->samp.top_k = (int32_t) (top_k > 0 && top_k < INT32_MAX ? top_k : 0);
-    j->out = lisa_malloc(j->max_tokens * sizeof *j->out);
+    j->tok =
+        lisa_realloc(j->tok, (j->n_prompt + j->max_tokens) * sizeof *j->tok);
+    size_t bs = e->geom.block_size;
+    j->blocks = lisa_malloc((j->n_prompt + j->max_tokens + bs - 1) / bs *
+                            sizeof *j->blocks);
     j->out_lp = lisa_malloc(j->max_tokens * sizeof *j->out_lp);
     pthread_mutex_lock(&e->mu);
     uint64_t s = seed >= 0 ? (uint64_t) seed : e->cfg.seed + (e->seed_ctr++);
@@ -214,7 +241,7 @@ s_handler(lisa_http_req_t *req, void *arg)
                          "{\"status\":\"ok\",\"policy_version\":%llu,"
                          "\"paused\":%s,\"inflight\":%zu,\"queued\":%zu}",
                          (unsigned long long) e->version,
-                         e->paused ? "true" : "false", e->n_active, e->qlen);
+                         e->paused ? "true" : "false", e->n_run, e->qlen);
         pthread_mutex_unlock(&e->mu);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
@@ -271,19 +298,22 @@ s_answer(trn_engine_t *e, s_job_t *j, const char *finish)
 {
     json_t *ids = json_array(), *lps = json_array();
     for (size_t i = 0; i < j->n_out; i++) {
-        json_array_append_new(ids, json_integer(j->out[i]));
+        json_array_append_new(ids, json_integer(j->tok[j->n_prompt + i]));
         json_array_append_new(lps, json_real(j->out_lp[i]));
     }
     json_t *lp = json_pack("{s:o}", "token_logprobs", lps);
     json_t *choice =
         json_pack("{s:i,s:s,s:o,s:o,s:s}", "index", 0, "text", "", "token_ids",
                   ids, "logprobs", lp, "finish_reason", finish);
-    json_t *r = json_pack("{s:s,s:s,s:[o],s:{s:I,s:I},s:I}", "object",
-                          "text_completion", "model", e->id, "choices", choice,
-                          "usage", "prompt_tokens", (json_int_t) j->n_prompt,
-                          "completion_tokens", (json_int_t) j->n_out,
-                          "policy_version", (json_int_t) j->version);
-    char *txt = json_dumps(r, JSON_COMPACT);
+    json_t *r = json_pack(
+        "{s:s,s:s,s:[o],s:{s:I,s:I,s:I,s:{s:I}},s:I}", "object",
+        "text_completion", "model", e->id, "choices", choice, "usage",
+        "prompt_tokens", (json_int_t) j->n_prompt, "completion_tokens",
+        (json_int_t) j->n_out, "total_tokens",
+        (json_int_t) (j->n_prompt + j->n_out), "prompt_tokens_details",
+        "cached_tokens", (json_int_t) j->cached_tokens, "policy_version",
+        (json_int_t) j->version);
+    char *txt = r ? json_dumps(r, JSON_COMPACT) : NULL;
     json_decref(r);
     if (txt) {
         (void) lisa_http_req_respond(j->req, 200, "application/json", txt,
@@ -305,38 +335,99 @@ s_is_stop(const s_job_t *j, int32_t t)
     return false;
 }
 
-/* Admits queued jobs into free slots (lock held). */
+static size_t
+s_len(const s_job_t *j)
+{
+    return j->n_prompt + j->n_out;
+}
+
+/* Releases a sequence's blocks, last first (its tail goes cold before the
+ * prefix others may share). */
 static void
-s_admit(trn_engine_t *e)
+s_release_blocks(trn_engine_t *e, s_job_t *j)
+{
+    while (j->n_blocks > 0)
+        trn_blocks_release(e->bm, j->blocks[--j->n_blocks]);
+    j->n_cached = j->n_commit = 0;
+    j->chain = 0;
+}
+
+/* Makes the table hold positions [0, upto); false when blocks ran out
+ * (what it took stays). */
+static bool
+s_grow(trn_engine_t *e, s_job_t *j, size_t upto)
+{
+    size_t bs = e->geom.block_size, need = (upto + bs - 1) / bs;
+    while (j->n_blocks < need) {
+        int32_t id = trn_blocks_alloc(e->bm);
+        if (id < 0)
+            return false;
+        j->blocks[j->n_blocks++] = id;
+    }
+    return true;
+}
+
+/* Commits the blocks the step filled, so later requests find them. */
+static void
+s_commit(trn_engine_t *e, s_job_t *j)
+{
+    size_t bs = e->geom.block_size;
+    if (e->cfg.no_prefix_cache)
+        return;
+    while ((j->n_commit + 1) * bs <= j->n_cached) {
+        j->chain = trn_blocks_commit(e->bm, j->blocks[j->n_commit], j->chain,
+                                     j->tok + j->n_commit * bs);
+        j->n_commit++;
+    }
+}
+
+/* Removes running sequence i and gives its slot back (lock held). */
+static void
+s_unrun(trn_engine_t *e, size_t i)
+{
+    s_job_t *j = e->run[i];
+    memmove(&e->run[i], &e->run[i + 1], (e->n_run - i - 1) * sizeof *e->run);
+    e->n_run--;
+    e->free_slots[e->n_free_slots++] = j->slot;
+}
+
+/* Preempts the youngest running sequence: its blocks are released (full
+ * ones stay cached) and it waits at the front of the queue to be
+ * recomputed (lock held). */
+static void
+s_preempt_youngest(trn_engine_t *e)
+{
+    s_job_t *j = e->run[e->n_run - 1];
+    s_commit(e, j);
+    s_release_blocks(e, j);
+    s_unrun(e, e->n_run - 1);
+    j->next = e->qhead;
+    e->qhead = j;
+    if (!e->qtail)
+        e->qtail = j;
+    e->qlen++;
+    e->n_preempted++;
+    e->st.preemptions++;
+}
+
+/* Expires requests that waited too long (lock held). */
+static void
+s_expire(trn_engine_t *e)
 {
     uint64_t now = s_now_ms();
-    while (e->qhead && !e->paused && e->n_active < e->cfg.max_batch) {
-        s_job_t *j = e->qhead;
-        e->qhead = j->next;
-        if (!e->qhead)
-            e->qtail = NULL;
-        e->qlen--;
-        j->next = NULL;
-        size_t slot = 0;
-        while (e->active[slot])
-            slot++;
-        j->slot = slot;
-        j->version = e->version;
-        e->active[slot] = j;
-        e->n_active++;
-    }
-    /* expire waiting ones */
     s_job_t **pp = &e->qhead, *last = NULL;
     while (*pp) {
         s_job_t *j = *pp;
-        if (e->cfg.queue_timeout_ms &&
+        if (!j->started && e->cfg.queue_timeout_ms &&
             now - j->enq_ms > e->cfg.queue_timeout_ms) {
             *pp = j->next;
             e->qlen--;
             e->st.timed_out++;
-            (void) lisa_http_req_respond_error(j->req, 503, "server_error",
-                                               "engine_busy",
-                                               "waited too long for a slot");
+            lisa_http_req_add_header(j->req, "Retry-After", "5");
+            (void) lisa_http_req_respond_error(
+                j->req, 503, "server_error", "engine_busy",
+                "waited %llu ms for room in the engine",
+                (unsigned long long) (now - j->enq_ms));
             s_job_free(&j);
             continue;
         }
@@ -346,129 +437,272 @@ s_admit(trn_engine_t *e)
     e->qtail = last;
 }
 
+/* Tokens a running sequence feeds this step, within the budget; takes the
+ * blocks they need, preempting younger sequences when none are free. 0:
+ * nothing this step (or the sequence itself was preempted: *gone). */
+static size_t
+s_plan_running(trn_engine_t *e, size_t i, size_t budget, bool *gone)
+{
+    s_job_t *j = e->run[i];
+    size_t want = s_len(j) - j->n_cached;
+    size_t n = want < budget ? want : budget;
+    *gone = false;
+    if (n == 0)
+        return 0;
+    while (!s_grow(e, j, j->n_cached + n)) {
+        size_t room = j->n_blocks * e->geom.block_size - j->n_cached;
+        if (want > 1 && room > 0) /* a chunk that fits what it holds */
+            return room < n ? room : n;
+        if (e->n_run - 1 == i) { /* it is the youngest: it waits */
+            s_preempt_youngest(e);
+            *gone = true;
+            return 0;
+        }
+        s_preempt_youngest(e);
+    }
+    return n;
+}
+
+/* Admits the head of the queue if its first chunk fits: the longest
+ * cached prefix, then fresh blocks for the chunk. Returns the tokens it
+ * feeds this step (0: not admitted) (lock held). */
+static size_t
+s_admit_head(trn_engine_t *e, size_t budget)
+{
+    s_job_t *j = e->qhead;
+    size_t bs = e->geom.block_size;
+    if (!j || budget == 0 || e->n_free_slots == 0)
+        return 0;
+    if (e->paused && !j->started)
+        return 0;
+    size_t len = s_len(j);
+    if (len > e->cap_tokens) { /* the cache shrank below it */
+        e->qhead = j->next;
+        if (!e->qhead)
+            e->qtail = NULL;
+        e->qlen--;
+        if (j->started)
+            e->n_preempted--;
+        (void) lisa_http_req_respond_error(
+            j->req, 400, "invalid_request_error", "context_length_exceeded",
+            "sequence of %zu tokens exceeds the engine's %zu", len,
+            e->cap_tokens);
+        s_job_free(&j);
+        return 0;
+    }
+    size_t hit = 0;
+    if (!e->cfg.no_prefix_cache) /* at least one position left to compute */
+        hit = trn_blocks_match(e->bm, j->tok, len - 1, (len + bs - 1) / bs,
+                               j->blocks, &j->chain);
+    j->n_blocks = j->n_commit = hit;
+    j->n_cached = hit * bs;
+    size_t n = len - j->n_cached < budget ? len - j->n_cached : budget;
+    size_t need = (j->n_cached + n + bs - 1) / bs - hit;
+    /* keep a few blocks for the running decodes' next positions */
+    size_t reserve = e->n_run > 0 ? 1 + trn_blocks_total(e->bm) / 100 : 0;
+    if (trn_blocks_available(e->bm) < need + reserve ||
+        !s_grow(e, j, j->n_cached + n)) {
+        s_release_blocks(e, j);
+        return 0;
+    }
+    e->qhead = j->next;
+    if (!e->qhead)
+        e->qtail = NULL;
+    e->qlen--;
+    if (j->started) {
+        e->n_preempted--;
+    } else {
+        j->started = true;
+        j->version = e->version;
+        j->cached_tokens = j->n_cached;
+        e->st.prompt_tokens += j->n_prompt;
+        e->st.cached_tokens += j->n_cached;
+    }
+    j->slot = e->free_slots[--e->n_free_slots];
+    j->next = NULL;
+    e->run[e->n_run++] = j;
+    return n;
+}
+
+/* Builds the next step into seqs (lock held): decodes and chunks of the
+ * running sequences, then admissions, within the token budget. */
+static size_t
+s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
+{
+    size_t budget = e->geom.max_tokens, n = 0;
+    if (e->flush && e->n_run == 0) {
+        trn_blocks_flush(e->bm);
+        e->flush = false;
+    }
+    for (size_t i = 0; i < e->n_run;) {
+        bool gone = false;
+        size_t k = s_plan_running(e, i, budget, &gone);
+        if (gone)
+            continue; /* run[i] is now the next one, or none */
+        e->run[i]->n_step = k;
+        budget -= k;
+        i++;
+    }
+    while (!e->flush && e->n_run < e->geom.max_seqs) {
+        size_t k = s_admit_head(e, budget);
+        if (k == 0)
+            break;
+        e->run[e->n_run - 1]->n_step = k;
+        budget -= k;
+    }
+    /* decodes first, then the chunks (the backends' order) */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < e->n_run; i++) {
+            s_job_t *j = e->run[i];
+            bool one = s_len(j) - j->n_cached == 1;
+            if (j->n_step == 0 || one != (pass == 0))
+                continue;
+            seqs[n] = (trn_gen_seq_t){.slot = j->slot,
+                                      .blocks = j->blocks,
+                                      .n_blocks = j->n_blocks,
+                                      .start = j->n_cached,
+                                      .tokens = j->tok + j->n_cached,
+                                      .n_new = j->n_step};
+            batch[n++] = j;
+        }
+    return n;
+}
+
+/* After a step: positions cached, blocks committed, and for each
+ * sequence that reached its end a sampled token; finished requests are
+ * answered (lock held). */
+static void
+s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
+              const float *olp, const float *logits, lisa_rc_t rc,
+              const trn_err_t *err)
+{
+    size_t V = (size_t) e->b->ops->config(e->b)->vocab_size;
+    for (size_t i = 0; i < n; i++) {
+        s_job_t *j = batch[i];
+        const char *fin = NULL;
+        e->st.tokens_prefilled += j->n_step > 1 ? j->n_step : 0;
+        if (rc != LISA_OK) {
+            (void) lisa_http_req_respond_error(
+                j->req, 500, "server_error", NULL, "generation: %s", err->msg);
+            fin = "error";
+        } else {
+            j->n_cached += j->n_step;
+            s_commit(e, j);
+        }
+        if (!fin && j->n_cached == s_len(j)) { /* its next token */
+            int32_t t = otok ? otok[i] : 0;
+            float lp = olp ? olp[i] : 0.0f;
+            trn_err_t se = {{0}};
+            if (logits && trn_sample(logits + i * V, V, &j->samp, &j->rng, &t,
+                                     &lp, &se) != LISA_OK) {
+                (void) lisa_http_req_respond_error(
+                    j->req, 500, "server_error", NULL, "sampling: %s", se.msg);
+                fin = "error";
+            } else {
+                j->tok[s_len(j)] = t;
+                j->out_lp[j->n_out] = isfinite(lp) ? lp : -1e30f;
+                j->n_out++;
+                e->st.tokens_generated++;
+                if (s_is_stop(j, t))
+                    fin = "stop";
+                else if (j->n_out >= j->max_tokens)
+                    fin = "length";
+            }
+        }
+        j->n_step = 0;
+        if (!fin)
+            continue;
+        if (strcmp(fin, "error") != 0) {
+            s_answer(e, j, fin);
+            e->st.completed++;
+        }
+        s_release_blocks(e, j);
+        for (size_t r = 0; r < e->n_run; r++)
+            if (e->run[r] == j) {
+                s_unrun(e, r);
+                break;
+            }
+        s_job_free(&j);
+    }
+}
+
+/* Whether generations are in flight: running, or preempted with sampled
+ * tokens (a pause waits for both) (lock held). */
+static bool
+s_busy(const trn_engine_t *e)
+{
+    return e->n_run > 0 || e->n_preempted > 0;
+}
+
 static void *
 s_run(void *arg)
 {
     trn_engine_t *e = arg;
-    size_t B = e->cfg.max_batch, V = 0;
-    V = (size_t) e->b->ops->config(e->b)->vocab_size;
+    size_t S = e->geom.max_seqs;
+    size_t V = (size_t) e->b->ops->config(e->b)->vocab_size;
     /* a backend with gen_sample draws on the device: no logits come back */
     bool dev = e->b->ops->gen_sample != NULL;
-    float *logits = dev ? NULL : lisa_malloc(B * V * sizeof *logits);
-    trn_sampling_t *samp = lisa_calloc(B, sizeof *samp);
-    uint64_t *seeds = lisa_calloc(B, sizeof *seeds);
-    int32_t *otok = lisa_calloc(B, sizeof *otok);
-    float *olp = lisa_calloc(B, sizeof *olp);
-    size_t *slots = lisa_malloc(B * sizeof *slots);
-    const int32_t **toks = lisa_malloc(B * sizeof *toks);
-    size_t *n_new = lisa_malloc(B * sizeof *n_new);
-    s_job_t **batch = lisa_malloc(B * sizeof *batch);
+    float *logits = dev ? NULL : lisa_malloc(S * V * sizeof *logits);
+    trn_sampling_t *samp = lisa_calloc(S, sizeof *samp);
+    uint64_t *seeds = lisa_calloc(S, sizeof *seeds);
+    int32_t *otok = lisa_calloc(S, sizeof *otok);
+    float *olp = lisa_calloc(S, sizeof *olp);
+    trn_gen_seq_t *seqs = lisa_calloc(S, sizeof *seqs);
+    s_job_t **batch = lisa_calloc(S, sizeof *batch);
     trn_err_t err;
+    pthread_mutex_lock(&e->mu);
     for (;;) {
-        pthread_mutex_lock(&e->mu);
-        s_admit(e);
-        while (!e->stop && e->n_active == 0) {
-            if (e->paused)
+        s_expire(e);
+        size_t n = 0;
+        if (!e->stop && e->bm)
+            n = s_plan(e, seqs, batch);
+        if (e->stop)
+            break;
+        if (n == 0) {
+            if (e->paused && !s_busy(e))
                 pthread_cond_broadcast(&e->idle);
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000L;
+            ts.tv_nsec += 20 * 1000000L;
             if (ts.tv_nsec >= 1000000000L) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
             }
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-            s_admit(e);
+            continue;
         }
-        if (e->stop) {
-            pthread_mutex_unlock(&e->mu);
-            break;
-        }
-        size_t n = 0;
-        for (size_t s = 0; s < B; s++)
-            if (e->active[s])
-                batch[n++] = e->active[s];
+        uint64_t toks = 0;
+        for (size_t i = 0; i < n; i++)
+            toks += seqs[i].n_new;
         pthread_mutex_unlock(&e->mu);
-        uint64_t pre = 0;
-        for (size_t i = 0; i < n; i++) {
-            s_job_t *j = batch[i];
-            slots[i] = j->slot;
-            if (!j->prefilled) {
-                e->b->ops->gen_reset(e->b, j->slot);
-                toks[i] = j->prompt;
-                n_new[i] = j->n_prompt;
-                pre += j->n_prompt;
-            } else {
-                toks[i] = &j->out[j->n_out - 1];
-                n_new[i] = 1;
-            }
-        }
         lisa_rc_t rc;
+        memset(&err, 0, sizeof err);
         if (dev) {
             for (size_t i = 0; i < n; i++) {
                 samp[i] = batch[i]->samp;
                 seeds[i] = batch[i]->seed;
             }
-            rc = e->b->ops->gen_sample(e->b, n, slots, toks, n_new, samp, seeds,
-                                       otok, olp, &err);
+            rc = e->b->ops->gen_sample(e->b, n, seqs, samp, seeds, otok, olp,
+                                       &err);
         } else {
-            rc = e->b->ops->gen_step(e->b, n, slots, toks, n_new, logits, &err);
+            rc = e->b->ops->gen_step(e->b, n, seqs, logits, &err);
         }
         pthread_mutex_lock(&e->mu);
         e->st.steps++;
-        e->st.tokens_prefilled += pre;
-        for (size_t i = 0; i < n; i++) {
-            s_job_t *j = batch[i];
-            const char *fin = NULL;
-            if (rc != LISA_OK) {
-                (void) lisa_http_req_respond_error(j->req, 500, "server_error",
-                                                   NULL, "generation: %s",
-                                                   err.msg);
-                fin = "error";
-            } else {
-                j->prefilled = true;
-                int32_t t = otok[i];
-                float lp = olp[i];
-                trn_err_t se = {{0}};
-                if (!dev && trn_sample(logits + i * V, V, &j->samp, &j->rng, &t,
-                                       &lp, &se) != LISA_OK) {
-                    (void) lisa_http_req_respond_error(j->req, 500,
-                                                       "server_error", NULL,
-                                                       "sampling: %s", se.msg);
-                    fin = "error";
-                } else {
-                    j->out[j->n_out] = t;
-                    j->out_lp[j->n_out] = isfinite(lp) ? lp : -1e30f;
-                    j->n_out++;
-                    e->st.tokens_generated++;
-                    if (s_is_stop(j, t))
-                        fin = "stop";
-                    else if (j->n_out >= j->max_tokens)
-                        fin = "length";
-                }
-            }
-            if (fin) {
-                if (strcmp(fin, "error") != 0) {
-                    s_answer(e, j, fin);
-                    e->st.completed++;
-                }
-                e->active[j->slot] = NULL;
-                e->n_active--;
-                s_job_free(&j);
-            }
-        }
-        if (e->paused && e->n_active == 0)
+        if (toks > e->st.step_tokens_max)
+            e->st.step_tokens_max = toks;
+        s_finish_step(e, n, batch, dev ? otok : NULL, dev ? olp : NULL,
+                      dev ? NULL : logits, rc, &err);
+        if (e->paused && !s_busy(e))
             pthread_cond_broadcast(&e->idle);
-        pthread_mutex_unlock(&e->mu);
     }
+    pthread_mutex_unlock(&e->mu);
     lisa_free(&logits);
     lisa_free(&samp);
     lisa_free(&seeds);
     lisa_free(&otok);
     lisa_free(&olp);
-    lisa_free(&slots);
-    lisa_free(&toks);
-    lisa_free(&n_new);
+    lisa_free(&seqs);
     lisa_free(&batch);
     return NULL;
 }
@@ -491,7 +725,7 @@ s_register(trn_engine_t *e, lisa_rpc_t *rpc, bool final)
     eng.engine_id = e->id;
     eng.url = e->url;
     eng.up = true;
-    eng.max_batch = (uint32_t) e->cfg.max_batch;
+    eng.max_batch = (uint32_t) e->geom.max_seqs;
     er.engine = &eng;
     er.ttl_ms = e->cfg.register_ttl_ms;
     if (final) {
@@ -548,38 +782,133 @@ s_reg_run(void *arg)
 
 /* ---- API --------------------------------------------------------------- */
 
+/* Device memory in use now, or 0 without a device. */
+static size_t
+s_mem_used(trn_engine_t *e)
+{
+    size_t used = 0, total = 0;
+    if (e->b->ops->mem_info)
+        e->b->ops->mem_info(e->b, &used, &total);
+    e->st.mem_total = total;
+    return used;
+}
+
+/* Opens the KV cache and its block manager (the caller owns the backend).
+ */
+static lisa_rc_t
+s_open_cache(trn_engine_t *e)
+{
+    trn_err_t err = {{0}};
+    trn_kv_geom_t g = e->geom;
+    g.n_blocks = 0;
+    g.kv_bytes = e->cfg.kv_bytes;
+    g.kv_fraction = e->cfg.kv_fraction;
+    if (e->cfg.time_share && e->b->ops->train_state &&
+        e->b->ops->train_state(e->b, 0, &err) != LISA_OK) {
+        lisa_log_error("engine: training state off the device: %s", err.msg);
+        return LISA_ERR;
+    }
+    if (e->b->ops->gen_open(e->b, &g, &err) != LISA_OK) {
+        lisa_log_error("engine: KV cache: %s", err.msg);
+        return LISA_ERR;
+    }
+    trn_blocks_t *bm = trn_blocks_new(g.n_blocks, g.block_size);
+    if (!bm) {
+        lisa_log_error("engine: KV cache of %zu blocks", g.n_blocks);
+        if (e->b->ops->gen_close)
+            e->b->ops->gen_close(e->b);
+        return LISA_ERR;
+    }
+    size_t whole = g.n_blocks * g.block_size;
+    pthread_mutex_lock(&e->mu);
+    e->geom = g;
+    e->bm = bm;
+    e->cap_tokens = whole < e->cfg.max_len ? whole : e->cfg.max_len;
+    e->st.kv_blocks = g.n_blocks;
+    e->st.block_size = g.block_size;
+    e->st.mem_serve = s_mem_used(e);
+    pthread_mutex_unlock(&e->mu);
+    return LISA_OK;
+}
+
+/* Gives the KV cache's memory back and brings the training state onto the
+ * device (engine idle and paused; the caller owns the backend). */
+static void
+s_close_cache(trn_engine_t *e)
+{
+    trn_err_t err = {{0}};
+    pthread_mutex_lock(&e->mu);
+    trn_blocks_t *bm = e->bm;
+    e->bm = NULL;
+    pthread_mutex_unlock(&e->mu);
+    trn_blocks_destroy(&bm);
+    if (e->b->ops->gen_close)
+        e->b->ops->gen_close(e->b);
+    if (e->b->ops->train_state &&
+        e->b->ops->train_state(e->b, 1, &err) != LISA_OK)
+        lisa_log_error("engine: training state onto the device: %s", err.msg);
+    pthread_mutex_lock(&e->mu);
+    e->st.mem_train = s_mem_used(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void
+s_defaults(trn_engine_t *e, const trn_engine_cfg_t *cfg)
+{
+    e->cfg = *cfg;
+    if (!e->cfg.max_batch)
+        e->cfg.max_batch = TRN_ENGINE_DEFAULT_MAX_SEQS;
+    if (!e->cfg.queue_max)
+        e->cfg.queue_max = 1024;
+    size_t maxpos = (size_t) e->b->ops->config(e->b)->max_position_embeddings;
+    if (!e->cfg.max_len || e->cfg.max_len > maxpos)
+        e->cfg.max_len = maxpos;
+    if (!e->cfg.block_size)
+        e->cfg.block_size = TRN_ENGINE_DEFAULT_BLOCK;
+    if (!e->cfg.max_step_tokens)
+        e->cfg.max_step_tokens = TRN_ENGINE_DEFAULT_STEP_TOKENS;
+    /* every running sequence's decode fits a step */
+    if (e->cfg.max_step_tokens < e->cfg.max_batch)
+        e->cfg.max_step_tokens = e->cfg.max_batch;
+    if (!e->cfg.register_ttl_ms)
+        e->cfg.register_ttl_ms = 10000;
+    if (!e->b->ops->train_state)
+        e->cfg.time_share = false;
+    size_t bs = e->cfg.block_size;
+    e->max_blocks = (e->cfg.max_len + bs - 1) / bs;
+    e->geom = (trn_kv_geom_t){.block_size = bs,
+                              .max_seqs = e->cfg.max_batch,
+                              .max_blocks = e->max_blocks,
+                              .max_tokens = e->cfg.max_step_tokens};
+}
+
 trn_engine_t *
 trn_engine_new(trn_backend_t *b, const trn_engine_cfg_t *cfg)
 {
-    trn_err_t err;
     trn_engine_t *e = lisa_calloc(1, sizeof *e);
     e->b = b;
-    e->cfg = *cfg;
-    if (!e->cfg.max_batch)
-        e->cfg.max_batch = 16;
-    if (!e->cfg.queue_max)
-        e->cfg.queue_max = 256;
-    size_t maxpos = (size_t) b->ops->config(b)->max_position_embeddings;
-    if (!e->cfg.max_len)
-        e->cfg.max_len = maxpos < TRN_ENGINE_DEFAULT_MAX_LEN
-                             ? maxpos
-                             : TRN_ENGINE_DEFAULT_MAX_LEN;
-    if (e->cfg.max_len > maxpos)
-        e->cfg.max_len = maxpos;
-    if (!e->cfg.register_ttl_ms)
-        e->cfg.register_ttl_ms = 10000;
+    size_t bs = cfg->block_size ? cfg->block_size : TRN_ENGINE_DEFAULT_BLOCK;
+    if ((bs & (bs - 1)) != 0 || bs > 1024) {
+        lisa_log_error("engine: block size %zu is not a power of two up to "
+                       "1024",
+                       bs);
+        lisa_free(&e);
+        return NULL;
+    }
+    s_defaults(e, cfg);
     e->version = cfg->policy_version;
     snprintf(e->id, sizeof e->id, "%s",
              cfg->engine_id ? cfg->engine_id : "trainer");
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->idle, NULL);
-    e->active = lisa_calloc(e->cfg.max_batch, sizeof *e->active);
-    if (b->ops->gen_open(b, e->cfg.max_batch, e->cfg.max_len, &err) !=
-        LISA_OK) {
-        lisa_log_error("engine: KV cache: %s", err.msg);
+    size_t S = e->geom.max_seqs;
+    e->run = lisa_calloc(S, sizeof *e->run);
+    e->free_slots = lisa_calloc(S, sizeof *e->free_slots);
+    for (size_t i = 0; i < S; i++)
+        e->free_slots[e->n_free_slots++] = S - 1 - i;
+    if (s_open_cache(e) != LISA_OK)
         goto fail;
-    }
     lisa_http_server_config_t hc = {0};
     hc.address = cfg->address ? cfg->address : "127.0.0.1";
     hc.port = cfg->port;
@@ -600,14 +929,26 @@ trn_engine_new(trn_backend_t *b, const trn_engine_cfg_t *cfg)
         e->reg_started =
             pthread_create(&e->reg_thread, NULL, s_reg_run, e) == 0;
     }
-    lisa_log_info("engine: %s serving at %s (slots %zu, context %zu)", e->id,
-                  e->url, e->cfg.max_batch, e->cfg.max_len);
+    lisa_log_info("engine: %s serving at %s (sequences %zu, context %zu, KV "
+                  "%zu blocks of %zu, step %zu tokens, prefix cache %s)",
+                  e->id, e->url, e->geom.max_seqs, e->cfg.max_len,
+                  e->geom.n_blocks, e->geom.block_size, e->geom.max_tokens,
+                  e->cfg.no_prefix_cache ? "off" : "on");
     return e;
 fail:
     lisa_http_server_destroy(&e->http);
-    lisa_free(&e->active);
+    trn_blocks_destroy(&e->bm);
+    lisa_free(&e->run);
+    lisa_free(&e->free_slots);
     lisa_free(&e);
     return NULL;
+}
+
+static void
+s_fail_all(s_job_t *j, const char *why)
+{
+    (void) lisa_http_req_respond_error(j->req, 503, "server_error", NULL, "%s",
+                                       why);
 }
 
 void
@@ -625,24 +966,25 @@ trn_engine_destroy(trn_engine_t **ep)
         pthread_join(e->reg_thread, NULL);
     lisa_http_server_destroy(&e->http);
     /* the server answered kept requests 503; release our handles */
-    for (size_t s = 0; s < e->cfg.max_batch; s++)
-        if (e->active[s]) {
-            (void) lisa_http_req_respond_error(
-                e->active[s]->req, 503, "server_error", NULL, "shutting down");
-            s_job_free(&e->active[s]);
-        }
+    for (size_t i = 0; i < e->n_run; i++) {
+        s_fail_all(e->run[i], "shutting down");
+        s_job_free(&e->run[i]);
+    }
     while (e->qhead) {
         s_job_t *j = e->qhead;
         e->qhead = j->next;
-        (void) lisa_http_req_respond_error(j->req, 503, "server_error", NULL,
-                                           "shutting down");
+        s_fail_all(j, "shutting down");
         s_job_free(&j);
     }
     lisa_log_info("engine: %s stopped after %llu requests, %llu tokens "
-                  "generated",
+                  "generated, %llu of %llu prompt tokens from the cache",
                   e->id, (unsigned long long) e->st.requests,
-                  (unsigned long long) e->st.tokens_generated);
-    lisa_free(&e->active);
+                  (unsigned long long) e->st.tokens_generated,
+                  (unsigned long long) e->st.cached_tokens,
+                  (unsigned long long) e->st.prompt_tokens);
+    trn_blocks_destroy(&e->bm);
+    lisa_free(&e->run);
+    lisa_free(&e->free_slots);
     lisa_free(&e->broker);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -675,10 +1017,13 @@ trn_engine_pause(trn_engine_t *e, uint64_t timeout_ms)
     ts.tv_sec += (time_t) (timeout_ms / 1000 + ns / 1000000000ull);
     ts.tv_nsec = (long) (ns % 1000000000ull);
     int w = 0;
-    while (e->n_active > 0 && w == 0)
+    while (s_busy(e) && w == 0)
         w = pthread_cond_timedwait(&e->idle, &e->mu, &ts);
-    lisa_rc_t rc = e->n_active == 0 ? LISA_OK : LISA_TIMEOUT;
+    lisa_rc_t rc = s_busy(e) ? LISA_TIMEOUT : LISA_OK;
+    bool close = rc == LISA_OK && e->cfg.time_share && e->bm;
     pthread_mutex_unlock(&e->mu);
+    if (close)
+        s_close_cache(e);
     return rc;
 }
 
@@ -686,6 +1031,13 @@ void
 trn_engine_resume(trn_engine_t *e, uint64_t policy_version)
 {
     pthread_mutex_lock(&e->mu);
+    bool reopen = !e->bm;
+    pthread_mutex_unlock(&e->mu);
+    if (reopen && s_open_cache(e) != LISA_OK)
+        lisa_log_error("engine: cannot reopen the KV cache; requests wait");
+    pthread_mutex_lock(&e->mu);
+    if (policy_version != e->version)
+        e->flush = true; /* cached blocks hold the old weights' keys */
     e->version = policy_version;
     e->paused = false;
     e->state_seq++;
@@ -707,8 +1059,13 @@ trn_engine_stats(trn_engine_t *e)
 {
     pthread_mutex_lock(&e->mu);
     trn_engine_stats_t s = e->st;
-    s.inflight = e->n_active;
+    s.inflight = e->n_run + e->n_preempted;
     s.queued = e->qlen;
+    if (e->bm) {
+        trn_blocks_stats_t bs = trn_blocks_stats(e->bm);
+        s.kv_blocks_used = bs.used;
+        s.kv_blocks_cached = bs.cached;
+    }
     pthread_mutex_unlock(&e->mu);
     return s;
 }

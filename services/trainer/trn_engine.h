@@ -4,14 +4,21 @@
  * HTTP (lisa_http_server, internal threads; handlers never block):
  *   POST /v1/completions  token-id prompt -> token ids, per-token logprobs
  *                         of the sampling distribution, finish_reason,
- *                         policy_version (the shape docs/gateway.md,
- *                         "Engines", requires);
+ *                         policy_version, usage with
+ *                         prompt_tokens_details.cached_tokens (the shape
+ *                         docs/gateway.md, "Engines", requires);
  *   GET  /healthz         200 {"status":"ok","policy_version":V,...}.
  * A handler validates the request and puts it in a bounded queue (full:
- * 429) and keeps the HTTP request; one engine thread admits queued requests
- * into free KV slots and steps every active sequence together (prefill of
- * new prompts and one decode token of the others in the same call), samples
- * with trn_sample and answers each request when it stops.
+ * 429 with Retry-After; a prompt the context cannot hold: 400) and keeps
+ * the HTTP request. One engine thread schedules (continuous batching over
+ * a paged KV cache, docs/trainer-service.md, "The engine"): every step
+ * takes one token of each decoding sequence, then chunks of prompts up to
+ * the step's token budget; a prompt starts from the longest prefix of
+ * full blocks already cached (an earlier turn of its conversation, another
+ * sample of its prompt); queued requests are admitted first come first
+ * served while blocks are free; when a decode finds no free block the
+ * youngest running sequence is preempted (its blocks released, it is
+ * queued again at the front and recomputed, mostly from the cache).
  *
  * Weight updates: trn_engine_pause stops admitting (new requests wait in
  * the queue) and returns once every in-flight generation has finished;
@@ -30,9 +37,10 @@
 
 #include <stdint.h>
 
-/* Positions per KV slot when the config leaves it 0 (capped by the
- * model's max_position_embeddings). */
-#define TRN_ENGINE_DEFAULT_MAX_LEN 16384u
+/* Defaults of the scheduler and the paged cache. */
+#define TRN_ENGINE_DEFAULT_MAX_SEQS    256u
+#define TRN_ENGINE_DEFAULT_BLOCK       32u
+#define TRN_ENGINE_DEFAULT_STEP_TOKENS 4096u
 
 typedef struct {
     const char *address; /* listen address ("127.0.0.1") */
@@ -41,9 +49,19 @@ typedef struct {
     const char *engine_id;
     const char *broker; /* NULL: no registration */
     uint64_t register_ttl_ms;
-    size_t max_batch;          /* KV slots */
-    size_t max_len;            /* positions per slot (0: default) */
-    size_t queue_max;          /* waiting requests */
+    size_t max_batch;          /* sequences generating at once (0: 256) */
+    size_t max_len;            /* context: prompt + completion (0: the model's
+                                  max_position_embeddings) */
+    size_t block_size;         /* positions a KV block (0: 32; power of two) */
+    size_t max_step_tokens;    /* new tokens a step (0: 4096) */
+    size_t kv_bytes;           /* memory for KV blocks (0: kv_fraction) */
+    double kv_fraction;        /* of free memory (0: the backend's default) */
+    bool no_prefix_cache;      /* every request computes its whole prompt */
+    bool time_share;           /* a paused engine gives its KV memory back and
+                                  the training state comes onto the device;
+                                  resumed, the reverse (backends with
+                                  train_state) */
+    size_t queue_max;          /* waiting requests (0: 1024) */
     uint64_t queue_timeout_ms; /* most time a request may wait */
     uint64_t policy_version;   /* initial */
     uint64_t seed;             /* for requests without a seed */
@@ -52,7 +70,13 @@ typedef struct {
 typedef struct {
     uint64_t requests, completed, rejected_full, rejected_bad, timed_out;
     uint64_t tokens_generated, tokens_prefilled, steps;
+    uint64_t prompt_tokens, cached_tokens; /* prompts, and their part served
+                                              from the prefix cache */
+    uint64_t preemptions, step_tokens_max;
     uint64_t inflight, queued;
+    uint64_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_size;
+    uint64_t mem_serve, mem_train, mem_total; /* device bytes in use while
+                                                 serving / training */
 } trn_engine_stats_t;
 
 typedef struct trn_engine trn_engine_t;

@@ -247,16 +247,26 @@ trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq,
     if (p == 0 || turn == 0)
         return trn_fail(err, LISA_INVALID, "sft: no prompt or no turn");
     size_t V = (size_t) trn_model_config(m)->vocab_size;
-    trn_kv_t *kv = trn_kv_new(m, 1, p + turn + 1);
+    size_t bs = 16, nb = (p + turn + bs) / bs;
+    trn_kv_geom_t g = {.block_size = bs,
+                       .n_blocks = nb,
+                       .max_seqs = 1,
+                       .max_blocks = nb,
+                       .max_tokens = p};
+    trn_kv_t *kv = trn_kv_new(m, &g);
     if (!kv)
         return trn_fail(err, LISA_INVALID, "sft: cannot make a KV cache");
     float *logits = lisa_malloc(V * sizeof *logits);
-    size_t slot = 0, nn = p;
+    int32_t *blocks = lisa_malloc(nb * sizeof *blocks);
+    size_t at = 0, nn = p;
     const int32_t *toks = seq->ids;
     lisa_rc_t rc = LISA_OK;
     bool ok = true;
     for (size_t t = 0; t < turn && ok; t++) {
-        rc = trn_model_step(m, kv, 1, &slot, &toks, &nn, logits, err);
+        trn_gen_seq_t gs;
+        trn_gen_seq_contiguous(&gs, blocks, &g, 0, at, toks, nn);
+        rc = trn_model_step(m, kv, 1, &gs, logits, err);
+        at += nn;
         if (rc != LISA_OK)
             break;
         trn_sampling_t smp = {.temperature = temperature, .top_p = 1.0f};
@@ -273,6 +283,7 @@ trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq,
     }
     *match = rc == LISA_OK && ok;
     lisa_free(&logits);
+    lisa_free(&blocks);
     trn_kv_destroy(&kv);
     return rc;
 }

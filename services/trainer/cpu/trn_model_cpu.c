@@ -97,9 +97,10 @@ struct trn_model {
 };
 
 struct trn_kv {
-    size_t slots, max_len, KV, NL;
-    float *k, *v; /* [NL][slots][max_len][KV] */
-    size_t *len;
+    trn_kv_geom_t geom;
+    size_t KV, NL;
+    size_t rows;  /* n_blocks * block_size */
+    float *k, *v; /* [NL][rows][KV] */
 };
 
 /* ---- parameter table ------------------------------------------------- */
@@ -783,6 +784,10 @@ typedef struct {
     const float *v; /* value rows, same layout as k */
     size_t kstride; /* floats between key rows */
     const size_t *kstart, *nk;
+    /* paged (generation): row r's keys are positions 0..nk[r]-1 of the
+     * blocks btab[r][0..], bs positions each (kstart unused) */
+    const int32_t *const *btab;
+    size_t bs;
     float *o, *lse;    /* [rows][Q], [rows][NH] */
     const float *dout; /* backward: d(o) */
     float *dq, *dk, *dv;
@@ -808,12 +813,17 @@ s_attn_fwd_task(void *ctx, size_t r)
         size_t kvh = h / grp;
         float mx = -INFINITY, l = 0;
         memset(acc, 0, HD * sizeof(float));
-        for (size_t j0 = 0; j0 < c->nk[r]; j0 += S_KBLOCK) {
-            size_t nb = c->nk[r] - j0 < S_KBLOCK ? c->nk[r] - j0 : S_KBLOCK;
-            const float *kb =
-                c->k + (c->kstart[r] + j0) * c->kstride + kvh * HD;
-            const float *vb =
-                c->v + (c->kstart[r] + j0) * c->kstride + kvh * HD;
+        for (size_t j0 = 0, nb; j0 < c->nk[r]; j0 += nb) {
+            nb = c->nk[r] - j0 < S_KBLOCK ? c->nk[r] - j0 : S_KBLOCK;
+            size_t row0 = c->kstart[r] + j0;
+            if (c->btab) { /* never past the end of a block */
+                size_t in = j0 % c->bs;
+                if (nb > c->bs - in)
+                    nb = c->bs - in;
+                row0 = (size_t) c->btab[r][j0 / c->bs] * c->bs + in;
+            }
+            const float *kb = c->k + row0 * c->kstride + kvh * HD;
+            const float *vb = c->v + row0 * c->kstride + kvh * HD;
             float bm = -INFINITY;
             for (size_t j = 0; j < nb; j++) {
                 sc[j] = trn_dot(q, kb + j * c->kstride, HD) * scale;
@@ -889,8 +899,8 @@ s_attn_bwd_task(void *ctx, size_t kvh)
 
 /* Where a layer's attention finds keys and values. */
 typedef struct {
-    trn_kv_t *kv;        /* NULL: the rows themselves (training) */
-    const size_t *slots; /* per row, with kv */
+    trn_kv_t *kv;               /* NULL: the rows themselves (training) */
+    const int32_t *const *btab; /* per row, with kv: its block table */
 } s_kvsrc_t;
 
 /* Runs layer l on rows of a->x (in place), saving into a->L[li]. */
@@ -920,15 +930,19 @@ s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
                    .rows = rows};
     if (src->kv) {
         trn_kv_t *kv = src->kv;
-        float *kc = kv->k + l * kv->slots * kv->max_len * KV;
-        float *vc = kv->v + l * kv->slots * kv->max_len * KV;
+        size_t bs = kv->geom.block_size, p;
+        float *kc = kv->k + l * kv->rows * KV;
+        float *vc = kv->v + l * kv->rows * KV;
         for (size_t r = 0; r < rows; r++) {
-            size_t at_row = src->slots[r] * kv->max_len + (size_t) a->pos[r];
+            p = (size_t) a->pos[r];
+            size_t at_row = (size_t) src->btab[r][p / bs] * bs + p % bs;
             memcpy(kc + at_row * KV, A->k + r * KV, KV * sizeof(float));
             memcpy(vc + at_row * KV, A->v + r * KV, KV * sizeof(float));
         }
         at.k = kc;
         at.v = vc;
+        at.btab = src->btab;
+        at.bs = bs;
     } else {
         at.k = A->k;
         at.v = A->v;
@@ -1290,23 +1304,99 @@ trn_model_logits(trn_model_t *m, const int32_t *tokens, size_t n, float *logits,
 
 /* ---- generation ------------------------------------------------------- */
 
-trn_kv_t *
-trn_kv_new(const trn_model_t *m, size_t slots, size_t max_len)
+lisa_rc_t
+trn_gen_check(const trn_kv_geom_t *g, size_t vocab, size_t n,
+              const trn_gen_seq_t *seqs, trn_err_t *err)
 {
-    if (slots == 0 || max_len == 0 ||
-        max_len > (size_t) m->cfg.max_position_embeddings ||
-        slots > TRN_MAX_KV_SLOTS ||
-        max_len > SIZE_MAX / sizeof(float) / slots / m->KV / m->NL)
+    if (n == 0 || !seqs)
+        return trn_fail(err, LISA_INVALID, "step: no sequences");
+    if (n > g->max_seqs)
+        return trn_fail(err, LISA_TOOLARGE,
+                        "step: %zu sequences, the cache takes %zu", n,
+                        g->max_seqs);
+    size_t tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        const trn_gen_seq_t *s = &seqs[i];
+        if (s->slot >= g->max_seqs || s->n_new == 0 || !s->tokens || !s->blocks)
+            return trn_fail(err, LISA_INVALID,
+                            "step: sequence %zu has slot %zu (of %zu) and "
+                            "%zu new tokens",
+                            i, s->slot, g->max_seqs, s->n_new);
+        for (size_t j = 0; j < i; j++)
+            if (seqs[j].slot == s->slot)
+                return trn_fail(err, LISA_INVALID,
+                                "step: slot %zu appears twice", s->slot);
+        size_t need = (s->start + s->n_new + g->block_size - 1) / g->block_size;
+        if (s->n_blocks > g->max_blocks || need > s->n_blocks)
+            return trn_fail(err, LISA_TOOLARGE,
+                            "step: sequence %zu needs %zu blocks, has %zu "
+                            "(at most %zu)",
+                            i, need, s->n_blocks, g->max_blocks);
+        for (size_t b = 0; b < need; b++)
+            if (s->blocks[b] < 0 || (size_t) s->blocks[b] >= g->n_blocks)
+                return trn_fail(err, LISA_INVALID,
+                                "step: sequence %zu names block %d (of %zu)", i,
+                                s->blocks[b], g->n_blocks);
+        for (size_t t = 0; t < s->n_new; t++)
+            if (s->tokens[t] < 0 || (size_t) s->tokens[t] >= vocab)
+                return trn_fail(err, LISA_INVALID,
+                                "step: token %d out of the vocabulary",
+                                s->tokens[t]);
+        tokens += s->n_new;
+    }
+    if (tokens > g->max_tokens)
+        return trn_fail(err, LISA_TOOLARGE,
+                        "step: %zu new tokens, a step takes %zu", tokens,
+                        g->max_tokens);
+    return LISA_OK;
+}
+
+void
+trn_gen_seq_contiguous(trn_gen_seq_t *s, int32_t *blocks,
+                       const trn_kv_geom_t *g, size_t slot, size_t start,
+                       const int32_t *tokens, size_t n_new)
+{
+    for (size_t b = 0; b < g->max_blocks; b++)
+        blocks[b] = (int32_t) (slot * g->max_blocks + b);
+    s->slot = slot;
+    s->blocks = blocks;
+    s->n_blocks = g->max_blocks;
+    s->start = start;
+    s->tokens = tokens;
+    s->n_new = n_new;
+}
+
+size_t
+trn_kv_block_bytes(const trn_model_t *m, size_t block_size)
+{
+    return 2 * m->NL * block_size * m->KV * sizeof(float);
+}
+
+trn_kv_t *
+trn_kv_new(const trn_model_t *m, trn_kv_geom_t *geom)
+{
+    trn_kv_geom_t g = *geom;
+    size_t bs = g.block_size;
+    if (bs == 0 || bs > 1024 || (bs & (bs - 1)) != 0 || g.max_seqs == 0 ||
+        g.max_seqs > TRN_MAX_KV_SLOTS || g.max_blocks == 0 ||
+        g.max_tokens == 0 ||
+        g.max_blocks > (size_t) m->cfg.max_position_embeddings / bs + 1)
+        return NULL;
+    if (g.n_blocks == 0)
+        g.n_blocks = (g.kv_bytes ? g.kv_bytes : (size_t) 256 << 20) /
+                     trn_kv_block_bytes(m, bs);
+    if (g.n_blocks == 0 || g.n_blocks > INT32_MAX ||
+        g.n_blocks > SIZE_MAX / 2 / trn_kv_block_bytes(m, bs))
         return NULL;
     trn_kv_t *kv = lisa_calloc(1, sizeof *kv);
-    kv->slots = slots;
-    kv->max_len = max_len;
+    kv->geom = g;
     kv->KV = m->KV;
     kv->NL = m->NL;
-    size_t n = m->NL * slots * max_len * m->KV;
+    kv->rows = g.n_blocks * bs;
+    size_t n = m->NL * kv->rows * m->KV;
     kv->k = lisa_calloc(n, sizeof(float));
     kv->v = lisa_calloc(n, sizeof(float));
-    kv->len = lisa_calloc(slots, sizeof(size_t));
+    *geom = g;
     return kv;
 }
 
@@ -1317,83 +1407,54 @@ trn_kv_destroy(trn_kv_t **pkv)
         return;
     lisa_free(&(*pkv)->k);
     lisa_free(&(*pkv)->v);
-    lisa_free(&(*pkv)->len);
     lisa_free(pkv);
 }
 
-void
-trn_kv_reset(trn_kv_t *kv, size_t slot)
+const trn_kv_geom_t *
+trn_kv_geom(const trn_kv_t *kv)
 {
-    if (slot < kv->slots)
-        kv->len[slot] = 0;
-}
-
-size_t
-trn_kv_len(const trn_kv_t *kv, size_t slot)
-{
-    return slot < kv->slots ? kv->len[slot] : 0;
+    return &kv->geom;
 }
 
 lisa_rc_t
-trn_model_step(trn_model_t *m, trn_kv_t *kv, size_t n, const size_t *slots,
-               const int32_t *const *tokens, const size_t *n_new, float *logits,
-               trn_err_t *err)
+trn_model_step(trn_model_t *m, trn_kv_t *kv, size_t n,
+               const trn_gen_seq_t *seqs, float *logits, trn_err_t *err)
 {
-    lisa_rc_t rc = LISA_OK;
     if (kv->NL != m->NL || kv->KV != m->KV)
         return trn_fail(err, LISA_INVALID, "step: cache of another model");
+    lisa_rc_t rc = trn_gen_check(&kv->geom, m->V, n, seqs, err);
+    if (rc != LISA_OK)
+        return rc;
     size_t rows = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (slots[i] >= kv->slots || n_new[i] == 0)
-            return trn_fail(err, LISA_INVALID,
-                            "step: sequence %zu has slot %zu (of %zu) and "
-                            "%zu tokens",
-                            i, slots[i], kv->slots, n_new[i]);
-        for (size_t j = 0; j < i; j++)
-            if (slots[j] == slots[i])
-                return trn_fail(err, LISA_INVALID,
-                                "step: slot %zu appears twice", slots[i]);
-        if (n_new[i] > kv->max_len - kv->len[slots[i]])
-            return trn_fail(err, LISA_TOOLARGE,
-                            "step: slot %zu would exceed %zu positions",
-                            slots[i], kv->max_len);
-        for (size_t t = 0; t < n_new[i]; t++)
-            if (tokens[i][t] < 0 || (size_t) tokens[i][t] >= m->V)
-                return trn_fail(err, LISA_INVALID,
-                                "step: token %d out of the vocabulary",
-                                tokens[i][t]);
-        rows += n_new[i];
-    }
-    if (rows == 0)
-        return LISA_OK;
+    for (size_t i = 0; i < n; i++)
+        rows += seqs[i].n_new;
     m->have_fwd = false;
     s_acts_t *a = &m->gen;
     s_acts_reserve(m, a, rows, false);
     int32_t *tok = lisa_malloc(rows * sizeof(int32_t));
-    size_t *rslot = lisa_malloc(rows * sizeof(size_t));
+    const int32_t **rtab = lisa_malloc(rows * sizeof *rtab);
     size_t r = 0;
     for (size_t i = 0; i < n; i++)
-        for (size_t t = 0; t < n_new[i]; t++, r++) {
-            size_t p = kv->len[slots[i]] + t;
-            tok[r] = tokens[i][t];
-            rslot[r] = slots[i];
+        for (size_t t = 0; t < seqs[i].n_new; t++, r++) {
+            size_t p = seqs[i].start + t;
+            tok[r] = seqs[i].tokens[t];
+            rtab[r] = seqs[i].blocks;
             a->pos[r] = (int32_t) p;
-            a->kstart[r] = slots[i] * kv->max_len;
+            a->kstart[r] = 0;
             a->nk[r] = p + 1;
         }
-    s_kvsrc_t src = {.kv = kv, .slots = rslot};
+    s_kvsrc_t src = {.kv = kv, .btab = rtab};
     s_forward_rows(m, a, tok, rows, false, &src);
     /* the last row of each sequence through the LM head */
     float *last = lisa_malloc(n * m->H * sizeof(float));
     r = 0;
     for (size_t i = 0; i < n; i++) {
-        r += n_new[i];
+        r += seqs[i].n_new;
         memcpy(last + i * m->H, a->xnf + (r - 1) * m->H, m->H * sizeof(float));
-        kv->len[slots[i]] += n_new[i];
     }
     trn_mm_nt(m->pool, logits, last, m->w.lm_head, n, m->H, m->V);
     lisa_free(&last);
     lisa_free(&tok);
-    lisa_free(&rslot);
-    return rc;
+    lisa_free(&rtab);
+    return LISA_OK;
 }

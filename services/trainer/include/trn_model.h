@@ -197,14 +197,14 @@ lisa_rc_t trn_model_logits(trn_model_t *m, const int32_t *tokens, size_t n,
  * blocks a step writes; a step writes only positions start..start+n_new-1
  * of each sequence and reads positions 0..start+n_new-1. */
 typedef struct {
-    size_t block_size; /* positions a block: a power of two, 1..1024 */
-    size_t n_blocks;   /* blocks; 0: the backend sizes the cache from
-                          memory (kv_bytes, else kv_fraction of what is
-                          free) and sets it */
-    size_t max_seqs;   /* sequences in one step, rows of the table */
-    size_t max_blocks; /* blocks one sequence may have */
-    size_t max_tokens; /* new tokens in one step (its buffers) */
-    size_t kv_bytes;   /* memory for the blocks (0: kv_fraction) */
+    size_t block_size;  /* positions a block: a power of two, 1..1024 */
+    size_t n_blocks;    /* blocks; 0: the backend sizes the cache from
+                           memory (kv_bytes, else kv_fraction of what is
+                           free) and sets it */
+    size_t max_seqs;    /* sequences in one step, rows of the table */
+    size_t max_blocks;  /* blocks one sequence may have */
+    size_t max_tokens;  /* new tokens in one step (its buffers) */
+    size_t kv_bytes;    /* memory for the blocks (0: kv_fraction) */
     double kv_fraction; /* of free memory after the step buffers (0: 0.9) */
 } trn_kv_geom_t;
 

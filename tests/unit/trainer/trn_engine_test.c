@@ -215,14 +215,9 @@ typedef struct {
 static devb_t *s_dev;
 
 static lisa_rc_t
-d_open(trn_backend_t *b, size_t s, size_t l, trn_err_t *e)
+d_open(trn_backend_t *b, trn_kv_geom_t *g, trn_err_t *e)
 {
-    return ((devb_t *) b)->inner->ops->gen_open(((devb_t *) b)->inner, s, l, e);
-}
-static void
-d_reset(trn_backend_t *b, size_t s)
-{
-    ((devb_t *) b)->inner->ops->gen_reset(((devb_t *) b)->inner, s);
+    return ((devb_t *) b)->inner->ops->gen_open(((devb_t *) b)->inner, g, e);
 }
 static const trn_config_t *
 d_config(const trn_backend_t *b)
@@ -231,18 +226,18 @@ d_config(const trn_backend_t *b)
     return d->inner->ops->config(d->inner);
 }
 static lisa_rc_t
-d_sample(trn_backend_t *b, size_t n, const size_t *slots,
-         const int32_t *const *tokens, const size_t *n_new,
+d_sample(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs,
          const trn_sampling_t *samp, const uint64_t *seeds, int32_t *out_tok,
          float *out_lp, trn_err_t *err)
 {
     devb_t *d = (devb_t *) b;
     size_t V = (size_t) d_config(b)->vocab_size;
     float *logits = malloc(n * V * sizeof *logits);
-    lisa_rc_t rc =
-        d->inner->ops->gen_step(d->inner, n, slots, tokens, n_new, logits, err);
+    lisa_rc_t rc = d->inner->ops->gen_step(d->inner, n, seqs, logits, err);
     for (size_t i = 0; rc == LISA_OK && i < n; i++) {
-        uint64_t rng = trn_rng_seed(seeds[i] * 31 + n_new[i]);
+        /* a draw keyed by the position, as the GPU sampler's */
+        uint64_t rng =
+            trn_rng_seed(seeds[i] * 31 + seqs[i].start + seqs[i].n_new);
         rc = trn_sample(logits + i * V, V, &samp[i], &rng, &out_tok[i],
                         &out_lp[i], err);
     }
@@ -259,7 +254,6 @@ Test(trn_engine, a_backend_that_samples_on_the_device)
     cr_assert(s_dev->inner);
     s_dev->ops = *s_dev->inner->ops;
     s_dev->ops.gen_open = d_open;
-    s_dev->ops.gen_reset = d_reset;
     s_dev->ops.config = d_config;
     s_dev->ops.gen_step = NULL;
     s_dev->ops.gen_sample = d_sample;

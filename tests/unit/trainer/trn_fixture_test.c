@@ -209,23 +209,36 @@ Test(trn_fixture, kv_cache_generation_matches_transformers)
     fixture_t f = {0};
     fixture_open(&f, "untied");
     size_t V = (size_t) trn_model_config(f.m)->vocab_size;
-    trn_kv_t *kv = trn_kv_new(f.m, 2, 32);
-    /* both sequences: prefill 4 tokens, then decode the rest together */
-    size_t slots[2] = {0, 1}, n4[2] = {4, 4};
+    trn_kv_geom_t g = {.block_size = 4,
+                       .n_blocks = 16,
+                       .max_seqs = 2,
+                       .max_blocks = 8,
+                       .max_tokens = 8};
+    trn_kv_t *kv = trn_kv_new(f.m, &g);
+    cr_assert(kv);
+    /* both sequences: prefill 4 tokens, then decode the rest together;
+     * their blocks interleave */
+    int32_t t0[8] = {1, 3, 5, 7, 9, 11, 13, 15},
+            t1[8] = {0, 2, 4, 6, 8, 10, 12, 14};
     const int32_t *tp[2] = {f.tokens + f.offsets[0], f.tokens + f.offsets[1]};
+    trn_gen_seq_t sq[2] = {
+        {.slot = 0, .blocks = t0, .n_blocks = 8, .tokens = tp[0], .n_new = 4},
+        {.slot = 1, .blocks = t1, .n_blocks = 8, .tokens = tp[1], .n_new = 4}};
     float out[2 * 512];
     cr_assert_leq(V, 512);
-    cr_assert_eq(trn_model_step(f.m, kv, 2, slots, tp, n4, out, NULL), LISA_OK);
+    cr_assert_eq(trn_model_step(f.m, kv, 2, sq, out, NULL), LISA_OK);
     size_t len1 = f.offsets[2] - f.offsets[1];
     for (size_t pos = 4; pos < len1; pos++) {
         for (int s = 0; s < 2; s++)
             cr_assert_lt(rel_err(out + s * V,
                                  f.logits + (f.offsets[s] + pos - 1) * V, V),
                          1e-5);
-        const int32_t *tq[2] = {tp[0] + pos, tp[1] + pos};
-        size_t one[2] = {1, 1};
-        cr_assert_eq(trn_model_step(f.m, kv, 2, slots, tq, one, out, NULL),
-                     LISA_OK);
+        for (int s = 0; s < 2; s++) {
+            sq[s].start = pos;
+            sq[s].tokens = tp[s] + pos;
+            sq[s].n_new = 1;
+        }
+        cr_assert_eq(trn_model_step(f.m, kv, 2, sq, out, NULL), LISA_OK);
     }
     trn_kv_destroy(&kv);
     fixture_close(&f);

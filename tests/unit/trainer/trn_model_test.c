@@ -81,22 +81,33 @@ Test(trn_model, usage)
         gn += (double) g[i] * g[i];
     cr_assert_gt(gn, 0.0);
 
-    /* Generation: prefill a slot, then decode one token at a time. */
-    trn_kv_t *kv = trn_kv_new(m, 2, 32);
+    /* Generation: a paged cache of 16 blocks of 4 positions; a sequence's
+     * blocks are any blocks, in its table. Prefill, then decode. */
+    trn_kv_geom_t kg = {.block_size = 4,
+                        .n_blocks = 16,
+                        .max_seqs = 2,
+                        .max_blocks = 8,
+                        .max_tokens = 32};
+    trn_kv_t *kv = trn_kv_new(m, &kg);
+    cr_assert(kv);
+    int32_t table[8] = {5, 2, 7, 0, 1, 3, 4, 6};
     float logits[37];
-    size_t slot = 0, n = 4;
-    const int32_t *toks = tokens;
-    cr_assert_eq(trn_model_step(m, kv, 1, &slot, &toks, &n, logits, &err),
-                 LISA_OK, "%s", err.msg);
+    trn_gen_seq_t sq = {.slot = 0,
+                        .blocks = table,
+                        .n_blocks = 8,
+                        .start = 0,
+                        .tokens = tokens,
+                        .n_new = 4};
+    cr_assert_eq(trn_model_step(m, kv, 1, &sq, logits, &err), LISA_OK, "%s",
+                 err.msg);
     int32_t next = 0;
     for (int j = 1; j < 37; j++)
         if (logits[j] > logits[next])
             next = j;
-    const int32_t *np = &next;
-    n = 1;
-    cr_assert_eq(trn_model_step(m, kv, 1, &slot, &np, &n, logits, &err),
-                 LISA_OK);
-    cr_assert_eq(trn_kv_len(kv, 0), 5);
+    sq.start = 4;
+    sq.tokens = &next;
+    sq.n_new = 1;
+    cr_assert_eq(trn_model_step(m, kv, 1, &sq, logits, &err), LISA_OK);
     trn_kv_destroy(&kv);
     trn_model_destroy(&m);
     cr_assert_null(m);
@@ -271,40 +282,86 @@ Test(trn_model, kv_cache_decode_equals_full_forward)
     float fa[12 * 37], fbl[9 * 37];
     cr_assert_eq(trn_model_logits(m, a, 12, fa, NULL), LISA_OK);
     cr_assert_eq(trn_model_logits(m, b, 9, fbl, NULL), LISA_OK);
-    trn_kv_t *kv = trn_kv_new(m, 3, 16);
-    /* prefill a (5 tokens, slot 2) and b (3 tokens, slot 0) together */
-    size_t slots[2] = {2, 0}, n[2] = {5, 3};
-    const int32_t *tp[2] = {a, b};
+    trn_kv_geom_t g = {.block_size = 4,
+                       .n_blocks = 12,
+                       .max_seqs = 3,
+                       .max_blocks = 4,
+                       .max_tokens = 16};
+    trn_kv_t *kv = trn_kv_new(m, &g);
+    cr_assert(kv);
+    /* tables of shuffled blocks; prefill a (5 tokens, slot 2) and b (3
+     * tokens, slot 0) together */
+    int32_t ta[4] = {7, 1, 9, 3}, tb[4] = {0, 11, 5, 2};
+    trn_gen_seq_t sq[2] = {
+        {.slot = 2, .blocks = ta, .n_blocks = 4, .tokens = a, .n_new = 5},
+        {.slot = 0, .blocks = tb, .n_blocks = 4, .tokens = b, .n_new = 3}};
     float out[2 * 37];
-    cr_assert_eq(trn_model_step(m, kv, 2, slots, tp, n, out, NULL), LISA_OK);
+    cr_assert_eq(trn_model_step(m, kv, 2, sq, out, NULL), LISA_OK);
     for (int j = 0; j < 37; j++) {
         cr_assert_float_eq(out[j], fa[4 * 37 + j], 1e-4);
         cr_assert_float_eq(out[37 + j], fbl[2 * 37 + j], 1e-4);
     }
-    /* decode both one token at a time */
+    /* decode both one token at a time, across block boundaries */
     for (size_t step = 0; step < 6; step++) {
-        const int32_t *tq[2] = {a + 5 + step, b + 3 + step};
-        size_t one[2] = {1, 1};
-        cr_assert_eq(trn_model_step(m, kv, 2, slots, tq, one, out, NULL),
-                     LISA_OK);
+        sq[0].start = 5 + step;
+        sq[0].tokens = a + 5 + step;
+        sq[0].n_new = 1;
+        sq[1].start = 3 + step;
+        sq[1].tokens = b + 3 + step;
+        sq[1].n_new = 1;
+        cr_assert_eq(trn_model_step(m, kv, 2, sq, out, NULL), LISA_OK);
         for (int j = 0; j < 37; j++) {
             cr_assert_float_eq(out[j], fa[(5 + step) * 37 + j], 1e-4);
             cr_assert_float_eq(out[37 + j], fbl[(3 + step) * 37 + j], 1e-4);
         }
     }
-    cr_assert_eq(trn_kv_len(kv, 2), 11);
-    cr_assert_eq(trn_kv_len(kv, 0), 9);
-    /* bounds: slot 0 is full after 16 positions */
-    size_t s0 = 0, big = 8;
+    /* a prefix shared: c's table starts with a's first two blocks (a's
+     * positions 0..7) and continues in its own; its chunk a[8..11] after
+     * the cached prefix gives a's logits */
+    int32_t tc[4] = {7, 1, 4, 6};
+    trn_gen_seq_t c = {.slot = 1,
+                       .blocks = tc,
+                       .n_blocks = 4,
+                       .start = 8,
+                       .tokens = a + 8,
+                       .n_new = 3};
+    cr_assert_eq(trn_model_step(m, kv, 1, &c, out, NULL), LISA_OK);
+    for (int j = 0; j < 37; j++)
+        cr_assert_float_eq(out[j], fa[10 * 37 + j], 1e-4);
+    /* bounds: a table too short, a bad slot, a bad block, too many tokens
+     * for a step, a slot twice */
     trn_err_t err;
-    cr_assert_eq(trn_model_step(m, kv, 1, &s0, tp, &big, out, &err),
-                 LISA_TOOLARGE);
-    cr_assert(strstr(err.msg, "exceed") != NULL);
-    size_t s9 = 9, one = 1;
-    cr_assert_eq(trn_model_step(m, kv, 1, &s9, tp, &one, out, &err),
-                 LISA_INVALID);
-    trn_kv_reset(kv, 2);
-    cr_assert_eq(trn_kv_len(kv, 2), 0);
+    trn_gen_seq_t bad = {.slot = 0,
+                         .blocks = tb,
+                         .n_blocks = 4,
+                         .start = 12,
+                         .tokens = a,
+                         .n_new = 8};
+    cr_assert_eq(trn_model_step(m, kv, 1, &bad, out, &err), LISA_TOOLARGE);
+    cr_assert(strstr(err.msg, "blocks") != NULL, "%s", err.msg);
+    bad = (trn_gen_seq_t){
+        .slot = 9, .blocks = tb, .n_blocks = 4, .tokens = a, .n_new = 1};
+    cr_assert_eq(trn_model_step(m, kv, 1, &bad, out, &err), LISA_INVALID);
+    int32_t tz[4] = {0, 12, 1, 2};
+    bad = (trn_gen_seq_t){.slot = 0,
+                          .blocks = tz,
+                          .n_blocks = 4,
+                          .start = 4,
+                          .tokens = a,
+                          .n_new = 1};
+    cr_assert_eq(trn_model_step(m, kv, 1, &bad, out, &err), LISA_INVALID);
+    cr_assert(strstr(err.msg, "block 12") != NULL, "%s", err.msg);
+    int32_t big[17] = {0};
+    bad = (trn_gen_seq_t){
+        .slot = 0, .blocks = tb, .n_blocks = 4, .tokens = big, .n_new = 16};
+    trn_gen_seq_t two[2] = {bad, bad};
+    two[1].n_new = 1;
+    two[1].slot = 1;
+    cr_assert_eq(trn_model_step(m, kv, 2, two, out, &err), LISA_TOOLARGE);
+    two[0].n_new = 1;
+    two[1].slot = 0;
+    cr_assert_eq(trn_model_step(m, kv, 2, two, out, &err), LISA_INVALID);
+    cr_assert(strstr(err.msg, "twice") != NULL, "%s", err.msg);
     trn_kv_destroy(&kv);
     trn_model_destroy(&m);
 }
@@ -420,9 +477,27 @@ Test(trn_model, bad_batches_are_refused)
     size_t huge[2] = {0, (size_t) TRN_MAX_BATCH_TOKENS + 1};
     trn_batch_t hb = {tok, tgt, huge[1], huge, 1, 1.0f};
     cr_assert_eq(trn_model_forward(m, &hb, lp, NULL, &err), LISA_TOOLARGE);
-    cr_assert_null(trn_kv_new(m, 0, 8));
-    cr_assert_null(trn_kv_new(m, 2, 65)); /* max_position_embeddings 64 */
-    cr_assert_null(trn_kv_new(m, (size_t) TRN_MAX_KV_SLOTS + 1, 8));
+    trn_kv_geom_t g0 = {
+        .block_size = 8, .max_seqs = 2, .max_blocks = 8, .max_tokens = 8};
+    trn_kv_geom_t g = g0;
+    g.max_seqs = 0;
+    cr_assert_null(trn_kv_new(m, &g));
+    g = g0;
+    g.block_size = 3; /* not a power of two */
+    cr_assert_null(trn_kv_new(m, &g));
+    g = g0;
+    g.max_blocks = 10; /* max_position_embeddings 64 */
+    cr_assert_null(trn_kv_new(m, &g));
+    g = g0;
+    g.max_seqs = (size_t) TRN_MAX_KV_SLOTS + 1;
+    cr_assert_null(trn_kv_new(m, &g));
+    g = g0; /* n_blocks 0: from the memory given */
+    g.kv_bytes = 10 * trn_kv_block_bytes(m, 8);
+    trn_kv_t *kv = trn_kv_new(m, &g);
+    cr_assert(kv);
+    cr_assert_eq(g.n_blocks, 10);
+    cr_assert_eq(trn_kv_geom(kv)->n_blocks, 10);
+    trn_kv_destroy(&kv);
     trn_model_destroy(&m);
 }
 
