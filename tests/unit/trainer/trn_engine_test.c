@@ -50,13 +50,14 @@ s_teardown(void)
     cr_assert_eq(system(cmd), 0);
 }
 
-/* POSTs body to /v1/completions; returns the status, *out the body. */
+/* POSTs body to /v1/completions on `port`; returns the status, *out the
+ * response (headers and body when `head`, else the body). */
 static int
-s_post(const char *body, char *out, size_t outlen)
+s_post_port(uint16_t port, const char *body, char *out, size_t outlen,
+            bool head)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons(trn_engine_port(s_e))};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *) &a, sizeof a) != 0)
         return -1;
@@ -77,8 +78,14 @@ s_post(const char *body, char *out, size_t outlen)
     int status = 0;
     sscanf(req, "HTTP/1.1 %d", &status);
     const char *b = strstr(req, "\r\n\r\n");
-    snprintf(out, outlen, "%s", b ? b + 4 : "");
+    snprintf(out, outlen, "%s", head ? req : b ? b + 4 : "");
     return status;
+}
+
+static int
+s_post(const char *body, char *out, size_t outlen)
+{
+    return s_post_port(trn_engine_port(s_e), body, out, outlen, false);
 }
 
 typedef struct {
@@ -385,4 +392,229 @@ Test(trn_engine_broker, a_resume_during_a_registration_is_registered_at_once)
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- the scheduler and the paged cache ----------------------------------
+ * Engines over the same tiny model with small blocks, small steps or a
+ * small cache; greedy outputs must be the same whatever the cache did
+ * (hit, chunked, preempted), since every path computes the same keys. */
+
+static trn_engine_t *
+s_engine(size_t block, size_t step, size_t kv_blocks, bool no_cache,
+         size_t queue_max)
+{
+    trn_engine_cfg_t ec = {.address = "127.0.0.1",
+                           .max_batch = 4,
+                           .block_size = block,
+                           .max_step_tokens = step,
+                           .no_prefix_cache = no_cache,
+                           .queue_max = queue_max,
+                           .seed = 1};
+    if (kv_blocks) {
+        const trn_model_t *m = NULL;
+        (void) m;
+        /* the CPU cache takes kv_bytes / its block size in blocks */
+        size_t per = 2 * (size_t) s_b->ops->config(s_b)->num_hidden_layers *
+                     block *
+                     (size_t) s_b->ops->config(s_b)->num_key_value_heads *
+                     (size_t) s_b->ops->config(s_b)->head_dim * sizeof(float);
+        ec.kv_bytes = kv_blocks * per;
+    }
+    trn_engine_t *e = trn_engine_new(s_b, &ec);
+    cr_assert(e);
+    return e;
+}
+
+/* {"prompt":[ids],"max_tokens":max,"temperature":0} into buf. */
+static const char *
+s_body(char *buf, size_t len, const int32_t *ids, size_t n, int max)
+{
+    size_t o = (size_t) snprintf(buf, len, "{\"prompt\":[");
+    for (size_t i = 0; i < n; i++)
+        o += (size_t) snprintf(buf + o, len - o, "%s%d", i ? "," : "", ids[i]);
+    snprintf(buf + o, len - o, "],\"max_tokens\":%d,\"temperature\":0}", max);
+    return buf;
+}
+
+/* The sampled ids of a completion into ids (returns their count) and its
+ * cached_tokens into *cached. */
+static size_t
+s_result(const char *out, int32_t *ids, size_t max, long *cached)
+{
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "%s", out);
+    json_t *t = json_object_get(
+        json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+    size_t n = json_array_size(t);
+    cr_assert_leq(n, max);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (int32_t) json_integer_value(json_array_get(t, i));
+    json_t *u = json_object_get(j, "usage");
+    if (cached)
+        *cached = (long) json_integer_value(json_object_get(
+            json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    json_decref(j);
+    return n;
+}
+
+static size_t
+s_greedy(trn_engine_t *e, const int32_t *p, size_t n, int max, int32_t *ids,
+         long *cached)
+{
+    static char body[65536], out[65536];
+    int st =
+        s_post_port(trn_engine_port(e), s_body(body, sizeof body, p, n, max),
+                    out, sizeof out, false);
+    cr_assert_eq(st, 200, "%s", out);
+    return s_result(out, ids, 256, cached);
+}
+
+Test(trn_engine, a_conversations_next_turn_is_served_from_the_cache)
+{
+    trn_engine_t *e = s_engine(4, 0, 0, false, 0);
+    trn_engine_t *ref = s_engine(4, 0, 0, true, 0);
+    int32_t conv[200], out[256], want[256];
+    size_t n = 0;
+    for (; n < 41; n++)
+        conv[n] = (int32_t) ((n * 7 + 3) % 64);
+    long cached = -1;
+    for (int turn = 0; turn < 3; turn++) {
+        size_t k = s_greedy(e, conv, n, 8, out, &cached);
+        long rc = -1;
+        size_t kr = s_greedy(ref, conv, n, 8, want, &rc);
+        cr_assert_eq(rc, 0); /* no prefix cache: nothing cached */
+        cr_assert_eq(k, kr);
+        cr_assert_arr_eq(out, want, k * sizeof *out, "turn %d", turn);
+        if (turn > 0) {
+            /* the earlier turn computed its prompt and 7 of its 8 tokens:
+             * every full block of those is found */
+            size_t computed = n - 5 - 1;
+            cr_assert_eq((size_t) cached, computed / 4 * 4, "turn %d: %ld",
+                         turn, cached);
+        }
+        /* the next turn re-sends the history plus an observation */
+        memcpy(conv + n, out, k * sizeof *out);
+        n += k;
+        for (int i = 0; i < 5; i++)
+            conv[n++] = (int32_t) (11 + i + turn);
+    }
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_gt(st.cached_tokens, 0);
+    cr_assert_gt(st.kv_blocks_cached, 0);
+    trn_engine_destroy(&ref);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, the_samples_of_one_prompt_share_its_blocks)
+{
+    trn_engine_t *e = s_engine(8, 0, 0, false, 0);
+    int32_t p[70], a[256], b[256];
+    for (size_t i = 0; i < 70; i++)
+        p[i] = (int32_t) ((i * 5 + 1) % 64);
+    long c1 = -1, c2 = -1;
+    size_t na = s_greedy(e, p, 70, 4, a, &c1);
+    size_t nb = s_greedy(e, p, 70, 4, b, &c2);
+    cr_assert_eq(c1, 0);
+    cr_assert_eq(c2, 64); /* the whole blocks of the 69 positions before the
+                             last */
+    cr_assert_eq(na, nb);
+    cr_assert_arr_eq(a, b, na * sizeof *a);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, a_long_prompt_is_prefilled_in_chunks)
+{
+    /* steps of at most 8 new tokens (the floor is max_batch, 4) */
+    trn_engine_t *e = s_engine(4, 8, 0, false, 0);
+    trn_engine_t *ref = s_engine(4, 0, 0, true, 0);
+    int32_t p[100], a[256], b[256];
+    for (size_t i = 0; i < 100; i++)
+        p[i] = (int32_t) ((i * 13 + 2) % 64);
+    size_t na = s_greedy(e, p, 100, 6, a, NULL);
+    size_t nb = s_greedy(ref, p, 100, 6, b, NULL);
+    cr_assert_eq(na, nb);
+    cr_assert_arr_eq(a, b, na * sizeof *a);
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_leq(st.step_tokens_max, 8);
+    cr_assert_geq(st.steps, 100 / 8 + 6);
+    trn_engine_destroy(&ref);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, running_out_of_blocks_preempts_and_every_call_completes)
+{
+    /* 12 blocks of 4 (48 positions) for 4 calls of 8 + 16 positions each:
+     * they cannot all run at once */
+    trn_engine_t *e = s_engine(4, 0, 12, false, 0);
+    trn_engine_t *ref = s_engine(4, 0, 0, true, 0);
+    enum { C = 4 };
+    static call_t calls[C];
+    static char bodies[C][512];
+    pthread_t th[C];
+    int32_t p[C][8];
+    uint16_t keep = trn_engine_port(s_e);
+    (void) keep;
+    trn_engine_t *saved = s_e;
+    s_e = e;
+    for (int c = 0; c < C; c++) {
+        for (int i = 0; i < 8; i++)
+            p[c][i] = (int32_t) ((c * 17 + i * 3) % 64);
+        calls[c].body = s_body(bodies[c], sizeof bodies[c], p[c], 8, 16);
+        calls[c].done = 0;
+        pthread_create(&th[c], NULL, s_call, &calls[c]);
+    }
+    for (int c = 0; c < C; c++)
+        pthread_join(th[c], NULL);
+    s_e = saved;
+    for (int c = 0; c < C; c++) {
+        cr_assert_eq(calls[c].status, 200, "%s", calls[c].out);
+        int32_t got[256], want[256];
+        size_t n = s_result(calls[c].out, got, 256, NULL);
+        size_t nw = s_greedy(ref, p[c], 8, 16, want, NULL);
+        cr_assert_eq(n, nw);
+        cr_assert_arr_eq(got, want, n * sizeof *got, "call %d", c);
+    }
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_gt(st.preemptions, 0);
+    cr_assert_eq(st.completed, C);
+    cr_assert_eq(st.kv_blocks, 12);
+    trn_engine_destroy(&ref);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, a_prompt_over_the_context_is_400_and_a_full_queue_429)
+{
+    char out[65536], body[8192];
+    int32_t p[300];
+    for (size_t i = 0; i < 300; i++)
+        p[i] = 1;
+    /* max_position_embeddings is 256 */
+    cr_assert_eq(s_post(s_body(body, sizeof body, p, 256, 1), out, sizeof out),
+                 400);
+    cr_assert(strstr(out, "256"), "%s", out);
+    /* a cache of 8 blocks of 4 holds 32 positions: a longer prompt can
+     * never run */
+    trn_engine_t *e = s_engine(4, 0, 8, false, 1);
+    cr_assert_eq(s_post_port(trn_engine_port(e),
+                             s_body(body, sizeof body, p, 40, 1), out,
+                             sizeof out, false),
+                 400);
+    cr_assert(strstr(out, "32"), "%s", out);
+    /* paused: the first call waits in the queue of 1, the second is 429 */
+    cr_assert_eq(trn_engine_pause(e, 1000), LISA_OK);
+    trn_engine_t *saved = s_e;
+    s_e = e;
+    call_t c1 = {.body = "{\"prompt\":[1,2],\"max_tokens\":2}"};
+    pthread_t t1;
+    pthread_create(&t1, NULL, s_call, &c1);
+    for (int i = 0; i < 200 && trn_engine_stats(e).queued == 0; i++)
+        s_sleep_ms(10);
+    cr_assert_eq(
+        s_post_port(trn_engine_port(e), c1.body, out, sizeof out, true), 429);
+    cr_assert(strstr(out, "Retry-After"), "%s", out);
+    trn_engine_resume(e, 4);
+    pthread_join(t1, NULL);
+    s_e = saved;
+    cr_assert_eq(c1.status, 200, "%s", c1.out);
+    trn_engine_destroy(&e);
 }
