@@ -176,6 +176,16 @@ s_parse_i64(const char *s, int64_t *out)
     return LISA_OK;
 }
 
+lisa_rc_t
+lisa_config_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t v = 0;
+    if (!s || s_parse_i64(s, &v) != LISA_OK || v < lo || v > hi)
+        return LISA_INVALID;
+    *out = v;
+    return LISA_OK;
+}
+
 static lisa_rc_t
 s_parse_u64(const char *s, uint64_t *out)
 {

@@ -173,6 +173,11 @@ lisa_rc_t lisa_config_parse_duration(const char *s,
 /* Parses a size ("16MiB", "4KiB", "1GB", "8K", bare = bytes) into bytes. */
 lisa_rc_t lisa_config_parse_size(const char *s, uint64_t *bytes) LISA_NODISCARD;
 
+/* Parses a whole decimal integer within [lo, hi] (no spaces, no suffix):
+ * the checked replacement for atoi. LISA_INVALID otherwise (*out kept). */
+lisa_rc_t lisa_config_parse_int(const char *s, int64_t lo, int64_t hi,
+                                int64_t *out) LISA_NODISCARD;
+
 /* Parses true/false/yes/no/on/off/1/0 (case-insensitive). */
 lisa_rc_t lisa_config_parse_bool(const char *s, bool *out) LISA_NODISCARD;
 

@@ -740,3 +740,22 @@ Test(lisa_config, markdown_reference)
     cr_assert_eq(rows, S_N, "%s", buf);
     free(buf);
 }
+
+Test(lisa_config, parse_int_is_whole_and_bounded)
+{
+    int64_t v = 7;
+    cr_assert_eq(lisa_config_parse_int("42", 0, 100, &v), LISA_OK);
+    cr_assert_eq(v, 42);
+    cr_assert_eq(lisa_config_parse_int("-3", -5, 5, &v), LISA_OK);
+    cr_assert_eq(v, -3);
+    const char *bad[] = {
+        "",  " 1", "1 ", "1x", "x", "0x10", "101", "-1", "99999999999999999999",
+        "+", "1.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        cr_assert_eq(lisa_config_parse_int(bad[i], 0, 100, &v), LISA_INVALID,
+                     "'%s'", bad[i]);
+        cr_assert_eq(v, 7, "'%s' changed the output", bad[i]);
+    }
+    cr_assert_eq(lisa_config_parse_int(NULL, 0, 1, &v), LISA_INVALID);
+}

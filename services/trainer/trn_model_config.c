@@ -1,5 +1,6 @@
 /*
- * trn_config: a Qwen3 config.json, parsed and checked.
+ * trn_model_config: a model's config.json (Qwen3), parsed and checked
+ * into a trn_config_t (trn_config_parse, trn_config_load).
  *
  * The fields are read from one declarative table (name, required or the
  * default transformers' Qwen3Config uses, bounds). Features this trainer

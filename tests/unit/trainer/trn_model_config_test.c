@@ -1,5 +1,5 @@
 /*
- * trn_config tests: real Qwen3 config.json shapes parse to the right
+ * trn_model_config tests: real Qwen3 config.json shapes parse to the right
  * numbers, defaults follow transformers' Qwen3Config, and missing or
  * inconsistent fields give an error naming the problem. The first test is
  * the usage example.
@@ -23,7 +23,7 @@ static const char *QWEN3_4B_2507 =
     "\"transformers_version\":\"4.51.0\",\"use_cache\":true,"
     "\"use_sliding_window\":false,\"vocab_size\":151936}";
 
-Test(trn_config, usage)
+Test(trn_model_config, usage)
 {
     trn_config_t c;
     trn_err_t err;
@@ -51,7 +51,7 @@ parse(const char *s, trn_config_t *c, trn_err_t *err)
     "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"    \
     "\"num_attention_heads\":4,\"vocab_size\":512"
 
-Test(trn_config, defaults_follow_transformers)
+Test(trn_model_config, defaults_follow_transformers)
 {
     trn_config_t c;
     cr_assert_eq(parse("{" BASE "}", &c, NULL), LISA_OK);
@@ -69,7 +69,7 @@ Test(trn_config, defaults_follow_transformers)
     cr_assert_float_eq(c.rope_theta, 1e6, 1e-6);
 }
 
-Test(trn_config, bad_configs_are_refused_clearly)
+Test(trn_model_config, bad_configs_are_refused_clearly)
 {
     static const struct {
         const char *json;
