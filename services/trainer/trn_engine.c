@@ -235,14 +235,33 @@ s_handler(lisa_http_req_t *req, void *arg)
     trn_engine_t *e = arg;
     const char *m = lisa_http_req_method(req), *path = lisa_http_req_path(req);
     if (strcmp(path, "/healthz") == 0 && strcmp(m, "GET") == 0) {
-        char b[256];
+        char b[768];
+        trn_engine_stats_t st = trn_engine_stats(e);
         pthread_mutex_lock(&e->mu);
-        int l = snprintf(b, sizeof b,
-                         "{\"status\":\"ok\",\"policy_version\":%llu,"
-                         "\"paused\":%s,\"inflight\":%zu,\"queued\":%zu}",
-                         (unsigned long long) e->version,
-                         e->paused ? "true" : "false", e->n_run, e->qlen);
+        bool paused = e->paused;
+        uint64_t v = e->version;
         pthread_mutex_unlock(&e->mu);
+        int l = snprintf(
+            b, sizeof b,
+            "{\"status\":\"ok\",\"policy_version\":%llu,\"paused\":%s,"
+            "\"inflight\":%llu,\"queued\":%llu,\"kv_blocks\":%llu,"
+            "\"kv_blocks_used\":%llu,\"kv_blocks_cached\":%llu,"
+            "\"block_size\":%llu,\"prompt_tokens\":%llu,"
+            "\"cached_tokens\":%llu,\"preemptions\":%llu,"
+            "\"steps\":%llu,\"step_tokens_max\":%llu,"
+            "\"memory_serve\":%llu,\"memory_train\":%llu}",
+            (unsigned long long) v, paused ? "true" : "false",
+            (unsigned long long) st.inflight, (unsigned long long) st.queued,
+            (unsigned long long) st.kv_blocks,
+            (unsigned long long) st.kv_blocks_used,
+            (unsigned long long) st.kv_blocks_cached,
+            (unsigned long long) st.block_size,
+            (unsigned long long) st.prompt_tokens,
+            (unsigned long long) st.cached_tokens,
+            (unsigned long long) st.preemptions, (unsigned long long) st.steps,
+            (unsigned long long) st.step_tokens_max,
+            (unsigned long long) st.mem_serve,
+            (unsigned long long) st.mem_train);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -803,7 +822,7 @@ s_open_cache(trn_engine_t *e)
     g.n_blocks = 0;
     g.kv_bytes = e->cfg.kv_bytes;
     g.kv_fraction = e->cfg.kv_fraction;
-    if (e->cfg.time_share && e->b->ops->train_state &&
+    if (e->cfg.offload_train &&
         e->b->ops->train_state(e->b, 0, &err) != LISA_OK) {
         lisa_log_error("engine: training state off the device: %s", err.msg);
         return LISA_ERR;
@@ -873,6 +892,8 @@ s_defaults(trn_engine_t *e, const trn_engine_cfg_t *cfg)
     if (!e->cfg.register_ttl_ms)
         e->cfg.register_ttl_ms = 10000;
     if (!e->b->ops->train_state)
+        e->cfg.offload_train = false;
+    if (!e->cfg.offload_train)
         e->cfg.time_share = false;
     size_t bs = e->cfg.block_size;
     e->max_blocks = (e->cfg.max_len + bs - 1) / bs;

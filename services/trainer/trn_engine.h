@@ -57,10 +57,12 @@ typedef struct {
     size_t kv_bytes;           /* memory for KV blocks (0: kv_fraction) */
     double kv_fraction;        /* of free memory (0: the backend's default) */
     bool no_prefix_cache;      /* every request computes its whole prompt */
-    bool time_share;           /* a paused engine gives its KV memory back and
-                                  the training state comes onto the device;
-                                  resumed, the reverse (backends with
-                                  train_state) */
+    bool offload_train;        /* training state off the device while the
+                                  engine serves (backends with train_state) */
+    bool time_share;           /* with offload_train: a paused engine gives
+                                  its KV memory back and the training state
+                                  comes onto the device; resumed, the
+                                  reverse */
     size_t queue_max;          /* waiting requests (0: 1024) */
     uint64_t queue_timeout_ms; /* most time a request may wait */
     uint64_t policy_version;   /* initial */

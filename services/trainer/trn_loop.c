@@ -748,6 +748,16 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_engine_stats_t es = trn_engine_stats(L->a->engine);
     trn_metrics_set(m, "engine/tokens_generated", (double) es.tokens_generated);
     trn_metrics_set(m, "engine/requests", (double) es.requests);
+    trn_metrics_set(m, "engine/prompt_tokens", (double) es.prompt_tokens);
+    trn_metrics_set(m, "engine/cached_tokens", (double) es.cached_tokens);
+    trn_metrics_set(m, "engine/prefix_hit_rate",
+                    es.prompt_tokens
+                        ? (double) es.cached_tokens / (double) es.prompt_tokens
+                        : 0);
+    trn_metrics_set(m, "engine/preemptions", (double) es.preemptions);
+    trn_metrics_set(m, "engine/kv_blocks", (double) es.kv_blocks);
+    trn_metrics_set(m, "memory/serve_bytes", (double) es.mem_serve);
+    trn_metrics_set(m, "memory/train_bytes", (double) es.mem_train);
     if (trn_metrics_write(m, L->mf) != LISA_OK)
         lisa_log_warn("loop: cannot write the metrics file");
     lisa_log_info("loop: step %llu done: %zu/%zu rollouts ok, %zu sequences, "

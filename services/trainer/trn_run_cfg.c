@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define E(field, nm, fl, ty, df, hl)                                           \
@@ -131,14 +132,27 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "advantage estimator: grpo or rloo"),
     E(norm_adv, "algorithm.norm_adv_by_std_in_grpo", NULL, BOOL, "true",
       "divide GRPO advantages by the group std"),
-    E(max_batch, "engine.max_batch", NULL, INT64, "16",
-      "KV slots (sequences generated together)"),
+    E(max_seqs, "engine.max_seqs", NULL, INT64, "256",
+      "sequences generating at once (beyond: they queue)"),
+    E(max_batch, "engine.max_batch", NULL, INT64, "0",
+      "older name of engine.max_seqs (0: unset)"),
     E(max_len, "engine.max_len", NULL, INT64, "0",
-      "positions per KV slot (0: min(model maximum, 16384))"),
-    E(queue_max, "engine.queue_max", NULL, INT64, "256",
-      "requests waiting for a slot"),
+      "context of a request, prompt + completion (0: the model's "
+      "max_position_embeddings)"),
+    E(block_size, "engine.block_size", NULL, INT64, "32",
+      "positions a KV-cache block (a power of two)"),
+    E(max_step_tokens, "engine.max_step_tokens", NULL, INT64, "4096",
+      "new tokens an engine step computes (longer prompts are prefilled "
+      "in chunks)"),
+    E(kv_memory, "engine.kv_memory", NULL, STRING, "0.9",
+      "memory for the KV cache: a fraction of what is free after the "
+      "weights and step buffers (0.9), or bytes (40GiB)"),
+    E(prefix_cache, "engine.enable_prefix_caching", NULL, BOOL, "true",
+      "reuse cached blocks of earlier requests' prefixes"),
+    E(queue_max, "engine.queue_max", NULL, INT64, "1024",
+      "requests waiting to be admitted (beyond: 429)"),
     E(queue_timeout_ms, "engine.queue_timeout", NULL, DURATION, "10m",
-      "most time a request waits for a slot"),
+      "most time a request waits to be admitted (then 503)"),
     E(register_ttl_ms, "engine.register_ttl", NULL, DURATION, "10s",
       "broker registration TTL"),
     /* deployment: containers give a port and a host name to advertise */
@@ -242,5 +256,35 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         snprintf(err, errlen, "bad value for %s", bad);
         return LISA_INVALID;
     }
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_run_cfg_kv_memory(const trn_run_cfg_t *c, size_t *bytes, double *fraction,
+                      char *err, size_t errlen)
+{
+    const char *s = c->kv_memory && *c->kv_memory ? c->kv_memory : "0.9";
+    char *end = NULL;
+    double f = strtod(s, &end);
+    *bytes = 0;
+    *fraction = 0;
+    if (end && *end == '\0' && strchr(s, '.')) {
+        if (!(f > 0.0 && f <= 1.0)) {
+            snprintf(err, errlen,
+                     "engine.kv_memory %s: a fraction must be in (0, 1]", s);
+            return LISA_INVALID;
+        }
+        *fraction = f;
+        return LISA_OK;
+    }
+    uint64_t b = 0;
+    if (lisa_config_parse_size(s, &b) != LISA_OK || b == 0) {
+        snprintf(err, errlen,
+                 "engine.kv_memory %s: give a fraction of free memory (0.9) "
+                 "or a size (40GiB)",
+                 s);
+        return LISA_INVALID;
+    }
+    *bytes = (size_t) b;
     return LISA_OK;
 }

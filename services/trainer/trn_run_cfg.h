@@ -49,7 +49,10 @@ typedef struct {
     char *recompute;
     char *adv_estimator;
     bool norm_adv;
-    int64_t max_batch, max_len, queue_max;
+    int64_t max_seqs, max_batch, max_len, queue_max;
+    int64_t block_size, max_step_tokens;
+    char *kv_memory;
+    bool prefix_cache;
     uint64_t register_ttl_ms, queue_timeout_ms;
     uint64_t rpc_timeout_ms;
     char *log_level;
@@ -72,5 +75,11 @@ lisa_rc_t trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *step,
                               trn_failed_t *failed, bool *drop_equal,
                               bool *bf16, char *err,
                               size_t errlen) LISA_NODISCARD;
+
+/* engine.kv_memory as bytes (a size) or a fraction of free memory (a
+ * number with a point); the other is 0. LISA_INVALID with a reason. */
+lisa_rc_t trn_run_cfg_kv_memory(const trn_run_cfg_t *c, size_t *bytes,
+                                double *fraction, char *err,
+                                size_t errlen) LISA_NODISCARD;
 
 #endif

@@ -187,6 +187,19 @@ s_engine(trn_service_t *s, char *err, size_t errlen)
                  (long long) s->plan.rank);
     else
         snprintf(s->engine_id, sizeof s->engine_id, "%s", id);
+    size_t kv_bytes = 0;
+    double kv_frac = 0;
+    if (trn_run_cfg_kv_memory(cfg, &kv_bytes, &kv_frac, err, errlen) != LISA_OK)
+        return TRN_EXIT_CONFIG;
+    int64_t seqs = cfg->max_batch > 0 ? cfg->max_batch : cfg->max_seqs;
+    if (seqs <= 0 || cfg->block_size <= 0 || cfg->max_step_tokens <= 0 ||
+        (cfg->block_size & (cfg->block_size - 1)) != 0 ||
+        cfg->block_size > 1024) {
+        snprintf(err, errlen,
+                 "engine.max_seqs, engine.max_step_tokens must be > 0 and "
+                 "engine.block_size a power of two up to 1024");
+        return TRN_EXIT_CONFIG;
+    }
     trn_engine_cfg_t ec = {
         .address = s->host,
         .port = port,
@@ -194,9 +207,18 @@ s_engine(trn_service_t *s, char *err, size_t errlen)
         .engine_id = s->engine_id,
         .broker = cfg->broker,
         .register_ttl_ms = cfg->register_ttl_ms,
-        .max_batch = (size_t) (cfg->max_batch > 0 ? cfg->max_batch : 16),
+        .max_batch = (size_t) seqs,
         .max_len = (size_t) (cfg->max_len > 0 ? cfg->max_len : 0),
-        .queue_max = (size_t) (cfg->queue_max > 0 ? cfg->queue_max : 256),
+        .block_size = (size_t) cfg->block_size,
+        .max_step_tokens = (size_t) cfg->max_step_tokens,
+        .kv_bytes = kv_bytes,
+        .kv_fraction = kv_frac,
+        .no_prefix_cache = !cfg->prefix_cache,
+        /* serving holds bf16 weights, the KV cache and step buffers; a
+         * training rank brings its training state on for the update */
+        .offload_train = true,
+        .time_share = s->train,
+        .queue_max = (size_t) (cfg->queue_max > 0 ? cfg->queue_max : 1024),
         .queue_timeout_ms = cfg->queue_timeout_ms,
         .policy_version = 0,
         .seed = cfg->seed + (uint64_t) s->plan.rank * 0x9e3779b97f4a7c15ull,

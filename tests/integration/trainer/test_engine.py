@@ -155,7 +155,7 @@ def test_registers_with_the_broker(tmp_path):
             found = [e for e in es if e.engine_id == "eng-7"]
             time.sleep(0.05)
         assert found and found[0].url == url and found[0].up
-        assert found[0].max_batch == 16 and not found[0].paused
+        assert found[0].max_batch == 256 and not found[0].paused  # engine.max_seqs
         # renewed: still listed after several TTLs
         time.sleep(2.0)
         es = b.call("engine_list", pb.EngineListReq()).engine_list.engines
