@@ -10,6 +10,7 @@
 
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "rwd_ifeval.h"
 #include "rwd_math.h"
 #include "rwd_mc.h"
 #include "rwd_rouge.h"
@@ -37,6 +38,8 @@ static lisa_rc_t s_rule_mc(const rwd_scorer_t *s, const rwd_input_t *in,
                            json_t *expl, rwd_result_t *r);
 static lisa_rc_t s_rule_qa(const rwd_scorer_t *s, const rwd_input_t *in,
                            json_t *expl, rwd_result_t *r);
+static lisa_rc_t s_rule_ifeval(const rwd_scorer_t *s, const rwd_input_t *in,
+                               json_t *expl, rwd_result_t *r);
 static lisa_rc_t s_rule_judge(const rwd_scorer_t *s, const rwd_input_t *in,
                               json_t *expl, rwd_result_t *r);
 
@@ -54,6 +57,7 @@ static const s_route_t s_routes[] = {
     {"biomed", "mc", s_rule_mc},
     {"instruct_pretrain", "qa", s_rule_qa},
     {"long_context", "qa", s_rule_qa},
+    {"instruct_follow", "ifeval", s_rule_ifeval},
 };
 
 static const s_route_t *
@@ -70,6 +74,12 @@ rwd_score_route(const char *data_source)
 {
     const s_route_t *r = s_find_route(data_source);
     return r ? r->route : NULL;
+}
+
+const char *
+rwd_score_prefix(size_t i)
+{
+    return i < sizeof s_routes / sizeof s_routes[0] ? s_routes[i].prefix : NULL;
 }
 
 rwd_scorer_t *
@@ -354,6 +364,50 @@ s_rule_qa(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     json_object_set_new(expl, "precision", json_real(info.precision));
     json_object_set_new(expl, "recall", json_real(info.recall));
     json_object_set_new(expl, "truncated", json_boolean(info.truncated));
+    return LISA_OK;
+}
+
+/* IFEval/IFBench: the reward is the recipe's, loose and all-or-nothing;
+ * strict verdicts and the fractions are reported beside it. */
+static lisa_rc_t
+s_rule_ifeval(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
+              rwd_result_t *r)
+{
+    (void) s;
+    lisa_rc_t rc;
+    rwd_ifeval_t *e = rwd_ifeval_new(in->ground_truth, in->truth_len, &rc,
+                                     r->error, sizeof r->error);
+    if (!e)
+        return rc;
+    rwd_ifeval_verdict_t v;
+    rc = rwd_ifeval_judge(e, in->answer, in->answer_len, &v);
+    if (rc != LISA_OK) {
+        s_error(r, "response over %u bytes", RWD_IF_MAX_RESPONSE);
+        rwd_ifeval_destroy(&e);
+        return rc;
+    }
+    json_t *ids = json_array(), *strict = json_array(), *loose = json_array();
+    for (size_t i = 0; i < v.count; i++) {
+        json_array_append_new(ids, json_string(rwd_ifeval_id(e, i)));
+        json_array_append_new(strict, json_boolean(v.strict[i]));
+        json_array_append_new(loose, json_boolean(v.loose[i]));
+    }
+    double n = (double) v.count;
+    json_object_set_new(expl, "instructions", ids);
+    json_object_set_new(expl, "strict", strict);
+    json_object_set_new(expl, "loose", loose);
+    json_object_set_new(expl, "strict_all",
+                        json_boolean(v.strict_passed == v.count));
+    json_object_set_new(expl, "loose_all",
+                        json_boolean(v.loose_passed == v.count));
+    json_object_set_new(expl, "strict_fraction",
+                        json_real((double) v.strict_passed / n));
+    json_object_set_new(expl, "loose_fraction",
+                        json_real((double) v.loose_passed / n));
+    r->reward = v.loose_passed == v.count ? 1.0 : 0.0;
+    r->rule = "ifeval_loose";
+    r->extracted = s_utf8(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
+    rwd_ifeval_destroy(&e);
     return LISA_OK;
 }
 

@@ -5,9 +5,10 @@
  * prefix picks the rule (math/physics: equivalence of the final boxed
  * answer; chem/biomed: multiple-choice letter; instruct_pretrain and
  * long_context: by qa_type, multiple choice, multi-answer F1 or
- * open-ended equivalence-then-ROUGE-L), and configured prefixes may go to
- * an LLM judge instead. Empty answers score 0; an unknown data source is
- * LISA_INVALID, never a silent 0. Inputs over their bounds are
+ * open-ended equivalence-then-ROUGE-L; instruct_follow: the IFEval/IFBench
+ * instruction checks of rwd_ifeval, loose, all must pass), and configured
+ * prefixes may go to an LLM judge instead. Empty answers score 0; an unknown
+ * data source is LISA_INVALID, never a silent 0. Inputs over their bounds are
  * LISA_TOOLARGE. The result carries what was extracted, which rule decided
  * and a JSON explanation, so a reward can be audited later.
  *
@@ -49,7 +50,8 @@ typedef struct {
 typedef struct {
     double reward;
     const char *rule;       /* static: "math_equiv", "mc_letter", "mc_f1",
-                               "open_equiv", "rouge_l", "judge", "empty" */
+                               "open_equiv", "rouge_l", "ifeval_loose", "judge",
+                               "empty" */
     char *extracted;        /* owned; what was read from the answer */
     char *explanation_json; /* owned; JSON object */
     char error[RWD_MAX_ERROR];
@@ -71,6 +73,9 @@ lisa_rc_t rwd_score(const rwd_scorer_t *s, const rwd_input_t *in,
 
 /* Frees the owned strings of a result and zeroes it. */
 void rwd_result_clear(rwd_result_t *r);
+
+/* The i-th data-source prefix of the routing table; NULL past the end. */
+const char *rwd_score_prefix(size_t i);
 
 /* Name of the rule that routes data_source, or NULL when unknown. */
 const char *rwd_score_route(const char *data_source);

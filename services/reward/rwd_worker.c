@@ -234,12 +234,14 @@ s_send_ready(rwd_worker_t *w)
     lisa__worker_msg__init(&msg);
     Lisa__WorkerReady ready;
     lisa__worker_ready__init(&ready);
-    char *sources[] = {
-        s_mut("math"),   s_mut("physics"),           s_mut("chem"),
-        s_mut("biomed"), s_mut("instruct_pretrain"), s_mut("long_context")};
+    char *sources[16];
+    size_t n_sources = 0;
+    for (const char *p; n_sources < sizeof sources / sizeof sources[0] &&
+                        (p = rwd_score_prefix(n_sources)) != NULL;)
+        sources[n_sources++] = s_mut(p);
     ready.worker_id = w->worker_id;
     ready.capacity = w->capacity;
-    ready.n_data_sources = sizeof sources / sizeof sources[0];
+    ready.n_data_sources = n_sources;
     ready.data_sources = sources;
     msg.body_case = LISA__WORKER_MSG__BODY_READY;
     msg.ready = &ready;

@@ -297,8 +297,8 @@ def test_score_no_connected_worker_serves_fails_with_a_reason(make_broker):
 
 def test_real_reward_worker_scores_and_refuses_what_it_cannot(make_broker):
     # The real lisa-reward worker advertises the recipe's routes; a data
-    # source outside them (IFBench's instruct_follow) fails within the grace
-    # with the worker's routes in the reason, the others are scored.
+    # source outside them fails within the grace with the worker's routes in
+    # the reason, the others are scored.
     exe = os.path.join(BIN, "bin", "lisa-reward")
     if not os.access(exe, os.X_OK):
         pytest.skip("lisa-reward not built")
@@ -309,7 +309,7 @@ def test_real_reward_worker_scores_and_refuses_what_it_cannot(make_broker):
     try:
         c = Client(b.ep["rpc"])
         r_math = enqueue(c, [task("m", truth="70", source="math_mini")])[0]
-        r_if = enqueue(c, [task("i", source="instruct_follow_mini",
+        r_if = enqueue(c, [task("i", source="astrology_mini",
                                 truth='{"instruction_id_list": []}')])[0]
         claim(c)
         complete(c, r_math, 1, answer="so \\boxed{70}")
@@ -319,8 +319,9 @@ def test_real_reward_worker_scores_and_refuses_what_it_cannot(make_broker):
         wait_state(c, r_if, pb.ROLLOUT_FAILED, timeout=10.0)
         q = rollout(c, r_if).rollouts[0]
         assert q.failure_kind == pb.FAILURE_REWARD
-        assert "'instruct_follow_mini'" in q.reason, q.reason
-        for route in ("math", "biomed", "instruct_pretrain", "long_context"):
+        assert "'astrology_mini'" in q.reason, q.reason
+        for route in ("math", "biomed", "instruct_pretrain", "long_context",
+                      "instruct_follow"):
             assert route in q.reason.split("serve: ")[1], q.reason
         c.close()
     finally:

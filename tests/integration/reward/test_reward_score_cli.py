@@ -44,7 +44,10 @@ def test_seed_records():
     assert len(out) == len(recs)
     for r, o in zip(recs, out):
         if r["data_source"].startswith("instruct_follow"):
-            assert o["code"] == "CODE_INVALID" and "reward" not in o
+            # "whatever" has one unique word; the record asks for 160
+            assert o["reward"] == 0.0 and o["rule"] == "ifeval_loose", o
+            assert o["explanation"]["instructions"] == \
+                ["count:unique_word_count"], o
         else:
             assert o["reward"] == 1.0, (r["data_source"], o)
             assert o["explanation"]["data_source"] == r["data_source"]

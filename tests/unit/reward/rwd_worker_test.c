@@ -234,7 +234,13 @@ Test(rwd_worker, usage, .timeout = 30)
     Lisa__WorkerMsg *m = expect_ready(&b);
     cr_assert_str_eq(m->ready->worker_id, "w-test");
     cr_assert_eq(m->ready->capacity, 3);
-    cr_assert_geq(m->ready->n_data_sources, 6);
+    cr_assert_eq(m->ready->n_data_sources, 7);
+    bool has_if = false;
+    for (size_t i = 0; i < m->ready->n_data_sources; i++) {
+        cr_assert_str_eq(m->ready->data_sources[i], rwd_score_prefix(i));
+        has_if |= strcmp(m->ready->data_sources[i], "instruct_follow") == 0;
+    }
+    cr_assert(has_if, "the worker advertises instruct_follow");
     lisa_codec_free((ProtobufCMessage **) &m);
 
     broker_request(&b, 42, "math_mini", "so \\boxed{70}", "70");

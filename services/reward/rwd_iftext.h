@@ -1,0 +1,67 @@
+/*
+ * rwd_iftext: the text primitives the instruction checkers count with.
+ *
+ * IFEval and IFBench are written in Python; their checks count words with
+ * `re.findall(r"\w+")`, split fields with `str.split()`, strip
+ * `string.punctuation` and compare with `str.lower()`. These helpers give
+ * the same answers on UTF-8 text: whitespace is Python's `str.isspace` set,
+ * `\w` is exact on ASCII and, outside it, every code point except the
+ * punctuation, symbol and space blocks; case folding is ASCII only (the
+ * recipe's prompts and ids are English). Sentences are split by a rule
+ * (terminator, closing quotes, whitespace, not after a known abbreviation
+ * or a single letter) that approximates NLTK's Punkt model, which lisa
+ * does not ship. All functions are pure and bounded by their input.
+ */
+#ifndef RWD_IFTEXT_H
+#define RWD_IFTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A span of a text: offset and length in bytes. */
+typedef struct {
+    size_t off;
+    size_t len;
+} rwd_span_t;
+
+/* Code point at s[i] (i < n); *len gets its byte length. An invalid byte
+ * reads as U+FFFD of length 1. */
+uint32_t rwd_iftext_cp(const char *s, size_t n, size_t i, size_t *len);
+
+/* Python str.isspace for one code point. */
+bool rwd_iftext_is_space(uint32_t cp);
+
+/* Python re `\w` for one code point (approximated outside ASCII). */
+bool rwd_iftext_is_word(uint32_t cp);
+
+/* One of Python's string.punctuation (32 ASCII characters). */
+bool rwd_iftext_is_punct(int c);
+
+/* Number of `\w+` runs in s[0..n). */
+size_t rwd_iftext_count_words(const char *s, size_t n);
+
+/* Python str.split(): the next whitespace-separated field at or after
+ * *pos; false at the end. *pos moves past the field. */
+bool rwd_iftext_field(const char *s, size_t n, size_t *pos, rwd_span_t *f);
+
+/* Python str.strip() on the span (Unicode whitespace). */
+void rwd_iftext_strip(const char *s, rwd_span_t *sp);
+
+/* Strips string.punctuation (and spaces when `space`) from both ends. */
+void rwd_iftext_strip_punct(const char *s, rwd_span_t *sp, bool space);
+
+/* ASCII case-insensitive equality of two byte strings. */
+bool rwd_iftext_eq_nocase(const char *a, size_t an, const char *b, size_t bn);
+
+/* First ASCII case-insensitive occurrence of needle in hay at or after
+ * `from`; SIZE_MAX when none. An empty needle matches at `from`. */
+size_t rwd_iftext_find_nocase(const char *hay, size_t n, size_t from,
+                              const char *needle, size_t nl);
+
+/* Up to `max` sentences of s[0..n) into out; returns how many were found
+ * (may exceed max: the count is exact, the spans stop at max). */
+size_t rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out,
+                            size_t max);
+
+#endif
