@@ -14,6 +14,10 @@ fi
 if [ ! -f "$stamp" ] || ! cmp -s "$req" "$stamp"; then
   "$dir/bin/python" -m pip install -q --disable-pip-version-check \
     -r "$req" >&2
+  # lm-eval's IFEval checkers are the instruction-following oracle; the
+  # package pulls torch, which the checkers do not need: installed alone
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check \
+    --no-deps lm-eval==0.4.9 >&2
   cp "$req" "$stamp"
 fi
 echo "$dir/bin/python"

@@ -23,7 +23,7 @@ BIN = os.path.join(os.environ.get("LISA_BINARY_DIR", "build/default"), "bin",
 def _load_oracle():
     spec = importlib.util.find_spec("lm_eval")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("lm-eval not installed")
+        pytest.fail("lm-eval is not installed (scripts/pyenv.sh installs it)")
     root = os.path.join(list(spec.submodule_search_locations)[0], "tasks",
                         "ifeval")
     for name, path in (("lm_eval", None), ("lm_eval.tasks", None),
