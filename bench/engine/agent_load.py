@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""An agent-shaped load against a generation engine's /v1/completions.
+
+C conversations run at once, each T turns: the first prompt is P random
+token ids; every turn samples G tokens (no stop tokens, so exactly G), then
+O observation tokens are appended and the whole history is sent again, as
+an agent's gateway does. A call answered 429 is retried after its
+Retry-After; any other non-200 answer is an error.
+
+Usage:
+  agent_load.py URL --rows 'C,T,P,G,O;...' [--vocab N] [--json OUT]
+                [--label NAME] [--rates RATES.json --shape 4b]
+
+Prints, per row: wall time, sampled tokens/s, the cached share of the
+prompt tokens and of the re-sent history, turn latency p50/p99, errors,
+429s, peak device memory (nvidia-smi, when present) and, with --rates
+(the same run's measured matrix rate and memory read rate), the bound:
+the new tokens' products and attention at the matrix rate plus every
+decode step's weight and KV reads at the memory rate, and the ratio of the
+wall time to it. Only the Python standard library is used.
+"""
+import argparse
+import http.client
+import json
+import random
+import subprocess
+import threading
+import time
+import urllib.parse
+
+# Qwen3-4B's shape: what the bound counts.
+SHAPES = {
+    "4b": dict(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128,
+               mlp=9728, vocab=151936),
+}
+
+
+def shape_numbers(s):
+    h, L = s["hidden"], s["layers"]
+    qkv = h * (s["heads"] + 2 * s["kv_heads"]) * s["head_dim"]
+    o = s["heads"] * s["head_dim"] * h
+    mlp = 3 * h * s["mlp"]
+    layer_params = qkv + o + mlp
+    # bf16 bytes a decode step reads: every layer, the norms aside, and the
+    # LM head (tied to the embedding: read once as the head)
+    weight_bytes = 2 * (L * layer_params + s["vocab"] * h)
+    kv_bytes_per_token = L * 2 * s["kv_heads"] * s["head_dim"] * 2
+    flops_per_token = 2 * L * layer_params  # products of one new token
+    return weight_bytes, kv_bytes_per_token, flops_per_token
+
+
+class Engine:
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.host, self.port = u.hostname, u.port or 80
+
+    def complete(self, prompt, max_tokens, seed, deadline):
+        body = json.dumps({"prompt": prompt, "max_tokens": max_tokens,
+                           "temperature": 1.0, "seed": seed,
+                           "stop_token_ids": []})
+        n429 = 0
+        while True:
+            c = http.client.HTTPConnection(self.host, self.port, timeout=900)
+            try:
+                c.request("POST", "/v1/completions", body,
+                          {"Content-Type": "application/json"})
+                r = c.getresponse()
+                data = r.read()
+                status, retry = r.status, r.getheader("Retry-After")
+            except (OSError, http.client.HTTPException) as e:
+                return {"status": -1, "error": str(e), "n429": n429}
+            finally:
+                c.close()
+            if status == 429 and time.time() < deadline:
+                n429 += 1
+                time.sleep(float(retry or 1))
+                continue
+            if status != 200:
+                return {"status": status, "error": data[:300].decode(
+                    "utf-8", "replace"), "n429": n429}
+            j = json.loads(data)
+            ch = j["choices"][0]
+            u = j.get("usage", {})
+            cached = (u.get("prompt_tokens_details") or {}).get(
+                "cached_tokens", 0)
+            return {"status": 200, "ids": ch["token_ids"], "cached": cached,
+                    "n429": n429}
+
+
+class MemPoll(threading.Thread):
+    """Peak device memory in use (MiB) from nvidia-smi, every 0.2 s."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.stop = 0, False
+
+    def run(self):
+        while not self.stop:
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used",
+                     "--format=csv,noheader,nounits"], capture_output=True,
+                    text=True, timeout=5).stdout.split()
+                if out:
+                    self.peak = max(self.peak, max(int(x) for x in out))
+            except (OSError, ValueError, subprocess.SubprocessError):
+                return
+            time.sleep(0.2)
+
+
+def run_row(eng, C, T, P, G, O, vocab, seed=1):
+    rnd = random.Random(seed)
+    lat, res = [], []
+    lock = threading.Lock()
+    deadline = time.time() + 3600
+
+    def conv(c):
+        ids = [rnd.randrange(100, vocab) for _ in range(P)]
+        hist = 0
+        for t in range(T):
+            t0 = time.time()
+            r = eng.complete(ids, G, seed * 1000 + c * 100 + t, deadline)
+            dt = time.time() - t0
+            with lock:
+                lat.append(dt)
+                res.append(dict(r, prompt=len(ids), history=hist))
+            if r["status"] != 200:
+                return
+            ids = ids + r["ids"]
+            hist = len(ids)
+            ids = ids + [rnd.randrange(100, vocab) for _ in range(O)]
+
+    mp = MemPoll()
+    mp.start()
+    th = [threading.Thread(target=conv, args=(c,)) for c in range(C)]
+    t0 = time.time()
+    for x in th:
+        x.start()
+    for x in th:
+        x.join()
+    wall = time.time() - t0
+    mp.stop = True
+    ok = [r for r in res if r["status"] == 200]
+    errs = [r for r in res if r["status"] != 200]
+    sampled = sum(len(r["ids"]) for r in ok)
+    prompt = sum(r["prompt"] for r in ok)
+    hist = sum(r["history"] for r in ok)
+    cached = sum(r["cached"] for r in ok)
+    lat.sort()
+
+    def pct(q):
+        return lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0
+
+    return {
+        "row": f"{C}x{T} P{P} G{G} O{O}", "C": C, "T": T, "P": P, "G": G,
+        "O": O, "calls": len(res), "ok": len(ok), "errors": len(errs),
+        "error_samples": sorted({e["error"][:160] for e in errs})[:3],
+        "n429": sum(r["n429"] for r in res), "wall_s": wall,
+        "sampled": sampled, "tok_s": sampled / wall if wall else 0.0,
+        "prompt_tokens": prompt, "history_tokens": hist,
+        "cached_tokens": cached,
+        "cached_share": cached / prompt if prompt else 0.0,
+        "history_cached": cached / hist if hist else 0.0,
+        "p50_s": pct(0.5), "p99_s": pct(0.99), "peak_mib": mp.peak,
+    }
+
+
+def bound(row, rates, shape):
+    """Seconds the row's work takes at the measured rates."""
+    W, kvb, fpt = shape_numbers(shape)
+    s = shape
+    C, T, P, G, O = row["C"], row["T"], row["P"], row["G"], row["O"]
+    flops = 0.0
+    read = 0.0
+    for _ in range(C):
+        ctx = 0
+        for t in range(T):
+            new = P if t == 0 else O + 1  # the observation and the last
+            # sampled token, whose keys were never computed
+            # attention of the new tokens: token k sees ctx + k + 1 keys
+            seen = new * ctx + new * (new + 1) / 2.0
+            flops += 4.0 * seen * s["head_dim"] * s["heads"] * s["layers"]
+            flops += new * fpt
+            ctx += new
+            ctx += G - 1
+    # decode: T*G steps of all C conversations together, each step reading
+    # the weights once and every sequence's cache
+    steps = T * G
+    avg_ctx = P + (T - 1) * (G + O) / 2.0 + G / 2.0
+    read = steps * (W + C * avg_ctx * kvb)
+    flops += steps * C * fpt  # the decode tokens' products
+    return flops / (rates["matrix_tflops"] * 1e12) + \
+        read / (rates["read_gbs"] * 1e9)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url")
+    ap.add_argument("--rows", required=True)
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--json")
+    ap.add_argument("--label", default="engine")
+    ap.add_argument("--rates")
+    ap.add_argument("--shape", default="4b")
+    a = ap.parse_args()
+    eng = Engine(a.url)
+    rates = json.load(open(a.rates)) if a.rates else None
+    out = []
+    for i, spec in enumerate(a.rows.split(";")):
+        C, T, P, G, O = (int(x) for x in spec.split(","))
+        # a seed per row: no row finds another's prompts in the cache
+        r = run_row(eng, C, T, P, G, O, a.vocab, seed=1 + i)
+        r["label"] = a.label
+        if rates:
+            r["bound_s"] = bound(r, rates, SHAPES[a.shape])
+            r["x_bound"] = r["wall_s"] / r["bound_s"]
+        out.append(r)
+        print(f"{a.label:8s} {r['row']:26s} wall {r['wall_s']:7.1f}s "
+              f"{r['tok_s']:7.0f} tok/s cached {100 * r['cached_share']:5.1f}% "
+              f"(history {100 * r['history_cached']:5.1f}%) "
+              f"p50 {r['p50_s']:6.2f}s p99 {r['p99_s']:6.2f}s "
+              f"errors {r['errors']}/{r['calls']} 429s {r['n429']} "
+              f"peak {r['peak_mib'] / 1024:5.1f} GiB"
+              + (f" bound {r['bound_s']:6.1f}s x{r['x_bound']:.2f}"
+                 if rates else ""), flush=True)
+        for e in r["error_samples"]:
+            print(f"           error: {e}", flush=True)
+    if a.json:
+        json.dump(out, open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

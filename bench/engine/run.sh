@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The engine under an agent-shaped load, on a GPU, against the engine of an
+# earlier build and against the bound from this run's measured rates:
+#   bench/engine/run.sh BINDIR [BASE_BINDIR] [MODELDIR]
+# BINDIR (and BASE_BINDIR, an earlier build to compare with) hold
+# lisa-trainer (run with LD_LIBRARY_PATH set to their ../lib when they are
+# gpu-bundle.sh folders). MODELDIR: a model directory (default: a random
+# Qwen3-4B-shaped one, made with tests/gpu/make_random_qwen3.py, needs torch
+# and transformers). LISA_ENGINE_ROWS (C,T,P,G,O;...) and
+# LISA_ENGINE_BASE_ROWS choose the rows; LISA_ENGINE_OUT a folder for the
+# JSON results; LISA_ENGINE_ARGS extra settings for the new engine.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bin=${1:?usage: run.sh BINDIR [BASE_BINDIR] [MODELDIR]}
+base=${2:-}
+model=${3:-}
+out=${LISA_ENGINE_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+rows=${LISA_ENGINE_ROWS:-"16,8,1500,256,400;16,1,6700,256,0;8,8,1000,256,300;16,8,600,128,150;64,30,2000,256,400;256,1,4000,256,0"}
+base_rows=${LISA_ENGINE_BASE_ROWS:-"16,8,1500,256,400;16,1,6700,256,0;8,8,1000,256,300;16,8,600,128,150"}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+if [ -z "$model" ]; then
+  model=$work/model
+  python3 "$root/tests/gpu/make_random_qwen3.py" "$model" --shape 4b >/dev/null
+fi
+python3 "$here/hw_rates.py" "$out/rates.json"
+
+serve() { # label bindir extra-settings...
+  local label=$1 dir=$2
+  shift 2
+  local lib
+  lib=$(cd "$dir/.." && pwd)/lib
+  LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-} "$dir/lisa-trainer" serve \
+    --backend cuda --model "$model" --engine-listen 127.0.0.1:0 \
+    --out "$work/$label" --broker tcp://127.0.0.1:1 "$@" \
+    >"$out/$label.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 1200); do
+    [ -s "$work/$label/engine.url" ] && break
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -s "$work/$label/engine.url" ] || {
+    tail -20 "$out/$label.log"
+    echo "FAIL: $label engine did not start"
+    exit 1
+  }
+  cat "$work/$label/engine.url"
+}
+
+load() { # label url rows
+  python3 "$here/agent_load.py" "$2" --rows "$3" --label "$1" \
+    --rates "$out/rates.json" --json "$out/$1.json"
+}
+
+# shellcheck disable=SC2086
+url=$(serve new "$bin" ${LISA_ENGINE_ARGS:-})
+load new "$url" "$rows"
+curl -s "$url/healthz" >"$out/new-health.json" || true
+kill "${pids[-1]}"
+wait "${pids[-1]}" 2>/dev/null || true
+if [ -n "$base" ]; then
+  url=$(serve base "$base")
+  load base "$url" "$base_rows"
+  kill "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null || true
+  python3 - "$out/new.json" "$out/base.json" <<'PY'
+import json, sys
+new = {r["row"]: r for r in json.load(open(sys.argv[1]))}
+base = {r["row"]: r for r in json.load(open(sys.argv[2]))}
+print("\nrow                        new s  base s  speed-up  new/bound  errors new/base")
+for k, b in base.items():
+    n = new.get(k)
+    if not n:
+        continue
+    print(f"{k:26s} {n['wall_s']:6.1f} {b['wall_s']:7.1f} {b['wall_s'] / n['wall_s']:8.2f}x"
+          f" {n['x_bound']:9.2f}x  {n['errors']}/{b['errors']}")
+PY
+fi
+echo "results in $out"
