@@ -10,6 +10,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_rpc.h"
+#include "lisa/lisa_tokenizer.h"
 #include "trn_blocks.h"
 #include "trn_sampler.h"
 
@@ -20,8 +21,11 @@
 #include <string.h>
 #include <time.h>
 
-#define S_MAX_STOP   64u
-#define S_MAX_PROMPT (1u << 20)
+#define S_MAX_STOP     64u
+#define S_MAX_PROMPT   (1u << 20)
+#define S_MAX_STOP_STR 16u                  /* stop strings a request */
+#define S_STOP_STR_LEN 256u                 /* bytes a stop string */
+#define S_TAIL         (2 * S_STOP_STR_LEN) /* decoded bytes kept */
 
 typedef struct s_job {
     struct s_job *next; /* waiting queue */
@@ -33,6 +37,10 @@ typedef struct s_job {
     uint64_t seed; /* for backends that sample on the device */
     int32_t stop[S_MAX_STOP];
     size_t n_stop;
+    char *stop_str[S_MAX_STOP_STR]; /* stop strings */
+    size_t n_stop_str;
+    char tail[S_TAIL]; /* the last decoded bytes of the output */
+    size_t n_tail;
     uint64_t enq_ms;
     /* generation state */
     float *out_lp;
@@ -61,6 +69,7 @@ struct trn_engine {
     char url[256];
     char id[128];
     char *broker;
+    lisa_tokenizer_t *tok; /* stop strings (may be NULL) */
     lisa_http_server_t *http;
     pthread_t thread, reg_thread;
     bool reg_started;
@@ -96,6 +105,8 @@ s_job_free(s_job_t **j)
 {
     if (!*j)
         return;
+    for (size_t i = 0; i < (*j)->n_stop_str; i++)
+        lisa_free(&(*j)->stop_str[i]);
     lisa_free(&(*j)->tok);
     lisa_free(&(*j)->out_lp);
     lisa_free(&(*j)->blocks);
@@ -128,6 +139,75 @@ s_ids(const json_t *a, int32_t *ids, size_t max, size_t vocab, size_t *n,
     }
     *n = json_array_size(a);
     return LISA_OK;
+}
+
+/* `stop`: a string or an array of strings, each ended on once the
+ * decoded output contains it (needs the tokenizer). */
+static lisa_rc_t
+s_stop_strings(trn_engine_t *e, s_job_t *j, const json_t *v, char *why,
+               size_t wl)
+{
+    if (!v || json_is_null(v))
+        return LISA_OK;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_string(v) && !json_is_array(v)) {
+        snprintf(why, wl, "stop must be a string or an array of strings");
+        return LISA_INVALID;
+    }
+    if (n > S_MAX_STOP_STR) {
+        snprintf(why, wl, "stop has more than %u strings", S_MAX_STOP_STR);
+        return LISA_TOOLARGE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        size_t len = json_is_string(s) ? json_string_length(s) : 0;
+        if (len == 0 || len > S_STOP_STR_LEN) {
+            snprintf(why, wl,
+                     "stop strings must be non-empty strings of at most %u "
+                     "bytes",
+                     S_STOP_STR_LEN);
+            return LISA_INVALID;
+        }
+        j->stop_str[j->n_stop_str++] = lisa_strdup(json_string_value(s));
+    }
+    if (n > 0 && !e->tok) {
+        snprintf(why, wl,
+                 "stop strings need the model's tokenizer, which "
+                 "this engine has not loaded; use stop_token_ids");
+        return LISA_UNSUPPORTED;
+    }
+    return LISA_OK;
+}
+
+/* Whether the output, with token t just appended, now contains a stop
+ * string: the token's bytes join the kept tail, which is searched. */
+static bool
+s_hits_stop_string(const trn_engine_t *e, s_job_t *j, int32_t t)
+{
+    if (j->n_stop_str == 0)
+        return false;
+    size_t len = 0;
+    const uint8_t *b = lisa_tokenizer_token_bytes(e->tok, t, &len);
+    if (!b)
+        return false;
+    if (len > S_TAIL)
+        b += len - S_TAIL, len = S_TAIL;
+    if (j->n_tail + len > S_TAIL) { /* keep the last bytes */
+        size_t drop = j->n_tail + len - S_TAIL;
+        memmove(j->tail, j->tail + drop, j->n_tail - drop);
+        j->n_tail -= drop;
+    }
+    memcpy(j->tail + j->n_tail, b, len);
+    j->n_tail += len;
+    for (size_t i = 0; i < j->n_stop_str; i++) {
+        size_t sl = strlen(j->stop_str[i]);
+        /* only matches that end inside the new bytes are new */
+        size_t from = j->n_tail > len + sl - 1 ? j->n_tail - len - sl + 1 : 0;
+        for (size_t at = from; at + sl <= j->n_tail; at++)
+            if (memcmp(j->tail + at, j->stop_str[i], sl) == 0)
+                return true;
+    }
+    return false;
 }
 
 /* Parses a completion request into a job; why says what is wrong. */
@@ -176,6 +256,8 @@ s_parse(trn_engine_t *e, const char *body, size_t len, char *why, size_t wl)
     if (st && !json_is_null(st) &&
         s_ids(st, j->stop, S_MAX_STOP, vocab, &j->n_stop, "stop_token_ids", why,
               wl) != LISA_OK)
+        goto fail;
+    if (s_stop_strings(e, j, json_object_get(r, "stop"), why, wl) != LISA_OK)
         goto fail;
     int64_t max_tokens = 0, top_k = 0, seed = -1, n = 1;
     double temp = 1.0, top_p = 1.0;
@@ -622,7 +704,7 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
                 j->out_lp[j->n_out] = isfinite(lp) ? lp : -1e30f;
                 j->n_out++;
                 e->st.tokens_generated++;
-                if (s_is_stop(j, t))
+                if (s_is_stop(j, t) || s_hits_stop_string(e, j, t))
                     fin = "stop";
                 else if (j->n_out >= j->max_tokens)
                     fin = "length";
@@ -917,6 +999,13 @@ trn_engine_new(trn_backend_t *b, const trn_engine_cfg_t *cfg)
         return NULL;
     }
     s_defaults(e, cfg);
+    if (cfg->tokenizer_dir && *cfg->tokenizer_dir) {
+        e->tok = lisa_tokenizer_new_from_dir(cfg->tokenizer_dir);
+        if (!e->tok)
+            lisa_log_warn("engine: no tokenizer in %s: requests with stop "
+                          "strings get 400",
+                          cfg->tokenizer_dir);
+    }
     e->version = cfg->policy_version;
     snprintf(e->id, sizeof e->id, "%s",
              cfg->engine_id ? cfg->engine_id : "trainer");
@@ -958,6 +1047,7 @@ trn_engine_new(trn_backend_t *b, const trn_engine_cfg_t *cfg)
     return e;
 fail:
     lisa_http_server_destroy(&e->http);
+    lisa_tokenizer_destroy(&e->tok);
     trn_blocks_destroy(&e->bm);
     lisa_free(&e->run);
     lisa_free(&e->free_slots);
@@ -1004,6 +1094,7 @@ trn_engine_destroy(trn_engine_t **ep)
                   (unsigned long long) e->st.cached_tokens,
                   (unsigned long long) e->st.prompt_tokens);
     trn_blocks_destroy(&e->bm);
+    lisa_tokenizer_destroy(&e->tok);
     lisa_free(&e->run);
     lisa_free(&e->free_slots);
     lisa_free(&e->broker);

@@ -67,6 +67,9 @@ typedef struct {
     uint64_t queue_timeout_ms; /* most time a request may wait */
     uint64_t policy_version;   /* initial */
     uint64_t seed;             /* for requests without a seed */
+    const char *tokenizer_dir; /* its tokenizer files decode sampled tokens
+                                  for `stop` strings (NULL: requests with
+                                  stop strings get 400) */
 } trn_engine_cfg_t;
 
 typedef struct {

@@ -222,6 +222,7 @@ s_engine(trn_service_t *s, char *err, size_t errlen)
         .queue_timeout_ms = cfg->queue_timeout_ms,
         .policy_version = 0,
         .seed = cfg->seed + (uint64_t) s->plan.rank * 0x9e3779b97f4a7c15ull,
+        .tokenizer_dir = cfg->model,
     };
     s->eng = trn_engine_new(s->be, &ec);
     if (!s->eng) {

@@ -6,6 +6,7 @@
  * version. The first test is the usage example.
  */
 #include "lisa/lisa_codec.h"
+#include "lisa/lisa_tokenizer.h"
 #include "trn_backend.h"
 #include "trn_engine.h"
 #include "trn_sampler.h"
@@ -556,6 +557,8 @@ Test(trn_engine, running_out_of_blocks_preempts_and_every_call_completes)
     (void) keep;
     trn_engine_t *saved = s_e;
     s_e = e;
+    /* queued while paused, so all four are admitted together */
+    cr_assert_eq(trn_engine_pause(e, 1000), LISA_OK);
     for (int c = 0; c < C; c++) {
         for (int i = 0; i < 8; i++)
             p[c][i] = (int32_t) ((c * 17 + i * 3) % 64);
@@ -563,6 +566,10 @@ Test(trn_engine, running_out_of_blocks_preempts_and_every_call_completes)
         calls[c].done = 0;
         pthread_create(&th[c], NULL, s_call, &calls[c]);
     }
+    for (int i = 0; i < 500 && trn_engine_stats(e).queued < C; i++)
+        s_sleep_ms(10);
+    cr_assert_eq(trn_engine_stats(e).queued, C);
+    trn_engine_resume(e, 0);
     for (int c = 0; c < C; c++)
         pthread_join(th[c], NULL);
     s_e = saved;
@@ -616,5 +623,67 @@ Test(trn_engine, a_prompt_over_the_context_is_400_and_a_full_queue_429)
     pthread_join(t1, NULL);
     s_e = saved;
     cr_assert_eq(c1.status, 200, "%s", c1.out);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, stop_strings_end_generation_at_the_token_that_completes_them)
+{
+    trn_engine_cfg_t ec = {.address = "127.0.0.1",
+                           .max_batch = 2,
+                           .seed = 1,
+                           .tokenizer_dir = LISA_SOURCE_DIR
+                           "/tests/fixtures/qwen3-tokenizer"};
+    trn_engine_t *e = trn_engine_new(s_b, &ec);
+    cr_assert(e);
+    lisa_tokenizer_t *tk = lisa_tokenizer_new_from_dir(ec.tokenizer_dir);
+    cr_assert(tk);
+    int32_t p[6] = {3, 9, 27, 17, 40, 2}, all[256];
+    size_t n = s_greedy(e, p, 6, 12, all, NULL);
+    cr_assert_eq(n, 12);
+    /* a stop string made of the end of token 4's bytes and the start of
+     * token 5's: generation must end with token 5 */
+    size_t l4 = 0, l5 = 0;
+    const uint8_t *b4 = lisa_tokenizer_token_bytes(tk, all[4], &l4);
+    const uint8_t *b5 = lisa_tokenizer_token_bytes(tk, all[5], &l5);
+    cr_assert(b4 && b5 && l4 > 0 && l5 > 0);
+    char stop[8];
+    snprintf(stop, sizeof stop, "%c%c", b4[l4 - 1], b5[0]);
+    /* the string must not occur earlier in the output */
+    char text[512];
+    size_t tl = 0;
+    for (size_t i = 0; i < 5; i++) {
+        size_t l = 0;
+        const uint8_t *b = lisa_tokenizer_token_bytes(tk, all[i], &l);
+        memcpy(text + tl, b, l);
+        tl += l;
+    }
+    text[tl] = '\0';
+    cr_assert_null(strstr(text, stop), "'%s' in '%s'", stop, text);
+    char out[65536];
+    json_t *req = json_pack("{s:[i,i,i,i,i,i],s:i,s:i,s:[s,s]}", "prompt", 3, 9,
+                            27, 17, 40, 2, "max_tokens", 12, "temperature", 0,
+                            "stop", "never-seen-string", stop);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    cr_assert_eq(s_post_port(trn_engine_port(e), body, out, sizeof out, false),
+                 200, "%s", out);
+    free(body);
+    int32_t got[256];
+    size_t k = s_result(out, got, 256, NULL);
+    cr_assert_eq(k, 6, "%s", out);
+    cr_assert_arr_eq(got, all, 6 * sizeof *got);
+    cr_assert(strstr(out, "\"finish_reason\":\"stop\""), "%s", out);
+    /* bad stop values are 400; an engine without a tokenizer refuses them */
+    cr_assert_eq(s_post_port(trn_engine_port(e),
+                             "{\"prompt\":[1],\"stop\":[\"\"]}", out,
+                             sizeof out, false),
+                 400);
+    cr_assert_eq(s_post_port(trn_engine_port(e), "{\"prompt\":[1],\"stop\":7}",
+                             out, sizeof out, false),
+                 400);
+    cr_assert_eq(s_post("{\"prompt\":[1],\"stop\":\"x\"}", out, sizeof out),
+                 400);
+    cr_assert(strstr(out, "tokenizer"), "%s", out);
+    lisa_tokenizer_destroy(&tk);
     trn_engine_destroy(&e);
 }
