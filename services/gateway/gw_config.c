@@ -80,7 +80,7 @@ const lisa_config_entry_t gw_config_table[] = {
         "extra tries of an engine call after a connection error",
         upstream_retries),
     S_E("gateway.max_context", "LISA_GW_MAX_CONTEXT", "--max-context",
-        LISA_CFG_UINT64, "32768",
+        LISA_CFG_UINT64, "65536",
         "prompt + response tokens of one attempt's sequence", max_context),
     S_E("gateway.default_max_tokens", "LISA_GW_DEFAULT_MAX_TOKENS",
         "--default-max-tokens", LISA_CFG_UINT64, "4096",

@@ -26,6 +26,11 @@
 #                              (default 2, or one per rank from 3 ranks)
 #   LISA_RL_EXTRA="K=V ..."    more run settings (for example
 #                              trainer.log_level=debug)
+#   LISA_RL_LONG=N             one prompt whose problem statement is N
+#                              tokens (e.g. 59000: a 60k-token first turn
+#                              that the next turns grow towards 64k), two
+#                              rollouts sharing its cached blocks, the
+#                              context and micro-batches at 65,536
 set -euo pipefail
 bin=$(cd "${1:?usage: rl_step.sh BINDIR [MODELDIR]}" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -53,15 +58,54 @@ micro=16384
 prompts=2
 [ "$ranks" -gt 2 ] && prompts=$ranks
 prompts=${LISA_RL_PROMPTS:-$prompts}
+data=$root/tests/fixtures/seed-samples/verl_records_excerpt.json
+context=8192
+per_call=96
+if [ -n "${LISA_RL_LONG:-}" ]; then
+  # a record whose statement is LISA_RL_LONG tokens of the real tokenizer
+  data=$work/long.json
+  python3 - "$root/tests/fixtures/qwen3-tokenizer/tokenizer.json" \
+    "$LISA_RL_LONG" "$data" <<'PY'
+import json, sys
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+want, words, i = int(sys.argv[2]), [], 0
+text = ""
+while True:
+    chunk = " ".join(f"Entry {i + k} records the value {(i + k) * 7919 % 10007}."
+                     for k in range(500))
+    i += 500
+    if len(tok.encode(text + " " + chunk).ids) > want:
+        break
+    text = (text + " " + chunk).strip()
+while len(tok.encode(text).ids) < want:
+    text += f" Entry {i} records the value {i * 7919 % 10007}."
+    i += 1
+stmt = text + "\n\nWhat is the value of entry 17? Write it to /testbed/answer.txt."
+rec = {"prompt": [{"content": "placeholder", "role": "user"}],
+       "reward_model": {"ground_truth": str(17 * 7919 % 10007),
+                        "style": "llm_in_sandbox"},
+       "data_source": "math_mini",
+       "extra_info": {"id": "long_0", "domain": "math_mini",
+                      "problem_statement": stmt,
+                      "ground_truth": str(17 * 7919 % 10007)}}
+json.dump([rec], open(sys.argv[3], "w"))
+print(f"long record: {len(tok.encode(stmt).ids)} tokens of statement")
+PY
+  prompts=1
+  context=65536
+  per_call=256
+  micro=65536
+fi
 t0=$(date +%s)
 LISA_BUILD_DIR=$(dirname "$bin") bash "$root/scripts/run.sh" --no-build \
   --backend cuda --bwrap "${LISA_BWRAP:-bwrap}" --model "$model" \
-  --train-data "$root/tests/fixtures/seed-samples/verl_records_excerpt.json" \
+  --train-data "$data" \
   --val-data "" --out "$run" --steps 1 \
   data.train_batch_size="$prompts" actor_rollout_ref.rollout.n=2 \
   actor_rollout_ref.rollout.max_turns=3 \
-  actor_rollout_ref.rollout.max_tokens_per_call=96 \
-  actor_rollout_ref.rollout.max_context_tokens=8192 \
+  actor_rollout_ref.rollout.max_tokens_per_call=$per_call \
+  actor_rollout_ref.rollout.max_context_tokens=$context \
   actor_rollout_ref.actor.optim.lr=1e-6 \
   actor_rollout_ref.actor.entropy_coeff=0.001 \
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$micro \
@@ -103,5 +147,12 @@ if ranks > 1:
     assert len(served) == ranks, served
     assert all(int(n) > 0 for _, n in served), served
     assert m["actor/micro_batches"] >= ranks, m
+if os.environ.get("LISA_RL_LONG"):
+    # the longest trajectory trained, and the second sample's prompt from
+    # the first one's cached blocks
+    assert m["batch/tokens"] >= 2 * int(os.environ["LISA_RL_LONG"]), m
+    assert m.get("engine/cached_tokens", 0) >= int(os.environ["LISA_RL_LONG"]), m
+    print(f"  long: {m['batch/tokens']} tokens trained, "
+          f"{m.get('engine/cached_tokens')} prompt tokens from the cache")
 print("1 passed, 0 failed")
 PY
