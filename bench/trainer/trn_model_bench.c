@@ -102,18 +102,31 @@ main(int argc, char **argv)
            "tokens/s, %.2f GFLOP/s (6N per token)\n",
            n, params / 1e6, fb, (double) n / fb,
            6.0 * params * (double) n / fb * 1e-9);
-    trn_kv_t *kv = trn_kv_new(m, 4, 512);
-    size_t slots[4] = {0, 1, 2, 3}, plen[4] = {64, 64, 64, 64};
-    const int32_t *tp[4] = {tok, tok + 64, tok + 128, tok + 192};
-    float *logits = malloc(4 * 8192 * sizeof *logits);
-    if (trn_model_step(m, kv, 4, slots, tp, plen, logits, NULL) != LISA_OK)
+    /* four sequences of up to 512 positions, blocks of 16 laid out
+     * sequence after sequence */
+    trn_kv_geom_t geom = {.block_size = 16,
+                          .n_blocks = 4 * 32,
+                          .max_seqs = 4,
+                          .max_blocks = 32,
+                          .max_tokens = 256};
+    trn_kv_t *kv = trn_kv_new(m, &geom);
+    if (!kv)
         return 1;
-    size_t one[4] = {1, 1, 1, 1};
+    int32_t blocks[4][32];
+    trn_gen_seq_t seqs[4];
+    for (size_t i = 0; i < 4; i++)
+        trn_gen_seq_contiguous(&seqs[i], blocks[i], &geom, i, 0, tok + 64 * i,
+                               64);
+    float *logits = malloc(4 * 8192 * sizeof *logits);
+    if (trn_model_step(m, kv, 4, seqs, logits, NULL) != LISA_OK)
+        return 1;
     int steps = 16;
     t0 = now();
     for (int s = 0; s < steps; s++) {
-        const int32_t *nx[4] = {tok + s, tok + s + 1, tok + s + 2, tok + s + 3};
-        if (trn_model_step(m, kv, 4, slots, nx, one, logits, NULL) != LISA_OK)
+        for (size_t i = 0; i < 4; i++)
+            trn_gen_seq_contiguous(&seqs[i], blocks[i], &geom, i,
+                                   64 + (size_t) s, tok + (size_t) s + i, 1);
+        if (trn_model_step(m, kv, 4, seqs, logits, NULL) != LISA_OK)
             return 1;
     }
     double dec = now() - t0;

@@ -110,37 +110,50 @@ s_ops(trn_gpu_model_t *g)
 /* ---- the backend ------------------------------------------------------- */
 
 static lisa_rc_t
-s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
+s_gen_open(trn_backend_t *b, trn_kv_geom_t *geom, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
-    trn_gpu_kv_destroy(&c->kv);
-    c->kv = trn_gpu_kv_new(c->g, slots, max_len, err);
-    return c->kv ? LISA_OK : LISA_INVALID;
+    trn_gpu_kv_destroy(&c->kv); /* its memory counts as free for the new */
+    c->kv = trn_gpu_kv_new(c->g, geom, err);
+    return c->kv ? LISA_OK : LISA_TOOLARGE;
 }
 
 static void
-s_gen_reset(trn_backend_t *b, size_t slot)
+s_gen_close(trn_backend_t *b)
 {
-    trn_gpu_kv_reset(s_on(b)->kv, slot);
+    trn_gpu_kv_destroy(&s_on(b)->kv);
 }
 
 static lisa_rc_t
-s_gen_step(trn_backend_t *b, size_t n, const size_t *slots,
-           const int32_t *const *tokens, const size_t *n_new, float *logits,
+s_no_cache(trn_err_t *err)
+{
+    s_fail(err, "no KV cache open (gen_open first)");
+    return LISA_INVALID;
+}
+
+static lisa_rc_t
+s_gen_step(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs, float *logits,
            trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
-    return trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, NULL, NULL,
-                              NULL, logits, err);
+    if (!c->kv)
+        return s_no_cache(err);
+    return trn_gpu_model_step(c->g, c->kv, n, seqs, NULL, NULL, NULL, logits,
+                              err);
 }
 
 static lisa_rc_t
-s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
-             const int32_t *const *tokens, const size_t *n_new,
+s_gen_sample(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs,
              const trn_sampling_t *samp, const uint64_t *seeds,
              int32_t *out_tok, float *out_lp, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    if (!c->kv)
+        return s_no_cache(err);
+    if (n == 0 || n > TRN_MAX_KV_SLOTS || !samp || !seeds) {
+        s_fail(err, "gen_sample: bad arguments");
+        return n > TRN_MAX_KV_SLOTS ? LISA_TOOLARGE : LISA_INVALID;
+    }
     trn_sample_t *sp = lisa_calloc(n, sizeof *sp);
     for (size_t i = 0; i < n; i++) {
         sp[i].temperature = samp[i].temperature;
@@ -148,10 +161,23 @@ s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
         sp[i].top_k = samp[i].top_k > 0 ? samp[i].top_k : 0;
         sp[i].seed = seeds[i];
     }
-    lisa_rc_t rc = trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, sp,
-                                      out_tok, out_lp, NULL, err);
+    lisa_rc_t rc = trn_gpu_model_step(c->g, c->kv, n, seqs, sp, out_tok, out_lp,
+                                      NULL, err);
     lisa_free(&sp);
     return rc;
+}
+
+static void
+s_mem_info(trn_backend_t *b, size_t *used, size_t *total)
+{
+    (void) s_on(b);
+    size_t fr = 0, tot = 0;
+    if (trn_cuda_mem_info(&fr, &tot) != LISA_OK)
+        fr = tot = 0;
+    if (used)
+        *used = tot - fr;
+    if (total)
+        *total = tot;
 }
 
 static lisa_rc_t
@@ -280,9 +306,10 @@ s_destroy(trn_backend_t *b)
 static const trn_backend_ops_t s_cuda_ops = {
     .name = "cuda",
     .gen_open = s_gen_open,
-    .gen_reset = s_gen_reset,
+    .gen_close = s_gen_close,
     .gen_step = s_gen_step,
     .gen_sample = s_gen_sample,
+    .mem_info = s_mem_info,
     .train_step = s_train_step,
     .logprobs = s_logprobs,
     .save = s_save,
