@@ -38,13 +38,22 @@
 #define S_WARPS 4
 #define S_MAXE  4 /* dimensions per lane: D <= 128 */
 
-/* Cache row of position p of the sequence in table row sl. */
+/* Cache row of position p of the sequence in table row sl (rows of a
+ * cache number under 2^31: trn_gpu_kv_new keeps n_blocks * block_size
+ * there). */
 __device__ __forceinline__ size_t
 s_crow(const trn_kv_pages_t &pg, int sl, int p)
 {
     int b = __ldg(pg.table + (size_t) sl * (size_t) pg.max_blocks +
                   (size_t) (p >> pg.bshift));
     return ((size_t) b << pg.bshift) + (size_t) (p & ((1 << pg.bshift) - 1));
+}
+
+/* The same as 32 bits (a register, where a tile's rows are kept). */
+__device__ __forceinline__ uint32_t
+s_crow32(const trn_kv_pages_t &pg, int sl, int p)
+{
+    return (uint32_t) s_crow(pg, sl, p);
 }
 
 /* One warp per token row: its cache row looked up once, the row copied. */
@@ -380,19 +389,27 @@ __global__ void __launch_bounds__(32 * NW)
     size_t HkD = (size_t) Hk * D;
     size_t base = (size_t) hk * D;
     /* tile i's copies; rows past j1 are zero-filled (a zero probability
-     * times a stale value could be NaN). A thread's copies of one tile
-     * walk its rows S_GQ_THREADS / (D / 8) apart: one table look-up a
-     * row. */
+     * times a stale value could be NaN). A thread copies D / 16 chunks of
+     * 16 bytes, each of another row: the rows' table look-ups first (all
+     * in flight at once), then the copies. */
     auto issue = [&](int i) {
         if (i < nt) {
+            constexpr int CPT = S_GM_TP * (D / 8) / S_GQ_THREADS;
+            static_assert(CPT * S_GQ_THREADS == S_GM_TP * (D / 8), "copies");
             __nv_bfloat16 *sk = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
             int jt = j0 + i * S_GM_TP;
-            for (int c = threadIdx.x; c < S_GM_TP * (D / 8);
-                 c += S_GQ_THREADS) {
+            uint32_t row[CPT];
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                int p = (threadIdx.x + k * S_GQ_THREADS) / (D / 8);
+                row[k] = jt + p < j1 ? s_crow32(pg, sl, jt + p) : 0u;
+            }
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                int c = threadIdx.x + k * S_GQ_THREADS;
                 int p = c / (D / 8), e = (c % (D / 8)) * 8;
                 bool ok = jt + p < j1;
-                size_t off =
-                    base + e + (ok ? s_crow(pg, sl, jt + p) * HkD : (size_t) 0);
+                size_t off = base + e + (size_t) row[k] * HkD;
                 trn_cp16(sk + p * LD + e, ck + off, ok);
                 trn_cp16(sk + TE + p * LD + e, cv + off, ok);
             }

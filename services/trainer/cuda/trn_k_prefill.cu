@@ -36,13 +36,22 @@ typedef __nv_bfloat16 bf16;
 
 static_assert(S_BQ == TRN_PREFILL_TILE_ROWS, "tile rows");
 
-/* Cache row of position p of the sequence in table row sl. */
+/* Cache row of position p of the sequence in table row sl (rows of a
+ * cache number under 2^31: trn_gpu_kv_new keeps n_blocks * block_size
+ * there). */
 __device__ __forceinline__ size_t
 s_row(const trn_kv_pages_t &pg, int sl, int p)
 {
     int b = __ldg(pg.table + (size_t) sl * (size_t) pg.max_blocks +
                   (size_t) (p >> pg.bshift));
     return ((size_t) b << pg.bshift) + (size_t) (p & ((1 << pg.bshift) - 1));
+}
+
+/* The same as 32 bits (a register, where a tile's rows are kept). */
+__device__ __forceinline__ uint32_t
+s_row32(const trn_kv_pages_t &pg, int sl, int p)
+{
+    return (uint32_t) s_row(pg, sl, p);
 }
 
 template <int D>
@@ -79,13 +88,24 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
     }
     /* positions past plast are zero-filled (masked, but a zero probability
      * times a stale value could be NaN) */
+    /* a thread copies D / 16 chunks, each of another row: the rows' table
+     * look-ups first (all in flight at once), then the copies */
     auto load_kv = [&](int buf, int k0) {
+        constexpr int CPT = BK * CH / NTH;
+        static_assert(CPT * NTH == BK * CH, "copies");
         bf16 *kd = Ks + buf * BK * LDB, *vd = Vs + buf * BK * LDB;
-        for (int i = threadIdx.x; i < BK * CH; i += NTH) {
+        uint32_t row[CPT];
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+            int r = (threadIdx.x + k * NTH) / CH;
+            row[k] = k0 + r <= plast ? s_row32(pg, sl, k0 + r) : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < CPT; k++) {
+            int i = threadIdx.x + k * NTH;
             int r = i / CH, c = (i % CH) * 8;
             bool ok = k0 + r <= plast;
-            size_t off = (size_t) hk * D + c +
-                         (ok ? s_row(pg, sl, k0 + r) * HkD : (size_t) 0);
+            size_t off = (size_t) hk * D + c + (size_t) row[k] * HkD;
             trn_cp16(kd + r * LDB + c, ck + off, ok);
             trn_cp16(vd + r * LDB + c, cv + off, ok);
         }
@@ -122,8 +142,9 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
 #pragma unroll
         for (int sub = 0; sub < BK / BC; sub++) {
             const int kc = k0 + sub * BC;
-            /* the warp's rows all before the sub-tile: nothing to see */
-            if (wfirst + 31 < kc || kc > plast)
+            /* the warp's rows all before the sub-tile, or all past the
+             * tile's last (a short tile): nothing to see */
+            if (wfirst + 31 < kc || kc > plast || warp * 32 >= rows)
                 continue;
             const bf16 *Kb = Ks + (buf * BK + sub * BC) * LDB;
             const bf16 *Vb = Vs + (buf * BK + sub * BC) * LDB;
