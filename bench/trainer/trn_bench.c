@@ -119,17 +119,22 @@ static void
 s_decode(trn_gpu_model_t *g, int batch, const char *tag, int graphs)
 {
     trn_err_t err = {{0}};
-    enum { PROMPT = 128, NEW = 128 };
-    trn_gpu_kv_t *kv =
-        trn_gpu_kv_new(g, (size_t) batch, PROMPT + NEW + 1, &err);
+    enum { PROMPT = 128, NEW = 128, BS = 16 };
+    /* each sequence's blocks one after the other, blocks of 16 */
+    size_t mb = (PROMPT + NEW + BS - 1) / BS;
+    trn_kv_geom_t geom = {.block_size = BS,
+                          .n_blocks = (size_t) batch * mb,
+                          .max_seqs = (size_t) batch,
+                          .max_blocks = mb,
+                          .max_tokens = (size_t) batch * PROMPT};
+    trn_gpu_kv_t *kv = trn_gpu_kv_new(g, &geom, &err);
     if (!kv) {
         printf("decode %s: %s\n", tag, err.msg);
         exit(1);
     }
     trn_gpu_kv_set_graphs(kv, graphs);
-    size_t *slots = malloc((size_t) batch * sizeof *slots);
-    size_t *n_new = malloc((size_t) batch * sizeof *n_new);
-    const int32_t **tk = malloc((size_t) batch * sizeof *tk);
+    trn_gen_seq_t *seqs = malloc((size_t) batch * sizeof *seqs);
+    int32_t *tab = malloc((size_t) batch * mb * 4);
     int32_t *prompt = malloc((size_t) batch * PROMPT * 4);
     int32_t *out = malloc((size_t) batch * 4);
     float *lp = malloc((size_t) batch * 4);
@@ -137,13 +142,17 @@ s_decode(trn_gpu_model_t *g, int batch, const char *tag, int graphs)
     unsigned seed = 9;
     for (int i = 0; i < batch * PROMPT; i++)
         prompt[i] = (int32_t) (rand_r(&seed) % 150000u);
+    for (size_t i = 0; i < (size_t) batch * mb; i++)
+        tab[i] = (int32_t) i;
     double best = 1e9, best_prefill = 1e9;
     for (int rep = 0; rep < 3; rep++) {
         for (int i = 0; i < batch; i++) {
-            trn_gpu_kv_reset(kv, (size_t) i);
-            slots[i] = (size_t) i;
-            n_new[i] = PROMPT;
-            tk[i] = prompt + (size_t) i * PROMPT;
+            seqs[i] = (trn_gen_seq_t){.slot = (size_t) i,
+                                      .blocks = tab + (size_t) i * mb,
+                                      .n_blocks = mb,
+                                      .start = 0,
+                                      .tokens = prompt + (size_t) i * PROMPT,
+                                      .n_new = PROMPT};
             sp[i].temperature = 1.0f;
             sp[i].top_p = 1.0f;
             sp[i].top_k = 0;
@@ -151,16 +160,17 @@ s_decode(trn_gpu_model_t *g, int batch, const char *tag, int graphs)
         }
         double t0 = s_now(), t1 = t0;
         for (int st = 0; st < NEW; st++) {
-            if (trn_gpu_model_step(g, kv, (size_t) batch, slots, tk, n_new, sp,
-                                   out, lp, NULL, &err) != LISA_OK) {
+            if (trn_gpu_model_step(g, kv, (size_t) batch, seqs, sp, out, lp,
+                                   NULL, &err) != LISA_OK) {
                 printf("decode %s failed: %s\n", tag, err.msg);
                 exit(1);
             }
             if (st == 0)
                 t1 = s_now();
             for (int i = 0; i < batch; i++) {
-                n_new[i] = 1;
-                tk[i] = &out[i];
+                seqs[i].start += seqs[i].n_new;
+                seqs[i].n_new = 1;
+                seqs[i].tokens = &out[i];
             }
         }
         double t = s_now() - t0;
@@ -175,7 +185,7 @@ s_decode(trn_gpu_model_t *g, int batch, const char *tag, int graphs)
     printf("decode_step_ms_%s %.3f ms\n", tag,
            1e3 * (best - best_prefill) / (NEW - 1));
     trn_gpu_kv_destroy(&kv);
-    free(slots), free(n_new), free(tk), free(prompt), free(out), free(lp);
+    free(seqs), free(tab), free(prompt), free(out), free(lp);
     free(sp);
 }
 

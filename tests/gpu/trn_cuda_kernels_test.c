@@ -1028,21 +1028,81 @@ test_sample(void)
     trn_cuda_free(&ss);
 }
 
-/* Decode side: trn_k_qk_prep (per-head norm + RoPE + cache write) and
- * trn_k_attn_decode over the cache it wrote, against double references.
- * Tokens sit in distinct cache rows; `pad` makes every fourth row padding
- * (slot -1), `split` gives the attention its scratch so few tokens split
- * their positions over several blocks. `fused` runs
- * trn_k_attn_decode_prep instead (one token per sequence: every token its
- * own slot), which leaves the queries unwritten: the reference attention
- * then takes the reference's queries. */
+/* A paged cache's table for the tests: nsl rows of mb blocks each, the
+ * ids a shuffled permutation of nsl * mb + 3 blocks (so no sequence's
+ * blocks are contiguous or in order, and some blocks belong to none). */
+typedef struct {
+    int32_t *table; /* host [nsl * mb] */
+    int32_t *dtable;
+    int mb, bs, bshift, n_blocks;
+} s_pages_t;
+
+static s_pages_t
+s_pages_new(int nsl, int max_len, int bs)
+{
+    s_pages_t p = {.bs = bs};
+    while ((1 << p.bshift) < bs)
+        p.bshift++;
+    p.mb = (max_len + bs - 1) / bs;
+    p.n_blocks = nsl * p.mb + 3;
+    int32_t *perm = malloc((size_t) p.n_blocks * 4);
+    for (int i = 0; i < p.n_blocks; i++)
+        perm[i] = i;
+    for (int i = p.n_blocks - 1; i > 0; i--) {
+        int j = (int) ((s_rand() * 0.5 + 0.5) * (i + 1));
+        j = j > i ? i : j;
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    p.table = malloc((size_t) nsl * p.mb * 4);
+    memcpy(p.table, perm, (size_t) nsl * p.mb * 4);
+    free(perm);
+    p.dtable = s_dev(p.table, (size_t) nsl * p.mb * 4);
+    return p;
+}
+
+static trn_kv_pages_t
+s_pages_dev(const s_pages_t *p)
+{
+    trn_kv_pages_t pg = {p->dtable, p->mb, p->bshift};
+    return pg;
+}
+
+/* The cache row of position j of table row sl. */
+static size_t
+s_prow(const s_pages_t *p, int sl, int j)
+{
+    return (size_t) p->table[(size_t) sl * p->mb + j / p->bs] * p->bs +
+           (size_t) (j % p->bs);
+}
+
 static void
-test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
-            int fused)
+s_pages_free(s_pages_t *p)
+{
+    free(p->table);
+    trn_cuda_free(&p->dtable);
+}
+
+/* Decode side: trn_k_qk_prep (per-head norm + RoPE + cache write) and
+ * trn_k_attn_decode over the cache it wrote, against double references,
+ * through a shuffled block table of blocks of `bs` positions. Tokens sit
+ * in distinct cache rows; `pad` makes every fourth row padding (slot
+ * -1), `split` gives the attention its scratch so few tokens split their
+ * positions over several blocks. `fused` runs trn_k_attn_decode_prep
+ * instead (one token per sequence: every token its own slot), which
+ * leaves the queries unwritten: the reference attention then takes the
+ * reference's queries. */
+static void
+test_decode_bs(int T, int H, int Hk, int D, int max_len, int pad, int split,
+               int fused, int bs)
 {
     int nsl = fused ? T : 5, S = (H + 2 * Hk) * D, HkD = Hk * D, G = H / Hk;
     double eps = 1e-6, theta = 1e6;
-    size_t nq = (size_t) T * S, nc = (size_t) nsl * max_len * HkD;
+    s_pages_t pages = s_pages_new(nsl, max_len, bs);
+    trn_kv_pages_t pg = s_pages_dev(&pages);
+    size_t nq = (size_t) T * S,
+           nc = (size_t) pages.n_blocks * (size_t) bs * HkD;
     double *x, *ck0, *cv0, *qw, *kw;
     trn_bf16_t *hx = s_rand_bf16(nq, 2, &x);
     trn_bf16_t *hck = s_rand_bf16(nc, 1, &ck0), *hcv = s_rand_bf16(nc, 1, &cv0);
@@ -1067,13 +1127,13 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
     float *scr = split ? s_dev(NULL, nscr * 4) : NULL;
     if (fused) {
         RC(trn_k_attn_decode_prep(dout, dqkv, S, dqw, dkw, dck, dcv, dslot,
-                                  dpos, T, H, Hk, D, max_len, (float) eps,
+                                  dpos, T, H, Hk, D, pg, (float) eps,
                                   (float) theta, scr, split ? nscr : 0, NULL));
     } else {
         RC(trn_k_qk_prep(dqkv, S, dqw, dkw, dck, dcv, dslot, dpos, T, H, Hk, D,
-                         max_len, (float) eps, (float) theta, NULL));
+                         pg, (float) eps, (float) theta, NULL));
         RC(trn_k_attn_decode(dout, dqkv, S, dck, dcv, dslot, dpos, T, H, Hk, D,
-                             max_len, scr, split ? nscr : 0, NULL));
+                             pg, scr, split ? nscr : 0, NULL));
     }
     RC(trn_cuda_sync());
     double *gq = s_get_bf16(dqkv, nq), *gk = s_get_bf16(dck, nc);
@@ -1101,10 +1161,9 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
                 y[d] = trn_bf16_to_f32(
                     trn_f32_to_bf16((float) (isq ? qw : kw)[d] * nrm));
             }
-            size_t cbase = ((size_t) (slot[t] < 0 ? 0 : slot[t]) * max_len +
-                            (size_t) pos[t]) *
-                               HkD +
-                           (size_t) (hh - H) * D;
+            size_t cbase =
+                s_prow(&pages, slot[t] < 0 ? 0 : slot[t], pos[t]) * HkD +
+                (size_t) (hh - H) * D;
             for (int i = 0; i < D / 2; i++) {
                 float inv = 1.0f / powf((float) theta, (float) (2 * i) / D);
                 float ang = (float) pos[t] * inv;
@@ -1146,8 +1205,8 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
             int hk = h / G;
             double mx = -1e300, z = 0;
             for (int j = 0; j <= pos[t]; j++) {
-                const double *k = gk + ((size_t) slot[t] * max_len + j) * HkD +
-                                  (size_t) hk * D;
+                const double *k =
+                    gk + s_prow(&pages, slot[t], j) * HkD + (size_t) hk * D;
                 double s2 = 0;
                 for (int d = 0; d < D; d++)
                     s2 += q[d] * k[d];
@@ -1157,15 +1216,16 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
             for (int j = 0; j <= pos[t]; j++)
                 z += (sc[j] = exp(sc[j] - mx));
             for (int j = 0; j <= pos[t]; j++) {
-                const double *v = gv + ((size_t) slot[t] * max_len + j) * HkD +
-                                  (size_t) hk * D;
+                const double *v =
+                    gv + s_prow(&pages, slot[t], j) * HkD + (size_t) hk * D;
                 for (int d = 0; d < D; d++)
                     ro[(size_t) t * H * D + (size_t) h * D + d] +=
                         sc[j] / z * v[d];
             }
         }
-    snprintf(what, sizeof what, "decode attention T=%d G=%d D=%d len<=%d%s%s%s",
-             T, G, D, max_len, pad ? " pad" : "", split ? " split" : "",
+    snprintf(what, sizeof what,
+             "decode attention T=%d G=%d D=%d len<=%d bs=%d%s%s%s", T, G, D,
+             max_len, bs, pad ? " pad" : "", split ? " split" : "",
              fused ? " fused" : "");
     s_check(what, s_relerr(go, ro, no), 1e-2);
     free(hx), free(x), free(hck), free(ck0), free(hcv), free(cv0), free(hqw);
@@ -1175,6 +1235,117 @@ test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
     trn_cuda_free(&dqkv), trn_cuda_free(&dck), trn_cuda_free(&dcv);
     trn_cuda_free(&dqw), trn_cuda_free(&dkw), trn_cuda_free(&dslot);
     trn_cuda_free(&dpos), trn_cuda_free(&dout), trn_cuda_free(&scr);
+    s_pages_free(&pages);
+}
+
+static void
+test_decode(int T, int H, int Hk, int D, int max_len, int pad, int split,
+            int fused)
+{
+    test_decode_bs(T, H, Hk, D, max_len, pad, split, fused, 16);
+}
+
+/* The paged prefill kernel against a double reference: sequences with
+ * cached prefixes of the lengths in pre[] and n_new[] new rows each
+ * (packed in that order), keys and values of every position already in
+ * a cache read through a shuffled table of blocks of `bs` positions; the
+ * tiles of up to 128 rows are listed longest first, as the engine's step
+ * lists them. Rows of the output not written stay poisoned and fail. */
+static void
+test_prefill(int H, int Hk, int D, int bs, int nseq, const int *pre,
+             const int *n_new)
+{
+    int S = (H + 2 * Hk) * D, HkD = Hk * D, G = H / Hk, max_len = 0, T = 0;
+    for (int i = 0; i < nseq; i++) {
+        max_len = pre[i] + n_new[i] > max_len ? pre[i] + n_new[i] : max_len;
+        T += n_new[i];
+    }
+    s_pages_t pages = s_pages_new(nseq, max_len, bs);
+    size_t nq = (size_t) T * S, nc = (size_t) pages.n_blocks * bs * HkD;
+    double *x, *gk, *gv;
+    trn_bf16_t *hx = s_rand_bf16(nq, 2, &x);
+    trn_bf16_t *hck = s_rand_bf16(nc, 2, &gk), *hcv = s_rand_bf16(nc, 1, &gv);
+    trn_prefill_tile_t tiles[64];
+    int nt = 0, r0 = 0;
+    for (int i = 0; i < nseq; i++) {
+        for (int r = 0; r < n_new[i]; r += TRN_PREFILL_TILE_ROWS) {
+            int k = n_new[i] - r;
+            tiles[nt].row0 = r0 + r;
+            tiles[nt].rows =
+                k < TRN_PREFILL_TILE_ROWS ? k : TRN_PREFILL_TILE_ROWS;
+            tiles[nt].slot = i;
+            tiles[nt].p0 = pre[i] + r;
+            nt++;
+        }
+        r0 += n_new[i];
+    }
+    for (int a = 0; a < nt; a++) /* longest first */
+        for (int b = a + 1; b < nt; b++)
+            if (tiles[b].p0 + tiles[b].rows > tiles[a].p0 + tiles[a].rows) {
+                trn_prefill_tile_t t = tiles[a];
+                tiles[a] = tiles[b];
+                tiles[b] = t;
+            }
+    trn_bf16_t *dq = s_dev(hx, nq * 2), *dck = s_dev(hck, nc * 2);
+    trn_bf16_t *dcv = s_dev(hcv, nc * 2);
+    trn_bf16_t *dout = s_dev(NULL, (size_t) T * H * D * 2);
+    trn_prefill_tile_t *dtiles = s_dev(tiles, (size_t) nt * sizeof *tiles);
+    RC(trn_k_attn_prefill(dout, dq, S, dck, dcv, s_pages_dev(&pages), dtiles,
+                          nt, H, Hk, D, NULL));
+    RC(trn_cuda_sync());
+    size_t no = (size_t) T * H * D;
+    double *go = s_get_bf16(dout, no), *ro = calloc(no, 8);
+    double *sc = malloc((size_t) max_len * 8);
+    r0 = 0;
+    for (int i = 0; i < nseq; i++) {
+        for (int r = 0; r < n_new[i]; r++) {
+            int t = r0 + r, p = pre[i] + r;
+            for (int h = 0; h < H; h++) {
+                const double *q = x + (size_t) t * S + (size_t) h * D;
+                size_t ko = (size_t) (h / G) * D;
+                double mx = -1e300, z = 0;
+                for (int j = 0; j <= p; j++) {
+                    const double *k = gk + s_prow(&pages, i, j) * HkD + ko;
+                    double s2 = 0;
+                    for (int d = 0; d < D; d++)
+                        s2 += q[d] * k[d];
+                    sc[j] = s2 / sqrt((double) D);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= p; j++)
+                    z += (sc[j] = exp(sc[j] - mx));
+                double *orow = ro + (size_t) t * H * D + (size_t) h * D;
+                for (int j = 0; j <= p; j++) {
+                    const double *v = gv + s_prow(&pages, i, j) * HkD + ko;
+                    for (int d = 0; d < D; d++)
+                        orow[d] += sc[j] / z * v[d];
+                }
+            }
+        }
+        r0 += n_new[i];
+    }
+    char what[120];
+    int n = snprintf(what, sizeof what, "prefill H=%d G=%d D=%d bs=%d pre", H,
+                     G, D, bs);
+    for (int i = 0; i < nseq && n > 0 && n < (int) sizeof what; i++)
+        n += snprintf(what + n, sizeof what - (size_t) n, "%s%d+%d",
+                      i ? "," : " ", pre[i], n_new[i]);
+    s_check(what, s_relerr(go, ro, no), 1e-2);
+    free(hx), free(x), free(hck), free(gk), free(hcv), free(gv);
+    free(go), free(ro), free(sc);
+    trn_cuda_free(&dq), trn_cuda_free(&dck), trn_cuda_free(&dcv);
+    trn_cuda_free(&dout), trn_cuda_free(&dtiles);
+    s_pages_free(&pages);
+}
+
+/* Prefixes of 0, 1, bs - 1, bs and several blocks and a part, chunks of
+ * a row, short ones, a full tile and several tiles with a short last. */
+static void
+test_prefill_set(int H, int Hk, int D, int bs)
+{
+    int pre[6] = {0, 1, bs - 1, bs, 3 * bs + 5, 0};
+    int nn[6] = {200, 37, 128, 1, 130, 5};
+    test_prefill(H, Hk, D, bs, 6, pre, nn);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1424,8 +1595,14 @@ bench_decode(trn_blas_t *b)
         printf("linear gate|up + swiglu M=1 %8.1f us %7.0f GB/s\n", t * 1e6,
                4.0 * C * I / t / 1e9);
     }
-    /* attention over 192 cached positions (the bench's mean) */
-    int max_len = 257;
+    /* attention over 192 cached positions (the bench's mean), blocks of
+     * 16 positions, each sequence's blocks one after the other */
+    int max_len = 272, bs = 16, mb = max_len / bs;
+    int32_t *tab = malloc((size_t) 64 * mb * 4);
+    for (int i = 0; i < 64 * mb; i++)
+        tab[i] = i;
+    int32_t *dtab = s_dev(tab, (size_t) 64 * mb * 4);
+    trn_kv_pages_t pg = {dtab, mb, 4};
     for (int bi = 0; bi < 2; bi++) {
         int T = bi ? 64 : 1, len = 192;
         size_t nc = (size_t) T * max_len * Hk * D;
@@ -1443,28 +1620,41 @@ bench_decode(trn_blas_t *b)
         size_t ns = trn_k_attn_decode_scratch(H, Hk, D);
         float *scr = s_dev(NULL, ns * 4);
         double t;
-        S_TIME(t, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D,
-                                    max_len, scr, ns, NULL));
+        S_TIME(t, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D, pg,
+                                    scr, ns, NULL));
         double bytes = 2.0 * T * len * Hk * D * 2;
         printf("decode attention T=%-3d len %d %8.1f us %7.0f GB/s\n", T, len,
                t * 1e6, bytes / t / 1e9);
-        S_TIME(t, trn_k_qk_prep(q, S, w, w, ck, cv, dsl, dps, T, H, Hk, D,
-                                max_len, 1e-6f, 1e6f, NULL));
+        S_TIME(t, trn_k_qk_prep(q, S, w, w, ck, cv, dsl, dps, T, H, Hk, D, pg,
+                                1e-6f, 1e6f, NULL));
         printf("qk prep T=%-3d %8.1f us\n", T, t * 1e6);
         S_TIME(t,
                trn_k_attn_decode_prep(o, q, S, w, w, ck, cv, dsl, dps, T, H, Hk,
-                                      D, max_len, 1e-6f, 1e6f, scr, ns, NULL));
+                                      D, pg, 1e-6f, 1e6f, scr, ns, NULL));
         printf("decode attention with qk prep (fused) T=%-3d %8.1f us\n", T,
                t * 1e6);
         trn_cuda_free(&ck), trn_cuda_free(&cv), trn_cuda_free(&q);
         trn_cuda_free(&o), trn_cuda_free(&dsl), trn_cuda_free(&dps);
         trn_cuda_free(&scr);
     }
-    /* a prefill of 64 prompts of 128 tokens: the decode kernel over the
-     * cache against the training kernel over the packed prompts */
+    trn_cuda_free(&dtab);
+    free(tab);
+    /* a prefill of 64 prompts of 128 tokens: the decode kernel and the
+     * paged prefill kernel over the cache against the training kernel over
+     * the packed prompts; then 8 chunks of 512 after prefixes of 3,584
+     * (the prefill kernel; FLOP/s counted over the visible keys) */
     {
-        int T = 64 * 128, ml = 257;
+        int T = 64 * 128, ml = 4096, mb2 = ml / 16;
         size_t nc = (size_t) 64 * ml * Hk * D;
+        int32_t *tb = malloc((size_t) 64 * mb2 * 4);
+        for (int i = 0; i < 64 * mb2; i++)
+            tb[i] = i;
+        int32_t *dtb = s_dev(tb, (size_t) 64 * mb2 * 4);
+        trn_kv_pages_t pg2 = {dtb, mb2, 4};
+        trn_prefill_tile_t tl[64];
+        for (int i = 0; i < 64; i++)
+            tl[i] = (trn_prefill_tile_t){i * 128, 128, i, 0};
+        trn_prefill_tile_t *dtl = s_dev(tl, sizeof tl);
         trn_bf16_t *ck = s_dev(NULL, nc * 2), *cv = s_dev(NULL, nc * 2);
         trn_bf16_t *q = s_dev(NULL, (size_t) T * S * 2);
         trn_bf16_t *o = s_dev(NULL, (size_t) T * H * D * 2);
@@ -1478,13 +1668,32 @@ bench_decode(trn_blas_t *b)
         int32_t *dsl = s_dev(sl, (size_t) T * 4),
                 *dps = s_dev(ps, (size_t) T * 4);
         double t1, t2;
-        S_TIME(t1, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D, ml,
-                                     NULL, 0, NULL));
+        double t3, t4;
+        S_TIME(t1, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D,
+                                     pg2, NULL, 0, NULL));
         S_TIME(t2, trn_k_attn_fwd(o, lse, q, q + H * D, q + (H + Hk) * D, S,
                                   dsl, T, H, Hk, D, NULL));
+        S_TIME(t3, trn_k_attn_prefill(o, q, S, ck, cv, pg2, dtl, 64, H, Hk, D,
+                                      NULL));
         printf("prefill attention 64 x 128: decode kernel %8.1f us, training "
-               "kernel %8.1f us\n",
-               t1 * 1e6, t2 * 1e6);
+               "kernel %8.1f us, paged prefill kernel %8.1f us\n",
+               t1 * 1e6, t2 * 1e6, t3 * 1e6);
+        /* 8 sequences, chunks of 512 new rows after 3,584 cached */
+        trn_prefill_tile_t tc[32];
+        for (int i = 0; i < 32; i++) /* longest first: the last tiles */
+            tc[i] = (trn_prefill_tile_t){(i % 8) * 512 + (3 - i / 8) * 128, 128,
+                                         i % 8, 3584 + (3 - i / 8) * 128};
+        trn_prefill_tile_t *dtc = s_dev(tc, sizeof tc);
+        S_TIME(t4, trn_k_attn_prefill(o, q, S, ck, cv, pg2, dtc, 32, H, Hk, D,
+                                      NULL));
+        double fl = 0; /* 4 H D per visible (query, key) pair */
+        for (int r = 0; r < 512; r++)
+            fl += 4.0 * H * D * (3584 + r + 1) * 8;
+        printf("prefill attention 8 chunks of 512 after 3584: %8.1f us "
+               "%6.1f TFLOP/s\n",
+               t4 * 1e6, fl / t4 / 1e12);
+        trn_cuda_free(&dtl), trn_cuda_free(&dtc), trn_cuda_free(&dtb);
+        free(tb);
         trn_cuda_free(&ck), trn_cuda_free(&cv), trn_cuda_free(&q);
         trn_cuda_free(&o), trn_cuda_free(&lse), trn_cuda_free(&dsl);
         trn_cuda_free(&dps), free(sl), free(ps);
@@ -1603,6 +1812,23 @@ main(int argc, char **argv)
         test_decode(9, 6, 2, 16, 64, 1, 0, fu);    /* other shapes: simple */
     }
     test_decode(64, 32, 8, 128, 257, 1, 1, 1); /* the bench's batch */
+    for (int bi = 0; bi < 3; bi++) { /* paged: blocks of 16, 32 and 64 */
+        int bs = 16 << bi;
+        test_decode_bs(1, 32, 8, 128, 1000, 0, 1, 1, bs); /* split, fused */
+        test_decode_bs(1, 32, 8, 128, 1000, 0, 1, 0, bs);
+        test_decode_bs(40, 32, 8, 128, 512, 1, 1, 0, bs);
+        test_decode_bs(13, 8, 2, 64, 256, 1, 1, 1, bs);
+        test_decode_bs(5, 16, 2, 128, 200, 1, 1, 0, bs); /* G = 8 */
+        test_decode_bs(6, 8, 8, 64, 150, 0, 1, 1, bs);   /* G = 1 */
+        test_decode_bs(7, 4, 2, 32, 96, 0, 1, 0, bs);
+        test_decode_bs(9, 6, 2, 16, 64, 1, 0, 0, bs); /* the simple kernel */
+        test_prefill_set(32, 8, 128, bs);             /* Qwen3-4B heads */
+        test_prefill_set(16, 2, 128, bs);             /* G = 8 */
+        test_prefill_set(8, 4, 64, bs);               /* G = 2 */
+        test_prefill_set(8, 8, 64, bs);               /* G = 1 */
+        test_prefill_set(4, 2, 32, bs);               /* the test model */
+        test_prefill_set(4, 2, 16, bs);               /* the tiny fixtures */
+    }
     test_sample();
     test_logprob();
     test_adamw();

@@ -1,8 +1,15 @@
 /*
- * GPU generation tests: KV-cache prefill and decode logits against the CPU
- * reference model step by step; sampled tokens' logprobs against a training
- * forward at the same temperature; greedy equals argmax; top-p never picks
- * outside the nucleus; sampled frequencies follow the distribution.
+ * GPU generation tests on the paged KV cache (shuffled block tables, so
+ * no sequence's blocks are contiguous): prefill and decode logits against
+ * the CPU reference model step by step, with the same tables; steps that
+ * mix decodes with prompt chunks after cached prefixes of several lengths
+ * (0, 1, block - 1, block, several blocks and a part) at block sizes 16,
+ * 32 and 64; two sequences sharing prefix blocks; recorded decode steps
+ * (graphs) against direct launches; a recomputed sequence draws the same
+ * token; the cache sized from a byte budget; steps over the geometry
+ * refused; sampled tokens' logprobs against a training forward at the
+ * same temperature; greedy equals argmax; top-p never picks outside the
+ * nucleus; sampled frequencies follow the distribution.
  * Closes with "N passed, N failed".
  */
 #include "trn_cuda.h"
@@ -66,25 +73,119 @@ s_cfg(void)
     return c;
 }
 
+/* ---- sequences on a paged cache ---------------------------------- */
+
+#define S_MAXB 128 /* blocks a test sequence may have */
+
+/* Blocks handed out in a shuffled order (never in id order). */
+typedef struct {
+    int32_t ids[4096];
+    int n, next;
+} s_pool_t;
+
+static void
+s_pool_init(s_pool_t *p, int n, unsigned seed)
+{
+    p->n = n;
+    p->next = 0;
+    for (int i = 0; i < n; i++)
+        p->ids[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int) (rand_r(&seed) % (unsigned) (i + 1));
+        int32_t t = p->ids[i];
+        p->ids[i] = p->ids[j];
+        p->ids[j] = t;
+    }
+}
+
+static int32_t
+s_pool_take(s_pool_t *p)
+{
+    if (p->next >= p->n) {
+        printf("test block pool exhausted\n");
+        exit(1);
+    }
+    return p->ids[p->next++];
+}
+
+/* A test sequence: its table row, blocks and length in the cache. */
+typedef struct {
+    size_t slot, len, nb;
+    int32_t tab[S_MAXB];
+} s_sq_t;
+
+/* seqs[i] for n_new tokens of q, its table grown to cover them. */
+static trn_gen_seq_t
+s_seq(s_sq_t *q, s_pool_t *pool, size_t bs, const int32_t *tok, size_t n_new)
+{
+    size_t need = (q->len + n_new + bs - 1) / bs;
+    while (q->nb < need)
+        q->tab[q->nb++] = s_pool_take(pool);
+    trn_gen_seq_t s = {.slot = q->slot,
+                       .blocks = q->tab,
+                       .n_blocks = q->nb,
+                       .start = q->len,
+                       .tokens = tok,
+                       .n_new = n_new};
+    return s;
+}
+
+static trn_kv_geom_t
+s_geom(size_t bs, size_t n_blocks, size_t max_seqs, size_t max_len,
+       size_t max_tokens)
+{
+    trn_kv_geom_t g = {.block_size = bs,
+                       .n_blocks = n_blocks,
+                       .max_seqs = max_seqs,
+                       .max_blocks = (max_len + bs - 1) / bs,
+                       .max_tokens = max_tokens};
+    return g;
+}
+
+/* The same step on the CPU model and on the GPU; 0 when both ran. */
+static int
+s_both(trn_model_t *cpu, trn_kv_t *ckv, trn_gpu_model_t *gpu, trn_gpu_kv_t *gkv,
+       size_t n, const trn_gen_seq_t *seqs, float *lc, float *lg,
+       const char *what)
+{
+    trn_err_t err = {{0}};
+    if (trn_model_step(cpu, ckv, n, seqs, lc, &err) != LISA_OK ||
+        trn_gpu_model_step(gpu, gkv, n, seqs, NULL, NULL, NULL, lg, &err) !=
+            LISA_OK) {
+        printf("%s: %s\n", what, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+s_rand_tokens(int32_t *t, size_t n, int V, unsigned *seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = (int32_t) (rand_r(seed) % (unsigned) V);
+}
+
 /* Recorded decode steps (graphs) against direct launches and the CPU:
- * n sequences (at most 5) in `sl` slots, prompts of lens[i] tokens, then
- * greedy one-token steps. With fewer sequences than slots the step runs
- * as a bucket with padding rows that must leave the cache alone; one
- * sequence alone takes the products that make their input inside. */
+ * n sequences (at most 5) of a cache of `sl` sequences, prompts of
+ * lens[i] tokens, then greedy one-token steps. With fewer sequences than
+ * the cache's rows the step runs as a bucket with padding rows that must
+ * leave the cache alone; one sequence alone takes the products that make
+ * their input inside. Blocks of 16: the steps cross into new blocks, so
+ * table rows change between replays of one graph. */
 static int
 s_graph_steps(trn_model_t *cpu, trn_gpu_model_t *gpu, int V, int n, int sl,
-              const size_t *slots, size_t *lens, const char *what)
+              const size_t *slots, const size_t *lens, const char *what)
 {
-    enum { STEPS = 6 };
+    enum { STEPS = 20 };
+    trn_kv_geom_t geom = s_geom(16, 64, (size_t) sl, 64, 64);
     trn_err_t err = {{0}};
     int32_t prompts[5][16];
     unsigned seed = 21;
     for (int i = 0; i < n; i++)
-        for (size_t j = 0; j < lens[i]; j++)
-            prompts[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
-    trn_kv_t *ckv = trn_kv_new(cpu, (size_t) sl, 64);
-    trn_gpu_kv_t *ga = trn_gpu_kv_new(gpu, (size_t) sl, 64, &err);
-    trn_gpu_kv_t *gb = trn_gpu_kv_new(gpu, (size_t) sl, 64, &err);
+        s_rand_tokens(prompts[i], lens[i], V, &seed);
+    trn_kv_t *ckv = trn_kv_new(cpu, &geom);
+    trn_gpu_kv_t *ga = trn_gpu_kv_new(gpu, &geom, &err);
+    trn_gpu_kv_t *gb = trn_gpu_kv_new(gpu, &geom, &err);
     if (!ckv || !ga || !gb) {
         printf("caches: %s\n", err.msg);
         return -1;
@@ -92,30 +193,31 @@ s_graph_steps(trn_model_t *cpu, trn_gpu_model_t *gpu, int V, int n, int sl,
     trn_gpu_kv_set_graphs(gb, 0);
     float *lc = malloc((size_t) n * V * 4), *la = malloc((size_t) n * V * 4);
     float *lb = malloc((size_t) n * V * 4);
-    const int32_t *tk[5];
-    for (int i = 0; i < n; i++)
-        tk[i] = prompts[i];
+    s_pool_t *pool = malloc(sizeof *pool);
+    s_pool_init(pool, 64, 5);
+    s_sq_t sq[5];
+    memset(sq, 0, sizeof sq);
+    trn_gen_seq_t seqs[5];
+    for (int i = 0; i < n; i++) {
+        sq[i].slot = slots[i];
+        seqs[i] = s_seq(&sq[i], pool, 16, prompts[i], lens[i]);
+    }
     double worst_ab = 0, worst_ac = 0;
-    size_t *nn = lens;
-    size_t one[5] = {1, 1, 1, 1, 1};
     int32_t next[5];
     for (int st = 0; st <= STEPS; st++) {
-        if (trn_model_step(cpu, ckv, (size_t) n, slots, tk, nn, lc, &err) !=
-                LISA_OK ||
-            trn_gpu_model_step(gpu, ga, (size_t) n, slots, tk, nn, NULL, NULL,
-                               NULL, la, &err) != LISA_OK ||
-            trn_gpu_model_step(gpu, gb, (size_t) n, slots, tk, nn, NULL, NULL,
-                               NULL, lb, &err) != LISA_OK) {
+        if (s_both(cpu, ckv, gpu, ga, (size_t) n, seqs, lc, la, what) ||
+            trn_gpu_model_step(gpu, gb, (size_t) n, seqs, NULL, NULL, NULL, lb,
+                               &err) != LISA_OK) {
             printf("graph steps: %s\n", err.msg);
             return -1;
         }
         worst_ab = fmax(worst_ab, s_rel(la, lb, (size_t) n * V));
         worst_ac = fmax(worst_ac, s_rel(la, lc, (size_t) n * V));
         for (int i = 0; i < n; i++) {
+            sq[i].len += seqs[i].n_new;
             next[i] = (int32_t) s_argmax(lc + (size_t) i * V, V);
-            tk[i] = &next[i];
+            seqs[i] = s_seq(&sq[i], pool, 16, &next[i], 1);
         }
-        nn = one;
     }
     char msg[120];
     snprintf(msg, sizeof msg, "recorded vs direct decode logits, %s (max rel)",
@@ -127,7 +229,473 @@ s_graph_steps(trn_model_t *cpu, trn_gpu_model_t *gpu, int V, int n, int sl,
     trn_kv_destroy(&ckv);
     trn_gpu_kv_destroy(&ga);
     trn_gpu_kv_destroy(&gb);
-    free(lc), free(la), free(lb);
+    free(lc), free(la), free(lb), free(pool);
+    return 0;
+}
+
+/* One step mixing decodes with prompts and prompt chunks after cached
+ * prefixes of 0, 1, bs - 1, bs and 3 bs + 5 positions (a chunk of 150:
+ * two query tiles), in an order that is not decodes-first, against the
+ * CPU; then pure decode steps of all five. */
+static int
+s_mixed(trn_model_t *cpu, trn_gpu_model_t *gpu, int V, size_t bs)
+{
+    enum { N = 5 };
+    trn_kv_geom_t geom = s_geom(bs, 1200 / bs + 24, 8, 400, 512);
+    trn_err_t err = {{0}};
+    trn_kv_t *ckv = trn_kv_new(cpu, &geom);
+    trn_gpu_kv_t *gkv = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!ckv || !gkv) {
+        printf("mixed caches: %s\n", err.msg);
+        return -1;
+    }
+    s_pool_t *pool = malloc(sizeof *pool);
+    s_pool_init(pool, (int) geom.n_blocks, 9 + (unsigned) bs);
+    size_t pre[N] = {0, 1, bs - 1, bs, 3 * bs + 5};
+    size_t now[N] = {40, 1, 20, 1, 150};
+    size_t slot[N] = {4, 0, 7, 2, 5};
+    static int32_t tok[N][400];
+    unsigned seed = 31;
+    s_sq_t sq[N];
+    memset(sq, 0, sizeof sq);
+    trn_gen_seq_t seqs[N];
+    float *lc = malloc((size_t) N * V * 4), *lg = malloc((size_t) N * V * 4);
+    size_t m = 0; /* the prefixes, in one step */
+    for (int i = 0; i < N; i++) {
+        sq[i].slot = slot[i];
+        s_rand_tokens(tok[i], 400, V, &seed);
+        if (pre[i])
+            seqs[m++] = s_seq(&sq[i], pool, bs, tok[i], pre[i]);
+    }
+    if (s_both(cpu, ckv, gpu, gkv, m, seqs, lc, lg, "prefixes"))
+        return -1;
+    char msg[120];
+    snprintf(msg, sizeof msg, "prefix prompts' logits vs CPU, bs=%zu", bs);
+    s_check(msg, s_rel(lg, lc, m * (size_t) V), 2e-2);
+    for (int i = 0; i < N; i++) {
+        sq[i].len = pre[i];
+        seqs[i] = s_seq(&sq[i], pool, bs, tok[i] + pre[i], now[i]);
+    }
+    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "mixed step"))
+        return -1;
+    snprintf(msg, sizeof msg,
+             "mixed step (2 decodes, 3 chunks after 0..%zu) vs CPU, bs=%zu",
+             3 * bs + 5, bs);
+    s_check(msg, s_rel(lg, lc, (size_t) N * V), 2e-2);
+    double worst = 0;
+    int32_t next[N];
+    for (int st = 0; st < 4; st++) {
+        for (int i = 0; i < N; i++) {
+            sq[i].len += seqs[i].n_new;
+            next[i] = (int32_t) s_argmax(lc + (size_t) i * V, V);
+            seqs[i] = s_seq(&sq[i], pool, bs, &next[i], 1);
+        }
+        if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "decodes"))
+            return -1;
+        worst = fmax(worst, s_rel(lg, lc, (size_t) N * V));
+    }
+    snprintf(msg, sizeof msg, "decodes after the mixed step vs CPU, bs=%zu",
+             bs);
+    s_check(msg, worst, 3e-2);
+    trn_kv_destroy(&ckv);
+    trn_gpu_kv_destroy(&gkv);
+    free(lc), free(lg), free(pool);
+    return 0;
+}
+
+/* Two sequences sharing prefix blocks: A's prompt of 45 tokens fills
+ * blocks a0 a1 and part of a2; B's table starts a0 a1 (the 32 positions
+ * of A's first 32 tokens), and B runs only its own 20 tokens after
+ * them. B's logits against the CPU doing the same and against B's whole
+ * prompt run alone on a cache of its own; then both decode (A's shared
+ * blocks must be as A left them) against the CPU. */
+static int
+s_shared(trn_model_t *cpu, trn_gpu_model_t *gpu, int V)
+{
+    enum { BS = 16 };
+    trn_kv_geom_t geom = s_geom(BS, 40, 4, 256, 128);
+    trn_err_t err = {{0}};
+    trn_kv_t *ckv = trn_kv_new(cpu, &geom);
+    trn_gpu_kv_t *gkv = trn_gpu_kv_new(gpu, &geom, &err);
+    trn_gpu_kv_t *solo = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!ckv || !gkv || !solo) {
+        printf("shared caches: %s\n", err.msg);
+        return -1;
+    }
+    s_pool_t *pool = malloc(sizeof *pool);
+    s_pool_init(pool, 40, 77);
+    int32_t a[45], b[52];
+    unsigned seed = 41;
+    s_rand_tokens(a, 45, V, &seed);
+    memcpy(b, a, 32 * 4);
+    s_rand_tokens(b + 32, 20, V, &seed);
+    float *lc = malloc((size_t) 2 * V * 4), *lg = malloc((size_t) 2 * V * 4);
+    float *ls = malloc((size_t) V * 4);
+    s_sq_t A = {.slot = 1}, B = {.slot = 3};
+    trn_gen_seq_t seqs[2];
+    seqs[0] = s_seq(&A, pool, BS, a, 45);
+    if (s_both(cpu, ckv, gpu, gkv, 1, seqs, lc, lg, "A's prompt"))
+        return -1;
+    A.len = 45;
+    B.tab[0] = A.tab[0];
+    B.tab[1] = A.tab[1];
+    B.nb = 2;
+    B.len = 32;
+    seqs[0] = s_seq(&B, pool, BS, b + 32, 20);
+    if (s_both(cpu, ckv, gpu, gkv, 1, seqs, lc, lg, "B after the shared"))
+        return -1;
+    s_check("shared prefix: B's logits vs CPU", s_rel(lg, lc, (size_t) V),
+            2e-2);
+    s_sq_t Bs = {.slot = 0};
+    s_pool_t *pool2 = malloc(sizeof *pool2);
+    s_pool_init(pool2, 40, 78);
+    trn_gen_seq_t one = s_seq(&Bs, pool2, BS, b, 52);
+    if (trn_gpu_model_step(gpu, solo, 1, &one, NULL, NULL, NULL, ls, &err) !=
+        LISA_OK) {
+        printf("B alone: %s\n", err.msg);
+        return -1;
+    }
+    s_check("shared prefix: B's logits vs B alone", s_rel(lg, ls, (size_t) V),
+            1e-2);
+    B.len = 52;
+    double worst = 0;
+    int32_t next[2];
+    for (int st = 0; st < 6; st++) {
+        next[0] = (int32_t) (rand_r(&seed) % (unsigned) V);
+        next[1] = (int32_t) (rand_r(&seed) % (unsigned) V);
+        seqs[0] = s_seq(&A, pool, BS, &next[0], 1);
+        seqs[1] = s_seq(&B, pool, BS, &next[1], 1);
+        if (s_both(cpu, ckv, gpu, gkv, 2, seqs, lc, lg, "shared decodes"))
+            return -1;
+        worst = fmax(worst, s_rel(lg, lc, (size_t) 2 * V));
+        A.len++;
+        B.len++;
+    }
+    s_check("shared prefix: A and B decoding vs CPU (worst of 6)", worst, 3e-2);
+    trn_kv_destroy(&ckv);
+    trn_gpu_kv_destroy(&gkv);
+    trn_gpu_kv_destroy(&solo);
+    free(lc), free(lg), free(ls), free(pool), free(pool2);
+    return 0;
+}
+
+/* A preempted sequence recomputed: its prompt and the tokens it had drawn
+ * run again from position 0 in one step, and the token drawn then equals
+ * the one drawn at that position before (the seed is mixed with the
+ * position, not the step). Also: the cache sized from a byte budget, and
+ * steps over the geometry refused. */
+static int
+s_recompute(trn_gpu_model_t *gpu, int V)
+{
+    enum { BS = 16, P = 19, GEN = 12 };
+    trn_kv_geom_t geom = s_geom(BS, 0, 2, 128, 64);
+    geom.kv_bytes = 10 * trn_gpu_kv_block_bytes(gpu, BS) + 7;
+    trn_err_t err = {{0}};
+    trn_gpu_kv_t *kv = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!kv) {
+        printf("recompute cache: %s\n", err.msg);
+        return -1;
+    }
+    s_check("blocks made from kv_bytes (10 blocks and 7 bytes)",
+            fabs((double) geom.n_blocks - 10.0), 0);
+    s_pool_t *pool = malloc(sizeof *pool);
+    s_pool_init(pool, 10, 3);
+    int32_t toks[P + GEN], out = 0;
+    float lp = 0;
+    unsigned seed = 51;
+    s_rand_tokens(toks, P, V, &seed);
+    trn_sample_t sp = {.temperature = 1.0f, .top_p = 1.0f, .seed = 99};
+    int32_t drawn[GEN];
+    s_sq_t q = {.slot = 1};
+    trn_gen_seq_t s = s_seq(&q, pool, BS, toks, P);
+    for (int st = 0; st < GEN; st++) {
+        if (trn_gpu_model_step(gpu, kv, 1, &s, &sp, &out, &lp, NULL, &err) !=
+            LISA_OK) {
+            printf("recompute: %s\n", err.msg);
+            return -1;
+        }
+        drawn[st] = out;
+        toks[P + st] = out;
+        q.len += s.n_new;
+        s = s_seq(&q, pool, BS, &toks[P + st], 1);
+    }
+    /* again from scratch on other blocks and another row: prompt + the
+     * first GEN - 1 draws in one step draws the last one again */
+    s_sq_t r = {.slot = 0};
+    s = s_seq(&r, pool, BS, toks, P + GEN - 1);
+    if (trn_gpu_model_step(gpu, kv, 1, &s, &sp, &out, &lp, NULL, &err) !=
+        LISA_OK) {
+        printf("recompute: %s\n", err.msg);
+        return -1;
+    }
+    s_check("recomputed sequence draws the same token (differs: 1)",
+            out != drawn[GEN - 1], 0);
+    /* over the step's sizes: more tokens than max_tokens, a short table */
+    static int32_t many[65];
+    memset(many, 0, sizeof many);
+    s_sq_t t = {.slot = 0, .nb = 5};
+    memcpy(t.tab, r.tab, sizeof r.tab);
+    trn_gen_seq_t big = {.slot = 0,
+                         .blocks = t.tab,
+                         .n_blocks = 5,
+                         .start = 0,
+                         .tokens = many,
+                         .n_new = 65};
+    lisa_rc_t rc1 =
+        trn_gpu_model_step(gpu, kv, 1, &big, NULL, NULL, NULL, NULL, &err);
+    trn_gen_seq_t shortt = {.slot = 0,
+                            .blocks = t.tab,
+                            .n_blocks = 1,
+                            .start = 10,
+                            .tokens = many,
+                            .n_new = 7};
+    lisa_rc_t rc2 =
+        trn_gpu_model_step(gpu, kv, 1, &shortt, NULL, NULL, NULL, NULL, &err);
+    s_check("a step over max_tokens or past its table: LISA_TOOLARGE",
+            rc1 != LISA_TOOLARGE || rc2 != LISA_TOOLARGE, 0);
+    trn_gpu_kv_destroy(&kv);
+    free(pool);
+    return 0;
+}
+
+/* Prefill three prompts, decode greedily on both backends, then a second
+ * turn on top of the cache (chunks after cached prefixes). */
+static int
+s_prefill_decode(trn_model_t *cpu, trn_gpu_model_t *gpu, int V)
+{
+    enum { N = 3 };
+    size_t lens[N] = {20, 35, 7}, slots[N] = {2, 0, 1};
+    int32_t prompts[N][35];
+    unsigned seed = 3;
+    for (int i = 0; i < N; i++)
+        s_rand_tokens(prompts[i], lens[i], V, &seed);
+    trn_kv_geom_t geom = s_geom(16, 30, N, 256, 256);
+    trn_err_t err = {{0}};
+    trn_kv_t *ckv = trn_kv_new(cpu, &geom);
+    trn_gpu_kv_t *gkv = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!ckv || !gkv) {
+        printf("caches: %s\n", err.msg);
+        return -1;
+    }
+    s_pool_t *pool = malloc(sizeof *pool);
+    s_pool_init(pool, 30, 13);
+    float *lc = malloc((size_t) N * V * 4), *lg = malloc((size_t) N * V * 4);
+    s_sq_t sq[N];
+    memset(sq, 0, sizeof sq);
+    trn_gen_seq_t seqs[N];
+    for (int i = 0; i < N; i++) {
+        sq[i].slot = slots[i];
+        seqs[i] = s_seq(&sq[i], pool, 16, prompts[i], lens[i]);
+    }
+    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "prefill"))
+        return -1;
+    s_check("prefill logits vs CPU (3 prompts, one call)",
+            s_rel(lg, lc, (size_t) N * V), 2e-2);
+    double worst = 0;
+    int agree = 0;
+    int32_t next[N];
+    for (int st = 0; st < 15; st++) {
+        for (int i = 0; i < N; i++) {
+            sq[i].len += seqs[i].n_new;
+            next[i] = (int32_t) s_argmax(lc + (size_t) i * V, V);
+            agree += next[i] == s_argmax(lg + (size_t) i * V, V);
+            seqs[i] = s_seq(&sq[i], pool, 16, &next[i], 1);
+        }
+        if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "decode"))
+            return -1;
+        worst = fmax(worst, s_rel(lg, lc, (size_t) N * V));
+    }
+    s_check("decode logits vs CPU, worst of 15 steps", worst, 3e-2);
+    s_check("greedy choices that differ from CPU (of 45)",
+            (double) (45 - agree), 3);
+    /* a second turn on top of the cache: chunks not from position 0 */
+    size_t more[N] = {6, 2, 9};
+    int32_t turn[N][9];
+    for (int i = 0; i < N; i++) {
+        sq[i].len += seqs[i].n_new;
+        s_rand_tokens(turn[i], more[i], V, &seed);
+        seqs[i] = s_seq(&sq[i], pool, 16, turn[i], more[i]);
+    }
+    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "second turn"))
+        return -1;
+    s_check("second-turn logits vs CPU (17 tokens over the cache)",
+            s_rel(lg, lc, (size_t) N * V), 3e-2);
+    trn_kv_destroy(&ckv);
+    trn_gpu_kv_destroy(&gkv);
+    free(lc), free(lg), free(pool);
+    return 0;
+}
+
+/* Sampled tokens' logprobs against a training forward. */
+static int
+s_logprobs(trn_gpu_model_t *gpu, int V)
+{
+    enum { N = 4, GEN = 24 };
+    float temp = 0.8f;
+    size_t plen[N] = {10, 20, 30, 40};
+    int32_t toks[N][40 + GEN];
+    float lps[N][GEN];
+    unsigned seed = 11;
+    for (int i = 0; i < N; i++)
+        s_rand_tokens(toks[i], plen[i], V, &seed);
+    trn_kv_geom_t geom = s_geom(16, 40, N, 128, 128);
+    trn_err_t err = {{0}};
+    trn_gpu_kv_t *kv = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!kv) {
+        printf("sampling cache: %s\n", err.msg);
+        return -1;
+    }
+    s_pool_t *pool = malloc(sizeof *pool);
+    s_pool_init(pool, 40, 17);
+    trn_sample_t sp[N];
+    s_sq_t sq[N];
+    memset(sq, 0, sizeof sq);
+    trn_gen_seq_t seqs[N];
+    for (int i = 0; i < N; i++) {
+        sp[i].temperature = temp;
+        /* the threshold path and the temperature-only path */
+        sp[i].top_p = i < 2 ? 0.9f : 1.0f;
+        sp[i].top_k = 0;
+        sp[i].seed = 1000u + (uint64_t) i;
+        sq[i].slot = (size_t) i;
+        seqs[i] = s_seq(&sq[i], pool, 16, toks[i], plen[i]);
+    }
+    int32_t out[N];
+    float olp[N];
+    for (int st = 0; st < GEN; st++) {
+        if (trn_gpu_model_step(gpu, kv, N, seqs, sp, out, olp, NULL, &err) !=
+            LISA_OK) {
+            printf("sampling: %s\n", err.msg);
+            return -1;
+        }
+        for (int i = 0; i < N; i++) {
+            toks[i][plen[i] + (size_t) st] = out[i];
+            lps[i][st] = olp[i];
+            sq[i].len += seqs[i].n_new;
+            seqs[i] =
+                s_seq(&sq[i], pool, 16, &toks[i][plen[i] + (size_t) st], 1);
+        }
+    }
+    double maxd = 0;
+    for (int i = 0; i < N; i++) {
+        size_t n = plen[i] + GEN;
+        int32_t tg[40 + GEN];
+        for (size_t j = 0; j < n; j++)
+            tg[j] = j + 1 < n ? toks[i][j + 1] : -1;
+        size_t offs[2] = {0, n};
+        trn_batch_t b = {toks[i], tg, n, offs, 1, temp};
+        float lp[40 + GEN];
+        if (trn_gpu_model_forward(gpu, &b, lp, NULL, &err) != LISA_OK) {
+            printf("forward: %s\n", err.msg);
+            return -1;
+        }
+        for (int st = 0; st < GEN; st++)
+            maxd = fmax(maxd, fabs(lp[plen[i] + (size_t) st - 1] - lps[i][st]));
+    }
+    s_check("sampled logprob vs training forward at T=0.8 (max abs)", maxd,
+            5e-2);
+    trn_gpu_kv_destroy(&kv);
+    free(pool);
+    return 0;
+}
+
+/* Greedy, top-p nucleus and sampled frequencies at one context: 64
+ * sequences of one token each, rerun from position 0 every round. */
+static int
+s_draws(trn_gpu_model_t *gpu, int V)
+{
+    enum { SL = 64 };
+    trn_kv_geom_t geom = s_geom(16, SL, SL, 16, SL);
+    trn_err_t err = {{0}};
+    trn_gpu_kv_t *kv = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!kv) {
+        printf("draws cache: %s\n", err.msg);
+        return -1;
+    }
+    int32_t ctx = 5, out[SL], blk[SL];
+    float olp[SL];
+    float *lg = malloc((size_t) SL * V * 4);
+    trn_sample_t sp[SL];
+    trn_gen_seq_t seqs[SL];
+    for (int i = 0; i < SL; i++) {
+        blk[i] = (int32_t) ((i * 37) % SL); /* a permutation of the blocks */
+        seqs[i] = (trn_gen_seq_t){.slot = (size_t) i,
+                                  .blocks = &blk[i],
+                                  .n_blocks = 1,
+                                  .start = 0,
+                                  .tokens = &ctx,
+                                  .n_new = 1};
+        sp[i].temperature = 1.0f;
+        sp[i].top_p = 1.0f;
+        sp[i].top_k = 1;
+        sp[i].seed = (uint64_t) i;
+    }
+    if (trn_gpu_model_step(gpu, kv, SL, seqs, sp, out, olp, lg, &err) !=
+        LISA_OK) {
+        printf("greedy: %s\n", err.msg);
+        return -1;
+    }
+    int bad = 0;
+    for (int i = 0; i < SL; i++)
+        bad += out[i] != s_argmax(lg + (size_t) i * V, V);
+    s_check("greedy (top_k=1) picks that are not the argmax", bad, 0);
+    /* the distribution at this context */
+    double *p = malloc((size_t) V * 8), mx = -1e30, z = 0;
+    for (int j = 0; j < V; j++)
+        mx = fmax(mx, lg[j]);
+    for (int j = 0; j < V; j++)
+        z += (p[j] = exp(lg[j] - mx));
+    for (int j = 0; j < V; j++)
+        p[j] /= z;
+    /* nucleus of mass 0.5 */
+    int *order = malloc((size_t) V * sizeof(int));
+    for (int j = 0; j < V; j++)
+        order[j] = j;
+    for (int a = 0; a < V; a++)
+        for (int b2 = a + 1; b2 < V; b2++)
+            if (p[order[b2]] > p[order[a]]) {
+                int tmp = order[a];
+                order[a] = order[b2];
+                order[b2] = tmp;
+            }
+    char *in_nucleus = calloc((size_t) V, 1);
+    double cum = 0;
+    for (int a = 0; a < V && cum < 0.5; a++) {
+        in_nucleus[order[a]] = 1;
+        cum += p[order[a]];
+    }
+    int outside = 0, draws = 0;
+    long *hist = calloc((size_t) V, sizeof(long));
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < SL; i++) {
+            sp[i].top_k = 0;
+            sp[i].top_p = round % 2 ? 0.5f : 1.0f;
+            sp[i].seed = (uint64_t) (round * SL + i) * 7919u;
+        }
+        if (trn_gpu_model_step(gpu, kv, SL, seqs, sp, out, olp, NULL, &err) !=
+            LISA_OK) {
+            printf("sampling: %s\n", err.msg);
+            return -1;
+        }
+        for (int i = 0; i < SL; i++) {
+            if (round % 2)
+                outside += !in_nucleus[out[i]];
+            else {
+                hist[out[i]]++;
+                draws++;
+            }
+        }
+    }
+    s_check("top_p=0.5 draws outside the nucleus (of 1280)", outside, 0);
+    double worst_z = 0;
+    for (int a = 0; a < 5; a++) {
+        int j = order[a];
+        double e = p[j] * draws, sd = sqrt(draws * p[j] * (1 - p[j]));
+        worst_z = fmax(worst_z, fabs(hist[j] - e) / (sd + 1e-9));
+    }
+    s_check("sampled frequency of top-5 tokens (worst z-score)", worst_z, 4.5);
+    free(p), free(order), free(in_nucleus), free(hist), free(lg);
+    trn_gpu_kv_destroy(&kv);
     return 0;
 }
 
@@ -147,251 +715,16 @@ main(void)
         printf("setup: %s\n0 passed, 1 failed\n", err.msg);
         return 1;
     }
-
-    /* 1. prefill three prompts, then decode greedily on both backends. */
-    {
-        enum { N = 3 };
-        size_t lens[N] = {20, 35, 7}, slots[N] = {2, 0, 1};
-        int32_t *prompts[N];
-        unsigned seed = 3;
-        for (int i = 0; i < N; i++) {
-            prompts[i] = malloc(lens[i] * 4);
-            for (size_t j = 0; j < lens[i]; j++)
-                prompts[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
-        }
-        trn_kv_t *ckv = trn_kv_new(cpu, N, 256);
-        trn_gpu_kv_t *gkv = trn_gpu_kv_new(gpu, N, 256, &err);
-        float *lc = malloc((size_t) N * V * 4),
-              *lg = malloc((size_t) N * V * 4);
-        const int32_t *tk[N] = {prompts[0], prompts[1], prompts[2]};
-        if (trn_model_step(cpu, ckv, N, slots, tk, lens, lc, &err) != LISA_OK ||
-            trn_gpu_model_step(gpu, gkv, N, slots, tk, lens, NULL, NULL, NULL,
-                               lg, &err) != LISA_OK) {
-            printf("prefill: %s\n", err.msg);
-            return 1;
-        }
-        s_check("prefill logits vs CPU (3 prompts, one call)",
-                s_rel(lg, lc, (size_t) N * V), 2e-2);
-        double worst = 0;
-        int agree = 0;
-        for (int st = 0; st < 15; st++) {
-            int32_t next[N];
-            size_t one[N] = {1, 1, 1};
-            const int32_t *nt[N];
-            for (int i = 0; i < N; i++) {
-                next[i] = (int32_t) s_argmax(lc + (size_t) i * V, V);
-                agree += next[i] == s_argmax(lg + (size_t) i * V, V);
-                nt[i] = &next[i];
-            }
-            if (trn_model_step(cpu, ckv, N, slots, nt, one, lc, &err) !=
-                    LISA_OK ||
-                trn_gpu_model_step(gpu, gkv, N, slots, nt, one, NULL, NULL,
-                                   NULL, lg, &err) != LISA_OK) {
-                printf("decode: %s\n", err.msg);
-                return 1;
-            }
-            worst = fmax(worst, s_rel(lg, lc, (size_t) N * V));
-        }
-        s_check("decode logits vs CPU, worst of 15 steps", worst, 3e-2);
-        s_check("greedy choices that differ from CPU (of 45)",
-                (double) (45 - agree), 3);
-        s_check("cache length after prefill + 15 steps (slot 0)",
-                fabs((double) trn_gpu_kv_len(gkv, 0) - 50.0), 0);
-        /* a second turn on top of the cache: more tokens than slots, not
-         * from position 0 (attention through the cache) */
-        {
-            size_t more[N] = {6, 2, 9};
-            int32_t turn[N][9];
-            const int32_t *mt[N];
-            for (int i = 0; i < N; i++) {
-                for (size_t j = 0; j < more[i]; j++)
-                    turn[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
-                mt[i] = turn[i];
-            }
-            if (trn_model_step(cpu, ckv, N, slots, mt, more, lc, &err) !=
-                    LISA_OK ||
-                trn_gpu_model_step(gpu, gkv, N, slots, mt, more, NULL, NULL,
-                                   NULL, lg, &err) != LISA_OK) {
-                printf("second turn: %s\n", err.msg);
-                return 1;
-            }
-            s_check("second-turn logits vs CPU (17 tokens over the cache)",
-                    s_rel(lg, lc, (size_t) N * V), 3e-2);
-        }
-        trn_kv_destroy(&ckv);
-        trn_gpu_kv_destroy(&gkv);
-        free(lc), free(lg);
-        for (int i = 0; i < N; i++)
-            free(prompts[i]);
-    }
-
-    /* 2. sampled tokens' logprobs against a training forward. */
-    {
-        enum { N = 4, GEN = 24 };
-        float temp = 0.8f;
-        size_t plen[N] = {10, 20, 30, 40};
-        int32_t seqs[N][40 + GEN];
-        float lps[N][GEN];
-        size_t slots[N] = {0, 1, 2, 3};
-        unsigned seed = 11;
-        for (int i = 0; i < N; i++)
-            for (size_t j = 0; j < plen[i]; j++)
-                seqs[i][j] = (int32_t) (rand_r(&seed) % (unsigned) V);
-        trn_gpu_kv_t *kv = trn_gpu_kv_new(gpu, N, 128, &err);
-        trn_sample_t sp[N];
-        for (int i = 0; i < N; i++) {
-            sp[i].temperature = temp;
-            /* the threshold path and the temperature-only path */
-            sp[i].top_p = i < 2 ? 0.9f : 1.0f;
-            sp[i].top_k = 0;
-            sp[i].seed = 1000u + (uint64_t) i;
-        }
-        size_t n_new[N];
-        const int32_t *tk[N];
-        int32_t out[N];
-        float olp[N];
-        for (int i = 0; i < N; i++) {
-            n_new[i] = plen[i];
-            tk[i] = seqs[i];
-        }
-        int ok = 1;
-        for (int st = 0; st < GEN && ok; st++) {
-            if (trn_gpu_model_step(gpu, kv, N, slots, tk, n_new, sp, out, olp,
-                                   NULL, &err) != LISA_OK) {
-                ok = 0;
-                break;
-            }
-            for (int i = 0; i < N; i++) {
-                seqs[i][plen[i] + (size_t) st] = out[i];
-                lps[i][st] = olp[i];
-                tk[i] = &seqs[i][plen[i] + (size_t) st];
-                n_new[i] = 1;
-            }
-        }
-        if (!ok) {
-            printf("sampling: %s\n", err.msg);
-            return 1;
-        }
-        double maxd = 0;
-        for (int i = 0; i < N; i++) {
-            size_t n = plen[i] + GEN;
-            int32_t tg[40 + GEN];
-            for (size_t j = 0; j < n; j++)
-                tg[j] = j + 1 < n ? seqs[i][j + 1] : -1;
-            size_t offs[2] = {0, n};
-            trn_batch_t b = {seqs[i], tg, n, offs, 1, temp};
-            float lp[40 + GEN];
-            if (trn_gpu_model_forward(gpu, &b, lp, NULL, &err) != LISA_OK) {
-                printf("forward: %s\n", err.msg);
-                return 1;
-            }
-            for (int st = 0; st < GEN; st++)
-                maxd = fmax(maxd,
-                            fabs(lp[plen[i] + (size_t) st - 1] - lps[i][st]));
-        }
-        s_check("sampled logprob vs training forward at T=0.8 (max abs)", maxd,
-                5e-2);
-        trn_gpu_kv_destroy(&kv);
-    }
-
-    /* 3. greedy, top-p nucleus and sampled frequencies at one context. */
-    {
-        enum { SL = 64 };
-        trn_gpu_kv_t *kv = trn_gpu_kv_new(gpu, SL, 8, &err);
-        size_t slots[SL], one[SL];
-        const int32_t *tk[SL];
-        int32_t ctx = 5, out[SL];
-        float olp[SL];
-        float *lg = malloc((size_t) SL * V * 4);
-        trn_sample_t sp[SL];
-        for (int i = 0; i < SL; i++) {
-            slots[i] = (size_t) i;
-            one[i] = 1;
-            tk[i] = &ctx;
-            sp[i].temperature = 1.0f;
-            sp[i].top_p = 1.0f;
-            sp[i].top_k = 1;
-            sp[i].seed = (uint64_t) i;
-        }
-        if (trn_gpu_model_step(gpu, kv, SL, slots, tk, one, sp, out, olp, lg,
-                               &err) != LISA_OK) {
-            printf("greedy: %s\n", err.msg);
-            return 1;
-        }
-        int bad = 0;
-        for (int i = 0; i < SL; i++)
-            bad += out[i] != s_argmax(lg + (size_t) i * V, V);
-        s_check("greedy (top_k=1) picks that are not the argmax", bad, 0);
-        /* the distribution at this context */
-        double *p = malloc((size_t) V * 8), mx = -1e30, z = 0;
-        for (int j = 0; j < V; j++)
-            mx = fmax(mx, lg[j]);
-        for (int j = 0; j < V; j++)
-            z += (p[j] = exp(lg[j] - mx));
-        for (int j = 0; j < V; j++)
-            p[j] /= z;
-        /* nucleus of mass 0.5 */
-        int *order = malloc((size_t) V * sizeof(int));
-        for (int j = 0; j < V; j++)
-            order[j] = j;
-        for (int a = 0; a < V; a++)
-            for (int b2 = a + 1; b2 < V; b2++)
-                if (p[order[b2]] > p[order[a]]) {
-                    int tmp = order[a];
-                    order[a] = order[b2];
-                    order[b2] = tmp;
-                }
-        char *in_nucleus = calloc((size_t) V, 1);
-        double cum = 0;
-        for (int a = 0; a < V && cum < 0.5; a++) {
-            in_nucleus[order[a]] = 1;
-            cum += p[order[a]];
-        }
-        int outside = 0;
-        long *hist = calloc((size_t) V, sizeof(long));
-        int draws = 0;
-        for (int round = 0; round < 40; round++) {
-            for (int i = 0; i < SL; i++) {
-                trn_gpu_kv_reset(kv, (size_t) i);
-                sp[i].top_k = 0;
-                sp[i].top_p = round % 2 ? 0.5f : 1.0f;
-                sp[i].seed = (uint64_t) (round * SL + i) * 7919u;
-            }
-            if (trn_gpu_model_step(gpu, kv, SL, slots, tk, one, sp, out, olp,
-                                   NULL, &err) != LISA_OK) {
-                printf("sampling: %s\n", err.msg);
-                return 1;
-            }
-            for (int i = 0; i < SL; i++) {
-                if (round % 2)
-                    outside += !in_nucleus[out[i]];
-                else {
-                    hist[out[i]]++;
-                    draws++;
-                }
-            }
-        }
-        s_check("top_p=0.5 draws outside the nucleus (of 1280)", outside, 0);
-        double worst_z = 0;
-        for (int a = 0; a < 5; a++) {
-            int j = order[a];
-            double e = p[j] * draws, sd = sqrt(draws * p[j] * (1 - p[j]));
-            worst_z = fmax(worst_z, fabs(hist[j] - e) / (sd + 1e-9));
-        }
-        s_check("sampled frequency of top-5 tokens (worst z-score)", worst_z,
-                4.5);
-        free(p), free(order), free(in_nucleus), free(hist), free(lg);
-        trn_gpu_kv_destroy(&kv);
-    }
-    /* 4. recorded decode steps against direct launches and the CPU: 5
-     * sequences in 8 slots (3 padding rows), then one sequence alone */
-    {
-        size_t slots[5] = {6, 1, 3, 0, 4}, lens[5] = {9, 3, 14, 5, 11};
-        if (s_graph_steps(cpu, gpu, V, 5, 8, slots, lens, "5 of 8 rows") ||
-            s_graph_steps(cpu, gpu, V, 1, 4, slots + 2, lens + 2,
-                          "one sequence"))
-            return 1;
-    }
+    /* recorded decode steps against direct launches and the CPU: 5
+     * sequences of a cache of 8 rows (3 padding rows), then one alone */
+    size_t slots[5] = {6, 1, 3, 0, 4}, lens[5] = {9, 3, 14, 5, 11};
+    if (s_prefill_decode(cpu, gpu, V) || s_mixed(cpu, gpu, V, 16) ||
+        s_mixed(cpu, gpu, V, 32) || s_mixed(cpu, gpu, V, 64) ||
+        s_shared(cpu, gpu, V) || s_recompute(gpu, V) || s_logprobs(gpu, V) ||
+        s_draws(gpu, V) ||
+        s_graph_steps(cpu, gpu, V, 5, 8, slots, lens, "5 of 8 rows") ||
+        s_graph_steps(cpu, gpu, V, 1, 4, slots + 2, lens + 2, "one sequence"))
+        s_fail++;
     trn_gpu_model_destroy(&gpu);
     trn_model_destroy(&cpu);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);

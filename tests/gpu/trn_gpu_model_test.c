@@ -2,7 +2,8 @@
  * GPU model tests: the CUDA Qwen3 (trn_gpu_model) against the CPU
  * reference model (which itself matches transformers to ~1e-6): chosen-
  * token log-probabilities, every parameter's gradient, and a short AdamW
- * training trajectory, on random models including the Qwen3-4B layer shape.
+ * training trajectory, on random models including the Qwen3-4B layer shape;
+ * the training state moved off the device and back.
  * Closes with "N passed, N failed"; exit status 1 on any failure.
  */
 #include "trn_cuda.h"
@@ -244,6 +245,174 @@ s_cfg(int C, int I, int L, int H, int Hk, int D, int V, int tied, double theta)
     return c;
 }
 
+/* One training step: zero_grad, forward, backward of dl, AdamW without
+ * clipping (so the update does not depend on the order of the norm's
+ * sum). */
+static lisa_rc_t
+s_train_once(trn_gpu_model_t *g, const trn_batch_t *b, float *lp,
+             const float *dl, trn_err_t *err)
+{
+    lisa_rc_t rc = trn_gpu_model_zero_grad(g);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_forward(g, b, lp, NULL, err);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_backward(g, dl, NULL, err);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_adamw(g, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f,
+                                 NULL);
+    return rc;
+}
+
+/* Weights, gradients, moments and step of g into h (weights and grads)
+ * and m, v. */
+static lisa_rc_t
+s_state_get(trn_gpu_model_t *g, trn_model_t *h, float *m, float *v,
+            uint64_t *step)
+{
+    lisa_rc_t rc = trn_gpu_model_download_weights(g, h);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_download_grads(g, h);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_get_optim(g, step, m, v);
+    return rc;
+}
+
+/* Number of values that differ bit for bit. */
+static double
+s_bits_differ(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += memcmp(&a[i], &b[i], 4) != 0;
+    return (double) d;
+}
+
+/* The training state off the device and back (trn_gpu_model_set_train_
+ * state): the device memory it held is freed; training calls are refused
+ * meanwhile while a forward still runs on the bf16 weights (bit for bit
+ * the same log-probabilities); back on the device the weights,
+ * gradients, moments and step are bit for bit what they were, both ways
+ * are idempotent, and the next training step matches a model that never
+ * moved its state (up to the backward's atomic sums). A zero gradient
+ * comes back zero. */
+static void
+test_train_state(void)
+{
+    trn_err_t err = {{0}};
+    trn_config_t cfg = s_cfg(512, 1536, 2, 8, 4, 64, 8192, 0, 1e6);
+    trn_model_t *cpu = trn_model_new_random(&cfg, 4321, 0.05f, 8);
+    trn_model_t *h1 = trn_model_new_random(&cfg, 1, 0.05f, 8);
+    trn_model_t *h2 = trn_model_new_random(&cfg, 2, 0.05f, 8);
+    trn_gpu_model_t *a = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    trn_gpu_model_t *b = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    if (!cpu || !h1 || !h2 || !a || !b) {
+        printf("train state: setup: %s\n", err.msg);
+        s_fail++;
+        return;
+    }
+    int lens[] = {90, 40};
+    s_batch_t sb;
+    s_make_batch(&sb, lens, 2, (int) cfg.vocab_size, 9);
+    size_t T = sb.b.n_tokens, P = trn_model_num_params(cpu);
+    float *lp = malloc(T * 4), *lp0 = malloc(T * 4), *dl = malloc(T * 4);
+    float *m1 = malloc(P * 4), *v1 = malloc(P * 4), *m2 = malloc(P * 4),
+          *v2 = malloc(P * 4);
+    for (size_t t = 0; t < T; t++)
+        dl[t] = -1.0f / (float) T;
+    uint64_t st1 = 0, st2 = 0;
+    size_t f0 = 0, f1 = 0, tot = 0;
+    if (s_train_once(a, &sb.b, lp, dl, &err) != LISA_OK ||
+        s_train_once(b, &sb.b, lp, dl, &err) != LISA_OK ||
+        trn_gpu_model_forward(a, &sb.b, lp0, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(a, dl, NULL, &err) != LISA_OK || /* grads */
+        s_state_get(a, h1, m1, v1, &st1) != LISA_OK ||
+        trn_cuda_mem_info(&f0, &tot) != LISA_OK ||
+        trn_gpu_model_set_train_state(a, 0, &err) != LISA_OK ||
+        trn_cuda_mem_info(&f1, &tot) != LISA_OK ||
+        trn_gpu_model_set_train_state(a, 0, &err) != LISA_OK) {
+        printf("train state: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("train state off: device bytes freed short of 4 x P fp32",
+            (double) f1 - (double) f0 >= 0.95 * 16.0 * (double) P ? 0.0 : 1.0,
+            0);
+    s_check("train state off: reported off the device",
+            trn_gpu_model_train_state_on_device(a), 0);
+    {
+        float n = 0;
+        int refused =
+            trn_gpu_model_zero_grad(a) == LISA_CONFLICT &&
+            trn_gpu_model_adamw(a, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f,
+                                &n) == LISA_CONFLICT &&
+            trn_gpu_model_get_optim(a, &st2, m2, v2) == LISA_CONFLICT &&
+            trn_gpu_model_download_weights(a, h2) == LISA_CONFLICT &&
+            trn_gpu_model_grad_buffer(a, NULL) == NULL;
+        s_check("train state off: training calls refused (not: 1)", !refused,
+                0);
+    }
+    if (trn_gpu_model_forward(a, &sb.b, lp, NULL, &err) != LISA_OK) {
+        printf("train state: forward while off: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("train state off: forward logp bits that differ",
+            s_bits_differ(lp, lp0, T), 0);
+    if (trn_gpu_model_set_train_state(a, 1, &err) != LISA_OK ||
+        trn_gpu_model_set_train_state(a, 1, &err) != LISA_OK ||
+        s_state_get(a, h2, m2, v2, &st2) != LISA_OK) {
+        printf("train state back: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("train state round trip: weight bits that differ",
+            s_bits_differ(trn_model_params(h2), trn_model_params(h1), P), 0);
+    s_check("train state round trip: gradient bits that differ",
+            s_bits_differ(trn_model_grads(h2), trn_model_grads(h1), P), 0);
+    s_check("train state round trip: AdamW m, v bits that differ",
+            s_bits_differ(m2, m1, P) + s_bits_differ(v2, v1, P), 0);
+    s_check("train state round trip: step", (double) (st2 != st1), 0);
+    /* the next step against the model that never moved its state */
+    if (s_train_once(a, &sb.b, lp, dl, &err) != LISA_OK ||
+        s_train_once(b, &sb.b, lp0, dl, &err) != LISA_OK ||
+        s_state_get(a, h1, m1, v1, &st1) != LISA_OK ||
+        s_state_get(b, h2, m2, v2, &st2) != LISA_OK) {
+        printf("train state: next step: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("step after the round trip vs never moved: weights",
+            s_rel(trn_model_params(h1), trn_model_params(h2), P), 1e-5);
+    s_check("step after the round trip vs never moved: m", s_rel(m1, m2, P),
+            1e-4);
+    s_check("step after the round trip vs never moved: logp", s_rel(lp, lp0, T),
+            1e-5);
+    /* a zero gradient is not copied, and comes back zero */
+    if (trn_gpu_model_zero_grad(a) != LISA_OK ||
+        trn_gpu_model_set_train_state(a, 0, &err) != LISA_OK ||
+        trn_gpu_model_set_train_state(a, 1, &err) != LISA_OK ||
+        trn_gpu_model_download_grads(a, h1) != LISA_OK) {
+        printf("train state: zero gradient: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    {
+        double nz = 0;
+        const float *gr = trn_model_grads(h1);
+        for (size_t i = 0; i < P; i++)
+            nz += gr[i] != 0.0f;
+        s_check("train state round trip of a zero gradient: nonzeros", nz, 0);
+    }
+out:
+    s_free_batch(&sb);
+    free(lp), free(lp0), free(dl), free(m1), free(v1), free(m2), free(v2);
+    trn_gpu_model_destroy(&a);
+    trn_gpu_model_destroy(&b);
+    trn_model_destroy(&cpu);
+    trn_model_destroy(&h1);
+    trn_model_destroy(&h2);
+}
+
 int
 main(void)
 {
@@ -276,6 +445,7 @@ main(void)
                s_cfg(2560, 9728, 2, 32, 8, 128, 151936, 1, 5e6), lens3, 2, 0,
                /* logp near -12 over a 152k vocabulary: bf16 products */
                2e-1, TRN_RECOMPUTE_AUTO);
+    test_train_state();
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;
 }

@@ -7,6 +7,16 @@
  * GPU model. A host copy of the model is kept for checkpoints (weights are
  * downloaded into it when saving). The device is LISA_CUDA_DEVICE (default
  * 0).
+ *
+ * Phases: gen_open frees the training activations (of the model and of
+ * the KL reference; the next training forward makes them again) before
+ * the KV cache is sized from the free memory, and train_state(0) moves the
+ * fp32 master weights, gradients and optimizer moments to page-locked
+ * host memory, so rollouts hold only the bf16 weights, the cache and its
+ * step buffers. Whatever needs the training state (a train step,
+ * checkpoints of weights or optimizer state, joining data parallelism)
+ * brings it back first when the engine has not (train_state(1)); that
+ * fails with LISA_TOOLARGE while a cache holds the memory it needs.
  */
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -110,37 +120,52 @@ s_ops(trn_gpu_model_t *g)
 /* ---- the backend ------------------------------------------------------- */
 
 static lisa_rc_t
-s_gen_open(trn_backend_t *b, size_t slots, size_t max_len, trn_err_t *err)
+s_gen_open(trn_backend_t *b, trn_kv_geom_t *geom, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
-    trn_gpu_kv_destroy(&c->kv);
-    c->kv = trn_gpu_kv_new(c->g, slots, max_len, err);
-    return c->kv ? LISA_OK : LISA_INVALID;
+    trn_gpu_kv_destroy(&c->kv); /* its memory counts as free for the new */
+    trn_gpu_model_free_activations(c->g);
+    trn_gpu_model_free_activations(c->ref);
+    c->kv = trn_gpu_kv_new(c->g, geom, err);
+    return c->kv ? LISA_OK : LISA_TOOLARGE;
 }
 
 static void
-s_gen_reset(trn_backend_t *b, size_t slot)
+s_gen_close(trn_backend_t *b)
 {
-    trn_gpu_kv_reset(s_on(b)->kv, slot);
+    trn_gpu_kv_destroy(&s_on(b)->kv);
 }
 
 static lisa_rc_t
-s_gen_step(trn_backend_t *b, size_t n, const size_t *slots,
-           const int32_t *const *tokens, const size_t *n_new, float *logits,
+s_no_cache(trn_err_t *err)
+{
+    s_fail(err, "no KV cache open (gen_open first)");
+    return LISA_INVALID;
+}
+
+static lisa_rc_t
+s_gen_step(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs, float *logits,
            trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
-    return trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, NULL, NULL,
-                              NULL, logits, err);
+    if (!c->kv)
+        return s_no_cache(err);
+    return trn_gpu_model_step(c->g, c->kv, n, seqs, NULL, NULL, NULL, logits,
+                              err);
 }
 
 static lisa_rc_t
-s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
-             const int32_t *const *tokens, const size_t *n_new,
+s_gen_sample(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs,
              const trn_sampling_t *samp, const uint64_t *seeds,
              int32_t *out_tok, float *out_lp, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    if (!c->kv)
+        return s_no_cache(err);
+    if (n == 0 || n > TRN_MAX_KV_SLOTS || !samp || !seeds) {
+        s_fail(err, "gen_sample: bad arguments");
+        return n > TRN_MAX_KV_SLOTS ? LISA_TOOLARGE : LISA_INVALID;
+    }
     trn_sample_t *sp = lisa_calloc(n, sizeof *sp);
     for (size_t i = 0; i < n; i++) {
         sp[i].temperature = samp[i].temperature;
@@ -148,10 +173,37 @@ s_gen_sample(trn_backend_t *b, size_t n, const size_t *slots,
         sp[i].top_k = samp[i].top_k > 0 ? samp[i].top_k : 0;
         sp[i].seed = seeds[i];
     }
-    lisa_rc_t rc = trn_gpu_model_step(c->g, c->kv, n, slots, tokens, n_new, sp,
-                                      out_tok, out_lp, NULL, err);
+    lisa_rc_t rc = trn_gpu_model_step(c->g, c->kv, n, seqs, sp, out_tok, out_lp,
+                                      NULL, err);
     lisa_free(&sp);
     return rc;
+}
+
+static lisa_rc_t
+s_train_state(trn_backend_t *b, int on_device, trn_err_t *err)
+{
+    s_cuda_t *c = s_on(b);
+    return trn_gpu_model_set_train_state(c->g, on_device, err);
+}
+
+/* The training state on the device for an operation that needs it. */
+static lisa_rc_t
+s_state_on(s_cuda_t *c, trn_err_t *err)
+{
+    return trn_gpu_model_set_train_state(c->g, 1, err);
+}
+
+static void
+s_mem_info(trn_backend_t *b, size_t *used, size_t *total)
+{
+    (void) s_on(b);
+    size_t fr = 0, tot = 0;
+    if (trn_cuda_mem_info(&fr, &tot) != LISA_OK)
+        fr = tot = 0;
+    if (used)
+        *used = tot - fr;
+    if (total)
+        *total = tot;
 }
 
 static lisa_rc_t
@@ -159,6 +211,9 @@ s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
              const trn_rollouts_t *r, trn_step_out_t *out, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    lisa_rc_t rc = s_state_on(c, err);
+    if (rc != LISA_OK)
+        return rc;
     trn_gpu_model_set_recompute(c->g, cfg->recompute);
     trn_step_model_t m = s_ops(c->g), ref = s_ops(c->ref);
     return trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);
@@ -177,6 +232,9 @@ static lisa_rc_t
 s_save(trn_backend_t *b, const char *dir, trn_save_dtype_t dt, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    lisa_rc_t rc = s_state_on(c, err);
+    if (rc != LISA_OK)
+        return rc;
     /* data parallel: a collective (the fp32 master is sharded) */
     if (trn_gpu_model_download_weights(c->g, c->host) != LISA_OK) {
         s_fail(err, "downloading weights for the checkpoint failed");
@@ -191,12 +249,15 @@ static lisa_rc_t
 s_save_optim(trn_backend_t *b, const char *path, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    lisa_rc_t rc = s_state_on(c, err);
+    if (rc != LISA_OK)
+        return rc;
     size_t n = trn_gpu_model_num_params(c->g);
     /* data parallel: a collective; only the rank that writes downloads */
     float *m = path ? lisa_malloc(n * 4) : NULL;
     float *v = path ? lisa_malloc(n * 4) : NULL;
     uint64_t step = 0;
-    lisa_rc_t rc = trn_gpu_model_get_optim(c->g, &step, m, v);
+    rc = trn_gpu_model_get_optim(c->g, &step, m, v);
     if (rc != LISA_OK)
         s_fail(err, "reading the optimizer state failed");
     else if (path)
@@ -210,10 +271,13 @@ static lisa_rc_t
 s_load_optim(trn_backend_t *b, const char *path, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    lisa_rc_t rc = s_state_on(c, err);
+    if (rc != LISA_OK)
+        return rc;
     size_t n = trn_gpu_model_num_params(c->g);
     float *m = lisa_malloc(n * 4), *v = lisa_malloc(n * 4);
     uint64_t step = 0;
-    lisa_rc_t rc = trn_optim_state_load(path, &step, m, v, n, err);
+    rc = trn_optim_state_load(path, &step, m, v, n, err);
     if (rc == LISA_OK && trn_gpu_model_set_optim(c->g, step, m, v) != LISA_OK) {
         s_fail(err, "restoring the optimizer state failed");
         rc = LISA_ERR;
@@ -249,6 +313,9 @@ s_dist_join(trn_backend_t *b, const uint8_t *id, int rank, int world,
         s_fail(err, "already data parallel");
         return LISA_CONFLICT;
     }
+    lisa_rc_t rc = s_state_on(c, err);
+    if (rc != LISA_OK)
+        return rc;
     trn_dist_set_peer_check(peers_ok, ctx);
     c->dist = trn_dist_new(rank, world, id, timeout_ms);
     if (!c->dist) {
@@ -280,9 +347,11 @@ s_destroy(trn_backend_t *b)
 static const trn_backend_ops_t s_cuda_ops = {
     .name = "cuda",
     .gen_open = s_gen_open,
-    .gen_reset = s_gen_reset,
+    .gen_close = s_gen_close,
     .gen_step = s_gen_step,
     .gen_sample = s_gen_sample,
+    .train_state = s_train_state,
+    .mem_info = s_mem_info,
     .train_step = s_train_step,
     .logprobs = s_logprobs,
     .save = s_save,

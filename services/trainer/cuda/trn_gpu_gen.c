@@ -1,27 +1,38 @@
 /*
- * trn_gpu_gen: generation on the GPU model: a KV cache of slots and one
- * step that appends tokens to any number of slots (prefill and decode
- * alike), computes the last token's logits of each and samples from them
- * on the device. The same bf16 weights serve training and generation, so
- * after an optimizer step the next request already uses the new policy.
+ * trn_gpu_gen: generation on the GPU model over a paged KV cache: per
+ * layer, keys and values of n_blocks blocks of block_size positions
+ * ([n_blocks * block_size, Hk*D] bf16 each); a block table of max_seqs
+ * rows on the device, with a host mirror, so a step uploads only the
+ * entries that changed (a decode step: a sequence that just entered a new
+ * block); and one step that appends tokens to any number of sequences
+ * (decodes, prompts and prompt chunks after a cached prefix alike),
+ * computes the last token's logits of each and samples from them on the
+ * device. The same bf16 weights serve training and generation, so after
+ * an optimizer step the next request already uses the new policy.
  *
- * Everything runs on the cache's own stream. A step's inputs (tokens,
- * slots, positions, sampling parameters) go up in one copy from
- * page-locked memory and its outputs (tokens, logprobs) come back in one.
- * Pure decode steps (one new token per sequence, the common case) run from
- * buffers the cache owns, whose addresses never change, so the whole step
- * (embedding, every layer, final norm, LM head, sampling) is recorded once
- * per batch size as a CUDA graph and replayed as one launch afterwards.
- * Batch sizes are rounded up to a few buckets; the extra rows are padding
- * (slot -1: no cache write, attention gives zeros, results dropped).
- * Steps with more tokens (prefill, mixed) run the same kernels directly,
- * except that prompts which all start a sequence use the training
- * attention kernel over the packed prompts (the new keys are all there is
- * to attend to), which is far faster than attending through the cache.
+ * Every buffer of a step (activations for max_tokens tokens, logits and
+ * sampling state for max_seqs sequences, the parameter block) is made
+ * with the cache, so a step never allocates: one that would not fit is
+ * refused by trn_gen_check (LISA_TOOLARGE). Everything runs on the
+ * cache's own stream. A step's inputs go up in one copy from page-locked
+ * memory and its outputs (tokens, logprobs) come back in one.
+ *
+ * Rows: decodes (one new token) first, then the prompt tokens of the
+ * other sequences, packed. Decodes attend with the decode kernels, prompt
+ * rows with the paged prefill kernel (trn_k_attn_prefill) over query
+ * tiles of up to 128 rows of one sequence, listed by the host longest
+ * first. Pure decode steps (the common case) run from the parameter
+ * block's fixed part, whose addresses never change (nor the table's), so
+ * the whole step (embedding, every layer, final norm, LM head, sampling)
+ * is recorded once per batch size as a CUDA graph and replayed as one
+ * launch afterwards; batch sizes are rounded up to a few buckets, the
+ * extra rows padding (slot -1: no cache write, attention gives zeros,
+ * results dropped).
  */
 #include "lisa/lisa_mem.h"
 #include "trn_gpu_model_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define S_GRAPHS 16 /* recorded steps kept per cache */
@@ -32,11 +43,10 @@ typedef struct {
     trn_bf16_t *h, *qkv, *o, *gu, *a, *hf;
     float *logits;
     int32_t *tok, *slot, *pos, *last;
-    /* fresh prompts only (every sequence from position 0): the training
-     * attention kernel over the packed prompts, seg[t] = sequence */
-    int32_t *seg;
-    float *lse;
     int one; /* one token per sequence: q/k preparation fused into attention */
+    int nd;  /* rows of decodes (the first); the rest are prompt rows */
+    const trn_prefill_tile_t *tiles; /* the prompt rows' tiles (device) */
+    int ntiles;
 } s_bufs_t;
 
 typedef struct {
@@ -46,32 +56,38 @@ typedef struct {
 
 struct trn_gpu_kv {
     trn_gpu_model_t *g;
-    size_t slots, max_len;
-    size_t *len;         /* host: positions held per slot */
-    trn_bf16_t **k, **v; /* per layer: [slots, max_len, Hk*D] */
+    trn_kv_geom_t geom;
+    trn_kv_pages_t pg;
+    void *cache;         /* every layer's keys and values */
+    trn_bf16_t **k, **v; /* per layer: [n_blocks * block_size, Hk*D] */
+    int32_t *dtable;     /* [max_seqs, max_blocks] */
+    int32_t *htable;     /* its mirror (page-locked) */
     trn_cuda_stream_t *stream;
     float *attn_part; /* split attention scratch */
     size_t attn_part_n;
     float *samp_part; /* sampling scratch */
     size_t samp_part_n;
-    /* A step of up to `slots` tokens: activations, logits and the
-     * parameter block (int32 tok, slot, pos, last, top_k; float temp,
-     * top_p: sp values each; uint64 seed: sp), fixed for the cache's life
-     * so recorded graphs stay valid. */
-    size_t sp; /* slots rounded up to even */
+    /* Activations for `rows` tokens, logits for max_seqs sequences. */
+    size_t rows;
     float *dx, *dlogits;
     trn_bf16_t *dh, *dhf, *dqkv, *dout_attn, *dgu, *da;
+    /* The parameter block: a fixed part of sp entries (int32 tok, slot,
+     * pos, last, top_k; float temp, top_p; uint64 seed), which pure decode
+     * steps use alone (their graphs keep its addresses), then the token
+     * arrays and tiles of other steps, laid out per step. */
+    size_t sp; /* max_seqs rounded up to even */
+    size_t max_tiles;
     uint8_t *dparam, *hparam; /* device and page-locked host */
-    uint8_t *dres, *hres;     /* int32 tok [sp], float lp [sp] */
+    size_t param_bytes;
+    uint8_t *dres, *hres;       /* int32 tok [sp], float lp [sp] */
+    trn_prefill_tile_t *htiles; /* host scratch: max_tiles */
+    size_t *hranges;            /* host scratch: 2 max_seqs */
     int use_graphs;
     s_graph_t graphs[S_GRAPHS];
     int next_graph;
-    /* steps of more tokens than slots: per-token arrays */
-    size_t cap;
-    int32_t *d_slot, *d_pos, *d_last;
 };
 
-/* Offsets into the parameter block. */
+/* Offsets into the fixed part of the parameter block. */
 enum { S_TOK, S_SLOT, S_POS, S_LAST, S_TOPK, S_TEMP, S_TOPP, S_NARR };
 
 static void *
@@ -86,73 +102,179 @@ s_seed(const trn_gpu_kv_t *kv, uint8_t *base)
     return (uint64_t *) (void *) (base + (size_t) S_NARR * 4 * kv->sp);
 }
 
+/* Bytes of the fixed part (a multiple of 16: sp is even). */
 static size_t
-s_param_bytes(const trn_gpu_kv_t *kv)
+s_fixed_bytes(const trn_gpu_kv_t *kv)
 {
     return (size_t) S_NARR * 4 * kv->sp + 8 * kv->sp;
 }
 
-trn_gpu_kv_t *
-trn_gpu_kv_new(trn_gpu_model_t *g, size_t slots, size_t max_len, trn_err_t *err)
+/* Offset of the tiles after T tokens' arrays in the variable part. */
+static size_t
+s_tiles_at(size_t T)
 {
-    if (slots == 0 || max_len == 0 || slots > TRN_GEN_MAX_ROWS ||
-        max_len > (size_t) g->cfg.max_position_embeddings) {
-        s_err(err, "KV cache: bad slots or max_len");
-        return NULL;
-    }
-    trn_gpu_kv_t *kv = lisa_calloc(1, sizeof *kv);
-    kv->g = g;
-    kv->slots = slots;
-    kv->max_len = max_len;
-    kv->use_graphs = 1;
-    kv->len = lisa_calloc(slots, sizeof *kv->len);
-    kv->k = lisa_calloc((size_t) g->L, sizeof *kv->k);
-    kv->v = lisa_calloc((size_t) g->L, sizeof *kv->v);
-    size_t per = slots * max_len * (size_t) (g->Hk * g->D) * 2;
-    for (int l = 0; l < g->L; l++) {
-        kv->k[l] = trn_cuda_malloc(per);
-        kv->v[l] = trn_cuda_malloc(per);
-        if (!kv->k[l] || !kv->v[l])
-            goto oom;
-    }
-    size_t S = slots, C = (size_t) g->C, I = (size_t) g->I;
-    kv->sp = (slots + 1) & ~(size_t) 1;
-    kv->stream = trn_cuda_stream_new();
-    kv->attn_part_n = trn_k_attn_decode_scratch(g->H, g->Hk, g->D);
-    kv->attn_part = trn_cuda_malloc(kv->attn_part_n * 4);
-    kv->samp_part_n = trn_k_sample_scratch((int) slots, g->V);
-    kv->samp_part = trn_cuda_malloc(kv->samp_part_n * 4);
-    kv->dx = trn_cuda_malloc(S * C * 4);
-    kv->dlogits = trn_cuda_malloc(S * (size_t) g->V * 4);
-    kv->dh = trn_cuda_malloc(S * C * 2);
-    kv->dhf = trn_cuda_malloc(S * C * 2);
-    kv->dqkv = trn_cuda_malloc(S * (size_t) g->S * 2);
-    kv->dout_attn = trn_cuda_malloc(S * (size_t) (g->H * g->D) * 2);
-    kv->dgu = trn_cuda_malloc(S * 2 * I * 2);
-    kv->da = trn_cuda_malloc(S * I * 2);
-    kv->dparam = trn_cuda_malloc(s_param_bytes(kv));
-    kv->hparam = trn_cuda_host_alloc(s_param_bytes(kv));
-    kv->dres = trn_cuda_malloc(8 * kv->sp);
-    kv->hres = trn_cuda_host_alloc(8 * kv->sp);
-    if (!kv->stream || !kv->attn_part || !kv->samp_part || !kv->dx ||
-        !kv->dlogits || !kv->dh || !kv->dhf || !kv->dqkv || !kv->dout_attn ||
-        !kv->dgu || !kv->da || !kv->dparam || !kv->hparam || !kv->dres ||
-        !kv->hres)
-        goto oom;
-    return kv;
-oom:
-    s_err(err, "out of device memory for the KV cache");
-    trn_gpu_kv_destroy(&kv);
-    return NULL;
+    return (12 * T + 15) & ~(size_t) 15;
 }
 
-static void
-s_free_scratch(trn_gpu_kv_t *kv)
+size_t
+trn_gpu_kv_block_bytes(const trn_gpu_model_t *g, size_t block_size)
 {
-    trn_cuda_free(&kv->d_slot);
-    trn_cuda_free(&kv->d_pos);
-    trn_cuda_free(&kv->d_last);
-    kv->cap = 0;
+    if (!g)
+        return 0;
+    return (size_t) g->L * 2 * block_size * (size_t) (g->Hk * g->D) * 2;
+}
+
+static int
+s_log2(size_t v)
+{
+    int b = 0;
+    while (((size_t) 1 << b) < v)
+        b++;
+    return ((size_t) 1 << b) == v ? b : -1;
+}
+
+/* Checks a geometry's step sizes; 0 when bad (err says which). */
+static int
+s_geom_ok(const trn_gpu_model_t *g, const trn_kv_geom_t *geom, trn_err_t *err)
+{
+    const char *why = NULL;
+    int bs = s_log2(geom->block_size);
+    if (bs < 0 || geom->block_size > 1024)
+        why = "KV cache: block_size is not a power of two up to 1024";
+    else if (geom->max_seqs == 0 || geom->max_seqs > TRN_GEN_MAX_ROWS)
+        why = "KV cache: max_seqs is 0 or over 1024";
+    else if (geom->max_blocks == 0 || geom->max_tokens == 0 ||
+             geom->max_tokens > ((size_t) 1 << 24) ||
+             geom->max_blocks > ((size_t) 1 << 24) / geom->block_size)
+        why = "KV cache: max_blocks or max_tokens is 0 or too large";
+    else if (geom->n_blocks > (size_t) INT32_MAX / geom->block_size)
+        why = "KV cache: too many blocks";
+    else if (geom->kv_fraction < 0.0 || geom->kv_fraction > 1.0)
+        why = "KV cache: kv_fraction outside [0, 1]";
+    (void) g;
+    if (why)
+        s_err(err, why);
+    return why == NULL;
+}
+
+/* The step buffers (everything but the blocks); 0 when out of memory. */
+static int
+s_alloc_step(trn_gpu_kv_t *kv)
+{
+    trn_gpu_model_t *g = kv->g;
+    const trn_kv_geom_t *ge = &kv->geom;
+    size_t R = kv->rows, C = (size_t) g->C, I = (size_t) g->I;
+    size_t N = ge->max_seqs, TB = ge->max_seqs * ge->max_blocks * 4;
+    kv->stream = trn_cuda_stream_new();
+    kv->dtable = trn_cuda_malloc(TB);
+    kv->htable = trn_cuda_host_alloc(TB);
+    kv->attn_part_n = trn_k_attn_decode_scratch(g->H, g->Hk, g->D);
+    kv->attn_part = trn_cuda_malloc(kv->attn_part_n * 4);
+    kv->samp_part_n = trn_k_sample_scratch((int) N, g->V);
+    kv->samp_part = trn_cuda_malloc(kv->samp_part_n * 4);
+    kv->dx = trn_cuda_malloc(R * C * 4);
+    kv->dlogits = trn_cuda_malloc(N * (size_t) g->V * 4);
+    kv->dh = trn_cuda_malloc(R * C * 2);
+    kv->dhf = trn_cuda_malloc(N * C * 2);
+    kv->dqkv = trn_cuda_malloc(R * (size_t) g->S * 2);
+    kv->dout_attn = trn_cuda_malloc(R * (size_t) (g->H * g->D) * 2);
+    kv->dgu = trn_cuda_malloc(R * 2 * I * 2);
+    kv->da = trn_cuda_malloc(R * I * 2);
+    kv->param_bytes = s_fixed_bytes(kv) + s_tiles_at(R) +
+                      kv->max_tiles * sizeof(trn_prefill_tile_t);
+    kv->dparam = trn_cuda_malloc(kv->param_bytes);
+    kv->hparam = trn_cuda_host_alloc(kv->param_bytes);
+    kv->dres = trn_cuda_malloc(8 * kv->sp);
+    kv->hres = trn_cuda_host_alloc(8 * kv->sp);
+    kv->htiles = lisa_calloc(kv->max_tiles, sizeof *kv->htiles);
+    kv->hranges = lisa_calloc(2 * N, sizeof *kv->hranges);
+    if (!kv->stream || !kv->dtable || !kv->htable || !kv->attn_part ||
+        !kv->samp_part || !kv->dx || !kv->dlogits || !kv->dh || !kv->dhf ||
+        !kv->dqkv || !kv->dout_attn || !kv->dgu || !kv->da || !kv->dparam ||
+        !kv->hparam || !kv->dres || !kv->hres)
+        return 0;
+    /* the table starts all block 0, and so does its mirror */
+    memset(kv->htable, 0, TB);
+    return trn_cuda_memset(kv->dtable, 0, TB, kv->stream) == LISA_OK &&
+           trn_cuda_stream_sync(kv->stream) == LISA_OK;
+}
+
+/* The blocks: geom->n_blocks of them, or as many as the budget holds. */
+static lisa_rc_t
+s_alloc_blocks(trn_gpu_kv_t *kv, trn_err_t *err)
+{
+    trn_gpu_model_t *g = kv->g;
+    trn_kv_geom_t *ge = &kv->geom;
+    size_t bb = trn_gpu_kv_block_bytes(g, ge->block_size);
+    if (ge->n_blocks == 0) {
+        size_t budget = ge->kv_bytes;
+        if (budget == 0) {
+            size_t fr = 0, tot = 0;
+            if (trn_cuda_mem_info(&fr, &tot) != LISA_OK) {
+                s_err(err, "KV cache: cannot read the free device memory");
+                return LISA_ERR;
+            }
+            double f = ge->kv_fraction > 0.0 ? ge->kv_fraction : 0.9;
+            budget = (size_t) ((double) fr * f);
+        }
+        size_t nb = budget / bb;
+        size_t cap = (size_t) INT32_MAX / ge->block_size;
+        ge->n_blocks = nb > cap ? cap : nb;
+        if (ge->n_blocks == 0) {
+            s_err(err, "KV cache: no room for a single block");
+            return LISA_TOOLARGE;
+        }
+    }
+    /* per layer, keys then values, each padded to 256 bytes */
+    size_t per = ge->n_blocks * ge->block_size * (size_t) (g->Hk * g->D) * 2;
+    per = (per + 255) & ~(size_t) 255;
+    kv->cache = trn_cuda_malloc(per * 2 * (size_t) g->L);
+    if (!kv->cache) {
+        s_err(err, "KV cache: out of device memory for the blocks");
+        return LISA_TOOLARGE;
+    }
+    for (int l = 0; l < g->L; l++) {
+        kv->k[l] = (trn_bf16_t *) (void *) ((uint8_t *) kv->cache +
+                                            per * 2 * (size_t) l);
+        kv->v[l] = (trn_bf16_t *) (void *) ((uint8_t *) kv->cache +
+                                            per * (2 * (size_t) l + 1));
+    }
+    return LISA_OK;
+}
+
+trn_gpu_kv_t *
+trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
+{
+    if (!g || !geom) {
+        s_err(err, "KV cache: no model or geometry");
+        return NULL;
+    }
+    if (!s_geom_ok(g, geom, err))
+        return NULL;
+    trn_gpu_kv_t *kv = lisa_calloc(1, sizeof *kv);
+    kv->g = g;
+    kv->geom = *geom;
+    kv->use_graphs = 1;
+    kv->k = lisa_calloc((size_t) g->L, sizeof *kv->k);
+    kv->v = lisa_calloc((size_t) g->L, sizeof *kv->v);
+    kv->sp = (geom->max_seqs + 1) & ~(size_t) 1;
+    kv->rows = geom->max_tokens > kv->sp ? geom->max_tokens : kv->sp;
+    kv->max_tiles =
+        geom->max_tokens / TRN_PREFILL_TILE_ROWS + geom->max_seqs + 1;
+    if (!s_alloc_step(kv)) {
+        s_err(err, "KV cache: out of device memory for the step buffers");
+        trn_gpu_kv_destroy(&kv);
+        return NULL;
+    }
+    if (s_alloc_blocks(kv, err) != LISA_OK) {
+        trn_gpu_kv_destroy(&kv);
+        return NULL;
+    }
+    kv->pg.table = kv->dtable;
+    kv->pg.max_blocks = (int) geom->max_blocks;
+    kv->pg.bshift = s_log2(geom->block_size);
+    geom->n_blocks = kv->geom.n_blocks;
+    return kv;
 }
 
 static void
@@ -174,13 +296,9 @@ trn_gpu_kv_destroy(trn_gpu_kv_t **kvp)
     if (kv->stream)
         (void) trn_cuda_stream_sync(kv->stream);
     s_drop_graphs(kv);
-    for (int l = 0; l < kv->g->L; l++) {
-        if (kv->k)
-            trn_cuda_free(&kv->k[l]);
-        if (kv->v)
-            trn_cuda_free(&kv->v[l]);
-    }
-    s_free_scratch(kv);
+    trn_cuda_free(&kv->cache);
+    trn_cuda_free(&kv->dtable);
+    trn_cuda_host_free(&kv->htable);
     trn_cuda_free(&kv->attn_part);
     trn_cuda_free(&kv->samp_part);
     trn_cuda_free(&kv->dx);
@@ -196,23 +314,11 @@ trn_gpu_kv_destroy(trn_gpu_kv_t **kvp)
     trn_cuda_host_free(&kv->hparam);
     trn_cuda_host_free(&kv->hres);
     trn_cuda_stream_destroy(&kv->stream);
+    lisa_free(&kv->htiles);
+    lisa_free(&kv->hranges);
     lisa_free(&kv->k);
     lisa_free(&kv->v);
-    lisa_free(&kv->len);
     lisa_free(kvp);
-}
-
-void
-trn_gpu_kv_reset(trn_gpu_kv_t *kv, size_t slot)
-{
-    if (slot < kv->slots)
-        kv->len[slot] = 0;
-}
-
-size_t
-trn_gpu_kv_len(const trn_gpu_kv_t *kv, size_t slot)
-{
-    return slot < kv->slots ? kv->len[slot] : 0;
 }
 
 void
@@ -224,23 +330,6 @@ trn_gpu_kv_set_graphs(trn_gpu_kv_t *kv, int on)
         s_drop_graphs(kv);
     if (kv)
         kv->use_graphs = on != 0;
-}
-
-static lisa_rc_t
-s_scratch(trn_gpu_kv_t *kv, size_t T)
-{
-    if (T <= kv->cap)
-        return LISA_OK;
-    s_free_scratch(kv);
-    kv->d_slot = trn_cuda_malloc(T * 4);
-    kv->d_pos = trn_cuda_malloc(T * 4);
-    kv->d_last = trn_cuda_malloc(T * 4);
-    if (!kv->d_slot || !kv->d_pos || !kv->d_last) {
-        s_free_scratch(kv);
-        return LISA_TOOLARGE;
-    }
-    kv->cap = T;
-    return LISA_OK;
 }
 
 /* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
@@ -261,21 +350,20 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
     if (b->one) { /* q/k preparation inside the attention kernel */
         S_TRY(trn_k_attn_decode_prep(
             b->o, b->qkv, g->S, W + ly->q_norm, W + ly->k_norm, kv->k[l],
-            kv->v[l], b->slot, b->pos, T, g->H, g->Hk, g->D, (int) kv->max_len,
-            eps, theta, kv->attn_part, kv->attn_part_n, st));
-    } else {
+            kv->v[l], b->slot, b->pos, T, g->H, g->Hk, g->D, kv->pg, eps, theta,
+            kv->attn_part, kv->attn_part_n, st));
+    } else { /* every new key into the cache, then decodes, then prompts */
         S_TRY(trn_k_qk_prep(b->qkv, g->S, W + ly->q_norm, W + ly->k_norm,
                             kv->k[l], kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
-                            g->D, (int) kv->max_len, eps, theta, st));
-        if (b->seg)
-            S_TRY(trn_k_attn_fwd(b->o, b->lse, b->qkv, b->qkv + g->H * g->D,
-                                 b->qkv + (g->H + g->Hk) * g->D, g->S, b->seg,
-                                 T, g->H, g->Hk, g->D, st));
-        else
-            S_TRY(trn_k_attn_decode(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
-                                    b->slot, b->pos, T, g->H, g->Hk, g->D,
-                                    (int) kv->max_len, kv->attn_part,
-                                    kv->attn_part_n, st));
+                            g->D, kv->pg, eps, theta, st));
+        if (b->nd > 0)
+            S_TRY(trn_k_attn_decode(
+                b->o, b->qkv, g->S, kv->k[l], kv->v[l], b->slot, b->pos, b->nd,
+                g->H, g->Hk, g->D, kv->pg, kv->attn_part, kv->attn_part_n, st));
+        if (b->ntiles > 0)
+            S_TRY(trn_k_attn_prefill(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
+                                     kv->pg, b->tiles, b->ntiles, g->H, g->Hk,
+                                     g->D, st));
     }
     S_TRY(trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o, T, g->H * g->D,
                          g->C, 1, st));
@@ -328,9 +416,9 @@ out:
     return rc;
 }
 
-/* The cache's own buffers (steps of up to `slots` tokens). */
+/* The cache's buffers, with the fixed part's token arrays. */
 static s_bufs_t
-s_small_bufs(trn_gpu_kv_t *kv)
+s_bufs(trn_gpu_kv_t *kv)
 {
     s_bufs_t b = {.x = kv->dx,
                   .h = kv->dh,
@@ -352,7 +440,7 @@ static size_t
 s_bucket(const trn_gpu_kv_t *kv, size_t n)
 {
     size_t nb = n <= 4 ? n : n <= 8 ? 8 : (n + 15) & ~(size_t) 15;
-    return nb < kv->slots ? nb : kv->slots;
+    return nb < kv->geom.max_seqs ? nb : kv->geom.max_seqs;
 }
 
 /* Runs a pure decode step of nb rows from the cache's buffers, through a
@@ -361,7 +449,7 @@ s_bucket(const trn_gpu_kv_t *kv, size_t n)
 static lisa_rc_t
 s_run_small(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int nb, int sample)
 {
-    s_bufs_t b = s_small_bufs(kv);
+    s_bufs_t b = s_bufs(kv);
     b.one = 1;
     if (!kv->use_graphs)
         return s_forward(g, kv, &b, nb, nb, 1, sample);
@@ -400,91 +488,89 @@ s_run_small(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int nb, int sample)
     return trn_cuda_graph_launch(gr->exec, kv->stream);
 }
 
-lisa_rc_t
-trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
-                   const size_t *slots, const int32_t *const *tokens,
-                   const size_t *n_new, const trn_sample_t *sp,
-                   int32_t *out_tok, float *out_lp, float *logits,
-                   trn_err_t *err)
+static int
+s_range_cmp(const void *a, const void *b)
 {
-    lisa_rc_t rc = LISA_OK;
-    if (n == 0 || n > kv->slots || !slots || !tokens || !n_new ||
-        (sp && (!out_tok || !out_lp))) {
-        s_err(err, "step: bad arguments");
-        return LISA_INVALID;
-    }
-    size_t T = 0;
-    int pure = 1;
+    size_t x = ((const size_t *) a)[0], y = ((const size_t *) b)[0];
+    return (x > y) - (x < y);
+}
+
+/* Brings the device table's rows of the step's sequences up to date:
+ * the entries that differ from the mirror (those the sequences'
+ * positions reach) go up, runs of them closer than S_TABLE_GAP entries
+ * in one copy (a decode step of many sequences crossing into new blocks
+ * together is one or a few copies). A failed copy leaves the mirror
+ * unknown, so it is marked to differ everywhere. */
+#define S_TABLE_GAP 1024
+
+static lisa_rc_t
+s_sync_table(trn_gpu_kv_t *kv, size_t n, const trn_gen_seq_t *seqs)
+{
+    size_t mb = kv->geom.max_blocks, nr = 0;
+    size_t *rg = kv->hranges; /* [lo, hi] pairs, table indices */
+    int bs = kv->pg.bshift;
     for (size_t i = 0; i < n; i++) {
-        if (slots[i] >= kv->slots || n_new[i] == 0 || !tokens[i]) {
-            s_err(err, "step: bad slot or empty sequence");
-            return LISA_INVALID;
-        }
-        for (size_t j = 0; j < i; j++)
-            if (slots[j] == slots[i]) {
-                s_err(err, "step: a slot appears twice");
-                return LISA_INVALID;
+        const trn_gen_seq_t *q = &seqs[i];
+        size_t need = ((q->start + q->n_new - 1) >> bs) + 1;
+        int32_t *row = kv->htable + q->slot * mb;
+        size_t lo = need, hi = 0;
+        for (size_t j = 0; j < need; j++)
+            if (row[j] != q->blocks[j]) {
+                if (lo == need)
+                    lo = j;
+                hi = j;
+                row[j] = q->blocks[j];
             }
-        if (kv->len[slots[i]] + n_new[i] > kv->max_len) {
-            s_err(err, "step: the sequence would exceed the cache length");
-            return LISA_TOOLARGE;
-        }
-        for (size_t j = 0; j < n_new[i]; j++)
-            if (tokens[i][j] < 0 || tokens[i][j] >= g->V) {
-                s_err(err, "step: token id out of range");
-                return LISA_INVALID;
-            }
-        T += n_new[i];
-        pure &= n_new[i] == 1;
+        if (lo == need)
+            continue;
+        rg[2 * nr] = q->slot * mb + lo;
+        rg[2 * nr + 1] = q->slot * mb + hi;
+        nr++;
     }
-    int small = T <= kv->slots;
-    size_t rows = pure ? s_bucket(kv, n) : T; /* token rows on the device */
+    if (nr > 1)
+        qsort(rg, nr, 2 * sizeof *rg, s_range_cmp);
+    for (size_t i = 0; i < nr;) {
+        size_t lo = rg[2 * i], hi = rg[2 * i + 1];
+        for (i++; i < nr && rg[2 * i] <= hi + S_TABLE_GAP; i++)
+            hi = rg[2 * i + 1] > hi ? rg[2 * i + 1] : hi;
+        if (trn_cuda_upload_async(kv->dtable + lo, kv->htable + lo,
+                                  (hi - lo + 1) * 4, kv->stream) != LISA_OK) {
+            memset(kv->htable, 0xff, kv->geom.max_seqs * mb * 4);
+            return LISA_ERR;
+        }
+    }
+    return LISA_OK;
+}
+
+/* Heaviest first: tiles whose last query sees the most keys. */
+static int
+s_tile_cmp(const void *a, const void *b)
+{
+    const trn_prefill_tile_t *x = a, *y = b;
+    int32_t ex = x->p0 + x->rows, ey = y->p0 + y->rows;
+    return ex > ey   ? -1
+           : ex < ey ? 1
+                     : (x->row0 > y->row0) - (x->row0 < y->row0);
+}
+
+/* The sampling parameters of nrows rows (sequences, then padding). */
+static void
+s_fill_sampling(trn_gpu_kv_t *kv, size_t n, const trn_gen_seq_t *seqs,
+                const trn_sample_t *sp, size_t nrows)
+{
     uint8_t *H = kv->hparam;
-    int32_t *h_tok = s_par(kv, H, S_TOK), *h_slot = s_par(kv, H, S_SLOT);
-    int32_t *h_pos = s_par(kv, H, S_POS), *h_last = s_par(kv, H, S_LAST);
     int32_t *h_topk = s_par(kv, H, S_TOPK);
     float *h_temp = s_par(kv, H, S_TEMP), *h_topp = s_par(kv, H, S_TOPP);
     uint64_t *h_seed = s_seed(kv, H);
-    int32_t *big = NULL, *h_seg = NULL; /* a step over `slots` tokens */
-    /* head sizes the training attention kernel has */
-    int fresh = !small &&
-                (g->D == 16 || g->D == 32 || g->D == 64 || g->D == 128) &&
-                g->S % 8 == 0;
-    if (!small) {
-        big = lisa_malloc(5 * T * 4);
-        h_tok = big;
-        h_slot = big + T;
-        h_pos = big + 2 * T;
-        h_last = big + 3 * T;
-        h_seg = big + 4 * T;
-    }
-    size_t t = 0;
-    for (size_t i = 0; i < n; i++) {
-        fresh &= kv->len[slots[i]] == 0;
-        for (size_t j = 0; j < n_new[i]; j++, t++) {
-            h_tok[t] = tokens[i][j];
-            h_slot[t] = (int32_t) slots[i];
-            h_pos[t] = (int32_t) (kv->len[slots[i]] + j);
-            if (h_seg)
-                h_seg[t] = (int32_t) i;
-        }
-        h_last[i] = (int32_t) (t - 1);
-    }
-    for (; t < rows; t++) { /* padding rows of a bucket */
-        h_tok[t] = 0;
-        h_slot[t] = -1;
-        h_pos[t] = 0;
-        h_last[t] = (int32_t) t;
-    }
-    size_t nrows = pure ? rows : n; /* rows of logits and samples */
     for (size_t i = 0; i < nrows; i++) {
         if (i < n && sp) {
             h_temp[i] = sp[i].temperature;
             h_topp[i] = sp[i].top_p > 0.0f ? sp[i].top_p : 1.0f;
             h_topk[i] = sp[i].top_k;
-            /* a fresh draw per position of the sequence */
+            /* a fresh draw per position of the sequence; the same one
+             * when a preempted sequence is recomputed */
             h_seed[i] = sp[i].seed * 0x9e3779b97f4a7c15ull +
-                        (uint64_t) (kv->len[slots[i]] + n_new[i]);
+                        (uint64_t) (seqs[i].start + seqs[i].n_new);
         } else { /* padding: greedy, the cheapest */
             h_temp[i] = 0.0f;
             h_topp[i] = 1.0f;
@@ -492,63 +578,134 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
             h_seed[i] = 0;
         }
     }
+}
+
+/* Lays out a step that is not pure decode in the parameter block: decode
+ * rows first, then every other sequence's tokens; last[i] is sequence
+ * i's last row; the prompt rows' tiles (sorted) after the token arrays.
+ * With `tiled` 0 (a shape the prefill kernel lacks) every row goes to the
+ * decode kernel. Sets the buffers' arrays and counts. */
+static void
+s_fill_mixed(trn_gpu_kv_t *kv, size_t n, const trn_gen_seq_t *seqs, size_t T,
+             int tiled, s_bufs_t *b)
+{
+    uint8_t *hv = kv->hparam + s_fixed_bytes(kv);
+    uint8_t *dv = kv->dparam + s_fixed_bytes(kv);
+    int32_t *h_tok = (int32_t *) (void *) hv, *h_slot = h_tok + T;
+    int32_t *h_pos = h_tok + 2 * T;
+    int32_t *h_last = s_par(kv, kv->hparam, S_LAST);
+    size_t t = 0, nt = 0;
+    for (int pass = 0; pass < 2; pass++) /* decodes, then the others */
+        for (size_t i = 0; i < n; i++) {
+            const trn_gen_seq_t *q = &seqs[i];
+            if ((q->n_new == 1) != (pass == 0))
+                continue;
+            if (pass == 1 && tiled)
+                for (size_t r = 0; r < q->n_new; r += TRN_PREFILL_TILE_ROWS) {
+                    size_t k = q->n_new - r;
+                    trn_prefill_tile_t *tl = &kv->htiles[nt++];
+                    tl->row0 = (int32_t) (t + r);
+                    tl->rows = (int32_t) (k < TRN_PREFILL_TILE_ROWS
+                                              ? k
+                                              : TRN_PREFILL_TILE_ROWS);
+                    tl->slot = (int32_t) q->slot;
+                    tl->p0 = (int32_t) (q->start + r);
+                }
+            for (size_t j = 0; j < q->n_new; j++, t++) {
+                h_tok[t] = q->tokens[j];
+                h_slot[t] = (int32_t) q->slot;
+                h_pos[t] = (int32_t) (q->start + j);
+            }
+            h_last[i] = (int32_t) (t - 1);
+            if (pass == 0)
+                b->nd = (int) t;
+        }
+    if (!tiled)
+        b->nd = (int) T;
+    qsort(kv->htiles, nt, sizeof *kv->htiles, s_tile_cmp);
+    memcpy(hv + s_tiles_at(T), kv->htiles, nt * sizeof *kv->htiles);
+    b->tok = (int32_t *) (void *) dv;
+    b->slot = b->tok + T;
+    b->pos = b->tok + 2 * T;
+    b->tiles = (const trn_prefill_tile_t *) (const void *) (dv + s_tiles_at(T));
+    b->ntiles = (int) nt;
+}
+
+/* A pure decode step's rows in the fixed part: sequence i is row i,
+ * padding up to `rows`. */
+static void
+s_fill_decode(trn_gpu_kv_t *kv, size_t n, const trn_gen_seq_t *seqs,
+              size_t rows)
+{
+    uint8_t *H = kv->hparam;
+    int32_t *h_tok = s_par(kv, H, S_TOK), *h_slot = s_par(kv, H, S_SLOT);
+    int32_t *h_pos = s_par(kv, H, S_POS), *h_last = s_par(kv, H, S_LAST);
+    for (size_t t = 0; t < rows; t++) {
+        int real = t < n;
+        h_tok[t] = real ? seqs[t].tokens[0] : 0;
+        h_slot[t] = real ? (int32_t) seqs[t].slot : -1;
+        h_pos[t] = real ? (int32_t) seqs[t].start : 0;
+        h_last[t] = (int32_t) t;
+    }
+}
+
+lisa_rc_t
+trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
+                   const trn_gen_seq_t *seqs, const trn_sample_t *sp,
+                   int32_t *out_tok, float *out_lp, float *logits,
+                   trn_err_t *err)
+{
+    lisa_rc_t rc = LISA_OK;
+    if (!g || !kv || kv->g != g || n == 0 || !seqs ||
+        (sp && (!out_tok || !out_lp))) {
+        s_err(err, "step: bad arguments");
+        return LISA_INVALID;
+    }
+    rc = trn_gen_check(&kv->geom, (size_t) g->V, n, seqs, err);
+    if (rc != LISA_OK)
+        return rc;
+    size_t T = 0;
+    int pure = 1;
+    for (size_t i = 0; i < n; i++) {
+        T += seqs[i].n_new;
+        pure &= seqs[i].n_new == 1;
+    }
     trn_cuda_stream_t *st = kv->stream;
-    S_TRY(trn_cuda_upload_async(kv->dparam, kv->hparam, s_param_bytes(kv), st));
-    float *dlogits = NULL;
-    if (small) {
-        dlogits = kv->dlogits;
-        if (pure) {
-            S_TRY(s_run_small(g, kv, (int) rows, sp != NULL));
-        } else {
-            s_bufs_t b = s_small_bufs(kv);
-            S_TRY(s_forward(g, kv, &b, (int) T, (int) n, 0, sp != NULL));
-        }
+    S_TRY(s_sync_table(kv, n, seqs));
+    size_t rows = pure ? s_bucket(kv, n) : T; /* token rows on the device */
+    size_t nrows = pure ? rows : n;           /* rows of logits and samples */
+    s_fill_sampling(kv, n, seqs, sp, nrows);
+    if (pure) {
+        s_fill_decode(kv, n, seqs, rows);
+        S_TRY(trn_cuda_upload_async(kv->dparam, kv->hparam, s_fixed_bytes(kv),
+                                    st));
+        S_TRY(s_run_small(g, kv, (int) rows, sp != NULL));
     } else {
-        if (trn_gpu_model_reserve(g, T) != LISA_OK ||
-            s_scratch(kv, T) != LISA_OK) {
-            s_err(err, "step: out of device memory");
-            rc = LISA_TOOLARGE;
-            goto out;
-        }
-        s_bufs_t b = {.x = g->xs,
-                      .h = g->h1,
-                      .qkv = g->qkv,
-                      .o = g->o,
-                      .gu = g->gu,
-                      .a = g->a,
-                      .hf = g->dhf,
-                      .logits = g->logits,
-                      .tok = g->tokens,
-                      .slot = kv->d_slot,
-                      .pos = kv->d_pos,
-                      .last = kv->d_last,
-                      .seg = fresh ? g->seg : NULL,
-                      .lse = g->lse};
-        if (fresh)
-            S_TRY(trn_cuda_upload_async(b.seg, h_seg, T * 4, st));
-        S_TRY(trn_cuda_upload_async(b.tok, h_tok, T * 4, st));
-        S_TRY(trn_cuda_upload_async(b.slot, h_slot, T * 4, st));
-        S_TRY(trn_cuda_upload_async(b.pos, h_pos, T * 4, st));
-        S_TRY(trn_cuda_upload_async(b.last, h_last, n * 4, st));
+        s_bufs_t b = s_bufs(kv);
+        /* head sizes the prefill kernel has, 16-byte rows */
+        int tiled = (g->D == 16 || g->D == 32 || g->D == 64 || g->D == 128) &&
+                    g->S % 8 == 0;
+        s_fill_mixed(kv, n, seqs, T, tiled, &b);
+        size_t bytes = s_fixed_bytes(kv) + s_tiles_at(T) +
+                       (size_t) b.ntiles * sizeof(trn_prefill_tile_t);
+        S_TRY(trn_cuda_upload_async(kv->dparam, kv->hparam, bytes, st));
         S_TRY(s_forward(g, kv, &b, (int) T, (int) n, 0, sp != NULL));
-        dlogits = g->logits;
     }
     if (sp)
         S_TRY(trn_cuda_download_async(kv->hres, kv->dres, 8 * kv->sp, st));
     if (logits)
-        S_TRY(trn_cuda_download_async(logits, dlogits, n * (size_t) g->V * 4,
-                                      st));
+        S_TRY(trn_cuda_download_async(logits, kv->dlogits,
+                                      n * (size_t) g->V * 4, st));
     S_TRY(trn_cuda_stream_sync(st));
     if (sp) {
         memcpy(out_tok, kv->hres, n * 4);
         memcpy(out_lp, kv->hres + 4 * kv->sp, n * 4);
     }
-    for (size_t i = 0; i < n; i++)
-        kv->len[slots[i]] += n_new[i];
-    g->have_forward = 0; /* activations now belong to this step */
 out:
-    if (rc != LISA_OK && err && !err->msg[0])
-        s_err(err, "step failed on the device");
-    lisa_free(&big);
+    if (rc != LISA_OK) {
+        (void) trn_cuda_stream_sync(st); /* nothing left reading the mirror */
+        if (err && !err->msg[0])
+            s_err(err, "step failed on the device");
+    }
     return rc;
 }

@@ -147,6 +147,7 @@ s_alloc(const trn_config_t *c, trn_err_t *err)
         s_err(err, "device memset failed");
         goto fail;
     }
+    g->grad_zero = 1;
     return g;
 fail:
     trn_gpu_model_destroy(&g);
@@ -367,6 +368,7 @@ trn_gpu_model_destroy(trn_gpu_model_t **gp)
     trn_cuda_free(&g->wb);
     trn_cuda_free(&g->scalar);
     trn_cuda_free(&g->gshard);
+    trn_cuda_host_free(&g->hstate);
     trn_blas_destroy(&g->blas);
     lisa_free(&g->layers);
     lisa_free(gp);
@@ -635,6 +637,11 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         s_err(err, "backward without a forward");
         return LISA_CONFLICT;
     }
+    if (g->state_off) {
+        s_err(err, "backward with the training state off the device");
+        return LISA_CONFLICT;
+    }
+    g->grad_zero = 0;
     size_t T = g->T, C = (size_t) g->C;
     int Ti = (int) T, H = g->H, Hk = g->Hk, D = g->D, I = g->I;
     float *G = g->grad;
@@ -727,14 +734,18 @@ out:
 lisa_rc_t
 trn_gpu_model_zero_grad(trn_gpu_model_t *g)
 {
+    if (g->state_off)
+        return LISA_CONFLICT;
     if (g->dist) { /* sums still reading the gradient (a skipped step) */
         lisa_rc_t rc = trn_dist_wait(g->dist);
         g->reduced = 0;
         if (rc != LISA_OK)
             return rc;
     }
-    return trn_cuda_memset(g->grad, 0, (g->dist ? g->n_pad : g->n_params) * 4,
-                           NULL);
+    lisa_rc_t rc = trn_cuda_memset(
+        g->grad, 0, (g->dist ? g->n_pad : g->n_params) * 4, NULL);
+    g->grad_zero = rc == LISA_OK;
+    return rc;
 }
 
 lisa_rc_t
@@ -742,6 +753,8 @@ trn_gpu_model_download_grads(trn_gpu_model_t *g, trn_model_t *dst)
 {
     if (trn_model_num_params(dst) != g->n_params)
         return LISA_INVALID;
+    if (g->state_off)
+        return LISA_CONFLICT;
     return trn_cuda_download(trn_model_grads(dst), g->grad, g->n_params * 4);
 }
 
@@ -750,6 +763,8 @@ trn_gpu_model_download_weights(trn_gpu_model_t *g, trn_model_t *dst)
 {
     if (trn_model_num_params(dst) != g->n_params)
         return LISA_INVALID;
+    if (g->state_off)
+        return LISA_CONFLICT;
     if (g->dist) { /* each rank holds only its shard of the fp32 master */
         lisa_rc_t rc = trn_dist_allgather_f32(g->dist, g->w32, g->shard);
         if (rc != LISA_OK)
@@ -783,7 +798,7 @@ lisa_rc_t
 trn_gpu_model_set_dist(trn_gpu_model_t *g, trn_dist_t *d)
 {
     lisa_rc_t rc = LISA_OK;
-    if (!d || g->dist || g->step > 0)
+    if (!d || g->dist || g->step > 0 || g->state_off)
         return LISA_CONFLICT;
     size_t W = (size_t) trn_dist_world(d), P = g->n_params;
     g->shard = (P + W - 1) / W;
@@ -808,6 +823,8 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
                     float eps, float weight_decay, float clip, float *grad_norm)
 {
     lisa_rc_t rc = LISA_OK;
+    if (g->state_off)
+        return LISA_CONFLICT;
     float *grad = g->grad, *w32 = g->w32;
     trn_bf16_t *wb = g->wb;
     size_t n = g->n_params;
@@ -853,6 +870,8 @@ lisa_rc_t
 trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m, float *v)
 {
     lisa_rc_t rc = LISA_OK;
+    if (g->state_off)
+        return LISA_CONFLICT;
     *step = (uint64_t) g->step;
     if (g->dist) { /* gather each rank's shard through the gradient buffer,
                       which the next step zeroes first anyway */
@@ -878,6 +897,8 @@ trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step, const float *m,
                         const float *v)
 {
     lisa_rc_t rc = LISA_OK;
+    if (g->state_off)
+        return LISA_CONFLICT;
     if (g->dist) { /* this rank's shard (the padding past the end stays 0) */
         size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
         size_t k = off < g->n_params ? g->n_params - off : 0;
@@ -903,5 +924,137 @@ trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n)
 {
     if (n)
         *n = g->n_params;
+    if (g->state_off)
+        return NULL;
+    g->grad_zero = 0; /* the caller may write it */
     return g->grad;
+}
+
+/* ---- the training state off the device --------------------------------- */
+
+/* The training state's device arrays and their lengths (floats): the
+ * master weights, the gradient, the moments and, data parallel, the
+ * summed gradient shard. Returns how many. */
+static int
+s_state_arrays(trn_gpu_model_t *g, float ***dev, size_t *n)
+{
+    size_t nw = g->dist ? g->n_pad : g->n_params;
+    size_t nm = g->dist ? g->shard : g->n_params;
+    dev[0] = &g->w32, n[0] = nw;
+    dev[1] = &g->grad, n[1] = nw;
+    dev[2] = &g->m, n[2] = nm;
+    dev[3] = &g->v, n[3] = nm;
+    dev[4] = &g->gshard, n[4] = nm;
+    return g->dist ? 5 : 4;
+}
+
+/* Device -> host, then the device arrays and the activations freed. */
+static lisa_rc_t
+s_state_out(trn_gpu_model_t *g, trn_err_t *err)
+{
+    float **dev[5];
+    size_t n[5], total = 0;
+    int k = s_state_arrays(g, dev, n);
+    for (int i = 0; i < k; i++)
+        total += n[i];
+    if (g->dist && trn_dist_wait(g->dist) != LISA_OK) {
+        s_err(err, "training state: collectives still running failed");
+        return LISA_ERR;
+    }
+    if (!g->hstate || g->hstate_n < total) {
+        trn_cuda_host_free(&g->hstate);
+        g->hstate = trn_cuda_host_alloc(total * 4);
+        g->hstate_n = g->hstate ? total : 0;
+        if (!g->hstate) {
+            s_err(err, "training state: no page-locked host memory for it");
+            return LISA_TOOLARGE;
+        }
+    }
+    /* everything before on the device is done; the copies go back to back
+     * on one stream (the link's one direction), one wait at the end */
+    lisa_rc_t rc = trn_cuda_sync();
+    float *h = g->hstate;
+    for (int i = 0; i < k && rc == LISA_OK; i++) {
+        if (!(i == 1 && g->grad_zero))
+            rc = trn_cuda_download_async(h, *dev[i], n[i] * 4, NULL);
+        h += n[i];
+    }
+    if (rc == LISA_OK)
+        rc = trn_cuda_sync();
+    if (rc != LISA_OK) {
+        s_err(err, "training state: copy to the host failed");
+        return rc;
+    }
+    for (int i = 0; i < k; i++)
+        trn_cuda_free(dev[i]);
+    trn_gpu_model_free_activations(g);
+    g->state_off = 1;
+    return LISA_OK;
+}
+
+/* Host -> device: every array allocated first (none kept when one does
+ * not fit), then the copies back to back, one wait. */
+static lisa_rc_t
+s_state_in(trn_gpu_model_t *g, trn_err_t *err)
+{
+    float **dev[5];
+    size_t n[5];
+    int k = s_state_arrays(g, dev, n);
+    for (int i = 0; i < k; i++) {
+        *dev[i] = trn_cuda_malloc(n[i] * 4);
+        if (!*dev[i]) {
+            for (int j = 0; j <= i; j++)
+                trn_cuda_free(dev[j]);
+            s_err(err, "training state: out of device memory to bring it "
+                       "back (close the KV cache first)");
+            return LISA_TOOLARGE;
+        }
+    }
+    lisa_rc_t rc = LISA_OK;
+    const float *h = g->hstate;
+    for (int i = 0; i < k && rc == LISA_OK; i++) {
+        rc = i == 1 && g->grad_zero
+                 ? trn_cuda_memset(*dev[i], 0, n[i] * 4, NULL)
+                 : trn_cuda_upload_async(*dev[i], h, n[i] * 4, NULL);
+        h += n[i];
+    }
+    if (rc == LISA_OK)
+        rc = trn_cuda_sync();
+    if (rc != LISA_OK) {
+        for (int i = 0; i < k; i++)
+            trn_cuda_free(dev[i]);
+        s_err(err, "training state: copy back to the device failed");
+        return rc;
+    }
+    g->state_off = 0;
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_gpu_model_set_train_state(trn_gpu_model_t *g, int on_device, trn_err_t *err)
+{
+    if (!g) {
+        s_err(err, "training state: no model");
+        return LISA_INVALID;
+    }
+    if ((on_device != 0) == !g->state_off)
+        return LISA_OK;
+    return on_device ? s_state_in(g, err) : s_state_out(g, err);
+}
+
+int
+trn_gpu_model_train_state_on_device(const trn_gpu_model_t *g)
+{
+    return g && !g->state_off;
+}
+
+void
+trn_gpu_model_free_activations(trn_gpu_model_t *g)
+{
+    if (!g)
+        return;
+    (void) trn_cuda_sync(); /* nothing still reading them */
+    s_free_acts(g);
+    g->have_forward = 0;
+    g->logits_kept = 0;
 }

@@ -77,6 +77,14 @@ struct trn_gpu_model {
     size_t T;                         /* tokens of the last forward */
     float inv_temp;
     int have_forward;
+    /* The training state (w32, grad, m, v, gshard) off the device
+     * (trn_gpu_model_set_train_state): its page-locked host copy, kept
+     * allocated for the next time; grad_zero: the gradient is known to be
+     * all zeros (not copied, zeroed on the way back). */
+    int state_off;
+    int grad_zero;
+    float *hstate;
+    size_t hstate_n;
 };
 
 static inline void

@@ -38,38 +38,61 @@
 #define S_WARPS 4
 #define S_MAXE  4 /* dimensions per lane: D <= 128 */
 
+/* Cache row of position p of the sequence in table row sl (rows of a
+ * cache number under 2^31: trn_gpu_kv_new keeps n_blocks * block_size
+ * there). */
+__device__ __forceinline__ size_t
+s_crow(const trn_kv_pages_t &pg, int sl, int p)
+{
+    int b = __ldg(pg.table + (size_t) sl * (size_t) pg.max_blocks +
+                  (size_t) (p >> pg.bshift));
+    return ((size_t) b << pg.bshift) + (size_t) (p & ((1 << pg.bshift) - 1));
+}
+
+/* The same as 32 bits (a register, where a tile's rows are kept). */
+__device__ __forceinline__ uint32_t
+s_crow32(const trn_kv_pages_t &pg, int sl, int p)
+{
+    return (uint32_t) s_crow(pg, sl, p);
+}
+
+/* One warp per token row: its cache row looked up once, the row copied. */
 __global__ void
 s_kv_write(trn_bf16_t *ck, trn_bf16_t *cv, const trn_bf16_t *k,
            const trn_bf16_t *v, int stride, const int32_t *slot,
-           const int32_t *pos, int T, int HkD, int max_len)
+           const int32_t *pos, int T, int HkD, trn_kv_pages_t pg)
 {
-    size_t total = (size_t) T * (size_t) HkD;
-    for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < total;
-         i += (size_t) gridDim.x * blockDim.x) {
-        int t = (int) (i / (size_t) HkD), c = (int) (i % (size_t) HkD);
+    int lane = threadIdx.x & 31;
+    for (int t = (int) ((blockIdx.x * (size_t) blockDim.x + threadIdx.x) >> 5);
+         t < T; t += (int) ((gridDim.x * (size_t) blockDim.x) >> 5)) {
         if (slot[t] < 0)
             continue;
-        size_t dst = ((size_t) slot[t] * (size_t) max_len + (size_t) pos[t]) *
-                         (size_t) HkD +
-                     (size_t) c;
-        ck[dst] = k[(size_t) t * (size_t) stride + (size_t) c];
-        cv[dst] = v[(size_t) t * (size_t) stride + (size_t) c];
+        size_t dst = s_crow(pg, slot[t], pos[t]) * (size_t) HkD;
+        for (int c = lane; c < HkD; c += 32) {
+            ck[dst + c] = k[(size_t) t * (size_t) stride + (size_t) c];
+            cv[dst + c] = v[(size_t) t * (size_t) stride + (size_t) c];
+        }
     }
+}
+
+static bool
+s_pages_ok(const trn_kv_pages_t &pg)
+{
+    return pg.table && pg.max_blocks > 0 && pg.bshift >= 0 && pg.bshift <= 10;
 }
 
 extern "C" lisa_rc_t
 trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v, const trn_bf16_t *k,
                const trn_bf16_t *v, int stride, const int32_t *slot,
-               const int32_t *pos, int T, int HkD, int max_len,
+               const int32_t *pos, int T, int HkD, trn_kv_pages_t pg,
                trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(cache_k && cache_v && k && v && slot && pos && T > 0);
-    TRN_REQUIRE(HkD > 0 && max_len > 0);
-    size_t total = (size_t) T * (size_t) HkD;
-    unsigned blocks =
-        (unsigned) (total / 256 + 1 > 65535 ? 65535 : total / 256 + 1);
+    TRN_REQUIRE(HkD > 0 && s_pages_ok(pg));
+    unsigned blocks = (unsigned) TRN_CEIL_DIV(T, 8);
+    blocks = blocks > 65535u ? 65535u : blocks;
     s_kv_write<<<blocks, 256, 0, trn_stream(s)>>>(
-        cache_k, cache_v, k, v, stride, slot, pos, T, HkD, max_len);
+        cache_k, cache_v, k, v, stride, slot, pos, T, HkD, pg);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
@@ -78,7 +101,7 @@ __global__ void __launch_bounds__(32 * S_WARPS)
     s_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                   const trn_bf16_t *ck, const trn_bf16_t *cv,
                   const int32_t *slot, const int32_t *pos, int H, int Hk, int D,
-                  int max_len, float scale)
+                  trn_kv_pages_t pg, float scale)
 {
     __shared__ float sm_m[S_WARPS], sm_l[S_WARPS];
     __shared__ float sm_o[S_WARPS][S_MAXE * 32];
@@ -99,12 +122,12 @@ __global__ void __launch_bounds__(32 * S_WARPS)
         qv[e] = d < D ? trn_ld(qr + d) : 0.0f;
         acc[e] = 0.0f;
     }
-    int HkD = Hk * D;
-    size_t base =
-        (size_t) slot[t] * (size_t) max_len * (size_t) HkD + (size_t) hk * D;
+    int HkD = Hk * D, sl = slot[t];
+    size_t base = (size_t) hk * D;
     float m = -INFINITY, l = 0.0f;
     for (int j = warp; j <= pos[t]; j += S_WARPS) {
-        const trn_bf16_t *kr = ck + base + (size_t) j * (size_t) HkD;
+        size_t row = s_crow(pg, sl, j) * (size_t) HkD;
+        const trn_bf16_t *kr = ck + base + row;
         float sdot = 0.0f;
 #pragma unroll
         for (int e = 0; e < S_MAXE; e++) {
@@ -116,7 +139,7 @@ __global__ void __launch_bounds__(32 * S_WARPS)
         float mn = fmaxf(m, sdot);
         float a = expf(m - mn), p = expf(sdot - mn);
         l = l * a + p;
-        const trn_bf16_t *vr = cv + base + (size_t) j * (size_t) HkD;
+        const trn_bf16_t *vr = cv + base + row;
 #pragma unroll
         for (int e = 0; e < S_MAXE; e++) {
             int d = lane + 32 * e;
@@ -207,7 +230,7 @@ __global__ void __launch_bounds__(32 * S_PREP_WARPS)
     s_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *qw,
               const trn_bf16_t *kw, trn_bf16_t *ck, trn_bf16_t *cv,
               const int32_t *slot, const int32_t *pos, int T, int H, int Hk,
-              int D, int max_len, float eps, float theta)
+              int D, trn_kv_pages_t pg, float eps, float theta)
 {
     __shared__ float sbuf[S_PREP_WARPS][S_PREP_MAXD];
     trn_pdl_enter();
@@ -226,8 +249,7 @@ __global__ void __launch_bounds__(32 * S_PREP_WARPS)
     }
     size_t HkD = (size_t) Hk * (size_t) D;
     int kh = hh - H;
-    size_t at =
-        ((size_t) sl * (size_t) max_len + (size_t) p) * HkD + (size_t) kh * D;
+    size_t at = s_crow(pg, sl, p) * HkD + (size_t) kh * D;
     /* keys into the cache, and in place too, for the prefill kernel */
     s_prep_head(src, kw, sbuf[warp], D, p, eps, theta, ck + at, src, lane);
     const trn_bf16_t *vs =
@@ -240,17 +262,18 @@ extern "C" lisa_rc_t
 trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
               const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
               trn_bf16_t *cache_v, const int32_t *slot, const int32_t *pos,
-              int T, int H, int Hk, int D, int max_len, float eps, float theta,
-              trn_cuda_stream_t *s)
+              int T, int H, int Hk, int D, trn_kv_pages_t pg, float eps,
+              float theta, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(qkv && q_norm && k_norm && cache_k && cache_v && slot && pos);
     TRN_REQUIRE(T > 0 && H > 0 && Hk > 0 && D > 0 && D % 2 == 0);
-    TRN_REQUIRE(D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D && max_len > 0);
+    TRN_REQUIRE(D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D &&
+                s_pages_ok(pg));
     int rows = T * (H + Hk);
     TRN_CUDA_TRY(trn_launch_pdl(
         s_qk_prep, dim3((unsigned) TRN_CEIL_DIV(rows, S_PREP_WARPS)),
         dim3(32 * S_PREP_WARPS), 0, trn_stream(s), qkv, stride, q_norm, k_norm,
-        cache_k, cache_v, slot, pos, T, H, Hk, D, max_len, eps, theta));
+        cache_k, cache_v, slot, pos, T, H, Hk, D, pg, eps, theta));
     return LISA_OK;
 }
 
@@ -341,9 +364,9 @@ template <int D, int G, bool PREP, int NW>
 __global__ void __launch_bounds__(32 * NW)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                    trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
-                   const int32_t *pos, int H, int Hk, int max_len, float scale,
-                   const trn_bf16_t *qw, const trn_bf16_t *kw, float eps,
-                   float theta)
+                   const int32_t *pos, int H, int Hk, trn_kv_pages_t pg,
+                   float scale, const trn_bf16_t *qw, const trn_bf16_t *kw,
+                   float eps, float theta)
 {
     constexpr int S_GQ_THREADS = 32 * NW, S_GM_TP = 16 * NW;
     constexpr int LD = D + 8, KS = D / 16, NT = D / 8, TE = S_GM_TP * LD;
@@ -364,19 +387,29 @@ __global__ void __launch_bounds__(32 * NW)
     int j1 = min(n, j0 + per * S_GQ_TP);
     int nt = j1 > j0 ? (j1 - j0 + S_GM_TP - 1) / S_GM_TP : 0;
     size_t HkD = (size_t) Hk * D;
-    size_t base =
-        (size_t) (sl < 0 ? 0 : sl) * (size_t) max_len * HkD + (size_t) hk * D;
+    size_t base = (size_t) hk * D;
     /* tile i's copies; rows past j1 are zero-filled (a zero probability
-     * times a stale value could be NaN) */
+     * times a stale value could be NaN). A thread copies D / 16 chunks of
+     * 16 bytes, each of another row: the rows' table look-ups first (all
+     * in flight at once), then the copies. */
     auto issue = [&](int i) {
         if (i < nt) {
+            constexpr int CPT = S_GM_TP * (D / 8) / S_GQ_THREADS;
+            static_assert(CPT * S_GQ_THREADS == S_GM_TP * (D / 8), "copies");
             __nv_bfloat16 *sk = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
             int jt = j0 + i * S_GM_TP;
-            for (int c = threadIdx.x; c < S_GM_TP * (D / 8);
-                 c += S_GQ_THREADS) {
+            uint32_t row[CPT];
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                int p = (threadIdx.x + k * S_GQ_THREADS) / (D / 8);
+                row[k] = jt + p < j1 ? s_crow32(pg, sl, jt + p) : 0u;
+            }
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                int c = threadIdx.x + k * S_GQ_THREADS;
                 int p = c / (D / 8), e = (c % (D / 8)) * 8;
                 bool ok = jt + p < j1;
-                size_t off = base + (size_t) (ok ? jt + p : j0) * HkD + e;
+                size_t off = base + e + (size_t) row[k] * HkD;
                 trn_cp16(sk + p * LD + e, ck + off, ok);
                 trn_cp16(sk + TE + p * LD + e, cv + off, ok);
             }
@@ -394,8 +427,7 @@ __global__ void __launch_bounds__(32 * NW)
     const bool own = PREP && sl >= 0 && pnew >= j0 && pnew < j1;
     if (PREP && sl >= 0) {
         const trn_bf16_t *row = q + (size_t) t * (size_t) stride;
-        size_t at = (size_t) sl * (size_t) max_len * HkD + (size_t) pnew * HkD +
-                    (size_t) hk * D;
+        size_t at = s_crow(pg, sl, pnew) * HkD + (size_t) hk * D;
         for (int h = warp; h <= G; h += NW) {
             if (h < G)
                 s_prep_head(row + (size_t) (hk * G + h) * D, qw, sbuf[warp], D,
@@ -584,8 +616,8 @@ template <int D, int G, int NW>
 static lisa_rc_t
 s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
           int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
-          const int32_t *pos, int H, int Hk, int max_len, const s_prep_t *prep,
-          cudaStream_t st)
+          const int32_t *pos, int H, int Hk, trn_kv_pages_t pg,
+          const s_prep_t *prep, cudaStream_t st)
 {
     /* the key/value tiles take more shared memory than a block gets
      * unasked */
@@ -608,8 +640,8 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
     TRN_CUDA_TRY(trn_launch_pdl(
         prep ? s_attn_gqa_mma<D, G, true, NW> : s_attn_gqa_mma<D, G, false, NW>,
         grid, dim3(32 * NW), (size_t) smem, st, o, part, q, stride, ck, cv,
-        slot, pos, H, Hk, max_len, 1.0f / sqrtf((float) D), pp->qw, pp->kw,
-        pp->eps, pp->theta));
+        slot, pos, H, Hk, pg, 1.0f / sqrtf((float) D), pp->qw, pp->kw, pp->eps,
+        pp->theta));
     return LISA_OK;
 }
 
@@ -626,8 +658,8 @@ template <int D, int G>
 static lisa_rc_t
 s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
              trn_bf16_t *cv, const int32_t *slot, const int32_t *pos, int T,
-             int H, int Hk, int max_len, float *scratch, size_t scratch_floats,
-             const s_prep_t *prep, cudaStream_t st)
+             int H, int Hk, trn_kv_pages_t pg, float *scratch,
+             size_t scratch_floats, const s_prep_t *prep, cudaStream_t st)
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
     long blocks = (long) T * Hk, want = 2L * s_sm_count();
@@ -635,7 +667,9 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
     int nsplit = 1;
     if (scratch && few) {
         nsplit = (int) ((want + blocks - 1) / blocks);
-        int tiles = (max_len + S_GQ_TP - 1) / S_GQ_TP;
+        /* the longest a sequence can be: the table's reach */
+        long reach = (long) pg.max_blocks << pg.bshift;
+        int tiles = (int) ((reach + S_GQ_TP - 1) / S_GQ_TP);
         nsplit = nsplit > tiles ? tiles : nsplit;
         nsplit = nsplit > S_GQ_SPLITS ? S_GQ_SPLITS : nsplit;
         while (nsplit > 1 &&
@@ -648,11 +682,10 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
      * ones fit a multiprocessor's shared memory, so a batch of 64 tokens'
      * 512 blocks would take two rounds; six of the narrow ones fit */
     float *part = nsplit > 1 ? scratch : NULL;
-    lisa_rc_t rc =
-        few ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv, slot, pos, H,
-                                 Hk, max_len, prep, st)
-            : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv, slot, pos, H,
-                                 Hk, max_len, prep, st);
+    lisa_rc_t rc = few ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv,
+                                            slot, pos, H, Hk, pg, prep, st)
+                       : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv,
+                                            slot, pos, H, Hk, pg, prep, st);
     if (rc != LISA_OK)
         return rc;
     if (nsplit > 1)
@@ -664,8 +697,8 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
 
 typedef lisa_rc_t (*s_gqa_fn)(trn_bf16_t *, const trn_bf16_t *, int,
                               trn_bf16_t *, trn_bf16_t *, const int32_t *,
-                              const int32_t *, int, int, int, int, float *,
-                              size_t, const s_prep_t *, cudaStream_t);
+                              const int32_t *, int, int, int, trn_kv_pages_t,
+                              float *, size_t, const s_prep_t *, cudaStream_t);
 
 /* The grouped kernel's launcher for head_dim D and G query heads per KV
  * head (1, 2, 4 or 8), or NULL for another G. */
@@ -705,20 +738,21 @@ extern "C" lisa_rc_t
 trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                   const trn_bf16_t *cache_k, const trn_bf16_t *cache_v,
                   const int32_t *slot, const int32_t *pos, int T, int H, int Hk,
-                  int D, int max_len, float *scratch, size_t scratch_floats,
-                  trn_cuda_stream_t *s)
+                  int D, trn_kv_pages_t pg, float *scratch,
+                  size_t scratch_floats, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(o && q && cache_k && cache_v && slot && pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D <= 32 * S_MAXE);
+    TRN_REQUIRE(s_pages_ok(pg));
     cudaStream_t st = trn_stream(s);
     s_gqa_fn f = s_gqa_for(stride, H, Hk, D);
     if (f)
         return f(o, q, stride, const_cast<trn_bf16_t *>(cache_k),
-                 const_cast<trn_bf16_t *>(cache_v), slot, pos, T, H, Hk,
-                 max_len, scratch, scratch_floats, NULL, st);
+                 const_cast<trn_bf16_t *>(cache_v), slot, pos, T, H, Hk, pg,
+                 scratch, scratch_floats, NULL, st);
     dim3 grid((unsigned) T, (unsigned) H);
     s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,
-                                                 slot, pos, H, Hk, D, max_len,
+                                                 slot, pos, H, Hk, D, pg,
                                                  1.0f / sqrtf((float) D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
@@ -729,27 +763,28 @@ trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
                        const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
                        trn_bf16_t *cache_k, trn_bf16_t *cache_v,
                        const int32_t *slot, const int32_t *pos, int T, int H,
-                       int Hk, int D, int max_len, float eps, float theta,
+                       int Hk, int D, trn_kv_pages_t pg, float eps, float theta,
                        float *scratch, size_t scratch_floats,
                        trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(o && qkv && q_norm && k_norm && cache_k && cache_v && slot &&
                 pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D % 2 == 0 &&
-                D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D && max_len > 0);
+                D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D &&
+                s_pages_ok(pg));
     s_gqa_fn f = s_gqa_few(T, Hk) ? s_gqa_for(stride, H, Hk, D) : NULL;
     if (!f) { /* the two kernels (q|k|v written back) */
         lisa_rc_t rc = trn_k_qk_prep(const_cast<trn_bf16_t *>(qkv), stride,
                                      q_norm, k_norm, cache_k, cache_v, slot,
-                                     pos, T, H, Hk, D, max_len, eps, theta, s);
+                                     pos, T, H, Hk, D, pg, eps, theta, s);
         if (rc != LISA_OK)
             return rc;
         return trn_k_attn_decode(o, qkv, stride, cache_k, cache_v, slot, pos, T,
-                                 H, Hk, D, max_len, scratch, scratch_floats, s);
+                                 H, Hk, D, pg, scratch, scratch_floats, s);
     }
     s_prep_t prep = {q_norm, k_norm, eps, theta};
-    return f(o, qkv, stride, cache_k, cache_v, slot, pos, T, H, Hk, max_len,
-             scratch, scratch_floats, &prep, trn_stream(s));
+    return f(o, qkv, stride, cache_k, cache_v, slot, pos, T, H, Hk, pg, scratch,
+             scratch_floats, &prep, trn_stream(s));
 }
 
 /* ---- sampling ---------------------------------------------------------- */

@@ -259,13 +259,26 @@ lisa_rc_t trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s);
 
 /* --- generation ----------------------------------------------------------- */
 
+/* Where a paged KV cache keeps a sequence's positions: the cache (per
+ * layer, keys and values each) is n_blocks * block_size rows of Hk*D bf16
+ * values; position p of the sequence in table row `slot` is cache row
+ * table[slot * max_blocks + (p >> bshift)] * block_size + (p & (block_size
+ * - 1)), block_size = 1 << bshift. `table` is on the device; a kernel reads
+ * only the entries of positions it touches. */
+typedef struct {
+    const int32_t *table; /* [rows, max_blocks] block ids */
+    int max_blocks;       /* entries a row */
+    int bshift;           /* log2 of the block size */
+} trn_kv_pages_t;
+
 /* Writes the k and v rows of T new tokens (k at k + t*stride, v likewise,
- * Hk*D values each) into the caches at [slot[t]][pos[t]]; cache rows are
- * Hk*D values, max_len per slot. Rows with slot[t] < 0 are skipped. */
+ * Hk*D values each) into the caches at position pos[t] of the sequence in
+ * table row slot[t] (see trn_kv_pages_t). Rows with slot[t] < 0 are
+ * skipped. */
 lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
                          const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                          const int32_t *slot, const int32_t *pos, int T,
-                         int HkD, int max_len, trn_cuda_stream_t *s);
+                         int HkD, trn_kv_pages_t pg, trn_cuda_stream_t *s);
 /* The new tokens' side of a decode layer in one pass over the fused q|k|v
  * rows (row t at qkv + t*stride: H query heads, then Hk key heads, then Hk
  * value heads, D values each): Qwen3's per-head RMSNorm (weights q_norm,
@@ -277,20 +290,21 @@ lisa_rc_t trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
                         const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
                         trn_bf16_t *cache_v, const int32_t *slot,
                         const int32_t *pos, int T, int H, int Hk, int D,
-                        int max_len, float eps, float theta,
+                        trn_kv_pages_t pg, float eps, float theta,
                         trn_cuda_stream_t *s);
-/* Attention of T new tokens (q rows at q + t*stride) over their slot's
- * cache positions 0..pos[t]; o is [T, H*D]; rows with slot[t] < 0 give
- * zeros. `scratch` (scratch_floats floats, may be NULL) lets few tokens
- * split their positions over several blocks; the split count depends only
- * on T, the shape, max_len and the scratch size, so a recorded launch
- * stays valid as the caches grow. */
+/* Attention of T new tokens (q rows at q + t*stride) over positions
+ * 0..pos[t] of their sequence (table row slot[t]); o is [T, H*D]; rows
+ * with slot[t] < 0 give zeros. `scratch` (scratch_floats floats, may be
+ * NULL) lets few tokens split their positions over several blocks; the
+ * split count depends only on T, the shape, max_blocks << bshift and the
+ * scratch size, so a recorded launch stays valid as sequences grow and
+ * their tables change (the table's address must stay). */
 lisa_rc_t trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                             const trn_bf16_t *cache_k,
                             const trn_bf16_t *cache_v, const int32_t *slot,
                             const int32_t *pos, int T, int H, int Hk, int D,
-                            int max_len, float *scratch, size_t scratch_floats,
-                            trn_cuda_stream_t *s);
+                            trn_kv_pages_t pg, float *scratch,
+                            size_t scratch_floats, trn_cuda_stream_t *s);
 /* trn_k_qk_prep and trn_k_attn_decode in one kernel, for a step in which
  * every sequence (slot) has exactly one new token: the same results, the
  * new keys and values in the cache, but q|k|v is only read (its queries
@@ -303,9 +317,29 @@ lisa_rc_t trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv,
                                  const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
                                  trn_bf16_t *cache_v, const int32_t *slot,
                                  const int32_t *pos, int T, int H, int Hk,
-                                 int D, int max_len, float eps, float theta,
-                                 float *scratch, size_t scratch_floats,
-                                 trn_cuda_stream_t *s);
+                                 int D, trn_kv_pages_t pg, float eps,
+                                 float theta, float *scratch,
+                                 size_t scratch_floats, trn_cuda_stream_t *s);
+/* A query tile of the paged prefill: `rows` (1..128) packed rows from
+ * row0, consecutive new tokens of the sequence in table row `slot`, the
+ * first at position p0 (0 for a fresh prompt, the cached prefix's length
+ * for the first tile of a chunk after it). */
+typedef struct {
+    int32_t row0, rows, slot, p0;
+} trn_prefill_tile_t;
+#define TRN_PREFILL_TILE_ROWS 128
+/* Causal attention of prompt tokens over their sequences' caches (the new
+ * tokens' keys and values already written by trn_k_qk_prep): for each of
+ * the ntiles tiles (device array), the queries of its rows (q + row *
+ * stride + h*D) attend to positions 0..p0+r of its sequence, read through
+ * the table. o is [rows, H*D] at the same packed rows. Tiles run in the
+ * order given (put the longest first). head_dim 64 or 128 (and 16, 32),
+ * H % Hk == 0, stride % 8 == 0, q 16-byte aligned. */
+lisa_rc_t trn_k_attn_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+                             const trn_bf16_t *cache_k,
+                             const trn_bf16_t *cache_v, trn_kv_pages_t pg,
+                             const trn_prefill_tile_t *tiles, int ntiles, int H,
+                             int Hk, int D, trn_cuda_stream_t *s);
 /* Floats of scratch that let trn_k_attn_decode split as far as it would. */
 size_t trn_k_attn_decode_scratch(int H, int Hk, int D);
 /* out[i,:] = in[idx[i],:] for n rows of C bf16 values. */

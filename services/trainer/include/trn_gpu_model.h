@@ -170,7 +170,30 @@ lisa_rc_t trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
                              trn_err_t *err) LISA_NODISCARD;
 
 /* Device pointers to the fp32 gradient array and its length, for
- * collective reductions across ranks. */
+ * collective reductions across ranks (NULL while the training state is
+ * off the device). */
 float *trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n);
+
+/* --- training state ------------------------------------------------------
+ * Where the training state lives: the fp32 master weights, the gradients
+ * and the AdamW moments (each rank's shard of them when data parallel).
+ * on_device 0 copies them to page-locked host memory (kept allocated for
+ * the next time) and frees their device memory, and frees the training
+ * activations too; 1 allocates them again and copies them back (a
+ * gradient known to be zero is not copied, only zeroed). Either way is
+ * idempotent and leaves every value bit for bit as it was; the bf16
+ * working weights stay on the device throughout, so forwards (training
+ * forwards too) and generation run in both phases. While the state is off
+ * the device, backward, zero_grad, adamw, the optimizer state's get/set,
+ * the weights' and gradients' downloads and set_dist return
+ * LISA_CONFLICT. LISA_TOOLARGE when bringing it back does not fit (the
+ * state stays on the host). */
+lisa_rc_t trn_gpu_model_set_train_state(trn_gpu_model_t *g, int on_device,
+                                        trn_err_t *err) LISA_NODISCARD;
+/* Whether the training state is on the device. */
+int trn_gpu_model_train_state_on_device(const trn_gpu_model_t *g);
+/* Frees the training activations (the next forward makes them again):
+ * for the generation phase, whose KV cache takes the memory. */
+void trn_gpu_model_free_activations(trn_gpu_model_t *g);
 
 #endif
