@@ -232,3 +232,42 @@ def test_reward_worker_protocol_errors(broker, client):
     time.sleep(0.1)
     assert stats(client).workers == 0
     s.close(0)
+
+
+def test_query_final_attempt_returns_only_current_attempts(broker, client):
+    """One QueryReq for a batch: with final_attempt each rollout's current
+    attempt and its spans only (a retried rollout's first attempt is left
+    out; a rollout never claimed has neither); without it, all of them."""
+    a, b = enqueue(client, [task("a"), task("b")])
+    c, = enqueue(client, [task("c")], run="never-claimed")
+    rids = [a, b, c]
+    assert len(claim(client, capacity=10, run="run-1")) == 2
+
+    def span(rid, attempt, seq, tok):
+        return pb.Span(rollout_id=rid, attempt=attempt, seq=seq,
+                       prev_seq=seq - 1, appended_ids=[tok], response_ids=[tok + 1],
+                       response_logprobs=[-0.5])
+
+    client.ok("span_put", pb.SpanPutReq(spans=[span(a, 1, 0, 10), span(a, 1, 1, 12),
+                                               span(b, 1, 0, 20)]))
+    assert client.ok("attempt_fail", pb.AttemptFailReq(
+        rollout_id=a, attempt=1, kind=pb.FAILURE_INFRA, reason="flaky")).retried
+    end = time.time() + 3
+    got = []
+    while time.time() < end and not any(x.rollout.rollout_id == a for x in got):
+        got = claim(client, capacity=10, run="run-1")
+        time.sleep(0.02)
+    assert [(x.rollout.rollout_id, x.attempt) for x in got] == [(a, 2)]
+    client.ok("span_put", pb.SpanPutReq(spans=[span(a, 2, 0, 30)]))
+    q = client.ok("query", pb.QueryReq(rollout_ids=rids, with_spans=True,
+                                       with_attempts=True, final_attempt=True))
+    assert [r.rollout_id for r in q.rollouts] == rids
+    assert sorted((x.rollout_id, x.attempt) for x in q.attempts) == sorted([(a, 2), (b, 1)])
+    assert sorted((s.rollout_id, s.attempt, s.seq) for s in q.spans) == \
+        sorted([(a, 2, 0), (b, 1, 0)])
+    assert [list(s.appended_ids) for s in q.spans if s.rollout_id == a] == [[30]]
+    everything = client.ok("query", pb.QueryReq(rollout_ids=rids, with_spans=True,
+                                                with_attempts=True))
+    assert sorted((x.rollout_id, x.attempt) for x in everything.attempts) == \
+        sorted([(a, 1), (a, 2), (b, 1)])
+    assert len(everything.spans) == 4
