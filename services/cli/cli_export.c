@@ -8,100 +8,71 @@
  * returned in the same reply).
  *
  * Spans are stored linearly (each span holds only the ids appended since
- * the span it continues), so the sequences are rebuilt here: a span's
- * sequence is its parent's sequence, then its appended ids (mask 0), then
- * its response ids (mask 1). Every span no other span continues is the end
- * of one sequence (normally one per segment).
+ * the span it continues), so the sequences are rebuilt, by lisa_spanseq,
+ * the builder the trainer uses: a span's sequence is its parent's
+ * sequence, then its appended ids (mask 0), then its response ids (mask
+ * 1); every span no other span continues ends one sequence (normally one
+ * per segment). Spans that do not form whole chains (a gap, a prev_seq
+ * naming no earlier span, a prompt_len the chain contradicts) are what
+ * the trainer refuses: such a rollout is written without sequences, with
+ * the reason in "sequence_error", and counted on stderr.
  */
 #include "cli.h"
 #include "cli_broker.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_spanseq.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    uint32_t *ids;
-    uint8_t *mask;
-    float *lp;
-    size_t n;
-    size_t prompt_len; /* length before the first sampled token */
-} s_seq_t;
+/* Longest sequence exported (tokens). */
+#define S_MAX_TOKENS (16u * 1024u * 1024u)
 
-static void
-s_append(s_seq_t *q, const uint32_t *ids, const float *lp, size_t n,
-         uint8_t mask)
-{
-    q->ids = lisa_realloc(q->ids, (q->n + n + 1) * sizeof *q->ids);
-    q->mask = lisa_realloc(q->mask, (q->n + n + 1) * sizeof *q->mask);
-    q->lp = lisa_realloc(q->lp, (q->n + n + 1) * sizeof *q->lp);
-    for (size_t i = 0; i < n; i++) {
-        q->ids[q->n + i] = ids[i];
-        q->mask[q->n + i] = mask;
-        q->lp[q->n + i] = lp ? lp[i] : 0.0f;
-    }
-    q->n += n;
-}
-
+/* The sequences of one final attempt as JSON, built by lisa_spanseq (the
+ * trainer's builder): spans that do not form whole chains give no
+ * sequences and a reason in *why (the caller reports it). */
 static json_t *
-s_sequences(const Lisa__Span *const *spans, size_t n)
+s_sequences(Lisa__Span *const *spans, size_t n, size_t expected, char *why,
+            size_t whylen)
 {
     json_t *out = json_array();
-    s_seq_t *seqs = lisa_calloc(n + 1, sizeof *seqs);
-    bool *parent = lisa_calloc(n + 1, sizeof *parent);
-    for (size_t i = 0; i < n; i++) {
-        const Lisa__Span *s = spans[i];
-        if (s->prev_seq >= 0) {
-            for (size_t k = 0; k < i; k++)
-                if (spans[k]->seq == (uint32_t) s->prev_seq) {
-                    s_append(&seqs[i], seqs[k].ids, seqs[k].lp, seqs[k].n, 0);
-                    memcpy(seqs[i].mask, seqs[k].mask, seqs[k].n);
-                    seqs[i].prompt_len = seqs[k].prompt_len;
-                    parent[k] = true;
-                    break;
-                }
+    lisa_spanseqs_t seqs = {0};
+    why[0] = '\0';
+    if (n == 0)
+        return out;
+    if (lisa_spanseq_build(spans, n, expected, S_MAX_TOKENS, &seqs, why,
+                           whylen) != LISA_OK)
+        return out;
+    for (size_t i = 0; i < seqs.n; i++) {
+        const lisa_spanseq_t *q = &seqs.seqs[i];
+        json_t *ids = json_array(), *mask = json_array(), *lp = json_array();
+        for (size_t k = 0; k < q->len; k++) {
+            json_array_append_new(ids, json_integer(q->tokens[k]));
+            json_array_append_new(mask, json_integer(q->mask[k]));
+            json_array_append_new(lp, json_real(q->logp[k]));
         }
-        s_append(&seqs[i], s->appended_ids, NULL, s->n_appended_ids, 0);
-        if (s->prev_seq < 0)
-            seqs[i].prompt_len = seqs[i].n;
-        s_append(&seqs[i], s->response_ids, s->response_logprobs,
-                 s->n_response_ids, 1);
+        json_array_append_new(
+            out,
+            json_pack("{s:i, s:i, s:I, s:o, s:o, s:o}", "segment",
+                      (int) q->segment, "last_seq", (int) q->last_seq,
+                      "prompt_len", (json_int_t) q->prompt_len, "token_ids",
+                      ids, "loss_mask", mask, "logprobs", lp));
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!parent[i]) {
-            json_t *ids = json_array(), *mask = json_array(),
-                   *lp = json_array();
-            for (size_t k = 0; k < seqs[i].n; k++) {
-                json_array_append_new(ids, json_integer(seqs[i].ids[k]));
-                json_array_append_new(mask, json_integer(seqs[i].mask[k]));
-                json_array_append_new(lp, json_real(seqs[i].lp[k]));
-            }
-            json_array_append_new(
-                out, json_pack("{s:i, s:i, s:I, s:o, s:o, s:o}", "segment",
-                               (int) spans[i]->segment, "last_seq",
-                               (int) spans[i]->seq, "prompt_len",
-                               (json_int_t) seqs[i].prompt_len, "token_ids",
-                               ids, "loss_mask", mask, "logprobs", lp));
-        }
-        lisa_free(&seqs[i].ids);
-        lisa_free(&seqs[i].mask);
-        lisa_free(&seqs[i].lp);
-    }
-    lisa_free(&seqs);
-    lisa_free(&parent);
+    lisa_spanseq_free(&seqs);
     return out;
 }
 
 /* Writes one rollout's object: a line of its own, or (as_array) an
- * element of the array whose brackets the caller writes. */
-static void
+ * element of the array whose brackets the caller writes. false: its
+ * spans gave no sequences (the object says why in "sequence_error"). */
+static bool
 s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r,
        bool as_array, size_t index)
 {
     json_t *j = cli_rollout_json(r);
-    const Lisa__Span **spans = lisa_calloc(ex->n_spans + 1, sizeof *spans);
-    size_t n = 0;
+    Lisa__Span **spans = lisa_calloc(ex->n_spans + 1, sizeof *spans);
+    size_t n = 0, expected = 0;
     for (size_t i = 0; i < ex->n_spans; i++)
         if (strcmp(ex->spans[i]->rollout_id, r->rollout_id) == 0 &&
             ex->spans[i]->attempt == r->attempts)
@@ -113,11 +84,23 @@ s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r,
                                                    : json_null());
     for (size_t i = 0; i < ex->n_attempts; i++)
         if (strcmp(ex->attempts[i]->rollout_id, r->rollout_id) == 0 &&
-            ex->attempts[i]->attempt == r->attempts && ex->attempts[i]->result)
-            json_object_set_new(j, "answer",
-                                json_string(ex->attempts[i]->result->answer));
-    json_object_set_new(j, "sequences", s_sequences(spans, n));
+            ex->attempts[i]->attempt == r->attempts) {
+            expected = ex->attempts[i]->span_count;
+            if (ex->attempts[i]->result)
+                json_object_set_new(
+                    j, "answer", json_string(ex->attempts[i]->result->answer));
+        }
+    char why[256];
+    json_object_set_new(j, "sequences",
+                        s_sequences(spans, n, expected, why, sizeof why));
     lisa_free(&spans);
+    if (why[0]) {
+        json_object_set_new(j, "sequence_error", json_string(why));
+        fprintf(stderr,
+                "lisa export: rollout %s attempt %u: %s; exported "
+                "without sequences\n",
+                r->rollout_id, r->attempts, why);
+    }
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     if (as_array)
         fprintf(f, "%s%s", index ? ",\n" : "\n", s);
@@ -125,6 +108,7 @@ s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r,
         fprintf(f, "%s\n", s);
     free(s);
     json_decref(j);
+    return why[0] == '\0';
 }
 
 int
@@ -166,7 +150,7 @@ cli_export(int argc, char **argv)
         return 1;
     }
     char after[256] = "";
-    size_t total = 0;
+    size_t total = 0, broken = 0;
     int code = 0;
     if (as_array)
         fputc('[', f);
@@ -184,8 +168,8 @@ cli_export(int argc, char **argv)
         if (code)
             break;
         for (size_t i = 0; i < rep->export->n_rollouts; i++)
-            s_emit(f, rep->export, rep->export->rollouts[i], as_array,
-                   total + i);
+            broken += !s_emit(f, rep->export, rep->export->rollouts[i],
+                              as_array, total + i);
         total += rep->export->n_rollouts;
         snprintf(after, sizeof after, "%s", rep->export->next_after);
         lisa_rpc_reply_free(&rep);
@@ -196,8 +180,14 @@ cli_export(int argc, char **argv)
         code = 1;
     if (outpath)
         fclose(f);
-    fprintf(stderr, "lisa export: %zu finished rollouts%s\n", total,
+    fprintf(stderr, "lisa export: %zu finished rollouts%s", total,
             prune ? " exported and pruned" : "");
+    if (broken)
+        fprintf(stderr,
+                "; %zu without sequences (their spans do not form "
+                "whole chains)",
+                broken);
+    fputc('\n', stderr);
     lisa_rpc_destroy(&rpc);
     return code;
 }

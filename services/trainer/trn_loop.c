@@ -22,6 +22,7 @@
 
 #define S_WAIT_CHUNK_MS 5000u /* one WaitReq */
 #define S_VAL_CHUNK     64u   /* validation prompts per enqueue */
+#define S_SPAN_CHUNK    32u   /* rollouts whose spans one QueryReq fetches */
 
 /* One rollout of a step. */
 typedef struct {
@@ -344,40 +345,26 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
     return rc;
 }
 
-/* Fetches the final attempt's spans of a rollout and builds its
- * sequences. LISA_INVALID (logged) leaves it without sequences. */
-static lisa_rc_t
-s_spans(s_loop_t *L, s_ro_t *ro)
+/* Builds the sequences of rollout ro from a query reply holding its
+ * final attempt and spans (among others'). A rollout whose spans do not
+ * build is left without sequences (logged). */
+static void
+s_build(s_ro_t *ro, const Lisa__QueryRep *qr)
 {
-    Lisa__QueryReq q = LISA__QUERY_REQ__INIT;
-    char *ids[1] = {ro->id};
-    q.rollout_ids = ids;
-    q.n_rollout_ids = 1;
-    q.with_spans = true;
-    q.with_attempts = true;
-    Lisa__Request req = LISA__REQUEST__INIT;
-    req.body_case = LISA__REQUEST__BODY_QUERY;
-    req.query = &q;
-    Lisa__Reply *rep = NULL;
-    lisa_rc_t rc = s_call(L, &req, L->c->rpc_timeout_ms, &rep, "QueryReq");
-    if (rc != LISA_OK)
-        return rc;
-    Lisa__QueryRep *qr = rep->query;
     size_t expected = 0, n = 0;
-    Lisa__Span **sp = NULL;
-    for (size_t i = 0; qr && i < qr->n_attempts; i++)
-        if (qr->attempts[i]->attempt == ro->attempt) {
+    for (size_t i = 0; i < qr->n_attempts; i++)
+        if (qr->attempts[i]->attempt == ro->attempt &&
+            strcmp(qr->attempts[i]->rollout_id, ro->id) == 0) {
             const Lisa__AttemptResult *res = qr->attempts[i]->result;
             expected = qr->attempts[i]->span_count;
             ro->overlong = res && (strcmp(res->end_reason, "turn_limit") == 0 ||
                                    strcmp(res->end_reason, "context") == 0);
         }
-    if (qr && qr->n_spans) {
-        sp = lisa_calloc(qr->n_spans, sizeof *sp);
-        for (size_t i = 0; i < qr->n_spans; i++)
-            if (qr->spans[i]->attempt == ro->attempt)
-                sp[n++] = qr->spans[i];
-    }
+    Lisa__Span **sp = lisa_calloc(qr->n_spans + 1, sizeof *sp);
+    for (size_t i = 0; i < qr->n_spans; i++)
+        if (qr->spans[i]->attempt == ro->attempt &&
+            strcmp(qr->spans[i]->rollout_id, ro->id) == 0)
+            sp[n++] = qr->spans[i];
     char why[256];
     if (n == 0) {
         lisa_log_warn("loop: rollout %s attempt %u has no spans", ro->id,
@@ -397,8 +384,47 @@ s_spans(s_loop_t *L, s_ro_t *ro)
             break;
         }
     lisa_free(&sp);
-    lisa_rpc_reply_free(&rep);
-    return LISA_OK;
+}
+
+/* Fetches the final attempts' spans of the batch's rollouts (those with
+ * an attempt), S_SPAN_CHUNK rollouts per QueryReq (final_attempt: the
+ * broker returns nothing of earlier attempts), and builds their
+ * sequences. */
+static lisa_rc_t
+s_spans(s_loop_t *L, s_ro_t *ros, size_t nr)
+{
+    char **ids = lisa_calloc(S_SPAN_CHUNK, sizeof *ids);
+    s_ro_t **of = lisa_calloc(S_SPAN_CHUNK, sizeof *of);
+    lisa_rc_t rc = LISA_OK;
+    for (size_t i = 0; i < nr && rc == LISA_OK;) {
+        size_t k = 0;
+        for (; i < nr && k < S_SPAN_CHUNK; i++)
+            if (ros[i].attempt > 0) {
+                of[k] = &ros[i];
+                ids[k++] = ros[i].id;
+            }
+        if (k == 0)
+            break;
+        Lisa__QueryReq q = LISA__QUERY_REQ__INIT;
+        q.rollout_ids = ids;
+        q.n_rollout_ids = k;
+        q.with_spans = true;
+        q.with_attempts = true;
+        q.final_attempt = true;
+        Lisa__Request req = LISA__REQUEST__INIT;
+        req.body_case = LISA__REQUEST__BODY_QUERY;
+        req.query = &q;
+        Lisa__Reply *rep = NULL;
+        rc = s_call(L, &req, L->c->rpc_timeout_ms, &rep, "QueryReq");
+        if (rc != LISA_OK)
+            break;
+        for (size_t j = 0; j < k && rep->query; j++)
+            s_build(of[j], rep->query);
+        lisa_rpc_reply_free(&rep);
+    }
+    lisa_free(&ids);
+    lisa_free(&of);
+    return rc;
 }
 
 /* Applies the failed / equal-reward policies: sets ->kept; returns the
@@ -584,9 +610,8 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     size_t nr = nt * n, timed_out = 0;
     rc = s_wait(L, ros, nr, t0 + (double) c->step_timeout_ms / 1000.0,
                 &timed_out);
-    for (size_t i = 0; i < nr && rc == LISA_OK; i++)
-        if (ros[i].attempt > 0)
-            rc = s_spans(L, &ros[i]);
+    if (rc == LISA_OK)
+        rc = s_spans(L, ros, nr);
     if (rc != LISA_OK) {
         s_ros_free(ros, nr);
         return rc;

@@ -134,3 +134,47 @@ def test_watch_then_export_with_tokens_masks_logprobs(broker, tmp_path):
     assert p.returncode == 1
     w.stop()
     c.close()
+
+
+def test_export_refuses_broken_chains_like_the_trainer(broker):
+    """A final attempt whose spans do not form whole chains (span 2 names
+    span 1, which never arrived) is exported without sequences and with
+    the reason, as the trainer refuses it; a whole multi-turn chain next to
+    it comes out complete, with the first prompt's length."""
+    c = Client(broker.ep["rpc"])
+    rep = c.ok("enqueue", pb.EnqueueReq(run_id="chains", tasks=[
+        pb.TaskSpec(task_id="t1", data_source="d", problem_statement="p", n=2)]))
+    broken, whole = sorted(rep.rollout_ids)
+    claim(c, capacity=10)
+
+    def sp(rid, seq, prev, app, resp):
+        return pb.Span(rollout_id=rid, attempt=1, seq=seq, prev_seq=prev,
+                       appended_ids=app, response_ids=resp,
+                       response_logprobs=[-0.5] * len(resp))
+
+    c.ok("span_put", pb.SpanPutReq(spans=[
+        sp(broken, 0, -1, [1, 2], [3]), sp(broken, 2, 1, [4], [5])]))
+    turns = 40  # turn k appends [k] and samples [1000 + k]
+    c.ok("span_put", pb.SpanPutReq(spans=[
+        sp(whole, k, k - 1, [7, 8, 9] if k == 0 else [k], [1000 + k])
+        for k in range(turns)]))
+    for rid in (broken, whole):
+        c.ok("attempt_fail", pb.AttemptFailReq(
+            rollout_id=rid, attempt=1, kind=pb.FAILURE_AGENT, reason="done"))
+    c.close()
+    p = lisa(broker, "export", "--run", "chains")
+    rows = {r["rollout_id"]: r for r in map(json.loads, p.stdout.splitlines())}
+    assert set(rows) == {broken, whole}
+    b = rows[broken]
+    assert b["span_count"] == 2 and b["sequences"] == []
+    assert "missing span 1" in b["sequence_error"], b
+    assert "1 without sequences" in p.stderr, p.stderr
+    w = rows[whole]
+    assert "sequence_error" not in w and len(w["sequences"]) == 1
+    seq = w["sequences"][0]
+    expect = [7, 8, 9, 1000]
+    for k in range(1, turns):
+        expect += [k, 1000 + k]
+    assert seq["token_ids"] == expect
+    assert seq["loss_mask"] == [1 if t >= 1000 else 0 for t in expect]
+    assert seq["prompt_len"] == 3 and seq["last_seq"] == turns - 1

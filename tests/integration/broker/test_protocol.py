@@ -6,7 +6,7 @@ import time
 
 import zmq
 
-from brokerlib import Client, claim, enqueue, pb, task
+from brokerlib import Client, RewardWorker, claim, enqueue, pb, task, wait_state
 
 
 def stats(c):
@@ -126,6 +126,84 @@ def test_span_ingest_is_idempotent_and_tolerates_order(broker, client):
     push.close()
 
 
+def test_spans_for_an_ended_attempt_are_refused(broker, client):
+    """A span for an attempt that failed, was cancelled, was retried or
+    succeeded is refused (RPC: CODE_CONFLICT naming the attempt's state;
+    PUSH: dropped), counted in spans_refused, and not stored; while the
+    attempt is open (also in SCORING) spans are taken."""
+    rids = enqueue(client, [task("a"), task("b"), task("c"), task("d")])
+    assert len(claim(client)) == 4
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    push.connect(broker.ep["spans"])
+
+    def span(rid, seq, attempt=1):
+        return pb.Span(rollout_id=rid, attempt=attempt, seq=seq,
+                       prev_seq=seq - 1, appended_ids=[1, 2],
+                       response_ids=[3], response_logprobs=[-0.5])
+
+    def count(rid, attempt=1):
+        return client.ok("span_status", pb.SpanStatusReq(
+            rollout_id=rid, attempt=attempt)).count
+
+    # span 0 of every attempt while it is open: the broker now knows each
+    # attempt as open, and must notice when it ends
+    assert client.ok("span_put", pb.SpanPutReq(
+        spans=[span(r, 0) for r in rids])).stored == 4
+    a, b, c, d = rids
+    client.ok("attempt_fail", pb.AttemptFailReq(
+        rollout_id=a, attempt=1, kind=pb.FAILURE_AGENT, reason="crashed"))
+    client.ok("cancel", pb.CancelReq(rollout_ids=[b], reason="stop"))
+    assert client.ok("attempt_fail", pb.AttemptFailReq(
+        rollout_id=c, attempt=1, kind=pb.FAILURE_INFRA, reason="flaky")).retried
+    client.ok("attempt_complete", pb.AttemptCompleteReq(
+        rollout_id=d, attempt=1, result=pb.AttemptResult(answer="42")))
+    # SCORING: the attempt is still open (no reward worker yet)
+    assert client.ok("span_put", pb.SpanPutReq(spans=[span(d, 1)])).stored == 1
+    before = stats(client)
+    for rid, state in [(a, "failed"), (b, "cancelled"), (c, "failed")]:
+        rep = client.call("span_put", pb.SpanPutReq(spans=[span(rid, 1)]))
+        assert rep.code == pb.CODE_CONFLICT, (rep.code, rep.error)
+        assert "refused" in rep.error and state in rep.error, rep.error
+        assert "%s/1/1" % rid in rep.error
+        assert count(rid) == 1
+    # the whole put is refused when one span is for an ended attempt
+    rep = client.call("span_put", pb.SpanPutReq(spans=[span(d, 2), span(a, 2)]))
+    assert rep.code == pb.CODE_CONFLICT
+    assert count(d) == 2
+    # the retried rollout's new attempt takes spans
+    assert wait_state(client, c, pb.ROLLOUT_QUEUED) == pb.ROLLOUT_QUEUED
+    end = time.time() + 3
+    got = []
+    while not got and time.time() < end:  # after its backoff
+        got = claim(client)
+        time.sleep(0.02)
+    assert [x.attempt for x in got] == [2]
+    assert client.ok("span_put", pb.SpanPutReq(spans=[span(c, 0, 2)])).stored == 1
+    # pushed spans for ended attempts are dropped and counted
+    for rid in (a, b, c):
+        push.send(pb.SpanPush(version=1, span=span(rid, 5)).SerializeToString())
+    end = time.time() + 3
+    while time.time() < end and stats(client).spans_refused < before.spans_refused + 7:
+        time.sleep(0.02)
+    s = stats(client)
+    assert s.spans_refused == before.spans_refused + 7
+    assert s.spans_dropped == before.spans_dropped + 3
+    assert [count(r) for r in (a, b, c)] == [1, 1, 1]
+    # once scored, the succeeded attempt refuses spans too
+    w = RewardWorker(broker.ep["workers"])
+    w.start()
+    try:
+        assert wait_state(client, d, pb.ROLLOUT_SUCCEEDED) == pb.ROLLOUT_SUCCEEDED
+    finally:
+        w.stop()
+    rep = client.call("span_put", pb.SpanPutReq(spans=[span(d, 3)]))
+    assert rep.code == pb.CODE_CONFLICT and "succeeded" in rep.error, rep.error
+    assert count(d) == 2
+    assert stats(client).spans_refused == before.spans_refused + 8
+    push.close()
+
+
 def test_reward_worker_protocol_errors(broker, client):
     ctx = zmq.Context.instance()
     s = ctx.socket(zmq.DEALER)
@@ -154,3 +232,42 @@ def test_reward_worker_protocol_errors(broker, client):
     time.sleep(0.1)
     assert stats(client).workers == 0
     s.close(0)
+
+
+def test_query_final_attempt_returns_only_current_attempts(broker, client):
+    """One QueryReq for a batch: with final_attempt each rollout's current
+    attempt and its spans only (a retried rollout's first attempt is left
+    out; a rollout never claimed has neither); without it, all of them."""
+    a, b = enqueue(client, [task("a"), task("b")])
+    c, = enqueue(client, [task("c")], run="never-claimed")
+    rids = [a, b, c]
+    assert len(claim(client, capacity=10, run="run-1")) == 2
+
+    def span(rid, attempt, seq, tok):
+        return pb.Span(rollout_id=rid, attempt=attempt, seq=seq,
+                       prev_seq=seq - 1, appended_ids=[tok], response_ids=[tok + 1],
+                       response_logprobs=[-0.5])
+
+    client.ok("span_put", pb.SpanPutReq(spans=[span(a, 1, 0, 10), span(a, 1, 1, 12),
+                                               span(b, 1, 0, 20)]))
+    assert client.ok("attempt_fail", pb.AttemptFailReq(
+        rollout_id=a, attempt=1, kind=pb.FAILURE_INFRA, reason="flaky")).retried
+    end = time.time() + 3
+    got = []
+    while time.time() < end and not any(x.rollout.rollout_id == a for x in got):
+        got = claim(client, capacity=10, run="run-1")
+        time.sleep(0.02)
+    assert [(x.rollout.rollout_id, x.attempt) for x in got] == [(a, 2)]
+    client.ok("span_put", pb.SpanPutReq(spans=[span(a, 2, 0, 30)]))
+    q = client.ok("query", pb.QueryReq(rollout_ids=rids, with_spans=True,
+                                       with_attempts=True, final_attempt=True))
+    assert [r.rollout_id for r in q.rollouts] == rids
+    assert sorted((x.rollout_id, x.attempt) for x in q.attempts) == sorted([(a, 2), (b, 1)])
+    assert sorted((s.rollout_id, s.attempt, s.seq) for s in q.spans) == \
+        sorted([(a, 2, 0), (b, 1, 0)])
+    assert [list(s.appended_ids) for s in q.spans if s.rollout_id == a] == [[30]]
+    everything = client.ok("query", pb.QueryReq(rollout_ids=rids, with_spans=True,
+                                                with_attempts=True))
+    assert sorted((x.rollout_id, x.attempt) for x in everything.attempts) == \
+        sorted([(a, 1), (a, 2), (b, 1)])
+    assert len(everything.spans) == 4

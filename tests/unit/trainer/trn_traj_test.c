@@ -185,3 +185,27 @@ Test(trn_traj, branches_give_one_sequence_per_leaf)
     cr_assert_eq(t.seqs[1].tokens[1], 10);
     trn_traj_free(&t);
 }
+
+Test(trn_traj, sequences_are_the_shared_builders)
+{
+    /* the trainer's sequences are lisa_spanseq's, prompt length included:
+     * what `lisa export` writes is what is trained on */
+    span_t a, b;
+    mk(&a, 0, -1, 0, (uint32_t[]){1, 2}, 2, (uint32_t[]){10}, 1, 2);
+    mk(&b, 1, 0, 0, (uint32_t[]){3}, 1, (uint32_t[]){11}, 1, 4);
+    Lisa__Span *spans[2] = {&a.s, &b.s};
+    trn_traj_t t;
+    lisa_spanseqs_t s;
+    cr_assert_eq(trn_traj_build(spans, 2, 2, 64, &t, NULL, 0), LISA_OK);
+    cr_assert_eq(lisa_spanseq_build(spans, 2, 2, 64, &s, NULL, 0), LISA_OK);
+    cr_assert_eq(t.n, s.n);
+    cr_assert_eq(t.seqs[0].len, s.seqs[0].len);
+    cr_assert_eq(t.seqs[0].prompt_len, 2);
+    cr_assert_arr_eq(t.seqs[0].tokens, s.seqs[0].tokens,
+                     s.seqs[0].len * sizeof *s.seqs[0].tokens);
+    cr_assert_arr_eq(t.seqs[0].mask, s.seqs[0].mask, s.seqs[0].len);
+    trn_traj_free(&t);
+    lisa_spanseq_free(&s);
+    trn_traj_free(&t); /* twice is safe */
+    cr_assert_eq(t.n, 0);
+}
