@@ -123,6 +123,9 @@ static lisa_rc_t
 s_gen_open(trn_backend_t *b, trn_kv_geom_t *geom, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    lisa_rc_t rc = trn_gpu_kv_geom_check(c->g, geom, err);
+    if (rc != LISA_OK)
+        return rc;
     trn_gpu_kv_destroy(&c->kv); /* its memory counts as free for the new */
     trn_gpu_model_free_activations(c->g);
     trn_gpu_model_free_activations(c->ref);
