@@ -13,10 +13,12 @@
  * the KV cache is sized from the free memory, and train_state(0) moves the
  * fp32 master weights, gradients and optimizer moments to page-locked
  * host memory, so rollouts hold only the bf16 weights, the cache and its
- * step buffers. Whatever needs the training state (a train step,
- * checkpoints of weights or optimizer state, joining data parallelism)
- * brings it back first when the engine has not (train_state(1)); that
- * fails with LISA_TOOLARGE while a cache holds the memory it needs.
+ * step buffers (a train step ends by zeroing its spent gradient, which
+ * then is neither copied nor kept). Whatever needs the training state
+ * (a train step, checkpoints of weights or optimizer state, joining data
+ * parallelism) brings it back first when the engine has not
+ * (train_state(1)); that fails with LISA_TOOLARGE while a cache holds the
+ * memory it needs.
  */
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -123,6 +125,9 @@ static lisa_rc_t
 s_gen_open(trn_backend_t *b, trn_kv_geom_t *geom, trn_err_t *err)
 {
     s_cuda_t *c = s_on(b);
+    lisa_rc_t rc = trn_gpu_kv_geom_check(c->g, geom, err);
+    if (rc != LISA_OK)
+        return rc;
     trn_gpu_kv_destroy(&c->kv); /* its memory counts as free for the new */
     trn_gpu_model_free_activations(c->g);
     trn_gpu_model_free_activations(c->ref);
@@ -216,7 +221,12 @@ s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
         return rc;
     trn_gpu_model_set_recompute(c->g, cfg->recompute);
     trn_step_model_t m = s_ops(c->g), ref = s_ops(c->ref);
-    return trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);
+    rc = trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);
+    /* the gradient is dead until the next step zeroes it: zero it now, so
+     * a rollout phase's train_state(0) neither copies nor keeps it */
+    if (rc == LISA_OK && trn_gpu_model_zero_grad(c->g) != LISA_OK)
+        lisa_log_warn("cuda backend: zeroing the spent gradient failed");
+    return rc;
 }
 
 static lisa_rc_t

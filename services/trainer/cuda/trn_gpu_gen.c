@@ -75,7 +75,7 @@ struct trn_gpu_kv {
      * pos, last, top_k; float temp, top_p; uint64 seed), which pure decode
      * steps use alone (their graphs keep its addresses), then the token
      * arrays and tiles of other steps, laid out per step. */
-    size_t sp; /* max_seqs rounded up to even */
+    size_t sp; /* max_seqs rounded up to a multiple of 4 */
     size_t max_tiles;
     uint8_t *dparam, *hparam; /* device and page-locked host */
     size_t param_bytes;
@@ -102,7 +102,7 @@ s_seed(const trn_gpu_kv_t *kv, uint8_t *base)
     return (uint64_t *) (void *) (base + (size_t) S_NARR * 4 * kv->sp);
 }
 
-/* Bytes of the fixed part (a multiple of 16: sp is even). */
+/* Bytes of the fixed part (36 sp: a multiple of 16). */
 static size_t
 s_fixed_bytes(const trn_gpu_kv_t *kv)
 {
@@ -133,11 +133,15 @@ s_log2(size_t v)
     return ((size_t) 1 << b) == v ? b : -1;
 }
 
-/* Checks a geometry's step sizes; 0 when bad (err says which). */
-static int
-s_geom_ok(const trn_gpu_model_t *g, const trn_kv_geom_t *geom, trn_err_t *err)
+lisa_rc_t
+trn_gpu_kv_geom_check(const trn_gpu_model_t *g, const trn_kv_geom_t *geom,
+                      trn_err_t *err)
 {
     const char *why = NULL;
+    if (!g || !geom) {
+        s_err(err, "KV cache: no model or geometry");
+        return LISA_INVALID;
+    }
     int bs = s_log2(geom->block_size);
     if (bs < 0 || geom->block_size > 1024)
         why = "KV cache: block_size is not a power of two up to 1024";
@@ -147,14 +151,15 @@ s_geom_ok(const trn_gpu_model_t *g, const trn_kv_geom_t *geom, trn_err_t *err)
              geom->max_tokens > ((size_t) 1 << 24) ||
              geom->max_blocks > ((size_t) 1 << 24) / geom->block_size)
         why = "KV cache: max_blocks or max_tokens is 0 or too large";
+    else if (geom->max_seqs * geom->max_blocks > ((size_t) 1 << 24))
+        why = "KV cache: a block table over 2^24 entries";
     else if (geom->n_blocks > (size_t) INT32_MAX / geom->block_size)
         why = "KV cache: too many blocks";
     else if (geom->kv_fraction < 0.0 || geom->kv_fraction > 1.0)
         why = "KV cache: kv_fraction outside [0, 1]";
-    (void) g;
     if (why)
         s_err(err, why);
-    return why == NULL;
+    return why ? LISA_INVALID : LISA_OK;
 }
 
 /* The step buffers (everything but the blocks); 0 when out of memory. */
@@ -245,11 +250,7 @@ s_alloc_blocks(trn_gpu_kv_t *kv, trn_err_t *err)
 trn_gpu_kv_t *
 trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
 {
-    if (!g || !geom) {
-        s_err(err, "KV cache: no model or geometry");
-        return NULL;
-    }
-    if (!s_geom_ok(g, geom, err))
+    if (trn_gpu_kv_geom_check(g, geom, err) != LISA_OK)
         return NULL;
     trn_gpu_kv_t *kv = lisa_calloc(1, sizeof *kv);
     kv->g = g;
@@ -257,7 +258,7 @@ trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
     kv->use_graphs = 1;
     kv->k = lisa_calloc((size_t) g->L, sizeof *kv->k);
     kv->v = lisa_calloc((size_t) g->L, sizeof *kv->v);
-    kv->sp = (geom->max_seqs + 1) & ~(size_t) 1;
+    kv->sp = (geom->max_seqs + 3) & ~(size_t) 3; /* 16-byte parts */
     kv->rows = geom->max_tokens > kv->sp ? geom->max_tokens : kv->sp;
     kv->max_tiles =
         geom->max_tokens / TRN_PREFILL_TILE_ROWS + geom->max_seqs + 1;

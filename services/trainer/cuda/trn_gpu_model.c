@@ -410,8 +410,7 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         {(void **) &g->dhf, T * C * 2},
         {(void **) &g->attn_scratch,
          T * (size_t) g->H * ((size_t) g->D + 1) * 4},
-        {(void **) &g->logits,
-         (ch > TRN_GEN_MAX_ROWS ? ch : TRN_GEN_MAX_ROWS) * V * 4},
+        {(void **) &g->logits, ch * V * 4},
         {(void **) &g->dlogits, ch * V * 2},
         {(void **) &g->logp, T * 4},
         {(void **) &g->dlogp, T * 4},
@@ -932,20 +931,24 @@ trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n)
 
 /* ---- the training state off the device --------------------------------- */
 
-/* The training state's device arrays and their lengths (floats): the
- * master weights, the gradient, the moments and, data parallel, the
- * summed gradient shard. Returns how many. */
+/* The training state's device arrays and their lengths (floats), in
+ * their order in the host copy: the master weights, the moments, (data
+ * parallel) the summed gradient shard, and last the gradient, left out
+ * when it is known to be zero. Returns how many. */
 static int
 s_state_arrays(trn_gpu_model_t *g, float ***dev, size_t *n)
 {
     size_t nw = g->dist ? g->n_pad : g->n_params;
     size_t nm = g->dist ? g->shard : g->n_params;
-    dev[0] = &g->w32, n[0] = nw;
-    dev[1] = &g->grad, n[1] = nw;
-    dev[2] = &g->m, n[2] = nm;
-    dev[3] = &g->v, n[3] = nm;
-    dev[4] = &g->gshard, n[4] = nm;
-    return g->dist ? 5 : 4;
+    int k = 0;
+    dev[k] = &g->w32, n[k++] = nw;
+    dev[k] = &g->m, n[k++] = nm;
+    dev[k] = &g->v, n[k++] = nm;
+    if (g->dist)
+        dev[k] = &g->gshard, n[k++] = nm;
+    if (!g->grad_zero)
+        dev[k] = &g->grad, n[k++] = nw;
+    return k;
 }
 
 /* Device -> host, then the device arrays and the activations freed. */
@@ -954,13 +957,13 @@ s_state_out(trn_gpu_model_t *g, trn_err_t *err)
 {
     float **dev[5];
     size_t n[5], total = 0;
-    int k = s_state_arrays(g, dev, n);
-    for (int i = 0; i < k; i++)
-        total += n[i];
     if (g->dist && trn_dist_wait(g->dist) != LISA_OK) {
         s_err(err, "training state: collectives still running failed");
         return LISA_ERR;
     }
+    int k = s_state_arrays(g, dev, n);
+    for (int i = 0; i < k; i++)
+        total += n[i];
     if (!g->hstate || g->hstate_n < total) {
         trn_cuda_host_free(&g->hstate);
         g->hstate = trn_cuda_host_alloc(total * 4);
@@ -975,8 +978,7 @@ s_state_out(trn_gpu_model_t *g, trn_err_t *err)
     lisa_rc_t rc = trn_cuda_sync();
     float *h = g->hstate;
     for (int i = 0; i < k && rc == LISA_OK; i++) {
-        if (!(i == 1 && g->grad_zero))
-            rc = trn_cuda_download_async(h, *dev[i], n[i] * 4, NULL);
+        rc = trn_cuda_download_async(h, *dev[i], n[i] * 4, NULL);
         h += n[i];
     }
     if (rc == LISA_OK)
@@ -987,19 +989,25 @@ s_state_out(trn_gpu_model_t *g, trn_err_t *err)
     }
     for (int i = 0; i < k; i++)
         trn_cuda_free(dev[i]);
+    trn_cuda_free(&g->grad); /* a zero gradient: not copied */
     trn_gpu_model_free_activations(g);
     g->state_off = 1;
     return LISA_OK;
 }
 
 /* Host -> device: every array allocated first (none kept when one does
- * not fit), then the copies back to back, one wait. */
+ * not fit), then the copies back to back (a zero gradient zeroed), one
+ * wait. */
 static lisa_rc_t
 s_state_in(trn_gpu_model_t *g, trn_err_t *err)
 {
-    float **dev[5];
-    size_t n[5];
-    int k = s_state_arrays(g, dev, n);
+    float **dev[6];
+    size_t n[6];
+    int k = s_state_arrays(g, dev, n), zero = g->grad_zero;
+    if (zero) { /* not in the host copy, but made again */
+        dev[k] = &g->grad;
+        n[k++] = g->dist ? g->n_pad : g->n_params;
+    }
     for (int i = 0; i < k; i++) {
         *dev[i] = trn_cuda_malloc(n[i] * 4);
         if (!*dev[i]) {
@@ -1013,7 +1021,7 @@ s_state_in(trn_gpu_model_t *g, trn_err_t *err)
     lisa_rc_t rc = LISA_OK;
     const float *h = g->hstate;
     for (int i = 0; i < k && rc == LISA_OK; i++) {
-        rc = i == 1 && g->grad_zero
+        rc = zero && i == k - 1
                  ? trn_cuda_memset(*dev[i], 0, n[i] * 4, NULL)
                  : trn_cuda_upload_async(*dev[i], h, n[i] * 4, NULL);
         h += n[i];

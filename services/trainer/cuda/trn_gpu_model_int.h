@@ -17,9 +17,8 @@ typedef struct {
     size_t w_in, qkv, o, q_norm, k_norm, w_post, gu, down;
 } s_layer_t;
 
-/* Most sequences of a KV cache: a prefill step's logits (a row per
- * sequence) land in the model's logits buffer, which holds at least this
- * many rows whatever the LM head's chunk. */
+/* Most sequences of a generation step (a KV cache's max_seqs): the rows
+ * of its logits and sampling buffers. */
 #define TRN_GEN_MAX_ROWS 1024
 
 struct trn_gpu_model {
@@ -70,7 +69,7 @@ struct trn_gpu_model {
     float *dx;                               /* fp32 [T, C] */
     trn_bf16_t *dxb, *dqkv, *dgu, *da, *dhf; /* bf16 scratch */
     float *attn_scratch;
-    float *logits;       /* fp32 [max(chunk, TRN_GEN_MAX_ROWS), V] */
+    float *logits;       /* fp32 [chunk, V] */
     int logits_kept;     /* the last forward's logits are all in `logits` */
     trn_bf16_t *dlogits; /* bf16 [chunk, V] */
     float *logp, *dlogp, *ent, *dent; /* [T] */

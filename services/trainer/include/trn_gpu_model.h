@@ -133,6 +133,14 @@ typedef struct trn_gpu_kv trn_gpu_kv_t;
 
 /* Device bytes one block takes (keys and values of every layer). */
 size_t trn_gpu_kv_block_bytes(const trn_gpu_model_t *g, size_t block_size);
+/* LISA_INVALID (err says why) for a geometry trn_gpu_kv_new refuses
+ * whatever the memory: block_size not a power of two up to 1024,
+ * max_seqs 0 or over 1024, max_blocks or max_tokens 0 or too large (a
+ * sequence over 2^24 positions, a table over 2^24 entries),
+ * n_blocks * block_size of 2^31 rows or more, kv_fraction outside [0, 1]. */
+lisa_rc_t trn_gpu_kv_geom_check(const trn_gpu_model_t *g,
+                                const trn_kv_geom_t *geom,
+                                trn_err_t *err) LISA_NODISCARD;
 /* Makes the cache; geom->n_blocks 0: as many blocks as kv_bytes (else
  * kv_fraction of the device memory free after the step buffers) hold,
  * and geom->n_blocks is set. NULL on failure (err says why). */
