@@ -317,7 +317,7 @@ s_handler(lisa_http_req_t *req, void *arg)
     trn_engine_t *e = arg;
     const char *m = lisa_http_req_method(req), *path = lisa_http_req_path(req);
     if (strcmp(path, "/healthz") == 0 && strcmp(m, "GET") == 0) {
-        char b[768];
+        char b[1024];
         trn_engine_stats_t st = trn_engine_stats(e);
         pthread_mutex_lock(&e->mu);
         bool paused = e->paused;
@@ -331,7 +331,9 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"block_size\":%llu,\"prompt_tokens\":%llu,"
             "\"cached_tokens\":%llu,\"preemptions\":%llu,"
             "\"steps\":%llu,\"step_tokens_max\":%llu,"
-            "\"memory_serve\":%llu,\"memory_train\":%llu}",
+            "\"memory_serve\":%llu,\"memory_train\":%llu,"
+            "\"decode_steps\":%llu,\"decode_s\":%.3f,"
+            "\"mixed_steps\":%llu,\"mixed_s\":%.3f}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -343,7 +345,9 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.preemptions, (unsigned long long) st.steps,
             (unsigned long long) st.step_tokens_max,
             (unsigned long long) st.mem_serve,
-            (unsigned long long) st.mem_train);
+            (unsigned long long) st.mem_train,
+            (unsigned long long) st.decode_steps, st.decode_s,
+            (unsigned long long) st.mixed_steps, st.mixed_s);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -776,6 +780,8 @@ s_run(void *arg)
         for (size_t i = 0; i < n; i++)
             toks += seqs[i].n_new;
         pthread_mutex_unlock(&e->mu);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         lisa_rc_t rc;
         memset(&err, 0, sizeof err);
         if (dev) {
@@ -788,8 +794,18 @@ s_run(void *arg)
         } else {
             rc = e->b->ops->gen_step(e->b, n, seqs, logits, &err);
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double) (t1.tv_sec - t0.tv_sec) +
+                    (double) (t1.tv_nsec - t0.tv_nsec) * 1e-9;
         pthread_mutex_lock(&e->mu);
         e->st.steps++;
+        if (toks == n) {
+            e->st.decode_steps++;
+            e->st.decode_s += dt;
+        } else {
+            e->st.mixed_steps++;
+            e->st.mixed_s += dt;
+        }
         if (toks > e->st.step_tokens_max)
             e->st.step_tokens_max = toks;
         s_finish_step(e, n, batch, dev ? otok : NULL, dev ? olp : NULL,

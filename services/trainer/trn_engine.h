@@ -78,6 +78,9 @@ typedef struct {
     uint64_t prompt_tokens, cached_tokens; /* prompts, and their part served
                                               from the prefix cache */
     uint64_t preemptions, step_tokens_max;
+    uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
+                                           and steps with prompt chunks */
+    double decode_s, mixed_s;           /* their time in the backend */
     uint64_t inflight, queued;
     uint64_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_size;
     uint64_t mem_serve, mem_train, mem_total; /* device bytes in use while
