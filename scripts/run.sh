@@ -271,9 +271,10 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ]; then
   tail -n 20 "$run/logs/trainer.log" >&2 || true
 fi
 if [ -s "$metrics" ]; then
-  if svg=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" \
+  # the SVG's path, then the PNG's where a converter made one
+  if plots=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" \
     --title "lisa $run_id"); then
-    echo "plot: $svg"
+    printf '%s\n' "$plots" | while IFS= read -r f; do echo "plot: $f"; done
   else
     echo "run.sh: lisa plot failed; the metrics are in $metrics" >&2
   fi
