@@ -100,10 +100,9 @@ trn_progress_live_line(const trn_progress_state_t *st, char *b, size_t len)
         left = 0;
     s_dur(eta, sizeof eta, left);
     s_count(tok, sizeof tok, st->tokens);
-    s_cat(b, len,
-          ": rollouts %zu/%zu done, %zu failed, %s tokens sampled, %s, ",
-          st->done, st->total, st->failed, tok, el);
-    s_cat(b, len, "ETA %s", eta);
+    /* within 80 columns: a terminal's line redrawn in place must not wrap */
+    s_cat(b, len, ": rollouts %zu/%zu (%zu failed), %s tokens, %s, ETA %s",
+          st->done, st->total, st->failed, tok, el, eta);
 }
 
 typedef struct {

@@ -8,11 +8,12 @@
  *      step 4 of 20  reward 0.438 ±0.121  rollouts 31/32 (1 failed)
  *      entropy 0.0325  grad_norm 0.812  step 4.2s (rollouts 3.1s,
  *      train 1.0s)                                      (one line)
- *  - a live line for the step that runs, redrawn as its rollouts end:
- *      step 5 of 20: rollouts 12/32 done, 1 failed, 3.4k tokens sampled,
- *      1m12s, ETA 1m48s                                 (one line)
+ *  - a live line for the step that runs, redrawn as its rollouts end
+ *    (rollouts ended / all, failed, tokens sampled by this process's
+ *    engine since the step began, time, ETA from the rate so far):
+ *      step 5 of 20: rollouts 12/32 (1 failed), 3.4k tokens, 1m12s, ETA 1m48s
  *    (it starts with two blanks, so a reader that counts step lines by
- *    "^step N " never counts it).
+ *    "^step N " never counts it, and fits 80 columns).
  * The writer appends step lines to <out>/progress.log and keeps the live
  * line in <out>/progress.now, replaced whole (rename) and removed when
  * the step ends; scripts/run.sh shows both, the live line in place on a

@@ -10,10 +10,10 @@ import subprocess
 SRC = os.environ.get("LISA_SOURCE_DIR",
                      os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
-LIVE1 = "  step 1 of 2: rollouts 1/4 done, 0 failed, 12 tokens sampled, 1.0s, ETA 3.0s"
-LIVE2 = "  step 1 of 2: rollouts 3/4 done, 1 failed, 40 tokens sampled, 3.0s, ETA 1.0s"
+LIVE1 = "  step 1 of 2: rollouts 1/4 (0 failed), 12 tokens, 1.0s, ETA 3.0s"
+LIVE2 = "  step 1 of 2: rollouts 3/4 (1 failed), 40 tokens, 3.0s, ETA 1.0s"
 STEP1 = "step 1 of 2  reward 0.500 \u00b10.500  rollouts 3/4 (1 failed)"
-LIVE3 = "  step 2 of 2: rollouts 0/4 done, 0 failed, 0 tokens sampled, 0.1s, ETA -"
+LIVE3 = "  step 2 of 2: rollouts 0/4 (0 failed), 0 tokens, 0.1s, ETA -"
 STEP2 = "step 2 of 2  reward 0.750 \u00b10.433  rollouts 4/4"
 
 # each "tick" changes the files as the trainer would, then calls progress

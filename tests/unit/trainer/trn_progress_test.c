@@ -85,11 +85,11 @@ Test(trn_progress, usage, .init = s_setup, .fini = s_teardown)
                                .elapsed_s = 72.0};
     trn_progress_live(p, &st);
     cr_assert_str_eq(s_slurp("progress.now"),
-                     "  step 5 of 20: rollouts 8/32 done, 1 failed, 3.5k "
-                     "tokens sampled, 1m12s, ETA 3m36s\n");
+                     "  step 5 of 20: rollouts 8/32 (1 failed), 3.5k tokens, "
+                     "1m12s, ETA 3m36s\n");
     st.done = 16;
     trn_progress_live(p, &st); /* replaced, not appended */
-    cr_assert(strstr(s_slurp("progress.now"), "rollouts 16/32 done"));
+    cr_assert(strstr(s_slurp("progress.now"), "rollouts 16/32 (1 failed)"));
     cr_assert(strstr(s_slurp("progress.now"), "ETA 1m12s"));
     cr_assert_eq(strchr(s_slurp("progress.now"), '\n')[1], '\0');
     trn_metrics_t *m = s_train_record();
@@ -181,15 +181,15 @@ Test(trn_progress, live_lines)
                                .tokens = 12,
                                .elapsed_s = 5.04};
     trn_progress_live_line(&st, b, sizeof b);
-    cr_assert_str_eq(b, "  step 1: rollouts 0/4 done, 0 failed, 12 tokens "
-                        "sampled, 5.0s, ETA -");
+    cr_assert_str_eq(b, "  step 1: rollouts 0/4 (0 failed), 12 tokens, 5.0s, "
+                        "ETA -");
     st.phase = "validation";
     st.done = 4;
     st.tokens = 2500000;
     st.elapsed_s = 7300;
     trn_progress_live_line(&st, b, sizeof b);
-    cr_assert_str_eq(b, "  step 1 validation: rollouts 4/4 done, 0 failed, "
-                        "2.50M tokens sampled, 2h01m, ETA 0.0s");
+    cr_assert_str_eq(b, "  step 1 validation: rollouts 4/4 (0 failed), 2.50M "
+                        "tokens, 2h01m, ETA 0.0s");
     st.phase = "training";
     st.total_steps = 9;
     st.sequences = 32;
