@@ -133,10 +133,21 @@ s_ros_free(s_ro_t *ros, size_t n)
     lisa_free(&ros);
 }
 
+typedef struct {
+    trn_tboard_t *tb;
+    bool val;
+} s_tb_t;
+
+/* A validation shares its step with the step before it: only its own
+ * keys (val/..., time/val_s) go in, so no tag gets two values at a step. */
 static void
 s_tb_add(const char *k, double v, void *ud)
 {
-    if (strcmp(k, "step") != 0 && trn_tboard_add(ud, k, v) != LISA_OK)
+    const s_tb_t *t = ud;
+    if (strcmp(k, "step") == 0 ||
+        (t->val && strncmp(k, "val/", 4) != 0 && strcmp(k, "time/val_s") != 0))
+        return;
+    if (trn_tboard_add(t->tb, k, v) != LISA_OK)
         lisa_log_debug("loop: tensorboard: %s left out", k);
 }
 
@@ -148,7 +159,9 @@ s_report(s_loop_t *L, const trn_metrics_t *m, uint64_t step)
     if (trn_metrics_write(m, L->mf) != LISA_OK)
         lisa_log_warn("loop: cannot write the metrics file");
     if (L->tb) {
-        trn_metrics_each(m, s_tb_add, L->tb);
+        s_tb_t t = {.tb = L->tb,
+                    .val = !isnan(trn_metrics_get(m, "val/rollouts"))};
+        trn_metrics_each(m, s_tb_add, &t);
         if (trn_tboard_write(L->tb, (int64_t) step) != LISA_OK)
             lisa_log_warn("loop: cannot write %s", trn_tboard_path(L->tb));
     }

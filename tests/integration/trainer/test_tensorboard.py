@@ -47,17 +47,23 @@ def frames(path):
 
 
 def test_tensorboard_events_and_progress_lines(stack, tmp_path):
+    os.makedirs(tmp_path / "val")
+    write_data(str(tmp_path / "val" / "val.json"), 2, source="math_val",
+               jsonl=False)
     one_step(stack, tmp_path, Agent(stack[0].ep["rpc"]),
-             "trainer.total_training_steps=2",
+             "trainer.total_training_steps=2", "trainer.test_freq=2",
+             "data.val_files=" + str(tmp_path / "val"),
              "trainer.logger=['console','tensorboard']")
     out = tmp_path / "out"
     lines = [json.loads(x) for x in open(out / "metrics.jsonl")]
-    assert [m["step"] for m in lines] == [1, 2]
+    assert [(m["kind"], m["step"]) for m in lines] == [
+        ("train", 1), ("train", 2), ("val", 2)]
 
     tb = out / "tensorboard"
     files = [f for f in os.listdir(tb) if f.startswith("events.out.tfevents.")]
     assert len(files) == 1, files
-    assert len(frames(tb / files[0])) == 3  # version + one event per step
+    # the version, then one event per metrics line
+    assert len(frames(tb / files[0])) == 4
 
     acc = event_accumulator.EventAccumulator(
         str(tb), size_guidance={event_accumulator.SCALARS: 0})
@@ -69,18 +75,28 @@ def test_tensorboard_events_and_progress_lines(stack, tmp_path):
         for k, v in m.items():
             if k == "step" or isinstance(v, str) or v is None:
                 continue
+            # a validation line shares its step with the step's line: only
+            # its own keys become scalars (one value per tag and step)
+            if m["kind"] == "val" and not (k.startswith("val/") or
+                                           k == "time/val_s"):
+                continue
             want.setdefault(k, {})[m["step"]] = f32(float(v))
     assert tags == set(want), tags ^ set(want)
-    assert {"reward/mean", "actor/entropy", "rollouts/total",
-            "time/step_s"} <= tags
+    assert {"reward/mean", "actor/entropy", "rollouts/total", "time/step_s",
+            "val/reward/mean", "val/reward/math_val/mean"} <= tags
     for k, by_step in want.items():
         got = {e.step: e.value for e in acc.Scalars(k)}
         assert got == by_step, (k, got, by_step)
 
     # progress: the rounded step lines, no live line left behind
     plog = (out / "progress.log").read_text().splitlines()
-    assert len(plog) == 2
-    for m, line in zip(lines, plog):
+    assert len(plog) == 3
+    assert plog[2].startswith("step 2 validation: reward %.3f \u00b1%.3f  "
+                              "rollouts 2 (%d failed)" % (
+                                  lines[2]["val/reward/mean"],
+                                  lines[2]["val/reward/std"],
+                                  lines[2]["val/failed"])), plog[2]
+    for m, line in zip(lines[:2], plog):
         assert line.startswith("step %d of 2  reward %.3f \u00b1%.3f  "
                                "rollouts %d/%d" % (
                                    m["step"], m["reward/mean"],
@@ -93,7 +109,7 @@ def test_tensorboard_events_and_progress_lines(stack, tmp_path):
         assert not re.search(r"\d\.\d{5,}", line), line
     assert not (out / "progress.now").exists()
     log = (tmp_path / "trainer.log").read_text()
-    assert plog[0] in log and plog[1] in log
+    assert all(line in log for line in plog)
 
 
 def test_unknown_logger_is_refused(tmp_path):
