@@ -23,7 +23,15 @@ def plot(tmp_path, lines, *args):
 
 
 def converter():
-    return shutil.which("rsvg-convert") or shutil.which("magick")
+    """Whether `lisa plot` has a PNG converter: rsvg-convert, ImageMagick's
+    magick, or a convert that says it is ImageMagick."""
+    if shutil.which("rsvg-convert") or shutil.which("magick"):
+        return True
+    if not shutil.which("convert"):
+        return False
+    r = subprocess.run(["convert", "-version"], capture_output=True,
+                       text=True, timeout=30)
+    return r.stdout.startswith("Version: ImageMagick")
 
 
 def series(svg_path):
