@@ -24,6 +24,9 @@ from test_trainer_service import (TRAINER, Agent, model_dir, one_step,  # noqa: 
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
+# verl's variable would move the event files (trainer.tensorboard_dir)
+os.environ.pop("TENSORBOARD_DIR", None)
+
 
 def f32(v):
     return struct.unpack("<f", struct.pack("<f", v))[0]
