@@ -8,7 +8,8 @@
 # rollout attempt), and the trainer on CPU (generation engine + GRPO). It
 # prints one line per training step, stops everything it started on
 # Ctrl+C, on any service's death or when training ends, and draws the
-# curves with `lisa plot`.
+# curves with `lisa plot` (curves.svg, and curves.png where a converter is
+# installed).
 #
 #   scripts/run.sh                                   # the toy run
 #   scripts/run.sh --model DIR --train-data FILE --val-data F1,DIR2 \
@@ -244,35 +245,12 @@ trainer_pid=${pids[${#pids[@]} - 1]}
 echo "trainer: pid $trainer_pid, settings: ${settings[*]}"
 echo "logs: $run/logs/"
 
-# num KEY LINE: the number under "KEY" in one JSON line ("" if absent).
-num() {
-  { printf '%s' "$2" | grep -o "\"$1\" *: *-\\?[0-9.eE+-]*" | head -n 1 |
-    sed 's/.*: *//'; } || true
-}
+# Progress (scripts/progress.sh): the trainer's step lines, and on a
+# terminal the running step's live line redrawn in place.
 metrics=$run/trainer/metrics.jsonl
-seen=0
-t0=$(date +%s)
-progress() {
-  [ -f "$metrics" ] || return 0
-  local n line step
-  n=$(wc -l <"$metrics")
-  while [ "$seen" -lt "$n" ]; do
-    seen=$((seen + 1))
-    line=$(sed -n "${seen}p" "$metrics")
-    step=$(num step "$line")
-    if printf '%s' "$line" | grep -q '"kind" *: *"val"'; then
-      printf 'step %-4s validation reward %-8s (%s rollouts)  %5ss\n' \
-        "${step:-?}" "$(num val/reward/mean "$line")" \
-        "$(num val/rollouts "$line")" "$(($(date +%s) - t0))"
-    else
-      printf 'step %-4s reward %-8s rollouts %s/%s  entropy %-8s step %ss  %5ss\n' \
-        "${step:-?}" "$(num reward/mean "$line")" \
-        "$(num rollouts/succeeded "$line")" "$(num rollouts/total "$line")" \
-        "$(num actor/entropy "$line")" "$(num time/step_s "$line")" \
-        "$(($(date +%s) - t0))"
-    fi
-  done
-}
+# shellcheck source=scripts/progress.sh
+. "$root/scripts/progress.sh"
+progress_init "$run/trainer"
 
 rc=0
 while [ "$interrupted" = 0 ] && kill -0 "$trainer_pid" 2>/dev/null; do
@@ -286,15 +264,17 @@ else
   wait "$trainer_pid" || rc=$?
 fi
 progress
+progress_end
 stop_all
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ]; then
   echo "run.sh: trainer exited with $rc; last lines of its log:" >&2
   tail -n 20 "$run/logs/trainer.log" >&2 || true
 fi
 if [ -s "$metrics" ]; then
-  if svg=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" \
+  # the SVG's path, then the PNG's where a converter made one
+  if plots=$("$bin/lisa" plot "$metrics" -o "$run/curves.svg" \
     --title "lisa $run_id"); then
-    echo "plot: $svg"
+    printf '%s\n' "$plots" | while IFS= read -r f; do echo "plot: $f"; done
   else
     echo "run.sh: lisa plot failed; the metrics are in $metrics" >&2
   fi

@@ -11,6 +11,8 @@
 #include "trn_advantage.h"
 #include "trn_ckpt.h"
 #include "trn_metrics.h"
+#include "trn_progress.h"
+#include "trn_tboard.h"
 #include "trn_traj.h"
 
 #include <math.h>
@@ -46,7 +48,14 @@ typedef struct {
     uint64_t warmup; /* optimizer steps of linear lr warmup */
     trn_failed_t failed;
     bool drop_equal, bf16;
-    bool mask_overlong; /* trainer.overlong_rollouts=mask */
+    bool mask_overlong;      /* trainer.overlong_rollouts=mask */
+    uint64_t total;          /* steps of the run */
+    trn_tboard_t *tb;        /* trainer.logger tensorboard; may be NULL */
+    trn_progress_t *pg;      /* progress.log / progress.now; may be NULL */
+    trn_progress_state_t ps; /* the running step, for its live line */
+    double pt0;              /* when that step began */
+    uint64_t tok0;           /* the engine's sampled tokens then */
+    size_t pbase, pfail;     /* rollouts ended (failed) in earlier waits */
     char *err;
     size_t errlen;
 } s_loop_t;
@@ -123,6 +132,71 @@ s_ros_free(s_ro_t *ros, size_t n)
         trn_traj_free(&ros[i].traj);
     }
     lisa_free(&ros);
+}
+
+typedef struct {
+    trn_tboard_t *tb;
+    bool val;
+} s_tb_t;
+
+/* A validation shares its step with the step before it: only its own
+ * keys (val/..., time/val_s) go in, so no tag gets two values at a step. */
+static void
+s_tb_add(const char *k, double v, void *ud)
+{
+    const s_tb_t *t = ud;
+    if (strcmp(k, "step") == 0 ||
+        (t->val && strncmp(k, "val/", 4) != 0 && strcmp(k, "time/val_s") != 0))
+        return;
+    if (trn_tboard_add(t->tb, k, v) != LISA_OK)
+        lisa_log_debug("loop: tensorboard: %s left out", k);
+}
+
+/* A finished step's (or validation's) record: metrics.jsonl, the
+ * tensorboard logger, the step line. */
+static void
+s_report(s_loop_t *L, const trn_metrics_t *m, uint64_t step)
+{
+    if (trn_metrics_write(m, L->mf) != LISA_OK)
+        lisa_log_warn("loop: cannot write the metrics file");
+    if (L->tb) {
+        s_tb_t t = {.tb = L->tb,
+                    .val = !isnan(trn_metrics_get(m, "val/rollouts"))};
+        trn_metrics_each(m, s_tb_add, &t);
+        if (trn_tboard_write(L->tb, (int64_t) step) != LISA_OK)
+            lisa_log_warn("loop: cannot write %s", trn_tboard_path(L->tb));
+    }
+    trn_progress_step(L->pg, m);
+}
+
+/* Starts the live line of a phase of a step. */
+static void
+s_live_begin(s_loop_t *L, const char *phase, uint64_t step, size_t total)
+{
+    memset(&L->ps, 0, sizeof L->ps);
+    L->ps.phase = phase;
+    L->ps.step = step;
+    L->ps.total = total;
+    L->pbase = L->pfail = 0;
+    L->pt0 = s_now();
+    L->tok0 = trn_engine_stats(L->a->engine).tokens_generated;
+}
+
+/* Redraws the live line: ros[n] of the current wait. */
+static void
+s_live(s_loop_t *L, const s_ro_t *ros, size_t n)
+{
+    size_t done = 0, failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        done += ros[i].terminal;
+        failed += ros[i].terminal && !ros[i].ok;
+    }
+    L->ps.done = L->pbase + done;
+    L->ps.failed = L->pfail + failed;
+    L->ps.elapsed_s = s_now() - L->pt0;
+    uint64_t t = trn_engine_stats(L->a->engine).tokens_generated;
+    L->ps.tokens = t > L->tok0 ? t - L->tok0 : 0;
+    trn_progress_live(L->pg, &L->ps);
 }
 
 /* Enqueues tasks idx[nt] of d with n rollouts each; *ros gets nt * n
@@ -264,6 +338,7 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
         for (size_t i = 0; i < n; i++)
             if (!ros[i].terminal)
                 ids[np++] = ros[i].id;
+        s_live(L, ros, n);
         if (np == 0)
             break;
         if (L->a->stop && *L->a->stop) {
@@ -500,8 +575,7 @@ s_val_metrics(s_loop_t *L, uint64_t step, s_ro_t *ros, size_t n, double secs)
     trn_metrics_set(m, "val/rollouts", (double) n);
     trn_metrics_set(m, "val/failed", (double) failed);
     trn_metrics_set(m, "time/val_s", secs);
-    if (trn_metrics_write(m, L->mf) != LISA_OK)
-        lisa_log_warn("loop: cannot write the metrics file");
+    s_report(L, m, step);
     lisa_free(&g);
     lisa_free(&x);
     trn_metrics_destroy(&m);
@@ -520,6 +594,7 @@ s_validate(s_loop_t *L, uint64_t step)
     size_t nall = 0;
     lisa_rc_t rc = LISA_OK;
     size_t *idx = lisa_calloc(S_VAL_CHUNK, sizeof *idx);
+    s_live_begin(L, "validation", step, nv * vn);
     for (size_t off = 0; off < nv && rc == LISA_OK; off += S_VAL_CHUNK) {
         size_t nt = nv - off < S_VAL_CHUNK ? nv - off : S_VAL_CHUNK;
         for (size_t i = 0; i < nt; i++)
@@ -534,6 +609,10 @@ s_validate(s_loop_t *L, uint64_t step)
         size_t to = 0;
         rc = s_wait(L, ros, nt * vn,
                     s_now() + (double) L->c->step_timeout_ms / 1000.0, &to);
+        for (size_t i = 0; i < nt * vn; i++) {
+            L->pbase += ros[i].terminal;
+            L->pfail += ros[i].terminal && !ros[i].ok;
+        }
         memcpy(all + nall, ros, nt * vn * sizeof *ros);
         nall += nt * vn;
         lisa_free(&ros);
@@ -608,6 +687,8 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     if (rc != LISA_OK)
         return rc;
     size_t nr = nt * n, timed_out = 0;
+    s_live_begin(L, "rollouts", step, nr);
+    L->ps.total_steps = L->total;
     rc = s_wait(L, ros, nr, t0 + (double) c->step_timeout_ms / 1000.0,
                 &timed_out);
     if (rc == LISA_OK)
@@ -710,6 +791,10 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
                       (unsigned long long) step);
         trn_metrics_set(m, "update/skipped", 1);
     } else {
+        L->ps.phase = "training";
+        L->ps.sequences = nseq;
+        L->ps.elapsed_s = s_now() - t0;
+        trn_progress_live(L->pg, &L->ps);
         rc = trn_engine_pause(L->a->engine, c->step_timeout_ms);
         if (rc != LISA_OK) {
             rc = s_fail(L, LISA_TIMEOUT,
@@ -783,8 +868,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "engine/kv_blocks", (double) es.kv_blocks);
     trn_metrics_set(m, "memory/serve_bytes", (double) es.mem_serve);
     trn_metrics_set(m, "memory/train_bytes", (double) es.mem_train);
-    if (trn_metrics_write(m, L->mf) != LISA_OK)
-        lisa_log_warn("loop: cannot write the metrics file");
+    s_report(L, m, step);
     lisa_log_info("loop: step %llu done: %zu/%zu rollouts ok, %zu sequences, "
                   "%zu tokens, policy %llu (rollout %.1fs, train %.1fs)",
                   (unsigned long long) step, nok, nr, nseq, ntok,
@@ -825,6 +909,7 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
     size_t spe = ntrain / bs;
     uint64_t total = c->total_steps > 0 ? (uint64_t) c->total_steps
                                         : (uint64_t) c->total_epochs * spe;
+    L.total = total;
     L.warmup = c->lr_warmup_steps >= 0
                    ? (uint64_t) c->lr_warmup_steps
                    : (uint64_t) ceil(c->lr_warmup_ratio * (double) total);
@@ -834,6 +919,23 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
     L.mf = fopen(path, "a");
     if (!L.mf)
         return s_fail(&L, LISA_ERR, "cannot open %s", path);
+    unsigned loggers = 0;
+    rc = trn_run_cfg_loggers(c->logger, &loggers, err, errlen);
+    if (rc != LISA_OK)
+        goto out;
+    if (loggers & TRN_LOGGER_TENSORBOARD) {
+        char *tbd = trn_run_cfg_tensorboard_dir(c);
+        char why[512];
+        L.tb = trn_tboard_new(tbd, why, sizeof why);
+        lisa_free(&tbd);
+        if (!L.tb) {
+            rc = s_fail(&L, LISA_ERR, "tensorboard logger: %s", why);
+            goto out;
+        }
+        lisa_log_info("loop: tensorboard events in %s", trn_tboard_path(L.tb));
+    }
+    L.pg = trn_progress_new(c->out_dir, total,
+                            (loggers & TRN_LOGGER_CONSOLE) != 0);
     L.rpc = lisa_rpc_new(c->broker, "lisa-trainer");
     if (!L.rpc) {
         rc = s_fail(&L, LISA_INVALID, "bad broker endpoint %s", c->broker);
@@ -880,6 +982,8 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
 out:
     lisa_free(&perm);
     lisa_rpc_destroy(&L.rpc);
+    trn_progress_destroy(&L.pg);
+    trn_tboard_destroy(&L.tb);
     if (L.mf)
         fclose(L.mf);
     return rc;

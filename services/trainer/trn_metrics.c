@@ -117,6 +117,20 @@ trn_metrics_get(const trn_metrics_t *m, const char *key)
     return json_is_number(v) ? json_number_value(v) : (double) NAN;
 }
 
+void
+trn_metrics_each(const trn_metrics_t *m,
+                 void (*fn)(const char *key, double v, void *ud), void *ud)
+{
+    /* jansson's iteration order is the insertion order */
+    const char *k;
+    json_t *v;
+    json_object_foreach(m->o, k, v)
+    {
+        if (json_is_number(v))
+            fn(k, json_number_value(v), ud);
+    }
+}
+
 char *
 trn_metrics_line(const trn_metrics_t *m)
 {

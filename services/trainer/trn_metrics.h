@@ -37,6 +37,12 @@ void trn_metrics_by_group(trn_metrics_t *m, const char *prefix,
 /* The value set for key (NaN when absent); for tests and callers. */
 double trn_metrics_get(const trn_metrics_t *m, const char *key);
 
+/* Calls fn(key, value, ud) for each number of the record, in the order
+ * the keys were set (strings and nulls are skipped). */
+void trn_metrics_each(const trn_metrics_t *m,
+                      void (*fn)(const char *key, double v, void *ud),
+                      void *ud);
+
 /* The record as one line of compact JSON (caller frees with lisa_free). */
 char *trn_metrics_line(const trn_metrics_t *m);
 

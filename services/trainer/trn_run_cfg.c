@@ -3,6 +3,8 @@
  */
 #include "trn_run_cfg.h"
 
+#include "lisa/lisa_mem.h"
+
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +51,14 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
        "CPU worker threads"),
     E(log_level, "trainer.log_level", "--log-level", STRING, "info",
       "log level"),
+    E(logger, "trainer.logger", NULL, STRING, "console",
+      "step loggers besides metrics.jsonl, verl's list: console (step "
+      "lines in the log), tensorboard (event files), e.g. "
+      "[console,tensorboard]"),
+    EV(tensorboard_dir, "trainer.tensorboard_dir", "TENSORBOARD_DIR", NULL,
+       STRING, NULL,
+       "folder of the tensorboard logger's event files (default "
+       "<trainer.default_local_dir>/tensorboard)"),
     EV(batch_size, "data.train_batch_size", "LISA_TRN_BATCH", NULL, INT64, "8",
        "prompts per step"),
     E(shuffle, "data.shuffle", NULL, BOOL, "true", "shuffle each epoch"),
@@ -185,6 +195,72 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
 const size_t trn_run_cfg_table_len =
     sizeof trn_run_cfg_table / sizeof trn_run_cfg_table[0];
 
+static const struct {
+    const char *name;
+    unsigned bit;
+} s_loggers[] = {{"console", TRN_LOGGER_CONSOLE},
+                 {"tensorboard", TRN_LOGGER_TENSORBOARD}};
+
+lisa_rc_t
+trn_run_cfg_loggers(const char *spec, unsigned *out, char *err, size_t errlen)
+{
+    *out = 0;
+    const char *p = spec ? spec : "";
+    const char *end = p + strlen(p);
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (p < end && *p == '[') { /* verl's list syntax */
+        if (end[-1] != ']') {
+            snprintf(err, errlen,
+                     "bad value for trainer.logger: %s (a list "
+                     "is [console,tensorboard])",
+                     spec);
+            return LISA_INVALID;
+        }
+        p++;
+        end--;
+    }
+    while (p < end) {
+        const char *q = memchr(p, ',', (size_t) (end - p));
+        const char *e = q ? q : end;
+        const char *a = p, *z = e;
+        while (a < z && strchr(" \t'\"", *a))
+            a++;
+        while (z > a && strchr(" \t'\"", z[-1]))
+            z--;
+        size_t n = (size_t) (z - a);
+        bool found = false;
+        for (size_t i = 0; i < sizeof s_loggers / sizeof s_loggers[0]; i++)
+            if (n == strlen(s_loggers[i].name) &&
+                strncmp(a, s_loggers[i].name, n) == 0) {
+                *out |= s_loggers[i].bit;
+                found = true;
+            }
+        if (!found && n > 0) {
+            snprintf(err, errlen,
+                     "trainer.logger: unknown logger '%.*s' (lisa supports "
+                     "console and tensorboard)",
+                     (int) (n > 64 ? 64 : n), a);
+            return LISA_INVALID;
+        }
+        p = q ? q + 1 : end;
+    }
+    return LISA_OK;
+}
+
+char *
+trn_run_cfg_tensorboard_dir(const trn_run_cfg_t *c)
+{
+    if (c->tensorboard_dir && *c->tensorboard_dir)
+        return lisa_strdup(c->tensorboard_dir);
+    size_t n = strlen(c->out_dir) + sizeof "/tensorboard";
+    char *d = lisa_malloc(n);
+    snprintf(d, n, "%s/tensorboard", c->out_dir);
+    return d;
+}
+
 lisa_rc_t
 trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
                     trn_failed_t *failed, bool *drop_equal, bool *bf16,
@@ -256,7 +332,8 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         snprintf(err, errlen, "bad value for %s", bad);
         return LISA_INVALID;
     }
-    return LISA_OK;
+    unsigned loggers;
+    return trn_run_cfg_loggers(c->logger, &loggers, err, errlen);
 }
 
 lisa_rc_t

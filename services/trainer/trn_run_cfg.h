@@ -56,6 +56,7 @@ typedef struct {
     uint64_t register_ttl_ms, queue_timeout_ms;
     uint64_t rpc_timeout_ms;
     char *log_level;
+    char *logger, *tensorboard_dir;
 } trn_run_cfg_t;
 
 /* The table (and its length). */
@@ -69,8 +70,23 @@ typedef enum {
     TRN_FAILED_ZERO = 2
 } trn_failed_t;
 
-/* Parses the enum-valued settings and fills the step configuration.
- * LISA_INVALID with a reason naming the setting. */
+/* The loggers of trainer.logger (bits). */
+#define TRN_LOGGER_CONSOLE     0x1u
+#define TRN_LOGGER_TENSORBOARD 0x2u
+
+/* Parses trainer.logger, verl's list of loggers: "['console','tensorboard']",
+ * "[console,tensorboard]", "console,tensorboard", one name, or "[]" (none).
+ * LISA_INVALID with a reason naming the unknown logger and the supported
+ * ones. */
+lisa_rc_t trn_run_cfg_loggers(const char *spec, unsigned *out, char *err,
+                              size_t errlen) LISA_NODISCARD;
+
+/* The tensorboard logger's folder: trainer.tensorboard_dir, else
+ * <out_dir>/tensorboard (caller frees with lisa_free). */
+char *trn_run_cfg_tensorboard_dir(const trn_run_cfg_t *c);
+
+/* Parses the enum-valued settings (trainer.logger too) and fills the step
+ * configuration. LISA_INVALID with a reason naming the setting. */
 lisa_rc_t trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *step,
                               trn_failed_t *failed, bool *drop_equal,
                               bool *bf16, char *err,

@@ -77,3 +77,38 @@ Test(trn_metrics, non_finite_values_are_null_and_get_reads_back)
     trn_metrics_destroy(&m);
     trn_metrics_destroy(&m);
 }
+
+typedef struct {
+    char keys[8][32];
+    double vals[8];
+    int n;
+} s_seen_t;
+
+static void
+s_collect(const char *k, double v, void *ud)
+{
+    s_seen_t *s = ud;
+    cr_assert_lt(s->n, 8);
+    snprintf(s->keys[s->n], sizeof s->keys[0], "%s", k);
+    s->vals[s->n++] = v;
+}
+
+Test(trn_metrics, each_visits_the_numbers_in_order)
+{
+    trn_metrics_t *m = trn_metrics_new();
+    trn_metrics_set_str(m, "kind", "train");
+    trn_metrics_set(m, "step", 4);
+    trn_metrics_set(m, "z", 0.25);
+    trn_metrics_set(m, "gone", NAN);
+    trn_metrics_set(m, "a", -3);
+    s_seen_t s = {.n = 0};
+    trn_metrics_each(m, s_collect, &s);
+    cr_assert_eq(s.n, 3);
+    cr_assert_str_eq(s.keys[0], "step");
+    cr_assert_eq(s.vals[0], 4);
+    cr_assert_str_eq(s.keys[1], "z");
+    cr_assert_eq(s.vals[1], 0.25);
+    cr_assert_str_eq(s.keys[2], "a");
+    cr_assert_eq(s.vals[2], -3);
+    trn_metrics_destroy(&m);
+}
