@@ -14,7 +14,7 @@ PKGS=(
   clang clang-format libclang-rt-14-dev
   python3 python3-zmq python3-protobuf python3-venv
   bubblewrap
-  nginx
+  nginx librsvg2-bin
   redis-server
 )
 if [ "${LISA_DEPS_EXTRA:-}" != "" ]; then

@@ -33,7 +33,7 @@ if [ -z "$model" ]; then
 fi
 python3 "$here/hw_rates.py" "$out/rates.json"
 
-serve() { # label bindir extra-settings...
+serve() { # label bindir extra-settings...; sets $url and $pid
   local label=$1 dir=$2
   shift 2
   local lib
@@ -42,10 +42,11 @@ serve() { # label bindir extra-settings...
     --backend cuda --model "$model" --engine-listen 127.0.0.1:0 \
     --out "$work/$label" --broker tcp://127.0.0.1:1 "$@" \
     >"$out/$label.log" 2>&1 &
-  pids+=($!)
+  pid=$!
+  pids+=("$pid")
   for _ in $(seq 1 1200); do
     [ -s "$work/$label/engine.url" ] && break
-    kill -0 "${pids[-1]}" 2>/dev/null || break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   [ -s "$work/$label/engine.url" ] || {
@@ -53,7 +54,11 @@ serve() { # label bindir extra-settings...
     echo "FAIL: $label engine did not start"
     exit 1
   }
-  cat "$work/$label/engine.url"
+  url=$(cat "$work/$label/engine.url")
+}
+
+health() { # url file
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/healthz", timeout=10).read().decode())' "$1" >"$2" || true
 }
 
 load() { # label url rows
@@ -62,16 +67,17 @@ load() { # label url rows
 }
 
 # shellcheck disable=SC2086
-url=$(serve new "$bin" ${LISA_ENGINE_ARGS:-})
+serve new "$bin" ${LISA_ENGINE_ARGS:-}
 load new "$url" "$rows"
-curl -s "$url/healthz" >"$out/new-health.json" || true
-kill "${pids[-1]}"
-wait "${pids[-1]}" 2>/dev/null || true
+health "$url" "$out/new-health.json"
+kill "$pid"
+wait "$pid" 2>/dev/null || true
 if [ -n "$base" ]; then
-  url=$(serve base "$base")
+  serve base "$base"
   load base "$url" "$base_rows"
-  kill "${pids[-1]}"
-  wait "${pids[-1]}" 2>/dev/null || true
+  health "$url" "$out/base-health.json"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
   python3 - "$out/new.json" "$out/base.json" <<'PY'
 import json, sys
 new = {r["row"]: r for r in json.load(open(sys.argv[1]))}
