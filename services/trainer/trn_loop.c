@@ -635,8 +635,18 @@ s_checkpoint(s_loop_t *L, uint64_t step)
     st.batch_size = (uint64_t) L->c->batch_size;
     st.n_train = trn_data_len(L->a->train);
     trn_err_t err = {{0}};
-    lisa_rc_t rc = trn_ckpt_save(L->a->backend, L->c->out_dir, &st, L->bf16,
-                                 NULL, 0, &err);
+    /* the save reads the training state: a time-sharing engine gives the
+     * device back while it runs (no rollouts are out between steps) */
+    lisa_rc_t rc = trn_engine_pause(L->a->engine, L->c->step_timeout_ms);
+    if (rc != LISA_OK) {
+        trn_engine_resume(L->a->engine, L->version);
+        return s_fail(L, LISA_TIMEOUT,
+                      "checkpoint of step %llu: the engine did not drain",
+                      (unsigned long long) step);
+    }
+    rc = trn_ckpt_save(L->a->backend, L->c->out_dir, &st, L->bf16, NULL, 0,
+                       &err);
+    trn_engine_resume(L->a->engine, L->version);
     if (rc != LISA_OK)
         return s_fail(L, LISA_ERR, "checkpoint of step %llu: %s",
                       (unsigned long long) step, err.msg);
