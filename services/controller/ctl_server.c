@@ -1,6 +1,15 @@
 /*
  * ctl_server: records of the attempts this controller runs, and the tick
  * that reconciles them with the backend and the broker.
+ *
+ * Every broker call is asynchronous on one DEALER (lisa_rpc): a request
+ * goes out with a deadline and the loop goes on; its reply (or its
+ * timeout) runs a callback from the loop. A callback finds its record
+ * again by rollout id and attempt, never by pointer, since records move
+ * and may be gone by the time the broker answers. A sandbox whose
+ * outcome needs the broker's word first (adopted, its attempt not yet
+ * confirmed) waits in place for the cross-check's answer; the pass after
+ * the answer acts on it.
  */
 #include "ctl_server.h"
 
@@ -29,6 +38,7 @@ typedef struct {
     bool stop;       /* the broker ended the attempt: remove, no report */
     bool verified;   /* the broker confirmed the attempt is current */
     bool seen;       /* present in the latest listing */
+    bool checked;    /* a cross-check covering it was answered or failed */
     int misses;      /* listings in a row without it */
     int64_t next_hb; /* monotonic ms of the next lease renewal (pending) */
 } s_rec_t;
@@ -36,8 +46,7 @@ typedef struct {
 struct ctl_server {
     const ctl_config_t *cfg;
     ctl_backend_t be;
-    lisa_rpc_t *rpc;  /* synchronous calls: reports, queries, heartbeats */
-    lisa_rpc_t *arpc; /* asynchronous: claims and start confirmations */
+    lisa_rpc_t *rpc; /* every broker call, asynchronous */
     zsock_t *sub;
     s_rec_t *recs;
     size_t n_recs, cap_recs;
@@ -47,6 +56,7 @@ struct ctl_server {
     int64_t next_verify; /* monotonic ms */
     uint64_t last_seq;
     bool claiming; /* a claim is in flight */
+    int verifying; /* cross-check queries in flight */
     bool stopping; /* claims answered from now on are handed back */
     bool dirty;    /* something changed: tick without waiting */
     bool wake_ok;  /* poll the backend's wake descriptor */
@@ -70,12 +80,10 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
         backend->ops->destroy(backend->impl);
         return NULL;
     }
-    lisa_rpc_t *arpc = lisa_rpc_new(cfg->broker_rpc, "controller");
-    zsock_t *sub = arpc ? zsock_new_sub(cfg->broker_events, "rollout") : NULL;
+    zsock_t *sub = zsock_new_sub(cfg->broker_events, "rollout");
     if (!sub) {
         lisa_log_error("controller: cannot subscribe to %s",
                        cfg->broker_events);
-        lisa_rpc_destroy(&arpc);
         lisa_rpc_destroy(&rpc);
         backend->ops->destroy(backend->impl);
         return NULL;
@@ -86,7 +94,6 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
     backend->ops = NULL;
     backend->impl = NULL;
     s->rpc = rpc;
-    s->arpc = arpc;
     s->sub = sub;
     s->wake_ok = true;
     ctl_rate_init(&s->rate, cfg->create_per_s, cfg->create_burst,
@@ -103,8 +110,7 @@ ctl_server_destroy(ctl_server_t **sp)
     ctl_server_t *s = *sp;
     if (s->be.ops)
         s->be.ops->destroy(s->be.impl);
-    lisa_rpc_destroy(&s->arpc); /* open callbacks run with LISA_ERR */
-    lisa_rpc_destroy(&s->rpc);
+    lisa_rpc_destroy(&s->rpc); /* open callbacks run with LISA_ERR */
     zsock_destroy(&s->sub);
     lisa_free(&s->recs);
     lisa_free(&s->doomed);
@@ -156,50 +162,75 @@ s_drop(ctl_server_t *s, s_rec_t *r)
 
 /* ---- broker calls ---------------------------------------------------- */
 
+/* The outcome of an answered call: the transport's rc, else the
+ * reply's. */
 static lisa_rc_t
-s_call(ctl_server_t *s, Lisa__Request *req, Lisa__Reply **rep)
+s_reply_rc(lisa_rc_t rc, const Lisa__Reply *rep)
 {
-    lisa_rc_t rc =
-        lisa_rpc_call(s->rpc, req, (int) s->cfg->rpc_timeout_ms, rep);
-    if (rc != LISA_OK)
-        return rc;
-    rc = lisa_rpc_reply_rc(*rep);
-    if (rc != LISA_OK)
+    if (rc == LISA_OK)
+        rc = lisa_rpc_reply_rc(rep);
+    if (rc != LISA_OK && rep)
         lisa_log_debug("broker: %s: %s", lisa_rc_str(rc),
-                       (*rep)->error ? (*rep)->error : "");
+                       rep->error ? rep->error : "");
     return rc;
 }
 
+/* One failure report in flight (the callback's argument). */
+typedef struct {
+    char rollout_id[CTL_ID_MAX];
+    unsigned attempt;
+    Lisa__FailureKind kind;
+    char reason[512];
+} s_pending_report_t;
+
+static void
+s_on_reported(void *arg, uint64_t request_id, lisa_rc_t rc,
+              const Lisa__Reply *rep)
+{
+    (void) request_id;
+    s_pending_report_t *p = arg;
+    rc = s_reply_rc(rc, rep);
+    if (rc == LISA_OK)
+        lisa_log_info(
+            "rollout %s attempt %u: reported %s (%s)%s", p->rollout_id,
+            p->attempt,
+            protobuf_c_enum_descriptor_get_value(
+                &lisa__failure_kind__descriptor, (int) p->kind)
+                ->name,
+            p->reason,
+            rep->attempt_fail && rep->attempt_fail->retried ? ", retried" : "");
+    else
+        lisa_log_warn("rollout %s attempt %u: failure report refused: %s",
+                      p->rollout_id, p->attempt, lisa_rc_str(rc));
+    lisa_free(&p);
+}
+
+/* AttemptFail, not waited for: the reply is logged when it comes. */
 static void
 s_report(ctl_server_t *s, const char *rollout_id, unsigned attempt,
          Lisa__FailureKind kind, const char *why, const char *detail)
 {
-    char reason[512];
-    snprintf(reason, sizeof reason, "%s%s%.400s", why,
+    s_pending_report_t *p = lisa_calloc(1, sizeof *p);
+    snprintf(p->rollout_id, sizeof p->rollout_id, "%s", rollout_id);
+    p->attempt = attempt;
+    p->kind = kind;
+    snprintf(p->reason, sizeof p->reason, "%s%s%.400s", why,
              detail && *detail ? ": " : "", detail ? detail : "");
     Lisa__Request req = LISA__REQUEST__INIT;
     Lisa__AttemptFailReq f = LISA__ATTEMPT_FAIL_REQ__INIT;
-    f.rollout_id = (char *) (uintptr_t) rollout_id;
+    f.rollout_id = p->rollout_id;
     f.attempt = attempt;
     f.kind = kind;
-    f.reason = reason;
+    f.reason = p->reason;
     req.body_case = LISA__REQUEST__BODY_ATTEMPT_FAIL;
     req.attempt_fail = &f;
-    Lisa__Reply *rep = NULL;
-    lisa_rc_t rc = s_call(s, &req, &rep);
     s->st.reported++;
-    if (rc == LISA_OK)
-        lisa_log_info(
-            "rollout %s attempt %u: reported %s (%s)%s", rollout_id, attempt,
-            protobuf_c_enum_descriptor_get_value(
-                &lisa__failure_kind__descriptor, (int) kind)
-                ->name,
-            reason,
-            rep->attempt_fail && rep->attempt_fail->retried ? ", retried" : "");
-    else
-        lisa_log_warn("rollout %s attempt %u: failure report refused: %s",
-                      rollout_id, attempt, lisa_rc_str(rc));
-    lisa_rpc_reply_free(&rep);
+    if (lisa_rpc_send(s->rpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_reported,
+                      p, NULL) != LISA_OK) {
+        lisa_log_warn("rollout %s attempt %u: failure report not sent",
+                      rollout_id, attempt);
+        lisa_free(&p);
+    }
 }
 
 /* One start confirmation in flight (the callback's argument). */
@@ -243,7 +274,7 @@ s_confirm_start(ctl_server_t *s, const char *rollout_id, unsigned attempt,
     s_pending_start_t *p = lisa_calloc(1, sizeof *p);
     snprintf(p->rollout_id, sizeof p->rollout_id, "%s", rollout_id);
     p->attempt = attempt;
-    if (lisa_rpc_send(s->arpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_started,
+    if (lisa_rpc_send(s->rpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_started,
                       p, NULL) != LISA_OK) {
         lisa_log_warn("rollout %s attempt %u: start confirmation not sent",
                       rollout_id, attempt);
@@ -251,11 +282,41 @@ s_confirm_start(ctl_server_t *s, const char *rollout_id, unsigned attempt,
     }
 }
 
+/* One lease renewal in flight (the callback's argument). */
+typedef struct {
+    ctl_server_t *s;
+    char rollout_id[CTL_ID_MAX];
+    unsigned attempt;
+} s_pending_hb_t;
+
+static void
+s_on_heartbeat(void *arg, uint64_t request_id, lisa_rc_t rc,
+               const Lisa__Reply *rep)
+{
+    (void) request_id;
+    s_pending_hb_t *p = arg;
+    if (rc != LISA_ERR && s_reply_rc(rc, rep) == LISA_OK && rep->heartbeat &&
+        rep->heartbeat->cancel) {
+        s_rec_t *rec = s_find(p->s, p->rollout_id, p->attempt);
+        if (rec && !rec->stop) {
+            lisa_log_info("rollout %s attempt %u: cancelled while pending",
+                          rec->rollout_id, rec->attempt);
+            rec->stop = true;
+            p->s->dirty = true;
+        }
+    }
+    lisa_free(&p);
+}
+
 /* Renews the lease of an attempt whose sandbox is still pending (image
  * pull, scheduling): its agent cannot heartbeat yet. */
 static void
 s_heartbeat(ctl_server_t *s, s_rec_t *rec)
 {
+    s_pending_hb_t *p = lisa_calloc(1, sizeof *p);
+    p->s = s;
+    snprintf(p->rollout_id, sizeof p->rollout_id, "%s", rec->rollout_id);
+    p->attempt = rec->attempt;
     Lisa__Request req = LISA__REQUEST__INIT;
     Lisa__HeartbeatReq h = LISA__HEARTBEAT_REQ__INIT;
     h.rollout_id = rec->rollout_id;
@@ -263,16 +324,13 @@ s_heartbeat(ctl_server_t *s, s_rec_t *rec)
     h.note = (char *) (uintptr_t) "sandbox pending";
     req.body_case = LISA__REQUEST__BODY_HEARTBEAT;
     req.heartbeat = &h;
-    Lisa__Reply *rep = NULL;
-    lisa_rc_t rc = s_call(s, &req, &rep);
-    if (rc == LISA_OK && rep->heartbeat && rep->heartbeat->cancel &&
-        !rec->stop) {
-        lisa_log_info("rollout %s attempt %u: cancelled while pending",
-                      rec->rollout_id, rec->attempt);
-        rec->stop = true;
-    }
     s->st.heartbeats++;
-    lisa_rpc_reply_free(&rep);
+    if (lisa_rpc_send(s->rpc, &req, (int) s->cfg->rpc_timeout_ms,
+                      s_on_heartbeat, p, NULL) != LISA_OK) {
+        lisa_log_warn("rollout %s attempt %u: lease renewal not sent",
+                      rec->rollout_id, rec->attempt);
+        lisa_free(&p);
+    }
 }
 
 /* ---- backend health -------------------------------------------------- */
@@ -332,16 +390,88 @@ s_judge(ctl_server_t *s, const Lisa__Rollout *r)
     }
 }
 
+/* One cross-check query in flight: the rollout ids it asked about. */
+typedef struct {
+    ctl_server_t *s;
+    size_t n;
+    char (*ids)[CTL_ID_MAX];
+} s_pending_query_t;
+
+/* Applies a query's answer: records the broker does not know any more
+ * are over too; the others are judged by their rollout's state. */
+static void
+s_apply_query(ctl_server_t *s, const s_pending_query_t *p,
+              const Lisa__QueryRep *q)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        bool known = false;
+        for (size_t k = 0; k < q->n_rollouts; k++)
+            known |= q->rollouts[k]->rollout_id &&
+                     strcmp(q->rollouts[k]->rollout_id, p->ids[i]) == 0;
+        if (known)
+            continue;
+        for (size_t r = 0; r < s->n_recs; r++) {
+            s_rec_t *rec = &s->recs[r];
+            if (strcmp(rec->rollout_id, p->ids[i]) != 0)
+                continue;
+            if (!rec->stop)
+                lisa_log_info("rollout %s unknown to the broker; "
+                              "stopping its sandbox",
+                              rec->rollout_id);
+            rec->stop = true;
+            rec->verified = true; /* the broker has answered */
+        }
+    }
+    for (size_t k = 0; k < q->n_rollouts; k++)
+        if (q->rollouts[k]->rollout_id)
+            s_judge(s, q->rollouts[k]);
+}
+
+static void
+s_on_query(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
+{
+    (void) request_id;
+    s_pending_query_t *p = arg;
+    ctl_server_t *s = p->s;
+    if (rc != LISA_ERR) { /* LISA_ERR: the client is going away */
+        s->verifying--;
+        rc = s_reply_rc(rc, rep);
+        if (rc == LISA_OK && rep->query)
+            s_apply_query(s, p, rep->query);
+        else
+            lisa_log_warn("broker: query failed: %s", lisa_rc_str(rc));
+        /* whatever the answer, the records asked about were checked */
+        for (size_t i = 0; i < p->n; i++)
+            for (size_t r = 0; r < s->n_recs; r++)
+                if (strcmp(s->recs[r].rollout_id, p->ids[i]) == 0)
+                    s->recs[r].checked = true;
+        s->dirty = true; /* act on the answer */
+    }
+    lisa_free(&p->ids);
+    lisa_free(&p);
+}
+
+/* Cross-checks every record with the broker (queries of at most
+ * S_QUERY_BATCH rollouts, answered from the loop); nothing when a
+ * cross-check is still in flight. */
 static void
 s_verify(ctl_server_t *s)
 {
+    if (s->verifying)
+        return;
     for (size_t from = 0; from < s->n_recs; from += S_QUERY_BATCH) {
         size_t n = s->n_recs - from;
         if (n > S_QUERY_BATCH)
             n = S_QUERY_BATCH;
+        s_pending_query_t *p = lisa_calloc(1, sizeof *p);
+        p->s = s;
+        p->n = n;
+        p->ids = lisa_calloc(n, sizeof *p->ids);
         char **ids = lisa_calloc(n, sizeof *ids);
-        for (size_t i = 0; i < n; i++)
-            ids[i] = s->recs[from + i].rollout_id;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(p->ids[i], CTL_ID_MAX, "%s", s->recs[from + i].rollout_id);
+            ids[i] = p->ids[i];
+        }
         Lisa__Request req = LISA__REQUEST__INIT;
         Lisa__QueryReq q = LISA__QUERY_REQ__INIT;
         q.n_rollout_ids = n;
@@ -349,31 +479,14 @@ s_verify(ctl_server_t *s)
         q.limit = (uint32_t) n;
         req.body_case = LISA__REQUEST__BODY_QUERY;
         req.query = &q;
-        Lisa__Reply *rep = NULL;
-        lisa_rc_t rc = s_call(s, &req, &rep);
-        if (rc == LISA_OK && rep->query) {
-            /* Records the broker does not know any more are over too. */
-            for (size_t i = 0; i < n; i++) {
-                s_rec_t *rec = &s->recs[from + i];
-                bool known = false;
-                for (size_t k = 0; k < rep->query->n_rollouts; k++)
-                    known |= strcmp(rep->query->rollouts[k]->rollout_id,
-                                    rec->rollout_id) == 0;
-                if (!known && !rec->stop) {
-                    lisa_log_info("rollout %s unknown to the broker; "
-                                  "stopping its sandbox",
-                                  rec->rollout_id);
-                    rec->stop = true;
-                }
-                if (!known)
-                    rec->verified = true; /* the broker has answered */
-            }
-            for (size_t k = 0; k < rep->query->n_rollouts; k++)
-                s_judge(s, rep->query->rollouts[k]);
+        if (lisa_rpc_send(s->rpc, &req, (int) s->cfg->rpc_timeout_ms,
+                          s_on_query, p, NULL) == LISA_OK) {
+            s->verifying++;
         } else {
-            lisa_log_warn("broker: query failed: %s", lisa_rc_str(rc));
+            lisa_log_warn("broker: query not sent");
+            lisa_free(&p->ids);
+            lisa_free(&p);
         }
-        lisa_rpc_reply_free(&rep);
         lisa_free(&ids);
     }
     s->next_verify = s_mono() + (int64_t) s->cfg->verify_ms;
@@ -612,8 +725,8 @@ s_claim(ctl_server_t *s)
     c.run_id = s->cfg->run_id;
     req.body_case = LISA__REQUEST__BODY_CLAIM;
     req.claim = &c;
-    if (lisa_rpc_send(s->arpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_claim,
-                      s, NULL) != LISA_OK) {
+    if (lisa_rpc_send(s->rpc, &req, (int) s->cfg->rpc_timeout_ms, s_on_claim, s,
+                      NULL) != LISA_OK) {
         lisa_log_warn("broker: claim not sent");
         return;
     }
@@ -686,8 +799,12 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
         ctl_outcome_t o = ctl_outcome_of(sb);
         lisa_log_info("sandbox %s exited with %d%s: %s", sb->name,
                       sb->exit_code, sb->oom ? " (OOM)" : "", o.why);
-        if (o.report && !rec->verified)
-            s_verify(s); /* adopted: is its attempt still open? */
+        if (o.report && !rec->verified && !rec->checked) {
+            /* adopted: is its attempt still open? The sandbox waits for
+             * the broker's answer; the pass after it acts. */
+            s->next_verify = 0;
+            return;
+        }
         if (o.report && !rec->stop && rec->verified) {
             char detail[256];
             s_detail(s, sb->name, detail, sizeof detail);
@@ -771,12 +888,12 @@ s_settle(ctl_server_t *s)
 {
     s->stopping = true;
     int64_t end = s_mono() + (int64_t) s->cfg->rpc_timeout_ms;
-    while ((s->claiming || lisa_rpc_pending(s->arpc)) && s_mono() < end) {
-        zmq_pollitem_t it = {zsock_resolve(lisa_rpc_socket(s->arpc)), 0,
+    while ((s->claiming || lisa_rpc_pending(s->rpc)) && s_mono() < end) {
+        zmq_pollitem_t it = {zsock_resolve(lisa_rpc_socket(s->rpc)), 0,
                              ZMQ_POLLIN, 0};
         (void) zmq_poll(&it, 1, 50);
-        lisa_rpc_dispatch(s->arpc);
-        lisa_rpc_expire(s->arpc);
+        lisa_rpc_dispatch(s->rpc);
+        lisa_rpc_expire(s->rpc);
     }
 }
 
@@ -795,6 +912,7 @@ s_shutdown(ctl_server_t *s)
                      NULL);
     }
     s->n_recs = 0;
+    s_settle(s); /* the reports' answers, bounded */
 }
 
 lisa_rc_t
@@ -813,12 +931,12 @@ ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
          * loop; a change ticks at once, else the tick period runs out. */
         zmq_pollitem_t items[3] = {
             {zsock_resolve(s->sub), 0, ZMQ_POLLIN, 0},
-            {zsock_resolve(lisa_rpc_socket(s->arpc)), 0, ZMQ_POLLIN, 0},
+            {zsock_resolve(lisa_rpc_socket(s->rpc)), 0, ZMQ_POLLIN, 0},
             {NULL, wfd, ZMQ_POLLIN, 0},
         };
         int n_items = wfd >= 0 && s->wake_ok ? 3 : 2;
         int64_t wait = s->dirty ? 0 : next_tick - s_mono();
-        int64_t dl = lisa_rpc_next_deadline_ms(s->arpc);
+        int64_t dl = lisa_rpc_next_deadline_ms(s->rpc);
         if (dl >= 0 && dl < wait)
             wait = dl;
         if (wait < 0)
@@ -830,8 +948,8 @@ ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
         if (*stop)
             break;
         s_drain_events(s);
-        lisa_rpc_dispatch(s->arpc);
-        lisa_rpc_expire(s->arpc);
+        lisa_rpc_dispatch(s->rpc);
+        lisa_rpc_expire(s->rpc);
         if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
             s->dirty = true;
         if (s->dirty || s_mono() >= next_tick) {

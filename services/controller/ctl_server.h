@@ -23,9 +23,13 @@
  * A backend that fails pauses claiming with exponential backoff. Claims
  * and start confirmations are asynchronous (one claim in flight; its
  * reply starts the sandboxes, whose confirmations are sent without
- * waiting), so a batch of starts costs one broker round trip; reports,
- * queries and heartbeats are synchronous with a deadline each. On stop,
- * a claim still in flight is awaited and its attempts handed back.
+ * waiting), so a batch of starts costs one broker round trip. Every other
+ * broker call (reports, cross-check queries, lease renewals) is
+ * asynchronous too, with a deadline each: the loop never waits on the
+ * broker, and a broker that answers late delays only what depends on its
+ * answer. On stop, a claim still in flight is awaited and its attempts
+ * handed back, and the last reports are given a bounded time to be
+ * answered.
  */
 #ifndef CTL_SERVER_H
 #define CTL_SERVER_H
