@@ -21,7 +21,6 @@
 #include "lisa/lisa_rpc.h"
 
 #include <czmq.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -55,11 +54,23 @@ struct ctl_server {
     uint64_t pause_ms;   /* current backoff */
     int64_t next_verify; /* monotonic ms */
     uint64_t last_seq;
-    bool claiming; /* a claim is in flight */
-    int verifying; /* cross-check queries in flight */
-    bool stopping; /* claims answered from now on are handed back */
-    bool dirty;    /* something changed: tick without waiting */
-    bool wake_ok;  /* poll the backend's wake descriptor */
+    bool claiming;  /* a claim is in flight */
+    int verifying;  /* cross-check queries in flight */
+    bool stopping;  /* claims answered from now on are handed back */
+    bool dirty;     /* something changed: a pass without waiting */
+    bool wake_ok;   /* poll the backend's wake descriptor */
+    bool async;     /* the backend has the asynchronous face */
+    bool listing;   /* a listing is in flight */
+    bool pass_open; /* between a listing's answer and its removals */
+    bool removing;  /* the pass's removals are in flight */
+    bool starting;  /* a claim's starts are in flight */
+    bool pinging;   /* a ping is in flight */
+    int tails;      /* log tails the open pass waits for (+ 1 while open) */
+    zloop_t *loop;
+    int kick_timer; /* one-shot pass timer; -1: none */
+    int stop_timer;
+    int wake_fd; /* the descriptor on the loop; -1: none */
+    volatile sig_atomic_t *stop;
     char (*doomed)[CTL_NAME_MAX]; /* sandboxes to remove at the pass's end */
     size_t n_doomed, cap_doomed;
     ctl_stats_t st;
@@ -70,6 +81,9 @@ s_mono(void)
 {
     return zclock_mono();
 }
+
+static void s_kick(ctl_server_t *s);
+static void s_on_wake(void *ctx);
 
 ctl_server_t *
 ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
@@ -96,6 +110,16 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
     s->rpc = rpc;
     s->sub = sub;
     s->wake_ok = true;
+    s->kick_timer = s->stop_timer = s->wake_fd = -1;
+    s->loop = zloop_new();
+    s->async = s->be.ops->attach != NULL;
+    if (lisa_rpc_attach(rpc, s->loop, 50) != LISA_OK ||
+        (s->async &&
+         s->be.ops->attach(s->be.impl, s->loop, s_on_wake, s) != LISA_OK)) {
+        lisa_log_error("controller: cannot set up the loop");
+        ctl_server_destroy(&s);
+        return NULL;
+    }
     ctl_rate_init(&s->rate, cfg->create_per_s, cfg->create_burst,
                   (uint64_t) s_mono());
     s->pause_ms = 0;
@@ -108,9 +132,12 @@ ctl_server_destroy(ctl_server_t **sp)
     if (!sp || !*sp)
         return;
     ctl_server_t *s = *sp;
+    /* the backend first: its pending requests go without callbacks */
     if (s->be.ops)
         s->be.ops->destroy(s->be.impl);
+    lisa_rpc_detach(s->rpc);
     lisa_rpc_destroy(&s->rpc); /* open callbacks run with LISA_ERR */
+    zloop_destroy(&s->loop);
     zsock_destroy(&s->sub);
     lisa_free(&s->recs);
     lisa_free(&s->doomed);
@@ -302,7 +329,7 @@ s_on_heartbeat(void *arg, uint64_t request_id, lisa_rc_t rc,
             lisa_log_info("rollout %s attempt %u: cancelled while pending",
                           rec->rollout_id, rec->attempt);
             rec->stop = true;
-            p->s->dirty = true;
+            s_kick(p->s);
         }
     }
     lisa_free(&p);
@@ -445,7 +472,7 @@ s_on_query(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
             for (size_t r = 0; r < s->n_recs; r++)
                 if (strcmp(s->recs[r].rollout_id, p->ids[i]) == 0)
                     s->recs[r].checked = true;
-        s->dirty = true; /* act on the answer */
+        s_kick(s); /* act on the answer */
     }
     lisa_free(&p->ids);
     lisa_free(&p);
@@ -507,7 +534,7 @@ s_on_event(ctl_server_t *s, const Lisa__Event *ev)
         return;
     const Lisa__RolloutEvent *re = ev->rollout;
     if (re->state == LISA__ROLLOUT_STATE__ROLLOUT_QUEUED)
-        s->dirty = true; /* work to claim */
+        s_kick(s); /* work to claim */
     for (size_t i = 0; i < s->n_recs; i++) {
         s_rec_t *rec = &s->recs[i];
         if (!re->rollout_id || strcmp(rec->rollout_id, re->rollout_id) != 0)
@@ -524,7 +551,7 @@ s_on_event(ctl_server_t *s, const Lisa__Event *ev)
                           "); stopping its sandbox",
                           rec->rollout_id, rec->attempt, ev->seq);
             rec->stop = true;
-            s->dirty = true;
+            s_kick(s);
         }
     }
 }
@@ -551,7 +578,107 @@ s_drain_events(ctl_server_t *s)
     }
 }
 
+/* ---- the backend, either face ------------------------------------------ */
+
+/* Each call answers through its callback: from the loop for a backend
+ * with the asynchronous face, before the call returns for one without. */
+
+static void
+s_be_ping(ctl_server_t *s, ctl_rc_fn *done)
+{
+    if (s->async)
+        s->be.ops->ping_async(s->be.impl, done, s);
+    else
+        done(s, s->be.ops->ping(s->be.impl));
+}
+
+static void s_on_list(void *arg, lisa_rc_t rc, const ctl_sandbox_t *list,
+                      size_t n);
+
+static void
+s_be_list(ctl_server_t *s)
+{
+    if (s->async) {
+        s->be.ops->list_async(s->be.impl, s_on_list, s);
+        return;
+    }
+    ctl_sandbox_t *list = NULL;
+    size_t n = 0;
+    lisa_rc_t rc = s->be.ops->list(s->be.impl, &list, &n);
+    s_on_list(s, rc, list, rc == LISA_OK ? n : 0);
+    lisa_free(&list);
+}
+
+static void
+s_be_start(ctl_server_t *s, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
+           void *arg)
+{
+    if (s->async) {
+        s->be.ops->start_async(s->be.impl, specs, n, done, arg);
+        return;
+    }
+    lisa_rc_t *rcs = lisa_calloc(n ? n : 1, sizeof *rcs);
+    if (s->be.ops->start_many && n > 1) {
+        s->be.ops->start_many(s->be.impl, specs, n, rcs);
+    } else {
+        bool gone = false; /* one after another until the backend is down */
+        for (size_t i = 0; i < n; i++) {
+            rcs[i] = gone ? LISA_UNAVAILABLE
+                          : s->be.ops->start(s->be.impl, &specs[i]);
+            gone |= rcs[i] == LISA_UNAVAILABLE;
+        }
+    }
+    done(arg, rcs, n);
+    lisa_free(&rcs);
+}
+
+static void
+s_be_remove(ctl_server_t *s, const char *const *names, size_t n,
+            ctl_rc_fn *done)
+{
+    if (s->async) {
+        s->be.ops->remove_async(s->be.impl, names, n, done, s);
+        return;
+    }
+    if (n > 1 && s->be.ops->remove_many)
+        s->be.ops->remove_many(s->be.impl, names, n);
+    else
+        for (size_t i = 0; i < n; i++)
+            (void) s->be.ops->remove(s->be.impl, names[i]);
+    done(s, LISA_OK);
+}
+
+static void
+s_be_tail(ctl_server_t *s, const char *name, ctl_text_fn *done, void *arg)
+{
+    if (s->async) {
+        s->be.ops->log_tail_async(s->be.impl, name, done, arg);
+        return;
+    }
+    char buf[256] = "";
+    if (s->be.ops->log_tail)
+        s->be.ops->log_tail(s->be.impl, name, buf, sizeof buf);
+    done(arg, buf);
+}
+
 /* ---- claims ---------------------------------------------------------- */
+
+static void s_claim(ctl_server_t *s);
+
+/* One sandbox of a batch of starts: copies of what the answer needs. */
+typedef struct {
+    char name[CTL_NAME_MAX];
+    char rollout_id[CTL_ID_MAX];
+    char run_id[CTL_ID_MAX];
+    unsigned attempt;
+    uint64_t deadline_ms;
+} s_start_item_t;
+
+typedef struct {
+    ctl_server_t *s;
+    s_start_item_t *items;
+    size_t n;
+} s_start_batch_t;
 
 /* The spec of a claimed attempt (strings borrowed from ca and name);
  * false when the claim is unusable. */
@@ -592,21 +719,20 @@ s_spec_of(ctl_server_t *s, const Lisa__ClaimedAttempt *ca,
 /* Acts on the backend's answer to one start: a record and AttemptStart,
  * or a failure report (INFRA when the backend is down: pause). */
 static void
-s_started(ctl_server_t *s, const ctl_spec_t *spec, lisa_rc_t rc, bool *down)
+s_started(ctl_server_t *s, const s_start_item_t *it, lisa_rc_t rc, bool *down)
 {
     if (rc == LISA_OK || rc == LISA_CONFLICT) {
         if (rc == LISA_CONFLICT)
-            lisa_log_info("sandbox %s already exists; taking it", spec->name);
+            lisa_log_info("sandbox %s already exists; taking it", it->name);
         s->st.started++;
-        /* A sandbox of this attempt may have been adopted in this tick. */
-        s_rec_t *rec = s_find(s, spec->rollout_id, spec->attempt);
+        s_rec_t *rec = s_find(s, it->rollout_id, it->attempt);
         if (!rec)
-            rec = s_add(s, spec->rollout_id, spec->attempt, spec->run_id,
-                        spec->name, spec->deadline_ms);
+            rec = s_add(s, it->rollout_id, it->attempt, it->run_id, it->name,
+                        it->deadline_ms);
         rec->verified = true;
         rec->stop = false;
-        rec->deadline_ms = spec->deadline_ms;
-        s_confirm_start(s, spec->rollout_id, spec->attempt, spec->name);
+        rec->deadline_ms = it->deadline_ms;
+        s_confirm_start(s, it->rollout_id, it->attempt, it->name);
         s_backend_up(s);
         return;
     }
@@ -615,42 +741,58 @@ s_started(ctl_server_t *s, const ctl_spec_t *spec, lisa_rc_t rc, bool *down)
         if (!*down)
             s_backend_down(s, "start failed");
         *down = true;
-        s_report(s, spec->rollout_id, spec->attempt,
+        s_report(s, it->rollout_id, it->attempt,
                  LISA__FAILURE_KIND__FAILURE_INFRA, "backend unavailable",
                  NULL);
     } else {
-        s_report(s, spec->rollout_id, spec->attempt,
+        s_report(s, it->rollout_id, it->attempt,
                  LISA__FAILURE_KIND__FAILURE_SANDBOX,
                  "sandbox could not be started", lisa_rc_str(rc));
     }
 }
 
-/* Starts the claimed attempts: all at once where the backend can, else
- * one after another until one finds the backend down. */
+static void
+s_on_starts(void *arg, const lisa_rc_t *rcs, size_t n)
+{
+    s_start_batch_t *b = arg;
+    ctl_server_t *s = b->s;
+    bool down = false;
+    for (size_t i = 0; i < n && i < b->n; i++)
+        s_started(s, &b->items[i], rcs[i], &down);
+    s->starting = false;
+    lisa_free(&b->items);
+    lisa_free(&b);
+    s_kick(s); /* the next pass sees the new sandboxes */
+}
+
+/* Starts the claimed attempts, all at once where the backend can. */
 static void
 s_start_all(ctl_server_t *s, Lisa__ClaimedAttempt *const *cas, size_t got)
 {
     ctl_spec_t *specs = lisa_calloc(got ? got : 1, sizeof *specs);
     char(*names)[CTL_NAME_MAX] = lisa_calloc(got ? got : 1, sizeof *names);
-    lisa_rc_t *rcs = lisa_calloc(got ? got : 1, sizeof *rcs);
-    size_t n = 0;
-    for (size_t i = 0; i < got; i++)
-        if (s_spec_of(s, cas[i], names[n], &specs[n]))
-            n++;
-    if (s->be.ops->start_many && n > 1) {
-        s->be.ops->start_many(s->be.impl, specs, n, rcs);
-    } else {
-        bool gone = false;
-        for (size_t i = 0; i < n; i++) {
-            rcs[i] = gone ? LISA_UNAVAILABLE
-                          : s->be.ops->start(s->be.impl, &specs[i]);
-            gone |= rcs[i] == LISA_UNAVAILABLE;
-        }
+    s_start_batch_t *b = lisa_calloc(1, sizeof *b);
+    b->s = s;
+    b->items = lisa_calloc(got ? got : 1, sizeof *b->items);
+    for (size_t i = 0; i < got; i++) {
+        if (!s_spec_of(s, cas[i], names[b->n], &specs[b->n]))
+            continue;
+        s_start_item_t *it = &b->items[b->n];
+        const ctl_spec_t *sp = &specs[b->n];
+        snprintf(it->name, sizeof it->name, "%s", sp->name);
+        snprintf(it->rollout_id, sizeof it->rollout_id, "%s", sp->rollout_id);
+        snprintf(it->run_id, sizeof it->run_id, "%s", sp->run_id);
+        it->attempt = sp->attempt;
+        it->deadline_ms = sp->deadline_ms;
+        b->n++;
     }
-    bool down = false;
-    for (size_t i = 0; i < n; i++)
-        s_started(s, &specs[i], rcs[i], &down);
-    lisa_free(&rcs);
+    if (b->n == 0) {
+        lisa_free(&b->items);
+        lisa_free(&b);
+    } else {
+        s->starting = true;
+        s_be_start(s, specs, b->n, s_on_starts, b);
+    }
     lisa_free(&names);
     lisa_free(&specs);
 }
@@ -689,23 +831,35 @@ s_on_claim(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
     s_start_all(s, rep->claim->attempts, got);
 }
 
+/* A ping on leaving a pause: claiming goes on only when it answers. */
+static void
+s_on_ping_claim(void *arg, lisa_rc_t rc)
+{
+    ctl_server_t *s = arg;
+    s->pinging = false;
+    if (rc != LISA_OK) {
+        s_backend_down(s, "ping failed");
+        return;
+    }
+    s_backend_up(s);
+    s_claim(s);
+}
+
 /* Asks for as many attempts as there is room and rate for; the reply
- * starts them (s_on_claim). One claim is in flight at a time. */
+ * starts them (s_on_claim). One claim (and its starts) at a time. */
 static void
 s_claim(ctl_server_t *s)
 {
-    if (s->claiming || s->stopping)
+    if (s->claiming || s->starting || s->pinging || s->stopping)
         return;
     int64_t mono = s_mono();
     if (mono < s->pause_until)
         return;
     if (s->pause_ms) {
         /* Leaving a pause: the backend must answer first. */
-        if (s->be.ops->ping(s->be.impl) != LISA_OK) {
-            s_backend_down(s, "ping failed");
-            return;
-        }
-        s_backend_up(s);
+        s->pinging = true;
+        s_be_ping(s, s_on_ping_claim);
+        return;
     }
     uint64_t max = s->cfg->max_concurrency;
     if (s->n_recs >= max)
@@ -733,7 +887,13 @@ s_claim(ctl_server_t *s)
     s->claiming = true;
 }
 
-/* ---- the tick -------------------------------------------------------- */
+/* ---- the pass -------------------------------------------------------- */
+
+/* A pass: list the backend; act on each sandbox (reports, lease
+ * renewals, log tails for the reports); once the tails are in, remove
+ * what is doomed, settle the records whose sandbox vanished, cross-check
+ * and claim. One pass at a time, and none while a claim's starts are in
+ * flight (so a sandbox being started is never taken for a stranger). */
 
 /* Marks a sandbox for removal at the end of this pass. */
 static void
@@ -746,29 +906,87 @@ s_doom(ctl_server_t *s, const char *name)
     snprintf(s->doomed[s->n_doomed++], CTL_NAME_MAX, "%s", name);
 }
 
+static void
+s_on_removed(void *arg, lisa_rc_t rc)
+{
+    (void) rc; /* a failed removal is seen again at the next listing */
+    ctl_server_t *s = arg;
+    s->removing = false;
+    if (s->dirty)
+        s_kick(s);
+}
+
 /* Removes the marked sandboxes, all at once where the backend can. */
 static void
 s_remove_doomed(ctl_server_t *s)
 {
-    if (s->n_doomed > 1 && s->be.ops->remove_many) {
-        const char **names = lisa_calloc(s->n_doomed, sizeof *names);
-        for (size_t i = 0; i < s->n_doomed; i++)
-            names[i] = s->doomed[i];
-        s->be.ops->remove_many(s->be.impl, names, s->n_doomed);
-        lisa_free(&names);
-    } else {
-        for (size_t i = 0; i < s->n_doomed; i++)
-            (void) s->be.ops->remove(s->be.impl, s->doomed[i]);
-    }
-    s->n_doomed = 0;
+    if (s->n_doomed == 0)
+        return;
+    const char **names = lisa_calloc(s->n_doomed, sizeof *names);
+    for (size_t i = 0; i < s->n_doomed; i++)
+        names[i] = s->doomed[i];
+    size_t n = s->n_doomed;
+    s->n_doomed = 0; /* the backend copied the names by the time it returns */
+    s->removing = true;
+    s_be_remove(s, names, n, s_on_removed);
+    lisa_free(&names);
+}
+
+/* A failure report that carries the sandbox's last output line. */
+typedef struct {
+    ctl_server_t *s;
+    char rollout_id[CTL_ID_MAX];
+    unsigned attempt;
+    Lisa__FailureKind kind;
+    const char *why; /* static text */
+} s_tail_report_t;
+
+static void s_pass_finish(ctl_server_t *s);
+
+static void
+s_tail_release(ctl_server_t *s)
+{
+    if (--s->tails == 0)
+        s_pass_finish(s);
 }
 
 static void
-s_detail(ctl_server_t *s, const char *name, char *buf, size_t len)
+s_on_tail(void *arg, const char *text)
 {
-    buf[0] = '\0';
-    if (s->be.ops->log_tail)
-        s->be.ops->log_tail(s->be.impl, name, buf, len);
+    s_tail_report_t *t = arg;
+    ctl_server_t *s = t->s;
+    s_report(s, t->rollout_id, t->attempt, t->kind, t->why, text);
+    lisa_free(&t);
+    s_tail_release(s);
+}
+
+static void
+s_report_with_tail(ctl_server_t *s, const s_rec_t *rec, const char *name,
+                   const ctl_outcome_t *o)
+{
+    s_tail_report_t *t = lisa_calloc(1, sizeof *t);
+    t->s = s;
+    snprintf(t->rollout_id, sizeof t->rollout_id, "%s", rec->rollout_id);
+    t->attempt = rec->attempt;
+    t->kind = o->kind;
+    t->why = o->why;
+    s->tails++;
+    s_be_tail(s, name, s_on_tail, t);
+}
+
+/* An ended sandbox: reported (when it is to be and its attempt is
+ * current), then removed. */
+static void
+s_handle_exit(ctl_server_t *s, s_rec_t *rec, const ctl_sandbox_t *sb)
+{
+    s->st.exited++;
+    ctl_outcome_t o = ctl_outcome_of(sb);
+    lisa_log_info("sandbox %s exited with %d%s: %s", sb->name, sb->exit_code,
+                  sb->oom ? " (OOM)" : "", o.why);
+    if (o.report && !rec->stop && rec->verified)
+        s_report_with_tail(s, rec, sb->name, &o);
+    s_doom(s, sb->name);
+    s_drop(s, rec);
 }
 
 static void
@@ -795,23 +1013,13 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
     rec->seen = true;
     rec->misses = 0;
     if (sb->phase == CTL_PHASE_EXITED) {
-        s->st.exited++;
-        ctl_outcome_t o = ctl_outcome_of(sb);
-        lisa_log_info("sandbox %s exited with %d%s: %s", sb->name,
-                      sb->exit_code, sb->oom ? " (OOM)" : "", o.why);
-        if (o.report && !rec->verified && !rec->checked) {
+        if (ctl_outcome_of(sb).report && !rec->verified && !rec->checked) {
             /* adopted: is its attempt still open? The sandbox waits for
              * the broker's answer; the pass after it acts. */
             s->next_verify = 0;
             return;
         }
-        if (o.report && !rec->stop && rec->verified) {
-            char detail[256];
-            s_detail(s, sb->name, detail, sizeof detail);
-            s_report(s, rec->rollout_id, rec->attempt, o.kind, o.why, detail);
-        }
-        s_doom(s, sb->name);
-        s_drop(s, rec);
+        s_handle_exit(s, rec, sb);
         return;
     }
     if (now >= rec->deadline_ms + grace) {
@@ -838,28 +1046,59 @@ s_handle(ctl_server_t *s, const ctl_sandbox_t *sb, uint64_t now)
     }
 }
 
-/* One reconcile pass; false when the backend could not list. */
-static bool
-s_tick(ctl_server_t *s)
+static int s_on_wake_fd(zloop_t *loop, zmq_pollitem_t *item, void *arg);
+
+/* Watches the backend's wake descriptor (it may change) while listings
+ * work; a listing consumes its readiness. */
+static void
+s_arm_wake(ctl_server_t *s)
 {
-    ctl_sandbox_t *list = NULL;
-    size_t n = 0;
-    lisa_rc_t rc = s->be.ops->list(s->be.impl, &list, &n);
+    int fd = -1;
+    if (s->wake_ok && !s->async && s->be.ops->wake_fd)
+        fd = s->be.ops->wake_fd(s->be.impl);
+    if (fd == s->wake_fd)
+        return;
+    if (s->wake_fd >= 0) {
+        zmq_pollitem_t old = {NULL, s->wake_fd, ZMQ_POLLIN, 0};
+        zloop_poller_end(s->loop, &old);
+    }
+    s->wake_fd = -1;
+    zmq_pollitem_t it = {NULL, fd, ZMQ_POLLIN, 0};
+    if (fd >= 0 && zloop_poller(s->loop, &it, s_on_wake_fd, s) == 0)
+        s->wake_fd = fd;
+}
+
+static void
+s_on_list(void *arg, lisa_rc_t rc, const ctl_sandbox_t *list, size_t n)
+{
+    ctl_server_t *s = arg;
+    s->listing = false;
     if (rc != LISA_OK) {
-        lisa_free(&list);
         if (s_mono() >= s->pause_until)
             s_backend_down(s, "list failed");
-        return false;
+        /* A backend that cannot list keeps its descriptor ready: watch it
+         * again only after a listing that worked. */
+        s->wake_ok = false;
+        s_arm_wake(s);
+        return;
     }
+    s->wake_ok = true;
     uint64_t now = ctl_wall_ms();
     for (size_t i = 0; i < s->n_recs; i++)
         s->recs[i].seen = false;
+    s->pass_open = true;
+    s->tails = 1; /* the pass's own hold */
     for (size_t i = 0; i < n; i++)
         s_handle(s, &list[i], now);
-    lisa_free(&list);
-    /* The claim goes out first: its round trip overlaps the removals, and
-     * its reply is read (and its sandboxes started) only after them. */
+    /* The claim goes out first: its round trip overlaps the removals. */
     s_claim(s);
+    s_tail_release(s);
+}
+
+/* The rest of a pass, once its log tails are in. */
+static void
+s_pass_finish(ctl_server_t *s)
+{
     s_remove_doomed(s);
     /* Records whose sandbox vanished without an exit status. */
     for (size_t i = 0; i < s->n_recs;) {
@@ -878,23 +1117,124 @@ s_tick(ctl_server_t *s)
     if (s->n_recs && s_mono() >= s->next_verify)
         s_verify(s);
     s_claim(s);
-    return true;
+    s->pass_open = false;
+    s_arm_wake(s);
 }
 
-/* Waits (bounded) for the claim and confirmations in flight; a claim
- * answered now is handed back, not started. */
+/* Starts a pass, or notes that one is wanted when one is under way. */
+static void
+s_pass(ctl_server_t *s)
+{
+    if (s->listing || s->pass_open || s->removing || s->starting ||
+        s->stopping) {
+        s->dirty = true;
+        return;
+    }
+    s->dirty = false;
+    s->listing = true;
+    s_be_list(s);
+}
+
+/* ---- the loop -------------------------------------------------------- */
+
+static int
+s_on_kick(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    ctl_server_t *s = arg;
+    s->kick_timer = -1;
+    s_pass(s);
+    return 0;
+}
+
+/* Something changed: a pass soon, not at the next tick. */
+static void
+s_kick(ctl_server_t *s)
+{
+    s->dirty = true;
+    if (s->kick_timer < 0 && s->loop)
+        s->kick_timer = zloop_timer(s->loop, 1, 1, s_on_kick, s);
+}
+
+static void
+s_on_wake(void *ctx)
+{
+    s_kick(ctx);
+}
+
+static int
+s_on_wake_fd(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) item;
+    ctl_server_t *s = arg;
+    /* ready until a listing consumes it: stop watching until then */
+    zmq_pollitem_t it = {NULL, s->wake_fd, ZMQ_POLLIN, 0};
+    zloop_poller_end(loop, &it);
+    s->wake_fd = -1;
+    s_kick(s);
+    return 0;
+}
+
+static int
+s_on_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_pass(arg);
+    return 0;
+}
+
+static int
+s_on_sub(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    (void) sock;
+    s_drain_events(arg);
+    return 0;
+}
+
+static int
+s_on_stop_check(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    ctl_server_t *s = arg;
+    return *s->stop ? -1 : 0;
+}
+
+/* While stopping: ends the loop once nothing is in flight any more or
+ * the deadline (arg's) passed. */
+typedef struct {
+    ctl_server_t *s;
+    int64_t end;
+} s_settle_t;
+
+static int
+s_on_settle_check(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_settle_t *st = arg;
+    ctl_server_t *s = st->s;
+    bool busy = s->claiming || s->starting || s->listing || s->removing ||
+                s->pinging || s->tails > 0 || lisa_rpc_pending(s->rpc);
+    return !busy || s_mono() >= st->end ? -1 : 0;
+}
+
+/* Runs the loop (bounded) until the claim, starts and calls in flight
+ * are answered; a claim answered now is handed back, not started. */
 static void
 s_settle(ctl_server_t *s)
 {
     s->stopping = true;
-    int64_t end = s_mono() + (int64_t) s->cfg->rpc_timeout_ms;
-    while ((s->claiming || lisa_rpc_pending(s->rpc)) && s_mono() < end) {
-        zmq_pollitem_t it = {zsock_resolve(lisa_rpc_socket(s->rpc)), 0,
-                             ZMQ_POLLIN, 0};
-        (void) zmq_poll(&it, 1, 50);
-        lisa_rpc_dispatch(s->rpc);
-        lisa_rpc_expire(s->rpc);
-    }
+    s_settle_t st = {s, s_mono() + (int64_t) s->cfg->rpc_timeout_ms};
+    int id = zloop_timer(s->loop, 20, 0, s_on_settle_check, &st);
+    if (id < 0)
+        return;
+    if (s_on_settle_check(s->loop, id, &st) == 0)
+        (void) zloop_start(s->loop);
+    zloop_timer_end(s->loop, id);
 }
 
 static void
@@ -905,7 +1245,8 @@ s_shutdown(ctl_server_t *s)
         return;
     for (size_t i = 0; i < s->n_recs; i++) {
         s_rec_t *rec = &s->recs[i];
-        (void) s->be.ops->remove(s->be.impl, rec->name);
+        const char *name = rec->name;
+        s_be_remove(s, &name, 1, s_on_removed);
         if (!rec->stop)
             s_report(s, rec->rollout_id, rec->attempt,
                      LISA__FAILURE_KIND__FAILURE_INFRA, "controller stopped",
@@ -915,6 +1256,16 @@ s_shutdown(ctl_server_t *s)
     s_settle(s); /* the reports' answers, bounded */
 }
 
+static void
+s_on_ping_start(void *arg, lisa_rc_t rc)
+{
+    ctl_server_t *s = arg;
+    s->pinging = false;
+    if (rc != LISA_OK)
+        s_backend_down(s, "ping failed at start");
+    s_kick(s);
+}
+
 lisa_rc_t
 ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
 {
@@ -922,44 +1273,24 @@ ctl_server_run(ctl_server_t *s, volatile sig_atomic_t *stop)
                   " sandboxes, %" PRIu64 " creations/s",
                   s->cfg->controller_id, s->be.ops->name,
                   s->cfg->max_concurrency, s->cfg->create_per_s);
-    if (s->be.ops->ping(s->be.impl) != LISA_OK)
-        s_backend_down(s, "ping failed at start");
-    int64_t next_tick = 0;
-    while (!*stop) {
-        int wfd = s->be.ops->wake_fd ? s->be.ops->wake_fd(s->be.impl) : -1;
-        /* Events, replies and the backend's wake descriptor all wake the
-         * loop; a change ticks at once, else the tick period runs out. */
-        zmq_pollitem_t items[3] = {
-            {zsock_resolve(s->sub), 0, ZMQ_POLLIN, 0},
-            {zsock_resolve(lisa_rpc_socket(s->rpc)), 0, ZMQ_POLLIN, 0},
-            {NULL, wfd, ZMQ_POLLIN, 0},
-        };
-        int n_items = wfd >= 0 && s->wake_ok ? 3 : 2;
-        int64_t wait = s->dirty ? 0 : next_tick - s_mono();
-        int64_t dl = lisa_rpc_next_deadline_ms(s->rpc);
-        if (dl >= 0 && dl < wait)
-            wait = dl;
-        if (wait < 0)
-            wait = 0;
-        if (zmq_poll(items, n_items, (long) wait) < 0 && errno != EINTR) {
-            lisa_log_error("controller: poll: %s", zmq_strerror(errno));
-            break;
-        }
-        if (*stop)
-            break;
-        s_drain_events(s);
-        lisa_rpc_dispatch(s->rpc);
-        lisa_rpc_expire(s->rpc);
-        if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
-            s->dirty = true;
-        if (s->dirty || s_mono() >= next_tick) {
-            s->dirty = false;
-            /* A backend that cannot list keeps its descriptor ready: poll
-             * it again only after a listing that worked. */
-            s->wake_ok = s_tick(s);
-            next_tick = s_mono() + (int64_t) s->cfg->tick_ms;
-        }
+    s->stop = stop;
+    int tick = zloop_timer(s->loop, (size_t) s->cfg->tick_ms, 0, s_on_tick, s);
+    s->stop_timer = zloop_timer(s->loop, 50, 0, s_on_stop_check, s);
+    if (tick < 0 || s->stop_timer < 0 ||
+        zloop_reader(s->loop, s->sub, s_on_sub, s) != 0) {
+        lisa_log_error("controller: cannot set up the loop");
+        return LISA_ERR;
     }
+    s->pinging = true;
+    s_be_ping(s, s_on_ping_start);
+    if (!*stop)
+        (void) zloop_start(s->loop);
+    zloop_timer_end(s->loop, tick);
+    zloop_timer_end(s->loop, s->stop_timer);
+    zloop_reader_end(s->loop, s->sub);
+    if (s->kick_timer >= 0)
+        zloop_timer_end(s->loop, s->kick_timer);
+    s->kick_timer = -1;
     lisa_log_info("controller stopping: %zu sandboxes open", s->n_recs);
     s_shutdown(s);
     return LISA_OK;
