@@ -85,6 +85,13 @@ s_mono(void)
 static void s_kick(ctl_server_t *s);
 static void s_on_wake(void *ctx);
 
+/* A pass (or a claim's starts) is under way. */
+static bool
+s_busy(const ctl_server_t *s)
+{
+    return s->listing || s->pass_open || s->removing || s->starting;
+}
+
 ctl_server_t *
 ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
 {
@@ -1119,14 +1126,16 @@ s_pass_finish(ctl_server_t *s)
     s_claim(s);
     s->pass_open = false;
     s_arm_wake(s);
+    if (s->dirty && !s_busy(s)) /* a change came during the pass */
+        s_kick(s);
 }
 
-/* Starts a pass, or notes that one is wanted when one is under way. */
+/* Starts a pass, or notes that one is wanted when one is under way (it
+ * runs when that one ends). */
 static void
 s_pass(ctl_server_t *s)
 {
-    if (s->listing || s->pass_open || s->removing || s->starting ||
-        s->stopping) {
+    if (s_busy(s) || s->stopping) {
         s->dirty = true;
         return;
     }
@@ -1154,7 +1163,7 @@ s_kick(ctl_server_t *s)
 {
     s->dirty = true;
     if (s->kick_timer < 0 && s->loop)
-        s->kick_timer = zloop_timer(s->loop, 1, 1, s_on_kick, s);
+        s->kick_timer = zloop_timer(s->loop, 0, 1, s_on_kick, s);
 }
 
 static void
@@ -1181,7 +1190,9 @@ s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
-    s_pass(arg);
+    ctl_server_t *s = arg;
+    if (!s_busy(s)) /* a pass under way is this tick's pass */
+        s_pass(s);
     return 0;
 }
 
