@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -38,17 +37,6 @@ typedef struct {
     char *err;
     size_t errlen;
 } s_ctx_t;
-
-static void LISA_PRINTF(3, 4)
-    s_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 const char *
 lisa_config_type_str(lisa_config_type_t t)
@@ -386,18 +374,19 @@ s_apply(s_ctx_t *c, size_t i, const char *text, lisa_config_origin_t origin,
     char msg[160];
     lisa_rc_t rc = s_parse(e->type, text, &v);
     if (rc == LISA_TOOLARGE) {
-        s_err(c->err, c->errlen, "%s: %s: value longer than %u bytes", where,
-              e->name, LISA_CONFIG_MAX_STRING);
+        lisa_errf(c->err, c->errlen, "%s: %s: value longer than %u bytes",
+                  where, e->name, LISA_CONFIG_MAX_STRING);
         return LISA_INVALID;
     }
     if (rc != LISA_OK) {
-        s_err(c->err, c->errlen, "%s: %s: '%.64s' is not %s", where, e->name,
-              e->flags & LISA_CFG_SECRET ? "***" : text, s_expect(e->type));
+        lisa_errf(c->err, c->errlen, "%s: %s: '%.64s' is not %s", where,
+                  e->name, e->flags & LISA_CFG_SECRET ? "***" : text,
+                  s_expect(e->type));
         return LISA_INVALID;
     }
     if (s_check_range(e, &v, msg, sizeof msg) != LISA_OK) {
-        s_err(c->err, c->errlen, "%s: %s: '%.64s' is %s", where, e->name,
-              e->flags & LISA_CFG_SECRET ? "***" : text, msg);
+        lisa_errf(c->err, c->errlen, "%s: %s: '%.64s' is %s", where, e->name,
+                  e->flags & LISA_CFG_SECRET ? "***" : text, msg);
         if (e->type == LISA_CFG_STRING)
             lisa_free(&v.s);
         return LISA_INVALID;
@@ -489,9 +478,9 @@ s_unknown(const s_ctx_t *c, const char *where, const char *what, const char *s,
           size_t len, bool flags)
 {
     const char *hint = s_suggest(c, s, len, flags);
-    s_err(c->err, c->errlen, "%s: unknown %s '%.*s'%s%s%s", where, what,
-          (int) (len > 64 ? 64 : len), s, hint ? " (did you mean " : "",
-          hint ? hint : " (see --help", ")");
+    lisa_errf(c->err, c->errlen, "%s: unknown %s '%.*s'%s%s%s", where, what,
+              (int) (len > 64 ? 64 : len), s, hint ? " (did you mean " : "",
+              hint ? hint : " (see --help", ")");
 }
 
 static bool
@@ -525,27 +514,28 @@ s_check_table(s_ctx_t *c)
              (strncmp(e->flag, "--", 2) != 0 || !s_name_ok(e->flag + 2))) ||
             (e->type == LISA_CFG_BOOL && e->flag &&
              strncmp(e->flag, "--no-", 5) == 0)) {
-            s_err(c->err, c->errlen, "config table: entry %zu: bad name/flag",
-                  i);
+            lisa_errf(c->err, c->errlen,
+                      "config table: entry %zu: bad name/flag", i);
             return LISA_INVALID;
         }
         if ((e->min && s_parse_bound(e, e->min, &b) != LISA_OK) ||
             (e->max && s_parse_bound(e, e->max, &b) != LISA_OK)) {
-            s_err(c->err, c->errlen, "config table: %s: bad min/max", e->name);
+            lisa_errf(c->err, c->errlen, "config table: %s: bad min/max",
+                      e->name);
             return LISA_INVALID;
         }
         for (size_t k = 0; k < i; k++) {
             const lisa_config_entry_t *o = &c->table[k];
             if (s_same(o->name, e->name) || s_same(o->flag, e->flag) ||
                 s_same(o->env, e->env)) {
-                s_err(c->err, c->errlen, "config table: %s clashes with %s",
-                      e->name, o->name);
+                lisa_errf(c->err, c->errlen, "config table: %s clashes with %s",
+                          e->name, o->name);
                 return LISA_INVALID;
             }
         }
         if (s_same(e->flag, "--config") || s_same(e->flag, "--help")) {
-            s_err(c->err, c->errlen, "config table: %s: reserved flag %s",
-                  e->name, e->flag);
+            lisa_errf(c->err, c->errlen, "config table: %s: reserved flag %s",
+                      e->name, e->flag);
             return LISA_INVALID;
         }
     }
@@ -606,7 +596,7 @@ s_file_line(s_ctx_t *c, const char *p, const char *end, const char *where)
         return LISA_OK;
     const char *eq = memchr(p, '=', (size_t) (end - p));
     if (!eq) {
-        s_err(c->err, c->errlen, "%s: expected 'name = value'", where);
+        lisa_errf(c->err, c->errlen, "%s: expected 'name = value'", where);
         return LISA_INVALID;
     }
     const char *kb = p, *ke = eq, *vb = eq + 1, *ve = end;
@@ -633,12 +623,12 @@ s_file_text(s_ctx_t *c, const char *text, size_t len, const char *name)
 {
     char where[160];
     if (len > LISA_CONFIG_MAX_FILE) {
-        s_err(c->err, c->errlen, "file %s: larger than %u bytes", name,
-              LISA_CONFIG_MAX_FILE);
+        lisa_errf(c->err, c->errlen, "file %s: larger than %u bytes", name,
+                  LISA_CONFIG_MAX_FILE);
         return LISA_INVALID;
     }
     if (memchr(text, 0, len)) {
-        s_err(c->err, c->errlen, "file %s: contains a NUL byte", name);
+        lisa_errf(c->err, c->errlen, "file %s: contains a NUL byte", name);
         return LISA_INVALID;
     }
     const char *p = text, *end = text + len;
@@ -647,8 +637,8 @@ s_file_text(s_ctx_t *c, const char *text, size_t len, const char *name)
         const char *le = nl ? nl : end;
         snprintf(where, sizeof where, "file %s:%u", name, line);
         if ((size_t) (le - p) > LISA_CONFIG_MAX_LINE) {
-            s_err(c->err, c->errlen, "%s: line longer than %u bytes", where,
-                  LISA_CONFIG_MAX_LINE);
+            lisa_errf(c->err, c->errlen, "%s: line longer than %u bytes", where,
+                      LISA_CONFIG_MAX_LINE);
             return LISA_INVALID;
         }
         lisa_rc_t rc = s_file_line(c, p, le, where);
@@ -665,18 +655,19 @@ s_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        s_err(err, errlen, "file %s: cannot open: %s", path, strerror(errno));
+        lisa_errf(err, errlen, "file %s: cannot open: %s", path,
+                  strerror(errno));
         return LISA_ERR;
     }
     char *buf = lisa_malloc(LISA_CONFIG_MAX_FILE + 1);
     size_t n = fread(buf, 1, LISA_CONFIG_MAX_FILE + 1, f);
     lisa_rc_t rc = LISA_OK;
     if (ferror(f)) {
-        s_err(err, errlen, "file %s: read error", path);
+        lisa_errf(err, errlen, "file %s: read error", path);
         rc = LISA_ERR;
     } else if (n > LISA_CONFIG_MAX_FILE) {
-        s_err(err, errlen, "file %s: larger than %u bytes", path,
-              LISA_CONFIG_MAX_FILE);
+        lisa_errf(err, errlen, "file %s: larger than %u bytes", path,
+                  LISA_CONFIG_MAX_FILE);
         rc = LISA_INVALID;
     }
     fclose(f);
@@ -759,8 +750,8 @@ s_apply_flag(s_ctx_t *c, int argc, char **argv, int *k)
         val = "true";
     if (!val) {
         if (*k + 1 >= argc) {
-            s_err(c->err, c->errlen, "%s: %s: missing value", where,
-                  c->table[i].name);
+            lisa_errf(c->err, c->errlen, "%s: %s: missing value", where,
+                      c->table[i].name);
             return LISA_INVALID;
         }
         val = argv[++*k];
@@ -829,7 +820,7 @@ s_apply_argv(s_ctx_t *c, int argc, char **argv, const lisa_config_opts_t *o)
             only_pos = true;
         } else if (!only_pos && strcmp(a, "--config") == 0) {
             if (++k >= argc) {
-                s_err(c->err, c->errlen, "flag --config: missing value");
+                lisa_errf(c->err, c->errlen, "flag --config: missing value");
                 rc = LISA_INVALID;
             }
         } else if (!only_pos && strncmp(a, "--config=", 9) == 0) {
@@ -841,8 +832,8 @@ s_apply_argv(s_ctx_t *c, int argc, char **argv, const lisa_config_opts_t *o)
         } else if (o && o->rest && o->rest_len && *o->rest_len < o->rest_max) {
             o->rest[(*o->rest_len)++] = argv[k];
         } else {
-            s_err(c->err, c->errlen, "argument %.96s: unexpected (see --help)",
-                  a);
+            lisa_errf(c->err, c->errlen,
+                      "argument %.96s: unexpected (see --help)", a);
             rc = LISA_INVALID;
         }
         if (rc != LISA_OK)
@@ -864,10 +855,10 @@ s_check_required(s_ctx_t *c)
                          ? (!v.s || !*v.s)
                          : c->sources[i].origin == LISA_CFG_FROM_DEFAULT;
         if (unset) {
-            s_err(c->err, c->errlen, "%s: required; set %s%s%s%s", e->name,
-                  e->flag ? e->flag : "", e->flag && e->env ? " or " : "",
-                  e->env ? e->env : "",
-                  e->flag || e->env ? "" : "it in a file");
+            lisa_errf(c->err, c->errlen, "%s: required; set %s%s%s%s", e->name,
+                      e->flag ? e->flag : "", e->flag && e->env ? " or " : "",
+                      e->env ? e->env : "",
+                      e->flag || e->env ? "" : "it in a file");
             return LISA_INVALID;
         }
     }
@@ -950,7 +941,8 @@ lisa_config_set(const lisa_config_entry_t *table, size_t n, void *cfg,
     s_ctx_t c = {table, n, cfg, NULL, err, errlen};
     size_t i;
     if (!name || !value || !s_find_name(table, n, name, strlen(name), &i)) {
-        s_err(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
+        lisa_errf(err, errlen, "unknown setting '%.64s'",
+                  name ? name : "(null)");
         return LISA_NOTFOUND;
     }
     return s_apply(&c, i, value, LISA_CFG_FROM_ARG, "set");

@@ -41,7 +41,7 @@ typedef struct {
     char *value;
 } s_hdr_t;
 
-struct _lisa_http_response_t {
+struct lisa_http_response {
     lisa_rc_t rc;
     long status;
     char *body;
@@ -68,7 +68,7 @@ struct _lisa_http_response_t {
 #define S_KEEP_CONNECTIONS 256L
 
 typedef struct s_call {
-    struct _lisa_http_client_t *client;
+    struct lisa_http_client *client;
     uint64_t id;
     CURL *easy;
     struct curl_slist *slist;
@@ -79,7 +79,7 @@ typedef struct s_call {
     struct s_call *prev, *next;
 } s_call_t;
 
-struct _lisa_http_client_t {
+struct lisa_http_client {
     zloop_t *loop;
     CURLM *multi;
     int epfd;

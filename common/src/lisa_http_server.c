@@ -102,7 +102,7 @@ typedef struct {
     bool is_unix;
 } s_listener_t;
 
-struct _lisa_http_req_t {
+struct lisa_http_req {
     pthread_mutex_t mtx;
     int refs;
     lisa_http_server_t *server;  /* never used after the server is gone */
@@ -140,7 +140,7 @@ struct _lisa_http_req_t {
     lisa_http_req_t *prev, *next; /* server's live list */
 };
 
-struct _lisa_http_server_t {
+struct lisa_http_server {
     lisa_http_server_config_t cfg;
     char *unix_path;
     char *address;

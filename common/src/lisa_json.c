@@ -13,19 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
-
-static void LISA_PRINTF(3, 4)
-    s_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 lisa_rc_t
 lisa_json_load_buf(const char *buf, size_t len, size_t max_bytes,
@@ -36,17 +24,18 @@ lisa_json_load_buf(const char *buf, size_t len, size_t max_bytes,
     if (!name)
         name = "<buffer>";
     if (len > max_bytes) {
-        s_err(err, errlen, "%s: %zu bytes, more than the limit %zu", name, len,
-              max_bytes);
+        lisa_errf(err, errlen, "%s: %zu bytes, more than the limit %zu", name,
+                  len, max_bytes);
         return LISA_TOOLARGE;
     }
     if (!buf && len) {
-        s_err(err, errlen, "%s: no data", name);
+        lisa_errf(err, errlen, "%s: no data", name);
         return LISA_INVALID;
     }
     *out = json_loadb(buf ? buf : "", len, JSON_DECODE_ANY, &je);
     if (!*out) {
-        s_err(err, errlen, "%s:%d:%d: %s", name, je.line, je.column, je.text);
+        lisa_errf(err, errlen, "%s:%d:%d: %s", name, je.line, je.column,
+                  je.text);
         return LISA_INVALID;
     }
     return LISA_OK;
@@ -88,7 +77,7 @@ lisa_json_load_file(const char *path, size_t max_bytes, json_t **out, char *err,
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        s_err(err, errlen, "%s: %s", path, strerror(errno));
+        lisa_errf(err, errlen, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? LISA_NOTFOUND : LISA_ERR;
     }
     char *buf = NULL;
@@ -96,10 +85,10 @@ lisa_json_load_file(const char *path, size_t max_bytes, json_t **out, char *err,
     lisa_rc_t rc = s_slurp(f, max_bytes, &buf, &len);
     fclose(f);
     if (rc == LISA_TOOLARGE)
-        s_err(err, errlen, "%s: more than the limit of %zu bytes", path,
-              max_bytes);
+        lisa_errf(err, errlen, "%s: more than the limit of %zu bytes", path,
+                  max_bytes);
     else if (rc != LISA_OK)
-        s_err(err, errlen, "%s: read error", path);
+        lisa_errf(err, errlen, "%s: read error", path);
     else
         rc = lisa_json_load_buf(buf, len, max_bytes, path, out, err, errlen);
     lisa_free(&buf);
@@ -183,8 +172,8 @@ static lisa_rc_t
 s_type_err(const char *path, const char *want, const json_t *v, char *err,
            size_t errlen)
 {
-    s_err(err, errlen, "%s: expected %s, got %s", path, want,
-          lisa_json_type_str(v));
+    lisa_errf(err, errlen, "%s: expected %s, got %s", path, want,
+              lisa_json_type_str(v));
     return LISA_INVALID;
 }
 
@@ -228,8 +217,8 @@ lisa_json_get_uint(const json_t *root, const char *path, uint64_t def,
         return s_type_err(path, "non-negative integer", v, err, errlen);
     json_int_t i = json_integer_value(v);
     if (i < 0) {
-        s_err(err, errlen, "%s: expected non-negative integer, got %lld", path,
-              (long long) i);
+        lisa_errf(err, errlen, "%s: expected non-negative integer, got %lld",
+                  path, (long long) i);
         return LISA_INVALID;
     }
     *out = (uint64_t) i;
@@ -298,7 +287,7 @@ lisa_json_require(const json_t *root, const char *path, char *err,
 {
     if (s_lookup(root, path))
         return LISA_OK;
-    s_err(err, errlen, "%s: required", path ? path : "(null)");
+    lisa_errf(err, errlen, "%s: required", path ? path : "(null)");
     return LISA_NOTFOUND;
 }
 
@@ -378,7 +367,7 @@ lisa_jsonl_open(const char *path, size_t max_line, lisa_jsonl_t **out,
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        s_err(err, errlen, "%s: %s", path, strerror(errno));
+        lisa_errf(err, errlen, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? LISA_NOTFOUND : LISA_ERR;
     }
     *out = lisa_jsonl_from_stream(f, path, max_line);
@@ -434,7 +423,7 @@ lisa_jsonl_next(lisa_jsonl_t *r, json_t **out, char *err, size_t errlen)
         bool long_line;
         int got = s_read_line(r, &len, &long_line);
         if (got < 0) {
-            s_err(err, errlen, "%s: read error", r->name);
+            lisa_errf(err, errlen, "%s: read error", r->name);
             return LISA_ERR;
         }
         if (got == 0)
@@ -442,8 +431,8 @@ lisa_jsonl_next(lisa_jsonl_t *r, json_t **out, char *err, size_t errlen)
         r->line++;
         if (long_line) {
             r->bad++;
-            s_err(err, errlen, "%s:%llu:1: line longer than %zu bytes", r->name,
-                  (unsigned long long) r->line, r->max_line);
+            lisa_errf(err, errlen, "%s:%llu:1: line longer than %zu bytes",
+                      r->name, (unsigned long long) r->line, r->max_line);
             return LISA_TOOLARGE;
         }
         if (s_is_blank(r->buf, len))
@@ -455,8 +444,8 @@ lisa_jsonl_next(lisa_jsonl_t *r, json_t **out, char *err, size_t errlen)
             return LISA_OK;
         }
         r->bad++;
-        s_err(err, errlen, "%s:%llu:%d: %s", r->name,
-              (unsigned long long) r->line, je.column, je.text);
+        lisa_errf(err, errlen, "%s:%llu:%d: %s", r->name,
+                  (unsigned long long) r->line, je.column, je.text);
         return LISA_INVALID;
     }
 }

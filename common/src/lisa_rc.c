@@ -5,6 +5,8 @@
 
 #include "lisa.pb-c.h"
 
+#include <stdio.h>
+
 static const struct {
     lisa_rc_t rc;
     const char *name;
@@ -50,4 +52,23 @@ lisa_rc_from_code(int code)
         if (s_table[i].code == code)
             return s_table[i].rc;
     return LISA_ERR;
+}
+
+void
+lisa_verrf(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+    if (!err || errlen == 0)
+        return;
+    int n = vsnprintf(err, errlen, fmt, ap);
+    if (n < 0)
+        snprintf(err, errlen, "(unformattable reason)");
+}
+
+void
+lisa_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lisa_verrf(err, errlen, fmt, ap);
+    va_end(ap);
 }

@@ -64,12 +64,11 @@ s_string(lisa_buf_t *b, const char *s, size_t n)
 }
 
 size_t
-lisa_tojson_float(double x, char *buf)
+lisa_tojson_float(double x, char buf[LISA_TOJSON_FLOAT_MAX])
 {
-    if (x == 0) {
-        strcpy(buf, signbit(x) ? "-0.0" : "0.0");
-        return strlen(buf);
-    }
+    if (x == 0)
+        return (size_t) snprintf(buf, LISA_TOJSON_FLOAT_MAX, "%s",
+                                 signbit(x) ? "-0.0" : "0.0");
     /* Shortest %e that reads back as x. */
     char e[40];
     for (int prec = 0; prec <= 17; prec++) {
@@ -87,9 +86,11 @@ lisa_tojson_float(double x, char *buf)
     char digits[24];
     size_t nd = 0;
     for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9')
+        if (*p >= '0' && *p <= '9' && nd < sizeof digits)
             digits[nd++] = *p;
-    int exp10 = atoi(p + 1);
+    /* the exponent %e wrote: [+-]XX[X], always in range */
+    long exp_l = *p == 'e' ? strtol(p + 1, NULL, 10) : 0;
+    int exp10 = exp_l < -400 ? -400 : exp_l > 400 ? 400 : (int) exp_l;
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
     size_t k = 0;
@@ -122,9 +123,9 @@ lisa_tojson_float(double x, char *buf)
         for (size_t i = 1; i < nd; i++)
             buf[k++] = digits[i];
     }
-    k += (size_t) sprintf(buf + k, "e%c%02d", exp10 < 0 ? '-' : '+',
-                          exp10 < 0 ? -exp10 : exp10);
-    return k;
+    int w = snprintf(buf + k, LISA_TOJSON_FLOAT_MAX - k, "e%c%02d",
+                     exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    return k + (w > 0 ? (size_t) w : 0);
 }
 
 static lisa_rc_t

@@ -19,7 +19,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,17 +32,6 @@
 #define S_MAC64_LEN   43u /* base64url of 32 bytes, unpadded */
 #define S_HEAD_LEN    14u /* version + attempt + expiry + id length */
 #define S_PAYLOAD_MAX (S_HEAD_LEN + LISA_TOKEN_MAX_ROLLOUT_ID)
-
-static void LISA_PRINTF(3, 4)
-    s_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- base64 ------------------------------------------------------------ */
 
@@ -347,7 +335,7 @@ lisa_token_key_parse(const char *text, lisa_token_key_t *key, char *err,
     char kind = 0;
     memset(key, 0, sizeof *key);
     if (!text) {
-        s_err(err, errlen, "token key: not set");
+        lisa_errf(err, errlen, "token key: not set");
         return LISA_INVALID;
     }
     const char *b = text, *e = text + strnlen(text, 1024);
@@ -364,10 +352,10 @@ lisa_token_key_parse(const char *text, lisa_token_key_t *key, char *err,
     }
     lisa_rc_t rc = s_key_decode(b, (size_t) (e - b), kind, key);
     if (rc == LISA_TOOLARGE)
-        s_err(err, errlen, "token key: must be %u to %u bytes",
-              LISA_TOKEN_MIN_KEY, LISA_TOKEN_MAX_KEY);
+        lisa_errf(err, errlen, "token key: must be %u to %u bytes",
+                  LISA_TOKEN_MIN_KEY, LISA_TOKEN_MAX_KEY);
     else if (rc != LISA_OK)
-        s_err(err, errlen, "token key: not valid hex or base64");
+        lisa_errf(err, errlen, "token key: not valid hex or base64");
     return rc == LISA_OK ? LISA_OK : LISA_INVALID;
 }
 
@@ -380,7 +368,7 @@ lisa_token_key_load_file(const char *path, lisa_token_key_t *key, char *err,
     memset(key, 0, sizeof *key);
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        s_err(err, errlen, "token key file %s: %s", path, strerror(errno));
+        lisa_errf(err, errlen, "token key file %s: %s", path, strerror(errno));
         return errno == ENOENT ? LISA_NOTFOUND : LISA_ERR;
     }
     if (fstat(fd, &st) == 0 && (st.st_mode & 077))
@@ -388,8 +376,8 @@ lisa_token_key_load_file(const char *path, lisa_token_key_t *key, char *err,
     ssize_t n = read(fd, buf, sizeof buf);
     close(fd);
     if (n < 0 || (size_t) n >= sizeof buf) {
-        s_err(err, errlen, "token key file %s: %s", path,
-              n < 0 ? "read error" : "larger than 1 KiB");
+        lisa_errf(err, errlen, "token key file %s: %s", path,
+                  n < 0 ? "read error" : "larger than 1 KiB");
         return n < 0 ? LISA_ERR : LISA_INVALID;
     }
     buf[n] = 0;

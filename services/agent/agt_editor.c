@@ -60,25 +60,25 @@ s_err(bool *failed, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    agt_sb_t sb;
-    agt_sb_init(&sb, sizeof msg + 16);
-    agt_sb_puts(&sb, "ERROR: ");
-    agt_sb_puts(&sb, msg);
-    return agt_sb_take(&sb);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(sizeof msg + 16);
+    lisa_buf_puts(&sb, "ERROR: ");
+    lisa_buf_puts(&sb, msg);
+    return lisa_buf_take(&sb);
 }
 
 /* Full path of `path` (relative ones below the root). Caller frees. */
 static char *
 s_resolve(const agt_editor_t *ed, const char *path)
 {
-    agt_sb_t sb;
-    agt_sb_init(&sb, 8192);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(8192);
     if (path[0] != '/') {
-        agt_sb_puts(&sb, ed->root);
-        agt_sb_puts(&sb, "/");
+        lisa_buf_puts(&sb, ed->root);
+        lisa_buf_puts(&sb, "/");
     }
-    agt_sb_puts(&sb, path);
-    return agt_sb_take(&sb);
+    lisa_buf_puts(&sb, path);
+    return lisa_buf_take(&sb);
 }
 
 typedef enum {
@@ -95,27 +95,27 @@ s_read_file(const char *full, size_t max, char **data, size_t *len)
     FILE *f = fopen(full, "rb");
     if (!f)
         return errno == ENOENT ? S_READ_MISSING : S_READ_ERR;
-    agt_sb_t sb;
-    agt_sb_init(&sb, max);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(max);
     char buf[16384];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        agt_sb_add(&sb, buf, n);
-        if (sb.truncated)
+        lisa_buf_put(&sb, buf, n);
+        if (sb.full)
             break;
     }
     bool err = ferror(f) != 0;
     fclose(f);
-    if (sb.truncated || err) {
-        agt_sb_free(&sb);
+    if (sb.full || err) {
+        lisa_buf_free(&sb);
         return err ? S_READ_ERR : S_READ_BIG;
     }
-    if (sb.len && memchr(sb.data, '\0', sb.len)) {
-        agt_sb_free(&sb);
+    if (sb.len && memchr(sb.p, '\0', sb.len)) {
+        lisa_buf_free(&sb);
         return S_READ_BINARY;
     }
     *len = sb.len;
-    *data = agt_sb_take(&sb);
+    *data = lisa_buf_take(&sb);
     return S_READ_OK;
 }
 
@@ -225,20 +225,20 @@ s_snippet(const agt_editor_t *ed, const char *s, size_t len, long from, long to)
 static char *
 s_view_dir(const agt_editor_t *ed, const char *path, const char *full)
 {
-    agt_sb_t sb;
-    agt_sb_init(&sb, ed->clip + 4096);
-    agt_sb_printf(&sb,
-                  "Files and directories up to 2 levels deep in %s, hidden "
-                  "items left out:\n",
-                  path);
-    agt_sb_printf(&sb, "%s\n", full);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(ed->clip + 4096);
+    lisa_buf_printf(&sb,
+                    "Files and directories up to 2 levels deep in %s, hidden "
+                    "items left out:\n",
+                    path);
+    lisa_buf_printf(&sb, "%s\n", full);
     unsigned shown = 0;
     DIR *d = opendir(full);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL && shown < S_LIST_MAX) {
         if (e->d_name[0] == '.')
             continue;
-        agt_sb_printf(&sb, "%s/%s\n", full, e->d_name);
+        lisa_buf_printf(&sb, "%s/%s\n", full, e->d_name);
         shown++;
         size_t n = strlen(full) + strlen(e->d_name) + 2;
         char *sub = lisa_malloc(n);
@@ -250,7 +250,7 @@ s_view_dir(const agt_editor_t *ed, const char *path, const char *full)
             while (d2 && (e2 = readdir(d2)) != NULL && shown < S_LIST_MAX) {
                 if (e2->d_name[0] == '.')
                     continue;
-                agt_sb_printf(&sb, "%s/%s\n", sub, e2->d_name);
+                lisa_buf_printf(&sb, "%s/%s\n", sub, e2->d_name);
                 shown++;
             }
             if (d2)
@@ -261,8 +261,9 @@ s_view_dir(const agt_editor_t *ed, const char *path, const char *full)
     if (d)
         closedir(d);
     if (shown >= S_LIST_MAX)
-        agt_sb_printf(&sb, "<listing stopped after %d entries>\n", S_LIST_MAX);
-    char *all = agt_sb_take(&sb);
+        lisa_buf_printf(&sb, "<listing stopped after %d entries>\n",
+                        S_LIST_MAX);
+    char *all = lisa_buf_take(&sb);
     char *clip = agt_text_clip(all, ed->clip);
     lisa_free(&all);
     return clip;
@@ -304,13 +305,13 @@ s_view(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
     }
     char *snip = s_snippet(ed, data, len, from, to);
     lisa_free(&data);
-    agt_sb_t sb;
-    agt_sb_init(&sb, ed->clip + 8192);
-    agt_sb_printf(&sb, "Here's the result of running `cat -n` on %s:\n",
-                  req->path);
-    agt_sb_puts(&sb, snip);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(ed->clip + 8192);
+    lisa_buf_printf(&sb, "Here's the result of running `cat -n` on %s:\n",
+                    req->path);
+    lisa_buf_puts(&sb, snip);
     lisa_free(&snip);
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }
 
 static char *
@@ -329,12 +330,12 @@ s_create(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
     if (s_mkdirs(full) != 0 || s_write_file(full, req->file_text, len) != 0)
         return s_err(failed, "Cannot write %s: %s", req->path, strerror(errno));
     char *snip = s_snippet(ed, req->file_text, len, 1, (long) len + 1);
-    agt_sb_t sb;
-    agt_sb_init(&sb, ed->clip + 8192);
-    agt_sb_printf(&sb, "File created successfully at: %s\n", req->path);
-    agt_sb_puts(&sb, snip);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(ed->clip + 8192);
+    lisa_buf_printf(&sb, "File created successfully at: %s\n", req->path);
+    lisa_buf_puts(&sb, snip);
     lisa_free(&snip);
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }
 
 static char *
@@ -342,17 +343,17 @@ s_edited(agt_editor_t *ed, const char *path, const char *data, size_t len,
          long from, long to)
 {
     char *snip = s_snippet(ed, data, len, from, to);
-    agt_sb_t sb;
-    agt_sb_init(&sb, ed->clip + 8192);
-    agt_sb_printf(&sb,
-                  "The file %s has been edited. Here's a snippet of the "
-                  "edited file:\n",
-                  path);
-    agt_sb_puts(&sb, snip);
-    agt_sb_puts(&sb, "Review the changes and make sure they are as "
-                     "expected. Edit the file again if necessary.");
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(ed->clip + 8192);
+    lisa_buf_printf(&sb,
+                    "The file %s has been edited. Here's a snippet of the "
+                    "edited file:\n",
+                    path);
+    lisa_buf_puts(&sb, snip);
+    lisa_buf_puts(&sb, "Review the changes and make sure they are as "
+                       "expected. Edit the file again if necessary.");
     lisa_free(&snip);
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }
 
 static char *
@@ -379,16 +380,16 @@ s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
                      req->path);
     }
     /* Count occurrences and the lines they start on. */
-    agt_sb_t where;
-    agt_sb_init(&where, 512);
+    lisa_buf_t where;
+    where = LISA_BUF_CUT(512);
     unsigned count = 0;
     for (const char *p = first; p; p = strstr(p + 1, req->old_str)) {
-        agt_sb_printf(&where, "%s%ld", count ? ", " : "",
-                      s_line_of(data, (size_t) (p - data)));
+        lisa_buf_printf(&where, "%s%ld", count ? ", " : "",
+                        s_line_of(data, (size_t) (p - data)));
         count++;
     }
     if (count > 1) {
-        char *lines = agt_sb_take(&where);
+        char *lines = lisa_buf_take(&where);
         char *e = s_err(failed,
                         "No replacement was performed: old_str occurs more "
                         "than once, on lines [%s] of %s. Make it unique.",
@@ -397,7 +398,7 @@ s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
         lisa_free(&data);
         return e;
     }
-    agt_sb_free(&where);
+    lisa_buf_free(&where);
     const char *nw = req->new_str ? req->new_str : "";
     size_t nlen = strlen(nw);
     size_t off = (size_t) (first - data);
@@ -405,14 +406,14 @@ s_str_replace(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
         lisa_free(&data);
         return s_err(failed, "The edit would make %s too large.", req->path);
     }
-    agt_sb_t out;
-    agt_sb_init(&out, len - olen + nlen);
-    agt_sb_add(&out, data, off);
-    agt_sb_add(&out, nw, nlen);
-    agt_sb_add(&out, data + off + olen, len - off - olen);
+    lisa_buf_t out;
+    out = LISA_BUF_CUT(len - olen + nlen);
+    lisa_buf_put(&out, data, off);
+    lisa_buf_put(&out, nw, nlen);
+    lisa_buf_put(&out, data + off + olen, len - off - olen);
     lisa_free(&data);
     size_t nl = out.len;
-    char *result = agt_sb_take(&out);
+    char *result = lisa_buf_take(&out);
     if (s_write_file(full, result, nl) != 0) {
         lisa_free(&result);
         return s_err(failed, "Cannot write %s: %s", req->path, strerror(errno));
@@ -451,19 +452,19 @@ s_insert(agt_editor_t *ed, const agt_editor_req_t *req, const char *full,
         lisa_free(&data);
         return s_err(failed, "The edit would make %s too large.", req->path);
     }
-    agt_sb_t out;
-    agt_sb_init(&out, len + nlen + 2);
-    agt_sb_add(&out, data, off);
+    lisa_buf_t out;
+    out = LISA_BUF_CUT(len + nlen + 2);
+    lisa_buf_put(&out, data, off);
     /* A last line without a newline gets one before the insertion. */
     if (off > 0 && data[off - 1] != '\n')
-        agt_sb_add(&out, "\n", 1);
-    agt_sb_add(&out, req->new_str, nlen);
+        lisa_buf_put(&out, "\n", 1);
+    lisa_buf_put(&out, req->new_str, nlen);
     if (nlen == 0 || req->new_str[nlen - 1] != '\n')
-        agt_sb_add(&out, "\n", 1);
-    agt_sb_add(&out, data + off, len - off);
+        lisa_buf_put(&out, "\n", 1);
+    lisa_buf_put(&out, data + off, len - off);
     lisa_free(&data);
     size_t nl = out.len;
-    char *result = agt_sb_take(&out);
+    char *result = lisa_buf_take(&out);
     if (s_write_file(full, result, nl) != 0) {
         lisa_free(&result);
         return s_err(failed, "Cannot write %s: %s", req->path, strerror(errno));

@@ -361,7 +361,7 @@ s_parse_head(s_ans_t *a)
 /* Decodes the chunks complete so far (from a->ci on) into sb. 1 the last
  * chunk and trailers are in, 0 needs more bytes, -1 malformed. */
 static int
-s_dechunk(s_ans_t *a, agt_sb_t *sb)
+s_dechunk(s_ans_t *a, lisa_buf_t *sb)
 {
     if (!a->ci)
         a->ci = a->head;
@@ -390,7 +390,7 @@ s_dechunk(s_ans_t *a, agt_sb_t *sb)
         }
         if (n > a->len - data || a->len - data - (size_t) n < 2)
             return 0; /* the chunk and its CRLF are not all here yet */
-        agt_sb_add(sb, a->raw + data, (size_t) n);
+        lisa_buf_put(sb, a->raw + data, (size_t) n);
         size_t j = data + (size_t) n;
         if (a->raw[j] == '\r')
             j++;
@@ -404,7 +404,7 @@ s_dechunk(s_ans_t *a, agt_sb_t *sb)
  * the connection gave no byte back (a kept-alive one the peer closed). */
 static lisa_rc_t
 s_exchange(agt_gateway_t *gw, const char *req, size_t req_len, long deadline,
-           agt_sb_t *body, long *status, char *err, size_t errlen,
+           lisa_buf_t *body, long *status, char *err, size_t errlen,
            bool *no_answer)
 {
     *no_answer = false;
@@ -428,8 +428,8 @@ s_exchange(agt_gateway_t *gw, const char *req, size_t req_len, long deadline,
         } else if (a.head && a.clen >= 0) {
             done = a.len - a.head >= (size_t) a.clen;
         }
-        if (a.head && (body->truncated ||
-                       (a.clen > 0 && (size_t) a.clen > gw->max_reply))) {
+        if (a.head &&
+            (body->full || (a.clen > 0 && (size_t) a.clen > gw->max_reply))) {
             snprintf(err, errlen, "answer larger than %zu bytes",
                      gw->max_reply);
             rc = LISA_TOOLARGE;
@@ -474,8 +474,8 @@ s_exchange(agt_gateway_t *gw, const char *req, size_t req_len, long deadline,
         size_t n = a.len - a.head;
         if (a.clen >= 0 && n > (size_t) a.clen)
             n = (size_t) a.clen;
-        agt_sb_add(body, a.raw + a.head, n);
-        if (body->truncated) {
+        lisa_buf_put(body, a.raw + a.head, n);
+        if (body->full) {
             snprintf(err, errlen, "answer larger than %zu bytes",
                      gw->max_reply);
             rc = LISA_TOOLARGE;
@@ -496,35 +496,35 @@ out:
 static lisa_rc_t
 s_plain_call(agt_gateway_t *gw, const char *method, const char *path,
              const char *payload, unsigned turn, long timeout_ms,
-             agt_sb_t *body, long *status, char *err, size_t errlen)
+             lisa_buf_t *body, long *status, char *err, size_t errlen)
 {
     long deadline = agt_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
-    agt_sb_t req;
-    agt_sb_init(&req, 64u * 1024u * 1024u);
+    lisa_buf_t req;
+    req = LISA_BUF_CUT(64u * 1024u * 1024u);
     bool v6 = strchr(gw->host, ':') != NULL;
     bool dflt = strcmp(gw->port, "80") == 0;
-    agt_sb_printf(&req, "%s %s%s HTTP/1.1\r\n", method, gw->prefix, path);
+    lisa_buf_printf(&req, "%s %s%s HTTP/1.1\r\n", method, gw->prefix, path);
     if (gw->socket)
-        agt_sb_puts(&req, "Host: localhost\r\n");
+        lisa_buf_puts(&req, "Host: localhost\r\n");
     else
-        agt_sb_printf(&req, "Host: %s%s%s%s%s\r\n", v6 ? "[" : "", gw->host,
-                      v6 ? "]" : "", dflt ? "" : ":", dflt ? "" : gw->port);
-    agt_sb_printf(&req,
-                  "Authorization: Bearer %s\r\nAccept: application/json\r\n",
-                  gw->token);
+        lisa_buf_printf(&req, "Host: %s%s%s%s%s\r\n", v6 ? "[" : "", gw->host,
+                        v6 ? "]" : "", dflt ? "" : ":", dflt ? "" : gw->port);
+    lisa_buf_printf(&req,
+                    "Authorization: Bearer %s\r\nAccept: application/json\r\n",
+                    gw->token);
     if (turn)
-        agt_sb_printf(&req, "X-Lisa-Turn: %u\r\n", turn);
+        lisa_buf_printf(&req, "X-Lisa-Turn: %u\r\n", turn);
     if (payload)
-        agt_sb_printf(&req,
-                      "Content-Type: application/json\r\n"
-                      "Content-Length: %zu\r\n\r\n",
-                      strlen(payload));
+        lisa_buf_printf(&req,
+                        "Content-Type: application/json\r\n"
+                        "Content-Length: %zu\r\n\r\n",
+                        strlen(payload));
     else
-        agt_sb_puts(&req, "\r\n");
+        lisa_buf_puts(&req, "\r\n");
     if (payload)
-        agt_sb_puts(&req, payload);
+        lisa_buf_puts(&req, payload);
     lisa_rc_t rc = LISA_UNAVAILABLE;
-    if (req.truncated) {
+    if (req.full) {
         snprintf(err, errlen, "request too large");
         rc = LISA_INVALID;
         goto out;
@@ -542,18 +542,18 @@ s_plain_call(agt_gateway_t *gw, const char *method, const char *path,
             gw->fd = fd;
         }
         bool no_answer = false;
-        rc = s_exchange(gw, req.data, req.len, deadline, body, status, err,
-                        errlen, &no_answer);
+        rc = s_exchange(gw, req.p, req.len, deadline, body, status, err, errlen,
+                        &no_answer);
         if (rc == LISA_OK || !reused || !no_answer)
             break;
-        agt_sb_free(body);
-        agt_sb_init(body, gw->max_reply);
+        lisa_buf_free(body);
+        *body = LISA_BUF_CUT(gw->max_reply);
     }
 out:
     /* The request holds the token. */
-    if (req.data)
-        memset(req.data, 0, req.len);
-    agt_sb_free(&req);
+    if (req.p)
+        memset(req.p, 0, req.len);
+    lisa_buf_free(&req);
     return rc;
 }
 
@@ -609,17 +609,17 @@ s_curl_load(void)
 static size_t
 s_on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 {
-    agt_sb_t *sb = ud;
+    lisa_buf_t *sb = ud;
     size_t n = size * nmemb;
-    agt_sb_add(sb, ptr, n);
+    lisa_buf_put(sb, ptr, n);
     /* Returning less than n makes curl abort the transfer. */
-    return sb->truncated ? 0 : n;
+    return sb->full ? 0 : n;
 }
 
 static lisa_rc_t
 s_tls_call(agt_gateway_t *gw, const char *method, const char *path,
-           const char *payload, unsigned turn, long timeout_ms, agt_sb_t *body,
-           long *status, char *err, size_t errlen)
+           const char *payload, unsigned turn, long timeout_ms,
+           lisa_buf_t *body, long *status, char *err, size_t errlen)
 {
     if (!s_curl_load()) {
         snprintf(err, errlen, "https needs libcurl, which cannot be loaded");
@@ -662,7 +662,7 @@ s_tls_call(agt_gateway_t *gw, const char *method, const char *path,
     CURLcode cc = s_curl.easy_perform(c);
     lisa_rc_t rc = LISA_OK;
     if (cc != CURLE_OK) {
-        if (body->truncated) {
+        if (body->full) {
             snprintf(err, errlen, "answer larger than %zu bytes",
                      gw->max_reply);
             rc = LISA_TOOLARGE;
@@ -689,8 +689,8 @@ agt_gateway_call(agt_gateway_t *gw, const char *method, const char *path,
     memset(rep, 0, sizeof *rep);
     lisa_rc_t rc = LISA_OK;
     char *payload = NULL;
-    agt_sb_t sb;
-    agt_sb_init(&sb, gw->max_reply);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(gw->max_reply);
     if (body) {
         payload = json_dumps(body, JSON_COMPACT);
         if (!payload) {
@@ -711,7 +711,7 @@ agt_gateway_call(agt_gateway_t *gw, const char *method, const char *path,
     rc = s_rc_of_status(rep->status);
     if (sb.len) {
         json_error_t jerr;
-        json_t *j = json_loadb(sb.data, sb.len, 0, &jerr);
+        json_t *j = json_loadb(sb.p, sb.len, 0, &jerr);
         if (json_is_object(j)) {
             rep->body = j;
         } else {
@@ -736,7 +736,7 @@ agt_gateway_call(agt_gateway_t *gw, const char *method, const char *path,
     }
 out:
     free(payload); /* json_dumps/strdup allocate with malloc */
-    agt_sb_free(&sb);
+    lisa_buf_free(&sb);
     return rc;
 }
 

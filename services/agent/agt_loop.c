@@ -40,14 +40,14 @@ s_append_to_last(json_t *msgs, const char *text)
 {
     json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
     const char *c = json_string_value(json_object_get(last, "content"));
-    agt_sb_t sb;
-    agt_sb_init(&sb, (c ? strlen(c) : 0) + strlen(text) + 2);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT((c ? strlen(c) : 0) + strlen(text) + 2);
     if (c && *c) {
-        agt_sb_puts(&sb, c);
-        agt_sb_puts(&sb, "\n");
+        lisa_buf_puts(&sb, c);
+        lisa_buf_puts(&sb, "\n");
     }
-    agt_sb_puts(&sb, text);
-    char *s = agt_sb_take(&sb);
+    lisa_buf_puts(&sb, text);
+    char *s = lisa_buf_take(&sb);
     json_object_set_new(last, "content", json_string(s));
     lisa_free(&s);
 }

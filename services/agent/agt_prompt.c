@@ -135,10 +135,10 @@ agt_prompt_system(const agt_prompt_in_t *in)
     const char *root = in->root ? in->root : "/testbed";
     if (d == AGT_DOMAIN_TOY)
         return lisa_strdup(s_domains[d].role);
-    agt_sb_t sb;
-    agt_sb_init(&sb, S_PROMPT_MAX);
-    agt_sb_puts(&sb, s_domains[d].role);
-    agt_sb_printf(
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(S_PROMPT_MAX);
+    lisa_buf_puts(&sb, s_domains[d].role);
+    lisa_buf_printf(
         &sb,
         "\n\n<DIRECTORIES>\n"
         "- Working directory: %s\n"
@@ -171,21 +171,21 @@ agt_prompt_system(const agt_prompt_in_t *in)
         "statements, and do not print a hard-coded answer: compute it.\n"
         "</ANTI_HARDCODING>\n",
         root, root, root, root, root);
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }
 
 /* Appends `rule` with "{ANSWER}" replaced by `answer`. */
 static void
-s_put_rule(agt_sb_t *sb, const char *rule, const char *answer)
+s_put_rule(lisa_buf_t *sb, const char *rule, const char *answer)
 {
     static const char key[] = "{ANSWER}";
     const char *p;
     while ((p = strstr(rule, key)) != NULL) {
-        agt_sb_add(sb, rule, (size_t) (p - rule));
-        agt_sb_puts(sb, answer);
+        lisa_buf_put(sb, rule, (size_t) (p - rule));
+        lisa_buf_puts(sb, answer);
         rule = p + sizeof key - 1;
     }
-    agt_sb_puts(sb, rule);
+    lisa_buf_puts(sb, rule);
 }
 
 char *
@@ -198,26 +198,26 @@ agt_prompt_user(const agt_prompt_in_t *in)
     size_t n = strlen(root) + 16;
     char *answer = lisa_malloc(n);
     snprintf(answer, n, "%s/answer.txt", root);
-    agt_sb_t sb;
-    agt_sb_init(&sb, S_PROMPT_MAX);
-    agt_sb_puts(&sb, in->problem ? in->problem : "");
-    agt_sb_puts(&sb, "\n\n");
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(S_PROMPT_MAX);
+    lisa_buf_puts(&sb, in->problem ? in->problem : "");
+    lisa_buf_puts(&sb, "\n\n");
     if (in->n_files)
-        agt_sb_printf(&sb,
-                      "The input documents (%zu file%s) are in "
-                      "%s/documents/. They are not shown here: read and "
-                      "search them with your tools.\n\n",
-                      in->n_files, in->n_files == 1 ? "" : "s", root);
+        lisa_buf_printf(&sb,
+                        "The input documents (%zu file%s) are in "
+                        "%s/documents/. They are not shown here: read and "
+                        "search them with your tools.\n\n",
+                        in->n_files, in->n_files == 1 ? "" : "s", root);
     if (d == AGT_DOMAIN_DOCUMENTS && s_is_multiple_choice(in->qa_type))
-        agt_sb_printf(&sb,
-                      "This is a multiple-choice question. Write only the "
-                      "letter of the correct option to %s; if several "
-                      "options are correct, write their letters separated "
-                      "by commas (for example: A,C).",
-                      answer);
+        lisa_buf_printf(&sb,
+                        "This is a multiple-choice question. Write only the "
+                        "letter of the correct option to %s; if several "
+                        "options are correct, write their letters separated "
+                        "by commas (for example: A,C).",
+                        answer);
     else
         s_put_rule(&sb, s_domains[d].answer_rule, answer);
-    agt_sb_puts(&sb, "\nWhen the answer file is written, call submit.");
+    lisa_buf_puts(&sb, "\nWhen the answer file is written, call submit.");
     lisa_free(&answer);
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }

@@ -242,7 +242,7 @@ s_mkdir_p(char *path)
 
 /* Decodes base64 (RFC 4648, padding optional, whitespace skipped). */
 static int
-s_b64(const char *in, size_t len, agt_sb_t *out)
+s_b64(const char *in, size_t len, lisa_buf_t *out)
 {
     unsigned acc = 0, bits = 0;
     for (size_t i = 0; i < len; i++) {
@@ -267,7 +267,7 @@ s_b64(const char *in, size_t len, agt_sb_t *out)
         if (bits >= 8) {
             bits -= 8;
             char b = (char) ((acc >> bits) & 0xFFu);
-            agt_sb_add(out, &b, 1);
+            lisa_buf_put(out, &b, 1);
         }
     }
     return 0;
@@ -316,8 +316,8 @@ agt_task_write_files(const agt_task_t *t, const char *root, char *err,
         *slash = '\0';
         int mk = s_mkdir_p(full);
         *slash = '/';
-        agt_sb_t data;
-        agt_sb_init(&data, json_string_length(content) + 1);
+        lisa_buf_t data;
+        data = LISA_BUF_CUT(json_string_length(content) + 1);
         if (enc && strcmp(enc, "base64") == 0) {
             if (s_b64(json_string_value(content), json_string_length(content),
                       &data) != 0) {
@@ -325,8 +325,8 @@ agt_task_write_files(const agt_task_t *t, const char *root, char *err,
                 rc = LISA_INVALID;
             }
         } else {
-            agt_sb_add(&data, json_string_value(content),
-                       json_string_length(content));
+            lisa_buf_put(&data, json_string_value(content),
+                         json_string_length(content));
         }
         int fd = -1;
         if (rc == LISA_OK) {
@@ -336,7 +336,7 @@ agt_task_write_files(const agt_task_t *t, const char *root, char *err,
                                 0644)
                          : -1;
             if (fd < 0 ||
-                s_write_all(fd, data.data ? data.data : "", data.len) != 0) {
+                s_write_all(fd, data.p ? data.p : "", data.len) != 0) {
                 snprintf(err, errlen, "cannot write %s: %s", full,
                          strerror(errno));
                 rc = LISA_ERR;
@@ -346,7 +346,7 @@ agt_task_write_files(const agt_task_t *t, const char *root, char *err,
             snprintf(err, errlen, "cannot write %s: %s", full, strerror(errno));
             rc = LISA_ERR;
         }
-        agt_sb_free(&data);
+        lisa_buf_free(&data);
         lisa_free(&full);
         if (rc != LISA_OK)
             goto out;

@@ -16,84 +16,6 @@ const char *const AGT_TEXT_CLIP_NOTE =
     "the line numbers you need, then view that range with view_range."
     "</NOTE>";
 
-void
-agt_sb_init(agt_sb_t *sb, size_t max)
-{
-    memset(sb, 0, sizeof *sb);
-    sb->max = max;
-}
-
-static void
-s_reserve(agt_sb_t *sb, size_t extra)
-{
-    size_t need = sb->len + extra + 1;
-    if (need <= sb->cap)
-        return;
-    size_t cap = sb->cap ? sb->cap : 256;
-    while (cap < need)
-        cap *= 2;
-    sb->data = lisa_realloc(sb->data, cap);
-    sb->cap = cap;
-}
-
-void
-agt_sb_add(agt_sb_t *sb, const char *s, size_t n)
-{
-    if (sb->len + n > sb->max) {
-        n = sb->max > sb->len ? sb->max - sb->len : 0;
-        sb->truncated = true;
-    }
-    s_reserve(sb, n);
-    if (n)
-        memcpy(sb->data + sb->len, s, n);
-    sb->len += n;
-    sb->data[sb->len] = '\0';
-}
-
-void
-agt_sb_puts(agt_sb_t *sb, const char *s)
-{
-    agt_sb_add(sb, s, strlen(s));
-}
-
-void
-agt_sb_printf(agt_sb_t *sb, const char *fmt, ...)
-{
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t) n < sizeof small) {
-        agt_sb_add(sb, small, (size_t) n);
-        return;
-    }
-    char *big = lisa_malloc((size_t) n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t) n + 1, fmt, ap);
-    va_end(ap);
-    agt_sb_add(sb, big, (size_t) n);
-    lisa_free(&big);
-}
-
-char *
-agt_sb_take(agt_sb_t *sb)
-{
-    char *s = sb->data ? sb->data : lisa_strdup("");
-    sb->data = NULL;
-    sb->len = sb->cap = 0;
-    return s;
-}
-
-void
-agt_sb_free(agt_sb_t *sb)
-{
-    lisa_free(&sb->data);
-    sb->len = sb->cap = 0;
-}
-
 size_t
 agt_text_count_lines(const char *s, size_t len)
 {
@@ -129,15 +51,15 @@ agt_text_cut_lines(const char *s, size_t len, unsigned head, unsigned tail)
     }
     if (tail == 0)
         t = len;
-    agt_sb_t sb;
-    agt_sb_init(&sb, len + 128);
-    agt_sb_add(&sb, s, h);
-    agt_sb_printf(&sb,
-                  "<Observation truncated in middle for saving context: "
-                  "%zu lines left out>\n",
-                  lines - head - tail);
-    agt_sb_add(&sb, s + t, len - t);
-    return agt_sb_take(&sb);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(len + 128);
+    lisa_buf_put(&sb, s, h);
+    lisa_buf_printf(&sb,
+                    "<Observation truncated in middle for saving context: "
+                    "%zu lines left out>\n",
+                    lines - head - tail);
+    lisa_buf_put(&sb, s + t, len - t);
+    return lisa_buf_take(&sb);
 }
 
 /* Moves a cut position back to the start of a UTF-8 character. */
@@ -158,33 +80,33 @@ agt_text_cap_bytes(const char *s, size_t len, size_t max)
     size_t t = s_utf8_back(s, len - max / 2);
     if (t < h)
         t = h;
-    agt_sb_t sb;
-    agt_sb_init(&sb, max + 128);
-    agt_sb_add(&sb, s, h);
-    agt_sb_printf(&sb,
-                  "\n<Observation truncated in middle for saving context: "
-                  "%zu bytes left out>\n",
-                  t - h);
-    agt_sb_add(&sb, s + t, len - t);
-    return agt_sb_take(&sb);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(max + 128);
+    lisa_buf_put(&sb, s, h);
+    lisa_buf_printf(&sb,
+                    "\n<Observation truncated in middle for saving context: "
+                    "%zu bytes left out>\n",
+                    t - h);
+    lisa_buf_put(&sb, s + t, len - t);
+    return lisa_buf_take(&sb);
 }
 
 char *
 agt_text_number(const char *s, size_t len, long first, size_t max)
 {
-    agt_sb_t sb;
-    agt_sb_init(&sb, max);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(max);
     size_t i = 0;
     long n = first;
-    while (i < len && !sb.truncated) {
+    while (i < len && !sb.full) {
         const char *nl = memchr(s + i, '\n', len - i);
         size_t end = nl ? (size_t) (nl - s) : len;
-        agt_sb_printf(&sb, "%6ld\t", n++);
-        agt_sb_add(&sb, s + i, end - i);
-        agt_sb_add(&sb, "\n", 1);
+        lisa_buf_printf(&sb, "%6ld\t", n++);
+        lisa_buf_put(&sb, s + i, end - i);
+        lisa_buf_put(&sb, "\n", 1);
         i = end + 1;
     }
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }
 
 char *
@@ -194,12 +116,12 @@ agt_text_clip(const char *s, size_t max)
     if (len <= max)
         return lisa_strndup(s, len);
     size_t h = s_utf8_back(s, max);
-    agt_sb_t sb;
-    agt_sb_init(&sb, h + strlen(AGT_TEXT_CLIP_NOTE) + 2);
-    agt_sb_add(&sb, s, h);
-    agt_sb_puts(&sb, "\n");
-    agt_sb_puts(&sb, AGT_TEXT_CLIP_NOTE);
-    return agt_sb_take(&sb);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(h + strlen(AGT_TEXT_CLIP_NOTE) + 2);
+    lisa_buf_put(&sb, s, h);
+    lisa_buf_puts(&sb, "\n");
+    lisa_buf_puts(&sb, AGT_TEXT_CLIP_NOTE);
+    return lisa_buf_take(&sb);
 }
 
 /* Length of the valid UTF-8 sequence at s (0 when invalid). */

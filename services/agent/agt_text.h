@@ -6,38 +6,17 @@
  * there are more than 80) and then to a byte cap, which the recipe lacks
  * (one huge line used to flood the context); file views are numbered like
  * `cat -n` and clipped at a character count with a note that tells the
- * model how to look further. agt_sb_t is a growable string with a hard
- * maximum, so no input can make it grow without bound.
+ * model how to look further. Text is built in common's lisa_buf_t with
+ * its maximum set and `cut` on (LISA_BUF_CUT), so no input can make it
+ * grow without bound and an overlong output is clipped, not refused.
  */
 #ifndef AGT_TEXT_H
 #define AGT_TEXT_H
 
+#include "lisa/lisa_buf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
-
-/* A growable NUL-terminated string with a hard maximum (value type). */
-typedef struct {
-    char *data;     /* NUL-terminated; NULL until the first append */
-    size_t len;     /* bytes used, without the NUL */
-    size_t cap;     /* bytes allocated */
-    size_t max;     /* appends beyond this many bytes are dropped */
-    bool truncated; /* some append was cut by `max` */
-} agt_sb_t;
-
-/* Starts an empty builder that holds at most `max` bytes. */
-void agt_sb_init(agt_sb_t *sb, size_t max);
-/* Appends n bytes (cut at the maximum, setting `truncated`). */
-void agt_sb_add(agt_sb_t *sb, const char *s, size_t n);
-/* Appends a NUL-terminated string. */
-void agt_sb_puts(agt_sb_t *sb, const char *s);
-/* Appends formatted text (cut at the maximum). */
-void agt_sb_printf(agt_sb_t *sb, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Returns the string (never NULL; "" when empty) and resets the builder;
- * the caller frees it. */
-char *agt_sb_take(agt_sb_t *sb);
-/* Frees the contents; safe twice. */
-void agt_sb_free(agt_sb_t *sb);
 
 /* Number of lines in s[0..len) (a last line without '\n' counts). */
 size_t agt_text_count_lines(const char *s, size_t len);

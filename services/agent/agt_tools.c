@@ -111,15 +111,15 @@ agt_tools_schemas(void)
 }
 
 static void
-s_section(agt_sb_t *sb, const agt_tools_cfg_t *cfg, const char *name,
+s_section(lisa_buf_t *sb, const agt_tools_cfg_t *cfg, const char *name,
           const char *s, size_t len)
 {
     char *lines = agt_text_cut_lines(s, len, cfg->head_lines, cfg->tail_lines);
     char *capped = agt_text_cap_bytes(lines, strlen(lines), cfg->obs_max_bytes);
-    agt_sb_printf(sb, "[%s]\n", name);
-    agt_sb_puts(sb, capped);
+    lisa_buf_printf(sb, "[%s]\n", name);
+    lisa_buf_puts(sb, capped);
     if (*capped && capped[strlen(capped) - 1] != '\n')
-        agt_sb_puts(sb, "\n");
+        lisa_buf_puts(sb, "\n");
     lisa_free(&lines);
     lisa_free(&capped);
 }
@@ -129,19 +129,19 @@ agt_tools_bash_observation(const agt_tools_cfg_t *cfg, int exit_code,
                            bool timed_out, unsigned timeout_s, const char *out,
                            size_t out_len, const char *err, size_t err_len)
 {
-    agt_sb_t sb;
-    agt_sb_init(&sb, 4 * cfg->obs_max_bytes + 4096);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(4 * cfg->obs_max_bytes + 4096);
     if (timed_out)
-        agt_sb_printf(&sb,
-                      "The command took too long to execute (>%us) and was "
-                      "stopped.\n",
-                      timeout_s);
-    agt_sb_printf(&sb, "Exit code: %d\n", exit_code);
-    agt_sb_puts(&sb, "Execution output of [execute_bash]:\n");
+        lisa_buf_printf(&sb,
+                        "The command took too long to execute (>%us) and was "
+                        "stopped.\n",
+                        timeout_s);
+    lisa_buf_printf(&sb, "Exit code: %d\n", exit_code);
+    lisa_buf_puts(&sb, "Execution output of [execute_bash]:\n");
     s_section(&sb, cfg, "STDOUT", out, out_len);
     if (err_len)
         s_section(&sb, cfg, "STDERR", err, err_len);
-    return agt_sb_take(&sb);
+    return lisa_buf_take(&sb);
 }
 
 static char *
@@ -266,13 +266,13 @@ agt_tools_call(agt_tools_t *t, const char *name, const char *args,
         if (strcmp(name, s_table[i].name) == 0)
             break;
     if (i == sizeof s_table / sizeof s_table[0]) {
-        agt_sb_t sb;
-        agt_sb_init(&sb, 512);
-        agt_sb_printf(&sb,
-                      "ERROR: unknown function `%.128s`; available: "
-                      "execute_bash, str_replace_editor, submit.",
-                      name);
-        return agt_sb_take(&sb);
+        lisa_buf_t sb;
+        sb = LISA_BUF_CUT(512);
+        lisa_buf_printf(&sb,
+                        "ERROR: unknown function `%.128s`; available: "
+                        "execute_bash, str_replace_editor, submit.",
+                        name);
+        return lisa_buf_take(&sb);
     }
     json_t *obj = NULL;
     if (args && *args) {
@@ -282,22 +282,22 @@ agt_tools_call(agt_tools_t *t, const char *name, const char *args,
         obj = json_loads(args, JSON_REJECT_DUPLICATES, &err);
         if (obj && !json_is_object(obj)) {
             json_decref(obj);
-            agt_sb_t sb;
-            agt_sb_init(&sb, 512);
-            agt_sb_printf(&sb,
-                          "ERROR: the arguments of %s must be a JSON "
-                          "object.",
-                          name);
-            return agt_sb_take(&sb);
+            lisa_buf_t sb;
+            sb = LISA_BUF_CUT(512);
+            lisa_buf_printf(&sb,
+                            "ERROR: the arguments of %s must be a JSON "
+                            "object.",
+                            name);
+            return lisa_buf_take(&sb);
         }
         if (!obj) {
-            agt_sb_t sb;
-            agt_sb_init(&sb, 512);
-            agt_sb_printf(&sb,
-                          "ERROR: the arguments of %s are not a valid JSON "
-                          "object (%s at position %d).",
-                          name, err.text, err.position);
-            return agt_sb_take(&sb);
+            lisa_buf_t sb;
+            sb = LISA_BUF_CUT(512);
+            lisa_buf_printf(&sb,
+                            "ERROR: the arguments of %s are not a valid JSON "
+                            "object (%s at position %d).",
+                            name, err.text, err.position);
+            return lisa_buf_take(&sb);
         }
     } else {
         obj = json_object();

@@ -3,6 +3,7 @@
  */
 #include "cli_broker.h"
 
+#include "lisa/lisa_config.h"
 #include "lisa/lisa_log.h"
 
 #include <errno.h>
@@ -28,17 +29,20 @@ cli_events_endpoint(const char *flag, const char *broker)
     const char *env = getenv("LISA_BROKER_EVENTS");
     if (env && *env)
         return strdup(env);
+    /* the events port is the RPC port + 2 (the default layout) */
     const char *colon = strrchr(broker, ':');
-    char *out = malloc(strlen(broker) + 16);
+    size_t cap = strlen(broker) + 16;
+    char *out = malloc(cap);
     if (!out)
         return NULL;
-    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
-    if (!colon || port <= 0) {
-        strcpy(out, broker);
+    int64_t port = 0;
+    if (!colon ||
+        lisa_config_parse_int(colon + 1, 1, 65533, &port) != LISA_OK) {
+        snprintf(out, cap, "%s", broker); /* no port to move: as given */
         return out;
     }
-    snprintf(out, strlen(broker) + 16, "%.*s:%ld", (int) (colon - broker),
-             broker, port + 2);
+    snprintf(out, cap, "%.*s:%lld", (int) (colon - broker), broker,
+             (long long) port + 2);
     return out;
 }
 

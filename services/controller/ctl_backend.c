@@ -3,6 +3,8 @@
  */
 #include "ctl_backend.h"
 
+#include "lisa/lisa_mem.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -47,4 +49,27 @@ ctl_backend_name(const char *rollout_id, unsigned attempt,
     memcpy(out, "lisa-", 5);
     memcpy(out + 5, body, bl);
     memcpy(out + 5 + bl, suffix, sl + 1);
+}
+
+char *
+ctl_backend_escape(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = lisa_malloc(3 * n + 1);
+    size_t o = 0;
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char) s[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+            (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
+            c == '~') {
+            out[o++] = (char) c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
 }

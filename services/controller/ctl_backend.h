@@ -11,12 +11,23 @@
  * and reap what outlived its deadline. Names are deterministic (rollout +
  * attempt), so a repeated start of the same attempt is refused with
  * LISA_CONFLICT instead of making a twin.
+ *
+ * Two faces. A backend whose work is local and quick (bubblewrap children)
+ * answers each call before it returns. A backend that talks HTTP (the
+ * Docker Engine, the Kubernetes API server) is asynchronous: `attach`
+ * hands it the controller's loop, and from then on the controller uses
+ * the *_async calls, which send their requests (common's
+ * lisa_http_client, on that loop) and return at once; each one's `done`
+ * runs once, from the loop, when the answers are in (or their deadline
+ * passed), and may also run before the call returns. So the controller's
+ * loop never waits on a backend.
  */
 #ifndef CTL_BACKEND_H
 #define CTL_BACKEND_H
 
 #include "lisa/lisa_rc.h"
 
+#include <czmq.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +72,18 @@ typedef struct {
     bool deadline_exceeded; /* EXITED: the backend's own deadline killed it */
 } ctl_sandbox_t;
 
+/* Completions of the asynchronous face (see the file comment). */
+typedef void(ctl_rc_fn)(void *arg, lisa_rc_t rc);
+/* `list` is borrowed for the call (the callee copies what it keeps). */
+typedef void(ctl_list_fn)(void *arg, lisa_rc_t rc, const ctl_sandbox_t *list,
+                          size_t n);
+/* rcs[i] answers specs[i] of the start. */
+typedef void(ctl_rcs_fn)(void *arg, const lisa_rc_t *rcs, size_t n);
+/* The last line of a sandbox's output ("" when none). */
+typedef void(ctl_text_fn)(void *arg, const char *text);
+/* A sandbox may have changed: list soon. */
+typedef void(ctl_wake_fn)(void *ctx);
+
 typedef struct {
     const char *name;
     /* LISA_OK when the backend can take work, LISA_UNAVAILABLE when not. */
@@ -91,6 +114,22 @@ typedef struct {
     int (*wake_fd)(void *impl);
     /* True when sandboxes die with the controller (local backend). */
     bool dies_with_controller;
+    /* --- the asynchronous face; NULL for a backend without one -------- */
+    /* Binds the backend to `loop`; `wake` (may be NULL) is called when a
+     * sandbox may have changed. LISA_OK or LISA_ERR. */
+    lisa_rc_t (*attach)(void *impl, zloop_t *loop, ctl_wake_fn *wake,
+                        void *wake_ctx);
+    void (*ping_async)(void *impl, ctl_rc_fn *done, void *arg);
+    void (*list_async)(void *impl, ctl_list_fn *done, void *arg);
+    /* specs are copied (as far as needed) before the call returns. */
+    void (*start_async)(void *impl, const ctl_spec_t *specs, size_t n,
+                        ctl_rcs_fn *done, void *arg);
+    /* Removes every named sandbox; done's rc is LISA_OK when each went or
+     * was gone already. */
+    void (*remove_async)(void *impl, const char *const *names, size_t n,
+                         ctl_rc_fn *done, void *arg);
+    void (*log_tail_async)(void *impl, const char *name, ctl_text_fn *done,
+                           void *arg);
 } ctl_backend_ops_t;
 
 typedef struct {
@@ -103,6 +142,9 @@ typedef struct {
  * cut and suffixed with a hash of the whole id). */
 void ctl_backend_name(const char *rollout_id, unsigned attempt,
                       char out[CTL_NAME_MAX]);
+
+/* URL-encodes s (RFC 3986 unreserved kept). Caller frees (lisa_free). */
+char *ctl_backend_escape(const char *s);
 
 /* Unix time in milliseconds. */
 uint64_t ctl_wall_ms(void);

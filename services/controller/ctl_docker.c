@@ -1,48 +1,93 @@
 /*
- * ctl_docker: Engine API calls, JSON with jansson.
+ * ctl_docker: Engine API calls, JSON with jansson, asynchronous.
  *
- * Batches of creates, starts and removals run concurrently over a few
- * kept-alive connections (the engine works on them in parallel). An
- * /events stream of this controller's containers dying, read on its own
- * unix socket connection, is the wake descriptor: its bytes are only a
- * signal to list now; the listing is the truth.
+ * Every call is a request on common's lisa_http_client, driven by the
+ * controller's loop: an operation (a listing, a batch of starts or
+ * removals, a log tail) sends its requests and returns; their answers
+ * finish it from the loop. Batches run concurrently over a few
+ * kept-alive connections (the engine works on them in parallel); a
+ * container's start goes out as soon as its create is answered. The API
+ * version is negotiated once, before anything else: operations that
+ * arrive meanwhile wait for it. An /events stream of this controller's
+ * containers dying (a streaming request of the same client) wakes the
+ * controller: its bytes are only a signal to list now; the listing is
+ * the truth.
+ *
+ * Every operation in flight is on one list, so destroying the backend
+ * frees those whose answers never came.
  */
-#define _DEFAULT_SOURCE /* struct sockaddr_un */
 #include "ctl_docker.h"
 
-#include "ctl_http.h"
+#include "lisa/lisa_http_client.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
 
-#define S_TIMEOUT_MS     15000L
-#define S_MAX_LIST       100000u
-#define S_PARALLEL       6u    /* connections of a batch (more: no faster) */
-#define S_EVENTS_RETRY_S 1     /* between attempts to open the stream */
-#define S_DRAIN_MAX      65536 /* bytes of the stream read per listing */
+#define S_TIMEOUT_MS      15000L
+#define S_CONNECT_MS      5000L
+#define S_MAX_REPLY       (64u * 1024u * 1024u)
+#define S_MAX_LIST        100000u
+#define S_PARALLEL        6    /* connections (more: no faster) */
+#define S_EVENTS_RETRY_MS 1000 /* between attempts to open the stream */
+
+/* An operation in flight (the head of every operation's struct). */
+typedef struct s_op s_op_t;
+struct s_op {
+    s_op_t *prev, *next;
+    void (*free_fn)(s_op_t *op);
+};
+
+typedef struct s_docker s_docker_t;
+/* Continues an operation once the version is known (rc LISA_OK) or
+ * cannot be (LISA_UNAVAILABLE). */
+typedef void(s_go_fn)(s_docker_t *d, s_op_t *op, lisa_rc_t rc);
 
 typedef struct {
+    s_go_fn *go;
+    s_op_t *op;
+} s_wait_t;
+
+struct s_docker {
     char *controller_id, *socket, *image, *runtime, *network;
     char *gateway_socket, *gateway_url, *sandbox_cmd, *user;
-    ctl_http_t *http;
+    lisa_http_client_t *http; /* from attach */
+    ctl_wake_fn *wake;
+    void *wake_ctx;
     char version[16]; /* "1.45"; "" until negotiated */
-    int events_fd;    /* the /events stream; -1 when not open */
-    time_t events_tried;
-} s_docker_t;
+    bool negotiating;
+    s_wait_t *waiting; /* operations waiting for the version */
+    size_t n_waiting, cap_waiting;
+    s_op_t ops; /* the list of operations in flight (a sentinel) */
+    bool events_open;
+    uint64_t events_id;
+    int64_t events_tried; /* monotonic ms */
+};
 
-static void s_events_close(s_docker_t *d);
-static void s_events_drain(s_docker_t *d);
+/* ---- operations and requests ----------------------------------------- */
+
+static void
+s_op_link(s_docker_t *d, s_op_t *op, void (*free_fn)(s_op_t *))
+{
+    op->free_fn = free_fn;
+    op->next = d->ops.next;
+    op->prev = &d->ops;
+    d->ops.next->prev = op;
+    d->ops.next = op;
+}
+
+/* Unlinks and frees an operation. */
+static void
+s_op_end(s_op_t *op)
+{
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->free_fn(op);
+}
 
 /* Builds "http://docker/v<ver><path>". Caller frees. */
 static char *
@@ -57,74 +102,253 @@ s_url(const s_docker_t *d, const char *path)
     return u;
 }
 
+/* Sends one request; its answer goes to done(resp, arg). LISA_OK, or the
+ * reason it could not be sent (done will not run). */
 static lisa_rc_t
-s_negotiate(s_docker_t *d)
+s_send(s_docker_t *d, const char *method, const char *path, const char *body,
+       lisa_http_done_fn *done, void *arg)
 {
-    if (d->version[0])
-        return LISA_OK;
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = ctl_http_call(d->http, "GET", "http://docker/version", NULL,
-                                 NULL, S_TIMEOUT_MS, &rep);
+    static const char *const with_body[] = {"Content-Type: application/json",
+                                            "Accept: application/json", NULL};
+    static const char *const without[] = {"Accept: application/json", NULL};
+    char *url = s_url(d, path);
+    lisa_http_request_t req = {
+        .method = method,
+        .url = url,
+        .headers = body ? with_body : without,
+        .body = body,
+        .body_len = body ? strlen(body) : 0,
+        .timeout_ms = S_TIMEOUT_MS,
+        .connect_timeout_ms = S_CONNECT_MS,
+        .unix_socket = d->socket,
+        .max_response = S_MAX_REPLY,
+    };
+    lisa_rc_t rc = lisa_http_client_send(d->http, &req, done, arg, NULL);
+    lisa_free(&url);
     if (rc != LISA_OK)
-        return LISA_UNAVAILABLE;
-    json_t *j = json_loads(rep.body, 0, NULL);
-    const char *v = json_string_value(json_object_get(j, "ApiVersion"));
-    rc = LISA_UNAVAILABLE;
-    /* Accept "1.NN" only: it becomes part of every path. */
-    if (rep.status == 200 && v && strncmp(v, "1.", 2) == 0 &&
-        strlen(v) < sizeof d->version &&
-        strspn(v + 2, "0123456789") == strlen(v + 2) && v[2]) {
-        snprintf(d->version, sizeof d->version, "%s", v);
-        lisa_log_info("docker: Engine API %s", d->version);
-        rc = LISA_OK;
-    } else {
-        lisa_log_warn("docker: /version answered %ld without a usable "
-                      "ApiVersion",
-                      rep.status);
-    }
-    json_decref(j);
-    ctl_http_rep_clear(&rep);
+        lisa_log_warn("docker: %s %s not sent: %s", method, path,
+                      lisa_rc_str(rc));
     return rc;
 }
 
+/* An answer's outcome: transport failures are LISA_UNAVAILABLE (the
+ * engine is down: pause), a timeout LISA_TIMEOUT, an oversized answer
+ * LISA_TOOLARGE; an answer of any status is LISA_OK. */
 static lisa_rc_t
-s_call(s_docker_t *d, const char *method, const char *path, json_t *body,
-       ctl_http_rep_t *rep)
+s_transport_rc(const lisa_http_response_t *r)
 {
-    lisa_rc_t rc = s_negotiate(d);
-    if (rc != LISA_OK) {
-        memset(rep, 0, sizeof *rep);
+    lisa_rc_t rc = lisa_http_response_rc(r);
+    if (rc == LISA_OK || rc == LISA_TIMEOUT || rc == LISA_TOOLARGE)
         return rc;
-    }
-    char *url = s_url(d, path);
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    rc = ctl_http_call(d->http, method, url, "application/json", text,
-                       S_TIMEOUT_MS, rep);
-    free(text);
-    lisa_free(&url);
-    if (rc == LISA_OK && rep->status >= 500) {
-        lisa_log_warn("docker: %s %s -> %ld %.200s", method, path, rep->status,
-                      rep->body);
+    lisa_log_debug("docker: %s", lisa_http_response_error(r));
+    return LISA_UNAVAILABLE;
+}
+
+/* The outcome of a call whose 5xx answers mean the engine is in trouble. */
+static lisa_rc_t
+s_call_rc(const lisa_http_response_t *r, const char *what)
+{
+    lisa_rc_t rc = s_transport_rc(r);
+    long status = lisa_http_response_status(r);
+    if (rc == LISA_OK && status >= 500) {
+        lisa_log_warn("docker: %s -> %ld %.200s", what, status,
+                      lisa_http_response_body(r, NULL));
         rc = LISA_UNAVAILABLE;
     }
     return rc;
 }
 
-static lisa_rc_t
-s_ping(void *impl)
+/* ---- version negotiation --------------------------------------------- */
+
+static void
+s_on_version(lisa_http_response_t *r, void *arg)
+{
+    s_docker_t *d = arg;
+    d->negotiating = false;
+    lisa_rc_t rc = LISA_UNAVAILABLE;
+    long status = lisa_http_response_status(r);
+    if (s_transport_rc(r) == LISA_OK) {
+        json_t *j = json_loads(lisa_http_response_body(r, NULL), 0, NULL);
+        const char *v = json_string_value(json_object_get(j, "ApiVersion"));
+        /* Accept "1.NN" only: it becomes part of every path. */
+        if (status == 200 && v && strncmp(v, "1.", 2) == 0 &&
+            strlen(v) < sizeof d->version &&
+            strspn(v + 2, "0123456789") == strlen(v + 2) && v[2]) {
+            snprintf(d->version, sizeof d->version, "%s", v);
+            lisa_log_info("docker: Engine API %s", d->version);
+            rc = LISA_OK;
+        } else {
+            lisa_log_warn("docker: /version answered %ld without a usable "
+                          "ApiVersion",
+                          status);
+        }
+        json_decref(j);
+    }
+    /* the waiting operations go on (they may queue again: take the list) */
+    s_wait_t *w = d->waiting;
+    size_t n = d->n_waiting;
+    d->waiting = NULL;
+    d->n_waiting = d->cap_waiting = 0;
+    for (size_t i = 0; i < n; i++)
+        w[i].go(d, w[i].op, rc);
+    lisa_free(&w);
+}
+
+/* Runs go(op) once the API version is known. */
+static void
+s_with_version(s_docker_t *d, s_go_fn *go, s_op_t *op)
+{
+    if (d->version[0]) {
+        go(d, op, LISA_OK);
+        return;
+    }
+    if (d->n_waiting == d->cap_waiting) {
+        d->cap_waiting = d->cap_waiting ? 2 * d->cap_waiting : 8;
+        d->waiting =
+            lisa_realloc(d->waiting, d->cap_waiting * sizeof *d->waiting);
+    }
+    d->waiting[d->n_waiting++] = (s_wait_t){go, op};
+    if (d->negotiating)
+        return;
+    d->negotiating = true;
+    if (s_send(d, "GET", "/version", NULL, s_on_version, d) != LISA_OK) {
+        d->negotiating = false;
+        s_wait_t *w = d->waiting;
+        size_t n = d->n_waiting;
+        d->waiting = NULL;
+        d->n_waiting = d->cap_waiting = 0;
+        for (size_t i = 0; i < n; i++)
+            w[i].go(d, w[i].op, LISA_UNAVAILABLE);
+        lisa_free(&w);
+    }
+}
+
+/* ---- the /events stream (wake-ups) ----------------------------------- */
+
+static bool
+s_on_events_chunk(const char *data, size_t len, long status, void *arg)
+{
+    (void) data;
+    (void) status;
+    s_docker_t *d = arg;
+    if (len && d->wake)
+        d->wake(d->wake_ctx);
+    return true;
+}
+
+static void
+s_on_events_end(lisa_http_response_t *r, void *arg)
+{
+    s_docker_t *d = arg;
+    d->events_open = false; /* opened again at a later listing */
+    lisa_log_debug("docker: events stream ended: %s",
+                   lisa_http_response_error(r));
+}
+
+static void
+s_events_close(s_docker_t *d)
+{
+    if (d->events_open)
+        (void) lisa_http_client_cancel(d->http, d->events_id);
+    d->events_open = false;
+}
+
+/* Opens the stream of this controller's containers dying: answered chunk
+ * by chunk for as long as it stays open. */
+static void
+s_events_open(s_docker_t *d)
+{
+    int64_t now = zclock_mono();
+    if (d->events_open || !d->wake || !d->version[0] ||
+        now - d->events_tried < S_EVENTS_RETRY_MS)
+        return;
+    d->events_tried = now;
+    char filter[320];
+    snprintf(filter, sizeof filter,
+             "{\"type\":[\"container\"],\"event\":[\"die\"],"
+             "\"label\":[\"lisa.controller=%s\"]}",
+             d->controller_id);
+    char *esc = ctl_backend_escape(filter);
+    size_t n = strlen(esc) + 32;
+    char *path = lisa_malloc(n);
+    snprintf(path, n, "/events?filters=%s", esc);
+    lisa_free(&esc);
+    char *url = s_url(d, path);
+    lisa_free(&path);
+    lisa_http_request_t req = {
+        .method = "GET",
+        .url = url,
+        .timeout_ms = -1, /* for as long as the engine keeps it */
+        .connect_timeout_ms = S_CONNECT_MS,
+        .unix_socket = d->socket,
+        .max_response = 64u * 1024u,
+        .on_chunk = s_on_events_chunk,
+    };
+    if (lisa_http_client_send(d->http, &req, s_on_events_end, d,
+                              &d->events_id) == LISA_OK)
+        d->events_open = true;
+    lisa_free(&url);
+}
+
+/* ---- ping ------------------------------------------------------------ */
+
+typedef struct {
+    s_op_t op;
+    s_docker_t *d;
+    ctl_rc_fn *done;
+    void *arg;
+} s_ping_op_t;
+
+static void
+s_free_plain(s_op_t *op)
+{
+    lisa_free(&op);
+}
+
+static void
+s_ping_end(s_ping_op_t *p, lisa_rc_t rc)
+{
+    if (rc != LISA_OK) {
+        p->d->version[0] = '\0'; /* negotiate again when it comes back */
+        s_events_close(p->d);
+    }
+    ctl_rc_fn *done = p->done;
+    void *arg = p->arg;
+    s_op_end(&p->op);
+    done(arg, rc);
+}
+
+static void
+s_on_ping(lisa_http_response_t *r, void *arg)
+{
+    lisa_rc_t rc = s_call_rc(r, "GET /_ping");
+    if (rc == LISA_OK && lisa_http_response_status(r) != 200)
+        rc = LISA_UNAVAILABLE;
+    s_ping_end(arg, rc);
+}
+
+static void
+s_ping_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+{
+    if (rc == LISA_OK)
+        rc = s_send(d, "GET", "/_ping", NULL, s_on_ping, op);
+    if (rc != LISA_OK)
+        s_ping_end((s_ping_op_t *) op, LISA_UNAVAILABLE);
+}
+
+static void
+s_ping_async(void *impl, ctl_rc_fn *done, void *arg)
 {
     s_docker_t *d = impl;
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(d, "GET", "/_ping", NULL, &rep);
-    if (rc == LISA_OK && rep.status != 200)
-        rc = LISA_UNAVAILABLE;
-    ctl_http_rep_clear(&rep);
-    if (rc != LISA_OK) {
-        d->version[0] = '\0'; /* negotiate again when it comes back */
-        s_events_close(d);
-    }
-    return rc;
+    s_ping_op_t *p = lisa_calloc(1, sizeof *p);
+    p->d = d;
+    p->done = done;
+    p->arg = arg;
+    s_op_link(d, &p->op, s_free_plain);
+    s_with_version(d, s_ping_go, &p->op);
 }
+
+/* ---- starts ---------------------------------------------------------- */
 
 static json_t *
 s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
@@ -230,132 +454,166 @@ s_rc_of(long status)
     return LISA_INVALID;
 }
 
-/* rc of a create answer (rc: the transport's). */
+/* rc of a create answer. */
 static lisa_rc_t
-s_create_rc(const s_docker_t *d, const ctl_spec_t *sp, lisa_rc_t rc,
-            const ctl_http_rep_t *rep)
+s_create_rc(const s_docker_t *d, const char *name, lisa_http_response_t *r)
 {
+    lisa_rc_t rc = s_transport_rc(r);
     if (rc != LISA_OK)
         return rc;
-    if (rep->status >= 500) {
-        lisa_log_warn("docker: create %s -> %ld %.200s", sp->name, rep->status,
-                      rep->body);
+    long status = lisa_http_response_status(r);
+    const char *body = lisa_http_response_body(r, NULL);
+    if (status >= 500) {
+        lisa_log_warn("docker: create %s -> %ld %.200s", name, status, body);
         return LISA_UNAVAILABLE;
     }
-    rc = s_rc_of(rep->status);
-    if (rep->status == 404) {
-        lisa_log_error("docker: image %s not found: %.200s", d->image,
-                       rep->body);
+    rc = s_rc_of(status);
+    if (status == 404) {
+        lisa_log_error("docker: image %s not found: %.200s", d->image, body);
         rc = LISA_UNAVAILABLE; /* nothing can start until it exists */
     } else if (rc == LISA_INVALID) {
-        lisa_log_error("docker: create %s -> %ld %.200s", sp->name, rep->status,
-                       rep->body);
+        lisa_log_error("docker: create %s -> %ld %.200s", name, status, body);
     }
     return rc; /* LISA_CONFLICT: it exists; the caller takes it */
 }
 
-/* rc of a start answer. */
-static lisa_rc_t
-s_started_rc(const ctl_spec_t *sp, lisa_rc_t rc, const ctl_http_rep_t *rep)
+typedef struct s_start_op s_start_op_t;
+
+/* One container of a batch of starts. */
+typedef struct {
+    s_start_op_t *op;
+    char name[CTL_NAME_MAX];
+    char rollout_id[CTL_ID_MAX];
+    unsigned attempt;
+    char *body; /* the create request (json_dumps: free) */
+} s_start_item_t;
+
+struct s_start_op {
+    s_op_t op;
+    s_docker_t *d;
+    size_t n, left;
+    s_start_item_t *items;
+    lisa_rc_t *rcs;
+    ctl_rcs_fn *done;
+    void *arg;
+};
+
+static void
+s_start_free(s_op_t *op)
 {
-    if (rc != LISA_OK)
-        return rc;
-    rc = s_rc_of(rep->status);
-    if (rc != LISA_OK)
-        lisa_log_error("docker: start %s -> %ld %.200s", sp->name, rep->status,
-                       rep->body);
-    else
-        lisa_log_info("docker: started %s for rollout %s attempt %u", sp->name,
-                      sp->rollout_id, sp->attempt);
-    return rc;
+    s_start_op_t *o = (s_start_op_t *) op;
+    for (size_t i = 0; i < o->n; i++)
+        free(o->items[i].body);
+    lisa_free(&o->items);
+    lisa_free(&o->rcs);
+    lisa_free(&o);
 }
 
-static lisa_rc_t
-s_start(void *impl, const ctl_spec_t *sp)
+/* Item i is over with rc; the batch ends with its last item. */
+static void
+s_start_item_end(s_start_item_t *it, lisa_rc_t rc)
 {
-    s_docker_t *d = impl;
-    json_t *body = s_create_body(d, sp);
-    char *name = ctl_http_escape(sp->name);
-    char path[256];
-    snprintf(path, sizeof path, "/containers/create?name=%s", name);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(d, "POST", path, body, &rep);
-    json_decref(body);
-    rc = s_create_rc(d, sp, rc, &rep);
-    ctl_http_rep_clear(&rep);
+    s_start_op_t *o = it->op;
+    o->rcs[it - o->items] = rc;
+    if (--o->left > 0)
+        return;
+    ctl_rcs_fn *done = o->done;
+    void *arg = o->arg;
+    lisa_rc_t *rcs = o->rcs;
+    size_t n = o->n;
+    o->rcs = NULL;
+    s_op_end(&o->op);
+    done(arg, rcs, n);
+    lisa_free(&rcs);
+}
+
+static void
+s_on_started(lisa_http_response_t *r, void *arg)
+{
+    s_start_item_t *it = arg;
+    lisa_rc_t rc = s_transport_rc(r);
+    long status = lisa_http_response_status(r);
+    if (rc == LISA_OK)
+        rc = s_rc_of(status);
+    if (rc != LISA_OK)
+        lisa_log_error("docker: start %s -> %ld %.200s (%s)", it->name, status,
+                       lisa_http_response_body(r, NULL), lisa_rc_str(rc));
+    else
+        lisa_log_info("docker: started %s for rollout %s attempt %u", it->name,
+                      it->rollout_id, it->attempt);
+    s_start_item_end(it, rc);
+}
+
+static void
+s_on_created(lisa_http_response_t *r, void *arg)
+{
+    s_start_item_t *it = arg;
+    s_docker_t *d = it->op->d;
+    lisa_rc_t rc = s_create_rc(d, it->name, r);
     if (rc != LISA_OK) {
-        lisa_free(&name);
-        return rc;
-    }
-    snprintf(path, sizeof path, "/containers/%s/start", name);
-    lisa_free(&name);
-    rc = s_call(d, "POST", path, NULL, &rep);
-    rc = s_started_rc(sp, rc, &rep);
-    ctl_http_rep_clear(&rep);
-    return rc;
-}
-
-/* Request i of a batch on container `name`: path "/containers/<name><tail>"
- * (or `create` with the name as the query). */
-static void
-s_batch_req(const s_docker_t *d, ctl_http_req_t *rq, const char *method,
-            const char *name, const char *tail, bool create)
-{
-    char *esc = ctl_http_escape(name);
-    char path[256];
-    if (create)
-        snprintf(path, sizeof path, "/containers/create?name=%s", esc);
-    else
-        snprintf(path, sizeof path, "/containers/%s%s", esc, tail);
-    lisa_free(&esc);
-    rq->method = method;
-    rq->url = s_url(d, path);
-}
-
-static void
-s_batch_free(ctl_http_req_t *rq, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        ctl_http_rep_clear(&rq[i].rep);
-        char *url = (char *) (uintptr_t) rq[i].url;
-        lisa_free(&url);
-        free((char *) (uintptr_t) rq[i].body); /* json_dumps: malloc */
-    }
-}
-
-/* All creates at once, each container's start as soon as it exists. */
-static void
-s_start_many(void *impl, const ctl_spec_t *specs, size_t n, lisa_rc_t *rcs)
-{
-    s_docker_t *d = impl;
-    if (s_negotiate(d) != LISA_OK) {
-        for (size_t i = 0; i < n; i++)
-            rcs[i] = LISA_UNAVAILABLE;
+        s_start_item_end(it, rc);
         return;
     }
-    ctl_http_req_t *create = lisa_calloc(n, sizeof *create);
-    ctl_http_req_t *start = lisa_calloc(n, sizeof *start);
+    char *esc = ctl_backend_escape(it->name);
+    char path[256];
+    snprintf(path, sizeof path, "/containers/%s/start", esc);
+    lisa_free(&esc);
+    if (s_send(d, "POST", path, NULL, s_on_started, it) != LISA_OK)
+        s_start_item_end(it, LISA_UNAVAILABLE);
+}
+
+static void
+s_start_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+{
+    s_start_op_t *o = (s_start_op_t *) op;
+    size_t n = o->n;
     for (size_t i = 0; i < n; i++) {
+        s_start_item_t *it = &o->items[i];
+        lisa_rc_t r = rc;
+        if (r == LISA_OK) {
+            char *esc = ctl_backend_escape(it->name);
+            char path[256];
+            snprintf(path, sizeof path, "/containers/create?name=%s", esc);
+            lisa_free(&esc);
+            r = s_send(d, "POST", path, it->body, s_on_created, it);
+        }
+        if (r != LISA_OK) /* the last one may end the batch: stop here */
+            s_start_item_end(it, LISA_UNAVAILABLE);
+        if (r != LISA_OK && i + 1 == n)
+            return;
+    }
+}
+
+/* Every create at once, each container's start as soon as it exists. */
+static void
+s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
+              void *arg)
+{
+    s_docker_t *d = impl;
+    if (n == 0) {
+        done(arg, NULL, 0);
+        return;
+    }
+    s_start_op_t *o = lisa_calloc(1, sizeof *o);
+    o->d = d;
+    o->n = o->left = n;
+    o->items = lisa_calloc(n, sizeof *o->items);
+    o->rcs = lisa_calloc(n, sizeof *o->rcs);
+    o->done = done;
+    o->arg = arg;
+    for (size_t i = 0; i < n; i++) {
+        s_start_item_t *it = &o->items[i];
+        it->op = o;
+        snprintf(it->name, sizeof it->name, "%s", specs[i].name);
+        snprintf(it->rollout_id, sizeof it->rollout_id, "%s",
+                 specs[i].rollout_id);
+        it->attempt = specs[i].attempt;
         json_t *body = s_create_body(d, &specs[i]);
-        s_batch_req(d, &create[i], "POST", specs[i].name, NULL, true);
-        create[i].body = json_dumps(body, JSON_COMPACT);
+        it->body = json_dumps(body, JSON_COMPACT);
         json_decref(body);
-        s_batch_req(d, &start[i], "POST", specs[i].name, "/start", false);
-        create[i].next = &start[i];
     }
-    ctl_http_many(d->http, create, n, S_PARALLEL, S_TIMEOUT_MS);
-    for (size_t i = 0; i < n; i++) {
-        rcs[i] = s_create_rc(d, &specs[i], create[i].rc, &create[i].rep);
-        if (rcs[i] != LISA_OK)
-            continue; /* LISA_CONFLICT: it exists; the caller takes it */
-        rcs[i] = start[i].rc == LISA_AGAIN
-                     ? LISA_UNAVAILABLE
-                     : s_started_rc(&specs[i], start[i].rc, &start[i].rep);
-    }
-    s_batch_free(create, n);
-    s_batch_free(start, n);
-    lisa_free(&start);
-    lisa_free(&create);
+    s_op_link(d, &o->op, s_start_free);
+    s_with_version(d, s_start_go, &o->op);
 }
 
 static void
@@ -372,251 +630,302 @@ s_label_u64(json_t *labels, const char *key)
     return v ? strtoull(v, NULL, 10) : 0;
 }
 
+/* ---- listing --------------------------------------------------------- */
+
+typedef struct s_list_op s_list_op_t;
+
+/* One inspect of an ended container. */
+typedef struct {
+    s_list_op_t *op;
+    size_t i; /* its sandbox */
+} s_inspect_t;
+
+struct s_list_op {
+    s_op_t op;
+    s_docker_t *d;
+    ctl_sandbox_t *sbs;
+    size_t n;
+    s_inspect_t *inspects;
+    size_t left;
+    ctl_list_fn *done;
+    void *arg;
+};
+
+static void
+s_list_free(s_op_t *op)
+{
+    s_list_op_t *o = (s_list_op_t *) op;
+    lisa_free(&o->sbs);
+    lisa_free(&o->inspects);
+    lisa_free(&o);
+}
+
+static void
+s_list_end(s_list_op_t *o, lisa_rc_t rc)
+{
+    ctl_list_fn *done = o->done;
+    void *arg = o->arg;
+    ctl_sandbox_t *sbs = o->sbs;
+    size_t n = o->n;
+    o->sbs = NULL;
+    s_op_end(&o->op);
+    done(arg, rc, rc == LISA_OK ? sbs : NULL, rc == LISA_OK ? n : 0);
+    lisa_free(&sbs);
+}
+
 /* Exit code and OOM flag from an inspect answer. */
 static void
-s_exit_of(const ctl_http_req_t *rq, ctl_sandbox_t *sb)
+s_on_inspect(lisa_http_response_t *r, void *arg)
 {
+    s_inspect_t *in = arg;
+    s_list_op_t *o = in->op;
+    ctl_sandbox_t *sb = &o->sbs[in->i];
     sb->exit_code = -1;
-    if (rq->rc != LISA_OK || rq->rep.status != 200)
-        return;
-    json_t *j = json_loads(rq->rep.body, 0, NULL);
-    json_t *st = json_object_get(j, "State");
-    json_t *code = json_object_get(st, "ExitCode");
-    if (json_is_integer(code))
-        sb->exit_code = (int) json_integer_value(code);
-    sb->oom = json_is_true(json_object_get(st, "OOMKilled"));
-    json_decref(j);
+    if (s_transport_rc(r) == LISA_OK && lisa_http_response_status(r) == 200) {
+        json_t *j = json_loads(lisa_http_response_body(r, NULL), 0, NULL);
+        json_t *st = json_object_get(j, "State");
+        json_t *code = json_object_get(st, "ExitCode");
+        if (json_is_integer(code))
+            sb->exit_code = (int) json_integer_value(code);
+        sb->oom = json_is_true(json_object_get(st, "OOMKilled"));
+        json_decref(j);
+    }
+    if (--o->left == 0)
+        s_list_end(o, LISA_OK);
 }
 
 /* Inspects the ended containers of a listing, all at once. */
 static void
-s_inspect_exits(s_docker_t *d, ctl_sandbox_t *sbs, size_t n)
+s_inspect_exits(s_list_op_t *o)
 {
     size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        m += sbs[i].phase == CTL_PHASE_EXITED;
-    if (m == 0)
-        return;
-    ctl_http_req_t *rq = lisa_calloc(m, sizeof *rq);
-    size_t *which = lisa_calloc(m, sizeof *which);
+    for (size_t i = 0; i < o->n; i++)
+        m += o->sbs[i].phase == CTL_PHASE_EXITED;
+    o->inspects = lisa_calloc(m ? m : 1, sizeof *o->inspects);
+    o->left = m + 1; /* + 1: this function's own hold */
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sbs[i].phase != CTL_PHASE_EXITED)
+    for (size_t i = 0; i < o->n; i++) {
+        if (o->sbs[i].phase != CTL_PHASE_EXITED)
             continue;
-        s_batch_req(d, &rq[k], "GET", sbs[i].name, "/json", false);
-        which[k++] = i;
+        s_inspect_t *in = &o->inspects[k++];
+        in->op = o;
+        in->i = i;
+        char *esc = ctl_backend_escape(o->sbs[i].name);
+        char path[256];
+        snprintf(path, sizeof path, "/containers/%s/json", esc);
+        lisa_free(&esc);
+        if (s_send(o->d, "GET", path, NULL, s_on_inspect, in) != LISA_OK) {
+            o->sbs[i].exit_code = -1;
+            o->left--;
+        }
     }
-    ctl_http_many(d->http, rq, m, S_PARALLEL, S_TIMEOUT_MS);
-    for (k = 0; k < m; k++)
-        s_exit_of(&rq[k], &sbs[which[k]]);
-    s_batch_free(rq, m);
-    lisa_free(&which);
-    lisa_free(&rq);
+    if (--o->left == 0)
+        s_list_end(o, LISA_OK);
 }
 
-static lisa_rc_t
-s_list(void *impl, ctl_sandbox_t **out, size_t *n)
+/* One container of the listing into *sb; false when it is not ours. */
+static bool
+s_sandbox_of(const s_docker_t *d, json_t *c, ctl_sandbox_t *sb)
 {
-    s_docker_t *d = impl;
-    *out = NULL;
-    *n = 0;
-    s_events_drain(d); /* before listing: a death after it wakes us again */
-    char filter[256];
-    snprintf(filter, sizeof filter, "{\"label\":[\"lisa.controller=%s\"]}",
-             d->controller_id);
-    char *esc = ctl_http_escape(filter);
-    size_t pn = strlen(esc) + 64;
-    char *path = lisa_malloc(pn);
-    snprintf(path, pn, "/containers/json?all=1&filters=%s", esc);
-    lisa_free(&esc);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(d, "GET", path, NULL, &rep);
-    lisa_free(&path);
-    if (rc != LISA_OK || rep.status != 200) {
-        ctl_http_rep_clear(&rep);
-        return rc == LISA_OK ? LISA_UNAVAILABLE : rc;
+    json_t *labels = json_object_get(c, "Labels");
+    const char *name =
+        json_string_value(json_array_get(json_object_get(c, "Names"), 0));
+    const char *state = json_string_value(json_object_get(c, "State"));
+    if (!name || !state || !json_is_object(labels))
+        return false;
+    memset(sb, 0, sizeof *sb);
+    snprintf(sb->name, sizeof sb->name, "%s", name[0] == '/' ? name + 1 : name);
+    s_label(labels, "lisa.controller", sb->controller_id,
+            sizeof sb->controller_id);
+    if (strcmp(sb->controller_id, d->controller_id) != 0)
+        return false;
+    s_label(labels, "lisa.run", sb->run_id, sizeof sb->run_id);
+    s_label(labels, "lisa.rollout", sb->rollout_id, sizeof sb->rollout_id);
+    sb->attempt = (unsigned) s_label_u64(labels, "lisa.attempt");
+    sb->created_ms = s_label_u64(labels, "lisa.created_ms");
+    sb->deadline_ms = s_label_u64(labels, "lisa.deadline_ms");
+    if (strcmp(state, "created") == 0)
+        sb->phase = CTL_PHASE_PENDING;
+    else if (strcmp(state, "exited") == 0 || strcmp(state, "dead") == 0)
+        sb->phase = CTL_PHASE_EXITED; /* exit code: inspected */
+    else
+        sb->phase = CTL_PHASE_RUNNING;
+    return true;
+}
+
+static void
+s_on_list(lisa_http_response_t *r, void *arg)
+{
+    s_list_op_t *o = arg;
+    lisa_rc_t rc = s_call_rc(r, "GET /containers/json");
+    if (rc != LISA_OK || lisa_http_response_status(r) != 200) {
+        s_list_end(o, rc == LISA_OK ? LISA_UNAVAILABLE : rc);
+        return;
     }
-    json_t *arr = json_loads(rep.body, 0, NULL);
-    ctl_http_rep_clear(&rep);
+    json_t *arr = json_loads(lisa_http_response_body(r, NULL), 0, NULL);
     if (!json_is_array(arr)) {
         json_decref(arr);
         lisa_log_warn("docker: container list is not an array");
-        return LISA_UNAVAILABLE;
+        s_list_end(o, LISA_UNAVAILABLE);
+        return;
     }
     size_t cnt = json_array_size(arr);
     if (cnt > S_MAX_LIST)
         cnt = S_MAX_LIST;
-    *out = lisa_calloc(cnt ? cnt : 1, sizeof **out);
-    for (size_t i = 0; i < cnt; i++) {
-        json_t *c = json_array_get(arr, i);
-        json_t *labels = json_object_get(c, "Labels");
-        const char *name =
-            json_string_value(json_array_get(json_object_get(c, "Names"), 0));
-        const char *state = json_string_value(json_object_get(c, "State"));
-        if (!name || !state || !json_is_object(labels))
-            continue;
-        ctl_sandbox_t *sb = &(*out)[*n];
-        snprintf(sb->name, sizeof sb->name, "%s",
-                 name[0] == '/' ? name + 1 : name);
-        s_label(labels, "lisa.controller", sb->controller_id,
-                sizeof sb->controller_id);
-        if (strcmp(sb->controller_id, d->controller_id) != 0)
-            continue;
-        s_label(labels, "lisa.run", sb->run_id, sizeof sb->run_id);
-        s_label(labels, "lisa.rollout", sb->rollout_id, sizeof sb->rollout_id);
-        sb->attempt = (unsigned) s_label_u64(labels, "lisa.attempt");
-        sb->created_ms = s_label_u64(labels, "lisa.created_ms");
-        sb->deadline_ms = s_label_u64(labels, "lisa.deadline_ms");
-        if (strcmp(state, "created") == 0) {
-            sb->phase = CTL_PHASE_PENDING;
-        } else if (strcmp(state, "exited") == 0 || strcmp(state, "dead") == 0) {
-            sb->phase = CTL_PHASE_EXITED; /* exit code: below */
-        } else {
-            sb->phase = CTL_PHASE_RUNNING;
-        }
-        (*n)++;
-    }
+    o->sbs = lisa_calloc(cnt ? cnt : 1, sizeof *o->sbs);
+    for (size_t i = 0; i < cnt; i++)
+        if (s_sandbox_of(o->d, json_array_get(arr, i), &o->sbs[o->n]))
+            o->n++;
     json_decref(arr);
-    s_inspect_exits(d, *out, *n);
-    return LISA_OK;
-}
-
-static lisa_rc_t
-s_remove(void *impl, const char *name)
-{
-    s_docker_t *d = impl;
-    char *esc = ctl_http_escape(name);
-    char path[256];
-    snprintf(path, sizeof path, "/containers/%s?force=1&v=1", esc);
-    lisa_free(&esc);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(d, "DELETE", path, NULL, &rep);
-    if (rc == LISA_OK)
-        rc = s_rc_of(rep.status);
-    ctl_http_rep_clear(&rep);
-    return rc;
+    s_inspect_exits(o);
 }
 
 static void
-s_remove_many(void *impl, const char *const *names, size_t n)
+s_list_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
 {
-    s_docker_t *d = impl;
-    if (s_negotiate(d) != LISA_OK)
+    s_list_op_t *o = (s_list_op_t *) op;
+    if (rc != LISA_OK) {
+        s_list_end(o, LISA_UNAVAILABLE);
         return;
-    ctl_http_req_t *rq = lisa_calloc(n, sizeof *rq);
-    for (size_t i = 0; i < n; i++)
-        s_batch_req(d, &rq[i], "DELETE", names[i], "?force=1&v=1", false);
-    ctl_http_many(d->http, rq, n, S_PARALLEL, S_TIMEOUT_MS);
-    for (size_t i = 0; i < n; i++)
-        if (rq[i].rc != LISA_OK ||
-            (rq[i].rep.status >= 300 && rq[i].rep.status != 404))
-            lisa_log_warn("docker: remove %s: %s %ld", names[i],
-                          lisa_rc_str(rq[i].rc), rq[i].rep.status);
-    s_batch_free(rq, n);
-    lisa_free(&rq);
-}
-
-/* ---- the /events stream (wake descriptor) ---------------------------- */
-
-static void
-s_events_close(s_docker_t *d)
-{
-    if (d->events_fd >= 0)
-        close(d->events_fd);
-    d->events_fd = -1;
-}
-
-/* Opens the stream of this controller's containers dying: a plain
- * request on a new connection, answered chunk by chunk for as long as it
- * stays open. */
-static void
-s_events_open(s_docker_t *d)
-{
-    time_t now = time(NULL);
-    if (d->events_fd >= 0 || now - d->events_tried < S_EVENTS_RETRY_S ||
-        !d->version[0])
-        return;
-    d->events_tried = now;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(d->socket) >= sizeof sa.sun_path)
-        return;
-    memcpy(sa.sun_path, d->socket, strlen(d->socket) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return;
-    char filter[320];
-    snprintf(filter, sizeof filter,
-             "{\"type\":[\"container\"],\"event\":[\"die\"],"
-             "\"label\":[\"lisa.controller=%s\"]}",
+    }
+    s_events_open(d); /* a death after this listing wakes us again */
+    char filter[256];
+    snprintf(filter, sizeof filter, "{\"label\":[\"lisa.controller=%s\"]}",
              d->controller_id);
-    char *esc = ctl_http_escape(filter);
-    size_t n = strlen(esc) + 128;
-    char *req = lisa_malloc(n);
-    int len = snprintf(req, n,
-                       "GET /v%s/events?filters=%s HTTP/1.1\r\n"
-                       "Host: docker\r\n\r\n",
-                       d->version, esc);
+    char *esc = ctl_backend_escape(filter);
+    size_t pn = strlen(esc) + 64;
+    char *path = lisa_malloc(pn);
+    snprintf(path, pn, "/containers/json?all=1&filters=%s", esc);
     lisa_free(&esc);
-    bool ok = connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0 && len > 0 &&
-              (size_t) len < n &&
-              write(fd, req, (size_t) len) == (ssize_t) len &&
-              fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0;
-    lisa_free(&req);
-    if (!ok) {
-        lisa_log_debug("docker: events stream: %s", strerror(errno));
-        close(fd);
-        return;
-    }
-    d->events_fd = fd;
+    rc = s_send(d, "GET", path, NULL, s_on_list, o);
+    lisa_free(&path);
+    if (rc != LISA_OK)
+        s_list_end(o, LISA_UNAVAILABLE);
 }
 
-/* Reads what the stream holds now; an ended stream is closed (and opened
- * again later). */
 static void
-s_events_drain(s_docker_t *d)
-{
-    char buf[4096];
-    for (size_t got = 0; d->events_fd >= 0 && got < S_DRAIN_MAX;) {
-        ssize_t r = read(d->events_fd, buf, sizeof buf);
-        if (r > 0) {
-            got += (size_t) r;
-            continue;
-        }
-        if (r < 0 &&
-            (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            break;
-        s_events_close(d); /* EOF or error */
-    }
-}
-
-static int
-s_wake_fd(void *impl)
+s_list_async(void *impl, ctl_list_fn *done, void *arg)
 {
     s_docker_t *d = impl;
-    s_events_open(d);
-    return d->events_fd;
+    s_list_op_t *o = lisa_calloc(1, sizeof *o);
+    o->d = d;
+    o->done = done;
+    o->arg = arg;
+    s_op_link(d, &o->op, s_list_free);
+    s_with_version(d, s_list_go, &o->op);
 }
+
+/* ---- removals -------------------------------------------------------- */
+
+typedef struct s_remove_op s_remove_op_t;
+
+typedef struct {
+    s_remove_op_t *op;
+    char name[CTL_NAME_MAX];
+} s_remove_item_t;
+
+struct s_remove_op {
+    s_op_t op;
+    s_docker_t *d;
+    s_remove_item_t *items;
+    size_t n, left;
+    lisa_rc_t rc;
+    ctl_rc_fn *done;
+    void *arg;
+};
+
+static void
+s_remove_free(s_op_t *op)
+{
+    s_remove_op_t *o = (s_remove_op_t *) op;
+    lisa_free(&o->items);
+    lisa_free(&o);
+}
+
+static void
+s_remove_item_end(s_remove_op_t *o)
+{
+    if (--o->left > 0)
+        return;
+    ctl_rc_fn *done = o->done;
+    void *arg = o->arg;
+    lisa_rc_t rc = o->rc;
+    s_op_end(&o->op);
+    done(arg, rc);
+}
+
+static void
+s_on_removed(lisa_http_response_t *r, void *arg)
+{
+    s_remove_item_t *it = arg;
+    lisa_rc_t rc = s_transport_rc(r);
+    long status = lisa_http_response_status(r);
+    if (rc != LISA_OK || (status >= 300 && status != 404)) {
+        lisa_log_warn("docker: remove %s: %s %ld", it->name, lisa_rc_str(rc),
+                      status);
+        it->op->rc = rc != LISA_OK ? rc : s_rc_of(status);
+    }
+    s_remove_item_end(it->op);
+}
+
+static void
+s_remove_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+{
+    s_remove_op_t *o = (s_remove_op_t *) op;
+    o->left = o->n + 1; /* + 1: this function's own hold */
+    for (size_t i = 0; i < o->n; i++) {
+        lisa_rc_t r = rc;
+        if (r == LISA_OK) {
+            char *esc = ctl_backend_escape(o->items[i].name);
+            char path[256];
+            snprintf(path, sizeof path, "/containers/%s?force=1&v=1", esc);
+            lisa_free(&esc);
+            r = s_send(d, "DELETE", path, NULL, s_on_removed, &o->items[i]);
+        }
+        if (r != LISA_OK) {
+            o->rc = LISA_UNAVAILABLE;
+            o->left--;
+        }
+    }
+    s_remove_item_end(o);
+}
+
+static void
+s_remove_async(void *impl, const char *const *names, size_t n, ctl_rc_fn *done,
+               void *arg)
+{
+    s_docker_t *d = impl;
+    s_remove_op_t *o = lisa_calloc(1, sizeof *o);
+    o->d = d;
+    o->n = n;
+    o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
+    for (size_t i = 0; i < n; i++) {
+        o->items[i].op = o;
+        snprintf(o->items[i].name, CTL_NAME_MAX, "%s", names[i]);
+    }
+    o->rc = LISA_OK;
+    o->done = done;
+    o->arg = arg;
+    s_op_link(d, &o->op, s_remove_free);
+    s_with_version(d, s_remove_go, &o->op);
+}
+
+/* ---- log tail -------------------------------------------------------- */
+
+typedef struct {
+    s_op_t op;
+    char name[CTL_NAME_MAX];
+    ctl_text_fn *done;
+    void *arg;
+} s_tail_op_t;
 
 /* Logs without a TTY are multiplexed: 8-byte headers (stream, 0, 0, 0,
- * big-endian length) before each payload. */
+ * big-endian length) before each payload. The last non-empty line. */
 static void
-s_log_tail(void *impl, const char *name, char *buf, size_t len)
+s_last_line(const char *body, size_t left, char *last, size_t cap)
 {
-    s_docker_t *d = impl;
-    buf[0] = '\0';
-    char *esc = ctl_http_escape(name);
-    char path[256];
-    snprintf(path, sizeof path, "/containers/%s/logs?stdout=1&stderr=1&tail=5",
-             esc);
-    lisa_free(&esc);
-    ctl_http_rep_t rep;
-    if (s_call(d, "GET", path, NULL, &rep) != LISA_OK || rep.status != 200) {
-        ctl_http_rep_clear(&rep);
-        return;
-    }
-    const unsigned char *p = (const unsigned char *) rep.body;
-    size_t left = rep.len;
-    char last[1024] = "";
+    const unsigned char *p = (const unsigned char *) body;
+    last[0] = '\0';
     while (left >= 8) {
         size_t n = ((size_t) p[4] << 24) | ((size_t) p[5] << 16) |
                    ((size_t) p[6] << 8) | (size_t) p[7];
@@ -630,24 +939,88 @@ s_log_tail(void *impl, const char *name, char *buf, size_t len)
         while (start > 0 && p[8 + start - 1] != '\n')
             start--;
         if (end > start) {
-            size_t m =
-                end - start < sizeof last - 1 ? end - start : sizeof last - 1;
+            size_t m = end - start < cap - 1 ? end - start : cap - 1;
             memcpy(last, p + 8 + start, m);
             last[m] = '\0';
         }
         p += 8 + n;
         left -= 8 + n;
     }
-    snprintf(buf, len, "%s", last);
-    ctl_http_rep_clear(&rep);
+}
+
+static void
+s_tail_end(s_tail_op_t *o, const char *text)
+{
+    ctl_text_fn *done = o->done;
+    void *arg = o->arg;
+    s_op_end(&o->op);
+    done(arg, text);
+}
+
+static void
+s_on_logs(lisa_http_response_t *r, void *arg)
+{
+    char last[1024] = "";
+    if (s_transport_rc(r) == LISA_OK && lisa_http_response_status(r) == 200) {
+        size_t len = 0;
+        const char *body = lisa_http_response_body(r, &len);
+        s_last_line(body, len, last, sizeof last);
+    }
+    s_tail_end(arg, last);
+}
+
+static void
+s_tail_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+{
+    s_tail_op_t *o = (s_tail_op_t *) op;
+    if (rc == LISA_OK) {
+        char *esc = ctl_backend_escape(o->name);
+        char path[256];
+        snprintf(path, sizeof path,
+                 "/containers/%s/logs?stdout=1&stderr=1&tail=5", esc);
+        lisa_free(&esc);
+        rc = s_send(d, "GET", path, NULL, s_on_logs, o);
+    }
+    if (rc != LISA_OK)
+        s_tail_end(o, "");
+}
+
+static void
+s_log_tail_async(void *impl, const char *name, ctl_text_fn *done, void *arg)
+{
+    s_docker_t *d = impl;
+    s_tail_op_t *o = lisa_calloc(1, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->done = done;
+    o->arg = arg;
+    s_op_link(d, &o->op, s_free_plain);
+    s_with_version(d, s_tail_go, &o->op);
+}
+
+/* ---- the backend ------------------------------------------------------ */
+
+static lisa_rc_t
+s_attach(void *impl, zloop_t *loop, ctl_wake_fn *wake, void *wake_ctx)
+{
+    s_docker_t *d = impl;
+    if (d->http)
+        return LISA_ERR;
+    lisa_http_client_config_t hc = {.max_connections = S_PARALLEL,
+                                    .max_host_connections = S_PARALLEL};
+    d->http = lisa_http_client_new(loop, &hc);
+    d->wake = wake;
+    d->wake_ctx = wake_ctx;
+    return d->http ? LISA_OK : LISA_ERR;
 }
 
 static void
 s_destroy(void *impl)
 {
     s_docker_t *d = impl;
-    s_events_close(d);
-    ctl_http_destroy(&d->http);
+    lisa_http_client_destroy(&d->http); /* no callback runs after this */
+    while (d->ops.next != &d->ops)
+        s_op_end(d->ops.next);
+    lisa_free(&d->waiting);
     lisa_free(&d->controller_id);
     lisa_free(&d->socket);
     lisa_free(&d->image);
@@ -662,16 +1035,14 @@ s_destroy(void *impl)
 
 static const ctl_backend_ops_t s_ops = {
     .name = "docker",
-    .ping = s_ping,
-    .start = s_start,
-    .list = s_list,
-    .remove = s_remove,
-    .start_many = s_start_many,
-    .remove_many = s_remove_many,
-    .log_tail = s_log_tail,
     .destroy = s_destroy,
-    .wake_fd = s_wake_fd,
     .dies_with_controller = false,
+    .attach = s_attach,
+    .ping_async = s_ping_async,
+    .list_async = s_list_async,
+    .start_async = s_start_async,
+    .remove_async = s_remove_async,
+    .log_tail_async = s_log_tail_async,
 };
 
 static char *
@@ -697,11 +1068,7 @@ ctl_docker_new(const ctl_docker_cfg_t *cfg, ctl_backend_t *out)
         return LISA_INVALID;
     }
     s_docker_t *d = lisa_calloc(1, sizeof *d);
-    d->http = ctl_http_new(cfg->socket, NULL, 64u * 1024u * 1024u);
-    if (!d->http) {
-        lisa_free(&d);
-        return LISA_ERR;
-    }
+    d->ops.next = d->ops.prev = &d->ops;
     d->controller_id = s_dup(cfg->controller_id);
     d->socket = s_dup(cfg->socket);
     d->image = s_dup(cfg->image);
@@ -711,7 +1078,6 @@ ctl_docker_new(const ctl_docker_cfg_t *cfg, ctl_backend_t *out)
     d->gateway_url = s_dup(cfg->gateway_url);
     d->sandbox_cmd = s_dup(cfg->sandbox_cmd);
     d->user = s_dup(cfg->user);
-    d->events_fd = -1;
     out->ops = &s_ops;
     out->impl = d;
     return LISA_OK;

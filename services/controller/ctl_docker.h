@@ -1,6 +1,7 @@
 /*
  * ctl_docker: sandboxes as Docker containers, through the Engine API on
- * its unix socket (libcurl; never the docker CLI).
+ * its unix socket (common's lisa_http_client on the controller's loop;
+ * never the docker CLI).
  *
  * The API version is negotiated once (unversioned GET /version; every
  * later path is prefixed with /v<ApiVersion>), so current engines that
@@ -32,7 +33,8 @@ typedef struct {
     const char *user;           /* "" -> "65534:65534" */
 } ctl_docker_cfg_t;
 
-/* Fills *out with a docker backend (nothing is contacted yet). */
+/* Fills *out with a docker backend (nothing is contacted until the
+ * controller attaches it to its loop and calls it). */
 lisa_rc_t ctl_docker_new(const ctl_docker_cfg_t *cfg,
                          ctl_backend_t *out) LISA_NODISCARD;
 

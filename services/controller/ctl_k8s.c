@@ -1,13 +1,21 @@
 /*
- * ctl_k8s: Jobs over REST, a list+watch cache.
+ * ctl_k8s: Jobs over REST, a list+watch cache, asynchronous.
+ *
+ * Every call is a request on common's lisa_http_client, driven by the
+ * controller's loop: an operation sends its requests and returns; their
+ * answers finish it from the loop. The watch is a streaming request of
+ * the same client: its events update the cache as they arrive, and a
+ * listing reads the cache (re-listing first when it is not in sync) and
+ * asks for the pods of finished Jobs whose exit is not known yet, all at
+ * once. Every operation in flight is on one list, so destroying the
+ * backend frees those whose answers never came.
  */
 #include "ctl_k8s.h"
 
-#include "ctl_http.h"
+#include "lisa/lisa_http_client.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
-#include <curl/curl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -16,10 +24,13 @@
 #include <time.h>
 
 #define S_TIMEOUT_MS    15000L
+#define S_CONNECT_MS    5000L
+#define S_MAX_REPLY     (64u * 1024u * 1024u)
 #define S_TOKEN_MS      (5 * 60 * 1000L)
 #define S_MAX_JOBS      100000u
 #define S_MAX_LINE      (4u * 1024u * 1024u)
 #define S_WATCH_SECONDS 240
+#define S_PARALLEL      6
 
 typedef struct {
     ctl_sandbox_t sb;
@@ -27,22 +38,29 @@ typedef struct {
     bool exit_known;
 } s_job_t;
 
+/* An operation in flight (the head of every operation's struct). */
+typedef struct s_op s_op_t;
+struct s_op {
+    s_op_t *prev, *next;
+    void (*free_fn)(s_op_t *op);
+};
+
 typedef struct {
     char *controller_id, *api, *ns, *token_file, *ca_file, *image;
     char *gateway_url, *sandbox_cmd;
     unsigned ttl_s;
     char selector_value[64];
-    ctl_http_t *http;
-    long token_at; /* monotonic ms of the last token read; 0 never */
+    lisa_http_client_t *http; /* from attach */
+    long token_at;            /* monotonic ms of the last token read; 0 never */
     char *token;
     s_job_t *jobs;
     size_t n_jobs, cap_jobs;
     char rv[64];
     bool synced;
+    s_op_t ops; /* operations in flight (a sentinel) */
     /* the watch stream */
-    CURLM *multi;
-    CURL *watch;
-    struct curl_slist *watch_hdr;
+    bool watching;
+    uint64_t watch_id;
     char *line;
     size_t line_len;
     bool line_over;
@@ -99,7 +117,6 @@ s_refresh_token(s_k8s_t *k)
     buf[strcspn(buf, "\r\n")] = '\0';
     lisa_free(&k->token);
     k->token = lisa_strdup(buf);
-    ctl_http_set_bearer(k->http, k->token);
 }
 
 static char *
@@ -111,24 +128,83 @@ s_url(const s_k8s_t *k, const char *fmt_path)
     return u;
 }
 
-static lisa_rc_t
-s_call(s_k8s_t *k, const char *method, const char *path, const char *body,
-       ctl_http_rep_t *rep)
+/* ---- operations and requests ------------------------------------------ */
+
+static void
+s_op_link(s_k8s_t *k, s_op_t *op, void (*free_fn)(s_op_t *))
 {
+    op->free_fn = free_fn;
+    op->next = k->ops.next;
+    op->prev = &k->ops;
+    k->ops.next->prev = op;
+    k->ops.next = op;
+}
+
+/* Unlinks and frees an operation. */
+static void
+s_op_end(s_op_t *op)
+{
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->free_fn(op);
+}
+
+static void
+s_free_plain(s_op_t *op)
+{
+    lisa_free(&op);
+}
+
+/* Sends one request; its answer goes to done(resp, arg). LISA_OK, or the
+ * reason it could not be sent (done will not run). */
+static lisa_rc_t
+s_send(s_k8s_t *k, const char *method, const char *path, const char *body,
+       lisa_http_done_fn *done, void *arg)
+{
+    static const char *const with_body[] = {"Content-Type: application/json",
+                                            "Accept: application/json", NULL};
+    static const char *const without[] = {"Accept: application/json", NULL};
     s_refresh_token(k);
     char *url = s_url(k, path);
-    lisa_rc_t rc = ctl_http_call(k->http, method, url, "application/json", body,
-                                 S_TIMEOUT_MS, rep);
+    lisa_http_request_t req = {
+        .method = method,
+        .url = url,
+        .headers = body ? with_body : without,
+        .body = body,
+        .body_len = body ? strlen(body) : 0,
+        .timeout_ms = S_TIMEOUT_MS,
+        .connect_timeout_ms = S_CONNECT_MS,
+        .ca_file = *k->ca_file ? k->ca_file : NULL,
+        .bearer_token = k->token,
+        .max_response = S_MAX_REPLY,
+    };
+    lisa_rc_t rc = lisa_http_client_send(k->http, &req, done, arg, NULL);
     lisa_free(&url);
-    if (rc == LISA_OK && (rep->status >= 500 || rep->status == 401 ||
-                          rep->status == 403 || rep->status == 429)) {
-        lisa_log_warn("k8s: %s %s -> %ld %.200s", method, path, rep->status,
-                      rep->body);
-        if (rep->status == 401)
-            k->token_at = 0; /* re-read the token next time */
-        rc = LISA_UNAVAILABLE;
-    }
+    if (rc != LISA_OK)
+        lisa_log_warn("k8s: %s %s not sent: %s", method, path, lisa_rc_str(rc));
     return rc;
+}
+
+/* An answer's outcome: transport failures, 5xx, 401, 403 and 429 are
+ * LISA_UNAVAILABLE (pause), a timeout LISA_TIMEOUT; other answers LISA_OK
+ * (check the status). */
+static lisa_rc_t
+s_call_rc(s_k8s_t *k, const lisa_http_response_t *r, const char *what)
+{
+    lisa_rc_t rc = lisa_http_response_rc(r);
+    if (rc != LISA_OK) {
+        lisa_log_debug("k8s: %s: %s", what, lisa_http_response_error(r));
+        return rc == LISA_TIMEOUT ? LISA_TIMEOUT : LISA_UNAVAILABLE;
+    }
+    long status = lisa_http_response_status(r);
+    if (status >= 500 || status == 401 || status == 403 || status == 429) {
+        lisa_log_warn("k8s: %s -> %ld %.200s", what, status,
+                      lisa_http_response_body(r, NULL));
+        if (status == 401)
+            k->token_at = 0; /* re-read the token next time */
+        return LISA_UNAVAILABLE;
+    }
+    return LISA_OK;
 }
 
 /* ---- the cache ------------------------------------------------------- */
@@ -238,13 +314,9 @@ s_forget(s_k8s_t *k, const char *name)
 static void
 s_watch_stop(s_k8s_t *k)
 {
-    if (k->watch) {
-        curl_multi_remove_handle(k->multi, k->watch);
-        curl_easy_cleanup(k->watch);
-        k->watch = NULL;
-    }
-    curl_slist_free_all(k->watch_hdr);
-    k->watch_hdr = NULL;
+    if (k->watching)
+        (void) lisa_http_client_cancel(k->http, k->watch_id);
+    k->watching = false;
     k->line_len = 0;
     k->line_over = false;
 }
@@ -279,11 +351,13 @@ s_on_event(s_k8s_t *k, const char *line)
     json_decref(ev);
 }
 
-static size_t
-s_on_watch_data(char *p, size_t size, size_t nmemb, void *ud)
+/* Splits the stream into lines, one event each (bounded: an oversized
+ * event is dropped). */
+static bool
+s_on_watch_chunk(const char *p, size_t n, long status, void *arg)
 {
-    s_k8s_t *k = ud;
-    size_t n = size * nmemb;
+    (void) status;
+    s_k8s_t *k = arg;
     for (size_t i = 0; i < n; i++) {
         if (p[i] == '\n') {
             if (!k->line_over && k->line_len) {
@@ -295,106 +369,280 @@ s_on_watch_data(char *p, size_t size, size_t nmemb, void *ud)
             continue;
         }
         if (k->line_len + 1 >= S_MAX_LINE) {
-            k->line_over = true; /* an oversized event is dropped */
+            k->line_over = true;
             continue;
         }
         k->line[k->line_len++] = p[i];
     }
-    return n;
+    return true;
+}
+
+static void
+s_on_watch_end(lisa_http_response_t *r, void *arg)
+{
+    s_k8s_t *k = arg;
+    long status = lisa_http_response_status(r);
+    k->watching = false;
+    k->line_len = 0;
+    k->line_over = false;
+    if (status == 410) {
+        lisa_log_info("k8s: watch answered 410 Gone; listing again");
+        k->synced = false;
+    } else if (lisa_http_response_rc(r) != LISA_OK || status != 200) {
+        lisa_log_debug("k8s: watch ended (%s, HTTP %ld)",
+                       lisa_http_response_error(r), status);
+    }
+    /* A closed stream is normal (timeoutSeconds): the next listing
+     * resumes it from rv. */
 }
 
 static void
 s_watch_start(s_k8s_t *k)
 {
-    char *sel = NULL;
+    if (k->watching)
+        return;
     char q[160];
     snprintf(q, sizeof q, "lisa/controller=%s", k->selector_value);
-    sel = ctl_http_escape(q);
-    char *rv = ctl_http_escape(k->rv);
-    size_t n = strlen(k->api) + strlen(k->ns) + strlen(sel) + strlen(rv) + 200;
-    char *url = lisa_malloc(n);
-    snprintf(url, n,
-             "%s/apis/batch/v1/namespaces/%s/jobs?watch=1&labelSelector=%s"
+    char *sel = ctl_backend_escape(q);
+    char *rv = ctl_backend_escape(k->rv);
+    size_t n = strlen(k->ns) + strlen(sel) + strlen(rv) + 200;
+    char *path = lisa_malloc(n);
+    snprintf(path, n,
+             "/apis/batch/v1/namespaces/%s/jobs?watch=1&labelSelector=%s"
              "&resourceVersion=%s&allowWatchBookmarks=true&timeoutSeconds=%d",
-             k->api, k->ns, sel, rv, S_WATCH_SECONDS);
+             k->ns, sel, rv, S_WATCH_SECONDS);
     lisa_free(&sel);
     lisa_free(&rv);
-    k->watch = curl_easy_init();
-    CURL *c = k->watch;
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    if (*k->ca_file)
-        curl_easy_setopt(c, CURLOPT_CAINFO, k->ca_file);
-    if (k->token) {
-        size_t an = strlen(k->token) + 32;
-        char *auth = lisa_malloc(an);
-        snprintf(auth, an, "Authorization: Bearer %s", k->token);
-        k->watch_hdr = curl_slist_append(k->watch_hdr, auth);
-        lisa_free(&auth);
-    }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, k->watch_hdr);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_on_watch_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
-                     (long) (S_WATCH_SECONDS + 30) * 1000L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_multi_add_handle(k->multi, c);
+    s_refresh_token(k);
+    char *url = s_url(k, path);
+    lisa_free(&path);
+    lisa_http_request_t req = {
+        .method = "GET",
+        .url = url,
+        .timeout_ms = (long) (S_WATCH_SECONDS + 30) * 1000L,
+        .connect_timeout_ms = S_CONNECT_MS,
+        .ca_file = *k->ca_file ? k->ca_file : NULL,
+        .bearer_token = k->token,
+        .max_response = 64u * 1024u,
+        .on_chunk = s_on_watch_chunk,
+    };
+    k->line_len = 0;
+    k->line_over = false;
+    if (lisa_http_client_send(k->http, &req, s_on_watch_end, k, &k->watch_id) ==
+        LISA_OK)
+        k->watching = true;
     lisa_free(&url);
 }
 
-/* Reads whatever the watch stream has now; never blocks. */
+/* ---- ping -------------------------------------------------------------- */
+
+typedef struct {
+    s_op_t op;
+    s_k8s_t *k;
+    ctl_rc_fn *done;
+    void *arg;
+} s_rc_op_t;
+
 static void
-s_watch_pump(s_k8s_t *k)
+s_rc_end(s_rc_op_t *o, lisa_rc_t rc)
 {
-    if (!k->watch)
-        s_watch_start(k);
-    int running = 0;
-    curl_multi_perform(k->multi, &running);
-    int left = 0;
-    CURLMsg *m;
-    while ((m = curl_multi_info_read(k->multi, &left)) != NULL) {
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        long status = 0;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-        if (status == 410) {
-            lisa_log_info("k8s: watch answered 410 Gone; listing again");
-            k->synced = false;
-        } else if (m->data.result != CURLE_OK || status != 200) {
-            lisa_log_debug("k8s: watch ended (%s, HTTP %ld)",
-                           curl_easy_strerror(m->data.result), status);
-        }
-        /* A closed stream is normal (timeoutSeconds); resume from rv. */
-        s_watch_stop(k);
-        break;
-    }
+    ctl_rc_fn *done = o->done;
+    void *arg = o->arg;
+    s_op_end(&o->op);
+    done(arg, rc);
 }
 
-/* ---- operations ------------------------------------------------------ */
-
-static lisa_rc_t
-s_relist(s_k8s_t *k)
+static void
+s_on_ping(lisa_http_response_t *r, void *arg)
 {
-    char q[160];
-    snprintf(q, sizeof q, "lisa/controller=%s", k->selector_value);
-    char *sel = ctl_http_escape(q);
+    s_rc_op_t *o = arg;
+    lisa_rc_t rc = s_call_rc(o->k, r, "ping");
+    if (rc == LISA_OK && lisa_http_response_status(r) != 200)
+        rc = LISA_UNAVAILABLE;
+    s_rc_end(o, rc);
+}
+
+static void
+s_ping_async(void *impl, ctl_rc_fn *done, void *arg)
+{
+    s_k8s_t *k = impl;
+    s_rc_op_t *o = lisa_calloc(1, sizeof *o);
+    o->k = k;
+    o->done = done;
+    o->arg = arg;
+    s_op_link(k, &o->op, s_free_plain);
+    size_t n = strlen(k->ns) + 64;
+    char *path = lisa_malloc(n);
+    snprintf(path, n, "/apis/batch/v1/namespaces/%s/jobs?limit=1", k->ns);
+    lisa_rc_t rc = s_send(k, "GET", path, NULL, s_on_ping, o);
+    lisa_free(&path);
+    if (rc != LISA_OK)
+        s_rc_end(o, LISA_UNAVAILABLE);
+}
+
+/* ---- pods ------------------------------------------------------------ */
+
+/* The first pod of a pod list: its name, exit code and OOM flag.
+ * LISA_OK (terminated), LISA_AGAIN (not yet), LISA_NOTFOUND (no pod),
+ * LISA_UNAVAILABLE (no usable answer). */
+static lisa_rc_t
+s_pod_of(s_k8s_t *k, lisa_http_response_t *r, char *pod, size_t podlen,
+         int *exit_code, bool *oom)
+{
+    if (s_call_rc(k, r, "list pods") != LISA_OK ||
+        lisa_http_response_status(r) != 200)
+        return LISA_UNAVAILABLE;
+    json_t *list = json_loads(lisa_http_response_body(r, NULL), 0, NULL);
+    json_t *p0 = json_array_get(json_object_get(list, "items"), 0);
+    lisa_rc_t rc = p0 ? LISA_OK : LISA_NOTFOUND;
+    if (p0) {
+        snprintf(pod, podlen, "%s",
+                 s_str(json_object_get(p0, "metadata"), "name"));
+        json_t *cs = json_array_get(
+            json_object_get(json_object_get(p0, "status"), "containerStatuses"),
+            0);
+        json_t *term =
+            json_object_get(json_object_get(cs, "state"), "terminated");
+        if (term) {
+            *exit_code =
+                (int) json_integer_value(json_object_get(term, "exitCode"));
+            *oom = strcmp(s_str(term, "reason"), "OOMKilled") == 0;
+        } else {
+            rc = LISA_AGAIN;
+        }
+    }
+    json_decref(list);
+    return rc;
+}
+
+/* Asks for the pods of Job `job`. */
+static lisa_rc_t
+s_pods_send(s_k8s_t *k, const char *job, lisa_http_done_fn *done, void *arg)
+{
+    char q[128];
+    snprintf(q, sizeof q, "job-name=%s", job);
+    char *sel = ctl_backend_escape(q);
     size_t n = strlen(k->ns) + strlen(sel) + 64;
     char *path = lisa_malloc(n);
-    snprintf(path, n, "/apis/batch/v1/namespaces/%s/jobs?labelSelector=%s",
-             k->ns, sel);
+    snprintf(path, n, "/api/v1/namespaces/%s/pods?labelSelector=%s", k->ns,
+             sel);
     lisa_free(&sel);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(k, "GET", path, NULL, &rep);
+    lisa_rc_t rc = s_send(k, "GET", path, NULL, done, arg);
     lisa_free(&path);
-    if (rc != LISA_OK || rep.status != 200) {
-        if (rc == LISA_OK)
-            lisa_log_warn("k8s: list jobs -> %ld %.200s", rep.status, rep.body);
-        ctl_http_rep_clear(&rep);
+    return rc;
+}
+
+/* ---- listing ------------------------------------------------------------ */
+
+typedef struct s_list_op s_list_op_t;
+
+typedef struct {
+    s_list_op_t *op;
+    char job[CTL_NAME_MAX];
+} s_pod_ask_t;
+
+struct s_list_op {
+    s_op_t op;
+    s_k8s_t *k;
+    s_pod_ask_t *asks;
+    size_t left;
+    ctl_list_fn *done;
+    void *arg;
+};
+
+static void
+s_list_free(s_op_t *op)
+{
+    s_list_op_t *o = (s_list_op_t *) op;
+    lisa_free(&o->asks);
+    lisa_free(&o);
+}
+
+/* Answers the listing from the cache: finished Jobs whose exit is not
+ * known yet are left out (reported later). */
+static void
+s_list_end(s_list_op_t *o, lisa_rc_t rc)
+{
+    s_k8s_t *k = o->k;
+    ctl_list_fn *done = o->done;
+    void *arg = o->arg;
+    s_op_end(&o->op);
+    if (rc != LISA_OK) {
+        done(arg, rc, NULL, 0);
+        return;
+    }
+    ctl_sandbox_t *out = lisa_calloc(k->n_jobs ? k->n_jobs : 1, sizeof *out);
+    size_t n = 0;
+    for (size_t i = 0; i < k->n_jobs; i++) {
+        s_job_t *j = &k->jobs[i];
+        if (j->finished && !j->exit_known)
+            continue;
+        out[n++] = j->sb;
+    }
+    done(arg, LISA_OK, out, n);
+    lisa_free(&out);
+}
+
+static void
+s_on_list_pod(lisa_http_response_t *r, void *arg)
+{
+    s_pod_ask_t *a = arg;
+    s_list_op_t *o = a->op;
+    char pod[256];
+    int code = -1;
+    bool oom = false;
+    lisa_rc_t rc = s_pod_of(o->k, r, pod, sizeof pod, &code, &oom);
+    s_job_t *j = s_find(o->k, a->job);
+    if (j && j->finished && (rc == LISA_OK || rc == LISA_NOTFOUND)) {
+        j->exit_known = true;
+        j->sb.exit_code = code;
+        j->sb.oom = oom;
+    }
+    /* else not terminated yet (pod still stopping): reported later */
+    if (--o->left == 0)
+        s_list_end(o, LISA_OK);
+}
+
+/* The cache is in sync: the watch goes on, and the exits not known yet
+ * are asked for, all at once. */
+static void
+s_list_pods(s_list_op_t *o)
+{
+    s_k8s_t *k = o->k;
+    s_watch_start(k);
+    size_t m = 0;
+    for (size_t i = 0; i < k->n_jobs; i++)
+        m += k->jobs[i].finished && !k->jobs[i].exit_known;
+    o->asks = lisa_calloc(m ? m : 1, sizeof *o->asks);
+    o->left = 1; /* this function's own hold */
+    size_t a = 0;
+    for (size_t i = 0; i < k->n_jobs && a < m; i++) {
+        s_job_t *j = &k->jobs[i];
+        if (!j->finished || j->exit_known)
+            continue;
+        s_pod_ask_t *ask = &o->asks[a++];
+        ask->op = o;
+        snprintf(ask->job, sizeof ask->job, "%s", j->sb.name);
+        if (s_pods_send(k, ask->job, s_on_list_pod, ask) == LISA_OK)
+            o->left++;
+    }
+    if (--o->left == 0)
+        s_list_end(o, LISA_OK);
+}
+
+/* Replaces the cache with a LIST answer (keeping known exit codes). */
+static lisa_rc_t
+s_relisted(s_k8s_t *k, lisa_http_response_t *r)
+{
+    if (s_call_rc(k, r, "list jobs") != LISA_OK)
+        return LISA_UNAVAILABLE;
+    if (lisa_http_response_status(r) != 200) {
+        lisa_log_warn("k8s: list jobs -> %ld %.200s",
+                      lisa_http_response_status(r),
+                      lisa_http_response_body(r, NULL));
         return LISA_UNAVAILABLE;
     }
-    json_t *list = json_loads(rep.body, 0, NULL);
-    ctl_http_rep_clear(&rep);
+    json_t *list = json_loads(lisa_http_response_body(r, NULL), 0, NULL);
     json_t *items = json_object_get(list, "items");
     const char *rv =
         s_str(json_object_get(list, "metadata"), "resourceVersion");
@@ -402,7 +650,6 @@ s_relist(s_k8s_t *k)
         json_decref(list);
         return LISA_UNAVAILABLE;
     }
-    /* Keep known exit codes across the re-list. */
     s_job_t *old = k->jobs;
     size_t n_old = k->n_jobs;
     k->jobs = NULL;
@@ -426,107 +673,46 @@ s_relist(s_k8s_t *k)
     lisa_free(&old);
     snprintf(k->rv, sizeof k->rv, "%s", rv);
     json_decref(list);
-    s_watch_stop(k);
+    s_watch_stop(k); /* the watch resumes from the new version */
     k->synced = true;
     return LISA_OK;
 }
 
-/* The job's pod: exit code, OOM, and its name (for logs). */
-static lisa_rc_t
-s_pod(s_k8s_t *k, const char *job, char *pod, size_t podlen, int *exit_code,
-      bool *oom)
+static void
+s_on_relist(lisa_http_response_t *r, void *arg)
 {
-    char q[128];
-    snprintf(q, sizeof q, "job-name=%s", job);
-    char *sel = ctl_http_escape(q);
+    s_list_op_t *o = arg;
+    if (s_relisted(o->k, r) != LISA_OK)
+        s_list_end(o, LISA_UNAVAILABLE);
+    else
+        s_list_pods(o);
+}
+
+static void
+s_list_async(void *impl, ctl_list_fn *done, void *arg)
+{
+    s_k8s_t *k = impl;
+    s_list_op_t *o = lisa_calloc(1, sizeof *o);
+    o->k = k;
+    o->done = done;
+    o->arg = arg;
+    s_op_link(k, &o->op, s_list_free);
+    if (k->synced) {
+        s_list_pods(o);
+        return;
+    }
+    char q[160];
+    snprintf(q, sizeof q, "lisa/controller=%s", k->selector_value);
+    char *sel = ctl_backend_escape(q);
     size_t n = strlen(k->ns) + strlen(sel) + 64;
     char *path = lisa_malloc(n);
-    snprintf(path, n, "/api/v1/namespaces/%s/pods?labelSelector=%s", k->ns,
-             sel);
+    snprintf(path, n, "/apis/batch/v1/namespaces/%s/jobs?labelSelector=%s",
+             k->ns, sel);
     lisa_free(&sel);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(k, "GET", path, NULL, &rep);
+    lisa_rc_t rc = s_send(k, "GET", path, NULL, s_on_relist, o);
     lisa_free(&path);
-    if (rc != LISA_OK || rep.status != 200) {
-        ctl_http_rep_clear(&rep);
-        return LISA_UNAVAILABLE;
-    }
-    json_t *list = json_loads(rep.body, 0, NULL);
-    ctl_http_rep_clear(&rep);
-    json_t *p0 = json_array_get(json_object_get(list, "items"), 0);
-    rc = p0 ? LISA_OK : LISA_NOTFOUND;
-    if (p0) {
-        snprintf(pod, podlen, "%s",
-                 s_str(json_object_get(p0, "metadata"), "name"));
-        json_t *cs = json_array_get(
-            json_object_get(json_object_get(p0, "status"), "containerStatuses"),
-            0);
-        json_t *term =
-            json_object_get(json_object_get(cs, "state"), "terminated");
-        if (term) {
-            *exit_code =
-                (int) json_integer_value(json_object_get(term, "exitCode"));
-            *oom = strcmp(s_str(term, "reason"), "OOMKilled") == 0;
-        } else {
-            rc = LISA_AGAIN;
-        }
-    }
-    json_decref(list);
-    return rc;
-}
-
-static lisa_rc_t
-s_list(void *impl, ctl_sandbox_t **out, size_t *n)
-{
-    s_k8s_t *k = impl;
-    *out = NULL;
-    *n = 0;
-    if (!k->synced && s_relist(k) != LISA_OK)
-        return LISA_UNAVAILABLE;
-    s_watch_pump(k);
-    if (!k->synced && s_relist(k) != LISA_OK)
-        return LISA_UNAVAILABLE;
-    for (size_t i = 0; i < k->n_jobs; i++) {
-        s_job_t *j = &k->jobs[i];
-        if (!j->finished || j->exit_known)
-            continue;
-        char pod[256];
-        int code = -1;
-        bool oom = false;
-        lisa_rc_t rc = s_pod(k, j->sb.name, pod, sizeof pod, &code, &oom);
-        if (rc == LISA_OK || rc == LISA_NOTFOUND) {
-            j->exit_known = true;
-            j->sb.exit_code = code;
-            j->sb.oom = oom;
-        } else {
-            /* Not terminated yet (pod still stopping): report later. */
-            j->sb.phase = CTL_PHASE_RUNNING;
-        }
-    }
-    *out = lisa_calloc(k->n_jobs ? k->n_jobs : 1, sizeof **out);
-    for (size_t i = 0; i < k->n_jobs; i++) {
-        s_job_t *j = &k->jobs[i];
-        if (j->finished && !j->exit_known)
-            continue;
-        (*out)[(*n)++] = j->sb;
-    }
-    return LISA_OK;
-}
-
-static lisa_rc_t
-s_ping(void *impl)
-{
-    s_k8s_t *k = impl;
-    size_t n = strlen(k->ns) + 64;
-    char *path = lisa_malloc(n);
-    snprintf(path, n, "/apis/batch/v1/namespaces/%s/jobs?limit=1", k->ns);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(k, "GET", path, NULL, &rep);
-    lisa_free(&path);
-    if (rc == LISA_OK && rep.status != 200)
-        rc = LISA_UNAVAILABLE;
-    ctl_http_rep_clear(&rep);
-    return rc;
+    if (rc != LISA_OK)
+        s_list_end(o, LISA_UNAVAILABLE);
 }
 
 /* The Job for one attempt. `c` supplies image, gateway URL, sandbox
@@ -613,110 +799,318 @@ s_job_body(const ctl_k8s_cfg_t *c, const char *selector, const ctl_spec_t *sp)
     return job; /* labels: one reference held by each metadata */
 }
 
-static lisa_rc_t
-s_start(void *impl, const ctl_spec_t *sp)
+/* ---- starts ----------------------------------------------------------- */
+
+typedef struct s_start_op s_start_op_t;
+
+typedef struct {
+    s_start_op_t *op;
+    char name[CTL_NAME_MAX];
+    char rollout_id[CTL_ID_MAX];
+    unsigned attempt;
+} s_start_item_t;
+
+struct s_start_op {
+    s_op_t op;
+    s_k8s_t *k;
+    s_start_item_t *items;
+    lisa_rc_t *rcs;
+    size_t n, left;
+    ctl_rcs_fn *done;
+    void *arg;
+};
+
+static void
+s_start_free(s_op_t *op)
 {
-    s_k8s_t *k = impl;
-    ctl_k8s_cfg_t c = {.image = k->image,
-                       .gateway_url = k->gateway_url,
-                       .sandbox_cmd = k->sandbox_cmd,
-                       .ttl_s = k->ttl_s};
-    json_t *job = s_job_body(&c, k->selector_value, sp);
-    if (!job) {
-        lisa_log_error("k8s: cannot build the Job for %s", sp->name);
-        return LISA_ERR;
-    }
-    char *body = json_dumps(job, JSON_COMPACT);
-    json_decref(job);
-    size_t n = strlen(k->ns) + 48;
-    char *path = lisa_malloc(n);
-    snprintf(path, n, "/apis/batch/v1/namespaces/%s/jobs", k->ns);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(k, "POST", path, body, &rep);
-    free(body);
-    lisa_free(&path);
+    s_start_op_t *o = (s_start_op_t *) op;
+    lisa_free(&o->items);
+    lisa_free(&o->rcs);
+    lisa_free(&o);
+}
+
+static void
+s_start_item_end(s_start_op_t *o)
+{
+    if (--o->left > 0)
+        return;
+    ctl_rcs_fn *done = o->done;
+    void *arg = o->arg;
+    lisa_rc_t *rcs = o->rcs;
+    size_t n = o->n;
+    o->rcs = NULL;
+    s_op_end(&o->op);
+    done(arg, rcs, n);
+    lisa_free(&rcs);
+}
+
+static void
+s_on_created(lisa_http_response_t *r, void *arg)
+{
+    s_start_item_t *it = arg;
+    s_start_op_t *o = it->op;
+    s_k8s_t *k = o->k;
+    lisa_rc_t rc = s_call_rc(k, r, "create job");
+    long status = lisa_http_response_status(r);
+    const char *body = lisa_http_response_body(r, NULL);
     if (rc == LISA_OK) {
-        if (rep.status == 201 || rep.status == 200) {
+        if (status == 201 || status == 200) {
             lisa_log_info("k8s: created Job %s for rollout %s attempt %u",
-                          sp->name, sp->rollout_id, sp->attempt);
+                          it->name, it->rollout_id, it->attempt);
             /* Into the cache now: the watch may bring it a tick later. */
-            json_t *created = json_loads(rep.body, 0, NULL);
+            json_t *created = json_loads(body, 0, NULL);
             s_job_t j;
             if (created && s_from_job(k, created, &j))
                 s_upsert(k, &j);
             json_decref(created);
-        } else if (rep.status == 409) {
+        } else if (status == 409) {
             rc = LISA_CONFLICT;
         } else {
-            lisa_log_error("k8s: create %s -> %ld %.300s", sp->name, rep.status,
-                           rep.body);
-            rc = rep.status == 422 || rep.status == 400 ? LISA_INVALID
-                                                        : LISA_UNAVAILABLE;
+            lisa_log_error("k8s: create %s -> %ld %.300s", it->name, status,
+                           body);
+            rc = status == 422 || status == 400 ? LISA_INVALID
+                                                : LISA_UNAVAILABLE;
         }
     }
-    ctl_http_rep_clear(&rep);
-    return rc;
+    o->rcs[it - o->items] = rc;
+    s_start_item_end(o);
 }
 
-static lisa_rc_t
-s_remove(void *impl, const char *name)
+/* Every Job of the batch created at once. */
+static void
+s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
+              void *arg)
 {
     s_k8s_t *k = impl;
-    size_t n = strlen(k->ns) + strlen(name) + 96;
-    char *path = lisa_malloc(n);
-    snprintf(path, n,
-             "/apis/batch/v1/namespaces/%s/jobs/%s?propagationPolicy="
-             "Background",
-             k->ns, name);
-    ctl_http_rep_t rep;
-    lisa_rc_t rc = s_call(k, "DELETE", path, NULL, &rep);
-    lisa_free(&path);
-    if (rc == LISA_OK) {
-        if (rep.status == 404)
-            rc = LISA_NOTFOUND;
-        else if (rep.status >= 300)
-            rc = LISA_ERR;
+    s_start_op_t *o = lisa_calloc(1, sizeof *o);
+    o->k = k;
+    o->n = n;
+    o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
+    o->rcs = lisa_calloc(n ? n : 1, sizeof *o->rcs);
+    o->done = done;
+    o->arg = arg;
+    o->left = n + 1; /* + 1: this function's own hold */
+    s_op_link(k, &o->op, s_start_free);
+    ctl_k8s_cfg_t c = {.image = k->image,
+                       .gateway_url = k->gateway_url,
+                       .sandbox_cmd = k->sandbox_cmd,
+                       .ttl_s = k->ttl_s};
+    size_t pn = strlen(k->ns) + 48;
+    char *path = lisa_malloc(pn);
+    snprintf(path, pn, "/apis/batch/v1/namespaces/%s/jobs", k->ns);
+    for (size_t i = 0; i < n; i++) {
+        s_start_item_t *it = &o->items[i];
+        it->op = o;
+        snprintf(it->name, sizeof it->name, "%s", specs[i].name);
+        snprintf(it->rollout_id, sizeof it->rollout_id, "%s",
+                 specs[i].rollout_id);
+        it->attempt = specs[i].attempt;
+        json_t *job = s_job_body(&c, k->selector_value, &specs[i]);
+        char *body = job ? json_dumps(job, JSON_COMPACT) : NULL;
+        json_decref(job);
+        lisa_rc_t rc = LISA_ERR;
+        if (!body)
+            lisa_log_error("k8s: cannot build the Job for %s", it->name);
+        else
+            rc = s_send(k, "POST", path, body, s_on_created, it);
+        free(body);
+        if (rc != LISA_OK) {
+            o->rcs[i] = body ? LISA_UNAVAILABLE : LISA_ERR;
+            o->left--;
+        }
     }
-    ctl_http_rep_clear(&rep);
-    if (rc == LISA_OK || rc == LISA_NOTFOUND)
-        s_forget(k, name);
-    return rc;
+    lisa_free(&path);
+    s_start_item_end(o);
+}
+
+/* ---- removals ---------------------------------------------------------- */
+
+typedef struct s_remove_op s_remove_op_t;
+
+typedef struct {
+    s_remove_op_t *op;
+    char name[CTL_NAME_MAX];
+} s_remove_item_t;
+
+struct s_remove_op {
+    s_op_t op;
+    s_k8s_t *k;
+    s_remove_item_t *items;
+    size_t left;
+    lisa_rc_t rc;
+    ctl_rc_fn *done;
+    void *arg;
+};
+
+static void
+s_remove_free(s_op_t *op)
+{
+    s_remove_op_t *o = (s_remove_op_t *) op;
+    lisa_free(&o->items);
+    lisa_free(&o);
 }
 
 static void
-s_log_tail(void *impl, const char *name, char *buf, size_t len)
+s_remove_item_end(s_remove_op_t *o)
+{
+    if (--o->left > 0)
+        return;
+    ctl_rc_fn *done = o->done;
+    void *arg = o->arg;
+    lisa_rc_t rc = o->rc;
+    s_op_end(&o->op);
+    done(arg, rc);
+}
+
+static void
+s_on_removed(lisa_http_response_t *r, void *arg)
+{
+    s_remove_item_t *it = arg;
+    s_remove_op_t *o = it->op;
+    lisa_rc_t rc = s_call_rc(o->k, r, "delete job");
+    long status = lisa_http_response_status(r);
+    if (rc == LISA_OK && status >= 300 && status != 404)
+        rc = LISA_ERR;
+    if (rc == LISA_OK)
+        s_forget(o->k, it->name); /* 404: gone already */
+    else
+        o->rc = rc;
+    s_remove_item_end(o);
+}
+
+static void
+s_remove_async(void *impl, const char *const *names, size_t n, ctl_rc_fn *done,
+               void *arg)
 {
     s_k8s_t *k = impl;
-    buf[0] = '\0';
+    s_remove_op_t *o = lisa_calloc(1, sizeof *o);
+    o->k = k;
+    o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
+    o->rc = LISA_OK;
+    o->done = done;
+    o->arg = arg;
+    o->left = n + 1; /* + 1: this function's own hold */
+    s_op_link(k, &o->op, s_remove_free);
+    for (size_t i = 0; i < n; i++) {
+        s_remove_item_t *it = &o->items[i];
+        it->op = o;
+        snprintf(it->name, sizeof it->name, "%s", names[i]);
+        char *esc = ctl_backend_escape(it->name);
+        size_t pn = strlen(k->ns) + strlen(esc) + 96;
+        char *path = lisa_malloc(pn);
+        snprintf(path, pn,
+                 "/apis/batch/v1/namespaces/%s/jobs/%s?propagationPolicy="
+                 "Background",
+                 k->ns, esc);
+        lisa_free(&esc);
+        if (s_send(k, "DELETE", path, NULL, s_on_removed, it) != LISA_OK) {
+            o->rc = LISA_UNAVAILABLE;
+            o->left--;
+        }
+        lisa_free(&path);
+    }
+    s_remove_item_end(o);
+}
+
+/* ---- log tail ---------------------------------------------------------- */
+
+typedef struct {
+    s_op_t op;
+    s_k8s_t *k;
+    char name[CTL_NAME_MAX];
+    ctl_text_fn *done;
+    void *arg;
+} s_tail_op_t;
+
+static void
+s_tail_end(s_tail_op_t *o, const char *text)
+{
+    ctl_text_fn *done = o->done;
+    void *arg = o->arg;
+    s_op_end(&o->op);
+    done(arg, text);
+}
+
+static void
+s_on_log(lisa_http_response_t *r, void *arg)
+{
+    s_tail_op_t *o = arg;
+    char line[1024] = "";
+    if (s_call_rc(o->k, r, "pod log") == LISA_OK &&
+        lisa_http_response_status(r) == 200) {
+        size_t e = 0;
+        const char *body = lisa_http_response_body(r, &e);
+        while (e > 0 && (body[e - 1] == '\n' || body[e - 1] == '\r'))
+            e--;
+        size_t start = e;
+        while (start > 0 && body[start - 1] != '\n')
+            start--;
+        snprintf(line, sizeof line, "%.*s", (int) (e - start), body + start);
+    }
+    s_tail_end(o, line);
+}
+
+static void
+s_on_tail_pod(lisa_http_response_t *r, void *arg)
+{
+    s_tail_op_t *o = arg;
+    s_k8s_t *k = o->k;
     char pod[256] = "";
     int code;
     bool oom;
-    lisa_rc_t rc = s_pod(k, name, pod, sizeof pod, &code, &oom);
-    if ((rc != LISA_OK && rc != LISA_AGAIN) || !*pod)
+    lisa_rc_t rc = s_pod_of(k, r, pod, sizeof pod, &code, &oom);
+    if ((rc != LISA_OK && rc != LISA_AGAIN) || !*pod) {
+        s_tail_end(o, "");
         return;
-    size_t n = strlen(k->ns) + strlen(pod) + 96;
+    }
+    char *esc = ctl_backend_escape(pod);
+    size_t n = strlen(k->ns) + strlen(esc) + 96;
     char *path = lisa_malloc(n);
     snprintf(path, n, "/api/v1/namespaces/%s/pods/%s/log?tailLines=5", k->ns,
-             pod);
-    ctl_http_rep_t rep;
-    if (s_call(k, "GET", path, NULL, &rep) == LISA_OK && rep.status == 200) {
-        size_t e = rep.len;
-        while (e > 0 && (rep.body[e - 1] == '\n' || rep.body[e - 1] == '\r'))
-            rep.body[--e] = '\0';
-        const char *last = strrchr(rep.body, '\n');
-        snprintf(buf, len, "%s", last ? last + 1 : rep.body);
-    }
-    ctl_http_rep_clear(&rep);
+             esc);
+    lisa_free(&esc);
+    rc = s_send(k, "GET", path, NULL, s_on_log, o);
     lisa_free(&path);
+    if (rc != LISA_OK)
+        s_tail_end(o, "");
+}
+
+static void
+s_log_tail_async(void *impl, const char *name, ctl_text_fn *done, void *arg)
+{
+    s_k8s_t *k = impl;
+    s_tail_op_t *o = lisa_calloc(1, sizeof *o);
+    o->k = k;
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->done = done;
+    o->arg = arg;
+    s_op_link(k, &o->op, s_free_plain);
+    if (s_pods_send(k, o->name, s_on_tail_pod, o) != LISA_OK)
+        s_tail_end(o, "");
+}
+
+/* ---- the backend ------------------------------------------------------- */
+
+static lisa_rc_t
+s_attach(void *impl, zloop_t *loop, ctl_wake_fn *wake, void *wake_ctx)
+{
+    (void) wake; /* the watch feeds the cache; listings read it */
+    (void) wake_ctx;
+    s_k8s_t *k = impl;
+    if (k->http)
+        return LISA_ERR;
+    lisa_http_client_config_t hc = {.max_host_connections = S_PARALLEL};
+    k->http = lisa_http_client_new(loop, &hc);
+    return k->http ? LISA_OK : LISA_ERR;
 }
 
 static void
 s_destroy(void *impl)
 {
     s_k8s_t *k = impl;
-    s_watch_stop(k);
-    curl_multi_cleanup(k->multi);
-    ctl_http_destroy(&k->http);
+    lisa_http_client_destroy(&k->http); /* no callback runs after this */
+    while (k->ops.next != &k->ops)
+        s_op_end(k->ops.next);
     lisa_free(&k->controller_id);
     lisa_free(&k->api);
     lisa_free(&k->ns);
@@ -733,13 +1127,14 @@ s_destroy(void *impl)
 
 static const ctl_backend_ops_t s_ops = {
     .name = "k8s",
-    .ping = s_ping,
-    .start = s_start,
-    .list = s_list,
-    .remove = s_remove,
-    .log_tail = s_log_tail,
     .destroy = s_destroy,
     .dies_with_controller = false,
+    .attach = s_attach,
+    .ping_async = s_ping_async,
+    .list_async = s_list_async,
+    .start_async = s_start_async,
+    .remove_async = s_remove_async,
+    .log_tail_async = s_log_tail_async,
 };
 
 static char *
@@ -817,13 +1212,8 @@ ctl_k8s_new(const ctl_k8s_cfg_t *cfg, ctl_backend_t *out)
     k->sandbox_cmd = lisa_strdup(cfg->sandbox_cmd ? cfg->sandbox_cmd : "");
     k->ttl_s = cfg->ttl_s;
     s_label_value(cfg->controller_id, k->selector_value);
-    k->http = ctl_http_new(NULL, k->ca_file, 64u * 1024u * 1024u);
-    k->multi = curl_multi_init();
     k->line = lisa_malloc(S_MAX_LINE);
-    if (!k->http || !k->multi) {
-        s_destroy(k);
-        return LISA_ERR;
-    }
+    k->ops.next = k->ops.prev = &k->ops;
     out->ops = &s_ops;
     out->impl = k;
     return LISA_OK;

@@ -1,6 +1,7 @@
 /*
  * ctl_k8s: sandboxes as Kubernetes batch/v1 Jobs, through the API server's
- * REST interface (libcurl, bearer token, CA bundle).
+ * REST interface (common's lisa_http_client on the controller's loop,
+ * bearer token, CA bundle).
  *
  * Each attempt is one Job with a deterministic name (rollout + attempt),
  * so a repeated create answers 409 and is taken as "exists". The Job:
@@ -14,8 +15,8 @@
  * rollout, attempt and deadline.
  *
  * The controller's view is a cache: one LIST (keeping its
- * resourceVersion), then a WATCH from that version, pumped without
- * blocking on every tick (libcurl multi). Bookmarks advance the version;
+ * resourceVersion), then a WATCH from that version, a streaming request
+ * whose events update the cache as they arrive. Bookmarks advance the version;
  * a 410 Gone, in the stream as an ERROR event or as a status, drops the
  * cache and re-lists. Deletes use propagationPolicy=Background, since the
  * API's default for Jobs orphans their pods. The token file is re-read

@@ -1,12 +1,15 @@
 /*
  * ctl_server: the controller's reconcile loop.
  *
- * One thread, one poller: the broker's event stream (SUB, topic
+ * One thread, one zloop: the broker's event stream (SUB, topic
  * "rollout"), the replies of asynchronous broker calls, the backend's
- * wake descriptor (a local child ended) and a tick. A change (a sandbox
+ * HTTP transfers (lisa_http_client, for docker and k8s) or its wake
+ * descriptor (local: a child ended), and a tick. A change (a sandbox
  * ended, an attempt ended at the broker, new work queued) runs the
- * reconcile pass at once; otherwise it runs every tick. Each pass lists
- * the backend's sandboxes and makes the world match the broker:
+ * reconcile pass at once; otherwise it runs every tick. A pass is
+ * asynchronous too: it asks the backend for its listing and acts on the
+ * answer when it comes; one pass runs at a time. Each pass makes the
+ * world match the broker:
  *   - an exited sandbox is mapped through ctl_outcome: a failure is
  *     reported (AttemptFail), then the sandbox is removed;
  *   - a sandbox past its deadline (plus grace) is killed and reported as
@@ -23,9 +26,13 @@
  * A backend that fails pauses claiming with exponential backoff. Claims
  * and start confirmations are asynchronous (one claim in flight; its
  * reply starts the sandboxes, whose confirmations are sent without
- * waiting), so a batch of starts costs one broker round trip; reports,
- * queries and heartbeats are synchronous with a deadline each. On stop,
- * a claim still in flight is awaited and its attempts handed back.
+ * waiting), so a batch of starts costs one broker round trip. Every other
+ * broker call (reports, cross-check queries, lease renewals) is
+ * asynchronous too, with a deadline each: the loop never waits on the
+ * broker, and a broker that answers late delays only what depends on its
+ * answer. On stop, a claim still in flight is awaited and its attempts
+ * handed back, and the last reports are given a bounded time to be
+ * answered.
  */
 #ifndef CTL_SERVER_H
 #define CTL_SERVER_H

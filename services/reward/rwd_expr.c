@@ -883,9 +883,10 @@ rwd_expr_inexact(const rwd_expr_t *e)
 bool
 rwd_expr_integer(const rwd_expr_t *e, char *digits, size_t cap, bool *neg)
 {
-    if (!e->is_int || strlen(e->int_digits) + 1 > cap)
+    size_t n = strlen(e->int_digits);
+    if (!e->is_int || n + 1 > cap)
         return false;
-    strcpy(digits, e->int_digits);
+    memcpy(digits, e->int_digits, n + 1);
     *neg = e->int_neg;
     return true;
 }

@@ -1,16 +1,18 @@
 /*
  * rwd_judge: LLM-as-judge over an OpenAI-compatible chat endpoint. See
- * rwd_judge.h. One easy-interface curl handle per call keeps it simple and
- * thread-safe (the worker's scoring threads call it concurrently);
- * curl_global_init happens once in main.
+ * rwd_judge.h. Each call is one lisa_http_request_sync (common's client,
+ * blocking face): it runs on a scoring thread of the worker, never on the
+ * worker's loop, so many run at once without sharing a handle; the
+ * answer is bounded by RWD_JUDGE_MAX_REPLY; curl_global_init happens once
+ * in main.
  */
 #include "rwd_judge.h"
 
+#include "lisa/lisa_http_client.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
 #include <ctype.h>
-#include <curl/curl.h>
 #include <czmq.h>
 #include <jansson.h>
 #include <string.h>
@@ -23,28 +25,6 @@ static const char s_prompt[] =
     "not.\n\n"
     "QUESTION:\n%s\n\nOFFICIAL ANSWER:\n%s\n\nCANDIDATE ANSWER:\n%s\n\n"
     "Reply with exactly one word: CORRECT or INCORRECT.";
-
-typedef struct {
-    char *data;
-    size_t len;
-    bool overflow;
-} s_buf_t;
-
-static size_t
-s_write(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    s_buf_t *b = userdata;
-    size_t n = size * nmemb;
-    if (b->len + n > RWD_JUDGE_MAX_REPLY) {
-        b->overflow = true;
-        return 0; /* abort the transfer */
-    }
-    b->data = lisa_realloc(b->data, b->len + n + 1);
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
-}
 
 int
 rwd_judge_verdict(const char *text)
@@ -90,40 +70,41 @@ s_call(const rwd_judge_config_t *cfg, const char *body, int64_t timeout_ms,
        char **content, long *status)
 {
     lisa_rc_t rc = LISA_AGAIN;
-    s_buf_t buf = {NULL, 0, false};
-    struct curl_slist *hdr = NULL;
-    char url[1024], auth[1100];
+    char url[1024];
     json_t *root = NULL;
     *content = NULL;
     *status = 0;
-    CURL *c = curl_easy_init();
-    if (!c)
-        return LISA_ERR;
     const char *base = cfg->base_url ? cfg->base_url : "";
     size_t bl = strlen(base);
     while (bl > 0 && base[bl - 1] == '/')
         bl--;
     snprintf(url, sizeof url, "%.*s/chat/completions", (int) bl, base);
-    hdr = curl_slist_append(hdr, "Content-Type: application/json");
-    if (cfg->api_key && *cfg->api_key) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", cfg->api_key);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, s_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &buf);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long) timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long) timeout_ms);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    CURLcode cc = curl_easy_perform(c);
-    if (cc != CURLE_OK) {
-        lisa_log_warn("judge: %s: %s", url, curl_easy_strerror(cc));
+    static const char *const headers[] = {"Content-Type: application/json",
+                                          NULL};
+    lisa_http_request_t req = {
+        .method = "POST",
+        .url = url,
+        .headers = headers,
+        .body = body,
+        .body_len = strlen(body),
+        .timeout_ms = (long) timeout_ms,
+        .connect_timeout_ms = (long) timeout_ms,
+        .bearer_token = cfg->api_key && *cfg->api_key ? cfg->api_key : NULL,
+        .max_response = RWD_JUDGE_MAX_REPLY,
+    };
+    lisa_http_response_t *resp = NULL;
+    lisa_rc_t hr = lisa_http_request_sync(&req, &resp);
+    if (hr == LISA_INVALID) {
+        lisa_log_warn("judge: %s: %s", url, lisa_http_response_error(resp));
+        rc = LISA_INVALID; /* a bad URL: retrying does not help */
         goto out;
     }
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    if (hr != LISA_OK) {
+        lisa_log_warn("judge: %s: %s (%s)", url, lisa_rc_str(hr),
+                      lisa_http_response_error(resp));
+        goto out;
+    }
+    *status = lisa_http_response_status(resp);
     if (*status == 429 || *status >= 500) {
         lisa_log_warn("judge: HTTP %ld", *status);
         goto out;
@@ -134,7 +115,9 @@ s_call(const rwd_judge_config_t *cfg, const char *body, int64_t timeout_ms,
         goto out;
     }
     json_error_t err;
-    root = json_loadb(buf.data ? buf.data : "", buf.len, 0, &err);
+    size_t len = 0;
+    const char *data = lisa_http_response_body(resp, &len);
+    root = json_loadb(data, len, 0, &err);
     const char *text = NULL;
     json_t *choices = root ? json_object_get(root, "choices") : NULL;
     json_t *first = json_array_get(choices, 0);
@@ -149,9 +132,7 @@ s_call(const rwd_judge_config_t *cfg, const char *body, int64_t timeout_ms,
     rc = LISA_OK;
 out:
     json_decref(root);
-    lisa_free(&buf.data);
-    curl_slist_free_all(hdr);
-    curl_easy_cleanup(c);
+    lisa_http_response_destroy(&resp);
     return rc;
 }
 

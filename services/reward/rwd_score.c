@@ -18,7 +18,6 @@
 #include <ctype.h>
 #include <czmq.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <string.h>
 
 struct rwd_scorer {
@@ -123,17 +122,6 @@ rwd_result_clear(rwd_result_t *r)
     lisa_free(&r->extracted);
     free(r->explanation_json); /* from json_dumps */
     memset(r, 0, sizeof *r);
-}
-
-static void s_error(rwd_result_t *r, const char *fmt, ...) LISA_PRINTF(2, 3);
-
-static void
-s_error(rwd_result_t *r, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->error, sizeof r->error, fmt, ap);
-    va_end(ap);
 }
 
 /* Copy of s[0..n) as valid UTF-8 of at most `max` bytes: invalid bytes
@@ -282,7 +270,7 @@ s_extra(const rwd_input_t *in, json_t **out, rwd_result_t *r)
     json_t *j = json_loads(in->extra_info_json, JSON_REJECT_DUPLICATES, &err);
     if (!j || !json_is_object(j)) {
         json_decref(j);
-        s_error(r, "extra_info is not a JSON object");
+        lisa_errf(r->error, sizeof r->error, "extra_info is not a JSON object");
         return LISA_INVALID;
     }
     *out = j;
@@ -351,7 +339,8 @@ s_rule_qa(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     r->reward = rwd_rouge_l(in->ground_truth, in->truth_len, in->answer,
                             in->answer_len, in->deadline_ms, &info);
     if (info.timed_out) {
-        s_error(r, "ROUGE-L ran past the request's budget");
+        lisa_errf(r->error, sizeof r->error,
+                  "ROUGE-L ran past the request's budget");
         return LISA_TIMEOUT;
     }
     r->rule = "rouge_l";
@@ -436,7 +425,8 @@ s_rule_judge(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
             expl, "model",
             json_string(s->judge.model ? s->judge.model : "judge"));
     } else {
-        s_error(r, "judge failed: %s", lisa_rc_str(rc));
+        lisa_errf(r->error, sizeof r->error, "judge failed: %s",
+                  lisa_rc_str(rc));
     }
     lisa_free(&verdict);
     lisa_free(&gold);
@@ -471,15 +461,15 @@ rwd_score(const rwd_scorer_t *s, const rwd_input_t *in, rwd_result_t *r)
     const s_route_t *route = s_find_route(ds);
     bool judged = s_judged(s, ds);
     if (!route && !judged) {
-        s_error(r, "unknown data source '%.64s'", ds);
+        lisa_errf(r->error, sizeof r->error, "unknown data source '%.64s'", ds);
         return LISA_INVALID;
     }
     if (in->answer_len > RWD_MAX_ANSWER || in->truth_len > RWD_MAX_TRUTH ||
         (in->extra_info_json && strlen(in->extra_info_json) > RWD_MAX_EXTRA)) {
-        s_error(r,
-                "input over its bound (answer %u, ground truth %u, "
-                "extra_info %u bytes)",
-                RWD_MAX_ANSWER, RWD_MAX_TRUTH, RWD_MAX_EXTRA);
+        lisa_errf(r->error, sizeof r->error,
+                  "input over its bound (answer %u, ground truth %u, "
+                  "extra_info %u bytes)",
+                  RWD_MAX_ANSWER, RWD_MAX_TRUTH, RWD_MAX_EXTRA);
         return LISA_TOOLARGE;
     }
     json_t *expl = json_object();

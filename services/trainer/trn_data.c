@@ -28,8 +28,7 @@ s_err(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    if (err && errlen)
-        vsnprintf(err, errlen, fmt, ap);
+    lisa_verrf(err, errlen, fmt, ap);
     va_end(ap);
     lisa_log_warn("data: %s", err ? err : "error");
 }

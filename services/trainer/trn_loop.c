@@ -75,7 +75,7 @@ s_fail(s_loop_t *L, lisa_rc_t rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(L->err, L->errlen, fmt, ap);
+    lisa_verrf(L->err, L->errlen, fmt, ap);
     va_end(ap);
     lisa_log_error("loop: %s", L->err);
     return rc;

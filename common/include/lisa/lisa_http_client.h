@@ -42,8 +42,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct _lisa_http_client_t lisa_http_client_t;
-typedef struct _lisa_http_response_t lisa_http_response_t;
+typedef struct lisa_http_client lisa_http_client_t;
+typedef struct lisa_http_response lisa_http_response_t;
 
 /* Defaults used when a field is 0. */
 #define LISA_HTTP_CLIENT_DEFAULT_TIMEOUT_MS   30000

@@ -70,8 +70,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct _lisa_http_server_t lisa_http_server_t;
-typedef struct _lisa_http_req_t lisa_http_req_t;
+typedef struct lisa_http_server lisa_http_server_t;
+typedef struct lisa_http_req lisa_http_req_t;
 
 /* Called once per complete request; see the file comment for the thread. */
 typedef void(lisa_http_handler_fn)(lisa_http_req_t *req, void *arg);

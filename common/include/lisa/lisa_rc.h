@@ -5,9 +5,16 @@
  *     rc = f(); if (rc != LISA_OK) goto out;
  * The codes map one to one onto the wire's lisa.Code so that an error can
  * travel in a reply without translation tables scattered around services.
+ *
+ * A code says what went wrong; the reason, for people, goes into the
+ * caller's (err, errlen) buffer through lisa_errf, the one formatter every
+ * module uses for it (a NULL buffer is fine: nothing is written).
  */
 #ifndef LISA_RC_H
 #define LISA_RC_H
+
+#include <stdarg.h>
+#include <stddef.h>
 
 #if defined(__GNUC__)
 #define LISA_NODISCARD    __attribute__((warn_unused_result))
@@ -39,5 +46,13 @@ int lisa_rc_to_code(lisa_rc_t rc);
 
 /* rc for a wire code (lisa.Code value); unknown codes map to LISA_ERR. */
 lisa_rc_t lisa_rc_from_code(int code);
+
+/* Formats a failure's reason into err[0..errlen), cut to fit and always
+ * NUL-terminated; nothing when err is NULL or errlen is 0. */
+void lisa_errf(char *err, size_t errlen, const char *fmt, ...)
+    LISA_PRINTF(3, 4);
+/* The same with a va_list, for wrappers that also log or count. */
+void lisa_verrf(char *err, size_t errlen, const char *fmt, va_list ap)
+    LISA_PRINTF(3, 0);
 
 #endif

@@ -29,8 +29,11 @@
 lisa_rc_t lisa_tojson(json_t *v, size_t max, char **out,
                       size_t *len) LISA_NODISCARD;
 
-/* Writes Python's repr of a finite double into buf (32 bytes of room);
- * returns the length. */
-size_t lisa_tojson_float(double x, char *buf);
+/* Room lisa_tojson_float needs: sign, 17 digits, point, "e-308", NUL. */
+#define LISA_TOJSON_FLOAT_MAX 32u
+
+/* Writes Python's repr of a finite double into buf (LISA_TOJSON_FLOAT_MAX
+ * bytes of room); returns the length. */
+size_t lisa_tojson_float(double x, char buf[LISA_TOJSON_FLOAT_MAX]);
 
 #endif

@@ -11,11 +11,11 @@
 static char *
 s_lines(int n)
 {
-    agt_sb_t sb;
-    agt_sb_init(&sb, 1u << 20);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(1u << 20);
     for (int i = 1; i <= n; i++)
-        agt_sb_printf(&sb, "line %d\n", i);
-    return agt_sb_take(&sb);
+        lisa_buf_printf(&sb, "line %d\n", i);
+    return lisa_buf_take(&sb);
 }
 
 Test(agt_text, usage)
@@ -80,11 +80,11 @@ Test(agt_text, cap_bytes_huge_single_line)
 Test(agt_text, cap_bytes_respects_utf8)
 {
     /* "é" is two bytes; cutting in the middle must move to a boundary. */
-    agt_sb_t sb;
-    agt_sb_init(&sb, 1 << 16);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(1 << 16);
     for (int i = 0; i < 1000; i++)
-        agt_sb_puts(&sb, "\xc3\xa9");
-    char *s = agt_sb_take(&sb);
+        lisa_buf_puts(&sb, "\xc3\xa9");
+    char *s = lisa_buf_take(&sb);
     char *c = agt_text_cap_bytes(s, strlen(s), 101);
     char *clean = agt_text_utf8_clean(c, strlen(c));
     cr_assert_str_eq(clean, c, "cut produced invalid UTF-8");
@@ -129,14 +129,14 @@ Test(agt_text, utf8_clean_replaces_bad_bytes)
 
 Test(agt_text, builder_respects_max)
 {
-    agt_sb_t sb;
-    agt_sb_init(&sb, 10);
-    agt_sb_puts(&sb, "0123456789abc");
-    cr_assert(sb.truncated);
+    lisa_buf_t sb;
+    sb = LISA_BUF_CUT(10);
+    lisa_buf_puts(&sb, "0123456789abc");
+    cr_assert(sb.full);
     cr_assert_eq(sb.len, 10);
-    agt_sb_printf(&sb, "%d", 42);
+    lisa_buf_printf(&sb, "%d", 42);
     cr_assert_eq(sb.len, 10);
-    char *s = agt_sb_take(&sb);
+    char *s = lisa_buf_take(&sb);
     cr_assert_str_eq(s, "0123456789");
     lisa_free(&s);
 }

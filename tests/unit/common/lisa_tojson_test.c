@@ -64,6 +64,21 @@ Test(lisa_tojson, float_repr)
     cr_assert_str_eq(buf, "9007199254740992.0");
     lisa_tojson_float(5e-324, buf);
     cr_assert_str_eq(buf, "5e-324");
+    /* zeros, exponents past 15, and the longest text there is */
+    cr_assert_eq(lisa_tojson_float(0.0, buf), 3);
+    cr_assert_str_eq(buf, "0.0");
+    cr_assert_eq(lisa_tojson_float(-0.0, buf), 4);
+    cr_assert_str_eq(buf, "-0.0");
+    lisa_tojson_float(1e16, buf);
+    cr_assert_str_eq(buf, "1e+16");
+    lisa_tojson_float(1.7976931348623157e308, buf);
+    cr_assert_str_eq(buf, "1.7976931348623157e+308");
+    cr_assert_eq(lisa_tojson_float(-2.2250738585072014e-308, buf), 24);
+    cr_assert_str_eq(buf, "-2.2250738585072014e-308");
+    lisa_tojson_float(0.0001, buf);
+    cr_assert_str_eq(buf, "0.0001");
+    lisa_tojson_float(0.00001, buf);
+    cr_assert_str_eq(buf, "1e-05");
 }
 
 Test(lisa_tojson, too_deep)
