@@ -371,7 +371,8 @@ s_rule_ifeval(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     rwd_ifeval_verdict_t v;
     rc = rwd_ifeval_judge(e, in->answer, in->answer_len, &v);
     if (rc != LISA_OK) {
-        s_error(r, "response over %u bytes", RWD_IF_MAX_RESPONSE);
+        lisa_errf(r->error, sizeof r->error, "response over %u bytes",
+                  RWD_IF_MAX_RESPONSE);
         rwd_ifeval_destroy(&e);
         return rc;
     }
