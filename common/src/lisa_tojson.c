@@ -67,8 +67,10 @@ size_t
 lisa_tojson_float(double x, char *buf)
 {
     if (x == 0) {
-        strcpy(buf, signbit(x) ? "-0.0" : "0.0");
-        return strlen(buf);
+        const char *z = signbit(x) ? "-0.0" : "0.0";
+        size_t zn = strlen(z);
+        memcpy(buf, z, zn + 1);
+        return zn;
     }
     /* Shortest %e that reads back as x. */
     char e[40];
@@ -89,7 +91,7 @@ lisa_tojson_float(double x, char *buf)
     for (; *p && *p != 'e'; p++)
         if (*p >= '0' && *p <= '9')
             digits[nd++] = *p;
-    int exp10 = atoi(p + 1);
+    int exp10 = (int) strtol(p + 1, NULL, 10);
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
     size_t k = 0;
@@ -122,13 +124,13 @@ lisa_tojson_float(double x, char *buf)
         for (size_t i = 1; i < nd; i++)
             buf[k++] = digits[i];
     }
-    k += (size_t) sprintf(buf + k, "e%c%02d", exp10 < 0 ? '-' : '+',
-                          exp10 < 0 ? -exp10 : exp10);
+    k += (size_t) snprintf(buf + k, 32 - k, "e%c%02d", exp10 < 0 ? '-' : '+',
+                           exp10 < 0 ? -exp10 : exp10);
     return k;
 }
 
 static lisa_rc_t
-s_value(lisa_buf_t *b, json_t *v, int depth)
+s_value(lisa_buf_t *b, const json_t *v, int depth)
 {
     if (depth > LISA_TOJSON_MAX_DEPTH)
         return LISA_INVALID;
@@ -140,7 +142,12 @@ s_value(lisa_buf_t *b, json_t *v, int depth)
         const char *key;
         size_t klen;
         json_t *val;
-        json_object_keylen_foreach(v, key, klen, val)
+        /* jansson's iterators take a mutable object; nothing is changed */
+        union {
+            const json_t *c;
+            json_t *m;
+        } obj = {.c = v};
+        json_object_keylen_foreach(obj.m, key, klen, val)
         {
             if (!first)
                 lisa_buf_put(b, ", ", 2);
@@ -193,7 +200,7 @@ s_value(lisa_buf_t *b, json_t *v, int depth)
 }
 
 lisa_rc_t
-lisa_tojson(json_t *v, size_t max, char **out, size_t *len)
+lisa_tojson(const json_t *v, size_t max, char **out, size_t *len)
 {
     *out = NULL;
     if (len)

@@ -21,6 +21,7 @@
 typedef struct {
     lisa_toolcall_t pub;
     char *id, *name, *arguments, *raw;
+    json_t *value; /* the arguments parsed (owned) */
 } s_call_t;
 
 struct lisa_toolcalls_t {
@@ -126,6 +127,8 @@ s_fail(lisa_toolcalls_t *self, s_call_t *c, const char *why)
     c->pub.error = why;
     lisa_free(&c->name);
     lisa_free(&c->arguments);
+    json_decref(c->value);
+    c->value = NULL;
     self->errors++;
 }
 
@@ -148,10 +151,12 @@ s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
     } else if (!args || json_is_null(args)) {
         c->name = lisa_strdup(json_string_value(name));
         c->arguments = lisa_strdup("{}");
+        c->value = json_object();
     } else if (json_is_object(args)) {
         const char *v;
         size_t vn;
         c->name = lisa_strdup(json_string_value(name));
+        c->value = json_incref(args);
         if (s_raw_arguments(body, n, &v, &vn)) {
             c->arguments = lisa_strndup(v, vn);
         } else if (lisa_tojson(args, LISA_TOOLCALL_MAX_TEXT, &c->arguments,
@@ -163,10 +168,11 @@ s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
         if (json_is_object(inner)) {
             c->name = lisa_strdup(json_string_value(name));
             c->arguments = lisa_strdup(json_string_value(args));
+            c->value = inner;
         } else {
+            json_decref(inner);
             s_fail(self, c, "tool call arguments are not an object");
         }
-        json_decref(inner);
     } else {
         s_fail(self, c, "tool call arguments are not an object");
     }
@@ -192,31 +198,58 @@ s_add_content(char **content, size_t *clen, const char *s, size_t n, bool first)
     (*content)[*clen] = '\0';
 }
 
+/* A block counts as one for the content rule (see the header). */
+static bool
+s_is_block(const s_call_t *c, unsigned flags)
+{
+    return !(flags & LISA_TOOLCALL_KEEP_MALFORMED) || !c->pub.error;
+}
+
+/* The content: the pieces of text between the blocks. */
+static char *
+s_content(const lisa_toolcalls_t *self, const char *text, size_t len,
+          unsigned flags)
+{
+    size_t at = 0, clen = 0;
+    bool first = true, any = false;
+    char *content = NULL;
+    for (size_t i = 0; i < self->n; i++) {
+        const s_call_t *c = &self->calls[i];
+        if (!s_is_block(c, flags))
+            continue;
+        s_add_content(&content, &clen, text + at, c->pub.start - at, first);
+        first = false;
+        any = true;
+        at = c->pub.end;
+    }
+    if (!any)
+        return lisa_strndup(text, len);
+    s_add_content(&content, &clen, text + at, len - at, false);
+    return content ? content : lisa_strdup("");
+}
+
 lisa_toolcalls_t *
-lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
+lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
+                          unsigned flags)
 {
     if (len > LISA_TOOLCALL_MAX_TEXT)
         return NULL;
     if (!id_prefix)
         id_prefix = "call_";
     lisa_toolcalls_t *self = lisa_calloc(1, sizeof *self);
-    const char *open = s_find(text, len, S_OPEN, S_OPEN_LEN);
-    if (!open) {
-        self->content = lisa_strndup(text, len);
-        return self;
-    }
-    char *content = NULL;
-    size_t clen = 0;
-    s_add_content(&content, &clen, text, (size_t) (open - text), true);
     const char *end = text + len;
+    const char *open = s_find(text, len, S_OPEN, S_OPEN_LEN);
     while (open) {
         const char *body = open + S_OPEN_LEN;
         const char *close =
             s_find(body, (size_t) (end - body), S_CLOSE, S_CLOSE_LEN);
         s_call_t *c = &self->calls[self->n];
-        char idbuf[64];
-        snprintf(idbuf, sizeof idbuf, "%.40s%zu", id_prefix, self->n);
+        char idbuf[LISA_TOOLCALL_MAX_PREFIX + 24];
+        snprintf(idbuf, sizeof idbuf, "%.*s%zu", (int) LISA_TOOLCALL_MAX_PREFIX,
+                 id_prefix, self->n);
         c->id = lisa_strdup(idbuf);
+        c->pub.start = (size_t) (open - text);
+        c->pub.end = len;
         self->n++;
         if (self->n > LISA_TOOLCALL_MAX_CALLS) {
             c->raw = lisa_strndup(open, (size_t) (end - open));
@@ -231,19 +264,25 @@ lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
         c->raw = lisa_strndup(body, (size_t) (close - body));
         s_parse_body(self, c, body, (size_t) (close - body));
         const char *after = close + S_CLOSE_LEN;
+        c->pub.end = (size_t) (after - text);
         open = s_find(after, (size_t) (end - after), S_OPEN, S_OPEN_LEN);
-        s_add_content(&content, &clen, after,
-                      (size_t) ((open ? open : end) - after), false);
     }
-    self->content = content ? content : lisa_strdup("");
+    self->content = s_content(self, text, len, flags);
     for (size_t i = 0; i < self->n; i++) {
         s_call_t *c = &self->calls[i];
         c->pub.id = c->id;
         c->pub.name = c->name;
         c->pub.arguments = c->arguments;
         c->pub.raw = c->raw;
+        c->pub.value = c->value;
     }
     return self;
+}
+
+lisa_toolcalls_t *
+lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
+{
+    return lisa_toolcalls_parse_opts(text, len, id_prefix, 0);
 }
 
 void
@@ -257,6 +296,7 @@ lisa_toolcalls_destroy(lisa_toolcalls_t **p)
         lisa_free(&self->calls[i].name);
         lisa_free(&self->calls[i].arguments);
         lisa_free(&self->calls[i].raw);
+        json_decref(self->calls[i].value);
     }
     lisa_free(&self->content);
     lisa_free(p);

@@ -1081,17 +1081,24 @@ gw_msg_text(const json_t *msg)
         return lisa_strndup(json_string_value(c), json_string_length(c));
     if (!json_is_array(c))
         return NULL;
+    /* the text parts joined by "\n", as the renderer (lisa_chat) joins
+     * them, so equal digests mean equal rendered text */
     size_t total = 0, i;
     json_t *p;
     json_array_foreach(c, i, p) total +=
-        json_string_length(json_object_get(p, "text"));
+        json_string_length(json_object_get(p, "text")) + 1;
     char *s = lisa_malloc(total + 1);
     size_t off = 0;
+    bool first = true;
     json_array_foreach(c, i, p)
     {
         json_t *t = json_object_get(p, "text");
-        memcpy(s + off, json_string_value(t) ? json_string_value(t) : "",
-               json_string_length(t));
+        if (!json_is_string(t))
+            continue;
+        if (!first)
+            s[off++] = '\n';
+        first = false;
+        memcpy(s + off, json_string_value(t), json_string_length(t));
         off += json_string_length(t);
     }
     s[off] = '\0';

@@ -186,8 +186,9 @@ void gw_reply_digest(const gw_reply_t *r, uint8_t out[GW_DIGEST_LEN]);
 /* Digest of the tools array (NULL and [] are equal). */
 void gw_tools_digest(const json_t *tools, uint8_t out[GW_DIGEST_LEN]);
 
-/* Text of a message's content: a string, or the text parts joined; "" for
- * null. Returns a new string (caller frees) or NULL if it is malformed. */
+/* Text of a message's content: a string, or the text parts joined by "\n"
+ * (as they are rendered); "" for null. Returns a new string (caller frees) or
+ * NULL if it is malformed. */
 char *gw_msg_text(const json_t *msg);
 
 #endif

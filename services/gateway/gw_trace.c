@@ -250,18 +250,6 @@ gw_attempt_set_engine(gw_attempt_t *a, const char *engine_id)
     a->engine = engine_id ? lisa_strdup(engine_id) : NULL;
 }
 
-const char *
-gw_attempt_rollout(const gw_attempt_t *a)
-{
-    return a->rollout;
-}
-
-uint32_t
-gw_attempt_number(const gw_attempt_t *a)
-{
-    return a->attempt;
-}
-
 void
 gw_attempt_set_answer(gw_attempt_t *a, int64_t turn, const char *body,
                       size_t len, bool sse)
@@ -603,25 +591,4 @@ gw_span_free(Lisa__Span **span)
     lisa_free(&sp->engine_id);
     lisa_free(&sp->gateway_id);
     lisa_free(span);
-}
-
-Lisa__Span *
-gw_span_copy(const Lisa__Span *s)
-{
-    Lisa__Span *sp = s_span_new();
-    *sp = *s;
-    sp->rollout_id = lisa_strdup(s->rollout_id);
-    sp->appended_ids =
-        lisa_memdup(s->appended_ids, s->n_appended_ids * sizeof(uint32_t));
-    sp->response_ids =
-        lisa_memdup(s->response_ids, s->n_response_ids * sizeof(uint32_t));
-    sp->response_logprobs =
-        s->n_response_logprobs
-            ? lisa_memdup(s->response_logprobs,
-                          s->n_response_logprobs * sizeof(float))
-            : NULL;
-    sp->finish_reason = lisa_strdup(s->finish_reason);
-    sp->engine_id = lisa_strdup(s->engine_id);
-    sp->gateway_id = lisa_strdup(s->gateway_id);
-    return sp;
 }

@@ -155,16 +155,22 @@ Test(gw_openai, digests)
     gw_reply_digest(&r, b);
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) != 0);
 
-    json_t *p1 = json_loads("{\"role\":\"user\",\"content\":\"ab\"}", 0, NULL);
+    /* parts are joined as the renderer joins them, by "\n" */
+    json_t *p1 =
+        json_loads("{\"role\":\"user\",\"content\":\"a\\nb\"}", 0, NULL);
+    json_t *p0 = json_loads("{\"role\":\"user\",\"content\":\"ab\"}", 0, NULL);
     json_t *p2 = json_loads("{\"role\":\"user\",\"content\":[{\"type\":"
                             "\"text\",\"text\":\"a\"},{\"type\":\"text\","
                             "\"text\":\"b\"}]}",
                             0, NULL);
     json_t *p3 =
-        json_loads("{\"role\":\"system\",\"content\":\"ab\"}", 0, NULL);
+        json_loads("{\"role\":\"system\",\"content\":\"a\\nb\"}", 0, NULL);
     gw_msg_digest(p1, a);
     gw_msg_digest(p2, b);
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) == 0);
+    gw_msg_digest(p0, a);
+    cr_assert(memcmp(a, b, GW_DIGEST_LEN) != 0);
+    gw_msg_digest(p1, a);
     gw_msg_digest(p3, b);
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) != 0);
     gw_tools_digest(NULL, a);
@@ -173,6 +179,7 @@ Test(gw_openai, digests)
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) == 0);
     json_decref(empty);
     json_decref(m1);
+    json_decref(p0);
     json_decref(p1);
     json_decref(p2);
     json_decref(p3);
