@@ -1,13 +1,16 @@
 /*
  * gw_pool: engine set and routing policy (see the header). Engines live in
  * a small array (tens of engines in practice); every lookup is a linear
- * scan, cheaper than hashing at this size.
+ * scan, cheaper than hashing at this size. Once attached to a loop the
+ * pool also keeps itself current: its refresh timer asks the broker for
+ * the engine list and its health timer checks every engine.
  */
 #include "gw_pool.h"
 
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <czmq.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +33,12 @@ struct gw_pool_t {
     uint32_t fail_limit;
     bool paused_all;
     size_t rr; /* round-robin start among equally loaded engines */
+    /* attached (gw_pool_attach): refresh and health checks */
+    gw_pool_io_t io;
+    zlistx_t *checks;         /* s_check_t of health checks in flight */
+    bool listing;             /* an EngineListReq is on the wire */
+    int64_t listed_on_demand; /* mono ms of the last gw_pool_refresh_soon */
+    int refresh_timer, health_timer;
 };
 
 gw_pool_t *
@@ -53,6 +62,19 @@ gw_pool_destroy(gw_pool_t **self)
 {
     if (!self || !*self)
         return;
+    gw_pool_t *p = *self;
+    if (p->io.loop && p->refresh_timer)
+        zloop_timer_end(p->io.loop, p->refresh_timer);
+    if (p->io.loop && p->health_timer)
+        zloop_timer_end(p->io.loop, p->health_timer);
+    if (p->checks) {
+        void *c;
+        while ((c = zlistx_first(p->checks))) {
+            zlistx_delete(p->checks, zlistx_cursor(p->checks));
+            lisa_free(&c);
+        }
+        zlistx_destroy(&p->checks);
+    }
     for (size_t i = 0; i < (*self)->n; i++)
         s_engine_clear(&(*self)->e[i]);
     lisa_free(&(*self)->e);
@@ -282,4 +304,124 @@ gw_pool_at(const gw_pool_t *self, size_t i, const char **id, const char **url,
     if (inflight)
         *inflight = e->inflight;
     return true;
+}
+
+/* ---- refresh and health ------------------------------------------------- */
+
+/* A call found no engine it may use: the engine list is asked for now (at
+ * most every S_LIST_NOW_MS) rather than at the next refresh. */
+#define S_LIST_NOW_MS  100
+#define S_HEALTH_TO_MS 2000L
+
+typedef struct {
+    gw_pool_t *pool;
+    void *handle; /* its node in pool->checks */
+    char id[160];
+} s_check_t;
+
+static void
+s_listed(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
+{
+    (void) request_id;
+    gw_pool_t *self = arg;
+    self->listing = false;
+    if (rc != LISA_OK || !rep || rep->code != LISA__CODE__CODE_OK ||
+        rep->body_case != LISA__REPLY__BODY_ENGINE_LIST) {
+        gw_metrics_add(self->io.m, "lisa_gateway_broker_errors_total",
+                       "request=\"EngineList\"", 1);
+        return; /* keep the engines we know */
+    }
+    gw_pool_sync_begin(self);
+    for (size_t i = 0; i < rep->engine_list->n_engines; i++) {
+        const Lisa__Engine *e = rep->engine_list->engines[i];
+        if (!e->up)
+            continue;
+        if (gw_pool_upsert(self, e->engine_id, e->url, e->policy_version,
+                           e->paused, true) != LISA_OK)
+            lisa_log_warn("engine %.64s refused (bad id/url or pool full)",
+                          e->engine_id);
+    }
+    gw_pool_sync_end(self);
+}
+
+void
+gw_pool_refresh(gw_pool_t *self)
+{
+    if (!self->io.rpc || self->listing)
+        return;
+    Lisa__EngineListReq el = LISA__ENGINE_LIST_REQ__INIT;
+    Lisa__Request r = LISA__REQUEST__INIT;
+    r.body_case = LISA__REQUEST__BODY_ENGINE_LIST;
+    r.engine_list = &el;
+    if (lisa_rpc_send(self->io.rpc, &r, self->io.rpc_timeout_ms, s_listed, self,
+                      NULL) == LISA_OK)
+        self->listing = true;
+}
+
+void
+gw_pool_refresh_soon(gw_pool_t *self)
+{
+    int64_t now = zclock_mono();
+    if (now - self->listed_on_demand < S_LIST_NOW_MS)
+        return;
+    self->listed_on_demand = now;
+    gw_pool_refresh(self);
+}
+
+static int
+s_on_refresh(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    gw_pool_refresh(arg);
+    return 0;
+}
+
+static void
+s_checked(const gw_engine_resp_t *resp, void *arg)
+{
+    s_check_t *c = arg;
+    gw_pool_t *self = c->pool;
+    zlistx_delete(self->checks, c->handle);
+    gw_pool_health(self, c->id, resp->rc == LISA_OK && resp->status == 200);
+    lisa_free(&c);
+}
+
+static int
+s_on_health(zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    gw_pool_t *self = arg;
+    if (zlistx_size(self->checks))
+        return 0; /* the last round is still out */
+    for (size_t i = 0; i < self->n; i++) {
+        char full[2048];
+        snprintf(full, sizeof full, "%s/healthz", self->e[i].url);
+        s_check_t *c = lisa_calloc(1, sizeof *c);
+        c->pool = self;
+        snprintf(c->id, sizeof c->id, "%s", self->e[i].id);
+        c->handle = zlistx_add_end(self->checks, c);
+        if (gw_engine_get(self->io.engine, full, S_HEALTH_TO_MS, s_checked,
+                          c) != LISA_OK) {
+            zlistx_delete(self->checks, c->handle);
+            lisa_free(&c);
+        }
+    }
+    return 0;
+}
+
+void
+gw_pool_attach(gw_pool_t *self, const gw_pool_io_t *io)
+{
+    self->io = *io;
+    self->checks = zlistx_new();
+    if (io->rpc && io->refresh_ms) {
+        self->refresh_timer =
+            zloop_timer(io->loop, io->refresh_ms, 0, s_on_refresh, self);
+        gw_pool_refresh(self);
+    }
+    if (io->health_ms)
+        self->health_timer =
+            zloop_timer(io->loop, io->health_ms, 0, s_on_health, self);
 }

@@ -13,11 +13,21 @@
  * broker's record or the gateway's admin switch) get no new calls; their
  * in-flight calls finish. Engines are referred to by id, so a call that
  * outlives its engine's removal is harmless.
+ *
+ * Attached to a loop (gw_pool_attach) the pool keeps itself current: the
+ * broker's engine list every refresh interval and, at most every 100 ms,
+ * at once when a call found no engine it may use (gw_pool_refresh_soon),
+ * so an engine that just resumed after a weight update or joined serves
+ * the caller's retry; a health check of every engine each health
+ * interval (GET {url}/healthz answering 200 means alive).
  */
 #ifndef GW_POOL_H
 #define GW_POOL_H
 
+#include "gw_engine.h"
+#include "gw_metrics.h"
 #include "lisa/lisa_rc.h"
+#include "lisa/lisa_rpc.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -81,5 +91,26 @@ uint32_t gw_pool_inflight(const gw_pool_t *self, const char *id);
 size_t gw_pool_size(const gw_pool_t *self);
 bool gw_pool_at(const gw_pool_t *self, size_t i, const char **id,
                 const char **url, bool *up, bool *paused, uint32_t *inflight);
+
+/* What an attached pool uses (borrowed; they outlive the pool's timers,
+ * and the engine facade is destroyed before the pool). */
+typedef struct {
+    zloop_t *loop;
+    lisa_rpc_t *rpc;     /* NULL: no broker, no refresh */
+    gw_engine_t *engine; /* health checks */
+    gw_metrics_t *m;
+    int rpc_timeout_ms;
+    size_t refresh_ms; /* 0: no refresh timer */
+    size_t health_ms;  /* 0: no health checks */
+} gw_pool_io_t;
+
+/* Starts the refresh and health timers (and a first refresh). */
+void gw_pool_attach(gw_pool_t *self, const gw_pool_io_t *io);
+
+/* Asks the broker for the engine list now (one request at a time). */
+void gw_pool_refresh(gw_pool_t *self);
+
+/* The same, at most every 100 ms: a call found no engine it may use. */
+void gw_pool_refresh_soon(gw_pool_t *self);
 
 #endif
