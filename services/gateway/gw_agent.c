@@ -139,6 +139,19 @@ s_done_add(gw_agent_t *self, const lisa_token_claims_t *who)
     zhashx_update(self->done, key, (void *) 1);
 }
 
+/* The task reply names the rollout's group: the attempt's chat calls are
+ * then placed with the group's other attempts (gw_pool). */
+static void
+s_note_group(gw_agent_t *self, const lisa_token_claims_t *who,
+             const char *group_id)
+{
+    gw_attempt_t *a;
+    if (group_id && *group_id &&
+        gw_trace_open(self->d.trace, who->rollout_id, who->attempt, s_now_ms(),
+                      &a) == LISA_OK)
+        gw_attempt_set_group(a, group_id);
+}
+
 static void
 s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
              const Lisa__Reply *rep)
@@ -154,9 +167,10 @@ s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
         return;
     }
     json_t *o = NULL;
-    if (rep->body_case == LISA__REPLY__BODY_GET_TASK && rep->get_task->task)
+    if (rep->body_case == LISA__REPLY__BODY_GET_TASK && rep->get_task->task) {
         o = s_task_json(rep->get_task->task);
-    else if (rep->body_case == LISA__REPLY__BODY_HEARTBEAT)
+        s_note_group(self, &c->r.who, rep->get_task->task->group_id);
+    } else if (rep->body_case == LISA__REPLY__BODY_HEARTBEAT)
         o = json_pack("{s:I,s:b}", "lease_expiry_ms",
                       (json_int_t) rep->heartbeat->lease_expiry_ms, "cancel",
                       rep->heartbeat->cancel);

@@ -18,6 +18,7 @@ struct gw_chat_t {
     gw_chat_deps_t d;
     zlistx_t *calls; /* s_chat_t waiting for an engine */
     uint64_t counter;
+    uint64_t prompt_answered, cached; /* prefix-cache hit rate */
 };
 
 static uint64_t
@@ -278,8 +279,8 @@ s_chat_send(s_chat_t *c)
     gw_chat_t *self = c->self;
     gw_err_t err;
     const char *id, *url;
-    lisa_rc_t rc =
-        gw_pool_pick(self->d.pool, gw_attempt_engine(c->a), &id, &url);
+    lisa_rc_t rc = gw_pool_pick_group(self->d.pool, gw_attempt_engine(c->a),
+                                      gw_attempt_group(c->a), &id, &url);
     if (rc != LISA_OK) {
         gw_pool_refresh_soon(self->d.pool);
         if (rc == LISA_AGAIN)
@@ -329,6 +330,23 @@ s_upstream_err(gw_metrics_t *m, const char *engine, const char *kind)
     char labels[256];
     snprintf(labels, sizeof labels, "engine=\"%s\",kind=\"%s\"", engine, kind);
     gw_metrics_add(m, "lisa_gateway_upstream_errors_total", labels, 1);
+}
+
+/* Prefix-cache accounting: the engine's cached prompt tokens against the
+ * prompt tokens of the calls it answered. */
+static void
+s_count_cache(gw_chat_t *self, size_t prompt, uint64_t cached)
+{
+    self->prompt_answered += prompt;
+    self->cached += cached;
+    gw_metrics_add(self->d.m, "lisa_gateway_answered_prompt_tokens_total", NULL,
+                   (double) prompt);
+    gw_metrics_add(self->d.m, "lisa_gateway_cached_tokens_total", NULL,
+                   (double) cached);
+    gw_metrics_set(self->d.m, "lisa_gateway_prefix_cache_hit_rate", NULL,
+                   self->prompt_answered
+                       ? (double) self->cached / (double) self->prompt_answered
+                       : 0);
 }
 
 static void
@@ -400,7 +418,8 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     }
     gw_metrics_add(self->d.m, "lisa_gateway_tokens_out_total", NULL,
                    (double) comp->n);
-    gw_usage_t u = {plen, comp->n};
+    s_count_cache(self, plen, comp->cached_tokens);
+    gw_usage_t u = {plen, comp->n, comp->cached_tokens};
     const char *model = c->chat.model ? c->chat.model : self->d.cfg->model;
     int64_t created = (int64_t) (s_now_ms() / 1000);
     char *body;

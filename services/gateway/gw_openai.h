@@ -159,6 +159,8 @@ void gw_reply_clear(gw_reply_t *r);
 typedef struct {
     uint64_t prompt_tokens;
     uint64_t completion_tokens;
+    uint64_t cached_tokens; /* prompt ids the engine had cached (reported
+                             * as usage.prompt_tokens_details) */
 } gw_usage_t;
 
 /* The non-streaming response body (caller frees with free()). Written

@@ -24,6 +24,7 @@ typedef struct {
     bool up;
     uint32_t fails;
     uint32_t inflight;
+    uint32_t capacity; /* advertised max_batch; 0: not known */
 } s_engine_t;
 
 struct gw_pool_t {
@@ -32,7 +33,8 @@ struct gw_pool_t {
     uint32_t max_inflight;
     uint32_t fail_limit;
     bool paused_all;
-    size_t rr; /* round-robin start among equally loaded engines */
+    size_t rr;        /* round-robin start among equally loaded engines */
+    zhashx_t *groups; /* group id -> engine id the group is placed on */
     /* attached (gw_pool_attach): refresh and health checks */
     gw_pool_io_t io;
     zlistx_t *checks;         /* s_check_t of health checks in flight */
@@ -47,6 +49,9 @@ gw_pool_new(uint32_t max_inflight, uint32_t fail_limit)
     gw_pool_t *self = lisa_calloc(1, sizeof *self);
     self->max_inflight = max_inflight;
     self->fail_limit = fail_limit ? fail_limit : 1;
+    self->groups = zhashx_new();
+    zhashx_set_destructor(self->groups, (zhashx_destructor_fn *) zstr_free);
+    zhashx_set_duplicator(self->groups, (zhashx_duplicator_fn *) strdup);
     return self;
 }
 
@@ -75,6 +80,7 @@ gw_pool_destroy(gw_pool_t **self)
         }
         zlistx_destroy(&p->checks);
     }
+    zhashx_destroy(&p->groups);
     for (size_t i = 0; i < (*self)->n; i++)
         s_engine_clear(&(*self)->e[i]);
     lisa_free(&(*self)->e);
@@ -188,20 +194,59 @@ s_usable(const gw_pool_t *self, const s_engine_t *e)
            (!self->max_inflight || e->inflight < self->max_inflight);
 }
 
+/* The least-loaded usable engine (round robin among equals), or NULL. */
+static s_engine_t *
+s_least_loaded(gw_pool_t *self)
+{
+    s_engine_t *e = NULL;
+    for (size_t k = 0; k < self->n; k++) {
+        s_engine_t *c = &self->e[(self->rr + k) % self->n];
+        if (s_usable(self, c) && (!e || c->inflight < e->inflight))
+            e = c;
+    }
+    if (self->n)
+        self->rr = (self->rr + 1) % self->n;
+    return e;
+}
+
+/* An engine is overloaded for a group's new attempt once its calls in
+ * flight reach its advertised batch (unknown: never, below the pool's
+ * own limit that s_usable checks). */
+static bool
+s_overloaded(const s_engine_t *e)
+{
+    return e->capacity && e->inflight >= e->capacity;
+}
+
 lisa_rc_t
 gw_pool_pick(gw_pool_t *self, const char *sticky, const char **id,
              const char **url)
 {
+    return gw_pool_pick_group(self, sticky, NULL, id, url);
+}
+
+lisa_rc_t
+gw_pool_pick_group(gw_pool_t *self, const char *sticky, const char *group,
+                   const char **id, const char **url)
+{
     s_engine_t *e = s_find(self, sticky);
     if (!e || !s_usable(self, e)) {
         e = NULL;
-        for (size_t k = 0; k < self->n; k++) {
-            s_engine_t *c = &self->e[(self->rr + k) % self->n];
-            if (s_usable(self, c) && (!e || c->inflight < e->inflight))
-                e = c;
+        s_engine_t *home =
+            group && *group ? s_find(self, zhashx_lookup(self->groups, group))
+                            : NULL;
+        bool home_ok = home && s_usable(self, home);
+        if (home_ok && !s_overloaded(home))
+            e = home;
+        else
+            e = s_least_loaded(self);
+        /* a group without a usable home moves to where it went; an
+         * overloaded home stays its home (this call only went elsewhere) */
+        if (e && group && *group && !home_ok) {
+            if (zhashx_size(self->groups) >= GW_POOL_MAX_GROUPS)
+                zhashx_purge(self->groups);
+            zhashx_update(self->groups, group, e->id);
         }
-        if (self->n)
-            self->rr = (self->rr + 1) % self->n;
     }
     if (!e) {
         for (size_t i = 0; i < self->n; i++)
@@ -212,6 +257,20 @@ gw_pool_pick(gw_pool_t *self, const char *sticky, const char **id,
     *id = e->id;
     *url = e->url;
     return LISA_OK;
+}
+
+void
+gw_pool_set_capacity(gw_pool_t *self, const char *id, uint32_t max_batch)
+{
+    s_engine_t *e = s_find(self, id);
+    if (e)
+        e->capacity = max_batch;
+}
+
+const char *
+gw_pool_group_engine(const gw_pool_t *self, const char *group)
+{
+    return group ? zhashx_lookup(self->groups, group) : NULL;
 }
 
 void
@@ -340,6 +399,8 @@ s_listed(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
                            e->paused, true) != LISA_OK)
             lisa_log_warn("engine %.64s refused (bad id/url or pool full)",
                           e->engine_id);
+        else
+            gw_pool_set_capacity(self, e->engine_id, e->max_batch);
     }
     gw_pool_sync_end(self);
 }

@@ -7,12 +7,18 @@
  * broker-sourced set and keeps static ones. Routing is sticky per attempt
  * (an attempt keeps its engine so the engine's prefix cache holds its
  * prefix) with least-loaded fallback when the sticky engine is down,
- * paused, gone or full. An engine is marked down after `fail_limit`
- * consecutive connection errors or failed health checks, and up again on
- * the first success. Paused engines (draining for a weight update, by the
- * broker's record or the gateway's admin switch) get no new calls; their
- * in-flight calls finish. Engines are referred to by id, so a call that
- * outlives its engine's removal is harmless.
+ * paused, gone or full. An attempt's first call is placed by its group
+ * (the n rollouts of one prompt share the prompt, so on one engine they
+ * share its cached prefix): on the engine the group's first attempt went
+ * to, while that engine is usable and its calls in flight are below its
+ * advertised max_batch (the broker's engine record; unknown: no bound
+ * but --engine-max-inflight), else on the least-loaded engine. A group
+ * whose engine is gone, down or paused moves with its next attempt. An engine
+ * is marked down after `fail_limit` consecutive connection errors or failed
+ * health checks, and up again on the first success. Paused engines (draining
+ * for a weight update, by the broker's record or the gateway's admin switch)
+ * get no new calls; their in-flight calls finish. Engines are referred to by
+ * id, so a call that outlives its engine's removal is harmless.
  *
  * Attached to a loop (gw_pool_attach) the pool keeps itself current: the
  * broker's engine list every refresh interval and, at most every 100 ms,
@@ -34,6 +40,7 @@
 #include <stdint.h>
 
 #define GW_POOL_MAX_ENGINES 1024u
+#define GW_POOL_MAX_GROUPS  65536u /* groups placed (forgotten when full) */
 
 typedef struct gw_pool_t gw_pool_t;
 
@@ -68,6 +75,18 @@ size_t gw_pool_sync_end(gw_pool_t *self);
  * (answer 429 with Retry-After); LISA_UNAVAILABLE: none is up (503). */
 lisa_rc_t gw_pool_pick(gw_pool_t *self, const char *sticky, const char **id,
                        const char **url) LISA_NODISCARD;
+
+/* The same, for an attempt of `group` (NULL or "": none) whose first call
+ * this may be (see the file comment). */
+lisa_rc_t gw_pool_pick_group(gw_pool_t *self, const char *sticky,
+                             const char *group, const char **id,
+                             const char **url) LISA_NODISCARD;
+
+/* Engine `id`'s advertised batch size (0: unknown). */
+void gw_pool_set_capacity(gw_pool_t *self, const char *id, uint32_t max_batch);
+
+/* The engine `group` is placed on (borrowed; NULL when none). */
+const char *gw_pool_group_engine(const gw_pool_t *self, const char *group);
 
 /* A call to engine `id` starts / ends (`conn_error`: it could not connect
  * or the connection broke; other outcomes count as alive). */

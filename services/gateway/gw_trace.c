@@ -50,6 +50,7 @@ struct gw_attempt_t {
     int32_t last_seq;
     uint32_t spans;
     char *engine;
+    char *group; /* the rollout's group, when the task reply named it */
     int64_t answer_turn;
     char *answer;
     size_t answer_len;
@@ -82,6 +83,7 @@ s_attempt_free(void **item)
     lisa_free(&a->pre_hash);
     lisa_free(&a->answer);
     lisa_free(&a->engine);
+    lisa_free(&a->group);
     lisa_free(&a);
     *item = NULL;
 }
@@ -233,6 +235,19 @@ uint32_t
 gw_attempt_next_seq(const gw_attempt_t *a)
 {
     return a->next_seq;
+}
+
+const char *
+gw_attempt_group(const gw_attempt_t *a)
+{
+    return a->group;
+}
+
+void
+gw_attempt_set_group(gw_attempt_t *a, const char *group_id)
+{
+    lisa_free(&a->group);
+    a->group = group_id && *group_id ? lisa_strndup(group_id, 128) : NULL;
 }
 
 const char *

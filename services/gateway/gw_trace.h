@@ -75,6 +75,11 @@ uint32_t gw_attempt_spans(const gw_attempt_t *a);
 /* Next sequence number (= spans stored for the attempt, once based). */
 uint32_t gw_attempt_next_seq(const gw_attempt_t *a);
 
+/* The rollout's group id (borrowed; NULL when not known) and its setter
+ * (copied, at most 128 bytes; NULL or "" clears it). */
+const char *gw_attempt_group(const gw_attempt_t *a);
+void gw_attempt_set_group(gw_attempt_t *a, const char *group_id);
+
 /* Sticky engine id (borrowed; NULL when none) and its setter (copied). */
 const char *gw_attempt_engine(const gw_attempt_t *a);
 void gw_attempt_set_engine(gw_attempt_t *a, const char *engine_id);
