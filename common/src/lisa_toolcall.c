@@ -26,9 +26,26 @@ typedef struct {
 
 struct lisa_toolcalls_t {
     char *content;
-    s_call_t calls[LISA_TOOLCALL_MAX_CALLS + 1];
-    size_t n, errors;
+    s_call_t *calls; /* n of cap, at most LISA_TOOLCALL_MAX_CALLS + 1 */
+    size_t n, cap, errors;
 };
+
+/* Room for one more call (the array grows as blocks are found: most
+ * replies have one or two). */
+static s_call_t *
+s_next(lisa_toolcalls_t *self)
+{
+    if (self->n == self->cap) {
+        size_t cap = self->cap ? self->cap * 2 : 2;
+        if (cap > LISA_TOOLCALL_MAX_CALLS + 1)
+            cap = LISA_TOOLCALL_MAX_CALLS + 1;
+        self->calls = lisa_realloc(self->calls, cap * sizeof *self->calls);
+        memset(self->calls + self->cap, 0,
+               (cap - self->cap) * sizeof *self->calls);
+        self->cap = cap;
+    }
+    return &self->calls[self->n];
+}
 
 static const char *
 s_find(const char *s, size_t n, const char *needle, size_t k)
@@ -133,11 +150,12 @@ s_fail(lisa_toolcalls_t *self, s_call_t *c, const char *why)
 }
 
 static void
-s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
+s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n,
+             lisa_toolcall_load_fn *load)
 {
     s_trim(&body, &n);
     json_error_t jerr;
-    json_t *o = json_loadb(body, n, 0, &jerr);
+    json_t *o = load(body, n, 0, &jerr);
     if (!o) {
         s_fail(self, c, "tool call is not valid JSON");
         return;
@@ -164,7 +182,8 @@ s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
             s_fail(self, c, "tool call arguments too deep");
         }
     } else if (json_is_string(args)) {
-        json_t *inner = json_loads(json_string_value(args), 0, &jerr);
+        json_t *inner =
+            load(json_string_value(args), json_string_length(args), 0, &jerr);
         if (json_is_object(inner)) {
             c->name = lisa_strdup(json_string_value(name));
             c->arguments = lisa_strdup(json_string_value(args));
@@ -230,12 +249,14 @@ s_content(const lisa_toolcalls_t *self, const char *text, size_t len,
 
 lisa_toolcalls_t *
 lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
-                          unsigned flags)
+                          unsigned flags, lisa_toolcall_load_fn *load)
 {
     if (len > LISA_TOOLCALL_MAX_TEXT)
         return NULL;
     if (!id_prefix)
         id_prefix = "call_";
+    if (!load)
+        load = json_loadb;
     lisa_toolcalls_t *self = lisa_calloc(1, sizeof *self);
     const char *end = text + len;
     const char *open = s_find(text, len, S_OPEN, S_OPEN_LEN);
@@ -243,7 +264,7 @@ lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
         const char *body = open + S_OPEN_LEN;
         const char *close =
             s_find(body, (size_t) (end - body), S_CLOSE, S_CLOSE_LEN);
-        s_call_t *c = &self->calls[self->n];
+        s_call_t *c = s_next(self);
         char idbuf[LISA_TOOLCALL_MAX_PREFIX + 24];
         snprintf(idbuf, sizeof idbuf, "%.*s%zu", (int) LISA_TOOLCALL_MAX_PREFIX,
                  id_prefix, self->n);
@@ -262,7 +283,7 @@ lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
             break;
         }
         c->raw = lisa_strndup(body, (size_t) (close - body));
-        s_parse_body(self, c, body, (size_t) (close - body));
+        s_parse_body(self, c, body, (size_t) (close - body), load);
         const char *after = close + S_CLOSE_LEN;
         c->pub.end = (size_t) (after - text);
         open = s_find(after, (size_t) (end - after), S_OPEN, S_OPEN_LEN);
@@ -282,7 +303,7 @@ lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
 lisa_toolcalls_t *
 lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
 {
-    return lisa_toolcalls_parse_opts(text, len, id_prefix, 0);
+    return lisa_toolcalls_parse_opts(text, len, id_prefix, 0, NULL);
 }
 
 void
@@ -298,6 +319,7 @@ lisa_toolcalls_destroy(lisa_toolcalls_t **p)
         lisa_free(&self->calls[i].raw);
         json_decref(self->calls[i].value);
     }
+    lisa_free(&self->calls);
     lisa_free(&self->content);
     lisa_free(p);
 }

@@ -18,7 +18,6 @@ struct gw_chat_t {
     gw_chat_deps_t d;
     zlistx_t *calls; /* s_chat_t waiting for an engine */
     uint64_t counter;
-    uint64_t prompt_answered, cached; /* prefix-cache hit rate */
 };
 
 static uint64_t
@@ -333,20 +332,15 @@ s_upstream_err(gw_metrics_t *m, const char *engine, const char *kind)
 }
 
 /* Prefix-cache accounting: the engine's cached prompt tokens against the
- * prompt tokens of the calls it answered. */
+ * prompt tokens of the calls it answered (the hit rate is derived when
+ * /metrics is read). */
 static void
 s_count_cache(gw_chat_t *self, size_t prompt, uint64_t cached)
 {
-    self->prompt_answered += prompt;
-    self->cached += cached;
     gw_metrics_add(self->d.m, "lisa_gateway_answered_prompt_tokens_total", NULL,
                    (double) prompt);
     gw_metrics_add(self->d.m, "lisa_gateway_cached_tokens_total", NULL,
                    (double) cached);
-    gw_metrics_set(self->d.m, "lisa_gateway_prefix_cache_hit_rate", NULL,
-                   self->prompt_answered
-                       ? (double) self->cached / (double) self->prompt_answered
-                       : 0);
 }
 
 static void
@@ -418,8 +412,10 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
     }
     gw_metrics_add(self->d.m, "lisa_gateway_tokens_out_total", NULL,
                    (double) comp->n);
-    s_count_cache(self, plen, comp->cached_tokens);
-    gw_usage_t u = {plen, comp->n, comp->cached_tokens};
+    /* an engine cannot have cached more than the prompt */
+    uint64_t cached = comp->cached_tokens < plen ? comp->cached_tokens : plen;
+    s_count_cache(self, plen, cached);
+    gw_usage_t u = {plen, comp->n, cached};
     const char *model = c->chat.model ? c->chat.model : self->d.cfg->model;
     int64_t created = (int64_t) (s_now_ms() / 1000);
     char *body;

@@ -126,8 +126,10 @@ static void
 s_tool_calls(const char *text, size_t len, const char *id_prefix,
              gw_reply_t *out)
 {
+    /* gw_json's reader: jansson's values, without its byte-at-a-time
+     * stream (fuzz_gw_json checks that they agree) */
     lisa_toolcalls_t *tc = lisa_toolcalls_parse_opts(
-        text, len, NULL, LISA_TOOLCALL_KEEP_MALFORMED);
+        text, len, NULL, LISA_TOOLCALL_KEEP_MALFORMED, gw_json_loadb);
     size_t n = tc ? lisa_toolcalls_count(tc) : 0;
     size_t ok = n - (tc ? lisa_toolcalls_errors(tc) : 0);
     if (ok == 0) {

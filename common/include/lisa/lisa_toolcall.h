@@ -63,10 +63,17 @@ typedef struct {
 lisa_toolcalls_t *lisa_toolcalls_parse(const char *text, size_t len,
                                        const char *id_prefix);
 
-/* Same with flags (LISA_TOOLCALL_KEEP_MALFORMED). */
+/* A JSON reader with json_loadb's contract (same values, same refusals),
+ * e.g. a faster one the caller trusts to agree with jansson. */
+typedef json_t *(lisa_toolcall_load_fn) (const char *p, size_t len,
+                                         size_t flags, json_error_t *err);
+
+/* Same with flags (LISA_TOOLCALL_KEEP_MALFORMED) and the reader of each
+ * block's JSON (NULL: json_loadb). */
 lisa_toolcalls_t *lisa_toolcalls_parse_opts(const char *text, size_t len,
                                             const char *id_prefix,
-                                            unsigned flags);
+                                            unsigned flags,
+                                            lisa_toolcall_load_fn *load);
 
 /* Frees the result and sets *p to NULL; safe on NULL and twice. */
 void lisa_toolcalls_destroy(lisa_toolcalls_t **p);

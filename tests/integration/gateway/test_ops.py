@@ -357,15 +357,23 @@ def _group_attempts(c, n_groups, n):
     return [(group[r], r, atts[r]) for r in rids]
 
 
-def _fetch_task_and_chat(gw, key, rid, att):
-    tok = mint(key, rid, att)
+def _fetch_task(gw, key, rid, att):
     st, _, body = http(gw.url + "/lisa/v1/task", "GET", None,
-                       {"Authorization": "Bearer " + tok})
+                       {"Authorization": "Bearer " + mint(key, rid, att)})
     assert st == 200, body
+
+
+def _chat_once(gw, key, rid, att):
+    tok = mint(key, rid, att)
     st, _, body = http(gw.url + "/v1/chat/completions", "POST",
                        {"messages": [{"role": "user", "content": "go"}]},
                        {"Authorization": "Bearer " + tok})
     assert st == 200, body
+
+
+def _fetch_task_and_chat(gw, key, rid, att):
+    _fetch_task(gw, key, rid, att)
+    _chat_once(gw, key, rid, att)
 
 
 def test_a_groups_attempts_share_an_engine(make_engine, make_gateway, make_broker, key):
@@ -397,7 +405,7 @@ def test_a_group_leaves_an_engine_at_its_batch(make_engine, make_gateway, make_b
     # the first one's call runs, goes to the other engine; the later ones,
     # one at a time, go home again
     import threading
-    engines = [make_engine(lambda p, b: ("slow", "stop"), delay=0.6)
+    engines = [make_engine(lambda p, b: ("slow", "stop"), delay=1.5)
                for _ in range(2)]
     brk = make_broker()
     c = Client(brk.ep["rpc"])
@@ -413,20 +421,22 @@ def test_a_group_leaves_an_engine_at_its_batch(make_engine, make_gateway, make_b
             break
         time.sleep(0.05)
     atts = _group_attempts(c, 1, 5)
+    for _, rid, att in atts:  # the gateway learns the group
+        _fetch_task(gw, key, rid, att)
     before = [len(e.requests) for e in engines]
-    first = threading.Thread(target=_fetch_task_and_chat,
+    first = threading.Thread(target=_chat_once,
                              args=(gw, key, atts[0][1], atts[0][2]))
     first.start()
     end = time.time() + 5
     while time.time() < end and not any(e.inflight for e in engines):
         time.sleep(0.01)
     home = [i for i, e in enumerate(engines) if e.inflight][0]
-    _fetch_task_and_chat(gw, key, atts[1][1], atts[1][2])
+    _chat_once(gw, key, atts[1][1], atts[1][2])
     first.join()
     assert len(engines[home].requests) == before[home] + 1
     assert len(engines[1 - home].requests) == before[1 - home] + 1
     for _, rid, att in atts[2:]:  # one at a time: home every time
         before = [len(e.requests) for e in engines]
-        _fetch_task_and_chat(gw, key, rid, att)
+        _chat_once(gw, key, rid, att)
         assert _served_by(engines, before) == home
     c.close()

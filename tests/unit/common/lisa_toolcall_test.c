@@ -136,7 +136,7 @@ Test(lisa_toolcall, keep_malformed_and_positions)
                     "\n<tool_call>{\"name\": \"b\", \"arguments\": "
                     "\"{\\\"y\\\": 2}\"}</tool_call> tail";
     lisa_toolcalls_t *tc = lisa_toolcalls_parse_opts(
-        t, strlen(t), "c", LISA_TOOLCALL_KEEP_MALFORMED);
+        t, strlen(t), "c", LISA_TOOLCALL_KEEP_MALFORMED, NULL);
     cr_assert_eq(lisa_toolcalls_count(tc), 3);
     cr_assert_eq(lisa_toolcalls_errors(tc), 1);
     cr_assert_str_eq(lisa_toolcalls_content(tc),
@@ -161,7 +161,7 @@ Test(lisa_toolcall, keep_malformed_and_positions)
     /* only malformed blocks: the text as is */
     const char *only = " <tool_call>{bad}</tool_call> ";
     tc = lisa_toolcalls_parse_opts(only, strlen(only), NULL,
-                                   LISA_TOOLCALL_KEEP_MALFORMED);
+                                   LISA_TOOLCALL_KEEP_MALFORMED, json_loadb);
     cr_assert_str_eq(lisa_toolcalls_content(tc), only);
     cr_assert_str_eq(lisa_toolcalls_get(tc, 0)->id, "call_0");
     lisa_toolcalls_destroy(&tc);
@@ -169,7 +169,7 @@ Test(lisa_toolcall, keep_malformed_and_positions)
     const char *cut = "<tool_call>{\"name\": \"a\", \"arguments\": {}}"
                       "</tool_call> then <tool_call>{\"na";
     tc = lisa_toolcalls_parse_opts(cut, strlen(cut), NULL,
-                                   LISA_TOOLCALL_KEEP_MALFORMED);
+                                   LISA_TOOLCALL_KEEP_MALFORMED, NULL);
     cr_assert_eq(lisa_toolcalls_get(tc, 1)->end, strlen(cut));
     cr_assert_str_eq(lisa_toolcalls_content(tc), "then <tool_call>{\"na");
     lisa_toolcalls_destroy(&tc);
