@@ -18,6 +18,8 @@ struct gw_chat_t {
     gw_chat_deps_t d;
     zlistx_t *calls; /* s_chat_t waiting for an engine */
     uint64_t counter;
+    uint64_t prompt_answered, cached; /* prefix cache, since start */
+    uint64_t published[2];            /* what gw_chat_publish added */
 };
 
 static uint64_t
@@ -332,15 +334,28 @@ s_upstream_err(gw_metrics_t *m, const char *engine, const char *kind)
 }
 
 /* Prefix-cache accounting: the engine's cached prompt tokens against the
- * prompt tokens of the calls it answered (the hit rate is derived when
- * /metrics is read). */
+ * prompt tokens of the calls it answered, kept here and published when
+ * /metrics is read (gw_chat_publish), so a call costs two additions. */
 static void
 s_count_cache(gw_chat_t *self, size_t prompt, uint64_t cached)
 {
+    self->prompt_answered += prompt;
+    self->cached += cached;
+}
+
+void
+gw_chat_publish(gw_chat_t *self)
+{
     gw_metrics_add(self->d.m, "lisa_gateway_answered_prompt_tokens_total", NULL,
-                   (double) prompt);
+                   (double) (self->prompt_answered - self->published[0]));
     gw_metrics_add(self->d.m, "lisa_gateway_cached_tokens_total", NULL,
-                   (double) cached);
+                   (double) (self->cached - self->published[1]));
+    self->published[0] = self->prompt_answered;
+    self->published[1] = self->cached;
+    gw_metrics_set(self->d.m, "lisa_gateway_prefix_cache_hit_rate", NULL,
+                   self->prompt_answered
+                       ? (double) self->cached / (double) self->prompt_answered
+                       : 0);
 }
 
 static void

@@ -61,4 +61,8 @@ void gw_chat_handle(gw_chat_t *self, const gw_req_t *r);
 /* Engine calls in flight. */
 size_t gw_chat_inflight(const gw_chat_t *self);
 
+/* Adds the prefix-cache counts since the last call to the metrics
+ * (answered prompt tokens, cached tokens) and sets the hit rate. */
+void gw_chat_publish(gw_chat_t *self);
+
 #endif

@@ -236,12 +236,7 @@ s_update_gauges(gw_server_t *srv)
     lisa_http_server_stats_t st = lisa_http_server_stats(srv->http);
     gw_metrics_set(srv->m, "lisa_gateway_inflight_requests", NULL,
                    (double) st.kept);
-    double prompt = gw_metrics_get(
-        srv->m, "lisa_gateway_answered_prompt_tokens_total", NULL);
-    double cached =
-        gw_metrics_get(srv->m, "lisa_gateway_cached_tokens_total", NULL);
-    gw_metrics_set(srv->m, "lisa_gateway_prefix_cache_hit_rate", NULL,
-                   prompt > 0 ? cached / prompt : 0);
+    gw_chat_publish(srv->chat);
     for (size_t i = 0; i < gw_pool_size(srv->pool); i++) {
         const char *id;
         bool up, paused;
