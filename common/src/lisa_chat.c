@@ -12,6 +12,7 @@
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_tojson.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* A borrowed or owned byte string. */
@@ -27,25 +28,27 @@ s_str_free(s_str_t *x)
     lisa_free(&x->owned);
 }
 
+/* The role; "developer" is "system" when `dev` is set. */
 static const char *
-s_role(json_t *msg)
+s_role(const json_t *msg, bool dev)
 {
-    json_t *r = json_object_get(msg, "role");
-    return json_is_string(r) ? json_string_value(r) : "";
+    const json_t *r = json_object_get(msg, "role");
+    const char *s = json_is_string(r) ? json_string_value(r) : "";
+    return dev && strcmp(s, "developer") == 0 ? "system" : s;
 }
 
 static bool
-s_role_is(json_t *msg, const char *role)
+s_role_is(const json_t *msg, const char *role, bool dev)
 {
-    return strcmp(s_role(msg), role) == 0;
+    return strcmp(s_role(msg, dev), role) == 0;
 }
 
 /* The message's content as text (see the header for the liberties). */
 static lisa_rc_t
-s_content(json_t *msg, s_str_t *out, const char **why)
+s_content(const json_t *msg, s_str_t *out, const char **why)
 {
     *out = (s_str_t){.s = "", .n = 0};
-    json_t *c = json_object_get(msg, "content");
+    const json_t *c = json_object_get(msg, "content");
     if (!c || json_is_null(c))
         return LISA_OK;
     if (json_is_string(c)) {
@@ -56,11 +59,11 @@ s_content(json_t *msg, s_str_t *out, const char **why)
     if (json_is_array(c)) {
         lisa_buf_t b = {.max = LISA_CHAT_MAX_OUTPUT};
         size_t i;
-        json_t *part;
+        const json_t *part;
         bool first = true;
         json_array_foreach(c, i, part)
         {
-            json_t *t = json_object_get(part, "text");
+            const json_t *t = json_object_get(part, "text");
             if (!json_is_string(t))
                 continue;
             if (!first)
@@ -139,12 +142,12 @@ s_rstrip_nl(const char *s, size_t *n)
 /* Index of the last user message that is a real query (not a wrapped
  * tool response), or n - 1 when there is none: ns.last_query_index. */
 static lisa_rc_t
-s_last_query(json_t *messages, size_t n, size_t *idx, const char **why)
+s_last_query(const json_t *messages, size_t n, size_t *idx, const char **why)
 {
     *idx = n ? n - 1 : 0;
     for (size_t k = n; k-- > 0;) {
-        json_t *m = json_array_get(messages, k);
-        if (!s_role_is(m, "user"))
+        const json_t *m = json_array_get(messages, k);
+        if (!s_role_is(m, "user", false))
             continue;
         s_str_t c;
         lisa_rc_t rc = s_content(m, &c, why);
@@ -162,10 +165,11 @@ s_last_query(json_t *messages, size_t n, size_t *idx, const char **why)
 }
 
 static lisa_rc_t
-s_header(lisa_buf_t *b, json_t *messages, json_t *tools, const char **why)
+s_header(lisa_buf_t *b, const json_t *messages, const json_t *tools, bool dev,
+         const char **why)
 {
-    json_t *first = json_array_get(messages, 0);
-    bool first_system = first && s_role_is(first, "system");
+    const json_t *first = json_array_get(messages, 0);
+    bool first_system = first && s_role_is(first, "system", dev);
     s_str_t c = {.s = "", .n = 0};
     if (first_system) {
         lisa_rc_t rc = s_content(first, &c, why);
@@ -211,22 +215,22 @@ s_header(lisa_buf_t *b, json_t *messages, json_t *tools, const char **why)
 }
 
 static lisa_rc_t
-s_tool_calls(lisa_buf_t *b, json_t *calls, bool content_nonempty,
+s_tool_calls(lisa_buf_t *b, const json_t *calls, bool content_nonempty,
              const char **why)
 {
     for (size_t i = 0; i < json_array_size(calls); i++) {
-        json_t *tc = json_array_get(calls, i);
+        const json_t *tc = json_array_get(calls, i);
         if (!json_is_object(tc)) {
             *why = "a tool call is not an object";
             return LISA_INVALID;
         }
         if ((i == 0 && content_nonempty) || i > 0)
             lisa_buf_puts(b, "\n");
-        json_t *fn = json_object_get(tc, "function");
+        const json_t *fn = json_object_get(tc, "function");
         if (json_is_object(fn) && json_object_size(fn) > 0)
             tc = fn;
-        json_t *name = json_object_get(tc, "name");
-        json_t *args = json_object_get(tc, "arguments");
+        const json_t *name = json_object_get(tc, "name");
+        const json_t *args = json_object_get(tc, "arguments");
         if (name && !json_is_string(name)) {
             *why = "a tool call name is not a string";
             return LISA_INVALID;
@@ -258,13 +262,13 @@ s_tool_calls(lisa_buf_t *b, json_t *calls, bool content_nonempty,
 }
 
 static lisa_rc_t
-s_reasoning(json_t *msg, json_t **out, const char **why)
+s_reasoning(const json_t *msg, const json_t **out, const char **why)
 {
     static const char *const keys[] = {"reasoning_content", "thinking",
                                        "reasoning"};
     *out = NULL;
     for (size_t i = 0; i < 3; i++) {
-        json_t *v = json_object_get(msg, keys[i]);
+        const json_t *v = json_object_get(msg, keys[i]);
         if (v && !json_is_null(v)) {
             if (!json_is_string(v)) {
                 *why = "reasoning is not a string";
@@ -278,8 +282,8 @@ s_reasoning(json_t *msg, json_t **out, const char **why)
 }
 
 static lisa_rc_t
-s_assistant(lisa_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
-            const char **why)
+s_assistant(lisa_buf_t *b, const json_t *msg, size_t idx, size_t n,
+            size_t last_query, const char **why)
 {
     s_str_t full;
     lisa_rc_t rc = s_content(msg, &full, why);
@@ -287,7 +291,7 @@ s_assistant(lisa_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
         return rc;
     const char *content = full.s, *reason = "";
     size_t content_n = full.n, reason_n = 0;
-    json_t *rv = NULL;
+    const json_t *rv = NULL;
     rc = s_reasoning(msg, &rv, why);
     if (rc != LISA_OK)
         goto out;
@@ -327,7 +331,7 @@ s_assistant(lisa_buf_t *b, json_t *msg, size_t idx, size_t n, size_t last_query,
         lisa_buf_puts(b, "<|im_start|>assistant\n");
         lisa_buf_put(b, content, content_n);
     }
-    json_t *calls = json_object_get(msg, "tool_calls");
+    const json_t *calls = json_object_get(msg, "tool_calls");
     if (calls && !json_is_null(calls) && !json_is_array(calls)) {
         *why = "tool_calls is not an array";
         rc = LISA_INVALID;
@@ -344,16 +348,19 @@ out:
     return rc;
 }
 
+/* last_query is computed on the first assistant turn that needs it
+ * (SIZE_MAX until then): an appended tool result or user turn does not
+ * scan the conversation. */
 static lisa_rc_t
-s_message(lisa_buf_t *b, json_t *messages, size_t i, size_t n,
-          size_t last_query, const char **why)
+s_message(lisa_buf_t *b, const json_t *messages, size_t i, size_t n, bool dev,
+          size_t *last_query, const char **why)
 {
-    json_t *msg = json_array_get(messages, i);
+    const json_t *msg = json_array_get(messages, i);
     if (!json_is_object(msg)) {
         *why = "a message is not an object";
         return LISA_INVALID;
     }
-    const char *role = s_role(msg);
+    const char *role = s_role(msg, dev);
     lisa_rc_t rc = LISA_OK;
     s_str_t c = {0};
     if (strcmp(role, "user") == 0 || (strcmp(role, "system") == 0 && i > 0)) {
@@ -366,17 +373,21 @@ s_message(lisa_buf_t *b, json_t *messages, size_t i, size_t n,
         lisa_buf_put(b, c.s, c.n);
         lisa_buf_puts(b, "<|im_end|>\n");
     } else if (strcmp(role, "assistant") == 0) {
-        rc = s_assistant(b, msg, i, n, last_query, why);
+        if (*last_query == SIZE_MAX)
+            rc = s_last_query(messages, n, last_query, why);
+        if (rc == LISA_OK)
+            rc = s_assistant(b, msg, i, n, *last_query, why);
     } else if (strcmp(role, "tool") == 0) {
         rc = s_content(msg, &c, why);
         if (rc != LISA_OK)
             return rc;
-        if (i == 0 || !s_role_is(json_array_get(messages, i - 1), "tool"))
+        if (i == 0 || !s_role_is(json_array_get(messages, i - 1), "tool", dev))
             lisa_buf_puts(b, "<|im_start|>user");
         lisa_buf_puts(b, "\n<tool_response>\n");
         lisa_buf_put(b, c.s, c.n);
         lisa_buf_puts(b, "\n</tool_response>");
-        if (i + 1 == n || !s_role_is(json_array_get(messages, i + 1), "tool"))
+        if (i + 1 == n ||
+            !s_role_is(json_array_get(messages, i + 1), "tool", dev))
             lisa_buf_puts(b, "<|im_end|>\n");
     }
     s_str_free(&c);
@@ -387,13 +398,14 @@ lisa_chat_opts_t
 lisa_chat_opts_default(void)
 {
     return (lisa_chat_opts_t){.add_generation_prompt = true,
-                              .enable_thinking = -1};
+                              .enable_thinking = -1,
+                              .developer_as_system = false};
 }
 
 static lisa_rc_t
-s_render(json_t *messages, json_t *tools, size_t start, const char *prefix,
-         const lisa_chat_opts_t *opts, char **out, size_t *len,
-         const char **why)
+s_render(const json_t *messages, const json_t *tools, size_t start,
+         const char *prefix, const lisa_chat_opts_t *opts, char **out,
+         size_t *len, const char **why)
 {
     const char *dummy;
     if (!why)
@@ -425,19 +437,18 @@ s_render(json_t *messages, json_t *tools, size_t start, const char *prefix,
         return LISA_INVALID;
     }
     lisa_buf_t b = {.max = LISA_CHAT_MAX_OUTPUT};
-    size_t last_query = 0;
-    lisa_rc_t rc = s_last_query(messages, n, &last_query, why);
-    if (rc != LISA_OK)
-        goto out;
+    size_t last_query = SIZE_MAX;
+    lisa_rc_t rc = LISA_OK;
+    bool dev = opts->developer_as_system;
     if (prefix)
         lisa_buf_puts(&b, prefix);
     if (start == 0) {
-        rc = s_header(&b, messages, tools, why);
+        rc = s_header(&b, messages, tools, dev, why);
         if (rc != LISA_OK)
             goto out;
     }
     for (size_t i = start; i < n; i++) {
-        rc = s_message(&b, messages, i, n, last_query, why);
+        rc = s_message(&b, messages, i, n, dev, &last_query, why);
         if (rc != LISA_OK)
             goto out;
     }
@@ -464,14 +475,15 @@ out:
 }
 
 lisa_rc_t
-lisa_chat_render(json_t *messages, json_t *tools, const lisa_chat_opts_t *opts,
-                 char **out, size_t *len, const char **why)
+lisa_chat_render(const json_t *messages, const json_t *tools,
+                 const lisa_chat_opts_t *opts, char **out, size_t *len,
+                 const char **why)
 {
     return s_render(messages, tools, 0, NULL, opts, out, len, why);
 }
 
 lisa_rc_t
-lisa_chat_render_from(json_t *messages, json_t *tools, size_t start,
+lisa_chat_render_from(const json_t *messages, const json_t *tools, size_t start,
                       const lisa_chat_opts_t *opts, char **out, size_t *len,
                       const char **why)
 {
@@ -479,8 +491,8 @@ lisa_chat_render_from(json_t *messages, json_t *tools, size_t start,
 }
 
 lisa_rc_t
-lisa_chat_render_continuation(json_t *messages, json_t *tools, size_t start,
-                              bool ended_with_im_end,
+lisa_chat_render_continuation(const json_t *messages, const json_t *tools,
+                              size_t start, bool ended_with_im_end,
                               const lisa_chat_opts_t *opts, char **out,
                               size_t *len, const char **why)
 {

@@ -129,7 +129,7 @@ lisa_tojson_float(double x, char buf[LISA_TOJSON_FLOAT_MAX])
 }
 
 static lisa_rc_t
-s_value(lisa_buf_t *b, json_t *v, int depth)
+s_value(lisa_buf_t *b, const json_t *v, int depth)
 {
     if (depth > LISA_TOJSON_MAX_DEPTH)
         return LISA_INVALID;
@@ -141,7 +141,12 @@ s_value(lisa_buf_t *b, json_t *v, int depth)
         const char *key;
         size_t klen;
         json_t *val;
-        json_object_keylen_foreach(v, key, klen, val)
+        /* jansson's iterators take a mutable object; nothing is changed */
+        union {
+            const json_t *c;
+            json_t *m;
+        } obj = {.c = v};
+        json_object_keylen_foreach(obj.m, key, klen, val)
         {
             if (!first)
                 lisa_buf_put(b, ", ", 2);
@@ -194,7 +199,7 @@ s_value(lisa_buf_t *b, json_t *v, int depth)
 }
 
 lisa_rc_t
-lisa_tojson(json_t *v, size_t max, char **out, size_t *len)
+lisa_tojson(const json_t *v, size_t max, char **out, size_t *len)
 {
     *out = NULL;
     if (len)

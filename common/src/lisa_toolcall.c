@@ -21,13 +21,31 @@
 typedef struct {
     lisa_toolcall_t pub;
     char *id, *name, *arguments, *raw;
+    json_t *value; /* the arguments parsed (owned) */
 } s_call_t;
 
 struct lisa_toolcalls_t {
     char *content;
-    s_call_t calls[LISA_TOOLCALL_MAX_CALLS + 1];
-    size_t n, errors;
+    s_call_t *calls; /* n of cap, at most LISA_TOOLCALL_MAX_CALLS + 1 */
+    size_t n, cap, errors;
 };
+
+/* Room for one more call (the array grows as blocks are found: most
+ * replies have one or two). */
+static s_call_t *
+s_next(lisa_toolcalls_t *self)
+{
+    if (self->n == self->cap) {
+        size_t cap = self->cap ? self->cap * 2 : 2;
+        if (cap > LISA_TOOLCALL_MAX_CALLS + 1)
+            cap = LISA_TOOLCALL_MAX_CALLS + 1;
+        self->calls = lisa_realloc(self->calls, cap * sizeof *self->calls);
+        memset(self->calls + self->cap, 0,
+               (cap - self->cap) * sizeof *self->calls);
+        self->cap = cap;
+    }
+    return &self->calls[self->n];
+}
 
 static const char *
 s_find(const char *s, size_t n, const char *needle, size_t k)
@@ -126,15 +144,18 @@ s_fail(lisa_toolcalls_t *self, s_call_t *c, const char *why)
     c->pub.error = why;
     lisa_free(&c->name);
     lisa_free(&c->arguments);
+    json_decref(c->value);
+    c->value = NULL;
     self->errors++;
 }
 
 static void
-s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
+s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n,
+             lisa_toolcall_load_fn *load)
 {
     s_trim(&body, &n);
     json_error_t jerr;
-    json_t *o = json_loadb(body, n, 0, &jerr);
+    json_t *o = load(body, n, 0, &jerr);
     if (!o) {
         s_fail(self, c, "tool call is not valid JSON");
         return;
@@ -148,10 +169,12 @@ s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
     } else if (!args || json_is_null(args)) {
         c->name = lisa_strdup(json_string_value(name));
         c->arguments = lisa_strdup("{}");
+        c->value = json_object();
     } else if (json_is_object(args)) {
         const char *v;
         size_t vn;
         c->name = lisa_strdup(json_string_value(name));
+        c->value = json_incref(args);
         if (s_raw_arguments(body, n, &v, &vn)) {
             c->arguments = lisa_strndup(v, vn);
         } else if (lisa_tojson(args, LISA_TOOLCALL_MAX_TEXT, &c->arguments,
@@ -159,14 +182,16 @@ s_parse_body(lisa_toolcalls_t *self, s_call_t *c, const char *body, size_t n)
             s_fail(self, c, "tool call arguments too deep");
         }
     } else if (json_is_string(args)) {
-        json_t *inner = json_loads(json_string_value(args), 0, &jerr);
+        json_t *inner =
+            load(json_string_value(args), json_string_length(args), 0, &jerr);
         if (json_is_object(inner)) {
             c->name = lisa_strdup(json_string_value(name));
             c->arguments = lisa_strdup(json_string_value(args));
+            c->value = inner;
         } else {
+            json_decref(inner);
             s_fail(self, c, "tool call arguments are not an object");
         }
-        json_decref(inner);
     } else {
         s_fail(self, c, "tool call arguments are not an object");
     }
@@ -192,31 +217,77 @@ s_add_content(char **content, size_t *clen, const char *s, size_t n, bool first)
     (*content)[*clen] = '\0';
 }
 
+/* id_prefix (at most LISA_TOOLCALL_MAX_PREFIX bytes of it) + i, without
+ * printf (once per call of every reply). */
+static char *
+s_id(const char *prefix, size_t i)
+{
+    size_t pn = strnlen(prefix, LISA_TOOLCALL_MAX_PREFIX);
+    char digits[24];
+    size_t nd = 0;
+    do {
+        digits[nd++] = (char) ('0' + i % 10);
+        i /= 10;
+    } while (i);
+    char *id = lisa_malloc(pn + nd + 1);
+    memcpy(id, prefix, pn);
+    for (size_t k = 0; k < nd; k++)
+        id[pn + k] = digits[nd - 1 - k];
+    id[pn + nd] = '\0';
+    return id;
+}
+
+/* A block counts as one for the content rule (see the header). */
+static bool
+s_is_block(const s_call_t *c, unsigned flags)
+{
+    return !(flags & LISA_TOOLCALL_KEEP_MALFORMED) || !c->pub.error;
+}
+
+/* The content: the pieces of text between the blocks. */
+static char *
+s_content(const lisa_toolcalls_t *self, const char *text, size_t len,
+          unsigned flags)
+{
+    size_t at = 0, clen = 0;
+    bool first = true, any = false;
+    char *content = NULL;
+    for (size_t i = 0; i < self->n; i++) {
+        const s_call_t *c = &self->calls[i];
+        if (!s_is_block(c, flags))
+            continue;
+        s_add_content(&content, &clen, text + at, c->pub.start - at, first);
+        first = false;
+        any = true;
+        at = c->pub.end;
+    }
+    if (!any)
+        return lisa_strndup(text, len);
+    s_add_content(&content, &clen, text + at, len - at, false);
+    return content ? content : lisa_strdup("");
+}
+
 lisa_toolcalls_t *
-lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
+lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
+                          unsigned flags, lisa_toolcall_load_fn *load)
 {
     if (len > LISA_TOOLCALL_MAX_TEXT)
         return NULL;
     if (!id_prefix)
         id_prefix = "call_";
+    if (!load)
+        load = json_loadb;
     lisa_toolcalls_t *self = lisa_calloc(1, sizeof *self);
-    const char *open = s_find(text, len, S_OPEN, S_OPEN_LEN);
-    if (!open) {
-        self->content = lisa_strndup(text, len);
-        return self;
-    }
-    char *content = NULL;
-    size_t clen = 0;
-    s_add_content(&content, &clen, text, (size_t) (open - text), true);
     const char *end = text + len;
+    const char *open = s_find(text, len, S_OPEN, S_OPEN_LEN);
     while (open) {
         const char *body = open + S_OPEN_LEN;
         const char *close =
             s_find(body, (size_t) (end - body), S_CLOSE, S_CLOSE_LEN);
-        s_call_t *c = &self->calls[self->n];
-        char idbuf[64];
-        snprintf(idbuf, sizeof idbuf, "%.40s%zu", id_prefix, self->n);
-        c->id = lisa_strdup(idbuf);
+        s_call_t *c = s_next(self);
+        c->id = s_id(id_prefix, self->n);
+        c->pub.start = (size_t) (open - text);
+        c->pub.end = len;
         self->n++;
         if (self->n > LISA_TOOLCALL_MAX_CALLS) {
             c->raw = lisa_strndup(open, (size_t) (end - open));
@@ -229,21 +300,27 @@ lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
             break;
         }
         c->raw = lisa_strndup(body, (size_t) (close - body));
-        s_parse_body(self, c, body, (size_t) (close - body));
+        s_parse_body(self, c, body, (size_t) (close - body), load);
         const char *after = close + S_CLOSE_LEN;
+        c->pub.end = (size_t) (after - text);
         open = s_find(after, (size_t) (end - after), S_OPEN, S_OPEN_LEN);
-        s_add_content(&content, &clen, after,
-                      (size_t) ((open ? open : end) - after), false);
     }
-    self->content = content ? content : lisa_strdup("");
+    self->content = s_content(self, text, len, flags);
     for (size_t i = 0; i < self->n; i++) {
         s_call_t *c = &self->calls[i];
         c->pub.id = c->id;
         c->pub.name = c->name;
         c->pub.arguments = c->arguments;
         c->pub.raw = c->raw;
+        c->pub.value = c->value;
     }
     return self;
+}
+
+lisa_toolcalls_t *
+lisa_toolcalls_parse(const char *text, size_t len, const char *id_prefix)
+{
+    return lisa_toolcalls_parse_opts(text, len, id_prefix, 0, NULL);
 }
 
 void
@@ -257,7 +334,9 @@ lisa_toolcalls_destroy(lisa_toolcalls_t **p)
         lisa_free(&self->calls[i].name);
         lisa_free(&self->calls[i].arguments);
         lisa_free(&self->calls[i].raw);
+        json_decref(self->calls[i].value);
     }
+    lisa_free(&self->calls);
     lisa_free(&self->content);
     lisa_free(p);
 }

@@ -553,6 +553,7 @@ s_h_get_task(brk_lifecycle_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     lisa__task_view__init(v);
     v->rollout_id = r->rollout_id;
     v->attempt = r->attempts;
+    v->group_id = r->group_id;
     v->task_id = t->task_id;
     v->data_source = t->data_source;
     v->problem_statement = t->problem_statement;

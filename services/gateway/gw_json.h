@@ -3,7 +3,7 @@
  *
  * Per call the gateway parses a few small documents: the request's top
  * level without its messages, the two or three messages new since the
- * attempt's last call, the tool call the model wrote, its arguments.
+ * attempt's last call, the tool-call arguments the agent sent back.
  * jansson's reader takes its bytes one at a time through a stream
  * callback; on these documents it was the gateway's largest user-space
  * cost. This reader scans strings 16 bytes at a time and builds the same
@@ -17,9 +17,10 @@
  * answers, jansson accepts the same bytes with an equal value (same types,
  * same key order).
  *
- * The writer side does the same for the few dumps per call (a tool call's
- * arguments as the agent gets them, and in the canonical form digests
- * compare): jansson's exact bytes, or NULL and jansson writes them.
+ * The writer side does the same for the few dumps per call (tool-call
+ * arguments and tools in the canonical form digests compare): jansson's
+ * exact bytes, or NULL and jansson writes them. (The arguments the agent
+ * gets are never written again: they are the model's bytes.)
  */
 #ifndef GW_JSON_H
 #define GW_JSON_H

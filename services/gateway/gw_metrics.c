@@ -42,6 +42,13 @@ static const s_family_t s_families[] = {
     {"lisa_gateway_tokens_out_total", S_COUNTER, "tokens sampled by engines"},
     {"lisa_gateway_prompt_tokens_total", S_COUNTER,
      "full prompt tokens of engine calls"},
+    {"lisa_gateway_answered_prompt_tokens_total", S_COUNTER,
+     "prompt tokens of answered chat calls"},
+    {"lisa_gateway_cached_tokens_total", S_COUNTER,
+     "prompt tokens of answered chat calls the engine had in its prefix "
+     "cache (usage.prompt_tokens_details.cached_tokens)"},
+    {"lisa_gateway_prefix_cache_hit_rate", S_GAUGE,
+     "cached / prompt tokens of the chat calls answered since start"},
     {"lisa_gateway_segments_total", S_COUNTER,
      "new segments started because the agent rewrote history"},
     {"lisa_gateway_spans_total", S_COUNTER, "spans, by outcome"},

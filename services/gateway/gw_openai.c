@@ -846,10 +846,12 @@ s_calls_json(const gw_reply_t *r, bool with_index)
 static json_t *
 s_usage_json(const gw_usage_t *u)
 {
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens",
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens",
                      (json_int_t) u->prompt_tokens, "completion_tokens",
                      (json_int_t) u->completion_tokens, "total_tokens",
-                     (json_int_t) (u->prompt_tokens + u->completion_tokens));
+                     (json_int_t) (u->prompt_tokens + u->completion_tokens),
+                     "prompt_tokens_details", "cached_tokens",
+                     (json_int_t) u->cached_tokens);
 }
 
 /* Appends s as a JSON string, escaped as jansson's compact dump does. */
@@ -948,7 +950,9 @@ gw_chat_response(const char *id, int64_t created, const char *model,
     s_jint(&b, (long long) u->completion_tokens);
     lisa_buf_puts(&b, ",\"total_tokens\":");
     s_jint(&b, (long long) (u->prompt_tokens + u->completion_tokens));
-    lisa_buf_puts(&b, "}}");
+    lisa_buf_puts(&b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    s_jint(&b, (long long) u->cached_tokens);
+    lisa_buf_puts(&b, "}}}");
     return b.p;
 }
 
@@ -1081,17 +1085,24 @@ gw_msg_text(const json_t *msg)
         return lisa_strndup(json_string_value(c), json_string_length(c));
     if (!json_is_array(c))
         return NULL;
+    /* the text parts joined by "\n", as the renderer (lisa_chat) joins
+     * them, so equal digests mean equal rendered text */
     size_t total = 0, i;
     json_t *p;
     json_array_foreach(c, i, p) total +=
-        json_string_length(json_object_get(p, "text"));
+        json_string_length(json_object_get(p, "text")) + 1;
     char *s = lisa_malloc(total + 1);
     size_t off = 0;
+    bool first = true;
     json_array_foreach(c, i, p)
     {
         json_t *t = json_object_get(p, "text");
-        memcpy(s + off, json_string_value(t) ? json_string_value(t) : "",
-               json_string_length(t));
+        if (!json_is_string(t))
+            continue;
+        if (!first)
+            s[off++] = '\n';
+        first = false;
+        memcpy(s + off, json_string_value(t), json_string_length(t));
         off += json_string_length(t);
     }
     s[off] = '\0';

@@ -159,6 +159,8 @@ void gw_reply_clear(gw_reply_t *r);
 typedef struct {
     uint64_t prompt_tokens;
     uint64_t completion_tokens;
+    uint64_t cached_tokens; /* prompt ids the engine had cached (reported
+                             * as usage.prompt_tokens_details) */
 } gw_usage_t;
 
 /* The non-streaming response body (caller frees with free()). Written
@@ -186,8 +188,9 @@ void gw_reply_digest(const gw_reply_t *r, uint8_t out[GW_DIGEST_LEN]);
 /* Digest of the tools array (NULL and [] are equal). */
 void gw_tools_digest(const json_t *tools, uint8_t out[GW_DIGEST_LEN]);
 
-/* Text of a message's content: a string, or the text parts joined; "" for
- * null. Returns a new string (caller frees) or NULL if it is malformed. */
+/* Text of a message's content: a string, or the text parts joined by "\n"
+ * (as they are rendered); "" for null. Returns a new string (caller frees) or
+ * NULL if it is malformed. */
 char *gw_msg_text(const json_t *msg);
 
 #endif

@@ -1,22 +1,31 @@
 /*
  * gw_render: messages -> token ids, and sampled ids -> an OpenAI reply.
  *
- * Renders the Qwen3 chat template (the model's tokenizer_config.json) as
- * text and tokenizes it with the model's own tokenizer (special tokens
- * recognised, as `apply_chat_template(tokenize=True)` does). Two modes:
+ * The text is the Qwen3 chat template as lisa_chat renders it (the
+ * renderer the oracle tests compare with transformers'
+ * apply_chat_template, tool schemas through Python's tojson), tokenized
+ * with the model's own tokenizer (special tokens recognised, as
+ * `apply_chat_template(tokenize=True)` does). Two modes:
  *
  *  - full: the whole conversation, with the tools block in the system
  *    message, then the generation prompt "<|im_start|>assistant\n";
  *  - appended: only messages[first..], rendered as the template renders
- *    them after an assistant turn. The previous sequence ended with the
- *    ids the engine sampled; if they did not end with <|im_end|> (length
- *    limit, stop string) the turn is closed with "<|im_end|>" first. The
- *    text always starts at a special token or right after one, so
- *    tokenizing it alone gives the same ids as tokenizing it in context.
+ *    them after an assistant turn (lisa_chat_render_continuation). The
+ *    previous sequence ended with the ids the engine sampled; if they did
+ *    not end with <|im_end|> (length limit, stop string) the turn is
+ *    closed with "<|im_end|>" first. The text always starts at a special
+ *    token or right after one, so tokenizing it alone gives the same ids
+ *    as tokenizing it in context.
+ *
+ * One liberty beyond the template: the "developer" role renders as
+ * "system" (the template would drop it).
  *
  * The reply side decodes the sampled ids (trailing stop token dropped) and
- * turns well-formed <tool_call>{"name": ..., "arguments": ...}</tool_call>
- * blocks into OpenAI tool_calls; text outside them is the content, and a
+ * parses them with lisa_toolcall: well-formed
+ * <tool_call>{"name": ..., "arguments": ...}</tool_call> blocks become
+ * OpenAI tool_calls whose arguments are the bytes the model wrote (never
+ * re-serialised, so the agent sends back, and a later prompt renders,
+ * exactly what was sampled); text outside them is the content, and a
  * malformed block stays in the content as text.
  */
 #ifndef GW_RENDER_H
@@ -52,7 +61,8 @@ lisa_rc_t gw_render_prompt(gw_render_t *self, const json_t *messages,
                            size_t first, const json_t *tools, int32_t prev_last,
                            lisa_ids_t *out) LISA_NODISCARD;
 
-/* The text gw_render_prompt would tokenize (caller frees). */
+/* The text gw_render_prompt would tokenize (caller frees); NULL when the
+ * messages cannot be rendered (a shape the template refuses). */
 char *gw_render_text(gw_render_t *self, const json_t *messages, size_t first,
                      const json_t *tools, int32_t prev_last);
 

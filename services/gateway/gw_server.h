@@ -16,8 +16,11 @@
  * rollout and attempt, so a sandbox can reach only its own data.
  *
  * Nothing blocks: inbound HTTP is delivered to the loop and kept until
- * answered, engine calls use curl multi on the loop, broker calls are
- * async DEALER RPCs. See docs/gateway.md.
+ * answered, engine calls go through the engine facade (gw_engine: the
+ * gateway's own HTTP/1.1 client, libcurl multi for host names) on the
+ * loop, broker calls are async DEALER RPCs. The routes are owned by
+ * modules (gw_chat, gw_agent, gw_auth; engines by gw_pool); this one
+ * wires them together. See docs/gateway.md.
  */
 #ifndef GW_SERVER_H
 #define GW_SERVER_H

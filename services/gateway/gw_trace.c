@@ -50,6 +50,7 @@ struct gw_attempt_t {
     int32_t last_seq;
     uint32_t spans;
     char *engine;
+    char *group; /* the rollout's group, when the task reply named it */
     int64_t answer_turn;
     char *answer;
     size_t answer_len;
@@ -82,6 +83,7 @@ s_attempt_free(void **item)
     lisa_free(&a->pre_hash);
     lisa_free(&a->answer);
     lisa_free(&a->engine);
+    lisa_free(&a->group);
     lisa_free(&a);
     *item = NULL;
 }
@@ -236,6 +238,19 @@ gw_attempt_next_seq(const gw_attempt_t *a)
 }
 
 const char *
+gw_attempt_group(const gw_attempt_t *a)
+{
+    return a->group;
+}
+
+void
+gw_attempt_set_group(gw_attempt_t *a, const char *group_id)
+{
+    lisa_free(&a->group);
+    a->group = group_id && *group_id ? lisa_strndup(group_id, 128) : NULL;
+}
+
+const char *
 gw_attempt_engine(const gw_attempt_t *a)
 {
     return a->engine;
@@ -248,18 +263,6 @@ gw_attempt_set_engine(gw_attempt_t *a, const char *engine_id)
         return;
     lisa_free(&a->engine);
     a->engine = engine_id ? lisa_strdup(engine_id) : NULL;
-}
-
-const char *
-gw_attempt_rollout(const gw_attempt_t *a)
-{
-    return a->rollout;
-}
-
-uint32_t
-gw_attempt_number(const gw_attempt_t *a)
-{
-    return a->attempt;
 }
 
 void
@@ -603,25 +606,4 @@ gw_span_free(Lisa__Span **span)
     lisa_free(&sp->engine_id);
     lisa_free(&sp->gateway_id);
     lisa_free(span);
-}
-
-Lisa__Span *
-gw_span_copy(const Lisa__Span *s)
-{
-    Lisa__Span *sp = s_span_new();
-    *sp = *s;
-    sp->rollout_id = lisa_strdup(s->rollout_id);
-    sp->appended_ids =
-        lisa_memdup(s->appended_ids, s->n_appended_ids * sizeof(uint32_t));
-    sp->response_ids =
-        lisa_memdup(s->response_ids, s->n_response_ids * sizeof(uint32_t));
-    sp->response_logprobs =
-        s->n_response_logprobs
-            ? lisa_memdup(s->response_logprobs,
-                          s->n_response_logprobs * sizeof(float))
-            : NULL;
-    sp->finish_reason = lisa_strdup(s->finish_reason);
-    sp->engine_id = lisa_strdup(s->engine_id);
-    sp->gateway_id = lisa_strdup(s->gateway_id);
-    return sp;
 }

@@ -75,13 +75,14 @@ uint32_t gw_attempt_spans(const gw_attempt_t *a);
 /* Next sequence number (= spans stored for the attempt, once based). */
 uint32_t gw_attempt_next_seq(const gw_attempt_t *a);
 
+/* The rollout's group id (borrowed; NULL when not known) and its setter
+ * (copied, at most 128 bytes; NULL or "" clears it). */
+const char *gw_attempt_group(const gw_attempt_t *a);
+void gw_attempt_set_group(gw_attempt_t *a, const char *group_id);
+
 /* Sticky engine id (borrowed; NULL when none) and its setter (copied). */
 const char *gw_attempt_engine(const gw_attempt_t *a);
 void gw_attempt_set_engine(gw_attempt_t *a, const char *engine_id);
-
-/* Rollout id and attempt number (borrowed). */
-const char *gw_attempt_rollout(const gw_attempt_t *a);
-uint32_t gw_attempt_number(const gw_attempt_t *a);
 
 /* Digest cache of the last committed request's messages: true and *out
  * filled when position i held a message with raw bytes hashing to `raw`
@@ -172,10 +173,7 @@ lisa_rc_t gw_attempt_commit(gw_attempt_t *a,
 /* Closes the open call without recording anything. */
 void gw_attempt_abort(gw_attempt_t *a);
 
-/* Frees a span made by gw_attempt_commit or gw_span_copy; sets *span NULL. */
+/* Frees a span made by gw_attempt_commit; sets *span NULL. */
 void gw_span_free(Lisa__Span **span);
-
-/* Deep copy of a span (free with gw_span_free). */
-Lisa__Span *gw_span_copy(const Lisa__Span *s);
 
 #endif

@@ -289,6 +289,15 @@ s_parse_choice(json_t *root, json_t *ch, size_t max_ids, gw_completion_t *out,
     if (pv && (!json_is_integer(pv) || json_integer_value(pv) < 0))
         return S_WHY("policy_version must be a non-negative integer");
     out->policy_version = pv ? (uint64_t) json_integer_value(pv) : 0;
+    /* usage.prompt_tokens_details.cached_tokens (OpenAI / vLLM): prompt
+     * ids the engine found in its prefix cache; 0 unless a non-negative
+     * integer */
+    json_t *ct = json_object_get(json_object_get(json_object_get(root, "usage"),
+                                                 "prompt_tokens_details"),
+                                 "cached_tokens");
+    out->cached_tokens = json_is_integer(ct) && json_integer_value(ct) >= 0
+                             ? (uint64_t) json_integer_value(ct)
+                             : 0;
     return LISA_OK;
 }
 
@@ -609,6 +618,9 @@ typedef struct {
     const char *tokens;     /* choices[0].logprobs.tokens */
     const char *finish;     /* choices[0].finish_reason */
     const char *pv;         /* choices[0].policy_version */
+    const char *usage;      /* root.usage */
+    const char *details;    /* usage.prompt_tokens_details */
+    const char *cached;     /* prompt_tokens_details.cached_tokens */
     bool choices;           /* root.choices seen */
 } s_rd_found_t;
 
@@ -665,6 +677,34 @@ s_rd_choice_member(s_rd_t *r, const char *k, size_t kn, bool kesc,
 }
 
 static bool
+s_rd_details_member(s_rd_t *r, const char *k, size_t kn, bool kesc,
+                    unsigned depth, void *arg)
+{
+    s_rd_found_t *f = arg;
+    if (kesc)
+        return false;
+    if (s_key_is(k, kn, "cached_tokens") && !s_rd_mark(&f->cached, r->p))
+        return false;
+    return s_rd_value(r, depth + 1);
+}
+
+static bool
+s_rd_usage_member(s_rd_t *r, const char *k, size_t kn, bool kesc,
+                  unsigned depth, void *arg)
+{
+    s_rd_found_t *f = arg;
+    if (kesc)
+        return false;
+    if (s_key_is(k, kn, "prompt_tokens_details")) {
+        if (!s_rd_mark(&f->details, r->p))
+            return false;
+        if (r->p < r->end && *r->p == '{')
+            return s_rd_object(r, depth + 1, s_rd_details_member, f);
+    }
+    return s_rd_value(r, depth + 1);
+}
+
+static bool
 s_rd_choices_elem(s_rd_t *r, size_t i, unsigned depth, void *arg)
 {
     s_rd_found_t *f = arg;
@@ -688,6 +728,11 @@ s_rd_root_member(s_rd_t *r, const char *k, size_t kn, bool kesc, unsigned depth,
         f->choices = true;
         if (r->p < r->end && *r->p == '[')
             return s_rd_array(r, depth + 1, s_rd_choices_elem, f);
+    } else if (s_key_is(k, kn, "usage")) {
+        if (!s_rd_mark(&f->usage, r->p))
+            return false;
+        if (r->p < r->end && *r->p == '{')
+            return s_rd_object(r, depth + 1, s_rd_usage_member, f);
     } else if (s_key_is(k, kn, "policy_version") &&
                !s_rd_mark(&f->choices_pv, r->p))
         return false;
@@ -924,10 +969,14 @@ gw_upstream_parse_fast(const char *body, size_t len, size_t max_ids,
         out->ids = lisa_malloc(sizeof *out->ids);
     if (!out->logprobs)
         out->logprobs = lisa_malloc(sizeof *out->logprobs);
+    int64_t cached = 0;
+    if (f.cached && (!s_rd_int_at(f.cached, end, &cached) || cached < 0))
+        cached = 0; /* not a count: as if not reported (jansson's rule) */
     out->n = n;
     memcpy(out->finish_reason, s, sn);
     out->finish_reason[sn] = '\0';
     out->policy_version = (uint64_t) pv;
+    out->cached_tokens = (uint64_t) cached;
     return LISA_OK;
 }
 

@@ -10,11 +10,13 @@
  * Response, as lisa's trainer serves it (docs/gateway.md):
  *   {"choices": [{"index": 0, "token_ids": [ids], "finish_reason":
  *     "stop"|"length", "logprobs": {"token_logprobs": [floats]}}],
- *    "policy_version": V}
- * Also accepted: vLLM's return_tokens_as_token_ids form, where
- * choices[0].logprobs.tokens holds "token_id:<id>" strings (and no
- * token_ids array). Logprobs are required: finite, <= 0, one per id (the
- * trainer's importance weights need them).
+ *    "policy_version": V,
+ *    "usage": {"prompt_tokens_details": {"cached_tokens": K}}}
+ * (usage optional: K, the prompt ids found in the engine's prefix cache,
+ * is 0 when absent or not a non-negative integer). Also accepted: vLLM's
+ * return_tokens_as_token_ids form, where choices[0].logprobs.tokens holds
+ * "token_id:<id>" strings (and no token_ids array). Logprobs are required:
+ * finite, <= 0, one per id (the trainer's importance weights need them).
  */
 #ifndef GW_UPSTREAM_H
 #define GW_UPSTREAM_H
@@ -71,6 +73,8 @@ typedef struct {
     size_t n;
     char finish_reason[16]; /* "stop" or "length" */
     uint64_t policy_version;
+    uint64_t cached_tokens; /* usage.prompt_tokens_details.cached_tokens,
+                             * 0 when the engine does not report it */
 } gw_completion_t;
 
 /* Parses an engine response; at most `max_ids` ids. LISA_INVALID (with

@@ -2,7 +2,8 @@
  * Fuzz target: the gateway's reader of engine replies, differentially.
  * Whenever the small reader (gw_upstream_parse_fast) answers, the jansson
  * reader must accept the same bytes with the same ids, logprobs, finish
- * reason and policy version; any difference aborts. The module is compiled
+ * reason, policy version and cached prompt tokens; any difference
+ * aborts. The module is compiled
  * into the target (it depends only on liblisa's libraries).
  */
 #include "../../services/gateway/gw_upstream.c"
@@ -30,7 +31,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 memcmp(f.ids, j.ids, f.n * sizeof *f.ids) != 0 ||
                 memcmp(f.logprobs, j.logprobs, f.n * sizeof *f.logprobs) != 0 ||
                 strcmp(f.finish_reason, j.finish_reason) != 0 ||
-                f.policy_version != j.policy_version)
+                f.policy_version != j.policy_version ||
+                f.cached_tokens != j.cached_tokens)
                 abort();
         } else if (f.ids || f.logprobs || f.n)
             abort();

@@ -27,7 +27,10 @@
  *
  * Two liberties where transformers would raise an error: a null or
  * missing content renders as "", and a content given as an array of
- * parts renders as its "text" parts joined with "\n".
+ * parts renders as its "text" parts joined with "\n". A third on
+ * request (developer_as_system, the gateway's choice): OpenAI's
+ * "developer" role renders as "system", where the template would drop
+ * the message.
  *
  * Incremental rendering. The template's output is a header followed by
  * one piece per message; lisa_chat_render_from returns the pieces of
@@ -66,31 +69,35 @@
 typedef struct {
     bool add_generation_prompt; /* end with "<|im_start|>assistant\n" */
     int enable_thinking;        /* -1 undefined (default), 0 false, 1 true */
+    bool developer_as_system;   /* render role "developer" as "system" */
 } lisa_chat_opts_t;
 
-/* Default options: generation prompt on, enable_thinking undefined. */
+/* Default options: generation prompt on, enable_thinking undefined,
+ * developer messages as the template treats them (dropped). */
 lisa_chat_opts_t lisa_chat_opts_default(void);
 
 /* Renders the whole conversation. `messages` is a JSON array of OpenAI
  * messages, `tools` a JSON array of tool schemas or NULL. On success *out
  * is a new NUL-terminated string (*len its length, may be NULL), owned by
  * the caller. On failure *why (may be NULL) names the reason. */
-lisa_rc_t lisa_chat_render(json_t *messages, json_t *tools,
+lisa_rc_t lisa_chat_render(const json_t *messages, const json_t *tools,
                            const lisa_chat_opts_t *opts, char **out,
                            size_t *len, const char **why) LISA_NODISCARD;
 
 /* Renders only the pieces of messages[start..] (the header too when
  * start is 0), plus the generation prompt per opts. start may equal the
  * number of messages (then only the generation prompt). */
-lisa_rc_t lisa_chat_render_from(json_t *messages, json_t *tools, size_t start,
-                                const lisa_chat_opts_t *opts, char **out,
-                                size_t *len, const char **why) LISA_NODISCARD;
+lisa_rc_t lisa_chat_render_from(const json_t *messages, const json_t *tools,
+                                size_t start, const lisa_chat_opts_t *opts,
+                                char **out, size_t *len,
+                                const char **why) LISA_NODISCARD;
 
 /* The text to append after a generated assistant turn, for the messages
  * from index `start` on: "\n" (ended_with_im_end) or "<|im_end|>\n"
  * followed by lisa_chat_render_from(start). See the header comment. */
-lisa_rc_t lisa_chat_render_continuation(json_t *messages, json_t *tools,
-                                        size_t start, bool ended_with_im_end,
+lisa_rc_t lisa_chat_render_continuation(const json_t *messages,
+                                        const json_t *tools, size_t start,
+                                        bool ended_with_im_end,
                                         const lisa_chat_opts_t *opts,
                                         char **out, size_t *len,
                                         const char **why) LISA_NODISCARD;

@@ -26,7 +26,7 @@
  * may be NULL), owned by the caller. LISA_TOOLARGE when the text would
  * exceed max bytes, LISA_INVALID when nesting exceeds
  * LISA_TOJSON_MAX_DEPTH or a number is not finite. */
-lisa_rc_t lisa_tojson(json_t *v, size_t max, char **out,
+lisa_rc_t lisa_tojson(const json_t *v, size_t max, char **out,
                       size_t *len) LISA_NODISCARD;
 
 /* Room lisa_tojson_float needs: sign, 17 digits, point, "e-308", NUL. */

@@ -19,6 +19,14 @@
  * Content rule: the text before the first block, with trailing
  * whitespace removed, then any non-blank text between or after blocks
  * (trimmed), joined by "\n". Text without any block is returned as is.
+ * With LISA_TOOLCALL_KEEP_MALFORMED (what the gateway answers agents
+ * with) a malformed block is text: it stays in the content where the
+ * model wrote it, the rule counts only well-formed blocks as blocks, and
+ * text without a well-formed block is returned as is.
+ *
+ * Each well-formed call also carries its arguments parsed (a jansson
+ * object, borrowed), so a caller that needs the value does not parse the
+ * text a second time.
  */
 #ifndef LISA_TOOLCALL_H
 #define LISA_TOOLCALL_H
@@ -28,8 +36,12 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#define LISA_TOOLCALL_MAX_CALLS 64
-#define LISA_TOOLCALL_MAX_TEXT  (8u * 1024u * 1024u)
+#define LISA_TOOLCALL_MAX_CALLS  64
+#define LISA_TOOLCALL_MAX_TEXT   (8u * 1024u * 1024u)
+#define LISA_TOOLCALL_MAX_PREFIX 96u /* bytes of id_prefix kept */
+
+/* lisa_toolcalls_parse_opts flags. */
+#define LISA_TOOLCALL_KEEP_MALFORMED 1u /* malformed blocks are content */
 
 typedef struct lisa_toolcalls_t lisa_toolcalls_t;
 
@@ -40,6 +52,9 @@ typedef struct {
     const char *arguments; /* JSON object text; NULL when error */
     const char *raw;       /* the text between the tags (or to the end) */
     const char *error;     /* NULL when well formed; a static reason */
+    const json_t *value;   /* the arguments parsed; NULL when error */
+    size_t start, end;     /* the block in the text: "<tool_call>" through
+                            * "</tool_call>" (or the end of the text) */
 } lisa_toolcall_t;
 
 /* Parses text[0..len). id_prefix (NULL: "call_") starts every id. NULL
@@ -47,6 +62,18 @@ typedef struct {
  * LISA_TOOLCALL_MAX_CALLS are one last call with an error. */
 lisa_toolcalls_t *lisa_toolcalls_parse(const char *text, size_t len,
                                        const char *id_prefix);
+
+/* A JSON reader with json_loadb's contract (same values, same refusals),
+ * e.g. a faster one the caller trusts to agree with jansson. */
+typedef json_t *(lisa_toolcall_load_fn) (const char *p, size_t len,
+                                         size_t flags, json_error_t *err);
+
+/* Same with flags (LISA_TOOLCALL_KEEP_MALFORMED) and the reader of each
+ * block's JSON (NULL: json_loadb). */
+lisa_toolcalls_t *lisa_toolcalls_parse_opts(const char *text, size_t len,
+                                            const char *id_prefix,
+                                            unsigned flags,
+                                            lisa_toolcall_load_fn *load);
 
 /* Frees the result and sets *p to NULL; safe on NULL and twice. */
 void lisa_toolcalls_destroy(lisa_toolcalls_t **p);

@@ -55,8 +55,10 @@ class Engine:
     when finish is "stop". Logprobs are -(i+1)/1000 for token i of each
     reply, so a test can tell sampled logprobs apart."""
 
-    def __init__(self, script, policy_version=7, status=200, delay=0.0):
+    def __init__(self, script, policy_version=7, status=200, delay=0.0,
+                 cached=None):
         self.script = script
+        self.cached = cached  # prompt -> cached_tokens to report, or None
         self.policy_version = policy_version
         self.status = status
         self.delay = delay
@@ -110,12 +112,19 @@ class Engine:
                 lps = [-(i + 1) / 1000.0 for i in range(len(ids))]
                 with eng.lock:
                     eng.replies.append((ids, lps, finish))
-                self._send(200, {
+                reply = {
                     "id": "cmpl-x", "object": "text_completion",
                     "choices": [{"index": 0, "text": "", "token_ids": ids,
                                  "logprobs": {"token_logprobs": lps},
                                  "finish_reason": finish}],
-                    "policy_version": eng.policy_version})
+                    "policy_version": eng.policy_version}
+                if eng.cached is not None:  # as vLLM reports its prefix cache
+                    reply["usage"] = {
+                        "prompt_tokens": len(body["prompt"]),
+                        "completion_tokens": len(ids),
+                        "prompt_tokens_details": {
+                            "cached_tokens": eng.cached(body["prompt"])}}
+                self._send(200, reply)
 
         class S(ThreadingHTTPServer):
             request_queue_size = 1024

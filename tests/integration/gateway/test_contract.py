@@ -217,3 +217,59 @@ def test_context_overflow_is_400(make_engine, make_gateway, key):
     client.chat.completions.create(model="lisa", max_tokens=1000, messages=[
         {"role": "user", "content": "word " * 100}])
     assert len(eng.requests[0]["prompt"]) + eng.requests[0]["max_tokens"] == 300
+
+
+# Arguments as a model writes them; a re-serialiser would write
+# 0.10000000000000001, 1e-07 and upper-case \u escapes.
+MODEL_ARGS = ['{"command": "ls", "ratio": 0.1, "eps": 1e-7, "n": 3.0}',
+              '{"path": "/testbed/café \\u00e9\\u00E9 日本 🎉", "x": [1 ,2.50]}']
+
+
+def test_tool_call_arguments_reach_the_agent_as_written(make_engine,
+                                                        make_gateway, key):
+    transformers = pytest.importorskip("transformers")
+    from gwlib import TOKDIR
+    texts = ['Run.\n<tool_call>\n{"name": "execute_bash", "arguments": %s}\n'
+             '</tool_call>' % a for a in MODEL_ARGS]
+    eng = make_engine(lambda p, b: (texts[min(len(eng.requests) - 1, 1)],
+                                    "stop"))
+    gw = make_gateway(engines=eng.url)
+    token = mint(key, "r-args", 1)
+    msgs = [{"role": "user", "content": "go"}]
+    for k, want in enumerate(MODEL_ARGS):
+        st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                           json.dumps({"model": "lisa", "messages": msgs,
+                                       "tools": TOOLS}).encode(),
+                           {"Authorization": "Bearer " + token,
+                            "Content-Type": "application/json"})
+        assert st == 200, body
+        msg = json.loads(body)["choices"][0]["message"]
+        assert [c["function"]["arguments"] for c in msg["tool_calls"]] == [want]
+        assert msg["content"] == "Run."
+        msgs += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"],
+                       "content": "done %d" % k}]
+    # the history sent back extended the chain (no new segment), and the
+    # chain is what the template renders for that history
+    prev = eng.requests[0]["prompt"] + eng.replies[0][0]
+    assert eng.requests[1]["prompt"][:len(prev)] == prev
+    tok = transformers.AutoTokenizer.from_pretrained(TOKDIR)
+    hist = [dict(m, content=m.get("content") or "") for m in msgs[:3]]
+    want = tok.apply_chat_template(hist, tools=TOOLS, add_generation_prompt=True,
+                                   tokenize=False)
+    assert tokenizer().decode(eng.requests[1]["prompt"],
+                              skip_special_tokens=False) == want
+    # streamed, the arguments are the same bytes
+    st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                       json.dumps({"model": "lisa", "stream": True,
+                                   "messages": [{"role": "user", "content": "s"}],
+                                   "tools": TOOLS}).encode(),
+                       {"Authorization": "Bearer " + mint(key, "r-args2", 1),
+                        "Content-Type": "application/json"})
+    assert st == 200
+    args = ""
+    for line in body.decode().split("\n"):
+        if line.startswith("data: {"):
+            for ch in json.loads(line[6:])["choices"]:
+                for tc in ch["delta"].get("tool_calls") or []:
+                    args += tc["function"].get("arguments") or ""
+    assert args == MODEL_ARGS[1]

@@ -293,3 +293,150 @@ def test_the_token_the_broker_issues_opens_the_gateway(make_engine, make_gateway
     st, _, body = http(gw.url + "/lisa/v1/task", "GET", None, h)
     assert st == 200 and json.loads(body)["rollout_id"] == rid
     assert chat(gw, att.token).choices[0].message.content == "ok"
+
+
+def test_cached_tokens_reach_the_agent_and_metrics(make_engine, make_gateway, key):
+    # the engine reports its prefix-cache hits as vLLM does; the agent gets
+    # them in usage.prompt_tokens_details, /metrics counts them
+    eng = make_engine(lambda p, b: ("cached", "stop"),
+                      cached=lambda prompt: len(prompt) - 3)
+    plain = make_engine(lambda p, b: ("plain", "stop"))
+    gw = make_gateway(engines=eng.url)
+    hdr = {"Authorization": "Bearer " + mint(key, "r-cache", 1)}
+    st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                       {"messages": [{"role": "user", "content": "x"}]}, hdr)
+    assert st == 200, body
+    usage = json.loads(body)["usage"]
+    n = len(eng.requests[0]["prompt"])
+    assert usage["prompt_tokens"] == n
+    assert usage["prompt_tokens_details"] == {"cached_tokens": n - 3}
+    # streamed with usage: the same numbers
+    st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                       {"messages": [{"role": "user", "content": "y"}], "stream": True,
+                        "stream_options": {"include_usage": True}},
+                       {"Authorization": "Bearer " + mint(key, "r-cache", 2)})
+    chunks = [json.loads(line[6:]) for line in body.decode().split("\n")
+              if line.startswith("data: {")]
+    su = [ch["usage"] for ch in chunks if ch.get("usage")][-1]
+    m2 = len(eng.requests[1]["prompt"])
+    assert su["prompt_tokens_details"]["cached_tokens"] == m2 - 3
+    st, _, text = http(gw.url + "/metrics")
+    text = text.decode()
+
+    def value(name):
+        for line in text.split("\n"):
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError(name + " missing")
+    assert value("lisa_gateway_cached_tokens_total") == n - 3 + m2 - 3
+    assert value("lisa_gateway_answered_prompt_tokens_total") == n + m2
+    assert abs(value("lisa_gateway_prefix_cache_hit_rate") -
+               (n + m2 - 6) / (n + m2)) < 1e-6
+    # an engine that does not report it: 0
+    gw2 = make_gateway(engines=plain.url)
+    st, _, body = http(gw2.url + "/v1/chat/completions", "POST",
+                       {"messages": [{"role": "user", "content": "x"}]},
+                       {"Authorization": "Bearer " + mint(key, "r-cache", 3)})
+    assert json.loads(body)["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+def _served_by(engines, before):
+    """The engine whose request count grew since `before`."""
+    grew = [i for i, e in enumerate(engines) if len(e.requests) > before[i]]
+    assert len(grew) == 1, grew
+    return grew[0]
+
+
+def _group_attempts(c, n_groups, n):
+    """n_groups prompts of n rollouts each, claimed: [(group, rid, att)]."""
+    rids = enqueue(c, [task("q%d" % g, task_id="t-g%d" % g, n=n)
+                       for g in range(n_groups)])
+    atts = {a.rollout.rollout_id: a.attempt for a in claim(c, capacity=100)}
+    rep = c.ok("query", pb.QueryReq(rollout_ids=rids))
+    group = {r.rollout_id: r.group_id for r in rep.rollouts}
+    return [(group[r], r, atts[r]) for r in rids]
+
+
+def _fetch_task(gw, key, rid, att):
+    st, _, body = http(gw.url + "/lisa/v1/task", "GET", None,
+                       {"Authorization": "Bearer " + mint(key, rid, att)})
+    assert st == 200, body
+
+
+def _chat_once(gw, key, rid, att):
+    tok = mint(key, rid, att)
+    st, _, body = http(gw.url + "/v1/chat/completions", "POST",
+                       {"messages": [{"role": "user", "content": "go"}]},
+                       {"Authorization": "Bearer " + tok})
+    assert st == 200, body
+
+
+def _fetch_task_and_chat(gw, key, rid, att):
+    _fetch_task(gw, key, rid, att)
+    _chat_once(gw, key, rid, att)
+
+
+def test_a_groups_attempts_share_an_engine(make_engine, make_gateway, make_broker, key):
+    # the n rollouts of one prompt go to one engine (its prefix cache holds
+    # the prompt), learned from the task reply; least loaded would spread
+    # them over both engines
+    engines = [make_engine(lambda p, b: ("e%d" % i, "stop")) for i in range(2)]
+    brk = make_broker()
+    gw = make_gateway(engines="e0=%s,e1=%s" % (engines[0].url, engines[1].url),
+                      broker=brk.ep["rpc"])
+    c = Client(brk.ep["rpc"])
+    atts = _group_attempts(c, 2, 4)
+    groups = sorted({g for g, _, _ in atts})
+    order = ([a for a in atts if a[0] == groups[0]][:2] +
+             [a for a in atts if a[0] == groups[1]][:2] +
+             [a for a in atts if a[0] == groups[0]][2:] +
+             [a for a in atts if a[0] == groups[1]][2:])
+    placed = {}
+    for g, rid, att in order:
+        before = [len(e.requests) for e in engines]
+        _fetch_task_and_chat(gw, key, rid, att)
+        placed.setdefault(g, set()).add(_served_by(engines, before))
+    assert all(len(v) == 1 for v in placed.values()), placed
+    c.close()
+
+
+def test_a_group_leaves_an_engine_at_its_batch(make_engine, make_gateway, make_broker, key):
+    # engines advertise max_batch 1: a group's second attempt, started while
+    # the first one's call runs, goes to the other engine; the later ones,
+    # one at a time, go home again
+    import threading
+    engines = [make_engine(lambda p, b: ("slow", "stop"), delay=1.5)
+               for _ in range(2)]
+    brk = make_broker()
+    c = Client(brk.ep["rpc"])
+    for i, e in enumerate(engines):
+        c.ok("engine_register", pb.EngineRegisterReq(
+            engine=pb.Engine(engine_id="rank%d" % i, url=e.url, up=True,
+                             policy_version=1, max_batch=1), ttl_ms=60000))
+    gw = make_gateway(broker=brk.ep["rpc"])
+    end = time.time() + 5
+    while time.time() < end:
+        st, _, body = http(gw.url + "/healthz")
+        if json.loads(body)["engines"] == 2:
+            break
+        time.sleep(0.05)
+    atts = _group_attempts(c, 1, 5)
+    for _, rid, att in atts:  # the gateway learns the group
+        _fetch_task(gw, key, rid, att)
+    before = [len(e.requests) for e in engines]
+    first = threading.Thread(target=_chat_once,
+                             args=(gw, key, atts[0][1], atts[0][2]))
+    first.start()
+    end = time.time() + 5
+    while time.time() < end and not any(e.inflight for e in engines):
+        time.sleep(0.01)
+    home = [i for i, e in enumerate(engines) if e.inflight][0]
+    _chat_once(gw, key, atts[1][1], atts[1][2])
+    first.join()
+    assert len(engines[home].requests) == before[home] + 1
+    assert len(engines[1 - home].requests) == before[1 - home] + 1
+    for _, rid, att in atts[2:]:  # one at a time: home every time
+        before = [len(e.requests) for e in engines]
+        _chat_once(gw, key, rid, att)
+        assert _served_by(engines, before) == home
+    c.close()

@@ -1,6 +1,7 @@
 /*
- * chat_tool: lisa_chat and lisa_toolcall over stdin/stdout in batches, for
- * the oracle tests (one process call for many cases).
+ * chat_tool: lisa_chat and lisa_toolcall, and the gateway's rendering
+ * path over them (gw_render), over stdin/stdout in batches, for the
+ * oracle tests (one process call for many cases).
  *
  *   chat_tool render  stdin: [{"messages": [...], "tools": [...]|null,
  *                              "add_generation_prompt": bool,
@@ -11,7 +12,18 @@
  *   chat_tool parse   stdin: [text, ...]
  *                     stdout: [{"content": ..., "calls": [{"id", "name",
  *                              "arguments", "error"}]}, ...]
+ *   chat_tool gateway DIR   as render, through gw_render_text with the
+ *                     tokenizer in DIR: the whole conversation, or with
+ *                     "start" the text appended after sampled ids that
+ *                     ended with <|im_end|> ("continuation": "im_end") or
+ *                     not ("cut"); always with the generation prompt
+ *   chat_tool reply DIR     stdin: [text, ...], each tokenized and
+ *                     followed by <|im_end|> as the engine samples it,
+ *                     then through gw_render_reply (the reply the agent
+ *                     gets); stdout: [{"content": str|null, "calls":
+ *                     [{"id", "name", "arguments"}], "finish_reason"}]
  */
+#include "gw_render.h"
 #include "lisa/lisa_chat.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_toolcall.h"
@@ -73,26 +85,88 @@ s_parse(json_t *t)
     return r;
 }
 
+static json_t *
+s_gateway(gw_render_t *r, json_t *c)
+{
+    json_t *msgs = json_object_get(c, "messages");
+    json_t *tools = json_object_get(c, "tools");
+    size_t start = (size_t) json_integer_value(json_object_get(c, "start"));
+    const char *cont = json_string_value(json_object_get(c, "continuation"));
+    int32_t im_end = lisa_tokenizer_im_end_id(gw_render_tokenizer(r));
+    int32_t last = cont && strcmp(cont, "im_end") == 0 ? im_end : -1;
+    char *out = gw_render_text(r, msgs, start,
+                               json_is_array(tools) ? tools : NULL, last);
+    if (!out)
+        return json_pack("{ss}", "error", "cannot be rendered");
+    json_t *s = json_string(out);
+    lisa_free(&out);
+    return s;
+}
+
+static json_t *
+s_reply(gw_render_t *r, json_t *t)
+{
+    lisa_tokenizer_t *tok = gw_render_tokenizer(r);
+    lisa_ids_t *ids = lisa_ids_new(1u << 20);
+    gw_reply_t rep;
+    json_t *res = NULL;
+    if (lisa_tokenizer_encode(tok, json_string_value(t), json_string_length(t),
+                              false, ids) != LISA_OK ||
+        lisa_ids_push(ids, lisa_tokenizer_im_end_id(tok)) != LISA_OK ||
+        gw_render_reply(r, (const uint32_t *) lisa_ids_data(ids),
+                        lisa_ids_len(ids), "stop", true, "call",
+                        &rep) != LISA_OK) {
+        lisa_ids_destroy(&ids);
+        return json_pack("{ss}", "error", "cannot be decoded");
+    }
+    json_t *calls = json_array();
+    for (size_t i = 0; i < rep.n_calls; i++)
+        json_array_append_new(calls,
+                              json_pack("{ss ss ss}", "id", rep.calls[i].id,
+                                        "name", rep.calls[i].name, "arguments",
+                                        rep.calls[i].arguments));
+    res = json_pack("{so so ss}", "content",
+                    rep.content ? json_string(rep.content) : json_null(),
+                    "calls", calls, "finish_reason", rep.finish_reason);
+    gw_reply_clear(&rep);
+    lisa_ids_destroy(&ids);
+    return res;
+}
+
 int
 main(int argc, char **argv)
 {
-    if (argc != 2 ||
-        (strcmp(argv[1], "render") != 0 && strcmp(argv[1], "parse") != 0)) {
-        fprintf(stderr, "usage: chat_tool render|parse < cases.json\n");
+    bool gw = argc == 3 && (strcmp(argv[1], "gateway") == 0 ||
+                            strcmp(argv[1], "reply") == 0);
+    if (!gw && (argc != 2 || (strcmp(argv[1], "render") != 0 &&
+                              strcmp(argv[1], "parse") != 0))) {
+        fprintf(stderr, "usage: chat_tool render|parse < cases.json\n"
+                        "       chat_tool gateway|reply TOKENIZER_DIR < "
+                        "cases.json\n");
         return 2;
     }
+    gw_render_t *r = gw ? gw_render_new(argv[2]) : NULL;
+    if (gw && !r)
+        return 1;
     json_error_t err;
     json_t *in = json_loadf(stdin, JSON_ALLOW_NUL, &err);
     if (!json_is_array(in)) {
         fprintf(stderr, "chat_tool: stdin is not a JSON array: %s\n", err.text);
         return 1;
     }
-    bool render = strcmp(argv[1], "render") == 0;
+    char mode = argv[1][0]; /* r(ender), p(arse), g(ateway), r(eply) */
+    if (strcmp(argv[1], "reply") == 0)
+        mode = 'y';
     json_t *out = json_array();
     for (size_t i = 0; i < json_array_size(in); i++) {
         json_t *c = json_array_get(in, i);
-        json_array_append_new(out, render ? s_render(c) : s_parse(c));
+        json_t *o = mode == 'r'   ? s_render(c)
+                    : mode == 'p' ? s_parse(c)
+                    : mode == 'g' ? s_gateway(r, c)
+                                  : s_reply(r, c);
+        json_array_append_new(out, o);
     }
+    gw_render_destroy(&r);
     json_dumpf(out, stdout, JSON_COMPACT);
     json_decref(out);
     json_decref(in);

@@ -1,7 +1,11 @@
 """lisa_chat against transformers' apply_chat_template (the oracle), byte
 for byte, on generated conversations with tools, tool calls, tool results,
-reasoning and several turns; plus the gateway's incremental path, checked
-token for token against a full re-render tokenized by HF tokenizers.
+reasoning and several turns, both called directly and through the
+gateway's rendering path (gw_render, the code that answers agents); plus
+the gateway's incremental path, checked token for token against a full
+re-render tokenized by HF tokenizers, with the assistant turns rebuilt
+from the replies the gateway gives the agent (tool-call arguments as the
+model wrote them).
 """
 import copy
 import json
@@ -27,7 +31,9 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {
             "command": {"type": "string", "description": "the command"},
             "timeout": {"type": "number", "default": 30.0,
-                        "minimum": 0.001, "maximum": 1e20}},
+                        "minimum": 0.001, "maximum": 1e20},
+            "step": {"type": "number", "default": 0.1, "minimum": 1e-7,
+                     "multipleOf": 3.0, "title": "pas de temps, 步长"}},
             "required": ["command"]}}},
     {"type": "function", "function": {
         "name": "str_replace_editor",
@@ -62,7 +68,7 @@ def _args(rng):
     if choice == 1:
         return {"command": "view", "path": "/testbed/ä.py",
                 "view_range": [1, 20], "ratio": rng.choice([0.1, 2.5, 1e-05,
-                                                            3.0, 1e16])}
+                                                            1e-7, 3.0, 1e16])}
     if choice == 2:  # a JSON string, copied as is by the template
         return json.dumps({"command": "python3 -c 'print(1)'"},
                           ensure_ascii=rng.random() < 0.5)
@@ -120,7 +126,8 @@ def conversations(seed=11, n=250):
 
 
 def chat_tool(mode, items):
-    p = subprocess.run([TOOL, mode], input=json.dumps(items).encode(),
+    argv = [TOOL, mode] + ([QWEN] if mode in ("gateway", "reply") else [])
+    p = subprocess.run(argv, input=json.dumps(items).encode(),
                        capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     return json.loads(p.stdout)
@@ -153,17 +160,30 @@ def test_usage_example(hf):
     assert got == hf_render(hf, case)
 
 
+def _gateway_case(case):
+    """The case as the gateway renders it: always with the generation
+    prompt, enable_thinking never set."""
+    return case["add_generation_prompt"] and "enable_thinking" not in case
+
+
 def test_generated_conversations(hf):
     cases = conversations()
     got = chat_tool("render", cases)
+    gw_cases = [c for c in cases if _gateway_case(c)]
+    assert len(gw_cases) > 150
+    gw_got = chat_tool("gateway", gw_cases)
     bad = []
     for case, g in zip(cases, got):
         want = hf_render(hf, case)
         if g != want:
             bad.append((case, g, want))
+    for case, g in zip(gw_cases, gw_got):
+        want = hf_render(hf, case)
+        if g != want:
+            bad.append((case, g, want))
     assert not bad, "%d of %d differ; first: %s\nlisa=%r\nhf=%r" % (
-        len(bad), len(cases), json.dumps(bad[0][0])[:2000], bad[0][1],
-        bad[0][2])
+        len(bad), len(cases) + len(gw_cases), json.dumps(bad[0][0])[:2000],
+        bad[0][1], bad[0][2])
 
 
 def test_render_from_is_a_suffix():
@@ -188,7 +208,8 @@ def test_render_from_is_a_suffix():
 def test_incremental_ids_are_token_exact(hf):
     """The gateway path: prompt ids + sampled ids (ending in <|im_end|>) +
     ids of the continuation == ids of the full re-render, turn after
-    turn, with the assistant message rebuilt by the tool-call parser."""
+    turn, with the assistant message rebuilt from the gateway's reply
+    (what the agent gets and sends back), rendered by gw_render."""
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(QWEN, "tokenizer.json"))
     rng = random.Random(3)
@@ -201,6 +222,11 @@ def test_incremental_ids_are_token_exact(hf):
         ' "timeout": 10}}\n</tool_call>',
         'The answer is 42 — done. 日本',
         '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>',
+        # decimals and escapes as a model writes them: json.dumps would
+        # write 1e-07 and a re-serialiser 0.10000000000000001
+        'Tuning.\n<tool_call>\n{"name": "str_replace_editor", "arguments": '
+        '{"command": "view", "path": "/testbed/ä \\u00e9\\u00E9.py", '
+        '"ratio": 0.1, "eps": 1e-7, "n": 3.0, "big": 1E+20}}\n</tool_call>',
     ]
     # (Outputs must be in the template's own shape: a model that writes
     # '{"name":"submit"}' is re-rendered with '": "' by the template, which
@@ -209,16 +235,17 @@ def test_incremental_ids_are_token_exact(hf):
         msgs = [{"role": "system", "content": "You are an agent."},
                 {"role": "user", "content": "Solve the task. 🎉"}]
         tools = TOOLS
-        ids = tok.encode(chat_tool("render", [{
+        ids = tok.encode(chat_tool("gateway", [{
             "messages": msgs, "tools": tools,
             "add_generation_prompt": True}])[0]).ids
         for turn in range(rng.randrange(1, 4)):
             text = rng.choice(outputs)
             ids += tok.encode(text).ids + [IM_END]  # what was sampled
-            parsed = chat_tool("parse", [text])[0]
-            asst = {"role": "assistant", "content": parsed["content"]}
+            parsed = chat_tool("reply", [text])[0]
+            # null content (only tool calls) as "", which the template needs
+            asst = {"role": "assistant", "content": parsed["content"] or ""}
             if parsed["calls"]:
-                assert all(c["error"] is None for c in parsed["calls"])
+                assert parsed["finish_reason"] == "tool_calls"
                 asst["tool_calls"] = [
                     {"id": c["id"], "type": "function",
                      "function": {"name": c["name"],
@@ -230,7 +257,7 @@ def test_incremental_ids_are_token_exact(hf):
                 msgs.append({"role": "tool", "content": rng.choice(TEXTS)})
             if rng.random() < 0.3:
                 msgs.append({"role": "user", "content": "continue"})
-            cont = chat_tool("render", [{
+            cont = chat_tool("gateway", [{
                 "messages": msgs, "tools": tools, "start": start,
                 "continuation": "im_end", "add_generation_prompt": True}])[0]
             ids += tok.encode(cont).ids
@@ -284,3 +311,42 @@ def test_tojson_matches_python(hf):
     got = chat_tool("render", cases)
     for case, g in zip(cases, got):
         assert g == hf_render(hf, case)
+    for case, g in zip(cases, chat_tool("gateway", cases)):
+        assert g == hf_render(hf, case)
+
+
+def test_reply_arguments_are_the_models_bytes(hf):
+    """The tool-call arguments the agent gets are the bytes the model
+    wrote (decimals, exponents, escapes of either case, non-ASCII text,
+    odd spacing), and the history the agent sends back renders, through
+    the gateway and through transformers, to the text that was sampled."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(QWEN, "tokenizer.json"))
+    args = ['{"x": 0.1, "eps": 1e-7, "n": 3.0, "big": 1E+20, "neg": -0.0}',
+            '{"path": "/tmp/café \\u00e9\\u00E9 日本 🎉", "q": "\\"a\\" \\/"}',
+            '{ "spaced" :[1 ,2.50, 1.0e-3 ] ,"o":{ }}',
+            '{"nested": {"list": [0.30000000000000004, 1e300, -1234567890123456789]}}']
+    texts = ['<tool_call>\n{"name": "f", "arguments": %s}\n</tool_call>' % a
+             for a in args]
+    got = chat_tool("reply", texts)
+    for a, text, g in zip(args, texts, got):
+        assert g["content"] is None and g["finish_reason"] == "tool_calls"
+        assert [c["arguments"] for c in g["calls"]] == [a]
+        msgs = [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": "",
+                 "tool_calls": [{"id": c["id"], "type": "function",
+                                 "function": {"name": c["name"],
+                                              "arguments": c["arguments"]}}
+                                for c in g["calls"]]},
+                {"role": "tool", "content": "ok"}]
+        case = {"messages": msgs, "tools": TOOLS,
+                "add_generation_prompt": True}
+        full = chat_tool("gateway", [case])[0]
+        assert full == hf_render(hf, case)
+        assert ("<|im_start|>assistant\n" + text + "<|im_end|>") in full
+        first = chat_tool("gateway", [dict(case, messages=msgs[:1])])[0]
+        cont = chat_tool("gateway", [dict(case, start=2,
+                                          continuation="im_end")])[0]
+        ids = (tok.encode(first).ids + tok.encode(text).ids + [IM_END] +
+               tok.encode(cont).ids)
+        assert ids == tok.encode(full).ids

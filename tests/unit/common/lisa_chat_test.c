@@ -153,3 +153,27 @@ Test(lisa_chat, bounded)
     json_decref(m);
     lisa_free(&big);
 }
+
+/* developer_as_system: OpenAI's developer role is the system prompt (the
+ * template alone drops it), first or later. */
+Test(lisa_chat, developer_as_system)
+{
+    json_t *msgs = json_loads(
+        "[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\","
+        "\"content\":\"u\"},{\"role\":\"developer\",\"content\":\"E\"}]",
+        0, NULL);
+    lisa_chat_opts_t o = lisa_chat_opts_default();
+    char *out = NULL;
+    cr_assert_eq(lisa_chat_render(msgs, NULL, &o, &out, NULL, NULL), LISA_OK);
+    cr_assert_str_eq(out, "<|im_start|>user\nu<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    lisa_free(&out);
+    o.developer_as_system = true;
+    cr_assert_eq(lisa_chat_render(msgs, NULL, &o, &out, NULL, NULL), LISA_OK);
+    cr_assert_str_eq(out, "<|im_start|>system\nD<|im_end|>\n"
+                          "<|im_start|>user\nu<|im_end|>\n"
+                          "<|im_start|>system\nE<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+    lisa_free(&out);
+    json_decref(msgs);
+}

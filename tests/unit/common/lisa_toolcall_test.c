@@ -126,3 +126,51 @@ Test(lisa_toolcall, openai_message)
     json_decref(m);
     lisa_toolcalls_destroy(&tc);
 }
+
+/* KEEP_MALFORMED: a malformed block is text where the model wrote it;
+ * every call knows its bytes in the text and its parsed arguments. */
+Test(lisa_toolcall, keep_malformed_and_positions)
+{
+    const char *t = "Plan.\n<tool_call>\n{\"name\": \"a\", \"arguments\": "
+                    "{\"x\": 0.1}}\n</tool_call>\n<tool_call>{bad}</tool_call>"
+                    "\n<tool_call>{\"name\": \"b\", \"arguments\": "
+                    "\"{\\\"y\\\": 2}\"}</tool_call> tail";
+    lisa_toolcalls_t *tc = lisa_toolcalls_parse_opts(
+        t, strlen(t), "c", LISA_TOOLCALL_KEEP_MALFORMED, NULL);
+    cr_assert_eq(lisa_toolcalls_count(tc), 3);
+    cr_assert_eq(lisa_toolcalls_errors(tc), 1);
+    cr_assert_str_eq(lisa_toolcalls_content(tc),
+                     "Plan.\n<tool_call>{bad}</tool_call>\ntail");
+    const lisa_toolcall_t *a = lisa_toolcalls_get(tc, 0);
+    const lisa_toolcall_t *bad = lisa_toolcalls_get(tc, 1);
+    const lisa_toolcall_t *b = lisa_toolcalls_get(tc, 2);
+    cr_assert_eq(a->start, 6);
+    cr_assert(strncmp(t + a->start, "<tool_call>", 11) == 0);
+    cr_assert(strncmp(t + a->end - 12, "</tool_call>", 12) == 0);
+    cr_assert_str_eq(a->arguments, "{\"x\": 0.1}");
+    cr_assert(json_is_object(a->value));
+    cr_assert(json_real_value(json_object_get(a->value, "x")) == 0.1);
+    cr_assert_null(bad->value);
+    cr_assert_eq(bad->end - bad->start, strlen("<tool_call>{bad}</tool_call>"));
+    cr_assert_eq(json_integer_value(json_object_get(b->value, "y")), 2);
+    lisa_toolcalls_destroy(&tc);
+    /* without the flag the malformed block is a block like the others */
+    tc = lisa_toolcalls_parse(t, strlen(t), "c");
+    cr_assert_str_eq(lisa_toolcalls_content(tc), "Plan.\ntail");
+    lisa_toolcalls_destroy(&tc);
+    /* only malformed blocks: the text as is */
+    const char *only = " <tool_call>{bad}</tool_call> ";
+    tc = lisa_toolcalls_parse_opts(only, strlen(only), NULL,
+                                   LISA_TOOLCALL_KEEP_MALFORMED, json_loadb);
+    cr_assert_str_eq(lisa_toolcalls_content(tc), only);
+    cr_assert_str_eq(lisa_toolcalls_get(tc, 0)->id, "call_0");
+    lisa_toolcalls_destroy(&tc);
+    /* unterminated: the rest of the text is the block, and text */
+    const char *cut = "<tool_call>{\"name\": \"a\", \"arguments\": {}}"
+                      "</tool_call> then <tool_call>{\"na";
+    tc = lisa_toolcalls_parse_opts(cut, strlen(cut), NULL,
+                                   LISA_TOOLCALL_KEEP_MALFORMED, NULL);
+    cr_assert_eq(lisa_toolcalls_get(tc, 1)->end, strlen(cut));
+    cr_assert_str_eq(lisa_toolcalls_content(tc), "then <tool_call>{\"na");
+    lisa_toolcalls_destroy(&tc);
+}

@@ -35,7 +35,7 @@ Test(gw_openai, usage)
     gw_tool_call_t call = {lisa_strdup("call_1"), lisa_strdup("f"),
                            lisa_strdup("{\"a\": 1}")};
     gw_reply_t r = {lisa_strdup("thinking"), &call, 1, "tool_calls"};
-    gw_usage_t u = {10, 5};
+    gw_usage_t u = {10, 5, 7};
     char *plain = gw_chat_response("chatcmpl-1", 7, "m", &r, &u);
     json_t *o = json_loads(plain, 0, NULL);
     json_t *msg = json_object_get(
@@ -49,6 +49,12 @@ Test(gw_openai, usage)
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "usage"),
                                                     "total_tokens")),
                  15);
+    /* the engine's cached prompt tokens, OpenAI's name for them */
+    cr_assert_eq(json_integer_value(json_object_get(
+                     json_object_get(json_object_get(o, "usage"),
+                                     "prompt_tokens_details"),
+                     "cached_tokens")),
+                 7);
     json_decref(o);
     free(plain);
 
@@ -58,6 +64,7 @@ Test(gw_openai, usage)
     cr_assert(strstr(sse, "\"content\":\"thinking\""));
     cr_assert(strstr(sse, "\"finish_reason\":\"tool_calls\""));
     cr_assert(strstr(sse, "\"total_tokens\":15"));
+    cr_assert(strstr(sse, "\"prompt_tokens_details\":{\"cached_tokens\":7}"));
     cr_assert(strncmp(sse + len - 14, "data: [DONE]\n\n", 14) == 0);
     lisa_free(&sse);
     r.calls = NULL;
@@ -155,16 +162,22 @@ Test(gw_openai, digests)
     gw_reply_digest(&r, b);
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) != 0);
 
-    json_t *p1 = json_loads("{\"role\":\"user\",\"content\":\"ab\"}", 0, NULL);
+    /* parts are joined as the renderer joins them, by "\n" */
+    json_t *p1 =
+        json_loads("{\"role\":\"user\",\"content\":\"a\\nb\"}", 0, NULL);
+    json_t *p0 = json_loads("{\"role\":\"user\",\"content\":\"ab\"}", 0, NULL);
     json_t *p2 = json_loads("{\"role\":\"user\",\"content\":[{\"type\":"
                             "\"text\",\"text\":\"a\"},{\"type\":\"text\","
                             "\"text\":\"b\"}]}",
                             0, NULL);
     json_t *p3 =
-        json_loads("{\"role\":\"system\",\"content\":\"ab\"}", 0, NULL);
+        json_loads("{\"role\":\"system\",\"content\":\"a\\nb\"}", 0, NULL);
     gw_msg_digest(p1, a);
     gw_msg_digest(p2, b);
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) == 0);
+    gw_msg_digest(p0, a);
+    cr_assert(memcmp(a, b, GW_DIGEST_LEN) != 0);
+    gw_msg_digest(p1, a);
     gw_msg_digest(p3, b);
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) != 0);
     gw_tools_digest(NULL, a);
@@ -173,6 +186,7 @@ Test(gw_openai, digests)
     cr_assert(memcmp(a, b, GW_DIGEST_LEN) == 0);
     json_decref(empty);
     json_decref(m1);
+    json_decref(p0);
     json_decref(p1);
     json_decref(p2);
     json_decref(p3);
@@ -190,7 +204,7 @@ Test(gw_openai, response_writer_matches_jansson)
         "plain", "quote \" backslash \\ slash / tab \t nl \n cr \r",
         "ctl \x01\x1f\x7f bell \b ff \f",
         "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", ""};
-    gw_usage_t u = {123456789012ll, 42};
+    gw_usage_t u = {123456789012ll, 42, 123456789011ll};
     for (size_t i = 0; i <= sizeof contents / sizeof contents[0]; i++)
         for (size_t nc = 0; nc <= 2; nc++) {
             gw_reply_t r = {

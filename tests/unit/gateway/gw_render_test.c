@@ -224,8 +224,9 @@ Test(gw_render, canonical_arguments_match_the_digest, .init = setup,
                                      &rep),
                      LISA_OK);
         cr_assert_eq(rep.n_calls, 1, "case %zu", i);
-        /* an object has its form; a string is read back when digested */
-        cr_assert_eq(rep.calls[0].canonical != NULL, i == 0);
+        /* both carry the form of the value the parser read (an object, or
+         * the object a string held) */
+        cr_assert_not_null(rep.calls[0].canonical, "case %zu", i);
         uint8_t with[GW_DIGEST_LEN], without[GW_DIGEST_LEN];
         gw_reply_digest(&rep, with);
         lisa_free(&rep.calls[0].canonical);
@@ -234,4 +235,99 @@ Test(gw_render, canonical_arguments_match_the_digest, .init = setup,
         gw_reply_clear(&rep);
         lisa_ids_destroy(&ids);
     }
+}
+
+/* The arguments the agent gets are the bytes the model wrote: decimals,
+ * exponents, escapes in either case and non-ASCII text are not written
+ * again (jansson would give 0.10000000000000001 and upper-case \u). */
+Test(gw_render, arguments_are_the_models_bytes, .init = setup, .fini = teardown)
+{
+    static const char *const args[] = {
+        "{\"x\": 0.1, \"eps\": 1e-7, \"n\": 3.0, \"big\": 1E+20}",
+        "{\"path\": \"/tmp/caf\\u00e9 \\u00E9\", \"s\": \"日本 🎉\"}",
+        "{ \"spaced\" :[1 ,2.50, -0.0 ] ,\"o\":{}}",
+        "{\"q\": \"\\\"quoted\\\" \\/ \\n\"}",
+    };
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "Calling.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                 "%s}\n</tool_call><|im_end|>",
+                 args[i]);
+        lisa_ids_t *ids = lisa_ids_new(1000);
+        ids_of(text, ids);
+        gw_reply_t rep;
+        cr_assert_eq(gw_render_reply(r, (const uint32_t *) lisa_ids_data(ids),
+                                     lisa_ids_len(ids), "stop", true, "c",
+                                     &rep),
+                     LISA_OK);
+        cr_assert_eq(rep.n_calls, 1, "case %zu", i);
+        cr_assert_str_eq(rep.calls[0].arguments, args[i], "case %zu", i);
+        cr_assert_str_eq(rep.content, "Calling.");
+        /* sent back as the agent got them, they digest as the reply did */
+        char msg[1024];
+        json_t *m = json_pack(
+            "{ss ss s[{ss ss s{ss ss}}]}", "role", "assistant", "content",
+            "Calling.", "tool_calls", "id", rep.calls[0].id, "type", "function",
+            "function", "name", "f", "arguments", rep.calls[0].arguments);
+        cr_assert_not_null(m);
+        uint8_t dm[GW_DIGEST_LEN], dr[GW_DIGEST_LEN];
+        gw_msg_digest(m, dm);
+        gw_reply_digest(&rep, dr);
+        cr_assert_arr_eq(dm, dr, GW_DIGEST_LEN, "case %zu", i);
+        /* and a later full render writes them as the model did */
+        json_t *msgs =
+            json_pack("[{ss ss} O]", "role", "user", "content", "q", m);
+        char *t = gw_render_text(r, msgs, 0, NULL, -1);
+        snprintf(msg, sizeof msg, "\"arguments\": %s}\n</tool_call>", args[i]);
+        cr_assert_not_null(strstr(t, msg), "case %zu: %s", i, t);
+        lisa_free(&t);
+        json_decref(msgs);
+        json_decref(m);
+        gw_reply_clear(&rep);
+        lisa_ids_destroy(&ids);
+    }
+}
+
+/* Tool schemas are written as the template's tojson writes them. */
+Test(gw_render, tools_as_tojson, .init = setup, .fini = teardown)
+{
+    json_t *msgs = J("[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+                     "{\"role\":\"user\",\"content\":\"q\"}]");
+    json_t *tools = J("[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                      "\"parameters\":{\"a\":0.1,\"b\":1e-7,\"c\":3.0,"
+                      "\"d\":\"caf\\u00e9\\u0001\",\"e\":[1,-0.0]}}}]");
+    char *text = gw_render_text(r, msgs, 0, tools, -1);
+    cr_assert_not_null(text);
+    cr_assert(strstr(text, "\"parameters\": {\"a\": 0.1, \"b\": 1e-07, \"c\": "
+                           "3.0, \"d\": \"café\\u0001\", \"e\": [1, -0.0]}}}\n"
+                           "</tools>"),
+              "%s", text);
+    /* the developer message is the system prompt */
+    cr_assert(strncmp(text, "<|im_start|>system\nBe brief.\n\n# Tools\n", 36) ==
+              0);
+    lisa_free(&text);
+    json_decref(msgs);
+    json_decref(tools);
+}
+
+/* A malformed block between well-formed ones stays in the content. */
+Test(gw_render, malformed_block_is_content, .init = setup, .fini = teardown)
+{
+    lisa_ids_t *ids = lisa_ids_new(1000);
+    ids_of("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n"
+           "<tool_call>\nnot json\n</tool_call>\n<tool_call>\n{\"name\": "
+           "\"g\", \"arguments\": {\"k\": 1}}\n</tool_call>",
+           ids);
+    gw_reply_t rep;
+    cr_assert_eq(gw_render_reply(r, (const uint32_t *) lisa_ids_data(ids),
+                                 lisa_ids_len(ids), "stop", true, "c", &rep),
+                 LISA_OK);
+    cr_assert_eq(rep.n_calls, 2);
+    cr_assert_str_eq(rep.calls[0].id, "c_0");
+    cr_assert_str_eq(rep.calls[1].id, "c_1");
+    cr_assert_str_eq(rep.calls[1].name, "g");
+    cr_assert_str_eq(rep.content, "<tool_call>\nnot json\n</tool_call>");
+    gw_reply_clear(&rep);
+    lisa_ids_destroy(&ids);
 }

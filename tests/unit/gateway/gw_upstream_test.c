@@ -280,3 +280,64 @@ Test(gw_upstream, write_ids_matches_printf)
     cr_assert_str_eq(got, want);
     cr_assert_eq(gw_upstream_write_ids(got, ids, 0), 0);
 }
+
+/* usage.prompt_tokens_details.cached_tokens: read by both readers alike;
+ * 0 when absent or not a non-negative integer. */
+Test(gw_upstream, cached_tokens)
+{
+    static const struct {
+        const char *usage;
+        uint64_t want;
+    } cases[] = {
+        {"", 0},
+        {",\"usage\":{\"prompt_tokens\":12,\"prompt_tokens_details\":{"
+         "\"cached_tokens\":8}}",
+         8},
+        {",\"usage\":{\"prompt_tokens_details\":{\"audio_tokens\":1,"
+         "\"cached_tokens\":0}}",
+         0},
+        {",\"usage\":{\"prompt_tokens_details\":null}", 0},
+        {",\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":-3}}", 0},
+        {",\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":2.5}}", 0},
+        {",\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":\"9\"}}", 0},
+        {",\"usage\":[1]", 0},
+        {",\"usage\":{\"completion_tokens\":2,\"prompt_tokens_details\":{"
+         "\"cached_tokens\":123456789012}}",
+         123456789012ull},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"choices\":[{\"token_ids\":[5],\"logprobs\":{"
+                 "\"token_logprobs\":[-0.5]},\"finish_reason\":\"stop\"}]%s}",
+                 cases[i].usage);
+        gw_completion_t f, j, c;
+        char why[128];
+        size_t n = strlen(body);
+        cr_assert_eq(gw_upstream_parse_fast(body, n, 10, &f), LISA_OK,
+                     "case %zu declined", i);
+        cr_assert_eq(gw_upstream_parse_json(body, n, 10, &j, why, sizeof why),
+                     LISA_OK, "case %zu: %s", i, why);
+        cr_assert_eq(f.cached_tokens, cases[i].want, "case %zu", i);
+        cr_assert_eq(j.cached_tokens, cases[i].want, "case %zu", i);
+        cr_assert_eq(gw_upstream_parse(body, n, 10, &c, why, sizeof why),
+                     LISA_OK);
+        cr_assert_eq(c.cached_tokens, cases[i].want, "case %zu", i);
+        gw_completion_clear(&f);
+        gw_completion_clear(&j);
+        gw_completion_clear(&c);
+    }
+    /* a duplicate is left to jansson (last one wins there) */
+    const char *dup = "{\"choices\":[{\"token_ids\":[5],\"logprobs\":{"
+                      "\"token_logprobs\":[-0.5]},\"finish_reason\":\"stop\"}],"
+                      "\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":"
+                      "1,\"cached_tokens\":4}}}";
+    gw_completion_t f, c;
+    char why[128];
+    cr_assert_eq(gw_upstream_parse_fast(dup, strlen(dup), 10, &f),
+                 LISA_UNSUPPORTED);
+    cr_assert_eq(gw_upstream_parse(dup, strlen(dup), 10, &c, why, sizeof why),
+                 LISA_OK);
+    cr_assert_eq(c.cached_tokens, 4);
+    gw_completion_clear(&c);
+}
