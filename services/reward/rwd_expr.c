@@ -327,6 +327,135 @@ s_skip_space(const char *s, size_t n, size_t i)
     return i;
 }
 
+/* The lexers of s_tokenize below: each takes the position of its first
+ * byte and returns the position after what it read, or S_LEX_STOP when the
+ * input is not an expression (p->fail set) or a token could not be kept. */
+#define S_LEX_STOP SIZE_MAX
+
+/* A run of letters: a known word, e, or single-letter variables. */
+static size_t
+s_lex_alpha(s_parser_t *p, size_t i, bool space)
+{
+    const char *s = p->s;
+    size_t n = p->len, j = i;
+    while (j < n && isalpha((unsigned char) s[j]))
+        j++;
+    const s_word_t *w = s_word(s + i, j - i);
+    if (w)
+        return s_lex_word(p, w, space) ? j : S_LEX_STOP;
+    if (j - i > 2) {
+        p->fail = true; /* a word: not an expression */
+        return S_LEX_STOP;
+    }
+    size_t stop = j;
+    for (size_t k = i; k < j; k++) {
+        if (s[k] == 'e') {
+            s_word_t ew = {"e", T_CONST, 0, RWD_E, 0};
+            if (!s_lex_word(p, &ew, space && k == i))
+                return S_LEX_STOP;
+            continue;
+        }
+        /* The last letter of the run may carry a subscript. */
+        size_t end = k + 1 == j ? s_lex_subscript(s, n, j) : k + 1;
+        if (!s_lex_var(p, s + k, end - k, space && k == i))
+            return S_LEX_STOP;
+        stop = end > stop ? end : stop;
+    }
+    return stop;
+}
+
+/* A backslash command: spacing, a known word, a no-op or a Greek letter;
+ * \frac followed by digits sets *frac_digits. */
+static size_t
+s_lex_command(s_parser_t *p, size_t i, bool space, int *frac_digits)
+{
+    const char *s = p->s;
+    size_t n = p->len, j = i + 1;
+    while (j < n && isalpha((unsigned char) s[j]))
+        j++;
+    size_t wl = j - i - 1;
+    if (wl == 0) {
+        /* \, \; \! \: \  are spacing; anything else is not ours. */
+        if (j < n && strchr(",;!: ", s[j]))
+            return j + 1;
+        p->fail = true;
+        return S_LEX_STOP;
+    }
+    const s_word_t *w = s_word(s + i + 1, wl);
+    if (w) {
+        if (!s_lex_word(p, w, space))
+            return S_LEX_STOP;
+        if (w->kind == T_FRAC)
+            *frac_digits =
+                isdigit((unsigned char) s[s_skip_space(s, n, j)]) ? 2 : 0;
+        return j;
+    }
+    if (s_in(s_noops, sizeof s_noops / sizeof s_noops[0], s + i + 1, wl)) {
+        /* \left. and \right. are invisible delimiters. */
+        return j < n && s[j] == '.' ? j + 1 : j;
+    }
+    if (s_in(s_greek, sizeof s_greek / sizeof s_greek[0], s + i + 1, wl)) {
+        size_t end = s_lex_subscript(s, n, j);
+        return s_lex_var(p, s + i, end - i, space) ? end : S_LEX_STOP;
+    }
+    p->fail = true;
+    return S_LEX_STOP;
+}
+
+/* UTF-8 spellings of a few symbols (middle dot, times, pi, square root,
+ * infinity, minus); 0 when the byte at i starts none of them. */
+static size_t
+s_lex_symbol(s_parser_t *p, size_t i, bool space)
+{
+    const unsigned char *s = (const unsigned char *) p->s;
+    size_t n = p->len;
+    s_word_t w = {"", T_OP, 0, 0, '*'};
+    size_t len = 2;
+    if (i + 1 < n && ((s[i] == 0xC2 && s[i + 1] == 0xB7) ||
+                      (s[i] == 0xC3 && s[i + 1] == 0x97))) {
+        /* w is multiplication */
+    } else if (i + 1 < n && s[i] == 0xCF && s[i + 1] == 0x80) {
+        w = (s_word_t){"", T_CONST, 0, RWD_PI, 0};
+    } else if (i + 2 < n && s[i] == 0xE2 && s[i + 1] == 0x88) {
+        len = 3;
+        w.op = '-';
+        if (s[i + 2] == 0x9A) {
+            w.kind = T_SQRT;
+        } else if (s[i + 2] == 0x9E) {
+            w.kind = T_CONST;
+            w.val = RWD_INF;
+        } else if (s[i + 2] != 0x92) {
+            p->fail = true;
+            return S_LEX_STOP;
+        }
+    } else {
+        return 0;
+    }
+    return s_lex_word(p, &w, space) ? i + len : S_LEX_STOP;
+}
+
+/* One operator or bracket. */
+static size_t
+s_lex_punct(s_parser_t *p, size_t i, bool space)
+{
+    unsigned char c = (unsigned char) p->s[i];
+    s_tok_t *t = NULL;
+    if (strchr("+-*/^!_", (int) c) && c != '\0') {
+        t = s_push(p, T_OP, space);
+    } else if (c == '(' || c == '[' || c == '{') {
+        t = s_push(p, T_OPEN, space);
+    } else if (c == ')' || c == ']' || c == '}') {
+        t = s_push(p, T_CLOSE, space);
+    } else {
+        p->fail = true;
+        return S_LEX_STOP;
+    }
+    if (!t)
+        return S_LEX_STOP;
+    t->op = (char) c;
+    return i + 1;
+}
+
 static void
 s_tokenize(s_parser_t *p)
 {
@@ -350,137 +479,16 @@ s_tokenize(s_parser_t *p)
             continue;
         }
         frac_digits = 0;
-        if (isalpha(c)) {
-            size_t j = i;
-            while (j < n && isalpha((unsigned char) s[j]))
-                j++;
-            const s_word_t *w = s_word(s + i, j - i);
-            if (w) {
-                if (!s_lex_word(p, w, space))
-                    return;
-                i = j;
-                continue;
-            }
-            if (j - i > 2) {
-                p->fail = true; /* a word: not an expression */
-                return;
-            }
-            size_t stop = j;
-            for (size_t k = i; k < j; k++) {
-                if (s[k] == 'e') {
-                    s_word_t ew = {"e", T_CONST, 0, RWD_E, 0};
-                    if (!s_lex_word(p, &ew, space && k == i))
-                        return;
-                    continue;
-                }
-                /* The last letter of the run may carry a subscript. */
-                size_t end = k + 1 == j ? s_lex_subscript(s, n, j) : k + 1;
-                if (!s_lex_var(p, s + k, end - k, space && k == i))
-                    return;
-                stop = end > stop ? end : stop;
-            }
-            j = stop;
-            i = j;
-            continue;
-        }
-        if (c == '\\') {
-            size_t j = i + 1;
-            while (j < n && isalpha((unsigned char) s[j]))
-                j++;
-            size_t wl = j - i - 1;
-            if (wl == 0) {
-                /* \, \; \! \: \  are spacing; anything else is not ours. */
-                if (j < n && strchr(",;!: ", s[j])) {
-                    i = j + 1;
-                    continue;
-                }
-                p->fail = true;
-                return;
-            }
-            const s_word_t *w = s_word(s + i + 1, wl);
-            if (w) {
-                if (!s_lex_word(p, w, space))
-                    return;
-                if (w->kind == T_FRAC)
-                    frac_digits =
-                        isdigit((unsigned char) s[s_skip_space(s, n, j)]) ? 2
-                                                                          : 0;
-                i = j;
-                continue;
-            }
-            if (s_in(s_noops, sizeof s_noops / sizeof s_noops[0], s + i + 1,
-                     wl)) {
-                i = j;
-                /* \left. and \right. are invisible delimiters. */
-                if (i < n && s[i] == '.')
-                    i++;
-                continue;
-            }
-            if (s_in(s_greek, sizeof s_greek / sizeof s_greek[0], s + i + 1,
-                     wl)) {
-                size_t end = s_lex_subscript(s, n, j);
-                if (!s_lex_var(p, s + i, end - i, space))
-                    return;
-                i = end;
-                continue;
-            }
-            p->fail = true;
+        size_t next;
+        if (isalpha(c))
+            next = s_lex_alpha(p, i, space);
+        else if (c == '\\')
+            next = s_lex_command(p, i, space, &frac_digits);
+        else if ((next = s_lex_symbol(p, i, space)) == 0)
+            next = s_lex_punct(p, i, space);
+        if (next == S_LEX_STOP)
             return;
-        }
-        /* UTF-8 spellings of a few symbols. */
-        if (c == 0xC2 && i + 1 < n && (unsigned char) s[i + 1] == 0xB7) {
-            s_word_t w = {"", T_OP, 0, 0, '*'};
-            if (!s_lex_word(p, &w, space))
-                return;
-            i += 2;
-            continue;
-        }
-        if (c == 0xC3 && i + 1 < n && (unsigned char) s[i + 1] == 0x97) {
-            s_word_t w = {"", T_OP, 0, 0, '*'};
-            if (!s_lex_word(p, &w, space))
-                return;
-            i += 2;
-            continue;
-        }
-        if (c == 0xCF && i + 1 < n && (unsigned char) s[i + 1] == 0x80) {
-            s_word_t w = {"", T_CONST, 0, RWD_PI, 0};
-            if (!s_lex_word(p, &w, space))
-                return;
-            i += 2;
-            continue;
-        }
-        if (c == 0xE2 && i + 2 < n && (unsigned char) s[i + 1] == 0x88) {
-            unsigned char d = (unsigned char) s[i + 2];
-            s_word_t w = {"", T_OP, 0, 0, '-'};
-            if (d == 0x9A)
-                w.kind = T_SQRT;
-            else if (d == 0x9E) {
-                w.kind = T_CONST;
-                w.val = RWD_INF;
-            } else if (d != 0x92) {
-                p->fail = true;
-                return;
-            }
-            if (!s_lex_word(p, &w, space))
-                return;
-            i += 3;
-            continue;
-        }
-        s_tok_t *t = NULL;
-        if (strchr("+-*/^!_", (int) c) && c != '\0') {
-            t = s_push(p, T_OP, space);
-        } else if (c == '(' || c == '[' || c == '{') {
-            t = s_push(p, T_OPEN, space);
-        } else if (c == ')' || c == ']' || c == '}') {
-            t = s_push(p, T_CLOSE, space);
-        } else {
-            p->fail = true;
-            return;
-        }
-        if (!t)
-            return;
-        t->op = (char) c;
-        i++;
+        i = next;
     }
     s_push(p, T_END, false);
 }

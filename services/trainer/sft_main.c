@@ -250,6 +250,43 @@ s_copy(const char *from_dir, const char *name, const char *to_dir)
     return rc;
 }
 
+/* Training views: the tail of each conversation from `window` tokens
+ * before its first assistant turn (borrowed arrays). */
+static trn_sft_seq_t *
+s_views(const s_opts_t *o, const trn_sft_seq_t *seqs, size_t ntrain)
+{
+    trn_sft_seq_t *views = lisa_calloc(ntrain, sizeof *views);
+    double vtok = 0;
+    for (size_t i = 0; i < ntrain; i++) {
+        size_t cut = 0;
+        bool whole = o->full_every > 0 && i % (size_t) o->full_every == 0;
+        if (!whole && o->window > 0 && seqs[i].prompt_len > (size_t) o->window)
+            cut = seqs[i].prompt_len - (size_t) o->window;
+        views[i] = (trn_sft_seq_t){.ids = seqs[i].ids + cut,
+                                   .mask = seqs[i].mask + cut,
+                                   .n = seqs[i].n - cut,
+                                   .prompt_len = seqs[i].prompt_len - cut};
+        vtok += (double) views[i].n;
+    }
+    printf("sft: training sequences of %.0f tokens on average\n",
+           vtok / (double) ntrain);
+    return views;
+}
+
+/* A new order of the n training views (Fisher-Yates, xorshift). */
+static void
+s_shuffle(size_t *order, size_t n, uint64_t *rs)
+{
+    for (size_t i = n; i > 1; i--) {
+        *rs ^= *rs << 13;
+        *rs ^= *rs >> 7;
+        *rs ^= *rs << 17;
+        size_t r = (size_t) (*rs % i), t = order[i - 1];
+        order[i - 1] = order[r];
+        order[r] = t;
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -310,23 +347,7 @@ main(int argc, char **argv)
     uint64_t rs = (uint64_t) o.seed * 0x9e3779b97f4a7c15ull + 1;
     size_t pos = ntrain;
     trn_sft_seq_t *batch = lisa_calloc((size_t) o.batch, sizeof *batch);
-    /* Training views: the tail of each conversation from `window` tokens
-     * before its first assistant turn (borrowed arrays). */
-    trn_sft_seq_t *views = lisa_calloc(ntrain, sizeof *views);
-    double vtok = 0;
-    for (size_t i = 0; i < ntrain; i++) {
-        size_t cut = 0;
-        bool whole = o.full_every > 0 && i % (size_t) o.full_every == 0;
-        if (!whole && o.window > 0 && seqs[i].prompt_len > (size_t) o.window)
-            cut = seqs[i].prompt_len - (size_t) o.window;
-        views[i] = (trn_sft_seq_t){.ids = seqs[i].ids + cut,
-                                   .mask = seqs[i].mask + cut,
-                                   .n = seqs[i].n - cut,
-                                   .prompt_len = seqs[i].prompt_len - cut};
-        vtok += (double) views[i].n;
-    }
-    printf("sft: training sequences of %.0f tokens on average\n",
-           vtok / (double) ntrain);
+    trn_sft_seq_t *views = s_views(&o, seqs, ntrain);
     double t0 = s_now(), ema = -1;
     long step;
     for (step = 1; step <= o.steps; step++) {
@@ -334,15 +355,8 @@ main(int argc, char **argv)
             (o.stop > 0 && step > o.stop))
             break;
         for (long j = 0; j < o.batch; j++) {
-            if (pos == ntrain) { /* reshuffle (Fisher-Yates, xorshift) */
-                for (size_t i = ntrain; i > 1; i--) {
-                    rs ^= rs << 13;
-                    rs ^= rs >> 7;
-                    rs ^= rs << 17;
-                    size_t r = (size_t) (rs % i), t = order[i - 1];
-                    order[i - 1] = order[r];
-                    order[r] = t;
-                }
+            if (pos == ntrain) {
+                s_shuffle(order, ntrain, &rs);
                 pos = 0;
             }
             batch[j] = views[order[pos++]];

@@ -30,7 +30,7 @@ Test(gw_config, usage)
     cr_assert_eq(cfg.request_timeout_ms, 1000);
     cr_assert_str_eq(cfg.tokenizer, "/t");
     cr_assert_str_eq(cfg.broker, "tcp://127.0.0.1:7100");
-    cr_assert_eq(cfg.max_context, 32768);
+    cr_assert_eq(cfg.max_context, 65536);
     cr_assert_eq(cfg.upstream_retries, 2);
     gw_config_free(&cfg);
     gw_config_free(&cfg);
