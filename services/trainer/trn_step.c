@@ -751,6 +751,46 @@ trn_step_ppo(const trn_step_actor_t *a, const trn_step_cfg_t *c,
     return rc;
 }
 
+/* Removes [a, b) of the three arrays of length *len. */
+static void
+s_cut(int32_t *tok, uint8_t *mask, float *logp, size_t *len, size_t a, size_t b)
+{
+    size_t n = *len - b;
+    memmove(tok + a, tok + b, n * sizeof *tok);
+    memmove(mask + a, mask + b, n);
+    memmove(logp + a, logp + b, n * sizeof *logp);
+    *len -= b - a;
+}
+
+int
+trn_step_cap(int32_t *tok, uint8_t *mask, float *logp, size_t *len,
+             size_t drop_over, size_t max_prompt, char trunc,
+             size_t max_response)
+{
+    size_t plen = 0;
+    while (plen < *len && !mask[plen])
+        plen++;
+    if (drop_over > 0 && plen > drop_over)
+        return -1;
+    int cut = 0;
+    if (max_prompt > 0 && plen > max_prompt) {
+        size_t extra = plen - max_prompt;
+        if (trunc == 'r') /* keep the start */
+            s_cut(tok, mask, logp, len, max_prompt, plen);
+        else if (trunc == 'm') /* keep both ends */
+            s_cut(tok, mask, logp, len, max_prompt / 2, max_prompt / 2 + extra);
+        else /* 'l': keep the end */
+            s_cut(tok, mask, logp, len, 0, extra);
+        plen = max_prompt;
+        cut = 1;
+    }
+    if (max_response > 0 && *len - plen > max_response) {
+        *len = plen + max_response;
+        cut = 1;
+    }
+    return cut;
+}
+
 /* ---- the CPU model as a trn_step_model_t ------------------------------ */
 
 typedef struct {

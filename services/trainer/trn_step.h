@@ -211,6 +211,17 @@ size_t trn_step_reject(const trn_step_cfg_t *cfg, size_t n_seqs,
                        const size_t *seq_offsets, const float *old_logp,
                        const float *rollout_logp, uint8_t *mask);
 
+/* verl's length limits on one trajectory of len tokens (arrays edited in
+ * place, *len updated): the prompt is the tokens before the first
+ * sampled one, the response the rest. A prompt over drop_over (> 0)
+ * drops the trajectory (returns -1); over max_prompt (> 0) it is cut as
+ * trunc says ('l' keeps its end, 'r' its start, 'm' both halves'
+ * outer ends); a response over max_response (> 0) is cut at that length.
+ * Returns 1 when something was cut, else 0. */
+int trn_step_cap(int32_t *tokens, uint8_t *mask, float *logp, size_t *len,
+                 size_t drop_over, size_t max_prompt, char trunc,
+                 size_t max_response);
+
 /* Runs one step on model `m` with optimizer `opt` (sized for the model's
  * parameters); `ref` is the reference model for a KL term (NULL when
  * kl_coef is 0). Gradients are zeroed first. */

@@ -634,3 +634,55 @@ Test(trn_step, kl_in_the_reward_changes_the_scores)
     trn_model_destroy(&m);
     trn_model_destroy(&ref);
 }
+
+Test(trn_step, length_caps_cut_or_drop)
+{
+    /* prompt 0..4 (5 tokens), response 5..9 (sampled 5, 6, 8, 9) */
+    int32_t tok[10];
+    uint8_t mask[10];
+    float lp[10];
+    const uint8_t m0[10] = {0, 0, 0, 0, 0, 1, 1, 0, 1, 1};
+    size_t len;
+#define RESET()                                                                \
+    do {                                                                       \
+        for (int i = 0; i < 10; i++) {                                         \
+            tok[i] = i;                                                        \
+            lp[i] = (float) -i;                                                \
+        }                                                                      \
+        memcpy(mask, m0, 10);                                                  \
+        len = 10;                                                              \
+    } while (0)
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 0, 'l', 0), 0);
+    cr_assert_eq(len, 10);
+    /* a prompt over the dropping cap drops the trajectory */
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 4, 0, 'l', 0), -1);
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 5, 0, 'l', 0), 0);
+    /* left: the prompt's last 3 */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 3, 'l', 0), 1);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(tok[0], 2);
+    cr_assert_eq(tok[3], 5);
+    cr_assert_eq(mask[3], 1);
+    cr_assert_float_eq(lp[3], -5.0f, 0);
+    /* right: the prompt's first 3 */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 3, 'r', 0), 1);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(tok[2], 2);
+    cr_assert_eq(tok[3], 5);
+    /* middle: the first 2 and the last 2 of 5 for a cap of 4 */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 4, 'm', 0), 1);
+    cr_assert_eq(len, 9);
+    cr_assert_eq(tok[1], 1);
+    cr_assert_eq(tok[2], 3);
+    cr_assert_eq(tok[4], 5);
+    /* the response is cut at 3 tokens */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 0, 'l', 3), 1);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(tok[7], 7);
+#undef RESET
+}
