@@ -14,50 +14,99 @@
 #   scripts/run.sh                                   # the toy run
 #   scripts/run.sh --model DIR --train-data FILE --val-data F1,DIR2 \
 #       trainer.total_epochs=2 actor_rollout_ref.rollout.n=2
+#   scripts/run.sh --recipe llm-in-sandbox --model DIR \
+#       --train-data-dir data/instruct_pretrain \
+#       --val-data-dir data/math_mini,data/biomed_mini --backend cuda
 #
 # key=value arguments are trainer settings (docs/trainer-service.md); they
-# override the toy defaults below. See docs/local-run.md.
+# override the toy defaults below (toy run only) or the recipe's. See
+# docs/local-run.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 usage() {
   cat <<'USAGE'
-usage: scripts/run.sh [--model DIR] [--train-data FILE] [--val-data FILES]
-                      [--out DIR] [--no-build] [--steps N]
+usage: scripts/run.sh [--recipe NAME|FILE] [--model DIR]
+                      [--train-data FILE | --train-data-dir DIRS]
+                      [--val-data FILES | --val-data-dir DIRS]
+                      [--out DIR] [--no-build] [--steps N] [--check]
                       [--backend cpu|cuda] [--bwrap PATH] [key=value ...]
+  --recipe R         a trainer settings file: examples/recipes/R.conf
+                     (llm-in-sandbox: the Agent Lightning example's
+                     settings) or a path; key=value arguments override it
   --model DIR        Hugging Face model directory (default: models/toy)
   --train-data FILE  verl train file (default: examples/toy/data/train.json)
+  --train-data-dir D comma-separated folders each holding train_verl.json
+                     (upstream's layout)
   --val-data FILES   comma-separated files or directories
                      (default: examples/toy/data/val.json; "" for none)
+  --val-data-dir D   comma-separated folders each holding test_verl.json
+                     (--test-data-dir is the same)
   --out DIR          run folder (default: runs/local-<time>)
   --no-build         use the binaries already in build/default/bin
   --steps N          shorthand for trainer.total_training_steps=N
+  --check            check the settings and the data (lisa-trainer check)
+                     and exit; starts nothing
   --backend B        trainer backend: cpu (default) or cuda (a build with
                      CUDA; the cuda preset's build/cuda, or LISA_BUILD_DIR)
   --bwrap PATH       the bubblewrap the controller runs (default: bwrap
                      from PATH)
   key=value          any trainer setting, e.g. trainer.total_epochs=2
                      actor_rollout_ref.rollout.n=2 data.train_batch_size=4
+The toy run's settings (below) apply only to the toy model and toy data;
+a recipe, or a model and data of your own, get the recipe's values and
+lisa's (verl's) defaults.
 USAGE
 }
 
-model=models/toy
-train=examples/toy/data/train.json
-val=examples/toy/data/val.json
+toy_model=models/toy
+toy_train=examples/toy/data/train.json
+toy_val=examples/toy/data/val.json
+model=$toy_model
+train=$toy_train
+val=$toy_val
+model_given=0
+train_given=0
+val_given=0
+recipe=""
+check=0
 out=""
 build=1
 backend=cpu
 bwrap=bwrap
 overrides=()
+# data_dirs LIST FILE: each folder of the comma-separated LIST joined with
+# FILE, comma-separated (upstream's --train-data-dir / --val-data-dir).
+data_dirs() {
+  local d list="" IFS=,
+  for d in $1; do
+    [ -n "$d" ] || continue
+    d=${d%/}
+    if [ ! -f "$d/$2" ]; then
+      echo "run.sh: $d/$2 does not exist (a data folder holds $2;" \
+        "docs/local-run.md says where the data comes from)" >&2
+      exit 1
+    fi
+    list=${list:+$list,}$d/$2
+  done
+  [ -n "$list" ] || { echo "run.sh: no folder in '$1'" >&2; exit 2; }
+  printf '%s' "$list"
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --model) model=${2:?}; shift 2 ;;
-    --train-data) train=${2:?}; shift 2 ;;
-    --val-data) val=${2?}; shift 2 ;;
+    --recipe) recipe=${2:?}; shift 2 ;;
+    --model) model=${2:?}; model_given=1; shift 2 ;;
+    --train-data) train=${2:?}; train_given=1; shift 2 ;;
+    --train-data-dir) train=$(data_dirs "${2:?}" train_verl.json)
+      train_given=1; shift 2 ;;
+    --val-data) val=${2?}; val_given=1; shift 2 ;;
+    --val-data-dir|--test-data-dir) val=$(data_dirs "${2:?}" test_verl.json)
+      val_given=1; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
     --no-build) build=0; shift ;;
     --steps) overrides+=("trainer.total_training_steps=${2:?}"); shift 2 ;;
+    --check) check=1; shift ;;
     --backend) backend=${2:?}; shift 2 ;;
     --bwrap) bwrap=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -66,28 +115,58 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# Defaults sized for the toy task on two CPU cores; a key given on the
+recipe_file=""
+if [ -n "$recipe" ]; then
+  case "$recipe" in
+    */*|*.conf) recipe_file=$recipe ;;
+    *) recipe_file=examples/recipes/$recipe.conf ;;
+  esac
+  if [ ! -f "$recipe_file" ]; then
+    echo "run.sh: no recipe $recipe_file (recipes: $(cd examples/recipes &&
+      ls ./*.conf 2>/dev/null | sed 's|^./||; s|\.conf$||' | tr '\n' ' '))" >&2
+    exit 2
+  fi
+  if [ $train_given = 0 ]; then
+    echo "run.sh: --recipe $recipe needs its data: --train-data-dir DIR" \
+      "(and --val-data-dir DIRS); see docs/local-run.md" >&2
+    exit 2
+  fi
+  [ $val_given = 1 ] || val=""
+fi
+
+# The toy run's settings, sized for the toy task on two CPU cores: only
+# for the toy model on the toy data without a recipe. A key given on the
 # command line replaces its default.
-defaults=(
-  data.train_batch_size=4
-  actor_rollout_ref.rollout.n=8
-  trainer.total_training_steps=30
-  trainer.save_freq=10
-  trainer.test_freq=10
-  trainer.val_before_train=true
-  actor_rollout_ref.rollout.max_turns=4
-  actor_rollout_ref.rollout.max_tokens_per_call=96
-  actor_rollout_ref.rollout.max_context_tokens=2048
-  actor_rollout_ref.rollout.val_kwargs.temperature=1.0
-  actor_rollout_ref.rollout.val_kwargs.top_p=1.0
-  actor_rollout_ref.actor.optim.lr=3e-4
-  actor_rollout_ref.actor.optim.lr_warmup_steps=3
-  actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
-  trainer.step_timeout=10m
-)
+toy=0
+[ -z "$recipe" ] && [ "$model" = "$toy_model" ] && [ "$train" = "$toy_train" ] \
+  && toy=1
+defaults=()
+if [ $toy = 1 ]; then
+  defaults=(
+    data.train_batch_size=4
+    actor_rollout_ref.rollout.n=8
+    trainer.total_training_steps=30
+    trainer.save_freq=10
+    trainer.test_freq=10
+    trainer.val_before_train=true
+    actor_rollout_ref.rollout.max_turns=4
+    actor_rollout_ref.rollout.max_tokens_per_call=96
+    actor_rollout_ref.rollout.max_context_tokens=2048
+    actor_rollout_ref.rollout.val_kwargs.temperature=1.0
+    actor_rollout_ref.rollout.val_kwargs.top_p=1.0
+    actor_rollout_ref.actor.optim.lr=3e-4
+    actor_rollout_ref.actor.optim.lr_warmup_steps=3
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192
+    trainer.step_timeout=10m
+  )
+elif [ $model_given = 0 ] || [ $train_given = 0 ]; then
+  echo "run.sh: give both --model and --train-data(-dir) (or neither, for" \
+    "the toy run)" >&2
+  exit 2
+fi
 settings=()
-for d in "${defaults[@]}"; do
+for d in "${defaults[@]+"${defaults[@]}"}"; do
   k=${d%%=*}
   given=0
   for o in "${overrides[@]+"${overrides[@]}"}"; do
@@ -96,6 +175,31 @@ for d in "${defaults[@]}"; do
   [ $given = 1 ] || settings+=("$d")
 done
 settings+=("${overrides[@]+"${overrides[@]}"}")
+config_args=()
+[ -n "$recipe_file" ] && config_args=(--config "$recipe_file")
+if [ $toy = 1 ]; then
+  preset_name="the toy run's"
+elif [ -n "$recipe_file" ]; then
+  preset_name="recipe $recipe_file"
+else
+  preset_name="lisa's (verl's) defaults"
+fi
+
+# print_settings: what the trainer is given, where each comes from.
+print_settings() {
+  local kv
+  echo "settings: $preset_name, then the command line's"
+  if [ -n "$recipe_file" ]; then
+    grep -Ev '^[[:space:]]*(#|$)' "$recipe_file" |
+      sed 's/[[:space:]]*=[[:space:]]*/=/; s/^[[:space:]]*/  recipe    /'
+  fi
+  for kv in "${settings[@]+"${settings[@]}"}"; do
+    echo "  given     $kv"
+  done
+  echo "  model     $model"
+  echo "  train     $train"
+  echo "  val       ${val:-(none)}"
+}
 
 case "$backend" in
   cpu) preset=default ;;
@@ -118,9 +222,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "run.sh: not built: ${missing[*]} (in $bin)" >&2
   exit 1
 fi
-for f in "$model/config.json" "$train"; do
+for f in "$model/config.json" ${train//,/ }; do
   [ -e "$f" ] || { echo "run.sh: $f does not exist" >&2; exit 1; }
 done
+print_settings
+if [ $check = 1 ]; then
+  val_args=()
+  [ -n "$val" ] && val_args=(--val-data "$val")
+  exec "$bin/lisa-trainer" check "${config_args[@]+"${config_args[@]}"}" \
+    --model "$model" --train-data "$train" "${val_args[@]+"${val_args[@]}"}" \
+    --backend "$backend" "${settings[@]+"${settings[@]}"}"
+fi
 
 stamp=$(date -u +%Y%m%d-%H%M%S)
 run=${out:-runs/local-$stamp}
@@ -237,12 +349,13 @@ start controller "$bin/lisa-controller" --backend local \
 
 val_args=()
 [ -n "$val" ] && val_args=(--val-data "$val")
-start trainer "$bin/lisa-trainer" train --model "$model" \
-  --train-data "$train" "${val_args[@]}" --broker "$rpc" \
+start trainer "$bin/lisa-trainer" train \
+  "${config_args[@]+"${config_args[@]}"}" --model "$model" \
+  --train-data "$train" "${val_args[@]+"${val_args[@]}"}" --broker "$rpc" \
   --engine-listen 127.0.0.1:0 --out "$run/trainer" --backend "$backend" \
-  --run-id "$run_id" "${settings[@]}"
+  --run-id "$run_id" "${settings[@]+"${settings[@]}"}"
 trainer_pid=${pids[${#pids[@]} - 1]}
-echo "trainer: pid $trainer_pid, settings: ${settings[*]}"
+echo "trainer: pid $trainer_pid (its log lists every setting it uses)"
 echo "logs: $run/logs/"
 
 # Progress (scripts/progress.sh): the trainer's step lines, and on a

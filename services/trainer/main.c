@@ -4,6 +4,7 @@
  *
  *   lisa-trainer train --model DIR --train-data FILE [key=value ...]
  *   lisa-trainer serve --model DIR [...]
+ *   lisa-trainer check --model DIR --train-data FILE [key=value ...]
  *
  * This file reads the command line and the settings, checks the data, and
  * runs the command: the rank's parts are assembled by trn_service (group,
@@ -39,10 +40,11 @@ s_on_signal(int sig)
 static void
 s_usage(FILE *f)
 {
-    fprintf(f, "usage: lisa-trainer train|serve [--help] [flags] "
+    fprintf(f, "usage: lisa-trainer train|serve|check [--help] [flags] "
                "[key=value ...]\n"
                "  train  the synchronous RL loop with its generation engine\n"
-               "  serve  the generation engine alone\n");
+               "  serve  the generation engine alone\n"
+               "  check  train's settings and data checked, nothing run\n");
 }
 
 /* What the command line asked for. */
@@ -79,6 +81,10 @@ s_settings(s_args_t *a, int argc, char **argv, bool *quit)
     lisa_log_level_t level;
     if (lisa_log_level_parse(a->cfg.log_level, &level) == LISA_OK)
         lisa_log_set_level(level);
+    if (trn_run_cfg_fold(&a->cfg, err, sizeof err) != LISA_OK) {
+        fprintf(stderr, "lisa-trainer: %s\n", err);
+        return TRN_EXIT_CONFIG;
+    }
     lisa_config_dump(trn_run_cfg_table, trn_run_cfg_table_len, &a->cfg, a->src);
     return TRN_EXIT_DONE;
 }
@@ -106,12 +112,16 @@ s_check(s_args_t *a)
     }
     if (!a->train)
         return TRN_EXIT_DONE;
-    if (!cfg->train_files) {
+    if (cfg->val_only && !(cfg->val_files && *cfg->val_files)) {
+        fprintf(stderr, "lisa-trainer: trainer.val_only needs --val-data\n");
+        return TRN_EXIT_CONFIG;
+    }
+    if (!cfg->train_files && !cfg->val_only) {
         fprintf(stderr, "lisa-trainer: --train-data is required\n");
         return TRN_EXIT_CONFIG;
     }
-    if (trn_data_load(cfg->train_files, &a->tdata, err, sizeof err) !=
-            LISA_OK ||
+    if ((cfg->train_files && trn_data_load(cfg->train_files, &a->tdata, err,
+                                           sizeof err) != LISA_OK) ||
         (cfg->val_files && *cfg->val_files &&
          trn_data_load(cfg->val_files, &a->vdata, err, sizeof err) !=
              LISA_OK)) {
@@ -251,7 +261,8 @@ main(int argc, char **argv)
     }
     s_args_t a;
     memset(&a, 0, sizeof a);
-    a.train = strcmp(argv[1], "train") == 0;
+    bool check = strcmp(argv[1], "check") == 0;
+    a.train = check || strcmp(argv[1], "train") == 0;
     if (!a.train && strcmp(argv[1], "serve") != 0) {
         s_usage(stderr);
         return TRN_EXIT_CONFIG;
@@ -261,7 +272,9 @@ main(int argc, char **argv)
     trn_exit_t code = s_settings(&a, argc, argv, &quit);
     if (code == TRN_EXIT_DONE && !quit)
         code = s_check(&a);
-    if (code == TRN_EXIT_DONE && !quit)
+    if (code == TRN_EXIT_DONE && !quit && check)
+        lisa_log_info("check: the settings and the data are good");
+    else if (code == TRN_EXIT_DONE && !quit)
         code = s_serve(&a, argc, argv);
     trn_data_destroy(&a.tdata);
     trn_data_destroy(&a.vdata);

@@ -108,3 +108,27 @@ trn_advantage(const trn_adv_cfg_t *cfg, const double *scores,
     lisa_free(&idx);
     return LISA_OK;
 }
+
+lisa_rc_t
+trn_kl_ctrl_parse(const char *type, bool *adaptive)
+{
+    if (type && strcmp(type, "fixed") == 0)
+        *adaptive = false;
+    else if (type && strcmp(type, "adaptive") == 0)
+        *adaptive = true;
+    else
+        return trn_fail(NULL, LISA_INVALID, "unknown kl_ctrl.type '%s'",
+                        type ? type : "");
+    return LISA_OK;
+}
+
+void
+trn_kl_ctrl_update(trn_kl_ctrl_t *k, double current_kl, double n_steps)
+{
+    if (!k->adaptive || !(k->target > 0) || !(k->horizon > 0) ||
+        !isfinite(current_kl))
+        return;
+    double e = current_kl / k->target - 1;
+    e = e < -0.2 ? -0.2 : e > 0.2 ? 0.2 : e;
+    k->value *= 1 + e * n_steps / k->horizon;
+}

@@ -11,6 +11,9 @@
  *
  * The scalar is broadcast over the response's tokens by the caller (the
  * loss takes one advantage per token).
+ *
+ * With KL in the reward the scores are first reduced by the KL penalty
+ * (trn_step); its coefficient comes from a KL controller, below.
  */
 #ifndef TRN_ADVANTAGE_H
 #define TRN_ADVANTAGE_H
@@ -41,5 +44,22 @@ lisa_rc_t trn_adv_kind_parse(const char *name,
 lisa_rc_t trn_advantage(const trn_adv_cfg_t *cfg, const double *scores,
                         const int64_t *group, size_t n, double *adv,
                         trn_err_t *err) LISA_NODISCARD;
+
+/* verl's KL controllers for the KL in the reward (algorithm.kl_ctrl):
+ * fixed keeps `value`; adaptive multiplies it after each step by
+ * 1 + clip(current_kl / target - 1, -0.2, 0.2) * n_steps / horizon, where
+ * n_steps is the step's number of trajectories. */
+typedef struct {
+    bool adaptive;
+    double value;   /* kl_ctrl.kl_coef, then the current coefficient */
+    double target;  /* kl_ctrl.target_kl (> 0) */
+    double horizon; /* kl_ctrl.horizon (> 0) */
+} trn_kl_ctrl_t;
+
+/* Parses kl_ctrl.type ("fixed" or "adaptive"); LISA_INVALID. */
+lisa_rc_t trn_kl_ctrl_parse(const char *type, bool *adaptive) LISA_NODISCARD;
+
+/* One step's update (a no-op for fixed). */
+void trn_kl_ctrl_update(trn_kl_ctrl_t *k, double current_kl, double n_steps);
 
 #endif

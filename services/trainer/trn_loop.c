@@ -10,6 +10,7 @@
 #include "lisa/lisa_rpc.h"
 #include "trn_advantage.h"
 #include "trn_ckpt.h"
+#include "trn_err.h"
 #include "trn_metrics.h"
 #include "trn_progress.h"
 #include "trn_tboard.h"
@@ -48,7 +49,10 @@ typedef struct {
     uint64_t warmup; /* optimizer steps of linear lr warmup */
     trn_failed_t failed;
     bool drop_equal, bf16;
-    bool mask_overlong;      /* trainer.overlong_rollouts=mask */
+    bool mask_overlong;                    /* trainer.overlong_rollouts=mask */
+    trn_kl_ctrl_t klc;                     /* the in-reward KL coefficient */
+    size_t cap_prompt, cap_resp, cap_drop; /* trn_run_cfg_caps */
+    char trunc;
     uint64_t total;          /* steps of the run */
     trn_tboard_t *tb;        /* trainer.logger tensorboard; may be NULL */
     trn_progress_t *pg;      /* progress.log / progress.now; may be NULL */
@@ -529,7 +533,7 @@ s_select(s_loop_t *L, s_ro_t *ros, size_t n, size_t ntask)
             case TRN_FAILED_ZERO:
                 r->kept = usable;
                 if (!r->ok)
-                    r->reward = 0.0;
+                    r->reward = L->c->failed_score;
                 break;
             }
             kept += r->kept;
@@ -656,29 +660,95 @@ s_checkpoint(s_loop_t *L, uint64_t step)
 /* How far the engine's log-probs are from the trainer's recomputation
  * (same weights): mean and max |diff| over sampled tokens. A large value
  * means the engine and the trainer disagree (verl's rollout_probs_diff). */
-static void
-s_logp_diff(s_loop_t *L, const trn_rollouts_t *r, size_t ntok, trn_metrics_t *m)
+static bool
+s_logp_diff(s_loop_t *L, const trn_rollouts_t *r, size_t ntok, trn_metrics_t *m,
+            float *lp)
 {
     trn_backend_t *b = L->a->backend;
     if (!b->ops->logprobs)
-        return;
-    float *lp = lisa_calloc(ntok ? ntok : 1, sizeof *lp);
+        return false;
     trn_err_t err = {{0}};
-    if (b->ops->logprobs(b, &L->scfg, r, lp, &err) == LISA_OK) {
-        double sum = 0, mx = 0, n = 0;
-        for (size_t t = 0; t < ntok; t++)
-            if (r->mask[t]) {
-                double d = fabs((double) lp[t] - (double) r->rollout_logp[t]);
-                sum += d;
-                mx = d > mx ? d : mx;
-                n++;
-            }
-        trn_metrics_set(m, "rollout/logp_diff_mean", n > 0 ? sum / n : 0);
-        trn_metrics_set(m, "rollout/logp_diff_max", mx);
-    } else {
+    if (b->ops->logprobs(b, &L->scfg, r, lp, &err) != LISA_OK) {
         lisa_log_warn("loop: trainer log-probs: %s", err.msg);
+        return false;
     }
-    lisa_free(&lp);
+    double sum = 0, mx = 0, n = 0;
+    for (size_t t = 0; t < ntok; t++)
+        if (r->mask[t]) {
+            double d = fabs((double) lp[t] - (double) r->rollout_logp[t]);
+            sum += d;
+            mx = d > mx ? d : mx;
+            n++;
+        }
+    trn_metrics_set(m, "rollout/logp_diff_mean", n > 0 ? sum / n : 0);
+    trn_metrics_set(m, "rollout/logp_diff_max", mx);
+    return true;
+}
+
+/* Frees the sequences from k on. */
+static void
+s_traj_keep(trn_traj_t *t, size_t k)
+{
+    for (size_t i = k; i < t->n; i++) {
+        lisa_free(&t->seqs[i].tokens);
+        lisa_free(&t->seqs[i].mask);
+        lisa_free(&t->seqs[i].logp);
+    }
+    t->n = k;
+}
+
+/* verl's length limits on the kept rollouts' sequences: cut in place,
+ * or dropped (a rollout whose every sequence is dropped is not kept). */
+static void
+s_caps(s_loop_t *L, s_ro_t *ros, size_t n, size_t *cut, size_t *dropped)
+{
+    if (!L->cap_prompt && !L->cap_resp && !L->cap_drop)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (!ros[i].kept)
+            continue;
+        size_t k = 0;
+        for (size_t j = 0; j < ros[i].traj.n; j++) {
+            trn_seq_t *q = &ros[i].traj.seqs[j];
+            int r =
+                trn_step_cap(q->tokens, q->mask, q->logp, &q->len, L->cap_drop,
+                             L->cap_prompt, L->trunc, L->cap_resp);
+            if (r < 0) {
+                (*dropped)++;
+                continue;
+            }
+            *cut += r > 0;
+            if (k != j) { /* keep the kept ones first */
+                trn_seq_t t = ros[i].traj.seqs[k];
+                ros[i].traj.seqs[k] = *q;
+                *q = t;
+            }
+            k++;
+        }
+        if (k == 0)
+            ros[i].kept = false;
+        else
+            s_traj_keep(&ros[i].traj, k);
+    }
+}
+
+static lisa_rc_t
+s_actor_step(void *self, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+             trn_step_out_t *out, trn_err_t *err)
+{
+    trn_backend_t *b = self;
+    return b->ops->train_step(b, cfg, r, out, err);
+}
+
+static lisa_rc_t
+s_actor_logprobs(void *self, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+                 float *logp, trn_err_t *err)
+{
+    trn_backend_t *b = self;
+    if (!b->ops->logprobs)
+        return trn_fail(err, LISA_UNSUPPORTED,
+                        "the backend computes no log-probs (old log-probs)");
+    return b->ops->logprobs(b, cfg, r, logp, err);
 }
 
 /* One training step. */
@@ -710,6 +780,8 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     double t_roll = s_now() - t0;
     size_t dropped_groups = s_select(L, ros, nr, nt);
 
+    size_t ncut = 0, nlong = 0;
+    s_caps(L, ros, nr, &ncut, &nlong);
     /* the batch */
     size_t nseq = 0, ntok = 0, nkept = 0, nok = 0;
     for (size_t i = 0; i < nr; i++) {
@@ -747,6 +819,8 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "rollouts/kept", (double) nkept);
     trn_metrics_set(m, "groups/dropped", (double) dropped_groups);
     trn_metrics_set(m, "batch/sequences", (double) nseq);
+    trn_metrics_set(m, "batch/truncated", (double) ncut);
+    trn_metrics_set(m, "batch/dropped_long_prompt", (double) nlong);
     trn_metrics_set(m, "batch/tokens", (double) ntok);
 
     size_t *off = lisa_calloc(nseq + 1, sizeof *off);
@@ -822,13 +896,21 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
         trn_step_out_t so;
         memset(&so, 0, sizeof so);
         trn_err_t err = {{0}};
-        s_logp_diff(L, &r, ntok, m);
+        /* the trainer's log-probs before the update: a metric, and the
+         * old log-probs of several mini-batches or epochs */
+        float *tlp = lisa_calloc(ntok ? ntok : 1, sizeof *tlp);
+        bool have_tlp = s_logp_diff(L, &r, ntok, m, tlp);
         /* linear warmup: update k (from 0) runs at lr * (k + 1) / warmup */
         L->scfg.optim.lr = L->c->lr;
         if (L->version < L->warmup)
             L->scfg.optim.lr *= (double) (L->version + 1) / (double) L->warmup;
-        rc = L->a->backend->ops->train_step(L->a->backend, &L->scfg, &r, &so,
-                                            &err);
+        L->scfg.kl_reward_coef = c->kl_in_reward ? L->klc.value : 0;
+        trn_step_actor_t actor = {.self = L->a->backend,
+                                  .train_step = s_actor_step,
+                                  .logprobs = s_actor_logprobs};
+        rc = trn_step_ppo(&actor, &L->scfg, &r, have_tlp ? tlp : NULL, &so,
+                          &err);
+        lisa_free(&tlp);
         t_train = s_now() - t1;
         if (rc != LISA_OK) {
             trn_engine_resume(L->a->engine, L->version);
@@ -856,6 +938,16 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
         trn_metrics_set(m, "actor/tokens", so.tokens);
         trn_metrics_set(m, "actor/micro_batches", (double) so.micro_batches);
         trn_metrics_set(m, "actor/lr", L->scfg.optim.lr);
+        trn_metrics_set(m, "actor/updates", (double) so.updates);
+        trn_metrics_set(m, "actor/mini_batches", (double) so.mini_batches);
+        if (L->scfg.rs_level != TRN_RS_OFF || L->scfg.rs_veto > 0)
+            trn_metrics_set(m, "rollout_corr/rs_masked_tokens", so.rs_masked);
+        if (c->kl_in_reward) {
+            double kl = so.reward_kl_n > 0 ? so.reward_kl / so.reward_kl_n : 0;
+            trn_metrics_set(m, "actor/reward_kl_penalty", kl);
+            trn_metrics_set(m, "actor/reward_kl_penalty_coeff", L->klc.value);
+            trn_kl_ctrl_update(&L->klc, kl, so.reward_kl_n);
+        }
     }
     trn_metrics_set(m, "policy_version_after", (double) L->version);
     trn_metrics_set(m, "time/rollout_s", t_roll);
@@ -899,6 +991,55 @@ out:
     return rc;
 }
 
+/* trainer.val_only: one validation of the model as loaded (a checkpoint
+ * under trainer.resume) on the validation sets, then done. */
+static lisa_rc_t
+s_val_only(s_loop_t *L)
+{
+    const trn_loop_args_t *a = L->a;
+    if (!a->val || trn_data_len(a->val) == 0)
+        return s_fail(L, LISA_INVALID, "trainer.val_only needs --val-data");
+    char path[4096];
+    mkdir(L->c->out_dir, 0755);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", L->c->out_dir);
+    L->mf = fopen(path, "a");
+    if (!L->mf)
+        return s_fail(L, LISA_ERR, "cannot open %s", path);
+    lisa_rc_t rc = LISA_OK;
+    unsigned loggers = 0;
+    if (trn_run_cfg_loggers(L->c->logger, &loggers, L->err, L->errlen) !=
+        LISA_OK)
+        loggers = TRN_LOGGER_CONSOLE;
+    L->pg =
+        trn_progress_new(L->c->out_dir, 1, (loggers & TRN_LOGGER_CONSOLE) != 0);
+    L->rpc = lisa_rpc_new(L->c->broker, "lisa-trainer");
+    if (!L->rpc) {
+        rc = s_fail(L, LISA_INVALID, "bad broker endpoint %s", L->c->broker);
+        goto out;
+    }
+    lisa_rpc_set_tries(L->rpc, 1);
+    lisa_rpc_set_interrupt(L->rpc, a->stop);
+    uint64_t bv = 0;
+    if ((rc = s_policy(L, false, 0, &bv)) != LISA_OK)
+        goto out;
+    L->version = a->policy_version > bv ? a->policy_version : bv;
+    if (L->version > bv &&
+        (rc = s_policy(L, true, L->version, NULL)) != LISA_OK)
+        goto out;
+    trn_engine_resume(a->engine, L->version);
+    lisa_log_info("loop: val_only: validating policy %llu (after step %llu) "
+                  "on %zu prompts",
+                  (unsigned long long) L->version,
+                  (unsigned long long) a->start_step, trn_data_len(a->val));
+    rc = s_validate(L, a->start_step);
+out:
+    lisa_rpc_destroy(&L->rpc);
+    trn_progress_destroy(&L->pg);
+    fclose(L->mf);
+    L->mf = NULL;
+    return rc;
+}
+
 lisa_rc_t
 trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
 {
@@ -910,7 +1051,16 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
     size_t *perm = NULL;
     if (rc != LISA_OK)
         return rc;
-    size_t ntrain = trn_data_len(a->train), bs = (size_t) c->batch_size;
+    trn_run_cfg_caps(c, &L.cap_prompt, &L.cap_resp, &L.cap_drop, &L.trunc);
+    L.klc.value = c->kl_ctrl_coef;
+    L.klc.target = c->kl_ctrl_target;
+    L.klc.horizon = (double) c->kl_ctrl_horizon;
+    if (trn_kl_ctrl_parse(c->kl_ctrl_type, &L.klc.adaptive) != LISA_OK)
+        return s_fail(&L, LISA_INVALID, "bad algorithm.kl_ctrl.type");
+    size_t ntrain = a->train ? trn_data_len(a->train) : 0;
+    size_t bs = (size_t) c->batch_size;
+    if (c->val_only)
+        return s_val_only(&L);
     if (ntrain < bs)
         return s_fail(&L, LISA_INVALID,
                       "train set has %zu records, fewer than "
@@ -980,7 +1130,9 @@ trn_loop_run(const trn_loop_args_t *a, char *err, size_t errlen)
         rc = s_step(&L, step, perm + b * bs, bs, epoch);
         if (rc != LISA_OK)
             goto out;
-        if (c->test_freq > 0 && a->val && step % (uint64_t) c->test_freq == 0 &&
+        /* validation every test_freq steps and after the last one */
+        bool val_now = c->test_freq > 0 && step % (uint64_t) c->test_freq == 0;
+        if (a->val && (val_now || step == total) &&
             (rc = s_validate(&L, step)) != LISA_OK)
             goto out;
         if ((c->save_freq > 0 && step % (uint64_t) c->save_freq == 0) ||

@@ -29,6 +29,8 @@ trn_rank_batch_out(const trn_rollouts_t *r, Lisa__RankBatch *b, uint64_t **off,
     b->mask.len = nt;
     b->n_rollout_logp = r->rollout_logp ? nt : 0;
     b->rollout_logp = (float *) (uintptr_t) r->rollout_logp;
+    b->n_old_logp = r->old_logp ? nt : 0;
+    b->old_logp = (float *) (uintptr_t) r->old_logp;
     b->n_group = n;
     b->group = (int64_t *) (uintptr_t) r->group;
     b->n_score = n;
@@ -53,7 +55,9 @@ trn_rank_batch_in(const Lisa__RankBatch *b, trn_rollouts_t *r, size_t **off,
         if (b->seq_offsets[i + 1] <= b->seq_offsets[i])
             return trn_fail(err, LISA_INVALID, "dp: unordered offsets");
     if (b->seq_offsets[n] != nt || b->mask.len != nt || b->n_group != n ||
-        b->n_score != n || (b->n_rollout_logp != 0 && b->n_rollout_logp != nt))
+        b->n_score != n ||
+        (b->n_rollout_logp != 0 && b->n_rollout_logp != nt) ||
+        (b->n_old_logp != 0 && b->n_old_logp != nt))
         return trn_fail(err, LISA_INVALID,
                         "dp: batch arrays disagree with its offsets");
     *off = lisa_malloc((n + 1) * sizeof **off);
@@ -73,6 +77,7 @@ trn_rank_batch_in(const Lisa__RankBatch *b, trn_rollouts_t *r, size_t **off,
     r->tokens = *tok;
     r->mask = b->mask.data;
     r->rollout_logp = b->n_rollout_logp ? b->rollout_logp : NULL;
+    r->old_logp = b->n_old_logp ? b->old_logp : NULL;
     r->group = b->group;
     r->score = b->score;
     return LISA_OK;

@@ -14,6 +14,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* How many keys are accepted with a note (trn_run_cfg_notes). */
+#define TRN_RUN_CFG_NOTED 25
+
 typedef struct {
     char *model, *train_files, *val_files, *broker, *listen, *engine_url,
         *engine_id, *out_dir, *backend, *resume, *run_id;
@@ -57,6 +60,29 @@ typedef struct {
     uint64_t rpc_timeout_ms;
     char *log_level;
     char *logger, *tensorboard_dir;
+    /* verl's keys and the example's (docs/trainer-service.md, "verl's
+     * keys"): honoured here, or folded into lisa's by trn_run_cfg_fold */
+    char *model_path;
+    int64_t max_prompt_len, max_response_len;
+    char *truncation;
+    int64_t traj_max_prompt, traj_max_response;
+    bool kl_in_reward;
+    char *kl_penalty, *kl_ctrl_type;
+    double kl_ctrl_coef, kl_ctrl_target;
+    int64_t kl_ctrl_horizon;
+    int64_t ppo_mini_batch, ppo_epochs;
+    char *rollout_is, *is_threshold, *rollout_rs, *rs_threshold, *rs_lower,
+        *token_veto, *rc_loss_type;
+    bool is_batch_normalize, bypass_mode;
+    double gpu_mem_util;
+    int64_t max_model_len;
+    char *v_prefix_cache, *val_do_sample;
+    char *project_name;
+    bool val_only;
+    double failed_score;
+    double agl_timeout_s, agl_rollout_timeout_s, agl_poll_timeout_s;
+    char *agl_fillna, *agl_shuffle;
+    char *noted[TRN_RUN_CFG_NOTED]; /* keys accepted with a note */
 } trn_run_cfg_t;
 
 /* The table (and its length). */
@@ -76,13 +102,16 @@ typedef enum {
 
 /* Parses trainer.logger, verl's list of loggers: "['console','tensorboard']",
  * "[console,tensorboard]", "console,tensorboard", one name, or "[]" (none).
- * LISA_INVALID with a reason naming the unknown logger and the supported
- * ones. */
+ * wandb, which lisa does not have, means tensorboard (trn_run_cfg_fold
+ * logs the note). LISA_INVALID with a reason naming the unknown logger and the
+ * supported ones. */
 lisa_rc_t trn_run_cfg_loggers(const char *spec, unsigned *out, char *err,
                               size_t errlen) LISA_NODISCARD;
 
 /* The tensorboard logger's folder: trainer.tensorboard_dir, else
- * <out_dir>/tensorboard (caller frees with lisa_free). */
+ * <out_dir>/tensorboard, with /<project_name>/<experiment_name> under it
+ * when trainer.project_name is set (verl's layout; run_id stands in for
+ * an unset experiment name) (caller frees with lisa_free). */
 char *trn_run_cfg_tensorboard_dir(const trn_run_cfg_t *c);
 
 /* Parses the enum-valued settings (trainer.logger too) and fills the step
@@ -91,6 +120,30 @@ lisa_rc_t trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *step,
                               trn_failed_t *failed, bool *drop_equal,
                               bool *bf16, char *err,
                               size_t errlen) LISA_NODISCARD;
+
+/* Folds verl's and Agent Lightning's keys into lisa's settings (the verl
+ * key, when given, wins): actor_rollout_ref.model.path -> trainer.model
+ * (when unset), rollout.gpu_memory_utilization -> engine.kv_memory (a
+ * fraction), rollout.max_model_len -> engine.max_len,
+ * rollout.enable_prefix_caching -> engine.enable_prefix_caching,
+ * val_kwargs.do_sample=false -> validation temperature 0 (greedy),
+ * agentlightning.{rollout_,}timeout_seconds -> rollout.trajectory_timeout,
+ * poll_timeout_seconds -> trainer.step_timeout, reward_fillna_value ->
+ * trainer.failed_rollouts=zero with that score, is_shuffle ->
+ * data.shuffle; then checks the keys accepted with a note against the
+ * values lisa can honour and logs each note. LISA_INVALID with a reason
+ * that says what lisa does instead. Call once, after loading. */
+lisa_rc_t trn_run_cfg_fold(trn_run_cfg_t *c, char *err,
+                           size_t errlen) LISA_NODISCARD;
+
+/* The trajectory length caps: prompt (tokens before the first sampled
+ * one) and response (the rest), 0 none; *drop_prompt: a longer prompt
+ * drops the trajectory (data.truncation=error, Agent Lightning's cap),
+ * else it is cut as data.truncation says (*trunc: 'l'eft, 'r'ight,
+ * 'm'iddle). */
+void trn_run_cfg_caps(const trn_run_cfg_t *c, size_t *max_prompt,
+                      size_t *max_response, size_t *drop_prompt_over,
+                      char *trunc);
 
 /* engine.kv_memory as bytes (a size) or a fraction of free memory (a
  * number with a point); the other is 0. LISA_INVALID with a reason. */

@@ -271,9 +271,9 @@ trn_service_new(const trn_service_args_t *a, trn_exit_t *code, char *err,
         const char *mdir =
             cfg->resume && *cfg->resume ? cfg->resume : cfg->model;
         trn_err_t terr = {{0}};
-        s->be = trn_backend_new(cfg->backend, mdir,
-                                (int) (cfg->threads > 0 ? cfg->threads : 1),
-                                a->train && cfg->use_kl, &terr);
+        s->be = trn_backend_new(
+            cfg->backend, mdir, (int) (cfg->threads > 0 ? cfg->threads : 1),
+            a->train && (cfg->use_kl || cfg->kl_in_reward), &terr);
         if (!s->be) {
             snprintf(err, errlen, "model %s: %s", mdir, terr.msg);
             *code = TRN_EXIT_MODEL;

@@ -26,7 +26,12 @@ trn_step_defaults(void)
                         .temperature = 1.0f,
                         .micro_tokens = 4096,
                         .bypass = false,
-                        .is_threshold = 0};
+                        .is_threshold = 0,
+                        .is_level = TRN_IS_TOKEN,
+                        .rs_level = TRN_RS_OFF,
+                        .kl_reward_type = TRN_KL_K1,
+                        .mini_groups = 0,
+                        .ppo_epochs = 1};
     return c;
 }
 
@@ -40,8 +45,11 @@ s_check(const trn_step_cfg_t *c, const trn_rollouts_t *r, bool have_ref,
     if ((c->bypass || c->is_threshold > 0) && !r->rollout_logp)
         return trn_fail(err, LISA_INVALID,
                         "step: bypass and IS weights need rollout log-probs");
-    if (c->loss.kl_coef > 0 && !have_ref)
+    if ((c->loss.kl_coef > 0 || c->kl_reward_coef > 0) && !have_ref)
         return trn_fail(err, LISA_INVALID, "step: KL needs a reference model");
+    if (!(c->kl_reward_coef >= 0))
+        return trn_fail(err, LISA_INVALID,
+                        "step: bad in-reward KL coefficient");
     if (c->micro_tokens == 0 || !(c->grad_clip > 0) || !(c->temperature > 0) ||
         !(c->is_threshold >= 0))
         return trn_fail(err, LISA_INVALID, "step: bad configuration");
@@ -169,7 +177,8 @@ s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
                      .temperature = c->temperature};
     lisa_rc_t rc;
     bool need_ent = lc->entropy_coef > 0;
-    if (ref) {
+    bool use_ref = ref && lc->kl_coef > 0;
+    if (use_ref) {
         rc = ref->forward(ref->self, &b, x->ref, NULL, err);
         if (rc != LISA_OK)
             return rc;
@@ -188,11 +197,11 @@ s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
                         .logp = x->logp,
                         .old_logp = x->old,
                         .adv = x->adv,
-                        .ref_logp = ref ? x->ref : NULL,
+                        .ref_logp = use_ref ? x->ref : NULL,
                         .is_weights = NULL,
                         .entropy = x->ent};
     if (c->is_threshold > 0) {
-        rc = trn_is_weights(TRN_IS_TOKEN, c->is_threshold, &in, x->roll, x->isw,
+        rc = trn_is_weights(c->is_level, c->is_threshold, &in, x->roll, x->isw,
                             err);
         if (rc != LISA_OK)
             return rc;
@@ -218,6 +227,100 @@ s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
     out->tokens += lo.tokens;
     out->micro_batches++;
     return LISA_OK;
+}
+
+/* verl's kl_penalty of one token (logp - ref as k1, abs, k2, k3). */
+static double
+s_kl_token(trn_kl_t type, double logp, double ref)
+{
+    double d = logp - ref;
+    switch (type) {
+    case TRN_KL_ABS:
+        return fabs(d);
+    case TRN_KL_K2:
+        return 0.5 * d * d;
+    case TRN_KL_K3: {
+        double k = ref - logp;
+        k = k < -20 ? -20 : k > 20 ? 20 : k;
+        double v = exp(k) - k - 1;
+        return v < -10 ? -10 : v > 10 ? 10 : v;
+    }
+    case TRN_KL_K1:
+    default:
+        return d;
+    }
+}
+
+/* KL in the reward: score[s] -= coef * (sum of the KL of s's sampled
+ * tokens between the old policy, r->old_logp or the model now, and the
+ * reference); the per-trajectory mean KL goes to out. Forward only, over
+ * this rank's micro-batches; the sums cross ranks. */
+static lisa_rc_t
+s_reward_kl(const trn_step_model_t *m, const trn_step_model_t *ref,
+            const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t cap,
+            double *score, trn_step_out_t *out, trn_err_t *err)
+{
+    size_t n = r->n_seqs;
+    double *v = lisa_calloc(2 * n + 1, sizeof *v); /* sums, counts, failed */
+    s_scratch_t x = {0};
+    s_scratch_init(&x, cap, n);
+    size_t *start = NULL;
+    int *owner = NULL;
+    size_t nmb = s_plan(c, r, &start, &owner);
+    lisa_rc_t rc = LISA_OK;
+    for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
+        if (owner[k] != s_rank(c))
+            continue;
+        size_t s0 = start[k], s1 = start[k + 1];
+        size_t base = r->seq_offsets[s0], len = r->seq_offsets[s1] - base;
+        for (size_t s = s0; s <= s1; s++)
+            x.off[s - s0] = r->seq_offsets[s] - base;
+        for (size_t s = s0; s < s1; s++)
+            for (size_t t = r->seq_offsets[s]; t < r->seq_offsets[s + 1]; t++) {
+                bool on = t + 1 < r->seq_offsets[s + 1] && r->mask[t + 1];
+                x.targets[t - base] = on ? r->tokens[t + 1] : -1;
+            }
+        trn_batch_t b = {.tokens = r->tokens + base,
+                         .targets = x.targets,
+                         .n_tokens = len,
+                         .seq_offsets = x.off,
+                         .n_seqs = s1 - s0,
+                         .temperature = c->temperature};
+        rc = ref->forward(ref->self, &b, x.ref, NULL, err);
+        if (rc == LISA_OK && !r->old_logp)
+            rc = m->forward(m->self, &b, x.logp, NULL, err);
+        for (size_t s = s0; s < s1 && rc == LISA_OK; s++)
+            for (size_t t = r->seq_offsets[s]; t + 1 < r->seq_offsets[s + 1];
+                 t++) {
+                if (!r->mask[t + 1])
+                    continue;
+                double lp = r->old_logp ? (double) r->old_logp[t + 1]
+                                        : (double) x.logp[t - base];
+                v[s] +=
+                    s_kl_token(c->kl_reward_type, lp, (double) x.ref[t - base]);
+                v[n + s] += 1;
+            }
+    }
+    v[2 * n] = rc != LISA_OK;
+    if (s_world(c) > 1) {
+        lisa_rc_t src = c->comm->sum(c->comm->self, v, 2 * n + 1, err);
+        if (src != LISA_OK)
+            rc = src;
+        else if (rc == LISA_OK && v[2 * n] > 0)
+            rc = trn_fail(err, LISA_ERR, "step: another rank failed");
+    }
+    for (size_t s = 0; s < n && rc == LISA_OK; s++) {
+        score[s] -= c->kl_reward_coef * v[s];
+        if (v[n + s] > 0) {
+            out->reward_kl += v[s] / v[n + s];
+            out->reward_kl_n += 1;
+        }
+    }
+    lisa_free(&start);
+    lisa_free(&owner);
+    s_scratch_free(&x);
+    lisa_free(&v);
+    return rc;
 }
 
 lisa_rc_t
@@ -298,8 +401,20 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
     if (rc != LISA_OK)
         return rc;
     double *adv = lisa_malloc(r->n_seqs * sizeof *adv);
+    double *score = lisa_malloc(r->n_seqs * sizeof *score);
+    memcpy(score, r->score, r->n_seqs * sizeof *score);
     s_scratch_t x = {0};
-    rc = trn_advantage(&c->adv, r->score, r->group, r->n_seqs, adv, err);
+    if (c->kl_reward_coef > 0) {
+        size_t kcap = c->micro_tokens;
+        for (size_t s = 0; s < r->n_seqs; s++) {
+            size_t len = r->seq_offsets[s + 1] - r->seq_offsets[s];
+            kcap = len > kcap ? len : kcap;
+        }
+        rc = s_reward_kl(m, ref, c, r, kcap, score, out, err);
+        if (rc != LISA_OK)
+            goto out;
+    }
+    rc = trn_advantage(&c->adv, score, r->group, r->n_seqs, adv, err);
     if (rc != LISA_OK)
         goto out;
     /* whole-batch normalisers */
@@ -400,7 +515,280 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
 out:
     s_scratch_free(&x);
     lisa_free(&adv);
+    lisa_free(&score);
     return rc;
+}
+
+/* ---- the PPO update over mini-batches and epochs ---------------------- */
+
+size_t
+trn_step_reject(const trn_step_cfg_t *c, size_t n_seqs,
+                const size_t *seq_offsets, const float *old_logp,
+                const float *rollout_logp, uint8_t *mask)
+{
+    bool rs = c->rs_level != TRN_RS_OFF, veto = c->rs_veto > 0;
+    if ((!rs && !veto) || !old_logp || !rollout_logp)
+        return 0;
+    double hi = c->rs_upper > 0 ? c->rs_upper : HUGE_VAL;
+    double lo = c->rs_lower > 0 ? c->rs_lower : (hi < HUGE_VAL ? 1 / hi : 0);
+    size_t cleared = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        size_t b = seq_offsets[s], e = seq_offsets[s + 1];
+        double sum = 0, k = 0;
+        bool vetoed = false;
+        for (size_t t = b; t < e; t++) {
+            if (!mask[t])
+                continue;
+            double d = (double) old_logp[t] - (double) rollout_logp[t];
+            sum += d;
+            k += 1;
+            vetoed = vetoed || (veto && exp(d) < c->rs_veto);
+        }
+        double agg = c->rs_level == TRN_RS_GEOMETRIC && k > 0 ? sum / k : sum;
+        agg = agg < -20 ? -20 : agg > 20 ? 20 : agg;
+        bool whole = vetoed || ((c->rs_level == TRN_RS_SEQUENCE ||
+                                 c->rs_level == TRN_RS_GEOMETRIC) &&
+                                (exp(agg) > hi || exp(agg) < lo));
+        for (size_t t = b; t < e; t++) {
+            if (!mask[t])
+                continue;
+            double d = (double) old_logp[t] - (double) rollout_logp[t];
+            d = d < -20 ? -20 : d > 20 ? 20 : d;
+            bool off = whole || (c->rs_level == TRN_RS_TOKEN &&
+                                 (exp(d) > hi || exp(d) < lo));
+            if (off) {
+                mask[t] = 0;
+                cleared++;
+            }
+        }
+    }
+    return cleared;
+}
+
+/* The mini-batch of each sequence: its group's ordinal (first
+ * appearance) / groups per mini-batch. Returns the number of them. */
+static size_t
+s_mini_of(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t *mb)
+{
+    int64_t *seen = lisa_malloc(r->n_seqs * sizeof *seen);
+    size_t ng = 0, per = c->mini_groups, nmb = 0;
+    for (size_t s = 0; s < r->n_seqs; s++) {
+        size_t g = 0;
+        while (g < ng && seen[g] != r->group[s])
+            g++;
+        if (g == ng)
+            seen[ng++] = r->group[s];
+        mb[s] = per > 0 ? g / per : 0;
+        nmb = mb[s] + 1 > nmb ? mb[s] + 1 : nmb;
+    }
+    lisa_free(&seen);
+    return nmb;
+}
+
+/* The sequences of mini-batch k as rollouts of their own (arrays in
+ * *buf, one allocation). */
+typedef struct {
+    size_t *off;
+    int32_t *tok;
+    uint8_t *mask;
+    float *roll, *old;
+    int64_t *group;
+    double *score;
+} s_sub_t;
+
+static void
+s_sub_make(const trn_rollouts_t *r, const uint8_t *mask, const float *old,
+           const size_t *mb, size_t k, s_sub_t *b, trn_rollouts_t *o)
+{
+    size_t ns = 0, nt = 0;
+    for (size_t s = 0; s < r->n_seqs; s++)
+        if (mb[s] == k) {
+            ns++;
+            nt += r->seq_offsets[s + 1] - r->seq_offsets[s];
+        }
+    b->off = lisa_calloc(ns + 1, sizeof *b->off);
+    b->tok = lisa_malloc((nt ? nt : 1) * sizeof *b->tok);
+    b->mask = lisa_malloc(nt ? nt : 1);
+    b->roll = lisa_calloc(nt ? nt : 1, sizeof *b->roll);
+    b->old = lisa_calloc(nt ? nt : 1, sizeof *b->old);
+    b->group = lisa_calloc(ns ? ns : 1, sizeof *b->group);
+    b->score = lisa_calloc(ns ? ns : 1, sizeof *b->score);
+    size_t i = 0, t = 0;
+    for (size_t s = 0; s < r->n_seqs; s++) {
+        if (mb[s] != k)
+            continue;
+        size_t a = r->seq_offsets[s], len = r->seq_offsets[s + 1] - a;
+        memcpy(b->tok + t, r->tokens + a, len * sizeof *b->tok);
+        memcpy(b->mask + t, mask + a, len);
+        if (r->rollout_logp)
+            memcpy(b->roll + t, r->rollout_logp + a, len * sizeof *b->roll);
+        if (old)
+            memcpy(b->old + t, old + a, len * sizeof *b->old);
+        b->group[i] = r->group[s];
+        b->score[i] = r->score[s];
+        t += len;
+        b->off[++i] = t;
+    }
+    *o = (trn_rollouts_t){.n_seqs = ns,
+                          .seq_offsets = b->off,
+                          .tokens = b->tok,
+                          .mask = b->mask,
+                          .rollout_logp = r->rollout_logp ? b->roll : NULL,
+                          .old_logp = old ? b->old : NULL,
+                          .group = b->group,
+                          .score = b->score};
+}
+
+static void
+s_sub_free(s_sub_t *b)
+{
+    lisa_free(&b->off);
+    lisa_free(&b->tok);
+    lisa_free(&b->mask);
+    lisa_free(&b->roll);
+    lisa_free(&b->old);
+    lisa_free(&b->group);
+    lisa_free(&b->score);
+}
+
+/* Adds one update's out to the running totals (first: of the first
+ * pass, whose tokens and in-reward KL count once). */
+static void
+s_acc(trn_step_out_t *o, const trn_step_out_t *u, bool first)
+{
+    o->loss += u->loss;
+    o->pg_loss += u->pg_loss;
+    o->kl_loss += u->kl_loss;
+    o->entropy += u->entropy * u->tokens;
+    o->pg_clipfrac += u->pg_clipfrac * u->tokens;
+    o->pg_clipfrac_lower += u->pg_clipfrac_lower * u->tokens;
+    o->ppo_kl += u->ppo_kl * u->tokens;
+    o->grad_norm += u->grad_norm;
+    o->micro_batches += u->micro_batches;
+    o->updates += u->skipped ? 0 : 1;
+    if (first) {
+        o->tokens += u->tokens;
+        o->reward_kl += u->reward_kl;
+        o->reward_kl_n += u->reward_kl_n;
+    }
+}
+
+lisa_rc_t
+trn_step_ppo(const trn_step_actor_t *a, const trn_step_cfg_t *c,
+             const trn_rollouts_t *r, const float *old, trn_step_out_t *out,
+             trn_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    if (r->n_seqs == 0 || !r->seq_offsets || !r->group || !r->score ||
+        c->ppo_epochs == 0)
+        return trn_fail(err, LISA_INVALID, "ppo: empty batch or no epochs");
+    size_t *mb = lisa_malloc(r->n_seqs * sizeof *mb);
+    size_t nmb = s_mini_of(c, r, mb);
+    bool rs = (c->rs_level != TRN_RS_OFF || c->rs_veto > 0) && !c->bypass;
+    bool need_old = !c->bypass && (nmb > 1 || c->ppo_epochs > 1 || rs ||
+                                   c->kl_reward_coef > 0);
+    out->mini_batches = nmb;
+    if (!need_old) { /* today's single on-policy step */
+        lisa_free(&mb);
+        lisa_rc_t rc = a->train_step(a->self, c, r, out, err);
+        out->mini_batches = 1;
+        out->updates = out->skipped ? 0 : 1;
+        return rc;
+    }
+    size_t ntok = r->seq_offsets[r->n_seqs];
+    float *own = NULL;
+    uint8_t *mask = lisa_malloc(ntok ? ntok : 1);
+    memcpy(mask, r->mask, ntok);
+    lisa_rc_t rc = LISA_OK;
+    if (!old) {
+        own = lisa_calloc(ntok ? ntok : 1, sizeof *own);
+        rc = a->logprobs(a->self, c, r, own, err);
+        old = own;
+    }
+    if (rc == LISA_OK && rs) {
+        if (!r->rollout_logp)
+            rc = trn_fail(err, LISA_INVALID,
+                          "ppo: rejection sampling needs rollout log-probs");
+        else
+            out->rs_masked = (double) trn_step_reject(
+                c, r->n_seqs, r->seq_offsets, old, r->rollout_logp, mask);
+    }
+    bool all_skipped = true;
+    for (size_t e = 0; e < c->ppo_epochs && rc == LISA_OK; e++)
+        for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
+            s_sub_t b = {0};
+            trn_rollouts_t sub;
+            s_sub_make(r, mask, old, mb, k, &b, &sub);
+            if (sub.n_seqs > 0) {
+                trn_step_out_t u;
+                memset(&u, 0, sizeof u);
+                rc = a->train_step(a->self, c, &sub, &u, err);
+                if (rc == LISA_OK) {
+                    s_acc(out, &u, e == 0);
+                    all_skipped = all_skipped && u.skipped;
+                }
+            }
+            s_sub_free(&b);
+        }
+    size_t calls = c->ppo_epochs * nmb;
+    if (rc == LISA_OK && calls > 0) {
+        out->loss /= (double) calls;
+        out->pg_loss /= (double) calls;
+        out->kl_loss /= (double) calls;
+        out->grad_norm /= (double) calls;
+        double wt = out->tokens * (double) c->ppo_epochs;
+        if (wt > 0) {
+            out->entropy /= wt;
+            out->pg_clipfrac /= wt;
+            out->pg_clipfrac_lower /= wt;
+            out->ppo_kl /= wt;
+        }
+        out->skipped = all_skipped;
+    }
+    lisa_free(&own);
+    lisa_free(&mask);
+    lisa_free(&mb);
+    return rc;
+}
+
+/* Removes [a, b) of the three arrays of length *len. */
+static void
+s_cut(int32_t *tok, uint8_t *mask, float *logp, size_t *len, size_t a, size_t b)
+{
+    size_t n = *len - b;
+    memmove(tok + a, tok + b, n * sizeof *tok);
+    memmove(mask + a, mask + b, n);
+    memmove(logp + a, logp + b, n * sizeof *logp);
+    *len -= b - a;
+}
+
+int
+trn_step_cap(int32_t *tok, uint8_t *mask, float *logp, size_t *len,
+             size_t drop_over, size_t max_prompt, char trunc,
+             size_t max_response)
+{
+    size_t plen = 0;
+    while (plen < *len && !mask[plen])
+        plen++;
+    if (drop_over > 0 && plen > drop_over)
+        return -1;
+    int cut = 0;
+    if (max_prompt > 0 && plen > max_prompt) {
+        size_t extra = plen - max_prompt;
+        if (trunc == 'r') /* keep the start */
+            s_cut(tok, mask, logp, len, max_prompt, plen);
+        else if (trunc == 'm') /* keep both ends */
+            s_cut(tok, mask, logp, len, max_prompt / 2, max_prompt / 2 + extra);
+        else /* 'l': keep the end */
+            s_cut(tok, mask, logp, len, 0, extra);
+        plen = max_prompt;
+        cut = 1;
+    }
+    if (max_response > 0 && *len - plen > max_response) {
+        *len = plen + max_response;
+        cut = 1;
+    }
+    return cut;
 }
 
 /* ---- the CPU model as a trn_step_model_t ------------------------------ */

@@ -41,6 +41,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Rejection sampling levels (verl rollout_rs). */
+typedef enum {
+    TRN_RS_OFF = 0,
+    TRN_RS_TOKEN = 1,
+    TRN_RS_SEQUENCE = 2, /* exp(sum of log ratios) */
+    TRN_RS_GEOMETRIC = 3 /* exp(mean of log ratios) */
+} trn_rs_level_t;
+
 /* Layer recomputation (values match trn_gpu_model.h's TRN_RECOMPUTE_*). */
 enum {
     TRN_STEP_RECOMPUTE_AUTO = 0,
@@ -68,13 +76,29 @@ typedef struct {
     trn_adv_cfg_t adv;
     trn_loss_cfg_t loss; /* normalisers 0: filled from the whole batch */
     trn_adamw_cfg_t optim;
-    double grad_clip;       /* verl default 1.0 */
-    float temperature;      /* rollout temperature (logits / T) */
-    size_t micro_tokens;    /* most tokens in one micro-batch */
-    int recompute;          /* TRN_STEP_RECOMPUTE_*: backends that can keep
-                               activations (CUDA); the CPU model recomputes */
-    bool bypass;            /* old log-probs = the engine's */
-    double is_threshold;    /* > 0: token-level truncated IS weights */
+    double grad_clip;        /* verl default 1.0 */
+    float temperature;       /* rollout temperature (logits / T) */
+    size_t micro_tokens;     /* most tokens in one micro-batch */
+    int recompute;           /* TRN_STEP_RECOMPUTE_*: backends that can keep
+                                activations (CUDA); the CPU model recomputes */
+    bool bypass;             /* old log-probs = the engine's */
+    double is_threshold;     /* > 0: truncated IS weights at is_level */
+    trn_is_level_t is_level; /* token (default) or sequence */
+    /* rejection sampling (verl rollout_rs): masks tokens or whole
+     * sequences whose ratio trainer / engine (old_logp - rollout_logp)
+     * leaves [rs_lower, rs_upper]; rs_veto > 0 masks a sequence with any
+     * token ratio below it. Applied by trn_step_ppo before the update. */
+    trn_rs_level_t rs_level;
+    double rs_upper, rs_lower, rs_veto;
+    /* KL in the reward (verl use_kl_in_reward): each trajectory's score
+     * loses kl_reward_coef * sum of the per-token KL (kl_reward_type)
+     * between the old policy and the reference model; 0: off */
+    double kl_reward_coef;
+    trn_kl_t kl_reward_type;
+    /* the PPO update (trn_step_ppo): groups per mini-batch (verl's
+     * ppo_mini_batch_size in prompts; 0: the whole batch) and passes */
+    size_t mini_groups;
+    size_t ppo_epochs;
     const trn_comm_t *comm; /* NULL: one rank */
 } trn_step_cfg_t;
 
@@ -102,6 +126,13 @@ typedef struct {
     double tokens; /* sampled tokens trained on */
     size_t micro_batches;
     bool skipped; /* non-finite gradient: no update */
+    /* KL in the reward: sum over trajectories of each one's masked mean
+     * KL, and how many (verl's current_kl = the mean) */
+    double reward_kl, reward_kl_n;
+    /* trn_step_ppo: optimizer updates made, mini-batches per epoch,
+     * tokens rejection sampling masked */
+    size_t updates, mini_batches;
+    double rs_masked;
 } trn_step_out_t;
 
 /* A trainable model as a step sees it, so the same step runs on the CPU
@@ -144,6 +175,52 @@ lisa_rc_t trn_step_run_with(const trn_step_model_t *m,
 lisa_rc_t trn_step_logprobs(trn_model_t *m, const trn_step_cfg_t *cfg,
                             const trn_rollouts_t *r, float *logp,
                             trn_err_t *err) LISA_NODISCARD;
+
+/* A backend's training operations as the PPO update sees them. */
+typedef struct {
+    void *self;
+    /* one optimizer step over r (trn_step_run on the backend) */
+    lisa_rc_t (*train_step)(void *self, const trn_step_cfg_t *cfg,
+                            const trn_rollouts_t *r, trn_step_out_t *out,
+                            trn_err_t *err);
+    /* trainer log-probs of r's sampled tokens (trn_step_logprobs) */
+    lisa_rc_t (*logprobs)(void *self, const trn_step_cfg_t *cfg,
+                          const trn_rollouts_t *r, float *logp, trn_err_t *err);
+} trn_step_actor_t;
+
+/* verl's actor update over one batch: cfg->ppo_epochs passes over
+ * mini-batches of cfg->mini_groups groups each (groups in order of first
+ * appearance; a group is never split), one optimizer step per
+ * mini-batch. With more than one update, rejection sampling or KL in the
+ * reward, the old log-probs are the trainer's before the first update:
+ * `old` when given (same weights, e.g. computed for a metric), else
+ * a->logprobs over the batch; so ratios and clipping act from the second
+ * update on. One mini-batch and one epoch with neither RS nor KL in the
+ * reward is exactly one train_step over the whole batch (old log-probs
+ * left out: ratio 1). Advantages are per group, so a mini-batch's equal
+ * the whole batch's. out: means over updates (clip fractions and ppo_kl
+ * token-weighted), tokens of one pass, micro_batches of all. */
+lisa_rc_t trn_step_ppo(const trn_step_actor_t *a, const trn_step_cfg_t *cfg,
+                       const trn_rollouts_t *r, const float *old,
+                       trn_step_out_t *out, trn_err_t *err) LISA_NODISCARD;
+
+/* Rejection sampling over a whole batch: clears mask[t] of the sampled
+ * tokens cfg->rs_level / rs_veto reject, comparing old_logp with
+ * rollout_logp (both per token); returns how many were cleared. */
+size_t trn_step_reject(const trn_step_cfg_t *cfg, size_t n_seqs,
+                       const size_t *seq_offsets, const float *old_logp,
+                       const float *rollout_logp, uint8_t *mask);
+
+/* verl's length limits on one trajectory of len tokens (arrays edited in
+ * place, *len updated): the prompt is the tokens before the first
+ * sampled one, the response the rest. A prompt over drop_over (> 0)
+ * drops the trajectory (returns -1); over max_prompt (> 0) it is cut as
+ * trunc says ('l' keeps its end, 'r' its start, 'm' both halves'
+ * outer ends); a response over max_response (> 0) is cut at that length.
+ * Returns 1 when something was cut, else 0. */
+int trn_step_cap(int32_t *tokens, uint8_t *mask, float *logp, size_t *len,
+                 size_t drop_over, size_t max_prompt, char trunc,
+                 size_t max_response);
 
 /* Runs one step on model `m` with optimizer `opt` (sized for the model's
  * parameters); `ref` is the reference model for a KL term (NULL when

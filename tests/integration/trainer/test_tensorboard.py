@@ -119,8 +119,8 @@ def test_unknown_logger_is_refused(tmp_path):
     model = model_dir(str(tmp_path))
     train = write_data(str(tmp_path / "train.jsonl"), 2)
     r = subprocess.run([TRAINER, "train", "--model", model, "--train-data",
-                        train, "trainer.logger=[console,wandb]"],
+                        train, "trainer.logger=[console,swanlab]"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
-    assert "trainer.logger" in r.stderr and "'wandb'" in r.stderr
+    assert "trainer.logger" in r.stderr and "'swanlab'" in r.stderr
     assert "console and tensorboard" in r.stderr

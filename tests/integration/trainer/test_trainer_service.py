@@ -448,3 +448,85 @@ def test_bad_overlong_policy_is_refused(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "trainer.overlong_rollouts" in r.stderr
+
+
+def test_ppo_mini_batches_and_epochs(stack, tmp_path):
+    """ppo_mini_batch_size 1 prompt of 2, ppo_epochs 2: four optimizer
+    updates in one step, each on one group's two rollouts."""
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"]),
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                 "actor_rollout_ref.actor.ppo_epochs=2",
+                 "actor_rollout_ref.actor.optim.lr=1e-2")
+    assert m["actor/mini_batches"] == 2, m
+    assert m["actor/updates"] == 4, m
+    assert m["update/skipped"] == 0
+    # the old log-probs were the trainer's: the first update's ratio is 1,
+    # later ones moved, so the step's mean ppo_kl is not 0
+    assert m["actor/ppo_kl"] != 0
+
+
+def test_length_caps(stack, tmp_path):
+    """data.max_response_length cuts every response; the batch still
+    trains, on at most that many tokens a sequence."""
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"]),
+                 "data.max_response_length=3")
+    assert m["batch/truncated"] == 4, m
+    assert 0 < m["actor/tokens"] <= 4 * 3, m
+
+
+def test_agent_lightning_prompt_cap_drops(stack, tmp_path):
+    """A prompt over trajectory_max_prompt_length drops the trajectory."""
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"]),
+                 "agentlightning.trace_aggregator."
+                 "trajectory_max_prompt_length=2")
+    assert m["batch/dropped_long_prompt"] == 4, m
+    assert m["batch/sequences"] == 0 and m["update/skipped"] == 1
+
+
+def test_kl_in_reward_starts_at_zero(stack, tmp_path):
+    """use_kl_in_reward loads the reference model; before any update the
+    policy is the reference, so the penalty is 0 at its coefficient."""
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"]),
+                 "algorithm.use_kl_in_reward=true",
+                 "algorithm.kl_ctrl.type=adaptive",
+                 "algorithm.kl_ctrl.kl_coef=0.05")
+    assert m["actor/reward_kl_penalty"] == pytest.approx(0, abs=1e-6), m
+    assert m["actor/reward_kl_penalty_coeff"] == pytest.approx(0.05)
+    assert m["update/skipped"] == 0
+
+
+def test_val_only_reports_each_source(stack, tmp_path):
+    """trainer.val_only: no training data, one validation over two
+    validation sets (upstream's layout: a test_verl.json per folder),
+    per-source means, then exit 0."""
+    br, procs = stack
+    model = model_dir(str(tmp_path))
+    for name, src in (("math_mini", "math_mini"), ("bio_mini", "biomed_mini")):
+        os.makedirs(tmp_path / name)
+        write_data(str(tmp_path / name / "test_verl.json"), 2, source=src,
+                   jsonl=False)
+    out = str(tmp_path / "out")
+    agent = Agent(br.ep["rpc"])
+    agent.start()
+    log = open(tmp_path / "trainer.log", "wb")
+    p = trainer(["train", "--model", model, "--val-data",
+                 "%s,%s" % (tmp_path / "math_mini", tmp_path / "bio_mini"),
+                 "--broker", br.ep["rpc"], "--out", out, "--threads", "1",
+                 "trainer.val_only=true",
+                 "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
+                 "trainer.step_timeout=60s", "engine.max_len=128"], log)
+    procs.append(p)
+    rc = wait_trainer(p, agent, 120)
+    agent.stop.set()
+    text = open(tmp_path / "trainer.log").read()
+    assert rc == 0, text[-3000:]
+    assert "greedy" in text  # do_sample=false: temperature 0
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    assert [m["kind"] for m in lines] == ["val"], lines
+    v = lines[0]
+    assert v["val/rollouts"] == 4
+    for src in ("math_mini", "biomed_mini"):
+        assert v["val/reward/%s/count" % src] == 2, v
+        assert "val/reward/%s/mean" % src in v
+    # nothing was trained: no checkpoint
+    assert not [d for d in os.listdir(out) if d.startswith("global_step_")]

@@ -68,3 +68,30 @@ Test(trn_advantage, bad_input_is_refused)
     cr_assert_eq(k, TRN_ADV_GRPO);
     cr_assert_eq(trn_advantage(&cfg, s, g, 0, adv, &err), LISA_OK);
 }
+
+Test(trn_advantage, kl_controllers_as_verl)
+{
+    bool ad = true;
+    cr_assert_eq(trn_kl_ctrl_parse("fixed", &ad), LISA_OK);
+    cr_assert_not(ad);
+    cr_assert_eq(trn_kl_ctrl_parse("adaptive", &ad), LISA_OK);
+    cr_assert(ad);
+    cr_assert_eq(trn_kl_ctrl_parse("pid", &ad), LISA_INVALID);
+    trn_kl_ctrl_t f = {
+        .adaptive = false, .value = 0.001, .target = 0.1, .horizon = 10000};
+    trn_kl_ctrl_update(&f, 5.0, 64);
+    cr_assert_eq(f.value, 0.001);
+    /* KL above target: the error is clipped to 0.2; 64 trajectories */
+    trn_kl_ctrl_t a = {
+        .adaptive = true, .value = 0.001, .target = 0.1, .horizon = 10000};
+    trn_kl_ctrl_update(&a, 5.0, 64);
+    cr_assert_float_eq(a.value, 0.001 * (1 + 0.2 * 64 / 10000.0), 1e-15);
+    /* below target: 0.05 / 0.1 - 1 = -0.5, clipped to -0.2 */
+    double v = a.value;
+    trn_kl_ctrl_update(&a, 0.05, 100);
+    cr_assert_float_eq(a.value, v * (1 - 0.2 * 100 / 10000.0), 1e-15);
+    /* inside the band: the error itself */
+    v = a.value;
+    trn_kl_ctrl_update(&a, 0.11, 10);
+    cr_assert_float_eq(a.value, v * (1 + 0.1 * 10 / 10000.0), 1e-15);
+}

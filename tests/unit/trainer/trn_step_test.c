@@ -436,3 +436,253 @@ Test(trn_step, last_backward_hint_precedes_the_ranks_last_micro_batch)
         }
     }
 }
+
+/* ---- the PPO update (trn_step_ppo) ------------------------------------ */
+
+/* The CPU model and its optimizer as trn_step_ppo's actor. */
+typedef struct {
+    trn_model_t *m, *ref;
+    trn_adamw_t *opt;
+    int steps, logprob_calls;
+} actor_t;
+
+static lisa_rc_t
+act_step(void *self, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+         trn_step_out_t *out, trn_err_t *err)
+{
+    actor_t *a = self;
+    a->steps++;
+    return trn_step_run(a->m, a->ref, a->opt, cfg, r, out, err);
+}
+
+static lisa_rc_t
+act_logprobs(void *self, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
+             float *logp, trn_err_t *err)
+{
+    actor_t *a = self;
+    a->logprob_calls++;
+    return trn_step_logprobs(a->m, cfg, r, logp, err);
+}
+
+static trn_step_actor_t
+actor_ops(actor_t *a)
+{
+    trn_step_actor_t o = {
+        .self = a, .train_step = act_step, .logprobs = act_logprobs};
+    return o;
+}
+
+Test(trn_step, ppo_one_mini_batch_one_epoch_is_todays_update)
+{
+    trn_config_t cfg = tiny();
+    /* 0: the whole batch; 2 groups per mini-batch: the whole batch too */
+    size_t minis[] = {0, 2, 5};
+    for (size_t i = 0; i < 3; i++) {
+        trn_model_t *m1 = trn_model_new_random(&cfg, 9, 0.2f, 1);
+        trn_model_t *m2 = trn_model_new_random(&cfg, 9, 0.2f, 1);
+        size_t np = trn_model_num_params(m1);
+        trn_adamw_t *o1 = trn_adamw_new(np), *o2 = trn_adamw_new(np);
+        data_t d;
+        data_init(&d);
+        trn_step_cfg_t sc = trn_step_defaults();
+        sc.optim.lr = 1e-2;
+        sc.mini_groups = minis[i];
+        trn_step_out_t want, got;
+        trn_err_t err;
+        cr_assert_eq(trn_step_run(m1, NULL, o1, &sc, &d.r, &want, &err),
+                     LISA_OK, "%s", err.msg);
+        actor_t a = {.m = m2, .opt = o2};
+        trn_step_actor_t ops = actor_ops(&a);
+        cr_assert_eq(trn_step_ppo(&ops, &sc, &d.r, NULL, &got, &err), LISA_OK,
+                     "%s", err.msg);
+        cr_assert_eq(a.steps, 1);
+        cr_assert_eq(a.logprob_calls, 0); /* no old log-probs: ratio 1 */
+        cr_assert_eq(got.updates, 1);
+        cr_assert_eq(got.mini_batches, 1);
+        cr_assert_eq(got.loss, want.loss);
+        cr_assert_eq(got.grad_norm, want.grad_norm);
+        cr_assert_eq(got.pg_clipfrac, 0.0);
+        cr_assert_eq(memcmp(trn_model_params(m1), trn_model_params(m2),
+                            np * sizeof(float)),
+                     0, "mini_groups %zu: the weights differ", minis[i]);
+        trn_adamw_destroy(&o1);
+        trn_adamw_destroy(&o2);
+        trn_model_destroy(&m1);
+        trn_model_destroy(&m2);
+    }
+}
+
+Test(trn_step, ppo_mini_batches_make_the_ratio_clip)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 10, 0.2f, 1);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.optim.lr = 5e-2; /* a large step, so the second update's ratio moves */
+    sc.mini_groups = 1; /* ppo_mini_batch_size 1 prompt of the batch's 2 */
+    actor_t a = {.m = m, .opt = opt};
+    trn_step_actor_t ops = actor_ops(&a);
+    trn_step_out_t out;
+    trn_err_t err;
+    cr_assert_eq(trn_step_ppo(&ops, &sc, &d.r, NULL, &out, &err), LISA_OK, "%s",
+                 err.msg);
+    cr_assert_eq(a.logprob_calls, 1); /* old log-probs before the first */
+    cr_assert_eq(a.steps, 2);
+    cr_assert_eq(out.mini_batches, 2);
+    cr_assert_eq(out.updates, 2);
+    cr_assert_eq(trn_adamw_steps(opt), 2);
+    cr_assert_eq(out.tokens, NSEQ * 2 * RESP);
+    cr_assert_gt(out.pg_clipfrac + out.pg_clipfrac_lower, 0.0,
+                 "no token clipped: ppo_kl %g", out.ppo_kl);
+    cr_assert_gt(fabs(out.ppo_kl), 1e-6);
+    /* two epochs over one mini-batch: the second pass clips as well */
+    trn_model_t *m2 = trn_model_new_random(&cfg, 10, 0.2f, 1);
+    trn_adamw_t *o2 = trn_adamw_new(trn_model_num_params(m2));
+    actor_t a2 = {.m = m2, .opt = o2};
+    trn_step_actor_t ops2 = actor_ops(&a2);
+    sc.mini_groups = 0;
+    sc.ppo_epochs = 2;
+    cr_assert_eq(trn_step_ppo(&ops2, &sc, &d.r, NULL, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert_eq(a2.steps, 2);
+    cr_assert_eq(out.mini_batches, 1);
+    cr_assert_gt(out.pg_clipfrac + out.pg_clipfrac_lower, 0.0);
+    trn_adamw_destroy(&o2);
+    trn_model_destroy(&m2);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+}
+
+Test(trn_step, rejection_sampling_masks_tokens_and_sequences)
+{
+    /* two sequences of 4 tokens, the first unsampled */
+    size_t off[] = {0, 4, 8};
+    float old[8] = {0, -1, -1, -1, 0, -1, -1, -1};
+    float roll[8] = {0, -1, -2, -1, 0, -1.0005f, -0.9995f, -1};
+    uint8_t mask[8];
+    const uint8_t all[8] = {0, 1, 1, 1, 0, 1, 1, 1};
+    trn_step_cfg_t sc = trn_step_defaults();
+    /* token: ratio e^1 at token 2 is above 2 */
+    sc.rs_level = TRN_RS_TOKEN;
+    sc.rs_upper = 2.0;
+    memcpy(mask, all, 8);
+    cr_assert_eq(trn_step_reject(&sc, 2, off, old, roll, mask), 1);
+    cr_assert_eq(mask[2], 0);
+    cr_assert_eq(mask[1] + mask[3] + mask[5] + mask[6] + mask[7], 5);
+    /* geometric: exp(mean) of the first is e^(1/3), out of [1/1.001,
+     * 1.001]; the second's log ratios cancel */
+    sc.rs_level = TRN_RS_GEOMETRIC;
+    sc.rs_upper = 1.001;
+    memcpy(mask, all, 8);
+    cr_assert_eq(trn_step_reject(&sc, 2, off, old, roll, mask), 3);
+    cr_assert_eq(mask[1] + mask[2] + mask[3], 0);
+    cr_assert_eq(mask[5] + mask[6] + mask[7], 3);
+    /* sequence: e^1 > 2 rejects the first only */
+    sc.rs_level = TRN_RS_SEQUENCE;
+    sc.rs_upper = 2.0;
+    memcpy(mask, all, 8);
+    cr_assert_eq(trn_step_reject(&sc, 2, off, old, roll, mask), 3);
+    /* veto: a token ratio below the threshold rejects its sequence */
+    sc.rs_level = TRN_RS_OFF;
+    sc.rs_veto = 0.5;
+    float r2[8] = {0, -1, -1, -1, 0, -1, 0, -1}; /* token 6: ratio e^-1 */
+    memcpy(mask, all, 8);
+    cr_assert_eq(trn_step_reject(&sc, 2, off, old, r2, mask), 3);
+    cr_assert_eq(mask[1] + mask[2] + mask[3], 3);
+    cr_assert_eq(mask[5] + mask[6] + mask[7], 0);
+    /* off: nothing */
+    sc.rs_veto = 0;
+    memcpy(mask, all, 8);
+    cr_assert_eq(trn_step_reject(&sc, 2, off, old, roll, mask), 0);
+}
+
+Test(trn_step, kl_in_the_reward_changes_the_scores)
+{
+    trn_config_t cfg = tiny();
+    trn_model_t *m = trn_model_new_random(&cfg, 11, 0.2f, 1);
+    trn_model_t *ref = trn_model_new_random(&cfg, 12, 0.2f, 1);
+    trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
+    data_t d;
+    data_init(&d);
+    for (size_t s = 0; s < NSEQ; s++)
+        d.score[s] = 1.0; /* no signal from the rewards */
+    trn_step_cfg_t sc = trn_step_defaults();
+    sc.optim.lr = 1e-2;
+    trn_step_out_t out;
+    trn_err_t err;
+    cr_assert_eq(trn_step_run(m, ref, opt, &sc, &d.r, &out, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert(out.skipped); /* all advantages 0 */
+    cr_assert_eq(out.reward_kl_n, 0.0);
+    /* the reference differs: each trajectory's KL makes its own score */
+    sc.kl_reward_coef = 0.5;
+    cr_assert_eq(trn_kl_parse("low_var_kl", &sc.kl_reward_type), LISA_OK);
+    actor_t a = {.m = m, .ref = ref, .opt = opt};
+    trn_step_actor_t ops = actor_ops(&a);
+    cr_assert_eq(trn_step_ppo(&ops, &sc, &d.r, NULL, &out, &err), LISA_OK, "%s",
+                 err.msg);
+    cr_assert_eq(a.logprob_calls, 1); /* the old policy's log-probs */
+    cr_assert_not(out.skipped);
+    cr_assert_eq(out.reward_kl_n, (double) NSEQ);
+    cr_assert_gt(out.reward_kl, 0.0);
+    /* without a reference model it is refused */
+    cr_assert_eq(trn_step_run(m, NULL, opt, &sc, &d.r, &out, &err),
+                 LISA_INVALID);
+    trn_adamw_destroy(&opt);
+    trn_model_destroy(&m);
+    trn_model_destroy(&ref);
+}
+
+Test(trn_step, length_caps_cut_or_drop)
+{
+    /* prompt 0..4 (5 tokens), response 5..9 (sampled 5, 6, 8, 9) */
+    int32_t tok[10];
+    uint8_t mask[10];
+    float lp[10];
+    const uint8_t m0[10] = {0, 0, 0, 0, 0, 1, 1, 0, 1, 1};
+    size_t len;
+#define RESET()                                                                \
+    do {                                                                       \
+        for (int i = 0; i < 10; i++) {                                         \
+            tok[i] = i;                                                        \
+            lp[i] = (float) -i;                                                \
+        }                                                                      \
+        memcpy(mask, m0, 10);                                                  \
+        len = 10;                                                              \
+    } while (0)
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 0, 'l', 0), 0);
+    cr_assert_eq(len, 10);
+    /* a prompt over the dropping cap drops the trajectory */
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 4, 0, 'l', 0), -1);
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 5, 0, 'l', 0), 0);
+    /* left: the prompt's last 3 */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 3, 'l', 0), 1);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(tok[0], 2);
+    cr_assert_eq(tok[3], 5);
+    cr_assert_eq(mask[3], 1);
+    cr_assert_float_eq(lp[3], -5.0f, 0);
+    /* right: the prompt's first 3 */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 3, 'r', 0), 1);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(tok[2], 2);
+    cr_assert_eq(tok[3], 5);
+    /* middle: the first 2 and the last 2 of 5 for a cap of 4 */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 4, 'm', 0), 1);
+    cr_assert_eq(len, 9);
+    cr_assert_eq(tok[1], 1);
+    cr_assert_eq(tok[2], 3);
+    cr_assert_eq(tok[4], 5);
+    /* the response is cut at 3 tokens */
+    RESET();
+    cr_assert_eq(trn_step_cap(tok, mask, lp, &len, 0, 0, 'l', 3), 1);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(tok[7], 7);
+#undef RESET
+}
