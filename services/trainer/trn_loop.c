@@ -752,6 +752,207 @@ s_actor_logprobs(void *self, const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
 }
 
 /* One training step. */
+/* A step's rollouts packed for the update: sequences back to back with
+ * their masks, sampling log-probs, groups and scores, and per rollout its
+ * group and reward (the advantage statistics). */
+typedef struct {
+    size_t nseq, ntok, nrk;
+    size_t *off;
+    int32_t *tok;
+    uint8_t *mask;
+    float *lp;
+    int64_t *grp, *rgrp;
+    double *score, *rlen, *rsc, *adv;
+    double resp_tokens;
+} s_batch_t;
+
+static void
+s_batch_free(s_batch_t *b)
+{
+    lisa_free(&b->off);
+    lisa_free(&b->tok);
+    lisa_free(&b->mask);
+    lisa_free(&b->lp);
+    lisa_free(&b->grp);
+    lisa_free(&b->score);
+    lisa_free(&b->rlen);
+    lisa_free(&b->rgrp);
+    lisa_free(&b->rsc);
+    lisa_free(&b->adv);
+}
+
+/* The mean, spread and per-source reward of the succeeded rollouts. */
+static void
+s_reward_metrics(trn_metrics_t *m, const s_ro_t *ros, size_t nr)
+{
+    const char **g = lisa_calloc(nr ? nr : 1, sizeof *g);
+    double *x = lisa_calloc(nr ? nr : 1, sizeof *x);
+    size_t k = 0;
+    for (size_t i = 0; i < nr; i++)
+        if (ros[i].ok) {
+            g[k] = ros[i].ds;
+            x[k++] = ros[i].reward;
+        }
+    trn_metrics_stats(m, "reward", x, k);
+    trn_metrics_by_group(m, "reward", g, x, k);
+    lisa_free(&g);
+    lisa_free(&x);
+}
+
+/* Packs the kept rollouts of ros (nseq sequences, ntok tokens) into b;
+ * overlong rollouts keep their reward in the group statistics and lose
+ * their tokens from the loss when masked. */
+static void
+s_batch_build(s_loop_t *L, const s_ro_t *ros, size_t nr, size_t nseq,
+              size_t ntok, trn_metrics_t *m, s_batch_t *b)
+{
+    memset(b, 0, sizeof *b);
+    b->nseq = nseq;
+    b->ntok = ntok;
+    b->off = lisa_calloc(nseq + 1, sizeof *b->off);
+    b->tok = lisa_malloc((ntok ? ntok : 1) * sizeof *b->tok);
+    b->mask = lisa_malloc(ntok ? ntok : 1);
+    b->lp = lisa_malloc((ntok ? ntok : 1) * sizeof *b->lp);
+    b->grp = lisa_calloc(nseq ? nseq : 1, sizeof *b->grp);
+    b->score = lisa_calloc(nseq ? nseq : 1, sizeof *b->score);
+    b->rlen = lisa_calloc(nseq ? nseq : 1, sizeof *b->rlen);
+    b->rgrp = lisa_calloc(nr ? nr : 1, sizeof *b->rgrp);
+    b->rsc = lisa_calloc(nr ? nr : 1, sizeof *b->rsc);
+    b->adv = lisa_calloc(nr ? nr : 1, sizeof *b->adv);
+    size_t s = 0, t = 0, noverlong = 0;
+    for (size_t i = 0; i < nr; i++) {
+        if (!ros[i].kept)
+            continue;
+        b->rgrp[b->nrk] = (int64_t) ros[i].task;
+        b->rsc[b->nrk++] = ros[i].reward;
+        bool masked = L->mask_overlong && ros[i].overlong;
+        noverlong += ros[i].overlong;
+        for (size_t k = 0; k < ros[i].traj.n; k++) {
+            const trn_seq_t *q = &ros[i].traj.seqs[k];
+            memcpy(b->tok + t, q->tokens, q->len * sizeof *b->tok);
+            if (masked)
+                memset(b->mask + t, 0, q->len);
+            else
+                memcpy(b->mask + t, q->mask, q->len);
+            memcpy(b->lp + t, q->logp, q->len * sizeof *b->lp);
+            for (size_t u = 0; u < q->len; u++)
+                b->rlen[s] += q->mask[u];
+            b->resp_tokens += b->rlen[s];
+            t += q->len;
+            b->grp[s] = (int64_t) ros[i].task;
+            b->score[s] = ros[i].reward;
+            b->off[++s] = t;
+        }
+    }
+    if (b->nrk) {
+        trn_err_t ae;
+        if (trn_advantage(&L->scfg.adv, b->rsc, b->rgrp, b->nrk, b->adv, &ae) ==
+            LISA_OK)
+            trn_metrics_stats(m, "advantage", b->adv, b->nrk);
+    }
+    trn_metrics_stats(m, "response_length", b->rlen, nseq);
+    trn_metrics_set(m, "rollouts/overlong", (double) noverlong);
+    trn_metrics_set(m, "batch/response_tokens", b->resp_tokens);
+}
+
+/* The update's figures. */
+static void
+s_update_metrics(s_loop_t *L, trn_metrics_t *m, const trn_step_out_t *so)
+{
+    trn_metrics_set(m, "update/skipped", so->skipped ? 1 : 0);
+    trn_metrics_set(m, "loss/total", so->loss);
+    trn_metrics_set(m, "loss/pg", so->pg_loss);
+    trn_metrics_set(m, "loss/kl", so->kl_loss);
+    trn_metrics_set(m, "actor/entropy", so->entropy);
+    trn_metrics_set(m, "actor/pg_clipfrac", so->pg_clipfrac);
+    trn_metrics_set(m, "actor/pg_clipfrac_lower", so->pg_clipfrac_lower);
+    trn_metrics_set(m, "actor/ppo_kl", so->ppo_kl);
+    trn_metrics_set(m, "actor/grad_norm", so->grad_norm);
+    trn_metrics_set(m, "actor/tokens", so->tokens);
+    trn_metrics_set(m, "actor/micro_batches", (double) so->micro_batches);
+    trn_metrics_set(m, "actor/lr", L->scfg.optim.lr);
+    trn_metrics_set(m, "actor/updates", (double) so->updates);
+    trn_metrics_set(m, "actor/mini_batches", (double) so->mini_batches);
+    if (L->scfg.rs_level != TRN_RS_OFF || L->scfg.rs_veto > 0)
+        trn_metrics_set(m, "rollout_corr/rs_masked_tokens", so->rs_masked);
+    if (L->c->kl_in_reward) {
+        double kl = so->reward_kl_n > 0 ? so->reward_kl / so->reward_kl_n : 0;
+        trn_metrics_set(m, "actor/reward_kl_penalty", kl);
+        trn_metrics_set(m, "actor/reward_kl_penalty_coeff", L->klc.value);
+        trn_kl_ctrl_update(&L->klc, kl, so->reward_kl_n);
+    }
+}
+
+/* The update of a step over batch b: the engine paused, the PPO passes,
+ * the policy version published, the engine resumed at it. */
+static lisa_rc_t
+s_update(s_loop_t *L, uint64_t step, const s_batch_t *b, trn_metrics_t *m)
+{
+    lisa_rc_t rc = trn_engine_pause(L->a->engine, L->c->step_timeout_ms);
+    if (rc != LISA_OK)
+        return s_fail(L, LISA_TIMEOUT,
+                      "engine did not drain for the weight update");
+    trn_rollouts_t r = {.n_seqs = b->nseq,
+                        .seq_offsets = b->off,
+                        .tokens = b->tok,
+                        .mask = b->mask,
+                        .rollout_logp = b->lp,
+                        .old_logp = NULL,
+                        .group = b->grp,
+                        .score = b->score};
+    trn_step_out_t so;
+    memset(&so, 0, sizeof so);
+    trn_err_t err = {{0}};
+    /* the trainer's log-probs before the update: a metric, and the old
+     * log-probs of several mini-batches or epochs */
+    float *tlp = lisa_calloc(b->ntok ? b->ntok : 1, sizeof *tlp);
+    bool have_tlp = s_logp_diff(L, &r, b->ntok, m, tlp);
+    /* linear warmup: update k (from 0) runs at lr * (k + 1) / warmup */
+    L->scfg.optim.lr = L->c->lr;
+    if (L->version < L->warmup)
+        L->scfg.optim.lr *= (double) (L->version + 1) / (double) L->warmup;
+    L->scfg.kl_reward_coef = L->c->kl_in_reward ? L->klc.value : 0;
+    trn_step_actor_t actor = {.self = L->a->backend,
+                              .train_step = s_actor_step,
+                              .logprobs = s_actor_logprobs};
+    rc = trn_step_ppo(&actor, &L->scfg, &r, have_tlp ? tlp : NULL, &so, &err);
+    lisa_free(&tlp);
+    if (rc != LISA_OK) {
+        trn_engine_resume(L->a->engine, L->version);
+        return s_fail(L, LISA_ERR, "optimizer step %llu: %s",
+                      (unsigned long long) step, err.msg);
+    }
+    uint64_t nv = L->version + 1;
+    rc = s_policy(L, true, nv, NULL);
+    if (rc != LISA_OK) {
+        trn_engine_resume(L->a->engine, L->version);
+        return rc;
+    }
+    L->version = nv;
+    trn_engine_resume(L->a->engine, nv);
+    s_update_metrics(L, m, &so);
+    return LISA_OK;
+}
+
+/* The engine's counters and the two memory phases. */
+static void
+s_engine_metrics(s_loop_t *L, trn_metrics_t *m)
+{
+    trn_engine_stats_t es = trn_engine_stats(L->a->engine);
+    trn_metrics_set(m, "engine/tokens_generated", (double) es.tokens_generated);
+    trn_metrics_set(m, "engine/requests", (double) es.requests);
+    trn_metrics_set(m, "engine/prompt_tokens", (double) es.prompt_tokens);
+    trn_metrics_set(m, "engine/cached_tokens", (double) es.cached_tokens);
+    trn_metrics_set(m, "engine/prefix_hit_rate",
+                    es.prompt_tokens
+                        ? (double) es.cached_tokens / (double) es.prompt_tokens
+                        : 0);
+    trn_metrics_set(m, "engine/preemptions", (double) es.preemptions);
+    trn_metrics_set(m, "engine/kv_blocks", (double) es.kv_blocks);
+    trn_metrics_set(m, "memory/serve_bytes", (double) es.mem_serve);
+    trn_metrics_set(m, "memory/train_bytes", (double) es.mem_train);
+}
+
 static lisa_rc_t
 s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
 {
@@ -798,20 +999,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "step", (double) step);
     trn_metrics_set(m, "epoch", (double) epoch);
     trn_metrics_set(m, "policy_version", (double) L->version);
-    {
-        const char **g = lisa_calloc(nr, sizeof *g);
-        double *x = lisa_calloc(nr, sizeof *x);
-        size_t k = 0;
-        for (size_t i = 0; i < nr; i++)
-            if (ros[i].ok) {
-                g[k] = ros[i].ds;
-                x[k++] = ros[i].reward;
-            }
-        trn_metrics_stats(m, "reward", x, k);
-        trn_metrics_by_group(m, "reward", g, x, k);
-        lisa_free(&g);
-        lisa_free(&x);
-    }
+    s_reward_metrics(m, ros, nr);
     trn_metrics_set(m, "rollouts/total", (double) nr);
     trn_metrics_set(m, "rollouts/succeeded", (double) nok);
     trn_metrics_set(m, "rollouts/failed", (double) (nr - nok));
@@ -822,52 +1010,8 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "batch/truncated", (double) ncut);
     trn_metrics_set(m, "batch/dropped_long_prompt", (double) nlong);
     trn_metrics_set(m, "batch/tokens", (double) ntok);
-
-    size_t *off = lisa_calloc(nseq + 1, sizeof *off);
-    int32_t *tok = lisa_malloc((ntok ? ntok : 1) * sizeof *tok);
-    uint8_t *mask = lisa_malloc(ntok ? ntok : 1);
-    float *lp = lisa_malloc((ntok ? ntok : 1) * sizeof *lp);
-    int64_t *grp = lisa_calloc(nseq ? nseq : 1, sizeof *grp);
-    double *score = lisa_calloc(nseq ? nseq : 1, sizeof *score);
-    double *rlen = lisa_calloc(nseq ? nseq : 1, sizeof *rlen);
-    int64_t *rgrp = lisa_calloc(nr, sizeof *rgrp);
-    double *rsc = lisa_calloc(nr, sizeof *rsc), *adv = lisa_calloc(nr, 8);
-    size_t s = 0, t = 0, nrk = 0, noverlong = 0;
-    double resp_tokens = 0;
-    for (size_t i = 0; i < nr; i++) {
-        if (!ros[i].kept)
-            continue;
-        rgrp[nrk] = (int64_t) ros[i].task;
-        rsc[nrk++] = ros[i].reward;
-        /* overlong filtering: the group's statistics keep its reward, the
-         * loss skips its tokens */
-        bool masked = L->mask_overlong && ros[i].overlong;
-        noverlong += ros[i].overlong;
-        for (size_t k = 0; k < ros[i].traj.n; k++) {
-            const trn_seq_t *q = &ros[i].traj.seqs[k];
-            memcpy(tok + t, q->tokens, q->len * sizeof *tok);
-            if (masked)
-                memset(mask + t, 0, q->len);
-            else
-                memcpy(mask + t, q->mask, q->len);
-            memcpy(lp + t, q->logp, q->len * sizeof *lp);
-            for (size_t u = 0; u < q->len; u++)
-                rlen[s] += q->mask[u];
-            resp_tokens += rlen[s];
-            t += q->len;
-            grp[s] = (int64_t) ros[i].task;
-            score[s] = ros[i].reward;
-            off[++s] = t;
-        }
-    }
-    if (nrk) {
-        trn_err_t ae;
-        if (trn_advantage(&L->scfg.adv, rsc, rgrp, nrk, adv, &ae) == LISA_OK)
-            trn_metrics_stats(m, "advantage", adv, nrk);
-    }
-    trn_metrics_stats(m, "response_length", rlen, nseq);
-    trn_metrics_set(m, "rollouts/overlong", (double) noverlong);
-    trn_metrics_set(m, "batch/response_tokens", resp_tokens);
+    s_batch_t b;
+    s_batch_build(L, ros, nr, nseq, ntok, m, &b);
 
     double t1 = s_now(), t_train = 0;
     if (nseq == 0) {
@@ -879,75 +1023,10 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
         L->ps.sequences = nseq;
         L->ps.elapsed_s = s_now() - t0;
         trn_progress_live(L->pg, &L->ps);
-        rc = trn_engine_pause(L->a->engine, c->step_timeout_ms);
-        if (rc != LISA_OK) {
-            rc = s_fail(L, LISA_TIMEOUT,
-                        "engine did not drain for the weight update");
-            goto out;
-        }
-        trn_rollouts_t r = {.n_seqs = nseq,
-                            .seq_offsets = off,
-                            .tokens = tok,
-                            .mask = mask,
-                            .rollout_logp = lp,
-                            .old_logp = NULL,
-                            .group = grp,
-                            .score = score};
-        trn_step_out_t so;
-        memset(&so, 0, sizeof so);
-        trn_err_t err = {{0}};
-        /* the trainer's log-probs before the update: a metric, and the
-         * old log-probs of several mini-batches or epochs */
-        float *tlp = lisa_calloc(ntok ? ntok : 1, sizeof *tlp);
-        bool have_tlp = s_logp_diff(L, &r, ntok, m, tlp);
-        /* linear warmup: update k (from 0) runs at lr * (k + 1) / warmup */
-        L->scfg.optim.lr = L->c->lr;
-        if (L->version < L->warmup)
-            L->scfg.optim.lr *= (double) (L->version + 1) / (double) L->warmup;
-        L->scfg.kl_reward_coef = c->kl_in_reward ? L->klc.value : 0;
-        trn_step_actor_t actor = {.self = L->a->backend,
-                                  .train_step = s_actor_step,
-                                  .logprobs = s_actor_logprobs};
-        rc = trn_step_ppo(&actor, &L->scfg, &r, have_tlp ? tlp : NULL, &so,
-                          &err);
-        lisa_free(&tlp);
+        rc = s_update(L, step, &b, m);
         t_train = s_now() - t1;
-        if (rc != LISA_OK) {
-            trn_engine_resume(L->a->engine, L->version);
-            rc = s_fail(L, LISA_ERR, "optimizer step %llu: %s",
-                        (unsigned long long) step, err.msg);
+        if (rc != LISA_OK)
             goto out;
-        }
-        uint64_t nv = L->version + 1;
-        rc = s_policy(L, true, nv, NULL);
-        if (rc != LISA_OK) {
-            trn_engine_resume(L->a->engine, L->version);
-            goto out;
-        }
-        L->version = nv;
-        trn_engine_resume(L->a->engine, nv);
-        trn_metrics_set(m, "update/skipped", so.skipped ? 1 : 0);
-        trn_metrics_set(m, "loss/total", so.loss);
-        trn_metrics_set(m, "loss/pg", so.pg_loss);
-        trn_metrics_set(m, "loss/kl", so.kl_loss);
-        trn_metrics_set(m, "actor/entropy", so.entropy);
-        trn_metrics_set(m, "actor/pg_clipfrac", so.pg_clipfrac);
-        trn_metrics_set(m, "actor/pg_clipfrac_lower", so.pg_clipfrac_lower);
-        trn_metrics_set(m, "actor/ppo_kl", so.ppo_kl);
-        trn_metrics_set(m, "actor/grad_norm", so.grad_norm);
-        trn_metrics_set(m, "actor/tokens", so.tokens);
-        trn_metrics_set(m, "actor/micro_batches", (double) so.micro_batches);
-        trn_metrics_set(m, "actor/lr", L->scfg.optim.lr);
-        trn_metrics_set(m, "actor/updates", (double) so.updates);
-        trn_metrics_set(m, "actor/mini_batches", (double) so.mini_batches);
-        if (L->scfg.rs_level != TRN_RS_OFF || L->scfg.rs_veto > 0)
-            trn_metrics_set(m, "rollout_corr/rs_masked_tokens", so.rs_masked);
-        if (c->kl_in_reward) {
-            double kl = so.reward_kl_n > 0 ? so.reward_kl / so.reward_kl_n : 0;
-            trn_metrics_set(m, "actor/reward_kl_penalty", kl);
-            trn_metrics_set(m, "actor/reward_kl_penalty_coeff", L->klc.value);
-            trn_kl_ctrl_update(&L->klc, kl, so.reward_kl_n);
-        }
     }
     trn_metrics_set(m, "policy_version_after", (double) L->version);
     trn_metrics_set(m, "time/rollout_s", t_roll);
@@ -956,20 +1035,8 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "throughput/train_tokens_per_s",
                     t_train > 0 ? (double) ntok / t_train : 0);
     trn_metrics_set(m, "throughput/rollout_tokens_per_s",
-                    t_roll > 0 ? resp_tokens / t_roll : 0);
-    trn_engine_stats_t es = trn_engine_stats(L->a->engine);
-    trn_metrics_set(m, "engine/tokens_generated", (double) es.tokens_generated);
-    trn_metrics_set(m, "engine/requests", (double) es.requests);
-    trn_metrics_set(m, "engine/prompt_tokens", (double) es.prompt_tokens);
-    trn_metrics_set(m, "engine/cached_tokens", (double) es.cached_tokens);
-    trn_metrics_set(m, "engine/prefix_hit_rate",
-                    es.prompt_tokens
-                        ? (double) es.cached_tokens / (double) es.prompt_tokens
-                        : 0);
-    trn_metrics_set(m, "engine/preemptions", (double) es.preemptions);
-    trn_metrics_set(m, "engine/kv_blocks", (double) es.kv_blocks);
-    trn_metrics_set(m, "memory/serve_bytes", (double) es.mem_serve);
-    trn_metrics_set(m, "memory/train_bytes", (double) es.mem_train);
+                    t_roll > 0 ? b.resp_tokens / t_roll : 0);
+    s_engine_metrics(L, m);
     s_report(L, m, step);
     lisa_log_info("loop: step %llu done: %zu/%zu rollouts ok, %zu sequences, "
                   "%zu tokens, policy %llu (rollout %.1fs, train %.1fs)",
@@ -977,16 +1044,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
                   (unsigned long long) L->version, t_roll, t_train);
 out:
     trn_metrics_destroy(&m);
-    lisa_free(&off);
-    lisa_free(&tok);
-    lisa_free(&mask);
-    lisa_free(&lp);
-    lisa_free(&grp);
-    lisa_free(&score);
-    lisa_free(&rlen);
-    lisa_free(&rgrp);
-    lisa_free(&rsc);
-    lisa_free(&adv);
+    s_batch_free(&b);
     s_ros_free(ros, nr);
     return rc;
 }
