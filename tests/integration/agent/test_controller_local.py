@@ -258,7 +258,10 @@ def test_whole_attempt_with_the_real_agent(world):
                       {"command": "cat /proc/[0-9]*/environ 2>/dev/null | "
                                   "tr '\\0' '\\n' | grep -a TOKEN > "
                                   "/tmp/env.txt; cat /tmp/env.txt; "
-                                  "echo pid1=$(cat /proc/1/comm)"}),
+                                  "echo pid1=$(cat /proc/1/comm); "
+                                  "head -c 1 /proc/1/mem >/dev/null 2>&1 && "
+                                  "echo MEM-READ; ls /proc/1/fd >/dev/null "
+                                  "2>&1 && echo FD-LISTED; echo probed"}),
         scripted.call("execute_bash",
                       {"command": "cat documents/b.txt > answer.txt; "
                                   "(curl -s -m 2 http://1.1.1.1 || "
@@ -288,8 +291,13 @@ def test_whole_attempt_with_the_real_agent(world):
     # No process in the sandbox shows the token to the model's commands.
     token = seen[0].split(" ", 1)[1]
     obs = gw.chats[1][1]["messages"][-1]["content"]
+    # pid 1 of the commands' namespace is the agent's jail init (a fork of
+    # it); like the agent it is not dumpable: no environment, memory or
+    # descriptors to read, not even the scrubbed variable.
     assert "pid1=lisa-agent" in obs, obs
-    assert "LISA_ATTEMPT_TOKEN=xxx" in obs  # scrubbed in place
+    assert "probed" in obs, obs
+    assert "LISA_ATTEMPT_TOKEN" not in obs, obs
+    assert "MEM-READ" not in obs and "FD-LISTED" not in obs, obs
     assert token not in obs
     assert gw.results[0]["end_reason"] == "submit"
     assert seen and all(s and s.startswith("Bearer ") for s in seen)
