@@ -1146,8 +1146,9 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
         lisa_log_error("local: set a gateway socket or URL");
         return LISA_INVALID;
     }
-    if (cfg->sandbox_uids &&
-        (uint64_t) cfg->sandbox_uid + cfg->sandbox_uids > 4294967295ull) {
+    uint64_t base = cfg->sandbox_uid ? cfg->sandbox_uid : CTL_LOCAL_UID_BASE;
+    uint64_t count = cfg->sandbox_uids ? cfg->sandbox_uids : CTL_LOCAL_UIDS;
+    if (base + count > 4294967295ull) {
         lisa_log_error("local: the sandbox uid range passes 4294967294");
         return LISA_INVALID;
     }
@@ -1167,7 +1168,7 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->gateway_url = lisa_strdup(cfg->gateway_url ? cfg->gateway_url : "");
     l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
     l->uid_base = cfg->sandbox_uid ? cfg->sandbox_uid : CTL_LOCAL_UID_BASE;
-    l->uid_count = cfg->sandbox_uids ? cfg->sandbox_uids : 1u;
+    l->uid_count = cfg->sandbox_uids ? cfg->sandbox_uids : CTL_LOCAL_UIDS;
     l->as_root = geteuid() == 0;
     l->no_memory_rlimit = cfg->no_memory_rlimit;
     l->logs =

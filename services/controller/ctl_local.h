@@ -38,12 +38,13 @@ typedef struct {
     const char *gateway_url;    /* used when no socket; shares the network */
     const char *cgroup_root;    /* "" for rlimits */
     unsigned sandbox_uid;       /* as root: first uid of the sandboxes' range */
-    unsigned sandbox_uids;      /* as root: uids in the range (0: 1) */
+    unsigned sandbox_uids;      /* as root: uids in the range (0: default) */
     uint64_t log_bytes;         /* output kept per attempt (0: default) */
     bool no_memory_rlimit;      /* skip RLIMIT_AS (sanitizer builds) */
 } ctl_local_cfg_t;
 
 #define CTL_LOCAL_UID_BASE  700000000u
+#define CTL_LOCAL_UIDS      65536u
 #define CTL_LOCAL_LOG_BYTES (1024u * 1024u)
 
 /* Fills *out with a local backend. LISA_INVALID on bad config, LISA_ERR
