@@ -92,8 +92,10 @@ static const lisa_config_entry_t s_table[] = {
      .env = "LISA_CTL_CGROUP",
      .flag = "--cgroup-root",
      .type = LISA_CFG_STRING,
-     .def = NULL,
-     .help = "writable cgroup v2 directory for per-sandbox limits",
+     .def = "auto",
+     .help = "cgroup v2 directory for per-sandbox limits: a writable "
+             "path, auto (a probed subtree when root on cgroup v2) or "
+             "empty (a uid per sandbox and rlimits)",
      .offset = offsetof(ctl_config_t, cgroup_root)},
     {.name = "controller.docker_socket",
      .env = "LISA_DOCKER_SOCKET",

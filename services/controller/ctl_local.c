@@ -18,6 +18,7 @@
 #define _GNU_SOURCE /* clone */
 #include "ctl_local.h"
 
+#include "ctl_cgroup.h"
 #include "ctl_logcap.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -52,6 +54,7 @@
 #define S_KILL_WAIT_MS  2000
 #define S_CHILD_STACK   (64u * 1024u)
 #define S_NOFILE        4096u
+#define S_UID_LOCKS     "/run/lisa-sandbox-uids"
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define S_SPAWN_FORK 1
 #endif
@@ -65,8 +68,10 @@ typedef struct {
     char *gateway_socket;
     char *gateway_url;
     char *cgroup_root;
+    bool cgroup_auto; /* made by ctl_cgroup_auto: removed at the end */
     unsigned uid_base, uid_count, uid_next; /* sandbox uids (as root) */
     bool as_root;
+    bool uid_locks; /* S_UID_LOCKS exists: uids are claimed host-wide */
     bool no_memory_rlimit;
     ctl_logcap_t *logs;             /* NULL: output uncapped */
     char *bwrap_path;               /* resolved bwrap, NULL until found */
@@ -91,6 +96,7 @@ typedef struct {
     s_state_t st;
     bool ignored; /* another controller's, or damaged: not listed */
     int pidfd;    /* our child's pidfd, in the epoll set; -1 when none */
+    int uid_lock; /* flock on the uid's file while we hold it; -1: none */
     uint64_t gen; /* the listing that last saw the file */
 } s_entry_t;
 
@@ -542,7 +548,10 @@ s_entry_free(void **item)
 {
     if (!item || !*item)
         return;
-    s_pidfd_close(*item);
+    s_entry_t *e = *item;
+    s_pidfd_close(e);
+    if (e->uid_lock >= 0)
+        close(e->uid_lock); /* gives the uid back to every controller */
     lisa_free(item);
 }
 
@@ -560,6 +569,7 @@ s_known(s_local_t *l, const char *name)
         return NULL;
     e = lisa_calloc(1, sizeof *e);
     e->pidfd = -1;
+    e->uid_lock = -1;
     if (rc != LISA_OK || strcmp(st.sb.controller_id, l->controller_id) != 0)
         e->ignored = true;
     else
@@ -717,9 +727,31 @@ s_envp(const s_local_t *l, const ctl_spec_t *spec, char *envp[8])
 /* A uid of the range no listed sandbox holds (round robin, so a uid just
  * given back is the last to be reused); the controller's own when it is
  * not root. */
-static lisa_rc_t
-s_pick_uid(s_local_t *l, unsigned *uid)
+/* Claims `uid` against other controllers on this host: an exclusive
+ * flock on <S_UID_LOCKS>/<uid>, held while the sandbox lives and dropped
+ * by the kernel when this process dies. The descriptor, or -1 when the
+ * uid is taken; -2 when there is no lock directory (no claim made). */
+static int
+s_claim_uid(const s_local_t *l, unsigned uid)
 {
+    if (!l->uid_locks)
+        return -2;
+    char path[64];
+    snprintf(path, sizeof path, S_UID_LOCKS "/%u", uid);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -2;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static lisa_rc_t
+s_pick_uid(s_local_t *l, unsigned *uid, int *lock)
+{
+    *lock = -1;
     if (!l->as_root) {
         *uid = (unsigned) geteuid();
         return LISA_OK;
@@ -731,11 +763,15 @@ s_pick_uid(s_local_t *l, unsigned *uid)
         for (s_entry_t *e = zhashx_first(l->known); e && !used;
              e = zhashx_next(l->known))
             used = e->st.uid == cand;
-        if (!used) {
-            l->uid_next = (k + 1) % l->uid_count;
-            *uid = cand;
-            return LISA_OK;
-        }
+        if (used)
+            continue;
+        int fd = s_claim_uid(l, cand);
+        if (fd == -1)
+            continue; /* another controller's sandbox has it */
+        l->uid_next = (k + 1) % l->uid_count;
+        *uid = cand;
+        *lock = fd >= 0 ? fd : -1;
+        return LISA_OK;
     }
     lisa_log_error("local: all %u sandbox uids from %u are in use "
                    "(controller.sandbox_uids)",
@@ -781,6 +817,7 @@ s_start(void *impl, const ctl_spec_t *spec)
     size_t ne = 0;
     int logfd = -1;
     unsigned uid = 0;
+    int uid_lock = -1;
     if (access(state, F_OK) == 0) {
         rc = LISA_CONFLICT;
         goto out;
@@ -795,7 +832,7 @@ s_start(void *impl, const ctl_spec_t *spec)
         rc = LISA_UNAVAILABLE;
         goto out;
     }
-    rc = s_pick_uid(l, &uid);
+    rc = s_pick_uid(l, &uid, &uid_lock);
     if (rc != LISA_OK)
         goto out;
     rc = LISA_ERR;
@@ -854,12 +891,16 @@ s_start(void *impl, const ctl_spec_t *spec)
     s_entry_t *e = lisa_calloc(1, sizeof *e);
     e->st = st;
     e->pidfd = pidfd;
+    e->uid_lock = uid_lock;
+    uid_lock = -1;
     e->gen = l->gen;
     zhashx_update(l->known, spec->name, e);
     lisa_log_info("local: started %s (pid %ld, uid %u) for rollout %s "
                   "attempt %u",
                   spec->name, (long) pid, uid, spec->rollout_id, spec->attempt);
 out:
+    if (uid_lock >= 0)
+        close(uid_lock);
     if (logfd >= 0)
         close(logfd);
     if (rc != LISA_OK && rc != LISA_CONFLICT)
@@ -1016,7 +1057,7 @@ s_remove(void *impl, const char *name)
 {
     s_local_t *l = impl;
     s_entry_t *e = zhashx_lookup(l->known, name);
-    s_entry_t tmp = {.pidfd = -1};
+    s_entry_t tmp = {.pidfd = -1, .uid_lock = -1};
     lisa_rc_t rc = LISA_OK;
     if (!e || e->ignored) {
         /* Not listed yet, or not a file we list: read it as it is now. */
@@ -1085,6 +1126,8 @@ s_destroy(void *impl)
     lisa_free(&l->sandbox_cmd);
     lisa_free(&l->gateway_socket);
     lisa_free(&l->gateway_url);
+    if (l->cgroup_auto)
+        ctl_cgroup_release(l->cgroup_root);
     lisa_free(&l->cgroup_root);
     lisa_free(&l->bwrap_path);
     for (size_t i = 0; i < l->n_sys_args; i++)
@@ -1166,14 +1209,23 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->gateway_socket =
         lisa_strdup(cfg->gateway_socket ? cfg->gateway_socket : "");
     l->gateway_url = lisa_strdup(cfg->gateway_url ? cfg->gateway_url : "");
-    l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
+    if (cfg->cgroup_root && strcmp(cfg->cgroup_root, "auto") == 0) {
+        l->cgroup_root = ctl_cgroup_auto(cfg->controller_id);
+        l->cgroup_auto = l->cgroup_root != NULL;
+        if (!l->cgroup_root)
+            l->cgroup_root = lisa_strdup("");
+    } else {
+        l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
+    }
     l->uid_base = cfg->sandbox_uid ? cfg->sandbox_uid : CTL_LOCAL_UID_BASE;
     l->uid_count = cfg->sandbox_uids ? cfg->sandbox_uids : CTL_LOCAL_UIDS;
     l->as_root = geteuid() == 0;
+    l->uid_locks =
+        l->as_root && (mkdir(S_UID_LOCKS, 0700) == 0 || errno == EEXIST);
     l->no_memory_rlimit = cfg->no_memory_rlimit;
     l->logs =
         ctl_logcap_new(cfg->log_bytes ? cfg->log_bytes : CTL_LOCAL_LOG_BYTES);
-    if (!l->as_root)
+    if (!l->as_root && !*l->cgroup_root)
         lisa_log_warn("local: not running as root: every sandbox runs as "
                       "uid %u, so their process limit is shared (set "
                       "controller.cgroup_root for one of their own)",

@@ -13,7 +13,8 @@
  * largest file (RLIMIT_FSIZE, the disk) and open files (RLIMIT_NOFILE)
  * always. When the controller runs as root each sandbox drops to a uid of
  * its own from a configured range before bwrap starts, so one sandbox's
- * processes never count against another's limit. The agent alone keeps
+ * processes never count against another's limit; controllers sharing a
+ * range claim uids with flocks in /run/lisa-sandbox-uids. The agent alone keeps
  * the capabilities (inside the sandbox's user namespace) to put its
  * commands in a PID namespace of their own; see agt_jail.h.
  *
@@ -36,7 +37,7 @@ typedef struct {
     const char *sandbox_cmd;    /* non-empty: sh -c this instead of the agent */
     const char *gateway_socket; /* host path, bound in (may be "") */
     const char *gateway_url;    /* used when no socket; shares the network */
-    const char *cgroup_root;    /* "" for rlimits */
+    const char *cgroup_root;    /* "" for rlimits, "auto": ctl_cgroup_auto */
     unsigned sandbox_uid;       /* as root: first uid of the sandboxes' range */
     unsigned sandbox_uids;      /* as root: uids in the range (0: default) */
     uint64_t log_bytes;         /* output kept per attempt (0: default) */
