@@ -9,7 +9,10 @@
 # prints one line per training step, stops everything it started on
 # Ctrl+C, on any service's death or when training ends, and draws the
 # curves with `lisa plot` (curves.svg, and curves.png where a converter is
-# installed).
+# installed). Every service gets a parent-death signal
+# (setpriv --pdeathsig KILL), so they end with this script however it
+# ends, SIGKILL included; a service that dies is named with its exit
+# status and the last lines of its log that are not its configuration.
 #
 #   scripts/run.sh                                   # the toy run
 #   scripts/run.sh --model DIR --train-data FILE --val-data F1,DIR2 \
@@ -273,13 +276,49 @@ interrupted=0
 trap 'stop_all' EXIT
 trap 'interrupted=1; echo; echo "run.sh: interrupted, stopping"' INT TERM
 
+# A service gets SIGKILL from the kernel when this script is gone without
+# stopping it (a trap cannot run on SIGKILL). A clean stop (Ctrl+C, TERM,
+# the end of training) is stop_all's, with this script alive. KILL, not
+# TERM: a service stopping cleanly would wait on the broker, gone too;
+# the broker loses nothing it acknowledged and the sandboxes die with the
+# controller.
+pdeath=()
+if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then
+  pdeath=(setpriv --pdeathsig KILL --)
+else
+  echo "run.sh: setpriv has no --pdeathsig (util-linux >= 2.33 has):" \
+    "services outlive a killed run.sh" >&2
+fi
+
 # start NAME CMD...: runs CMD in the background, output in logs/NAME.log.
 start() {
   local name=$1
   shift
-  "$@" >"$run/logs/$name.log" 2>&1 &
+  "${pdeath[@]}" "$@" >"$run/logs/$name.log" 2>&1 &
   pids+=($!)
   names+=("$name")
+}
+
+# died NAME PID: says how a service ended and shows the last lines of its
+# log that matter: not its start-up configuration dump.
+died() {
+  local name=$1 pid=$2 st=0 log=$run/logs/$1.log lines
+  wait "$pid" 2>/dev/null || st=$?
+  if [ "$st" -gt 128 ]; then
+    echo "run.sh: $name (pid $pid) was killed by signal $((st - 128))" \
+      "(SIG$(kill -l $((st - 128)) 2>/dev/null || echo '?'))" >&2
+  else
+    echo "run.sh: $name (pid $pid) exited with status $st" >&2
+  fi
+  lines=$(grep -v -E '^[^ ]+ [^ ]+ INFO config ' "$log" 2>/dev/null |
+    tail -n 20 || true)
+  if [ -n "$lines" ]; then
+    echo "run.sh: last lines of $log:" >&2
+    printf '%s\n' "$lines" >&2
+  else
+    echo "run.sh: $log holds only its configuration: $name wrote nothing" \
+      "after starting (killed from outside, or out of memory?)" >&2
+  fi
 }
 
 # wait_file PATH SECONDS: waits for a file to appear (a service's ports).
@@ -300,8 +339,7 @@ check_alive() {
   for i in "${!pids[@]}"; do
     if ! kill -0 "${pids[$i]}" 2>/dev/null; then
       [ "${names[$i]}" = trainer ] && return 0
-      echo "run.sh: ${names[$i]} exited; last lines of its log:" >&2
-      tail -n 20 "$run/logs/${names[$i]}.log" >&2 || true
+      died "${names[$i]}" "${pids[$i]}"
       exit 1
     fi
   done
@@ -381,7 +419,8 @@ progress_end
 stop_all
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ]; then
   echo "run.sh: trainer exited with $rc; last lines of its log:" >&2
-  tail -n 20 "$run/logs/trainer.log" >&2 || true
+  grep -v -E '^[^ ]+ [^ ]+ INFO config ' "$run/logs/trainer.log" |
+    tail -n 20 >&2 || true
 fi
 if [ -s "$metrics" ]; then
   # the SVG's path, then the PNG's where a converter made one

@@ -104,7 +104,7 @@ s_cloexec_pipe(int p[2])
 /* Child side: only async-signal-safe calls until exec. */
 static void
 s_child(const char *shell, const char *cmd, const char *cwd, int out_w,
-        int err_w)
+        int err_w, const agt_jail_t *jail)
 {
     (void) setpgid(0, 0);
     sigset_t none;
@@ -116,6 +116,11 @@ s_child(const char *shell, const char *cmd, const char *cwd, int out_w,
         (void) dup2(devnull, STDIN_FILENO);
     (void) dup2(out_w, STDOUT_FILENO);
     (void) dup2(err_w, STDERR_FILENO);
+    if (jail && agt_jail_enter(jail) != 0) {
+        static const char msg[] = "cannot confine the command\n";
+        (void) write(STDERR_FILENO, msg, sizeof msg - 1);
+        _exit(126);
+    }
     if (chdir(cwd) != 0) {
         static const char msg[] = "cannot enter working directory\n";
         (void) write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -163,7 +168,7 @@ agt_exec_run(const char *cmd, const agt_exec_opts_t *opts,
         return LISA_ERR;
     }
     if (pid == 0)
-        s_child(shell, cmd, opts->cwd, po[1], pe[1]);
+        s_child(shell, cmd, opts->cwd, po[1], pe[1], opts->jail);
     (void) setpgid(pid, pid);
     close(po[1]);
     close(pe[1]);

@@ -15,6 +15,7 @@
 #ifndef AGT_EXEC_H
 #define AGT_EXEC_H
 
+#include "agt_jail.h"
 #include "lisa/lisa_rc.h"
 
 #include <stdatomic.h>
@@ -28,6 +29,7 @@ typedef struct {
     unsigned grace_ms;         /* read after bash exits (pipes held open) */
     const atomic_bool *cancel; /* may be NULL; when set, kill and return */
     const char *shell;         /* NULL: "bash" from PATH */
+    const agt_jail_t *jail;    /* NULL: run beside the agent, unconfined */
 } agt_exec_opts_t;
 
 typedef struct {

@@ -8,6 +8,7 @@
 #include "agt_exit.h"
 #include "agt_gateway.h"
 #include "agt_heartbeat.h"
+#include "agt_jail.h"
 #include "agt_loop.h"
 #include "agt_prompt.h"
 #include "agt_task.h"
@@ -110,6 +111,7 @@ agt_run(const agt_config_t *cfg)
     memset(&task, 0, sizeof task);
     agt_heartbeat_t *hb = NULL;
     agt_tools_t *tools = NULL;
+    agt_jail_t *jail = NULL;
     char *sys = NULL, *user = NULL;
     json_t *tool_defs = NULL;
     agt_gateway_cfg_t gcfg = {
@@ -164,7 +166,13 @@ agt_run(const agt_config_t *cfg)
         goto out;
     }
 
-    /* 3. Heartbeats, prompts, tools. */
+    /* 3. Where the model's commands run (before any thread starts), then
+     * heartbeats, prompts, tools. */
+    jail = agt_jail_new();
+    if (!jail) {
+        lisa_log_error("cannot confine the model's commands");
+        goto out;
+    }
     hb = agt_heartbeat_start(&gcfg, (unsigned) cfg->heartbeat_ms, &cancel);
     if (!hb) {
         lisa_log_error("cannot start heartbeats");
@@ -190,6 +198,7 @@ agt_run(const agt_config_t *cfg)
         .clip_chars = (size_t) cfg->clip_chars,
         .grace_ms = 500,
         .cancel = &cancel,
+        .jail = jail,
     };
     tools = agt_tools_new(&tcfg);
     if (!tools) {
@@ -241,6 +250,7 @@ out:
     json_decref(tool_defs);
     agt_heartbeat_stop(&hb);
     agt_tools_destroy(&tools);
+    agt_jail_destroy(&jail);
     lisa_free(&sys);
     lisa_free(&user);
     agt_task_clear(&task);

@@ -163,6 +163,7 @@ s_bash(agt_tools_t *t, json_t *args, agt_tool_status_t *status)
         .grace_ms = t->cfg.grace_ms,
         .cancel = t->cfg.cancel,
         .shell = t->shell,
+        .jail = t->cfg.jail,
     };
     agt_exec_result_t r;
     lisa_rc_t rc = agt_exec_run(cmd, &o, &r);

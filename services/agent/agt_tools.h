@@ -12,6 +12,8 @@
 #ifndef AGT_TOOLS_H
 #define AGT_TOOLS_H
 
+#include "agt_jail.h"
+
 #include <jansson.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -31,6 +33,7 @@ typedef struct {
     unsigned grace_ms;         /* see agt_exec_opts_t */
     const atomic_bool *cancel; /* kills a running command when set */
     const char *shell;         /* NULL: bash */
+    const agt_jail_t *jail;    /* where commands run (borrowed; NULL: none) */
 } agt_tools_cfg_t;
 
 /* Outcome of one call. */

@@ -1,8 +1,11 @@
 /*
  * lisa-agent: the LLM-in-Sandbox agent that runs inside each sandbox.
- * Reads its configuration (the gateway endpoint and the attempt token),
- * hides the token from the processes it starts, runs one attempt and
- * exits with a status from agt_exit.h.
+ * Makes itself non-dumpable before anything reads the attempt token (no
+ * process of the same uid may then read its memory, environment or
+ * descriptors through /proc, nor ptrace it), reads its configuration
+ * (the gateway endpoint and the token), hides the token from the
+ * processes it starts, runs one attempt and exits with a status from
+ * agt_exit.h. The commands' own confinement is agt_jail's.
  */
 #include "agt_config.h"
 #include "agt_exit.h"
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 /* Removes the token from the environment and overwrites its bytes, so
  * neither the model's commands nor /proc/<pid>/environ can read it. */
@@ -28,6 +32,10 @@ s_scrub_env(const char *name)
 int
 main(int argc, char **argv)
 {
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        perror("prctl(PR_SET_DUMPABLE)");
+        return AGT_EXIT_INTERNAL;
+    }
     lisa_log_set_service("agent");
     agt_config_t cfg;
     char err[256];

@@ -45,7 +45,9 @@ typedef struct {
     uint64_t grace_ms;        /* past a deadline before a sandbox is killed */
     uint64_t rpc_timeout_ms;
     uint64_t backoff_max_ms; /* longest pause after a backend outage */
-    uint64_t sandbox_uid;    /* uid of sandboxes when we run as root */
+    uint64_t sandbox_uid;    /* first uid of sandboxes when we run as root */
+    uint64_t sandbox_uids;   /* uids in that range */
+    uint64_t log_bytes;      /* local: output kept per attempt */
     uint64_t cpu_millis;     /* defaults when the broker's limits say 0 */
     uint64_t memory_bytes;
     uint64_t pids;

@@ -411,12 +411,21 @@ s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
     json_object_set_new(host, "Ulimits",
                         json_pack("[{s:s,s:i,s:i}]", "Name", "nofile", "Soft",
                                   4096, "Hard", 4096));
+    /* Every writable mount is sized, together the disk: /testbed three
+     * quarters, /tmp and /dev/shm an eighth each. Output kept on the host:
+     * at most 1 MiB per container (the newest). */
+    uint64_t eighth = sp->disk_bytes / 8;
     json_t *tmpfs = json_object();
     snprintf(buf, sizeof buf, "rw,exec,size=%" PRIu64 ",mode=1777",
-             sp->disk_bytes);
+             sp->disk_bytes - 2 * eighth);
     json_object_set_new(tmpfs, "/testbed", json_string(buf));
+    snprintf(buf, sizeof buf, "rw,exec,size=%" PRIu64 ",mode=1777", eighth);
     json_object_set_new(tmpfs, "/tmp", json_string(buf));
     json_object_set_new(host, "Tmpfs", tmpfs);
+    json_object_set_new(host, "ShmSize", json_integer((json_int_t) eighth));
+    json_object_set_new(host, "LogConfig",
+                        json_pack("{s:s,s:{s:s,s:s}}", "Type", "json-file",
+                                  "Config", "max-size", "1m", "max-file", "1"));
     if (sock) {
         snprintf(buf, sizeof buf, "%s:/run/lisa/gateway.sock",
                  d->gateway_socket);

@@ -18,6 +18,8 @@
 #define _GNU_SOURCE /* clone */
 #include "ctl_local.h"
 
+#include "ctl_cgroup.h"
+#include "ctl_logcap.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -35,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -50,6 +53,8 @@
 #define S_MAX_SYS_ARGS  64u
 #define S_KILL_WAIT_MS  2000
 #define S_CHILD_STACK   (64u * 1024u)
+#define S_NOFILE        4096u
+#define S_UID_LOCKS     "/run/lisa-sandbox-uids"
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define S_SPAWN_FORK 1
 #endif
@@ -63,8 +68,12 @@ typedef struct {
     char *gateway_socket;
     char *gateway_url;
     char *cgroup_root;
-    unsigned sandbox_uid;
+    bool cgroup_auto; /* made by ctl_cgroup_auto: removed at the end */
+    unsigned uid_base, uid_count, uid_next; /* sandbox uids (as root) */
+    bool as_root;
+    bool uid_locks; /* S_UID_LOCKS exists: uids are claimed host-wide */
     bool no_memory_rlimit;
+    ctl_logcap_t *logs;             /* NULL: output uncapped */
     char *bwrap_path;               /* resolved bwrap, NULL until found */
     char *sys_args[S_MAX_SYS_ARGS]; /* system directory arguments */
     size_t n_sys_args;
@@ -78,6 +87,7 @@ typedef struct {
     ctl_sandbox_t sb;
     long pid;
     unsigned long long pid_start;
+    unsigned uid; /* the sandbox's uid; 0 when unknown */
     int has_exit;
 } s_state_t;
 
@@ -86,6 +96,7 @@ typedef struct {
     s_state_t st;
     bool ignored; /* another controller's, or damaged: not listed */
     int pidfd;    /* our child's pidfd, in the epoll set; -1 when none */
+    int uid_lock; /* flock on the uid's file while we hold it; -1: none */
     uint64_t gen; /* the listing that last saw the file */
 } s_entry_t;
 
@@ -134,10 +145,10 @@ s_write_state(const s_local_t *l, const s_state_t *st)
         fprintf(f,
                 "name=%s\ncontroller=%s\nrun=%s\nrollout=%s\nattempt=%u\n"
                 "created_ms=%" PRIu64 "\ndeadline_ms=%" PRIu64
-                "\npid=%ld\npid_start=%llu\n",
+                "\npid=%ld\npid_start=%llu\nuid=%u\n",
                 st->sb.name, st->sb.controller_id, st->sb.run_id,
                 st->sb.rollout_id, st->sb.attempt, st->sb.created_ms,
-                st->sb.deadline_ms, st->pid, st->pid_start);
+                st->sb.deadline_ms, st->pid, st->pid_start, st->uid);
         if (st->has_exit)
             fprintf(f, "exit=%d\noom=%d\n", st->sb.exit_code,
                     st->sb.oom ? 1 : 0);
@@ -195,6 +206,8 @@ s_read_state(const s_local_t *l, const char *name, s_state_t *st)
             st->pid = strtol(v, NULL, 10);
         else if (strcmp(k, "pid_start") == 0)
             st->pid_start = strtoull(v, NULL, 10);
+        else if (strcmp(k, "uid") == 0)
+            st->uid = (unsigned) strtoul(v, NULL, 10);
         else if (strcmp(k, "exit") == 0) {
             st->sb.exit_code = (int) strtol(v, NULL, 10);
             st->has_exit = 1;
@@ -377,36 +390,52 @@ s_system_dirs(s_local_t *l)
     }
 }
 
+typedef struct {
+    const char *bwrap;
+    char *const *argv;
+    char *const *envp;
+    int logfd;
+    const char *cgroup_procs;
+    uint64_t memory_bytes; /* 0: no address-space limit */
+    uint64_t disk_bytes;   /* largest file */
+    unsigned pids, uid;
+    bool as_root;
+    pid_t parent;
+} s_child_args_t;
+
+static void
+s_limit(int res, uint64_t v)
+{
+    struct rlimit r = {(rlim_t) v, (rlim_t) v};
+    (void) setrlimit(res, &r);
+}
+
 /* Child after clone or fork: async-signal-safe system calls only, then
  * exec; it never returns. */
 static void
-s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
-        const char *cgroup_procs, uint64_t memory_bytes, unsigned pids,
-        unsigned uid, pid_t parent)
+s_child(const s_child_args_t *c)
 {
     (void) setsid();
-    if (cgroup_procs) {
-        int fd = open(cgroup_procs, O_WRONLY);
+    if (c->cgroup_procs) {
+        int fd = open(c->cgroup_procs, O_WRONLY);
         if (fd < 0 || write(fd, "0", 1) != 1)
             _exit(125);
         close(fd);
     } else {
-        if (memory_bytes) {
-            struct rlimit as = {memory_bytes, memory_bytes};
-            (void) setrlimit(RLIMIT_AS, &as);
+        if (c->memory_bytes) {
+            s_limit(RLIMIT_AS, c->memory_bytes);
+            s_limit(RLIMIT_DATA, c->memory_bytes);
         }
         /* No pids controller: RLIMIT_NPROC bounds a fork bomb. It counts
-         * every process of the sandbox uid, so it is set only when the
-         * sandbox runs as its own unprivileged uid (root is exempt). */
-        if (pids && geteuid() == 0) {
-            struct rlimit np = {pids, pids};
-            (void) setrlimit(RLIMIT_NPROC, &np);
-        }
+         * every process of the uid, so it is set only when the sandbox
+         * runs as a uid of its own (root, the controller, is exempt). */
+        if (c->pids && c->as_root)
+            s_limit(RLIMIT_NPROC, c->pids);
     }
-    struct rlimit core = {0, 0};
-    (void) setrlimit(RLIMIT_CORE, &core);
-    struct rlimit nofile = {4096, 4096};
-    (void) setrlimit(RLIMIT_NOFILE, &nofile);
+    s_limit(RLIMIT_CORE, 0);
+    s_limit(RLIMIT_NOFILE, S_NOFILE);
+    if (c->disk_bytes)
+        s_limit(RLIMIT_FSIZE, c->disk_bytes);
     /* The controller's handlers are not the sandbox's: default them (this
      * child has its own copy of the table) before unblocking. */
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
@@ -418,43 +447,30 @@ s_child(const char *bwrap, char *const argv[], char *const envp[], int logfd,
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
         (void) dup2(devnull, STDIN_FILENO);
-    (void) dup2(logfd, STDOUT_FILENO);
-    (void) dup2(logfd, STDERR_FILENO);
-    if (geteuid() == 0) {
+    (void) dup2(c->logfd, STDOUT_FILENO);
+    (void) dup2(c->logfd, STDERR_FILENO);
+    if (c->as_root) {
         if (syscall(SYS_setgroups, 0, NULL) != 0 ||
-            syscall(SYS_setgid, (gid_t) uid) != 0 ||
-            syscall(SYS_setuid, (uid_t) uid) != 0)
+            syscall(SYS_setgid, (gid_t) c->uid) != 0 ||
+            syscall(SYS_setuid, (uid_t) c->uid) != 0)
             _exit(125);
     }
     /* Die with the controller from here on (a credential change clears
      * the setting, so it comes after setuid), also before bwrap has set
      * up its own --die-with-parent; a parent already gone means exit. */
     (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
+    if (getppid() != c->parent)
         _exit(125);
-    execve(bwrap, argv, envp);
+    execve(c->bwrap, c->argv, c->envp);
     static const char msg[] = "cannot execute bubblewrap\n";
     (void) write(STDERR_FILENO, msg, sizeof msg - 1);
     _exit(127);
 }
 
-typedef struct {
-    const char *bwrap;
-    char *const *argv;
-    char *const *envp;
-    int logfd;
-    const char *cgroup_procs;
-    uint64_t memory_bytes;
-    unsigned pids, uid;
-    pid_t parent;
-} s_child_args_t;
-
 static int
 s_child_main(void *arg)
 {
-    const s_child_args_t *c = arg;
-    s_child(c->bwrap, c->argv, c->envp, c->logfd, c->cgroup_procs,
-            c->memory_bytes, c->pids, c->uid, c->parent);
+    s_child((const s_child_args_t *) arg);
     return 127;
 }
 
@@ -532,7 +548,10 @@ s_entry_free(void **item)
 {
     if (!item || !*item)
         return;
-    s_pidfd_close(*item);
+    s_entry_t *e = *item;
+    s_pidfd_close(e);
+    if (e->uid_lock >= 0)
+        close(e->uid_lock); /* gives the uid back to every controller */
     lisa_free(item);
 }
 
@@ -550,6 +569,7 @@ s_known(s_local_t *l, const char *name)
         return NULL;
     e = lisa_calloc(1, sizeof *e);
     e->pidfd = -1;
+    e->uid_lock = -1;
     if (rc != LISA_OK || strcmp(st.sb.controller_id, l->controller_id) != 0)
         e->ignored = true;
     else
@@ -596,6 +616,193 @@ s_watch(s_local_t *l, pid_t pid)
     return fd;
 }
 
+/* The bubblewrap command line of one sandbox. Every writable file system
+ * in it is a tmpfs of a set size, together the spec's disk: /testbed
+ * (three quarters), /tmp and /dev/shm (an eighth each); the root and /dev
+ * are read-only, so nothing else can be written. */
+static void
+s_bwrap_argv(s_local_t *l, const ctl_spec_t *spec, const char *bwrap,
+             s_argv_t *a)
+{
+    bool use_socket = *l->gateway_socket != '\0';
+    uint64_t eighth = spec->disk_bytes / 8;
+    s_arg(a, bwrap);
+    s_arg(a, "--unshare-all");
+    if (!use_socket)
+        s_arg(a, "--share-net"); /* the gateway is only reachable by URL */
+    /* No --new-session: the sandbox's init must stay in bwrap's process
+     * group, so that killing the group reaches it even when bwrap died
+     * before the init armed its own parent-death signal. The sandbox has
+     * no terminal (stdin is /dev/null, output a pipe, setsid above). */
+    s_arg(a, "--die-with-parent");
+    /* The command is the namespace's pid 1: no bwrap reaper holding a copy
+     * of the environment (the token) where the model could read it
+     * (/proc/1/environ). The agent scrubs its own copy and reaps. */
+    s_arg(a, "--as-pid-1");
+    s_arg(a, "--cap-drop");
+    s_arg(a, "ALL");
+    if (!*l->sandbox_cmd) {
+        /* The agent alone, inside the sandbox's user namespace: it makes
+         * the PID and mount namespace its commands run in, which drop
+         * every capability before they exec (agt_jail). */
+        static const char *caps[] = {"CAP_SYS_ADMIN", "CAP_SYS_CHROOT",
+                                     "CAP_SYS_PTRACE"};
+        for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+            s_arg(a, "--cap-add");
+            s_arg(a, caps[i]);
+        }
+    }
+    s_arg(a, "--hostname");
+    s_arg(a, "sandbox");
+    for (size_t i = 0; i < l->n_sys_args; i++)
+        s_arg(a, l->sys_args[i]);
+    s_arg(a, "--proc");
+    s_arg(a, "/proc");
+    s_arg(a, "--dev");
+    s_arg(a, "/dev");
+    s_arg(a, "--size");
+    s_arg(a, s_num(a, eighth));
+    s_arg(a, "--tmpfs");
+    s_arg(a, "/dev/shm");
+    s_arg(a, "--size");
+    s_arg(a, s_num(a, spec->disk_bytes - 2 * eighth));
+    s_arg(a, "--tmpfs");
+    s_arg(a, "/testbed");
+    s_arg(a, "--size");
+    s_arg(a, s_num(a, eighth));
+    s_arg(a, "--tmpfs");
+    s_arg(a, "/tmp");
+    s_arg(a, "--dir");
+    s_arg(a, "/run/lisa");
+    if (use_socket) {
+        s_arg(a, "--bind");
+        s_arg(a, l->gateway_socket);
+        s_arg(a, "/run/lisa/gateway.sock");
+    }
+    if (*l->agent_path) {
+        s_arg(a, "--ro-bind");
+        s_arg(a, l->agent_path);
+        s_arg(a, "/run/lisa/lisa-agent");
+    }
+    s_arg(a, "--remount-ro");
+    s_arg(a, "/dev");
+    s_arg(a, "--remount-ro");
+    s_arg(a, "/");
+    s_arg(a, "--chdir");
+    s_arg(a, "/testbed");
+    s_arg(a, "--");
+    if (*l->sandbox_cmd) {
+        s_arg(a, "/bin/sh");
+        s_arg(a, "-c");
+        s_arg(a, l->sandbox_cmd);
+    } else {
+        s_arg(a, "/run/lisa/lisa-agent");
+    }
+}
+
+/* The sandbox's environment; returns the count. The token travels here
+ * (the agent is not dumpable, so no other process reads it), never on a
+ * command line. */
+static size_t
+s_envp(const s_local_t *l, const ctl_spec_t *spec, char *envp[8])
+{
+    size_t ne = 0;
+    const char *fixed[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/testbed",
+                           "LANG=C.UTF-8", "LISA_TESTBED=/testbed"};
+    for (size_t i = 0; i < 4; i++)
+        envp[ne++] = lisa_strdup(fixed[i]);
+    size_t tn = strlen(spec->token) + 32;
+    envp[ne] = lisa_malloc(tn);
+    snprintf(envp[ne++], tn, "LISA_ATTEMPT_TOKEN=%s", spec->token);
+    if (*l->gateway_socket) {
+        envp[ne++] = lisa_strdup("LISA_GATEWAY_SOCKET=/run/lisa/gateway.sock");
+    } else {
+        size_t un = strlen(l->gateway_url) + 32;
+        envp[ne] = lisa_malloc(un);
+        snprintf(envp[ne++], un, "LISA_GATEWAY_URL=%s", l->gateway_url);
+    }
+    return ne;
+}
+
+/* A uid of the range no listed sandbox holds (round robin, so a uid just
+ * given back is the last to be reused); the controller's own when it is
+ * not root. */
+/* Claims `uid` against other controllers on this host: an exclusive
+ * flock on <S_UID_LOCKS>/<uid>, held while the sandbox lives and dropped
+ * by the kernel when this process dies. The descriptor, or -1 when the
+ * uid is taken; -2 when there is no lock directory (no claim made). */
+static int
+s_claim_uid(const s_local_t *l, unsigned uid)
+{
+    if (!l->uid_locks)
+        return -2;
+    char path[64];
+    snprintf(path, sizeof path, S_UID_LOCKS "/%u", uid);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -2;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static lisa_rc_t
+s_pick_uid(s_local_t *l, unsigned *uid, int *lock)
+{
+    *lock = -1;
+    if (!l->as_root) {
+        *uid = (unsigned) geteuid();
+        return LISA_OK;
+    }
+    for (unsigned i = 0; i < l->uid_count; i++) {
+        unsigned k = (l->uid_next + i) % l->uid_count;
+        unsigned cand = l->uid_base + k;
+        bool used = false;
+        for (s_entry_t *e = zhashx_first(l->known); e && !used;
+             e = zhashx_next(l->known))
+            used = e->st.uid == cand;
+        if (used)
+            continue;
+        int fd = s_claim_uid(l, cand);
+        if (fd == -1)
+            continue; /* another controller's sandbox has it */
+        l->uid_next = (k + 1) % l->uid_count;
+        *uid = cand;
+        *lock = fd >= 0 ? fd : -1;
+        return LISA_OK;
+    }
+    lisa_log_error("local: all %u sandbox uids from %u are in use "
+                   "(controller.sandbox_uids)",
+                   l->uid_count, l->uid_base);
+    return LISA_UNAVAILABLE;
+}
+
+/* Output: a pipe to the log pump, or the file itself without one. The
+ * write end for the child in *wfd. */
+static lisa_rc_t
+s_open_log(s_local_t *l, const char *name, const char *logp, int *wfd)
+{
+    *wfd = -1;
+    int logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (logfd < 0) {
+        lisa_log_error("local: cannot open %s: %s", logp, strerror(errno));
+        return LISA_ERR;
+    }
+    int p[2];
+    if (!l->logs || pipe2(p, O_CLOEXEC) != 0) {
+        *wfd = logfd; /* uncapped: the pump could not start */
+        return LISA_OK;
+    }
+    if (ctl_logcap_add(l->logs, name, p[0], logfd) != LISA_OK) {
+        close(p[1]);
+        return LISA_ERR;
+    }
+    *wfd = p[1];
+    return LISA_OK;
+}
+
 static lisa_rc_t
 s_start(void *impl, const ctl_spec_t *spec)
 {
@@ -609,6 +816,8 @@ s_start(void *impl, const ctl_spec_t *spec)
     char *envp[8] = {0};
     size_t ne = 0;
     int logfd = -1;
+    unsigned uid = 0;
+    int uid_lock = -1;
     if (access(state, F_OK) == 0) {
         rc = LISA_CONFLICT;
         goto out;
@@ -623,88 +832,18 @@ s_start(void *impl, const ctl_spec_t *spec)
         rc = LISA_UNAVAILABLE;
         goto out;
     }
-    bool use_socket = *l->gateway_socket != '\0';
-    s_arg(&a, bwrap);
-    s_arg(&a, "--unshare-all");
-    if (!use_socket)
-        s_arg(&a, "--share-net"); /* the gateway is only reachable by URL */
-    /* No --new-session: the sandbox's init must stay in bwrap's process
-     * group, so that killing the group reaches it even when bwrap died
-     * before the init armed its own parent-death signal. The sandbox has
-     * no terminal (stdin is /dev/null, output a file, setsid above). */
-    s_arg(&a, "--die-with-parent");
-    /* The command is the namespace's pid 1: no bwrap reaper holding a copy
-     * of the environment (the token) where the model could read it
-     * (/proc/1/environ). The agent scrubs its own copy and reaps. */
-    s_arg(&a, "--as-pid-1");
-    s_arg(&a, "--cap-drop");
-    s_arg(&a, "ALL");
-    s_arg(&a, "--hostname");
-    s_arg(&a, "sandbox");
-    for (size_t i = 0; i < l->n_sys_args; i++)
-        s_arg(&a, l->sys_args[i]);
-    s_arg(&a, "--proc");
-    s_arg(&a, "/proc");
-    s_arg(&a, "--dev");
-    s_arg(&a, "/dev");
-    s_arg(&a, "--size");
-    s_arg(&a, s_num(&a, spec->disk_bytes));
-    s_arg(&a, "--tmpfs");
-    s_arg(&a, "/testbed");
-    s_arg(&a, "--size");
-    s_arg(&a, s_num(&a, spec->disk_bytes));
-    s_arg(&a, "--tmpfs");
-    s_arg(&a, "/tmp");
-    s_arg(&a, "--dir");
-    s_arg(&a, "/run/lisa");
-    if (use_socket) {
-        s_arg(&a, "--bind");
-        s_arg(&a, l->gateway_socket);
-        s_arg(&a, "/run/lisa/gateway.sock");
-    }
-    if (*l->agent_path) {
-        s_arg(&a, "--ro-bind");
-        s_arg(&a, l->agent_path);
-        s_arg(&a, "/run/lisa/lisa-agent");
-    }
-    s_arg(&a, "--chdir");
-    s_arg(&a, "/testbed");
-    s_arg(&a, "--");
-    if (*l->sandbox_cmd) {
-        s_arg(&a, "/bin/sh");
-        s_arg(&a, "-c");
-        s_arg(&a, l->sandbox_cmd);
-    } else {
-        s_arg(&a, "/run/lisa/lisa-agent");
-    }
+    rc = s_pick_uid(l, &uid, &uid_lock);
+    if (rc != LISA_OK)
+        goto out;
+    rc = LISA_ERR;
+    s_bwrap_argv(l, spec, bwrap, &a);
     if (a.n >= S_MAX_ARGS) {
         lisa_log_error("local: too many bubblewrap arguments");
         goto out;
     }
-    /* The token travels in the environment (readable only by the same
-     * uid), never on a command line. */
-    const char *fixed[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/testbed",
-                           "LANG=C.UTF-8", "LISA_TESTBED=/testbed"};
-    for (size_t i = 0; i < 4; i++)
-        envp[ne++] = lisa_strdup(fixed[i]);
-    size_t tn = strlen(spec->token) + 32;
-    envp[ne] = lisa_malloc(tn);
-    snprintf(envp[ne++], tn, "LISA_ATTEMPT_TOKEN=%s", spec->token);
-    if (use_socket) {
-        envp[ne++] = lisa_strdup("LISA_GATEWAY_SOCKET=/run/lisa/gateway.sock");
-    } else {
-        size_t un = strlen(l->gateway_url) + 32;
-        envp[ne] = lisa_malloc(un);
-        snprintf(envp[ne++], un, "LISA_GATEWAY_URL=%s", l->gateway_url);
-    }
-    logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (logfd < 0) {
-        lisa_log_error("local: cannot open %s: %s", logp, strerror(errno));
+    ne = s_envp(l, spec, envp);
+    if (s_open_log(l, spec->name, logp, &logfd) != LISA_OK)
         goto out;
-    }
-    if (geteuid() == 0 &&
-        fchown(logfd, (uid_t) l->sandbox_uid, (gid_t) l->sandbox_uid) != 0)
-        lisa_log_warn("local: cannot hand %s to uid %u", logp, l->sandbox_uid);
     if (s_setup_cgroup(l, spec, &procs) != LISA_OK)
         goto out;
     s_child_args_t ca = {
@@ -714,8 +853,10 @@ s_start(void *impl, const ctl_spec_t *spec)
         .logfd = logfd,
         .cgroup_procs = procs,
         .memory_bytes = l->no_memory_rlimit ? 0 : spec->memory_bytes,
+        .disk_bytes = spec->disk_bytes,
         .pids = spec->pids,
-        .uid = l->sandbox_uid,
+        .uid = uid,
+        .as_root = l->as_root,
         .parent = getpid(),
     };
     pid_t pid = s_spawn(&ca);
@@ -736,6 +877,7 @@ s_start(void *impl, const ctl_spec_t *spec)
     st.sb.deadline_ms = spec->deadline_ms;
     st.pid = (long) pid;
     st.pid_start = s_pid_start(pid);
+    st.uid = uid;
     int pidfd = s_watch(l, pid);
     rc = s_write_state(l, &st);
     if (rc != LISA_OK) {
@@ -749,13 +891,20 @@ s_start(void *impl, const ctl_spec_t *spec)
     s_entry_t *e = lisa_calloc(1, sizeof *e);
     e->st = st;
     e->pidfd = pidfd;
+    e->uid_lock = uid_lock;
+    uid_lock = -1;
     e->gen = l->gen;
     zhashx_update(l->known, spec->name, e);
-    lisa_log_info("local: started %s (pid %ld) for rollout %s attempt %u",
-                  spec->name, (long) pid, spec->rollout_id, spec->attempt);
+    lisa_log_info("local: started %s (pid %ld, uid %u) for rollout %s "
+                  "attempt %u",
+                  spec->name, (long) pid, uid, spec->rollout_id, spec->attempt);
 out:
+    if (uid_lock >= 0)
+        close(uid_lock);
     if (logfd >= 0)
         close(logfd);
+    if (rc != LISA_OK && rc != LISA_CONFLICT)
+        ctl_logcap_finish(l->logs, spec->name, true);
     for (size_t i = 0; i < ne; i++) {
         if (strncmp(envp[i], "LISA_ATTEMPT_TOKEN=", 19) == 0)
             memset(envp[i], 0, strlen(envp[i]));
@@ -780,6 +929,8 @@ s_refresh(s_local_t *l, s_state_t *st)
     int status = 0;
     pid_t w = waitpid((pid_t) st->pid, &status, WNOHANG);
     if (w == (pid_t) st->pid) {
+        /* Every writer of its output is gone with it. */
+        ctl_logcap_finish(l->logs, st->sb.name, false);
         st->has_exit = 1;
         if (WIFEXITED(status))
             st->sb.exit_code = WEXITSTATUS(status);
@@ -801,6 +952,7 @@ s_refresh(s_local_t *l, s_state_t *st)
         st->sb.phase = CTL_PHASE_RUNNING;
         return;
     }
+    ctl_logcap_finish(l->logs, st->sb.name, false);
     st->has_exit = 1;
     st->sb.exit_code = -1;
     st->sb.oom = s_cgroup_oom(l, st->sb.name);
@@ -905,7 +1057,7 @@ s_remove(void *impl, const char *name)
 {
     s_local_t *l = impl;
     s_entry_t *e = zhashx_lookup(l->known, name);
-    s_entry_t tmp = {.pidfd = -1};
+    s_entry_t tmp = {.pidfd = -1, .uid_lock = -1};
     lisa_rc_t rc = LISA_OK;
     if (!e || e->ignored) {
         /* Not listed yet, or not a file we list: read it as it is now. */
@@ -946,6 +1098,7 @@ s_remove(void *impl, const char *name)
         }
         lisa_free(&dir);
     }
+    ctl_logcap_finish(l->logs, name, true);
     char *state = s_path(l, name, ".state");
     char *logp = s_path(l, name, ".log");
     (void) unlink(state);
@@ -973,11 +1126,14 @@ s_destroy(void *impl)
     lisa_free(&l->sandbox_cmd);
     lisa_free(&l->gateway_socket);
     lisa_free(&l->gateway_url);
+    if (l->cgroup_auto)
+        ctl_cgroup_release(l->cgroup_root);
     lisa_free(&l->cgroup_root);
     lisa_free(&l->bwrap_path);
     for (size_t i = 0; i < l->n_sys_args; i++)
         lisa_free(&l->sys_args[i]);
     zhashx_destroy(&l->known);
+    ctl_logcap_destroy(&l->logs);
     if (l->epfd >= 0)
         close(l->epfd);
     lisa_free(&l);
@@ -1003,6 +1159,7 @@ s_log_tail(void *impl, const char *name, char *buf, size_t len)
     buf[0] = '\0';
     if (len < 2)
         return;
+    ctl_logcap_finish(((s_local_t *) impl)->logs, name, false);
     char *logp = s_path(impl, name, ".log");
     FILE *f = fopen(logp, "r");
     lisa_free(&logp);
@@ -1032,6 +1189,12 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
         lisa_log_error("local: set a gateway socket or URL");
         return LISA_INVALID;
     }
+    uint64_t base = cfg->sandbox_uid ? cfg->sandbox_uid : CTL_LOCAL_UID_BASE;
+    uint64_t count = cfg->sandbox_uids ? cfg->sandbox_uids : CTL_LOCAL_UIDS;
+    if (base + count > 4294967295ull) {
+        lisa_log_error("local: the sandbox uid range passes 4294967294");
+        return LISA_INVALID;
+    }
     if (mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST) {
         lisa_log_error("local: cannot create %s: %s", cfg->state_dir,
                        strerror(errno));
@@ -1046,9 +1209,27 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->gateway_socket =
         lisa_strdup(cfg->gateway_socket ? cfg->gateway_socket : "");
     l->gateway_url = lisa_strdup(cfg->gateway_url ? cfg->gateway_url : "");
-    l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
-    l->sandbox_uid = cfg->sandbox_uid ? cfg->sandbox_uid : 65534u;
+    if (cfg->cgroup_root && strcmp(cfg->cgroup_root, "auto") == 0) {
+        l->cgroup_root = ctl_cgroup_auto(cfg->controller_id);
+        l->cgroup_auto = l->cgroup_root != NULL;
+        if (!l->cgroup_root)
+            l->cgroup_root = lisa_strdup("");
+    } else {
+        l->cgroup_root = lisa_strdup(cfg->cgroup_root ? cfg->cgroup_root : "");
+    }
+    l->uid_base = cfg->sandbox_uid ? cfg->sandbox_uid : CTL_LOCAL_UID_BASE;
+    l->uid_count = cfg->sandbox_uids ? cfg->sandbox_uids : CTL_LOCAL_UIDS;
+    l->as_root = geteuid() == 0;
+    l->uid_locks =
+        l->as_root && (mkdir(S_UID_LOCKS, 0700) == 0 || errno == EEXIST);
     l->no_memory_rlimit = cfg->no_memory_rlimit;
+    l->logs =
+        ctl_logcap_new(cfg->log_bytes ? cfg->log_bytes : CTL_LOCAL_LOG_BYTES);
+    if (!l->as_root && !*l->cgroup_root)
+        lisa_log_warn("local: not running as root: every sandbox runs as "
+                      "uid %u, so their process limit is shared (set "
+                      "controller.cgroup_root for one of their own)",
+                      (unsigned) geteuid());
     s_system_dirs(l);
     l->known = zhashx_new();
     zhashx_set_destructor(l->known, s_entry_free);

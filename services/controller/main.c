@@ -62,6 +62,8 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .gateway_url = cfg->gateway_url,
             .cgroup_root = cfg->cgroup_root,
             .sandbox_uid = (unsigned) cfg->sandbox_uid,
+            .sandbox_uids = (unsigned) cfg->sandbox_uids,
+            .log_bytes = cfg->log_bytes,
             .no_memory_rlimit = !cfg->memory_rlimit,
         };
         lisa_rc_t rc = ctl_local_new(&lc, be);

@@ -59,6 +59,12 @@ def test_container_spec_failure_report_and_cleanup(world, engine):
     assert hc["Init"] is False  # the agent is pid 1 (token scrubbed)
     assert hc["AutoRemove"] is False and hc["Privileged"] is False
     assert "/testbed" in hc["Tmpfs"] and "size=" in hc["Tmpfs"]["/testbed"]
+    # Every writable mount sized, together no more than the disk limit.
+    sizes = [int(v.split("size=", 1)[1].split(",", 1)[0])
+             for v in hc["Tmpfs"].values()] + [hc["ShmSize"]]
+    assert len(sizes) == 3 and 0 < sum(sizes) <= (1 << 30), sizes
+    assert hc["LogConfig"] == {"Type": "json-file",
+                               "Config": {"max-size": "1m", "max-file": "1"}}
     assert hc["Binds"] == [f"{w.sock}:/run/lisa/gateway.sock"]
     assert hc["Runtime"] == "runsc"
     assert not any("docker.sock" in b for b in hc["Binds"])

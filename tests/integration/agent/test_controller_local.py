@@ -258,7 +258,10 @@ def test_whole_attempt_with_the_real_agent(world):
                       {"command": "cat /proc/[0-9]*/environ 2>/dev/null | "
                                   "tr '\\0' '\\n' | grep -a TOKEN > "
                                   "/tmp/env.txt; cat /tmp/env.txt; "
-                                  "echo pid1=$(cat /proc/1/comm)"}),
+                                  "echo pid1=$(cat /proc/1/comm); "
+                                  "head -c 1 /proc/1/mem >/dev/null 2>&1 && "
+                                  "echo MEM-READ; ls /proc/1/fd >/dev/null "
+                                  "2>&1 && echo FD-LISTED; echo probed"}),
         scripted.call("execute_bash",
                       {"command": "cat documents/b.txt > answer.txt; "
                                   "(curl -s -m 2 http://1.1.1.1 || "
@@ -288,8 +291,13 @@ def test_whole_attempt_with_the_real_agent(world):
     # No process in the sandbox shows the token to the model's commands.
     token = seen[0].split(" ", 1)[1]
     obs = gw.chats[1][1]["messages"][-1]["content"]
+    # pid 1 of the commands' namespace is the agent's jail init (a fork of
+    # it); like the agent it is not dumpable: no environment, memory or
+    # descriptors to read, not even the scrubbed variable.
     assert "pid1=lisa-agent" in obs, obs
-    assert "LISA_ATTEMPT_TOKEN=xxx" in obs  # scrubbed in place
+    assert "probed" in obs, obs
+    assert "LISA_ATTEMPT_TOKEN" not in obs, obs
+    assert "MEM-READ" not in obs and "FD-LISTED" not in obs, obs
     assert token not in obs
     assert gw.results[0]["end_reason"] == "submit"
     assert seen and all(s and s.startswith("Bearer ") for s in seen)
@@ -299,3 +307,38 @@ def test_whole_attempt_with_the_real_agent(world):
     r, atts = roll(w, rid)
     assert r.state == pb.ROLLOUT_RUNNING
     assert atts[0].failure_kind == pb.FAILURE_NONE
+
+
+def test_sandbox_output_is_capped_on_the_host(world):
+    """20 MB of output from a sandbox: the host keeps at most log_bytes of
+    it (the head and the last bytes), the rest is counted and dropped, and
+    the failure report still quotes the sandbox's real last line."""
+    w = world
+    cap = 64 << 10
+    (rid,) = enqueue(w.client, [task("flood")])
+    biggest = [0]
+    w.controller("head -c 20000000 /dev/zero | tr '\\0' x; echo; "
+                 "echo LAST-WORDS-7; exit 3", log_bytes=cap)
+    end = time.time() + 30
+    while time.time() < end and roll(w, rid)[0].state != pb.ROLLOUT_FAILED:
+        for f in sandboxes(w):
+            try:
+                size = os.path.getsize(os.path.join(w.state,
+                                                    f[:-6] + ".log"))
+            except OSError:
+                continue
+            biggest[0] = max(biggest[0], size)
+        time.sleep(0.01)
+    r, atts = roll(w, rid)
+    assert r.state == pb.ROLLOUT_FAILED and len(atts) == 2, atts
+    assert all("LAST-WORDS-7" in a.reason for a in atts), atts
+    assert biggest[0] <= cap + 512, biggest[0]
+    log = w.log()
+    lines = [x for x in log.splitlines() if "dropped (controller.log_bytes)"
+             in x]
+    assert len(lines) == 2, log[-3000:]
+    for line in lines:
+        printed = int(line.split(" printed ", 1)[1].split()[0])
+        dropped = int(line.split("; ", 1)[1].split()[0])
+        assert printed >= 20000000, line
+        assert printed - dropped == cap, line

@@ -161,3 +161,121 @@ def test_bad_usage(fake):
     r = subprocess.run(["/bin/bash", LAUNCH], env=env, cwd=SRC,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "kubectl is not installed" in r.stderr
+
+
+# ---- scripts/run.sh: the local run's services end with it ----------------
+
+RUN_SH = os.path.join(SRC, "scripts", "run.sh")
+BUILD = os.path.abspath(os.environ.get("LISA_BINARY_DIR",
+                                       os.path.join(SRC, "build", "default")))
+SERVICES = ("lisa-broker", "lisa-reward", "lisa-gateway", "lisa-controller",
+            "lisa-trainer")
+
+
+def _procs():
+    """pid -> (ppid, cmdline) of every live (non-zombie) process."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if rest[0] not in ("Z", "X"):
+            out[int(pid)] = (int(rest[1]), cmd)
+    return out
+
+
+def _alive(pids):
+    live = _procs()
+    return [p for p in pids if p in live]
+
+
+@pytest.fixture
+def local_run(tmp_path):
+    """Starts scripts/run.sh on the toy model with the built binaries and
+    waits until every service runs; yields (process, stdout path, run
+    folder). Whatever is left afterwards is killed by pid."""
+    if not os.access(os.path.join(BUILD, "bin", "lisa-trainer"), os.X_OK):
+        pytest.fail(f"lisa is not built in {BUILD}")
+    out = tmp_path / "out.txt"
+    err = tmp_path / "err.txt"
+    run = tmp_path / "run"
+    env = dict(os.environ, LISA_BUILD_DIR=BUILD)
+    with open(out, "w") as o, open(err, "w") as e:
+        p = subprocess.Popen(["bash", RUN_SH, "--no-build", "--out", str(run),
+                              "--steps", "1"], cwd=SRC, env=env, stdout=o,
+                             stderr=e, start_new_session=True)
+    started = []
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and "logs: " not in out.read_text():
+            assert p.poll() is None, err.read_text()
+            time.sleep(0.1)
+        assert "logs: " in out.read_text(), out.read_text()
+        kids = {pid: cmd for pid, (ppid, cmd) in _procs().items()
+                if ppid == p.pid}
+        started = list(kids)
+        yield p, out, err, run, kids
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in _alive(started):
+            os.kill(pid, signal.SIGKILL)
+        gw = [x for x in out.read_text().split() if "lisa-gw." in x]
+        if gw:
+            subprocess.run(["rm", "-rf", os.path.dirname(gw[0])], check=False)
+
+
+def _service_pids(kids):
+    got = {}
+    for pid, cmd in kids.items():
+        for name in SERVICES:
+            if f"/bin/{name} " in cmd:
+                got[name] = pid
+    return got
+
+
+def test_run_sh_killed_leaves_no_service_and_no_sandbox(local_run):
+    p, out, err, run, kids = local_run
+    svc = _service_pids(kids)
+    assert set(svc) == set(SERVICES), kids
+    sock = [x for x in out.read_text().split() if "lisa-gw." in x][0]
+    os.kill(p.pid, signal.SIGKILL)  # no trap runs
+    p.wait()
+    end = time.monotonic() + 10
+    while time.monotonic() < end and _alive(svc.values()):
+        time.sleep(0.1)
+    assert not _alive(svc.values()), \
+        {n: pid for n, pid in svc.items() if _alive([pid])}
+    # Nor any sandbox: each one's bubblewrap binds the gateway's socket.
+    left = [cmd for cmd in (c for _, c in _procs().values())
+            if os.path.dirname(sock) in cmd or str(run) in cmd]
+    assert not left, left
+
+
+def test_run_sh_names_a_dead_service_and_its_last_words(local_run):
+    p, out, err, run, kids = local_run
+    svc = _service_pids(kids)
+    os.kill(svc["lisa-gateway"], signal.SIGKILL)
+    rc = p.wait(timeout=60)
+    assert rc == 1, err.read_text()
+    text = err.read_text()
+    pid = svc["lisa-gateway"]
+    assert f"gateway (pid {pid}) was killed by signal 9 (SIGKILL)" in text, \
+        text
+    # What follows is the log's substance, not the configuration dump.
+    report = text.split("was killed by signal 9", 1)[1]
+    assert " INFO config " not in report, report
+    log = (run / "logs" / "gateway.log").read_text()
+    assert " INFO config " in log  # the dump was there to leave out
+    last = [x for x in log.splitlines() if " INFO config " not in x]
+    if last:
+        assert last[-1] in report, (last[-1], report)
+    else:
+        assert "holds only its configuration" in report, report
+    # The script stopped the others before it exited.
+    assert not _alive([v for k, v in svc.items() if k != "lisa-gateway"])

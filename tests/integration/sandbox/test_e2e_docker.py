@@ -141,3 +141,36 @@ def test_memory_hog_and_fork_bomb_are_contained(make_stack, clean):
                            timeout=90)
     assert r.state == pb.ROLLOUT_SUCCEEDED, atts  # the bomb hit PidsLimit
     wait_for(lambda: not containers(clean, CTL), what="containers removed")
+
+
+def test_agent_unreadable_and_disk_bounded_in_a_container(make_stack, clean):
+    """test_limits_local's probes in a container: the agent shares the
+    commands' PID namespace here (the container has no capability to make
+    one), yet its memory, environment and descriptors stay unreadable,
+    ptrace and process_vm_readv are refused, no user namespace is made,
+    and the writable mounts stop at the disk limit (the root is
+    read-only)."""
+    from test_limits_local import FILL, PROBE, by_word, observations
+    s = make_stack(by_word(probe=[PROBE], fill=[FILL]))
+    disk = 64 << 20
+    lim = pb.Limits(disk_bytes=disk, deadline_ms=60000)
+    probe, fill = s.enqueue([task("task-probe", limits=lim),
+                             task("task-fill", limits=lim)])
+    docker_ctl(s, clean)
+    for rid in (probe, fill):
+        r, atts = s.wait_state(rid, [pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED],
+                               timeout=120)
+        assert r.state == pb.ROLLOUT_SUCCEEDED, atts
+    (obs, *_) = observations(s, "task-probe")
+    assert "PROBED" in obs, obs
+    for word in ("MEM-READ", "ENV-READ", "FD-LISTED"):
+        assert word not in obs, obs
+    assert "ptrace-attach -1 Operation not permitted" in obs, obs
+    assert "vm-readv -1 Operation not permitted" in obs, obs
+    (obs, *_) = observations(s, "task-fill")
+    sizes = {ln.split()[1]: ln.split()[2] for ln in obs.splitlines()
+             if ln.startswith("fill ")}
+    assert sizes.get("/") == "none", obs
+    total = sum(int(sizes[d]) for d in ("/dev/shm", "/tmp", "/testbed"))
+    assert 0 < total <= disk, sizes
+    wait_for(lambda: not containers(clean, CTL), what="containers removed")

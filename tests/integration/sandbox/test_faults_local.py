@@ -157,9 +157,9 @@ def test_hostile_commands_are_bounded(make_stack):
                     max_turns=6)
     kinds = list(HOSTILE) if not ASAN else ["forkbomb", "flood"]
     ids = s.enqueue([task(f"task-{k}", limits=lim) for k in kinds])
-    # One at a time: without a pids cgroup the process limit is the
-    # sandbox uid's RLIMIT_NPROC, which all local sandboxes share, so a
-    # fork bomb would starve its neighbours until its command is cut.
+    # One at a time, so that each command's cut lands within its 20 s on
+    # a small machine. (Each local sandbox has a uid of its own, so a fork
+    # bomb no longer starves its neighbours: test_limits_local shows it.)
     ctl = s.controller(max_concurrency=1)
     inside = set()
     end = time.time() + 90

@@ -197,3 +197,90 @@ Test(ctl_local, memory_limit_applies)
     cr_assert_eq(be.ops->remove(be.impl, "lisa-r-6-a1"), LISA_OK);
     be.ops->destroy(be.impl);
 }
+
+/* The uid= line of a sandbox's state file. */
+static unsigned
+s_state_uid(const char *name)
+{
+    char path[256], line[256];
+    snprintf(path, sizeof path, "%s/state/%s.state", s_dir, name);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    unsigned uid = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "uid=%u", &uid) == 1)
+            break;
+    fclose(f);
+    return uid;
+}
+
+Test(ctl_local, each_sandbox_has_a_uid_of_its_own)
+{
+    ctl_backend_t be = s_backend("sleep 30");
+    ctl_spec_t a = s_spec("lisa-r-7-a1", "r-7");
+    ctl_spec_t b = s_spec("lisa-r-8-a1", "r-8");
+    cr_assert_eq(be.ops->start(be.impl, &a), LISA_OK);
+    cr_assert_eq(be.ops->start(be.impl, &b), LISA_OK);
+    (void) s_wait_phase(&be, "lisa-r-7-a1", CTL_PHASE_RUNNING);
+    (void) s_wait_phase(&be, "lisa-r-8-a1", CTL_PHASE_RUNNING);
+    unsigned ua = s_state_uid("lisa-r-7-a1"), ub = s_state_uid("lisa-r-8-a1");
+    if (geteuid() == 0) {
+        cr_assert_neq(ua, ub);
+        cr_assert_geq(ua, CTL_LOCAL_UID_BASE);
+        cr_assert_geq(ub, CTL_LOCAL_UID_BASE);
+    } else {
+        cr_assert_eq(ua, (unsigned) geteuid());
+    }
+    cr_assert_eq(be.ops->remove(be.impl, "lisa-r-7-a1"), LISA_OK);
+    cr_assert_eq(be.ops->remove(be.impl, "lisa-r-8-a1"), LISA_OK);
+    be.ops->destroy(be.impl);
+}
+
+Test(ctl_local, root_dev_and_system_dirs_are_read_only)
+{
+    ctl_backend_t be = s_backend(
+        "for f in /x /dev/x /usr/x /run/lisa/x; do "
+        "echo x > $f 2>/dev/null && exit 7; done; "
+        "echo x > /tmp/x && echo x > /dev/shm/x && echo x > /testbed/x && "
+        "exit 0; exit 8");
+    ctl_spec_t sp = s_spec("lisa-r-9-a1", "r-9");
+    cr_assert_eq(be.ops->start(be.impl, &sp), LISA_OK);
+    ctl_sandbox_t sb = s_wait_phase(&be, "lisa-r-9-a1", CTL_PHASE_EXITED);
+    cr_assert_eq(sb.exit_code, 0,
+                 "exit %d (7: a read-only path was "
+                 "written, 8: a tmpfs was not)",
+                 sb.exit_code);
+    cr_assert_eq(be.ops->remove(be.impl, "lisa-r-9-a1"), LISA_OK);
+    be.ops->destroy(be.impl);
+}
+
+Test(ctl_local, output_is_capped_and_the_last_line_kept)
+{
+    char state[128];
+    snprintf(state, sizeof state, "%s/state", s_dir);
+    ctl_local_cfg_t c = {.controller_id = "ctl-t",
+                         .state_dir = state,
+                         .bwrap = "bwrap",
+                         .agent_path = "",
+                         .sandbox_cmd = "head -c 3000000 /dev/zero | tr '\\0' "
+                                        "y; echo; echo END-LINE-5; exit 4",
+                         .gateway_socket = s_sock,
+                         .log_bytes = 16384};
+    ctl_backend_t be;
+    cr_assert_eq(ctl_local_new(&c, &be), LISA_OK);
+    ctl_spec_t sp = s_spec("lisa-r-10-a1", "r-10");
+    cr_assert_eq(be.ops->start(be.impl, &sp), LISA_OK);
+    ctl_sandbox_t sb = s_wait_phase(&be, "lisa-r-10-a1", CTL_PHASE_EXITED);
+    cr_assert_eq(sb.exit_code, 4);
+    char tail[256];
+    be.ops->log_tail(be.impl, "lisa-r-10-a1", tail, sizeof tail);
+    cr_assert_str_eq(tail, "END-LINE-5");
+    char path[256];
+    snprintf(path, sizeof path, "%s/lisa-r-10-a1.log", state);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_leq(st.st_size, 16384 + 256, "%lld bytes kept",
+                  (long long) st.st_size);
+    cr_assert_eq(be.ops->remove(be.impl, "lisa-r-10-a1"), LISA_OK);
+    be.ops->destroy(be.impl);
+}
