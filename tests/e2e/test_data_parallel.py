@@ -51,7 +51,7 @@ def test_two_ranks_train_through_the_stack(tmp_path):
                        timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
-    assert len(re.findall(r"^step \d+ ", p.stdout, re.M)) == 3, out
+    assert len(re.findall(r"^step \d+ of ", p.stdout, re.M)) == 3, out
     log = (run / "logs" / "trainer.log").read_text()
     assert "group: all 2 ranks joined" in log, log[-3000:]
     assert "lisa-trainer.r1 INFO group: rank 1 of 2 joined" in log
@@ -75,7 +75,7 @@ def test_two_ranks_train_through_the_stack(tmp_path):
                        timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
-    assert re.findall(r"^step (\d+) ", p.stdout, re.M) == ["4"], out
+    assert re.findall(r"^step (\d+) of ", p.stdout, re.M) == ["4"], out
     metrics = (run2 / "trainer" / "metrics.jsonl").read_text()
     assert '"policy_version_after":4' in metrics.replace(" ", ""), metrics
     log = (run2 / "logs" / "trainer.log").read_text()
@@ -115,7 +115,7 @@ def test_a_killed_rank_ends_the_run(tmp_path):
     log = (run / "logs" / "trainer.log").read_text()
     assert re.search(r"a rank disconnected|a rank this process launched "
                      r"exited", log), log[-3000:]
-    assert len(re.findall(r"^step \d+ ", out, re.M)) < 40
+    assert len(re.findall(r"^step \d+ of ", out, re.M)) < 40
     assert not leftovers(run), leftovers(run)
 
 

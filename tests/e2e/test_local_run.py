@@ -47,7 +47,7 @@ def test_local_run_learns_the_toy_task(tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     # Live progress: one line per step.
-    assert len(re.findall(r"^step \d+ ", p.stdout, re.M)) >= STEPS, out
+    assert len(re.findall(r"^step \d+ of ", p.stdout, re.M)) >= STEPS, out
     # The plot.
     m = re.search(r"^plot: (.*\.svg)$", p.stdout, re.M)
     assert m and os.path.getsize(m.group(1)) > 1000, out[-2000:]

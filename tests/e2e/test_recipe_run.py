@@ -94,4 +94,4 @@ def test_recipe_runs_end_to_end_and_val_only(tmp_path):
         assert recs[0]["val/reward/%s/count" % src] == 2
         assert "val/reward/%s/mean" % src in recs[0]
     assert not list((run2 / "trainer").glob("global_step_*"))
-    assert not re.search(r"^step \d+ ", p.stdout, re.M)
+    assert not re.search(r"^step \d+ of ", p.stdout, re.M)
