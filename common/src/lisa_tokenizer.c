@@ -18,6 +18,7 @@
  * is linear-logarithmic even for a megabyte of spaces. Results for short
  * pieces are remembered in a bounded word cache (cleared when full).
  */
+#include "lisa/lisa_hash.h"
 #include "lisa/lisa_tokenizer.h"
 
 #include "lisa/lisa_log.h"
@@ -127,16 +128,6 @@ s_hash_bytes(const void *p, size_t n)
     return h ^ (h >> 29);
 }
 
-static uint64_t
-s_hash_u64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
 
 static size_t
 s_pow2_at_least(size_t n)
@@ -212,7 +203,7 @@ s_merge_find(const lisa_tokenizer_t *self, int32_t a, int32_t b)
 {
     uint64_t key = ((uint64_t) (uint32_t) a << 32) | (uint32_t) b;
     size_t mask = self->merges_cap - 1;
-    size_t i = (size_t) s_hash_u64(key) & mask;
+    size_t i = (size_t) lisa_hash_mix64(key) & mask;
     for (;;) {
         const s_merge_t *m = &self->merges[i];
         if (m->id < 0)
@@ -229,7 +220,7 @@ s_merge_insert(lisa_tokenizer_t *self, int32_t a, int32_t b, uint32_t rank,
 {
     uint64_t key = ((uint64_t) (uint32_t) a << 32) | (uint32_t) b;
     size_t mask = self->merges_cap - 1;
-    size_t i = (size_t) s_hash_u64(key) & mask;
+    size_t i = (size_t) lisa_hash_mix64(key) & mask;
     while (self->merges[i].id >= 0) {
         if (self->merges[i].key == key) {
             /* a pair listed twice keeps its last rank, as HF's map does */

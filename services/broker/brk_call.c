@@ -11,7 +11,7 @@ brk_call_fail(char *err, lisa_rc_t rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, BRK_ERR_LEN, fmt, ap);
+    lisa_verrf(err, BRK_ERR_LEN, fmt, ap);
     va_end(ap);
     return rc;
 }

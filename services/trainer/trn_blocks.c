@@ -11,6 +11,7 @@
  */
 #include "trn_blocks.h"
 
+#include "lisa/lisa_hash.h"
 #include "lisa/lisa_mem.h"
 
 #include <stdbool.h>
@@ -34,23 +35,12 @@ struct trn_blocks {
 };
 
 static uint64_t
-s_mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
-static uint64_t
 s_hash(uint64_t parent, const int32_t *tok, size_t bs)
 {
-    uint64_t h = s_mix(parent ^ 0x9e3779b97f4a7c15ull);
+    uint64_t h = lisa_hash_mix64(parent ^ 0x9e3779b97f4a7c15ull);
     for (size_t i = 0; i < bs; i++)
         h = (h ^ (uint32_t) tok[i]) * 0x100000001b3ull;
-    h = s_mix(h);
+    h = lisa_hash_mix64(h);
     return h ? h : 1; /* 0 names the sequence's start */
 }
 
