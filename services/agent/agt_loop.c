@@ -113,6 +113,84 @@ agt_loop_shrink_max_tokens(size_t max_tokens, size_t context_left)
     return cut < max_tokens ? cut : max_tokens;
 }
 
+/* The chat request of a turn. */
+static json_t *
+s_request(const agt_loop_cfg_t *cfg, json_t *msgs, json_t *tool_defs,
+          size_t max_tokens)
+{
+    json_t *req = json_pack("{s:s,s:O,s:O,s:s,s:I}", "model", cfg->model,
+                            "messages", msgs, "tools", tool_defs,
+                            "tool_choice", "auto", "max_tokens",
+                            (json_int_t) max_tokens);
+    if (cfg->temperature >= 0)
+        json_object_set_new(req, "temperature", json_real(cfg->temperature));
+    if (cfg->top_p > 0)
+        json_object_set_new(req, "top_p", json_real(cfg->top_p));
+    return req;
+}
+
+/* How the episode ends when a model call failed. */
+static void
+s_call_failed(const agt_loop_cfg_t *cfg, agt_loop_out_t *out, lisa_rc_t rc,
+              const agt_reply_t *rep)
+{
+    if (strcmp(rep->err_code, "context_length_exceeded") == 0)
+        s_end(out, "context", LISA_OK, "the gateway refused the context: ",
+              rep->error);
+    else if (rc == LISA_CONFLICT)
+        s_end(out, "cancelled", LISA_CONFLICT, "the attempt is closed: ",
+              rep->error);
+    else if (cfg->deadline_ms && agt_now_ms() >= cfg->deadline_ms)
+        s_end(out, "deadline", LISA_OK,
+              "the deadline passed during a model call: ", rep->error);
+    else if (cfg->cancel && atomic_load(cfg->cancel))
+        s_end(out, "cancelled", LISA_CONFLICT, "cancelled during a model call",
+              NULL);
+    else
+        s_end(out, "error", rc, "model call failed: ", rep->error);
+}
+
+/* Runs the reply's first tool call and returns the message that answers
+ * it (a nudge when there was none; NULL after submit, *submitted set). */
+static json_t *
+s_observe(const agt_loop_cfg_t *cfg, agt_tools_t *tools, unsigned turn,
+          json_t *msg, bool *submitted)
+{
+    json_t *call = json_array_get(json_object_get(msg, "tool_calls"), 0);
+    json_t *fn = json_object_get(call, "function");
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    json_t *margs = json_object_get(fn, "arguments");
+    json_t *obs_msg = NULL;
+    *submitted = false;
+    if (!call || !name) {
+        lisa_log_info("turn %u: no tool call", turn);
+        return s_msg("user", AGT_PROMPT_CONTINUE);
+    }
+    char *args_dump = NULL;
+    const char *args = json_string_value(margs);
+    if (!args && json_is_object(margs)) {
+        args_dump = json_dumps(margs, JSON_COMPACT);
+        args = args_dump;
+    }
+    if (cfg->deadline_ms)
+        agt_tools_set_time_left(tools, cfg->deadline_ms - agt_now_ms());
+    agt_tool_status_t st;
+    char *obs = agt_tools_call(tools, name, args, &st);
+    free(args_dump);
+    lisa_log_info("turn %u: %s -> %s", turn, name,
+                  st == AGT_TOOL_FAILED ? "error" : "ok");
+    if (st == AGT_TOOL_SUBMIT) {
+        *submitted = true;
+    } else {
+        const char *id = json_string_value(json_object_get(call, "id"));
+        obs_msg = s_msg("tool", obs);
+        json_object_set_new(obs_msg, "tool_call_id", json_string(id ? id : ""));
+        json_object_set_new(obs_msg, "name", json_string(name));
+    }
+    lisa_free(&obs);
+    return obs_msg;
+}
+
 lisa_rc_t
 agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
              agt_heartbeat_t *hb, const char *system, const char *user,
@@ -170,15 +248,7 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
         if (max_tokens > call_cap)
             max_tokens = call_cap;
 
-        json_t *req =
-            json_pack("{s:s,s:O,s:O,s:s,s:I}", "model", cfg->model, "messages",
-                      msgs, "tools", tool_defs, "tool_choice", "auto",
-                      "max_tokens", (json_int_t) max_tokens);
-        if (cfg->temperature >= 0)
-            json_object_set_new(req, "temperature",
-                                json_real(cfg->temperature));
-        if (cfg->top_p > 0)
-            json_object_set_new(req, "top_p", json_real(cfg->top_p));
+        json_t *req = s_request(cfg, msgs, tool_defs, max_tokens);
         long timeout = cfg->http_timeout_ms;
         if (cfg->deadline_ms && cfg->deadline_ms - now < timeout)
             timeout = cfg->deadline_ms - now;
@@ -203,20 +273,7 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
             }
         }
         if (rc != LISA_OK) {
-            if (strcmp(rep.err_code, "context_length_exceeded") == 0)
-                s_end(out, "context", LISA_OK,
-                      "the gateway refused the context: ", rep.error);
-            else if (rc == LISA_CONFLICT)
-                s_end(out, "cancelled", LISA_CONFLICT,
-                      "the attempt is closed: ", rep.error);
-            else if (cfg->deadline_ms && agt_now_ms() >= cfg->deadline_ms)
-                s_end(out, "deadline", LISA_OK,
-                      "the deadline passed during a model call: ", rep.error);
-            else if (cfg->cancel && atomic_load(cfg->cancel))
-                s_end(out, "cancelled", LISA_CONFLICT,
-                      "cancelled during a model call", NULL);
-            else
-                s_end(out, "error", rc, "model call failed: ", rep.error);
+            s_call_failed(cfg, out, rc, &rep);
             agt_reply_clear(&rep);
             break;
         }
@@ -248,40 +305,8 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
             chars_since += s_msg_chars(am);
         }
 
-        json_t *call = json_array_get(json_object_get(msg, "tool_calls"), 0);
-        json_t *fn = json_object_get(call, "function");
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        json_t *margs = json_object_get(fn, "arguments");
-        json_t *obs_msg = NULL;
         bool submitted = false;
-        if (call && name) {
-            char *args_dump = NULL;
-            const char *args = json_string_value(margs);
-            if (!args && json_is_object(margs)) {
-                args_dump = json_dumps(margs, JSON_COMPACT);
-                args = args_dump;
-            }
-            if (cfg->deadline_ms)
-                agt_tools_set_time_left(tools, cfg->deadline_ms - agt_now_ms());
-            agt_tool_status_t st;
-            char *obs = agt_tools_call(tools, name, args, &st);
-            free(args_dump);
-            lisa_log_info("turn %u: %s -> %s", out->turns, name,
-                          st == AGT_TOOL_FAILED ? "error" : "ok");
-            if (st == AGT_TOOL_SUBMIT) {
-                submitted = true;
-            } else {
-                const char *id = json_string_value(json_object_get(call, "id"));
-                obs_msg = s_msg("tool", obs);
-                json_object_set_new(obs_msg, "tool_call_id",
-                                    json_string(id ? id : ""));
-                json_object_set_new(obs_msg, "name", json_string(name));
-            }
-            lisa_free(&obs);
-        } else {
-            lisa_log_info("turn %u: no tool call", out->turns);
-            obs_msg = s_msg("user", AGT_PROMPT_CONTINUE);
-        }
+        json_t *obs_msg = s_observe(cfg, tools, out->turns, msg, &submitted);
         agt_reply_clear(&rep);
         if (submitted) {
             s_end(out, "submit", LISA_OK, "the model submitted", NULL);

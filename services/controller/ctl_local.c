@@ -803,6 +803,48 @@ s_open_log(s_local_t *l, const char *name, const char *logp, int *wfd)
     return LISA_OK;
 }
 
+/* Records a started sandbox: its state file (the sandbox is killed when
+ * that fails), its pid watch and its entry, which takes *uid_lock. */
+static lisa_rc_t
+s_record(s_local_t *l, const ctl_spec_t *spec, pid_t pid, unsigned uid,
+         int *uid_lock)
+{
+    s_state_t st;
+    memset(&st, 0, sizeof st);
+    s_copy(st.sb.name, sizeof st.sb.name, spec->name);
+    s_copy(st.sb.controller_id, sizeof st.sb.controller_id,
+           spec->controller_id);
+    s_copy(st.sb.run_id, sizeof st.sb.run_id, spec->run_id);
+    s_copy(st.sb.rollout_id, sizeof st.sb.rollout_id, spec->rollout_id);
+    st.sb.attempt = spec->attempt;
+    st.sb.created_ms = spec->created_ms;
+    st.sb.deadline_ms = spec->deadline_ms;
+    st.pid = (long) pid;
+    st.pid_start = s_pid_start(pid);
+    st.uid = uid;
+    int pidfd = s_watch(l, pid);
+    lisa_rc_t rc = s_write_state(l, &st);
+    if (rc != LISA_OK) {
+        (void) kill(-pid, SIGKILL);
+        (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+        if (pidfd >= 0)
+            close(pidfd);
+        return rc;
+    }
+    s_entry_t *e = lisa_calloc(1, sizeof *e);
+    e->st = st;
+    e->pidfd = pidfd;
+    e->uid_lock = *uid_lock;
+    *uid_lock = -1;
+    e->gen = l->gen;
+    zhashx_update(l->known, spec->name, e);
+    lisa_log_info("local: started %s (pid %ld, uid %u) for rollout %s "
+                  "attempt %u",
+                  spec->name, (long) pid, uid, spec->rollout_id, spec->attempt);
+    return LISA_OK;
+}
+
 static lisa_rc_t
 s_start(void *impl, const ctl_spec_t *spec)
 {
@@ -865,39 +907,7 @@ s_start(void *impl, const ctl_spec_t *spec)
         rc = LISA_UNAVAILABLE;
         goto out;
     }
-    s_state_t st;
-    memset(&st, 0, sizeof st);
-    s_copy(st.sb.name, sizeof st.sb.name, spec->name);
-    s_copy(st.sb.controller_id, sizeof st.sb.controller_id,
-           spec->controller_id);
-    s_copy(st.sb.run_id, sizeof st.sb.run_id, spec->run_id);
-    s_copy(st.sb.rollout_id, sizeof st.sb.rollout_id, spec->rollout_id);
-    st.sb.attempt = spec->attempt;
-    st.sb.created_ms = spec->created_ms;
-    st.sb.deadline_ms = spec->deadline_ms;
-    st.pid = (long) pid;
-    st.pid_start = s_pid_start(pid);
-    st.uid = uid;
-    int pidfd = s_watch(l, pid);
-    rc = s_write_state(l, &st);
-    if (rc != LISA_OK) {
-        (void) kill(-pid, SIGKILL);
-        (void) kill(pid, SIGKILL);
-        (void) waitpid(pid, NULL, 0);
-        if (pidfd >= 0)
-            close(pidfd);
-        goto out;
-    }
-    s_entry_t *e = lisa_calloc(1, sizeof *e);
-    e->st = st;
-    e->pidfd = pidfd;
-    e->uid_lock = uid_lock;
-    uid_lock = -1;
-    e->gen = l->gen;
-    zhashx_update(l->known, spec->name, e);
-    lisa_log_info("local: started %s (pid %ld, uid %u) for rollout %s "
-                  "attempt %u",
-                  spec->name, (long) pid, uid, spec->rollout_id, spec->attempt);
+    rc = s_record(l, spec, pid, uid, &uid_lock);
 out:
     if (uid_lock >= 0)
         close(uid_lock);
