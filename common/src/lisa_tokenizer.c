@@ -18,9 +18,9 @@
  * is linear-logarithmic even for a megabyte of spaces. Results for short
  * pieces are remembered in a bounded word cache (cleared when full).
  */
-#include "lisa/lisa_hash.h"
 #include "lisa/lisa_tokenizer.h"
 
+#include "lisa/lisa_hash.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_unicode.h"
@@ -127,7 +127,6 @@ s_hash_bytes(const void *p, size_t n)
     }
     return h ^ (h >> 29);
 }
-
 
 static size_t
 s_pow2_at_least(size_t n)

@@ -119,9 +119,8 @@ s_request(const agt_loop_cfg_t *cfg, json_t *msgs, json_t *tool_defs,
           size_t max_tokens)
 {
     json_t *req = json_pack("{s:s,s:O,s:O,s:s,s:I}", "model", cfg->model,
-                            "messages", msgs, "tools", tool_defs,
-                            "tool_choice", "auto", "max_tokens",
-                            (json_int_t) max_tokens);
+                            "messages", msgs, "tools", tool_defs, "tool_choice",
+                            "auto", "max_tokens", (json_int_t) max_tokens);
     if (cfg->temperature >= 0)
         json_object_set_new(req, "temperature", json_real(cfg->temperature));
     if (cfg->top_p > 0)
@@ -135,11 +134,11 @@ s_call_failed(const agt_loop_cfg_t *cfg, agt_loop_out_t *out, lisa_rc_t rc,
               const agt_reply_t *rep)
 {
     if (strcmp(rep->err_code, "context_length_exceeded") == 0)
-        s_end(out, "context", LISA_OK, "the gateway refused the context: ",
-              rep->error);
+        s_end(out, "context", LISA_OK,
+              "the gateway refused the context: ", rep->error);
     else if (rc == LISA_CONFLICT)
-        s_end(out, "cancelled", LISA_CONFLICT, "the attempt is closed: ",
-              rep->error);
+        s_end(out, "cancelled", LISA_CONFLICT,
+              "the attempt is closed: ", rep->error);
     else if (cfg->deadline_ms && agt_now_ms() >= cfg->deadline_ms)
         s_end(out, "deadline", LISA_OK,
               "the deadline passed during a model call: ", rep->error);

@@ -998,6 +998,73 @@ s_sample_plain(int32_t *tok, float *lp, const float *cm, const float *cs,
     }
 }
 
+/* The sampling threshold of a row (every thread of the block calls it):
+ * the largest tau keeping top_k tokens and top_p mass. Bisection over the
+ * bit patterns of tau (probabilities are non-negative floats, ordered as
+ * their bits) ends on an exact probability value once no token lies
+ * between the bounds; once few tokens do, they are copied to shared
+ * memory (cands, *ncand) and the remaining steps run there, with the mass
+ * above the upper bound carried along. 0 without top-p and top-k. */
+__device__ float
+s_threshold(const float *z, int V, float bmx, float inv_t, float inv_z,
+            float pmax, float P, int K, float *shm, float *cands, int *ncand)
+{
+    float tau = 0.0f;
+    if ((P > 0.0f && P < 1.0f) || K > 1) {
+        unsigned lo = 0u, hi = __float_as_uint(pmax) + 1u;
+        float cnt_lo = (float) V, cnt_hi = 0.0f, mass_hi = 0.0f;
+        int cand = 0; /* candidates in shared memory */
+        while (hi - lo > 1u && cnt_lo > cnt_hi) {
+            if (!cand && cnt_lo - cnt_hi <= (float) S_CAND) {
+                if (threadIdx.x == 0)
+                    *ncand = 0;
+                __syncthreads();
+                float flo = __uint_as_float(lo), fhi = __uint_as_float(hi);
+                for (int j = threadIdx.x; j < V; j += blockDim.x) {
+                    float p = expf(z[j] * inv_t - bmx) * inv_z;
+                    if (p >= flo && p < fhi) {
+                        int at = atomicAdd(ncand, 1);
+                        if (at < S_CAND)
+                            cands[at] = p;
+                    }
+                }
+                __syncthreads();
+                cand = 1;
+            }
+            unsigned mid = lo + (hi - lo) / 2u;
+            float fm = __uint_as_float(mid), mass, count;
+            if (cand) {
+                float sm = 0.0f, c = 0.0f;
+                for (int i = threadIdx.x; i < min(*ncand, S_CAND);
+                     i += blockDim.x)
+                    if (cands[i] >= fm) {
+                        sm += cands[i];
+                        c += 1.0f;
+                    }
+                mass = mass_hi + trn_block_sum(sm, shm);
+                count = cnt_hi + trn_block_sum(c, shm);
+            } else {
+                s_mass(z, V, bmx, inv_t, inv_z, fm, shm, &mass, &count);
+            }
+            int ok = 1;
+            if (P > 0.0f && P < 1.0f && mass < P)
+                ok = 0;
+            if (K > 1 && count < (float) K)
+                ok = 0;
+            if (ok) { /* still keeps enough: raise the bar */
+                lo = mid;
+                cnt_lo = count;
+            } else {
+                hi = mid;
+                cnt_hi = count;
+                mass_hi = mass;
+            }
+        }
+        tau = __uint_as_float(lo);
+    }
+    return tau;
+}
+
 __global__ void
 __launch_bounds__(S_ST)
     s_sample(int32_t *tok, float *lp, const float *logits, const float *temp,
@@ -1045,68 +1112,8 @@ __launch_bounds__(S_ST)
         return;
     }
     float inv_z = 1.0f / se;
-    float pmax = expf(bmx - bmx) * inv_z;
-    /* threshold: the largest tau keeping top_k tokens and top_p mass.
-     * Bisection over the bit patterns of tau (probabilities are
-     * non-negative floats, ordered as their bits) ends on an exact
-     * probability value once no token lies between the bounds; once few
-     * tokens do, they are copied to shared memory and the remaining steps
-     * run there, with the mass above the upper bound carried along. */
-    float tau = 0.0f;
-    float P = top_p[row];
-    int K = top_k[row];
-    if ((P > 0.0f && P < 1.0f) || K > 1) {
-        unsigned lo = 0u, hi = __float_as_uint(pmax) + 1u;
-        float cnt_lo = (float) V, cnt_hi = 0.0f, mass_hi = 0.0f;
-        int cand = 0; /* candidates in shared memory */
-        while (hi - lo > 1u && cnt_lo > cnt_hi) {
-            if (!cand && cnt_lo - cnt_hi <= (float) S_CAND) {
-                if (threadIdx.x == 0)
-                    ncand = 0;
-                __syncthreads();
-                float flo = __uint_as_float(lo), fhi = __uint_as_float(hi);
-                for (int j = threadIdx.x; j < V; j += blockDim.x) {
-                    float p = expf(z[j] * inv_t - bmx) * inv_z;
-                    if (p >= flo && p < fhi) {
-                        int at = atomicAdd(&ncand, 1);
-                        if (at < S_CAND)
-                            cands[at] = p;
-                    }
-                }
-                __syncthreads();
-                cand = 1;
-            }
-            unsigned mid = lo + (hi - lo) / 2u;
-            float fm = __uint_as_float(mid), mass, count;
-            if (cand) {
-                float sm = 0.0f, c = 0.0f;
-                for (int i = threadIdx.x; i < min(ncand, S_CAND);
-                     i += blockDim.x)
-                    if (cands[i] >= fm) {
-                        sm += cands[i];
-                        c += 1.0f;
-                    }
-                mass = mass_hi + trn_block_sum(sm, shm);
-                count = cnt_hi + trn_block_sum(c, shm);
-            } else {
-                s_mass(z, V, bmx, inv_t, inv_z, fm, shm, &mass, &count);
-            }
-            int ok = 1;
-            if (P > 0.0f && P < 1.0f && mass < P)
-                ok = 0;
-            if (K > 1 && count < (float) K)
-                ok = 0;
-            if (ok) { /* still keeps enough: raise the bar */
-                lo = mid;
-                cnt_lo = count;
-            } else {
-                hi = mid;
-                cnt_hi = count;
-                mass_hi = mass;
-            }
-        }
-        tau = __uint_as_float(lo);
-    }
+    float tau = s_threshold(z, V, bmx, inv_t, inv_z, expf(bmx - bmx) * inv_z,
+                            top_p[row], top_k[row], shm, cands, &ncand);
     /* inverse CDF over kept tokens, in vocabulary order: each warp sums a
      * contiguous range (lanes reading side by side), a scan over the
      * warps' sums finds the range holding the draw, and warp 0 walks that
