@@ -101,11 +101,51 @@ s_post_result(agt_gateway_t *gw, const agt_config_t *cfg,
     return code;
 }
 
+/* Fetches the task and places its files under the testbed: AGT_EXIT_OK
+ * or the exit code that says what failed. */
+static int
+s_task(const agt_config_t *cfg, agt_gateway_t *gw, agt_task_t *task)
+{
+    char err[512] = "";
+    agt_reply_t rep;
+    long startup_deadline = agt_now_ms() + (long) cfg->startup_s * 1000L;
+    lisa_rc_t rc =
+        agt_gateway_call_retry(gw, "GET", "/lisa/v1/task", NULL, 0, 30000, 1000,
+                               startup_deadline, NULL, &rep);
+    if (rc != LISA_OK) {
+        lisa_log_error("cannot fetch the task: %s (%s)", rep.error,
+                       lisa_rc_str(rc));
+        agt_reply_clear(&rep);
+        return s_exit_of_fetch(rc);
+    }
+    rc = agt_task_parse(rep.body, task, err, sizeof err);
+    agt_reply_clear(&rep);
+    if (rc != LISA_OK) {
+        lisa_log_error("bad task: %s", err);
+        return AGT_EXIT_TASK;
+    }
+    lisa_log_info("task: rollout=%s attempt=%u data_source=%s files=%zu",
+                  task->rollout_id, task->attempt, task->data_source,
+                  task->n_files);
+    if (mkdir(cfg->testbed, 0755) != 0) {
+        struct stat st;
+        if (stat(cfg->testbed, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            lisa_log_error("cannot create %s", cfg->testbed);
+            return AGT_EXIT_TESTBED;
+        }
+    }
+    rc = agt_task_write_files(task, cfg->testbed, err, sizeof err);
+    if (rc != LISA_OK) {
+        lisa_log_error("cannot place the input files: %s", err);
+        return rc == LISA_INVALID ? AGT_EXIT_TASK : AGT_EXIT_TESTBED;
+    }
+    return AGT_EXIT_OK;
+}
+
 int
 agt_run(const agt_config_t *cfg)
 {
     int code = AGT_EXIT_INTERNAL;
-    char err[512] = "";
     atomic_bool cancel = false;
     agt_task_t task;
     memset(&task, 0, sizeof task);
@@ -126,45 +166,12 @@ agt_run(const agt_config_t *cfg)
         return AGT_EXIT_INTERNAL;
     }
 
-    /* 1. The task. */
-    agt_reply_t rep;
-    long startup_deadline = agt_now_ms() + (long) cfg->startup_s * 1000L;
-    lisa_rc_t rc =
-        agt_gateway_call_retry(gw, "GET", "/lisa/v1/task", NULL, 0, 30000, 1000,
-                               startup_deadline, NULL, &rep);
-    if (rc != LISA_OK) {
-        lisa_log_error("cannot fetch the task: %s (%s)", rep.error,
-                       lisa_rc_str(rc));
-        agt_reply_clear(&rep);
-        code = s_exit_of_fetch(rc);
+    /* 1. The task, 2. the sandbox's working tree. */
+    code = s_task(cfg, gw, &task);
+    if (code != AGT_EXIT_OK)
         goto out;
-    }
-    rc = agt_task_parse(rep.body, &task, err, sizeof err);
-    agt_reply_clear(&rep);
-    if (rc != LISA_OK) {
-        lisa_log_error("bad task: %s", err);
-        code = AGT_EXIT_TASK;
-        goto out;
-    }
-    lisa_log_info("task: rollout=%s attempt=%u data_source=%s files=%zu",
-                  task.rollout_id, task.attempt, task.data_source,
-                  task.n_files);
-
-    /* 2. The sandbox's working tree. */
-    if (mkdir(cfg->testbed, 0755) != 0) {
-        struct stat st;
-        if (stat(cfg->testbed, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            lisa_log_error("cannot create %s", cfg->testbed);
-            code = AGT_EXIT_TESTBED;
-            goto out;
-        }
-    }
-    rc = agt_task_write_files(&task, cfg->testbed, err, sizeof err);
-    if (rc != LISA_OK) {
-        lisa_log_error("cannot place the input files: %s", err);
-        code = rc == LISA_INVALID ? AGT_EXIT_TASK : AGT_EXIT_TESTBED;
-        goto out;
-    }
+    code = AGT_EXIT_INTERNAL;
+    lisa_rc_t rc;
 
     /* 3. Where the model's commands run (before any thread starts), then
      * heartbeats, prompts, tools. */
