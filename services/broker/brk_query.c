@@ -23,6 +23,8 @@ typedef struct {
 static void
 s_ptrs_add(s_ptrs_t *l, void **v, size_t n)
 {
+    if (n == 0)
+        return;
     if (l->n + n > l->cap) {
         while (l->n + n > l->cap)
             l->cap = l->cap ? l->cap * 2 : 64;

@@ -891,8 +891,10 @@ rwd_expr_inexact(const rwd_expr_t *e)
 bool
 rwd_expr_integer(const rwd_expr_t *e, char *digits, size_t cap, bool *neg)
 {
+    if (!e->is_int || !e->int_digits)
+        return false;
     size_t n = strlen(e->int_digits);
-    if (!e->is_int || n + 1 > cap)
+    if (n + 1 > cap)
         return false;
     memcpy(digits, e->int_digits, n + 1);
     *neg = e->int_neg;
