@@ -215,9 +215,16 @@ def local_run(tmp_path):
             assert p.poll() is None, err.read_text()
             time.sleep(0.1)
         assert "logs: " in out.read_text(), out.read_text()
-        kids = {pid: cmd for pid, (ppid, cmd) in _procs().items()
-                if ppid == p.pid}
-        started = list(kids)
+        # a child may still be between its fork and its exec: wait until
+        # every service runs as itself
+        while True:
+            kids = {pid: cmd for pid, (ppid, cmd) in _procs().items()
+                    if ppid == p.pid}
+            started = list(kids)
+            if set(_service_pids(kids)) == set(SERVICES) or \
+                    time.monotonic() > end + 30:
+                break
+            time.sleep(0.1)
         yield p, out, err, run, kids
     finally:
         if p.poll() is None:
