@@ -117,6 +117,9 @@ struct lisa_http_req {
     bool queued;          /* resp given to MHD */
     bool server_answered; /* answered 503 by the server at shutdown */
     bool kept_counted;    /* counted in the `kept` gauge */
+    bool too_large;       /* answered 413 while the body was arriving */
+    lisa_http_release_fn *on_release; /* called when app_holds ends */
+    void *on_release_arg;
     unsigned status;
     struct MHD_Response *resp;
     s_kvs_t resp_headers;
@@ -149,7 +152,8 @@ struct lisa_http_server {
     uint16_t port;
     pthread_mutex_t mtx;
     lisa_http_req_t *live;
-    s_conn_t *conns;
+    s_conn_t *conns;      /* newest first */
+    s_conn_t *conns_tail; /* the oldest */
     atomic_bool stopping;
     uint64_t next_id;
     lisa_http_server_stats_t st;
@@ -244,6 +248,10 @@ s_req_unref(lisa_http_req_t *req)
 static void
 s_req_release_app_locked(lisa_http_req_t *req)
 {
+    lisa_http_release_fn *hook = req->app_holds ? req->on_release : NULL;
+    req->on_release = NULL;
+    if (hook)
+        hook(req->on_release_arg);
     req->app_holds = false;
     if (req->kept_counted && req->server)
         S_DEC(req->server, kept);
@@ -539,6 +547,66 @@ s_dispatch(s_listener_t *l, lisa_http_req_t *req)
     return s_queue(srv, conn, status, done);
 }
 
+/* Request framing (RFC 9112, section 6): the end of a body must be found
+ * one way only, or a proxy in front and this server could disagree about
+ * where the next request starts. NULL when sound; else why not. *len and
+ * *has_len give a declared Content-Length. */
+static const char *
+s_framing_error(const lisa_http_req_t *req, unsigned long long *len,
+                bool *has_len)
+{
+    const char *cl = NULL, *te = NULL;
+    size_t n_cl = 0, n_te = 0;
+    for (size_t i = 0; i < req->headers.n; i++) {
+        const s_kv_t *h = &req->headers.v[i];
+        if (strcasecmp(h->name, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+            if (cl && strcmp(cl, h->value) != 0)
+                return "conflicting Content-Length headers";
+            cl = h->value;
+            n_cl++;
+        } else if (strcasecmp(h->name, MHD_HTTP_HEADER_TRANSFER_ENCODING) ==
+                   0) {
+            te = h->value;
+            n_te++;
+        }
+    }
+    if (n_cl > 1)
+        return "duplicate Content-Length headers";
+    if (n_cl && n_te)
+        return "Content-Length together with Transfer-Encoding";
+    if (n_te > 1)
+        return "more than one Transfer-Encoding header";
+    if (te && strcasecmp(te, "chunked") != 0)
+        return "Transfer-Encoding other than chunked";
+    if (!cl)
+        return NULL;
+    size_t digits = strspn(cl, "0123456789");
+    if (digits == 0 || cl[digits] != '\0' || digits > 19)
+        return "Content-Length is not a decimal number";
+    *len = strtoull(cl, NULL, 10);
+    *has_len = true;
+    return NULL;
+}
+
+/* Answers 413 (body over max_body; `n`: bytes declared, or at least that
+ * many seen) and closes the connection after it. */
+static enum MHD_Result
+s_too_large(lisa_http_req_t *req, unsigned long long n)
+{
+    lisa_http_server_t *srv = req->server;
+    S_INC(srv, body_too_large);
+    lisa_log_warn("http: request %llu from %s: body of %llu bytes over the "
+                  "%zu limit",
+                  (unsigned long long) req->id, req->peer, n,
+                  srv->cfg.max_body);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "request body exceeds the limit of %zu bytes",
+             srv->cfg.max_body);
+    return s_answer_now(
+        req, MHD_HTTP_CONTENT_TOO_LARGE,
+        s_error_response(msg, "invalid_request_error", "body_too_large", true));
+}
+
 static enum MHD_Result
 s_access(void *cls, struct MHD_Connection *conn, const char *url,
          const char *method, const char *version, const char *upload_data,
@@ -568,33 +636,24 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
                                 s_error_response("server is shutting down",
                                                  "server_error", "shutdown",
                                                  true));
-        const char *cl = lisa_http_req_header(req, "Content-Length");
-        if (cl) {
-            char *end = NULL;
-            errno = 0;
-            unsigned long long n = strtoull(cl, &end, 10);
-            if (errno == 0 && end != cl && *end == '\0' &&
-                n > srv->cfg.max_body) {
-                S_INC(srv, body_too_large);
-                lisa_log_warn("http: request %llu from %s: body of %llu "
-                              "bytes over the %zu limit",
-                              (unsigned long long) req->id, req->peer, n,
-                              srv->cfg.max_body);
-                char msg[96];
-                snprintf(msg, sizeof(msg),
-                         "request body exceeds the limit of %zu bytes",
-                         srv->cfg.max_body);
-                return s_answer_now(req, MHD_HTTP_CONTENT_TOO_LARGE,
-                                    s_error_response(msg,
-                                                     "invalid_request_error",
-                                                     "body_too_large", true));
-            }
-            if (errno == 0 && end != cl && *end == '\0' && n > 0) {
-                /* the declared size is within max_body: one buffer, no
-                 * regrowth while the pieces arrive */
-                req->body = lisa_realloc(req->body, (size_t) n + 1);
-                req->body_cap = (size_t) n + 1;
-            }
+        unsigned long long n = 0;
+        bool has_len = false;
+        const char *bad = s_framing_error(req, &n, &has_len);
+        if (bad) {
+            S_INC(srv, bad_framing);
+            lisa_log_warn("http: request %llu from %s: %s",
+                          (unsigned long long) req->id, req->peer, bad);
+            return s_answer_now(req, MHD_HTTP_BAD_REQUEST,
+                                s_error_response(bad, "invalid_request_error",
+                                                 "bad_framing", true));
+        }
+        if (has_len && n > srv->cfg.max_body)
+            return s_too_large(req, n);
+        if (has_len && n > 0) {
+            /* the declared size is within max_body: one buffer, no
+             * regrowth while the pieces arrive */
+            req->body = lisa_realloc(req->body, (size_t) n + 1);
+            req->body_cap = (size_t) n + 1;
         }
         return MHD_YES;
     }
@@ -602,14 +661,13 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
         size_t n = *upload_data_size;
         if (req->dispatched)
             return MHD_NO; /* cannot happen: MHD reads no body after */
-        if (n > srv->cfg.max_body - req->body_len) {
-            /* chunked body grew past the bound: drop the connection */
-            S_INC(srv, body_too_large);
-            lisa_log_warn("http: request %llu from %s: chunked body over "
-                          "the %zu limit, closing",
-                          (unsigned long long) req->id, req->peer,
-                          srv->cfg.max_body);
-            return MHD_NO;
+        if (req->too_large || n > srv->cfg.max_body - req->body_len) {
+            /* a chunked body grew past the bound: the rest is read and
+             * dropped (the request deadline bounds how long), then it is
+             * answered 413 (libmicrohttpd takes no answer mid-body) */
+            req->too_large = true;
+            *upload_data_size = 0;
+            return MHD_YES;
         }
         if (req->body_len + n + 1 > req->body_cap) {
             size_t cap = req->body_cap ? req->body_cap : 1024;
@@ -624,6 +682,8 @@ s_access(void *cls, struct MHD_Connection *conn, const char *url,
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (req->too_large && !req->answered) /* chunked body over the bound */
+        return s_too_large(req, (unsigned long long) req->body_len + 1);
     if (!req->dispatched) {
         req->dispatched = true;
         return s_dispatch(l, req);
@@ -707,6 +767,8 @@ s_notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
         cx->next = srv->conns;
         if (srv->conns)
             srv->conns->prev = cx;
+        else
+            srv->conns_tail = cx;
         srv->conns = cx;
         pthread_mutex_unlock(&srv->mtx);
         *socket_context = cx;
@@ -724,10 +786,34 @@ s_notify_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
             srv->conns = cx->next;
         if (cx->next)
             cx->next->prev = cx->prev;
+        else if (srv->conns_tail == cx)
+            srv->conns_tail = cx->prev;
         pthread_mutex_unlock(&srv->mtx);
         free(cx);
         S_DEC(srv, connections_open);
     }
+}
+
+/* Connections admitted over max_connections while evicted ones close. */
+#define S_EVICT_SLACK 32u
+
+/* Under srv->mtx: cuts the oldest connection still waiting for a complete
+ * request (a fresh one, a trickling one or a kept-alive idle one); false
+ * when every open connection is being answered. A client that sends its
+ * request at once is answered before it could be the oldest, so a flood of
+ * idle connections displaces only itself. */
+static bool
+s_evict_oldest_locked(lisa_http_server_t *srv)
+{
+    for (s_conn_t *cx = srv->conns_tail; cx; cx = cx->prev) {
+        if (!cx->receiving || cx->cut || cx->fd == MHD_INVALID_SOCKET)
+            continue;
+        cx->cut = true;
+        S_INC(srv, evicted_connections);
+        (void) shutdown(cx->fd, SHUT_RDWR);
+        return true;
+    }
+    return false;
 }
 
 static enum MHD_Result
@@ -739,7 +825,15 @@ s_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
     lisa_http_server_t *srv = l->server;
     uint64_t open =
         __atomic_load_n(&srv->st.connections_open, __ATOMIC_RELAXED);
-    if (open >= srv->cfg.max_connections) {
+    if (open < srv->cfg.max_connections)
+        return MHD_YES;
+    bool room = false;
+    if (open < (uint64_t) srv->cfg.max_connections + S_EVICT_SLACK) {
+        pthread_mutex_lock(&srv->mtx);
+        room = s_evict_oldest_locked(srv);
+        pthread_mutex_unlock(&srv->mtx);
+    }
+    if (!room) {
         S_INC(srv, refused_connections);
         return MHD_NO;
     }
@@ -927,6 +1021,16 @@ lisa_http_req_stream_close(lisa_http_req_t *req)
 
 /* ------------------------------------------------------------------ */
 /* answering                                                            */
+
+void
+lisa_http_req_on_release(lisa_http_req_t *req, lisa_http_release_fn *fn,
+                         void *arg)
+{
+    pthread_mutex_lock(&req->mtx);
+    req->on_release = fn;
+    req->on_release_arg = arg;
+    pthread_mutex_unlock(&req->mtx);
+}
 
 void
 lisa_http_req_add_header(lisa_http_req_t *req, const char *name,
@@ -1443,6 +1547,8 @@ lisa_http_server_stats(lisa_http_server_t *self)
     S_LD(request_timeouts);
     S_LD(idle_timeouts);
     S_LD(bad_requests);
+    S_LD(bad_framing);
+    S_LD(evicted_connections);
     S_LD(client_aborts);
     S_LD(stream_overflows);
     S_LD(shutdown_answered);

@@ -36,7 +36,12 @@
  *   returns LISA_UNAVAILABLE once the server has noticed.
  *
  * Limits, each with a refusal counter (lisa_http_server_stats):
- *   - max_connections: further connections are accepted and closed at once.
+ *   - max_connections: when full, a new connection displaces the oldest
+ *     open connection that is still waiting for a complete request (fresh,
+ *     trickling or idle between keep-alive requests; counted as evicted);
+ *     only when every open connection is being answered is it accepted and
+ *     closed at once (refused). A client that sends its request right away
+ *     is therefore never starved by a flood of idle connections.
  *   - request_timeout_ms: a connection must deliver a complete request
  *     (headers and body) within this time of being accepted (its first
  *     request) or of the request line (later ones), else it is cut
@@ -48,8 +53,14 @@
  *   - max_header_bytes: the per-connection buffer for request line and
  *     headers; larger requests are answered 431/414 by libmicrohttpd.
  *   - max_body: a larger declared Content-Length is answered 413 with a
- *     JSON error body and the connection is closed; a chunked body that
- *     grows past the bound gets its connection closed.
+ *     JSON error body at once (the body is never read) and the connection
+ *     is closed; a chunked body that grows past the bound is dropped as it
+ *     arrives (within request_timeout_ms) and answered the same way.
+ *   - framing: a request whose body end could be read two ways (duplicate
+ *     or conflicting Content-Length, Content-Length with Transfer-Encoding,
+ *     a Transfer-Encoding other than a single "chunked", a Content-Length
+ *     that is not a plain decimal) is answered 400 (code bad_framing) and
+ *     the connection is closed.
  *   - stream_queue_max: bytes a stream may hold unsent; a push beyond it is
  *     refused with LISA_AGAIN (the client is too slow).
  *
@@ -125,6 +136,8 @@ typedef struct {
     uint64_t request_timeouts;     /* cut: request not complete in time */
     uint64_t idle_timeouts;        /* closed: idle past idle_timeout_s */
     uint64_t bad_requests;         /* refused by libmicrohttpd (4xx) */
+    uint64_t bad_framing;          /* 400: ambiguous body framing */
+    uint64_t evicted_connections;  /* cut to make room (see the limits) */
     uint64_t client_aborts;        /* client left before the answer ended */
     uint64_t stream_overflows;     /* pushes refused: stream queue full */
     uint64_t shutdown_answered;    /* kept requests answered 503 on destroy */
@@ -168,6 +181,17 @@ const char *lisa_http_req_peer(const lisa_http_req_t *req);
 bool lisa_http_req_is_unix(const lisa_http_req_t *req);
 /* Server-unique request number (for logs). */
 uint64_t lisa_http_req_id(const lisa_http_req_t *req);
+
+/* Called once when the application's hold on a request ends (its respond
+ * or stream_close call, also after a shutdown answer), on the thread that
+ * made that call, with the request's lock held: it must not call back into
+ * the request. For per-client accounting of open calls. */
+typedef void(lisa_http_release_fn)(void *arg);
+
+/* Sets req's release hook (one per request; a later call replaces it).
+ * Call from the handler, before answering. */
+void lisa_http_req_on_release(lisa_http_req_t *req, lisa_http_release_fn *fn,
+                              void *arg);
 
 /* Adds a response header (copied) for the coming respond / stream_open.
  * Call from the thread that holds the request. */

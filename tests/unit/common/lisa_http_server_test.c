@@ -549,7 +549,29 @@ s_closed_within(int fd, long ms)
     return false;
 }
 
-Test(lisa_http_server, chunked_body_over_limit_is_cut)
+/* Reads what the server sends on `fd` until it closes or `ms` pass;
+ * returns the status code of the first response (0: none). */
+static int
+s_read_status(int fd, char *buf, size_t cap, long ms)
+{
+    size_t got = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (long t = 0; t < ms && got + 1 < cap; t += 10) {
+        if (poll(&p, 1, 10) <= 0)
+            continue;
+        ssize_t n = recv(fd, buf + got, cap - 1 - got, MSG_DONTWAIT);
+        if (n <= 0)
+            break;
+        got += (size_t) n;
+    }
+    buf[got] = '\0';
+    int status = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        return 0;
+    return status;
+}
+
+Test(lisa_http_server, chunked_body_over_limit_is_413)
 {
     lisa_http_server_config_t cfg = {
         .address = "127.0.0.1", .handler = s_echo, .max_body = 100};
@@ -566,10 +588,66 @@ Test(lisa_http_server, chunked_body_over_limit_is_cut)
         (void) send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
         (void) send(fd, "\r\n", 2, MSG_NOSIGNAL);
     }
+    (void) send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL);
+    char buf[2048];
+    cr_assert_eq(s_read_status(fd, buf, sizeof buf, 2000), 413, "%s", buf);
+    cr_assert_not_null(strstr(buf, "body_too_large"), "%s", buf);
     cr_assert(s_closed_within(fd, 2000));
     close(fd);
     cr_assert_eq(lisa_http_server_stats(srv).body_too_large, 1);
     cr_assert_eq(lisa_http_server_stats(srv).requests, 0);
+    lisa_http_server_destroy(&srv);
+}
+
+Test(lisa_http_server, ambiguous_framing_is_400)
+{
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1", .handler = s_echo};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    static const char *const bad[] = {
+        /* duplicate, equal */
+        "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n"
+        "Content-Length: 2\r\n\r\n{}",
+        /* conflicting */
+        "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n"
+        "content-length: 40\r\n\r\n{}",
+        /* Content-Length with Transfer-Encoding, either order */
+        "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+        "Content-Length: 30\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        /* two Transfer-Encoding headers */
+        "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        /* a signed length */
+        "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: +2\r\n\r\n{}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int fd = s_connect(lisa_http_server_port(srv));
+        cr_assert(send(fd, bad[i], strlen(bad[i]), MSG_NOSIGNAL) > 0);
+        char buf[2048];
+        cr_assert_eq(s_read_status(fd, buf, sizeof buf, 2000), 400,
+                     "case %zu: %s", i, buf);
+        cr_assert(s_closed_within(fd, 2000), "case %zu: not closed", i);
+        close(fd);
+    }
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.requests, 0, "the handler saw an ambiguous request");
+    cr_assert_geq(st.bad_framing, 4);
+    /* a sound chunked request and a sound sized one are served */
+    static const char *const good[] = {
+        "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+        "Connection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n"
+        "Connection: close\r\n\r\n{}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        int fd = s_connect(lisa_http_server_port(srv));
+        cr_assert(send(fd, good[i], strlen(good[i]), MSG_NOSIGNAL) > 0);
+        char buf[2048];
+        cr_assert_eq(s_read_status(fd, buf, sizeof buf, 2000), 200, "%s", buf);
+        close(fd);
+    }
+    cr_assert_eq(lisa_http_server_stats(srv).requests, 2);
     lisa_http_server_destroy(&srv);
 }
 
@@ -639,10 +717,13 @@ Test(lisa_http_server, slow_loris_is_cut_while_others_are_served)
     lisa_http_server_destroy(&srv);
 }
 
-Test(lisa_http_server, max_connections_refuses_extra)
+Test(lisa_http_server, max_connections_evicts_idle_then_refuses)
 {
-    lisa_http_server_config_t cfg = {
-        .address = "127.0.0.1", .handler = s_echo, .max_connections = 2};
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    lisa_http_server_config_t cfg = {.address = "127.0.0.1",
+                                     .handler = s_keep,
+                                     .handler_arg = &k,
+                                     .max_connections = 2};
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     uint16_t port = lisa_http_server_port(srv);
     int a = s_connect(port);
@@ -652,23 +733,43 @@ Test(lisa_http_server, max_connections_refuses_extra)
          i++)
         s_sleep_ms(5);
     cr_assert_eq(lisa_http_server_stats(srv).connections_open, 2);
+    /* full of idle connections: a new one displaces the oldest (a) */
     int c = s_connect(port);
-    cr_assert(s_closed_within(c, 2000));
-    cr_assert_eq(lisa_http_server_stats(srv).refused_connections, 1);
-    close(c);
+    cr_assert(s_closed_within(a, 2000), "the oldest idle one stayed");
+    lisa_http_server_stats_t st = lisa_http_server_stats(srv);
+    cr_assert_eq(st.evicted_connections, 1, "evicted %llu, refused %llu",
+                 (unsigned long long) st.evicted_connections,
+                 (unsigned long long) st.refused_connections);
+    cr_assert_eq(st.refused_connections, 0);
     close(a);
+    for (int i = 0; i < 200 && lisa_http_server_stats(srv).connections_open > 2;
+         i++)
+        s_sleep_ms(5);
+    /* b and c send requests the handler keeps: nothing idle to displace */
+    const char *rq = "GET /k HTTP/1.1\r\nHost: a\r\n\r\n";
+    cr_assert(send(b, rq, strlen(rq), MSG_NOSIGNAL) > 0);
+    cr_assert(send(c, rq, strlen(rq), MSG_NOSIGNAL) > 0);
+    cr_assert_eq(s_wait_kept(srv, 2, 2000), 2);
+    int d = s_connect(port);
+    cr_assert(s_closed_within(d, 2000));
+    cr_assert_eq(lisa_http_server_stats(srv).refused_connections, 1);
+    close(d);
+    /* the kept ones are answered */
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&k.mtx);
+        lisa_http_req_t *r = k.held[i];
+        pthread_mutex_unlock(&k.mtx);
+        cr_assert_eq(lisa_http_req_respond(r, 200, "text/plain", "ok", 2),
+                     LISA_OK);
+    }
+    char buf[512];
+    cr_assert_eq(s_read_status(b, buf, sizeof buf, 300), 200, "%s", buf);
     close(b);
+    close(c);
     /* after they close, new connections are served */
     for (int i = 0; i < 200 && lisa_http_server_stats(srv).connections_open > 0;
          i++)
         s_sleep_ms(5);
-    char *url = s_url(srv, "/after");
-    lisa_http_request_t rq = {.url = url};
-    lisa_http_response_t *resp = NULL;
-    cr_assert_eq(lisa_http_request_sync(&rq, &resp), LISA_OK);
-    cr_assert_eq(lisa_http_response_status(resp), 200);
-    lisa_http_response_destroy(&resp);
-    free(url);
     lisa_http_server_destroy(&srv);
 }
 
