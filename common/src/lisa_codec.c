@@ -11,7 +11,9 @@
 #include "lisa/lisa_codec.h"
 
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 /* The field descriptor named `name` of `desc`, or NULL. */
@@ -47,6 +49,48 @@ s_has_body(const ProtobufCMessage *m)
             return 1;
     }
     return !has_oneof;
+}
+
+/* True when every string field of m, at any depth, is valid UTF-8 (what
+ * proto3 promises and what other protobuf runtimes refuse to parse
+ * otherwise); *bad names the first field that is not. */
+static bool
+s_utf8_ok(const ProtobufCMessage *m, const char **bad)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_STRING &&
+            f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        const char *at = (const char *) m + f->offset;
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            uint32_t which;
+            memcpy(&which, (const char *) m + f->quantifier_offset,
+                   sizeof which);
+            if (which != f->id)
+                continue;
+        }
+        size_t n = 1;
+        void *const *items = (void *const *) (const void *) at;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            memcpy(&n, (const char *) m + f->quantifier_offset, sizeof n);
+            memcpy(&items, at, sizeof items);
+        }
+        for (size_t k = 0; k < n; k++) {
+            const void *v = items[k];
+            if (!v)
+                continue;
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                if (!s_utf8_ok(v, bad))
+                    return false;
+            } else if (!lisa_utf8_valid(v, strlen(v))) {
+                *bad = f->name;
+                return false;
+            }
+        }
+    }
+    return true;
 }
 
 lisa_rc_t
@@ -90,6 +134,13 @@ lisa_codec_decode(const ProtobufCMessageDescriptor *desc, const void *data,
         stats->wrong_type++;
         *why = "message has no body of a known type for this socket";
         return LISA_UNSUPPORTED;
+    }
+    const char *field = NULL;
+    if (!s_utf8_ok(m, &field)) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        stats->malformed++;
+        *why = "a string field is not valid UTF-8";
+        return LISA_INVALID;
     }
     stats->ok++;
     *why = "ok";

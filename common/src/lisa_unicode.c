@@ -223,6 +223,50 @@ lisa_utf8_lossy(const uint8_t *b, size_t len, size_t *out_len)
     return o;
 }
 
+/* Length of s[0..n) cut back to a character boundary of valid UTF-8. */
+static size_t
+s_boundary(const char *s, size_t n)
+{
+    size_t k = n;
+    while (k > 0 && ((uint8_t) s[k - 1] & 0xC0) == 0x80)
+        k--; /* continuation bytes: back to their lead byte */
+    if (k == 0)
+        return 0;
+    uint8_t lead = (uint8_t) s[k - 1];
+    size_t want = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    return n - (k - 1) >= want ? n : k - 1;
+}
+
+char *
+lisa_utf8_clean(const char *s, size_t len, size_t max, size_t *out_len)
+{
+    size_t n = 0;
+    char *o = lisa_utf8_lossy((const uint8_t *) (s ? s : ""), s ? len : 0, &n);
+    if (n > max) {
+        n = s_boundary(o, max);
+        o[n] = '\0';
+    }
+    if (out_len)
+        *out_len = n;
+    return o;
+}
+
+size_t
+lisa_utf8_fix(char *buf, size_t cap)
+{
+    if (!buf || cap == 0)
+        return 0;
+    size_t len = strnlen(buf, cap - 1);
+    buf[len] = '\0';
+    if (lisa_utf8_valid(buf, len))
+        return len;
+    size_t n = 0;
+    char *o = lisa_utf8_clean(buf, len, cap - 1, &n);
+    memcpy(buf, o, n + 1);
+    lisa_free(&o);
+    return n;
+}
+
 bool
 lisa_unicode_is_space(uint32_t cp)
 {

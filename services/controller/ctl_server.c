@@ -19,6 +19,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_rpc.h"
+#include "lisa/lisa_unicode.h"
 
 #include <czmq.h>
 #include <inttypes.h>
@@ -248,8 +249,13 @@ s_report(ctl_server_t *s, const char *rollout_id, unsigned attempt,
     snprintf(p->rollout_id, sizeof p->rollout_id, "%s", rollout_id);
     p->attempt = attempt;
     p->kind = kind;
-    snprintf(p->reason, sizeof p->reason, "%s%s%.400s", why,
-             detail && *detail ? ": " : "", detail ? detail : "");
+    /* the detail is a sandbox's log: any bytes; the reason is a protobuf
+     * string, so it is valid UTF-8 and bounded */
+    char *clean =
+        lisa_utf8_clean(detail, detail ? strlen(detail) : 0, 400, NULL);
+    snprintf(p->reason, sizeof p->reason, "%s%s%s", why, *clean ? ": " : "",
+             clean);
+    lisa_free(&clean);
     Lisa__Request req = LISA__REQUEST__INIT;
     Lisa__AttemptFailReq f = LISA__ATTEMPT_FAIL_REQ__INIT;
     f.rollout_id = p->rollout_id;

@@ -8,6 +8,8 @@
  * - Lossy UTF-8 decoding that replaces each maximal invalid subpart with
  *   one U+FFFD, as Rust's String::from_utf8_lossy does; decoded token
  *   bytes that split a character must read the same in lisa and in HF.
+ * - Clean text at the edges: untrusted bytes made valid and bounded
+ *   before they reach a protobuf string or a JSON value.
  * - The GPT-2 "byte-level" alphabet: each byte maps to one printable code
  *   point, which is how byte-level BPE vocabularies spell their tokens.
  */
@@ -42,6 +44,18 @@ lisa_rc_t lisa_utf8_nfc(const char *s, size_t len, char **out,
 /* Replaces invalid UTF-8 in b[0..len) as from_utf8_lossy does; returns a
  * new NUL-terminated string (its length in *out_len), owned by the caller. */
 char *lisa_utf8_lossy(const uint8_t *b, size_t len, size_t *out_len);
+
+/* Text from untrusted bytes for a protobuf string, a JSON value or a log:
+ * s[0..len) with invalid UTF-8 replaced as lisa_utf8_lossy does, cut at a
+ * character boundary to at most `max` bytes. A new NUL-terminated string
+ * (its length in *out_len), owned by the caller. NULL s reads as "". */
+char *lisa_utf8_clean(const char *s, size_t len, size_t max, size_t *out_len);
+
+/* The same in place for the NUL-terminated text in buf[0..cap): afterwards
+ * it is valid UTF-8 that fits cap with its NUL (replacement characters may
+ * push the end off: it is cut at a character boundary). Returns the new
+ * length. */
+size_t lisa_utf8_fix(char *buf, size_t cap);
 
 /* Unicode White_Space property of cp. */
 bool lisa_unicode_is_space(uint32_t cp);

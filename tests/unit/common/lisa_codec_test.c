@@ -178,3 +178,51 @@ Test(lisa_codec, send_with_topic_over_real_sockets)
     zsock_destroy(&sub);
     zsock_destroy(&pub);
 }
+
+/* Packs req (protobuf-c does not check strings) and decodes it again. */
+static lisa_rc_t
+s_round_trip(Lisa__Request *req, const char **why)
+{
+    zframe_t *frame = lisa_codec_encode(&req->base);
+    lisa_codec_stats_t c = {0};
+    ProtobufCMessage *m = NULL;
+    lisa_rc_t rc = lisa_codec_decode_frame(&lisa__request__descriptor, frame,
+                                           LISA_MAX_RPC_FRAME, &c, &m, why);
+    cr_assert_eq(c.malformed, rc == LISA_INVALID ? 1u : 0u);
+    lisa_codec_free(&m);
+    zframe_destroy(&frame);
+    return rc;
+}
+
+Test(lisa_codec, invalid_utf8_strings_are_malformed)
+{
+    /* a top-level string of the body (a oneof member) */
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__CancelReq cq = LISA__CANCEL_REQ__INIT;
+    req.body_case = LISA__REQUEST__BODY_CANCEL;
+    req.cancel = &cq;
+    cq.reason = "fine \xc3\xa9";
+    const char *why = NULL;
+    cr_assert_eq(s_round_trip(&req, &why), LISA_OK, "%s", why);
+    cq.reason = "bad \xff";
+    cr_assert_eq(s_round_trip(&req, &why), LISA_INVALID);
+    cr_assert_str_eq(why, "a string field is not valid UTF-8");
+    /* a repeated string */
+    char *ids[] = {"r-1", "r-\xc0\xaf"}; /* an overlong '/' */
+    cq.reason = "";
+    cq.n_rollout_ids = 2;
+    cq.rollout_ids = ids;
+    cr_assert_eq(s_round_trip(&req, &why), LISA_INVALID);
+    /* a string inside a repeated message */
+    Lisa__EnqueueReq enq = LISA__ENQUEUE_REQ__INIT;
+    Lisa__TaskSpec t = LISA__TASK_SPEC__INIT;
+    Lisa__TaskSpec *tasks[] = {&t};
+    enq.n_tasks = 1;
+    enq.tasks = tasks;
+    t.problem_statement = "surrogate \xed\xa0\x80";
+    req.body_case = LISA__REQUEST__BODY_ENQUEUE;
+    req.enqueue = &enq;
+    cr_assert_eq(s_round_trip(&req, &why), LISA_INVALID);
+    t.problem_statement = "x";
+    cr_assert_eq(s_round_trip(&req, &why), LISA_OK, "%s", why);
+}

@@ -85,3 +85,50 @@ Test(lisa_unicode, hex_digit_both_cases_and_nothing_else)
     cr_assert_eq(lisa_hex_digit((char) 0xc3), -1);
     cr_assert_eq(lisa_hex_digit('\0'), -1);
 }
+
+Test(lisa_unicode, clean_replaces_and_bounds_at_a_character)
+{
+    /* invalid bytes become U+FFFD, as from_utf8_lossy does */
+    size_t n = 0;
+    char *c = lisa_utf8_clean("ok\xff\xfe!", 5, 100, &n);
+    cr_assert_str_eq(c, "ok\xef\xbf\xbd\xef\xbf\xbd!");
+    cr_assert_eq(n, strlen(c));
+    lisa_free(&c);
+    /* the bound never cuts a character: "é" is 2 bytes, "€" 3 */
+    c = lisa_utf8_clean("a\xc3\xa9\xe2\x82\xac", 6, 4, &n);
+    cr_assert_str_eq(c, "a\xc3\xa9");
+    cr_assert_eq(n, 3);
+    lisa_free(&c);
+    c = lisa_utf8_clean("a\xc3\xa9\xe2\x82\xac", 6, 6, &n);
+    cr_assert_str_eq(c, "a\xc3\xa9\xe2\x82\xac");
+    lisa_free(&c);
+    /* a replacement that does not fit is dropped whole */
+    c = lisa_utf8_clean("abc\x80", 4, 5, &n);
+    cr_assert_str_eq(c, "abc");
+    cr_assert(lisa_utf8_valid(c, n));
+    lisa_free(&c);
+    c = lisa_utf8_clean(NULL, 0, 10, &n);
+    cr_assert_str_eq(c, "");
+    lisa_free(&c);
+}
+
+Test(lisa_unicode, fix_in_place)
+{
+    char buf[8];
+    memcpy(buf, "ab\xc3\xa9", 5);
+    cr_assert_eq(lisa_utf8_fix(buf, sizeof buf), 4); /* valid: untouched */
+    cr_assert_str_eq(buf, "ab\xc3\xa9");
+    memcpy(buf, "ab\xff\xfe\xfd", 6);
+    size_t n = lisa_utf8_fix(buf, sizeof buf);
+    /* two replacements fit in 7 bytes, the third does not */
+    cr_assert_str_eq(buf, "ab\xef\xbf\xbd");
+    cr_assert_eq(n, 5);
+    cr_assert(lisa_utf8_valid(buf, n));
+    /* a buffer whose bound cut a character in half */
+    memcpy(buf, "abcde\xe2\x82", 8);
+    buf[7] = '\0';
+    n = lisa_utf8_fix(buf, sizeof buf);
+    cr_assert(lisa_utf8_valid(buf, n));
+    cr_assert_eq(strncmp(buf, "abcde", 5), 0);
+    cr_assert_leq(n, 7);
+}
