@@ -61,6 +61,19 @@ static const s_family_t s_families[] = {
     {"lisa_gateway_engine_up", S_GAUGE, "1 when the engine is usable"},
     {"lisa_gateway_auth_failures_total", S_COUNTER,
      "requests refused for their token, by reason"},
+    {"lisa_gateway_attempt_refusals_total", S_COUNTER,
+     "token calls refused for their attempt, by reason (ended: the broker's "
+     "events said it is over; inflight: too many calls open)"},
+    {"lisa_gateway_http_connections_open", S_GAUGE,
+     "client connections open now (all listeners)"},
+    {"lisa_gateway_http_refusals", S_GAUGE,
+     "connections and requests the HTTP layer refused since start, by "
+     "reason (evicted: displaced while idle by a new connection; refused: "
+     "full of busy connections; framing: ambiguous body framing; "
+     "too_large: body over gateway.max_body; timeout: request not complete "
+     "within gateway.request_timeout)"},
+    {"lisa_gateway_event_gaps_total", S_COUNTER,
+     "broker events missed (sequence gaps)"},
     {"lisa_gateway_broker_errors_total", S_COUNTER,
      "broker RPCs that failed, by request"},
     {"lisa_gateway_metrics_unknown_total", S_COUNTER,

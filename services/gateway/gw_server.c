@@ -6,7 +6,8 @@
  * pipeline, gw_agent task / heartbeat / result, gw_auth tokens), the
  * operator routes, the /v1/completions passthrough, the delivery of spans
  * to the broker (gw_spanq holds them, one SpanPutReq batch in flight),
- * the timers, and the order in which everything starts and stops.
+ * the broker's rollout events (fed to gw_fence, which every token route
+ * passes), the timers, and the order in which everything starts and stops.
  */
 #include "gw_server.h"
 
@@ -15,12 +16,14 @@
 #include "gw_auth.h"
 #include "gw_chat.h"
 #include "gw_engine.h"
+#include "gw_fence.h"
 #include "gw_metrics.h"
 #include "gw_openai.h"
 #include "gw_pool.h"
 #include "gw_render.h"
 #include "gw_spanq.h"
 #include "gw_trace.h"
+#include "lisa/lisa_codec.h"
 #include "lisa/lisa_http_client.h"
 #include "lisa/lisa_http_server.h"
 #include "lisa/lisa_log.h"
@@ -28,6 +31,7 @@
 #include "lisa/lisa_rpc.h"
 #include "lisa/lisa_token.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +53,9 @@ struct gw_server_t {
     gw_auth_t *auth;
     gw_chat_t *chat;
     gw_agent_t *agent;
+    gw_fence_t *fence;
+    zsock_t *sub;        /* broker events; NULL when not subscribed */
+    uint64_t last_seq;   /* of the last event seen; 0: none yet */
     zlistx_t *passes;    /* s_pass_t in flight, answered 503 on destroy */
     uint64_t span_batch; /* batch in flight, 0 when none */
     int tick_timer, expire_timer;
@@ -236,6 +243,21 @@ s_update_gauges(gw_server_t *srv)
     lisa_http_server_stats_t st = lisa_http_server_stats(srv->http);
     gw_metrics_set(srv->m, "lisa_gateway_inflight_requests", NULL,
                    (double) st.kept);
+    gw_metrics_set(srv->m, "lisa_gateway_http_connections_open", NULL,
+                   (double) st.connections_open);
+    const struct {
+        const char *labels;
+        uint64_t n;
+    } refusals[] = {
+        {"reason=\"evicted\"", st.evicted_connections},
+        {"reason=\"refused\"", st.refused_connections},
+        {"reason=\"framing\"", st.bad_framing},
+        {"reason=\"too_large\"", st.body_too_large},
+        {"reason=\"timeout\"", st.request_timeouts},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        gw_metrics_set(srv->m, "lisa_gateway_http_refusals", refusals[i].labels,
+                       (double) refusals[i].n);
     gw_chat_publish(srv->chat);
     for (size_t i = 0; i < gw_pool_size(srv->pool); i++) {
         const char *id;
@@ -355,6 +377,19 @@ static const s_route_t s_routes[] = {
 
 #define S_NROUTES (sizeof s_routes / sizeof s_routes[0])
 
+/* Every token route: the attempt must still run, and have a call free. */
+static lisa_rc_t
+s_fence(gw_server_t *srv, const gw_req_t *r, gw_err_t *err)
+{
+    lisa_rc_t rc = gw_fence_enter(srv->fence, r->req, &r->who, err);
+    if (rc != LISA_OK)
+        gw_metrics_add(srv->m, "lisa_gateway_attempt_refusals_total",
+                       rc == LISA_CONFLICT ? "reason=\"ended\""
+                                           : "reason=\"inflight\"",
+                       1);
+    return rc;
+}
+
 static void
 s_on_request(lisa_http_req_t *req, void *arg)
 {
@@ -384,7 +419,8 @@ s_on_request(lisa_http_req_t *req, void *arg)
     }
     gw_req_t r = {.req = req, .route = hit->label, .t0_us = t0};
     if (hit->auth == S_TOKEN &&
-        gw_auth_check(srv->auth, req, &r.who, &err) != LISA_OK) {
+        (gw_auth_check(srv->auth, req, &r.who, &err) != LISA_OK ||
+         s_fence(srv, &r, &err) != LISA_OK)) {
         s_answer_err(srv, &r, &err);
         return;
     }
@@ -395,6 +431,61 @@ s_on_request(lisa_http_req_t *req, void *arg)
         return;
     }
     hit->fn(srv, &r);
+}
+
+/* ---- broker events ------------------------------------------------------ */
+
+static void
+s_on_event(gw_server_t *srv, const Lisa__Event *ev)
+{
+    if (srv->last_seq && ev->seq != srv->last_seq + 1) {
+        gw_metrics_add(srv->m, "lisa_gateway_event_gaps_total", NULL, 1);
+        lisa_log_warn("gateway: broker events %" PRIu64 "..%" PRIu64
+                      " missed; ended attempts among them are refused only "
+                      "by the broker",
+                      srv->last_seq + 1, ev->seq - 1);
+    }
+    srv->last_seq = ev->seq;
+    if (ev->body_case == LISA__EVENT__BODY_ROLLOUT)
+        gw_fence_event(srv->fence, ev->rollout);
+}
+
+static int
+s_on_sub(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    gw_server_t *srv = arg;
+    for (int i = 0; i < 1000 && (zsock_events(sock) & ZMQ_POLLIN); i++) {
+        zmsg_t *m = zmsg_recv(sock);
+        if (!m)
+            break;
+        zframe_t *topic = zmsg_pop(m);
+        zframe_t *body = zmsg_pop(m);
+        ProtobufCMessage *msg = NULL;
+        if (body && lisa_codec_decode_frame(&lisa__event__descriptor, body,
+                                            LISA_MAX_EVENT_FRAME, NULL, &msg,
+                                            NULL) == LISA_OK)
+            s_on_event(srv, (const Lisa__Event *) msg);
+        lisa_codec_free(&msg);
+        zframe_destroy(&topic);
+        zframe_destroy(&body);
+        zmsg_destroy(&m);
+    }
+    return 0;
+}
+
+static lisa_rc_t
+s_subscribe(gw_server_t *srv)
+{
+    const char *ep = srv->cfg.events;
+    if (!srv->rpc || !ep || !ep[0])
+        return LISA_OK;
+    srv->sub = zsock_new_sub(ep, "rollout");
+    if (!srv->sub || zloop_reader(srv->loop, srv->sub, s_on_sub, srv) != 0) {
+        lisa_log_error("gateway: cannot subscribe to broker events at %s", ep);
+        return LISA_ERR;
+    }
+    return LISA_OK;
 }
 
 /* ---- timers ------------------------------------------------------------- */
@@ -439,6 +530,7 @@ s_copy_cfg(gw_config_t *dst, const gw_config_t *src)
     dst->unix_path = s_dup(src->unix_path);
     dst->port_file = s_dup(src->port_file);
     dst->broker = s_dup(src->broker);
+    dst->events = s_dup(src->events);
     dst->token_key = s_dup(src->token_key);
     dst->admin_key = s_dup(src->admin_key);
     dst->tokenizer = s_dup(src->tokenizer);
@@ -544,6 +636,7 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
     }
     srv->trace = gw_trace_new(cfg->max_attempts, (uint32_t) cfg->max_context);
     srv->spanq = gw_spanq_new(cfg->span_queue);
+    srv->fence = gw_fence_new((uint32_t) cfg->attempt_max_inflight);
     srv->passes = zlistx_new();
     if (cfg->broker && cfg->broker[0]) {
         srv->rpc = lisa_rpc_new(cfg->broker, cfg->gateway_id);
@@ -553,7 +646,8 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
             goto fail;
         }
     }
-    if (s_start_modules(srv) != LISA_OK || s_listen(srv) != LISA_OK)
+    if (s_subscribe(srv) != LISA_OK || s_start_modules(srv) != LISA_OK ||
+        s_listen(srv) != LISA_OK)
         goto fail;
     srv->tick_timer = zloop_timer(loop, S_TICK_MS, 0, s_on_tick, srv);
     srv->expire_timer = zloop_timer(loop, 60000, 0, s_on_expire, srv);
@@ -577,6 +671,9 @@ gw_server_destroy(gw_server_t **self)
         zloop_timer_end(srv->loop, srv->tick_timer);
     if (srv->loop && srv->expire_timer)
         zloop_timer_end(srv->loop, srv->expire_timer);
+    if (srv->sub)
+        zloop_reader_end(srv->loop, srv->sub);
+    zsock_destroy(&srv->sub);
     /* kept requests were answered 503 by the HTTP layer; each still gets
      * its one respond call (which releases it) before its context goes */
     lisa_http_server_destroy(&srv->http);
@@ -603,6 +700,7 @@ gw_server_destroy(gw_server_t **self)
     gw_trace_destroy(&srv->trace);
     gw_pool_destroy(&srv->pool);
     gw_render_destroy(&srv->render);
+    gw_fence_destroy(&srv->fence); /* every call was answered above */
     gw_auth_destroy(&srv->auth);
     gw_metrics_destroy(&srv->m);
     gw_config_free(&srv->cfg);
