@@ -24,6 +24,7 @@ except ImportError:  # look in the build tree
     import lisa_pb2 as pb  # noqa: E402
 
 import zmq  # noqa: E402
+from google.protobuf.message import DecodeError  # noqa: E402
 
 PROTOCOL_VERSION = 1
 
@@ -41,6 +42,11 @@ class BrokerError(Exception):
         self.code = reply.code
         self.reply = reply
         super().__init__("%s: %s" % (pb.Code.Name(reply.code), reply.error))
+
+
+class UndecodableReply(Exception):
+    """A reply that is not a valid Reply (a string that is not UTF-8, a
+    truncated frame): the call fails at once instead of timing out."""
 
 
 def broker_endpoint(flag=None):
@@ -113,8 +119,13 @@ class Broker:
             rep = pb.Reply()
             try:
                 rep.ParseFromString(frames[-1])
-            except Exception:
-                continue
+            except DecodeError as e:
+                # e.g. a string that is not UTF-8: fail now, loudly, rather
+                # than wait out the timeout or hand on half a record
+                raise UndecodableReply(
+                    "a reply from %s could not be decoded (%s); the broker "
+                    "holds a record this client cannot read"
+                    % (self.endpoint, e)) from e
             if rep.request_id == request_id:
                 return rep
 

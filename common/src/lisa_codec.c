@@ -93,6 +93,13 @@ s_utf8_ok(const ProtobufCMessage *m, const char **bad)
     return true;
 }
 
+bool
+lisa_codec_utf8_ok(const ProtobufCMessage *msg, const char **field)
+{
+    const char *dummy = NULL;
+    return s_utf8_ok(msg, field ? field : &dummy);
+}
+
 lisa_rc_t
 lisa_codec_decode(const ProtobufCMessageDescriptor *desc, const void *data,
                   size_t len, size_t max_len, lisa_codec_stats_t *stats,
@@ -135,8 +142,7 @@ lisa_codec_decode(const ProtobufCMessageDescriptor *desc, const void *data,
         *why = "message has no body of a known type for this socket";
         return LISA_UNSUPPORTED;
     }
-    const char *field = NULL;
-    if (!s_utf8_ok(m, &field)) {
+    if (!lisa_codec_utf8_ok(m, NULL)) {
         protobuf_c_message_free_unpacked(m, NULL);
         stats->malformed++;
         *why = "a string field is not valid UTF-8";

@@ -45,6 +45,7 @@
 
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -66,8 +67,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_STREAM_BLOCK 16384u
-#define S_MIN_HEADER   8192u
+#define S_STREAM_BLOCK   16384u
+#define S_MIN_HEADER     8192u
+#define S_MAX_ERROR_TEXT 4096u
 
 #define S_INC(srv, field)                                                      \
     __atomic_fetch_add(&(srv)->st.field, 1, __ATOMIC_RELAXED)
@@ -292,9 +294,12 @@ s_make_response(const s_kvs_t *headers, const char *content_type,
 char *
 lisa_http_error_json(const char *message, const char *type, const char *code)
 {
-    json_t *o = json_pack("{s:{s:s, s:s, s:s?}}", "error", "message",
-                          message ? message : "", "type",
-                          type ? type : "server_error", "code", code);
+    /* messages quote requests: JSON text is valid UTF-8 */
+    char *text = lisa_utf8_clean(message, message ? strlen(message) : 0,
+                                 S_MAX_ERROR_TEXT, NULL);
+    json_t *o = json_pack("{s:{s:s, s:s, s:s?}}", "error", "message", text,
+                          "type", type ? type : "server_error", "code", code);
+    lisa_free(&text);
     if (!o)
         return lisa_strdup("{\"error\":{\"message\":\"error\",\"type\":"
                            "\"server_error\",\"code\":null}}");

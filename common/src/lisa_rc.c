@@ -4,7 +4,6 @@
 #include "lisa/lisa_rc.h"
 
 #include "lisa.pb-c.h"
-#include "lisa/lisa_unicode.h"
 
 #include <stdio.h>
 
@@ -63,9 +62,6 @@ lisa_verrf(char *err, size_t errlen, const char *fmt, va_list ap)
     int n = vsnprintf(err, errlen, fmt, ap);
     if (n < 0)
         snprintf(err, errlen, "(unformattable reason)");
-    /* reasons quote input and end up in protobuf strings and JSON: valid
-     * UTF-8, never a character cut in half by the bound */
-    (void) lisa_utf8_fix(err, errlen);
 }
 
 void

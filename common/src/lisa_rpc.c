@@ -17,6 +17,8 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -165,6 +167,33 @@ s_send(zsock_t *sock, Lisa__Request *req)
     return LISA_OK;
 }
 
+/* Replaces reply r (consumed) by an error reply to the same request: a
+ * string field of r is not valid UTF-8. Allocated as protobuf-c's default
+ * allocator does, so lisa_rpc_reply_free releases it the same way. */
+static Lisa__Reply *
+s_undecodable(Lisa__Reply *r)
+{
+    const char *field = "?";
+    (void) lisa_codec_utf8_ok(&r->base, &field);
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "the reply's field '%s' is not valid UTF-8: the broker holds a "
+             "record that cannot be decoded",
+             field);
+    Lisa__Reply *e = malloc(sizeof *e);
+    char *text = strdup(msg);
+    if (!e || !text)
+        abort();
+    lisa__reply__init(e);
+    e->version = r->version;
+    e->request_id = r->request_id;
+    e->code = LISA__CODE__CODE_INVALID;
+    e->error = text;
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    lisa_log_error("rpc: %s", msg);
+    return e;
+}
+
 /* Reads one message; returns the decoded reply or NULL (counted). */
 static Lisa__Reply *
 s_recv(lisa_rpc_t *self, zsock_t *sock)
@@ -196,6 +225,10 @@ s_recv(lisa_rpc_t *self, zsock_t *sock)
             why = "an OK reply without a body";
             protobuf_c_message_free_unpacked(&r->base, NULL);
             r = NULL;
+        } else if (!lisa_codec_utf8_ok(&r->base, NULL)) {
+            /* a record the caller could not hand on: its call fails now,
+             * loudly, rather than with a string cut or dropped later */
+            r = s_undecodable(r);
         }
     }
     zmsg_destroy(&m);

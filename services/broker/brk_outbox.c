@@ -14,6 +14,7 @@
 #include "lisa/lisa_codec.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -200,6 +201,9 @@ brk_outbox_error(brk_outbox_t *self, zframe_t *identity, bool delim,
     rep.code = (Lisa__Code) lisa_rc_to_code(rc);
     char text[S_ERR_LEN];
     snprintf(text, sizeof text, "%s", why ? why : "");
+    /* reasons quote requests: a protobuf string is valid UTF-8, and the
+     * bound never cuts a character in half */
+    (void) lisa_utf8_fix(text, sizeof text);
     rep.error = text;
     if (rep.code == LISA__CODE__CODE_OK)
         self->errors++; /* an error all the same */

@@ -63,10 +63,15 @@ s_sequences(Lisa__Span *const *spans, size_t n, size_t expected, char *why,
     return out;
 }
 
+typedef enum {
+    S_WRITTEN,      /* with its sequences */
+    S_NO_SEQUENCES, /* its spans gave none ("sequence_error" says why) */
+    S_UNWRITABLE    /* nothing written: the export fails */
+} s_emitted_t;
+
 /* Writes one rollout's object: a line of its own, or (as_array) an
- * element of the array whose brackets the caller writes. false: its
- * spans gave no sequences (the object says why in "sequence_error"). */
-static bool
+ * element of the array whose brackets the caller writes. */
+static s_emitted_t
 s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r,
        bool as_array, size_t index)
 {
@@ -101,14 +106,23 @@ s_emit(FILE *f, const Lisa__ExportRep *ex, const Lisa__Rollout *r,
                 "without sequences\n",
                 r->rollout_id, r->attempts, why);
     }
-    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    if (!s) {
+        /* a record JSON cannot hold: never written half or as "null" */
+        fprintf(stderr,
+                "lisa export: rollout %s: the record cannot be written as "
+                "JSON; stopping\n",
+                r->rollout_id);
+        json_decref(j);
+        return S_UNWRITABLE;
+    }
     if (as_array)
         fprintf(f, "%s%s", index ? ",\n" : "\n", s);
     else
         fprintf(f, "%s\n", s);
     free(s);
     json_decref(j);
-    return why[0] == '\0';
+    return why[0] ? S_NO_SEQUENCES : S_WRITTEN;
 }
 
 int
@@ -167,13 +181,16 @@ cli_export(int argc, char **argv)
         code = cli_call(rpc, "export", &req, &rep);
         if (code)
             break;
-        for (size_t i = 0; i < rep->export->n_rollouts; i++)
-            broken += !s_emit(f, rep->export, rep->export->rollouts[i],
-                              as_array, total + i);
+        for (size_t i = 0; i < rep->export->n_rollouts && !code; i++) {
+            s_emitted_t e = s_emit(f, rep->export, rep->export->rollouts[i],
+                                   as_array, total + i);
+            broken += e == S_NO_SEQUENCES;
+            code = e == S_UNWRITABLE ? 1 : 0;
+        }
         total += rep->export->n_rollouts;
         snprintf(after, sizeof after, "%s", rep->export->next_after);
         lisa_rpc_reply_free(&rep);
-    } while (after[0]);
+    } while (after[0] && !code);
     if (as_array)
         fputs(total ? "\n]\n" : "]\n", f);
     if (fflush(f) != 0)

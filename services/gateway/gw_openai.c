@@ -37,6 +37,7 @@ gw_err_set(gw_err_t *err, lisa_rc_t rc, int status, const char *type,
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
+    (void) lisa_utf8_fix(err->message, sizeof err->message); /* quotes input */
     return rc;
 }
 

@@ -18,6 +18,7 @@
 
 #include <czmq.h>
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +59,11 @@ lisa_rc_t lisa_codec_decode_frame(const ProtobufCMessageDescriptor *desc,
 
 /* Frees a decoded message and sets *msg to NULL; safe on NULL. */
 void lisa_codec_free(ProtobufCMessage **msg);
+
+/* True when every string field of msg, at any depth, is valid UTF-8 (the
+ * decoders check it; other protobuf runtimes refuse such frames). On false
+ * *field (when not NULL) names the first bad field. */
+bool lisa_codec_utf8_ok(const ProtobufCMessage *msg, const char **field);
 
 /* Stamps the envelope's version field (if it has one) and packs `msg` into
  * a new frame, owned by the caller. */

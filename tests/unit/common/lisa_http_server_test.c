@@ -978,6 +978,16 @@ Test(lisa_http_server, error_json_shape)
     cr_assert(json_is_null(json_object_get(e, "code")));
     json_decref(o);
     free(js);
+    /* a message quoting bytes that are not UTF-8 stays JSON, replaced */
+    js = lisa_http_error_json("no route /\xff\xfe", "invalid_request_error",
+                              "x");
+    o = json_loads(js, 0, NULL);
+    cr_assert_not_null(o, "%s", js);
+    e = json_object_get(o, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "message")),
+                     "no route /\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(o);
+    free(js);
 }
 
 /* ------------------------------------------------------------------ */

@@ -3,7 +3,6 @@
  */
 #include "lisa.pb-c.h"
 #include "lisa/lisa_rc.h"
-#include "lisa/lisa_unicode.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -41,17 +40,4 @@ Test(lisa_rc, errf_formats_bounded_and_tolerates_no_buffer)
     char one[1] = {'z'};
     lisa_errf(one, 0, "x");
     cr_assert_eq(one[0], 'z');
-}
-
-Test(lisa_rc, errf_text_is_valid_utf8)
-{
-    /* a reason quoting input: invalid bytes replaced, never a character
-     * cut in half by the bound */
-    char err[16];
-    lisa_errf(err, sizeof err, "id '%s'", "\xff\xfe");
-    cr_assert(lisa_utf8_valid(err, strlen(err)), "%s", err);
-    cr_assert_str_eq(err, "id '\xef\xbf\xbd\xef\xbf\xbd'");
-    lisa_errf(err, sizeof err, "%s", "abcdefghijklm\xe2\x82\xac");
-    cr_assert(lisa_utf8_valid(err, strlen(err)), "%s", err);
-    cr_assert_str_eq(err, "abcdefghijklm");
 }

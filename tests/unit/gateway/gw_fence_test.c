@@ -106,9 +106,8 @@ Test(gw_fence, the_table_is_bounded)
     char id[32];
     for (unsigned i = 0; i < 70000; i++) {
         snprintf(id, sizeof id, "r-%u", i);
-        Lisa__RolloutEvent ev =
-            s_ev(id, 1, LISA__ROLLOUT_STATE__ROLLOUT_FAILED,
-                 LISA__ATTEMPT_STATE__ATTEMPT_FAILED);
+        Lisa__RolloutEvent ev = s_ev(id, 1, LISA__ROLLOUT_STATE__ROLLOUT_FAILED,
+                                     LISA__ATTEMPT_STATE__ATTEMPT_FAILED);
         gw_fence_event(f, &ev);
     }
     cr_assert_eq(gw_fence_size(f), 65536);

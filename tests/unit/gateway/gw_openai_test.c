@@ -3,6 +3,7 @@
  */
 #include "gw_openai.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -224,4 +225,30 @@ Test(gw_openai, response_writer_matches_jansson)
         lisa_free(&calls[k].name);
         lisa_free(&calls[k].arguments);
     }
+}
+
+Test(gw_openai, error_text_is_valid_utf8)
+{
+    /* an error quoting a request's bytes: replaced, never cut mid-character,
+     * and the body is JSON */
+    gw_err_t err;
+    gw_err_set(&err, LISA_INVALID, 400, "invalid_request_error", NULL, NULL,
+               "bad value '%s'", "\xc3\x28\xff");
+    cr_assert(lisa_utf8_valid(err.message, strlen(err.message)));
+    char *body = gw_err_body(&err);
+    json_t *o = json_loads(body, 0, NULL);
+    cr_assert_not_null(o, "%s", body);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(o, "error"), "message")),
+                     "bad value '\xef\xbf\xbd(\xef\xbf\xbd'");
+    json_decref(o);
+    free(body);
+    char big[sizeof err.message + 8];
+    memset(big, 'a', sizeof big);
+    memcpy(big + sizeof err.message - 3, "\xe2\x82\xac",
+           3); /* cut by the bound */
+    big[sizeof big - 1] = '\0';
+    gw_err_set(&err, LISA_INVALID, 400, "invalid_request_error", NULL, NULL,
+               "%s", big);
+    cr_assert(lisa_utf8_valid(err.message, strlen(err.message)));
 }
