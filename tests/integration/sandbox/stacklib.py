@@ -107,7 +107,8 @@ class Stack:
         self.client = Client(self.broker.ep["rpc"])
         self.engine = Engine(script)
         self.sock = os.path.join(self.dir, "gw.sock")
-        go = {"unix": self.sock, "result-wait": "5s"}
+        go = {"unix": self.sock, "result-wait": "5s",
+              "events": self.broker.ep["events"]}
         go.update(gw_opts or {})
         self.gateway = Gateway(os.path.join(self.dir, "gw"), self.key,
                                engines=self.engine.url,
