@@ -371,7 +371,8 @@ chmod 711 "$sockdir"
 sock=$sockdir/gateway.sock
 start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
   --port-file "$run/gateway.port" --unix "$sock" \
-  --broker "$rpc" --token-key "file:$run/token.key" --tokenizer "$model"
+  --broker "$rpc" --events "$events" --token-key "file:$run/token.key" \
+  --tokenizer "$model"
 wait_file "$run/gateway.port" 30
 # The agents run as an unprivileged user inside their sandboxes; connecting
 # to a unix socket needs write permission on it (every request still needs
