@@ -30,6 +30,8 @@ typedef struct {
 
 struct gw_fence_t {
     uint32_t max_inflight;
+    uint64_t epoch;  /* bumped by each gap */
+    zhashx_t *known; /* attempt key -> epoch it was checked in (owned) */
     zhashx_t *ended; /* rollout id -> s_ended_t (owned) */
     zlistx_t *age;   /* s_ended_t, oldest first (borrowed) */
     zhashx_t *open;  /* attempt key -> s_open_t (owned) */
@@ -54,6 +56,14 @@ s_open_free(void **item)
     *item = NULL;
 }
 
+static void
+s_known_free(void **item)
+{
+    uint64_t *at = *item;
+    lisa_free(&at);
+    *item = NULL;
+}
+
 gw_fence_t *
 gw_fence_new(uint32_t max_inflight)
 {
@@ -64,6 +74,9 @@ gw_fence_new(uint32_t max_inflight)
     self->age = zlistx_new();
     self->open = zhashx_new();
     zhashx_set_destructor(self->open, s_open_free);
+    self->epoch = 1;
+    self->known = zhashx_new();
+    zhashx_set_destructor(self->known, s_known_free);
     return self;
 }
 
@@ -76,6 +89,7 @@ gw_fence_destroy(gw_fence_t **self)
     zlistx_destroy(&f->age);
     zhashx_destroy(&f->ended);
     zhashx_destroy(&f->open);
+    zhashx_destroy(&f->known);
     lisa_free(self);
 }
 
@@ -179,6 +193,45 @@ gw_fence_enter(gw_fence_t *self, lisa_http_req_t *req,
     o->n++;
     lisa_http_req_on_release(req, s_left, o);
     return LISA_OK;
+}
+
+bool
+gw_fence_known(const gw_fence_t *self, const lisa_token_claims_t *who)
+{
+    if (gw_fence_ended(self, who->rollout_id, who->attempt))
+        return true;
+    char key[S_KEY_MAX];
+    s_key(key, who);
+    const uint64_t *at = zhashx_lookup(self->known, key);
+    return at && *at == self->epoch;
+}
+
+void
+gw_fence_rollout(gw_fence_t *self, const lisa_token_claims_t *who,
+                 Lisa__RolloutState state, uint32_t attempts)
+{
+    if (s_terminal_rollout(state))
+        s_end_upto(self, who->rollout_id, UINT32_MAX);
+    else if (state == LISA__ROLLOUT_STATE__ROLLOUT_QUEUED && attempts > 0)
+        s_end_upto(self, who->rollout_id, attempts); /* waits for a retry */
+    else if (attempts > 0)
+        s_end_upto(self, who->rollout_id, attempts - 1);
+    if (zhashx_size(self->known) >= S_FENCE_ROLLOUTS)
+        zhashx_purge(self->known); /* bounded: the rest are checked again */
+    char key[S_KEY_MAX];
+    s_key(key, who);
+    uint64_t *at = zhashx_lookup(self->known, key);
+    if (!at) {
+        at = lisa_calloc(1, sizeof *at);
+        zhashx_insert(self->known, key, at);
+    }
+    *at = self->epoch;
+}
+
+void
+gw_fence_gap(gw_fence_t *self)
+{
+    self->epoch++;
 }
 
 uint32_t

@@ -12,6 +12,13 @@
  * broker stays the authority and refuses spans, heartbeats and results of
  * an ended attempt whatever the gateway knows.
  *
+ * Events can be missed (a PUB gap, a gateway that started after the
+ * attempt ended), so an attempt is also checked against the broker once
+ * per "epoch": gw_fence_known is false for an attempt not checked since
+ * the last gap (gw_fence_gap starts a new epoch; the first one starts with
+ * the fence), the caller queries the broker and hands the rollout's state
+ * to gw_fence_rollout, which marks the attempt known.
+ *
  * The fence also caps the calls one attempt has open at once (max_inflight;
  * 429 beyond it), so one sandbox cannot hold the gateway's capacity:
  * gw_fence_enter admits a call and arranges, through the HTTP layer's
@@ -45,6 +52,18 @@ void gw_fence_event(gw_fence_t *self, const Lisa__RolloutEvent *ev);
 /* True when the events said that `attempt` of `rollout` has ended. */
 bool gw_fence_ended(const gw_fence_t *self, const char *rollout,
                     uint32_t attempt);
+
+/* True when `who` was checked against the broker in this epoch, or is
+ * known to have ended. */
+bool gw_fence_known(const gw_fence_t *self, const lisa_token_claims_t *who);
+
+/* Learns the broker's view of `who`'s rollout (its state and its current
+ * attempt number) and marks `who` known for this epoch. */
+void gw_fence_rollout(gw_fence_t *self, const lisa_token_claims_t *who,
+                      Lisa__RolloutState state, uint32_t attempts);
+
+/* Events were missed: every attempt must be checked again. */
+void gw_fence_gap(gw_fence_t *self);
 
 /* Admits one call of `who` on `req`: LISA_OK (the call counts as open
  * until req is answered), LISA_CONFLICT with *err filled (409

@@ -390,6 +390,75 @@ s_fence(gw_server_t *srv, const gw_req_t *r, gw_err_t *err)
     return rc;
 }
 
+/* Past the token: the fence, then the route. */
+static void
+s_admit(gw_server_t *srv, const gw_req_t *r, const s_route_t *hit)
+{
+    gw_err_t err;
+    if (s_fence(srv, r, &err) != LISA_OK) {
+        s_answer_err(srv, r, &err);
+        return;
+    }
+    hit->fn(srv, r);
+}
+
+/* A token call of an attempt not checked against the broker since the
+ * last missed event (or since start), held while the broker is asked. */
+typedef struct {
+    gw_server_t *srv;
+    gw_req_t r;
+    const s_route_t *hit;
+} s_check_t;
+
+static void
+s_checked(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
+{
+    (void) request_id;
+    s_check_t *c = arg;
+    gw_server_t *srv = c->srv;
+    if (rc == LISA_OK && rep && rep->code == LISA__CODE__CODE_OK &&
+        rep->body_case == LISA__REPLY__BODY_QUERY && rep->query &&
+        rep->query->n_rollouts == 1)
+        gw_fence_rollout(srv->fence, &c->r.who, rep->query->rollouts[0]->state,
+                         rep->query->rollouts[0]->attempts);
+    else if (rc == LISA_ERR) { /* the gateway is stopping */
+        (void) lisa_http_req_respond(c->r.req, 503, NULL, "", 0);
+        lisa_free(&c);
+        return;
+    } else /* the broker is the authority downstream: go on unchecked */
+        lisa_log_debug("gateway: rollout %s not checked (%s)",
+                       c->r.who.rollout_id,
+                       rep && rep->error ? rep->error : lisa_rc_str(rc));
+    s_admit(srv, &c->r, c->hit);
+    lisa_free(&c);
+}
+
+/* Asks the broker for the state of r's rollout, then admits r; false when
+ * no check is needed or possible (then the caller admits r at once). */
+static bool
+s_check(gw_server_t *srv, const gw_req_t *r, const s_route_t *hit)
+{
+    if (!srv->sub || !srv->rpc || gw_fence_known(srv->fence, &r->who))
+        return false;
+    s_check_t *c = lisa_calloc(1, sizeof *c);
+    c->srv = srv;
+    c->r = *r;
+    c->hit = hit;
+    char *ids[] = {c->r.who.rollout_id};
+    Lisa__QueryReq q = LISA__QUERY_REQ__INIT;
+    q.n_rollout_ids = 1;
+    q.rollout_ids = ids;
+    Lisa__Request req = LISA__REQUEST__INIT;
+    req.body_case = LISA__REQUEST__BODY_QUERY;
+    req.query = &q;
+    if (lisa_rpc_send(srv->rpc, &req, (int) srv->cfg.rpc_timeout_ms, s_checked,
+                      c, NULL) != LISA_OK) {
+        lisa_free(&c);
+        return false;
+    }
+    return true;
+}
+
 static void
 s_on_request(lisa_http_req_t *req, void *arg)
 {
@@ -418,10 +487,13 @@ s_on_request(lisa_http_req_t *req, void *arg)
         return;
     }
     gw_req_t r = {.req = req, .route = hit->label, .t0_us = t0};
-    if (hit->auth == S_TOKEN &&
-        (gw_auth_check(srv->auth, req, &r.who, &err) != LISA_OK ||
-         s_fence(srv, &r, &err) != LISA_OK)) {
-        s_answer_err(srv, &r, &err);
+    if (hit->auth == S_TOKEN) {
+        if (gw_auth_check(srv->auth, req, &r.who, &err) != LISA_OK) {
+            s_answer_err(srv, &r, &err);
+            return;
+        }
+        if (!s_check(srv, &r, hit))
+            s_admit(srv, &r, hit);
         return;
     }
     if (hit->auth == S_ADMIN && !gw_auth_admin(srv->auth, req)) {
@@ -441,9 +513,10 @@ s_on_event(gw_server_t *srv, const Lisa__Event *ev)
     if (srv->last_seq && ev->seq != srv->last_seq + 1) {
         gw_metrics_add(srv->m, "lisa_gateway_event_gaps_total", NULL, 1);
         lisa_log_warn("gateway: broker events %" PRIu64 "..%" PRIu64
-                      " missed; ended attempts among them are refused only "
-                      "by the broker",
+                      " missed; every attempt is checked with the broker "
+                      "again",
                       srv->last_seq + 1, ev->seq - 1);
+        gw_fence_gap(srv->fence);
     }
     srv->last_seq = ev->seq;
     if (ev->body_case == LISA__EVENT__BODY_ROLLOUT)

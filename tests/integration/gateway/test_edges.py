@@ -98,6 +98,29 @@ def test_cancelled_attempt_token_refused_on_every_route(stack):
     assert call(gw, tok2, "GET", "/v1/models", None)[0] == 200
 
 
+def test_a_gateway_that_missed_the_event_asks_the_broker(make_engine, make_gateway,
+                                                        make_broker, key):
+    """The attempt ended before this gateway started (no event will come):
+    its first call checks the attempt with the broker and is refused; a
+    running attempt's first call passes the same check."""
+    eng = make_engine(lambda p, b: ("fine", "stop"))
+    brk = make_broker()
+    c = Client(brk.ep["rpc"])
+    rid = enqueue(c, [task("q")])[0]
+    att = claim(c)[0]
+    live = enqueue(c, [task("live")])[0]
+    att_live = claim(c)[0]
+    c.ok("cancel", pb.CancelReq(rollout_ids=[rid]))
+    gw = make_gateway(engines=eng.url, broker=brk.ep["rpc"], events=brk.ep["events"])
+    tok = mint(gw_key(gw), rid, att.attempt)
+    for method, path, body in TOKEN_ROUTES:
+        st, err = call(gw, tok, method, path, body)
+        assert st == 409 and err["error"]["code"] == "attempt_ended", (path, st, err)
+    assert spans_of(c, rid) == []
+    assert call(gw, mint(gw_key(gw), live, att_live.attempt), *TOKEN_ROUTES[0])[0] == 200
+    c.close()
+
+
 def test_an_attempt_holds_at_most_its_share_of_calls(make_engine, make_gateway, key):
     eng = make_engine(lambda p, b: ("slow", "stop"), delay=1.0)
     gw = make_gateway(engines=eng.url, attempt_max_inflight=3)

@@ -115,3 +115,28 @@ Test(gw_fence, the_table_is_bounded)
     cr_assert(gw_fence_ended(f, "r-69999", 1));
     gw_fence_destroy(&f);
 }
+
+Test(gw_fence, attempts_are_checked_once_per_epoch)
+{
+    gw_fence_t *f = gw_fence_new(0);
+    lisa_token_claims_t who = {.attempt = 2};
+    snprintf(who.rollout_id, sizeof who.rollout_id, "r-1");
+    cr_assert_not(gw_fence_known(f, &who)); /* a fresh gateway knows nothing */
+    gw_fence_rollout(f, &who, LISA__ROLLOUT_STATE__ROLLOUT_RUNNING, 2);
+    cr_assert(gw_fence_known(f, &who));
+    cr_assert_not(gw_fence_ended(f, "r-1", 2));
+    cr_assert(gw_fence_ended(f, "r-1", 1)); /* attempt 2 runs: 1 is over */
+    gw_fence_gap(f); /* events were missed: check again */
+    cr_assert_not(gw_fence_known(f, &who));
+    /* queued again: attempt 2 failed and waits for its retry */
+    gw_fence_rollout(f, &who, LISA__ROLLOUT_STATE__ROLLOUT_QUEUED, 2);
+    cr_assert(gw_fence_ended(f, "r-1", 2));
+    cr_assert(gw_fence_known(f, &who));
+    gw_fence_gap(f);
+    cr_assert(gw_fence_known(f, &who)); /* an ended attempt stays known */
+    lisa_token_claims_t other = {.attempt = 1};
+    snprintf(other.rollout_id, sizeof other.rollout_id, "r-2");
+    gw_fence_rollout(f, &other, LISA__ROLLOUT_STATE__ROLLOUT_CANCELLED, 1);
+    cr_assert(gw_fence_ended(f, "r-2", 1));
+    gw_fence_destroy(&f);
+}
