@@ -717,6 +717,47 @@ Test(lisa_http_server, slow_loris_is_cut_while_others_are_served)
     lisa_http_server_destroy(&srv);
 }
 
+static atomic_int s_released;
+
+static void
+s_count_release(void *arg)
+{
+    (void) arg;
+    atomic_fetch_add(&s_released, 1);
+}
+
+/* Sets a release hook, then keeps the request (answered by the test). */
+static void
+s_keep_hooked(lisa_http_req_t *req, void *arg)
+{
+    lisa_http_req_on_release(req, s_count_release, NULL);
+    s_keep(req, arg);
+}
+
+Test(lisa_http_server, release_hook_runs_once_per_answer)
+{
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    atomic_store(&s_released, 0);
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_keep_hooked, .handler_arg = &k};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    int fd = s_connect(lisa_http_server_port(srv));
+    const char *rq = "GET /k HTTP/1.1\r\nHost: a\r\n\r\n";
+    cr_assert(send(fd, rq, strlen(rq), MSG_NOSIGNAL) > 0);
+    cr_assert_eq(s_wait_kept(srv, 1, 2000), 1);
+    cr_assert_eq(atomic_load(&s_released), 0); /* held: not yet */
+    pthread_mutex_lock(&k.mtx);
+    lisa_http_req_t *r = k.held[0];
+    pthread_mutex_unlock(&k.mtx);
+    cr_assert_eq(lisa_http_req_respond(r, 200, "text/plain", "ok", 2), LISA_OK);
+    cr_assert_eq(atomic_load(&s_released), 1);
+    char buf[512];
+    cr_assert_eq(s_read_status(fd, buf, sizeof buf, 300), 200, "%s", buf);
+    close(fd);
+    lisa_http_server_destroy(&srv);
+    cr_assert_eq(atomic_load(&s_released), 1);
+}
+
 Test(lisa_http_server, max_connections_evicts_idle_then_refuses)
 {
     s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
