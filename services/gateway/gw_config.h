@@ -34,18 +34,18 @@ typedef struct {
     uint64_t upstream_retries; /* extra tries on connection errors */
     uint64_t max_context;      /* prompt + response tokens per attempt */
     uint64_t default_max_tokens;
-    uint64_t max_attempts;         /* attempts with token state */
-    uint64_t attempt_max_inflight; /* open calls per attempt (0: no cap) */
-    uint64_t attempt_idle_ms;      /* forget an idle attempt after this */
-    uint64_t retry_after_s;        /* Retry-After of 429 answers */
-    uint64_t span_queue;           /* unacknowledged spans held */
-    uint64_t rpc_timeout_ms;       /* broker RPC deadline */
-    uint64_t result_wait_ms;       /* wait for span acks before a result */
-    uint64_t engine_refresh_ms;    /* EngineListReq period (0: off) */
-    uint64_t health_interval_ms;   /* engine /healthz period (0: off) */
-    uint64_t fail_limit;           /* failures before an engine is down */
+    uint64_t max_attempts;       /* attempts with token state */
+    uint64_t attempt_idle_ms;    /* forget an idle attempt after this */
+    uint64_t retry_after_s;      /* Retry-After of 429 answers */
+    uint64_t span_queue;         /* unacknowledged spans held */
+    uint64_t rpc_timeout_ms;     /* broker RPC deadline */
+    uint64_t result_wait_ms;     /* wait for span acks before a result */
+    uint64_t engine_refresh_ms;  /* EngineListReq period (0: off) */
+    uint64_t health_interval_ms; /* engine /healthz period (0: off) */
+    uint64_t fail_limit;         /* failures before an engine is down */
     uint64_t engine_max_inflight;
     uint64_t http_threads;
+    uint64_t attempt_max_inflight; /* open calls per attempt (0: no cap) */
 } gw_config_t;
 
 /* The table and its length. */
