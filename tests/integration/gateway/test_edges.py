@@ -234,4 +234,4 @@ def test_ten_thousand_connections_from_one_sandbox(make_engine, make_gateway, ke
     # of each depends on the machine's load
     assert evicted >= 1000 and evicted + refused >= 3000, (evicted, refused)
     assert open_now <= 2048 + 32 + 1
-    assert slowest < 3.0  # starved, it would wait out the 20 s request deadline
+    assert slowest < 3.0  # a starved call would fail, or wait out the flood
