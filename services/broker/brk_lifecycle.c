@@ -605,6 +605,8 @@ s_h_cancel(brk_lifecycle_t *self, const Lisa__Request *req, Lisa__Reply *rep,
         return brk_call_fail(err, LISA_INVALID, "name rollout ids or a run");
     if (q->n_rollout_ids > self->env.cfg->max_batch)
         return brk_call_fail(err, LISA_TOOLARGE, "too many rollout ids");
+    if (q->reason && strlen(q->reason) > 4096)
+        return brk_call_fail(err, LISA_TOOLARGE, "reason exceeds 4096 bytes");
     for (size_t i = 0; i < q->n_rollout_ids; i++) {
         Lisa__Rollout *r = NULL;
         if (!brk_call_id_ok(q->rollout_ids[i]) ||

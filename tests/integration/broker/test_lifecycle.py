@@ -595,3 +595,16 @@ def test_rows_within_running_and_scoring(broker, client):
     hb = client.ok("heartbeat", pb.HeartbeatReq(rollout_id=rid, attempt=2))
     assert not hb.cancel
     assert state_of(client, rid) == pb.ROLLOUT_SCORING
+
+
+def test_reasons_are_bounded(broker, client):
+    """A reason is stored text: at most 4096 bytes from any caller."""
+    rid = client.ok("enqueue", pb.EnqueueReq(run_id="r", tasks=[task("q")])).rollout_ids[0]
+    claim(client)
+    rep = client.call("cancel", pb.CancelReq(rollout_ids=[rid], reason="x" * 4097))
+    assert rep.code == pb.CODE_TOO_LARGE, rep
+    rep = client.call("attempt_fail", pb.AttemptFailReq(
+        rollout_id=rid, attempt=1, kind=pb.FAILURE_AGENT, reason="y" * 4097))
+    assert rep.code == pb.CODE_TOO_LARGE, rep
+    client.ok("cancel", pb.CancelReq(rollout_ids=[rid], reason="z" * 4096))
+    assert rollout(client, rid).rollouts[0].reason.endswith("z" * 4096)
