@@ -5,7 +5,6 @@ than its share of calls, and a flood of connections from one sandbox leaves
 another attempt's calls served."""
 import http.client as httpc
 import json
-import os
 import re
 import resource
 import socket
