@@ -202,7 +202,7 @@ def test_ten_thousand_connections_from_one_sandbox(make_engine, make_gateway, ke
     th = threading.Thread(target=flood)
     t0 = time.time()
     th.start()
-    served, slowest = 0, 0.0
+    served, slowest, times = 0, 0.0, []
     while not done.is_set() or served < 20:
         t = time.time()
         c = UnixHTTP(sock)
@@ -214,7 +214,8 @@ def test_ten_thousand_connections_from_one_sandbox(make_engine, make_gateway, ke
         c.close()
         assert r.status == 200, r.status
         served += 1
-        slowest = max(slowest, time.time() - t)
+        times.append(time.time() - t)
+        slowest = max(slowest, times[-1])
     th.join()
     flood_s = time.time() - t0
     assert not errors, errors
@@ -223,9 +224,11 @@ def test_ten_thousand_connections_from_one_sandbox(make_engine, make_gateway, ke
     refused = metric(gw, "lisa_gateway_http_refusals", '{reason="refused"}')
     inflight = metric(gw, "lisa_gateway_attempt_refusals_total", '{reason="inflight"}')
     open_now = metric(gw, "lisa_gateway_http_connections_open")
+    median = sorted(times)[len(times) // 2]
     print("flood of 10000 connections in %.1fs: other attempt served %d calls, "
-          "slowest %.3fs; evicted %d, refused %d, flood calls refused 429: %d, "
-          "open %d" % (flood_s, served, slowest, evicted, refused, inflight, open_now))
+          "median %.3fs, slowest %.3fs; evicted %d, refused %d, flood calls "
+          "refused 429: %d, open %d" % (flood_s, served, median, slowest, evicted,
+                                        refused, inflight, open_now))
     for s in opened:
         s.close()
     # the flood overflowed the table: its idle ones displaced each other
@@ -233,4 +236,7 @@ def test_ten_thousand_connections_from_one_sandbox(make_engine, make_gateway, ke
     # of each depends on the machine's load
     assert evicted >= 1000 and evicted + refused >= 3000, (evicted, refused)
     assert open_now <= 2048 + 32 + 1
-    assert slowest < 3.0  # a starved call would fail, or wait out the flood
+    # a starved call would fail (its connection refused) or wait out the
+    # 20 s request deadline of the connections ahead of it; the bounds
+    # leave room for a loaded machine and sanitizer builds
+    assert median < 2.0 and slowest < 10.0, (median, slowest)
