@@ -205,8 +205,11 @@ s_handle(brk_server_t *self, const Lisa__Request *req, zframe_t *identity,
                       s_routes[route].name, req->caller ? req->caller : "",
                       lisa_curve_role_name(role));
         char why[128];
-        snprintf(why, sizeof why, "a %s key may not make %s requests",
-                 lisa_curve_role_name(role), s_routes[route].name);
+        if (role == LISA_ROLE_NONE)
+            snprintf(why, sizeof why, "this key has no role");
+        else
+            snprintf(why, sizeof why, "a %s key may not make %s requests",
+                     lisa_curve_role_name(role), s_routes[route].name);
         brk_outbox_error(self->outbox, identity, delim, req->request_id,
                          (uint32_t) req->body_case, LISA_UNAUTHORIZED, why);
         return;

@@ -5,8 +5,10 @@ A client without a listed key completes no handshake and gets nothing on
 any socket; a client with a listed key may make only the requests of its
 role, and gets CODE_UNAUTHORIZED (and no effect) for the others.
 """
+import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -233,3 +235,49 @@ def test_broker_refuses_to_start_with_curve_on_and_no_keys(tmp_path):
                                "--curve-clients", str(empty)],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "no client certificate" in p.stderr
+
+
+def test_clients_and_cli_take_the_operator_key(cbroker, keys, tmp_path):
+    src = os.environ.get("LISA_SOURCE_DIR", os.path.join(
+        os.path.dirname(__file__), "..", "..", ".."))
+    clients = os.path.join(src, "clients")
+    verl = os.path.join(src, "tests", "fixtures", "seed-samples",
+                        "verl_records_excerpt.json")
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") \
+        else sys.executable
+    from brokerlib import BIN, LISA
+    env = dict(os.environ, LISA_BROKER=cbroker.ep["rpc"],
+               LISA_BROKER_EVENTS=cbroker.ep["events"], LISA_BINARY_DIR=BIN,
+               LISA_CLIENT_TIMEOUT="2")
+    op = os.path.join(keys, "operator.cert_secret")
+    bc = os.path.join(keys, "broker.cert")
+
+    def script(name, *args, extra=None):
+        return subprocess.run([py, os.path.join(clients, name), *args],
+                              env=dict(env, **(extra or {})),
+                              capture_output=True, text=True, timeout=120)
+
+    p = script("submit_tasks.py", verl, "--run", "k", "--key-file", op,
+               "--broker-cert", bc)
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["rollout_ids"]) == 5
+    # the key from the environment, as the CLI takes it
+    p = script("export_results.py", "--run", "k", "-o", str(tmp_path / "x"),
+               extra={"LISA_CURVE_CERT": op, "LISA_BROKER_CERT": bc})
+    assert p.returncode == 0, p.stderr
+    # without a key: no answer at all
+    p = script("submit_tasks.py", verl, "--run", "k2")
+    assert p.returncode != 0 and "no reply" in p.stderr, p.stderr
+    # another role's key (the gateway's) may not export
+    p = script("export_results.py", "--run", "k", "--key-file",
+               os.path.join(keys, "gateway.cert_secret"), "--broker-cert", bc)
+    assert p.returncode != 0 and "CODE_UNAUTHORIZED" in p.stderr, p.stderr
+    r = subprocess.run([LISA, "status", "--json", "--run", "k"],
+                       env=dict(env, LISA_CURVE_CERT=op, LISA_BROKER_CERT=bc),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["queued"] == 5
+    r = subprocess.run([LISA, "status", "--json"],
+                       env=dict(env, LISA_CURVE_CERT=op), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "both" in r.stderr, r.stderr
