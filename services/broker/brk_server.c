@@ -9,6 +9,12 @@
  * group commit and the syncer). This file routes each message to its
  * module, runs every module's tick, and commits once per iteration.
  *
+ * Who may send what. Every socket is a CURVE server (brk_auth); a message
+ * reaches this file only from a listed key, and its key's role is checked
+ * here before anything else: per request type against the dispatch
+ * table's roles, and per socket for span pushes (gateways) and worker
+ * frames (reward workers).
+ *
  * How a message becomes durable. Every handler runs inside the loop
  * iteration's store transaction, under a SAVEPOINT of its own when it may
  * fail after a first write, so that a request that fails half-way leaves
