@@ -19,9 +19,16 @@ def main():
     ap.add_argument("--prune", action="store_true")
     ap.add_argument("-o", "--output", default="-")
     ap.add_argument("--broker", default=None)
+    ap.add_argument("--key-file", default=None,
+                    help="this client's secret CURVE certificate "
+                    "(default $LISA_CURVE_CERT)")
+    ap.add_argument("--broker-cert", default=None,
+                    help="the broker's public CURVE certificate "
+                    "(default $LISA_BROKER_CERT)")
     a = ap.parse_args()
     out = sys.stdout if a.output == "-" else open(a.output, "w")
-    b = Broker(a.broker, caller="export_results.py")
+    b = Broker(a.broker, caller="export_results.py", key_file=a.key_file,
+               broker_cert=a.broker_cert)
     after, total = "", 0
     while True:
         ex = b.call("export", pb.ExportReq(run_id=a.run, after=after, limit=50,

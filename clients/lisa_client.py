@@ -6,8 +6,15 @@ which the build generates from proto/lisa.proto into <build>/python/
 that folder on PYTHONPATH.
 
     from lisa_client import Broker
-    b = Broker("tcp://127.0.0.1:7100")
+    b = Broker("tcp://127.0.0.1:7100", key_file="keys/operator.cert_secret",
+               broker_cert="keys/broker.cert")
     print(b.call("stats", pb.StatsReq()).stats.queued)
+
+The broker speaks ZeroMQ CURVE and admits only listed keys: key_file is
+this client's secret certificate (czmq zcert format, as `lisa keys` writes
+it), broker_cert the broker's public one. They default to $LISA_CURVE_CERT
+and $LISA_BROKER_CERT; with neither the socket is plain (a broker started
+with curve = off).
 """
 import os
 import sys
@@ -25,6 +32,7 @@ except ImportError:  # look in the build tree
 
 import zmq  # noqa: E402
 from google.protobuf.message import DecodeError  # noqa: E402
+import zmq.auth  # noqa: E402
 
 PROTOCOL_VERSION = 1
 
@@ -47,6 +55,29 @@ class BrokerError(Exception):
 class UndecodableReply(Exception):
     """A reply that is not a valid Reply (a string that is not UTF-8, a
     truncated frame): the call fails at once instead of timing out."""
+def curve_keys(key_file=None, broker_cert=None):
+    """(public, secret, broker public) keys for a CURVE client, from the
+    files given or $LISA_CURVE_CERT / $LISA_BROKER_CERT; None when neither
+    is set (a plain bus)."""
+    key_file = key_file or os.environ.get("LISA_CURVE_CERT") or None
+    broker_cert = broker_cert or os.environ.get("LISA_BROKER_CERT") or None
+    if not key_file and not broker_cert:
+        return None
+    if not key_file or not broker_cert:
+        raise ValueError("CURVE needs both a key file (this client's secret "
+                         "certificate) and the broker's public certificate")
+    public, secret = zmq.auth.load_certificate(key_file)
+    if not secret:
+        raise ValueError("%s holds no secret key" % key_file)
+    server, _ = zmq.auth.load_certificate(broker_cert)
+    return public, secret, server
+
+
+def apply_curve(sock, keys):
+    """Makes sock a CURVE client with keys from curve_keys (before
+    connecting); nothing for None."""
+    if keys:
+        sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = keys
 
 
 def broker_endpoint(flag=None):
@@ -65,8 +96,10 @@ class Broker:
     on a timeout the socket is recreated and idempotent requests are sent
     again, at most `tries` times)."""
 
-    def __init__(self, endpoint=None, caller="py-client", timeout=10.0, tries=3):
+    def __init__(self, endpoint=None, caller="py-client", timeout=10.0, tries=3,
+                 key_file=None, broker_cert=None):
         self.endpoint = broker_endpoint(endpoint)
+        self.keys = curve_keys(key_file, broker_cert)
         self.caller = caller
         self.timeout = float(os.environ.get("LISA_CLIENT_TIMEOUT", timeout))
         self.tries = tries
@@ -80,6 +113,7 @@ class Broker:
             self.sock.close(0)
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        apply_curve(self.sock, self.keys)
         self.sock.connect(self.endpoint)
 
     def close(self):
@@ -130,10 +164,11 @@ class Broker:
                 return rep
 
 
-def subscribe(endpoint, topics=("",)):
+def subscribe(endpoint, topics=("",), key_file=None, broker_cert=None):
     """A SUB socket on the broker's events."""
     s = zmq.Context.instance().socket(zmq.SUB)
     s.setsockopt(zmq.LINGER, 0)
+    apply_curve(s, curve_keys(key_file, broker_cert))
     for t in topics:
         s.setsockopt(zmq.SUBSCRIBE, t.encode())
     s.connect(endpoint)

@@ -55,9 +55,16 @@ def main():
     ap.add_argument("--mode", choices=["train", "val"], default="train")
     ap.add_argument("--key", default="", help="idempotency key (resubmits return the same ids)")
     ap.add_argument("--broker", default=None)
+    ap.add_argument("--key-file", default=None,
+                    help="this client's secret CURVE certificate "
+                    "(default $LISA_CURVE_CERT)")
+    ap.add_argument("--broker-cert", default=None,
+                    help="the broker's public CURVE certificate "
+                    "(default $LISA_BROKER_CERT)")
     a = ap.parse_args()
     tasks = [to_task(r, i, a.n) for i, r in enumerate(load(a.file))]
-    b = Broker(a.broker, caller="submit_tasks.py")
+    b = Broker(a.broker, caller="submit_tasks.py", key_file=a.key_file,
+               broker_cert=a.broker_cert)
     rep = b.call("enqueue", pb.EnqueueReq(
         run_id=a.run, step=a.step, policy_version=a.policy,
         mode=pb.MODE_VAL if a.mode == "val" else pb.MODE_TRAIN,

@@ -16,11 +16,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", default=None)
     ap.add_argument("--broker", default=None)
+    ap.add_argument("--key-file", default=None,
+                    help="this client's secret CURVE certificate "
+                    "(default $LISA_CURVE_CERT)")
+    ap.add_argument("--broker-cert", default=None,
+                    help="the broker's public CURVE certificate "
+                    "(default $LISA_BROKER_CERT)")
     ap.add_argument("--topic", action="append", default=None)
     ap.add_argument("--count", type=int, default=0, help="stop after N events")
     ap.add_argument("--duration", type=float, default=0, help="stop after S seconds")
     a = ap.parse_args()
-    sock = subscribe(events_endpoint(a.events, a.broker), a.topic or [""])
+    sock = subscribe(events_endpoint(a.events, a.broker), a.topic or [""],
+                     a.key_file, a.broker_cert)
     seen, last = 0, None
     end = time.monotonic() + a.duration if a.duration else None
     while not a.count or seen < a.count:

@@ -14,7 +14,7 @@
 #   hold policy/ (Hugging Face folder) and data/train_verl.json.
 #
 # Steps: cleanup trap (EXIT, INT, TERM) -> cluster -> images -> the
-# token-key Secret -> services (everything but the trainer) -> wait for
+# token-key Secret -> the bus's key Secrets -> services (everything but the trainer) -> wait for
 # them to be ready -> the trainer Job -> follow it until Complete or
 # Failed (or --timeout) -> cleanup: the trainer and sandbox Jobs are
 # deleted, the mount is stopped, and for local the namespace too unless
@@ -23,6 +23,9 @@
 # Environment: LISA_MODEL_DIR, LISA_TOKENIZER_DIR, LISA_TRAIN_DATA (local:
 # what goes under /lisa-models; defaults: the toy fixtures),
 # LISA_TOKEN_KEY_FILE (hex key; default: a new random one),
+# LISA_KEYS_DIR (a CURVE key set from `lisa keys DIR`; default: the
+# namespace's key Secrets when they exist, else a new set made with the
+# `lisa` of LISA_BUILD_DIR (build/default) or PATH),
 # MINIKUBE_CPUS / MINIKUBE_MEMORY (local; default 4 / 8192).
 # Exit status: 0 the training Job completed; 1 it failed or timed out;
 # 2 usage or a missing tool.
@@ -140,6 +143,32 @@ if [ -z "$key" ]; then
 fi
 kc create secret generic lisa-token-key --from-file=key="$key" \
   --dry-run=client -o yaml | kc apply -f - >/dev/null
+
+# 4b. The bus's CURVE keys (docs/deploy.md): one Secret per role with its
+#     secret certificate and the broker's public one; the broker's pair;
+#     the public certificates the broker admits. Kept across launches (the
+#     running services hold them) unless LISA_KEYS_DIR names a set.
+keys=${LISA_KEYS_DIR:-}
+if [ -n "$keys" ] || ! kc get secret lisa-curve-broker >/dev/null 2>&1; then
+  if [ -z "$keys" ]; then
+    lisa_bin=${LISA_BUILD_DIR:-build/default}/bin/lisa
+    [ -x "$lisa_bin" ] || lisa_bin=$(command -v lisa || true)
+    [ -n "$lisa_bin" ] ||
+      { say "no lisa binary to make the bus's keys (build lisa, or set LISA_KEYS_DIR)"; exit 2; }
+    keys="$work/keys"
+    "$lisa_bin" keys "$keys" >/dev/null
+  fi
+  secret() {
+    kc create secret generic "$@" --dry-run=client -o yaml |
+      kc apply -f - >/dev/null
+  }
+  secret lisa-curve-broker --from-file="$keys/broker.cert_secret"
+  secret lisa-curve-clients --from-file="$keys/clients"
+  for role in controller gateway trainer reward operator; do
+    secret "lisa-curve-$role" --from-file="$keys/$role.cert_secret" \
+      --from-file="$keys/broker.cert"
+  done
+fi
 
 # 5. Services (everything but the trainer), then wait for them.
 say "applying $dir (services)"

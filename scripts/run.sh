@@ -349,10 +349,18 @@ check_alive() {
 umask 077
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run/token.key"
 umask 022
+# The bus's keys: a CURVE key pair per role, made for this run; the broker
+# admits only these keys and lets each role make only its own requests
+# (docs/deploy.md). Each service gets its own secret certificate and the
+# broker's public one.
+keys=$run/keys
+"$bin/lisa" keys "$keys" >/dev/null
 
 start broker "$bin/lisa-broker" --data "$run/broker" \
   --rpc 'tcp://127.0.0.1:*' --spans 'tcp://127.0.0.1:*' \
   --events 'tcp://127.0.0.1:*' --workers 'tcp://127.0.0.1:*' \
+  --curve on --curve-cert "$keys/broker.cert_secret" \
+  --curve-clients "$keys/clients" \
   --token-key "$run/token.key" --ports-file "$run/broker.ports"
 wait_file "$run/broker.ports" 30
 port_of() { sed -n "s/^$1=//p" "$run/broker.ports"; }
@@ -361,7 +369,8 @@ events=$(port_of events)
 workers=$(port_of workers)
 echo "broker: rpc $rpc, workers $workers"
 
-start reward "$bin/lisa-reward" worker --broker "$workers" --threads 1
+start reward "$bin/lisa-reward" worker --broker "$workers" --threads 1 \
+  --curve-cert "$keys/reward.cert_secret" --broker-cert "$keys/broker.cert"
 
 # The gateway's unix socket lives in a folder of its own under /tmp that
 # anyone may traverse: bubblewrap resolves it as the sandboxes' user, and
@@ -372,7 +381,8 @@ sock=$sockdir/gateway.sock
 start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
   --port-file "$run/gateway.port" --unix "$sock" \
   --broker "$rpc" --events "$events" --token-key "file:$run/token.key" \
-  --tokenizer "$model"
+  --tokenizer "$model" \
+  --curve-cert "$keys/gateway.cert_secret" --broker-cert "$keys/broker.cert"
 wait_file "$run/gateway.port" 30
 # The agents run as an unprivileged user inside their sandboxes; connecting
 # to a unix socket needs write permission on it (every request still needs
@@ -384,18 +394,22 @@ echo "gateway: http://127.0.0.1:$(cat "$run/gateway.port"), $sock"
 start controller "$bin/lisa-controller" --backend local \
   --broker-rpc "$rpc" --broker-events "$events" --run-id "$run_id" \
   --gateway-socket "$sock" --state-dir "$run/controller" \
-  --agent "$bin/lisa-agent" --bwrap "$bwrap"
+  --agent "$bin/lisa-agent" --bwrap "$bwrap" \
+  --curve-cert "$keys/controller.cert_secret" --broker-cert "$keys/broker.cert"
 
 val_args=()
 [ -n "$val" ] && val_args=(--val-data "$val")
 start trainer "$bin/lisa-trainer" train \
   "${config_args[@]+"${config_args[@]}"}" --model "$model" \
   --train-data "$train" "${val_args[@]+"${val_args[@]}"}" --broker "$rpc" \
+  --curve-cert "$keys/trainer.cert_secret" --broker-cert "$keys/broker.cert" \
   --engine-listen 127.0.0.1:0 --out "$run/trainer" --backend "$backend" \
   --run-id "$run_id" "${settings[@]+"${settings[@]}"}"
 trainer_pid=${pids[${#pids[@]} - 1]}
 echo "trainer: pid $trainer_pid (its log lists every setting it uses)"
 echo "logs: $run/logs/"
+echo "operator: LISA_BROKER=$rpc LISA_CURVE_CERT=$keys/operator.cert_secret" \
+  "LISA_BROKER_CERT=$keys/broker.cert $bin/lisa status"
 
 # Progress (scripts/progress.sh): the trainer's step lines, and on a
 # terminal the running step's live line redrawn in place.

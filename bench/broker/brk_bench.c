@@ -721,26 +721,17 @@ main(int argc, char **argv)
     snprintf(ports, sizeof ports, "%s/ports", dir);
     snprintf(rdir, sizeof rdir, "%s/redis", dir);
     mkdir(rdir, 0700);
-    char *bargv[] = {(char *) (uintptr_t) broker_bin,
-                     S_TXT("--data"),
-                     data,
-                     S_TXT("--ports-file"),
-                     ports,
-                     S_TXT("--rpc"),
-                     S_TXT("tcp://127.0.0.1:*"),
-                     S_TXT("--spans"),
-                     S_TXT("tcp://127.0.0.1:*"),
-                     S_TXT("--events"),
-                     S_TXT("tcp://127.0.0.1:*"),
-                     S_TXT("--workers"),
-                     S_TXT("tcp://127.0.0.1:*"),
-                     S_TXT("--sync"),
-                     (char *) (uintptr_t) sync,
-                     S_TXT("--log-level"),
+    char *bargv[] = {(char *) (uintptr_t) broker_bin, S_TXT("--data"), data,
+                     S_TXT("--ports-file"), ports, S_TXT("--rpc"),
+                     S_TXT("tcp://127.0.0.1:*"), S_TXT("--spans"),
+                     S_TXT("tcp://127.0.0.1:*"), S_TXT("--events"),
+                     S_TXT("tcp://127.0.0.1:*"), S_TXT("--workers"),
+                     S_TXT("tcp://127.0.0.1:*"), S_TXT("--sync"),
+                     (char *) (uintptr_t) sync, S_TXT("--log-level"),
                      S_TXT("warn"),
-                     S_TXT("--lease-ms"),
-                     S_TXT("600000"),
-                     NULL};
+                     /* plain sockets: the figures compare the stores */
+                     S_TXT("--curve"), S_TXT("off"), S_TXT("--lease-ms"),
+                     S_TXT("600000"), NULL};
     pid_t bpid = s_spawn(bargv);
     fprintf(stderr, "bench: broker pid %d\n", (int) bpid);
     char rpc_ep[320] = "";

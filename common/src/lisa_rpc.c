@@ -14,6 +14,7 @@
 #include "lisa/lisa_rpc.h"
 
 #include "lisa/lisa_codec.h"
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -52,6 +53,7 @@ s_socket(const char *endpoint)
     zsock_set_linger(s, 0);
     zsock_set_rcvhwm(s, 100000);
     zsock_set_sndhwm(s, 100000);
+    lisa_curve_client(s);
     if (zsock_connect(s, "%s", endpoint) != 0) {
         zsock_destroy(&s);
         return NULL;

@@ -36,6 +36,17 @@ static const lisa_config_entry_t s_table[] = {
       NULL, NULL,
       "file with the attempt-token HMAC key as hex or base64 text "
       "(empty: a random key per start)"),
+    E(curve, "LISA_BROKER_CURVE", "--curve", LISA_CFG_STRING, "on", NULL, NULL,
+      "on: every socket is CURVE-encrypted, admits only the keys in "
+      "curve_clients and authorises each request by the key's role; off: "
+      "an open, unauthenticated bus (tests only)"),
+    E(curve_cert, "LISA_BROKER_CURVE_CERT", "--curve-cert", LISA_CFG_STRING, "",
+      NULL, NULL,
+      "the broker's secret certificate (zcert file; 'lisa keys' makes it)"),
+    E(curve_clients, "LISA_BROKER_CURVE_CLIENTS", "--curve-clients",
+      LISA_CFG_STRING, "", NULL, NULL,
+      "directory of the clients' public certificates, each with its role "
+      "(controller, gateway, trainer, reward or operator) as metadata"),
     E(ports_file, "LISA_BROKER_PORTS_FILE", "--ports-file", LISA_CFG_STRING, "",
       NULL, NULL, "write the bound endpoints to this file once listening"),
     E(log_level, "LISA_LOG_LEVEL", "--log-level", LISA_CFG_STRING, "info", NULL,
@@ -113,6 +124,11 @@ brk_config_load(brk_config_t *cfg, int argc, char **argv, FILE *out, FILE *err)
     }
     if (strcmp(cfg->sync, "full") != 0 && strcmp(cfg->sync, "normal") != 0) {
         fprintf(err, "lisa-broker: sync must be 'full' or 'normal'\n");
+        brk_config_free(cfg);
+        return LISA_INVALID;
+    }
+    if (strcmp(cfg->curve, "on") != 0 && strcmp(cfg->curve, "off") != 0) {
+        fprintf(err, "lisa-broker: curve must be 'on' or 'off'\n");
         brk_config_free(cfg);
         return LISA_INVALID;
     }

@@ -25,6 +25,9 @@ typedef struct {
     char *data_dir;          /* holds broker.db (+ -wal, -shm) */
     char *sync;              /* "full" or "normal" */
     char *token_key_file;    /* HMAC key for attempt tokens ("" = random) */
+    char *curve;             /* "on" or "off" */
+    char *curve_cert;        /* the broker's secret certificate */
+    char *curve_clients;     /* directory of clients' public certificates */
     char *ports_file;        /* write bound endpoints here ("" = no) */
     char *log_level;         /* error|warn|info|debug */
     uint64_t lease_ms;       /* attempt lease, renewed by heartbeats */

@@ -9,6 +9,12 @@
  * group commit and the syncer). This file routes each message to its
  * module, runs every module's tick, and commits once per iteration.
  *
+ * Who may send what. Every socket is a CURVE server (brk_auth); a message
+ * reaches this file only from a listed key, and its key's role is checked
+ * here before anything else: per request type against the dispatch
+ * table's roles, and per socket for span pushes (gateways) and worker
+ * frames (reward workers).
+ *
  * How a message becomes durable. Every handler runs inside the loop
  * iteration's store transaction, under a SAVEPOINT of its own when it may
  * fail after a first write, so that a request that fails half-way leaves
@@ -20,6 +26,7 @@
 #include "brk_server.h"
 
 #include "brk_arena.h"
+#include "brk_auth.h"
 #include "brk_call.h"
 #include "brk_engines.h"
 #include "brk_ingest.h"
@@ -43,9 +50,11 @@ struct brk_server_t {
     brk_store_t *store;
     brk_arena_t *arena;
     brk_token_t *token;
+    brk_auth_t *auth;
     zsock_t *rpc, *pull, *pub, *wrk;
     char *ep_rpc, *ep_spans, *ep_events, *ep_workers;
     lisa_codec_stats_t st_rpc;
+    uint64_t refused; /* span and worker frames from keys of other roles */
 
     brk_outbox_t *outbox;
     brk_lifecycle_t *lifecycle;
@@ -86,7 +95,7 @@ s_h_stats(brk_server_t *self, brk_call_t *call)
     st->event_seq = brk_outbox_event_seq(self->outbox);
     uint64_t push_bad = brk_ingest_stats(self->ingest, st);
     st->bad_frames = lisa_codec_stats_refused(&self->st_rpc) + push_bad +
-                     brk_scores_bad_frames(self->scores);
+                     brk_scores_bad_frames(self->scores) + self->refused;
     st->rpc_errors = brk_outbox_errors(self->outbox);
     st->group_commits = brk_store_commits(self->store);
     st->stale_scores = brk_scores_stale(self->scores);
@@ -103,36 +112,64 @@ typedef enum {
     S_TO_SERVER,
 } s_owner_t;
 
-/* The dispatch table: one row per Request body. `savepoint` marks the
- * handlers that may fail after a first write and so run under a SAVEPOINT
- * of their own; the others check everything before writing (a savepoint
- * costs a copy of every page the request touches). */
+/* Who may make a request (CURVE on): masks of lisa_role_t. */
+#define R_CTL LISA_ROLE_CONTROLLER
+#define R_GW  LISA_ROLE_GATEWAY
+#define R_TRN LISA_ROLE_TRAINER
+#define R_OP  LISA_ROLE_OPERATOR
+#define R_ANY LISA_ROLE_ALL
+
+/* The dispatch table: one row per Request body. `roles` are the roles
+ * whose keys may make the request (docs/deploy.md has the reasons);
+ * `savepoint` marks the handlers that may fail after a first write and so
+ * run under a SAVEPOINT of their own; the others check everything before
+ * writing (a savepoint costs a copy of every page the request touches).
+ * Setting the policy version is the trainer's alone (see s_allowed). */
 static const struct {
     Lisa__Request__BodyCase body;
     s_owner_t owner;
     const char *name;
+    unsigned roles;
     bool savepoint;
 } s_routes[] = {
-    {LISA__REQUEST__BODY_ENQUEUE, S_TO_LIFECYCLE, "enqueue", true},
-    {LISA__REQUEST__BODY_CLAIM, S_TO_LIFECYCLE, "claim", true},
-    {LISA__REQUEST__BODY_ATTEMPT_START, S_TO_LIFECYCLE, "attempt_start", true},
-    {LISA__REQUEST__BODY_HEARTBEAT, S_TO_LIFECYCLE, "heartbeat", true},
-    {LISA__REQUEST__BODY_ATTEMPT_COMPLETE, S_TO_LIFECYCLE, "attempt_complete",
+    {LISA__REQUEST__BODY_ENQUEUE, S_TO_LIFECYCLE, "enqueue", R_TRN | R_OP,
      true},
-    {LISA__REQUEST__BODY_ATTEMPT_FAIL, S_TO_LIFECYCLE, "attempt_fail", true},
-    {LISA__REQUEST__BODY_GET_TASK, S_TO_LIFECYCLE, "get_task", true},
-    {LISA__REQUEST__BODY_WAIT, S_TO_WAITS, "wait", false},
-    {LISA__REQUEST__BODY_QUERY, S_TO_QUERY, "query", false},
-    {LISA__REQUEST__BODY_CANCEL, S_TO_LIFECYCLE, "cancel", true},
-    {LISA__REQUEST__BODY_STATS, S_TO_SERVER, "stats", false},
-    {LISA__REQUEST__BODY_POLICY, S_TO_LIFECYCLE, "policy", true},
-    {LISA__REQUEST__BODY_SPAN_PUT, S_TO_INGEST, "span_put", false},
-    {LISA__REQUEST__BODY_SPAN_STATUS, S_TO_INGEST, "span_status", false},
-    {LISA__REQUEST__BODY_ENGINE_REGISTER, S_TO_ENGINES, "engine_register",
+    {LISA__REQUEST__BODY_CLAIM, S_TO_LIFECYCLE, "claim", R_CTL, true},
+    {LISA__REQUEST__BODY_ATTEMPT_START, S_TO_LIFECYCLE, "attempt_start", R_CTL,
+     true},
+    {LISA__REQUEST__BODY_HEARTBEAT, S_TO_LIFECYCLE, "heartbeat", R_CTL | R_GW,
+     true},
+    {LISA__REQUEST__BODY_ATTEMPT_COMPLETE, S_TO_LIFECYCLE, "attempt_complete",
+     R_GW, true},
+    {LISA__REQUEST__BODY_ATTEMPT_FAIL, S_TO_LIFECYCLE, "attempt_fail", R_CTL,
+     true},
+    {LISA__REQUEST__BODY_GET_TASK, S_TO_LIFECYCLE, "get_task", R_GW, true},
+    {LISA__REQUEST__BODY_WAIT, S_TO_WAITS, "wait", R_TRN | R_OP, false},
+    {LISA__REQUEST__BODY_QUERY, S_TO_QUERY, "query", R_CTL | R_TRN | R_OP,
      false},
-    {LISA__REQUEST__BODY_ENGINE_LIST, S_TO_ENGINES, "engine_list", false},
-    {LISA__REQUEST__BODY_EXPORT, S_TO_QUERY, "export", true},
+    {LISA__REQUEST__BODY_CANCEL, S_TO_LIFECYCLE, "cancel", R_TRN | R_OP, true},
+    {LISA__REQUEST__BODY_STATS, S_TO_SERVER, "stats", R_ANY, false},
+    {LISA__REQUEST__BODY_POLICY, S_TO_LIFECYCLE, "policy", R_ANY, true},
+    {LISA__REQUEST__BODY_SPAN_PUT, S_TO_INGEST, "span_put", R_GW, false},
+    {LISA__REQUEST__BODY_SPAN_STATUS, S_TO_INGEST, "span_status", R_GW, false},
+    {LISA__REQUEST__BODY_ENGINE_REGISTER, S_TO_ENGINES, "engine_register",
+     R_TRN, false},
+    {LISA__REQUEST__BODY_ENGINE_LIST, S_TO_ENGINES, "engine_list",
+     R_GW | R_TRN | R_OP, false},
+    {LISA__REQUEST__BODY_EXPORT, S_TO_QUERY, "export", R_OP, true},
 };
+
+/* True when a sender of `role` may make request `req` of route `route`. */
+static bool
+s_allowed(size_t route, const Lisa__Request *req, lisa_role_t role)
+{
+    if (!(s_routes[route].roles & (unsigned) role))
+        return false;
+    if (req->body_case == LISA__REQUEST__BODY_POLICY && req->policy &&
+        req->policy->set)
+        return (role & LISA_ROLE_TRAINER) != 0;
+    return true;
+}
 
 static lisa_rc_t
 s_route(brk_server_t *self, s_owner_t owner, brk_call_t *call)
@@ -158,7 +195,7 @@ s_route(brk_server_t *self, s_owner_t owner, brk_call_t *call)
  * (when its route says so) a savepoint, and queues its reply. */
 static void
 s_handle(brk_server_t *self, const Lisa__Request *req, zframe_t *identity,
-         bool delim, zframe_t *body)
+         bool delim, zframe_t *body, lisa_role_t role)
 {
     size_t route = SIZE_MAX;
     for (size_t i = 0; i < sizeof s_routes / sizeof s_routes[0]; i++)
@@ -167,6 +204,20 @@ s_handle(brk_server_t *self, const Lisa__Request *req, zframe_t *identity,
     if (route == SIZE_MAX) {
         brk_outbox_error(self->outbox, identity, delim, req->request_id, 0,
                          LISA_UNSUPPORTED, "unknown request type");
+        return;
+    }
+    if (!s_allowed(route, req, role)) {
+        lisa_log_info("rpc %s from '%s' refused: the key's role is %s",
+                      s_routes[route].name, req->caller ? req->caller : "",
+                      lisa_curve_role_name(role));
+        char why[128];
+        if (role == LISA_ROLE_NONE)
+            snprintf(why, sizeof why, "this key has no role");
+        else
+            snprintf(why, sizeof why, "a %s key may not make %s requests",
+                     lisa_curve_role_name(role), s_routes[route].name);
+        brk_outbox_error(self->outbox, identity, delim, req->request_id,
+                         (uint32_t) req->body_case, LISA_UNAUTHORIZED, why);
         return;
     }
     bool savepoint = s_routes[route].savepoint;
@@ -225,7 +276,9 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
                              LISA_INVALID, "expected frames [empty] Request");
         return;
     }
-    if (brk_ingest_rpc_fast(self->ingest, identity, delim, body)) {
+    lisa_role_t role = brk_auth_role(self->auth, body);
+    if ((role & LISA_ROLE_GATEWAY) &&
+        brk_ingest_rpc_fast(self->ingest, identity, delim, body)) {
         self->st_rpc.ok++;
         return;
     }
@@ -240,7 +293,7 @@ s_on_rpc(brk_server_t *self, zmsg_t *m)
         brk_outbox_error(self->outbox, identity, delim, 0, 0, rc, why);
         return;
     }
-    s_handle(self, (Lisa__Request *) msg, identity, delim, body);
+    s_handle(self, (Lisa__Request *) msg, identity, delim, body, role);
     brk_arena_reset(self->arena);
     lisa_codec_free(&msg);
 }
@@ -335,6 +388,19 @@ s_read(brk_server_t *self)
             zmsg_t *m = zmsg_recv(socks[s]);
             if (!m)
                 continue;
+            /* spans come from gateways only, worker frames from reward
+             * workers only; RPC is checked per request type */
+            lisa_role_t need = s == 1 ? LISA_ROLE_GATEWAY : LISA_ROLE_REWARD;
+            if (s != 0 && !(brk_auth_role(self->auth, zmsg_last(m)) & need)) {
+                if (self->refused++ % 1000 == 0)
+                    lisa_log_warn("refused a %s frame from a key of another "
+                                  "role (%" PRIu64 " so far)",
+                                  s == 1 ? "span" : "worker", self->refused);
+                zmsg_destroy(&m);
+                handled++;
+                any = true;
+                continue;
+            }
             if (s == 0)
                 s_on_rpc(self, m);
             else if (s == 1)
@@ -418,11 +484,13 @@ brk_server_run(brk_server_t *self, volatile sig_atomic_t *stop)
 /* construction                                                       */
 
 static zsock_t *
-s_bind(int type, const char *endpoint, char **bound, uint64_t maxmsg)
+s_bind(const brk_auth_t *auth, int type, const char *endpoint, char **bound,
+       uint64_t maxmsg)
 {
     zsock_t *s = zsock_new(type);
     if (!s)
         return NULL;
+    brk_auth_server(auth, s);
     zsock_set_linger(s, 0);
     zsock_set_rcvhwm(s, 100000);
     zsock_set_sndhwm(s, 100000);
@@ -502,23 +570,28 @@ brk_server_new(const brk_config_t *cfg)
     if (!*cfg->token_key_file)
         lisa_log_warn("no token key file: attempt tokens use a random key "
                       "that dies with this process");
-    self->rpc = s_bind(ZMQ_ROUTER, cfg->rpc_endpoint, &self->ep_rpc,
+    self->auth = brk_auth_new(cfg);
+    if (!self->auth)
+        goto fail;
+    self->rpc = s_bind(self->auth, ZMQ_ROUTER, cfg->rpc_endpoint, &self->ep_rpc,
                        cfg->max_rpc_frame);
-    self->pull = s_bind(ZMQ_PULL, cfg->span_endpoint, &self->ep_spans,
-                        cfg->max_span_frame);
-    self->pub = s_bind(ZMQ_PUB, cfg->event_endpoint, &self->ep_events, 0);
-    self->wrk = s_bind(ZMQ_ROUTER, cfg->worker_endpoint, &self->ep_workers,
-                       cfg->max_worker_frame);
+    self->pull = s_bind(self->auth, ZMQ_PULL, cfg->span_endpoint,
+                        &self->ep_spans, cfg->max_span_frame);
+    self->pub =
+        s_bind(self->auth, ZMQ_PUB, cfg->event_endpoint, &self->ep_events, 0);
+    self->wrk = s_bind(self->auth, ZMQ_ROUTER, cfg->worker_endpoint,
+                       &self->ep_workers, cfg->max_worker_frame);
     if (!self->rpc || !self->pull || !self->pub || !self->wrk ||
         s_modules(self) != LISA_OK || s_recover(self) != LISA_OK)
         goto fail;
     self->next_tick = zclock_mono();
     lisa_log_info(
-        "broker up: rpc %s, spans %s, events %s, workers %s; "
-        "store %s/broker.db (schema %d, sync %s), policy %" PRIu64
-        ", %zu score jobs recovered",
+        "broker up: rpc %s, spans %s, events %s, workers %s (curve %s, "
+        "%zu client keys); store %s/broker.db (schema %d, sync %s), "
+        "policy %" PRIu64 ", %zu score jobs recovered",
         self->ep_rpc, self->ep_spans, self->ep_events, self->ep_workers,
-        cfg->data_dir, brk_store_schema(self->store), cfg->sync,
+        cfg->curve, brk_auth_keys(self->auth), cfg->data_dir,
+        brk_store_schema(self->store), cfg->sync,
         brk_lifecycle_policy(self->lifecycle), brk_scores_jobs(self->scores));
     return self;
 fail:
@@ -543,6 +616,7 @@ brk_server_destroy(brk_server_t **pself)
     zsock_destroy(&self->pull);
     zsock_destroy(&self->pub);
     zsock_destroy(&self->wrk);
+    brk_auth_destroy(&self->auth);
     lisa_free(&self->ep_rpc);
     lisa_free(&self->ep_spans);
     lisa_free(&self->ep_events);

@@ -4,6 +4,7 @@
 #include "cli_broker.h"
 
 #include "lisa/lisa_config.h"
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 
 #include <errno.h>
@@ -46,10 +47,24 @@ cli_events_endpoint(const char *flag, const char *broker)
     return out;
 }
 
+int
+cli_curve(void)
+{
+    char err[256] = "";
+    if (lisa_curve_use(getenv("LISA_CURVE_CERT"), getenv("LISA_BROKER_CERT"),
+                       err, sizeof err) != LISA_OK) {
+        fprintf(stderr, "lisa: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 lisa_rpc_t *
 cli_connect(const char *endpoint)
 {
     lisa_log_set_level(LISA_LOG_WARN);
+    if (cli_curve() != 0)
+        return NULL;
     lisa_rpc_t *rpc = lisa_rpc_new(endpoint, "lisa-cli");
     if (!rpc)
         fprintf(stderr, "lisa: cannot connect to '%s'\n", endpoint);

@@ -24,7 +24,13 @@ const char *cli_broker_endpoint(const char *flag);
  * endpoint with its port + 2 (the default layout). Caller frees. */
 char *cli_events_endpoint(const char *flag, const char *broker);
 
-/* A client for `endpoint` (NULL and a message on failure). */
+/* Sets the bus identity from $LISA_CURVE_CERT (this operator's secret
+ * certificate) and $LISA_BROKER_CERT (the broker's public one); both unset
+ * means a plain bus. Returns 0, or 1 with a message on stderr. */
+int cli_curve(void);
+
+/* A client for `endpoint` with the identity of cli_curve (NULL and a
+ * message on failure). */
 lisa_rpc_t *cli_connect(const char *endpoint);
 
 /* Calls the broker; on LISA_OK with CODE_OK returns 0 and *rep. Otherwise

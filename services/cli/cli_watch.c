@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "cli_broker.h"
 #include "lisa/lisa_codec.h"
+#include "lisa/lisa_curve.h"
 
 #include <czmq.h>
 #include <stdio.h>
@@ -103,7 +104,9 @@ cli_watch(int argc, char **argv)
     char *ep = cli_events_endpoint(events, cli_broker_endpoint(broker));
     zsys_init();
     zsys_set_logstream(NULL);
-    zsock_t *sub = zsock_new(ZMQ_SUB);
+    zsock_t *sub = cli_curve() == 0 ? zsock_new(ZMQ_SUB) : NULL;
+    if (sub)
+        lisa_curve_client(sub);
     if (!sub || zsock_connect(sub, "%s", ep) != 0) {
         fprintf(stderr, "lisa watch: cannot connect to '%s'\n", ep);
         zsock_destroy(&sub);

@@ -19,6 +19,8 @@ typedef struct {
     char *controller_id;  /* names this controller to the broker */
     char *broker_rpc;     /* broker ROUTER endpoint */
     char *broker_events;  /* broker PUB endpoint */
+    char *curve_cert;     /* own secret CURVE certificate ("" = plain) */
+    char *broker_cert;    /* the broker's public CURVE certificate */
     char *run_id;         /* claim only this run ("" = any) */
     char *backend;        /* local | docker | k8s */
     char *gateway_socket; /* host path of the gateway's unix socket */

@@ -16,6 +16,7 @@
 #include "ctl_outcome.h"
 #include "ctl_rate.h"
 #include "lisa/lisa_codec.h"
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_rpc.h"
@@ -102,7 +103,13 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
         backend->ops->destroy(backend->impl);
         return NULL;
     }
-    zsock_t *sub = zsock_new_sub(cfg->broker_events, "rollout");
+    zsock_t *sub = zsock_new(ZMQ_SUB);
+    if (sub) {
+        lisa_curve_client(sub);
+        zsock_set_subscribe(sub, "rollout");
+        if (zsock_connect(sub, "%s", cfg->broker_events) != 0)
+            zsock_destroy(&sub);
+    }
     if (!sub) {
         lisa_log_error("controller: cannot subscribe to %s",
                        cfg->broker_events);

@@ -9,6 +9,7 @@
 #include "ctl_k8s.h"
 #include "ctl_local.h"
 #include "ctl_server.h"
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -165,6 +166,12 @@ main(int argc, char **argv)
     if (lisa_log_level_parse(cfg.log_level, &lvl) == LISA_OK)
         lisa_log_set_level(lvl);
     ctl_config_dump(&cfg);
+    if (lisa_curve_use(cfg.curve_cert, cfg.broker_cert, err, sizeof err) !=
+        LISA_OK) {
+        lisa_log_error("config: %s", err);
+        ctl_config_clear(&cfg);
+        return 2;
+    }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         lisa_log_error("curl_global_init failed");
         ctl_config_clear(&cfg);
@@ -188,6 +195,7 @@ main(int argc, char **argv)
     rc = ctl_server_run(srv, &s_stop);
     ctl_server_destroy(&srv);
     ctl_config_clear(&cfg);
+    lisa_curve_forget();
     zsys_shutdown();
     curl_global_cleanup();
     return rc == LISA_OK ? 0 : 1;

@@ -30,6 +30,13 @@ const lisa_config_entry_t gw_config_table[] = {
         "broker event endpoint: the tokens of attempts that ended are "
         "refused (empty: not subscribed)",
         events),
+    S_E("gateway.curve_cert", "LISA_GW_CURVE_CERT", "--curve-cert",
+        LISA_CFG_STRING, NULL,
+        "this gateway's secret CURVE certificate (empty: plain bus)",
+        curve_cert),
+    S_E("gateway.broker_cert", "LISA_GW_BROKER_CERT", "--broker-cert",
+        LISA_CFG_STRING, NULL, "the broker's public CURVE certificate",
+        broker_cert),
     {.name = "gateway.token_key",
      .env = "LISA_TOKEN_KEY",
      .flag = "--token-key",

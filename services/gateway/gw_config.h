@@ -21,6 +21,8 @@ typedef struct {
     char *port_file;   /* write the bound port here (tests) */
     char *broker;      /* broker RPC endpoint; "" runs without a broker */
     char *events;      /* broker PUB endpoint; "" does not subscribe */
+    char *curve_cert;  /* own secret CURVE certificate ("" = plain) */
+    char *broker_cert; /* the broker's public CURVE certificate */
     char *token_key;   /* HMAC key spec (text, or file: and a path) */
     char *admin_key;   /* bearer key of the admin routes; "" disables them */
     char *tokenizer;   /* directory with tokenizer.json */

@@ -4,6 +4,7 @@
  */
 #include "gw_config.h"
 #include "gw_server.h"
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 
 #include <czmq.h>
@@ -41,6 +42,12 @@ main(int argc, char **argv)
         return 2;
     }
     lisa_config_dump(gw_config_table, gw_config_table_len, &cfg, NULL);
+    if (lisa_curve_use(cfg.curve_cert, cfg.broker_cert, err, sizeof err) !=
+        LISA_OK) {
+        fprintf(stderr, "lisa-gateway: %s\n", err);
+        gw_config_free(&cfg);
+        return 2;
+    }
     s_raise_nofile();
     zsys_init();
     zsys_catch_interrupts();
@@ -55,5 +62,6 @@ main(int argc, char **argv)
     gw_server_destroy(&gw);
     zloop_destroy(&loop);
     gw_config_free(&cfg);
+    lisa_curve_forget();
     return code;
 }

@@ -8,6 +8,7 @@
  * reverse; the work lives in rwd_worker (the broker protocol) and
  * rwd_lines (JSON lines), both on top of rwd_score.
  */
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "rwd_config.h"
 #include "rwd_lines.h"
@@ -59,6 +60,12 @@ static int
 s_cmd_worker(const rwd_config_t *cfg)
 {
     rwd_config_dump(cfg);
+    char err[256] = "";
+    if (lisa_curve_use(cfg->curve_cert, cfg->broker_cert, err, sizeof err) !=
+        LISA_OK) {
+        lisa_log_error("%s", err);
+        return 2;
+    }
     rwd_scorer_t *s = s_scorer(cfg);
     if (!s)
         return 2;
@@ -68,6 +75,7 @@ s_cmd_worker(const rwd_config_t *cfg)
         code = 0;
     rwd_worker_destroy(&w);
     rwd_scorer_destroy(&s);
+    lisa_curve_forget();
     return code;
 }
 

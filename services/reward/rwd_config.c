@@ -29,6 +29,10 @@ typedef struct {
 static const s_opt_t s_opts[] = {
     {"broker", "LISA_REWARD_BROKER", O_STR, S_OFF(broker),
      "tcp://127.0.0.1:7103", 0, 0, "broker worker endpoint"},
+    {"curve-cert", "LISA_REWARD_CURVE_CERT", O_STR, S_OFF(curve_cert), "", 0, 0,
+     "this worker's secret CURVE certificate (empty: plain bus)"},
+    {"broker-cert", "LISA_REWARD_BROKER_CERT", O_STR, S_OFF(broker_cert), "", 0,
+     0, "the broker's public CURVE certificate"},
     {"worker-id", "LISA_REWARD_WORKER_ID", O_STR, S_OFF(worker_id), "", 0, 0,
      "worker id (empty: reward-HOST-PID-RANDOM)"},
     {"threads", "LISA_REWARD_THREADS", O_INT, S_OFF(threads), "4", 1, 64,

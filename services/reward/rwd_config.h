@@ -17,6 +17,8 @@
 
 typedef struct {
     char *broker;         /* worker: broker endpoint (DEALER connects) */
+    char *curve_cert;     /* worker: own secret CURVE certificate */
+    char *broker_cert;    /* worker: the broker's public certificate */
     char *worker_id;      /* worker: id sent in WorkerReady ("" ->
                              reward-HOST-PID-RANDOM) */
     int64_t threads;      /* worker: scoring threads */

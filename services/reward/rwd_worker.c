@@ -12,6 +12,7 @@
  */
 #include "rwd_worker.h"
 
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -291,6 +292,7 @@ s_connect(rwd_worker_t *w)
     zsock_set_sndtimeo(w->dealer, RWD_SEND_TIMEOUT_MS);
     zsock_set_linger(w->dealer, 500);
     zsock_set_rcvhwm(w->dealer, 10000);
+    lisa_curve_client(w->dealer);
     if (zsock_connect(w->dealer, "%s", w->endpoint) != 0) {
         lisa_log_error("worker: cannot connect to %s", w->endpoint);
         zsock_destroy(&w->dealer);

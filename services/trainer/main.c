@@ -13,6 +13,7 @@
  * (trn_dp); `serve` runs the engine until a signal.
  */
 #include "lisa/lisa_config.h"
+#include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "trn_data.h"
@@ -208,6 +209,18 @@ s_run(s_args_t *a, trn_service_t *svc, const trn_ckpt_state_t *st)
     return s_loop_exit(rc);
 }
 
+/* Sets the rank's bus identity before any broker socket is made. */
+static trn_exit_t
+s_curve(const trn_run_cfg_t *cfg)
+{
+    char err[256] = "";
+    if (lisa_curve_use(cfg->curve_cert, cfg->broker_cert, err, sizeof err) ==
+        LISA_OK)
+        return TRN_EXIT_DONE;
+    fprintf(stderr, "lisa-trainer: %s\n", err);
+    return TRN_EXIT_CONFIG;
+}
+
 /* Assembles the rank, runs the command, tears down. */
 static trn_exit_t
 s_serve(s_args_t *a, int argc, char **argv)
@@ -275,7 +288,10 @@ main(int argc, char **argv)
     if (code == TRN_EXIT_DONE && !quit && check)
         lisa_log_info("check: the settings and the data are good");
     else if (code == TRN_EXIT_DONE && !quit)
+        code = s_curve(&a.cfg);
+    if (code == TRN_EXIT_DONE && !quit && !check)
         code = s_serve(&a, argc, argv);
+    lisa_curve_forget();
     trn_data_destroy(&a.tdata);
     trn_data_destroy(&a.vdata);
     lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &a.cfg);

@@ -20,6 +20,7 @@
 typedef struct {
     char *model, *train_files, *val_files, *broker, *listen, *engine_url,
         *engine_id, *out_dir, *backend, *resume, *run_id;
+    char *curve_cert, *broker_cert; /* CURVE: own secret, broker's public */
     int64_t threads;
     int64_t engine_port;
     char *advertise_host;

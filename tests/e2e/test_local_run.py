@@ -2,8 +2,9 @@
 worker, gateway, controller (local bubblewrap backend, lisa-agent per
 attempt) and the CPU trainer on the toy model and tasks, for a few steps.
 
-Asserts that rollouts flow through the broker and get rewards, that the
-trainer's checkpoints load back, that mean reward on the toy task rises
+Asserts that the bus runs with CURVE on (a key set per run, every service
+with its own key), that rollouts flow through the broker and get rewards,
+that the trainer's checkpoints load back, that mean reward on the toy task rises
 (validation before and after training, and the training rollouts of the
 last steps against the first ones, with margins), that every process the
 script started is gone afterwards, and that the run ends with the plot.
@@ -59,6 +60,17 @@ def test_local_run_learns_the_toy_task(tmp_path):
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True,
                         text=True).stdout
     assert str(run) not in ps, ps
+
+    # The bus ran with CURVE on: the broker admitted the run's key set and
+    # no service was refused a request of its role.
+    blog = (logs / "broker.log").read_text()
+    assert "(curve on, 5 client keys)" in blog, blog[-2000:]
+    assert "the key's role is" not in blog, blog[-2000:]
+    keys = run / "keys"
+    for f in ("broker.cert_secret", "broker.cert", "trainer.cert_secret",
+              "clients/gateway.cert"):
+        assert (keys / f).is_file(), f
+    assert (keys / "trainer.cert_secret").stat().st_mode & 0o077 == 0
 
     # Rollouts flowed through the broker and were scored.
     db = sqlite3.connect(run / "broker" / "broker.db")

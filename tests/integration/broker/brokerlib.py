@@ -15,13 +15,41 @@ import lisa_pb2 as pb  # noqa: E402  (generated at build time)
 import zmq  # noqa: E402
 
 BROKER = os.path.join(BIN, "bin", "lisa-broker")
+LISA = os.path.join(BIN, "bin", "lisa")
+ROLES = ("controller", "gateway", "trainer", "reward", "operator")
+
+
+def make_keys(directory):
+    """A CURVE key set made by `lisa keys` (the launchers' way); returns
+    the directory."""
+    directory = str(directory)
+    subprocess.run([LISA, "keys", directory], check=True,
+                   stdout=subprocess.DEVNULL)
+    return directory
+
+
+def curve_client(sock, keys, role):
+    """Makes sock a CURVE client with `role`'s key from the key set `keys`
+    (nothing when keys is None)."""
+    if keys is None:
+        return
+    import zmq.auth
+    pub, sec = zmq.auth.load_certificate(
+        os.path.join(keys, role + ".cert_secret"))
+    srv, _ = zmq.auth.load_certificate(os.path.join(keys, "broker.cert"))
+    sock.curve_publickey, sock.curve_secretkey = pub, sec
+    sock.curve_serverkey = srv
 
 
 class Broker:
-    """One lisa-broker process on 127.0.0.1 with its own data directory."""
+    """One lisa-broker process on 127.0.0.1 with its own data directory.
 
-    def __init__(self, data_dir, **opts):
+    With `keys` (a key set from make_keys) it runs with CURVE on; without,
+    with curve = off, as the tests that are not about the bus's keys need."""
+
+    def __init__(self, data_dir, keys=None, **opts):
         self.data_dir = str(data_dir)
+        self.keys = keys
         self.opts = {
             "lease-ms": 5000,
             "tick-ms": 20,
@@ -31,6 +59,13 @@ class Broker:
             "backoff-max-ms": 100,
             "log-level": "warn",
         }
+        if keys:
+            self.opts.update({
+                "curve": "on",
+                "curve-cert": os.path.join(keys, "broker.cert_secret"),
+                "curve-clients": os.path.join(keys, "clients")})
+        else:
+            self.opts["curve"] = "off"
         self.opts.update({k.replace("_", "-"): v for k, v in opts.items()})
         self.proc = None
         self.ep = {}
@@ -84,10 +119,11 @@ class Broker:
 class Client:
     """A DEALER client: one request id per call, replies matched by id."""
 
-    def __init__(self, endpoint, ctx=None):
+    def __init__(self, endpoint, ctx=None, keys=None, role=None):
         self.ctx = ctx or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        curve_client(self.sock, keys, role)
         self.sock.connect(endpoint)
         self.next_id = 1
 
@@ -173,9 +209,10 @@ class RewardWorker(threading.Thread):
     and then goes silent (no reply, no heartbeats), as a crashed worker."""
 
     def __init__(self, endpoint, worker_id="w1", die_on_request=False,
-                 hb_ms=100, capacity=4, sources=()):
+                 hb_ms=100, capacity=4, sources=(), keys=None, role="reward"):
         super().__init__(daemon=True)
         self.endpoint = endpoint
+        self.keys, self.role = keys, role
         self.worker_id = worker_id
         self.die_on_request = die_on_request
         self.hb_ms = hb_ms
@@ -190,6 +227,7 @@ class RewardWorker(threading.Thread):
         ctx = zmq.Context.instance()
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
+        curve_client(s, self.keys, self.role)
         s.connect(self.endpoint)
         ready = pb.WorkerMsg(version=1, ready=pb.WorkerReady(
             worker_id=self.worker_id, capacity=self.capacity,

@@ -254,10 +254,27 @@ class Stack:
             "LISA_DEADLINE_MS": "120000",
         })
         self.rpc = f"tcp://127.0.0.1:{ports[0]}"
-        second = "compose.host.yaml" if host else "compose.override.yaml"
+        # The bus's keys, as `lisa keys` makes them, readable by the
+        # services' uid; the CLI here uses the operator's.
+        keys = os.path.join(workdir, "keys")
+        _run([os.path.join(BIN, "lisa"), "keys", keys])
+        for d, _, files in os.walk(keys):
+            for f in [d] + [os.path.join(d, x) for x in files]:
+                if os.geteuid() == 0:
+                    os.chown(f, UID, UID)
+                else:
+                    os.chmod(f, 0o755 if f == d else 0o644)
+        self.env["LISA_KEYS_DIR"] = keys
+        self.cli_env = dict(os.environ,
+                            LISA_CURVE_CERT=os.path.join(
+                                keys, "operator.cert_secret"),
+                            LISA_BROKER_CERT=os.path.join(keys, "broker.cert"))
+        files = ["compose.host.yaml"] if host else [
+            "compose.override.yaml", "compose.broker-ports.yaml"]
         self.base = _compose_cmd() + [
-            "-f", os.path.join(SRC, "compose", "compose.yaml"),
-            "-f", os.path.join(SRC, "compose", second)]
+            "-f", os.path.join(SRC, "compose", "compose.yaml")]
+        for f in files:
+            self.base += ["-f", os.path.join(SRC, "compose", f)]
 
     def compose(self, *args, timeout=300, check=True):
         return _run(self.base + list(args), env=self.env, timeout=timeout,
@@ -376,7 +393,7 @@ def _rollouts(stack, run=None):
     cmd = [os.path.join(BIN, "lisa"), "rollouts", "--broker", stack.rpc,
            "--json", "--limit", "1000"]
     cmd += ["--run", run] if run else ["--all"]
-    r = _run(cmd, timeout=30)
+    r = _run(cmd, env=stack.cli_env, timeout=30)
     return [json.loads(line) for line in r.stdout.splitlines()
             if line.strip()]
 
@@ -413,7 +430,11 @@ def test_usage_stack_comes_up_healthy(stack):
     assert len(stack.containers("reward")) == 2, state
     # The broker answers RPC on the host network's loopback.
     r = _run([os.path.join(BIN, "lisa"), "status", "--broker", stack.rpc,
-              "--json"], timeout=30)
+              "--json"], env=stack.cli_env, timeout=30)
+    # Without the operator's key the broker answers nothing.
+    r2 = _run([os.path.join(BIN, "lisa"), "status", "--broker", stack.rpc,
+               "--json"], timeout=90, check=False)
+    assert r2.returncode != 0 and "no answer" in r2.stderr, r2.stderr
     json.loads(r.stdout)
     for svc in ("broker", "gateway", "controller", "reward"):
         info = stack.inspect(stack.containers(svc)[0])
@@ -451,7 +472,7 @@ def test_sandboxes_are_hardened_and_reaped(stack, tmp_path):
     run = f"sbx{os.getpid()}"
     _run([os.path.join(BIN, "lisa"), "submit", str(tasks), "--n", "2",
           "--run", run, "--max-attempts", "1", "--deadline-ms", "60000",
-          "--broker", stack.rpc, "--json"], timeout=30)
+          "--broker", stack.rpc, "--json"], env=stack.cli_env, timeout=30)
     seen = None
     end = time.monotonic() + 90
     while time.monotonic() < end:
@@ -629,7 +650,7 @@ def test_default_bridge_stack_comes_up(engine, images, tmp_path):
         info = s.inspect(s.containers("broker")[0])
         assert info["HostConfig"]["NetworkMode"] != "host"
         r = _run([os.path.join(BIN, "lisa"), "status", "--broker", s.rpc,
-                  "--json"], timeout=30)
+                  "--json"], env=s.cli_env, timeout=30)
         json.loads(r.stdout)
         _note("bridge_stack", "healthy")
     finally:

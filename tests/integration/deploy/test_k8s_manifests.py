@@ -385,3 +385,87 @@ def test_controller_rendered_job_validates(tmp_path):
     r = subprocess.run([ctl, "--backend=k8s", "--print-job"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and not r.stdout.strip()
+
+
+# Which workload is which role on the bus, and the env of its key files.
+CURVE_ROLES = {
+    ("Deployment", "lisa-controller"): ("controller", "LISA_CTL"),
+    ("Deployment", "lisa-gateway"): ("gateway", "LISA_GW"),
+    ("Deployment", "lisa-reward"): ("reward", "LISA_REWARD"),
+    ("Job", "lisa-trainer"): ("trainer", "LISA_TRN"),
+}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_service_mounts_only_its_own_bus_key(overlay):
+    objs = kustomize_lite.render(os.path.join(K8S, "overlays", overlay))
+    seen = set()
+    for o, spec in _pod_specs(objs):
+        key = (o["kind"], o["metadata"]["name"])
+        secrets = {v["secret"]["secretName"]: v["name"]
+                   for v in spec.get("volumes", []) if "secret" in v}
+        curve = {s for s in secrets if s.startswith("lisa-curve-")}
+        c = spec["containers"][0]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        if key == ("StatefulSet", "lisa-broker"):
+            assert curve == {"lisa-curve-broker", "lisa-curve-clients"}
+            assert env["LISA_BROKER_CURVE"] == "on"
+            assert env["LISA_BROKER_CURVE_CERT"] == \
+                mounts[secrets["lisa-curve-broker"]] + "/broker.cert_secret"
+            assert env["LISA_BROKER_CURVE_CLIENTS"] == \
+                mounts[secrets["lisa-curve-clients"]]
+            seen.add("broker")
+        elif key in CURVE_ROLES:
+            role, prefix = CURVE_ROLES[key]
+            assert curve == {f"lisa-curve-{role}"}, (key, curve)
+            where = mounts[secrets[f"lisa-curve-{role}"]]
+            assert env[f"{prefix}_CURVE_CERT"] == f"{where}/{role}.cert_secret"
+            assert env[f"{prefix}_BROKER_CERT"] == f"{where}/broker.cert"
+            seen.add(role)
+        else:
+            assert not curve, (key, curve)
+    assert seen == {"broker", "controller", "gateway", "reward", "trainer"}
+
+
+def _allowed_from(pol, port):
+    """The app.kubernetes.io/name values a policy admits on `port`."""
+    names = set()
+    for rule in pol["spec"]["ingress"]:
+        ports = rule.get("ports")
+        if ports and not any(p["port"] <= port <= p.get("endPort", p["port"])
+                             for p in ports):
+            continue
+        for peer in rule["from"]:
+            sel = peer["podSelector"]
+            if "matchLabels" in sel:
+                names.add(sel["matchLabels"]["app.kubernetes.io/name"])
+            for e in sel.get("matchExpressions", []):
+                assert e["key"] == "app.kubernetes.io/name"
+                assert e["operator"] == "In"
+                names.update(e["values"])
+    return names
+
+
+def test_network_policies_for_the_broker_and_the_trainer():
+    objs = kustomize_lite.render(os.path.join(K8S, "overlays", "production"))
+    brk = _by(objs, "NetworkPolicy", "lisa-broker")
+    assert brk["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "lisa-broker"}
+    rpc = {"lisa-controller", "lisa-gateway", "lisa-trainer"}
+    assert _allowed_from(brk, 7100) == rpc
+    assert _allowed_from(brk, 7101) == {"lisa-gateway"}
+    assert _allowed_from(brk, 7102) == rpc
+    assert _allowed_from(brk, 7103) == {"lisa-reward"}
+    trn = _by(objs, "NetworkPolicy", "lisa-trainer")
+    # engines: the gateway (and the other ranks); bootstrap and NCCL: ranks
+    assert _allowed_from(trn, 7200) == {"lisa-gateway", "lisa-trainer"}
+    assert _allowed_from(trn, 7203) == {"lisa-gateway", "lisa-trainer"}
+    assert _allowed_from(trn, 7300) == {"lisa-trainer"}
+    assert _allowed_from(trn, 40000) == {"lisa-trainer"}
+    # the policies select the pods the workloads really make
+    for name in ("lisa-broker", "lisa-trainer"):
+        o = [x for x, _ in _pod_specs(objs)
+             if x["metadata"]["name"] == name][0]
+        labels = o["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == name

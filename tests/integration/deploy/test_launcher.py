@@ -24,6 +24,12 @@ KUBECTL = r"""#!/bin/sh
 echo "kubectl $*" >> "$FAKE_LOG"
 case "$*" in
   *"get job lisa-trainer"*) printf '%s ' "$FAKE_JOB_STATE" ;;
+  *"get secret lisa-curve-broker"*) exit 1 ;;
+  *"create secret generic lisa-curve-"*)
+    for a in "$@"; do
+      case "$a" in --from-file=*) test -e "${a#--from-file=}" || exit 3 ;; esac
+    done
+    echo "kind: Secret" ;;
   *"--dry-run=client"*) echo "kind: Secret" ;;
   *"apply -f -"*) cat >/dev/null ;;
   *"logs -f"*) echo "trainer: step 1" ;;
@@ -59,6 +65,8 @@ def fake(tmp_path):
         "FAKE_LOG": str(tmp_path / "log"),
         "FAKE_MOUNT_PID": str(tmp_path / "mount.pid"),
         "FAKE_JOB_STATE": "Complete",
+        "LISA_BUILD_DIR": os.path.abspath(os.environ.get(
+            "LISA_BINARY_DIR", os.path.join(SRC, "build", "default"))),
     })
     return env, tmp_path
 
@@ -98,6 +106,13 @@ def test_usage_local_run_completes_and_cleans_up(fake):
     env, tmp = fake
     r = subprocess.run(["bash", LAUNCH], env=env, cwd=SRC,
                        capture_output=True, text=True, timeout=60)
+    # The bus's keys: a Secret per role, the broker's pair and the clients'
+    # public certificates, made before the services start.
+    lines = _log(tmp)
+    svc = _index(lines, "apply -k k8s/overlays/local -l")
+    for name in ("broker", "clients", "controller", "gateway", "trainer",
+                 "reward", "operator"):
+        assert _index(lines, f"create secret generic lisa-curve-{name} ") < svc
     assert r.returncode == 0, r.stderr
     lines = _log(tmp)
     builds = [x for x in lines if x.startswith("minikube image build")]
