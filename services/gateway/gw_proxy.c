@@ -778,8 +778,11 @@ s_listen_unix(const char *path)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
+    /* sandboxes connect as users of their own: anyone may connect, and
+     * every request still needs an attempt token */
     if (bind(fd, (struct sockaddr *) &sa, sizeof sa) != 0 ||
-        listen(fd, SOMAXCONN) != 0 || s_nonblock(fd) != 0) {
+        chmod(path, 0666) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        s_nonblock(fd) != 0) {
         lisa_log_error("proxy: cannot listen on unix:%s: %s", path,
                        strerror(errno));
         close(fd);
