@@ -75,7 +75,7 @@ struct s_conn {
     lisa_token_claims_t who;
     s_attempt_t *att; /* NULL until the token is checked */
     struct addrinfo *ai, *ai_cur;
-    char *c2u, *u2c; /* S_BUF each */
+    char *c2u, *u2c; /* S_BUF each, from the relay (u2c: or an answer) */
     size_t c2u_off, c2u_n, u2c_off, u2c_n;
     bool c_eof, u_eof, u_shut;
     bool lingering; /* ANSWER sent: draining the client before the close */
@@ -222,6 +222,8 @@ static void
 s_answer(s_conn_t *c, int status, const char *outcome, const char *why)
 {
     char body[512];
+    if (!c->u2c)
+        c->u2c = lisa_malloc(S_BUF);
     int bl = snprintf(body, sizeof body, "lisa package proxy: %s\n", why);
     if (bl < 0 || (size_t) bl >= sizeof body)
         bl = (int) sizeof body - 1;
@@ -420,6 +422,8 @@ static void
 s_connected(s_conn_t *c)
 {
     c->phase = S_RELAY;
+    c->c2u = lisa_malloc(S_BUF);
+    c->u2c = lisa_malloc(S_BUF);
     size_t extra = c->head_n - c->h.head_len;
     if (c->h.connect) {
         static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
@@ -686,8 +690,6 @@ s_accept(gw_proxy_t *px, int lfd)
         c->client = (s_tag_t){.kind = S_TAG_CLIENT, .ptr = c, .fd = fd};
         c->origin = (s_tag_t){.kind = S_TAG_ORIGIN, .ptr = c, .fd = -1};
         c->head = lisa_malloc(GW_PROXYHEAD_MAX);
-        c->c2u = lisa_malloc(S_BUF);
-        c->u2c = lisa_malloc(S_BUF);
         c->t0_ms = c->last_ms = lisa_token_now_ms();
         c->next = px->conns;
         if (px->conns)
