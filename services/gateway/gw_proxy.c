@@ -431,7 +431,9 @@ s_connected(s_conn_t *c)
         c->u2c_n = sizeof ok - 1;
         c->status = 200;
         memcpy(c->c2u, c->head + c->h.head_len, extra);
-        c->c2u_n = extra;
+        c->c2u_n = extra; /* the tunnel's first bytes, sent with the head */
+        c->sent += extra;
+        c->att->bytes += extra;
     } else {
         size_t n;
         char *up = gw_proxyhead_upstream(c->head, &c->h, &n);
