@@ -113,6 +113,13 @@ s_authority(const char *a, size_t n, gw_proxyhead_t *h)
     return true;
 }
 
+/* A character of an HTTP token (RFC 9110 tchar). */
+static bool
+s_tchar(char c)
+{
+    return isalnum((unsigned char) c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 static bool
 s_name_is(const char *name, size_t n, const char *want)
 {
@@ -162,6 +169,10 @@ s_header(const char *line, size_t n, gw_proxyhead_t *h, int *status, char *err,
     if (!colon || colon == line)
         return s_fail(status, 400, err, errlen, "a header line without ':'");
     size_t nl = (size_t) (colon - line);
+    for (size_t i = 0; i < nl; i++)
+        if (!s_tchar(line[i]))
+            return s_fail(status, 400, err, errlen,
+                          "a header name with a character it may not have");
     const char *v = colon + 1;
     size_t vl = n - nl - 1;
     while (vl && (*v == ' ' || *v == '\t')) {
@@ -263,7 +274,8 @@ gw_proxyhead_upstream(const char *buf, const gw_proxyhead_t *h, size_t *out_len)
         if (n == 0)
             break;
         size_t nl = (size_t) ((const char *) memchr(p, ':', n) - p);
-        bool drop = false;
+        /* every Proxy-* header is the proxy's, whatever its name */
+        bool drop = nl >= 6 && strncasecmp(p, "proxy-", 6) == 0;
         for (size_t i = 0; i < sizeof s_dropped / sizeof s_dropped[0]; i++)
             drop = drop || s_name_is(p, nl, s_dropped[i]);
         if (!drop) {

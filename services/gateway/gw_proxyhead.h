@@ -5,7 +5,8 @@
  * A forward proxy sees two shapes: "CONNECT host:port HTTP/1.1" (a tunnel,
  * for https) and "GET http://host[:port]/path HTTP/1.1" (absolute form,
  * for plain http; HEAD too). Nothing else is accepted: no other method, no
- * origin-form target, no https:// in absolute form, no userinfo, no body.
+ * origin-form target, no https:// in absolute form, no userinfo, no body,
+ * no header name that is not an HTTP token.
  * The head is bounded (GW_PROXYHEAD_MAX); host names are lowered and
  * limited to letters, digits, '-' and '.', or a bracketed IPv6 literal.
  * The allow list is "host[:port],..."; an entry without a port allows

@@ -25,6 +25,7 @@ Test(gw_proxyhead, usage)
                        "Host: pypi.org\r\n"
                        "Proxy-Authorization: Bearer v1.abc.def\r\n"
                        "Proxy-Connection: keep-alive\r\n"
+                       "Proxy-Other: x\r\n"
                        "Accept: text/html\r\n\r\n";
     gw_proxyhead_t h;
     int status;
@@ -114,6 +115,8 @@ Test(gw_proxyhead, refusals)
         {"CONNECT a HTTP/1.1\r\n\r\n", 400},
         {"GET http://a/ HTTP/2\r\n\r\n", 400},
         {"GET http://a/ HTTP/1.1\r\nno colon\r\n\r\n", 400},
+        {"GET http://a/ HTTP/1.1\r\nProxy-Authorization : x\r\n\r\n", 400},
+        {"GET http://a/ HTTP/1.1\r\nX(y): 1\r\n\r\n", 400},
         {"GET http://a/ HTTP/1.1\r\nX: 1\r\n folded\r\n\r\n", 400},
         {"GET http://a/ HTTP/1.1\r\nContent-Length: 5\r\n\r\n", 400},
         {"GET http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
