@@ -1,5 +1,6 @@
 # The sandbox image: Debian slim, a shell and coreutils, python3 with
-# numpy, sympy and scipy (the recipe's toolkit, from Debian packages), and
+# numpy, sympy and scipy (the recipe's toolkit, from Debian packages), pip
+# and apt set up for the package proxy (sandbox.network=packages), and
 # lisa-agent as the entry point. No compilers, no package manager caches,
 # no ground truth, no credentials: the controller passes only the gateway
 # endpoint and the attempt token at run time. The agent runs as an
@@ -29,9 +30,23 @@ RUN apt-get update -qq \
       bash coreutils findutils grep sed gawk less file \
       ca-certificates libcurl4 libjansson4 \
       python3 python3-numpy python3-sympy python3-scipy python3-mpmath \
+      python3-pip \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
  && mkdir -p /testbed /run/lisa \
  && chmod 1777 /testbed
+# sandbox.network=packages (docs/agent-api.md): pip and apt go through the
+# agent's relay on 127.0.0.1:3128 to the gateway's package proxy. Without
+# it (the default) nothing listens there and they fail at once. pip
+# installs for the user (the root is read-only; HOME is /testbed); apt
+# keeps its lists and downloads under /tmp.
+RUN printf '%s\n' '[global]' 'proxy = http://127.0.0.1:3128' \
+      'break-system-packages = true' '[install]' 'user = true' \
+      >/etc/pip.conf \
+ && printf '%s\n' 'Acquire::http::Proxy "http://127.0.0.1:3128";' \
+      'Acquire::https::Proxy "http://127.0.0.1:3128";' \
+      'Dir::State::Lists "/tmp/apt/lists/";' \
+      'Dir::Cache "/tmp/apt/cache/";' \
+      >/etc/apt/apt.conf.d/80lisa-proxy
 ENV LISA_TESTBED=/testbed \
     HOME=/testbed \
     LANG=C.UTF-8 \

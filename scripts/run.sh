@@ -34,7 +34,8 @@ usage: scripts/run.sh [--recipe NAME|FILE] [--model DIR]
                       [--train-data FILE | --train-data-dir DIRS]
                       [--val-data FILES | --val-data-dir DIRS]
                       [--out DIR] [--no-build] [--steps N] [--check]
-                      [--backend cpu|cuda] [--bwrap PATH] [key=value ...]
+                      [--backend cpu|cuda] [--bwrap PATH]
+                      [--packages HOSTS] [key=value ...]
   --recipe R         a trainer settings file: examples/recipes/R.conf
                      (llm-in-sandbox: the Agent Lightning example's
                      settings) or a path; key=value arguments override it
@@ -55,6 +56,10 @@ usage: scripts/run.sh [--recipe NAME|FILE] [--model DIR]
                      CUDA; the cuda preset's build/cuda, or LISA_BUILD_DIR)
   --bwrap PATH       the bubblewrap the controller runs (default: bwrap
                      from PATH)
+  --packages HOSTS   sandbox.network=packages: the sandboxes' pip and apt
+                     reach these hosts (host[:port],...; e.g.
+                     pypi.org,files.pythonhosted.org,deb.debian.org) through
+                     the gateway's package proxy, and nothing else
   key=value          any trainer setting, e.g. trainer.total_epochs=2
                      actor_rollout_ref.rollout.n=2 data.train_batch_size=4
 The toy run's settings (below) apply only to the toy model and toy data;
@@ -78,6 +83,7 @@ out=""
 build=1
 backend=cpu
 bwrap=bwrap
+packages=""
 overrides=()
 # data_dirs LIST FILE: each folder of the comma-separated LIST joined with
 # FILE, comma-separated (upstream's --train-data-dir / --val-data-dir).
@@ -112,6 +118,7 @@ while [ $# -gt 0 ]; do
     --check) check=1; shift ;;
     --backend) backend=${2:?}; shift 2 ;;
     --bwrap) bwrap=${2:?}; shift 2 ;;
+    --packages) packages=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -378,11 +385,20 @@ start reward "$bin/lisa-reward" worker --broker "$workers" --threads 1 \
 sockdir=$(mktemp -d "${TMPDIR:-/tmp}/lisa-gw.XXXXXX")
 chmod 711 "$sockdir"
 sock=$sockdir/gateway.sock
+# --packages: the package proxy's socket beside the gateway's (the gateway
+# makes it connectable by the sandboxes' users).
+proxy_gw=()
+proxy_ctl=()
+if [ -n "$packages" ]; then
+  proxy_gw=(--proxy-unix "$sockdir/proxy.sock" --proxy-allow "$packages")
+  proxy_ctl=(--sandbox-network packages --proxy-socket "$sockdir/proxy.sock")
+fi
 start gateway "$bin/lisa-gateway" --address 127.0.0.1 --port 0 \
   --port-file "$run/gateway.port" --unix "$sock" \
   --broker "$rpc" --events "$events" --token-key "file:$run/token.key" \
   --tokenizer "$model" \
-  --curve-cert "$keys/gateway.cert_secret" --broker-cert "$keys/broker.cert"
+  --curve-cert "$keys/gateway.cert_secret" --broker-cert "$keys/broker.cert" \
+  "${proxy_gw[@]+"${proxy_gw[@]}"}"
 wait_file "$run/gateway.port" 30
 # The agents run as an unprivileged user inside their sandboxes; connecting
 # to a unix socket needs write permission on it (every request still needs
@@ -395,7 +411,8 @@ start controller "$bin/lisa-controller" --backend local \
   --broker-rpc "$rpc" --broker-events "$events" --run-id "$run_id" \
   --gateway-socket "$sock" --state-dir "$run/controller" \
   --agent "$bin/lisa-agent" --bwrap "$bwrap" \
-  --curve-cert "$keys/controller.cert_secret" --broker-cert "$keys/broker.cert"
+  --curve-cert "$keys/controller.cert_secret" --broker-cert "$keys/broker.cert" \
+  "${proxy_ctl[@]+"${proxy_ctl[@]}"}"
 
 val_args=()
 [ -n "$val" ] && val_args=(--val-data "$val")

@@ -142,6 +142,37 @@ static const lisa_config_entry_t s_table[] = {
      .offset = offsetof(agt_config_t, max_task_bytes),
      .min = "1024",
      .max = "1073741824"},
+    {.name = "agent.network",
+     .env = "LISA_SANDBOX_NETWORK",
+     .flag = "--network",
+     .type = LISA_CFG_STRING,
+     .def = "none",
+     .help = "sandbox.network: none, or packages (package indexes through "
+             "the gateway's proxy)",
+     .offset = offsetof(agt_config_t, network)},
+    {.name = "agent.proxy_socket",
+     .env = "LISA_PROXY_SOCKET",
+     .flag = "--proxy-socket",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
+     .help = "packages: the gateway's package proxy, a unix socket",
+     .offset = offsetof(agt_config_t, proxy_socket)},
+    {.name = "agent.proxy_url",
+     .env = "LISA_PROXY_URL",
+     .flag = "--proxy-url",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
+     .help = "packages: the gateway's package proxy, http://host:port",
+     .offset = offsetof(agt_config_t, proxy_url)},
+    {.name = "agent.proxy_port",
+     .env = "LISA_PROXY_PORT",
+     .flag = "--proxy-port",
+     .type = LISA_CFG_UINT64,
+     .def = "3128",
+     .help = "packages: the relay's port on 127.0.0.1 (pip and apt use it)",
+     .offset = offsetof(agt_config_t, proxy_port),
+     .min = "1",
+     .max = "65535"},
     {.name = "agent.token",
      .env = "LISA_ATTEMPT_TOKEN",
      .flag = "--token",
@@ -234,6 +265,18 @@ agt_config_validate(const agt_config_t *cfg, char *err, size_t errlen)
     }
     if (!*cfg->token) {
         snprintf(err, errlen, "no attempt token: set LISA_ATTEMPT_TOKEN");
+        return LISA_INVALID;
+    }
+    bool packages = strcmp(cfg->network, "packages") == 0;
+    if (!packages && strcmp(cfg->network, "none") != 0) {
+        snprintf(err, errlen, "LISA_SANDBOX_NETWORK is none or packages");
+        return LISA_INVALID;
+    }
+    if (packages && !*cfg->proxy_socket &&
+        strncmp(cfg->proxy_url, "http://", 7) != 0) {
+        snprintf(err, errlen,
+                 "network packages needs LISA_PROXY_SOCKET or an http:// "
+                 "LISA_PROXY_URL");
         return LISA_INVALID;
     }
     if (cfg->testbed[0] != '/') {

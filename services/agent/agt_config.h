@@ -37,6 +37,10 @@ typedef struct {
     uint64_t max_tokens_per_call;
     uint64_t model_retries;  /* attempts per chat completion */
     uint64_t max_task_bytes; /* bound of the task document */
+    char *network;           /* sandbox.network: "none" or "packages" */
+    char *proxy_socket;      /* packages: the gateway proxy's socket */
+    char *proxy_url;         /* packages: or its http://host:port */
+    uint64_t proxy_port;     /* packages: the relay's port on 127.0.0.1 */
 } agt_config_t;
 
 /* Fills *cfg from defaults, --config file, environment and argv.

@@ -128,6 +128,17 @@ s_is_multiple_choice(const char *qa_type)
     return qa_type && strncasecmp(qa_type, "multiple", 8) == 0;
 }
 
+/* The network line of the notes: which mode the sandbox runs in. */
+static const char *
+s_network_note(const agt_prompt_in_t *in)
+{
+    return in->packages
+               ? "The sandbox reaches only the package indexes the operator "
+                 "allows, through a proxy (pip install and apt-get work; "
+                 "nothing else on the network does)"
+               : "The sandbox has no network access";
+}
+
 char *
 agt_prompt_system(const agt_prompt_in_t *in)
 {
@@ -162,15 +173,14 @@ agt_prompt_system(const agt_prompt_in_t *in)
         "run commands and programs.\n"
         "- Long outputs are cut: print only what you need, or save it to a "
         "file and search it.\n"
-        "- The sandbox has no network access; python3 with numpy, sympy "
-        "and scipy is available.\n"
+        "- %s; python3 with numpy, sympy and scipy is available.\n"
         "- Call exactly one function in each response.\n"
         "</IMPORTANT_NOTES>\n\n"
         "<ANTI_HARDCODING>\n"
         "- Do not put your reasoning into code comments or print "
         "statements, and do not print a hard-coded answer: compute it.\n"
         "</ANTI_HARDCODING>\n",
-        root, root, root, root, root);
+        root, root, root, root, root, s_network_note(in));
     return lisa_buf_take(&sb);
 }
 

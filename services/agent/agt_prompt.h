@@ -15,6 +15,7 @@
 #define AGT_PROMPT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum {
@@ -33,6 +34,8 @@ typedef struct {
     const char *problem;     /* problem_statement */
     const char *root;        /* working directory, normally /testbed */
     size_t n_files;          /* input files written to <root>/documents */
+    bool packages;           /* sandbox.network=packages: pip and apt reach the
+                                package indexes through a proxy (agt_relay) */
 } agt_prompt_in_t;
 
 /* Domain of a data source. */

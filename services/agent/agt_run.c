@@ -11,6 +11,7 @@
 #include "agt_jail.h"
 #include "agt_loop.h"
 #include "agt_prompt.h"
+#include "agt_relay.h"
 #include "agt_task.h"
 #include "agt_tools.h"
 #include "lisa/lisa_log.h"
@@ -152,6 +153,7 @@ agt_run(const agt_config_t *cfg)
     agt_heartbeat_t *hb = NULL;
     agt_tools_t *tools = NULL;
     agt_jail_t *jail = NULL;
+    agt_relay_t *relay = NULL;
     char *sys = NULL, *user = NULL;
     json_t *tool_defs = NULL;
     agt_gateway_cfg_t gcfg = {
@@ -180,6 +182,17 @@ agt_run(const agt_config_t *cfg)
         lisa_log_error("cannot confine the model's commands");
         goto out;
     }
+    bool packages = strcmp(cfg->network, "packages") == 0;
+    if (packages) {
+        agt_relay_env((uint16_t) cfg->proxy_port);
+        agt_relay_cfg_t rcfg = {.socket = cfg->proxy_socket,
+                                .url = cfg->proxy_url,
+                                .token = cfg->token,
+                                .port = (uint16_t) cfg->proxy_port};
+        relay = agt_relay_start(&rcfg);
+        if (!relay)
+            goto out;
+    }
     hb = agt_heartbeat_start(&gcfg, (unsigned) cfg->heartbeat_ms, &cancel);
     if (!hb) {
         lisa_log_error("cannot start heartbeats");
@@ -191,6 +204,7 @@ agt_run(const agt_config_t *cfg)
         .problem = task.problem_statement,
         .root = cfg->testbed,
         .n_files = task.n_files,
+        .packages = packages,
     };
     sys = agt_prompt_system(&pin);
     user = agt_prompt_user(&pin);
@@ -257,6 +271,7 @@ out:
     json_decref(tool_defs);
     agt_heartbeat_stop(&hb);
     agt_tools_destroy(&tools);
+    agt_relay_stop(&relay);
     agt_jail_destroy(&jail);
     lisa_free(&sys);
     lisa_free(&user);

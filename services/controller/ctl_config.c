@@ -74,6 +74,30 @@ static const lisa_config_entry_t s_table[] = {
      .def = NULL,
      .help = "gateway URL as the sandbox sees it (when no socket)",
      .offset = offsetof(ctl_config_t, gateway_url)},
+    {.name = "controller.sandbox_network",
+     .env = "LISA_CTL_SANDBOX_NETWORK",
+     .flag = "--sandbox-network",
+     .type = LISA_CFG_STRING,
+     .def = "none",
+     .help = "sandbox.network: none (no network), or packages (package "
+             "indexes only, through the gateway's proxy)",
+     .offset = offsetof(ctl_config_t, sandbox_network)},
+    {.name = "controller.proxy_socket",
+     .env = "LISA_CTL_PROXY_SOCKET",
+     .flag = "--proxy-socket",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
+     .help = "packages: host path of the gateway's package-proxy socket "
+             "(gateway.proxy_unix; bound into sandboxes)",
+     .offset = offsetof(ctl_config_t, proxy_socket)},
+    {.name = "controller.proxy_url",
+     .env = "LISA_CTL_PROXY_URL",
+     .flag = "--proxy-url",
+     .type = LISA_CFG_STRING,
+     .def = NULL,
+     .help = "packages: the gateway's package proxy as the sandbox sees it, "
+             "http://host:port (when no socket: docker with a network, k8s)",
+     .offset = offsetof(ctl_config_t, proxy_url)},
     {.name = "controller.state_dir",
      .env = "LISA_CTL_STATE",
      .flag = "--state-dir",
@@ -377,6 +401,20 @@ ctl_config_load(ctl_config_t *cfg, int argc, char **argv, FILE *out, char *err,
     if (!cfg->controller_id || !*cfg->controller_id ||
         strlen(cfg->controller_id) > 63) {
         snprintf(err, errlen, "controller-id must have 1 to 63 bytes");
+        return LISA_INVALID;
+    }
+    if (strcmp(cfg->sandbox_network, "none") != 0 &&
+        strcmp(cfg->sandbox_network, "packages") != 0) {
+        snprintf(err, errlen, "sandbox-network '%.32s' is not none or packages",
+                 cfg->sandbox_network);
+        return LISA_INVALID;
+    }
+    if (strcmp(cfg->sandbox_network, "packages") == 0 &&
+        !(cfg->proxy_socket && *cfg->proxy_socket) &&
+        !(cfg->proxy_url && strncmp(cfg->proxy_url, "http://", 7) == 0)) {
+        snprintf(err, errlen,
+                 "sandbox-network packages needs --proxy-socket "
+                 "or an http:// --proxy-url");
         return LISA_INVALID;
     }
     /* Unset strings read as "" everywhere else. */

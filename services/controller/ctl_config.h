@@ -16,19 +16,22 @@
 #include <stdio.h>
 
 typedef struct {
-    char *controller_id;  /* names this controller to the broker */
-    char *broker_rpc;     /* broker ROUTER endpoint */
-    char *broker_events;  /* broker PUB endpoint */
-    char *curve_cert;     /* own secret CURVE certificate ("" = plain) */
-    char *broker_cert;    /* the broker's public CURVE certificate */
-    char *run_id;         /* claim only this run ("" = any) */
-    char *backend;        /* local | docker | k8s */
-    char *gateway_socket; /* host path of the gateway's unix socket */
-    char *gateway_url;    /* URL the sandbox uses when no socket */
-    char *state_dir;      /* local backend: labels and logs */
-    char *agent_path;     /* host path of lisa-agent (local backend) */
-    char *sandbox_cmd;    /* replaces the agent (tests, debugging) */
-    char *bwrap;          /* bubblewrap binary */
+    char *controller_id;   /* names this controller to the broker */
+    char *broker_rpc;      /* broker ROUTER endpoint */
+    char *broker_events;   /* broker PUB endpoint */
+    char *curve_cert;      /* own secret CURVE certificate ("" = plain) */
+    char *broker_cert;     /* the broker's public CURVE certificate */
+    char *run_id;          /* claim only this run ("" = any) */
+    char *backend;         /* local | docker | k8s */
+    char *gateway_socket;  /* host path of the gateway's unix socket */
+    char *gateway_url;     /* URL the sandbox uses when no socket */
+    char *sandbox_network; /* none | packages (the gateway's proxy) */
+    char *proxy_socket;    /* packages: host path of the proxy's socket */
+    char *proxy_url;       /* packages: proxy URL as the sandbox sees it */
+    char *state_dir;       /* local backend: labels and logs */
+    char *agent_path;      /* host path of lisa-agent (local backend) */
+    char *sandbox_cmd;     /* replaces the agent (tests, debugging) */
+    char *bwrap;           /* bubblewrap binary */
     char *cgroup_root; /* cgroup v2 directory delegated to us ("" = rlimits) */
     char *docker_socket; /* Docker Engine API socket */
     char *image;         /* sandbox image (docker, k8s) */

@@ -55,7 +55,8 @@ typedef struct {
 struct s_docker {
     char *controller_id, *socket, *image, *runtime, *network;
     char *gateway_socket, *gateway_url, *sandbox_cmd, *user;
-    lisa_http_client_t *http; /* from attach */
+    char *proxy_socket, *proxy_url; /* packages mode; "" when off */
+    lisa_http_client_t *http;       /* from attach */
     ctl_wake_fn *wake;
     void *wake_ctx;
     char version[16]; /* "1.45"; "" until negotiated */
@@ -381,6 +382,15 @@ s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
         snprintf(buf, sizeof buf, "LISA_GATEWAY_URL=%s", d->gateway_url);
         json_array_append_new(env, json_string(buf));
     }
+    if (*d->proxy_socket || *d->proxy_url) {
+        json_array_append_new(env,
+                              json_string("LISA_SANDBOX_NETWORK=packages"));
+        if (*d->proxy_socket)
+            snprintf(buf, sizeof buf, "LISA_PROXY_SOCKET=/run/lisa/proxy.sock");
+        else
+            snprintf(buf, sizeof buf, "LISA_PROXY_URL=%s", d->proxy_url);
+        json_array_append_new(env, json_string(buf));
+    }
     /* Entrypoint too: an image's own ENTRYPOINT would otherwise take Cmd
      * as its arguments. */
     json_t *entry = *d->sandbox_cmd
@@ -426,11 +436,20 @@ s_create_body(const s_docker_t *d, const ctl_spec_t *sp)
     json_object_set_new(host, "LogConfig",
                         json_pack("{s:s,s:{s:s,s:s}}", "Type", "json-file",
                                   "Config", "max-size", "1m", "max-file", "1"));
+    json_t *binds = json_array();
     if (sock) {
         snprintf(buf, sizeof buf, "%s:/run/lisa/gateway.sock",
                  d->gateway_socket);
-        json_object_set_new(host, "Binds", json_pack("[s]", buf));
+        json_array_append_new(binds, json_string(buf));
     }
+    if (*d->proxy_socket) {
+        snprintf(buf, sizeof buf, "%s:/run/lisa/proxy.sock", d->proxy_socket);
+        json_array_append_new(binds, json_string(buf));
+    }
+    if (json_array_size(binds))
+        json_object_set_new(host, "Binds", binds);
+    else
+        json_decref(binds);
     if (*d->runtime)
         json_object_set_new(host, "Runtime", json_string(d->runtime));
     json_t *body = json_object();
@@ -1037,6 +1056,8 @@ s_destroy(void *impl)
     lisa_free(&d->network);
     lisa_free(&d->gateway_socket);
     lisa_free(&d->gateway_url);
+    lisa_free(&d->proxy_socket);
+    lisa_free(&d->proxy_url);
     lisa_free(&d->sandbox_cmd);
     lisa_free(&d->user);
     lisa_free(&d);
@@ -1085,6 +1106,8 @@ ctl_docker_new(const ctl_docker_cfg_t *cfg, ctl_backend_t *out)
     d->network = s_dup(cfg->network);
     d->gateway_socket = s_dup(cfg->gateway_socket);
     d->gateway_url = s_dup(cfg->gateway_url);
+    d->proxy_socket = s_dup(cfg->proxy_socket);
+    d->proxy_url = s_dup(cfg->proxy_url);
     d->sandbox_cmd = s_dup(cfg->sandbox_cmd);
     d->user = s_dup(cfg->user);
     out->ops = &s_ops;

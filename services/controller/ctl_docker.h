@@ -29,6 +29,9 @@ typedef struct {
     const char *network;        /* "" -> "none" */
     const char *gateway_socket; /* host path bound to /run/lisa/gateway.sock */
     const char *gateway_url;    /* when no socket (needs a network) */
+    const char *proxy_socket;   /* packages: the gateway's package proxy,
+                                   bound to /run/lisa/proxy.sock */
+    const char *proxy_url;      /* packages: its URL when no socket */
     const char *sandbox_cmd;    /* "" -> the image's lisa-agent */
     const char *user;           /* "" -> "65534:65534" */
 } ctl_docker_cfg_t;

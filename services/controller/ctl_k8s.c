@@ -48,6 +48,7 @@ struct s_op {
 typedef struct {
     char *controller_id, *api, *ns, *token_file, *ca_file, *image;
     char *gateway_url, *sandbox_cmd;
+    char *proxy_url; /* packages mode; "" when off */
     unsigned ttl_s;
     char selector_value[64];
     lisa_http_client_t *http; /* from attach */
@@ -759,6 +760,14 @@ s_job_body(const ctl_k8s_cfg_t *c, const char *selector, const ctl_spec_t *sp)
                             "LISA_ATTEMPT_TOKEN", "value", sp->token, "name",
                             "LISA_TESTBED", "value", "/testbed", "name", "HOME",
                             "value", "/testbed");
+    if (c->proxy_url && *c->proxy_url) {
+        json_array_append_new(env, json_pack("{s:s,s:s}", "name",
+                                             "LISA_SANDBOX_NETWORK", "value",
+                                             "packages"));
+        json_array_append_new(env,
+                              json_pack("{s:s,s:s}", "name", "LISA_PROXY_URL",
+                                        "value", c->proxy_url));
+    }
     json_t *container = json_pack(
         "{s:s,s:s,s:o,s:o,s:s,"
         "s:{s:{s:s,s:s},s:{s:s,s:s,s:s}},"
@@ -893,6 +902,7 @@ s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
     s_op_link(k, &o->op, s_start_free);
     ctl_k8s_cfg_t c = {.image = k->image,
                        .gateway_url = k->gateway_url,
+                       .proxy_url = k->proxy_url,
                        .sandbox_cmd = k->sandbox_cmd,
                        .ttl_s = k->ttl_s};
     size_t pn = strlen(k->ns) + 48;
@@ -1119,6 +1129,7 @@ s_destroy(void *impl)
     lisa_free(&k->image);
     lisa_free(&k->gateway_url);
     lisa_free(&k->sandbox_cmd);
+    lisa_free(&k->proxy_url);
     lisa_free(&k->token);
     lisa_free(&k->jobs);
     lisa_free(&k->line);
@@ -1210,6 +1221,7 @@ ctl_k8s_new(const ctl_k8s_cfg_t *cfg, ctl_backend_t *out)
     k->image = lisa_strdup(cfg->image);
     k->gateway_url = lisa_strdup(cfg->gateway_url);
     k->sandbox_cmd = lisa_strdup(cfg->sandbox_cmd ? cfg->sandbox_cmd : "");
+    k->proxy_url = lisa_strdup(cfg->proxy_url ? cfg->proxy_url : "");
     k->ttl_s = cfg->ttl_s;
     s_label_value(cfg->controller_id, k->selector_value);
     k->line = lisa_malloc(S_MAX_LINE);

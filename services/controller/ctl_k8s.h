@@ -35,6 +35,7 @@ typedef struct {
     const char *ca_file;    /* CA bundle ("" -> system) */
     const char *image;
     const char *gateway_url; /* the sandbox reaches the gateway by URL */
+    const char *proxy_url;   /* packages: the gateway's package proxy */
     const char *sandbox_cmd; /* "" -> the image's lisa-agent */
     unsigned ttl_s;          /* ttlSecondsAfterFinished */
 } ctl_k8s_cfg_t;

@@ -55,6 +55,7 @@
 #define S_CHILD_STACK   (64u * 1024u)
 #define S_NOFILE        4096u
 #define S_UID_LOCKS     "/run/lisa-sandbox-uids"
+#define S_ENVP          10u /* the sandbox's environment, NULL included */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define S_SPAWN_FORK 1
 #endif
@@ -67,6 +68,8 @@ typedef struct {
     char *sandbox_cmd;
     char *gateway_socket;
     char *gateway_url;
+    char *proxy_socket; /* packages mode: "" when off */
+    char *proxy_url;
     char *cgroup_root;
     bool cgroup_auto; /* made by ctl_cgroup_auto: removed at the end */
     unsigned uid_base, uid_count, uid_next; /* sandbox uids (as root) */
@@ -679,6 +682,11 @@ s_bwrap_argv(s_local_t *l, const ctl_spec_t *spec, const char *bwrap,
         s_arg(a, l->gateway_socket);
         s_arg(a, "/run/lisa/gateway.sock");
     }
+    if (*l->proxy_socket) {
+        s_arg(a, "--bind");
+        s_arg(a, l->proxy_socket);
+        s_arg(a, "/run/lisa/proxy.sock");
+    }
     if (*l->agent_path) {
         s_arg(a, "--ro-bind");
         s_arg(a, l->agent_path);
@@ -704,7 +712,7 @@ s_bwrap_argv(s_local_t *l, const ctl_spec_t *spec, const char *bwrap,
  * (the agent is not dumpable, so no other process reads it), never on a
  * command line. */
 static size_t
-s_envp(const s_local_t *l, const ctl_spec_t *spec, char *envp[8])
+s_envp(const s_local_t *l, const ctl_spec_t *spec, char *envp[S_ENVP])
 {
     size_t ne = 0;
     const char *fixed[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/testbed",
@@ -720,6 +728,17 @@ s_envp(const s_local_t *l, const ctl_spec_t *spec, char *envp[8])
         size_t un = strlen(l->gateway_url) + 32;
         envp[ne] = lisa_malloc(un);
         snprintf(envp[ne++], un, "LISA_GATEWAY_URL=%s", l->gateway_url);
+    }
+    /* packages mode: the agent relays to the gateway's package proxy */
+    if (*l->proxy_socket || *l->proxy_url) {
+        envp[ne++] = lisa_strdup("LISA_SANDBOX_NETWORK=packages");
+        if (*l->proxy_socket) {
+            envp[ne++] = lisa_strdup("LISA_PROXY_SOCKET=/run/lisa/proxy.sock");
+        } else {
+            size_t un = strlen(l->proxy_url) + 32;
+            envp[ne] = lisa_malloc(un);
+            snprintf(envp[ne++], un, "LISA_PROXY_URL=%s", l->proxy_url);
+        }
     }
     return ne;
 }
@@ -855,7 +874,7 @@ s_start(void *impl, const ctl_spec_t *spec)
     char *procs = NULL;
     s_argv_t a;
     memset(&a, 0, sizeof a);
-    char *envp[8] = {0};
+    char *envp[S_ENVP] = {0};
     size_t ne = 0;
     int logfd = -1;
     unsigned uid = 0;
@@ -1136,6 +1155,8 @@ s_destroy(void *impl)
     lisa_free(&l->sandbox_cmd);
     lisa_free(&l->gateway_socket);
     lisa_free(&l->gateway_url);
+    lisa_free(&l->proxy_socket);
+    lisa_free(&l->proxy_url);
     if (l->cgroup_auto)
         ctl_cgroup_release(l->cgroup_root);
     lisa_free(&l->cgroup_root);
@@ -1219,6 +1240,8 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->gateway_socket =
         lisa_strdup(cfg->gateway_socket ? cfg->gateway_socket : "");
     l->gateway_url = lisa_strdup(cfg->gateway_url ? cfg->gateway_url : "");
+    l->proxy_socket = lisa_strdup(cfg->proxy_socket ? cfg->proxy_socket : "");
+    l->proxy_url = lisa_strdup(cfg->proxy_url ? cfg->proxy_url : "");
     if (cfg->cgroup_root && strcmp(cfg->cgroup_root, "auto") == 0) {
         l->cgroup_root = ctl_cgroup_auto(cfg->controller_id);
         l->cgroup_auto = l->cgroup_root != NULL;

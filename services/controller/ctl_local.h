@@ -37,6 +37,9 @@ typedef struct {
     const char *sandbox_cmd;    /* non-empty: sh -c this instead of the agent */
     const char *gateway_socket; /* host path, bound in (may be "") */
     const char *gateway_url;    /* used when no socket; shares the network */
+    const char *proxy_socket;   /* packages: the gateway's package proxy,
+                                   bound to /run/lisa/proxy.sock ("": off) */
+    const char *proxy_url;      /* packages: its URL when no socket */
     const char *cgroup_root;    /* "" for rlimits, "auto": ctl_cgroup_auto */
     unsigned sandbox_uid;       /* as root: first uid of the sandboxes' range */
     unsigned sandbox_uids;      /* as root: uids in the range (0: default) */

@@ -50,6 +50,10 @@ s_default_agent(void)
 static lisa_rc_t
 s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
 {
+    /* the package proxy reaches sandboxes only in packages mode */
+    bool pk = strcmp(cfg->sandbox_network, "packages") == 0;
+    const char *proxy_socket = pk ? cfg->proxy_socket : NULL;
+    const char *proxy_url = pk ? cfg->proxy_url : NULL;
     if (strcmp(cfg->backend, "local") == 0) {
         char *agent =
             *cfg->agent_path ? lisa_strdup(cfg->agent_path) : s_default_agent();
@@ -61,6 +65,8 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .sandbox_cmd = cfg->sandbox_cmd,
             .gateway_socket = cfg->gateway_socket,
             .gateway_url = cfg->gateway_url,
+            .proxy_socket = proxy_socket,
+            .proxy_url = proxy_url,
             .cgroup_root = cfg->cgroup_root,
             .sandbox_uid = (unsigned) cfg->sandbox_uid,
             .sandbox_uids = (unsigned) cfg->sandbox_uids,
@@ -80,6 +86,8 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .network = cfg->network,
             .gateway_socket = cfg->gateway_socket,
             .gateway_url = cfg->gateway_url,
+            .proxy_socket = proxy_socket,
+            .proxy_url = proxy_url,
             .sandbox_cmd = cfg->sandbox_cmd,
         };
         return ctl_docker_new(&dc, be);
@@ -93,6 +101,7 @@ s_make_backend(const ctl_config_t *cfg, ctl_backend_t *be)
             .ca_file = cfg->k8s_ca_file,
             .image = cfg->image,
             .gateway_url = cfg->gateway_url,
+            .proxy_url = proxy_url,
             .sandbox_cmd = cfg->sandbox_cmd,
             .ttl_s = (unsigned) cfg->k8s_ttl_s,
         };
@@ -128,6 +137,9 @@ s_print_job(const ctl_config_t *cfg)
         .controller_id = cfg->controller_id,
         .image = cfg->image,
         .gateway_url = cfg->gateway_url,
+        .proxy_url = strcmp(cfg->sandbox_network, "packages") == 0
+                         ? cfg->proxy_url
+                         : NULL,
         .sandbox_cmd = cfg->sandbox_cmd,
         .ttl_s = (unsigned) cfg->k8s_ttl_s,
     };

@@ -136,6 +136,38 @@ const lisa_config_entry_t gw_config_table[] = {
         LISA_CFG_UINT64, "0",
         "libmicrohttpd polling threads (0: run HTTP on the gateway's loop)",
         http_threads),
+    S_E("gateway.proxy_unix", "LISA_GW_PROXY_UNIX", "--proxy-unix",
+        LISA_CFG_STRING, NULL,
+        "package proxy: unix-socket listener for sandboxes with "
+        "sandbox.network=packages (empty: none)",
+        proxy_unix),
+    S_E("gateway.proxy_address", "LISA_GW_PROXY_ADDRESS", "--proxy-address",
+        LISA_CFG_STRING, NULL,
+        "package proxy: TCP listen address (empty: no TCP listener)",
+        proxy_address),
+    S_E("gateway.proxy_port", "LISA_GW_PROXY_PORT", "--proxy-port",
+        LISA_CFG_UINT64, "7181", "package proxy: TCP port (0: ephemeral)",
+        proxy_port),
+    S_E("gateway.proxy_allow", "LISA_GW_PROXY_ALLOW", "--proxy-allow",
+        LISA_CFG_STRING, "pypi.org,files.pythonhosted.org,deb.debian.org",
+        "package proxy: hosts sandboxes may reach, host[:port],... (no "
+        "port: 80 and 443)",
+        proxy_allow),
+    S_E("gateway.proxy_max_requests", "LISA_GW_PROXY_MAX_REQUESTS",
+        "--proxy-max-requests", LISA_CFG_UINT64, "2000",
+        "package proxy: requests of one attempt", proxy_max_requests),
+    {.name = "gateway.proxy_max_bytes",
+     .env = "LISA_GW_PROXY_MAX_BYTES",
+     .flag = "--proxy-max-bytes",
+     .type = LISA_CFG_SIZE,
+     .def = "2GiB",
+     .help = "package proxy: bytes relayed for one attempt (a transfer "
+             "past it is cut)",
+     .min = "1KiB",
+     .offset = offsetof(gw_config_t, proxy_max_bytes)},
+    S_E("gateway.proxy_idle", "LISA_GW_PROXY_IDLE", "--proxy-idle",
+        LISA_CFG_DURATION, "60s",
+        "package proxy: close a connection quiet this long", proxy_idle_ms),
 };
 
 const size_t gw_config_table_len =

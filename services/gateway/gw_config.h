@@ -48,6 +48,13 @@ typedef struct {
     uint64_t engine_max_inflight;
     uint64_t http_threads;
     uint64_t attempt_max_inflight; /* open calls per attempt (0: no cap) */
+    char *proxy_unix;    /* package proxy: unix listener for sandboxes */
+    char *proxy_address; /* package proxy: TCP listen address */
+    uint64_t proxy_port;
+    char *proxy_allow; /* package proxy: "host[:port],..." */
+    uint64_t proxy_max_requests;
+    uint64_t proxy_max_bytes;
+    uint64_t proxy_idle_ms;
 } gw_config_t;
 
 /* The table and its length. */

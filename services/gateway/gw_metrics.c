@@ -76,6 +76,10 @@ static const s_family_t s_families[] = {
      "broker events missed (sequence gaps)"},
     {"lisa_gateway_broker_errors_total", S_COUNTER,
      "broker RPCs that failed, by request"},
+    {"lisa_gateway_proxy_requests_total", S_COUNTER,
+     "package proxy requests, by outcome"},
+    {"lisa_gateway_proxy_bytes_total", S_COUNTER,
+     "bytes the package proxy relayed (both directions)"},
     {"lisa_gateway_metrics_unknown_total", S_COUNTER,
      "updates to undeclared metrics (a bug)"},
 };

@@ -20,6 +20,7 @@
 #include "gw_metrics.h"
 #include "gw_openai.h"
 #include "gw_pool.h"
+#include "gw_proxy.h"
 #include "gw_render.h"
 #include "gw_spanq.h"
 #include "gw_trace.h"
@@ -56,6 +57,7 @@ struct gw_server_t {
     gw_fence_t *fence;
     zsock_t *sub;        /* broker events; NULL when not subscribed */
     uint64_t last_seq;   /* of the last event seen; 0: none yet */
+    gw_proxy_t *proxy;   /* the package proxy; NULL when off */
     zlistx_t *passes;    /* s_pass_t in flight, answered 503 on destroy */
     uint64_t span_batch; /* batch in flight, 0 when none */
     int tick_timer, expire_timer;
@@ -610,6 +612,34 @@ s_copy_cfg(gw_config_t *dst, const gw_config_t *src)
     dst->engines = s_dup(src->engines);
     dst->model = s_dup(src->model ? src->model : "lisa");
     dst->gateway_id = s_dup(src->gateway_id ? src->gateway_id : "gw");
+    dst->proxy_unix = s_dup(src->proxy_unix);
+    dst->proxy_address = s_dup(src->proxy_address);
+    dst->proxy_allow = s_dup(src->proxy_allow);
+}
+
+/* The package proxy, when a listener for it is configured. */
+static lisa_rc_t
+s_start_proxy(gw_server_t *srv)
+{
+    const gw_config_t *cfg = &srv->cfg;
+    bool on = (cfg->proxy_unix && cfg->proxy_unix[0]) ||
+              (cfg->proxy_address && cfg->proxy_address[0]);
+    if (!on)
+        return LISA_OK;
+    if (cfg->proxy_port > 65535) {
+        lisa_log_error("gateway: gateway.proxy_port passes 65535");
+        return LISA_INVALID;
+    }
+    gw_proxy_cfg_t pc = {.unix_path = cfg->proxy_unix,
+                         .address = cfg->proxy_address,
+                         .port = (uint16_t) cfg->proxy_port,
+                         .allow = cfg->proxy_allow,
+                         .max_requests = cfg->proxy_max_requests,
+                         .max_bytes = cfg->proxy_max_bytes,
+                         .idle_ms = cfg->proxy_idle_ms,
+                         .max_conns = cfg->max_connections};
+    srv->proxy = gw_proxy_new(&pc, srv->loop, srv->auth, srv->m);
+    return srv->proxy ? LISA_OK : LISA_ERR;
 }
 
 /* The modules over the shared state, once it exists. */
@@ -720,7 +750,7 @@ gw_server_new(const gw_config_t *cfg, zloop_t *loop)
         }
     }
     if (s_subscribe(srv) != LISA_OK || s_start_modules(srv) != LISA_OK ||
-        s_listen(srv) != LISA_OK)
+        s_listen(srv) != LISA_OK || s_start_proxy(srv) != LISA_OK)
         goto fail;
     srv->tick_timer = zloop_timer(loop, S_TICK_MS, 0, s_on_tick, srv);
     srv->expire_timer = zloop_timer(loop, 60000, 0, s_on_expire, srv);
@@ -750,6 +780,7 @@ gw_server_destroy(gw_server_t **self)
     /* kept requests were answered 503 by the HTTP layer; each still gets
      * its one respond call (which releases it) before its context goes */
     lisa_http_server_destroy(&srv->http);
+    gw_proxy_destroy(&srv->proxy);
     gw_agent_destroy(&srv->agent);
     gw_engine_destroy(&srv->engine); /* drops engine calls, no callbacks */
     gw_chat_destroy(&srv->chat);

@@ -80,3 +80,32 @@ Test(agt_config, steps_text)
     cr_assert(strstr(agt_loop_steps_text(1, buf, sizeof buf),
                      "submit your answer NOW"));
 }
+
+Test(agt_config, network_packages_needs_a_proxy)
+{
+    agt_config_t c;
+    char err[256];
+    setenv("LISA_GATEWAY_SOCKET", "/run/lisa/gateway.sock", 1);
+    setenv("LISA_ATTEMPT_TOKEN", "tok", 1);
+    char *a0[] = {"x", NULL};
+    cr_assert_eq(agt_config_load(&c, 1, a0, NULL, err, sizeof err), LISA_OK);
+    cr_assert_str_eq(c.network, "none"); /* the default: no network */
+    cr_assert_eq(c.proxy_port, 3128);
+    cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_OK);
+    agt_config_clear(&c);
+    char *a1[] = {"x", "--network=packages", NULL};
+    cr_assert_eq(agt_config_load(&c, 2, a1, NULL, err, sizeof err), LISA_OK);
+    cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_INVALID);
+    cr_assert(strstr(err, "LISA_PROXY_SOCKET"));
+    agt_config_clear(&c);
+    char *a2[] = {"x", "--network=packages",
+                  "--proxy-socket=/run/lisa/proxy.sock", NULL};
+    cr_assert_eq(agt_config_load(&c, 3, a2, NULL, err, sizeof err), LISA_OK);
+    cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_OK);
+    agt_config_clear(&c);
+    char *a3[] = {"x", "--network=everything", NULL};
+    cr_assert_eq(agt_config_load(&c, 2, a3, NULL, err, sizeof err), LISA_OK);
+    cr_assert_eq(agt_config_validate(&c, err, sizeof err), LISA_INVALID);
+    agt_config_clear(&c);
+    unsetenv("LISA_GATEWAY_SOCKET");
+}

@@ -117,3 +117,18 @@ Test(agt_prompt, toy_domain_is_compact)
     lisa_free(&sys);
     lisa_free(&u);
 }
+
+Test(agt_prompt, network_mode_is_said)
+{
+    agt_prompt_in_t in = {.data_source = "math", .problem = "p"};
+    char *none = agt_prompt_system(&in);
+    in.packages = true;
+    char *pk = agt_prompt_system(&in);
+    cr_assert(strstr(none, "no network access"));
+    cr_assert_null(strstr(none, "package indexes"));
+    cr_assert(strstr(pk, "reaches only the package indexes"));
+    cr_assert(strstr(pk, "pip install"));
+    cr_assert_null(strstr(pk, "no network access"));
+    lisa_free(&none);
+    lisa_free(&pk);
+}

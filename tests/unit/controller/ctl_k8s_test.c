@@ -139,3 +139,37 @@ Test(ctl_k8s, missing_gateway_or_image_is_refused)
     cr_assert_null(ctl_k8s_job_json(NULL, &sp));
     cr_assert_null(ctl_k8s_job_json(&s_cfg, NULL));
 }
+
+Test(ctl_k8s, packages_mode_names_the_proxy)
+{
+    char name[CTL_NAME_MAX];
+    ctl_spec_t sp = s_spec(name, ctl_wall_ms());
+    ctl_k8s_cfg_t cfg = s_cfg;
+    cfg.proxy_url = "http://gw:7181";
+    char *text = ctl_k8s_job_json(&cfg, &sp);
+    json_t *job = json_loads(text, 0, NULL);
+    free(text);
+    json_t *pod = json_object_get(
+        json_object_get(json_object_get(job, "spec"), "template"), "spec");
+    json_t *env = json_object_get(
+        json_array_get(json_object_get(pod, "containers"), 0), "env");
+    size_t i;
+    json_t *e;
+    int seen = 0;
+    json_array_foreach(env, i, e)
+    {
+        const char *n = json_string_value(json_object_get(e, "name"));
+        const char *v = json_string_value(json_object_get(e, "value"));
+        if (strcmp(n, "LISA_SANDBOX_NETWORK") == 0)
+            seen += strcmp(v, "packages") == 0;
+        if (strcmp(n, "LISA_PROXY_URL") == 0)
+            seen += strcmp(v, "http://gw:7181") == 0;
+    }
+    cr_assert_eq(seen, 2);
+    json_decref(job);
+    /* without a proxy the sandbox is told nothing of one */
+    text = ctl_k8s_job_json(&s_cfg, &sp);
+    cr_assert_null(strstr(text, "LISA_PROXY_URL"));
+    cr_assert_null(strstr(text, "LISA_SANDBOX_NETWORK"));
+    free(text);
+}
