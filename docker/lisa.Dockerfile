@@ -63,6 +63,8 @@ FROM runtime AS final
 COPY --from=build /out/bin/ /usr/local/bin/
 # the prompt sets shipped with lisa (agent.prompts=NAME)
 COPY --from=build /src/prompts/ /usr/local/share/lisa/prompts/
+# the recipes (the k8s trainer Jobs' --config)
+COPY --from=build /src/examples/recipes/ /usr/local/share/lisa/recipes/
 RUN for b in lisa-broker lisa-gateway lisa-controller lisa-reward lisa-agent lisa; do \
       test -x "/usr/local/bin/$b" || { echo "missing $b" >&2; exit 1; }; \
     done \

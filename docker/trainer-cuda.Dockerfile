@@ -53,6 +53,8 @@ RUN apt-get update -qq \
       --create-home --shell /usr/sbin/nologin lisa
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build /src/prompts/ /usr/local/share/lisa/prompts/
+# the recipes (the k8s trainer Jobs' --config)
+COPY --from=build /src/examples/recipes/ /usr/local/share/lisa/recipes/
 RUN if ldd /usr/local/bin/lisa-trainer | grep 'not found'; then exit 1; fi
 USER lisa
 WORKDIR /var/lib/lisa
