@@ -252,8 +252,8 @@ s_chat_render(s_chat_t *c)
     const int32_t *stop_ids = gw_render_stop_ids(self->d.render, &n_stop_ids);
     gw_sampling_t s = {.model = self->d.cfg->model,
                        .max_tokens = want < room ? want : room,
-                       .temperature = c->temperature,
-                       .top_p = c->top_p,
+                       .temperature = (double) c->temperature,
+                       .top_p = (double) c->top_p,
                        .top_k = c->top_k,
                        .stop_ids = stop_ids,
                        .n_stop_ids = n_stop_ids,

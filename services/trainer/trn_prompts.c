@@ -317,16 +317,31 @@ s_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+/* "<dir>/<name>config.yaml" (name "" or ending in '/'), or NULL when
+ * longer than PATH_MAX (caller frees). */
+static char *
+s_config_path(const char *dir, const char *name)
+{
+    lisa_buf_t b = LISA_BUF(PATH_MAX);
+    lisa_buf_printf(&b, "%s/%sconfig.yaml", dir, name);
+    if (b.full) {
+        lisa_buf_free(&b);
+        return NULL;
+    }
+    return lisa_buf_take(&b);
+}
+
 /* A directory set: <dir>/<name>/config.yaml per data source, and
  * <dir>/config.yaml as the default. */
 static lisa_rc_t
 s_load_dir(trn_prompts_t *self, const char *dir, char *err, size_t errlen)
 {
-    char path[PATH_MAX];
     lisa_rc_t rc = LISA_OK;
-    snprintf(path, sizeof path, "%s/config.yaml", dir);
-    if (s_exists(path) &&
-        (rc = s_load_file(self, path, "", err, errlen)) != LISA_OK)
+    char *path = s_config_path(dir, "");
+    if (path && s_exists(path))
+        rc = s_load_file(self, path, "", err, errlen);
+    lisa_free(&path);
+    if (rc != LISA_OK)
         return rc;
     DIR *d = opendir(dir);
     if (!d) {
@@ -337,17 +352,19 @@ s_load_dir(trn_prompts_t *self, const char *dir, char *err, size_t errlen)
     while (rc == LISA_OK && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
-        int w =
-            snprintf(path, sizeof path, "%s/%s/config.yaml", dir, e->d_name);
-        if (w < 0 || (size_t) w >= sizeof path || !s_exists(path))
-            continue;
-        if (self->n >= TRN_PROMPTS_MAX_SOURCES) {
-            s_errf(err, errlen, "%s: more than %u prompt files", dir,
-                   TRN_PROMPTS_MAX_SOURCES);
-            rc = LISA_TOOLARGE;
-            break;
+        char sub[300];
+        snprintf(sub, sizeof sub, "%.250s/", e->d_name);
+        path = s_config_path(dir, sub);
+        if (path && s_exists(path)) {
+            if (self->n >= TRN_PROMPTS_MAX_SOURCES) {
+                s_errf(err, errlen, "%s: more than %u prompt files", dir,
+                       TRN_PROMPTS_MAX_SOURCES);
+                rc = LISA_TOOLARGE;
+            } else {
+                rc = s_load_file(self, path, e->d_name, err, errlen);
+            }
         }
-        rc = s_load_file(self, path, e->d_name, err, errlen);
+        lisa_free(&path);
     }
     closedir(d);
     if (rc == LISA_OK && self->n == 0) {
@@ -371,8 +388,13 @@ s_shipped(const char *name, char *out, size_t outlen)
     if (!slash)
         return false;
     *slash = '\0';
-    int w = snprintf(out, outlen, "%s/../share/lisa/prompts/%s", exe, name);
-    return w > 0 && (size_t) w < outlen && s_is_dir(out);
+    lisa_buf_t b = LISA_BUF(outlen - 1);
+    lisa_buf_printf(&b, "%s/../share/lisa/prompts/%s", exe, name);
+    bool ok = !b.full && b.p && s_is_dir(b.p);
+    if (ok)
+        memcpy(out, b.p, b.len + 1);
+    lisa_buf_free(&b);
+    return ok;
 }
 
 trn_prompts_t *

@@ -312,8 +312,7 @@ Test(brk_spanscan, sampling_record)
         cr_assert_eq(more[3], 0x12);
         cr_assert_lt(more[4] + nbad[i], 128);
         more[4] = (uint8_t) (more[4] + nbad[i]);
-        cr_assert_not(brk_spanscan_push(more, len + nbad[i], &out), "%zu",
-                      i);
+        cr_assert_not(brk_spanscan_push(more, len + nbad[i], &out), "%zu", i);
         free(more);
         free(buf);
     }
