@@ -108,7 +108,8 @@ def keyed_broker(tmp_path):
     kf = tmp_path / "shared.key"
     kf.write_text(key.hex() + "\n")
     os.chmod(kf, 0o600)
-    br = Broker(tmp_path / "broker", token_key=str(kf)).start()
+    br = Broker(tmp_path / "broker", token_key=str(kf),
+                lease_ms=120000).start()
     procs = []
     yield br, key, procs
     for p in procs:
@@ -149,12 +150,12 @@ def test_run_pointed_at_upstream_layout_renders_its_prompts(keyed_broker,
                        "Which gas is inert?")]:
         a = by_src[src]
         v = c.ok("get_task", pb.GetTaskReq(rollout_id=a.rollout.rollout_id,
-                                           attempt=a.attempt)).get_task.task
+                                           attempt=a.attempt)).task
         assert (v.system_prompt, v.instance_prompt) == upstream(f, q)
     # a data source no folder covers: the agent's built-in prompt
     a = by_src["biomed"]
     v = c.ok("get_task", pb.GetTaskReq(rollout_id=a.rollout.rollout_id,
-                                       attempt=a.attempt)).get_task.task
+                                       attempt=a.attempt)).task
     assert v.system_prompt == "" and v.instance_prompt == ""
 
     # the real agent, through the real gateway, sends exactly them
