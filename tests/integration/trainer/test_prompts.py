@@ -198,3 +198,24 @@ def test_bad_placeholder_stops_the_trainer(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
     assert "chem/config.yaml" in r.stderr and "{tools}" in r.stderr, r.stderr
+
+
+def test_shipped_set_by_name(tmp_path):
+    """agent.prompts=lisa: the set shipped with lisa (prompts/lisa, found
+    beside the binary) loads, one file per data source of the recipe and
+    the default, each rendering as upstream's runner would."""
+    data = write_tasks(str(tmp_path / "train.jsonl"))
+    r = subprocess.run([TRAINER, "check", "--model", model_dir(str(tmp_path)),
+                        "--train-data", data, "agent.prompts=lisa"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shipped = os.path.join(os.environ["LISA_SOURCE_DIR"], "prompts", "lisa")
+    files = []
+    for root, _, names in os.walk(shipped):
+        files += [os.path.join(root, n) for n in names if n == "config.yaml"]
+    assert len(files) >= 9
+    assert "prompts: %d prompt file(s)" % len(files) in r.stdout + r.stderr
+    for f in files:
+        system, user = upstream(f, "Q")
+        assert system and "{" not in system.replace("{}", ""), f
+        assert user.startswith("Q"), f
