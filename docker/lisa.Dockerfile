@@ -26,7 +26,7 @@ RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends \
       ca-certificates libzmq5 libczmq4 libprotobuf-c1 libcurl4 \
       libmicrohttpd12 libjansson4 libsqlite3-0 libssl3 libpcre2-8-0 \
-      libicu72 libgomp1 \
+      libicu72 libgomp1 libyaml-0-2 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
       /usr/share/man/* /usr/share/locale/* \
  && find /usr/share/doc -type f ! -name copyright -delete \
@@ -47,6 +47,7 @@ RUN apt-get update -qq \
       libzmq3-dev libczmq-dev libprotobuf-c-dev protobuf-c-compiler \
       protobuf-compiler libcurl4-openssl-dev libmicrohttpd-dev \
       libjansson-dev libsqlite3-dev libssl-dev libpcre2-dev libicu-dev \
+      libyaml-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src
@@ -60,6 +61,10 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DLISA_TESTS=OFF \
 
 FROM runtime AS final
 COPY --from=build /out/bin/ /usr/local/bin/
+# the prompt sets shipped with lisa (agent.prompts=NAME)
+COPY --from=build /src/prompts/ /usr/local/share/lisa/prompts/
+# the recipes (the k8s trainer Jobs' --config)
+COPY --from=build /src/examples/recipes/ /usr/local/share/lisa/recipes/
 RUN for b in lisa-broker lisa-gateway lisa-controller lisa-reward lisa-agent lisa; do \
       test -x "/usr/local/bin/$b" || { echo "missing $b" >&2; exit 1; }; \
     done \

@@ -62,7 +62,7 @@ RUN apt-get update -qq \
       build-essential cmake pkg-config \
       libzmq3-dev libczmq-dev libprotobuf-c-dev protobuf-c-compiler \
       libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev \
-      libsqlite3-dev libssl-dev libpcre2-dev libicu-dev \
+      libsqlite3-dev libssl-dev libpcre2-dev libicu-dev libyaml-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

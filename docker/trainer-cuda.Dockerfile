@@ -26,7 +26,7 @@ RUN apt-get update -qq \
       libzmq3-dev libczmq-dev libprotobuf-c-dev protobuf-c-compiler \
       protobuf-compiler libcurl4-openssl-dev libmicrohttpd-dev \
       libjansson-dev libsqlite3-dev libssl-dev libpcre2-dev libicu-dev \
-      libnccl-dev \
+      libyaml-dev libnccl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src
@@ -46,12 +46,15 @@ RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends \
       ca-certificates libzmq5 libczmq4 libprotobuf-c1 libcurl4 \
       libmicrohttpd12 libjansson4 libsqlite3-0 libpcre2-8-0 libgomp1 \
-      "${ICU_PKG}" libnccl2 \
+      "${ICU_PKG}" libnccl2 libyaml-0-2 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid "${LISA_UID}" lisa \
  && useradd --system --uid "${LISA_UID}" --gid lisa --home-dir /var/lib/lisa \
       --create-home --shell /usr/sbin/nologin lisa
 COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=build /src/prompts/ /usr/local/share/lisa/prompts/
+# the recipes (the k8s trainer Jobs' --config)
+COPY --from=build /src/examples/recipes/ /usr/local/share/lisa/recipes/
 RUN if ldd /usr/local/bin/lisa-trainer | grep 'not found'; then exit 1; fi
 USER lisa
 WORKDIR /var/lib/lisa

@@ -9,7 +9,7 @@ PKGS=(
   libzmq3-dev libczmq-dev
   libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev
-  libsqlite3-dev sqlite3 libssl-dev libpcre2-dev libicu-dev
+  libsqlite3-dev sqlite3 libssl-dev libpcre2-dev libicu-dev libyaml-dev
   libcriterion-dev
   clang clang-format libclang-rt-14-dev
   python3 python3-zmq python3-protobuf python3-venv

@@ -206,8 +206,11 @@ agt_run(const agt_config_t *cfg)
         .n_files = task.n_files,
         .packages = packages,
     };
-    sys = agt_prompt_system(&pin);
-    user = agt_prompt_user(&pin);
+    /* the run's prompts when the task carries them, else the built-in */
+    sys = task.system_prompt ? lisa_strdup(task.system_prompt)
+                             : agt_prompt_system(&pin);
+    user = task.user_prompt ? lisa_strdup(task.user_prompt)
+                            : agt_prompt_user(&pin);
     tool_defs = agt_prompt_tools(&pin);
     agt_tools_cfg_t tcfg = {
         .root = cfg->testbed,

@@ -18,6 +18,7 @@
 #define S_MAX_PATH      255u
 #define S_MAX_ID        128u
 #define S_MAX_STATEMENT (4u * 1024u * 1024u)
+#define S_MAX_PROMPT    (8u * 1024u * 1024u)
 
 bool
 agt_task_path_ok(const char *path)
@@ -144,6 +145,25 @@ s_limits(json_t *lim, agt_task_t *t, char *err, size_t errlen)
     return LISA_OK;
 }
 
+/* The optional `prompt` object: {"system": ..., "user": ...}. */
+static lisa_rc_t
+s_prompt(json_t *p, agt_task_t *t, char *err, size_t errlen)
+{
+    lisa_rc_t rc;
+    if (!p || json_is_null(p))
+        return LISA_OK;
+    if (!json_is_object(p)) {
+        snprintf(err, errlen, "task: `prompt` must be an object");
+        return LISA_INVALID;
+    }
+    if ((rc = s_str(p, "system", S_MAX_PROMPT, true, &t->system_prompt, err,
+                    errlen)) ||
+        (rc = s_str(p, "user", S_MAX_PROMPT, true, &t->user_prompt, err,
+                    errlen)))
+        return rc;
+    return LISA_OK;
+}
+
 static lisa_rc_t
 s_files(json_t *files, agt_task_t *t, char *err, size_t errlen)
 {
@@ -211,7 +231,8 @@ agt_task_parse(json_t *view, agt_task_t *t, char *err, size_t errlen)
                     &t->problem_statement, err, errlen)) ||
         (rc = s_uint(view, "attempt", &t->attempt, err, errlen)) ||
         (rc = s_limits(json_object_get(view, "limits"), t, err, errlen)) ||
-        (rc = s_files(json_object_get(view, "files"), t, err, errlen)))
+        (rc = s_files(json_object_get(view, "files"), t, err, errlen)) ||
+        (rc = s_prompt(json_object_get(view, "prompt"), t, err, errlen)))
         goto out;
     json_t *extra = json_object_get(view, "extra_info");
     const char *qa = json_string_value(json_object_get(extra, "qa_type"));
@@ -408,6 +429,8 @@ agt_task_clear(agt_task_t *t)
     lisa_free(&t->data_source);
     lisa_free(&t->problem_statement);
     lisa_free(&t->qa_type);
+    lisa_free(&t->system_prompt);
+    lisa_free(&t->user_prompt);
     json_decref(t->files);
     t->files = NULL;
 }

@@ -33,6 +33,9 @@ typedef struct {
     int64_t time_left_ms; /* relative to the answer; -1: not given */
     double temperature;   /* < 0: not given */
     double top_p;         /* <= 0: not given */
+    /* the run's prompts (task.prompt, rendered by the trainer from
+     * agent.prompts): used instead of the built-in ones; NULL: not given */
+    char *system_prompt, *user_prompt;
 } agt_task_t;
 
 /* Parses and checks a TaskView object into *task (free with

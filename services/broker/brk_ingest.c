@@ -196,6 +196,15 @@ s_h_span_status(brk_ingest_t *self, brk_call_t *call)
     if (brk_store_span_status(self->env.store, q->rollout_id, q->attempt,
                               &out->contiguous_seq, &out->count) != LISA_OK)
         return brk_call_fail(call->err, LISA_ERR, "store read failed");
+    /* the run's sampling, which the gateway applies to the attempt */
+    Lisa__Rollout *r = NULL;
+    Lisa__TaskSpec *t = NULL;
+    if (brk_store_rollout_get(self->env.store, self->env.arena, q->rollout_id,
+                              &r) == LISA_OK &&
+        brk_store_group_task(self->env.store, self->env.arena, r->group_id,
+                             &t) == LISA_OK &&
+        t->limits)
+        out->sampling = t->limits->sampling;
     return LISA_OK;
 }
 

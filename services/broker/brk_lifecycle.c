@@ -560,6 +560,8 @@ s_h_get_task(brk_lifecycle_t *self, const Lisa__Request *req, Lisa__Reply *rep,
     v->n_files = t->n_files;
     v->files = t->files;
     v->limits = t->limits;
+    v->system_prompt = t->system_prompt;
+    v->instance_prompt = t->instance_prompt;
     v->deadline_ms = c.attempt_out ? c.attempt_out->deadline_ms : 0;
     v->policy_version = r->policy_version;
     v->extra_info_json = s_empty;

@@ -21,14 +21,17 @@ typedef enum {
     S_ID,       /* the rollout id */
     S_REP_VARINT,
     S_REP_FLOAT,
+    S_SAMPLING, /* the Sampling message, checked field by field */
 } s_kind_t;
 
 /* Span fields, by number (proto/lisa.proto, message Span). */
 static const s_kind_t s_span_fields[] = {
-    [1] = S_ID,      [2] = S_U32,        [3] = S_U32,        [4] = S_U32,
-    [5] = S_VARINT,  [6] = S_REP_VARINT, [7] = S_REP_VARINT, [8] = S_REP_FLOAT,
-    [9] = S_STRING,  [10] = S_VARINT,    [11] = S_STRING,    [12] = S_VARINT,
-    [13] = S_VARINT, [14] = S_VARINT,    [15] = S_VARINT,    [16] = S_STRING,
+    [1] = S_ID,         [2] = S_U32,       [3] = S_U32,
+    [4] = S_U32,        [5] = S_VARINT,    [6] = S_REP_VARINT,
+    [7] = S_REP_VARINT, [8] = S_REP_FLOAT, [9] = S_STRING,
+    [10] = S_VARINT,    [11] = S_STRING,   [12] = S_VARINT,
+    [13] = S_VARINT,    [14] = S_VARINT,   [15] = S_VARINT,
+    [16] = S_STRING,    [17] = S_SAMPLING,
 };
 #define S_SPAN_FIELDS (sizeof s_span_fields / sizeof s_span_fields[0])
 
@@ -76,6 +79,28 @@ s_bytes(s_cur_t *c, s_cur_t *out)
     out->p = c->p;
     out->end = c->p + n;
     c->p += n;
+    return true;
+}
+
+/* A Sampling message (proto/lisa.proto): floats 1 and 2, the varint 3;
+ * anything else goes the slow way. */
+static bool
+s_sampling(s_cur_t d)
+{
+    while (d.p < d.end) {
+        uint32_t f;
+        unsigned wt;
+        uint64_t v;
+        if (!s_key(&d, &f, &wt))
+            return false;
+        if ((f == 1 || f == 2) && wt == 5) {
+            if (d.end - d.p < 4)
+                return false;
+            d.p += 4;
+        } else if (!(f == 3 && wt == 0 && s_uvarint(&d, 10, &v))) {
+            return false;
+        }
+    }
     return true;
 }
 
@@ -187,6 +212,10 @@ s_span(s_cur_t c, brk_spanscan_span_t *s)
             }
             break;
         }
+        case S_SAMPLING:
+            if (wt != 2 || !s_bytes(&c, &d) || !s_sampling(d))
+                return false;
+            break;
         case S_REP_FLOAT:
             if (wt == 5) {
                 if (c.end - c.p < 4)

@@ -48,7 +48,17 @@ s_limits_json(const Lisa__Limits *l)
         json_pack("{s:I,s:I,s:I}", "max_turns", (json_int_t) l->max_turns,
                   "max_context_tokens", (json_int_t) l->max_context_tokens,
                   "max_tokens_per_call", (json_int_t) l->max_tokens_per_call);
-    /* sampling knobs only when set (0 means "engine default") */
+    /* sampling knobs only when set (0 means "engine default"); the run's
+     * sampling, when set, is what the gateway applies anyway */
+    const Lisa__Sampling *s = l->sampling;
+    if (s) {
+        json_object_set_new(o, "temperature",
+                            json_real((double) s->temperature));
+        json_object_set_new(o, "top_p", json_real((double) s->top_p));
+        if (s->top_k > 0)
+            json_object_set_new(o, "top_k", json_integer(s->top_k));
+        return o;
+    }
     if (l->temperature > 0)
         json_object_set_new(o, "temperature",
                             json_real((double) l->temperature));
@@ -110,13 +120,20 @@ s_task_json(const Lisa__TaskView *t)
             json_integer(t->deadline_ms > now
                              ? (json_int_t) (t->deadline_ms - now)
                              : 0));
-    return json_pack("{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
-                     t->rollout_id, "attempt", (json_int_t) t->attempt,
-                     "task_id", t->task_id, "data_source", t->data_source,
-                     "problem_statement", t->problem_statement, "files", files,
-                     "extra_info", extra, "limits", limits, "deadline_ms",
-                     (json_int_t) t->deadline_ms, "policy_version",
-                     (json_int_t) t->policy_version);
+    json_t *o = json_pack(
+        "{s:s,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I}", "rollout_id",
+        t->rollout_id, "attempt", (json_int_t) t->attempt, "task_id",
+        t->task_id, "data_source", t->data_source, "problem_statement",
+        t->problem_statement, "files", files, "extra_info", extra, "limits",
+        limits, "deadline_ms", (json_int_t) t->deadline_ms, "policy_version",
+        (json_int_t) t->policy_version);
+    /* the run's prompts (agent.prompts), rendered by the trainer */
+    if (o && t->system_prompt && *t->system_prompt)
+        json_object_set_new(
+            o, "prompt",
+            json_pack("{s:s,s:s}", "system", t->system_prompt, "user",
+                      t->instance_prompt ? t->instance_prompt : ""));
+    return o;
 }
 
 /* Attempts whose result was accepted: a repeated post is answered without
@@ -140,16 +157,21 @@ s_done_add(gw_agent_t *self, const lisa_token_claims_t *who)
 }
 
 /* The task reply names the rollout's group: the attempt's chat calls are
- * then placed with the group's other attempts (gw_pool). */
+ * then placed with the group's other attempts (gw_pool); and its run's
+ * sampling, which they use. */
 static void
-s_note_group(gw_agent_t *self, const lisa_token_claims_t *who,
-             const char *group_id)
+s_note_task(gw_agent_t *self, const lisa_token_claims_t *who,
+            const Lisa__TaskView *t)
 {
     gw_attempt_t *a;
-    if (group_id && *group_id &&
+    const Lisa__Sampling *smp = t->limits ? t->limits->sampling : NULL;
+    if (((t->group_id && *t->group_id) || smp) &&
         gw_trace_open(self->d.trace, who->rollout_id, who->attempt, s_now_ms(),
-                      &a) == LISA_OK)
-        gw_attempt_set_group(a, group_id);
+                      &a) == LISA_OK) {
+        if (t->group_id && *t->group_id)
+            gw_attempt_set_group(a, t->group_id);
+        gw_attempt_set_sampling(a, smp);
+    }
 }
 
 static void
@@ -169,7 +191,7 @@ s_rpc_answer(void *arg, uint64_t request_id, lisa_rc_t rc,
     json_t *o = NULL;
     if (rep->body_case == LISA__REPLY__BODY_GET_TASK && rep->get_task->task) {
         o = s_task_json(rep->get_task->task);
-        s_note_group(self, &c->r.who, rep->get_task->task->group_id);
+        s_note_task(self, &c->r.who, rep->get_task->task);
     } else if (rep->body_case == LISA__REPLY__BODY_HEARTBEAT)
         o = json_pack("{s:I,s:b}", "lease_expiry_ms",
                       (json_int_t) rep->heartbeat->lease_expiry_ms, "cancel",

@@ -48,7 +48,9 @@ typedef struct {
     unsigned tries;
     uint64_t start_ms;
     int64_t up_t0_us;
-    int64_t turn;       /* X-Lisa-Turn, 0 when absent */
+    int64_t turn;             /* X-Lisa-Turn, 0 when absent */
+    float temperature, top_p; /* what the engine is told (the span's) */
+    int32_t top_k;
     int64_t up_done_us; /* when the engine's answer arrived */
 } s_chat_t;
 
@@ -96,6 +98,33 @@ s_chat_fail(s_chat_t **cp, const gw_err_t *err)
 }
 
 static void s_chat_send(s_chat_t *c);
+
+/* The call's sampling: the run's when the rollout has one (whatever the
+ * agent asked, as Agent Lightning's gateway does; a differing request is
+ * counted), else the agent's with OpenAI's defaults (1, 1, none). Always
+ * sent to the engine, so the span records what it sampled with. */
+static void
+s_chat_sampling(s_chat_t *c, gw_attempt_t *a)
+{
+    const gw_chat_req_t *q = &c->chat;
+    float t, p;
+    int32_t k;
+    if (gw_attempt_sampling(a, &t, &p, &k)) {
+        bool differs = (q->temperature >= 0 && (float) q->temperature != t) ||
+                       (q->top_p >= 0 && (float) q->top_p != p) ||
+                       (q->top_k >= 0 && q->top_k != k);
+        if (differs)
+            gw_metrics_add(c->self->d.m,
+                           "lisa_gateway_sampling_overridden_total", NULL, 1);
+    } else {
+        t = q->temperature >= 0 ? (float) q->temperature : 1.0f;
+        p = q->top_p >= 0 ? (float) q->top_p : 1.0f;
+        k = q->top_k > 0 && q->top_k < INT32_MAX ? (int32_t) q->top_k : 0;
+    }
+    c->temperature = t;
+    c->top_p = p;
+    c->top_k = k;
+}
 
 /* Parses messages[first..]: they are rendered. An assistant turn among
  * them is rendered with the conversation's last user query in view (the
@@ -212,6 +241,7 @@ s_chat_render(s_chat_t *c)
     }
     c->a = a;
     c->begun = true;
+    s_chat_sampling(c, a);
     size_t plen;
     (void) gw_attempt_prompt(a, &plen);
     int64_t room = (int64_t) max - (int64_t) plen;
@@ -222,8 +252,9 @@ s_chat_render(s_chat_t *c)
     const int32_t *stop_ids = gw_render_stop_ids(self->d.render, &n_stop_ids);
     gw_sampling_t s = {.model = self->d.cfg->model,
                        .max_tokens = want < room ? want : room,
-                       .temperature = c->chat.temperature,
-                       .top_p = c->chat.top_p,
+                       .temperature = (double) c->temperature,
+                       .top_p = (double) c->top_p,
+                       .top_k = c->top_k,
                        .stop_ids = stop_ids,
                        .n_stop_ids = n_stop_ids,
                        .stop = c->chat.stop,
@@ -268,6 +299,7 @@ s_chat_based(void *arg, uint64_t request_id, lisa_rc_t rc,
         if ((int64_t) rep->span_status->count > next)
             next = rep->span_status->count;
         gw_attempt_set_base(a, (uint32_t) next);
+        gw_attempt_set_sampling(a, rep->span_status->sampling);
     }
     s_chat_render(c);
 }
@@ -393,7 +425,10 @@ s_chat_answer(s_chat_t *c, gw_completion_t *comp)
                      .gateway_id = self->d.cfg->gateway_id,
                      .start_ms = c->start_ms,
                      .first_token_ms = 0,
-                     .end_ms = s_now_ms()};
+                     .end_ms = s_now_ms(),
+                     .temperature = c->temperature,
+                     .top_p = c->top_p,
+                     .top_k = c->top_k};
     Lisa__Span *span = NULL;
     lisa_rc_t rc =
         gw_attempt_commit(c->a, (const uint8_t(*)[GW_DIGEST_LEN]) c->dig,

@@ -51,6 +51,8 @@ static const s_family_t s_families[] = {
      "cached / prompt tokens of the chat calls answered since start"},
     {"lisa_gateway_segments_total", S_COUNTER,
      "new segments started because the agent rewrote history"},
+    {"lisa_gateway_sampling_overridden_total", S_COUNTER,
+     "chat calls whose temperature / top_p / top_k gave way to the run's"},
     {"lisa_gateway_spans_total", S_COUNTER, "spans, by outcome"},
     {"lisa_gateway_spans_pending", S_GAUGE,
      "spans not yet acknowledged by the broker"},

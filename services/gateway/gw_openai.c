@@ -68,6 +68,7 @@ static const char *const s_known[] = {
     "tool_choice",
     "temperature",
     "top_p",
+    "top_k",
     "max_tokens",
     "max_completion_tokens",
     "stop",
@@ -286,6 +287,13 @@ s_parse_fields(gw_chat_req_t *req, gw_err_t *err)
         return LISA_INVALID;
     if (req->top_p == 0.0)
         return S_BAD("top_p", "'top_p' must be greater than 0");
+    v = json_object_get(root, "top_k"); /* vLLM's: -1 or 0 is off */
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < -1 ||
+            json_integer_value(v) > (1 << 24))
+            return S_BAD("top_k", "'top_k' must be an integer, -1 for none");
+        req->top_k = json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+    }
     for (int i = 0; i < 2; i++) {
         const char *key = i ? "max_completion_tokens" : "max_tokens";
         v = json_object_get(root, key);
@@ -619,6 +627,7 @@ gw_chat_req_parse_after(const char *body, size_t len,
     memset(req, 0, sizeof *req);
     req->temperature = -1;
     req->top_p = -1;
+    req->top_k = -1;
     lisa_rc_t rc = LISA_INVALID;
     s_spans_t spans = {NULL, 0, 0};
     const char *mb, *me, *tb, *te;

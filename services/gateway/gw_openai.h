@@ -79,6 +79,7 @@ typedef struct {
     bool tool_choice_named;  /* tool_choice names one function */
     double temperature;      /* -1 when absent */
     double top_p;            /* -1 when absent */
+    int64_t top_k;           /* -1 when absent, 0 off */
     int64_t max_tokens;      /* 0 when absent */
     const char *stop[GW_MAX_STOP];
     size_t n_stop;

@@ -50,7 +50,10 @@ struct gw_attempt_t {
     int32_t last_seq;
     uint32_t spans;
     char *engine;
-    char *group; /* the rollout's group, when the task reply named it */
+    char *group;       /* the rollout's group, when the task reply named it */
+    bool has_sampling; /* the run's sampling is known */
+    float temperature, top_p;
+    int32_t top_k;
     int64_t answer_turn;
     char *answer;
     size_t answer_len;
@@ -235,6 +238,27 @@ uint32_t
 gw_attempt_next_seq(const gw_attempt_t *a)
 {
     return a->next_seq;
+}
+
+bool
+gw_attempt_sampling(const gw_attempt_t *a, float *temperature, float *top_p,
+                    int32_t *top_k)
+{
+    *temperature = a->temperature;
+    *top_p = a->top_p;
+    *top_k = a->top_k;
+    return a->has_sampling;
+}
+
+void
+gw_attempt_set_sampling(gw_attempt_t *a, const Lisa__Sampling *s)
+{
+    if (!s)
+        return;
+    a->has_sampling = true;
+    a->temperature = s->temperature;
+    a->top_p = s->top_p;
+    a->top_k = s->top_k > 0 ? s->top_k : 0;
 }
 
 const char *
@@ -557,6 +581,11 @@ gw_attempt_commit(gw_attempt_t *a, const uint8_t (*digests)[GW_DIGEST_LEN],
     sp->first_token_ms = s->first_token_ms;
     sp->end_ms = s->end_ms;
     sp->prompt_len = (uint32_t) prompt_len;
+    sp->sampling = lisa_malloc(sizeof *sp->sampling);
+    lisa__sampling__init(sp->sampling);
+    sp->sampling->temperature = s->temperature;
+    sp->sampling->top_p = s->top_p;
+    sp->sampling->top_k = s->top_k;
     if (a->open_extends) {
         sp->prev_seq = a->last_seq;
         sp->segment = a->segment;
@@ -605,5 +634,6 @@ gw_span_free(Lisa__Span **span)
     lisa_free(&sp->finish_reason);
     lisa_free(&sp->engine_id);
     lisa_free(&sp->gateway_id);
+    lisa_free(&sp->sampling);
     lisa_free(span);
 }

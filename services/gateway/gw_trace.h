@@ -75,6 +75,14 @@ uint32_t gw_attempt_spans(const gw_attempt_t *a);
 /* Next sequence number (= spans stored for the attempt, once based). */
 uint32_t gw_attempt_next_seq(const gw_attempt_t *a);
 
+/* The run's sampling for the attempt (from the broker: SpanStatusRep or
+ * the task's limits), which every chat call of the attempt uses; false
+ * when the rollout has none (the agent's request decides). */
+bool gw_attempt_sampling(const gw_attempt_t *a, float *temperature,
+                         float *top_p, int32_t *top_k);
+/* Sets it; NULL leaves what is known. */
+void gw_attempt_set_sampling(gw_attempt_t *a, const Lisa__Sampling *s);
+
 /* The rollout's group id (borrowed; NULL when not known) and its setter
  * (copied, at most 128 bytes; NULL or "" clears it). */
 const char *gw_attempt_group(const gw_attempt_t *a);
@@ -156,6 +164,9 @@ typedef struct {
     const char *engine_id;
     const char *gateway_id;
     uint64_t start_ms, first_token_ms, end_ms;
+    /* the settings the engine was told to sample with (Span.sampling) */
+    float temperature, top_p;
+    int32_t top_k;
 } gw_sample_t;
 
 /* Closes the open call: appends the sampled ids to the sequence, records

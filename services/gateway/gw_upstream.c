@@ -162,6 +162,10 @@ s_rest(s_buf_t *b, const gw_sampling_t *s)
         snprintf(tmp, sizeof tmp, ",\"top_p\":%.17g", s->top_p);
         s_puts(b, tmp);
     }
+    if (s->top_k > 0) {
+        snprintf(tmp, sizeof tmp, ",\"top_k\":%lld", (long long) s->top_k);
+        s_puts(b, tmp);
+    }
     s_puts(b, ",\"stop_token_ids\":[");
     for (size_t i = 0; i < s->n_stop_ids; i++) {
         if (i)

@@ -33,6 +33,7 @@ typedef struct {
     int64_t max_tokens;
     double temperature; /* < 0: omitted (engine default) */
     double top_p;       /* < 0: omitted */
+    int64_t top_k;      /* <= 0: omitted (off) */
     const int32_t *stop_ids;
     size_t n_stop_ids;
     const char *const *stop; /* stop strings */

@@ -55,6 +55,7 @@ typedef struct {
     trn_step_cfg_t sc;
     trn_ranks_plan_t plan;
     trn_data_t *tdata, *vdata;
+    trn_prompts_t *prompts; /* agent.prompts, rank 0 */
     lisa_config_source_t *src;
 } s_args_t;
 
@@ -129,6 +130,15 @@ s_check(s_args_t *a)
         fprintf(stderr, "lisa-trainer: data: %s\n", err);
         return TRN_EXIT_CONFIG;
     }
+    if (cfg->prompts && *cfg->prompts && a->plan.rank == 0) {
+        a->prompts = trn_prompts_load(cfg->prompts, err, sizeof err);
+        if (!a->prompts) {
+            fprintf(stderr, "lisa-trainer: agent.prompts: %s\n", err);
+            return TRN_EXIT_CONFIG;
+        }
+        lisa_log_info("prompts: %zu prompt file(s) from %s",
+                      trn_prompts_count(a->prompts), cfg->prompts);
+    }
     /* fail on bad enum values before loading a model */
     trn_failed_t fp;
     bool de, bf;
@@ -197,6 +207,7 @@ s_run(s_args_t *a, trn_service_t *svc, const trn_ckpt_state_t *st)
                           .engine = trn_service_engine(svc),
                           .train = a->tdata,
                           .val = a->vdata,
+                          .prompts = a->prompts,
                           .run_id = runbuf,
                           .start_step = st->global_step,
                           .policy_version = st->policy_version,
@@ -294,6 +305,7 @@ main(int argc, char **argv)
     lisa_curve_forget();
     trn_data_destroy(&a.tdata);
     trn_data_destroy(&a.vdata);
+    trn_prompts_destroy(&a.prompts);
     lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &a.cfg);
     lisa_free(&a.src);
     return (int) code;

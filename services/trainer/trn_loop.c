@@ -33,7 +33,8 @@ typedef struct {
     size_t task; /* index of its prompt in the batch (its group) */
     const char *ds;
     bool terminal, ok, kept;
-    bool overlong; /* ended at the turn or context limit */
+    bool overlong;         /* ended at the turn or context limit */
+    bool sampling_refused; /* a span was sampled otherwise than the run */
     double reward;
     uint32_t attempt;
     trn_traj_t traj;
@@ -203,8 +204,22 @@ s_live(s_loop_t *L, const s_ro_t *ros, size_t n)
     trn_progress_live(L->pg, &L->ps);
 }
 
+/* The run's sampling for training or validation rollouts: what the
+ * gateway applies and the spans must record (top_k -1 is off: 0). */
+static Lisa__Sampling
+s_sampling(const trn_run_cfg_t *c, bool val)
+{
+    Lisa__Sampling s = LISA__SAMPLING__INIT;
+    int64_t k = val ? c->val_top_k : c->top_k;
+    s.temperature = (float) (val ? c->val_temperature : c->temperature);
+    s.top_p = (float) (val ? c->val_top_p : c->top_p);
+    s.top_k = k > 0 ? (int32_t) k : 0;
+    return s;
+}
+
 /* Enqueues tasks idx[nt] of d with n rollouts each; *ros gets nt * n
- * records in order. */
+ * records in order. With agent.prompts each task carries its rendered
+ * prompts (a data source the set does not cover keeps the agent's). */
 static lisa_rc_t
 s_enqueue(s_loop_t *L, const trn_data_t *d, const size_t *idx, size_t nt,
           uint32_t n, bool val, uint64_t step, char *key, s_ro_t **ros_out)
@@ -219,6 +234,9 @@ s_enqueue(s_loop_t *L, const trn_data_t *d, const size_t *idx, size_t nt,
     lim.deadline_ms = c->trajectory_timeout_ms;
     lim.temperature = (float) (val ? c->val_temperature : c->temperature);
     lim.top_p = (float) (val ? c->val_top_p : c->top_p);
+    Lisa__Sampling smp = s_sampling(c, val);
+    lim.sampling = &smp;
+    char **prompts = lisa_calloc(2 * nt + 1, sizeof *prompts);
     size_t nfiles = 0;
     for (size_t i = 0; i < nt; i++)
         nfiles += trn_data_get(d, idx[i])->n_docs;
@@ -236,6 +254,13 @@ s_enqueue(s_loop_t *L, const trn_data_t *d, const size_t *idx, size_t nt,
         ts[i].n = n;
         ts[i].limits = &lim;
         ts[i].max_attempts = (uint32_t) c->max_attempts;
+        if (L->a->prompts &&
+            trn_prompts_render(L->a->prompts, s->data_source, s->problem,
+                               &prompts[2 * i],
+                               &prompts[2 * i + 1]) == LISA_OK) {
+            ts[i].system_prompt = prompts[2 * i];
+            ts[i].instance_prompt = prompts[2 * i + 1];
+        }
         ts[i].files = &fp[fi];
         ts[i].n_files = s->n_docs;
         for (size_t k = 0; k < s->n_docs; k++, fi++) {
@@ -279,6 +304,9 @@ s_enqueue(s_loop_t *L, const trn_data_t *d, const size_t *idx, size_t nt,
         }
     }
     lisa_rpc_reply_free(&rep);
+    for (size_t i = 0; i < 2 * nt; i++)
+        lisa_free(&prompts[i]);
+    lisa_free(&prompts);
     lisa_free(&files);
     lisa_free(&fp);
     lisa_free(&ts);
@@ -424,11 +452,36 @@ s_wait(s_loop_t *L, s_ro_t *ros, size_t n, double deadline, size_t *timed_out)
     return rc;
 }
 
+/* True when span sp was sampled with the settings `want` (the same
+ * float values the trainer enqueued); why says how it differs. */
+static bool
+s_sampled_as(const Lisa__Span *sp, const Lisa__Sampling *want, char *why,
+             size_t wl)
+{
+    const Lisa__Sampling *got = sp->sampling;
+    if (!got) {
+        snprintf(why, wl, "span %u records no sampling settings", sp->seq);
+        return false;
+    }
+    if (got->temperature != want->temperature || got->top_p != want->top_p ||
+        (got->top_k > 0 ? got->top_k : 0) != want->top_k) {
+        snprintf(why, wl,
+                 "span %u was sampled at temperature %g, top_p %g, top_k %d; "
+                 "the run's are %g, %g, %d",
+                 sp->seq, (double) got->temperature, (double) got->top_p,
+                 (int) got->top_k, (double) want->temperature,
+                 (double) want->top_p, (int) want->top_k);
+        return false;
+    }
+    return true;
+}
+
 /* Builds the sequences of rollout ro from a query reply holding its
  * final attempt and spans (among others'). A rollout whose spans do not
- * build is left without sequences (logged). */
+ * build, or one of whose spans was sampled otherwise than `want`, is left
+ * without sequences (logged). */
 static void
-s_build(s_ro_t *ro, const Lisa__QueryRep *qr)
+s_build(s_ro_t *ro, const Lisa__QueryRep *qr, const Lisa__Sampling *want)
 {
     size_t expected = 0, n = 0;
     for (size_t i = 0; i < qr->n_attempts; i++)
@@ -445,9 +498,18 @@ s_build(s_ro_t *ro, const Lisa__QueryRep *qr)
             strcmp(qr->spans[i]->rollout_id, ro->id) == 0)
             sp[n++] = qr->spans[i];
     char why[256];
+    for (size_t i = 0; i < n && !ro->sampling_refused; i++)
+        if (!s_sampled_as(sp[i], want, why, sizeof why)) {
+            ro->sampling_refused = true;
+            lisa_log_warn("loop: rollout %s attempt %u refused from "
+                          "training: %s",
+                          ro->id, ro->attempt, why);
+        }
     if (n == 0) {
         lisa_log_warn("loop: rollout %s attempt %u has no spans", ro->id,
                       ro->attempt);
+    } else if (ro->sampling_refused) {
+        /* not trained on: no sequences */
     } else if (trn_traj_build(sp, n, expected, TRN_MAX_BATCH_TOKENS, &ro->traj,
                               why, sizeof why) != LISA_OK) {
         lisa_log_warn("loop: rollout %s attempt %u: %s", ro->id, ro->attempt,
@@ -475,6 +537,7 @@ s_spans(s_loop_t *L, s_ro_t *ros, size_t nr)
     char **ids = lisa_calloc(S_SPAN_CHUNK, sizeof *ids);
     s_ro_t **of = lisa_calloc(S_SPAN_CHUNK, sizeof *of);
     lisa_rc_t rc = LISA_OK;
+    Lisa__Sampling want = s_sampling(L->c, false);
     for (size_t i = 0; i < nr && rc == LISA_OK;) {
         size_t k = 0;
         for (; i < nr && k < S_SPAN_CHUNK; i++)
@@ -498,7 +561,7 @@ s_spans(s_loop_t *L, s_ro_t *ros, size_t nr)
         if (rc != LISA_OK)
             break;
         for (size_t j = 0; j < k && rep->query; j++)
-            s_build(of[j], rep->query);
+            s_build(of[j], rep->query, &want);
         lisa_rpc_reply_free(&rep);
     }
     lisa_free(&ids);
@@ -984,9 +1047,10 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     size_t ncut = 0, nlong = 0;
     s_caps(L, ros, nr, &ncut, &nlong);
     /* the batch */
-    size_t nseq = 0, ntok = 0, nkept = 0, nok = 0;
+    size_t nseq = 0, ntok = 0, nkept = 0, nok = 0, nrefused = 0;
     for (size_t i = 0; i < nr; i++) {
         nok += ros[i].ok;
+        nrefused += ros[i].sampling_refused;
         if (!ros[i].kept)
             continue;
         nkept++;
@@ -1005,6 +1069,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "rollouts/failed", (double) (nr - nok));
     trn_metrics_set(m, "rollouts/timed_out", (double) timed_out);
     trn_metrics_set(m, "rollouts/kept", (double) nkept);
+    trn_metrics_set(m, "rollouts/sampling_refused", (double) nrefused);
     trn_metrics_set(m, "groups/dropped", (double) dropped_groups);
     trn_metrics_set(m, "batch/sequences", (double) nseq);
     trn_metrics_set(m, "batch/truncated", (double) ncut);

@@ -7,7 +7,10 @@
  * under the step deadline (each call bounded; a broker that stops answering
  * is an error, never a hang; at the deadline the rest is cancelled and
  * counted failed); fetch each rollout's spans (QueryReq with_spans) and
- * rebuild its sequences (trn_traj); apply the failed-rollout and
+ * rebuild its sequences (trn_traj), refusing a rollout any of whose spans
+ * was sampled with other settings than the run's (Span.sampling against
+ * rollout.temperature / top_p / top_k: counted in
+ * rollouts/sampling_refused); apply the failed-rollout and
  * equal-reward policies; pause the engine (in-flight generations finish),
  * run one optimizer step (backend train_step), bump the policy version at
  * the broker (PolicyReq set) and resume the engine with it. Every
@@ -21,6 +24,7 @@
 #include "trn_backend.h"
 #include "trn_data.h"
 #include "trn_engine.h"
+#include "trn_prompts.h"
 #include "trn_run_cfg.h"
 
 #include <signal.h>
@@ -30,7 +34,8 @@ typedef struct {
     trn_backend_t *backend;
     trn_engine_t *engine;
     const trn_data_t *train;
-    const trn_data_t *val; /* may be NULL */
+    const trn_data_t *val;        /* may be NULL */
+    const trn_prompts_t *prompts; /* agent.prompts; NULL: the agent's own */
     const char *run_id;
     uint64_t start_step;         /* steps already done (resume) */
     uint64_t policy_version;     /* at start */

@@ -107,12 +107,20 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
     E(temperature, AR "rollout.temperature", NULL, DOUBLE, "1.0",
       "sampling temperature"),
     E(top_p, AR "rollout.top_p", NULL, DOUBLE, "1.0", "nucleus sampling"),
+    E(top_k, AR "rollout.top_k", NULL, INT64, "-1",
+      "top-k sampling (-1 or 0: off)"),
     E(val_n, AR "rollout.val_kwargs.n", NULL, INT64, "1",
       "rollouts per validation prompt"),
     E(val_temperature, AR "rollout.val_kwargs.temperature", NULL, DOUBLE, "0.7",
       "validation temperature"),
     E(val_top_p, AR "rollout.val_kwargs.top_p", NULL, DOUBLE, "0.8",
       "validation top_p"),
+    E(val_top_k, AR "rollout.val_kwargs.top_k", NULL, INT64, "-1",
+      "validation top_k (-1 or 0: off)"),
+    EV(prompts, "agent.prompts", "LISA_TRN_PROMPTS", NULL, STRING, NULL,
+       "the agent's prompts: a config.yaml in llm-in-sandbox's benchmark "
+       "layout, a folder of <data source>/config.yaml, or a set shipped "
+       "with lisa (lisa); unset: the agent's built-in prompts"),
     E(max_turns, AR "rollout.max_turns", NULL, INT64, "100",
       "agent turns per rollout"),
     E(max_context, AR "rollout.max_context_tokens", NULL, INT64, "0",
@@ -831,6 +839,14 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         bad = "data.train_batch_size / rollout.n / val_kwargs.n (>= 1)";
     if (!(c->temperature > 0))
         bad = "actor_rollout_ref.rollout.temperature (> 0 for training)";
+    if (!(c->top_p > 0 && c->top_p <= 1) ||
+        !(c->val_top_p > 0 && c->val_top_p <= 1))
+        bad = "actor_rollout_ref.rollout.top_p / val_kwargs.top_p (0 < p <= 1)";
+    if (!(c->val_temperature >= 0 && c->val_temperature <= 100))
+        bad = "actor_rollout_ref.rollout.val_kwargs.temperature (0..100)";
+    if (c->top_k < -1 || c->val_top_k < -1 || c->top_k > INT32_MAX ||
+        c->val_top_k > INT32_MAX)
+        bad = "actor_rollout_ref.rollout.top_k / val_kwargs.top_k (>= -1)";
     if (!(c->adam_eps > 0 && c->adam_eps < 1))
         bad = "actor_rollout_ref.actor.optim.eps (0 < eps < 1)";
     if (c->lr_warmup_steps < -1)

@@ -37,8 +37,11 @@ typedef struct {
     int64_t max_attempts;
     int64_t n;
     double temperature, top_p;
+    int64_t top_k;
     int64_t val_n;
     double val_temperature, val_top_p;
+    int64_t val_top_k;
+    char *prompts; /* agent.prompts: a prompt set (trn_prompts) */
     int64_t max_turns, max_context, max_tokens_per_call;
     uint64_t trajectory_timeout_ms;
     double lr, weight_decay, grad_clip, clip_low, clip_high, clip_c;

@@ -9,6 +9,7 @@ isolation depends on; where `lisa-controller` can print the Job it would
 create, that Job is validated the same way.
 """
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -469,3 +470,42 @@ def test_network_policies_for_the_broker_and_the_trainer():
              if x["metadata"]["name"] == name][0]
         labels = o["spec"]["template"]["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == name
+RECIPE_IN_IMAGE = "/usr/local/share/lisa/recipes/llm-in-sandbox.conf"
+
+
+def test_trainers_run_the_recipe(tmp_path):
+    """The production and multi-node trainers run the LLM-in-Sandbox recipe
+    (examples/recipes/llm-in-sandbox.conf, which the images ship at the
+    path their --config names, and which the trainer accepts); the local
+    overlay's toy run does not."""
+    for overlay in ("production", "multinode"):
+        objs = kustomize_lite.render(os.path.join(K8S, "overlays", overlay))
+        _, c = _trainer_container(objs)
+        cmd = c["command"]
+        assert cmd[:2] == ["lisa-trainer", "train"], cmd
+        assert cmd[cmd.index("--config") + 1] == RECIPE_IN_IMAGE, cmd
+    _, c = _trainer_container(
+        kustomize_lite.render(os.path.join(K8S, "overlays", "local")))
+    assert c["command"] == ["lisa-trainer", "train"]
+    for df in ("lisa.Dockerfile", "trainer-cuda.Dockerfile"):
+        text = open(os.path.join(SRC, "docker", df)).read()
+        assert ("COPY --from=build /src/examples/recipes/ "
+                + os.path.dirname(RECIPE_IN_IMAGE) + "/") in text, df
+    # the trainer takes the recipe as the Job gives it: --config, then its
+    # environment (here the toy model and eight toy prompts)
+    trainer = os.path.join(BIN, "lisa-trainer")
+    recipe = os.path.join(SRC, "examples", "recipes", "llm-in-sandbox.conf")
+    data = tmp_path / "train_verl.json"
+    data.write_text(json.dumps([{
+        "prompt": [{"role": "user", "content": "q%d" % i}],
+        "data_source": "math", "reward_model": {"ground_truth": "1"},
+        "extra_info": {"id": "q%d" % i, "problem_statement": "q%d" % i}}
+        for i in range(8)]))
+    env = dict(os.environ, LISA_TRN_MODEL=os.path.join(SRC, "models", "toy"),
+               LISA_TRN_DATA=str(data))
+    r = subprocess.run([trainer, "check", "--config", recipe], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert "check: the settings and the data are good" in out, out[-3000:]
+    assert "rloo" in out, out[-3000:]

@@ -81,10 +81,14 @@ class Agent(threading.Thread):
 
     running = []  # every agent started; the stack fixture stops them
 
-    def __init__(self, rpc, fail_task=None, overlong_idx=None):
+    def __init__(self, rpc, fail_task=None, overlong_idx=None,
+                 temperature=1.0):
         super().__init__(daemon=True)
         Agent.running.append(self)
         self.rpc = rpc
+        # what the engine samples with and the spans record (as a
+        # gateway records it); the run's default is 1.0
+        self.temperature = temperature
         self.fail_task = fail_task  # index 1 of this task fails (agent)
         # rollouts of this group index end at the turn limit
         self.overlong_idx = overlong_idx
@@ -141,7 +145,8 @@ class Agent(threading.Thread):
             full = seq + appended
             out = post(url + "/v1/completions", {
                 "model": "lisa", "prompt": full, "max_tokens": 4,
-                "logprobs": 1, "return_token_ids": True, "temperature": 1.0,
+                "logprobs": 1, "return_token_ids": True,
+                "temperature": self.temperature,
                 "stop_token_ids": [0]})
             ch = out["choices"][0]
             ids = ch["token_ids"]
@@ -154,7 +159,9 @@ class Agent(threading.Thread):
                 response_ids=ids, response_logprobs=lps,
                 finish_reason=ch["finish_reason"],
                 policy_version=out["policy_version"], engine_id="e",
-                prompt_len=len(full)))
+                prompt_len=len(full),
+                sampling=pb.Sampling(temperature=self.temperature,
+                                     top_p=1.0)))
             seq = full + ids
         b.call("span_put", pb.SpanPutReq(spans=spans))
         if a.rollout.task_id == self.fail_task and idx == 1:
@@ -530,3 +537,24 @@ def test_val_only_reports_each_source(stack, tmp_path):
         assert "val/reward/%s/mean" % src in v
     # nothing was trained: no checkpoint
     assert not [d for d in os.listdir(out) if d.startswith("global_step_")]
+
+
+def test_spans_sampled_otherwise_are_refused(stack, tmp_path):
+    """Spans that record another temperature than the run's (0.5 against
+    actor_rollout_ref.rollout.temperature 1.0) are not trained on: every
+    rollout is refused, counted, logged, and the step makes no update."""
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"], temperature=0.5))
+    assert m["rollouts/succeeded"] == 4
+    assert m["rollouts/sampling_refused"] == 4 and m["rollouts/kept"] == 0
+    assert m["batch/sequences"] == 0 and m["update/skipped"] == 1
+    log = open(tmp_path / "trainer.log").read()
+    assert "refused from training: span 0 was sampled at temperature 0.5" \
+        in log, log[-3000:]
+
+
+def test_spans_sampled_as_the_run_are_trained(stack, tmp_path):
+    """The same step with the run at 0.5: the spans match and train."""
+    m = one_step(stack, tmp_path, Agent(stack[0].ep["rpc"], temperature=0.5),
+                 "actor_rollout_ref.rollout.temperature=0.5")
+    assert m["rollouts/sampling_refused"] == 0 and m["rollouts/kept"] == 4
+    assert m["update/skipped"] == 0

@@ -125,6 +125,11 @@ Test(agt_task, unsafe_or_malformed_tasks_are_refused)
         "{\"rollout_id\":\"r\",\"problem_statement\":\"q\",\"limits\":{"
         "\"top_p\":2}}",
         "{\"rollout_id\":\"r\",\"problem_statement\":\"q\",\"limits\":7}",
+        "{\"rollout_id\":\"r\",\"problem_statement\":\"q\",\"prompt\":\"s\"}",
+        "{\"rollout_id\":\"r\",\"problem_statement\":\"q\",\"prompt\":{"
+        "\"system\":\"s\"}}",
+        "{\"rollout_id\":\"r\",\"problem_statement\":\"q\",\"prompt\":{"
+        "\"system\":1,\"user\":\"u\"}}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_error_t jerr;
@@ -151,8 +156,26 @@ Test(agt_task, minimal_task_has_defaults)
     cr_assert_eq(t.time_left_ms, -1);
     cr_assert_lt(t.temperature, 0);
     cr_assert_null(t.qa_type);
+    cr_assert_null(t.system_prompt);
+    cr_assert_null(t.user_prompt);
     cr_assert_eq(agt_task_write_files(&t, s_dir, err, sizeof err), LISA_OK);
     agt_task_clear(&t);
+    json_decref(v);
+}
+
+Test(agt_task, the_runs_prompts)
+{
+    /* agent.prompts: the trainer's rendering travels in the task */
+    json_t *v = json_pack("{s:s,s:s,s:{s:s,s:s}}", "rollout_id", "r",
+                          "problem_statement", "q", "prompt", "system",
+                          "You solve {x}.", "user", "<problem>\nq\n</problem>");
+    agt_task_t t;
+    char err[256];
+    cr_assert_eq(agt_task_parse(v, &t, err, sizeof err), LISA_OK, "%s", err);
+    cr_assert_str_eq(t.system_prompt, "You solve {x}.");
+    cr_assert_str_eq(t.user_prompt, "<problem>\nq\n</problem>");
+    agt_task_clear(&t);
+    cr_assert_null(t.system_prompt);
     json_decref(v);
 }
 

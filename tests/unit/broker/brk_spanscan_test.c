@@ -269,3 +269,51 @@ Test(brk_spanscan, declines)
     cr_assert_not(brk_spanscan_push(empty, sizeof empty, &out[0]));
     cr_assert_not(brk_spanscan_push(NULL, 0, &out[0]));
 }
+
+Test(brk_spanscan, sampling_record)
+{
+    /* a span recording its sampling settings (Span.sampling) takes the
+     * fast path, its bytes whole */
+    Lisa__Span s;
+    s_fill(&s, "r-s", 3);
+    Lisa__Sampling smp = LISA__SAMPLING__INIT;
+    smp.temperature = 0.7f;
+    smp.top_p = 0.9f;
+    smp.top_k = 20;
+    s.sampling = &smp;
+    size_t len = 0;
+    uint8_t *buf = s_pack_push(&s, &len);
+    brk_spanscan_span_t out;
+    cr_assert(brk_spanscan_push(buf, len, &out));
+    cr_assert_eq(out.seq, 3);
+    Lisa__Span *back = lisa__span__unpack(NULL, out.raw_len, out.raw);
+    cr_assert_not_null(back);
+    cr_assert_not_null(back->sampling);
+    cr_assert_eq(back->sampling->top_k, 20);
+    cr_assert_float_eq(back->sampling->temperature, 0.7f, 1e-7);
+    lisa__span__free_unpacked(back, NULL);
+    free(buf);
+    /* a field of Sampling the scanner does not know goes the slow way,
+     * as does a truncated float */
+    static const uint8_t extra[] = {0x8a, 0x01, 2, 0x20, 1};  /* {4: 1} */
+    static const uint8_t cut[] = {0x8a, 0x01, 3, 0x0d, 0, 0}; /* 1: 2 B */
+    const uint8_t *bad[] = {extra, cut};
+    size_t nbad[] = {sizeof extra, sizeof cut};
+    s.sampling = NULL;
+    for (size_t i = 0; i < 2; i++) {
+        buf = s_pack_push(&s, &len);
+        /* append field 17 to the span: grow the span's length prefix */
+        uint8_t *more = malloc(len + nbad[i]);
+        memcpy(more, buf, len);
+        memcpy(more + len, bad[i], nbad[i]);
+        /* SpanPush: version (2 bytes), then the span's key (300: e2 12)
+         * and its one-byte length */
+        cr_assert_eq(more[2], 0xe2);
+        cr_assert_eq(more[3], 0x12);
+        cr_assert_lt(more[4] + nbad[i], 128);
+        more[4] = (uint8_t) (more[4] + nbad[i]);
+        cr_assert_not(brk_spanscan_push(more, len + nbad[i], &out), "%zu", i);
+        free(more);
+        free(buf);
+    }
+}
