@@ -4,6 +4,8 @@
  */
 #include "rwd_iftext.h"
 
+#include "lisa/lisa_mem.h"
+
 #include <ctype.h>
 #include <string.h>
 
@@ -73,6 +75,22 @@ bool
 rwd_iftext_is_punct(int c)
 {
     return c > 0 && c < 0x80 && ispunct(c);
+}
+
+bool
+rwd_iftext_boundary(const char *s, size_t n, size_t i)
+{
+    bool before = false, after = false;
+    size_t len;
+    if (i > 0) {
+        size_t b = i - 1;
+        while (b > 0 && i - b < 4 && ((unsigned char) s[b] & 0xC0) == 0x80)
+            b--;
+        before = rwd_iftext_is_word(rwd_iftext_cp(s, n, b, &len));
+    }
+    if (i < n)
+        after = rwd_iftext_is_word(rwd_iftext_cp(s, n, i, &len));
+    return before != after;
 }
 
 size_t
@@ -254,4 +272,203 @@ rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out, size_t max)
     }
     s_add(s, start, n, out, max, &count);
     return count;
+}
+
+int
+rwd_iftext_case(uint32_t cp)
+{
+    if (cp < 0x80)
+        return isupper((int) cp) ? 1 : islower((int) cp) ? -1 : 0;
+    if (cp == 0xAA || cp == 0xBA)
+        return 0;
+    if (cp == 0xB5 || cp == 0xDF || cp == 0xFF)
+        return -1;
+    if (cp >= 0xC0 && cp <= 0xFE && cp != 0xD7 && cp != 0xF7)
+        return cp <= 0xDE ? 1 : -1;
+    if (cp >= 0x100 && cp <= 0x17F) {
+        if (cp == 0x138 || cp == 0x149 || cp == 0x17F)
+            return -1;
+        if (cp == 0x178)
+            return 1;
+        bool odd_upper = (cp >= 0x139 && cp <= 0x148) || cp >= 0x179;
+        return ((cp & 1u) != 0) == odd_upper ? 1 : -1;
+    }
+    if (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2)
+        return 1;
+    if (cp >= 0x3AC && cp <= 0x3CE)
+        return -1;
+    if (cp >= 0x400 && cp <= 0x42F)
+        return 1;
+    if (cp >= 0x430 && cp <= 0x45F)
+        return -1;
+    if (cp >= 0x460 && cp <= 0x4FF) /* Cyrillic pairs: even upper */
+        return (cp & 1u) ? -1 : 1;
+    if (cp >= 0x1E00 && cp <= 0x1EFF) /* Latin Extended Additional */
+        return (cp & 1u) ? -1 : 1;
+    return 0;
+}
+
+uint32_t
+rwd_iftext_lower(uint32_t cp)
+{
+    if (rwd_iftext_case(cp) != 1)
+        return cp;
+    if (cp < 0x80 || (cp >= 0xC0 && cp <= 0xDE))
+        return cp + 0x20;
+    if (cp == 0x178)
+        return 0xFF;
+    if (cp >= 0x391 && cp <= 0x3A9)
+        return cp + 0x20;
+    if (cp >= 0x400 && cp <= 0x40F)
+        return cp + 0x50;
+    if (cp >= 0x410 && cp <= 0x42F)
+        return cp + 0x20;
+    return cp + 1; /* the paired ranges */
+}
+
+bool
+rwd_iftext_is_cased(const char *s, size_t n, bool upper)
+{
+    bool any = false;
+    size_t len;
+    for (size_t i = 0; i < n; i += len) {
+        int c = rwd_iftext_case(rwd_iftext_cp(s, n, i, &len));
+        if (c == (upper ? -1 : 1))
+            return false;
+        any |= c != 0;
+    }
+    return any;
+}
+
+/* --- word_tokenize ------------------------------------------------------ */
+
+typedef struct {
+    rwd_token_t *out;
+    size_t max;
+    size_t count;
+} s_toks_t;
+
+static void
+s_tok(s_toks_t *t, size_t off, size_t len, char quote)
+{
+    if (len == 0)
+        return;
+    if (t->out && t->count < t->max)
+        t->out[t->count] = (rwd_token_t){off, len, quote};
+    t->count++;
+}
+
+static bool
+s_ends_with(const char *s, size_t off, size_t len, const char *suf)
+{
+    size_t l = strlen(suf);
+    return len > l && memcmp(s + off + len - l, suf, l) == 0;
+}
+
+/* Treebank's contraction and quote rules on one word. */
+static void
+s_tok_word(s_toks_t *t, const char *s, size_t off, size_t len)
+{
+    static const char *const split3[] = {"cannot", "gonna", "gotta",
+                                         "wanna",  "gimme", "lemme"};
+    if (len == 2 && s[off] == '\'' &&
+        rwd_iftext_is_word((unsigned char) s[off + 1]) &&
+        !strchr("mtsdnMTSDN", s[off + 1])) {
+        s_tok(t, off, 1, 0);
+        s_tok(t, off + 1, 1, 0);
+        return;
+    }
+    for (size_t k = 0; k < sizeof split3 / sizeof split3[0]; k++)
+        if (rwd_iftext_eq_nocase(s + off, len, split3[k], strlen(split3[k]))) {
+            s_tok(t, off, 3, 0);
+            s_tok(t, off + 3, len - 3, 0);
+            return;
+        }
+    static const char *const sufs[] = {"'s",  "'S",  "'m",  "'M",  "'d",
+                                       "'D",  "'ll", "'LL", "'re", "'RE",
+                                       "'ve", "'VE", "n't", "N'T", "'"};
+    for (size_t k = 0; k < sizeof sufs / sizeof sufs[0]; k++) {
+        size_t sl = strlen(sufs[k]);
+        if (s_ends_with(s, off, len, sufs[k]) &&
+            s[off + len - sl - 1] != '\'') {
+            s_tok(t, off, len - sl, 0);
+            s_tok(t, off + len - sl, sl, 0);
+            return;
+        }
+    }
+    s_tok(t, off, len, 0);
+}
+
+/* Offset of the sentence-final period of the field [f, g), or SIZE_MAX. */
+static size_t
+s_final_dot(const char *s, size_t f, size_t g)
+{
+    size_t e = g;
+    while (e > f && strchr("])}>\"'", s[e - 1]))
+        e--;
+    if (e > f && s[e - 1] == '.' && (e - 1 == f || s[e - 2] != '.'))
+        return e - 1;
+    return SIZE_MAX;
+}
+
+static void
+s_tok_field(s_toks_t *t, const char *s, size_t f, size_t g, bool last)
+{
+    size_t dot = last ? s_final_dot(s, f, g) : SIZE_MAX;
+    size_t w = f, i = f;
+    while (i < g) {
+        char c = s[i];
+        size_t len = 0;
+        char quote = 0;
+        if (i == dot || (c && strchr(";@#$%&?!()[]{}<>", c)))
+            len = 1;
+        else if (c == '"')
+            len = 1, quote = '`';
+        else if ((c == '`' || c == '\'') && i + 1 < g && s[i + 1] == c)
+            len = 2, quote = c == '`' ? '`' : '\'';
+        else if (c == '-' && i + 1 < g && s[i + 1] == '-')
+            len = 2;
+        else if (c == '.' && i + 1 < g && s[i + 1] == '.') {
+            len = 1;
+            while (i + len < g && s[i + len] == '.')
+                len++;
+        } else if ((c == ',' || c == ':') &&
+                   (i + 1 == g || !isdigit((unsigned char) s[i + 1])))
+            len = 1;
+        if (len == 0) {
+            i++;
+            continue;
+        }
+        if (quote && i > f && !strchr("([{<", s[i - 1]))
+            quote = '\''; /* not after a space or an opening bracket */
+        if (i > w)
+            s_tok_word(t, s, w, i - w);
+        s_tok(t, i, len, quote);
+        i += len;
+        w = i;
+    }
+    if (g > w)
+        s_tok_word(t, s, w, g - w);
+}
+
+size_t
+rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
+{
+    s_toks_t t = {out, max, 0};
+    size_t ns = rwd_iftext_sentences(s, n, NULL, 0);
+    rwd_span_t *sent = lisa_calloc(ns + 1, sizeof *sent);
+    rwd_iftext_sentences(s, n, sent, ns);
+    for (size_t k = 0; k < ns; k++) {
+        size_t end = sent[k].off + sent[k].len, pos = sent[k].off;
+        rwd_span_t f;
+        bool more = rwd_iftext_field(s, end, &pos, &f);
+        while (more) {
+            rwd_span_t next;
+            more = rwd_iftext_field(s, end, &pos, &next);
+            s_tok_field(&t, s, f.off, f.off + f.len, !more);
+            f = next;
+        }
+    }
+    lisa_free(&sent);
+    return t.count;
 }

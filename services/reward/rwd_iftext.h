@@ -10,7 +10,10 @@
  * recipe's prompts and ids are English). Sentences are split by a rule
  * (terminator, closing quotes, whitespace, not after a known abbreviation
  * or a single letter) that approximates NLTK's Punkt model, which lisa
- * does not ship. All functions are pure and bounded by their input.
+ * does not ship; words as NLTK's word_tokenize splits them are re-derived
+ * from its Treebank rules (punctuation split off, contractions such as
+ * "n't" and "'s" separated, a sentence's final period alone). All
+ * functions are pure and bounded by their input.
  */
 #ifndef RWD_IFTEXT_H
 #define RWD_IFTEXT_H
@@ -38,6 +41,9 @@ bool rwd_iftext_is_word(uint32_t cp);
 /* One of Python's string.punctuation (32 ASCII characters). */
 bool rwd_iftext_is_punct(int c);
 
+/* Python re `\b` at byte i of s[0..n). */
+bool rwd_iftext_boundary(const char *s, size_t n, size_t i);
+
 /* Number of `\w+` runs in s[0..n). */
 size_t rwd_iftext_count_words(const char *s, size_t n);
 
@@ -63,5 +69,30 @@ size_t rwd_iftext_find_nocase(const char *hay, size_t n, size_t from,
  * (may exceed max: the count is exact, the spans stop at max). */
 size_t rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out,
                             size_t max);
+
+/* Case of one code point (ASCII, Latin-1, Latin Extended-A and Additional,
+ * Greek, Cyrillic; other scripts are uncased): 1 upper, -1 lower, 0 none. */
+int rwd_iftext_case(uint32_t cp);
+
+/* Lower case of cp over the same ranges; other code points unchanged. */
+uint32_t rwd_iftext_lower(uint32_t cp);
+
+/* Python str.isupper() (upper > 0) or str.islower() (upper == 0): at least
+ * one cased character and none of the other case. */
+bool rwd_iftext_is_cased(const char *s, size_t n, bool upper);
+
+/* One token of NLTK's word_tokenize (Treebank rules): a span of the text;
+ * `quote` is '`' for an opening double quote (NLTK's ``), '\'' for a
+ * closing one (NLTK's ''), 0 otherwise. */
+typedef struct {
+    size_t off;
+    size_t len;
+    char quote;
+} rwd_token_t;
+
+/* Up to `max` word_tokenize tokens of s[0..n) into out (NULL: count
+ * only); returns how many there are. Sentences are split first, as NLTK
+ * does, so a sentence's final period is its own token. */
+size_t rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max);
 
 #endif
