@@ -1071,6 +1071,9 @@ s_syllables(const char *w, size_t wl)
 {
     static const char vowels[] = "aeiouy";
     int c = 0;
+    for (size_t i = 0; i < wl; i++)
+        if (isdigit((unsigned char) w[i]))
+            return 0; /* a word with digits has none */
     for (size_t i = 0; i < wl; i++) {
         bool v = w[i] && strchr(vowels, w[i]);
         bool pv = i > 0 && w[i - 1] && strchr(vowels, w[i - 1]);

@@ -10,6 +10,7 @@
  * which only differs for keywords holding regex metacharacters). The three
  * checks that ask langdetect use rwd_iflang instead.
  */
+#include "lisa/lisa_mem.h"
 #include "rwd_ifcheck.h"
 #include "rwd_iflang.h"
 #include "rwd_iftext.h"
@@ -507,34 +508,18 @@ s_end_checker(const json_t *kw, const char *s, size_t n)
                                 e + es.off, es.len);
 }
 
-/* Words of capital_word_frequency: `\w` runs joined by inner hyphens,
- * upper case when they hold a letter and no lowercase letter. */
+/* word_tokenize tokens that are upper case (Python str.isupper). */
 static double
 s_capital_words(const json_t *kw, const char *s, size_t n)
 {
-    size_t count = 0, i = 0, len;
-    while (i < n) {
-        if (!rwd_iftext_is_word(rwd_iftext_cp(s, n, i, &len))) {
-            i += len;
-            continue;
-        }
-        bool upper = false, lower = false;
-        while (i < n) {
-            uint32_t cp = rwd_iftext_cp(s, n, i, &len);
-            if (cp == '-' && i + 1 < n &&
-                rwd_iftext_is_word((unsigned char) s[i + 1])) {
-                i++;
-                continue;
-            }
-            if (!rwd_iftext_is_word(cp))
-                break;
-            upper |= cp < 0x80 && isupper((int) cp);
-            lower |= cp < 0x80 && islower((int) cp);
-            i += len;
-        }
-        count += upper && !lower;
-    }
     (void) kw;
+    size_t k = rwd_iftext_tokens(s, n, NULL, 0), count = 0;
+    rwd_token_t *t = lisa_calloc(k + 1, sizeof *t);
+    rwd_iftext_tokens(s, n, t, k);
+    for (size_t i = 0; i < k; i++)
+        count +=
+            !t[i].quote && rwd_iftext_is_cased(s + t[i].off, t[i].len, true);
+    lisa_free(&t);
     return (double) count;
 }
 

@@ -9,8 +9,8 @@
  * dialect, non-strict): the reader below follows it (quotes open a field
  * only at its start, doubled quotes inside, a blank line is a row of no
  * fields). Where it normalises text with NFKD and drops what is not
- * ASCII, lisa folds the Latin-1 and Latin Extended-A letters to their base
- * letters and drops every other non-ASCII character.
+ * ASCII, lisa folds the Latin letters of U+00C0..U+024F as NFKD does and
+ * drops every other non-ASCII character.
  */
 #include "lisa/lisa_mem.h"
 #include "rwd_ifcheck.h"
@@ -33,11 +33,22 @@ s_find_lit(const char *s, size_t n, const char *lit)
     return SIZE_MAX;
 }
 
-/* Base letters of U+00C0..U+017F ('.' where NFKD leaves nothing ASCII). */
+/* NFKD of U+00C0..U+024F with what is not ASCII dropped: two bytes per
+ * code point, '.' where nothing (more) is left. */
 static const char s_fold_tab[] =
-    "AAAAAAACEEEEIIII.NOOOOO.OUUUUY..aaaaaaaceeeeiiii.nooooo.ouuuuy.y"
-    "AaAaAaCcCcCcCcDdDdEeEeEeEeEeGgGgGgGgHhHhIiIiIiIiIiJjJjKk.LlLlLlLlLl"
-    "NnNnNn...OoOoOo..RrRrRrSsSsSsSsTtTt..UuUuUuUuUuUuWwYyYZzZzZzs";
+    "A.A.A.A.A.A...C.E.E.E.E.I.I.I.I...N.O.O.O.O.O.....U.U.U.U.Y....."
+    "a.a.a.a.a.a...c.e.e.e.e.i.i.i.i...n.o.o.o.o.o.....u.u.u.u.y...y."
+    "A.a.A.a.A.a.C.c.C.c.C.c.C.c.D.d.....E.e.E.e.E.e.E.e.E.e.G.g.G.g."
+    "G.g.G.g.H.h.....I.i.I.i.I.i.I.i.I...IJijJ.j.K.k...L.l.L.l.L.l.L."
+    "l.....N.n.N.n.N.n.n.....O.o.O.o.O.o.....R.r.R.r.R.r.S.s.S.s.S.s."
+    "S.s.T.t.T.t.....U.u.U.u.U.u.U.u.U.u.U.u.W.w.Y.y.Y.Z.z.Z.z.Z.z.s."
+    "................................................................"
+    "O.o...........................U.u..............................."
+    "........DZDzdzLJLjljNJNjnjA.a.I.i.O.o.U.u.U.u.U.u.U.u.U.u...A.a."
+    "A.a.........G.g.K.k.O.o.O.o.....j.DZDzdzG.g.....N.n.A.a........."
+    "A.a.A.a.E.e.E.e.I.i.I.i.O.o.O.o.R.r.R.r.U.u.U.u.S.s.T.t.....H.h."
+    "............A.a.E.e.O.o.O.o.O.o.O.o.Y.y........................."
+    "................................";
 
 /* NFKD, then ASCII only (approximated): a new string, *out_n its length. */
 static char *
@@ -47,10 +58,13 @@ s_ascii_fold(const char *s, size_t n, size_t *out_n)
     size_t w = 0, len;
     for (size_t i = 0; i < n; i += len) {
         uint32_t cp = rwd_iftext_cp(s, n, i, &len);
-        if (cp < 0x80)
+        if (cp < 0x80) {
             o[w++] = (char) cp;
-        else if (cp >= 0xC0 && cp <= 0x17F && s_fold_tab[cp - 0xC0] != '.')
-            o[w++] = s_fold_tab[cp - 0xC0];
+        } else if (cp >= 0xC0 && cp <= 0x24F) {
+            for (size_t k = 0; k < 2; k++)
+                if (s_fold_tab[2 * (cp - 0xC0) + k] != '.')
+                    o[w++] = s_fold_tab[2 * (cp - 0xC0) + k];
+        }
     }
     o[w] = '\0';
     *out_n = w;

@@ -61,6 +61,12 @@ rwd_iftext_is_word(uint32_t cp)
         return false;
     if (rwd_iftext_is_space(cp))
         return false;
+    /* Combining marks that are no letters: diacritics, variation
+     * selectors, tags. */
+    if ((cp >= 0x300 && cp <= 0x36F) || (cp >= 0x1AB0 && cp <= 0x1AFF) ||
+        (cp >= 0x1DC0 && cp <= 0x1DFF) || (cp >= 0xFE00 && cp <= 0xFE0F) ||
+        (cp >= 0xE0000 && cp <= 0xE01EF))
+        return false;
     /* Punctuation, symbols, arrows, box drawing, dingbats, CJK punctuation,
      * full-width punctuation, emoji: not word characters. */
     if ((cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) ||
@@ -399,48 +405,80 @@ s_tok_word(s_toks_t *t, const char *s, size_t off, size_t len)
     s_tok(t, off, len, 0);
 }
 
-/* Offset of the sentence-final period of the field [f, g), or SIZE_MAX. */
+/* Unicode quotes NLTK splits off: 1 opening, 2 closing, 0 neither. */
+static int
+s_uquote(uint32_t cp)
+{
+    if (cp == 0xAB || cp == 0x201C || cp == 0x2018 || cp == 0x201E)
+        return 1;
+    if (cp == 0xBB || cp == 0x201D || cp == 0x2019)
+        return 2;
+    return 0;
+}
+
+/* Offset of the sentence-final period of the field [f, g), or SIZE_MAX:
+ * a '.' (not after another) followed only by closing brackets and
+ * quotes. */
 static size_t
 s_final_dot(const char *s, size_t f, size_t g)
 {
     size_t e = g;
-    while (e > f && strchr("])}>\"'", s[e - 1]))
-        e--;
+    while (e > f) {
+        uint32_t cp;
+        size_t l = s_last_cp(s, f, e, &cp);
+        if (!(cp < 0x80 && strchr("])}>\"'", (int) cp) && cp) &&
+            s_uquote(cp) != 2)
+            break;
+        e -= l;
+    }
     if (e > f && s[e - 1] == '.' && (e - 1 == f || s[e - 2] != '.'))
         return e - 1;
     return SIZE_MAX;
 }
 
+/* One whitespace-separated field [f, g) of a sentence that starts at
+ * `sent`; `last` when it is the sentence's last field. */
 static void
-s_tok_field(s_toks_t *t, const char *s, size_t f, size_t g, bool last)
+s_tok_field(s_toks_t *t, const char *s, size_t sent, size_t f, size_t g,
+            bool last)
 {
     size_t dot = last ? s_final_dot(s, f, g) : SIZE_MAX;
     size_t w = f, i = f;
     while (i < g) {
         char c = s[i];
-        size_t len = 0;
+        size_t len = 0, cl;
         char quote = 0;
-        if (i == dot || (c && strchr(";@#$%&?!()[]{}<>", c)))
+        uint32_t cp = rwd_iftext_cp(s, g, i, &cl);
+        if (i == dot || (c && strchr(";@#$%&?!*()[]{}<>", c))) {
             len = 1;
-        else if (c == '"')
-            len = 1, quote = '`';
-        else if ((c == '`' || c == '\'') && i + 1 < g && s[i + 1] == c)
-            len = 2, quote = c == '`' ? '`' : '\'';
-        else if (c == '-' && i + 1 < g && s[i + 1] == '-')
+        } else if (s_uquote(cp)) {
+            len = cl;
+        } else if (c == '"') {
+            len = 1;
+            /* opening at the sentence start or after a space or bracket */
+            quote = i == sent || strchr(" ([{<", s[i - 1]) ? '`' : '\'';
+        } else if (c == '\'' && i + 1 < g && s[i + 1] == '\'') {
             len = 2;
-        else if (c == '.' && i + 1 < g && s[i + 1] == '.') {
+            quote = i > sent && strchr(" ([{<", s[i - 1]) ? '`' : '\'';
+        } else if (c == '`') {
+            len = 1;
+            while (i + len < g && s[i + len] == '`')
+                len++;
+            quote = len == 2 ? '`' : 0;
+        } else if (c == '-' && i + 1 < g && s[i + 1] == '-') {
+            len = 2;
+        } else if (c == '.' && i + 1 < g && s[i + 1] == '.') {
             len = 1;
             while (i + len < g && s[i + len] == '.')
                 len++;
         } else if ((c == ',' || c == ':') &&
-                   (i + 1 == g || !isdigit((unsigned char) s[i + 1])))
+                   (i + 1 == g || !isdigit((unsigned char) s[i + 1]))) {
             len = 1;
+        }
         if (len == 0) {
-            i++;
+            i += cl;
             continue;
         }
-        if (quote && i > f && !strchr("([{<", s[i - 1]))
-            quote = '\''; /* not after a space or an opening bracket */
         if (i > w)
             s_tok_word(t, s, w, i - w);
         s_tok(t, i, len, quote);
@@ -465,7 +503,7 @@ rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
         while (more) {
             rwd_span_t next;
             more = rwd_iftext_field(s, end, &pos, &next);
-            s_tok_field(&t, s, f.off, f.off + f.len, !more);
+            s_tok_field(&t, s, sent[k].off, f.off, f.off + f.len, !more);
             f = next;
         }
     }

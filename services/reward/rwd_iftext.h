@@ -6,7 +6,8 @@
  * `string.punctuation` and compare with `str.lower()`. These helpers give
  * the same answers on UTF-8 text: whitespace is Python's `str.isspace` set,
  * `\w` is exact on ASCII and, outside it, every code point except the
- * punctuation, symbol and space blocks; case folding is ASCII only (the
+ * punctuation, symbol, combining-mark and space blocks; case folding is
+ * ASCII only (the
  * recipe's prompts and ids are English). Sentences are split by a rule
  * (terminator, closing quotes, whitespace, not after a known abbreviation
  * or a single letter) that approximates NLTK's Punkt model, which lisa

@@ -293,6 +293,57 @@ def test_language_checks_agree_with_lm_eval_and_langdetect():
     assert len(seen) == 6, seen  # both verdicts of all three ids
 
 
+# Tokens that exercise NLTK's Treebank rules (contractions, quotes,
+# brackets, commas and colons before digits, symbols, dashes, ellipses,
+# Unicode quotes); none ends a sentence inside a text.
+TB_WORDS = ["IT'S", "DON'T", "CAN'T", "CANNOT", "I'M", "YOU'LL", "WE'RE",
+            "THEY'VE", "HE'D", "DOGS'", "'QUOTED'", '"HI"', "(ABC)", "[X]",
+            "{Y}", "<Z>", "A,B", "3,000", "10:30", "A:B", "--", "WELL-KNOWN",
+            "U.S.", "MR.", "$5", "50%", "#TAG", "@USER", "A&B", "X;Y", "A*B",
+            "Hello", "hello", "MiXeD", "GONNA", "``WOW''", "it's", "''",
+            "\u00e9", "\u00c9COLE", "NA\u00cfVE", "\u0391\u0392\u0393",
+            "\u0414\u041e\u041c", "\u65e5\u672c", "\u201cOK\u201d",
+            "IT\u2019S", "\u00abNON\u00bb", "`TICK`", "A.B", "X-RAY", "OK"]
+TB_SEPS = [" ", " ", " ", ", ", " - ", "\t", "\n", ": ", " (", ") "]
+
+
+def test_word_tokenize_agrees_with_nltk():
+    """capital_word_frequency counts word_tokenize's upper-case tokens, so
+    on one-sentence texts (NLTK's Punkt data is not installed offline;
+    sent_tokenize is replaced by the identity, which is what Punkt returns
+    for them) lisa's token boundaries meet NLTK's Treebank tokenizer."""
+    if not os.access(BIN, os.X_OK):
+        pytest.skip("lisa-reward not built")
+    import nltk.tokenize
+    real = nltk.tokenize.sent_tokenize
+    nltk.tokenize.sent_tokenize = lambda text, language="english": [text]
+    try:
+        rng = random.Random(4242)
+        rows, wants = [], []
+        for _ in range(600):
+            parts = []
+            for _ in range(rng.randint(1, 14)):
+                parts.append(rng.choice(TB_WORDS))
+                parts.append(rng.choice(TB_SEPS))
+            text = "".join(parts[:-1]) + rng.choice(["", ".", ".\"", "!",
+                                                     "?", " ."])
+            tokens = nltk.tokenize.word_tokenize(text)
+            n = sum(1 for t in tokens if t.isupper())
+            rows.append(("change_case:capital_word_frequency",
+                         {"capital_frequency": n,
+                          "capital_relation": "at least"}, text))
+            rows.append(("change_case:capital_word_frequency",
+                         {"capital_frequency": n + 1,
+                          "capital_relation": "less than"}, text))
+        got = _score(rows)
+    finally:
+        nltk.tokenize.sent_tokenize = real
+    # "at least n" and "less than n + 1" both hold only when lisa counts n
+    bad = [(r[2], r[1]) for r, g in zip(rows, got) if not g]
+    assert not bad, "%d of %d texts disagree, first: %r" % (
+        len(bad), len(rows) // 2, bad[:3])
+
+
 REGISTRY = {}
 
 
