@@ -680,42 +680,12 @@ s_keywords_multiple(const json_t *kw, const char *s, size_t n)
 
 /* --- checks over sentences and word_tokenize tokens ------------------- */
 
-/* Sentences of s[0..n) (owned array, *count of them). */
-static rwd_span_t *
-s_sentences(const char *s, size_t n, size_t *count)
-{
-    size_t k = rwd_iftext_sentences(s, n, NULL, 0);
-    rwd_span_t *sp = lisa_calloc(k + 1, sizeof *sp);
-    rwd_iftext_sentences(s, n, sp, k);
-    *count = k;
-    return sp;
-}
+#define s_sentences rwd_iftext_sentences_new
+#define s_tokens    rwd_iftext_tokens_new
 
-/* word_tokenize tokens of s[0..n) (owned array, *count of them). */
-static rwd_token_t *
-s_tokens(const char *s, size_t n, size_t *count)
-{
-    size_t k = rwd_iftext_tokens(s, n, NULL, 0);
-    rwd_token_t *t = lisa_calloc(k + 1, sizeof *t);
-    rwd_iftext_tokens(s, n, t, k);
-    *count = k;
-    return t;
-}
-
-/* Whether word w[0..wl) is one of the space-separated words of `list`
- * (which starts and ends with a space). */
-static bool
-s_in_list(const char *list, const char *w, size_t wl)
-{
-    if (wl == 0 || wl > 32)
-        return false;
-    char key[36];
-    key[0] = ' ';
-    memcpy(key + 1, w, wl);
-    key[wl + 1] = ' ';
-    key[wl + 2] = '\0';
-    return strstr(list, key) != NULL;
-}
+/* Whether w[0..wl) is one of the words of a sorted array. */
+#define S_IN(list, w, wl)                                                      \
+    rwd_iftext_in_sorted(list, sizeof list / sizeof list[0], w, wl)
 
 /* Python `t in string.punctuation` for a token (a substring test). */
 static bool
@@ -740,7 +710,8 @@ static double
 s_conjunctions(const json_t *kw, const char *s, size_t n)
 {
     (void) kw;
-    static const char conj[] = " and but for nor or so yet ";
+    static const char *const conj[] = {"and", "but", "for", "nor",
+                                       "or",  "so",  "yet"};
     size_t k, distinct;
     rwd_span_t *f = s_fields(s, n, false, &k);
     size_t m = 0;
@@ -751,7 +722,7 @@ s_conjunctions(const json_t *kw, const char *s, size_t n)
         bool ok = w.len > 0 && w.len < sizeof low;
         for (size_t j = 0; ok && j < w.len; j++)
             low[j] = (char) tolower((unsigned char) s[w.off + j]);
-        if (ok && s_in_list(conj, low, w.len))
+        if (ok && S_IN(conj, low, w.len))
             f[m++] = f[i]; /* the reference keeps the word as written */
     }
     s_runs(s, f, m, &distinct);
@@ -759,36 +730,41 @@ s_conjunctions(const json_t *kw, const char *s, size_t n)
     return (double) (m ? distinct : 0);
 }
 
+/* The names are all word characters, so `\bName\b` matches exactly where
+ * a whole `\w+` run is the name: one pass over the runs. */
 static double
 s_person_names(const json_t *kw, const char *s, size_t n)
 {
     (void) kw;
     static const char *const names[] = {
-        "Emma",     "Liam",    "Sophia",    "Jackson",   "Olivia",
-        "Noah",     "Ava",     "Lucas",     "Isabella",  "Mason",
-        "Mia",      "Ethan",   "Charlotte", "Alexander", "Amelia",
-        "Benjamin", "Harper",  "Leo",       "Zoe",       "Daniel",
-        "Chloe",    "Samuel",  "Lily",      "Matthew",   "Grace",
-        "Owen",     "Abigail", "Gabriel",   "Ella",      "Jacob",
-        "Scarlett", "Nathan",  "Victoria",  "Elijah",    "Layla",
-        "Nicholas", "Audrey",  "David",     "Hannah",    "Christopher",
-        "Penelope", "Thomas",  "Nora",      "Andrew",    "Aria",
-        "Joseph",   "Claire",  "Ryan",      "Stella",    "Jonathan"};
-    size_t c = 0;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        size_t l = strlen(names[k]);
-        const char *hit = s;
-        size_t left = n;
-        while ((hit = s_find(hit, left, names[k])) != NULL) {
-            size_t at = (size_t) (hit - s);
-            if (rwd_iftext_boundary(s, n, at) &&
-                rwd_iftext_boundary(s, n, at + l)) {
-                c++;
-                break;
-            }
-            hit++;
-            left = n - at - 1;
+        "Abigail",     "Alexander", "Amelia",   "Andrew",    "Aria",
+        "Audrey",      "Ava",       "Benjamin", "Charlotte", "Chloe",
+        "Christopher", "Claire",    "Daniel",   "David",     "Elijah",
+        "Ella",        "Emma",      "Ethan",    "Gabriel",   "Grace",
+        "Hannah",      "Harper",    "Isabella", "Jackson",   "Jacob",
+        "Jonathan",    "Joseph",    "Layla",    "Leo",       "Liam",
+        "Lily",        "Lucas",     "Mason",    "Matthew",   "Mia",
+        "Nathan",      "Nicholas",  "Noah",     "Nora",      "Olivia",
+        "Owen",        "Penelope",  "Ryan",     "Samuel",    "Scarlett",
+        "Sophia",      "Stella",    "Thomas",   "Victoria",  "Zoe"};
+    bool seen[sizeof names / sizeof names[0]] = {0};
+    size_t c = 0, len;
+    for (size_t i = 0; i < n;) {
+        if (!rwd_iftext_is_word(rwd_iftext_cp(s, n, i, &len))) {
+            i += len;
+            continue;
         }
+        size_t a = i;
+        while (i < n && rwd_iftext_is_word(rwd_iftext_cp(s, n, i, &len)))
+            i += len;
+        size_t wl = i - a;
+        for (size_t k = 0;
+             wl >= 3 && wl <= 11 && k < sizeof names / sizeof names[0]; k++)
+            if (!seen[k] && strlen(names[k]) == wl &&
+                memcmp(names[k], s + a, wl) == 0) {
+                seen[k] = true;
+                c++;
+            }
     }
     return (double) c;
 }
@@ -797,14 +773,20 @@ static double
 s_pronouns(const json_t *kw, const char *s, size_t n)
 {
     (void) kw;
-    static const char pron[] =
-        " i me we us you he him she her it they them my mine our ours your "
-        "yours his hers its their theirs myself ourselves yourself "
-        "yourselves himself herself itself themselves this that these those "
-        "who whom whose which what whoever whomever whatever whichever "
-        "anybody anyone anything everybody everyone everything nobody "
-        "nothing somebody someone something each either neither both all "
-        "some any none ";
+    static const char *const pron[] = {
+        "all",        "any",      "anybody",    "anyone",    "anything",
+        "both",       "each",     "either",     "everybody", "everyone",
+        "everything", "he",       "her",        "hers",      "herself",
+        "him",        "himself",  "his",        "i",         "it",
+        "its",        "itself",   "me",         "mine",      "my",
+        "myself",     "neither",  "nobody",     "none",      "nothing",
+        "our",        "ours",     "ourselves",  "she",       "some",
+        "somebody",   "someone",  "something",  "that",      "their",
+        "theirs",     "them",     "themselves", "these",     "they",
+        "this",       "those",    "us",         "we",        "what",
+        "whatever",   "which",    "whichever",  "who",       "whoever",
+        "whom",       "whomever", "whose",      "you",       "your",
+        "yours",      "yourself", "yourselves"};
     size_t ln, k, c = 0;
     char *low = s_rewrite(s, n, true, false, &ln);
     for (size_t i = 0; i < ln; i++)
@@ -812,7 +794,7 @@ s_pronouns(const json_t *kw, const char *s, size_t n)
             low[i] = ' ';
     rwd_token_t *t = s_tokens(low, ln, &k);
     for (size_t i = 0; i < k; i++)
-        c += !t[i].quote && s_in_list(pron, low + t[i].off, t[i].len);
+        c += !t[i].quote && S_IN(pron, low + t[i].off, t[i].len);
     lisa_free(&t);
     lisa_free(&low);
     return (double) c;
@@ -848,18 +830,33 @@ s_words_japanese(const json_t *kw, const char *s, size_t n)
 }
 
 /* NLTK's English stopwords (the entries a `\w+` token can equal). */
-static const char s_stopwords[] =
-    " i me my myself we our ours ourselves you your yours yourself "
-    "yourselves he him his himself she her hers herself it its itself they "
-    "them their theirs themselves what which who whom this that these those "
-    "am is are was were be been being have has had having do does did doing "
-    "a an the and but if or because as until while of at by for with about "
-    "against between into through during before after above below to from "
-    "up down in out on off over under again further then once here there "
-    "when where why how all any both each few more most other some such no "
-    "nor not only own same so than too very s t can will just don should "
-    "now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma "
-    "mightn mustn needn shan shouldn wasn weren won wouldn ";
+static const char *const s_stopwords[] = {
+    "a",       "about",      "above",     "after",  "again",     "against",
+    "ain",     "all",        "am",        "an",     "and",       "any",
+    "are",     "aren",       "as",        "at",     "be",        "because",
+    "been",    "before",     "being",     "below",  "between",   "both",
+    "but",     "by",         "can",       "couldn", "d",         "did",
+    "didn",    "do",         "does",      "doesn",  "doing",     "don",
+    "down",    "during",     "each",      "few",    "for",       "from",
+    "further", "had",        "hadn",      "has",    "hasn",      "have",
+    "haven",   "having",     "he",        "her",    "here",      "hers",
+    "herself", "him",        "himself",   "his",    "how",       "i",
+    "if",      "in",         "into",      "is",     "isn",       "it",
+    "its",     "itself",     "just",      "ll",     "m",         "ma",
+    "me",      "mightn",     "more",      "most",   "mustn",     "my",
+    "myself",  "needn",      "no",        "nor",    "not",       "now",
+    "o",       "of",         "off",       "on",     "once",      "only",
+    "or",      "other",      "our",       "ours",   "ourselves", "out",
+    "over",    "own",        "re",        "s",      "same",      "shan",
+    "she",     "should",     "shouldn",   "so",     "some",      "such",
+    "t",       "than",       "that",      "the",    "their",     "theirs",
+    "them",    "themselves", "then",      "there",  "these",     "they",
+    "this",    "those",      "through",   "to",     "too",       "under",
+    "until",   "up",         "ve",        "very",   "was",       "wasn",
+    "we",      "were",       "weren",     "what",   "when",      "where",
+    "which",   "while",      "who",       "whom",   "why",       "will",
+    "with",    "won",        "wouldn",    "y",      "you",       "your",
+    "yours",   "yourself",   "yourselves"};
 
 static double
 s_stop_words(const json_t *kw, const char *s, size_t n)
@@ -876,7 +873,7 @@ s_stop_words(const json_t *kw, const char *s, size_t n)
         while (i < ln && rwd_iftext_is_word(rwd_iftext_cp(low, ln, i, &len)))
             i += len;
         words++;
-        stop += s_in_list(s_stopwords, low + a, i - a);
+        stop += S_IN(s_stopwords, low + a, i - a);
     }
     lisa_free(&low);
     return words ? (double) stop / (double) words * 100.0 : (double) NAN;
@@ -923,102 +920,158 @@ s_sentence_words(const json_t *kw, const char *s, size_t n)
     return ok;
 }
 
-static int
-s_u64_cmp(const void *a, const void *b)
+/* Character trigrams as keys: three 21-bit code points, plus one so that
+ * no key is 0 (an empty slot); bit 63 marks "also in the reference". */
+#define S_IN_REF (1ull << 63)
+
+/* The slot of key k in an open-addressing table of mask + 1 slots. */
+static size_t
+s_slot(const uint64_t *tab, size_t mask, uint64_t k)
 {
-    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-    return x < y ? -1 : x > y;
+    size_t i = (size_t) ((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    while (tab[i] && (tab[i] & ~S_IN_REF) != k)
+        i = (i + 1) & mask;
+    return i;
 }
 
-/* Sorted distinct character trigrams of s (owned), *count of them. */
-static uint64_t *
-s_trigrams(const char *s, size_t n, size_t *count)
+/* Calls fn(ctx, key) for each trigram of s[0..n). */
+static void
+s_each_trigram(const char *s, size_t n, void (*fn)(void *, uint64_t), void *ctx)
 {
-    uint64_t *g = lisa_calloc(n + 1, sizeof *g);
     uint64_t win = 0;
-    size_t k = 0, cps = 0, len;
+    size_t cps = 0, len;
     for (size_t i = 0; i < n; i += len) {
         win = ((win << 21) | rwd_iftext_cp(s, n, i, &len)) & ((1ull << 63) - 1);
         if (++cps >= 3)
-            g[k++] = win;
+            fn(ctx, win + 1);
     }
-    qsort(g, k, sizeof *g, s_u64_cmp);
-    size_t d = 0;
-    for (size_t i = 0; i < k; i++)
-        if (d == 0 || g[d - 1] != g[i])
-            g[d++] = g[i];
-    *count = d;
-    return g;
 }
 
+typedef struct {
+    uint64_t *tab;
+    size_t mask;
+    size_t distinct; /* of the response */
+    size_t both;     /* of those, also in the reference */
+} s_grams_t;
+
+static void
+s_gram_add(void *ctx, uint64_t k)
+{
+    s_grams_t *g = ctx;
+    size_t i = s_slot(g->tab, g->mask, k);
+    if (!g->tab[i]) {
+        g->tab[i] = k;
+        g->distinct++;
+    }
+}
+
+static void
+s_gram_mark(void *ctx, uint64_t k)
+{
+    s_grams_t *g = ctx;
+    size_t i = s_slot(g->tab, g->mask, k);
+    if (g->tab[i] && !(g->tab[i] & S_IN_REF)) {
+        g->tab[i] |= S_IN_REF;
+        g->both++;
+    }
+}
+
+/* ratio:overlap: the share of the response's distinct character trigrams
+ * that the reference text also has, in percent. */
 static double
 s_overlap(const json_t *kw, const char *s, size_t n)
 {
-    size_t rl, a, b, both = 0;
+    size_t rl, cap = 16;
     const char *ref = rwd_ifarg_str(kw, "reference_text", &rl);
-    uint64_t *x = s_trigrams(s, n, &a), *y = s_trigrams(ref, rl, &b);
-    for (size_t i = 0, j = 0; i < a && j < b;) {
-        if (x[i] == y[j])
-            both++, i++, j++;
-        else if (x[i] < y[j])
-            i++;
-        else
-            j++;
-    }
-    lisa_free(&x);
-    lisa_free(&y);
-    return a ? (double) both / (double) a * 100.0 : (double) NAN;
+    while (cap < 2 * n)
+        cap *= 2;
+    s_grams_t g = {lisa_calloc(cap, sizeof *g.tab), cap - 1, 0, 0};
+    s_each_trigram(s, n, s_gram_add, &g);
+    s_each_trigram(ref, rl, s_gram_mark, &g);
+    lisa_free(&g.tab);
+    return g.distinct ? (double) g.both / (double) g.distinct * 100.0
+                      : (double) NAN;
 }
 
 /* Base forms of frequent English verbs: what an imperative or a
  * sentence-initial verb starts with. */
-static const char s_verbs[] =
-    " accept act add address adjust agree allow analyze analyse answer "
-    "apply arrange ask assess assume avoid be become begin believe break "
-    "bring build buy calculate call can't carry catch change check choose "
-    "clarify classify clean close collect combine come compare compile "
-    "complete compose compute consider construct contact continue convert "
-    "copy correct count cover create cut decide define delete demonstrate "
-    "describe design determine develop discuss do don't draft draw drink "
-    "drive eat edit eliminate enable encourage end ensure enter establish "
-    "estimate evaluate examine explain explore express extract fall feel "
-    "fill find finish fix focus follow forget format generate get give go "
-    "grab grow guess handle have hear help highlight hold identify "
-    "illustrate imagine implement improve include increase indicate insert "
-    "install introduce investigate join jump keep kill know label launch "
-    "learn leave let lie like list listen live look lose love make manage "
-    "map mark measure meet mention merge move name note notice observe "
-    "obtain offer open order organize outline paint pass pay perform pick "
-    "place plan play point practice prepare present press prevent print "
-    "produce propose protect prove provide publish pull push put raise "
-    "rank rate reach read rearrange recall receive recommend record reduce "
-    "refer reflect remember remove rename repeat rephrase replace reply "
-    "report represent request research resolve respond rest restate "
-    "return review revise rewrite run save say search see select sell send "
-    "set share show sing sit sketch sleep solve sort speak spend stand "
-    "start state stay step stop study submit suggest summarize summarise "
-    "support suppose take talk teach tell test thank think throw train "
-    "transform translate treat try turn type understand update use verify "
-    "visit wait walk want watch wear welcome win wish work write ";
+static const char *const s_verbs[] = {
+    "accept",      "act",        "add",       "address",     "adjust",
+    "agree",       "allow",      "analyse",   "analyze",     "answer",
+    "apply",       "arrange",    "ask",       "assess",      "assume",
+    "avoid",       "be",         "become",    "begin",       "believe",
+    "break",       "bring",      "build",     "buy",         "calculate",
+    "call",        "can't",      "carry",     "catch",       "change",
+    "check",       "choose",     "clarify",   "classify",    "clean",
+    "close",       "collect",    "combine",   "come",        "compare",
+    "compile",     "complete",   "compose",   "compute",     "consider",
+    "construct",   "contact",    "continue",  "convert",     "copy",
+    "correct",     "count",      "cover",     "create",      "cut",
+    "decide",      "define",     "delete",    "demonstrate", "describe",
+    "design",      "determine",  "develop",   "discuss",     "do",
+    "don't",       "draft",      "draw",      "drink",       "drive",
+    "eat",         "edit",       "eliminate", "enable",      "encourage",
+    "end",         "ensure",     "enter",     "establish",   "estimate",
+    "evaluate",    "examine",    "explain",   "explore",     "express",
+    "extract",     "fall",       "feel",      "fill",        "find",
+    "finish",      "fix",        "focus",     "follow",      "forget",
+    "format",      "generate",   "get",       "give",        "go",
+    "grab",        "grow",       "guess",     "handle",      "have",
+    "hear",        "help",       "highlight", "hold",        "identify",
+    "illustrate",  "imagine",    "implement", "improve",     "include",
+    "increase",    "indicate",   "insert",    "install",     "introduce",
+    "investigate", "join",       "jump",      "keep",        "kill",
+    "know",        "label",      "launch",    "learn",       "leave",
+    "let",         "lie",        "like",      "list",        "listen",
+    "live",        "look",       "lose",      "love",        "make",
+    "manage",      "map",        "mark",      "measure",     "meet",
+    "mention",     "merge",      "move",      "name",        "note",
+    "notice",      "observe",    "obtain",    "offer",       "open",
+    "order",       "organize",   "outline",   "paint",       "pass",
+    "pay",         "perform",    "pick",      "place",       "plan",
+    "play",        "point",      "practice",  "prepare",     "present",
+    "press",       "prevent",    "print",     "produce",     "propose",
+    "protect",     "prove",      "provide",   "publish",     "pull",
+    "push",        "put",        "raise",     "rank",        "rate",
+    "reach",       "read",       "rearrange", "recall",      "receive",
+    "recommend",   "record",     "reduce",    "refer",       "reflect",
+    "remember",    "remove",     "rename",    "repeat",      "rephrase",
+    "replace",     "reply",      "report",    "represent",   "request",
+    "research",    "resolve",    "respond",   "rest",        "restate",
+    "return",      "review",     "revise",    "rewrite",     "run",
+    "save",        "say",        "search",    "see",         "select",
+    "sell",        "send",       "set",       "share",       "show",
+    "sing",        "sit",        "sketch",    "sleep",       "solve",
+    "sort",        "speak",      "spend",     "stand",       "start",
+    "state",       "stay",       "step",      "stop",        "study",
+    "submit",      "suggest",    "summarise", "summarize",   "support",
+    "suppose",     "take",       "talk",      "teach",       "tell",
+    "test",        "thank",      "think",     "throw",       "train",
+    "transform",   "translate",  "treat",     "try",         "turn",
+    "type",        "understand", "update",    "use",         "verify",
+    "visit",       "wait",       "walk",      "want",        "watch",
+    "wear",        "welcome",    "win",       "wish",        "work",
+    "write"};
 
 /* Forms NLTK tags VB*: be/have/do in every form and inflections. */
-static const char s_verb_forms[] =
-    " is are was were am been being has had having does did done doing "
-    "went gone made said took taken came gave given got found thought told "
-    "became left felt brought began kept held wrote written stood heard "
-    "let's ";
+static const char *const s_verb_forms[] = {
+    "am",   "are",  "became", "been", "began",  "being",   "brought", "came",
+    "did",  "does", "doing",  "done", "felt",   "found",   "gave",    "given",
+    "gone", "got",  "had",    "has",  "having", "heard",   "held",    "is",
+    "kept", "left", "let's",  "made", "said",   "stood",   "taken",   "thought",
+    "told", "took", "was",    "went", "were",   "written", "wrote"};
 
 static bool
 s_is_verb_stem(const char *w, size_t wl)
 {
-    return s_in_list(s_verbs, w, wl);
+    return S_IN(s_verbs, w, wl);
 }
 
 /* Whether lower-cased word w is a form of a listed verb. */
 static bool
 s_is_verb(const char *w, size_t wl)
 {
-    if (s_is_verb_stem(w, wl) || s_in_list(s_verb_forms, w, wl))
+    if (s_is_verb_stem(w, wl) || S_IN(s_verb_forms, w, wl))
         return true;
     char b[40];
     if (wl < 4 || wl > 32)

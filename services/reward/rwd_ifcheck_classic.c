@@ -513,9 +513,8 @@ static double
 s_capital_words(const json_t *kw, const char *s, size_t n)
 {
     (void) kw;
-    size_t k = rwd_iftext_tokens(s, n, NULL, 0), count = 0;
-    rwd_token_t *t = lisa_calloc(k + 1, sizeof *t);
-    rwd_iftext_tokens(s, n, t, k);
+    size_t k, count = 0;
+    rwd_token_t *t = rwd_iftext_tokens_new(s, n, &k);
     for (size_t i = 0; i < k; i++)
         count +=
             !t[i].quote && rwd_iftext_is_cased(s + t[i].off, t[i].len, true);

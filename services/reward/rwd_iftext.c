@@ -180,6 +180,28 @@ rwd_iftext_strip_punct(const char *s, rwd_span_t *sp, bool space)
 }
 
 bool
+rwd_iftext_in_sorted(const char *const *sorted, size_t n, const char *w,
+                     size_t wl)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *e = sorted[mid];
+        size_t el = strlen(e), m = el < wl ? el : wl;
+        int c = memcmp(e, w, m);
+        if (c == 0)
+            c = el < wl ? -1 : el > wl;
+        if (c == 0)
+            return true;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+bool
 rwd_iftext_eq_nocase(const char *a, size_t an, const char *b, size_t bn)
 {
     if (an != bn)
@@ -234,9 +256,17 @@ s_closer(unsigned char c)
     return c == '"' || c == '\'' || c == ')' || c == ']' || c == '}';
 }
 
+/* Where sentences go: a caller's array of `max` (the count stays exact)
+ * or, with `grow`, an array that grows. */
+typedef struct {
+    rwd_span_t *out;
+    size_t max;
+    size_t count;
+    bool grow;
+} s_sink_t;
+
 static void
-s_add(const char *s, size_t a, size_t b, rwd_span_t *out, size_t max,
-      size_t *count)
+s_add(const char *s, size_t a, size_t b, s_sink_t *k)
 {
     rwd_span_t sp;
     sp.off = a;
@@ -244,17 +274,19 @@ s_add(const char *s, size_t a, size_t b, rwd_span_t *out, size_t max,
     rwd_iftext_strip(s, &sp);
     if (sp.len == 0)
         return;
-    if (out && *count < max) {
-        out[*count].off = sp.off;
-        out[*count].len = sp.len;
+    if (k->grow && k->count == k->max) {
+        k->max = k->max ? 2 * k->max : 16;
+        k->out = lisa_realloc(k->out, k->max * sizeof *k->out);
     }
-    (*count)++;
+    if (k->out && k->count < k->max)
+        k->out[k->count] = sp;
+    k->count++;
 }
 
-size_t
-rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out, size_t max)
+static void
+s_split_sentences(const char *s, size_t n, s_sink_t *k)
 {
-    size_t count = 0, start = 0, i = 0;
+    size_t start = 0, i = 0;
     while (i < n) {
         unsigned char c = (unsigned char) s[i];
         if (c != '.' && c != '!' && c != '?') {
@@ -273,11 +305,27 @@ rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out, size_t max)
             i > t && s[t] == '.' && (t + 1 == n || s[t + 1] != '.');
         if (!at_space || (single_dot && s_is_abbrev(s, start, t)))
             continue;
-        s_add(s, start, i, out, max, &count);
+        s_add(s, start, i, k);
         start = i;
     }
-    s_add(s, start, n, out, max, &count);
-    return count;
+    s_add(s, start, n, k);
+}
+
+size_t
+rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out, size_t max)
+{
+    s_sink_t k = {out, max, 0, false};
+    s_split_sentences(s, n, &k);
+    return k.count;
+}
+
+rwd_span_t *
+rwd_iftext_sentences_new(const char *s, size_t n, size_t *count)
+{
+    s_sink_t k = {NULL, 0, 0, true};
+    s_split_sentences(s, n, &k);
+    *count = k.count;
+    return k.out ? k.out : lisa_calloc(1, sizeof *k.out);
 }
 
 int
@@ -352,6 +400,7 @@ typedef struct {
     rwd_token_t *out;
     size_t max;
     size_t count;
+    bool grow;
 } s_toks_t;
 
 static void
@@ -359,6 +408,10 @@ s_tok(s_toks_t *t, size_t off, size_t len, char quote)
 {
     if (len == 0)
         return;
+    if (t->grow && t->count == t->max) {
+        t->max = t->max ? 2 * t->max : 64;
+        t->out = lisa_realloc(t->out, t->max * sizeof *t->out);
+    }
     if (t->out && t->count < t->max)
         t->out[t->count] = (rwd_token_t){off, len, quote};
     t->count++;
@@ -375,8 +428,11 @@ s_ends_with(const char *s, size_t off, size_t len, const char *suf)
 static void
 s_tok_word(s_toks_t *t, const char *s, size_t off, size_t len)
 {
-    static const char *const split3[] = {"cannot", "gonna", "gotta",
-                                         "wanna",  "gimme", "lemme"};
+    static const char *const split3[] = {"cannot", "gimme", "gonna",
+                                         "gotta",  "lemme", "wanna"};
+    static const char *const sufs[] = {"'s",  "'S",  "'m",  "'M",  "'d",
+                                       "'D",  "'ll", "'LL", "'re", "'RE",
+                                       "'ve", "'VE", "n't", "N'T", "'"};
     if (len == 2 && s[off] == '\'' &&
         rwd_iftext_is_word((unsigned char) s[off + 1]) &&
         !strchr("mtsdnMTSDN", s[off + 1])) {
@@ -384,22 +440,26 @@ s_tok_word(s_toks_t *t, const char *s, size_t off, size_t len)
         s_tok(t, off + 1, 1, 0);
         return;
     }
-    for (size_t k = 0; k < sizeof split3 / sizeof split3[0]; k++)
-        if (rwd_iftext_eq_nocase(s + off, len, split3[k], strlen(split3[k]))) {
+    if (len == 5 || len == 6) {
+        char low[6];
+        for (size_t k = 0; k < len; k++)
+            low[k] = (char) tolower((unsigned char) s[off + k]);
+        if (rwd_iftext_in_sorted(split3, 6, low, len)) {
             s_tok(t, off, 3, 0);
             s_tok(t, off + 3, len - 3, 0);
             return;
         }
-    static const char *const sufs[] = {"'s",  "'S",  "'m",  "'M",  "'d",
-                                       "'D",  "'ll", "'LL", "'re", "'RE",
-                                       "'ve", "'VE", "n't", "N'T", "'"};
-    for (size_t k = 0; k < sizeof sufs / sizeof sufs[0]; k++) {
-        size_t sl = strlen(sufs[k]);
-        if (s_ends_with(s, off, len, sufs[k]) &&
-            s[off + len - sl - 1] != '\'') {
-            s_tok(t, off, len - sl, 0);
-            s_tok(t, off + len - sl, sl, 0);
-            return;
+    }
+    char last = s[off + len - 1];
+    if (len >= 2 && (last == '\'' || strchr("sSmMdDlLeEtT", last))) {
+        for (size_t k = 0; k < sizeof sufs / sizeof sufs[0]; k++) {
+            size_t sl = strlen(sufs[k]);
+            if (s_ends_with(s, off, len, sufs[k]) &&
+                s[off + len - sl - 1] != '\'') {
+                s_tok(t, off, len - sl, 0);
+                s_tok(t, off + len - sl, sl, 0);
+                return;
+            }
         }
     }
     s_tok(t, off, len, 0);
@@ -489,13 +549,11 @@ s_tok_field(s_toks_t *t, const char *s, size_t sent, size_t f, size_t g,
         s_tok_word(t, s, w, g - w);
 }
 
-size_t
-rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
+static void
+s_tokenize(const char *s, size_t n, s_toks_t *t)
 {
-    s_toks_t t = {out, max, 0};
-    size_t ns = rwd_iftext_sentences(s, n, NULL, 0);
-    rwd_span_t *sent = lisa_calloc(ns + 1, sizeof *sent);
-    rwd_iftext_sentences(s, n, sent, ns);
+    size_t ns;
+    rwd_span_t *sent = rwd_iftext_sentences_new(s, n, &ns);
     for (size_t k = 0; k < ns; k++) {
         size_t end = sent[k].off + sent[k].len, pos = sent[k].off;
         rwd_span_t f;
@@ -503,10 +561,26 @@ rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
         while (more) {
             rwd_span_t next;
             more = rwd_iftext_field(s, end, &pos, &next);
-            s_tok_field(&t, s, sent[k].off, f.off, f.off + f.len, !more);
+            s_tok_field(t, s, sent[k].off, f.off, f.off + f.len, !more);
             f = next;
         }
     }
     lisa_free(&sent);
+}
+
+size_t
+rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
+{
+    s_toks_t t = {out, max, 0, false};
+    s_tokenize(s, n, &t);
     return t.count;
+}
+
+rwd_token_t *
+rwd_iftext_tokens_new(const char *s, size_t n, size_t *count)
+{
+    s_toks_t t = {NULL, 0, 0, true};
+    s_tokenize(s, n, &t);
+    *count = t.count;
+    return t.out ? t.out : lisa_calloc(1, sizeof *t.out);
 }

@@ -58,6 +58,11 @@ void rwd_iftext_strip(const char *s, rwd_span_t *sp);
 /* Strips string.punctuation (and spaces when `space`) from both ends. */
 void rwd_iftext_strip_punct(const char *s, rwd_span_t *sp, bool space);
 
+/* Whether w[0..wl) equals one of the n strings of `sorted` (in strcmp
+ * order); binary search. */
+bool rwd_iftext_in_sorted(const char *const *sorted, size_t n, const char *w,
+                          size_t wl);
+
 /* ASCII case-insensitive equality of two byte strings. */
 bool rwd_iftext_eq_nocase(const char *a, size_t an, const char *b, size_t bn);
 
@@ -70,6 +75,10 @@ size_t rwd_iftext_find_nocase(const char *hay, size_t n, size_t from,
  * (may exceed max: the count is exact, the spans stop at max). */
 size_t rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out,
                             size_t max);
+
+/* Every sentence of s[0..n): a new array (the caller frees it with
+ * lisa_free; never NULL), *count of them. */
+rwd_span_t *rwd_iftext_sentences_new(const char *s, size_t n, size_t *count);
 
 /* Case of one code point (ASCII, Latin-1, Latin Extended-A and Additional,
  * Greek, Cyrillic; other scripts are uncased): 1 upper, -1 lower, 0 none. */
@@ -95,5 +104,9 @@ typedef struct {
  * only); returns how many there are. Sentences are split first, as NLTK
  * does, so a sentence's final period is its own token. */
 size_t rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max);
+
+/* Every token of s[0..n): a new array (the caller frees it with lisa_free;
+ * never NULL), *count of them. */
+rwd_token_t *rwd_iftext_tokens_new(const char *s, size_t n, size_t *count);
 
 #endif
