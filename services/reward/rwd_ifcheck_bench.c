@@ -6,10 +6,13 @@
  * Words are gathered as spans of the response (or of a lowercased,
  * punctuation-free copy where the reference first rewrites the text), and
  * repetition is counted by sorting the spans, so every check is
- * O(n log n) in the response at worst. Ids whose reference needs a model
- * or a dictionary lisa does not ship (NLTK's tokenizer and tagger, spaCy,
- * a syllable dictionary, an emoji database, a Japanese tokenizer) are
- * refused with that reason; so are IFBench's "custom:" one-off tasks.
+ * O(n log n) in the response at worst. Where the reference asks NLTK
+ * (sentences, word_tokenize, stopwords, the part-of-speech tagger),
+ * syllapy or the emoji package, lisa uses rwd_iftext's sentence splitter
+ * and Treebank tokenizer, NLTK's stopword list, a list of frequent verbs
+ * with their inflections, syllapy's fallback rule and the emoji code point
+ * ranges; docs/reward.md lists where that can differ. Checks that count
+ * and compare with a kwarg are (counter, relation) rows.
  */
 #include "lisa/lisa_mem.h"
 #include "rwd_ifcheck.h"

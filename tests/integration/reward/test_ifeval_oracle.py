@@ -18,6 +18,7 @@ import pytest
 
 BIN = os.path.join(os.environ.get("LISA_BINARY_DIR", "build/default"), "bin",
                    "lisa-reward")
+SRC = os.environ.get("LISA_SOURCE_DIR", ".")
 
 
 def _load_oracle():
@@ -342,6 +343,47 @@ def test_word_tokenize_agrees_with_nltk():
     bad = [(r[2], r[1]) for r, g in zip(rows, got) if not g]
     assert not bad, "%d of %d texts disagree, first: %r" % (
         len(bad), len(rows) // 2, bad[:3])
+
+
+# A response that follows each instruction id the seed records use, built
+# from its kwargs.
+FOLLOW = {
+    "count:unique_word_count":
+        lambda kw: " ".join("word%d" % i for i in range(int(kw["N"]))),
+}
+
+
+def test_seed_instruct_follow_records():
+    """Every instruct_follow record of the recipe's seed samples is scored
+    end to end: a following response earns 1.0, a failing one 0.0, and no
+    id is refused."""
+    if not os.access(BIN, os.X_OK):
+        pytest.skip("lisa-reward not built")
+    path = os.path.join(SRC, "tests/fixtures/seed-samples",
+                        "verl_records_excerpt.json")
+    recs = [r for r in json.load(open(path))
+            if r["data_source"].startswith("instruct_follow")]
+    assert recs
+    data, want = [], []
+    for r in recs:
+        gt = r["reward_model"]["ground_truth"]
+        truth = json.loads(gt)
+        kws = [{k: v for k, v in kw.items() if v is not None}
+               for kw in truth["kwargs"]]
+        missing = [i for i in truth["instruction_id_list"] if i not in FOLLOW]
+        assert not missing, "add a following response for %r" % missing
+        good = "\n".join(FOLLOW[i](kw) for i, kw in
+                         zip(truth["instruction_id_list"], kws))
+        for answer, reward in ((good, 1.0), ("whatever", 0.0)):
+            data.append(json.dumps({"data_source": r["data_source"],
+                                    "answer": answer, "ground_truth": gt,
+                                    "extra_info": r["extra_info"]}))
+            want.append(reward)
+    p = subprocess.run([BIN, "score"], input="\n".join(data).encode(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    assert [o.get("reward") for o in out] == want, out
 
 
 REGISTRY = {}
