@@ -832,35 +832,6 @@ s_words_japanese(const json_t *kw, const char *s, size_t n)
     return true;
 }
 
-/* NLTK's English stopwords (the entries a `\w+` token can equal). */
-static const char *const s_stopwords[] = {
-    "a",       "about",      "above",     "after",  "again",     "against",
-    "ain",     "all",        "am",        "an",     "and",       "any",
-    "are",     "aren",       "as",        "at",     "be",        "because",
-    "been",    "before",     "being",     "below",  "between",   "both",
-    "but",     "by",         "can",       "couldn", "d",         "did",
-    "didn",    "do",         "does",      "doesn",  "doing",     "don",
-    "down",    "during",     "each",      "few",    "for",       "from",
-    "further", "had",        "hadn",      "has",    "hasn",      "have",
-    "haven",   "having",     "he",        "her",    "here",      "hers",
-    "herself", "him",        "himself",   "his",    "how",       "i",
-    "if",      "in",         "into",      "is",     "isn",       "it",
-    "its",     "itself",     "just",      "ll",     "m",         "ma",
-    "me",      "mightn",     "more",      "most",   "mustn",     "my",
-    "myself",  "needn",      "no",        "nor",    "not",       "now",
-    "o",       "of",         "off",       "on",     "once",      "only",
-    "or",      "other",      "our",       "ours",   "ourselves", "out",
-    "over",    "own",        "re",        "s",      "same",      "shan",
-    "she",     "should",     "shouldn",   "so",     "some",      "such",
-    "t",       "than",       "that",      "the",    "their",     "theirs",
-    "them",    "themselves", "then",      "there",  "these",     "they",
-    "this",    "those",      "through",   "to",     "too",       "under",
-    "until",   "up",         "ve",        "very",   "was",       "wasn",
-    "we",      "were",       "weren",     "what",   "when",      "where",
-    "which",   "while",      "who",       "whom",   "why",       "will",
-    "with",    "won",        "wouldn",    "y",      "you",       "your",
-    "yours",   "yourself",   "yourselves"};
-
 static double
 s_stop_words(const json_t *kw, const char *s, size_t n)
 {
@@ -876,7 +847,7 @@ s_stop_words(const json_t *kw, const char *s, size_t n)
         while (i < ln && rwd_iftext_is_word(rwd_iftext_cp(low, ln, i, &len)))
             i += len;
         words++;
-        stop += S_IN(s_stopwords, low + a, i - a);
+        stop += rwd_iftext_is_stopword(low + a, i - a);
     }
     lisa_free(&low);
     return words ? (double) stop / (double) words * 100.0 : (double) NAN;

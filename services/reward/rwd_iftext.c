@@ -234,20 +234,97 @@ static const char *const s_abbrev[] = {
     "aug",    "sep",  "sept", "oct", "nov",  "dec", "u.s",  "u.k", "a.m",
     "p.m",    "mt",   "gen",  "col", "lt"};
 
+/* NLTK's English stopwords (the entries a `\w+` token can equal). */
+static const char *const s_stopwords[] = {
+    "a",       "about",      "above",     "after",  "again",     "against",
+    "ain",     "all",        "am",        "an",     "and",       "any",
+    "are",     "aren",       "as",        "at",     "be",        "because",
+    "been",    "before",     "being",     "below",  "between",   "both",
+    "but",     "by",         "can",       "couldn", "d",         "did",
+    "didn",    "do",         "does",      "doesn",  "doing",     "don",
+    "down",    "during",     "each",      "few",    "for",       "from",
+    "further", "had",        "hadn",      "has",    "hasn",      "have",
+    "haven",   "having",     "he",        "her",    "here",      "hers",
+    "herself", "him",        "himself",   "his",    "how",       "i",
+    "if",      "in",         "into",      "is",     "isn",       "it",
+    "its",     "itself",     "just",      "ll",     "m",         "ma",
+    "me",      "mightn",     "more",      "most",   "mustn",     "my",
+    "myself",  "needn",      "no",        "nor",    "not",       "now",
+    "o",       "of",         "off",       "on",     "once",      "only",
+    "or",      "other",      "our",       "ours",   "ourselves", "out",
+    "over",    "own",        "re",        "s",      "same",      "shan",
+    "she",     "should",     "shouldn",   "so",     "some",      "such",
+    "t",       "than",       "that",      "the",    "their",     "theirs",
+    "them",    "themselves", "then",      "there",  "these",     "they",
+    "this",    "those",      "through",   "to",     "too",       "under",
+    "until",   "up",         "ve",        "very",   "was",       "wasn",
+    "we",      "were",       "weren",     "what",   "when",      "where",
+    "which",   "while",      "who",       "whom",   "why",       "will",
+    "with",    "won",        "wouldn",    "y",      "you",       "your",
+    "yours",   "yourself",   "yourselves"};
+
+bool
+rwd_iftext_is_stopword(const char *w, size_t wl)
+{
+    return rwd_iftext_in_sorted(
+        s_stopwords, sizeof s_stopwords / sizeof s_stopwords[0], w, wl);
+}
+
+/* Punkt's orthographic evidence about the word after byte i, approximated:
+ * S_NEXT_STARTER a capitalized word that is, lower-cased, a common word
+ * (one Punkt saw in lower case: it starts sentences), S_NEXT_NAME another
+ * capitalized word, S_NEXT_LOWER a lower-case word, S_NEXT_OTHER anything
+ * else (a quote, a digit, the end). */
+enum { S_NEXT_OTHER, S_NEXT_STARTER, S_NEXT_NAME, S_NEXT_LOWER };
+
+static int
+s_next_word(const char *s, size_t n, size_t i)
+{
+    size_t len;
+    while (i < n && rwd_iftext_is_space(rwd_iftext_cp(s, n, i, &len)))
+        i += len;
+    if (i >= n)
+        return S_NEXT_OTHER;
+    int c = rwd_iftext_case(rwd_iftext_cp(s, n, i, &len));
+    if (c == -1)
+        return S_NEXT_LOWER;
+    if (c == 0)
+        return S_NEXT_OTHER;
+    char w[16];
+    size_t wl = 0;
+    while (i < n && wl < sizeof w && isalpha((unsigned char) s[i]))
+        w[wl++] = (char) tolower((unsigned char) s[i++]);
+    bool whole = i >= n || !isalpha((unsigned char) s[i]);
+    bool common =
+        whole && !(wl == 1 && w[0] == 'i') && rwd_iftext_is_stopword(w, wl);
+    return common ? S_NEXT_STARTER : S_NEXT_NAME;
+}
+
+/* Whether the single '.' at `dot` (the word before it starts after
+ * `start`) ends a sentence, given what follows from byte `after`. As in
+ * Punkt: after a known abbreviation only when a sentence starter follows;
+ * after an initial (one letter) unless a lower-case word or a name
+ * follows; after a number unless a lower-case word follows; else always. */
 static bool
-s_is_abbrev(const char *s, size_t start, size_t dot)
+s_dot_ends(const char *s, size_t n, size_t start, size_t dot, size_t after)
 {
     size_t b = dot;
     while (b > start && !rwd_iftext_is_space((unsigned char) s[b - 1]) &&
            s[b - 1] != '(' && s[b - 1] != '"')
         b--;
     size_t wl = dot - b;
+    int next = s_next_word(s, n, after);
     if (wl == 1 && isalpha((unsigned char) s[b]))
-        return true; /* an initial */
+        return next != S_NEXT_LOWER && next != S_NEXT_NAME;
     for (size_t k = 0; k < sizeof s_abbrev / sizeof s_abbrev[0]; k++)
         if (rwd_iftext_eq_nocase(s + b, wl, s_abbrev[k], strlen(s_abbrev[k])))
-            return true;
-    return false;
+            return next == S_NEXT_STARTER;
+    bool number = wl > 0;
+    for (size_t k = b; number && k < dot; k++)
+        number = isdigit((unsigned char) s[k]) || s[k] == ',' || s[k] == '.';
+    if (number)
+        return next != S_NEXT_LOWER;
+    return true;
 }
 
 static bool
@@ -303,7 +380,9 @@ s_split_sentences(const char *s, size_t n, s_sink_t *k)
             i == n || rwd_iftext_is_space(rwd_iftext_cp(s, n, i, &sl));
         bool single_dot =
             i > t && s[t] == '.' && (t + 1 == n || s[t + 1] != '.');
-        if (!at_space || (single_dot && s_is_abbrev(s, start, t)))
+        bool ellipsis = t + 1 < n && s[t] == '.' && s[t + 1] == '.';
+        if (!at_space || (single_dot && !s_dot_ends(s, n, start, t, i)) ||
+            (ellipsis && s_next_word(s, n, i) != S_NEXT_STARTER))
             continue;
         s_add(s, start, i, k);
         start = i;

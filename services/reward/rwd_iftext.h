@@ -9,9 +9,11 @@
  * punctuation, symbol, combining-mark and space blocks; case folding is
  * ASCII only (the
  * recipe's prompts and ids are English). Sentences are split by a rule
- * (terminator, closing quotes, whitespace, not after a known abbreviation
- * or a single letter) that approximates NLTK's Punkt model, which lisa
- * does not ship; words as NLTK's word_tokenize splits them are re-derived
+ * that approximates NLTK's Punkt model, which lisa does not ship: a
+ * terminator, closing quotes, whitespace; after an abbreviation, an
+ * initial, a number or an ellipsis Punkt's orthographic test on the next
+ * word decides, with "a common word capitalized" standing for what Punkt
+ * learned; words as NLTK's word_tokenize splits them are re-derived
  * from its Treebank rules (punctuation split off, contractions such as
  * "n't" and "'s" separated, a sentence's final period alone). All
  * functions are pure and bounded by their input.
@@ -62,6 +64,9 @@ void rwd_iftext_strip_punct(const char *s, rwd_span_t *sp, bool space);
  * order); binary search. */
 bool rwd_iftext_in_sorted(const char *const *sorted, size_t n, const char *w,
                           size_t wl);
+
+/* Whether lower-case w[0..wl) is one of NLTK's English stopwords. */
+bool rwd_iftext_is_stopword(const char *w, size_t wl);
 
 /* ASCII case-insensitive equality of two byte strings. */
 bool rwd_iftext_eq_nocase(const char *a, size_t an, const char *b, size_t bn);

@@ -109,6 +109,20 @@ static const row_t rows[] = {
      "{\"letter\": \"z\", \"let_frequency\": 2, \"let_relation\": " LT "}",
      "Zz top", false},
     /* length_constraints */
+    /* Punkt's rules: after an abbreviation or an ellipsis only a common
+     * capitalized word starts a sentence; initials and names do not */
+    {"length_constraints:number_sentences",
+     "{\"num_sentences\": 2, \"relation\": " AL "}",
+     "Fruit, nuts, etc. The rest stayed.", true},
+    {"length_constraints:number_sentences",
+     "{\"num_sentences\": 3, \"relation\": " AL "}",
+     "Wait... what now? Nothing.", false},
+    {"length_constraints:number_sentences",
+     "{\"num_sentences\": 2, \"relation\": " LT "}",
+     "J. K. Rowling met Dr. Watson in 1999. at noon.", true},
+    {"length_constraints:number_sentences",
+     "{\"num_sentences\": 2, \"relation\": " AL "}",
+     "It was 1999. Then it ended.", true},
     {"length_constraints:number_sentences",
      "{\"num_sentences\": 3, \"relation\": " AL "}",
      "One. Mr. Smith came! Two?", true},
