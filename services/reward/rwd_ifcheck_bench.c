@@ -1053,6 +1053,16 @@ s_is_verb(const char *w, size_t wl)
     char b[40];
     if (wl < 4 || wl > 32)
         return false;
+    /* the tagger reads an -ing word of six letters or more as VBG unless
+     * it is a common noun (or "during") */
+    static const char *const ing_nouns[] = {
+        "anything",  "building", "ceiling",    "clothing",  "during",
+        "earring",   "evening",  "everything", "feeling",   "king",
+        "lightning", "meeting",  "morning",    "nothing",   "offspring",
+        "painting",  "pudding",  "ring",       "something", "spring",
+        "string",    "thing",    "wedding"};
+    if (wl >= 6 && memcmp(w + wl - 3, "ing", 3) == 0)
+        return !S_IN(ing_nouns, w, wl);
     memcpy(b, w, wl);
     static const char *const sufs[] = {"ing", "ed", "es", "s"};
     for (size_t k = 0; k < 4; k++) {

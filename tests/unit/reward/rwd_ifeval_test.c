@@ -316,6 +316,8 @@ static const row_t rows[] = {
     /* IFBench: words */
     {"words:start_verb", NULL, "Imagine a world without rain.", true},
     {"words:start_verb", NULL, "Running helps.", true},
+    {"words:start_verb", NULL, "Whirring fans hum.", true},
+    {"words:start_verb", NULL, "Something happened.", false},
     {"words:start_verb", NULL, "The world without rain.", false},
     {"words:odd_even_syllables", NULL, "cat apple dog table", true},
     {"words:odd_even_syllables", NULL, "cat dog apple", false},
