@@ -20,8 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_CSV_MAX_FIELDS 64u /* fields per CSV row looked at */
-
 /* Offset of the first occurrence of lit in s[0..n), SIZE_MAX when none. */
 static size_t
 s_find_lit(const char *s, size_t n, const char *lit)
