@@ -8,19 +8,15 @@
  * greedy), so counts agree on the same text. Keywords are matched as
  * literal text, case-insensitively (the reference passes them to `re`,
  * which only differs for keywords holding regex metacharacters). The three
- * checks that need a language detector are refused.
+ * checks that ask langdetect use rwd_iflang instead.
  */
+#include "lisa/lisa_mem.h"
 #include "rwd_ifcheck.h"
+#include "rwd_iflang.h"
 #include "rwd_iftext.h"
 
 #include <ctype.h>
 #include <string.h>
-
-static bool
-s_rel(const json_t *kw, const char *rel_key, double count, double want)
-{
-    return rwd_ifarg_less(kw, rel_key) ? count < want : count >= want;
-}
 
 /* Code point at i is whitespace (Python re `\s`); *len its length. */
 static bool
@@ -66,34 +62,14 @@ s_keywords_existence(const json_t *kw, const char *s, size_t n)
     return true;
 }
 
-static bool
+static double
 s_keywords_frequency(const json_t *kw, const char *s, size_t n)
 {
     size_t kl;
     const char *k = rwd_ifarg_str(kw, "keyword", &kl);
     rwd_span_t sp = {0, kl};
     rwd_iftext_strip(k, &sp);
-    double c = (double) s_count_nocase(s, n, k + sp.off, sp.len);
-    return s_rel(kw, "relation", c, rwd_ifarg_num(kw, "frequency"));
-}
-
-/* Python re `\b` at byte i of s[0..n). */
-static bool
-s_boundary(const char *s, size_t n, size_t i)
-{
-    bool before = false, after = false;
-    if (i > 0) {
-        size_t b = i - 1;
-        while (b > 0 && i - b < 4 && ((unsigned char) s[b] & 0xC0) == 0x80)
-            b--;
-        size_t len;
-        before = rwd_iftext_is_word(rwd_iftext_cp(s, n, b, &len));
-    }
-    if (i < n) {
-        size_t len;
-        after = rwd_iftext_is_word(rwd_iftext_cp(s, n, i, &len));
-    }
-    return before != after;
+    return (double) s_count_nocase(s, n, k + sp.off, sp.len);
 }
 
 static bool
@@ -107,7 +83,8 @@ s_forbidden_words(const json_t *kw, const char *s, size_t n)
         const char *k = json_string_value(v);
         size_t kl = json_string_length(v), at = 0;
         while ((at = rwd_iftext_find_nocase(s, n, at, k, kl)) != SIZE_MAX) {
-            if (s_boundary(s, n, at) && s_boundary(s, n, at + kl))
+            if (rwd_iftext_boundary(s, n, at) &&
+                rwd_iftext_boundary(s, n, at + kl))
                 return false;
             at++;
         }
@@ -115,7 +92,7 @@ s_forbidden_words(const json_t *kw, const char *s, size_t n)
     return true;
 }
 
-static bool
+static double
 s_letter_frequency(const json_t *kw, const char *s, size_t n)
 {
     const char *l = rwd_ifarg_str(kw, "letter", NULL);
@@ -123,22 +100,21 @@ s_letter_frequency(const json_t *kw, const char *s, size_t n)
     size_t c = 0;
     for (size_t i = 0; i < n; i++)
         c += tolower((unsigned char) s[i]) == want;
-    return s_rel(kw, "let_relation", (double) c,
-                 rwd_ifarg_num(kw, "let_frequency"));
+    return (double) c;
 }
 
-static bool
+static double
 s_number_sentences(const json_t *kw, const char *s, size_t n)
 {
-    double c = (double) rwd_iftext_sentences(s, n, NULL, 0);
-    return s_rel(kw, "relation", c, rwd_ifarg_num(kw, "num_sentences"));
+    (void) kw;
+    return (double) rwd_iftext_sentences(s, n, NULL, 0);
 }
 
-static bool
+static double
 s_number_words(const json_t *kw, const char *s, size_t n)
 {
-    double c = (double) rwd_iftext_count_words(s, n);
-    return s_rel(kw, "relation", c, rwd_ifarg_num(kw, "num_words"));
+    (void) kw;
+    return (double) rwd_iftext_count_words(s, n);
 }
 
 /* Pieces of s split at every (non-overlapping) `sep`: calls fn per piece
@@ -231,9 +207,10 @@ s_nth_paragraph_first_word(const json_t *kw, const char *s, size_t n)
            rwd_iftext_eq_nocase(s + b, i - b, first, fl);
 }
 
-static bool
+static double
 s_number_placeholders(const json_t *kw, const char *s, size_t n)
 {
+    (void) kw;
     size_t count = 0;
     for (size_t i = 0; i < n; i++) {
         if (s[i] != '[')
@@ -246,7 +223,7 @@ s_number_placeholders(const json_t *kw, const char *s, size_t n)
             i = j;
         }
     }
-    return (double) count >= rwd_ifarg_num(kw, "num_placeholders");
+    return (double) count;
 }
 
 /* s at i starts with lowercase `lit`, where ' ' in lit is an optional
@@ -318,12 +295,12 @@ s_count_bullets(const char *s, size_t n, char c, bool star)
     return count;
 }
 
-static bool
+static double
 s_number_bullet_lists(const json_t *kw, const char *s, size_t n)
 {
-    size_t c =
-        s_count_bullets(s, n, '*', true) + s_count_bullets(s, n, '-', false);
-    return (double) c == rwd_ifarg_num(kw, "num_bullets");
+    (void) kw;
+    return (double) (s_count_bullets(s, n, '*', true) +
+                     s_count_bullets(s, n, '-', false));
 }
 
 static bool
@@ -349,9 +326,10 @@ s_highlight_nonblank(const char *s, size_t a, size_t b)
     return b > a && !s_blank(s, a, b - a);
 }
 
-static bool
+static double
 s_number_highlighted(const json_t *kw, const char *s, size_t n)
 {
+    (void) kw;
     size_t count = 0;
     for (size_t i = 0; i < n; i++) { /* \*[^\n\*]*\* */
         if (s[i] != '*')
@@ -375,10 +353,10 @@ s_number_highlighted(const json_t *kw, const char *s, size_t n)
             i = j + 1;
         }
     }
-    return (double) count >= rwd_ifarg_num(kw, "num_highlights");
+    return (double) count;
 }
 
-static bool
+static double
 s_multiple_sections(const json_t *kw, const char *s, size_t n)
 {
     size_t kl, count = 0, len;
@@ -398,7 +376,7 @@ s_multiple_sections(const json_t *kw, const char *s, size_t n)
         count++;
         i = j - 1;
     }
-    return (double) count >= rwd_ifarg_num(kw, "num_sections");
+    return (double) count;
 }
 
 static void
@@ -530,35 +508,18 @@ s_end_checker(const json_t *kw, const char *s, size_t n)
                                 e + es.off, es.len);
 }
 
-/* Words of capital_word_frequency: `\w` runs joined by inner hyphens,
- * upper case when they hold a letter and no lowercase letter. */
-static bool
+/* word_tokenize tokens that are upper case (Python str.isupper). */
+static double
 s_capital_words(const json_t *kw, const char *s, size_t n)
 {
-    size_t count = 0, i = 0, len;
-    while (i < n) {
-        if (!rwd_iftext_is_word(rwd_iftext_cp(s, n, i, &len))) {
-            i += len;
-            continue;
-        }
-        bool upper = false, lower = false;
-        while (i < n) {
-            uint32_t cp = rwd_iftext_cp(s, n, i, &len);
-            if (cp == '-' && i + 1 < n &&
-                rwd_iftext_is_word((unsigned char) s[i + 1])) {
-                i++;
-                continue;
-            }
-            if (!rwd_iftext_is_word(cp))
-                break;
-            upper |= cp < 0x80 && isupper((int) cp);
-            lower |= cp < 0x80 && islower((int) cp);
-            i += len;
-        }
-        count += upper && !lower;
-    }
-    return s_rel(kw, "capital_relation", (double) count,
-                 rwd_ifarg_num(kw, "capital_frequency"));
+    (void) kw;
+    size_t k, count = 0;
+    rwd_token_t *t = rwd_iftext_tokens_new(s, n, &k);
+    for (size_t i = 0; i < k; i++)
+        count +=
+            !t[i].quote && rwd_iftext_is_cased(s + t[i].off, t[i].len, true);
+    lisa_free(&t);
+    return (double) count;
 }
 
 static bool
@@ -577,49 +538,92 @@ s_quotation(const json_t *kw, const char *s, size_t n)
     return sp.len > 1 && s[sp.off] == '"' && s[sp.off + sp.len - 1] == '"';
 }
 
-#define S_LANGDETECT                                                           \
-    "needs a language detector (langdetect), which lisa does not ship"
+/* langdetect's answer; text without letters is "no features", which the
+ * reference counts as following the instruction. */
+static bool
+s_language_is(const char *s, size_t n, const char *want)
+{
+    const char *got = rwd_iflang_detect(s, n);
+    return !got || strcmp(got, want) == 0;
+}
+
+static bool
+s_response_language(const json_t *kw, const char *s, size_t n)
+{
+    return s_language_is(s, n, rwd_ifarg_str(kw, "language", NULL));
+}
+
+static bool
+s_english_capital(const json_t *kw, const char *s, size_t n)
+{
+    (void) kw;
+    return rwd_iftext_is_cased(s, n, true) && s_language_is(s, n, "en");
+}
+
+static bool
+s_english_lowercase(const json_t *kw, const char *s, size_t n)
+{
+    (void) kw;
+    return rwd_iftext_is_cased(s, n, false) && s_language_is(s, n, "en");
+}
 
 static const rwd_ifcheck_t s_rows[] = {
-    {"keywords:existence", "keywords:l", s_keywords_existence, NULL},
-    {"keywords:frequency", "keyword:s frequency:n relation:r",
-     s_keywords_frequency, NULL},
-    {"keywords:forbidden_words", "forbidden_words:l", s_forbidden_words, NULL},
+    {"keywords:existence", "keywords:l", s_keywords_existence, NULL, NULL},
+    {"keywords:frequency", "keyword:s frequency:n relation:r", NULL, NULL,
+     &(const rwd_ifcount_t){s_keywords_frequency, "frequency", "relation",
+                            RWD_IFREL_NAMED}},
+    {"keywords:forbidden_words", "forbidden_words:l", s_forbidden_words, NULL,
+     NULL},
     {"keywords:letter_frequency", "letter:c let_frequency:n let_relation:r",
-     s_letter_frequency, NULL},
-    {"language:response_language", NULL, NULL, S_LANGDETECT},
-    {"length_constraints:number_sentences", "num_sentences:n relation:r",
-     s_number_sentences, NULL},
+     NULL, NULL,
+     &(const rwd_ifcount_t){s_letter_frequency, "let_frequency", "let_relation",
+                            RWD_IFREL_NAMED}},
+    {"language:response_language", "language:s", s_response_language, NULL,
+     NULL},
+    {"length_constraints:number_sentences", "num_sentences:n relation:r", NULL,
+     NULL,
+     &(const rwd_ifcount_t){s_number_sentences, "num_sentences", "relation",
+                            RWD_IFREL_NAMED}},
     {"length_constraints:number_paragraphs", "num_paragraphs:n",
-     s_number_paragraphs, NULL},
-    {"length_constraints:number_words", "num_words:n relation:r",
-     s_number_words, NULL},
+     s_number_paragraphs, NULL, NULL},
+    {"length_constraints:number_words", "num_words:n relation:r", NULL, NULL,
+     &(const rwd_ifcount_t){s_number_words, "num_words", "relation",
+                            RWD_IFREL_NAMED}},
     {"length_constraints:nth_paragraph_first_word",
      "num_paragraphs:n nth_paragraph:p first_word:s",
-     s_nth_paragraph_first_word, NULL},
-    {"detectable_content:number_placeholders", "num_placeholders:n",
-     s_number_placeholders, NULL},
-    {"detectable_content:postscript", "postscript_marker:s", s_postscript,
+     s_nth_paragraph_first_word, NULL, NULL},
+    {"detectable_content:number_placeholders", "num_placeholders:n", NULL, NULL,
+     &(const rwd_ifcount_t){s_number_placeholders, "num_placeholders", NULL,
+                            RWD_IFREL_AT_LEAST}},
+    {"detectable_content:postscript", "postscript_marker:s", s_postscript, NULL,
      NULL},
-    {"detectable_format:number_bullet_lists", "num_bullets:n",
-     s_number_bullet_lists, NULL},
+    {"detectable_format:number_bullet_lists", "num_bullets:n", NULL, NULL,
+     &(const rwd_ifcount_t){s_number_bullet_lists, "num_bullets", NULL,
+                            RWD_IFREL_EQUAL}},
     {"detectable_format:constrained_response", NULL, s_constrained_response,
-     NULL},
-    {"detectable_format:number_highlighted_sections", "num_highlights:n",
-     s_number_highlighted, NULL},
+     NULL, NULL},
+    {"detectable_format:number_highlighted_sections", "num_highlights:n", NULL,
+     NULL,
+     &(const rwd_ifcount_t){s_number_highlighted, "num_highlights", NULL,
+                            RWD_IFREL_AT_LEAST}},
     {"detectable_format:multiple_sections", "section_spliter:s num_sections:n",
-     s_multiple_sections, NULL},
-    {"detectable_format:json_format", NULL, s_json_format, NULL},
-    {"detectable_format:title", NULL, s_title, NULL},
-    {"combination:two_responses", NULL, s_two_responses, NULL},
-    {"combination:repeat_prompt", "prompt_to_repeat:s", s_repeat_prompt, NULL},
-    {"startend:end_checker", "end_phrase:s", s_end_checker, NULL},
-    {"startend:quotation", NULL, s_quotation, NULL},
+     NULL, NULL,
+     &(const rwd_ifcount_t){s_multiple_sections, "num_sections", NULL,
+                            RWD_IFREL_AT_LEAST}},
+    {"detectable_format:json_format", NULL, s_json_format, NULL, NULL},
+    {"detectable_format:title", NULL, s_title, NULL, NULL},
+    {"combination:two_responses", NULL, s_two_responses, NULL, NULL},
+    {"combination:repeat_prompt", "prompt_to_repeat:s", s_repeat_prompt, NULL,
+     NULL},
+    {"startend:end_checker", "end_phrase:s", s_end_checker, NULL, NULL},
+    {"startend:quotation", NULL, s_quotation, NULL, NULL},
     {"change_case:capital_word_frequency",
-     "capital_frequency:n capital_relation:r", s_capital_words, NULL},
-    {"change_case:english_capital", NULL, NULL, S_LANGDETECT},
-    {"change_case:english_lowercase", NULL, NULL, S_LANGDETECT},
-    {"punctuation:no_comma", NULL, s_no_comma, NULL},
+     "capital_frequency:n capital_relation:r", NULL, NULL,
+     &(const rwd_ifcount_t){s_capital_words, "capital_frequency",
+                            "capital_relation", RWD_IFREL_NAMED}},
+    {"change_case:english_capital", NULL, s_english_capital, NULL, NULL},
+    {"change_case:english_lowercase", NULL, s_english_lowercase, NULL, NULL},
+    {"punctuation:no_comma", NULL, s_no_comma, NULL, NULL},
 };
 
 const rwd_ifcheck_t *

@@ -41,6 +41,10 @@ s_row(const char *id)
     for (size_t i = 0; i < n; i++)
         if (strcmp(t[i].id, id) == 0)
             return &t[i];
+    t = rwd_ifcheck_custom(&n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i].id, id) == 0)
+            return &t[i];
     return NULL;
 }
 
@@ -49,7 +53,7 @@ rwd_ifeval_supported(const char *id, const char **why)
 {
     const rwd_ifcheck_t *r = id ? s_row(id) : NULL;
     *why = r ? r->refused : NULL;
-    return r && r->fn;
+    return r && rwd_ifcheck_checked(r);
 }
 
 static void s_err(char *err, size_t errlen, const char *fmt, ...)
@@ -179,7 +183,7 @@ s_add(rwd_ifeval_t *e, const json_t *idv, json_t *kw, char *err, size_t errlen)
         s_err(err, errlen, "unknown instruction id '%.64s'", id);
         return LISA_INVALID;
     }
-    if (!row->fn) {
+    if (!rwd_ifcheck_checked(row)) {
         s_err(err, errlen, "instruction '%s' is not checked: %s", row->id,
               row->refused);
         return LISA_UNSUPPORTED;
@@ -290,7 +294,7 @@ rwd_ifeval_check(const rwd_ifeval_t *e, size_t i, const char *resp, size_t n)
     rwd_iftext_strip(resp, &sp);
     if (sp.len == 0)
         return false;
-    return e->in[i].row->fn(e->in[i].kw, resp, n);
+    return rwd_ifcheck_run(e->in[i].row, e->in[i].kw, resp, n);
 }
 
 /* Loose variant k (1..7) of resp into *out (owned). */
@@ -386,4 +390,37 @@ rwd_ifarg_less(const json_t *kw, const char *key)
 {
     const char *s = json_string_value(json_object_get(kw, key));
     return s && strcmp(s, "less than") == 0;
+}
+
+bool
+rwd_ifcheck_checked(const rwd_ifcheck_t *row)
+{
+    return row->fn || (row->count && row->count->counter);
+}
+
+bool
+rwd_ifcheck_run(const rwd_ifcheck_t *row, const json_t *kw, const char *s,
+                size_t n)
+{
+    if (row->fn)
+        return row->fn(kw, s, n);
+    const rwd_ifcount_t *c = row->count;
+    double v = c->counter(kw, s, n), want = rwd_ifarg_num(kw, c->key);
+    if (isnan(v))
+        return false;
+    switch (c->rel) {
+    case RWD_IFREL_AT_LEAST:
+        return v >= want;
+    case RWD_IFREL_AT_MOST:
+        return v <= want;
+    case RWD_IFREL_EQUAL:
+        return v == want;
+    case RWD_IFREL_RANGE:
+        return want <= v && v <= rwd_ifarg_num(kw, c->key2);
+    case RWD_IFREL_NEAR:
+        return want - 2 <= v && v <= want + 2;
+    case RWD_IFREL_NAMED:
+        return rwd_ifarg_less(kw, c->key2) ? v < want : v >= want;
+    }
+    return false;
 }

@@ -6,16 +6,17 @@
  * verifiable instruction ("count:unique_word_count", "punctuation:no_comma")
  * and its kwargs object parameterises it (null values mean "not used").
  * rwd_ifeval_new parses and validates that once (ids known, required
- * kwargs present and of the right type, bounded counts); an id lisa does
- * not check, or one that needs a model it does not have (a language
- * detector, a part-of-speech tagger), is refused there with a reason
- * naming the id, so a reward is never guessed.
+ * kwargs present and of the right type, bounded counts); an unknown id
+ * is an error there, and an id the table marks as refused (none is, now:
+ * IFEval's 25 and IFBench's 58 are all checked) would be refused with a
+ * reason naming it, so a reward is never guessed.
  *
  * rwd_ifeval_judge then gives, per instruction, the strict verdict (the
  * response as it is) and the loose one (IFEval's: also the response with
  * its first line, last line or both removed, each with and without '*').
- * The checks themselves live in rwd_ifcheck_classic.c (IFEval's families)
- * and rwd_ifcheck_bench.c (IFBench's); rwd_ifcheck.h is their table.
+ * The checks themselves live in rwd_ifcheck_classic.c (IFEval's families),
+ * rwd_ifcheck_bench.c and rwd_ifcheck_custom.c (IFBench's); rwd_ifcheck.h
+ * is their table.
  *
  * A parsed set is immutable and may be shared by threads.
  */
