@@ -281,7 +281,23 @@ Test(trn_engine, a_backend_that_samples_on_the_device)
     cr_assert_eq(s_post("{\"prompt\":[1],\"max_tokens\":4,\"seed\":5}", other,
                         sizeof other),
                  200);
+    /* n choices through the device sampler: each its own seed (2 slots:
+     * the third choice waits in the queue) */
+    cr_assert_eq(s_post("{\"prompt\":[1,2,3],\"n\":3,\"max_tokens\":8,"
+                        "\"temperature\":1,\"seed\":5}",
+                        other, sizeof other),
+                 200, "%s", other);
     s_e = keep;
+    json_t *nc = json_loads(other, 0, NULL);
+    json_t *chs = json_object_get(nc, "choices");
+    cr_assert_eq(json_array_size(chs), 3);
+    json_t *t0 = json_object_get(json_array_get(chs, 0), "token_ids");
+    bool differ = false;
+    for (size_t i = 1; i < 3; i++)
+        differ |= !json_equal(
+            t0, json_object_get(json_array_get(chs, i), "token_ids"));
+    cr_assert(differ, "%s", other);
+    json_decref(nc);
     json_t *a = json_loads(host, 0, NULL), *b = json_loads(dev, 0, NULL);
     json_t *ia = json_object_get(
         json_array_get(json_object_get(a, "choices"), 0), "token_ids");
