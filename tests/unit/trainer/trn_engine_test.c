@@ -1013,3 +1013,45 @@ Test(trn_engine, a_failed_step_answers_an_n_request_once_with_an_error)
     trn_backend_destroy(&f->inner);
     free(f);
 }
+
+Test(trn_engine, a_pause_waits_for_every_choice)
+{
+    /* 6 choices on 4 slots: two forks wait in the queue, which counts as
+     * in flight; the pause returns once all six are done */
+    bool seen = false;
+    for (int attempt = 0; attempt < 10 && !seen; attempt++) {
+        call_t c = {.body = "{\"prompt\":[1,2],\"n\":6,\"max_tokens\":120,"
+                            "\"temperature\":1}"};
+        uint64_t done0 = trn_engine_stats(s_e).completed;
+        pthread_t t;
+        pthread_create(&t, NULL, s_call, &c);
+        for (int i = 0; i < 5000; i++) {
+            trn_engine_stats_t s = trn_engine_stats(s_e);
+            if (s.inflight > 1 || s.completed > done0)
+                break;
+            s_sleep_ms(1);
+        }
+        if (trn_engine_stats(s_e).inflight > 1) {
+            seen = true;
+            cr_assert_eq(trn_engine_pause(s_e, 20000), LISA_OK);
+            trn_engine_stats_t s = trn_engine_stats(s_e);
+            cr_assert_eq(s.inflight, 0);
+            cr_assert_eq(s.kv_blocks_used, 0);
+            cr_assert_eq(s.completed, done0 + 1);
+        }
+        pthread_join(t, NULL);
+        cr_assert_eq(c.status, 200, "%s", c.out);
+        json_t *j = json_loads(c.out, 0, NULL);
+        json_t *chs = json_object_get(j, "choices");
+        cr_assert_eq(json_array_size(chs), 6);
+        for (size_t i = 0; i < 6; i++)
+            cr_assert_eq(json_array_size(json_object_get(json_array_get(chs, i),
+                                                         "token_ids")),
+                         120);
+        json_decref(j);
+        if (seen)
+            trn_engine_resume(s_e, 3);
+    }
+    cr_assert(seen, "no request was ever seen in flight");
+    s_assert_idle(s_e);
+}
