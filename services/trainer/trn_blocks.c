@@ -275,6 +275,14 @@ trn_blocks_commit(trn_blocks_t *bm, int32_t id, uint64_t parent,
 }
 
 void
+trn_blocks_ref(trn_blocks_t *bm, int32_t id)
+{
+    if (id < 0 || (size_t) id >= bm->n || bm->ref[id] == 0)
+        return; /* only a held block can be shared */
+    bm->ref[id]++;
+}
+
+void
 trn_blocks_release(trn_blocks_t *bm, int32_t id)
 {
     if (id < 0 || (size_t) id >= bm->n || bm->ref[id] == 0)

@@ -68,7 +68,11 @@ int32_t trn_blocks_alloc(trn_blocks_t *bm);
 uint64_t trn_blocks_commit(trn_blocks_t *bm, int32_t id, uint64_t parent,
                            const int32_t *tokens);
 
-/* Drops a reference (block ids from match or alloc). */
+/* Takes one more reference on block `id`, which the caller already holds
+ * one on (a sequence forked from another shares its full blocks). */
+void trn_blocks_ref(trn_blocks_t *bm, int32_t id);
+
+/* Drops a reference (block ids from match, alloc or ref). */
 void trn_blocks_release(trn_blocks_t *bm, int32_t id);
 
 /* Forgets every committed prefix (the weights changed): unreferenced

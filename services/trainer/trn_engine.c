@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -26,11 +27,26 @@
 #define S_MAX_STOP_STR 16u                  /* stop strings a request */
 #define S_STOP_STR_LEN 256u                 /* bytes a stop string */
 #define S_TAIL         (2 * S_STOP_STR_LEN) /* decoded bytes kept */
+#define S_MAX_N        64u                  /* choices a request (`n`) */
+
+/* One completion request: its n choices, each a sequence (job), answered
+ * together once all are done. Choice 0 computes the prompt; when it has
+ * sampled its first token the others are forked from it (engine thread
+ * only, lock held). */
+typedef struct {
+    lisa_http_req_t *req; /* NULL once answered (or failed) */
+    size_t n;             /* choices */
+    size_t live;          /* its jobs not yet freed */
+    bool forked;          /* choices 1 .. n-1 made */
+    json_t *choices;      /* the finished ones, by index (null: not yet) */
+    size_t completion_tokens;
+} s_req_t;
 
 typedef struct s_job {
     struct s_job *next; /* waiting queue */
-    lisa_http_req_t *req;
-    int32_t *tok; /* the prompt, then the sampled tokens */
+    s_req_t *rq;        /* the request it is a choice of */
+    size_t idx;         /* its choice index */
+    int32_t *tok;       /* the prompt, then the sampled tokens */
     size_t n_prompt, max_tokens;
     trn_sampling_t samp;
     uint64_t rng;
@@ -98,6 +114,28 @@ s_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
+
+/* A per-choice seed: choice 0 keeps the request's (n = 1 samples what it
+ * always did), the others a mix of it and their index. */
+static uint64_t
+s_choice_seed(uint64_t seed, size_t idx)
+{
+    if (idx == 0)
+        return seed;
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t) idx;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void
+s_req_free(s_req_t **rq)
+{
+    if (!*rq)
+        return;
+    json_decref((*rq)->choices);
+    lisa_free(rq);
 }
 
 static void
@@ -268,8 +306,8 @@ s_parse(trn_engine_t *e, const char *body, size_t len, char *why, size_t wl)
         lisa_json_get_double(r, "temperature", 1.0, &temp, why, wl) ||
         lisa_json_get_double(r, "top_p", 1.0, &top_p, why, wl))
         goto fail;
-    if (n != 1) {
-        snprintf(why, wl, "n must be 1");
+    if (n < 1 || n > (int64_t) S_MAX_N) {
+        snprintf(why, wl, "n must be in [1, %u] (choices a request)", S_MAX_N);
         goto fail;
     }
     bool stream = false;
@@ -303,6 +341,12 @@ s_parse(trn_engine_t *e, const char *body, size_t len, char *why, size_t wl)
     pthread_mutex_unlock(&e->mu);
     j->rng = trn_rng_seed(s);
     j->seed = s;
+    j->rq = lisa_calloc(1, sizeof *j->rq);
+    j->rq->n = (size_t) n;
+    j->rq->live = 1;
+    j->rq->choices = json_array();
+    for (int64_t i = 0; i < n; i++)
+        json_array_append_new(j->rq->choices, json_null());
     json_decref(r);
     return j;
 fail:
@@ -317,7 +361,7 @@ s_handler(lisa_http_req_t *req, void *arg)
     trn_engine_t *e = arg;
     const char *m = lisa_http_req_method(req), *path = lisa_http_req_path(req);
     if (strcmp(path, "/healthz") == 0 && strcmp(m, "GET") == 0) {
-        char b[1024];
+        char b[1536];
         trn_engine_stats_t st = trn_engine_stats(e);
         pthread_mutex_lock(&e->mu);
         bool paused = e->paused;
@@ -333,7 +377,9 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"steps\":%llu,\"step_tokens_max\":%llu,"
             "\"memory_serve\":%llu,\"memory_train\":%llu,"
             "\"decode_steps\":%llu,\"decode_s\":%.3f,"
-            "\"mixed_steps\":%llu,\"mixed_s\":%.3f}",
+            "\"mixed_steps\":%llu,\"mixed_s\":%.3f,"
+            "\"tokens_prefilled\":%llu,\"tokens_generated\":%llu,"
+            "\"shared_tokens\":%llu,\"completed\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -347,7 +393,11 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.mem_serve,
             (unsigned long long) st.mem_train,
             (unsigned long long) st.decode_steps, st.decode_s,
-            (unsigned long long) st.mixed_steps, st.mixed_s);
+            (unsigned long long) st.mixed_steps, st.mixed_s,
+            (unsigned long long) st.tokens_prefilled,
+            (unsigned long long) st.tokens_generated,
+            (unsigned long long) st.shared_tokens,
+            (unsigned long long) st.completed);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -378,13 +428,14 @@ s_handler(lisa_http_req_t *req, void *arg)
     if (e->qlen >= e->cfg.queue_max || e->stop) {
         e->st.rejected_full++;
         pthread_mutex_unlock(&e->mu);
+        s_req_free(&j->rq);
         s_job_free(&j);
         lisa_http_req_add_header(req, "Retry-After", "1");
         (void) lisa_http_req_respond_error(req, 429, "rate_limit_error",
                                            "queue_full", "engine queue full");
         return;
     }
-    j->req = req;
+    j->rq->req = req;
     j->enq_ms = s_now_ms();
     if (e->qtail)
         e->qtail->next = j;
@@ -398,37 +449,88 @@ s_handler(lisa_http_req_t *req, void *arg)
 
 /* ---- engine thread ----------------------------------------------------- */
 
+static void s_fail(s_job_t *j, unsigned status, const char *code,
+                   const char *fmt, ...) LISA_PRINTF(4, 5);
+
+/* Answers the request of choice j with an error, once; its other choices
+ * are dropped as the engine comes to them (lock held). */
 static void
-s_answer(trn_engine_t *e, s_job_t *j, const char *finish)
+s_fail(s_job_t *j, unsigned status, const char *code, const char *fmt, ...)
 {
-    json_t *ids = json_array(), *lps = json_array();
-    for (size_t i = 0; i < j->n_out; i++) {
-        json_array_append_new(ids, json_integer(j->tok[j->n_prompt + i]));
-        json_array_append_new(lps, json_real(j->out_lp[i]));
-    }
-    json_t *lp = json_pack("{s:o}", "token_logprobs", lps);
-    json_t *choice =
-        json_pack("{s:i,s:s,s:o,s:o,s:s}", "index", 0, "text", "", "token_ids",
-                  ids, "logprobs", lp, "finish_reason", finish);
+    s_req_t *rq = j->rq;
+    if (!rq->req)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    (void) lisa_http_req_respond_error(rq->req, status,
+                                       status == 400 ? "invalid_request_error"
+                                                     : "server_error",
+                                       code, "%s", msg);
+    rq->req = NULL;
+}
+
+/* Answers the request: every choice is done; true when it got its 200
+ * (lock held). */
+static bool
+s_answer(trn_engine_t *e, s_req_t *rq, s_job_t *j)
+{
+    for (size_t i = 0; i < rq->n; i++)
+        if (json_is_null(json_array_get(rq->choices, i))) {
+            s_fail(j, 500, NULL, "choice %zu was lost", i);
+            return false;
+        }
     json_t *r = json_pack(
-        "{s:s,s:s,s:[o],s:{s:I,s:I,s:I,s:{s:I}},s:I}", "object",
-        "text_completion", "model", e->id, "choices", choice, "usage",
+        "{s:s,s:s,s:O,s:{s:I,s:I,s:I,s:{s:I}},s:I}", "object",
+        "text_completion", "model", e->id, "choices", rq->choices, "usage",
         "prompt_tokens", (json_int_t) j->n_prompt, "completion_tokens",
-        (json_int_t) j->n_out, "total_tokens",
-        (json_int_t) (j->n_prompt + j->n_out), "prompt_tokens_details",
-        "cached_tokens", (json_int_t) j->cached_tokens, "policy_version",
-        (json_int_t) j->version);
+        (json_int_t) rq->completion_tokens, "total_tokens",
+        (json_int_t) (j->n_prompt + rq->completion_tokens),
+        "prompt_tokens_details", "cached_tokens", (json_int_t) j->cached_tokens,
+        "policy_version", (json_int_t) j->version);
     char *txt = r ? json_dumps(r, JSON_COMPACT) : NULL;
     json_decref(r);
     if (txt) {
-        (void) lisa_http_req_respond(j->req, 200, "application/json", txt,
+        (void) lisa_http_req_respond(rq->req, 200, "application/json", txt,
                                      strlen(txt));
         free(txt);
-    } else {
-        (void) lisa_http_req_respond_error(j->req, 500, "server_error", NULL,
-                                           "cannot encode");
+        rq->req = NULL;
+        return true;
     }
-    j->req = NULL;
+    s_fail(j, 500, NULL, "cannot encode");
+    return false;
+}
+
+/* A sequence is over: with `finish` (NULL: failed or dropped) its choice
+ * is recorded; the last of a request's sequences answers it. Frees j and,
+ * with the last, the request (lock held; j holds no blocks and is neither
+ * running nor queued). */
+static void
+s_job_done(trn_engine_t *e, s_job_t **jp, const char *finish)
+{
+    s_job_t *j = *jp;
+    s_req_t *rq = j->rq;
+    if (finish && rq->req) {
+        json_t *ids = json_array(), *lps = json_array();
+        for (size_t i = 0; i < j->n_out; i++) {
+            json_array_append_new(ids, json_integer(j->tok[j->n_prompt + i]));
+            json_array_append_new(lps, json_real(j->out_lp[i]));
+        }
+        json_t *choice =
+            json_pack("{s:I,s:s,s:o,s:{s:o},s:s}", "index", (json_int_t) j->idx,
+                      "text", "", "token_ids", ids, "logprobs",
+                      "token_logprobs", lps, "finish_reason", finish);
+        json_array_set_new(rq->choices, j->idx, choice ? choice : json_null());
+        rq->completion_tokens += j->n_out;
+    }
+    if (--rq->live == 0) {
+        if (rq->req && s_answer(e, rq, j))
+            e->st.completed++;
+        s_req_free(&rq);
+    }
+    s_job_free(jp);
 }
 
 static bool
@@ -523,17 +625,24 @@ s_expire(trn_engine_t *e)
     s_job_t **pp = &e->qhead, *last = NULL;
     while (*pp) {
         s_job_t *j = *pp;
+        if (!j->rq->req) { /* another choice of its request failed */
+            *pp = j->next;
+            e->qlen--;
+            if (j->started)
+                e->n_preempted--;
+            s_job_done(e, &j, NULL);
+            continue;
+        }
         if (!j->started && e->cfg.queue_timeout_ms &&
             now - j->enq_ms > e->cfg.queue_timeout_ms) {
             *pp = j->next;
             e->qlen--;
             e->st.timed_out++;
-            lisa_http_req_add_header(j->req, "Retry-After", "5");
-            (void) lisa_http_req_respond_error(
-                j->req, 503, "server_error", "engine_busy",
-                "waited %llu ms for room in the engine",
-                (unsigned long long) (now - j->enq_ms));
-            s_job_free(&j);
+            lisa_http_req_add_header(j->rq->req, "Retry-After", "5");
+            s_fail(j, 503, "engine_busy",
+                   "waited %llu ms for room in the engine",
+                   (unsigned long long) (now - j->enq_ms));
+            s_job_done(e, &j, NULL);
             continue;
         }
         last = j;
@@ -588,11 +697,10 @@ s_admit_head(trn_engine_t *e, size_t budget)
         e->qlen--;
         if (j->started)
             e->n_preempted--;
-        (void) lisa_http_req_respond_error(
-            j->req, 400, "invalid_request_error", "context_length_exceeded",
-            "sequence of %zu tokens exceeds the engine's %zu", len,
-            e->cap_tokens);
-        s_job_free(&j);
+        s_fail(j, 400, "context_length_exceeded",
+               "sequence of %zu tokens exceeds the engine's %zu", len,
+               e->cap_tokens);
+        s_job_done(e, &j, NULL);
         return 0;
     }
     size_t hit = 0;
@@ -673,6 +781,87 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
     return n;
 }
 
+/* Choice idx of j's request: j's prompt, settings and stops, its own
+ * seed, nothing sampled, no blocks. */
+static s_job_t *
+s_job_clone(const trn_engine_t *e, const s_job_t *j, size_t idx)
+{
+    s_job_t *c = lisa_calloc(1, sizeof *c);
+    size_t bs = e->geom.block_size, len = j->n_prompt + j->max_tokens;
+    c->rq = j->rq;
+    c->idx = idx;
+    c->tok = lisa_malloc(len * sizeof *c->tok);
+    memcpy(c->tok, j->tok, j->n_prompt * sizeof *c->tok);
+    c->n_prompt = j->n_prompt;
+    c->max_tokens = j->max_tokens;
+    c->samp = j->samp;
+    c->seed = s_choice_seed(j->seed, idx);
+    c->rng = trn_rng_seed(c->seed);
+    memcpy(c->stop, j->stop, j->n_stop * sizeof *c->stop);
+    c->n_stop = j->n_stop;
+    for (size_t i = 0; i < j->n_stop_str; i++)
+        c->stop_str[c->n_stop_str++] = lisa_strdup(j->stop_str[i]);
+    c->enq_ms = j->enq_ms;
+    c->out_lp = lisa_malloc(j->max_tokens * sizeof *c->out_lp);
+    c->version = j->version;
+    c->started = true;
+    c->cached_tokens = j->cached_tokens;
+    c->blocks = lisa_malloc((len + bs - 1) / bs * sizeof *c->blocks);
+    return c;
+}
+
+/* Forks choices 1 .. n-1 of j's request from choice j, which has just
+ * computed the whole prompt (and sampled its first token). Each shares
+ * the prompt's full blocks by reference, all but the last block that
+ * holds the prompt's last position: that one is j's own (its sampled
+ * tokens go on in it), so a fork recomputes those positions, at most a
+ * block, into a block of its own, which gives it the logits of the last
+ * position to draw its own first token from. A fork goes into the batch
+ * while sequence slots are free, else to the front of the queue without
+ * blocks, like a preempted sequence: admitted later, it finds the prompt
+ * in the prefix cache (or recomputes it without one) (lock held). */
+static void
+s_fork(trn_engine_t *e, s_job_t *j)
+{
+    s_req_t *rq = j->rq;
+    size_t bs = e->geom.block_size, full = (j->n_prompt - 1) / bs;
+    s_job_t *qh = NULL, *ql = NULL; /* the queued forks, in order */
+    size_t nq = 0;
+    rq->forked = true;
+    for (size_t i = 1; i < rq->n; i++) {
+        s_job_t *c = s_job_clone(e, j, i);
+        rq->live++;
+        if (e->n_free_slots > 0 && e->n_run < e->geom.max_seqs) {
+            for (size_t k = 0; k < full; k++) {
+                trn_blocks_ref(e->bm, j->blocks[k]);
+                c->blocks[k] = j->blocks[k];
+            }
+            /* n_commit 0: its first commits walk the shared blocks (a
+             * no-op on them) to the chain hash of its own */
+            c->n_blocks = full;
+            c->n_cached = full * bs;
+            c->slot = e->free_slots[--e->n_free_slots];
+            e->run[e->n_run++] = c;
+            e->st.shared_tokens += full * bs;
+        } else {
+            if (ql)
+                ql->next = c;
+            else
+                qh = c;
+            ql = c;
+            nq++;
+        }
+    }
+    if (nq > 0) {
+        ql->next = e->qhead;
+        if (!e->qhead)
+            e->qtail = ql;
+        e->qhead = qh;
+        e->qlen += nq;
+        e->n_preempted += nq;
+    }
+}
+
 /* After a step: positions cached, blocks committed, and for each
  * sequence that reached its end a sampled token; finished requests are
  * answered (lock held). */
@@ -687,8 +876,7 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
         const char *fin = NULL;
         e->st.tokens_prefilled += j->n_step > 1 ? j->n_step : 0;
         if (rc != LISA_OK) {
-            (void) lisa_http_req_respond_error(
-                j->req, 500, "server_error", NULL, "generation: %s", err->msg);
+            s_fail(j, 500, NULL, "generation: %s", err->msg);
             fin = "error";
         } else {
             j->n_cached += j->n_step;
@@ -700,14 +888,15 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
             trn_err_t se = {{0}};
             if (logits && trn_sample(logits + i * V, V, &j->samp, &j->rng, &t,
                                      &lp, &se) != LISA_OK) {
-                (void) lisa_http_req_respond_error(
-                    j->req, 500, "server_error", NULL, "sampling: %s", se.msg);
+                s_fail(j, 500, NULL, "sampling: %s", se.msg);
                 fin = "error";
             } else {
                 j->tok[s_len(j)] = t;
                 j->out_lp[j->n_out] = isfinite(lp) ? lp : -1e30f;
                 j->n_out++;
                 e->st.tokens_generated++;
+                if (j->rq->n > 1 && !j->rq->forked)
+                    s_fork(e, j);
                 if (s_is_stop(j, t) || s_hits_stop_string(e, j, t))
                     fin = "stop";
                 else if (j->n_out >= j->max_tokens)
@@ -715,19 +904,17 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
             }
         }
         j->n_step = 0;
+        if (!fin && !j->rq->req) /* another choice failed */
+            fin = "error";
         if (!fin)
             continue;
-        if (strcmp(fin, "error") != 0) {
-            s_answer(e, j, fin);
-            e->st.completed++;
-        }
         s_release_blocks(e, j);
         for (size_t r = 0; r < e->n_run; r++)
             if (e->run[r] == j) {
                 s_unrun(e, r);
                 break;
             }
-        s_job_free(&j);
+        s_job_done(e, &j, strcmp(fin, "error") != 0 ? fin : NULL);
     }
 }
 
@@ -1071,13 +1258,6 @@ fail:
     return NULL;
 }
 
-static void
-s_fail_all(s_job_t *j, const char *why)
-{
-    (void) lisa_http_req_respond_error(j->req, 503, "server_error", NULL, "%s",
-                                       why);
-}
-
 void
 trn_engine_destroy(trn_engine_t **ep)
 {
@@ -1093,15 +1273,19 @@ trn_engine_destroy(trn_engine_t **ep)
         pthread_join(e->reg_thread, NULL);
     lisa_http_server_destroy(&e->http);
     /* the server answered kept requests 503; release our handles */
-    for (size_t i = 0; i < e->n_run; i++) {
-        s_fail_all(e->run[i], "shutting down");
-        s_job_free(&e->run[i]);
+    while (e->n_run > 0) {
+        s_job_t *j = e->run[e->n_run - 1];
+        s_fail(j, 503, NULL, "shutting down");
+        if (e->bm)
+            s_release_blocks(e, j);
+        s_unrun(e, e->n_run - 1);
+        s_job_done(e, &j, NULL);
     }
     while (e->qhead) {
         s_job_t *j = e->qhead;
         e->qhead = j->next;
-        s_fail_all(j, "shutting down");
-        s_job_free(&j);
+        s_fail(j, 503, NULL, "shutting down");
+        s_job_done(e, &j, NULL);
     }
     lisa_log_info("engine: %s stopped after %llu requests, %llu tokens "
                   "generated, %llu of %llu prompt tokens from the cache",

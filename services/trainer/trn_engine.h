@@ -6,7 +6,10 @@
  *                         of the sampling distribution, finish_reason,
  *                         policy_version, usage with
  *                         prompt_tokens_details.cached_tokens (the shape
- *                         docs/gateway.md, "Engines", requires);
+ *                         docs/gateway.md, "Engines", requires); `n` up to
+ *                         64 choices, each its own sample (seeds derived
+ *                         from the request's), the prompt computed once by
+ *                         choice 0 and the others forked from its blocks;
  *   GET  /healthz         200 {"status":"ok","policy_version":V,...}.
  * A handler validates the request and puts it in a bounded queue (full:
  * 429 with Retry-After; a prompt the context cannot hold: 400) and keeps
@@ -75,6 +78,9 @@ typedef struct {
 typedef struct {
     uint64_t requests, completed, rejected_full, rejected_bad, timed_out;
     uint64_t tokens_generated, tokens_prefilled, steps;
+    uint64_t shared_tokens; /* prompt positions the choices of an n > 1
+                               request took from the first one's blocks by
+                               reference instead of computing them */
     uint64_t prompt_tokens, cached_tokens; /* prompts, and their part served
                                               from the prefix cache */
     uint64_t preemptions, step_tokens_max;

@@ -104,7 +104,8 @@ def test_batched_requests_match_single_requests(tmp_path):
     ({"prompt": [1, 99999]}, "prompt[1]"),
     ({"prompt": [1], "max_tokens": 0}, "max_tokens"),
     ({"prompt": [1], "top_p": 0}, "top_p"),
-    ({"prompt": [1], "n": 2}, "n must be 1"),
+    ({"prompt": [1], "n": 65}, "n must be in [1, 64]"),
+    ({"prompt": [1], "n": 0}, "n must be in [1, 64]"),
     ({"prompt": [1], "stream": True}, "stream"),
     ({"prompt": [1] * 300}, "context"),
 ])
@@ -114,6 +115,64 @@ def test_bad_requests_are_400_with_a_reason(tmp_path, body, why):
         code, rep = status_of(url + "/v1/completions", body)
         assert code == 400
         assert why in rep["error"]["message"]
+    finally:
+        stop(p)
+
+
+def test_n_choices_share_one_prefill(tmp_path):
+    """n = 4 through the OpenAI client: four choices with their own seeds,
+    reproducible, the prompt computed once (the forks share its blocks)."""
+    import openai
+    p, url = serve(tmp_path, "--broker", "", "engine.block_size=16")
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none",
+                               max_retries=0)
+        prompt = [(i * 7 + 3) % 60 for i in range(40)]
+
+        def ask(n, temperature, seed):
+            extra = {} if seed is None else {"seed": seed}
+            r = client.completions.create(model="toy", prompt=[prompt], n=n,
+                                          max_tokens=8, temperature=temperature,
+                                          **extra)
+            d = r.model_dump()
+            assert [c["index"] for c in d["choices"]] == list(range(n))
+            return d
+
+        def health():
+            with urllib.request.urlopen(url + "/healthz", timeout=5) as r:
+                return json.loads(r.read())
+        a = ask(4, 1.0, 11)
+        h = health()
+        ids = [tuple(c["token_ids"]) for c in a["choices"]]
+        assert all(len(t) == 8 for t in ids)
+        assert len(set(ids)) > 1  # each choice its own sample
+        assert a["usage"]["prompt_tokens"] == 40
+        assert a["usage"]["completion_tokens"] == 32
+        assert a["usage"]["total_tokens"] == 72
+        assert a["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        # computed once: the forks took the 2 full blocks of 16 before the
+        # last prompt position's block and recomputed its 8 positions
+        assert h["prompt_tokens"] == 40
+        assert h["shared_tokens"] == 3 * 32
+        assert h["tokens_prefilled"] == 40 + 3 * 8
+        assert h["kv_blocks_used"] == 0 and h["inflight"] == 0
+        # the same seed: the same choices (now from the prefix cache)
+        b = ask(4, 1.0, 11)
+        assert [tuple(c["token_ids"]) for c in b["choices"]] == ids
+        for ca, cb in zip(a["choices"], b["choices"]):
+            for x, y in zip(ca["logprobs"]["token_logprobs"],
+                            cb["logprobs"]["token_logprobs"]):
+                assert x <= 0 and abs(x - y) < 1e-4
+        # choice 0 is what n = 1 samples with that seed
+        one = ask(1, 1.0, 11)
+        assert tuple(one["choices"][0]["token_ids"]) == ids[0]
+        # greedy: every choice the same
+        g = ask(3, 0.0, None)
+        assert len({tuple(c["token_ids"]) for c in g["choices"]}) == 1
+        assert health()["completed"] == 4
+        with pytest.raises(openai.BadRequestError) as e:
+            ask(65, 1.0, 1)
+        assert "64" in str(e.value)
     finally:
         stop(p)
 

@@ -108,6 +108,34 @@ Test(trn_blocks, shared_blocks_are_counted_and_never_handed_out)
     trn_blocks_destroy(&bm);
 }
 
+Test(trn_blocks, a_forked_sequence_shares_blocks_by_reference)
+{
+    trn_blocks_t *bm = trn_blocks_new(2, 2);
+    int32_t a[2] = {1, 2};
+    /* an uncommitted block (no prefix cache) shared by a fork */
+    int32_t x = trn_blocks_alloc(bm);
+    trn_blocks_ref(bm, x);
+    cr_assert_eq(trn_blocks_stats(bm).used, 1);
+    trn_blocks_release(bm, x);
+    cr_assert_eq(trn_blocks_available(bm), 1); /* the fork still holds it */
+    trn_blocks_release(bm, x);
+    cr_assert_eq(trn_blocks_stats(bm).free, 2);
+    /* a committed one stays cached after its last user */
+    x = trn_blocks_alloc(bm);
+    trn_blocks_commit(bm, x, 0, a);
+    trn_blocks_ref(bm, x);
+    trn_blocks_release(bm, x);
+    trn_blocks_release(bm, x);
+    cr_assert_eq(trn_blocks_stats(bm).cached, 1);
+    /* a block nobody holds cannot be shared: ref is ignored */
+    trn_blocks_ref(bm, x);
+    trn_blocks_ref(bm, -1);
+    trn_blocks_ref(bm, 7);
+    cr_assert_eq(trn_blocks_stats(bm).used, 0);
+    cr_assert_eq(trn_blocks_stats(bm).cached, 1);
+    trn_blocks_destroy(&bm);
+}
+
 Test(trn_blocks, free_blocks_go_first_then_the_coldest_cached)
 {
     trn_blocks_t *bm = trn_blocks_new(4, 1);

@@ -281,7 +281,23 @@ Test(trn_engine, a_backend_that_samples_on_the_device)
     cr_assert_eq(s_post("{\"prompt\":[1],\"max_tokens\":4,\"seed\":5}", other,
                         sizeof other),
                  200);
+    /* n choices through the device sampler: each its own seed (2 slots:
+     * the third choice waits in the queue) */
+    cr_assert_eq(s_post("{\"prompt\":[1,2,3],\"n\":3,\"max_tokens\":8,"
+                        "\"temperature\":1,\"seed\":5}",
+                        other, sizeof other),
+                 200, "%s", other);
     s_e = keep;
+    json_t *nc = json_loads(other, 0, NULL);
+    json_t *chs = json_object_get(nc, "choices");
+    cr_assert_eq(json_array_size(chs), 3);
+    json_t *t0 = json_object_get(json_array_get(chs, 0), "token_ids");
+    bool differ = false;
+    for (size_t i = 1; i < 3; i++)
+        differ |= !json_equal(
+            t0, json_object_get(json_array_get(chs, i), "token_ids"));
+    cr_assert(differ, "%s", other);
+    json_decref(nc);
     json_t *a = json_loads(host, 0, NULL), *b = json_loads(dev, 0, NULL);
     json_t *ia = json_object_get(
         json_array_get(json_object_get(a, "choices"), 0), "token_ids");
@@ -626,6 +642,57 @@ Test(trn_engine, a_prompt_over_the_context_is_400_and_a_full_queue_429)
     trn_engine_destroy(&e);
 }
 
+/* POSTs body to e; returns the parsed 200 answer. */
+static json_t *
+s_ok(trn_engine_t *e, const char *body)
+{
+    static char out[262144];
+    int st = s_post_port(trn_engine_port(e), body, out, sizeof out, false);
+    cr_assert_eq(st, 200, "%s", out);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "%s", out);
+    return j;
+}
+
+/* The token ids of choice i of answer j into ids; returns their count. */
+static size_t
+s_choice(const json_t *j, size_t i, int32_t *ids, size_t max)
+{
+    json_t *ch = json_array_get(json_object_get(j, "choices"), i);
+    cr_assert(ch, "no choice %zu", i);
+    cr_assert_eq(json_integer_value(json_object_get(ch, "index")), (long) i);
+    json_t *t = json_object_get(ch, "token_ids");
+    json_t *lp =
+        json_object_get(json_object_get(ch, "logprobs"), "token_logprobs");
+    size_t n = json_array_size(t);
+    cr_assert_leq(n, max);
+    cr_assert_eq(json_array_size(lp), n);
+    for (size_t k = 0; k < n; k++) {
+        ids[k] = (int32_t) json_integer_value(json_array_get(t, k));
+        cr_assert_leq(json_number_value(json_array_get(lp, k)), 0.0);
+    }
+    return n;
+}
+
+static long
+s_usage(const json_t *j, const char *what)
+{
+    json_t *u = json_object_get(j, "usage");
+    if (strcmp(what, "cached_tokens") == 0)
+        u = json_object_get(u, "prompt_tokens_details");
+    return (long) json_integer_value(json_object_get(u, what));
+}
+
+/* Nothing left in the engine: no sequence, no referenced block. */
+static void
+s_assert_idle(trn_engine_t *e)
+{
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_eq(st.inflight, 0);
+    cr_assert_eq(st.queued, 0);
+    cr_assert_eq(st.kv_blocks_used, 0);
+}
+
 Test(trn_engine, stop_strings_end_generation_at_the_token_that_completes_them)
 {
     trn_engine_cfg_t ec = {.address = "127.0.0.1",
@@ -673,6 +740,27 @@ Test(trn_engine, stop_strings_end_generation_at_the_token_that_completes_them)
     cr_assert_eq(k, 6, "%s", out);
     cr_assert_arr_eq(got, all, 6 * sizeof *got);
     cr_assert(strstr(out, "\"finish_reason\":\"stop\""), "%s", out);
+    /* n = 3 greedy choices: each stops at the same token on its own */
+    req = json_pack("{s:[i,i,i,i,i,i],s:i,s:i,s:i,s:[s,s]}", "prompt", 3, 9, 27,
+                    17, 40, 2, "max_tokens", 12, "temperature", 0, "n", 3,
+                    "stop", "never-seen-string", stop);
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    json_t *three = s_ok(e, body);
+    free(body);
+    for (size_t i = 0; i < 3; i++) {
+        int32_t c[256];
+        cr_assert_eq(s_choice(three, i, c, 256), 6, "choice %zu", i);
+        cr_assert_arr_eq(c, all, 6 * sizeof *c);
+        cr_assert_str_eq(
+            json_string_value(json_object_get(
+                json_array_get(json_object_get(three, "choices"), i),
+                "finish_reason")),
+            "stop");
+    }
+    cr_assert_eq(s_usage(three, "completion_tokens"), 18);
+    json_decref(three);
+    s_assert_idle(e);
     /* bad stop values are 400; an engine without a tokenizer refuses them */
     cr_assert_eq(s_post_port(trn_engine_port(e),
                              "{\"prompt\":[1],\"stop\":[\"\"]}", out,
@@ -686,4 +774,284 @@ Test(trn_engine, stop_strings_end_generation_at_the_token_that_completes_them)
     cr_assert(strstr(out, "tokenizer"), "%s", out);
     lisa_tokenizer_destroy(&tk);
     trn_engine_destroy(&e);
+}
+
+/* ---- n choices of one prompt --------------------------------------------
+ * The prompt is computed once, by choice 0; the others are forked from its
+ * blocks (the full blocks shared by reference, the last partial block
+ * recomputed), each with its own seed. */
+
+/* {"prompt":[70 ids],"n":n,"max_tokens":6,...} */
+static const char *
+s_n_body(char *buf, size_t len, size_t n_prompt, int n, double temp, int seed)
+{
+    size_t o = (size_t) snprintf(buf, len, "{\"prompt\":[");
+    for (size_t i = 0; i < n_prompt; i++)
+        o += (size_t) snprintf(buf + o, len - o, "%s%zu", i ? "," : "",
+                               (i * 5 + 1) % 64);
+    snprintf(buf + o, len - o,
+             "],\"n\":%d,\"max_tokens\":6,\"temperature\":%g,\"seed\":%d}", n,
+             temp, seed);
+    return buf;
+}
+
+Test(trn_engine, n_choices_compute_the_prompt_once)
+{
+    trn_engine_t *e = s_engine(8, 0, 0, false, 0);
+    char body[4096];
+    json_t *j = s_ok(e, s_n_body(body, sizeof body, 70, 4, 1.0, 7));
+    cr_assert_eq(json_array_size(json_object_get(j, "choices")), 4);
+    int32_t ids[4][256];
+    size_t total = 0;
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_eq(s_choice(j, i, ids[i], 256), 6);
+        total += 6;
+    }
+    /* distinct seeds: the choices are not all the same sample */
+    bool differ = false;
+    for (size_t i = 1; i < 4; i++)
+        differ |= memcmp(ids[0], ids[i], sizeof ids[0][0] * 6) != 0;
+    cr_assert(differ, "4 choices at temperature 1 are all equal");
+    cr_assert_eq(s_usage(j, "prompt_tokens"), 70);
+    cr_assert_eq(s_usage(j, "completion_tokens"), (long) total);
+    cr_assert_eq(s_usage(j, "total_tokens"), 70 + (long) total);
+    cr_assert_eq(s_usage(j, "cached_tokens"), 0);
+    json_decref(j);
+    /* the prompt counted and computed once: each fork took the 8 full
+     * blocks (64 positions) of the 69 before the last by reference and
+     * recomputed the last 6 positions into its own block */
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_eq(st.prompt_tokens, 70);
+    cr_assert_eq(st.shared_tokens, 3 * 64);
+    cr_assert_eq(st.tokens_prefilled, 70 + 3 * 6);
+    cr_assert_eq(st.tokens_generated, total);
+    cr_assert_eq(st.completed, 1);
+    s_assert_idle(e);
+    /* choice 0 is what n = 1 with the same seed samples (fresh engine: the
+     * same computation) */
+    trn_engine_t *e1 = s_engine(8, 0, 0, false, 0);
+    json_t *one = s_ok(e1, s_n_body(body, sizeof body, 70, 1, 1.0, 7));
+    int32_t o[256];
+    cr_assert_eq(s_choice(one, 0, o, 256), 6);
+    cr_assert_arr_eq(o, ids[0], 6 * sizeof *o);
+    json_decref(one);
+    trn_engine_destroy(&e1);
+    /* the same request on a fresh engine: the same 4 samples */
+    trn_engine_t *e2 = s_engine(8, 0, 0, false, 0);
+    json_t *again = s_ok(e2, s_n_body(body, sizeof body, 70, 4, 1.0, 7));
+    for (size_t i = 0; i < 4; i++) {
+        int32_t a[256];
+        cr_assert_eq(s_choice(again, i, a, 256), 6);
+        cr_assert_arr_eq(a, ids[i], 6 * sizeof *a, "choice %zu", i);
+    }
+    json_decref(again);
+    s_assert_idle(e2);
+    trn_engine_destroy(&e2);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, n_greedy_choices_are_equal)
+{
+    trn_engine_t *e = s_engine(8, 0, 0, false, 0);
+    char body[4096];
+    json_t *g1 = s_ok(e, s_n_body(body, sizeof body, 21, 1, 0.0, 1));
+    int32_t want[256];
+    cr_assert_eq(s_choice(g1, 0, want, 256), 6);
+    json_decref(g1);
+    /* more choices than sequence slots (4): the last ones wait in the
+     * queue and find the prompt in the prefix cache */
+    json_t *j = s_ok(e, s_n_body(body, sizeof body, 21, 7, 0.0, 2));
+    cr_assert_eq(json_array_size(json_object_get(j, "choices")), 7);
+    for (size_t i = 0; i < 7; i++) {
+        int32_t a[256];
+        cr_assert_eq(s_choice(j, i, a, 256), 6);
+        cr_assert_arr_eq(a, want, 6 * sizeof *a, "choice %zu", i);
+    }
+    cr_assert_eq(s_usage(j, "prompt_tokens"), 21);
+    cr_assert_eq(s_usage(j, "completion_tokens"), 42);
+    cr_assert_eq(s_usage(j, "cached_tokens"), 16); /* from the first call */
+    json_decref(j);
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_eq(st.prompt_tokens, 42); /* once a request */
+    cr_assert_eq(st.completed, 2);
+    s_assert_idle(e);
+    trn_engine_destroy(&e);
+}
+
+Test(trn_engine, n_outside_its_bounds_is_400)
+{
+    char out[4096];
+    cr_assert_eq(s_post("{\"prompt\":[1],\"n\":65}", out, sizeof out), 400);
+    cr_assert(strstr(out, "64"), "%s", out);
+    cr_assert_eq(s_post("{\"prompt\":[1],\"n\":0}", out, sizeof out), 400);
+    cr_assert_eq(s_post("{\"prompt\":[1],\"n\":\"2\"}", out, sizeof out), 400);
+    json_t *j = s_ok(s_e, "{\"prompt\":[1],\"n\":64,\"max_tokens\":1}");
+    cr_assert_eq(json_array_size(json_object_get(j, "choices")), 64);
+    cr_assert_eq(s_usage(j, "completion_tokens"), 64);
+    json_decref(j);
+    s_assert_idle(s_e);
+}
+
+Test(trn_engine, n_choices_under_a_tiny_cache_are_preempted_and_complete)
+{
+    /* 12 blocks of 4: 6 choices of 8 + 16 positions cannot all run at
+     * once; with and without the prefix cache every choice must be the
+     * greedy answer */
+    for (int no_cache = 0; no_cache < 2; no_cache++) {
+        trn_engine_t *e = s_engine(4, 0, 12, no_cache, 0);
+        trn_engine_t *ref = s_engine(4, 0, 0, true, 0);
+        int32_t p[8], want[256];
+        for (int i = 0; i < 8; i++)
+            p[i] = (int32_t) ((i * 11 + 5) % 64);
+        size_t nw = s_greedy(ref, p, 8, 16, want, NULL);
+        cr_assert_eq(nw, 16);
+        char body[1024];
+        size_t o = (size_t) snprintf(body, sizeof body, "{\"prompt\":[");
+        for (int i = 0; i < 8; i++)
+            o += (size_t) snprintf(body + o, sizeof body - o, "%s%d",
+                                   i ? "," : "", p[i]);
+        snprintf(body + o, sizeof body - o,
+                 "],\"n\":6,\"max_tokens\":16,\"temperature\":0}");
+        json_t *j = s_ok(e, body);
+        for (size_t i = 0; i < 6; i++) {
+            int32_t a[256];
+            cr_assert_eq(s_choice(j, i, a, 256), 16);
+            cr_assert_arr_eq(a, want, 16 * sizeof *a, "choice %zu", i);
+        }
+        cr_assert_eq(s_usage(j, "completion_tokens"), 96);
+        json_decref(j);
+        trn_engine_stats_t st = trn_engine_stats(e);
+        cr_assert_gt(st.preemptions, 0, "no_cache %d", no_cache);
+        cr_assert_eq(st.completed, 1);
+        s_assert_idle(e);
+        /* sampled choices under the same pressure complete too */
+        snprintf(body + o, sizeof body - o,
+                 "],\"n\":6,\"max_tokens\":16,\"temperature\":1,\"seed\":3}");
+        j = s_ok(e, body);
+        for (size_t i = 0; i < 6; i++) {
+            int32_t a[256];
+            cr_assert_eq(s_choice(j, i, a, 256), 16);
+        }
+        json_decref(j);
+        s_assert_idle(e);
+        trn_engine_destroy(&ref);
+        trn_engine_destroy(&e);
+    }
+}
+
+/* A CPU backend whose gen_step fails at its fail_at-th call. */
+typedef struct {
+    trn_backend_t base;
+    trn_backend_t *inner;
+    trn_backend_ops_t ops;
+    int calls, fail_at;
+} failb_t;
+
+static lisa_rc_t
+f_open(trn_backend_t *b, trn_kv_geom_t *g, trn_err_t *e)
+{
+    return ((failb_t *) b)->inner->ops->gen_open(((failb_t *) b)->inner, g, e);
+}
+static const trn_config_t *
+f_config(const trn_backend_t *b)
+{
+    const failb_t *f = (const failb_t *) b;
+    return f->inner->ops->config(f->inner);
+}
+static lisa_rc_t
+f_step(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs, float *logits,
+       trn_err_t *err)
+{
+    failb_t *f = (failb_t *) b;
+    if (++f->calls == f->fail_at) {
+        snprintf(err->msg, sizeof err->msg, "injected failure");
+        return LISA_ERR;
+    }
+    return f->inner->ops->gen_step(f->inner, n, seqs, logits, err);
+}
+
+Test(trn_engine, a_failed_step_answers_an_n_request_once_with_an_error)
+{
+    trn_err_t err;
+    failb_t *f = calloc(1, sizeof *f);
+    f->inner = trn_backend_new("cpu", s_dir, 1, false, &err);
+    cr_assert(f->inner);
+    f->ops = *f->inner->ops;
+    f->ops.gen_open = f_open;
+    f->ops.config = f_config;
+    f->ops.gen_step = f_step;
+    f->ops.gen_close = NULL;
+    f->ops.mem_info = NULL;
+    f->base.ops = &f->ops;
+    /* 2 slots: choice 0 and one fork run, two forks wait in the queue;
+     * the third step (the forks' second) fails */
+    f->fail_at = 3;
+    trn_engine_cfg_t ec = {.address = "127.0.0.1", .max_batch = 2, .seed = 1};
+    trn_engine_t *e = trn_engine_new(&f->base, &ec);
+    cr_assert(e);
+    char out[65536];
+    int st = s_post_port(trn_engine_port(e),
+                         "{\"prompt\":[1,2,3],\"n\":4,\"max_tokens\":8}", out,
+                         sizeof out, false);
+    cr_assert_eq(st, 500, "%s", out);
+    cr_assert(strstr(out, "injected failure"), "%s", out);
+    /* the waiting forks are dropped, nothing is held, and the engine
+     * serves the next request */
+    for (int i = 0; i < 200 && trn_engine_stats(e).inflight > 0; i++)
+        s_sleep_ms(10);
+    trn_engine_stats_t s = trn_engine_stats(e);
+    cr_assert_eq(s.inflight, 0);
+    cr_assert_eq(s.queued, 0);
+    cr_assert_eq(s.kv_blocks_used, 0);
+    cr_assert_eq(s.completed, 0);
+    st = s_post_port(trn_engine_port(e),
+                     "{\"prompt\":[1,2,3],\"n\":3,\"max_tokens\":4}", out,
+                     sizeof out, false);
+    cr_assert_eq(st, 200, "%s", out);
+    s_assert_idle(e);
+    trn_engine_destroy(&e);
+    trn_backend_destroy(&f->inner);
+    free(f);
+}
+
+Test(trn_engine, a_pause_waits_for_every_choice)
+{
+    /* 6 choices on 4 slots: two forks wait in the queue, which counts as
+     * in flight; the pause returns once all six are done */
+    bool seen = false;
+    for (int attempt = 0; attempt < 10 && !seen; attempt++) {
+        call_t c = {.body = "{\"prompt\":[1,2],\"n\":6,\"max_tokens\":120,"
+                            "\"temperature\":1}"};
+        uint64_t done0 = trn_engine_stats(s_e).completed;
+        pthread_t t;
+        pthread_create(&t, NULL, s_call, &c);
+        for (int i = 0; i < 5000; i++) {
+            trn_engine_stats_t s = trn_engine_stats(s_e);
+            if (s.inflight > 1 || s.completed > done0)
+                break;
+            s_sleep_ms(1);
+        }
+        if (trn_engine_stats(s_e).inflight > 1) {
+            seen = true;
+            cr_assert_eq(trn_engine_pause(s_e, 20000), LISA_OK);
+            trn_engine_stats_t s = trn_engine_stats(s_e);
+            cr_assert_eq(s.inflight, 0);
+            cr_assert_eq(s.kv_blocks_used, 0);
+            cr_assert_eq(s.completed, done0 + 1);
+        }
+        pthread_join(t, NULL);
+        cr_assert_eq(c.status, 200, "%s", c.out);
+        json_t *j = json_loads(c.out, 0, NULL);
+        json_t *chs = json_object_get(j, "choices");
+        cr_assert_eq(json_array_size(chs), 6);
+        for (size_t i = 0; i < 6; i++)
+            cr_assert_eq(json_array_size(json_object_get(json_array_get(chs, i),
+                                                         "token_ids")),
+                         120);
+        json_decref(j);
+        if (seen)
+            trn_engine_resume(s_e, 3);
+    }
+    cr_assert(seen, "no request was ever seen in flight");
+    s_assert_idle(s_e);
 }
