@@ -23,6 +23,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "trn_err.h"
+#include "trn_gguf.h"
 #include "trn_model.h"
 #include "trn_ops.h"
 #include "trn_pool.h"
@@ -541,10 +542,43 @@ s_read_text(const char *path, size_t max, size_t *len)
     return buf;
 }
 
+/* Loads a GGUF file: the config from its metadata, each tensor by its
+ * llama.cpp name, dequantized. */
+static lisa_rc_t
+s_load_gguf(const char *path, int threads, trn_model_t **out, trn_err_t *err)
+{
+    trn_gguf_t *g = NULL;
+    trn_model_t *m = NULL;
+    trn_config_t cfg;
+    lisa_rc_t rc = trn_gguf_open(path, &g, err);
+    if (rc == LISA_OK)
+        rc = trn_gguf_config(g, &cfg, err);
+    if (rc != LISA_OK)
+        goto out;
+    m = s_model_alloc(&cfg, threads);
+    for (size_t i = 0; i < m->ntensors && rc == LISA_OK; i++)
+        rc = trn_gguf_read_hf(g, &cfg, m->tensors[i].name,
+                              m->params + m->tensors[i].off,
+                              m->tensors[i].numel, err);
+    if (rc == LISA_OK) {
+        *out = m;
+        m = NULL;
+    }
+out:
+    trn_model_destroy(&m);
+    trn_gguf_destroy(&g);
+    return rc;
+}
+
 lisa_rc_t
 trn_model_load(const char *dir, int threads, trn_model_t **out, trn_err_t *err)
 {
     lisa_rc_t rc;
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        *out = NULL;
+        return s_load_gguf(dir, threads, out, err);
+    }
     trn_model_t *m = NULL;
     trn_st_t **files = NULL;
     size_t nfiles = 0, len = 0;

@@ -142,7 +142,9 @@ trn_model_t *trn_model_new_random(const trn_config_t *cfg, uint64_t seed,
 /* Loads a Hugging Face model directory: config.json plus model.safetensors
  * or (when there is none) model.safetensors.index.json and its shards. Every
  * tensor the config needs must be present with the right shape; lm_head.weight
- * is required when the embeddings are untied and ignored when tied. */
+ * is required when the embeddings are untied and ignored when tied. When
+ * `dir` is a file, it is read as GGUF (trn_gguf.h: config from the
+ * metadata, tensors dequantized, tied when there is no output.weight). */
 lisa_rc_t trn_model_load(const char *dir, int threads, trn_model_t **out,
                          trn_err_t *err) LISA_NODISCARD;
 
