@@ -128,8 +128,10 @@ s_add_tensor(trn_model_t *m, size_t *cap, const char *name, int ndim,
     m->nparams += t->numel;
 }
 
-/* The tensors of a layer, in checkpoint order: name, shape (in units of
- * the model's sizes), the pointer it binds, which families have it. */
+/* The tensors of a layer, in parameter order: name, shape (in units of
+ * the model's sizes), the pointer it binds, which families have it. The
+ * q, k and v weights (and their biases) are adjacent, so a backend may
+ * treat each triple as one fused tensor. */
 typedef enum { S_ALL, S_QK_NORM, S_QKV_BIAS } s_when_t;
 typedef enum { S_DH, S_DI, S_DQ, S_DKV, S_DHD } s_dim_t;
 
@@ -143,12 +145,12 @@ static const struct {
     {"input_layernorm.weight", 1, S_DH, S_DH, offsetof(s_layer_t, in_norm),
      S_ALL},
     {"self_attn.q_proj.weight", 2, S_DQ, S_DH, offsetof(s_layer_t, wq), S_ALL},
+    {"self_attn.k_proj.weight", 2, S_DKV, S_DH, offsetof(s_layer_t, wk), S_ALL},
+    {"self_attn.v_proj.weight", 2, S_DKV, S_DH, offsetof(s_layer_t, wv), S_ALL},
     {"self_attn.q_proj.bias", 1, S_DQ, S_DH, offsetof(s_layer_t, bq),
      S_QKV_BIAS},
-    {"self_attn.k_proj.weight", 2, S_DKV, S_DH, offsetof(s_layer_t, wk), S_ALL},
     {"self_attn.k_proj.bias", 1, S_DKV, S_DH, offsetof(s_layer_t, bk),
      S_QKV_BIAS},
-    {"self_attn.v_proj.weight", 2, S_DKV, S_DH, offsetof(s_layer_t, wv), S_ALL},
     {"self_attn.v_proj.bias", 1, S_DKV, S_DH, offsetof(s_layer_t, bv),
      S_QKV_BIAS},
     {"self_attn.o_proj.weight", 2, S_DH, S_DQ, offsetof(s_layer_t, wo), S_ALL},

@@ -126,6 +126,13 @@ s_alloc(const trn_config_t *c, trn_err_t *err)
         s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
         goto fail;
     }
+    /* Llama (no q/k norms) and Qwen2 (q/k/v biases) run on the CPU
+     * backend; the GPU kernels compute Qwen3's layer */
+    if (c->family != TRN_FAMILY_QWEN3) {
+        s_err(err, "the GPU model computes Qwen3 only (this model is a "
+                   "Llama or Qwen2 one: use the CPU backend)");
+        goto fail;
+    }
     g->layers = lisa_calloc((size_t) g->L, sizeof *g->layers);
     s_layout(g);
     g->blas = trn_blas_new();
