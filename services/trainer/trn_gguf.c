@@ -48,6 +48,7 @@ enum {
 struct trn_gguf {
     uint8_t *map;
     size_t size;
+    bool mapped; /* map is ours to unmap (else the caller's buffer) */
     json_t *meta;
     trn_gguf_tensor_t *t;
     char **names;
@@ -353,6 +354,65 @@ s_tensors(trn_gguf_t *g, s_cur_t *c, uint64_t nt, size_t align)
     return c->rc;
 }
 
+/* Parses the tables of g->map[0..size). */
+static lisa_rc_t
+s_parse(trn_gguf_t *g, const char *what, trn_err_t *err)
+{
+    g->meta = json_object();
+    s_cur_t c = {g->map, g->map + g->size, err, LISA_OK};
+    uint32_t magic = (uint32_t) s_uint(&c, 4, "magic");
+    uint32_t version = (uint32_t) s_uint(&c, 4, "version");
+    uint64_t nt = s_uint(&c, 8, "tensor count");
+    uint64_t nkv = s_uint(&c, 8, "metadata count");
+    if (c.rc != LISA_OK)
+        return c.rc;
+    if (magic != S_MAGIC || version != 3)
+        return trn_fail(err, LISA_INVALID,
+                        "%s: not a GGUF v3 file (magic %08x, version %u)", what,
+                        magic, version);
+    if (nt > TRN_GGUF_MAX_TENSORS || nkv > TRN_GGUF_MAX_KV)
+        return trn_fail(err, LISA_TOOLARGE,
+                        "%s: %llu tensors and %llu metadata keys exceed the "
+                        "bounds",
+                        what, (unsigned long long) nt,
+                        (unsigned long long) nkv);
+    for (uint64_t i = 0; i < nkv && c.rc == LISA_OK; i++) {
+        size_t klen;
+        const char *k = s_str(&c, &klen, "metadata key");
+        uint32_t type = (uint32_t) s_uint(&c, 4, "metadata type");
+        if (c.rc != LISA_OK)
+            break;
+        char key[256];
+        if (klen == 0 || klen >= sizeof key)
+            return trn_fail(err, LISA_INVALID, "%s: metadata key of %zu bytes",
+                            what, klen);
+        memcpy(key, k, klen);
+        key[klen] = 0;
+        json_t *v = s_value(&c, type, 0, key);
+        if (!v)
+            break;
+        if (json_object_get(g->meta, key)) {
+            json_decref(v);
+            return trn_fail(err, LISA_INVALID,
+                            "%s: metadata key %s appears twice", what, key);
+        }
+        json_object_set_new(g->meta, key, v);
+    }
+    if (c.rc != LISA_OK)
+        return c.rc;
+    size_t align = S_ALIGN_DEF;
+    json_t *al = json_object_get(g->meta, "general.alignment");
+    if (al) {
+        json_int_t a = json_integer_value(al);
+        if (!json_is_integer(al) || a < 1 || a > 65536 || (a & (a - 1)))
+            return trn_fail(err, LISA_INVALID,
+                            "%s: general.alignment must be a power of two",
+                            what);
+        align = (size_t) a;
+    }
+    return s_tensors(g, &c, nt, align);
+}
+
 lisa_rc_t
 trn_gguf_open(const char *path, trn_gguf_t **out, trn_err_t *err)
 {
@@ -377,70 +437,27 @@ trn_gguf_open(const char *path, trn_gguf_t **out, trn_err_t *err)
                         strerror(errno));
     }
     g->map = map;
-    g->meta = json_object();
-    s_cur_t c = {g->map, g->map + g->size, err, LISA_OK};
-    uint32_t magic = (uint32_t) s_uint(&c, 4, "magic");
-    uint32_t version = (uint32_t) s_uint(&c, 4, "version");
-    uint64_t nt = s_uint(&c, 8, "tensor count");
-    uint64_t nkv = s_uint(&c, 8, "metadata count");
-    if (magic != S_MAGIC || version != 3) {
-        c.rc = trn_fail(err, LISA_INVALID,
-                        "%s: not a GGUF v3 file (magic %08x, version %u)", path,
-                        magic, version);
-        goto out;
-    }
-    if (nt > TRN_GGUF_MAX_TENSORS || nkv > TRN_GGUF_MAX_KV) {
-        c.rc =
-            trn_fail(err, LISA_TOOLARGE,
-                     "%s: %llu tensors and %llu metadata keys exceed the "
-                     "bounds",
-                     path, (unsigned long long) nt, (unsigned long long) nkv);
-        goto out;
-    }
-    for (uint64_t i = 0; i < nkv && c.rc == LISA_OK; i++) {
-        size_t klen;
-        const char *k = s_str(&c, &klen, "metadata key");
-        uint32_t type = (uint32_t) s_uint(&c, 4, "metadata type");
-        if (c.rc != LISA_OK)
-            break;
-        char key[256];
-        if (klen == 0 || klen >= sizeof key) {
-            c.rc = trn_fail(err, LISA_INVALID, "%s: metadata key of %zu bytes",
-                            path, klen);
-            break;
-        }
-        memcpy(key, k, klen);
-        key[klen] = 0;
-        json_t *v = s_value(&c, type, 0, key);
-        if (!v)
-            break;
-        if (json_object_get(g->meta, key)) {
-            json_decref(v);
-            c.rc = trn_fail(err, LISA_INVALID,
-                            "%s: metadata key %s appears twice", path, key);
-            break;
-        }
-        json_object_set_new(g->meta, key, v);
-    }
-    if (c.rc != LISA_OK)
-        goto out;
-    size_t align = S_ALIGN_DEF;
-    json_t *al = json_object_get(g->meta, "general.alignment");
-    if (al) {
-        json_int_t a = json_integer_value(al);
-        if (!json_is_integer(al) || a < 1 || a > 65536 || (a & (a - 1))) {
-            c.rc =
-                trn_fail(err, LISA_INVALID,
-                         "%s: general.alignment must be a power of two", path);
-            goto out;
-        }
-        align = (size_t) a;
-    }
-    s_tensors(g, &c, nt, align);
-out:
-    if (c.rc != LISA_OK) {
+    g->mapped = true;
+    lisa_rc_t rc = s_parse(g, path, err);
+    if (rc != LISA_OK) {
         trn_gguf_destroy(&g);
-        return c.rc;
+        return rc;
+    }
+    *out = g;
+    return LISA_OK;
+}
+
+lisa_rc_t
+trn_gguf_parse(const uint8_t *buf, size_t len, trn_gguf_t **out, trn_err_t *err)
+{
+    *out = NULL;
+    trn_gguf_t *g = lisa_calloc(1, sizeof *g);
+    g->map = (uint8_t *) (uintptr_t) buf;
+    g->size = len;
+    lisa_rc_t rc = s_parse(g, "gguf", err);
+    if (rc != LISA_OK) {
+        trn_gguf_destroy(&g);
+        return rc;
     }
     *out = g;
     return LISA_OK;
@@ -452,7 +469,7 @@ trn_gguf_destroy(trn_gguf_t **pg)
     if (!pg || !*pg)
         return;
     trn_gguf_t *g = *pg;
-    if (g->map)
+    if (g->map && g->mapped)
         munmap(g->map, g->size);
     json_decref(g->meta);
     for (size_t i = 0; i < g->nt; i++)

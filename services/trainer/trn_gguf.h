@@ -28,6 +28,7 @@
 #include "trn_model.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,11 @@ typedef struct trn_gguf trn_gguf_t;
  * bounds above. */
 lisa_rc_t trn_gguf_open(const char *path, trn_gguf_t **out,
                         trn_err_t *err) LISA_NODISCARD;
+
+/* The same over a buffer in memory, which must outlive the reader (its
+ * tensors point into it). */
+lisa_rc_t trn_gguf_parse(const uint8_t *buf, size_t len, trn_gguf_t **out,
+                         trn_err_t *err) LISA_NODISCARD;
 
 /* Unmaps and frees; safe on NULL and twice. */
 void trn_gguf_destroy(trn_gguf_t **g);
