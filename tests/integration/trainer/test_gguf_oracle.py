@@ -13,7 +13,8 @@ Q4_0 and Q4_1. Then:
   transformers' logits of the fixture (tests/fixtures, computed by
   transformers in float32);
 - where torch is installed, transformers' own GGUF loading gives the same
-  weights as `lisa convert` and the same logits as lisa, for every type;
+  weights as `lisa convert` and the same logits as lisa, for every type,
+  and transformers loads the converted directory to the same logits;
 - the tokenizer `lisa convert` writes tokenizes the corpus as transformers'
   GGUF tokenizer does (the Qwen3 vocabulary, written as GGUF).
 """
@@ -305,6 +306,12 @@ def test_transformers_gguf_loading_agrees(tmp_path, fam, qname):
         want = model(torch.tensor([ids])).logits[0].numpy()
     assert rel(lisa_logits(str(tmp_path / "m.gguf"), ids), want) < 1e-5
     assert rel(lisa_logits(out, ids), want) < 1e-5
+    # and transformers loads the converted directory to the same logits
+    conv = AutoModelForCausalLM.from_pretrained(out,
+                                                dtype=torch.float32).eval()
+    with torch.no_grad():
+        again = conv(torch.tensor([ids])).logits[0].numpy()
+    assert rel(again, want) < 1e-5
 
 
 def qwen_gguf_vocab():
