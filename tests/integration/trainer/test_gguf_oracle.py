@@ -388,3 +388,40 @@ def test_tokenizer_matches_transformers_gguf_tokenizer(tmp_path):
         bad = [(t, g) for t, g in zip(texts, got)
                if ref(t) is not None and g != ref(t)]
         assert not bad, f"{len(bad)} texts differ, first: {bad[0][0]!r}"
+
+
+@pytest.mark.skipif(not (HAVE_TORCH and os.environ.get("LISA_GGUF_FILE")),
+                    reason="a real GGUF file (LISA_GGUF_FILE=path, e.g. "
+                    "SmolLM2-135M-Instruct) and torch")
+def test_real_file_logits_match_transformers(tmp_path):
+    """On demand: a published GGUF file, lisa against transformers' own
+    GGUF loading, from the file and from `lisa convert`'s directory, and
+    the tokenizer on the corpus."""
+    import shutil
+    import torch
+    import transformers
+    import corpus
+    src = os.environ["LISA_GGUF_FILE"]
+    path = str(tmp_path / "m.gguf")
+    shutil.copyfile(src, path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file="m.gguf", dtype=torch.float32).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path),
+                                                     gguf_file="m.gguf")
+    ids = tok.encode("The capital of France is Paris, and the capital of "
+                     "Italy is", add_special_tokens=False)
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0].numpy()
+    out = convert(path, str(tmp_path / "hf"), "f32")
+    for m in (path, out):
+        err = rel(lisa_logits(m, ids), want)
+        assert err < 1e-4, f"{m}: logits off by {err}"
+    texts = [t for t in corpus.generated(seed=99, n=200) if t]
+    p = subprocess.run([LISA, "tokenize", "--tokenizer", out, "--json"],
+                       input=json.dumps(texts).encode(), capture_output=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    got = json.loads(p.stdout)
+    bad = [t for t, g in zip(texts, got)
+           if g != tok.encode(t, add_special_tokens=False)]
+    assert not bad, f"{len(bad)} texts differ, first: {bad[0]!r}"
