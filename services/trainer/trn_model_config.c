@@ -1,12 +1,14 @@
 /*
- * trn_model_config: a model's config.json (Qwen3), parsed and checked
- * into a trn_config_t (trn_config_parse, trn_config_load).
+ * trn_model_config: a model's config.json (Qwen3, Llama, Qwen2), parsed
+ * and checked into a trn_config_t (trn_config_parse, trn_config_load).
  *
- * The fields are read from one declarative table (name, required or the
- * default transformers' Qwen3Config uses, bounds). Features this trainer
- * does not implement (attention biases, sliding windows, RoPE scaling,
- * another activation) are refused by name rather than silently ignored,
- * because a model computed without them would train on wrong numbers.
+ * The family comes from a table of model_type / architecture names. The
+ * fields are read from one declarative table (name, required or the
+ * default transformers' configs use, bounds). Features this trainer does
+ * not implement (biases the family does not have, sliding windows, RoPE
+ * scaling, another activation) are refused by name rather than silently
+ * ignored, because a model computed without them would train on wrong
+ * numbers.
  */
 #include "lisa/lisa_mem.h"
 #include "trn_err.h"
@@ -124,21 +126,80 @@ s_read_field(json_t *root, const s_field_t *f, trn_config_t *cfg,
     return LISA_OK;
 }
 
-/* Refuses features the implementation does not compute. */
+/* The families: model_type, architecture, default max positions. */
+static const struct {
+    trn_family_t family;
+    const char *model_type, *arch;
+    int64_t max_positions;
+} s_families[] = {
+    {TRN_FAMILY_QWEN3, "qwen3", "Qwen3ForCausalLM", 32768},
+    {TRN_FAMILY_LLAMA, "llama", "LlamaForCausalLM", 2048},
+    {TRN_FAMILY_QWEN2, "qwen2", "Qwen2ForCausalLM", 32768},
+};
+#define S_NFAMILIES (sizeof s_families / sizeof s_families[0])
+
+const char *
+trn_family_model_type(trn_family_t f)
+{
+    return (size_t) f < S_NFAMILIES ? s_families[f].model_type : "?";
+}
+
+const char *
+trn_family_architecture(trn_family_t f)
+{
+    return (size_t) f < S_NFAMILIES ? s_families[f].arch : "?";
+}
+
+/* The family from model_type, else architectures[0], else Qwen3. */
 static lisa_rc_t
-s_check_features(json_t *root, trn_err_t *err)
+s_family(json_t *root, trn_family_t *out, trn_err_t *err)
 {
     json_t *v = json_object_get(root, "model_type");
-    if (v && (!json_is_string(v) || strcmp(json_string_value(v), "qwen3")))
-        return trn_fail(err, LISA_UNSUPPORTED,
-                        "config.json: model_type must be \"qwen3\"");
-    v = json_object_get(root, "hidden_act");
+    json_t *arch = json_object_get(root, "architectures");
+    const char *name = NULL;
+    bool by_type = v != NULL && !json_is_null(v);
+    if (by_type) {
+        if (!json_is_string(v))
+            return trn_fail(err, LISA_INVALID,
+                            "config.json: model_type must be a string");
+        name = json_string_value(v);
+    } else if (json_is_array(arch) && json_array_size(arch) > 0) {
+        name = json_string_value(json_array_get(arch, 0));
+        if (!name)
+            return trn_fail(err, LISA_INVALID,
+                            "config.json: architectures must hold strings");
+    } else {
+        *out = TRN_FAMILY_QWEN3;
+        return LISA_OK;
+    }
+    for (size_t i = 0; i < S_NFAMILIES; i++)
+        if (strcmp(name, by_type ? s_families[i].model_type
+                                 : s_families[i].arch) == 0) {
+            *out = s_families[i].family;
+            return LISA_OK;
+        }
+    return trn_fail(err, LISA_UNSUPPORTED,
+                    "config.json: %s \"%.64s\" is not supported (qwen3, "
+                    "llama, qwen2)",
+                    by_type ? "model_type" : "architecture", name);
+}
+
+/* Refuses features the implementation does not compute. */
+static lisa_rc_t
+s_check_features(json_t *root, trn_family_t family, trn_err_t *err)
+{
+    json_t *v = json_object_get(root, "hidden_act");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "silu")))
         return trn_fail(err, LISA_UNSUPPORTED,
                         "config.json: hidden_act must be \"silu\"");
-    if (json_is_true(json_object_get(root, "attention_bias")))
+    /* Qwen2's q/k/v biases are fixed by the family, not by this flag */
+    if (family != TRN_FAMILY_QWEN2 &&
+        json_is_true(json_object_get(root, "attention_bias")))
         return trn_fail(err, LISA_UNSUPPORTED,
                         "config.json: attention_bias=true is not supported");
+    if (json_is_true(json_object_get(root, "mlp_bias")))
+        return trn_fail(err, LISA_UNSUPPORTED,
+                        "config.json: mlp_bias=true is not supported");
     if (json_is_true(json_object_get(root, "use_sliding_window")))
         return trn_fail(err, LISA_UNSUPPORTED,
                         "config.json: use_sliding_window=true is not "
@@ -191,6 +252,9 @@ trn_config_validate(const trn_config_t *c, trn_err_t *err)
         return trn_fail(err, LISA_INVALID,
                         "config: head_dim (%lld) must be even and in [2, %d]",
                         (long long) c->head_dim, TRN_MAX_HEAD_DIM);
+    if ((size_t) c->family >= S_NFAMILIES)
+        return trn_fail(err, LISA_INVALID, "config: unknown family %d",
+                        (int) c->family);
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1) ||
         !(c->rope_theta >= 1 && c->rope_theta <= 1e12))
         return trn_fail(err, LISA_INVALID,
@@ -220,7 +284,9 @@ trn_config_parse(const char *json, size_t len, trn_config_t *out,
                       root ? "wrong type" : jerr.text);
         goto out;
     }
-    rc = s_check_features(root, err);
+    rc = s_family(root, &cfg.family, err);
+    if (rc == LISA_OK)
+        rc = s_check_features(root, cfg.family, err);
     if (rc != LISA_OK)
         goto out;
     for (size_t i = 0; i < S_NFIELDS; i++) {
@@ -228,6 +294,8 @@ trn_config_parse(const char *json, size_t len, trn_config_t *out,
         if (rc != LISA_OK)
             goto out;
     }
+    if (!json_is_integer(json_object_get(root, "max_position_embeddings")))
+        cfg.max_position_embeddings = s_families[cfg.family].max_positions;
     if (!json_object_get(root, "num_key_value_heads") ||
         json_is_null(json_object_get(root, "num_key_value_heads")))
         cfg.num_key_value_heads = cfg.num_attention_heads;
@@ -279,7 +347,11 @@ trn_config_num_params(const trn_config_t *c)
     size_t q = (size_t) (c->num_attention_heads * c->head_dim);
     size_t kv = (size_t) (c->num_key_value_heads * c->head_dim);
     size_t hd = (size_t) c->head_dim, v = (size_t) c->vocab_size;
-    size_t layer = 2 * h + 2 * hd + q * h * 2 + kv * h * 2 + 3 * h * in;
+    size_t layer = 2 * h + q * h * 2 + kv * h * 2 + 3 * h * in;
+    if (trn_config_qk_norm(c))
+        layer += 2 * hd;
+    if (trn_config_qkv_bias(c))
+        layer += q + 2 * kv;
     size_t n = v * h + h + (size_t) c->num_hidden_layers * layer;
     if (!c->tie_word_embeddings)
         n += v * h;

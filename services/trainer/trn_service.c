@@ -13,6 +13,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "trn_dp.h"
+#include "trn_gguf.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -170,11 +171,33 @@ s_engine_address(trn_service_t *s, uint16_t *port, char *err, size_t errlen)
     return TRN_EXIT_DONE;
 }
 
+/* The engine's tokenizer directory: the model's, or for a GGUF file the
+ * tokenizer it holds, written into <out>/tokenizer once. */
+static const char *
+s_tokenizer_dir(const trn_run_cfg_t *cfg, char *buf, size_t cap)
+{
+    struct stat sb;
+    if (!cfg->model || !cfg->out_dir || stat(cfg->model, &sb) != 0 ||
+        !S_ISREG(sb.st_mode))
+        return cfg->model;
+    snprintf(buf, cap, "%s/tokenizer", cfg->out_dir);
+    mkdir(cfg->out_dir, 0755);
+    mkdir(buf, 0755);
+    trn_gguf_t *g = NULL;
+    trn_err_t e;
+    if (trn_gguf_open(cfg->model, &g, &e) != LISA_OK ||
+        trn_gguf_write_tokenizer(g, buf, &e) != LISA_OK)
+        lisa_log_warn("engine: no tokenizer from %s: %s", cfg->model, e.msg);
+    trn_gguf_destroy(&g);
+    return buf;
+}
+
 /* Step 3: the engine, paused until the checkpoint's version is known. */
 static trn_exit_t
 s_engine(trn_service_t *s, char *err, size_t errlen)
 {
     const trn_run_cfg_t *cfg = s->cfg;
+    char tokdir[4096];
     uint16_t port = 0;
     trn_exit_t code = s_engine_address(s, &port, err, errlen);
     if (code != TRN_EXIT_DONE)
@@ -222,7 +245,7 @@ s_engine(trn_service_t *s, char *err, size_t errlen)
         .queue_timeout_ms = cfg->queue_timeout_ms,
         .policy_version = 0,
         .seed = cfg->seed + (uint64_t) s->plan.rank * 0x9e3779b97f4a7c15ull,
-        .tokenizer_dir = cfg->model,
+        .tokenizer_dir = s_tokenizer_dir(cfg, tokdir, sizeof tokdir),
     };
     s->eng = trn_engine_new(s->be, &ec);
     if (!s->eng) {

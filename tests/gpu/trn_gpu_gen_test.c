@@ -9,7 +9,9 @@
  * token; the cache sized from a byte budget; steps over the geometry
  * refused; sampled tokens' logprobs against a training forward at the
  * same temperature; greedy equals argmax; top-p never picks outside the
- * nucleus; sampled frequencies follow the distribution.
+ * nucleus; sampled frequencies follow the distribution. Llama (no q/k
+ * norms) and Qwen2 (q/k/v biases) models repeat the steps against the CPU
+ * model: prefill and decode, mixed steps, shared prefixes, graphs.
  * Closes with "N passed, N failed".
  */
 #include "trn_cuda.h"
@@ -727,6 +729,25 @@ main(void)
         s_fail++;
     trn_gpu_model_destroy(&gpu);
     trn_model_destroy(&cpu);
+    const trn_family_t fams[] = {TRN_FAMILY_LLAMA, TRN_FAMILY_QWEN2};
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        cfg.family = fams[f];
+        cpu = trn_model_new_random(&cfg, 78 + f, 0.08f, 4);
+        gpu = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+        printf("family %s\n", trn_family_model_type(cfg.family));
+        if (!cpu || !gpu) {
+            printf("setup (%s): %s\n", trn_family_model_type(cfg.family),
+                   err.msg);
+            s_fail++;
+        } else if (s_prefill_decode(cpu, gpu, V) || s_mixed(cpu, gpu, V, 16) ||
+                   s_shared(cpu, gpu, V) ||
+                   s_graph_steps(cpu, gpu, V, 5, 8, slots, lens,
+                                 "5 of 8 rows")) {
+            s_fail++;
+        }
+        trn_gpu_model_destroy(&gpu);
+        trn_model_destroy(&cpu);
+    }
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;
 }

@@ -1,5 +1,6 @@
 /*
- * GPU model tests: the CUDA Qwen3 (trn_gpu_model) against the CPU
+ * GPU model tests: the CUDA model (trn_gpu_model: Qwen3, and the Llama
+ * and Qwen2 families: no q/k norms, q/k/v biases) against the CPU
  * reference model (which itself matches transformers to ~1e-6): chosen-
  * token log-probabilities, every parameter's gradient, and a short AdamW
  * training trajectory, on random models including the Qwen3-4B layer shape;
@@ -245,6 +246,14 @@ s_cfg(int C, int I, int L, int H, int Hk, int D, int V, int tied, double theta)
     return c;
 }
 
+/* The same numbers as another family's model. */
+static trn_config_t
+s_fam(trn_config_t c, trn_family_t f)
+{
+    c.family = f;
+    return c;
+}
+
 /* One training step: zero_grad, forward, backward of dl, AdamW without
  * clipping (so the update does not depend on the order of the norm's
  * sum). */
@@ -440,6 +449,24 @@ main(void)
     test_model("small untied D=64 Hk=1",
                s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), lens2, 2, 5, 5e-2,
                TRN_RECOMPUTE_AUTO);
+    /* Llama (SmolLM2's shape of layer: tied, no q/k norms) and Qwen2 (q/k/v
+     * biases: their gradients are checked with every other parameter) */
+    test_model(
+        "tiny Llama tied D=32",
+        s_fam(s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e5), TRN_FAMILY_LLAMA),
+        lens1, 3, 5, 5e-2, TRN_RECOMPUTE_AUTO);
+    test_model(
+        "small Llama D=64, recomputed",
+        s_fam(s_cfg(256, 512, 3, 4, 1, 64, 1000, 1, 1e4), TRN_FAMILY_LLAMA),
+        lens2, 2, 5, 5e-2, TRN_RECOMPUTE_ON);
+    test_model(
+        "tiny Qwen2 untied D=32",
+        s_fam(s_cfg(128, 256, 2, 4, 2, 32, 512, 0, 1e6), TRN_FAMILY_QWEN2),
+        lens1, 3, 5, 5e-2, TRN_RECOMPUTE_AUTO);
+    test_model(
+        "small Qwen2 D=64 Hk=1, attention kept",
+        s_fam(s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), TRN_FAMILY_QWEN2),
+        lens2, 2, 5, 5e-2, TRN_RECOMPUTE_KEEP_ATTN);
     int lens3[] = {40, 24};
     test_model("Qwen3-4B layer shape, 2 layers",
                s_cfg(2560, 9728, 2, 32, 8, 128, 151936, 1, 5e6), lens3, 2, 0,

@@ -2,8 +2,9 @@
  * trn_model_cpu: the fp32 CPU reference of trn_model.h.
  *
  * It follows transformers' modeling_qwen3 op for op: embedding; per layer
- * RMSNorm -> q/k/v projections (no bias) -> per-head RMSNorm of q and k ->
- * half-split RoPE -> causal GQA softmax attention scaled by head_dim^-0.5
+ * RMSNorm -> q/k/v projections (no bias; Qwen2: + bias) -> per-head RMSNorm
+ * of q and k (Qwen3 only; Llama and Qwen2 copy) -> half-split RoPE -> causal
+ * GQA softmax attention scaled by head_dim^-0.5
  * -> o projection + residual -> RMSNorm -> down(silu(gate) * up) +
  * residual; a final RMSNorm and the (tied or separate) LM head.
  *
@@ -22,6 +23,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "trn_err.h"
+#include "trn_gguf.h"
 #include "trn_model.h"
 #include "trn_ops.h"
 #include "trn_pool.h"
@@ -30,6 +32,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,9 +47,11 @@ typedef struct {
     size_t off, numel;
 } s_tensor_t;
 
+/* A layer's tensors; q_norm / k_norm (Qwen3) and bq / bk / bv (Qwen2)
+ * are NULL in families without them. */
 typedef struct {
-    float *in_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *post_norm, *wg, *wu,
-        *wd;
+    float *in_norm, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *q_norm, *k_norm,
+        *post_norm, *wg, *wu, *wd;
 } s_layer_t;
 
 typedef struct {
@@ -123,6 +128,77 @@ s_add_tensor(trn_model_t *m, size_t *cap, const char *name, int ndim,
     m->nparams += t->numel;
 }
 
+/* The tensors of a layer, in parameter order: name, shape (in units of
+ * the model's sizes), the pointer it binds, which families have it. The
+ * q, k and v weights (and their biases) are adjacent, so a backend may
+ * treat each triple as one fused tensor. */
+typedef enum { S_ALL, S_QK_NORM, S_QKV_BIAS } s_when_t;
+typedef enum { S_DH, S_DI, S_DQ, S_DKV, S_DHD } s_dim_t;
+
+static const struct {
+    const char *suffix;
+    int nd;
+    s_dim_t d0, d1;
+    size_t slot; /* offsetof(s_layer_t, ...) */
+    s_when_t when;
+} s_layer_spec[] = {
+    {"input_layernorm.weight", 1, S_DH, S_DH, offsetof(s_layer_t, in_norm),
+     S_ALL},
+    {"self_attn.q_proj.weight", 2, S_DQ, S_DH, offsetof(s_layer_t, wq), S_ALL},
+    {"self_attn.k_proj.weight", 2, S_DKV, S_DH, offsetof(s_layer_t, wk), S_ALL},
+    {"self_attn.v_proj.weight", 2, S_DKV, S_DH, offsetof(s_layer_t, wv), S_ALL},
+    {"self_attn.q_proj.bias", 1, S_DQ, S_DH, offsetof(s_layer_t, bq),
+     S_QKV_BIAS},
+    {"self_attn.k_proj.bias", 1, S_DKV, S_DH, offsetof(s_layer_t, bk),
+     S_QKV_BIAS},
+    {"self_attn.v_proj.bias", 1, S_DKV, S_DH, offsetof(s_layer_t, bv),
+     S_QKV_BIAS},
+    {"self_attn.o_proj.weight", 2, S_DH, S_DQ, offsetof(s_layer_t, wo), S_ALL},
+    {"self_attn.q_norm.weight", 1, S_DHD, S_DH, offsetof(s_layer_t, q_norm),
+     S_QK_NORM},
+    {"self_attn.k_norm.weight", 1, S_DHD, S_DH, offsetof(s_layer_t, k_norm),
+     S_QK_NORM},
+    {"post_attention_layernorm.weight", 1, S_DH, S_DH,
+     offsetof(s_layer_t, post_norm), S_ALL},
+    {"mlp.gate_proj.weight", 2, S_DI, S_DH, offsetof(s_layer_t, wg), S_ALL},
+    {"mlp.up_proj.weight", 2, S_DI, S_DH, offsetof(s_layer_t, wu), S_ALL},
+    {"mlp.down_proj.weight", 2, S_DH, S_DI, offsetof(s_layer_t, wd), S_ALL},
+};
+#define S_LAYER_SPEC (sizeof s_layer_spec / sizeof s_layer_spec[0])
+
+/* Whether the model's family has layer tensor s. */
+static bool
+s_has(const trn_model_t *m, size_t s)
+{
+    switch (s_layer_spec[s].when) {
+    case S_QK_NORM:
+        return trn_config_qk_norm(&m->cfg);
+    case S_QKV_BIAS:
+        return trn_config_qkv_bias(&m->cfg);
+    case S_ALL:
+    default:
+        return true;
+    }
+}
+
+static int64_t
+s_dim(const trn_model_t *m, s_dim_t d)
+{
+    switch (d) {
+    case S_DI:
+        return (int64_t) m->I;
+    case S_DQ:
+        return (int64_t) m->Q;
+    case S_DKV:
+        return (int64_t) m->KV;
+    case S_DHD:
+        return (int64_t) m->HD;
+    case S_DH:
+    default:
+        return (int64_t) m->H;
+    }
+}
+
 static void
 s_bind(s_weights_t *w, const trn_model_t *m, float *base)
 {
@@ -130,11 +206,11 @@ s_bind(s_weights_t *w, const trn_model_t *m, float *base)
     w->embed = base + m->tensors[i++].off;
     for (size_t l = 0; l < m->NL; l++) {
         s_layer_t *L = &w->L[l];
-        float **slots[] = {&L->in_norm, &L->wq,     &L->wk,     &L->wv,
-                           &L->wo,      &L->q_norm, &L->k_norm, &L->post_norm,
-                           &L->wg,      &L->wu,     &L->wd};
-        for (size_t s = 0; s < sizeof slots / sizeof slots[0]; s++)
-            *slots[s] = base + m->tensors[i++].off;
+        for (size_t s = 0; s < S_LAYER_SPEC; s++) {
+            float **slot =
+                (float **) (void *) ((char *) L + s_layer_spec[s].slot);
+            *slot = s_has(m, s) ? base + m->tensors[i++].off : NULL;
+        }
     }
     w->norm = base + m->tensors[i++].off;
     w->lm_head =
@@ -156,34 +232,20 @@ s_model_alloc(const trn_config_t *cfg, int threads)
     m->KV = m->NKV * m->HD;
     m->V = (size_t) cfg->vocab_size;
     m->NL = (size_t) cfg->num_hidden_layers;
-    int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
-    int64_t Q = (int64_t) m->Q, KV = (int64_t) m->KV, HD = cfg->head_dim;
+    int64_t H = cfg->hidden_size;
     size_t cap = 0;
     char nm[S_NAME_MAX];
     s_add_tensor(m, &cap, "model.embed_tokens.weight", 2, cfg->vocab_size, H);
-    for (size_t l = 0; l < m->NL; l++) {
-        const struct {
-            const char *suffix;
-            int nd;
-            int64_t d0, d1;
-        } spec[] = {
-            {"input_layernorm.weight", 1, H, 0},
-            {"self_attn.q_proj.weight", 2, Q, H},
-            {"self_attn.k_proj.weight", 2, KV, H},
-            {"self_attn.v_proj.weight", 2, KV, H},
-            {"self_attn.o_proj.weight", 2, H, Q},
-            {"self_attn.q_norm.weight", 1, HD, 0},
-            {"self_attn.k_norm.weight", 1, HD, 0},
-            {"post_attention_layernorm.weight", 1, H, 0},
-            {"mlp.gate_proj.weight", 2, I, H},
-            {"mlp.up_proj.weight", 2, I, H},
-            {"mlp.down_proj.weight", 2, H, I},
-        };
-        for (size_t s = 0; s < sizeof spec / sizeof spec[0]; s++) {
-            snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, spec[s].suffix);
-            s_add_tensor(m, &cap, nm, spec[s].nd, spec[s].d0, spec[s].d1);
+    for (size_t l = 0; l < m->NL; l++)
+        for (size_t s = 0; s < S_LAYER_SPEC; s++) {
+            if (!s_has(m, s))
+                continue;
+            snprintf(nm, sizeof nm, "model.layers.%zu.%s", l,
+                     s_layer_spec[s].suffix);
+            s_add_tensor(m, &cap, nm, s_layer_spec[s].nd,
+                         s_dim(m, s_layer_spec[s].d0),
+                         s_dim(m, s_layer_spec[s].d1));
         }
-    }
     s_add_tensor(m, &cap, "model.norm.weight", 1, H, 0);
     if (!cfg->tie_word_embeddings)
         s_add_tensor(m, &cap, "lm_head.weight", 2, cfg->vocab_size, H);
@@ -265,7 +327,8 @@ trn_model_new_random(const trn_config_t *cfg, uint64_t seed, float std,
     uint64_t s = seed;
     for (size_t i = 0; i < m->ntensors; i++) {
         float *p = m->params + m->tensors[i].off;
-        bool norm = m->tensors[i].ndim == 1;
+        bool norm =
+            m->tensors[i].ndim == 1 && !strstr(m->tensors[i].name, ".bias");
         for (size_t k = 0; k < m->tensors[i].numel; k++)
             p[k] = norm ? 1.0f + 0.1f * s_normal(&s) : std * s_normal(&s);
     }
@@ -481,10 +544,43 @@ s_read_text(const char *path, size_t max, size_t *len)
     return buf;
 }
 
+/* Loads a GGUF file: the config from its metadata, each tensor by its
+ * llama.cpp name, dequantized. */
+static lisa_rc_t
+s_load_gguf(const char *path, int threads, trn_model_t **out, trn_err_t *err)
+{
+    trn_gguf_t *g = NULL;
+    trn_model_t *m = NULL;
+    trn_config_t cfg;
+    lisa_rc_t rc = trn_gguf_open(path, &g, err);
+    if (rc == LISA_OK)
+        rc = trn_gguf_config(g, &cfg, err);
+    if (rc != LISA_OK)
+        goto out;
+    m = s_model_alloc(&cfg, threads);
+    for (size_t i = 0; i < m->ntensors && rc == LISA_OK; i++)
+        rc = trn_gguf_read_hf(g, &cfg, m->tensors[i].name,
+                              m->params + m->tensors[i].off,
+                              m->tensors[i].numel, err);
+    if (rc == LISA_OK) {
+        *out = m;
+        m = NULL;
+    }
+out:
+    trn_model_destroy(&m);
+    trn_gguf_destroy(&g);
+    return rc;
+}
+
 lisa_rc_t
 trn_model_load(const char *dir, int threads, trn_model_t **out, trn_err_t *err)
 {
     lisa_rc_t rc;
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        *out = NULL;
+        return s_load_gguf(dir, threads, out, err);
+    }
     trn_model_t *m = NULL;
     trn_st_t **files = NULL;
     size_t nfiles = 0, len = 0;
@@ -562,16 +658,22 @@ s_config_json(const trn_model_t *m, trn_save_dtype_t dtype)
     const char *dt = dtype == TRN_SAVE_BF16 ? "bfloat16" : "float32";
     if (!m->cfg_json) {
         json_t *arch = json_array();
-        json_array_append_new(arch, json_string("Qwen3ForCausalLM"));
+        json_array_append_new(arch,
+                              json_string(trn_family_architecture(c->family)));
         json_object_set_new(j, "architectures", arch);
-        json_object_set_new(j, "model_type", json_string("qwen3"));
+        json_object_set_new(j, "model_type",
+                            json_string(trn_family_model_type(c->family)));
         json_object_set_new(j, "hidden_act", json_string("silu"));
         json_object_set_new(j, "attention_bias", json_false());
         json_object_set_new(j, "attention_dropout", json_real(0.0));
-        json_object_set_new(j, "use_sliding_window", json_false());
-        json_object_set_new(j, "sliding_window", json_null());
-        json_object_set_new(j, "max_window_layers",
-                            json_integer(c->num_hidden_layers));
+        if (c->family == TRN_FAMILY_LLAMA) {
+            json_object_set_new(j, "mlp_bias", json_false());
+        } else {
+            json_object_set_new(j, "use_sliding_window", json_false());
+            json_object_set_new(j, "sliding_window", json_null());
+            json_object_set_new(j, "max_window_layers",
+                                json_integer(c->num_hidden_layers));
+        }
         json_object_set_new(j, "rope_scaling", json_null());
         json_object_set_new(j, "initializer_range", json_real(0.02));
         json_object_set_new(j, "use_cache", json_true());
@@ -903,6 +1005,24 @@ typedef struct {
     const int32_t *const *btab; /* per row, with kv: its block table */
 } s_kvsrc_t;
 
+/* x[r][j] += b[j] for every row. */
+static void
+s_add_bias(float *x, const float *b, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < n; j++)
+            x[r * n + j] += b[j];
+}
+
+/* gb[j] += sum over rows of dx[r][j]: a bias's gradient. */
+static void
+s_bias_grad(float *gb, const float *dx, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < n; j++)
+            gb[j] += dx[r * n + j];
+}
+
 /* Runs layer l on rows of a->x (in place), saving into a->L[li]. */
 static void
 s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
@@ -917,8 +1037,18 @@ s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
     trn_mm_nt(m->pool, A->qraw, A->xn1, W->wq, rows, H, Q);
     trn_mm_nt(m->pool, A->kraw, A->xn1, W->wk, rows, H, KV);
     trn_mm_nt(m->pool, A->v, A->xn1, W->wv, rows, H, KV);
-    trn_rmsnorm(A->q, A->rq, A->qraw, W->q_norm, rows * m->NH, m->HD, eps);
-    trn_rmsnorm(A->k, A->rk, A->kraw, W->k_norm, rows * m->NKV, m->HD, eps);
+    if (W->bq) {
+        s_add_bias(A->qraw, W->bq, rows, Q);
+        s_add_bias(A->kraw, W->bk, rows, KV);
+        s_add_bias(A->v, W->bv, rows, KV);
+    }
+    if (W->q_norm) {
+        trn_rmsnorm(A->q, A->rq, A->qraw, W->q_norm, rows * m->NH, m->HD, eps);
+        trn_rmsnorm(A->k, A->rk, A->kraw, W->k_norm, rows * m->NKV, m->HD, eps);
+    } else {
+        memcpy(A->q, A->qraw, rows * Q * sizeof(float));
+        memcpy(A->k, A->kraw, rows * KV * sizeof(float));
+    }
     trn_rope(A->q, rows, m->NH, m->HD, a->pos, m->inv_freq, false);
     trn_rope(A->k, rows, m->NKV, m->HD, a->pos, m->inv_freq, false);
     s_attn_t at = {.m = m,
@@ -1253,13 +1383,23 @@ trn_model_backward(trn_model_t *m, const float *dlogp, const float *dentropy,
         trn_pool_run(m->pool, m->NKV, s_attn_bwd_task, &at);
         trn_rope(dq, T, m->NH, m->HD, a->pos, m->inv_freq, true);
         trn_rope(dk, T, m->NKV, m->HD, a->pos, m->inv_freq, true);
-        /* per-head norms: dq/dk now hold d(normed); turn into d(raw) */
-        memset(dqr, 0, T * Q * sizeof(float));
-        memset(dkr, 0, T * KV * sizeof(float));
-        trn_rmsnorm_bwd(dqr, G->q_norm, dq, A->qraw, A->rq, W->q_norm,
-                        T * m->NH, m->HD);
-        trn_rmsnorm_bwd(dkr, G->k_norm, dk, A->kraw, A->rk, W->k_norm,
-                        T * m->NKV, m->HD);
+        if (W->q_norm) {
+            /* per-head norms: dq/dk now hold d(normed); turn into d(raw) */
+            memset(dqr, 0, T * Q * sizeof(float));
+            memset(dkr, 0, T * KV * sizeof(float));
+            trn_rmsnorm_bwd(dqr, G->q_norm, dq, A->qraw, A->rq, W->q_norm,
+                            T * m->NH, m->HD);
+            trn_rmsnorm_bwd(dkr, G->k_norm, dk, A->kraw, A->rk, W->k_norm,
+                            T * m->NKV, m->HD);
+        } else {
+            memcpy(dqr, dq, T * Q * sizeof(float));
+            memcpy(dkr, dk, T * KV * sizeof(float));
+        }
+        if (W->bq) {
+            s_bias_grad(G->bq, dqr, T, Q);
+            s_bias_grad(G->bk, dkr, T, KV);
+            s_bias_grad(G->bv, dv, T, KV);
+        }
         trn_mm_nn(m->pool, dxn, dqr, W->wq, T, Q, H, false);
         trn_mm_nn(m->pool, dxn, dkr, W->wk, T, KV, H, true);
         trn_mm_nn(m->pool, dxn, dv, W->wv, T, KV, H, true);

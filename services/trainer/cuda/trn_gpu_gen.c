@@ -348,15 +348,19 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                             g->C, 1, eps, st));
     S_TRY(trn_linear_fwd(g->blas, NULL, b->qkv, b->h, W + ly->qkv, T, g->C,
                          g->S, 0, st));
+    if (g->qkv_bias) /* Qwen2 */
+        S_TRY(trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
+    const trn_bf16_t *qn = s_norm_w(g, W, ly->q_norm);
+    const trn_bf16_t *kn = s_norm_w(g, W, ly->k_norm);
     if (b->one) { /* q/k preparation inside the attention kernel */
-        S_TRY(trn_k_attn_decode_prep(
-            b->o, b->qkv, g->S, W + ly->q_norm, W + ly->k_norm, kv->k[l],
-            kv->v[l], b->slot, b->pos, T, g->H, g->Hk, g->D, kv->pg, eps, theta,
-            kv->attn_part, kv->attn_part_n, st));
+        S_TRY(trn_k_attn_decode_prep(b->o, b->qkv, g->S, qn, kn, kv->k[l],
+                                     kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
+                                     g->D, kv->pg, eps, theta, kv->attn_part,
+                                     kv->attn_part_n, st));
     } else { /* every new key into the cache, then decodes, then prompts */
-        S_TRY(trn_k_qk_prep(b->qkv, g->S, W + ly->q_norm, W + ly->k_norm,
-                            kv->k[l], kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
-                            g->D, kv->pg, eps, theta, st));
+        S_TRY(trn_k_qk_prep(b->qkv, g->S, qn, kn, kv->k[l], kv->v[l], b->slot,
+                            b->pos, T, g->H, g->Hk, g->D, kv->pg, eps, theta,
+                            st));
         if (b->nd > 0)
             S_TRY(trn_k_attn_decode(
                 b->o, b->qkv, g->S, kv->k[l], kv->v[l], b->slot, b->pos, b->nd,

@@ -1,11 +1,11 @@
 /*
- * trn_gpu_model: forward and backward of Qwen3 on one GPU, composed from
- * the kernels of trn_cuda.h.
+ * trn_gpu_model: forward and backward of Qwen3 (Llama, Qwen2) on one GPU,
+ * composed from the kernels of trn_cuda.h.
  *
  * Per layer, forward:
  *   h1   = rmsnorm(x, w_in)                      bf16 [T, C]
- *   qkv  = h1 @ [Wq;Wk;Wv]^T                     bf16 [T, S], S=(H+2Hk)D
- *   qkvn = qkv with q,k head-normed and roped    bf16 [T, S]
+ *   qkv  = h1 @ [Wq;Wk;Wv]^T (+ [bq;bk;bv]: Qwen2) bf16 [T, S], S=(H+2Hk)D
+ *   qkvn = qkv with q,k head-normed (Qwen3) and roped  bf16 [T, S]
  *   o    = attention(qkvn)                       bf16 [T, H*D]
  *   xm   = x + o @ Wo^T                          fp32 [T, C]
  *   h2   = rmsnorm(xm, w_post); gu = h2 @ [Wg;Wu]^T; a = silu(g)*u
@@ -24,9 +24,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Tensor offsets from the config, in trn_model.h's documented order:
- * embed; per layer input_layernorm, q, k, v, o, q_norm, k_norm,
- * post_attention_layernorm, gate, up, down; norm; lm_head when untied. */
+/* Tensor offsets from the config, in the CPU model's order: embed; per
+ * layer input_layernorm, q, k, v, [q, k, v biases: Qwen2], o, [q_norm,
+ * k_norm: Qwen3], post_attention_layernorm, gate, up, down; norm; lm_head
+ * when untied. */
 static void
 s_layout(trn_gpu_model_t *g)
 {
@@ -41,12 +42,17 @@ s_layout(trn_gpu_model_t *g)
         off += C;
         ly->qkv = off;
         off += (Q + 2 * KV) * C;
+        ly->qkv_b = off;
+        if (g->qkv_bias)
+            off += Q + 2 * KV;
         ly->o = off;
         off += C * Q;
         ly->q_norm = off;
-        off += D;
         ly->k_norm = off;
-        off += D;
+        if (g->qk_norm) {
+            ly->k_norm = off + D;
+            off += 2 * D;
+        }
         ly->w_post = off;
         off += C;
         ly->gu = off;
@@ -90,15 +96,19 @@ s_layout_matches(const trn_gpu_model_t *g, const trn_model_t *src)
         struct {
             const char *suffix;
             size_t off;
-        } t[] = {{"input_layernorm.weight", ly->w_in},
-                 {"self_attn.q_proj.weight", ly->qkv},
-                 {"self_attn.o_proj.weight", ly->o},
-                 {"self_attn.q_norm.weight", ly->q_norm},
-                 {"self_attn.k_norm.weight", ly->k_norm},
-                 {"post_attention_layernorm.weight", ly->w_post},
-                 {"mlp.gate_proj.weight", ly->gu},
-                 {"mlp.down_proj.weight", ly->down}};
+            int has;
+        } t[] = {{"input_layernorm.weight", ly->w_in, 1},
+                 {"self_attn.q_proj.weight", ly->qkv, 1},
+                 {"self_attn.q_proj.bias", ly->qkv_b, g->qkv_bias},
+                 {"self_attn.o_proj.weight", ly->o, 1},
+                 {"self_attn.q_norm.weight", ly->q_norm, g->qk_norm},
+                 {"self_attn.k_norm.weight", ly->k_norm, g->qk_norm},
+                 {"post_attention_layernorm.weight", ly->w_post, 1},
+                 {"mlp.gate_proj.weight", ly->gu, 1},
+                 {"mlp.down_proj.weight", ly->down, 1}};
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            if (!t[i].has)
+                continue;
             snprintf(nm, sizeof nm, "model.layers.%d.%s", l, t[i].suffix);
             if (s_src_offset(src, nm) != (long) t[i].off)
                 return 0;
@@ -126,6 +136,8 @@ s_alloc(const trn_config_t *c, trn_err_t *err)
         s_err(err, "head_dim must be 16, 32, 64 or 128 on the GPU");
         goto fail;
     }
+    g->qk_norm = trn_config_qk_norm(c);
+    g->qkv_bias = trn_config_qkv_bias(c);
     g->layers = lisa_calloc((size_t) g->L, sizeof *g->layers);
     s_layout(g);
     g->blas = trn_blas_new();
@@ -195,7 +207,7 @@ trn_gpu_model_new_random(const trn_config_t *cfg, uint64_t seed, float std,
         rc = trn_k_fill_const(g->w32 + ly->w_in, C, 1.0f, NULL);
         if (rc == LISA_OK)
             rc = trn_k_fill_const(g->w32 + ly->w_post, C, 1.0f, NULL);
-        if (rc == LISA_OK)
+        if (rc == LISA_OK && g->qk_norm)
             rc = trn_k_fill_const(g->w32 + ly->q_norm, 2 * D, 1.0f, NULL);
     }
     if (rc == LISA_OK)
@@ -470,9 +482,12 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
                             T, g->C, 1, eps, NULL));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->qkv, g->h1, W + ly->qkv, T, g->C,
                          g->S, 0, NULL));
+    if (g->qkv_bias)
+        S_TRY(trn_k_bias_add(g->qkv, g->S, W + ly->qkv_b, T, g->S, NULL));
     S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
-                       W + ly->q_norm, W + ly->k_norm, g->pos, T, H, Hk, D, eps,
-                       (float) g->cfg.rope_theta, NULL));
+                       s_norm_w(g, W, ly->q_norm), s_norm_w(g, W, ly->k_norm),
+                       g->pos, T, H, Hk, D, eps, (float) g->cfg.rope_theta,
+                       NULL));
     if (attn)
         S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
                              g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
@@ -702,10 +717,14 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                              g->S, g->attn_scratch, g->da, g->o, g->lse,
                              g->qkvn, g->qkvn + H * D, g->qkvn + (H + Hk) * D,
                              g->S, g->seg, Ti, H, Hk, D, NULL));
-        S_TRY(trn_k_qk_bwd(g->dqkv, g->S, G + ly->q_norm, G + ly->k_norm,
-                           g->qkv, W + ly->q_norm, W + ly->k_norm, g->rstdq,
-                           g->rstdk, g->pos, Ti, H, Hk, D,
-                           (float) g->cfg.rope_theta, NULL));
+        S_TRY(trn_k_qk_bwd(
+            g->dqkv, g->S, g->qk_norm ? G + ly->q_norm : NULL,
+            g->qk_norm ? G + ly->k_norm : NULL, g->qkv,
+            s_norm_w(g, W, ly->q_norm), s_norm_w(g, W, ly->k_norm), g->rstdq,
+            g->rstdk, g->pos, Ti, H, Hk, D, (float) g->cfg.rope_theta, NULL));
+        if (g->qkv_bias)
+            S_TRY(
+                trn_k_bias_grad(G + ly->qkv_b, g->dqkv, g->S, Ti, g->S, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
                                   g->C, g->S, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,

@@ -12,9 +12,10 @@
 
 #include <stdio.h>
 
-/* Offsets (elements) of one layer's tensors in the parameter array. */
+/* Offsets (elements) of one layer's tensors in the parameter array;
+ * q_norm / k_norm only in Qwen3, qkv_b (the q|k|v biases) only in Qwen2. */
 typedef struct {
-    size_t w_in, qkv, o, q_norm, k_norm, w_post, gu, down;
+    size_t w_in, qkv, qkv_b, o, q_norm, k_norm, w_post, gu, down;
 } s_layer_t;
 
 /* Most sequences of a generation step (a KV cache's max_seqs): the rows
@@ -24,6 +25,7 @@ typedef struct {
 struct trn_gpu_model {
     trn_config_t cfg;
     int C, I, H, Hk, D, S, L, V;
+    int qk_norm, qkv_bias; /* the family's: Qwen3 norms, Qwen2 biases */
     size_t n_params;
     size_t embed, final_norm, lm_head;
     s_layer_t *layers;
@@ -103,5 +105,13 @@ s_err(trn_err_t *err, const char *msg)
 
 /* Makes the activation buffers hold at least T tokens (trn_gpu_model.c). */
 lisa_rc_t trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T);
+
+/* The q (k) norm weights at W + off when the family has them, else NULL
+ * (the kernels then rotate without a norm). */
+static inline const trn_bf16_t *
+s_norm_w(const trn_gpu_model_t *g, const trn_bf16_t *W, size_t off)
+{
+    return g->qk_norm ? W + off : NULL;
+}
 
 #endif

@@ -202,8 +202,9 @@ s_prep_head(const trn_bf16_t *src, const trn_bf16_t *w, float *buf, int D,
     }
     ss = trn_warp_sum(ss);
     float r = rsqrtf(ss / (float) D + eps);
-    for (int d = lane; d < D; d += 32)
-        buf[d] = trn_round_bf16(trn_ld(w + d) * trn_round_bf16(buf[d] * r));
+    if (w) /* Qwen3's per-head norm; Llama and Qwen2 rotate the raw head */
+        for (int d = lane; d < D; d += 32)
+            buf[d] = trn_round_bf16(trn_ld(w + d) * trn_round_bf16(buf[d] * r));
     __syncwarp();
     int half = D / 2;
     for (int i = lane; i < half; i += 32) {
@@ -265,7 +266,7 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
               int T, int H, int Hk, int D, trn_kv_pages_t pg, float eps,
               float theta, trn_cuda_stream_t *s)
 {
-    TRN_REQUIRE(qkv && q_norm && k_norm && cache_k && cache_v && slot && pos);
+    TRN_REQUIRE(qkv && !q_norm == !k_norm && cache_k && cache_v && slot && pos);
     TRN_REQUIRE(T > 0 && H > 0 && Hk > 0 && D > 0 && D % 2 == 0);
     TRN_REQUIRE(D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D &&
                 s_pages_ok(pg));
@@ -767,7 +768,7 @@ trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
                        float *scratch, size_t scratch_floats,
                        trn_cuda_stream_t *s)
 {
-    TRN_REQUIRE(o && qkv && q_norm && k_norm && cache_k && cache_v && slot &&
+    TRN_REQUIRE(o && qkv && !q_norm == !k_norm && cache_k && cache_v && slot &&
                 pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D % 2 == 0 &&
                 D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D &&

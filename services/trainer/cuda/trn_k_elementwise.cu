@@ -334,3 +334,52 @@ trn_k_gather_rows(trn_bf16_t *out, const trn_bf16_t *in, const int32_t *idx,
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
+
+/* ---- projection biases (Qwen2's q/k/v) --------------------------------- */
+
+__global__ void
+s_bias_add(trn_bf16_t *x, int stride, const trn_bf16_t *b, int T, int n)
+{
+    size_t total = (size_t) T * (size_t) n;
+    for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < total;
+         i += (size_t) gridDim.x * blockDim.x) {
+        size_t t = i / (size_t) n, j = i % (size_t) n;
+        trn_bf16_t *p = x + t * (size_t) stride + j;
+        trn_st(p, trn_ld(p) + trn_ld(b + j));
+    }
+}
+
+extern "C" lisa_rc_t
+trn_k_bias_add(trn_bf16_t *x, int stride, const trn_bf16_t *b, int T, int n,
+               trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(x && b && T > 0 && n > 0 && stride >= n);
+    size_t total = (size_t) T * (size_t) n;
+    s_bias_add<<<S_GRID(total), 256, 0, trn_stream(s)>>>(x, stride, b, T, n);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+/* One thread a column: db[j] += sum over rows of dx[t][j], in fp32. */
+__global__ void
+s_bias_grad(float *db, const trn_bf16_t *dx, int stride, int T, int n)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n)
+        return;
+    float acc = 0.0f;
+    for (int t = 0; t < T; t++)
+        acc += trn_ld(dx + (size_t) t * (size_t) stride + j);
+    db[j] += acc;
+}
+
+extern "C" lisa_rc_t
+trn_k_bias_grad(float *db, const trn_bf16_t *dx, int stride, int T, int n,
+                trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(db && dx && T > 0 && n > 0 && stride >= n);
+    s_bias_grad<<<(unsigned) ((n + 255) / 256), 256, 0, trn_stream(s)>>>(
+        db, dx, stride, T, n);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}

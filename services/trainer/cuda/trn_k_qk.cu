@@ -1,6 +1,7 @@
 /*
  * trn_k_qk: Qwen3's per-head q/k RMSNorm and RoPE as one pass each way for
- * the training path.
+ * the training path (without norm weights, as Llama and Qwen2 have none,
+ * RoPE alone: the raw head is rotated, and the backward rotates back).
  *
  * Forward: from the fused q|k|v rows the product wrote to the rows the
  * attention reads (queries and keys normed and rotated, values copied) in
@@ -94,8 +95,8 @@ s_norm_weights(float (&wq)[E], float (&wk)[E], const trn_bf16_t *qw,
 #pragma unroll
     for (int e = 0; e < E; e++) {
         int j = lane + 32 * e;
-        wq[e] = j < D ? trn_ld(qw + j) : 0.0f;
-        wk[e] = j < D ? trn_ld(kw + j) : 0.0f;
+        wq[e] = j < D && qw ? trn_ld(qw + j) : 0.0f;
+        wk[e] = j < D && kw ? trn_ld(kw + j) : 0.0f;
     }
 }
 
@@ -153,8 +154,9 @@ __global__ void __launch_bounds__(32 * S_WARPS)
                 float y[E];
 #pragma unroll
                 for (int e = 0; e < E; e++)
-                    y[e] = trn_round_bf16((isq ? wq[e] : wk[e]) *
-                                          trn_round_bf16(x[r][e] * rs));
+                    y[e] = !qw ? x[r][e] /* no q/k norm (Llama, Qwen2) */
+                               : trn_round_bf16((isq ? wq[e] : wk[e]) *
+                                                trn_round_bf16(x[r][e] * rs));
                 s_rotate<D, E>(y, sc, ss, lane);
                 trn_bf16_t *o = dst + (size_t) hh * D;
 #pragma unroll
@@ -215,6 +217,16 @@ __global__ void __launch_bounds__(32 * S_WARPS)
                 int isq = hh < H;
                 /* inverse rotation, rounded as trn_k_rope stores it */
                 s_rotate<D, E>(g[r], sc, ss, lane);
+                if (!qw) { /* no q/k norm: the rotated gradient is d(raw) */
+                    trn_bf16_t *o = dqkv + base + (size_t) hh * D;
+#pragma unroll
+                    for (int e = 0; e < E; e++) {
+                        int j = lane + 32 * e;
+                        if (j < D)
+                            trn_st(o + j, g[r][e]);
+                    }
+                    continue;
+                }
                 float dot = 0.0f;
 #pragma unroll
                 for (int e = 0; e < E; e++) {
@@ -241,6 +253,8 @@ __global__ void __launch_bounds__(32 * S_WARPS)
             }
         }
     }
+    if (!qw)
+        return; /* no norm weights to differentiate (block-uniform) */
     __syncthreads();
 #pragma unroll
     for (int e = 0; e < E; e++) {
@@ -269,7 +283,7 @@ trn_k_qk_fwd(trn_bf16_t *qkvn, const trn_bf16_t *qkv, int stride, float *rstdq,
              const int32_t *pos, int T, int H, int Hk, int D, float eps,
              float theta, trn_cuda_stream_t *s)
 {
-    TRN_REQUIRE(qkvn && qkv && rstdq && rstdk && q_norm && k_norm && pos);
+    TRN_REQUIRE(qkvn && qkv && rstdq && rstdk && !q_norm == !k_norm && pos);
     TRN_REQUIRE(T > 0 && H > 0 && Hk > 0 && H % Hk == 0);
     TRN_REQUIRE(D == 16 || D == 32 || D == 64 || D == 128);
     TRN_REQUIRE(stride >= (H + 2 * Hk) * D);
@@ -310,7 +324,8 @@ trn_k_qk_bwd(trn_bf16_t *dqkv, int stride, float *dq_norm, float *dk_norm,
              const int32_t *pos, int T, int H, int Hk, int D, float theta,
              trn_cuda_stream_t *s)
 {
-    TRN_REQUIRE(dqkv && dq_norm && dk_norm && qkv && q_norm && k_norm);
+    TRN_REQUIRE(dqkv && qkv && !q_norm == !k_norm && !q_norm == !dq_norm &&
+                !dq_norm == !dk_norm);
     TRN_REQUIRE(rstdq && rstdk && pos);
     TRN_REQUIRE(T > 0 && H > 0 && Hk > 0 && H % Hk == 0);
     TRN_REQUIRE(D == 16 || D == 32 || D == 64 || D == 128);

@@ -187,7 +187,9 @@ lisa_rc_t trn_k_rope(trn_bf16_t *x, int stride, const int32_t *pos, int T,
  * 0). Query and key heads are RMS-normed (weights q_norm / k_norm) and
  * rotated at pos[t] into qkvn, value heads copied (qkvn may be qkv: then in
  * place); rstdq[t*H + h] and rstdk[t*Hk + h] are saved. Bit for bit the
- * values of trn_k_rmsnorm_fwd then trn_k_rope on the same rows. */
+ * values of trn_k_rmsnorm_fwd then trn_k_rope on the same rows. With
+ * q_norm and k_norm NULL (Llama, Qwen2: no q/k norms) the heads are
+ * rotated unnormed. */
 lisa_rc_t trn_k_qk_fwd(trn_bf16_t *qkvn, const trn_bf16_t *qkv, int stride,
                        float *rstdq, float *rstdk, const trn_bf16_t *q_norm,
                        const trn_bf16_t *k_norm, const int32_t *pos, int T,
@@ -197,7 +199,8 @@ lisa_rc_t trn_k_qk_fwd(trn_bf16_t *qkvn, const trn_bf16_t *qkv, int stride,
  * (lines of `stride` like qkv, the pre-norm rows; value heads untouched):
  * inverse RoPE then the norm's backward; dq_norm and dk_norm (fp32 [D])
  * accumulate the weights' gradients. The values of trn_k_rope(inverse)
- * then trn_k_rmsnorm_bwd, up to the order of the weight-gradient sums. */
+ * then trn_k_rmsnorm_bwd, up to the order of the weight-gradient sums.
+ * With q_norm, k_norm, dq_norm and dk_norm NULL: the inverse RoPE alone. */
 lisa_rc_t trn_k_qk_bwd(trn_bf16_t *dqkv, int stride, float *dq_norm,
                        float *dk_norm, const trn_bf16_t *qkv,
                        const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
@@ -257,6 +260,14 @@ lisa_rc_t trn_k_fill_normal(float *x, size_t n, uint64_t seed, float std,
 /* x[i] = v. */
 lisa_rc_t trn_k_fill_const(float *x, size_t n, float v, trn_cuda_stream_t *s);
 
+/* A projection's bias (Qwen2's q/k/v): x[t*stride + j] += b[j] for t < T,
+ * j < n (bf16 in place). */
+lisa_rc_t trn_k_bias_add(trn_bf16_t *x, int stride, const trn_bf16_t *b, int T,
+                         int n, trn_cuda_stream_t *s);
+/* Its gradient: db[j] += sum over t < T of dx[t*stride + j] (fp32). */
+lisa_rc_t trn_k_bias_grad(float *db, const trn_bf16_t *dx, int stride, int T,
+                          int n, trn_cuda_stream_t *s);
+
 /* --- generation ----------------------------------------------------------- */
 
 /* Where a paged KV cache keeps a sequence's positions: the cache (per
@@ -285,7 +296,8 @@ lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
  * k_norm) and RoPE at pos[t] on the queries and the keys (both in place),
  * then keys and values written into the caches as trn_k_kv_write does. Same
  * values as trn_k_rmsnorm_fwd then trn_k_rope then trn_k_kv_write. Rows
- * with slot[t] < 0 are padding: queries only, no cache write. */
+ * with slot[t] < 0 are padding: queries only, no cache write. q_norm and
+ * k_norm NULL: no norm (Llama, Qwen2), RoPE alone. */
 lisa_rc_t trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
                         const trn_bf16_t *k_norm, trn_bf16_t *cache_k,
                         trn_bf16_t *cache_v, const int32_t *slot,

@@ -1,5 +1,6 @@
 /*
- * trn_gpu_model: the Qwen3 model of trn_model.h on one CUDA device.
+ * trn_gpu_model: the model of trn_model.h (Qwen3, Llama, Qwen2) on one
+ * CUDA device.
  *
  * Weights live on the device as fp32 master copies plus bf16 working
  * copies, in the same tensor order as the CPU model's contiguous parameter

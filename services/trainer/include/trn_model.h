@@ -1,12 +1,15 @@
 /*
- * trn_model: a Qwen3 causal language model, as the trainer sees it.
+ * trn_model: a causal language model of the Qwen3 / Llama / Qwen2 family,
+ * as the trainer sees it.
  *
  * This is the one interface between the trainer's logic (GRPO losses,
  * optimizer, generation endpoint) and a compute backend. It speaks plain C:
  * host pointers, int32 token ids, float32 values; no backend types leak
  * through it. The CPU backend (services/trainer/cpu/) is the fp32 reference
  * that reproduces Hugging Face transformers' modeling_qwen3 op for op; a
- * CUDA backend implements the same contract.
+ * CUDA backend implements the same contract. Llama's layer is Qwen3's
+ * without the per-head q/k norms; Qwen2's (and Qwen2.5's) is Llama's with
+ * biases on the q, k and v projections (trn_family_t).
  *
  * What it covers:
  * - the configuration, parsed from a Hugging Face config.json;
@@ -57,7 +60,15 @@ typedef struct {
 #define TRN_MAX_BATCH_TOKENS (1u << 22) /* tokens in one training batch */
 #define TRN_MAX_KV_SLOTS     (1u << 16) /* sequences in one KV cache */
 
-/* The architecture numbers of a Qwen3 model (names as in config.json). */
+/* The family of a model, from config.json's model_type (or, without one,
+ * its architectures). The first value is 0, so a zeroed config is Qwen3. */
+typedef enum {
+    TRN_FAMILY_QWEN3 = 0, /* per-head RMSNorm of q and k, no biases */
+    TRN_FAMILY_LLAMA,     /* no q/k norms, no biases */
+    TRN_FAMILY_QWEN2,     /* no q/k norms, biases on q, k and v */
+} trn_family_t;
+
+/* The architecture numbers of a model (names as in config.json). */
 typedef struct {
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -70,17 +81,40 @@ typedef struct {
     double rms_norm_eps;
     double rope_theta;
     bool tie_word_embeddings;
+    trn_family_t family;
 } trn_config_t;
+
+/* Whether the family norms q and k per head (Qwen3). */
+static inline bool
+trn_config_qk_norm(const trn_config_t *c)
+{
+    return c->family == TRN_FAMILY_QWEN3;
+}
+
+/* Whether the family has biases on the q, k and v projections (Qwen2). */
+static inline bool
+trn_config_qkv_bias(const trn_config_t *c)
+{
+    return c->family == TRN_FAMILY_QWEN2;
+}
+
+/* config.json's model_type of a family ("qwen3", "llama", "qwen2"). */
+const char *trn_family_model_type(trn_family_t f);
+/* Its transformers class ("Qwen3ForCausalLM", ...). */
+const char *trn_family_architecture(trn_family_t f);
 
 /* On-disk dtype of saved weights. */
 typedef enum { TRN_SAVE_F32 = 0, TRN_SAVE_BF16 = 1 } trn_save_dtype_t;
 
-/* Parses config.json text. Required: hidden_size, intermediate_size,
- * num_hidden_layers, num_attention_heads, vocab_size. Optional, with
- * transformers' Qwen3Config defaults: num_key_value_heads (= heads),
+/* Parses config.json text. The family comes from model_type ("qwen3",
+ * "llama", "qwen2"), else from architectures[0] (Qwen3ForCausalLM,
+ * LlamaForCausalLM, Qwen2ForCausalLM), else Qwen3. Required: hidden_size,
+ * intermediate_size, num_hidden_layers, num_attention_heads, vocab_size.
+ * Optional, with transformers' defaults: num_key_value_heads (= heads),
  * head_dim (= hidden / heads), rms_norm_eps (1e-6), rope_theta (10000;
  * also read from rope_parameters.rope_theta), max_position_embeddings
- * (32768), tie_word_embeddings (false). Refuses other model types, biases,
+ * (32768; Llama 2048), tie_word_embeddings (false). Refuses other model
+ * types, biases the family does not have (attention_bias, mlp_bias),
  * sliding windows, RoPE scaling and inconsistent numbers (LISA_INVALID or
  * LISA_UNSUPPORTED). */
 lisa_rc_t trn_config_parse(const char *json, size_t len, trn_config_t *out,
@@ -108,7 +142,9 @@ trn_model_t *trn_model_new_random(const trn_config_t *cfg, uint64_t seed,
 /* Loads a Hugging Face model directory: config.json plus model.safetensors
  * or (when there is none) model.safetensors.index.json and its shards. Every
  * tensor the config needs must be present with the right shape; lm_head.weight
- * is required when the embeddings are untied and ignored when tied. */
+ * is required when the embeddings are untied and ignored when tied. When
+ * `dir` is a file, it is read as GGUF (trn_gguf.h: config from the
+ * metadata, tensors dequantized, tied when there is no output.weight). */
 lisa_rc_t trn_model_load(const char *dir, int threads, trn_model_t **out,
                          trn_err_t *err) LISA_NODISCARD;
 

@@ -6,9 +6,11 @@
  * computed for them in float32: logits of every position, log-probs of
  * chosen tokens and entropies (with a temperature) and the gradient of
  * sum(weights * logprobs + entropy_weights * entropy) for every parameter
- * (tests/fixtures/gen_qwen3_fixtures.py). The model loads the directory
- * unchanged and must reproduce all of it. The first test is the usage
- * example.
+ * (tests/fixtures/gen_qwen3_fixtures.py). tests/fixtures/llama-tiny/tied
+ * (LlamaForCausalLM, tied as SmolLM2: no q/k norms) and
+ * tests/fixtures/qwen2-tiny/untied (Qwen2ForCausalLM: q/k/v biases) are
+ * the same for the other families. The model loads the directory unchanged
+ * and must reproduce all of it. The first test is the usage example.
  */
 #include "trn_model.h"
 #include "trn_safetensors.h"
@@ -19,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FIXDIR LISA_SOURCE_DIR "/tests/fixtures/qwen3-tiny"
+#define FIXROOT LISA_SOURCE_DIR "/tests/fixtures"
+#define FIXDIR  FIXROOT "/qwen3-tiny"
 
 typedef struct {
     trn_model_t *m;
@@ -65,7 +68,7 @@ static void
 fixture_open(fixture_t *f, const char *name)
 {
     char dir[512], path[600];
-    snprintf(dir, sizeof dir, "%s/%s", FIXDIR, name);
+    snprintf(dir, sizeof dir, "%s/%s", FIXROOT, name);
     snprintf(path, sizeof path, "%s/fixture.safetensors", dir);
     trn_err_t err;
     cr_assert_eq(trn_model_load(dir, 2, &f->m, &err), LISA_OK, "%s", err.msg);
@@ -196,18 +199,45 @@ check_fixture(const char *name)
 
 Test(trn_fixture, tied_matches_transformers)
 {
-    check_fixture("tied");
+    check_fixture("qwen3-tiny/tied");
 }
 
 Test(trn_fixture, untied_matches_transformers)
 {
-    check_fixture("untied");
+    check_fixture("qwen3-tiny/untied");
 }
 
-Test(trn_fixture, kv_cache_generation_matches_transformers)
+Test(trn_fixture, llama_matches_transformers)
+{
+    trn_model_t *m = NULL;
+    cr_assert_eq(trn_model_load(FIXROOT "/llama-tiny/tied", 1, &m, NULL),
+                 LISA_OK);
+    cr_assert_eq(trn_model_config(m)->family, TRN_FAMILY_LLAMA);
+    cr_assert_eq(trn_model_tensor_find(m, "model.layers.0.self_attn.q_norm"
+                                          ".weight"),
+                 -1);
+    trn_model_destroy(&m);
+    check_fixture("llama-tiny/tied");
+}
+
+Test(trn_fixture, qwen2_matches_transformers)
+{
+    trn_model_t *m = NULL;
+    cr_assert_eq(trn_model_load(FIXROOT "/qwen2-tiny/untied", 1, &m, NULL),
+                 LISA_OK);
+    cr_assert_eq(trn_model_config(m)->family, TRN_FAMILY_QWEN2);
+    cr_assert_geq(trn_model_tensor_find(m, "model.layers.1.self_attn.v_proj"
+                                           ".bias"),
+                  0);
+    trn_model_destroy(&m);
+    check_fixture("qwen2-tiny/untied");
+}
+
+static void
+check_kv_generation(const char *name)
 {
     fixture_t f = {0};
-    fixture_open(&f, "untied");
+    fixture_open(&f, name);
     size_t V = (size_t) trn_model_config(f.m)->vocab_size;
     trn_kv_geom_t g = {.block_size = 4,
                        .n_blocks = 16,
@@ -242,4 +272,11 @@ Test(trn_fixture, kv_cache_generation_matches_transformers)
     }
     trn_kv_destroy(&kv);
     fixture_close(&f);
+}
+
+Test(trn_fixture, kv_cache_generation_matches_transformers)
+{
+    check_kv_generation("qwen3-tiny/untied");
+    check_kv_generation("llama-tiny/tied");
+    check_kv_generation("qwen2-tiny/untied");
 }

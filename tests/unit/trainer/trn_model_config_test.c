@@ -47,6 +47,77 @@ parse(const char *s, trn_config_t *c, trn_err_t *err)
     return trn_config_parse(s, strlen(s), c, err);
 }
 
+/* SmolLM2-135M-Instruct's config.json (Llama, tied; numbers as
+ * published). */
+static const char *SMOLLM2_135M =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"bos_token_id\":1,\"eos_token_id\":2,"
+    "\"hidden_act\":\"silu\",\"hidden_size\":576,\"initializer_range\":"
+    "0.041666666666666664,\"intermediate_size\":1536,"
+    "\"max_position_embeddings\":8192,\"mlp_bias\":false,\"model_type\":"
+    "\"llama\",\"num_attention_heads\":9,\"num_hidden_layers\":30,"
+    "\"num_key_value_heads\":3,\"pretraining_tp\":1,\"rms_norm_eps\":1e-05,"
+    "\"rope_scaling\":null,\"rope_theta\":100000,\"tie_word_embeddings\":"
+    "true,\"torch_dtype\":\"bfloat16\",\"use_cache\":true,\"vocab_size\":"
+    "49152}";
+
+/* Qwen2.5-0.5B-Instruct's config.json (Qwen2: q/k/v biases). */
+static const char *QWEN25_05B =
+    "{\"architectures\":[\"Qwen2ForCausalLM\"],\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,\"hidden_act\":"
+    "\"silu\",\"hidden_size\":896,\"initializer_range\":0.02,"
+    "\"intermediate_size\":4864,\"max_position_embeddings\":32768,"
+    "\"max_window_layers\":21,\"model_type\":\"qwen2\","
+    "\"num_attention_heads\":14,\"num_hidden_layers\":24,"
+    "\"num_key_value_heads\":2,\"rms_norm_eps\":1e-06,\"rope_theta\":"
+    "1000000.0,\"sliding_window\":32768,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"use_cache\":true,"
+    "\"use_sliding_window\":false,\"vocab_size\":151936}";
+
+Test(trn_model_config, llama_and_qwen2_families)
+{
+    trn_config_t c;
+    trn_err_t err;
+    cr_assert_eq(trn_config_parse(SMOLLM2_135M, strlen(SMOLLM2_135M), &c, &err),
+                 LISA_OK, "%s", err.msg);
+    cr_assert_eq(c.family, TRN_FAMILY_LLAMA);
+    cr_assert_not(trn_config_qk_norm(&c));
+    cr_assert_not(trn_config_qkv_bias(&c));
+    cr_assert_eq(c.head_dim, 64);
+    cr_assert_eq(c.num_key_value_heads, 3);
+    cr_assert_float_eq(c.rms_norm_eps, 1e-5, 1e-12);
+    cr_assert(c.tie_word_embeddings);
+    /* 134.5M parameters, as published */
+    cr_assert_eq(trn_config_num_params(&c), 134515008u);
+    cr_assert_eq(trn_config_parse(QWEN25_05B, strlen(QWEN25_05B), &c, &err),
+                 LISA_OK, "%s", err.msg);
+    cr_assert_eq(c.family, TRN_FAMILY_QWEN2);
+    cr_assert(trn_config_qkv_bias(&c));
+    cr_assert_not(trn_config_qk_norm(&c));
+    /* 0.49B (494,032,768) as published */
+    cr_assert_eq(trn_config_num_params(&c), 494032768u);
+    /* the architecture alone picks the family; Llama's default context */
+    cr_assert_eq(parse("{\"architectures\":[\"LlamaForCausalLM\"],"
+                       "\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                       "\"vocab_size\":512}",
+                       &c, NULL),
+                 LISA_OK);
+    cr_assert_eq(c.family, TRN_FAMILY_LLAMA);
+    cr_assert_eq(c.max_position_embeddings, 2048);
+    cr_assert_str_eq(trn_family_model_type(c.family), "llama");
+    cr_assert_str_eq(trn_family_architecture(TRN_FAMILY_QWEN2),
+                     "Qwen2ForCausalLM");
+    /* no model_type, no architectures: Qwen3 as before */
+    cr_assert_eq(parse("{\"hidden_size\":64,\"intermediate_size\":128,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                       "\"vocab_size\":512}",
+                       &c, NULL),
+                 LISA_OK);
+    cr_assert_eq(c.family, TRN_FAMILY_QWEN3);
+    cr_assert(trn_config_qk_norm(&c));
+}
+
 #define BASE                                                                   \
     "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"    \
     "\"num_attention_heads\":4,\"vocab_size\":512"
@@ -102,7 +173,18 @@ Test(trn_model_config, bad_configs_are_refused_clearly)
          "\"num_hidden_layers\":100000,\"num_attention_heads\":4,"
          "\"vocab_size\":5}",
          LISA_INVALID, "'num_hidden_layers' = 100000"},
-        {"{" BASE ",\"model_type\":\"llama\"}", LISA_UNSUPPORTED, "model_type"},
+        {"{" BASE ",\"model_type\":\"mistral\"}", LISA_UNSUPPORTED,
+         "model_type \"mistral\""},
+        {"{" BASE ",\"architectures\":[\"GPT2LMHeadModel\"]}", LISA_UNSUPPORTED,
+         "architecture \"GPT2LMHeadModel\""},
+        {"{" BASE ",\"model_type\":7}", LISA_INVALID, "must be a string"},
+        {"{" BASE ",\"model_type\":\"llama\",\"attention_bias\":true}",
+         LISA_UNSUPPORTED, "attention_bias"},
+        {"{" BASE ",\"model_type\":\"llama\",\"mlp_bias\":true}",
+         LISA_UNSUPPORTED, "mlp_bias"},
+        {"{" BASE ",\"model_type\":\"llama\",\"rope_scaling\":{\"rope_type\":"
+         "\"llama3\",\"factor\":8}}",
+         LISA_UNSUPPORTED, "rope_type"},
         {"{" BASE ",\"attention_bias\":true}", LISA_UNSUPPORTED,
          "attention_bias"},
         {"{" BASE ",\"use_sliding_window\":true}", LISA_UNSUPPORTED, "sliding"},

@@ -177,9 +177,10 @@ fd_dir(trn_model_t *m, fd_batch_t *fb, size_t i, const float *d, float h)
 }
 
 static void
-check_grads(bool tied)
+check_grads(bool tied, trn_family_t family)
 {
     trn_config_t cfg = tiny_config(tied);
+    cfg.family = family;
     trn_model_t *m = trn_model_new_random(&cfg, 1234, 0.3f, 2);
     fd_batch_t fb;
     fd_batch_init(&fb, 37);
@@ -188,7 +189,10 @@ check_grads(bool tied)
     trn_model_zero_grad(m);
     cr_assert_eq(trn_model_backward(m, fb.w, fb.we, NULL), LISA_OK);
     size_t nt = trn_model_num_tensors(m);
-    cr_assert_eq(nt, 2 + 2 * 11 + (tied ? 0 : 1));
+    size_t per_layer = family == TRN_FAMILY_QWEN3   ? 11
+                       : family == TRN_FAMILY_QWEN2 ? 12
+                                                    : 9;
+    cr_assert_eq(nt, 2 + 2 * per_layer + (tied ? 0 : 1));
     unsigned seed = 99;
     for (size_t i = 0; i < nt; i++) {
         size_t n = trn_model_tensor_numel(m, i);
@@ -230,12 +234,22 @@ check_grads(bool tied)
 
 Test(trn_model, grads_match_finite_differences_tied)
 {
-    check_grads(true);
+    check_grads(true, TRN_FAMILY_QWEN3);
 }
 
 Test(trn_model, grads_match_finite_differences_untied)
 {
-    check_grads(false);
+    check_grads(false, TRN_FAMILY_QWEN3);
+}
+
+Test(trn_model, grads_match_finite_differences_llama)
+{
+    check_grads(true, TRN_FAMILY_LLAMA);
+}
+
+Test(trn_model, grads_match_finite_differences_qwen2_biases)
+{
+    check_grads(false, TRN_FAMILY_QWEN2);
 }
 
 Test(trn_model, logp_matches_logits_with_temperature)
@@ -546,4 +560,36 @@ Test(trn_model, save_load_round_trip)
     unlink(path);
     rmdir(dir);
     trn_model_destroy(&m);
+}
+
+Test(trn_model, save_load_round_trip_families)
+{
+    trn_family_t fams[] = {TRN_FAMILY_LLAMA, TRN_FAMILY_QWEN2};
+    for (size_t k = 0; k < 2; k++) {
+        char dir[] = "/tmp/trn_model_XXXXXX";
+        cr_assert_not_null(mkdtemp(dir));
+        trn_config_t cfg = tiny_config(k == 0);
+        cfg.family = fams[k];
+        trn_model_t *m = trn_model_new_random(&cfg, 5, 0.2f, 1);
+        trn_err_t err;
+        cr_assert_eq(trn_model_save(m, dir, TRN_SAVE_F32, &err), LISA_OK, "%s",
+                     err.msg);
+        trn_model_t *r = NULL;
+        cr_assert_eq(trn_model_load(dir, 1, &r, &err), LISA_OK, "%s", err.msg);
+        cr_assert_eq(trn_model_config(r)->family, fams[k]);
+        cr_assert_eq(trn_model_num_params(r), trn_model_num_params(m));
+        cr_assert_arr_eq(trn_model_params(r), trn_model_params(m),
+                         trn_model_num_params(m) * sizeof(float));
+        cr_assert_eq(trn_model_tensor_find(r, "model.layers.0.self_attn"
+                                              ".q_proj.bias") >= 0,
+                     fams[k] == TRN_FAMILY_QWEN2);
+        trn_model_destroy(&r);
+        trn_model_destroy(&m);
+        char path[256];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        unlink(path);
+        rmdir(dir);
+    }
 }
