@@ -1781,6 +1781,8 @@ main(int argc, char **argv)
     /* the matrix-vector kernel at every token count it has (the product
      * default is one token), unless the caller chose */
     setenv("LISA_CUDA_GEMV_TOKENS", "4", 0);
+    /* and the skinny kernel at every count it has (two n-tiles too) */
+    setenv("LISA_CUDA_SKINNY_MAX", "16", 0);
     if (trn_cuda_device_count() < 1) {
         printf("no CUDA device\n0 passed, 1 failed\n");
         return 1;

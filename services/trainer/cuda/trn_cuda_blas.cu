@@ -376,6 +376,9 @@ s_aligned16(const void *p)
 
 #define S_SK_TMAX 16 /* most tokens the kernel serves */
 #define S_SK_W    8  /* warps a block: each takes a slice of the rows' K */
+/* 32-value chunks a lane loads at once (8: fewer blocks fit a processor,
+ * and a decode step at batch 8 took 6.9 ms against 4.2) */
+#define S_SK_U 4
 
 /* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for T <= 8 NT tokens,
  * memory-bound like s_gemv but with the products on the tensor cores
@@ -517,41 +520,48 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         trn_st(yb + o, sum);
 }
 
-/* Fewest tokens the skinny kernel serves (LISA_CUDA_SKINNY_MIN; default
- * 2; above S_SK_TMAX turns it off). */
+/* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
+ * 2) to LISA_CUDA_SKINNY_MAX (default 8, at most S_SK_TMAX). On an H200,
+ * in decode steps over 2,500-token contexts, it beat cuBLASLt's tuned
+ * choice at 4 tokens (3.57 against 3.80 ms a step), tied at 8 and lost at
+ * 16 (5.47 against 5.01 ms). */
+static int
+s_skinny_env(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    int v = e && *e ? atoi(e) : dflt;
+    return v < 1 ? 1 : v;
+}
+
 static int
 s_skinny_min(void)
 {
     static int tmin = -1;
-    if (tmin < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_MIN");
-        int v = e && *e ? atoi(e) : 2;
-        tmin = v < 1 ? 1 : v;
-    }
+    if (tmin < 0)
+        tmin = s_skinny_env("LISA_CUDA_SKINNY_MIN", 2);
     return tmin;
 }
 
+static int
+s_skinny_max(void)
+{
+    static int tmax = -1;
+    if (tmax < 0) {
+        int v = s_skinny_env("LISA_CUDA_SKINNY_MAX", 8);
+        tmax = v > S_SK_TMAX ? S_SK_TMAX : v;
+    }
+    return tmax;
+}
+
 /* Whether the skinny kernel serves a product of this shape (tokens the
- * matrix-vector kernel leaves, up to 16; rows a whole number of 32-value
- * chunks; outputs up to 65536 wide: the LM head stays with cuBLASLt). */
+ * matrix-vector kernel leaves, within its range; rows a whole number of
+ * 32-value chunks; outputs up to 65536 wide: the LM head stays with cuBLASLt).
+ */
 static int
 s_skinny_fits(int T, int K, int N)
 {
-    return T <= S_SK_TMAX && T >= s_skinny_min() && T > s_gemv_tmax() &&
+    return T <= s_skinny_max() && T >= s_skinny_min() && T > s_gemv_tmax() &&
            K % 32 == 0 && K >= 32 && N <= 65536;
-}
-
-/* 32-value chunks of a row a lane has in flight (LISA_CUDA_SKINNY_U: 4
- * or 8, default 8). */
-static int
-s_skinny_u(void)
-{
-    static int u = -1;
-    if (u < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_U");
-        u = e && *e && atoi(e) == 4 ? 4 : 8;
-    }
-    return u;
 }
 
 template <int NT, int U, bool GLU>
@@ -573,15 +583,10 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 {
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
-    bool u8 = s_skinny_u() == 8;
     if (T <= 8)
-        return u8 ? s_skinny_go<1, 8, GLU>(grid, yf, yb, x, w, T, K, N,
-                                           accumulate, st)
-                  : s_skinny_go<1, 4, GLU>(grid, yf, yb, x, w, T, K, N,
+        return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
                                            accumulate, st);
-    return u8 ? s_skinny_go<2, 8, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
-                                       st)
-              : s_skinny_go<2, 4, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
+    return s_skinny_go<2, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
                                        st);
 }
 

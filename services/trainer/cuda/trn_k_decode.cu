@@ -35,8 +35,6 @@
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_mma.cuh"
 
-#include <stdlib.h>
-
 #define S_WARPS 4
 #define S_MAXE  4 /* dimensions per lane: D <= 128 */
 
@@ -647,21 +645,6 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
     return LISA_OK;
 }
 
-/* Blocks a processor the splits of few tokens aim at
- * (LISA_CUDA_ATTN_SPLIT_WANT, 2 to 4, default 2); the scratch holds up to
- * four. */
-static long
-s_split_want(void)
-{
-    static long want = 0;
-    if (!want) {
-        const char *e = getenv("LISA_CUDA_ATTN_SPLIT_WANT");
-        long v = e && *e ? strtol(e, NULL, 10) : 2;
-        want = v < 2 ? 2 : v > 4 ? 4 : v;
-    }
-    return want;
-}
-
 /* Whether T tokens' blocks (one per token and KV head) are few, under
  * two per multiprocessor: then a token's positions split over several
  * blocks, when scratch allows, and the blocks are the wider kind. */
@@ -679,7 +662,7 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
              size_t scratch_floats, const s_prep_t *prep, cudaStream_t st)
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
-    long blocks = (long) T * Hk, want = s_split_want() * s_sm_count();
+    long blocks = (long) T * Hk, want = 2L * s_sm_count();
     bool few = s_gqa_few(T, Hk);
     int nsplit = 1;
     if (scratch && few) {
