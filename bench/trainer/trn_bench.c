@@ -20,8 +20,9 @@
  * scaling efficiency (the gradient sum overlapping the backward pass), and
  * the same with one reduce-scatter after the backward (_no_overlap).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B] [--world W]
- * --batch B prints the decode figures of batch B alone.
+ *             [--batch B [--prompt P]] [--world W]
+ * --batch B prints the decode figures of batch B alone, after prompts of
+ * P tokens (default 128: P sets the context the decode steps read).
  */
 #include "trn_cuda.h"
 #include "trn_dist.h"
@@ -116,10 +117,10 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
 }
 
 static void
-s_decode(trn_gpu_model_t *g, int batch, const char *tag, int graphs)
+s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs)
 {
     trn_err_t err = {{0}};
-    enum { PROMPT = 128, NEW = 128, BS = 16 };
+    enum { NEW = 128, BS = 16 };
     /* each sequence's blocks one after the other, blocks of 16 */
     size_t mb = (PROMPT + NEW + BS - 1) / BS;
     trn_kv_geom_t geom = {.block_size = BS,
@@ -333,7 +334,7 @@ int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
-    int batch = 0;
+    int batch = 0, prompt = 128;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -344,7 +345,9 @@ main(int argc, char **argv)
         else if (strcmp(argv[i], "--no-graphs") == 0)
             no_graphs = 1;
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
-            batch = atoi(argv[++i]);
+            batch = (int) strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc)
+            prompt = (int) strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc)
             world = atoi(argv[++i]);
     }
@@ -366,7 +369,7 @@ main(int argc, char **argv)
     if (batch > 0) { /* one decode figure only (for profilers) */
         char tag[32];
         snprintf(tag, sizeof tag, "b%d", batch);
-        s_decode(g, batch, tag, !no_graphs);
+        s_decode(g, batch, prompt, tag, !no_graphs);
         trn_gpu_model_destroy(&g);
         return 0;
     }
@@ -380,11 +383,11 @@ main(int argc, char **argv)
         trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_AUTO);
         s_train(g, &c, 16384, "16k", 3);
     }
-    s_decode(g, 1, "b1", 1);
-    s_decode(g, 64, "b64", 1);
+    s_decode(g, 1, 128, "b1", 1);
+    s_decode(g, 64, 128, "b64", 1);
     if (no_graphs) { /* the same steps with every kernel launched directly */
-        s_decode(g, 1, "b1_nograph", 0);
-        s_decode(g, 64, "b64_nograph", 0);
+        s_decode(g, 1, 128, "b1_nograph", 0);
+        s_decode(g, 64, 128, "b64_nograph", 0);
     }
     trn_gpu_model_destroy(&g);
     return 0;

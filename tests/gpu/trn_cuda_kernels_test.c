@@ -958,6 +958,17 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     free(hx), free(x), free(hw), free(w), free(g1), free(g2);
 }
 
+/* The sampler's seed mixer (SplitMix64's finaliser), as the kernels use
+ * it: the draw of a row is the top 24 bits of mix(seed) over 2^24. */
+static uint64_t
+s_mix64_ref(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* Sampling: the chunked path (greedy and temperature-only rows) against
  * the one-block-per-row path on the same rows and seeds, and both against
  * a double reference for the greedy choice and the reported logprob; rows
@@ -998,7 +1009,7 @@ test_sample(void)
     trn_cuda_download(k2, t2, sizeof k2);
     trn_cuda_download(p1, l1, sizeof p1);
     trn_cuda_download(p2, l2, sizeof p2);
-    int differ = 0, bad_greedy = 0;
+    int differ = 0, bad_greedy = 0, off_draw = 0;
     double worst = 0;
     for (int i = 0; i < N; i++) {
         int greedy = !(temp[i] > 0) || topk[i] == 1;
@@ -1013,12 +1024,39 @@ test_sample(void)
         for (int j = 0; j < V; j++)
             z += exp(row[j] * it - mx);
         double lse = mx + log(z);
-        differ += k1[i] != k2[i];
+        /* Both paths invert the same draw (frac of the kept mass) over
+         * the vocabulary in order, summing in float in different orders:
+         * a token whose double-precision CDF interval lies farther than
+         * rounding from the draw is wrong; two paths may differ only
+         * where the draw falls within rounding of a boundary. */
+        if (!greedy && topp[i] >= 1.0f && topk[i] == 0) {
+            uint64_t r = s_mix64_ref(seed[i]);
+            double frac = (double) (float) ((float) (r >> 40) / 16777216.0f);
+            double c0[2] = {0, 0}, c1[2] = {0, 0}, cum = 0;
+            for (int j = 0; j < V; j++) {
+                double pj = exp(row[j] * it - lse);
+                for (int w = 0; w < 2; w++)
+                    if (j == (w ? k2[i] : k1[i])) {
+                        c0[w] = cum;
+                        c1[w] = cum + pj;
+                    }
+                cum += pj;
+            }
+            for (int w = 0; w < 2; w++)
+                off_draw += frac < c0[w] - 1e-5 || frac > c1[w] + 1e-5;
+            differ += k1[i] != k2[i] &&
+                      fmin(fabs(frac - c1[0]), fabs(frac - c1[1])) > 1e-5;
+        } else {
+            differ += k1[i] != k2[i];
+        }
         bad_greedy += greedy && (k2[i] != arg || k1[i] != arg);
         worst = fmax(worst, fabs(p2[i] - (row[k2[i]] * it - lse)));
         worst = fmax(worst, fabs(p1[i] - (row[k1[i]] * it - lse)));
     }
-    s_check("sample: chunked vs one-block tokens (of 12)", differ, 0);
+    s_check("sample: chunked vs one-block tokens (of 12, away from a "
+            "boundary)",
+            differ, 0);
+    s_check("sample: tokens off the draw's CDF interval", off_draw, 0);
     s_check("sample: greedy picks that are not the argmax", bad_greedy, 0);
     s_check("sample: logprob vs double log-softmax (max abs)", worst, 1e-4);
     free(hz);
@@ -1578,9 +1616,9 @@ bench_decode(trn_blas_t *b)
     RC(trn_cuda_memset(w, 0, wmax * 2, NULL));
     RC(trn_cuda_memset(x, 0, (size_t) 64 * I * 2, NULL));
     float *y = s_dev(NULL, (size_t) 64 * V * 4);
-    int Ms[5] = {1, 2, 4, 8, 64};
+    int Ms[6] = {1, 2, 4, 8, 16, 64};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
-        for (int mi = 0; mi < 5; mi++) {
+        for (int mi = 0; mi < 6; mi++) {
             int M = Ms[mi];
             double t;
             S_TIME(t, trn_linear_fwd(b, y, NULL, x, w, M, lin[i].K, lin[i].N, 0,
@@ -1591,9 +1629,14 @@ bench_decode(trn_blas_t *b)
         }
     {
         double t;
-        S_TIME(t, trn_linear_fwd_glu((trn_bf16_t *) y, x, w, 1, C, I, NULL));
-        printf("linear gate|up + swiglu M=1 %8.1f us %7.0f GB/s\n", t * 1e6,
-               4.0 * C * I / t / 1e9);
+        for (int M = 1; M <= 16; M *= 8) {
+            if (!trn_linear_glu_fits(M, C, I))
+                continue;
+            S_TIME(t,
+                   trn_linear_fwd_glu((trn_bf16_t *) y, x, w, M, C, I, NULL));
+            printf("linear gate|up + swiglu M=%-2d %8.1f us %7.0f GB/s\n", M,
+                   t * 1e6, 4.0 * C * I / t / 1e9);
+        }
     }
     /* attention over 192 cached positions (the bench's mean), blocks of
      * 16 positions, each sequence's blocks one after the other */
@@ -1738,6 +1781,8 @@ main(int argc, char **argv)
     /* the matrix-vector kernel at every token count it has (the product
      * default is one token), unless the caller chose */
     setenv("LISA_CUDA_GEMV_TOKENS", "4", 0);
+    /* and the skinny kernel at every count it has (two n-tiles too) */
+    setenv("LISA_CUDA_SKINNY_MAX", "16", 0);
     if (trn_cuda_device_count() < 1) {
         printf("no CUDA device\n0 passed, 1 failed\n");
         return 1;
@@ -1763,13 +1808,26 @@ main(int argc, char **argv)
     test_linear_few(b, 4, 16384, 100); /* the deepest it takes */
     test_linear_few(b, 4, 16392, 100); /* deeper: cuBLASLt's */
     test_linear_few(b, 1, 64, 70000);  /* wider than it takes: cuBLASLt's */
-    test_linear_few(b, 5, 1024, 600);  /* five tokens: cuBLASLt's */
+    /* the skinny tensor-core kernel: 5 to 16 tokens here (2 to 16 at the
+     * product's defaults), rows a whole number of 32-value chunks */
+    test_linear_few(b, 5, 1024, 600);
+    test_linear_few(b, 8, 2560, 6144);  /* q|k|v at batch 8 */
+    test_linear_few(b, 8, 9728, 2560);  /* down */
+    test_linear_few(b, 16, 4096, 2560); /* o at batch 16: two n-tiles */
+    test_linear_few(b, 13, 2560, 700);  /* a last block of 12 rows */
+    test_linear_few(b, 6, 96, 50);      /* fewer chunks than warps */
+    test_linear_few(b, 9, 16384, 100);
+    test_linear_few(b, 17, 1024, 600); /* seventeen tokens: cuBLASLt's */
+    test_linear_few(b, 8, 1000, 64);   /* K not in 32-value chunks */
     test_linear_glu(b, 1, 2560, 9728); /* Qwen3-4B's gate|up */
     test_linear_glu(b, 1, 136, 301);   /* a last block with one pair */
     test_linear_glu(b, 3, 1024, 700);  /* three tokens */
     test_linear_glu(b, 4, 8192, 64);   /* four warps a row */
+    test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
+    test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
+    test_linear_glu(b, 5, 96, 301);
     s_check("linear + swiglu: shapes it does not take",
-            trn_linear_glu_fits(5, 64, 64) ||
+            trn_linear_glu_fits(17, 64, 64) || trn_linear_glu_fits(5, 72, 64) ||
                     trn_linear_glu_fits(1, 8200, 64) ||
                     trn_linear_glu_fits(1, 64, 40000) ||
                     !trn_linear_glu_fits(1, 64, 32768)

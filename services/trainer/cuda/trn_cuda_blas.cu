@@ -16,6 +16,7 @@
  * to overlap the kernel before it (trn_launch_pdl).
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_mma.cuh"
 
 #include <cublasLt.h>
 #include <stdint.h>
@@ -371,6 +372,224 @@ s_aligned16(const void *p)
     return (uintptr_t) p % 16 == 0;
 }
 
+/* ---- forward of 2 to 16 tokens: a skinny product on the tensor cores -- */
+
+#define S_SK_TMAX 16 /* most tokens the kernel serves */
+#define S_SK_W    8  /* warps a block: each takes a slice of the rows' K */
+/* 32-value chunks a lane loads at once (8: fewer blocks fit a processor,
+ * and a decode step at batch 8 took 6.9 ms against 4.2) */
+#define S_SK_U 4
+
+/* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for T <= 8 NT tokens,
+ * memory-bound like s_gemv but with the products on the tensor cores
+ * (mma.sync m16n8k16), so the arithmetic of 5 to 16 tokens stays far
+ * under the time the weights take to stream. A block takes 16 weight rows
+ * (the A operand's rows; with GLU gate rows j..j+7 and their up rows as
+ * rows 8..15) and its S_SK_W warps split their K in slices of 32-value
+ * chunks; the tokens are the B operand's columns (8 an n-tile, rows past
+ * T zero). A dot product does not care in which order its K runs, so a
+ * lane loads 8 consecutive values of its row (one 16-byte load) and of
+ * its token's row, and hands values 0-3 to one product and 4-7 to the
+ * next as fragment columns 2t, 2t+1, 2t+8, 2t+9: A and B agree on the
+ * order, and each load is one 16-byte access. The warps' partial sums
+ * meet in shared memory in a fixed order (deterministic), and the
+ * epilogue writes as s_gemv does (GLU: silu(gate) * up rounded as
+ * trn_k_swiglu_fwd rounds). */
+template <int NT, int U, bool GLU>
+__global__ void __launch_bounds__(32 * S_SK_W)
+    s_skinny(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+             const trn_bf16_t *w, int T, int K, int N, int accumulate)
+{
+    __shared__ float red[S_SK_W][16][8 * NT + 1];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, t = lane & 3;
+    int I = N / 2, j0 = blockIdx.x * 8;
+    int nA, nB; /* the weight rows of A rows g and g+8 */
+    if (GLU) {
+        int ok = j0 + g < I;
+        nA = ok ? j0 + g : N;
+        nB = ok ? I + j0 + g : N;
+    } else {
+        nA = blockIdx.x * 16 + g;
+        nB = nA + 8;
+    }
+    int chunks = K / 32, per = (chunks + S_SK_W - 1) / S_SK_W;
+    int c0 = warp * per, c1 = min(chunks, c0 + per);
+    size_t row16 = (size_t) K / 8; /* 16-byte units a row */
+    const uint4 *wa = reinterpret_cast<const uint4 *>(w) +
+                      (size_t) (nA < N ? nA : 0) * row16 + t;
+    const uint4 *wb = reinterpret_cast<const uint4 *>(w) +
+                      (size_t) (nB < N ? nB : 0) * row16 + t;
+    const uint4 *xr[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        int tok = 8 * q + g;
+        xok[q] = tok < T;
+        xr[q] = reinterpret_cast<const uint4 *>(x) +
+                (size_t) (xok[q] ? tok : 0) * row16 + t;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int q = 0; q < NT; q++)
+        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+    uint4 va[U], vb[U], vx[U][NT];
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    /* the first chunks' weights before the wait (nothing earlier in a
+     * step writes them), their tokens' values after it; from then on a
+     * group's weights and tokens are loaded together, before the
+     * products of the group before it */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int c = c0 + u;
+        va[u] = nA < N && c < c1 ? s_ld_stream(wa + 4 * (size_t) c) : z;
+        vb[u] = nB < N && c < c1 ? s_ld_stream(wb + 4 * (size_t) c) : z;
+    }
+    trn_pdl_enter();
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+            vx[u][q] = xok[q] && c0 + u < c1 ? xr[q][4 * (size_t) (c0 + u)] : z;
+    for (int c = c0; c < c1; c += U) {
+        uint4 na[U], nb[U], nx[U][NT];
+        int cn = c + U;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int cc = cn + u;
+            bool in = cc < c1;
+            na[u] = nA < N && in ? s_ld_stream(wa + 4 * (size_t) cc) : z;
+            nb[u] = nB < N && in ? s_ld_stream(wb + 4 * (size_t) cc) : z;
+#pragma unroll
+            for (int q = 0; q < NT; q++)
+                nx[u][q] = xok[q] && in ? xr[q][4 * (size_t) cc] : z;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y};
+            uint32_t a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+#pragma unroll
+            for (int q = 0; q < NT; q++) {
+                trn_mma(acc[q], a0, vx[u][q].x, vx[u][q].y);
+                trn_mma(acc[q], a1, vx[u][q].z, vx[u][q].w);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            va[u] = na[u];
+            vb[u] = nb[u];
+#pragma unroll
+            for (int q = 0; q < NT; q++)
+                vx[u][q] = nx[u][q];
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        red[warp][g][8 * q + 2 * t] = acc[q][0];
+        red[warp][g][8 * q + 2 * t + 1] = acc[q][1];
+        red[warp][g + 8][8 * q + 2 * t] = acc[q][2];
+        red[warp][g + 8][8 * q + 2 * t + 1] = acc[q][3];
+    }
+    __syncthreads();
+    int r = threadIdx.x / (8 * NT), tok = threadIdx.x % (8 * NT);
+    if (r >= 16 || tok >= T)
+        return;
+    if (GLU) {
+        if (r >= 8 || j0 + r >= I)
+            return;
+        float gs = 0.0f, us = 0.0f;
+        for (int i = 0; i < S_SK_W; i++) {
+            gs += red[i][r][tok];
+            us += red[i][r + 8][tok];
+        }
+        float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
+        trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
+               trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
+        return;
+    }
+    int n = blockIdx.x * 16 + r;
+    if (n >= N)
+        return;
+    float sum = 0.0f;
+    for (int i = 0; i < S_SK_W; i++)
+        sum += red[i][r][tok];
+    size_t o = (size_t) tok * (size_t) N + (size_t) n;
+    if (yf)
+        yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
+    else
+        trn_st(yb + o, sum);
+}
+
+/* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
+ * 2) to LISA_CUDA_SKINNY_MAX (default 8, at most S_SK_TMAX). On an H200,
+ * in decode steps over 2,500-token contexts, it beat cuBLASLt's tuned
+ * choice at 4 tokens (3.57 against 3.80 ms a step), tied at 8 and lost at
+ * 16 (5.47 against 5.01 ms). */
+static int
+s_skinny_env(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    int v = e && *e ? atoi(e) : dflt;
+    return v < 1 ? 1 : v;
+}
+
+static int
+s_skinny_min(void)
+{
+    static int tmin = -1;
+    if (tmin < 0)
+        tmin = s_skinny_env("LISA_CUDA_SKINNY_MIN", 2);
+    return tmin;
+}
+
+static int
+s_skinny_max(void)
+{
+    static int tmax = -1;
+    if (tmax < 0) {
+        int v = s_skinny_env("LISA_CUDA_SKINNY_MAX", 8);
+        tmax = v > S_SK_TMAX ? S_SK_TMAX : v;
+    }
+    return tmax;
+}
+
+/* Whether the skinny kernel serves a product of this shape (tokens the
+ * matrix-vector kernel leaves, within its range; rows a whole number of
+ * 32-value chunks; outputs up to 65536 wide: the LM head stays with cuBLASLt).
+ */
+static int
+s_skinny_fits(int T, int K, int N)
+{
+    return T <= s_skinny_max() && T >= s_skinny_min() && T > s_gemv_tmax() &&
+           K % 32 == 0 && K >= 32 && N <= 65536;
+}
+
+template <int NT, int U, bool GLU>
+static lisa_rc_t
+s_skinny_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+            const trn_bf16_t *w, int T, int K, int N, int accumulate,
+            cudaStream_t st)
+{
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny<NT, U, GLU>, grid, dim3(32 * S_SK_W),
+                                0, st, yf, yb, x, w, T, K, N, accumulate));
+    return LISA_OK;
+}
+
+template <bool GLU>
+static lisa_rc_t
+s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+             const trn_bf16_t *w, int T, int K, int N, int accumulate,
+             cudaStream_t st)
+{
+    int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
+    dim3 grid((unsigned) ((outs + rows - 1) / rows));
+    if (T <= 8)
+        return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
+                                           accumulate, st);
+    return s_skinny_go<2, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
+                                       st);
+}
+
 template <bool GLU>
 static lisa_rc_t
 s_gemv_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
@@ -392,7 +611,8 @@ extern "C" int
 trn_linear_glu_fits(int T, int K, int I)
 {
     /* row pairs in a block: at most four warps a row */
-    return I > 0 && s_gemv_fits(T, K, 2 * I) && s_gemv_ks(K) <= 4;
+    return I > 0 && ((s_gemv_fits(T, K, 2 * I) && s_gemv_ks(K) <= 4) ||
+                     s_skinny_fits(T, K, 2 * I));
 }
 
 extern "C" lisa_rc_t
@@ -401,6 +621,8 @@ trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x, const trn_bf16_t *w,
 {
     TRN_REQUIRE(a && x && w && trn_linear_glu_fits(T, K, I));
     TRN_REQUIRE(s_aligned16(x) && s_aligned16(w));
+    if (s_skinny_fits(T, K, 2 * I))
+        return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
     return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
 }
 
@@ -413,6 +635,9 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
     if (s_gemv_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
         return s_gemv_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                  accumulate, trn_stream(s));
+    if (s_skinny_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
+        return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
+                                   accumulate, trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
                   accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));
