@@ -16,6 +16,7 @@
 #include "gw_auth.h"
 #include "gw_chat.h"
 #include "gw_engine.h"
+#include "gw_events.h"
 #include "gw_fence.h"
 #include "gw_metrics.h"
 #include "gw_openai.h"
@@ -24,7 +25,6 @@
 #include "gw_render.h"
 #include "gw_spanq.h"
 #include "gw_trace.h"
-#include "lisa/lisa_codec.h"
 #include "lisa/lisa_http_client.h"
 #include "lisa/lisa_http_server.h"
 #include "lisa/lisa_log.h"
@@ -32,7 +32,6 @@
 #include "lisa/lisa_rpc.h"
 #include "lisa/lisa_token.h"
 
-#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,8 +54,7 @@ struct gw_server_t {
     gw_chat_t *chat;
     gw_agent_t *agent;
     gw_fence_t *fence;
-    zsock_t *sub;        /* broker events; NULL when not subscribed */
-    uint64_t last_seq;   /* of the last event seen; 0: none yet */
+    gw_events_t *events; /* broker events; NULL when not subscribed */
     gw_proxy_t *proxy;   /* the package proxy; NULL when off */
     zlistx_t *passes;    /* s_pass_t in flight, answered 503 on destroy */
     uint64_t span_batch; /* batch in flight, 0 when none */
@@ -440,7 +438,7 @@ s_checked(void *arg, uint64_t request_id, lisa_rc_t rc, const Lisa__Reply *rep)
 static bool
 s_check(gw_server_t *srv, const gw_req_t *r, const s_route_t *hit)
 {
-    if (!srv->sub || !srv->rpc || gw_fence_known(srv->fence, &r->who))
+    if (!srv->events || !srv->rpc || gw_fence_known(srv->fence, &r->who))
         return false;
     s_check_t *c = lisa_calloc(1, sizeof *c);
     c->srv = srv;
@@ -507,60 +505,15 @@ s_on_request(lisa_http_req_t *req, void *arg)
     hit->fn(srv, &r);
 }
 
-/* ---- broker events ------------------------------------------------------ */
-
-static void
-s_on_event(gw_server_t *srv, const Lisa__Event *ev)
-{
-    if (srv->last_seq && ev->seq != srv->last_seq + 1) {
-        gw_metrics_add(srv->m, "lisa_gateway_event_gaps_total", NULL, 1);
-        lisa_log_warn("gateway: broker events %" PRIu64 "..%" PRIu64
-                      " missed; every attempt is checked with the broker "
-                      "again",
-                      srv->last_seq + 1, ev->seq - 1);
-        gw_fence_gap(srv->fence);
-    }
-    srv->last_seq = ev->seq;
-    if (ev->body_case == LISA__EVENT__BODY_ROLLOUT)
-        gw_fence_event(srv->fence, ev->rollout);
-}
-
-static int
-s_on_sub(zloop_t *loop, zsock_t *sock, void *arg)
-{
-    (void) loop;
-    gw_server_t *srv = arg;
-    for (int i = 0; i < 1000 && (zsock_events(sock) & ZMQ_POLLIN); i++) {
-        zmsg_t *m = zmsg_recv(sock);
-        if (!m)
-            break;
-        zframe_t *topic = zmsg_pop(m);
-        zframe_t *body = zmsg_pop(m);
-        ProtobufCMessage *msg = NULL;
-        if (body && lisa_codec_decode_frame(&lisa__event__descriptor, body,
-                                            LISA_MAX_EVENT_FRAME, NULL, &msg,
-                                            NULL) == LISA_OK)
-            s_on_event(srv, (const Lisa__Event *) msg);
-        lisa_codec_free(&msg);
-        zframe_destroy(&topic);
-        zframe_destroy(&body);
-        zmsg_destroy(&m);
-    }
-    return 0;
-}
-
+/* The broker's rollout events, when an endpoint is set. */
 static lisa_rc_t
 s_subscribe(gw_server_t *srv)
 {
     const char *ep = srv->cfg.events;
     if (!srv->rpc || !ep || !ep[0])
         return LISA_OK;
-    srv->sub = zsock_new_sub(ep, "rollout");
-    if (!srv->sub || zloop_reader(srv->loop, srv->sub, s_on_sub, srv) != 0) {
-        lisa_log_error("gateway: cannot subscribe to broker events at %s", ep);
-        return LISA_ERR;
-    }
-    return LISA_OK;
+    srv->events = gw_events_new(ep, srv->loop, srv->fence, srv->m);
+    return srv->events ? LISA_OK : LISA_ERR;
 }
 
 /* ---- timers ------------------------------------------------------------- */
@@ -774,9 +727,7 @@ gw_server_destroy(gw_server_t **self)
         zloop_timer_end(srv->loop, srv->tick_timer);
     if (srv->loop && srv->expire_timer)
         zloop_timer_end(srv->loop, srv->expire_timer);
-    if (srv->sub)
-        zloop_reader_end(srv->loop, srv->sub);
-    zsock_destroy(&srv->sub);
+    gw_events_destroy(&srv->events);
     /* kept requests were answered 503 by the HTTP layer; each still gets
      * its one respond call (which releases it) before its context goes */
     lisa_http_server_destroy(&srv->http);

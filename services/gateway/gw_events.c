@@ -1,0 +1,97 @@
+/*
+ * gw_events: the broker's rollout events into the fence (see gw_events.h).
+ */
+#include "gw_events.h"
+
+#include "lisa.pb-c.h"
+#include "lisa/lisa_codec.h"
+#include "lisa/lisa_curve.h"
+#include "lisa/lisa_log.h"
+#include "lisa/lisa_mem.h"
+
+#include <inttypes.h>
+
+struct gw_events_t {
+    zloop_t *loop;
+    zsock_t *sub;
+    gw_fence_t *fence;
+    gw_metrics_t *m;
+    uint64_t last_seq; /* of the last event seen; 0: none yet */
+};
+
+static void
+s_on_event(gw_events_t *self, const Lisa__Event *ev)
+{
+    if (self->last_seq && ev->seq != self->last_seq + 1) {
+        gw_metrics_add(self->m, "lisa_gateway_event_gaps_total", NULL, 1);
+        lisa_log_warn("gateway: broker events %" PRIu64 "..%" PRIu64
+                      " missed; every attempt is checked with the broker "
+                      "again",
+                      self->last_seq + 1, ev->seq - 1);
+        gw_fence_gap(self->fence);
+    }
+    self->last_seq = ev->seq;
+    if (ev->body_case == LISA__EVENT__BODY_ROLLOUT)
+        gw_fence_event(self->fence, ev->rollout);
+}
+
+static int
+s_on_sub(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    (void) loop;
+    gw_events_t *self = arg;
+    for (int i = 0; i < 1000 && (zsock_events(sock) & ZMQ_POLLIN); i++) {
+        zmsg_t *m = zmsg_recv(sock);
+        if (!m)
+            break;
+        zframe_t *topic = zmsg_pop(m);
+        zframe_t *body = zmsg_pop(m);
+        ProtobufCMessage *msg = NULL;
+        if (body && lisa_codec_decode_frame(&lisa__event__descriptor, body,
+                                            LISA_MAX_EVENT_FRAME, NULL, &msg,
+                                            NULL) == LISA_OK)
+            s_on_event(self, (const Lisa__Event *) msg);
+        lisa_codec_free(&msg);
+        zframe_destroy(&topic);
+        zframe_destroy(&body);
+        zmsg_destroy(&m);
+    }
+    return 0;
+}
+
+gw_events_t *
+gw_events_new(const char *endpoint, zloop_t *loop, gw_fence_t *fence,
+              gw_metrics_t *m)
+{
+    gw_events_t *self = lisa_calloc(1, sizeof *self);
+    self->loop = loop;
+    self->fence = fence;
+    self->m = m;
+    /* the bus's identity before connecting: a CURVE broker publishes to
+     * listed keys only */
+    self->sub = zsock_new(ZMQ_SUB);
+    if (self->sub) {
+        lisa_curve_client(self->sub);
+        zsock_set_subscribe(self->sub, "rollout");
+    }
+    if (!self->sub || zsock_connect(self->sub, "%s", endpoint) != 0 ||
+        zloop_reader(loop, self->sub, s_on_sub, self) != 0) {
+        lisa_log_error("gateway: cannot subscribe to broker events at %s",
+                       endpoint);
+        zsock_destroy(&self->sub);
+        lisa_free(&self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+gw_events_destroy(gw_events_t **self)
+{
+    if (!self || !*self)
+        return;
+    if ((*self)->sub)
+        zloop_reader_end((*self)->loop, (*self)->sub);
+    zsock_destroy(&(*self)->sub);
+    lisa_free(self);
+}
