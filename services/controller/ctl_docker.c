@@ -744,7 +744,7 @@ s_remove_async(void *impl, const char *const *names, size_t n, ctl_rc_fn *done,
 {
     s_docker_t *d = impl;
     ctl_op_remove_t *o = ctl_op_remove_new(&d->ops, d, names, n, done, arg);
-    s_with_version(d, s_remove_go, &o->op);
+    s_with_version(d, s_remove_go, &o->base.op);
 }
 
 /* ---- log tail -------------------------------------------------------- */

@@ -801,7 +801,7 @@ s_on_removed(lisa_http_response_t *r, void *arg)
 {
     ctl_op_item_t *it = arg;
     ctl_op_remove_t *o = it->op;
-    s_k8s_t *k = o->impl;
+    s_k8s_t *k = o->base.impl;
     lisa_rc_t rc = s_call_rc(k, r, "delete job");
     long status = lisa_http_response_status(r);
     if (rc == LISA_OK && status >= 300 && status != 404)

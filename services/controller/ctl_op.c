@@ -168,7 +168,7 @@ ctl_op_remove_new(ctl_op_t *list, void *impl, const char *const *names,
                   size_t n, ctl_rc_fn *done, void *arg)
 {
     ctl_op_remove_t *o = lisa_calloc(1, sizeof *o);
-    o->impl = impl;
+    o->base = (ctl_op_rc_t){.impl = impl, .done = done, .arg = arg};
     o->n = n;
     o->left = n + 1;
     o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
@@ -177,9 +177,7 @@ ctl_op_remove_new(ctl_op_t *list, void *impl, const char *const *names,
         snprintf(o->items[i].name, sizeof o->items[i].name, "%s", names[i]);
     }
     o->rc = LISA_OK;
-    o->done = done;
-    o->arg = arg;
-    ctl_op_link(list, &o->op, s_remove_free);
+    ctl_op_link(list, &o->base.op, s_remove_free);
     return o;
 }
 
@@ -188,13 +186,8 @@ ctl_op_remove_item_end(ctl_op_remove_t *o, lisa_rc_t rc)
 {
     if (rc != LISA_OK)
         o->rc = rc;
-    if (--o->left > 0)
-        return;
-    ctl_rc_fn *done = o->done;
-    void *arg = o->arg;
-    rc = o->rc;
-    ctl_op_end(&o->op);
-    done(arg, rc);
+    if (--o->left == 0)
+        ctl_op_rc_end(&o->base, o->rc);
 }
 
 /* ---- log tails ------------------------------------------------------------

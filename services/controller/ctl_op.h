@@ -113,13 +113,10 @@ typedef struct {
 } ctl_op_item_t;
 
 struct ctl_op_remove {
-    ctl_op_t op;
-    void *impl; /* the backend */
+    ctl_op_rc_t base; /* impl, done and arg; ended as one outcome */
     ctl_op_item_t *items;
     size_t n, left;
-    lisa_rc_t rc; /* the first item's failure, else LISA_OK */
-    ctl_rc_fn *done;
-    void *arg;
+    lisa_rc_t rc; /* the last item's failure, else LISA_OK */
 };
 
 /* A removal of names[0..n) on the list, waiting for n + 1 ends: one per

@@ -59,7 +59,7 @@ Test(ctl_op, usage)
     int impl = 0;
     ctl_op_remove_t *o =
         ctl_op_remove_new(&ops, &impl, names, 2, s_on_rc, &seen);
-    cr_assert_eq(o->impl, &impl);
+    cr_assert_eq(o->base.impl, &impl);
     cr_assert_str_eq(o->items[1].name, "lisa-b");
     cr_assert_eq(o->items[1].op, o);
     /* the requests went out; the loop lets go; the answers come */
