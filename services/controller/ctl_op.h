@@ -3,9 +3,10 @@
  * and k8s backends). Each operation's struct starts with a ctl_op_t; the
  * backend keeps them on a list (a sentinel ctl_op_t), so destroying the
  * backend frees the operations whose answers never came. The shapes both
- * backends use are here too: one outcome (a ping), a batch of starts (one
- * outcome per sandbox, one answer after the last), a removal (one request per
- * name, one answer after the last) and a log tail (one name, one text answer).
+ * backends use are here too: one outcome (a ping), a batch of starts
+ * (one outcome per sandbox, one answer after the last), a removal (one
+ * request per name, one answer after the last) and a log tail (one name,
+ * one text answer), and the JSON request they all send.
  *
  *     ctl_op_t ops;
  *     ctl_op_list_init(&ops);

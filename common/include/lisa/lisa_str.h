@@ -3,8 +3,9 @@
  * necessarily NUL-terminated), which the parsers of chat text, math
  * answers and word stems all ask.
  *
- *     if (lisa_str_starts(line, len, "\\boxed{") && lisa_str_ends(line, len,
- * "}"))
+ *     if (lisa_str_starts(text, n, "<think>"))
+ *         ...
+ *     if (lisa_str_ends(word, n, "ing"))
  *         ...
  */
 #ifndef LISA_STR_H
