@@ -6,7 +6,8 @@
 #      the local training runs through the whole stack one at a time
 #      (ctest label `localrun`: the toy run, and two trainer ranks),
 #   4. rebuilds under ASan+UBSan and runs every suite again,
-#   5. checks formatting and runs the fuzz targets briefly.
+#   5. checks formatting and function lengths (scripts/fnlen.sh) and runs
+#      the fuzz targets briefly.
 #   6. runs the compose stack's toy training on a private Docker engine
 #      (ctest label `docker`: engine, debootstrap base, images, runs, crashes).
 # Set LISA_TEST_QUICK=1 to skip the sanitizer pass and the fuzzing, and
@@ -24,6 +25,8 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "format check"
 bash scripts/format.sh --check
+step "function length check (no product function over 150 lines)"
+bash scripts/fnlen.sh
 
 run_suite() { # preset
   local preset=$1

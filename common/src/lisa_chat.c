@@ -10,6 +10,7 @@
 
 #include "lisa/lisa_buf.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_str.h"
 #include "lisa/lisa_tojson.h"
 
 #include <stdint.h>
@@ -87,20 +88,6 @@ s_content(const json_t *msg, s_str_t *out, const char **why)
     return LISA_INVALID;
 }
 
-static bool
-s_starts(const char *s, size_t n, const char *pre)
-{
-    size_t k = strlen(pre);
-    return n >= k && memcmp(s, pre, k) == 0;
-}
-
-static bool
-s_ends(const char *s, size_t n, const char *suf)
-{
-    size_t k = strlen(suf);
-    return n >= k && memcmp(s + n - k, suf, k) == 0;
-}
-
 static const char *
 s_find(const char *s, size_t n, const char *needle)
 {
@@ -153,8 +140,8 @@ s_last_query(const json_t *messages, size_t n, size_t *idx, const char **why)
         lisa_rc_t rc = s_content(m, &c, why);
         if (rc != LISA_OK)
             return rc;
-        bool wrapped = s_starts(c.s, c.n, "<tool_response>") &&
-                       s_ends(c.s, c.n, "</tool_response>");
+        bool wrapped = lisa_str_starts(c.s, c.n, "<tool_response>") &&
+                       lisa_str_ends(c.s, c.n, "</tool_response>");
         s_str_free(&c);
         if (!wrapped) {
             *idx = k;

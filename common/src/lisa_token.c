@@ -9,6 +9,7 @@
  */
 #include "lisa/lisa_token.h"
 
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_unicode.h"
@@ -133,9 +134,7 @@ lisa_token_rollout_id_ok(const char *id)
 uint64_t
 lisa_token_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+    return lisa_clock_wall_ms();
 }
 
 static void

@@ -217,23 +217,24 @@ s_add_content(char **content, size_t *clen, const char *s, size_t n, bool first)
     (*content)[*clen] = '\0';
 }
 
-/* id_prefix (at most LISA_TOOLCALL_MAX_PREFIX bytes of it) + i, without
- * printf (once per call of every reply). */
-static char *
-s_id(const char *prefix, size_t i)
+char *
+lisa_toolcall_id(const char *prefix, const char *sep, size_t i)
 {
     size_t pn = strnlen(prefix, LISA_TOOLCALL_MAX_PREFIX);
+    size_t sn = sep ? strnlen(sep, LISA_TOOLCALL_MAX_PREFIX) : 0;
     char digits[24];
     size_t nd = 0;
     do {
         digits[nd++] = (char) ('0' + i % 10);
         i /= 10;
     } while (i);
-    char *id = lisa_malloc(pn + nd + 1);
+    char *id = lisa_malloc(pn + sn + nd + 1);
     memcpy(id, prefix, pn);
+    if (sn)
+        memcpy(id + pn, sep, sn);
     for (size_t k = 0; k < nd; k++)
-        id[pn + k] = digits[nd - 1 - k];
-    id[pn + nd] = '\0';
+        id[pn + sn + k] = digits[nd - 1 - k];
+    id[pn + sn + nd] = '\0';
     return id;
 }
 
@@ -285,7 +286,7 @@ lisa_toolcalls_parse_opts(const char *text, size_t len, const char *id_prefix,
         const char *close =
             s_find(body, (size_t) (end - body), S_CLOSE, S_CLOSE_LEN);
         s_call_t *c = s_next(self);
-        c->id = s_id(id_prefix, self->n);
+        c->id = lisa_toolcall_id(id_prefix, NULL, self->n);
         c->pub.start = (size_t) (open - text);
         c->pub.end = len;
         self->n++;

@@ -35,6 +35,8 @@
  * Everything is a function of --seed (splitmix64), so the committed data
  * can be rebuilt byte for byte.
  */
+#include "lisa/lisa_toy.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -45,19 +47,6 @@
 
 /* The toy domain's prompt texts (also what lisa-agent sends for
  * data sources starting with "math_toy"; see docs/local-run.md). */
-static const char s_system[] =
-    "You solve tasks with tools. Write the answer to /testbed/answer.txt, "
-    "then call submit.";
-static const char s_tools[] =
-    "[{\"type\":\"function\",\"function\":{\"name\":\"execute_bash\","
-    "\"description\":\"Run a bash command in /testbed.\","
-    "\"parameters\":{\"type\":\"object\",\"properties\":{\"command\":"
-    "{\"type\":\"string\",\"description\":\"The command.\"}},"
-    "\"required\":[\"command\"]}}},"
-    "{\"type\":\"function\",\"function\":{\"name\":\"submit\","
-    "\"description\":\"Finish the task.\",\"parameters\":{\"type\":"
-    "\"object\",\"properties\":{},\"required\":[]}}}]";
-
 #define S_MAX_TASKS 1000000
 #define S_MAX_TURNS 4
 
@@ -177,8 +166,8 @@ s_trajectory(const s_task_t *t, const char *out)
              "\nSteps Remaining: %d",
              S_MAX_TURNS - 1);
     json_t *msgs = json_array();
-    json_array_append_new(
-        msgs, json_pack("{s:s,s:s}", "role", "system", "content", s_system));
+    json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system",
+                                          "content", LISA_TOY_SYSTEM));
     json_array_append_new(
         msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
     json_array_append_new(msgs, s_call("call_1", "execute_bash",
@@ -188,7 +177,7 @@ s_trajectory(const s_task_t *t, const char *out)
                                           "execute_bash", "content", obs));
     json_array_append_new(msgs, s_call("call_2", "submit", json_object()));
     json_error_t e;
-    json_t *tools = json_loads(s_tools, 0, &e);
+    json_t *tools = json_loads(LISA_TOY_TOOLS, 0, &e);
     return json_pack("{s:o,s:o,s:s,s:o,s:b}", "messages", msgs, "tools", tools,
                      "answer", t->answer, "files", s_files(t), "correct",
                      strcmp(out, S_ANSWER) == 0);

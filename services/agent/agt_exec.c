@@ -7,6 +7,7 @@
  */
 #include "agt_exec.h"
 
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -30,14 +31,6 @@ typedef struct {
     size_t ring_len, ring_pos, ring_max;
     size_t total;
 } s_stream_t;
-
-static long
-s_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long) ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 static void
 s_stream_init(s_stream_t *st, int fd, size_t cap)
@@ -157,7 +150,7 @@ agt_exec_run(const char *cmd, const agt_exec_opts_t *opts,
         }
         return LISA_ERR;
     }
-    long start = s_now_ms();
+    long start = lisa_clock_mono_ms();
     pid_t pid = fork();
     if (pid < 0) {
         lisa_log_error("exec: fork: %s", strerror(errno));
@@ -181,7 +174,7 @@ agt_exec_run(const char *cmd, const agt_exec_opts_t *opts,
     long exit_at = 0;
     char buf[16384];
     for (;;) {
-        long now = s_now_ms();
+        long now = lisa_clock_mono_ms();
         if (!exited) {
             pid_t w = waitpid(pid, &status, WNOHANG);
             if (w == pid) {
@@ -256,7 +249,7 @@ agt_exec_run(const char *cmd, const agt_exec_opts_t *opts,
     res->out_total = st[0].total;
     res->err = s_stream_take(&st[1], &res->err_len);
     res->err_total = st[1].total;
-    res->elapsed_ms = s_now_ms() - start;
+    res->elapsed_ms = lisa_clock_mono_ms() - start;
     /* As a sandbox's pid 1 the agent inherits every orphan: reap them now,
      * when no child of ours is outstanding. */
     if (getpid() == 1) {

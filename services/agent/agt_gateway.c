@@ -10,6 +10,7 @@
 #include "agt_gateway.h"
 
 #include "agt_text.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -42,14 +43,6 @@ struct agt_gateway {
     size_t max_reply;
     int fd; /* kept-alive connection; -1 when none */
 };
-
-long
-agt_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long) ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 agt_gateway_t *
 agt_gateway_new(const agt_gateway_cfg_t *cfg)
@@ -149,7 +142,7 @@ s_rc_of_status(long st)
 static int
 s_left(long deadline)
 {
-    long left = deadline - agt_now_ms();
+    long left = deadline - lisa_clock_mono_ms();
     return left > 0 ? (int) left : 0;
 }
 
@@ -498,7 +491,7 @@ s_plain_call(agt_gateway_t *gw, const char *method, const char *path,
              const char *payload, unsigned turn, long timeout_ms,
              lisa_buf_t *body, long *status, char *err, size_t errlen)
 {
-    long deadline = agt_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+    long deadline = lisa_clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 1);
     lisa_buf_t req;
     req = LISA_BUF_CUT(64u * 1024u * 1024u);
     bool v6 = strchr(gw->host, ':') != NULL;
@@ -752,7 +745,7 @@ agt_gateway_call_retry(agt_gateway_t *gw, const char *method, const char *path,
     for (unsigned i = 0; i < (attempts ? attempts : 1); i++) {
         long t = timeout_ms;
         if (deadline_ms) {
-            long left = deadline_ms - agt_now_ms();
+            long left = deadline_ms - lisa_clock_mono_ms();
             if (left <= 0) {
                 if (i == 0)
                     snprintf(rep->error, sizeof rep->error,
@@ -771,10 +764,10 @@ agt_gateway_call_retry(agt_gateway_t *gw, const char *method, const char *path,
             break;
         lisa_log_warn("gateway %s %s: %s (try %u of %u)", method, path,
                       rep->error, i + 1, attempts);
-        long sleep_until = agt_now_ms() + backoff;
+        long sleep_until = lisa_clock_mono_ms() + backoff;
         if (deadline_ms && sleep_until > deadline_ms)
             break;
-        while (agt_now_ms() < sleep_until) {
+        while (lisa_clock_mono_ms() < sleep_until) {
             if (cancel && atomic_load(cancel))
                 return rc;
             struct timespec ts = {0, 20 * 1000000L};

@@ -63,7 +63,4 @@ lisa_rc_t agt_gateway_call_retry(agt_gateway_t *gw, const char *method,
 /* Frees the body of *rep. */
 void agt_reply_clear(agt_reply_t *rep);
 
-/* Milliseconds on the monotonic clock (shared time base of the agent). */
-long agt_now_ms(void);
-
 #endif

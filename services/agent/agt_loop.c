@@ -7,9 +7,12 @@
 
 #include "agt_prompt.h"
 #include "agt_text.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_utf8.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,7 +58,7 @@ s_append_to_last(json_t *msgs, const char *text)
 static json_t *
 s_msg(const char *role, const char *content)
 {
-    char *clean = agt_text_utf8_clean(content, strlen(content));
+    char *clean = lisa_utf8_scrub(content, strlen(content), SIZE_MAX);
     json_t *m = json_pack("{s:s,s:s}", "role", role, "content", clean);
     lisa_free(&clean);
     return m;
@@ -139,7 +142,7 @@ s_call_failed(const agt_loop_cfg_t *cfg, agt_loop_out_t *out, lisa_rc_t rc,
     else if (rc == LISA_CONFLICT)
         s_end(out, "cancelled", LISA_CONFLICT,
               "the attempt is closed: ", rep->error);
-    else if (cfg->deadline_ms && agt_now_ms() >= cfg->deadline_ms)
+    else if (cfg->deadline_ms && lisa_clock_mono_ms() >= cfg->deadline_ms)
         s_end(out, "deadline", LISA_OK,
               "the deadline passed during a model call: ", rep->error);
     else if (cfg->cancel && atomic_load(cfg->cancel))
@@ -172,7 +175,7 @@ s_observe(const agt_loop_cfg_t *cfg, agt_tools_t *tools, unsigned turn,
         args = args_dump;
     }
     if (cfg->deadline_ms)
-        agt_tools_set_time_left(tools, cfg->deadline_ms - agt_now_ms());
+        agt_tools_set_time_left(tools, cfg->deadline_ms - lisa_clock_mono_ms());
     agt_tool_status_t st;
     char *obs = agt_tools_call(tools, name, args, &st);
     free(args_dump);
@@ -217,7 +220,7 @@ agt_loop_run(const agt_loop_cfg_t *cfg, agt_gateway_t *gw, agt_tools_t *tools,
                   "the gateway cancelled the attempt", NULL);
             break;
         }
-        long now = agt_now_ms();
+        long now = lisa_clock_mono_ms();
         if (cfg->deadline_ms && now >= cfg->deadline_ms) {
             s_end(out, "deadline", LISA_OK, "the deadline passed", NULL);
             break;

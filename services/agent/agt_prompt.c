@@ -7,6 +7,7 @@
 #include "agt_text.h"
 #include "agt_tools.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_toy.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -74,27 +75,14 @@ static const struct {
     /* The toy model's byte tokenizer makes every byte a token: a compact
      * prompt keeps toy rollouts short (the warm start is trained on
      * exactly these texts, examples/toy/toy_gen.c). */
-    [AGT_DOMAIN_TOY] = {"toy",
-                        "You solve tasks with tools. Write the answer to "
-                        "/testbed/answer.txt, then call submit.",
-                        ""},
+    [AGT_DOMAIN_TOY] = {"toy", LISA_TOY_SYSTEM, ""},
 };
-
-static const char s_toy_tools[] =
-    "[{\"type\":\"function\",\"function\":{\"name\":\"execute_bash\","
-    "\"description\":\"Run a bash command in /testbed.\","
-    "\"parameters\":{\"type\":\"object\",\"properties\":{\"command\":"
-    "{\"type\":\"string\",\"description\":\"The command.\"}},"
-    "\"required\":[\"command\"]}}},"
-    "{\"type\":\"function\",\"function\":{\"name\":\"submit\","
-    "\"description\":\"Finish the task.\",\"parameters\":{\"type\":"
-    "\"object\",\"properties\":{},\"required\":[]}}}]";
 
 json_t *
 agt_prompt_tools(const agt_prompt_in_t *in)
 {
     if (agt_prompt_domain(in->data_source) == AGT_DOMAIN_TOY) {
-        json_t *t = json_loads(s_toy_tools, 0, NULL);
+        json_t *t = json_loads(LISA_TOY_TOOLS, 0, NULL);
         if (t)
             return t;
     }

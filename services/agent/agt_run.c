@@ -14,6 +14,7 @@
 #include "agt_relay.h"
 #include "agt_task.h"
 #include "agt_tools.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -21,14 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-static long
-s_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (long) ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 /* Monotonic deadline of the loop, or 0 when the task has none. */
 static long
@@ -38,10 +31,10 @@ s_deadline(const agt_task_t *t, unsigned reserve_s)
     if (t->time_left_ms >= 0)
         left = (long) t->time_left_ms;
     else if (t->deadline_ms)
-        left = (long) t->deadline_ms - s_wall_ms();
+        left = (long) t->deadline_ms - (int64_t) lisa_clock_wall_ms();
     else
         return 0;
-    return agt_now_ms() + left - (long) reserve_s * 1000L;
+    return lisa_clock_mono_ms() + left - (long) reserve_s * 1000L;
 }
 
 static int
@@ -109,7 +102,8 @@ s_task(const agt_config_t *cfg, agt_gateway_t *gw, agt_task_t *task)
 {
     char err[512] = "";
     agt_reply_t rep;
-    long startup_deadline = agt_now_ms() + (long) cfg->startup_s * 1000L;
+    long startup_deadline =
+        lisa_clock_mono_ms() + (long) cfg->startup_s * 1000L;
     lisa_rc_t rc =
         agt_gateway_call_retry(gw, "GET", "/lisa/v1/task", NULL, 0, 30000, 1000,
                                startup_deadline, NULL, &rep);

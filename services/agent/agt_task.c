@@ -6,6 +6,7 @@
 #include "agt_text.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -417,7 +418,7 @@ agt_task_read_answer(const char *root, size_t max, char **answer,
         *truncated = true;
         got = max;
     }
-    *answer = agt_text_utf8_clean(buf, got);
+    *answer = lisa_utf8_scrub(buf, got, got);
     lisa_free(&buf);
     return LISA_OK;
 }

@@ -39,10 +39,6 @@ char *agt_text_number(const char *s, size_t len, long first, size_t max);
  * bytes followed by the clipping note; otherwise a copy. Caller frees. */
 char *agt_text_clip(const char *s, size_t max);
 
-/* Copy of s[0..len) that is valid UTF-8 with no NUL bytes: every invalid
- * sequence and every NUL becomes '?'. JSON strings need this. */
-char *agt_text_utf8_clean(const char *s, size_t len);
-
 /* The note appended by agt_text_clip. */
 extern const char *const AGT_TEXT_CLIP_NOTE;
 

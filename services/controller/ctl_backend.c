@@ -9,14 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-uint64_t
-ctl_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
-}
-
 void
 ctl_backend_name(const char *rollout_id, unsigned attempt,
                  char out[CTL_NAME_MAX])

@@ -146,7 +146,4 @@ void ctl_backend_name(const char *rollout_id, unsigned attempt,
 /* URL-encodes s (RFC 3986 unreserved kept). Caller frees (lisa_free). */
 char *ctl_backend_escape(const char *s);
 
-/* Unix time in milliseconds. */
-uint64_t ctl_wall_ms(void);
-
 #endif

@@ -18,6 +18,7 @@
  */
 #include "ctl_docker.h"
 
+#include "ctl_op.h"
 #include "lisa/lisa_http_client.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -35,21 +36,14 @@
 #define S_PARALLEL        6    /* connections (more: no faster) */
 #define S_EVENTS_RETRY_MS 1000 /* between attempts to open the stream */
 
-/* An operation in flight (the head of every operation's struct). */
-typedef struct s_op s_op_t;
-struct s_op {
-    s_op_t *prev, *next;
-    void (*free_fn)(s_op_t *op);
-};
-
 typedef struct s_docker s_docker_t;
 /* Continues an operation once the version is known (rc LISA_OK) or
  * cannot be (LISA_UNAVAILABLE). */
-typedef void(s_go_fn)(s_docker_t *d, s_op_t *op, lisa_rc_t rc);
+typedef void(s_go_fn)(s_docker_t *d, ctl_op_t *op, lisa_rc_t rc);
 
 typedef struct {
     s_go_fn *go;
-    s_op_t *op;
+    ctl_op_t *op;
 } s_wait_t;
 
 struct s_docker {
@@ -63,32 +57,13 @@ struct s_docker {
     bool negotiating;
     s_wait_t *waiting; /* operations waiting for the version */
     size_t n_waiting, cap_waiting;
-    s_op_t ops; /* the list of operations in flight (a sentinel) */
+    ctl_op_t ops; /* the list of operations in flight (a sentinel) */
     bool events_open;
     uint64_t events_id;
     int64_t events_tried; /* monotonic ms */
 };
 
 /* ---- operations and requests ----------------------------------------- */
-
-static void
-s_op_link(s_docker_t *d, s_op_t *op, void (*free_fn)(s_op_t *))
-{
-    op->free_fn = free_fn;
-    op->next = d->ops.next;
-    op->prev = &d->ops;
-    d->ops.next->prev = op;
-    d->ops.next = op;
-}
-
-/* Unlinks and frees an operation. */
-static void
-s_op_end(s_op_t *op)
-{
-    op->prev->next = op->next;
-    op->next->prev = op->prev;
-    op->free_fn(op);
-}
 
 /* Builds "http://docker/v<ver><path>". Caller frees. */
 static char *
@@ -109,26 +84,14 @@ static lisa_rc_t
 s_send(s_docker_t *d, const char *method, const char *path, const char *body,
        lisa_http_done_fn *done, void *arg)
 {
-    static const char *const with_body[] = {"Content-Type: application/json",
-                                            "Accept: application/json", NULL};
-    static const char *const without[] = {"Accept: application/json", NULL};
+    lisa_http_request_t base = {.timeout_ms = S_TIMEOUT_MS,
+                                .connect_timeout_ms = S_CONNECT_MS,
+                                .unix_socket = d->socket,
+                                .max_response = S_MAX_REPLY};
     char *url = s_url(d, path);
-    lisa_http_request_t req = {
-        .method = method,
-        .url = url,
-        .headers = body ? with_body : without,
-        .body = body,
-        .body_len = body ? strlen(body) : 0,
-        .timeout_ms = S_TIMEOUT_MS,
-        .connect_timeout_ms = S_CONNECT_MS,
-        .unix_socket = d->socket,
-        .max_response = S_MAX_REPLY,
-    };
-    lisa_rc_t rc = lisa_http_client_send(d->http, &req, done, arg, NULL);
+    lisa_rc_t rc = ctl_op_send_json(d->http, &base, "docker", method, url, path,
+                                    body, done, arg);
     lisa_free(&url);
-    if (rc != LISA_OK)
-        lisa_log_warn("docker: %s %s not sent: %s", method, path,
-                      lisa_rc_str(rc));
     return rc;
 }
 
@@ -197,7 +160,7 @@ s_on_version(lisa_http_response_t *r, void *arg)
 
 /* Runs go(op) once the API version is known. */
 static void
-s_with_version(s_docker_t *d, s_go_fn *go, s_op_t *op)
+s_with_version(s_docker_t *d, s_go_fn *go, ctl_op_t *op)
 {
     if (d->version[0]) {
         go(d, op, LISA_OK);
@@ -293,30 +256,15 @@ s_events_open(s_docker_t *d)
 
 /* ---- ping ------------------------------------------------------------ */
 
-typedef struct {
-    s_op_t op;
-    s_docker_t *d;
-    ctl_rc_fn *done;
-    void *arg;
-} s_ping_op_t;
-
 static void
-s_free_plain(s_op_t *op)
-{
-    lisa_free(&op);
-}
-
-static void
-s_ping_end(s_ping_op_t *p, lisa_rc_t rc)
+s_ping_end(ctl_op_rc_t *p, lisa_rc_t rc)
 {
     if (rc != LISA_OK) {
-        p->d->version[0] = '\0'; /* negotiate again when it comes back */
-        s_events_close(p->d);
+        s_docker_t *d = p->impl;
+        d->version[0] = '\0'; /* negotiate again when it comes back */
+        s_events_close(d);
     }
-    ctl_rc_fn *done = p->done;
-    void *arg = p->arg;
-    s_op_end(&p->op);
-    done(arg, rc);
+    ctl_op_rc_end(p, rc);
 }
 
 static void
@@ -329,23 +277,19 @@ s_on_ping(lisa_http_response_t *r, void *arg)
 }
 
 static void
-s_ping_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+s_ping_go(s_docker_t *d, ctl_op_t *op, lisa_rc_t rc)
 {
     if (rc == LISA_OK)
         rc = s_send(d, "GET", "/_ping", NULL, s_on_ping, op);
     if (rc != LISA_OK)
-        s_ping_end((s_ping_op_t *) op, LISA_UNAVAILABLE);
+        s_ping_end((ctl_op_rc_t *) op, LISA_UNAVAILABLE);
 }
 
 static void
 s_ping_async(void *impl, ctl_rc_fn *done, void *arg)
 {
     s_docker_t *d = impl;
-    s_ping_op_t *p = lisa_calloc(1, sizeof *p);
-    p->d = d;
-    p->done = done;
-    p->arg = arg;
-    s_op_link(d, &p->op, s_free_plain);
+    ctl_op_rc_t *p = ctl_op_rc_new(&d->ops, d, done, arg);
     s_with_version(d, s_ping_go, &p->op);
 }
 
@@ -505,60 +449,10 @@ s_create_rc(const s_docker_t *d, const char *name, lisa_http_response_t *r)
     return rc; /* LISA_CONFLICT: it exists; the caller takes it */
 }
 
-typedef struct s_start_op s_start_op_t;
-
-/* One container of a batch of starts. */
-typedef struct {
-    s_start_op_t *op;
-    char name[CTL_NAME_MAX];
-    char rollout_id[CTL_ID_MAX];
-    unsigned attempt;
-    char *body; /* the create request (json_dumps: free) */
-} s_start_item_t;
-
-struct s_start_op {
-    s_op_t op;
-    s_docker_t *d;
-    size_t n, left;
-    s_start_item_t *items;
-    lisa_rc_t *rcs;
-    ctl_rcs_fn *done;
-    void *arg;
-};
-
-static void
-s_start_free(s_op_t *op)
-{
-    s_start_op_t *o = (s_start_op_t *) op;
-    for (size_t i = 0; i < o->n; i++)
-        free(o->items[i].body);
-    lisa_free(&o->items);
-    lisa_free(&o->rcs);
-    lisa_free(&o);
-}
-
-/* Item i is over with rc; the batch ends with its last item. */
-static void
-s_start_item_end(s_start_item_t *it, lisa_rc_t rc)
-{
-    s_start_op_t *o = it->op;
-    o->rcs[it - o->items] = rc;
-    if (--o->left > 0)
-        return;
-    ctl_rcs_fn *done = o->done;
-    void *arg = o->arg;
-    lisa_rc_t *rcs = o->rcs;
-    size_t n = o->n;
-    o->rcs = NULL;
-    s_op_end(&o->op);
-    done(arg, rcs, n);
-    lisa_free(&rcs);
-}
-
 static void
 s_on_started(lisa_http_response_t *r, void *arg)
 {
-    s_start_item_t *it = arg;
+    ctl_op_start_item_t *it = arg;
     lisa_rc_t rc = s_transport_rc(r);
     long status = lisa_http_response_status(r);
     if (rc == LISA_OK)
@@ -569,17 +463,17 @@ s_on_started(lisa_http_response_t *r, void *arg)
     else
         lisa_log_info("docker: started %s for rollout %s attempt %u", it->name,
                       it->rollout_id, it->attempt);
-    s_start_item_end(it, rc);
+    ctl_op_start_item_end(it, rc);
 }
 
 static void
 s_on_created(lisa_http_response_t *r, void *arg)
 {
-    s_start_item_t *it = arg;
-    s_docker_t *d = it->op->d;
+    ctl_op_start_item_t *it = arg;
+    s_docker_t *d = it->op->impl;
     lisa_rc_t rc = s_create_rc(d, it->name, r);
     if (rc != LISA_OK) {
-        s_start_item_end(it, rc);
+        ctl_op_start_item_end(it, rc);
         return;
     }
     char *esc = ctl_backend_escape(it->name);
@@ -587,16 +481,15 @@ s_on_created(lisa_http_response_t *r, void *arg)
     snprintf(path, sizeof path, "/containers/%s/start", esc);
     lisa_free(&esc);
     if (s_send(d, "POST", path, NULL, s_on_started, it) != LISA_OK)
-        s_start_item_end(it, LISA_UNAVAILABLE);
+        ctl_op_start_item_end(it, LISA_UNAVAILABLE);
 }
 
 static void
-s_start_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+s_start_go(s_docker_t *d, ctl_op_t *op, lisa_rc_t rc)
 {
-    s_start_op_t *o = (s_start_op_t *) op;
-    size_t n = o->n;
-    for (size_t i = 0; i < n; i++) {
-        s_start_item_t *it = &o->items[i];
+    ctl_op_start_t *o = (ctl_op_start_t *) op;
+    for (size_t i = 0; i < o->n; i++) {
+        ctl_op_start_item_t *it = &o->items[i];
         lisa_rc_t r = rc;
         if (r == LISA_OK) {
             char *esc = ctl_backend_escape(it->name);
@@ -605,11 +498,10 @@ s_start_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
             lisa_free(&esc);
             r = s_send(d, "POST", path, it->body, s_on_created, it);
         }
-        if (r != LISA_OK) /* the last one may end the batch: stop here */
-            s_start_item_end(it, LISA_UNAVAILABLE);
-        if (r != LISA_OK && i + 1 == n)
-            return;
+        if (r != LISA_OK)
+            ctl_op_start_item_end(it, LISA_UNAVAILABLE);
     }
+    ctl_op_start_release(o); /* this function's own hold */
 }
 
 /* Every create at once, each container's start as soon as it exists. */
@@ -622,25 +514,12 @@ s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
         done(arg, NULL, 0);
         return;
     }
-    s_start_op_t *o = lisa_calloc(1, sizeof *o);
-    o->d = d;
-    o->n = o->left = n;
-    o->items = lisa_calloc(n, sizeof *o->items);
-    o->rcs = lisa_calloc(n, sizeof *o->rcs);
-    o->done = done;
-    o->arg = arg;
+    ctl_op_start_t *o = ctl_op_start_new(&d->ops, d, specs, n, done, arg);
     for (size_t i = 0; i < n; i++) {
-        s_start_item_t *it = &o->items[i];
-        it->op = o;
-        snprintf(it->name, sizeof it->name, "%s", specs[i].name);
-        snprintf(it->rollout_id, sizeof it->rollout_id, "%s",
-                 specs[i].rollout_id);
-        it->attempt = specs[i].attempt;
         json_t *body = s_create_body(d, &specs[i]);
-        it->body = json_dumps(body, JSON_COMPACT);
+        o->items[i].body = json_dumps(body, JSON_COMPACT);
         json_decref(body);
     }
-    s_op_link(d, &o->op, s_start_free);
     s_with_version(d, s_start_go, &o->op);
 }
 
@@ -669,7 +548,7 @@ typedef struct {
 } s_inspect_t;
 
 struct s_list_op {
-    s_op_t op;
+    ctl_op_t op;
     s_docker_t *d;
     ctl_sandbox_t *sbs;
     size_t n;
@@ -680,7 +559,7 @@ struct s_list_op {
 };
 
 static void
-s_list_free(s_op_t *op)
+s_list_free(ctl_op_t *op)
 {
     s_list_op_t *o = (s_list_op_t *) op;
     lisa_free(&o->sbs);
@@ -696,7 +575,7 @@ s_list_end(s_list_op_t *o, lisa_rc_t rc)
     ctl_sandbox_t *sbs = o->sbs;
     size_t n = o->n;
     o->sbs = NULL;
-    s_op_end(&o->op);
+    ctl_op_end(&o->op);
     done(arg, rc, rc == LISA_OK ? sbs : NULL, rc == LISA_OK ? n : 0);
     lisa_free(&sbs);
 }
@@ -809,7 +688,7 @@ s_on_list(lisa_http_response_t *r, void *arg)
 }
 
 static void
-s_list_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+s_list_go(s_docker_t *d, ctl_op_t *op, lisa_rc_t rc)
 {
     s_list_op_t *o = (s_list_op_t *) op;
     if (rc != LISA_OK) {
@@ -839,68 +718,30 @@ s_list_async(void *impl, ctl_list_fn *done, void *arg)
     o->d = d;
     o->done = done;
     o->arg = arg;
-    s_op_link(d, &o->op, s_list_free);
+    ctl_op_link(&d->ops, &o->op, s_list_free);
     s_with_version(d, s_list_go, &o->op);
 }
 
 /* ---- removals -------------------------------------------------------- */
 
-typedef struct s_remove_op s_remove_op_t;
-
-typedef struct {
-    s_remove_op_t *op;
-    char name[CTL_NAME_MAX];
-} s_remove_item_t;
-
-struct s_remove_op {
-    s_op_t op;
-    s_docker_t *d;
-    s_remove_item_t *items;
-    size_t n, left;
-    lisa_rc_t rc;
-    ctl_rc_fn *done;
-    void *arg;
-};
-
-static void
-s_remove_free(s_op_t *op)
-{
-    s_remove_op_t *o = (s_remove_op_t *) op;
-    lisa_free(&o->items);
-    lisa_free(&o);
-}
-
-static void
-s_remove_item_end(s_remove_op_t *o)
-{
-    if (--o->left > 0)
-        return;
-    ctl_rc_fn *done = o->done;
-    void *arg = o->arg;
-    lisa_rc_t rc = o->rc;
-    s_op_end(&o->op);
-    done(arg, rc);
-}
-
 static void
 s_on_removed(lisa_http_response_t *r, void *arg)
 {
-    s_remove_item_t *it = arg;
+    ctl_op_item_t *it = arg;
     lisa_rc_t rc = s_transport_rc(r);
     long status = lisa_http_response_status(r);
     if (rc != LISA_OK || (status >= 300 && status != 404)) {
         lisa_log_warn("docker: remove %s: %s %ld", it->name, lisa_rc_str(rc),
                       status);
-        it->op->rc = rc != LISA_OK ? rc : s_rc_of(status);
+        rc = rc != LISA_OK ? rc : s_rc_of(status);
     }
-    s_remove_item_end(it->op);
+    ctl_op_remove_item_end(it->op, rc);
 }
 
 static void
-s_remove_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+s_remove_go(s_docker_t *d, ctl_op_t *op, lisa_rc_t rc)
 {
-    s_remove_op_t *o = (s_remove_op_t *) op;
-    o->left = o->n + 1; /* + 1: this function's own hold */
+    ctl_op_remove_t *o = (ctl_op_remove_t *) op;
     for (size_t i = 0; i < o->n; i++) {
         lisa_rc_t r = rc;
         if (r == LISA_OK) {
@@ -910,12 +751,10 @@ s_remove_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
             lisa_free(&esc);
             r = s_send(d, "DELETE", path, NULL, s_on_removed, &o->items[i]);
         }
-        if (r != LISA_OK) {
-            o->rc = LISA_UNAVAILABLE;
-            o->left--;
-        }
+        if (r != LISA_OK)
+            ctl_op_remove_item_end(o, LISA_UNAVAILABLE);
     }
-    s_remove_item_end(o);
+    ctl_op_remove_item_end(o, LISA_OK); /* this function's own hold */
 }
 
 static void
@@ -923,29 +762,11 @@ s_remove_async(void *impl, const char *const *names, size_t n, ctl_rc_fn *done,
                void *arg)
 {
     s_docker_t *d = impl;
-    s_remove_op_t *o = lisa_calloc(1, sizeof *o);
-    o->d = d;
-    o->n = n;
-    o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
-    for (size_t i = 0; i < n; i++) {
-        o->items[i].op = o;
-        snprintf(o->items[i].name, CTL_NAME_MAX, "%s", names[i]);
-    }
-    o->rc = LISA_OK;
-    o->done = done;
-    o->arg = arg;
-    s_op_link(d, &o->op, s_remove_free);
-    s_with_version(d, s_remove_go, &o->op);
+    ctl_op_remove_t *o = ctl_op_remove_new(&d->ops, d, names, n, done, arg);
+    s_with_version(d, s_remove_go, &o->base.op);
 }
 
 /* ---- log tail -------------------------------------------------------- */
-
-typedef struct {
-    s_op_t op;
-    char name[CTL_NAME_MAX];
-    ctl_text_fn *done;
-    void *arg;
-} s_tail_op_t;
 
 /* Logs without a TTY are multiplexed: 8-byte headers (stream, 0, 0, 0,
  * big-endian length) before each payload. The last non-empty line. */
@@ -977,15 +798,6 @@ s_last_line(const char *body, size_t left, char *last, size_t cap)
 }
 
 static void
-s_tail_end(s_tail_op_t *o, const char *text)
-{
-    ctl_text_fn *done = o->done;
-    void *arg = o->arg;
-    s_op_end(&o->op);
-    done(arg, text);
-}
-
-static void
 s_on_logs(lisa_http_response_t *r, void *arg)
 {
     char last[1024] = "";
@@ -994,13 +806,13 @@ s_on_logs(lisa_http_response_t *r, void *arg)
         const char *body = lisa_http_response_body(r, &len);
         s_last_line(body, len, last, sizeof last);
     }
-    s_tail_end(arg, last);
+    ctl_op_tail_end(arg, last);
 }
 
 static void
-s_tail_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
+s_tail_go(s_docker_t *d, ctl_op_t *op, lisa_rc_t rc)
 {
-    s_tail_op_t *o = (s_tail_op_t *) op;
+    ctl_op_tail_t *o = (ctl_op_tail_t *) op;
     if (rc == LISA_OK) {
         char *esc = ctl_backend_escape(o->name);
         char path[256];
@@ -1010,18 +822,14 @@ s_tail_go(s_docker_t *d, s_op_t *op, lisa_rc_t rc)
         rc = s_send(d, "GET", path, NULL, s_on_logs, o);
     }
     if (rc != LISA_OK)
-        s_tail_end(o, "");
+        ctl_op_tail_end(o, "");
 }
 
 static void
 s_log_tail_async(void *impl, const char *name, ctl_text_fn *done, void *arg)
 {
     s_docker_t *d = impl;
-    s_tail_op_t *o = lisa_calloc(1, sizeof *o);
-    snprintf(o->name, sizeof o->name, "%s", name);
-    o->done = done;
-    o->arg = arg;
-    s_op_link(d, &o->op, s_free_plain);
+    ctl_op_tail_t *o = ctl_op_tail_new(&d->ops, d, name, done, arg);
     s_with_version(d, s_tail_go, &o->op);
 }
 
@@ -1046,8 +854,7 @@ s_destroy(void *impl)
 {
     s_docker_t *d = impl;
     lisa_http_client_destroy(&d->http); /* no callback runs after this */
-    while (d->ops.next != &d->ops)
-        s_op_end(d->ops.next);
+    ctl_op_end_all(&d->ops);
     lisa_free(&d->waiting);
     lisa_free(&d->controller_id);
     lisa_free(&d->socket);
@@ -1098,7 +905,7 @@ ctl_docker_new(const ctl_docker_cfg_t *cfg, ctl_backend_t *out)
         return LISA_INVALID;
     }
     s_docker_t *d = lisa_calloc(1, sizeof *d);
-    d->ops.next = d->ops.prev = &d->ops;
+    ctl_op_list_init(&d->ops);
     d->controller_id = s_dup(cfg->controller_id);
     d->socket = s_dup(cfg->socket);
     d->image = s_dup(cfg->image);

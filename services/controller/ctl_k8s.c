@@ -12,6 +12,8 @@
  */
 #include "ctl_k8s.h"
 
+#include "ctl_op.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_http_client.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -38,13 +40,6 @@ typedef struct {
     bool exit_known;
 } s_job_t;
 
-/* An operation in flight (the head of every operation's struct). */
-typedef struct s_op s_op_t;
-struct s_op {
-    s_op_t *prev, *next;
-    void (*free_fn)(s_op_t *op);
-};
-
 typedef struct {
     char *controller_id, *api, *ns, *token_file, *ca_file, *image;
     char *gateway_url, *sandbox_cmd;
@@ -58,7 +53,7 @@ typedef struct {
     size_t n_jobs, cap_jobs;
     char rv[64];
     bool synced;
-    s_op_t ops; /* operations in flight (a sentinel) */
+    ctl_op_t ops; /* operations in flight (a sentinel) */
     /* the watch stream */
     bool watching;
     uint64_t watch_id;
@@ -66,14 +61,6 @@ typedef struct {
     size_t line_len;
     bool line_over;
 } s_k8s_t;
-
-static long
-s_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long) ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 /* Label values: [A-Za-z0-9._-], at most 63, alphanumeric at both ends. */
 static void
@@ -102,7 +89,7 @@ s_refresh_token(s_k8s_t *k)
 {
     if (!*k->token_file)
         return;
-    long now = s_mono();
+    long now = lisa_clock_mono_ms();
     if (k->token_at && now - k->token_at < S_TOKEN_MS)
         return;
     k->token_at = now;
@@ -131,58 +118,22 @@ s_url(const s_k8s_t *k, const char *fmt_path)
 
 /* ---- operations and requests ------------------------------------------ */
 
-static void
-s_op_link(s_k8s_t *k, s_op_t *op, void (*free_fn)(s_op_t *))
-{
-    op->free_fn = free_fn;
-    op->next = k->ops.next;
-    op->prev = &k->ops;
-    k->ops.next->prev = op;
-    k->ops.next = op;
-}
-
-/* Unlinks and frees an operation. */
-static void
-s_op_end(s_op_t *op)
-{
-    op->prev->next = op->next;
-    op->next->prev = op->prev;
-    op->free_fn(op);
-}
-
-static void
-s_free_plain(s_op_t *op)
-{
-    lisa_free(&op);
-}
-
 /* Sends one request; its answer goes to done(resp, arg). LISA_OK, or the
  * reason it could not be sent (done will not run). */
 static lisa_rc_t
 s_send(s_k8s_t *k, const char *method, const char *path, const char *body,
        lisa_http_done_fn *done, void *arg)
 {
-    static const char *const with_body[] = {"Content-Type: application/json",
-                                            "Accept: application/json", NULL};
-    static const char *const without[] = {"Accept: application/json", NULL};
     s_refresh_token(k);
+    lisa_http_request_t base = {.timeout_ms = S_TIMEOUT_MS,
+                                .connect_timeout_ms = S_CONNECT_MS,
+                                .ca_file = *k->ca_file ? k->ca_file : NULL,
+                                .bearer_token = k->token,
+                                .max_response = S_MAX_REPLY};
     char *url = s_url(k, path);
-    lisa_http_request_t req = {
-        .method = method,
-        .url = url,
-        .headers = body ? with_body : without,
-        .body = body,
-        .body_len = body ? strlen(body) : 0,
-        .timeout_ms = S_TIMEOUT_MS,
-        .connect_timeout_ms = S_CONNECT_MS,
-        .ca_file = *k->ca_file ? k->ca_file : NULL,
-        .bearer_token = k->token,
-        .max_response = S_MAX_REPLY,
-    };
-    lisa_rc_t rc = lisa_http_client_send(k->http, &req, done, arg, NULL);
+    lisa_rc_t rc = ctl_op_send_json(k->http, &base, "k8s", method, url, path,
+                                    body, done, arg);
     lisa_free(&url);
-    if (rc != LISA_OK)
-        lisa_log_warn("k8s: %s %s not sent: %s", method, path, lisa_rc_str(rc));
     return rc;
 }
 
@@ -437,48 +388,28 @@ s_watch_start(s_k8s_t *k)
 
 /* ---- ping -------------------------------------------------------------- */
 
-typedef struct {
-    s_op_t op;
-    s_k8s_t *k;
-    ctl_rc_fn *done;
-    void *arg;
-} s_rc_op_t;
-
-static void
-s_rc_end(s_rc_op_t *o, lisa_rc_t rc)
-{
-    ctl_rc_fn *done = o->done;
-    void *arg = o->arg;
-    s_op_end(&o->op);
-    done(arg, rc);
-}
-
 static void
 s_on_ping(lisa_http_response_t *r, void *arg)
 {
-    s_rc_op_t *o = arg;
-    lisa_rc_t rc = s_call_rc(o->k, r, "ping");
+    ctl_op_rc_t *o = arg;
+    lisa_rc_t rc = s_call_rc(o->impl, r, "ping");
     if (rc == LISA_OK && lisa_http_response_status(r) != 200)
         rc = LISA_UNAVAILABLE;
-    s_rc_end(o, rc);
+    ctl_op_rc_end(o, rc);
 }
 
 static void
 s_ping_async(void *impl, ctl_rc_fn *done, void *arg)
 {
     s_k8s_t *k = impl;
-    s_rc_op_t *o = lisa_calloc(1, sizeof *o);
-    o->k = k;
-    o->done = done;
-    o->arg = arg;
-    s_op_link(k, &o->op, s_free_plain);
+    ctl_op_rc_t *o = ctl_op_rc_new(&k->ops, k, done, arg);
     size_t n = strlen(k->ns) + 64;
     char *path = lisa_malloc(n);
     snprintf(path, n, "/apis/batch/v1/namespaces/%s/jobs?limit=1", k->ns);
     lisa_rc_t rc = s_send(k, "GET", path, NULL, s_on_ping, o);
     lisa_free(&path);
     if (rc != LISA_OK)
-        s_rc_end(o, LISA_UNAVAILABLE);
+        ctl_op_rc_end(o, LISA_UNAVAILABLE);
 }
 
 /* ---- pods ------------------------------------------------------------ */
@@ -543,7 +474,7 @@ typedef struct {
 } s_pod_ask_t;
 
 struct s_list_op {
-    s_op_t op;
+    ctl_op_t op;
     s_k8s_t *k;
     s_pod_ask_t *asks;
     size_t left;
@@ -552,7 +483,7 @@ struct s_list_op {
 };
 
 static void
-s_list_free(s_op_t *op)
+s_list_free(ctl_op_t *op)
 {
     s_list_op_t *o = (s_list_op_t *) op;
     lisa_free(&o->asks);
@@ -567,7 +498,7 @@ s_list_end(s_list_op_t *o, lisa_rc_t rc)
     s_k8s_t *k = o->k;
     ctl_list_fn *done = o->done;
     void *arg = o->arg;
-    s_op_end(&o->op);
+    ctl_op_end(&o->op);
     if (rc != LISA_OK) {
         done(arg, rc, NULL, 0);
         return;
@@ -697,7 +628,7 @@ s_list_async(void *impl, ctl_list_fn *done, void *arg)
     o->k = k;
     o->done = done;
     o->arg = arg;
-    s_op_link(k, &o->op, s_list_free);
+    ctl_op_link(&k->ops, &o->op, s_list_free);
     if (k->synced) {
         s_list_pods(o);
         return;
@@ -744,7 +675,7 @@ s_job_body(const ctl_k8s_cfg_t *c, const char *selector, const ctl_spec_t *sp)
     snprintf(num, sizeof num, "%" PRIu64, sp->deadline_ms);
     json_object_set_new(ann, "lisa/deadline-ms", json_string(num));
 
-    uint64_t now = ctl_wall_ms();
+    uint64_t now = lisa_clock_wall_ms();
     json_int_t active = sp->deadline_ms > now
                             ? (json_int_t) ((sp->deadline_ms - now) / 1000 + 1)
                             : 1;
@@ -810,55 +741,11 @@ s_job_body(const ctl_k8s_cfg_t *c, const char *selector, const ctl_spec_t *sp)
 
 /* ---- starts ----------------------------------------------------------- */
 
-typedef struct s_start_op s_start_op_t;
-
-typedef struct {
-    s_start_op_t *op;
-    char name[CTL_NAME_MAX];
-    char rollout_id[CTL_ID_MAX];
-    unsigned attempt;
-} s_start_item_t;
-
-struct s_start_op {
-    s_op_t op;
-    s_k8s_t *k;
-    s_start_item_t *items;
-    lisa_rc_t *rcs;
-    size_t n, left;
-    ctl_rcs_fn *done;
-    void *arg;
-};
-
-static void
-s_start_free(s_op_t *op)
-{
-    s_start_op_t *o = (s_start_op_t *) op;
-    lisa_free(&o->items);
-    lisa_free(&o->rcs);
-    lisa_free(&o);
-}
-
-static void
-s_start_item_end(s_start_op_t *o)
-{
-    if (--o->left > 0)
-        return;
-    ctl_rcs_fn *done = o->done;
-    void *arg = o->arg;
-    lisa_rc_t *rcs = o->rcs;
-    size_t n = o->n;
-    o->rcs = NULL;
-    s_op_end(&o->op);
-    done(arg, rcs, n);
-    lisa_free(&rcs);
-}
-
 static void
 s_on_created(lisa_http_response_t *r, void *arg)
 {
-    s_start_item_t *it = arg;
-    s_start_op_t *o = it->op;
-    s_k8s_t *k = o->k;
+    ctl_op_start_item_t *it = arg;
+    s_k8s_t *k = it->op->impl;
     lisa_rc_t rc = s_call_rc(k, r, "create job");
     long status = lisa_http_response_status(r);
     const char *body = lisa_http_response_body(r, NULL);
@@ -881,8 +768,7 @@ s_on_created(lisa_http_response_t *r, void *arg)
                                                 : LISA_UNAVAILABLE;
         }
     }
-    o->rcs[it - o->items] = rc;
-    s_start_item_end(o);
+    ctl_op_start_item_end(it, rc);
 }
 
 /* Every Job of the batch created at once. */
@@ -891,15 +777,7 @@ s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
               void *arg)
 {
     s_k8s_t *k = impl;
-    s_start_op_t *o = lisa_calloc(1, sizeof *o);
-    o->k = k;
-    o->n = n;
-    o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
-    o->rcs = lisa_calloc(n ? n : 1, sizeof *o->rcs);
-    o->done = done;
-    o->arg = arg;
-    o->left = n + 1; /* + 1: this function's own hold */
-    s_op_link(k, &o->op, s_start_free);
+    ctl_op_start_t *o = ctl_op_start_new(&k->ops, k, specs, n, done, arg);
     ctl_k8s_cfg_t c = {.image = k->image,
                        .gateway_url = k->gateway_url,
                        .proxy_url = k->proxy_url,
@@ -909,12 +787,7 @@ s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
     char *path = lisa_malloc(pn);
     snprintf(path, pn, "/apis/batch/v1/namespaces/%s/jobs", k->ns);
     for (size_t i = 0; i < n; i++) {
-        s_start_item_t *it = &o->items[i];
-        it->op = o;
-        snprintf(it->name, sizeof it->name, "%s", specs[i].name);
-        snprintf(it->rollout_id, sizeof it->rollout_id, "%s",
-                 specs[i].rollout_id);
-        it->attempt = specs[i].attempt;
+        ctl_op_start_item_t *it = &o->items[i];
         json_t *job = s_job_body(&c, k->selector_value, &specs[i]);
         char *body = job ? json_dumps(job, JSON_COMPACT) : NULL;
         json_decref(job);
@@ -924,68 +797,28 @@ s_start_async(void *impl, const ctl_spec_t *specs, size_t n, ctl_rcs_fn *done,
         else
             rc = s_send(k, "POST", path, body, s_on_created, it);
         free(body);
-        if (rc != LISA_OK) {
-            o->rcs[i] = body ? LISA_UNAVAILABLE : LISA_ERR;
-            o->left--;
-        }
+        if (rc != LISA_OK)
+            ctl_op_start_item_end(it, body ? LISA_UNAVAILABLE : LISA_ERR);
     }
     lisa_free(&path);
-    s_start_item_end(o);
+    ctl_op_start_release(o); /* this function's own hold */
 }
 
 /* ---- removals ---------------------------------------------------------- */
 
-typedef struct s_remove_op s_remove_op_t;
-
-typedef struct {
-    s_remove_op_t *op;
-    char name[CTL_NAME_MAX];
-} s_remove_item_t;
-
-struct s_remove_op {
-    s_op_t op;
-    s_k8s_t *k;
-    s_remove_item_t *items;
-    size_t left;
-    lisa_rc_t rc;
-    ctl_rc_fn *done;
-    void *arg;
-};
-
-static void
-s_remove_free(s_op_t *op)
-{
-    s_remove_op_t *o = (s_remove_op_t *) op;
-    lisa_free(&o->items);
-    lisa_free(&o);
-}
-
-static void
-s_remove_item_end(s_remove_op_t *o)
-{
-    if (--o->left > 0)
-        return;
-    ctl_rc_fn *done = o->done;
-    void *arg = o->arg;
-    lisa_rc_t rc = o->rc;
-    s_op_end(&o->op);
-    done(arg, rc);
-}
-
 static void
 s_on_removed(lisa_http_response_t *r, void *arg)
 {
-    s_remove_item_t *it = arg;
-    s_remove_op_t *o = it->op;
-    lisa_rc_t rc = s_call_rc(o->k, r, "delete job");
+    ctl_op_item_t *it = arg;
+    ctl_op_remove_t *o = it->op;
+    s_k8s_t *k = o->base.impl;
+    lisa_rc_t rc = s_call_rc(k, r, "delete job");
     long status = lisa_http_response_status(r);
     if (rc == LISA_OK && status >= 300 && status != 404)
         rc = LISA_ERR;
     if (rc == LISA_OK)
-        s_forget(o->k, it->name); /* 404: gone already */
-    else
-        o->rc = rc;
-    s_remove_item_end(o);
+        s_forget(k, it->name); /* 404: gone already */
+    ctl_op_remove_item_end(o, rc);
 }
 
 static void
@@ -993,18 +826,9 @@ s_remove_async(void *impl, const char *const *names, size_t n, ctl_rc_fn *done,
                void *arg)
 {
     s_k8s_t *k = impl;
-    s_remove_op_t *o = lisa_calloc(1, sizeof *o);
-    o->k = k;
-    o->items = lisa_calloc(n ? n : 1, sizeof *o->items);
-    o->rc = LISA_OK;
-    o->done = done;
-    o->arg = arg;
-    o->left = n + 1; /* + 1: this function's own hold */
-    s_op_link(k, &o->op, s_remove_free);
+    ctl_op_remove_t *o = ctl_op_remove_new(&k->ops, k, names, n, done, arg);
     for (size_t i = 0; i < n; i++) {
-        s_remove_item_t *it = &o->items[i];
-        it->op = o;
-        snprintf(it->name, sizeof it->name, "%s", names[i]);
+        ctl_op_item_t *it = &o->items[i];
         char *esc = ctl_backend_escape(it->name);
         size_t pn = strlen(k->ns) + strlen(esc) + 96;
         char *path = lisa_malloc(pn);
@@ -1013,40 +837,21 @@ s_remove_async(void *impl, const char *const *names, size_t n, ctl_rc_fn *done,
                  "Background",
                  k->ns, esc);
         lisa_free(&esc);
-        if (s_send(k, "DELETE", path, NULL, s_on_removed, it) != LISA_OK) {
-            o->rc = LISA_UNAVAILABLE;
-            o->left--;
-        }
+        if (s_send(k, "DELETE", path, NULL, s_on_removed, it) != LISA_OK)
+            ctl_op_remove_item_end(o, LISA_UNAVAILABLE);
         lisa_free(&path);
     }
-    s_remove_item_end(o);
+    ctl_op_remove_item_end(o, LISA_OK); /* this function's own hold */
 }
 
 /* ---- log tail ---------------------------------------------------------- */
 
-typedef struct {
-    s_op_t op;
-    s_k8s_t *k;
-    char name[CTL_NAME_MAX];
-    ctl_text_fn *done;
-    void *arg;
-} s_tail_op_t;
-
-static void
-s_tail_end(s_tail_op_t *o, const char *text)
-{
-    ctl_text_fn *done = o->done;
-    void *arg = o->arg;
-    s_op_end(&o->op);
-    done(arg, text);
-}
-
 static void
 s_on_log(lisa_http_response_t *r, void *arg)
 {
-    s_tail_op_t *o = arg;
+    ctl_op_tail_t *o = arg;
     char line[1024] = "";
-    if (s_call_rc(o->k, r, "pod log") == LISA_OK &&
+    if (s_call_rc(o->impl, r, "pod log") == LISA_OK &&
         lisa_http_response_status(r) == 200) {
         size_t e = 0;
         const char *body = lisa_http_response_body(r, &e);
@@ -1057,20 +862,20 @@ s_on_log(lisa_http_response_t *r, void *arg)
             start--;
         snprintf(line, sizeof line, "%.*s", (int) (e - start), body + start);
     }
-    s_tail_end(o, line);
+    ctl_op_tail_end(o, line);
 }
 
 static void
 s_on_tail_pod(lisa_http_response_t *r, void *arg)
 {
-    s_tail_op_t *o = arg;
-    s_k8s_t *k = o->k;
+    ctl_op_tail_t *o = arg;
+    s_k8s_t *k = o->impl;
     char pod[256] = "";
     int code;
     bool oom;
     lisa_rc_t rc = s_pod_of(k, r, pod, sizeof pod, &code, &oom);
     if ((rc != LISA_OK && rc != LISA_AGAIN) || !*pod) {
-        s_tail_end(o, "");
+        ctl_op_tail_end(o, "");
         return;
     }
     char *esc = ctl_backend_escape(pod);
@@ -1082,21 +887,16 @@ s_on_tail_pod(lisa_http_response_t *r, void *arg)
     rc = s_send(k, "GET", path, NULL, s_on_log, o);
     lisa_free(&path);
     if (rc != LISA_OK)
-        s_tail_end(o, "");
+        ctl_op_tail_end(o, "");
 }
 
 static void
 s_log_tail_async(void *impl, const char *name, ctl_text_fn *done, void *arg)
 {
     s_k8s_t *k = impl;
-    s_tail_op_t *o = lisa_calloc(1, sizeof *o);
-    o->k = k;
-    snprintf(o->name, sizeof o->name, "%s", name);
-    o->done = done;
-    o->arg = arg;
-    s_op_link(k, &o->op, s_free_plain);
+    ctl_op_tail_t *o = ctl_op_tail_new(&k->ops, k, name, done, arg);
     if (s_pods_send(k, o->name, s_on_tail_pod, o) != LISA_OK)
-        s_tail_end(o, "");
+        ctl_op_tail_end(o, "");
 }
 
 /* ---- the backend ------------------------------------------------------- */
@@ -1119,8 +919,7 @@ s_destroy(void *impl)
 {
     s_k8s_t *k = impl;
     lisa_http_client_destroy(&k->http); /* no callback runs after this */
-    while (k->ops.next != &k->ops)
-        s_op_end(k->ops.next);
+    ctl_op_end_all(&k->ops);
     lisa_free(&k->controller_id);
     lisa_free(&k->api);
     lisa_free(&k->ns);
@@ -1225,7 +1024,7 @@ ctl_k8s_new(const ctl_k8s_cfg_t *cfg, ctl_backend_t *out)
     k->ttl_s = cfg->ttl_s;
     s_label_value(cfg->controller_id, k->selector_value);
     k->line = lisa_malloc(S_MAX_LINE);
-    k->ops.next = k->ops.prev = &k->ops;
+    ctl_op_list_init(&k->ops);
     out->ops = &s_ops;
     out->impl = k;
     return LISA_OK;

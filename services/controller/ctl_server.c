@@ -15,6 +15,7 @@
 
 #include "ctl_outcome.h"
 #include "ctl_rate.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_codec.h"
 #include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
@@ -711,7 +712,7 @@ s_spec_of(ctl_server_t *s, const Lisa__ClaimedAttempt *ca,
         lisa_log_warn("broker: claim without rollout or token; skipped");
         return false;
     }
-    uint64_t now = ctl_wall_ms();
+    uint64_t now = lisa_clock_wall_ms();
     const Lisa__Limits *lim = ca->limits;
     ctl_backend_name(r->rollout_id, ca->attempt, name);
     *spec = (ctl_spec_t){
@@ -1103,7 +1104,7 @@ s_on_list(void *arg, lisa_rc_t rc, const ctl_sandbox_t *list, size_t n)
         return;
     }
     s->wake_ok = true;
-    uint64_t now = ctl_wall_ms();
+    uint64_t now = lisa_clock_wall_ms();
     for (size_t i = 0; i < s->n_recs; i++)
         s->recs[i].seen = false;
     s->pass_open = true;

@@ -9,6 +9,7 @@
 #include "ctl_k8s.h"
 #include "ctl_local.h"
 #include "ctl_server.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_curve.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
@@ -118,7 +119,7 @@ s_print_job(const ctl_config_t *cfg)
 {
     char name[CTL_NAME_MAX];
     ctl_backend_name("example-rollout", 1, name);
-    uint64_t now = ctl_wall_ms();
+    uint64_t now = lisa_clock_wall_ms();
     ctl_spec_t spec = {
         .name = name,
         .controller_id = cfg->controller_id,

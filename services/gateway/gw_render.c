@@ -110,20 +110,7 @@ static void
 s_call(const lisa_toolcall_t *tc, const char *id_prefix, size_t i,
        gw_tool_call_t *call)
 {
-    /* "<id_prefix>_<i>", without printf (every call of every reply) */
-    size_t pn = strnlen(id_prefix, 96);
-    char digits[24];
-    size_t nd = 0;
-    do {
-        digits[nd++] = (char) ('0' + i % 10);
-        i /= 10;
-    } while (i);
-    call->id = lisa_malloc(pn + nd + 2);
-    memcpy(call->id, id_prefix, pn);
-    call->id[pn] = '_';
-    for (size_t k = 0; k < nd; k++)
-        call->id[pn + 1 + k] = digits[nd - 1 - k];
-    call->id[pn + 1 + nd] = '\0';
+    call->id = lisa_toolcall_id(id_prefix, "_", i); /* "<id_prefix>_<i>" */
     call->name = lisa_strdup(tc->name);
     call->arguments = lisa_strdup(tc->arguments);
     char *a = gw_json_dumps(tc->value,

@@ -10,6 +10,7 @@
  */
 #include "rwd_math.h"
 
+#include "lisa/lisa_str.h"
 #include "rwd_expr.h"
 
 #include <ctype.h>
@@ -44,20 +45,6 @@ typedef struct {
 /* ---------------------------------------------------------------------------
  * Small string helpers */
 
-static bool
-s_starts(const char *s, size_t len, const char *lit)
-{
-    size_t l = strlen(lit);
-    return len >= l && memcmp(s, lit, l) == 0;
-}
-
-static bool
-s_ends(const char *s, size_t len, const char *lit)
-{
-    size_t l = strlen(lit);
-    return len >= l && memcmp(s + len - l, lit, l) == 0;
-}
-
 static void
 s_trim(const char **s, size_t *len)
 {
@@ -80,12 +67,12 @@ rwd_math_last_boxed(const char *s, size_t len, size_t *off, size_t *n)
     for (size_t i = len; i-- > 0;) {
         if (s[i] != '\\')
             continue;
-        if (s_starts(s + i, len - i, "\\boxed")) {
+        if (lisa_str_starts(s + i, len - i, "\\boxed")) {
             at = i;
             cmd = 6;
             break;
         }
-        if (s_starts(s + i, len - i, "\\fbox")) {
+        if (lisa_str_starts(s + i, len - i, "\\fbox")) {
             at = i;
             cmd = 5;
             break;
@@ -185,7 +172,7 @@ s_degree_mark(const char *s, size_t len)
         while (j < len && s[j] == ' ')
             j++;
     }
-    if (!s_starts(s + j, len - j, "\\circ"))
+    if (!lisa_str_starts(s + j, len - j, "\\circ"))
         return 0;
     j += 5;
     while (j < len && s[j] == ' ')
@@ -206,8 +193,8 @@ s_strip_delims(const char **s, size_t *len)
         {"$$", "$$"}, {"$", "$"}, {"\\(", "\\)"}, {"\\[", "\\]"}};
     for (size_t k = 0; k < 4; k++) {
         size_t a = strlen(pairs[k][0]), b = strlen(pairs[k][1]);
-        if (*len >= a + b && s_starts(*s, *len, pairs[k][0]) &&
-            s_ends(*s, *len, pairs[k][1])) {
+        if (*len >= a + b && lisa_str_starts(*s, *len, pairs[k][0]) &&
+            lisa_str_ends(*s, *len, pairs[k][1])) {
             *s += a;
             *len -= a + b;
             s_trim(s, len);
@@ -337,7 +324,8 @@ s_normalize(const char *s, size_t len, s_norm_t *o)
             if (S_IN(s_drop_cmds, w, wl)) {
                 i = j;
                 if ((wl == 4 || wl == 5) && i < len && s[i] == '.' &&
-                    (s_starts(w, wl, "left") || s_starts(w, wl, "right")))
+                    (lisa_str_starts(w, wl, "left") ||
+                     lisa_str_starts(w, wl, "right")))
                     i++;
                 continue;
             }
@@ -351,9 +339,9 @@ s_normalize(const char *s, size_t len, s_norm_t *o)
                 i = j;
                 continue;
             }
-            if (wl == 5 &&
-                (s_starts(w, wl, "dfrac") || s_starts(w, wl, "tfrac") ||
-                 s_starts(w, wl, "cfrac"))) {
+            if (wl == 5 && (lisa_str_starts(w, wl, "dfrac") ||
+                            lisa_str_starts(w, wl, "tfrac") ||
+                            lisa_str_starts(w, wl, "cfrac"))) {
                 s_puts(o, "\\frac");
                 i = j;
                 continue;
@@ -493,7 +481,7 @@ s_rhs(const char **s, size_t *len)
         if ((*s)[i] == '=') {
             cut = i + 1;
             found = true;
-        } else if (s_starts(*s + i, *len - i, "\\approx")) {
+        } else if (lisa_str_starts(*s + i, *len - i, "\\approx")) {
             cut = i + 7;
             found = true;
         }
@@ -577,7 +565,7 @@ s_split(const char *s, size_t len, s_struct_t *st)
         bool uni = false;
         for (size_t i = 0; i < len; i += w) {
             depth += s_bracket(s, len, i, &w);
-            if (depth == 0 && s_starts(s + i, len - i, "\\cup")) {
+            if (depth == 0 && lisa_str_starts(s + i, len - i, "\\cup")) {
                 if (st->n == RWD_MATH_MAX_ITEMS)
                     return false;
                 s_item(&st->items[st->n++], s + last, i - last);
@@ -596,8 +584,8 @@ s_split(const char *s, size_t len, s_struct_t *st)
     }
     const char *in = s;
     size_t inl = len;
-    if (len >= 4 && s_starts(s, len, "\\{") && s_ends(s, len, "\\}") &&
-        s_wraps(s, len)) {
+    if (len >= 4 && lisa_str_starts(s, len, "\\{") &&
+        lisa_str_ends(s, len, "\\}") && s_wraps(s, len)) {
         st->kind = K_SET;
         in = s + 2;
         inl = len - 4;

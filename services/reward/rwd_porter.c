@@ -8,6 +8,8 @@
  */
 #include "rwd_porter.h"
 
+#include "lisa/lisa_str.h"
+
 #include <stdbool.h>
 #include <string.h>
 
@@ -97,13 +99,6 @@ s_cvc(const char *w, size_t n)
     return n == 2 && !s_cons(w, 0) && s_cons(w, 1);
 }
 
-static bool
-s_ends(const char *w, size_t n, const char *suf)
-{
-    size_t l = strlen(suf);
-    return n >= l && memcmp(w + n - l, suf, l) == 0;
-}
-
 static size_t
 s_replace(char *w, size_t n, const char *suf, const char *repl)
 {
@@ -135,7 +130,7 @@ static size_t
 s_rules(char *w, size_t n, const s_rule_t *rules, size_t count)
 {
     for (size_t i = 0; i < count; i++) {
-        if (!s_ends(w, n, rules[i].suffix))
+        if (!lisa_str_ends(w, n, rules[i].suffix))
             continue;
         size_t stem = n - strlen(rules[i].suffix);
         if (s_cond(rules[i].cond, w, n, stem))
@@ -154,7 +149,7 @@ s_step1a(char *w, size_t n)
                                  {"ies", "i", C_NONE},
                                  {"ss", "ss", C_NONE},
                                  {"s", "", C_NONE}};
-    if (n == 4 && s_ends(w, n, "ies"))
+    if (n == 4 && lisa_str_ends(w, n, "ies"))
         return s_replace(w, n, "ies", "ie");
     return S_RULES(w, n, r);
 }
@@ -162,19 +157,20 @@ s_step1a(char *w, size_t n)
 static size_t
 s_step1b(char *w, size_t n)
 {
-    if (s_ends(w, n, "ied"))
+    if (lisa_str_ends(w, n, "ied"))
         return s_replace(w, n, "ied", n == 4 ? "ie" : "i");
-    if (s_ends(w, n, "eed"))
+    if (lisa_str_ends(w, n, "eed"))
         return s_measure(w, n - 3) > 0 ? n - 1 : n;
     size_t stem;
-    if (s_ends(w, n, "ed") && s_has_vowel(w, n - 2))
+    if (lisa_str_ends(w, n, "ed") && s_has_vowel(w, n - 2))
         stem = n - 2;
-    else if (s_ends(w, n, "ing") && s_has_vowel(w, n - 3))
+    else if (lisa_str_ends(w, n, "ing") && s_has_vowel(w, n - 3))
         stem = n - 3;
     else
         return n;
     n = stem;
-    if (s_ends(w, n, "at") || s_ends(w, n, "bl") || s_ends(w, n, "iz")) {
+    if (lisa_str_ends(w, n, "at") || lisa_str_ends(w, n, "bl") ||
+        lisa_str_ends(w, n, "iz")) {
         w[n] = 'e';
         return n + 1;
     }
@@ -213,7 +209,7 @@ s_step2(char *w, size_t n)
         {"iviti", "ive", C_M_GT0},   {"biliti", "ble", C_M_GT0},
         {"fulli", "ful", C_M_GT0},   {"logi", "log", C_LOGI}};
     /* "alli" -> "al" then Step 2 again; terminates: the word shrinks. */
-    while (s_ends(w, n, "alli") && s_measure(w, n - 4) > 0)
+    while (lisa_str_ends(w, n, "alli") && s_measure(w, n - 4) > 0)
         n = s_replace(w, n, "alli", "al");
     return S_RULES(w, n, r);
 }
@@ -251,7 +247,7 @@ s_step5(char *w, size_t n)
         if (m > 1 || (m == 1 && !s_cvc(w, n - 1)))
             n--;
     }
-    if (s_ends(w, n, "ll") && s_measure(w, n - 1) > 1)
+    if (lisa_str_ends(w, n, "ll") && s_measure(w, n - 1) > 1)
         n--;
     return n;
 }

@@ -10,6 +10,7 @@
 
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
+#include "lisa/lisa_unicode.h"
 #include "rwd_ifeval.h"
 #include "rwd_math.h"
 #include "rwd_mc.h"
@@ -124,56 +125,10 @@ rwd_result_clear(rwd_result_t *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Copy of s[0..n) as valid UTF-8 of at most `max` bytes: invalid bytes
- * become '?', and the cut never splits a character. */
-static char *
-s_utf8(const char *s, size_t n, size_t max)
-{
-    const unsigned char *u = (const unsigned char *) s;
-    char *out = lisa_malloc((n < max ? n : max) + 1);
-    size_t w = 0, i = 0;
-    while (i < n) {
-        size_t len = 1;
-        unsigned char c = u[i];
-        if (c >= 0x80) {
-            size_t need = c >= 0xF0 && c <= 0xF4   ? 4
-                          : c >= 0xE0 && c <= 0xEF ? 3
-                          : c >= 0xC2 && c <= 0xDF ? 2
-                                                   : 0;
-            bool ok = need > 0 && i + need <= n;
-            for (size_t k = 1; ok && k < need; k++)
-                ok = (u[i + k] & 0xC0) == 0x80;
-            if (ok && need == 3 && c == 0xE0 && u[i + 1] < 0xA0)
-                ok = false; /* overlong */
-            if (ok && need == 3 && c == 0xED && u[i + 1] >= 0xA0)
-                ok = false; /* surrogate */
-            if (ok && need == 4 && c == 0xF0 && u[i + 1] < 0x90)
-                ok = false;
-            if (ok && need == 4 && c == 0xF4 && u[i + 1] >= 0x90)
-                ok = false;
-            len = ok ? need : 1;
-            if (!ok) {
-                if (w + 1 > max)
-                    break;
-                out[w++] = '?';
-                i++;
-                continue;
-            }
-        }
-        if (w + len > max)
-            break;
-        memcpy(out + w, s + i, len);
-        w += len;
-        i += len;
-    }
-    out[w] = '\0';
-    return out;
-}
-
 static void
 s_set_str(json_t *o, const char *key, const char *s, size_t n)
 {
-    char *v = s_utf8(s, n, RWD_MAX_EXTRACTED);
+    char *v = lisa_utf8_scrub(s, n, RWD_MAX_EXTRACTED);
     json_object_set_new(o, key, json_string(v));
     lisa_free(&v);
 }
@@ -219,7 +174,7 @@ s_rule_math(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     bool eq = rwd_math_equal(gold, gl, pred, pl, &why);
     r->reward = eq ? 1.0 : 0.0;
     r->rule = "math_equiv";
-    r->extracted = s_utf8(pred, pl, RWD_MAX_EXTRACTED);
+    r->extracted = lisa_utf8_scrub(pred, pl, RWD_MAX_EXTRACTED);
     json_object_set_new(expl, "source", json_string(src));
     s_set_str(expl, "gold", gold, gl);
     json_object_set_new(expl, "how", json_string(why.how));
@@ -330,7 +285,7 @@ s_rule_qa(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     if (rwd_math_equal(in->ground_truth, in->truth_len, pred, pl, &why)) {
         r->reward = 1.0;
         r->rule = "open_equiv";
-        r->extracted = s_utf8(pred, pl, RWD_MAX_EXTRACTED);
+        r->extracted = lisa_utf8_scrub(pred, pl, RWD_MAX_EXTRACTED);
         json_object_set_new(expl, "source", json_string(src));
         json_object_set_new(expl, "how", json_string(why.how));
         return LISA_OK;
@@ -344,7 +299,8 @@ s_rule_qa(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
         return LISA_TIMEOUT;
     }
     r->rule = "rouge_l";
-    r->extracted = s_utf8(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
+    r->extracted =
+        lisa_utf8_scrub(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
     json_object_set_new(expl, "lcs", json_integer((json_int_t) info.lcs));
     json_object_set_new(expl, "target_tokens",
                         json_integer((json_int_t) info.target_tokens));
@@ -396,7 +352,8 @@ s_rule_ifeval(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
                         json_real((double) v.loose_passed / n));
     r->reward = v.loose_passed == v.count ? 1.0 : 0.0;
     r->rule = "ifeval_loose";
-    r->extracted = s_utf8(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
+    r->extracted =
+        lisa_utf8_scrub(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
     rwd_ifeval_destroy(&e);
     return LISA_OK;
 }
@@ -411,8 +368,9 @@ s_rule_judge(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
         return rc;
     const char *q =
         json_string_value(json_object_get(extra, "problem_statement"));
-    char *gold = s_utf8(in->ground_truth, in->truth_len, RWD_MAX_TRUTH);
-    char *cand = s_utf8(in->answer, in->answer_len, RWD_MAX_ANSWER);
+    char *gold =
+        lisa_utf8_scrub(in->ground_truth, in->truth_len, RWD_MAX_TRUTH);
+    char *cand = lisa_utf8_scrub(in->answer, in->answer_len, RWD_MAX_ANSWER);
     char *verdict = NULL;
     double v = 0.0;
     rc = rwd_judge_score(&s->judge, q ? q : "", gold, cand, in->deadline_ms, &v,
@@ -420,7 +378,8 @@ s_rule_judge(const rwd_scorer_t *s, const rwd_input_t *in, json_t *expl,
     if (rc == LISA_OK) {
         r->reward = v;
         r->rule = "judge";
-        r->extracted = s_utf8(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
+        r->extracted =
+            lisa_utf8_scrub(in->answer, in->answer_len, RWD_MAX_EXTRACTED);
         json_object_set_new(expl, "verdict", json_string(verdict));
         json_object_set_new(
             expl, "model",

@@ -57,6 +57,11 @@ typedef struct {
                             * "</tool_call>" (or the end of the text) */
 } lisa_toolcall_t;
 
+/* A call id without printf (once per call of every reply): the first
+ * LISA_TOOLCALL_MAX_PREFIX bytes of prefix, then sep (NULL: none), then i
+ * in decimal. "call_" + 3 gives "call_3". Caller frees. */
+char *lisa_toolcall_id(const char *prefix, const char *sep, size_t i);
+
 /* Parses text[0..len). id_prefix (NULL: "call_") starts every id. NULL
  * only when len exceeds LISA_TOOLCALL_MAX_TEXT. Blocks past
  * LISA_TOOLCALL_MAX_CALLS are one last call with an error. */

@@ -2,14 +2,12 @@
  * lisa_unicode: the few Unicode operations lisa needs, with exactly the
  * semantics of the Rust side of Hugging Face `tokenizers`.
  *
- * - Strict UTF-8 validation (what a Rust `str` accepts: no overlongs, no
- *   surrogates, nothing above U+10FFFF).
+ * - UTF-8 itself (strict validation, lossy decoding): lisa_utf8.h, which
+ *   this header includes.
  * - NFC normalization (ICU underneath).
- * - Lossy UTF-8 decoding that replaces each maximal invalid subpart with
- *   one U+FFFD, as Rust's String::from_utf8_lossy does; decoded token
- *   bytes that split a character must read the same in lisa and in HF.
- * - Clean text at the edges: untrusted bytes made valid and bounded
- *   before they reach a protobuf string or a JSON value.
+ * - Clean text at the edges: untrusted bytes made valid (U+FFFD for
+ *   invalid ones) and bounded before they reach a protobuf string or a
+ *   JSON value.
  * - The GPT-2 "byte-level" alphabet: each byte maps to one printable code
  *   point, which is how byte-level BPE vocabularies spell their tokens.
  */
@@ -17,33 +15,20 @@
 #define LISA_UNICODE_H
 
 #include "lisa/lisa_rc.h"
+#include "lisa/lisa_utf8.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* True when s[0..len) is valid UTF-8 in the strict sense above. */
-bool lisa_utf8_valid(const char *s, size_t len);
-
-/* Decodes one code point of valid UTF-8 at s (len > 0) into *cp; returns
- * its byte length (1..4). Input must have passed lisa_utf8_valid. */
-size_t lisa_utf8_next(const char *s, size_t len, uint32_t *cp);
-
 /* Value of one hexadecimal digit (either case), -1 for any other char. */
 int lisa_hex_digit(char c);
-
-/* Encodes cp (<= 0x10FFFF) into out (4 bytes of room); returns the length. */
-size_t lisa_utf8_put(uint32_t cp, char *out);
 
 /* NFC of valid UTF-8 s[0..len). When s is already NFC, *out is set to NULL
  * (use s as is); otherwise *out is a new NUL-terminated string of *out_len
  * bytes, owned by the caller. LISA_ERR on an ICU failure. */
 lisa_rc_t lisa_utf8_nfc(const char *s, size_t len, char **out,
                         size_t *out_len) LISA_NODISCARD;
-
-/* Replaces invalid UTF-8 in b[0..len) as from_utf8_lossy does; returns a
- * new NUL-terminated string (its length in *out_len), owned by the caller. */
-char *lisa_utf8_lossy(const uint8_t *b, size_t len, size_t *out_len);
 
 /* Text from untrusted bytes for a protobuf string, a JSON value or a log:
  * s[0..len) with invalid UTF-8 replaced as lisa_utf8_lossy does, cut at a

@@ -1,9 +1,11 @@
 /*
  * lisa_toolcall tests. The first test is the usage example.
  */
+#include "lisa/lisa_mem.h"
 #include "lisa/lisa_toolcall.h"
 
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,4 +175,27 @@ Test(lisa_toolcall, keep_malformed_and_positions)
     cr_assert_eq(lisa_toolcalls_get(tc, 1)->end, strlen(cut));
     cr_assert_str_eq(lisa_toolcalls_content(tc), "then <tool_call>{\"na");
     lisa_toolcalls_destroy(&tc);
+}
+
+Test(lisa_toolcall, ids_without_printf)
+{
+    char *id = lisa_toolcall_id("call_", NULL, 0);
+    cr_assert_str_eq(id, "call_0");
+    lisa_free(&id);
+    id = lisa_toolcall_id("chatcmpl-7", "_", 1234567890123ull);
+    cr_assert_str_eq(id, "chatcmpl-7_1234567890123");
+    lisa_free(&id);
+    id = lisa_toolcall_id("", "", SIZE_MAX);
+    char want[32];
+    snprintf(want, sizeof want, "%zu", (size_t) SIZE_MAX);
+    cr_assert_str_eq(id, want);
+    lisa_free(&id);
+    /* the prefix is clipped to LISA_TOOLCALL_MAX_PREFIX bytes */
+    char long_prefix[300];
+    memset(long_prefix, 'p', sizeof long_prefix - 1);
+    long_prefix[sizeof long_prefix - 1] = '\0';
+    id = lisa_toolcall_id(long_prefix, "_", 7);
+    cr_assert_eq(strlen(id), LISA_TOOLCALL_MAX_PREFIX + 2);
+    cr_assert_str_eq(id + LISA_TOOLCALL_MAX_PREFIX, "_7");
+    lisa_free(&id);
 }

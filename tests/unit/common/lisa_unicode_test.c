@@ -26,34 +26,6 @@ Test(lisa_unicode, usage)
     cr_assert_eq(lisa_bytelevel_byte(0x120), ' ');
 }
 
-Test(lisa_unicode, strict_utf8)
-{
-    cr_assert(lisa_utf8_valid("", 0));
-    cr_assert(lisa_utf8_valid("\xf4\x8f\xbf\xbf", 4));
-    cr_assert_not(lisa_utf8_valid("\xf4\x90\x80\x80", 4)); /* > 10FFFF */
-    cr_assert_not(lisa_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-    cr_assert_not(lisa_utf8_valid("\xe0\x80\xaf", 3));     /* overlong */
-    cr_assert_not(lisa_utf8_valid("\xc3", 1));             /* truncated */
-    cr_assert_not(lisa_utf8_valid("\xff", 1));
-}
-
-Test(lisa_unicode, lossy_like_rust)
-{
-    /* one U+FFFD per maximal invalid subpart */
-    size_t n = 0;
-    char *o = lisa_utf8_lossy((const uint8_t *) "a\xe2\x82"
-                                                "b\xf0\x80\xff",
-                              7, &n);
-    cr_assert_str_eq(o, "a\xef\xbf\xbd"
-                        "b\xef\xbf\xbd\xef\xbf\xbd"
-                        "\xef\xbf\xbd");
-    cr_assert_eq(n, strlen(o));
-    lisa_free(&o);
-    o = lisa_utf8_lossy((const uint8_t *) "\xf0\x9f\x8e", 3, &n);
-    cr_assert_str_eq(o, "\xef\xbf\xbd");
-    lisa_free(&o);
-}
-
 Test(lisa_unicode, bytelevel_is_a_bijection)
 {
     bool seen[400] = {0};

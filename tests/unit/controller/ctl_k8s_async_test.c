@@ -8,6 +8,7 @@
  * is the usage example.
  */
 #include "ctl_k8s.h"
+#include "lisa/lisa_clock.h"
 
 #include <criterion/criterion.h>
 #include <czmq.h>
@@ -236,8 +237,8 @@ Test(ctl_k8s_async, a_batch_of_creates_goes_out_at_once)
                                 .rollout_id = ids[i],
                                 .attempt = 1,
                                 .token = "tok",
-                                .created_ms = ctl_wall_ms(),
-                                .deadline_ms = ctl_wall_ms() + 60000,
+                                .created_ms = lisa_clock_wall_ms(),
+                                .deadline_ms = lisa_clock_wall_ms() + 60000,
                                 .cpu_millis = 1000,
                                 .memory_bytes = 1u << 30,
                                 .pids = 64,

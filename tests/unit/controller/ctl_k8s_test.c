@@ -6,6 +6,7 @@
  */
 #include "ctl_backend.h"
 #include "ctl_k8s.h"
+#include "lisa/lisa_clock.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -39,7 +40,7 @@ static const ctl_k8s_cfg_t s_cfg = {.controller_id = "ctl-a",
 Test(ctl_k8s, usage)
 {
     char name[CTL_NAME_MAX];
-    ctl_spec_t sp = s_spec(name, ctl_wall_ms());
+    ctl_spec_t sp = s_spec(name, lisa_clock_wall_ms());
     char *text = ctl_k8s_job_json(&s_cfg, &sp);
     cr_assert_not_null(text);
     json_t *job = json_loads(text, 0, NULL);
@@ -63,7 +64,7 @@ Test(ctl_k8s, usage)
 Test(ctl_k8s, pod_is_isolated)
 {
     char name[CTL_NAME_MAX];
-    ctl_spec_t sp = s_spec(name, ctl_wall_ms());
+    ctl_spec_t sp = s_spec(name, lisa_clock_wall_ms());
     char *text = ctl_k8s_job_json(&s_cfg, &sp);
     json_t *job = json_loads(text, 0, NULL);
     free(text);
@@ -129,7 +130,7 @@ Test(ctl_k8s, pod_is_isolated)
 Test(ctl_k8s, missing_gateway_or_image_is_refused)
 {
     char name[CTL_NAME_MAX];
-    ctl_spec_t sp = s_spec(name, ctl_wall_ms());
+    ctl_spec_t sp = s_spec(name, lisa_clock_wall_ms());
     ctl_k8s_cfg_t c = s_cfg;
     c.gateway_url = "";
     cr_assert_null(ctl_k8s_job_json(&c, &sp));

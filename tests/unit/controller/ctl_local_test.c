@@ -3,6 +3,7 @@
  * example.
  */
 #include "ctl_local.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_mem.h"
 
 #include <criterion/criterion.h>
@@ -63,8 +64,8 @@ s_spec(const char *name, const char *rollout)
                      .rollout_id = rollout,
                      .attempt = 1,
                      .token = "secret-token",
-                     .created_ms = ctl_wall_ms(),
-                     .deadline_ms = ctl_wall_ms() + 60000,
+                     .created_ms = lisa_clock_wall_ms(),
+                     .deadline_ms = lisa_clock_wall_ms() + 60000,
                      .cpu_millis = 1000,
                      .memory_bytes = 1ull << 30,
                      .pids = 64,

@@ -10,6 +10,7 @@
  * sandbox that waits for the late answer is reported only after it.
  */
 #include "ctl_server.h"
+#include "lisa/lisa_clock.h"
 #include "lisa/lisa_codec.h"
 
 #include <criterion/criterion.h>
@@ -75,7 +76,7 @@ s_fake_list(void *impl, ctl_sandbox_t **out, size_t *n)
         f->list_at[f->n_list++] = zclock_mono();
     ctl_sandbox_t *sb = calloc(2, sizeof *sb);
     size_t k = 0;
-    uint64_t now = ctl_wall_ms();
+    uint64_t now = lisa_clock_wall_ms();
     if (f->have_started && !s_removed_locked(f, f->started)) {
         snprintf(sb[k].name, CTL_NAME_MAX, "%s", f->started);
         snprintf(sb[k].controller_id, CTL_ID_MAX, "ctl-t");
