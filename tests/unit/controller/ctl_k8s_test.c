@@ -144,7 +144,7 @@ Test(ctl_k8s, missing_gateway_or_image_is_refused)
 Test(ctl_k8s, packages_mode_names_the_proxy)
 {
     char name[CTL_NAME_MAX];
-    ctl_spec_t sp = s_spec(name, ctl_wall_ms());
+    ctl_spec_t sp = s_spec(name, lisa_clock_wall_ms());
     ctl_k8s_cfg_t cfg = s_cfg;
     cfg.proxy_url = "http://gw:7181";
     char *text = ctl_k8s_job_json(&cfg, &sp);
