@@ -57,6 +57,8 @@ typedef struct s_job {
     size_t cached_tokens; /* prompt positions found in the cache at first
                              admission */
     size_t n_step;        /* tokens fed in the step being built */
+    size_t n_high;        /* positions it had computed when last preempted */
+    uint64_t n_preempt;   /* times it was preempted */
 } s_job_t;
 
 struct trn_engine {
@@ -317,7 +319,7 @@ s_handler(lisa_http_req_t *req, void *arg)
     trn_engine_t *e = arg;
     const char *m = lisa_http_req_method(req), *path = lisa_http_req_path(req);
     if (strcmp(path, "/healthz") == 0 && strcmp(m, "GET") == 0) {
-        char b[1024];
+        char b[1536];
         trn_engine_stats_t st = trn_engine_stats(e);
         pthread_mutex_lock(&e->mu);
         bool paused = e->paused;
@@ -333,7 +335,9 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"steps\":%llu,\"step_tokens_max\":%llu,"
             "\"memory_serve\":%llu,\"memory_train\":%llu,"
             "\"decode_steps\":%llu,\"decode_s\":%.3f,"
-            "\"mixed_steps\":%llu,\"mixed_s\":%.3f}",
+            "\"mixed_steps\":%llu,\"mixed_s\":%.3f,"
+            "\"computed\":%llu,\"recomputed\":%llu,"
+            "\"preempted_max\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -347,7 +351,10 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.mem_serve,
             (unsigned long long) st.mem_train,
             (unsigned long long) st.decode_steps, st.decode_s,
-            (unsigned long long) st.mixed_steps, st.mixed_s);
+            (unsigned long long) st.mixed_steps, st.mixed_s,
+            (unsigned long long) st.computed,
+            (unsigned long long) st.recomputed,
+            (unsigned long long) st.preempted_max);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -504,6 +511,10 @@ s_preempt_youngest(trn_engine_t *e)
 {
     s_job_t *j = e->run[e->n_run - 1];
     s_commit(e, j);
+    if (j->n_cached > j->n_high)
+        j->n_high = j->n_cached;
+    if (++j->n_preempt > e->st.preempted_max)
+        e->st.preempted_max = j->n_preempt;
     s_release_blocks(e, j);
     s_unrun(e, e->n_run - 1);
     j->next = e->qhead;
@@ -691,6 +702,12 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
                 j->req, 500, "server_error", NULL, "generation: %s", err->msg);
             fin = "error";
         } else {
+            e->st.computed += j->n_step;
+            if (j->n_high > j->n_cached) { /* done before its preemption */
+                size_t to = j->n_cached + j->n_step;
+                e->st.recomputed += (to < j->n_high ? to : j->n_high) -
+                                    j->n_cached;
+            }
             j->n_cached += j->n_step;
             s_commit(e, j);
         }
