@@ -57,6 +57,8 @@ typedef struct s_job {
     size_t cached_tokens; /* prompt positions found in the cache at first
                              admission */
     size_t n_step;        /* tokens fed in the step being built */
+    bool shed;            /* queued without holding its cached prefix */
+    size_t passed;        /* admissions that passed it at the queue's head */
     size_t n_high;        /* positions it had computed when last preempted */
     uint64_t n_preempt;   /* times it was preempted */
 } s_job_t;
@@ -337,7 +339,7 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"decode_steps\":%llu,\"decode_s\":%.3f,"
             "\"mixed_steps\":%llu,\"mixed_s\":%.3f,"
             "\"computed\":%llu,\"recomputed\":%llu,"
-            "\"preempted_max\":%llu}",
+            "\"preempted_max\":%llu,\"shed\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -354,7 +356,8 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.mixed_steps, st.mixed_s,
             (unsigned long long) st.computed,
             (unsigned long long) st.recomputed,
-            (unsigned long long) st.preempted_max);
+            (unsigned long long) st.preempted_max,
+            (unsigned long long) st.shed);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -516,6 +519,7 @@ s_preempt_youngest(trn_engine_t *e)
     if (++j->n_preempt > e->st.preempted_max)
         e->st.preempted_max = j->n_preempt;
     s_release_blocks(e, j);
+    j->shed = true; /* its blocks are what the preemption frees */
     s_unrun(e, e->n_run - 1);
     j->next = e->qhead;
     e->qhead = j;
@@ -539,6 +543,8 @@ s_expire(trn_engine_t *e)
             *pp = j->next;
             e->qlen--;
             e->st.timed_out++;
+            if (e->bm)
+                s_release_blocks(e, j);
             lisa_http_req_add_header(j->req, "Retry-After", "5");
             (void) lisa_http_req_respond_error(
                 j->req, 503, "server_error", "engine_busy",
@@ -551,6 +557,56 @@ s_expire(trn_engine_t *e)
         pp = &j->next;
     }
     e->qtail = last;
+}
+
+/* Queued sequences hold their cached prefix (a reference on each block)
+ * so that running sequences' allocations cannot evict it while they wait:
+ * under a plain LRU, a load whose histories together exceed the cache
+ * (conversations re-sending their history each turn) evicts each waiting
+ * history just before it is served, and every turn recomputes all of it.
+ * When blocks run short, the prefixes held by the sequences served last
+ * (the back of the queue) are released first (lock held). */
+static void
+s_pin_queued(trn_engine_t *e)
+{
+    size_t bs = e->geom.block_size;
+    if (e->cfg.no_prefix_cache || e->flush)
+        return;
+    for (s_job_t *j = e->qhead; j; j = j->next) {
+        if (j->shed || j->n_blocks > 0)
+            continue;
+        size_t len = s_len(j); /* at least one position left to compute */
+        size_t hit = trn_blocks_match(
+            e->bm, j->tok, len - 1, (len + bs - 1) / bs, j->blocks, &j->chain);
+        j->n_blocks = j->n_commit = hit;
+        j->n_cached = hit * bs;
+        j->shed = hit == 0; /* nothing to keep: not looked up again */
+    }
+}
+
+/* Releases the held prefix of the queued sequence nearest the back, other
+ * than `keep`; false when none holds one (lock held). */
+static bool
+s_shed_queued(trn_engine_t *e, const s_job_t *keep)
+{
+    s_job_t *last = NULL;
+    for (s_job_t *j = e->qhead; j; j = j->next)
+        if (j != keep && j->n_blocks > 0)
+            last = j;
+    if (!last)
+        return false;
+    s_release_blocks(e, last);
+    last->shed = true;
+    e->st.shed++;
+    return true;
+}
+
+/* Releases every queued sequence's held prefix (lock held). */
+static void
+s_unpin_queued(trn_engine_t *e)
+{
+    for (s_job_t *j = e->qhead; j; j = j->next)
+        s_release_blocks(e, j);
 }
 
 /* Tokens a running sequence feeds this step, within the budget; takes the
@@ -567,6 +623,8 @@ s_plan_running(trn_engine_t *e, size_t i, size_t budget, bool *gone)
         return 0;
     while (!s_grow(e, j, j->n_cached + n)) {
         size_t room = j->n_blocks * e->geom.block_size - j->n_cached;
+        if (s_shed_queued(e, NULL))
+            continue;
         if (want > 1 && room > 0) /* a chunk that fits what it holds */
             return room < n ? room : n;
         if (e->n_run - 1 == i) { /* it is the youngest: it waits */
@@ -579,13 +637,27 @@ s_plan_running(trn_engine_t *e, size_t i, size_t budget, bool *gone)
     return n;
 }
 
-/* Admits the head of the queue if its first chunk fits: the longest
- * cached prefix, then fresh blocks for the chunk. Returns the tokens it
- * feeds this step (0: not admitted) (lock held). */
-static size_t
-s_admit_head(trn_engine_t *e, size_t budget)
+/* Takes queued j (after prev; NULL: the head) out of the queue. */
+static void
+s_dequeue(trn_engine_t *e, s_job_t *prev, s_job_t *j)
 {
-    s_job_t *j = e->qhead;
+    if (prev)
+        prev->next = j->next;
+    else
+        e->qhead = j->next;
+    if (e->qtail == j)
+        e->qtail = prev;
+    j->next = NULL;
+    e->qlen--;
+}
+
+/* Admits queued j (after prev) if its first chunk fits: the longest cached
+ * prefix, then fresh blocks for the chunk; with `shed`, the prefixes held
+ * by the sequences behind it give way. Returns the tokens it feeds this
+ * step (0: not admitted) (lock held). */
+static size_t
+s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
+{
     size_t bs = e->geom.block_size;
     if (!j || budget == 0 || e->n_free_slots == 0)
         return 0;
@@ -593,12 +665,10 @@ s_admit_head(trn_engine_t *e, size_t budget)
         return 0;
     size_t len = s_len(j);
     if (len > e->cap_tokens) { /* the cache shrank below it */
-        e->qhead = j->next;
-        if (!e->qhead)
-            e->qtail = NULL;
-        e->qlen--;
+        s_dequeue(e, prev, j);
         if (j->started)
             e->n_preempted--;
+        s_release_blocks(e, j);
         (void) lisa_http_req_respond_error(
             j->req, 400, "invalid_request_error", "context_length_exceeded",
             "sequence of %zu tokens exceeds the engine's %zu", len,
@@ -606,25 +676,34 @@ s_admit_head(trn_engine_t *e, size_t budget)
         s_job_free(&j);
         return 0;
     }
-    size_t hit = 0;
-    if (!e->cfg.no_prefix_cache) /* at least one position left to compute */
-        hit = trn_blocks_match(e->bm, j->tok, len - 1, (len + bs - 1) / bs,
-                               j->blocks, &j->chain);
-    j->n_blocks = j->n_commit = hit;
-    j->n_cached = hit * bs;
+    if (j->n_blocks == 0 && !e->cfg.no_prefix_cache && !e->flush) {
+        /* at least one position left to compute */
+        size_t hit = trn_blocks_match(
+            e->bm, j->tok, len - 1, (len + bs - 1) / bs, j->blocks, &j->chain);
+        j->n_blocks = j->n_commit = hit;
+        j->n_cached = hit * bs;
+    }
+    size_t hit = j->n_blocks;
     size_t n = len - j->n_cached < budget ? len - j->n_cached : budget;
     size_t need = (j->n_cached + n + bs - 1) / bs - hit;
     /* keep a few blocks for the running decodes' next positions */
     size_t reserve = e->n_run > 0 ? 1 + trn_blocks_total(e->bm) / 100 : 0;
-    if (trn_blocks_available(e->bm) < need + reserve ||
-        !s_grow(e, j, j->n_cached + n)) {
-        s_release_blocks(e, j);
+    while (shed && trn_blocks_available(e->bm) < need + reserve &&
+           s_shed_queued(e, j))
+        ;
+    /* one that found less than half of itself cached, passing the head or
+     * while others run, takes only blocks that hold nothing: what others
+     * released stays for their next turns */
+    size_t avail = trn_blocks_available(e->bm);
+    if (!shed && 2 * j->n_cached < len)
+        avail = trn_blocks_stats(e->bm).free;
+    if (avail < need + reserve || !s_grow(e, j, j->n_cached + n)) {
+        while (j->n_blocks > hit) /* it keeps holding its prefix */
+            trn_blocks_release(e->bm, j->blocks[--j->n_blocks]);
         return 0;
     }
-    e->qhead = j->next;
-    if (!e->qhead)
-        e->qtail = NULL;
-    e->qlen--;
+    j->shed = false;
+    s_dequeue(e, prev, j);
     if (j->started) {
         e->n_preempted--;
     } else {
@@ -635,9 +714,32 @@ s_admit_head(trn_engine_t *e, size_t budget)
         e->st.cached_tokens += j->n_cached;
     }
     j->slot = e->free_slots[--e->n_free_slots];
-    j->next = NULL;
     e->run[e->n_run++] = j;
     return n;
+}
+
+/* Admits one queued sequence (lock held): the head when its first chunk
+ * fits. When it does not, a later sequence that holds its cached prefix
+ * and fits without taking anyone's may pass it, up to max_seqs times;
+ * then, or when nothing runs, the head goes first and the prefixes held
+ * behind it give way. Returns the tokens the admitted one feeds. */
+static size_t
+s_admit_next(trn_engine_t *e, size_t budget)
+{
+    s_job_t *h = e->qhead;
+    if (!h || budget == 0 || e->n_free_slots == 0)
+        return 0;
+    bool first = e->n_run == 0 || h->passed >= e->geom.max_seqs;
+    size_t k = s_admit(e, NULL, h, budget, first);
+    if (k > 0 || first || e->qhead != h)
+        return k;
+    for (s_job_t *p = h; p->next; p = p->next)
+        if (p->next->n_blocks > 0 &&
+            (k = s_admit(e, p, p->next, budget, false)) > 0) {
+            h->passed++;
+            return k;
+        }
+    return 0;
 }
 
 /* Builds the next step into seqs (lock held): decodes and chunks of the
@@ -647,9 +749,11 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
 {
     size_t budget = e->geom.max_tokens, n = 0;
     if (e->flush && e->n_run == 0) {
+        s_unpin_queued(e); /* they hold the old weights' keys */
         trn_blocks_flush(e->bm);
         e->flush = false;
     }
+    s_pin_queued(e);
     for (size_t i = 0; i < e->n_run;) {
         bool gone = false;
         size_t k = s_plan_running(e, i, budget, &gone);
@@ -660,7 +764,7 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
         i++;
     }
     while (!e->flush && e->n_run < e->geom.max_seqs) {
-        size_t k = s_admit_head(e, budget);
+        size_t k = s_admit_next(e, budget);
         if (k == 0)
             break;
         e->run[e->n_run - 1]->n_step = k;
@@ -705,8 +809,8 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
             e->st.computed += j->n_step;
             if (j->n_high > j->n_cached) { /* done before its preemption */
                 size_t to = j->n_cached + j->n_step;
-                e->st.recomputed += (to < j->n_high ? to : j->n_high) -
-                                    j->n_cached;
+                e->st.recomputed +=
+                    (to < j->n_high ? to : j->n_high) - j->n_cached;
             }
             j->n_cached += j->n_step;
             s_commit(e, j);
@@ -972,6 +1076,7 @@ s_close_cache(trn_engine_t *e)
 {
     trn_err_t err = {{0}};
     pthread_mutex_lock(&e->mu);
+    s_unpin_queued(e);
     trn_blocks_t *bm = e->bm;
     e->bm = NULL;
     pthread_mutex_unlock(&e->mu);

@@ -82,6 +82,8 @@ typedef struct {
     uint64_t recomputed;    /* ... that their sequence had computed before
                                a preemption (not found in the cache) */
     uint64_t preempted_max; /* most preemptions of one sequence */
+    uint64_t shed;          /* queued sequences that released their held
+                               prefix for others' blocks */
     uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
                                            and steps with prompt chunks */
     double decode_s, mixed_s;           /* their time in the backend */

@@ -594,17 +594,20 @@ Test(trn_engine, running_out_of_blocks_preempts_and_every_call_completes)
  * sampled tokens a turn, then O observation tokens and the whole history
  * sent again (the shape of bench/engine/agent_load.py, scaled down). The
  * conversations end at 252 positions each, 4032 in all, over a cache of
- * 2520 (1.6 times less): sequences must be preempted, but each must finish
- * and the positions recomputed because of preemptions must stay a small
- * share of the new ones. */
+ * 2520 (1.6 times less): in the last turns not every history fits. Every
+ * conversation must finish, and the positions computed beyond the
+ * histories' own (histories evicted and recomputed, sequences preempted
+ * and recomputed) must stay below the histories' size. Under a plain LRU
+ * with first-come-first-served admission each history was evicted just
+ * before its next turn was served and 3.4 times that was recomputed. */
 enum {
     S_AC = 16,
     S_AT = 12,
-    S_AP = 24,
-    S_AG = 12,
-    S_AO = 8,
+    S_AP = 16,
+    S_AG = 16,
+    S_AO = 4,
     S_ABS = 8,
-    S_AEND = S_AP + S_AT * S_AG + (S_AT - 1) * S_AO /* 256 */
+    S_AEND = S_AP + S_AT * S_AG + (S_AT - 1) * S_AO /* 252 */
 };
 
 typedef struct {
@@ -637,12 +640,6 @@ s_conv(void *arg)
             json_decref(j);
             break;
         }
-        if (getenv("DBG"))
-            fprintf(stderr, "DBG c%d t%d n=%zu cached=%lld\n", cv->c, t, n,
-                    (long long) json_integer_value(json_object_get(
-                        json_object_get(json_object_get(j, "usage"),
-                                        "prompt_tokens_details"),
-                        "cached_tokens")));
         for (size_t i = 0; i < S_AG; i++)
             h[n++] = (int32_t) json_integer_value(json_array_get(ids, i));
         json_decref(j);
@@ -681,7 +678,7 @@ Test(trn_engine, an_agent_load_over_a_small_cache_finishes_without_thrashing,
     trn_engine_cfg_t ec = {.address = "127.0.0.1",
                            .max_batch = S_AC,
                            .block_size = S_ABS,
-                           .max_step_tokens = getenv("STEP") ? (size_t) atoi(getenv("STEP")) : 256,
+                           .max_step_tokens = 256,
                            .seed = 1};
     ec.kv_bytes = blocks * 2 *
                   (size_t) s_b->ops->config(s_b)->num_hidden_layers * S_ABS *
@@ -698,27 +695,31 @@ Test(trn_engine, an_agent_load_over_a_small_cache_finishes_without_thrashing,
     for (int c = 0; c < S_AC; c++)
         pthread_join(th[c], NULL);
     trn_engine_stats_t st = trn_engine_stats(e);
-    cr_log_info("agent load: %zu blocks, %llu positions computed, %llu "
-                "recomputed after preemptions, %llu preemptions (at most "
-                "%llu of one sequence), %llu of %llu prompt tokens cached, "
-                "%llu steps",
-                blocks, (unsigned long long) st.computed,
-                (unsigned long long) st.recomputed,
-                (unsigned long long) st.preemptions,
-                (unsigned long long) st.preempted_max,
-                (unsigned long long) st.cached_tokens,
-                (unsigned long long) st.prompt_tokens,
-                (unsigned long long) st.steps);
+    cr_log_info(
+        "agent load: %zu blocks, %llu positions computed, %llu "
+        "recomputed after preemptions, %llu preemptions (at most "
+        "%llu of one sequence), %llu of %llu prompt tokens cached, "
+        "%llu steps",
+        blocks, (unsigned long long) st.computed,
+        (unsigned long long) st.recomputed, (unsigned long long) st.preemptions,
+        (unsigned long long) st.preempted_max,
+        (unsigned long long) st.cached_tokens,
+        (unsigned long long) st.prompt_tokens, (unsigned long long) st.steps);
     for (int c = 0; c < S_AC; c++)
         cr_assert_eq(cv[c].turns, S_AT, "conversation %d: %d: %s", c,
                      cv[c].status, cv[c].out);
     cr_assert_eq(st.kv_blocks, blocks);
     cr_assert_eq(st.completed, S_AC * S_AT);
-    cr_assert_gt(st.preemptions, 0); /* the load did press on the cache */
-    cr_assert_lt(st.recomputed * 2, st.computed - st.recomputed,
-                 "%llu of %llu positions recomputed",
-                 (unsigned long long) st.recomputed,
-                 (unsigned long long) st.computed);
+    /* each position of each history once: all but the last sampled */
+    uint64_t own = S_AC * (S_AEND - 1);
+    cr_assert_geq(st.computed, own);
+    cr_assert_lt(st.computed - own, own, "%llu positions for %llu",
+                 (unsigned long long) st.computed, (unsigned long long) own);
+    /* preemptions are rare and cheap: no sequence is preempted again and
+     * again */
+    cr_assert_lt(st.recomputed * 10, own, "%llu recomputed",
+                 (unsigned long long) st.recomputed);
+    cr_assert_leq(st.preempted_max, 3);
     trn_engine_destroy(&e);
     s_b->ops = s_fast_ops;
 }
