@@ -26,6 +26,9 @@
 #define S_MAX_STOP_STR 16u                  /* stop strings a request */
 #define S_STOP_STR_LEN 256u                 /* bytes a stop string */
 #define S_TAIL         (2 * S_STOP_STR_LEN) /* decoded bytes kept */
+#define S_KEEP_MS                                                              \
+    1000u /* a sequence's released blocks are kept from                        \
+             recomputing sequences this long */
 
 typedef struct s_job {
     struct s_job *next; /* waiting queue */
@@ -692,11 +695,14 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
            s_shed_queued(e, j))
         ;
     /* one that found less than half of itself cached, passing the head or
-     * while others run, takes only blocks that hold nothing: what others
-     * released stays for their next turns */
+     * while others run, does not evict what finished sequences released in
+     * the last S_KEEP_MS: their next turns are on their way */
     size_t avail = trn_blocks_available(e->bm);
-    if (!shed && 2 * j->n_cached < len)
-        avail = trn_blocks_stats(e->bm).free;
+    if (!shed && 2 * j->n_cached < len) {
+        uint64_t now = s_now_ms();
+        avail = trn_blocks_available_before(
+            e->bm, now > S_KEEP_MS ? now - S_KEEP_MS : 0, need + reserve);
+    }
     if (avail < need + reserve || !s_grow(e, j, j->n_cached + n)) {
         while (j->n_blocks > hit) /* it keeps holding its prefix */
             trn_blocks_release(e->bm, j->blocks[--j->n_blocks]);
@@ -753,6 +759,7 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
         trn_blocks_flush(e->bm);
         e->flush = false;
     }
+    trn_blocks_set_now(e->bm, s_now_ms());
     s_pin_queued(e);
     for (size_t i = 0; i < e->n_run;) {
         bool gone = false;
