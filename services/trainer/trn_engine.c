@@ -96,6 +96,8 @@ struct trn_engine {
     uint64_t state_seq; /* bumped by pause / resume; the registration
                            thread re-registers when it moved */
     uint64_t seed_ctr;
+    double hit_share; /* the cached share of admitted sequences, a moving
+                         average over about the last ten */
     trn_engine_stats_t st;
 };
 
@@ -694,11 +696,12 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
     while (shed && trn_blocks_available(e->bm) < need + reserve &&
            s_shed_queued(e, j))
         ;
-    /* one that found less than half of itself cached, passing the head or
-     * while others run, does not evict what finished sequences released in
-     * the last S_KEEP_MS: their next turns are on their way */
+    /* where requests mostly find themselves cached (conversations), one
+     * that found less than half of itself, passing the head or while
+     * others run, does not evict what finished sequences released in the
+     * last S_KEEP_MS: their next turns are on their way */
     size_t avail = trn_blocks_available(e->bm);
-    if (!shed && 2 * j->n_cached < len) {
+    if (!shed && 2 * j->n_cached < len && e->hit_share >= 0.5) {
         uint64_t now = s_now_ms();
         avail = trn_blocks_available_before(
             e->bm, now > S_KEEP_MS ? now - S_KEEP_MS : 0, need + reserve);
@@ -710,6 +713,7 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
     }
     j->shed = false;
     s_dequeue(e, prev, j);
+    e->hit_share += 0.1 * ((double) j->n_cached / (double) len - e->hit_share);
     if (j->started) {
         e->n_preempted--;
     } else {
