@@ -27,6 +27,8 @@ struct trn_blocks {
     int32_t *tokens;      /* [n][bs] */
     int32_t *prev, *next; /* cached list */
     int32_t head, tail;   /* cold end, warm end */
+    uint64_t *stamp;      /* when each cached block was released */
+    uint64_t now;         /* the stamp releases take */
     int32_t *stack;       /* free stack */
     size_t n_free, n_cached;
     int32_t *table; /* hash table of block ids, S_NONE empty */
@@ -61,6 +63,7 @@ trn_blocks_new(size_t n_blocks, size_t block_size)
     bm->prev = lisa_calloc(n_blocks, sizeof *bm->prev);
     bm->next = lisa_calloc(n_blocks, sizeof *bm->next);
     bm->stack = lisa_calloc(n_blocks, sizeof *bm->stack);
+    bm->stamp = lisa_calloc(n_blocks, sizeof *bm->stamp);
     size_t cap = 16;
     while (cap < 2 * n_blocks)
         cap <<= 1;
@@ -90,6 +93,7 @@ trn_blocks_destroy(trn_blocks_t **bmp)
     lisa_free(&bm->prev);
     lisa_free(&bm->next);
     lisa_free(&bm->stack);
+    lisa_free(&bm->stamp);
     lisa_free(&bm->table);
     lisa_free(bmp);
 }
@@ -98,6 +102,26 @@ size_t
 trn_blocks_available(const trn_blocks_t *bm)
 {
     return bm->n_free + bm->n_cached;
+}
+
+void
+trn_blocks_set_now(trn_blocks_t *bm, uint64_t now)
+{
+    if (now > bm->now)
+        bm->now = now;
+}
+
+size_t
+trn_blocks_available_before(const trn_blocks_t *bm, uint64_t before,
+                            size_t enough)
+{
+    size_t k = bm->n_free;
+    /* the list runs from the earliest release to the latest */
+    for (int32_t id = bm->head;
+         k < enough && id != S_NONE && bm->stamp[id] < before;
+         id = bm->next[id])
+        k++;
+    return k;
 }
 
 size_t
@@ -289,9 +313,10 @@ trn_blocks_release(trn_blocks_t *bm, int32_t id)
         return;
     if (--bm->ref[id] > 0)
         return;
-    if (bm->committed[id])
+    if (bm->committed[id]) {
+        bm->stamp[id] = bm->now;
         s_list_push_warm(bm, id);
-    else
+    } else
         bm->stack[bm->n_free++] = id;
 }
 

@@ -48,6 +48,17 @@ void trn_blocks_destroy(trn_blocks_t **bm);
 /* Blocks an allocation may take now (free plus evictable cached). */
 size_t trn_blocks_available(const trn_blocks_t *bm);
 size_t trn_blocks_total(const trn_blocks_t *bm);
+
+/* The time (any non-decreasing count: milliseconds, steps) that releases
+ * from now on record; earlier values are ignored. */
+void trn_blocks_set_now(trn_blocks_t *bm, uint64_t now);
+
+/* Blocks an allocation may take without evicting a block released at or
+ * after time `before`: free ones, then cached ones from the cold end that
+ * were released earlier (the allocations take them in that order).
+ * Counting stops at `enough`. */
+size_t trn_blocks_available_before(const trn_blocks_t *bm, uint64_t before,
+                                   size_t enough);
 size_t trn_blocks_size(const trn_blocks_t *bm);
 
 /* The longest run of committed blocks that holds tokens[0 .. k*bs) for

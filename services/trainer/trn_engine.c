@@ -27,6 +27,9 @@
 #define S_MAX_STOP_STR 16u                  /* stop strings a request */
 #define S_STOP_STR_LEN 256u                 /* bytes a stop string */
 #define S_TAIL         (2 * S_STOP_STR_LEN) /* decoded bytes kept */
+#define S_KEEP_MS                                                              \
+    1000u /* a sequence's released blocks are kept from                        \
+             recomputing sequences this long */
 #define S_MAX_N        64u                  /* choices a request (`n`) */
 
 /* One completion request: its n choices, each a sequence (job), answered
@@ -73,6 +76,10 @@ typedef struct s_job {
     size_t cached_tokens; /* prompt positions found in the cache at first
                              admission */
     size_t n_step;        /* tokens fed in the step being built */
+    bool shed;            /* queued without holding its cached prefix */
+    size_t passed;        /* admissions that passed it at the queue's head */
+    size_t n_high;        /* positions it had computed when last preempted */
+    uint64_t n_preempt;   /* times it was preempted */
 } s_job_t;
 
 struct trn_engine {
@@ -105,6 +112,8 @@ struct trn_engine {
     uint64_t state_seq; /* bumped by pause / resume; the registration
                            thread re-registers when it moved */
     uint64_t seed_ctr;
+    double hit_share; /* the cached share of admitted sequences, a moving
+                         average over about the last ten */
     trn_engine_stats_t st;
 };
 
@@ -379,7 +388,9 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"decode_steps\":%llu,\"decode_s\":%.3f,"
             "\"mixed_steps\":%llu,\"mixed_s\":%.3f,"
             "\"tokens_prefilled\":%llu,\"tokens_generated\":%llu,"
-            "\"shared_tokens\":%llu,\"completed\":%llu}",
+            "\"shared_tokens\":%llu,\"completed\":%llu,"
+            "\"computed\":%llu,\"recomputed\":%llu,"
+            "\"preempted_max\":%llu,\"shed\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -397,7 +408,11 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.tokens_prefilled,
             (unsigned long long) st.tokens_generated,
             (unsigned long long) st.shared_tokens,
-            (unsigned long long) st.completed);
+            (unsigned long long) st.completed,
+            (unsigned long long) st.computed,
+            (unsigned long long) st.recomputed,
+            (unsigned long long) st.preempted_max,
+            (unsigned long long) st.shed);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -606,7 +621,12 @@ s_preempt_youngest(trn_engine_t *e)
 {
     s_job_t *j = e->run[e->n_run - 1];
     s_commit(e, j);
+    if (j->n_cached > j->n_high)
+        j->n_high = j->n_cached;
+    if (++j->n_preempt > e->st.preempted_max)
+        e->st.preempted_max = j->n_preempt;
     s_release_blocks(e, j);
+    j->shed = true; /* its blocks are what the preemption frees */
     s_unrun(e, e->n_run - 1);
     j->next = e->qhead;
     e->qhead = j;
@@ -630,6 +650,8 @@ s_expire(trn_engine_t *e)
             e->qlen--;
             if (j->started)
                 e->n_preempted--;
+            if (e->bm) /* a queued sequence may hold its prefix */
+                s_release_blocks(e, j);
             s_job_done(e, &j, NULL);
             continue;
         }
@@ -638,6 +660,8 @@ s_expire(trn_engine_t *e)
             *pp = j->next;
             e->qlen--;
             e->st.timed_out++;
+            if (e->bm)
+                s_release_blocks(e, j);
             lisa_http_req_add_header(j->rq->req, "Retry-After", "5");
             s_fail(j, 503, "engine_busy",
                    "waited %llu ms for room in the engine",
@@ -649,6 +673,56 @@ s_expire(trn_engine_t *e)
         pp = &j->next;
     }
     e->qtail = last;
+}
+
+/* Queued sequences hold their cached prefix (a reference on each block)
+ * so that running sequences' allocations cannot evict it while they wait:
+ * under a plain LRU, a load whose histories together exceed the cache
+ * (conversations re-sending their history each turn) evicts each waiting
+ * history just before it is served, and every turn recomputes all of it.
+ * When blocks run short, the prefixes held by the sequences served last
+ * (the back of the queue) are released first (lock held). */
+static void
+s_pin_queued(trn_engine_t *e)
+{
+    size_t bs = e->geom.block_size;
+    if (e->cfg.no_prefix_cache || e->flush)
+        return;
+    for (s_job_t *j = e->qhead; j; j = j->next) {
+        if (j->shed || j->n_blocks > 0)
+            continue;
+        size_t len = s_len(j); /* at least one position left to compute */
+        size_t hit = trn_blocks_match(
+            e->bm, j->tok, len - 1, (len + bs - 1) / bs, j->blocks, &j->chain);
+        j->n_blocks = j->n_commit = hit;
+        j->n_cached = hit * bs;
+        j->shed = hit == 0; /* nothing to keep: not looked up again */
+    }
+}
+
+/* Releases the held prefix of the queued sequence nearest the back, other
+ * than `keep`; false when none holds one (lock held). */
+static bool
+s_shed_queued(trn_engine_t *e, const s_job_t *keep)
+{
+    s_job_t *last = NULL;
+    for (s_job_t *j = e->qhead; j; j = j->next)
+        if (j != keep && j->n_blocks > 0)
+            last = j;
+    if (!last)
+        return false;
+    s_release_blocks(e, last);
+    last->shed = true;
+    e->st.shed++;
+    return true;
+}
+
+/* Releases every queued sequence's held prefix (lock held). */
+static void
+s_unpin_queued(trn_engine_t *e)
+{
+    for (s_job_t *j = e->qhead; j; j = j->next)
+        s_release_blocks(e, j);
 }
 
 /* Tokens a running sequence feeds this step, within the budget; takes the
@@ -665,6 +739,8 @@ s_plan_running(trn_engine_t *e, size_t i, size_t budget, bool *gone)
         return 0;
     while (!s_grow(e, j, j->n_cached + n)) {
         size_t room = j->n_blocks * e->geom.block_size - j->n_cached;
+        if (s_shed_queued(e, NULL))
+            continue;
         if (want > 1 && room > 0) /* a chunk that fits what it holds */
             return room < n ? room : n;
         if (e->n_run - 1 == i) { /* it is the youngest: it waits */
@@ -677,13 +753,27 @@ s_plan_running(trn_engine_t *e, size_t i, size_t budget, bool *gone)
     return n;
 }
 
-/* Admits the head of the queue if its first chunk fits: the longest
- * cached prefix, then fresh blocks for the chunk. Returns the tokens it
- * feeds this step (0: not admitted) (lock held). */
-static size_t
-s_admit_head(trn_engine_t *e, size_t budget)
+/* Takes queued j (after prev; NULL: the head) out of the queue. */
+static void
+s_dequeue(trn_engine_t *e, s_job_t *prev, s_job_t *j)
 {
-    s_job_t *j = e->qhead;
+    if (prev)
+        prev->next = j->next;
+    else
+        e->qhead = j->next;
+    if (e->qtail == j)
+        e->qtail = prev;
+    j->next = NULL;
+    e->qlen--;
+}
+
+/* Admits queued j (after prev) if its first chunk fits: the longest cached
+ * prefix, then fresh blocks for the chunk; with `shed`, the prefixes held
+ * by the sequences behind it give way. Returns the tokens it feeds this
+ * step (0: not admitted) (lock held). */
+static size_t
+s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
+{
     size_t bs = e->geom.block_size;
     if (!j || budget == 0 || e->n_free_slots == 0)
         return 0;
@@ -691,37 +781,49 @@ s_admit_head(trn_engine_t *e, size_t budget)
         return 0;
     size_t len = s_len(j);
     if (len > e->cap_tokens) { /* the cache shrank below it */
-        e->qhead = j->next;
-        if (!e->qhead)
-            e->qtail = NULL;
-        e->qlen--;
+        s_dequeue(e, prev, j);
         if (j->started)
             e->n_preempted--;
+        s_release_blocks(e, j);
         s_fail(j, 400, "context_length_exceeded",
                "sequence of %zu tokens exceeds the engine's %zu", len,
                e->cap_tokens);
         s_job_done(e, &j, NULL);
         return 0;
     }
-    size_t hit = 0;
-    if (!e->cfg.no_prefix_cache) /* at least one position left to compute */
-        hit = trn_blocks_match(e->bm, j->tok, len - 1, (len + bs - 1) / bs,
-                               j->blocks, &j->chain);
-    j->n_blocks = j->n_commit = hit;
-    j->n_cached = hit * bs;
+    if (j->n_blocks == 0 && !e->cfg.no_prefix_cache && !e->flush) {
+        /* at least one position left to compute */
+        size_t hit = trn_blocks_match(
+            e->bm, j->tok, len - 1, (len + bs - 1) / bs, j->blocks, &j->chain);
+        j->n_blocks = j->n_commit = hit;
+        j->n_cached = hit * bs;
+    }
+    size_t hit = j->n_blocks;
     size_t n = len - j->n_cached < budget ? len - j->n_cached : budget;
     size_t need = (j->n_cached + n + bs - 1) / bs - hit;
     /* keep a few blocks for the running decodes' next positions */
     size_t reserve = e->n_run > 0 ? 1 + trn_blocks_total(e->bm) / 100 : 0;
-    if (trn_blocks_available(e->bm) < need + reserve ||
-        !s_grow(e, j, j->n_cached + n)) {
-        s_release_blocks(e, j);
+    while (shed && trn_blocks_available(e->bm) < need + reserve &&
+           s_shed_queued(e, j))
+        ;
+    /* where requests mostly find themselves cached (conversations), one
+     * that found less than half of itself, passing the head or while
+     * others run, does not evict what finished sequences released in the
+     * last S_KEEP_MS: their next turns are on their way */
+    size_t avail = trn_blocks_available(e->bm);
+    if (!shed && 2 * j->n_cached < len && e->hit_share >= 0.5) {
+        uint64_t now = s_now_ms();
+        avail = trn_blocks_available_before(
+            e->bm, now > S_KEEP_MS ? now - S_KEEP_MS : 0, need + reserve);
+    }
+    if (avail < need + reserve || !s_grow(e, j, j->n_cached + n)) {
+        while (j->n_blocks > hit) /* it keeps holding its prefix */
+            trn_blocks_release(e->bm, j->blocks[--j->n_blocks]);
         return 0;
     }
-    e->qhead = j->next;
-    if (!e->qhead)
-        e->qtail = NULL;
-    e->qlen--;
+    j->shed = false;
+    s_dequeue(e, prev, j);
+    e->hit_share += 0.1 * ((double) j->n_cached / (double) len - e->hit_share);
     if (j->started) {
         e->n_preempted--;
     } else {
@@ -732,9 +834,32 @@ s_admit_head(trn_engine_t *e, size_t budget)
         e->st.cached_tokens += j->n_cached;
     }
     j->slot = e->free_slots[--e->n_free_slots];
-    j->next = NULL;
     e->run[e->n_run++] = j;
     return n;
+}
+
+/* Admits one queued sequence (lock held): the head when its first chunk
+ * fits. When it does not, a later sequence that holds its cached prefix
+ * and fits without taking anyone's may pass it, up to max_seqs times;
+ * then, or when nothing runs, the head goes first and the prefixes held
+ * behind it give way. Returns the tokens the admitted one feeds. */
+static size_t
+s_admit_next(trn_engine_t *e, size_t budget)
+{
+    s_job_t *h = e->qhead;
+    if (!h || budget == 0 || e->n_free_slots == 0)
+        return 0;
+    bool first = e->n_run == 0 || h->passed >= e->geom.max_seqs;
+    size_t k = s_admit(e, NULL, h, budget, first);
+    if (k > 0 || first || e->qhead != h)
+        return k;
+    for (s_job_t *p = h; p->next; p = p->next)
+        if (p->next->n_blocks > 0 &&
+            (k = s_admit(e, p, p->next, budget, false)) > 0) {
+            h->passed++;
+            return k;
+        }
+    return 0;
 }
 
 /* Builds the next step into seqs (lock held): decodes and chunks of the
@@ -744,9 +869,12 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
 {
     size_t budget = e->geom.max_tokens, n = 0;
     if (e->flush && e->n_run == 0) {
+        s_unpin_queued(e); /* they hold the old weights' keys */
         trn_blocks_flush(e->bm);
         e->flush = false;
     }
+    trn_blocks_set_now(e->bm, s_now_ms());
+    s_pin_queued(e);
     for (size_t i = 0; i < e->n_run;) {
         bool gone = false;
         size_t k = s_plan_running(e, i, budget, &gone);
@@ -757,7 +885,7 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
         i++;
     }
     while (!e->flush && e->n_run < e->geom.max_seqs) {
-        size_t k = s_admit_head(e, budget);
+        size_t k = s_admit_next(e, budget);
         if (k == 0)
             break;
         e->run[e->n_run - 1]->n_step = k;
@@ -879,6 +1007,12 @@ s_finish_step(trn_engine_t *e, size_t n, s_job_t **batch, const int32_t *otok,
             s_fail(j, 500, NULL, "generation: %s", err->msg);
             fin = "error";
         } else {
+            e->st.computed += j->n_step;
+            if (j->n_high > j->n_cached) { /* done before its preemption */
+                size_t to = j->n_cached + j->n_step;
+                e->st.recomputed +=
+                    (to < j->n_high ? to : j->n_high) - j->n_cached;
+            }
             j->n_cached += j->n_step;
             s_commit(e, j);
         }
@@ -1142,6 +1276,7 @@ s_close_cache(trn_engine_t *e)
 {
     trn_err_t err = {{0}};
     pthread_mutex_lock(&e->mu);
+    s_unpin_queued(e);
     trn_blocks_t *bm = e->bm;
     e->bm = NULL;
     pthread_mutex_unlock(&e->mu);

@@ -84,6 +84,12 @@ typedef struct {
     uint64_t prompt_tokens, cached_tokens; /* prompts, and their part served
                                               from the prefix cache */
     uint64_t preemptions, step_tokens_max;
+    uint64_t computed;      /* positions the backend computed */
+    uint64_t recomputed;    /* ... that their sequence had computed before
+                               a preemption (not found in the cache) */
+    uint64_t preempted_max; /* most preemptions of one sequence */
+    uint64_t shed;          /* queued sequences that released their held
+                               prefix for others' blocks */
     uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
                                            and steps with prompt chunks */
     double decode_s, mixed_s;           /* their time in the backend */

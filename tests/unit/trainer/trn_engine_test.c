@@ -605,6 +605,141 @@ Test(trn_engine, running_out_of_blocks_preempts_and_every_call_completes)
     trn_engine_destroy(&e);
 }
 
+/* ---- an agent-shaped load under cache pressure --------------------------
+ * C conversations of T turns at once: a first prompt of P token ids, G
+ * sampled tokens a turn, then O observation tokens and the whole history
+ * sent again (the shape of bench/engine/agent_load.py, scaled down). The
+ * conversations end at 252 positions each, 4032 in all, over a cache of
+ * 2520 (1.6 times less): in the last turns not every history fits. Every
+ * conversation must finish, and the positions computed beyond the
+ * histories' own (histories evicted and recomputed, sequences preempted
+ * and recomputed) must stay below the histories' size. Under a plain LRU
+ * with first-come-first-served admission each history was evicted just
+ * before its next turn was served and 3.4 times that was recomputed. */
+enum {
+    S_AC = 16,
+    S_AT = 12,
+    S_AP = 16,
+    S_AG = 16,
+    S_AO = 4,
+    S_ABS = 8,
+    S_AEND = S_AP + S_AT * S_AG + (S_AT - 1) * S_AO /* 252 */
+};
+
+typedef struct {
+    uint16_t port;
+    int c;
+    int turns;     /* turns answered 200 with G tokens */
+    int status;    /* of the first failed call (0: none) */
+    char out[512]; /* its answer */
+} conv_t;
+
+static void *
+s_conv(void *arg)
+{
+    conv_t *cv = arg;
+    int32_t h[S_AEND + S_AO];
+    size_t n = 0;
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t) (cv->c + 1);
+    for (; n < S_AP; n++) /* random, so conversations share nothing */
+        h[n] = (int32_t) ((x = x * 6364136223846793005ull + 1) >> 58);
+    char *body = malloc(8192), *out = malloc(65536);
+    for (int t = 0; t < S_AT; t++) {
+        s_body(body, 8192, h, n, S_AG);
+        int st = s_post_port(cv->port, body, out, 65536, false);
+        json_t *j = st == 200 ? json_loads(out, 0, NULL) : NULL;
+        json_t *ids = json_object_get(
+            json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+        if (json_array_size(ids) != S_AG) {
+            cv->status = st == 200 ? -1 : st;
+            snprintf(cv->out, sizeof cv->out, "%s", out);
+            json_decref(j);
+            break;
+        }
+        for (size_t i = 0; i < S_AG; i++)
+            h[n++] = (int32_t) json_integer_value(json_array_get(ids, i));
+        json_decref(j);
+        cv->turns++;
+        for (int i = 0; t + 1 < S_AT && i < S_AO; i++)
+            h[n++] = (int32_t) ((x = x * 6364136223846793005ull + 1) >> 58);
+    }
+    free(body);
+    free(out);
+    return NULL;
+}
+
+/* The CPU backend with steps of at least 2 ms: like a device's steps, they
+ * take longer than a client's turn-around on loopback, so a conversation's
+ * next turn is queued before the engine has moved on. */
+static const trn_backend_ops_t *s_fast_ops;
+
+static lisa_rc_t
+s_slow_step(trn_backend_t *b, size_t n, const trn_gen_seq_t *seqs,
+            float *logits, trn_err_t *err)
+{
+    lisa_rc_t rc = s_fast_ops->gen_step(b, n, seqs, logits, err);
+    s_sleep_ms(2);
+    return rc;
+}
+
+Test(trn_engine, an_agent_load_over_a_small_cache_finishes_without_thrashing,
+     .timeout = 300)
+{
+    static trn_backend_ops_t slow;
+    s_fast_ops = s_b->ops;
+    slow = *s_fast_ops;
+    slow.gen_step = s_slow_step;
+    s_b->ops = &slow;
+    size_t blocks = S_AC * S_AEND * 10 / 16 / S_ABS; /* 1.6 times too few */
+    trn_engine_cfg_t ec = {.address = "127.0.0.1",
+                           .max_batch = S_AC,
+                           .block_size = S_ABS,
+                           .max_step_tokens = 256,
+                           .seed = 1};
+    ec.kv_bytes = blocks * 2 *
+                  (size_t) s_b->ops->config(s_b)->num_hidden_layers * S_ABS *
+                  (size_t) s_b->ops->config(s_b)->num_key_value_heads *
+                  (size_t) s_b->ops->config(s_b)->head_dim * sizeof(float);
+    trn_engine_t *e = trn_engine_new(s_b, &ec);
+    cr_assert(e);
+    static conv_t cv[S_AC];
+    pthread_t th[S_AC];
+    for (int c = 0; c < S_AC; c++) {
+        cv[c] = (conv_t){.port = trn_engine_port(e), .c = c};
+        pthread_create(&th[c], NULL, s_conv, &cv[c]);
+    }
+    for (int c = 0; c < S_AC; c++)
+        pthread_join(th[c], NULL);
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_log_info(
+        "agent load: %zu blocks, %llu positions computed, %llu "
+        "recomputed after preemptions, %llu preemptions (at most "
+        "%llu of one sequence), %llu of %llu prompt tokens cached, "
+        "%llu steps",
+        blocks, (unsigned long long) st.computed,
+        (unsigned long long) st.recomputed, (unsigned long long) st.preemptions,
+        (unsigned long long) st.preempted_max,
+        (unsigned long long) st.cached_tokens,
+        (unsigned long long) st.prompt_tokens, (unsigned long long) st.steps);
+    for (int c = 0; c < S_AC; c++)
+        cr_assert_eq(cv[c].turns, S_AT, "conversation %d: %d: %s", c,
+                     cv[c].status, cv[c].out);
+    cr_assert_eq(st.kv_blocks, blocks);
+    cr_assert_eq(st.completed, S_AC * S_AT);
+    /* each position of each history once: all but the last sampled */
+    uint64_t own = S_AC * (S_AEND - 1);
+    cr_assert_geq(st.computed, own);
+    cr_assert_lt(st.computed - own, own, "%llu positions for %llu",
+                 (unsigned long long) st.computed, (unsigned long long) own);
+    /* preemptions are rare and cheap: no sequence is preempted again and
+     * again */
+    cr_assert_lt(st.recomputed * 10, own, "%llu recomputed",
+                 (unsigned long long) st.recomputed);
+    cr_assert_leq(st.preempted_max, 3);
+    trn_engine_destroy(&e);
+    s_b->ops = s_fast_ops;
+}
+
 Test(trn_engine, a_prompt_over_the_context_is_400_and_a_full_queue_429)
 {
     char out[65536], body[8192];
