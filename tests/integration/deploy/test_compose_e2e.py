@@ -592,11 +592,15 @@ def test_killing_every_service_mid_run(stack):
     stack.env["LISA_STEPS"] = "4"  # room for several kills in one run
     t0 = time.monotonic()
     stack.compose("up", "-d", "--no-build", "trainer")
-    # The run is under way once its first sandbox exists.
+    # The run is under way once its first sandbox exists, or once it has
+    # finished a step (its sandboxes can come and go between two looks:
+    # a toy step's rollouts take under a second).
+    def under_way():
+        return stack.sandboxes() or "step 1 of" in stack.logs("trainer")
     end = time.monotonic() + 120
-    while not stack.sandboxes() and time.monotonic() < end:
+    while not under_way() and time.monotonic() < end:
         time.sleep(0.2)
-    assert stack.sandboxes(), "no sandbox started\n" + stack.logs()
+    assert under_way(), "no sandbox started\n" + stack.logs()
     acked = {}
     ended = []
     for svc in ("trainer", "broker", "gateway", "controller", "reward"):
