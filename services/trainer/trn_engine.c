@@ -27,10 +27,10 @@
 #define S_MAX_STOP_STR 16u                  /* stop strings a request */
 #define S_STOP_STR_LEN 256u                 /* bytes a stop string */
 #define S_TAIL         (2 * S_STOP_STR_LEN) /* decoded bytes kept */
-#define S_KEEP_MS                                                              \
-    1000u /* a sequence's released blocks are kept from                        \
-             recomputing sequences this long */
-#define S_MAX_N        64u                  /* choices a request (`n`) */
+/* a sequence's released blocks are kept from recomputing sequences this
+ * long (ms) */
+#define S_KEEP_MS 1000u
+#define S_MAX_N   64u /* choices a request (`n`) */
 
 /* One completion request: its n choices, each a sequence (job), answered
  * together once all are done. Choice 0 computes the prompt; when it has
@@ -408,8 +408,7 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.tokens_prefilled,
             (unsigned long long) st.tokens_generated,
             (unsigned long long) st.shared_tokens,
-            (unsigned long long) st.completed,
-            (unsigned long long) st.computed,
+            (unsigned long long) st.completed, (unsigned long long) st.computed,
             (unsigned long long) st.recomputed,
             (unsigned long long) st.preempted_max,
             (unsigned long long) st.shed);
