@@ -145,8 +145,10 @@ static const struct {
      true},
     {LISA__REQUEST__BODY_GET_TASK, S_TO_LIFECYCLE, "get_task", R_GW, true},
     {LISA__REQUEST__BODY_WAIT, S_TO_WAITS, "wait", R_TRN | R_OP, false},
-    {LISA__REQUEST__BODY_QUERY, S_TO_QUERY, "query", R_CTL | R_TRN | R_OP,
-     false},
+    /* the gateway asks for an attempt's state before its first call when
+     * it may have missed the event that ended it (gw_fence) */
+    {LISA__REQUEST__BODY_QUERY, S_TO_QUERY, "query",
+     R_CTL | R_GW | R_TRN | R_OP, false},
     {LISA__REQUEST__BODY_CANCEL, S_TO_LIFECYCLE, "cancel", R_TRN | R_OP, true},
     {LISA__REQUEST__BODY_STATS, S_TO_SERVER, "stats", R_ANY, false},
     {LISA__REQUEST__BODY_POLICY, S_TO_LIFECYCLE, "policy", R_ANY, true},

@@ -30,7 +30,7 @@ ALLOWED = {
     "attempt_fail": {"controller"},
     "get_task": {"gateway"},
     "wait": {"trainer", "operator"},
-    "query": {"controller", "trainer", "operator"},
+    "query": {"controller", "gateway", "trainer", "operator"},
     "cancel": {"trainer", "operator"},
     "stats": set(ROLES),
     "policy": set(ROLES),
