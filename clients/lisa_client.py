@@ -113,6 +113,9 @@ class Broker:
             self.sock.close(0)
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # A DEALER with no completed connection blocks in send (a broker
+        # that refuses this client's key never completes one): bounded.
+        self.sock.setsockopt(zmq.SNDTIMEO, max(1, int(self.timeout * 1000)))
         apply_curve(self.sock, self.keys)
         self.sock.connect(self.endpoint)
 
@@ -133,7 +136,10 @@ class Broker:
         for attempt in range(self.tries if idempotent else 1):
             if attempt:
                 self._connect()
-            self.sock.send_multipart([b"", data])
+            try:
+                self.sock.send_multipart([b"", data])
+            except zmq.Again:
+                continue  # no connection within the timeout: no reply
             rep = self._wait(req.request_id, timeout)
             if rep is not None:
                 if check and rep.code != pb.CODE_OK:

@@ -123,6 +123,7 @@ class Client:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDTIMEO, 15000)  # fail, never hang
         curve_client(self.sock, keys, role)
         self.sock.connect(endpoint)
         self.next_id = 1
