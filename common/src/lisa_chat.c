@@ -1,10 +1,14 @@
 /*
- * lisa_chat: the Qwen3 chat template as straight-line C.
+ * lisa_chat: the Qwen3 chat template as straight-line C, and SmolLM2's
+ * ChatML as a variant of it.
  *
  * Each branch below mirrors one branch of the Jinja template (quoted in
  * the header comment); Python string methods the template calls
  * (split, lstrip, rstrip, strip, startswith, endswith) are done on UTF-8
- * bytes, which is equivalent because every delimiter is ASCII.
+ * bytes, which is equivalent because every delimiter is ASCII. SmolLM2's
+ * template is Qwen3's without the <think> handling and with a default
+ * system turn; its tools follow Qwen3's branches (the header's hermes
+ * rule), so the variant is a few conditions here, not a second renderer.
  */
 #include "lisa/lisa_chat.h"
 
