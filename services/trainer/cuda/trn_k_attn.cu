@@ -23,6 +23,7 @@
  * skipped.
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_flash.cuh"
 #include "trn_cuda_mma.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -59,13 +60,35 @@ s_cp4(void *dst, const void *src, bool ok)
 /* keys a warp scores at once: 32 at head_dim 128 (the registers) */
 #define S_FWD_BC(D) ((D) >= 128 ? 32 : 64)
 
+/* The causal and sequence mask of a sub-tile of BC = 8 NS keys from kc
+ * on, for the lane's four rows (rbase + 16m + 8half). */
+template <int NS>
+static __device__ __forceinline__ void
+s_fwd_mask(float (&s)[2][NS][4], const int32_t *seg, int T, int rbase, int kc,
+           int t)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = rbase + (i >> 1) * 16 + (i & 1) * 8;
+        const int sg = r < T ? seg[r] : -1;
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int tk = kc + n * 8 + 2 * t + e;
+                if (tk > r || seg[min(tk, T - 1)] != sg)
+                    s[i >> 1][n][(i & 1) * 2 + e] = -INFINITY;
+            }
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
     s_attn_fwd_mma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                    const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                    const int32_t *seg, int T, int H, int Hk, float scale)
 {
-    constexpr int LDB = D + 8, KT = D / 16, NT = D / 8, BK = S_FWD_BK;
+    constexpr int LDB = D + 8, NT = D / 8, BK = S_FWD_BK;
     constexpr int BC = S_FWD_BC(D), NS = BC / 8; /* sub-tile, its n-tiles */
     constexpr int BQ = S_FWD_BQ, NTH = 32 * S_FWD_WARPS, CH = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -113,19 +136,9 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
         load_kv(0, kbeg);
     trn_cp_commit();
 
-    float acc[2][NT][4];
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-            acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
     /* my four rows: i = 2m + half is row q0 + 32w + 16m + 8half + g */
-    float mr[4], lr[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        mr[i] = -INFINITY;
-        lr[i] = 0.0f;
-    }
+    float acc[2][NT][4], mr[4], lr[4];
+    trn_fa_init<NT>(acc, mr, lr);
     const float sc = scale * S_LOG2E;
     const int wfirst = q0 + warp * 32;
     const int rbase = wfirst + g;
@@ -151,108 +164,13 @@ __global__ void __launch_bounds__(32 * S_FWD_WARPS, 2)
             const bool full = kc + BC - 1 <= q0 && seg[kc] == seg_last;
 
             float s[2][NS][4];
-#pragma unroll
-            for (int m = 0; m < 2; m++)
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-                    s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KT; kk++) {
-                uint32_t qa[2][4];
-                trn_ldsm_a(qa[0], Qs, LDB, warp * 32, kk, lane);
-                trn_ldsm_a(qa[1], Qs, LDB, warp * 32 + 16, kk, lane);
-#pragma unroll
-                for (int n = 0; n < NS; n += 2) {
-                    uint32_t b[4];
-                    trn_ldsm_bn(b, Kb, LDB, kk, n, lane);
-#pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        trn_mma(s[m][n], qa[m], b[0], b[1]);
-                        trn_mma(s[m][n + 1], qa[m], b[2], b[3]);
-                    }
-                }
-            }
-            if (!full) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int r = rbase + (i >> 1) * 16 + (i & 1) * 8;
-                    const int sg = r < T ? seg[r] : -1;
-#pragma unroll
-                    for (int n = 0; n < NS; n++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            int tk = kc + n * 8 + 2 * t + e;
-                            if (tk > r || seg[min(tk, T - 1)] != sg)
-                                s[i >> 1][n][(i & 1) * 2 + e] = -INFINITY;
-                        }
-                }
-            }
-            /* running max (base-2 units), probabilities; the output is
-             * rescaled only when some row of the warp has a new max */
+            trn_fa_scores<D, BC>(s, Qs, Kb, warp, lane);
+            if (!full)
+                s_fwd_mask<NS>(s, seg, T, rbase, kc, t);
             float alpha[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int m = i >> 1, e0 = (i & 1) * 2;
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-                    mx = fmaxf(mx, fmaxf(s[m][n][e0], s[m][n][e0 + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mn = fmaxf(mr[i], mx * sc);
-                float mu = mn == -INFINITY ? 0.0f : mn;
-                alpha[i] = exp2f(mr[i] - mu);
-                mr[i] = mn;
-                float ps = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NS; n++) {
-                    float p0 = exp2f(fmaf(s[m][n][e0], sc, -mu));
-                    float p1 = exp2f(fmaf(s[m][n][e0 + 1], sc, -mu));
-                    s[m][n][e0] = p0;
-                    s[m][n][e0 + 1] = p1;
-                    ps += p0 + p1;
-                }
-                ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-                ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-                lr[i] = lr[i] * alpha[i] + ps;
-            }
-            const bool same = alpha[0] == 1.0f && alpha[1] == 1.0f &&
-                              alpha[2] == 1.0f && alpha[3] == 1.0f;
-            if (!__all_sync(0xffffffffu, same)) {
-#pragma unroll
-                for (int m = 0; m < 2; m++)
-#pragma unroll
-                    for (int n = 0; n < NT; n++) {
-                        acc[m][n][0] *= alpha[2 * m];
-                        acc[m][n][1] *= alpha[2 * m];
-                        acc[m][n][2] *= alpha[2 * m + 1];
-                        acc[m][n][3] *= alpha[2 * m + 1];
-                    }
-            }
-            /* O += P V: P's accumulators are the A operand as they stand */
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                uint32_t pa[2][4];
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    pa[m][0] = trn_pack2(s[m][2 * kk][0], s[m][2 * kk][1]);
-                    pa[m][1] = trn_pack2(s[m][2 * kk][2], s[m][2 * kk][3]);
-                    pa[m][2] =
-                        trn_pack2(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-                    pa[m][3] =
-                        trn_pack2(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-                }
-#pragma unroll
-                for (int n = 0; n < NT; n += 2) {
-                    uint32_t b[4];
-                    trn_ldsm_b2(b, Vb, LDB, kk, n, lane);
-#pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        trn_mma(acc[m][n], pa[m], b[0], b[1]);
-                        trn_mma(acc[m][n + 1], pa[m], b[2], b[3]);
-                    }
-                }
-            }
+            trn_fa_softmax<NS>(s, mr, lr, alpha, sc);
+            trn_fa_rescale<NT>(acc, alpha);
+            trn_fa_pv<D, BC>(acc, s, Vb, lane);
         }
     }
     /* normalise and store */
@@ -329,6 +247,216 @@ s_attn_delta(float *delta, float *dq_acc, const trn_bf16_t *dout,
 #define S_BWD_BK    (16 * S_BWD_WARPS)
 #define S_BWD_BQ    64
 
+/* dS^T of a tile none of whose queries sees the warp's keys: zeros */
+static __device__ __forceinline__ void
+s_bwd_zero_ds(bf16 *dsb, int warp, int g, int t)
+{
+    constexpr int LDS = S_BWD_BQ + 8;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        int c = n * 8 + 2 * t;
+        *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) = 0u;
+        *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS + c) = 0u;
+    }
+}
+
+/* S^T = K_w Q^T and dP^T = V_w dO^T (the warp's 16 keys x 64 queries) */
+template <int D>
+static __device__ __forceinline__ void
+s_bwd_scores(float (&sT)[8][4], float (&dpT)[8][4], const bf16 *Ks,
+             const bf16 *Vs, const bf16 *Qb, const bf16 *dOb, int warp,
+             int lane)
+{
+    constexpr int LDB = D + 8, KT = D / 16;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            sT[n][e] = dpT[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t ak[4], av[4];
+        trn_ldsm_a(ak, Ks, LDB, warp * 16, kk, lane);
+        trn_ldsm_a(av, Vs, LDB, warp * 16, kk, lane);
+#pragma unroll
+        for (int n = 0; n < 8; n += 2) {
+            uint32_t bq[4], bo[4];
+            trn_ldsm_bn(bq, Qb, LDB, kk, n, lane);
+            trn_ldsm_bn(bo, dOb, LDB, kk, n, lane);
+            trn_mma(sT[n], ak, bq[0], bq[1]);
+            trn_mma(sT[n + 1], ak, bq[2], bq[3]);
+            trn_mma(dpT[n], av, bo[0], bo[1]);
+            trn_mma(dpT[n + 1], av, bo[2], bo[3]);
+        }
+    }
+}
+
+/* The causal and sequence mask of S^T: keys kr0 and kr1 (of sequences
+ * sk0, sk1) against the tile's queries from q0 (of sequences segb) */
+static __device__ __forceinline__ void
+s_bwd_mask(float (&sT)[8][4], const int *segb, int q0, int T, int kr0, int kr1,
+           int sk0, int sk1, int t)
+{
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e1 = 0; e1 < 2; e1++) {
+            const int col = n * 8 + 2 * t + e1;
+            const int tq = q0 + col, sq = segb[col];
+            if (!(tq < T && kr0 <= tq && sq == sk0))
+                sT[n][e1] = -INFINITY;
+            if (!(tq < T && kr1 <= tq && sq == sk1))
+                sT[n][2 + e1] = -INFINITY;
+        }
+}
+
+/* P^T from the rows' log-sum-exp, and dS^T = P^T (dP^T - Delta) without
+ * the softmax scale (dK and dQ take it at the end), in place */
+static __device__ __forceinline__ void
+s_bwd_probs(float (&sT)[8][4], float (&dpT)[8][4], const float *lseb,
+            const float *delb, float sc, int t)
+{
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e1 = 0; e1 < 2; e1++) {
+            const int col = n * 8 + 2 * t + e1;
+            const float l2 = lseb[col] * S_LOG2E, dl = delb[col];
+            float p0 = exp2f(fmaf(sT[n][e1], sc, -l2));
+            float p1 = exp2f(fmaf(sT[n][2 + e1], sc, -l2));
+            sT[n][e1] = p0;
+            sT[n][2 + e1] = p1;
+            dpT[n][e1] = p0 * (dpT[n][e1] - dl);
+            dpT[n][2 + e1] = p1 * (dpT[n][2 + e1] - dl);
+        }
+}
+
+/* dV += P^T dO, dK += dS^T Q (k-steps over the 64 queries) */
+template <int D>
+static __device__ __forceinline__ void
+s_bwd_accum(float (&dK)[D / 8][4], float (&dV)[D / 8][4],
+            const float (&sT)[8][4], const float (&dpT)[8][4], const bf16 *Qb,
+            const bf16 *dOb, int lane)
+{
+    constexpr int LDB = D + 8, NT = D / 8;
+#pragma unroll
+    for (int kk = 0; kk < S_BWD_BQ / 16; kk++) {
+        uint32_t pa[4], sa[4];
+        pa[0] = trn_pack2(sT[2 * kk][0], sT[2 * kk][1]);
+        pa[1] = trn_pack2(sT[2 * kk][2], sT[2 * kk][3]);
+        pa[2] = trn_pack2(sT[2 * kk + 1][0], sT[2 * kk + 1][1]);
+        pa[3] = trn_pack2(sT[2 * kk + 1][2], sT[2 * kk + 1][3]);
+        sa[0] = trn_pack2(dpT[2 * kk][0], dpT[2 * kk][1]);
+        sa[1] = trn_pack2(dpT[2 * kk][2], dpT[2 * kk][3]);
+        sa[2] = trn_pack2(dpT[2 * kk + 1][0], dpT[2 * kk + 1][1]);
+        sa[3] = trn_pack2(dpT[2 * kk + 1][2], dpT[2 * kk + 1][3]);
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t bo[4], bq[4];
+            trn_ldsm_b2(bo, dOb, LDB, kk, n, lane);
+            trn_ldsm_b2(bq, Qb, LDB, kk, n, lane);
+            trn_mma(dV[n], pa, bo[0], bo[1]);
+            trn_mma(dV[n + 1], pa, bo[2], bo[3]);
+            trn_mma(dK[n], sa, bq[0], bq[1]);
+            trn_mma(dK[n + 1], sa, bq[2], bq[3]);
+        }
+    }
+}
+
+/* share dS^T: row = key (local), column = query (local) */
+static __device__ __forceinline__ void
+s_bwd_share_ds(bf16 *dsb, const float (&dpT)[8][4], int warp, int g, int t)
+{
+    constexpr int LDS = S_BWD_BQ + 8;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        int c = n * 8 + 2 * t;
+        *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
+            trn_pack2(dpT[n][0], dpT[n][1]);
+        *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS + c) =
+            trn_pack2(dpT[n][2], dpT[n][3]);
+    }
+}
+
+/* dQ (query rows 16(w%4).., columns of half w/4) = dS K over the block's
+ * 128 keys, added into the fp32 buffer of query head h */
+template <int D>
+static __device__ __forceinline__ void
+s_bwd_dq(float *dq_acc, const bf16 *dsb, const bf16 *Ks, int q0, int h, int T,
+         int H, int warp, int lane, int g, int t)
+{
+    constexpr int BK = S_BWD_BK, LDB = D + 8, LDS = S_BWD_BQ + 8;
+    constexpr int DQS = D >= 32 ? 2 : 1; /* dQ column halves */
+    constexpr int NTQ = D / 8 / DQS;
+    const int mt = warp & 3, dh = warp >> 2;
+    if (dh < DQS) {
+        float dq[NTQ][4];
+#pragma unroll
+        for (int n = 0; n < NTQ; n++)
+            dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            /* A = dS (queries x keys) from dsT (keys x queries):
+             * tiles (keys +0, queries +0), (+0, +8), (+8, +0),
+             * (+8, +8) of these 16 queries */
+            uint32_t a[4];
+            {
+                const int m = lane >> 3, row = lane & 7;
+                trn_ldsm_t(a, dsb + (kk * 16 + (m >> 1) * 8 + row) * LDS +
+                                  mt * 16 + (m & 1) * 8);
+            }
+#pragma unroll
+            for (int n = 0; n < NTQ; n += 2) {
+                uint32_t b[4];
+                trn_ldsm_b2(b, Ks, LDB, kk, dh * NTQ + n, lane);
+                trn_mma(dq[n], a, b[0], b[1]);
+                trn_mma(dq[n + 1], a, b[2], b[3]);
+            }
+        }
+        const int tq0 = q0 + mt * 16 + g, tq1 = tq0 + 8;
+#pragma unroll
+        for (int n = 0; n < NTQ; n++) {
+            int c = (dh * NTQ + n) * 8 + 2 * t;
+            if (tq0 < T)
+                atomicAdd(reinterpret_cast<float2 *>(
+                              dq_acc + ((size_t) tq0 * H + h) * D + c),
+                          make_float2(dq[n][0], dq[n][1]));
+            if (tq1 < T)
+                atomicAdd(reinterpret_cast<float2 *>(
+                              dq_acc + ((size_t) tq1 * H + h) * D + c),
+                          make_float2(dq[n][2], dq[n][3]));
+        }
+    }
+}
+
+/* dK (with the softmax scale) and dV of the lane's keys kr0, kr1 */
+template <int D>
+static __device__ __forceinline__ void
+s_bwd_store(trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
+            const float (&dK)[D / 8][4], const float (&dV)[D / 8][4], int kr0,
+            int kr1, int hk, int T, float scale, int t)
+{
+    constexpr int NT = D / 8;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        int c = n * 8 + 2 * t;
+        if (kr0 < T) {
+            size_t off = (size_t) kr0 * (size_t) dstride + (size_t) hk * D + c;
+            *reinterpret_cast<uint32_t *>(dk + off) =
+                trn_pack2(dK[n][0] * scale, dK[n][1] * scale);
+            *reinterpret_cast<uint32_t *>(dv + off) =
+                trn_pack2(dV[n][0], dV[n][1]);
+        }
+        if (kr1 < T) {
+            size_t off = (size_t) kr1 * (size_t) dstride + (size_t) hk * D + c;
+            *reinterpret_cast<uint32_t *>(dk + off) =
+                trn_pack2(dK[n][2] * scale, dK[n][3] * scale);
+            *reinterpret_cast<uint32_t *>(dv + off) =
+                trn_pack2(dV[n][2], dV[n][3]);
+        }
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
     s_attn_bwd_mma(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
@@ -338,10 +466,8 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
                    int H, int Hk, float scale)
 {
     constexpr int BK = S_BWD_BK, BQ = S_BWD_BQ, LDB = D + 8, LDS = BQ + 8;
-    constexpr int KT = D / 16, NT = D / 8, CH = D / 8;
+    constexpr int NT = D / 8, CH = D / 8;
     constexpr int NTH = 32 * S_BWD_WARPS;
-    constexpr int DQS = D >= 32 ? 2 : 1; /* dQ column halves */
-    constexpr int NTQ = NT / DQS;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);
     bf16 *Vs = Ks + BK * LDB;
@@ -435,166 +561,26 @@ __global__ void __launch_bounds__(32 * S_BWD_WARPS, 1)
 
         if (kw > q0 + BQ - 1) {
             /* every query of the tile is before this warp's keys */
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                int c = n * 8 + 2 * t;
-                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
-                    0u;
-                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
-                                              c) = 0u;
-            }
+            s_bwd_zero_ds(dsb, warp, g, t);
         } else {
-            /* S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x 64 queries) */
             float sT[8][4], dpT[8][4];
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sT[n][e] = dpT[n][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KT; kk++) {
-                uint32_t ak[4], av[4];
-                trn_ldsm_a(ak, Ks, LDB, warp * 16, kk, lane);
-                trn_ldsm_a(av, Vs, LDB, warp * 16, kk, lane);
-#pragma unroll
-                for (int n = 0; n < 8; n += 2) {
-                    uint32_t bq[4], bo[4];
-                    trn_ldsm_bn(bq, Qb, LDB, kk, n, lane);
-                    trn_ldsm_bn(bo, dOb, LDB, kk, n, lane);
-                    trn_mma(sT[n], ak, bq[0], bq[1]);
-                    trn_mma(sT[n + 1], ak, bq[2], bq[3]);
-                    trn_mma(dpT[n], av, bo[0], bo[1]);
-                    trn_mma(dpT[n + 1], av, bo[2], bo[3]);
-                }
-            }
+            s_bwd_scores<D>(sT, dpT, Ks, Vs, Qb, dOb, warp, lane);
             /* P^T and dS^T in place; the mask only where some pair of
              * the warp's keys and the tile's queries is hidden */
             const bool full =
                 q0 >= kw + 15 && q0 + BQ - 1 < T && segb[BQ - 1] == skw;
-            if (!full) {
-#pragma unroll
-                for (int n = 0; n < 8; n++)
-#pragma unroll
-                    for (int e1 = 0; e1 < 2; e1++) {
-                        const int col = n * 8 + 2 * t + e1;
-                        const int tq = q0 + col, sq = segb[col];
-                        if (!(tq < T && kr0 <= tq && sq == sk0))
-                            sT[n][e1] = -INFINITY;
-                        if (!(tq < T && kr1 <= tq && sq == sk1))
-                            sT[n][2 + e1] = -INFINITY;
-                    }
-            }
-            /* dS without the softmax scale: dK and dQ take it at the end */
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int e1 = 0; e1 < 2; e1++) {
-                    const int col = n * 8 + 2 * t + e1;
-                    const float l2 = lseb[col] * S_LOG2E, dl = delb[col];
-                    float p0 = exp2f(fmaf(sT[n][e1], sc, -l2));
-                    float p1 = exp2f(fmaf(sT[n][2 + e1], sc, -l2));
-                    sT[n][e1] = p0;
-                    sT[n][2 + e1] = p1;
-                    dpT[n][e1] = p0 * (dpT[n][e1] - dl);
-                    dpT[n][2 + e1] = p1 * (dpT[n][2 + e1] - dl);
-                }
-                /* dV += P^T dO, dK += dS^T Q (k-steps over the 64 queries) */
-#pragma unroll
-            for (int kk = 0; kk < BQ / 16; kk++) {
-                uint32_t pa[4], sa[4];
-                pa[0] = trn_pack2(sT[2 * kk][0], sT[2 * kk][1]);
-                pa[1] = trn_pack2(sT[2 * kk][2], sT[2 * kk][3]);
-                pa[2] = trn_pack2(sT[2 * kk + 1][0], sT[2 * kk + 1][1]);
-                pa[3] = trn_pack2(sT[2 * kk + 1][2], sT[2 * kk + 1][3]);
-                sa[0] = trn_pack2(dpT[2 * kk][0], dpT[2 * kk][1]);
-                sa[1] = trn_pack2(dpT[2 * kk][2], dpT[2 * kk][3]);
-                sa[2] = trn_pack2(dpT[2 * kk + 1][0], dpT[2 * kk + 1][1]);
-                sa[3] = trn_pack2(dpT[2 * kk + 1][2], dpT[2 * kk + 1][3]);
-#pragma unroll
-                for (int n = 0; n < NT; n += 2) {
-                    uint32_t bo[4], bq[4];
-                    trn_ldsm_b2(bo, dOb, LDB, kk, n, lane);
-                    trn_ldsm_b2(bq, Qb, LDB, kk, n, lane);
-                    trn_mma(dV[n], pa, bo[0], bo[1]);
-                    trn_mma(dV[n + 1], pa, bo[2], bo[3]);
-                    trn_mma(dK[n], sa, bq[0], bq[1]);
-                    trn_mma(dK[n + 1], sa, bq[2], bq[3]);
-                }
-            }
-            /* share dS^T: row = key (local), column = query (local) */
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                int c = n * 8 + 2 * t;
-                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g) * LDS + c) =
-                    trn_pack2(dpT[n][0], dpT[n][1]);
-                *reinterpret_cast<uint32_t *>(dsb + (warp * 16 + g + 8) * LDS +
-                                              c) =
-                    trn_pack2(dpT[n][2], dpT[n][3]);
-            }
+            if (!full)
+                s_bwd_mask(sT, segb, q0, T, kr0, kr1, sk0, sk1, t);
+            s_bwd_probs(sT, dpT, lseb, delb, sc, t);
+            s_bwd_accum<D>(dK, dV, sT, dpT, Qb, dOb, lane);
+            s_bwd_share_ds(dsb, dpT, warp, g, t);
         }
         /* tile it + 1 has landed and dS^T is whole */
         trn_cp_wait<0>();
         __syncthreads();
-        /* dQ (query rows 16(w%4).., columns of half w/4) = dS K over the
-         * block's 128 keys */
-        const int mt = warp & 3, dh = warp >> 2;
-        if (dh < DQS) {
-            float dq[NTQ][4];
-#pragma unroll
-            for (int n = 0; n < NTQ; n++)
-                dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) {
-                /* A = dS (queries x keys) from dsT (keys x queries):
-                 * tiles (keys +0, queries +0), (+0, +8), (+8, +0),
-                 * (+8, +8) of these 16 queries */
-                uint32_t a[4];
-                {
-                    const int m = lane >> 3, row = lane & 7;
-                    trn_ldsm_t(a, dsb + (kk * 16 + (m >> 1) * 8 + row) * LDS +
-                                      mt * 16 + (m & 1) * 8);
-                }
-#pragma unroll
-                for (int n = 0; n < NTQ; n += 2) {
-                    uint32_t b[4];
-                    trn_ldsm_b2(b, Ks, LDB, kk, dh * NTQ + n, lane);
-                    trn_mma(dq[n], a, b[0], b[1]);
-                    trn_mma(dq[n + 1], a, b[2], b[3]);
-                }
-            }
-            const int tq0 = q0 + mt * 16 + g, tq1 = tq0 + 8;
-#pragma unroll
-            for (int n = 0; n < NTQ; n++) {
-                int c = (dh * NTQ + n) * 8 + 2 * t;
-                if (tq0 < T)
-                    atomicAdd(reinterpret_cast<float2 *>(
-                                  dq_acc + ((size_t) tq0 * H + h) * D + c),
-                              make_float2(dq[n][0], dq[n][1]));
-                if (tq1 < T)
-                    atomicAdd(reinterpret_cast<float2 *>(
-                                  dq_acc + ((size_t) tq1 * H + h) * D + c),
-                              make_float2(dq[n][2], dq[n][3]));
-            }
-        }
+        s_bwd_dq<D>(dq_acc, dsb, Ks, q0, h, T, H, warp, lane, g, t);
     }
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        int c = n * 8 + 2 * t;
-        if (kr0 < T) {
-            size_t off = (size_t) kr0 * (size_t) dstride + (size_t) hk * D + c;
-            *reinterpret_cast<uint32_t *>(dk + off) =
-                trn_pack2(dK[n][0] * scale, dK[n][1] * scale);
-            *reinterpret_cast<uint32_t *>(dv + off) =
-                trn_pack2(dV[n][0], dV[n][1]);
-        }
-        if (kr1 < T) {
-            size_t off = (size_t) kr1 * (size_t) dstride + (size_t) hk * D + c;
-            *reinterpret_cast<uint32_t *>(dk + off) =
-                trn_pack2(dK[n][2] * scale, dK[n][3] * scale);
-            *reinterpret_cast<uint32_t *>(dv + off) =
-                trn_pack2(dV[n][2], dV[n][3]);
-        }
-    }
+    s_bwd_store<D>(dk, dv, dstride, dK, dV, kr0, kr1, hk, T, scale, t);
 }
 
 /* dq[t, h*D + c] = bf16(scale * dq_acc[(t*H + h)*D + c]), 8 a thread. */

@@ -361,6 +361,103 @@ s_gm_smem(void)
     return S_GM_STAGES * 2 * 16 * NW * (D + 8) * 2;
 }
 
+/* The new key and value (snew) into row r of a tile whose copy may have
+ * read that row of the cache before the write: K rows first, V rows TE
+ * elements on. */
+template <int D, int NW>
+static __device__ __forceinline__ void
+s_gm_patch(__nv_bfloat16 *tile, const trn_bf16_t *snew, int r)
+{
+    constexpr int S_GQ_THREADS = 32 * NW, LD = D + 8, TE = 16 * NW * LD;
+    __nv_bfloat16 *kr = tile + (size_t) r * LD;
+    for (int c = threadIdx.x; c < D / 4; c += S_GQ_THREADS) {
+        int e = (c % (D / 8)) * 8;
+        const uint4 *src =
+            reinterpret_cast<const uint4 *>(snew + (c < D / 8 ? 0 : D) + e);
+        *reinterpret_cast<uint4 *>(kr + (c < D / 8 ? 0 : TE) + e) = *src;
+    }
+    __syncthreads();
+}
+
+/* One tile of a warp's 16 positions (from p0 in K and V): the scores of
+ * the query rows (positions jt + 8 h + e for the lane, those from j1 on
+ * masked), the online softmax over them (base 2, scale sl2) and O += P V
+ * with the output rescaled. */
+template <int D>
+static __device__ __forceinline__ void
+s_gm_step(float (&oacc)[D / 8][4], float &m_r, float &l_r,
+          const uint32_t (&qa)[D / 16][2], const __nv_bfloat16 *K,
+          const __nv_bfloat16 *V, int jt, int j1, float sl2, int p0, int lane)
+{
+    constexpr int LD = D + 8, KS = D / 16, NT = D / 8;
+    float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t b[4];
+        trn_ldsm_bn(b, K, LD, kk, p0 / 8, lane);
+        uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+        trn_mma(sc[0], a, b[0], b[1]);
+        trn_mma(sc[1], a, b[2], b[3]);
+    }
+    float mx = m_r;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float v = jt + 8 * h + e < j1 ? sc[h][e] * sl2 : -INFINITY;
+            sc[h][e] = v;
+            mx = fmaxf(mx, v);
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    float alpha = m_r == -INFINITY ? 0.0f : exp2f(m_r - mx);
+    float ps = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float p = sc[h][e] == -INFINITY ? 0.0f : exp2f(sc[h][e] - mx);
+            sc[h][e] = p;
+            ps += p;
+        }
+    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+    l_r = l_r * alpha + ps;
+    m_r = mx;
+    uint32_t pa[4] = {trn_pack2(sc[0][0], sc[0][1]), 0u,
+                      trn_pack2(sc[1][0], sc[1][1]), 0u};
+#pragma unroll
+    for (int d = 0; d < NT; d += 2) {
+        oacc[d][0] *= alpha;
+        oacc[d][1] *= alpha;
+        oacc[d + 1][0] *= alpha;
+        oacc[d + 1][1] *= alpha;
+        uint32_t b[4];
+        trn_ldsm_b2(b, V + p0 * LD, LD, 0, d, lane);
+        trn_mma(oacc[d], pa, b[0], b[1]);
+        trn_mma(oacc[d + 1], pa, b[2], b[3]);
+    }
+}
+
+/* A warp's state of query row g (< G) into the merge area. */
+template <int D, int G, int NW>
+static __device__ __forceinline__ void
+s_gm_stash(float (&sm_m)[NW][G], float (&sm_l)[NW][G], float (*sm_o)[G * D],
+           const float (&oacc)[D / 8][4], float m_r, float l_r, int warp, int g,
+           int tq)
+{
+    constexpr int NT = D / 8;
+    if (tq == 0) {
+        sm_m[warp][g] = m_r;
+        sm_l[warp][g] = l_r;
+    }
+#pragma unroll
+    for (int d = 0; d < NT; d++) {
+        sm_o[warp][g * D + d * 8 + 2 * tq] = oacc[d][0];
+        sm_o[warp][g * D + d * 8 + 2 * tq + 1] = oacc[d][1];
+    }
+}
+
 template <int D, int G, bool PREP, int NW>
 __global__ void __launch_bounds__(32 * NW)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
@@ -466,83 +563,18 @@ __global__ void __launch_bounds__(32 * NW)
         issue(i + 1);
         const __nv_bfloat16 *K = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
         const __nv_bfloat16 *V = K + TE;
-        if (own && pnew >= j0 + i * S_GM_TP && pnew < j0 + (i + 1) * S_GM_TP) {
-            /* the new key and value into their row of this tile */
-            __nv_bfloat16 *kr = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE +
-                                (size_t) (pnew - j0 - i * S_GM_TP) * LD;
-            for (int c = threadIdx.x; c < D / 4; c += S_GQ_THREADS) {
-                int e = (c % (D / 8)) * 8;
-                const uint4 *src = reinterpret_cast<const uint4 *>(
-                    snew + (c < D / 8 ? 0 : D) + e);
-                *reinterpret_cast<uint4 *>(kr + (c < D / 8 ? 0 : TE) + e) =
-                    *src;
-            }
-            __syncthreads();
-        }
-        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t b[4];
-            trn_ldsm_bn(b, K, LD, kk, p0 / 8, lane);
-            uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-            trn_mma(sc[0], a, b[0], b[1]);
-            trn_mma(sc[1], a, b[2], b[3]);
-        }
+        if (own && pnew >= j0 + i * S_GM_TP && pnew < j0 + (i + 1) * S_GM_TP)
+            s_gm_patch<D, NW>(tiles + (size_t) (i % S_GM_STAGES) * 2 * TE, snew,
+                              pnew - j0 - i * S_GM_TP);
         /* row g's scores: positions p0 + 8 h + 2 tq + e */
-        int jt = j0 + i * S_GM_TP + p0 + 2 * tq;
-        float mx = m_r;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float v = jt + 8 * h + e < j1 ? sc[h][e] * sl2 : -INFINITY;
-                sc[h][e] = v;
-                mx = fmaxf(mx, v);
-            }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float alpha = m_r == -INFINITY ? 0.0f : exp2f(m_r - mx);
-        float ps = 0.0f;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float p = sc[h][e] == -INFINITY ? 0.0f : exp2f(sc[h][e] - mx);
-                sc[h][e] = p;
-                ps += p;
-            }
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-        l_r = l_r * alpha + ps;
-        m_r = mx;
-        uint32_t pa[4] = {trn_pack2(sc[0][0], sc[0][1]), 0u,
-                          trn_pack2(sc[1][0], sc[1][1]), 0u};
-#pragma unroll
-        for (int d = 0; d < NT; d += 2) {
-            oacc[d][0] *= alpha;
-            oacc[d][1] *= alpha;
-            oacc[d + 1][0] *= alpha;
-            oacc[d + 1][1] *= alpha;
-            uint32_t b[4];
-            trn_ldsm_b2(b, V + p0 * LD, LD, 0, d, lane);
-            trn_mma(oacc[d], pa, b[0], b[1]);
-            trn_mma(oacc[d + 1], pa, b[2], b[3]);
-        }
+        s_gm_step<D>(oacc, m_r, l_r, qa, K, V, j0 + i * S_GM_TP + p0 + 2 * tq,
+                     j1, sl2, p0, lane);
     }
     trn_cp_wait<0>();
     __syncthreads(); /* the tiles' memory is the warps' merge area now */
     float(*sm_o)[G * D] = reinterpret_cast<float(*)[G * D]>(s_dyn);
-    if (g < G) {
-        if (tq == 0) {
-            sm_m[warp][g] = m_r;
-            sm_l[warp][g] = l_r;
-        }
-#pragma unroll
-        for (int d = 0; d < NT; d++) {
-            sm_o[warp][g * D + d * 8 + 2 * tq] = oacc[d][0];
-            sm_o[warp][g * D + d * 8 + 2 * tq + 1] = oacc[d][1];
-        }
-    }
+    if (g < G)
+        s_gm_stash<D, G, NW>(sm_m, sm_l, sm_o, oacc, m_r, l_r, warp, g, tq);
     __syncthreads();
     s_gq_finish<D, G, NW>(o, part, sm_m, sm_l, sm_o, t, hk, split, nsplit, H,
                           Hk);

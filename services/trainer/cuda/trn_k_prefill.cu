@@ -6,23 +6,24 @@
  * before it runs (trn_k_qk_prep writes them), so every key, old or new,
  * comes through the sequence's block table.
  *
- * The scheme is the training forward kernel's (trn_k_attn.cu): one block
- * of 4 warps per (query tile of up to 128 rows of one sequence, query
- * head), 32 rows a warp as two m16 tiles; mma.sync m16n8k16 in bf16 with
- * fp32 accumulators; the online softmax in base 2 with the scale folded
- * in; key/value tiles of 64 positions through two shared-memory buffers
- * with cp.async (tile j+1 lands while tile j is computed); operands read
- * with ldmatrix from padded rows. What differs: the tile's queries are
- * at absolute positions p0.. of their sequence, so a key at position j is
- * visible to the query at position p iff j <= p, and the key tiles run
- * over positions 0..p0+rows-1 of the sequence, each row's cache row
- * looked up once in the table by the thread that copies it. Sub-tiles
- * wholly after a warp's last query are skipped, the mask is applied only
- * to those that cross the diagonal, and the host hands the tiles over
- * longest first. Grouped-query heads read their KV head's rows (no
- * repeated K/V).
+ * The scheme, and its stages (trn_cuda_flash.cuh), are the training forward
+ * kernel's (trn_k_attn.cu): one block of 4 warps per (query tile of up to
+ * 128 rows of one sequence, query head), 32 rows a warp as two m16 tiles;
+ * mma.sync m16n8k16 in bf16 with fp32 accumulators; the online softmax in
+ * base 2 with the scale folded in; key/value tiles of 64 positions through
+ * two shared-memory buffers with cp.async (tile j+1 lands while tile j is
+ * computed); operands read with ldmatrix from padded rows. What differs: the
+ * tile's queries are at absolute positions p0.. of their sequence, so a key
+ * at position j is visible to the query at position p iff j <= p, and the
+ * key tiles run over positions 0..p0+rows-1 of the sequence, each row's
+ * cache row looked up once in the table by the thread that copies it.
+ * Sub-tiles wholly after a warp's last query are skipped, the mask is
+ * applied only to those that cross the diagonal, and the host hands the
+ * tiles over longest first. Grouped-query heads read their KV head's rows
+ * (no repeated K/V).
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_flash.cuh"
 #include "trn_cuda_mma.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -54,6 +55,26 @@ s_row32(const trn_kv_pages_t &pg, int sl, int p)
     return (uint32_t) s_row(pg, sl, p);
 }
 
+/* The causal mask of a sub-tile of BC = 8 NS keys from position kc on,
+ * for the lane's four rows (positions rbase + 16m + 8half). */
+template <int NS>
+static __device__ __forceinline__ void
+s_fwd_mask(float (&s)[2][NS][4], int rbase, int kc, int t)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = rbase + (i >> 1) * 16 + (i & 1) * 8;
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int tk = kc + n * 8 + 2 * t + e;
+                if (tk > r)
+                    s[i >> 1][n][(i & 1) * 2 + e] = -INFINITY;
+            }
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(32 * S_WARPS, 2)
     s_attn_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride,
@@ -61,7 +82,7 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
                    trn_kv_pages_t pg, const trn_prefill_tile_t *tiles, int H,
                    int Hk, float scale)
 {
-    constexpr int LDB = D + 8, KT = D / 16, NT = D / 8, BK = S_BK;
+    constexpr int LDB = D + 8, NT = D / 8, BK = S_BK;
     constexpr int BC = S_BC(D), NS = BC / 8; /* sub-tile, its n-tiles */
     constexpr int BQ = S_BQ, NTH = 32 * S_WARPS, CH = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -113,19 +134,9 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
     load_kv(0, 0);
     trn_cp_commit();
 
-    float acc[2][NT][4];
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-            acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
     /* my four rows: i = 2m + half is tile row 32w + 16m + 8half + g */
-    float mr[4], lr[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        mr[i] = -INFINITY;
-        lr[i] = 0.0f;
-    }
+    float acc[2][NT][4], mr[4], lr[4];
+    trn_fa_init<NT>(acc, mr, lr);
     const float sc = scale * S_LOG2E;
     const int wfirst = p0 + warp * 32; /* position of the warp's first row */
     const int rbase = wfirst + g;
@@ -152,107 +163,13 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
             const bool full = kc + BC - 1 <= wfirst;
 
             float s[2][NS][4];
-#pragma unroll
-            for (int m = 0; m < 2; m++)
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-                    s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KT; kk++) {
-                uint32_t qa[2][4];
-                trn_ldsm_a(qa[0], Qs, LDB, warp * 32, kk, lane);
-                trn_ldsm_a(qa[1], Qs, LDB, warp * 32 + 16, kk, lane);
-#pragma unroll
-                for (int n = 0; n < NS; n += 2) {
-                    uint32_t b[4];
-                    trn_ldsm_bn(b, Kb, LDB, kk, n, lane);
-#pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        trn_mma(s[m][n], qa[m], b[0], b[1]);
-                        trn_mma(s[m][n + 1], qa[m], b[2], b[3]);
-                    }
-                }
-            }
-            if (!full) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int r = rbase + (i >> 1) * 16 + (i & 1) * 8;
-#pragma unroll
-                    for (int n = 0; n < NS; n++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            int tk = kc + n * 8 + 2 * t + e;
-                            if (tk > r)
-                                s[i >> 1][n][(i & 1) * 2 + e] = -INFINITY;
-                        }
-                }
-            }
-            /* running max (base-2 units), probabilities; the output is
-             * rescaled only when some row of the warp has a new max */
+            trn_fa_scores<D, BC>(s, Qs, Kb, warp, lane);
+            if (!full)
+                s_fwd_mask<NS>(s, rbase, kc, t);
             float alpha[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int m = i >> 1, e0 = (i & 1) * 2;
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-                    mx = fmaxf(mx, fmaxf(s[m][n][e0], s[m][n][e0 + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mn = fmaxf(mr[i], mx * sc);
-                float mu = mn == -INFINITY ? 0.0f : mn;
-                alpha[i] = exp2f(mr[i] - mu);
-                mr[i] = mn;
-                float ps = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NS; n++) {
-                    float p0v = exp2f(fmaf(s[m][n][e0], sc, -mu));
-                    float p1v = exp2f(fmaf(s[m][n][e0 + 1], sc, -mu));
-                    s[m][n][e0] = p0v;
-                    s[m][n][e0 + 1] = p1v;
-                    ps += p0v + p1v;
-                }
-                ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-                ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-                lr[i] = lr[i] * alpha[i] + ps;
-            }
-            const bool same = alpha[0] == 1.0f && alpha[1] == 1.0f &&
-                              alpha[2] == 1.0f && alpha[3] == 1.0f;
-            if (!__all_sync(0xffffffffu, same)) {
-#pragma unroll
-                for (int m = 0; m < 2; m++)
-#pragma unroll
-                    for (int n = 0; n < NT; n++) {
-                        acc[m][n][0] *= alpha[2 * m];
-                        acc[m][n][1] *= alpha[2 * m];
-                        acc[m][n][2] *= alpha[2 * m + 1];
-                        acc[m][n][3] *= alpha[2 * m + 1];
-                    }
-            }
-            /* O += P V: P's accumulators are the A operand as they stand */
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                uint32_t pa[2][4];
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    pa[m][0] = trn_pack2(s[m][2 * kk][0], s[m][2 * kk][1]);
-                    pa[m][1] = trn_pack2(s[m][2 * kk][2], s[m][2 * kk][3]);
-                    pa[m][2] =
-                        trn_pack2(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-                    pa[m][3] =
-                        trn_pack2(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-                }
-#pragma unroll
-                for (int n = 0; n < NT; n += 2) {
-                    uint32_t b[4];
-                    trn_ldsm_b2(b, Vb, LDB, kk, n, lane);
-#pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        trn_mma(acc[m][n], pa[m], b[0], b[1]);
-                        trn_mma(acc[m][n + 1], pa[m], b[2], b[3]);
-                    }
-                }
-            }
+            trn_fa_softmax<NS>(s, mr, lr, alpha, sc);
+            trn_fa_rescale<NT>(acc, alpha);
+            trn_fa_pv<D, BC>(acc, s, Vb, lane);
         }
     }
     /* normalise and store the tile's real rows */
