@@ -9,7 +9,9 @@ model scripted:
   - a fork bomb in one sandbox leaves a neighbour's rollout, running at
     the same time, unaffected (each sandbox has a uid of its own);
   - what the model writes towards the agent's output never grows the
-    host's log of the attempt past its cap."""
+    host's log of the attempt past its cap;
+  - 10,000 connections opened from inside a sandbox to the gateway's
+    socket leave another attempt's calls served promptly."""
 import os
 import threading
 import time
@@ -237,3 +239,135 @@ def test_the_host_log_of_an_attempt_stays_under_its_cap(make_stack):
     # The agent's output is out of the model's reach.
     assert "WROTE" not in obs, obs
     assert 0 < biggest[0] <= cap + 512, biggest[0]
+
+
+CONN_FLOOD = r"""
+cat > /tmp/flood.py <<'PY'
+import os, socket, time
+path = os.environ.get("LISA_GATEWAY_SOCKET", "/run/lisa/gateway.sock")
+n, k = 10000, 5  # five processes: a sandbox's descriptor limit is 4096
+call = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer not-a-token\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+kids = []
+for j in range(k):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        ok = bad = 0
+        held = []
+        for i in range(j, n, k):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            try:
+                s.connect(path)
+                ok += 1
+            except OSError:
+                bad += 1
+            try:
+                if i % 10 == 0:
+                    s.sendall(call)
+                elif i % 10 == 1:
+                    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHo")
+            except OSError:
+                pass  # displaced before it could write
+            held.append(s)
+        os.write(w, b"%d %d\n" % (ok, bad))
+        time.sleep(4)  # hold them while the other attempt calls
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+ok = bad = 0
+for pid, r in kids:
+    a, b = os.read(r, 64).split()
+    ok, bad = ok + int(a), bad + int(b)
+    os.waitpid(pid, 0)
+print("conn-flood connected=%d failed=%d" % (ok, bad))
+PY
+python3 /tmp/flood.py
+"""
+
+
+def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
+        make_stack):
+    """A command in a local sandbox opens 10,000 connections to the
+    gateway's socket as the sandbox sees it (/run/lisa/gateway.sock): most
+    idle, some trickling headers, some calls with a made-up token. Another
+    attempt (claimed by the test) calls the same gateway socket meanwhile
+    and every call is served, promptly."""
+    from brokerlib import claim
+    from gwlib import mint
+    from test_edges import metric
+    import http.client as httpc
+    import json
+    import socket
+
+    flood_started, flood_ended = threading.Event(), threading.Event()
+    inner = by_word(connflood=[CONN_FLOOD])
+
+    def script(prompt, body):
+        text = tokenizer().decode(prompt, skip_special_tokens=False)
+        if "task-connflood" not in text:
+            return "ok", "stop"  # the other attempt's calls
+        (flood_ended if "<tool_response>" in text else flood_started).set()
+        return inner(prompt, body)
+    s = make_stack(script, broker_opts={"lease-ms": 120000},
+                   gw_opts={"max-connections": 2048,
+                            "request-timeout": "20s"})
+    # The other attempt: claimed before any controller runs, so that its
+    # token is the test's to use.
+    (other,) = s.enqueue([task("task-other")])
+    (att,) = claim(s.client)
+    tok = mint(s.key, other, att.attempt)
+    (rid,) = s.enqueue([task("task-connflood")])
+    s.controller(max_concurrency=1)
+    assert flood_started.wait(30)
+
+    class UnixHTTP(httpc.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(30)
+            self.sock.connect(s.sock)
+
+    req = json.dumps({"messages": [{"role": "user", "content": "x"}]})
+    times = []
+
+    def one():
+        t = time.time()
+        c = UnixHTTP("localhost")
+        c.request("POST", "/v1/chat/completions", body=req,
+                  headers={"Authorization": "Bearer " + tok,
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        assert r.status == 200, r.status
+        times.append(time.time() - t)
+
+    gw = s.gateway
+    # calls while the flood builds up and while it is held, until the
+    # command has ended (its observation reached the model)
+    wait_for(lambda: metric(gw, "lisa_gateway_http_connections_open") > 100,
+             timeout=30, what="flood under way")
+    while not flood_ended.is_set() or len(times) < 20:
+        one()
+    done(s, rid, timeout=60)
+    (obs, *_) = observations(s, "task-connflood")
+    assert "conn-flood connected=" in obs, obs
+    line = obs.split("conn-flood ", 1)[1].split("\n", 1)[0]
+    got = dict(kv.split("=") for kv in line.split())
+    assert int(got["connected"]) + int(got["failed"]) == 10000, got
+    evicted = metric(gw, "lisa_gateway_http_refusals", '{reason="evicted"}')
+    refused = metric(gw, "lisa_gateway_http_refusals", '{reason="refused"}')
+    median = sorted(times)[len(times) // 2]
+    print("flood of 10000 connections from a local sandbox: connected %s, "
+          "failed %s; the other attempt's %d calls: median %.3fs, slowest "
+          "%.3fs; evicted %d, refused %d" % (
+              got["connected"], got["failed"], len(times), median,
+              max(times), evicted, refused))
+    # the flood reached the gateway: it overflowed the connection table
+    assert int(got["connected"]) >= 5000, got
+    assert evicted + refused >= 3000, (evicted, refused)
+    assert median < 2.0 and max(times) < 10.0, (median, max(times))
+    s.client.ok("cancel", pb.CancelReq(rollout_ids=[other]))
