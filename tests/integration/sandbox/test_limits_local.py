@@ -292,10 +292,15 @@ python3 /tmp/flood.py
 def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
         make_stack):
     """A command in a local sandbox opens 10,000 connections to the
-    gateway's socket as the sandbox sees it (/run/lisa/gateway.sock): most
-    idle, some trickling headers, some calls with a made-up token. Another
-    attempt (claimed by the test) calls the same gateway socket meanwhile
-    and every call is served, promptly."""
+    gateway's socket as the sandbox sees it (/run/lisa/gateway.sock), from
+    five processes (a sandbox may hold 4096 descriptors each): most idle,
+    some trickling headers, some calls with a made-up token. Another
+    attempt (claimed by the test) calls the same gateway socket meanwhile,
+    until the flooding attempt has ended, and every call is served,
+    promptly. The flood may cost its own attempt its next model call (in
+    runs here its agent's calls right after the command were cut, broken
+    pipe, while the gateway closed the flood's connections): that attempt
+    then fails, and is not retried here."""
     from brokerlib import claim
     from gwlib import mint
     from test_edges import metric
@@ -303,16 +308,18 @@ def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
     import json
     import socket
 
-    flood_started, flood_ended = threading.Event(), threading.Event()
+    flood_started = threading.Event()
     inner = by_word(connflood=[CONN_FLOOD])
 
     def script(prompt, body):
         text = tokenizer().decode(prompt, skip_special_tokens=False)
         if "task-connflood" not in text:
             return "ok", "stop"  # the other attempt's calls
-        (flood_ended if "<tool_response>" in text else flood_started).set()
+        if "<tool_response>" not in text:
+            flood_started.set()
         return inner(prompt, body)
-    s = make_stack(script, broker_opts={"lease-ms": 120000},
+    s = make_stack(script, broker_opts={"lease-ms": 600000,
+                                        "max-attempts": 1},
                    gw_opts={"max-connections": 2048,
                             "request-timeout": "20s"})
     # The other attempt: claimed before any controller runs, so that its
@@ -320,7 +327,8 @@ def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
     (other,) = s.enqueue([task("task-other")])
     (att,) = claim(s.client)
     tok = mint(s.key, other, att.attempt)
-    (rid,) = s.enqueue([task("task-connflood")])
+    (rid,) = s.enqueue([task("task-connflood",
+                             limits=pb.Limits(deadline_ms=90000))])
     s.controller(max_concurrency=1)
     assert flood_started.wait(30)
 
@@ -345,29 +353,37 @@ def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
         assert r.status == 200, r.status
         times.append(time.time() - t)
 
+    def ended():
+        return s.roll(rid)[0].state in (pb.ROLLOUT_SUCCEEDED,
+                                        pb.ROLLOUT_FAILED)
     gw = s.gateway
-    # calls while the flood builds up and while it is held, until the
-    # command has ended (its observation reached the model)
+    # calls while the flood builds up, is held and is torn down, until
+    # the flooding attempt has ended
     wait_for(lambda: metric(gw, "lisa_gateway_http_connections_open") > 100,
              timeout=30, what="flood under way")
-    while not flood_ended.is_set() or len(times) < 20:
+    t0 = time.time()
+    while len(times) < 20 or len(times) % 10 or not ended():
         one()
-    done(s, rid, timeout=60)
-    (obs, *_) = observations(s, "task-connflood")
-    assert "conn-flood connected=" in obs, obs
-    line = obs.split("conn-flood ", 1)[1].split("\n", 1)[0]
-    got = dict(kv.split("=") for kv in line.split())
-    assert int(got["connected"]) + int(got["failed"]) == 10000, got
+        assert time.time() - t0 < 120, "the flooding attempt did not end"
+    flood_s = time.time() - t0
     evicted = metric(gw, "lisa_gateway_http_refusals", '{reason="evicted"}')
     refused = metric(gw, "lisa_gateway_http_refusals", '{reason="refused"}')
     median = sorted(times)[len(times) // 2]
-    print("flood of 10000 connections from a local sandbox: connected %s, "
-          "failed %s; the other attempt's %d calls: median %.3fs, slowest "
-          "%.3fs; evicted %d, refused %d" % (
-              got["connected"], got["failed"], len(times), median,
-              max(times), evicted, refused))
+    r, atts = s.roll(rid)
+    obs = observations(s, "task-connflood")
+    counts = [ln for ln in "".join(obs).splitlines()
+              if ln.startswith("conn-flood ")]
+    print("flood of 10000 connections from a local sandbox (%.1fs; its "
+          "attempt %s, %s): the other attempt's %d calls: median %.3fs, "
+          "slowest %.3fs; evicted %d, refused %d" % (
+              flood_s, pb.RolloutState.Name(r.state),
+              counts[0] if counts else "no count",
+              len(times), median, max(times), evicted, refused))
     # the flood reached the gateway: it overflowed the connection table
-    assert int(got["connected"]) >= 5000, got
-    assert evicted + refused >= 3000, (evicted, refused)
+    # many times over
+    assert evicted + refused >= 5000, (evicted, refused)
+    if counts:  # the command's own count, when its agent could post it
+        got = dict(kv.split("=") for kv in counts[0].split()[1:])
+        assert int(got["connected"]) + int(got["failed"]) == 10000, got
     assert median < 2.0 and max(times) < 10.0, (median, max(times))
     s.client.ok("cancel", pb.CancelReq(rollout_ids=[other]))
