@@ -67,6 +67,7 @@ for p in /proc/[0-9]*; do
   ls $p/fd/ >/dev/null 2>&1 && echo "FD-LISTED $n $c"
 done
 echo "procs=$(ls /proc | grep -c '^[0-9][0-9]*$')"
+echo "cmd-ppid=$(awk '/^PPid/ {print $2}' /proc/$$/status)"
 timeout 5 strace -p 1 -e trace=none 2>&1 | head -n 2
 timeout 5 gdb -q -batch -p 1 2>&1 | grep -i -m 2 -e ptrace -e attach
 python3 -c '
@@ -95,8 +96,11 @@ def test_the_model_cannot_read_or_trace_the_agent(make_stack):
     assert "PROBED" in obs, obs
     for word in ("MEM-READ", "ENV-READ", "FD-LISTED"):
         assert word not in obs, obs
-    # The commands' own PID namespace: its init and the probe's processes.
+    # The commands' own PID namespace: its init and the probe's processes,
+    # and the command's parent (the agent) is outside it, so its PPid is 0
+    # (in the agent's namespace it would be the agent, pid 1).
     assert int(obs.split("procs=", 1)[1].split()[0]) < 8, obs
+    assert "cmd-ppid=0\n" in obs, obs
     assert "ptrace-attach -1 Operation not permitted" in obs, obs
     assert "vm-readv -1 Operation not permitted" in obs, obs
     assert "Operation not permitted" in obs.split("procs=", 1)[1], obs
