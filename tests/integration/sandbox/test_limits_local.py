@@ -293,11 +293,10 @@ python3 /tmp/flood.py
 """
 
 
-def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
-        make_stack):
-    """A command in a local sandbox opens 10,000 connections to the
-    gateway's socket as the sandbox sees it (/run/lisa/gateway.sock), from
-    five processes (a sandbox may hold 4096 descriptors each): most idle,
+def flood_beside_another_attempt(make_stack, start, where):
+    """A command in a sandbox (its controller started by start(stack))
+    opens 10,000 connections to the gateway's socket as the sandbox sees
+    it (/run/lisa/gateway.sock), from five processes (a sandbox may hold 4096 descriptors each): most idle,
     some trickling headers, some calls with a made-up token. Another
     attempt (claimed by the test) calls the same gateway socket meanwhile,
     until the flooding attempt has ended, and every call is served,
@@ -333,8 +332,8 @@ def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
     tok = mint(s.key, other, att.attempt)
     (rid,) = s.enqueue([task("task-connflood",
                              limits=pb.Limits(deadline_ms=90000))])
-    s.controller(max_concurrency=1)
-    assert flood_started.wait(30)
+    start(s)
+    assert flood_started.wait(60)
 
     class UnixHTTP(httpc.HTTPConnection):
         def connect(self):
@@ -377,10 +376,10 @@ def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
     obs = observations(s, "task-connflood")
     counts = [ln for ln in "".join(obs).splitlines()
               if ln.startswith("conn-flood ")]
-    print("flood of 10000 connections from a local sandbox (%.1fs; its "
+    print("flood of 10000 connections from a %s sandbox (%.1fs; its "
           "attempt %s, %s): the other attempt's %d calls: median %.3fs, "
           "slowest %.3fs; evicted %d, refused %d" % (
-              flood_s, pb.RolloutState.Name(r.state),
+              where, flood_s, pb.RolloutState.Name(r.state),
               counts[0] if counts else "no count",
               len(times), median, max(times), evicted, refused))
     # the flood reached the gateway: it overflowed the connection table
@@ -391,3 +390,9 @@ def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
         assert int(got["connected"]) + int(got["failed"]) == 10000, got
     assert median < 2.0 and max(times) < 10.0, (median, max(times))
     s.client.ok("cancel", pb.CancelReq(rollout_ids=[other]))
+
+
+def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
+        make_stack):
+    flood_beside_another_attempt(
+        make_stack, lambda s: s.controller(max_concurrency=1), "local")
