@@ -211,10 +211,12 @@ def _alive(pids):
 
 
 @pytest.fixture
-def local_run(tmp_path):
-    """Starts scripts/run.sh on the toy model with the built binaries and
-    waits until every service runs; yields (process, stdout path, run
-    folder). Whatever is left afterwards is killed by pid."""
+def local_run(tmp_path, request):
+    """Starts scripts/run.sh on the toy model with the built binaries (for
+    one step, or the test's indirect parameter) and waits until every
+    service runs; yields (process, stdout path, run folder). Whatever is
+    left afterwards is killed by pid."""
+    steps = str(getattr(request, "param", 1))
     if not os.access(os.path.join(BUILD, "bin", "lisa-trainer"), os.X_OK):
         pytest.fail(f"lisa is not built in {BUILD}")
     out = tmp_path / "out.txt"
@@ -223,7 +225,7 @@ def local_run(tmp_path):
     env = dict(os.environ, LISA_BUILD_DIR=BUILD)
     with open(out, "w") as o, open(err, "w") as e:
         p = subprocess.Popen(["bash", RUN_SH, "--no-build", "--out", str(run),
-                              "--steps", "1"], cwd=SRC, env=env, stdout=o,
+                              "--steps", steps], cwd=SRC, env=env, stdout=o,
                              stderr=e, start_new_session=True)
     started = []
     try:
@@ -281,6 +283,7 @@ def test_run_sh_killed_leaves_no_service_and_no_sandbox(local_run):
     assert not left, left
 
 
+@pytest.mark.parametrize("local_run", [20], indirect=True)
 def test_run_sh_bus_answers_only_the_runs_keys(local_run, tmp_path):
     """The local run's broker runs with CURVE on: the run's operator key
     gets answers; no key, or a key of another key set, gets none."""
@@ -312,7 +315,8 @@ def test_run_sh_bus_answers_only_the_runs_keys(local_run, tmp_path):
     for proc in refused:
         rc, o, e = result(proc)
         assert rc != 0 and "no answer" in e, (rc, o, e)
-    # and the broker was there all along
+    # and the broker was there all along (the run is still training)
+    assert p.poll() is None, out.read_text()
     rc, o, e = result(status(own))
     assert rc == 0 and json.loads(o), e
 
