@@ -8,8 +8,9 @@ container outlives it and is adopted), a memory hog (OOM), and
 test_limits_local's probes from inside a container: the agent unreadable
 and untraceable, writes stopped at the disk limit, a fork bomb beside a
 neighbour, the host's log of a container under its cap, 10,000
-connections from a container beside another attempt's calls, and a
-container's invalid UTF-8 stored replaced and exported intact.
+connections from a container beside another attempt's calls, a
+container's invalid UTF-8 stored replaced and exported intact, and a
+cancelled attempt's token refused while its container runs.
 
 ctest label `docker` (scripts/test.sh's container step, with the compose
 test). Set LISA_SKIP_DOCKER_TESTS=1 to skip; otherwise, where no engine
@@ -306,3 +307,9 @@ def test_invalid_utf8_from_a_container_is_stored_replaced_and_exported(
     mine = [x for x in recs if x["rollout_id"] == rid]
     assert len(mine) == 1 and want in mine[0]["reason"], recs
     wait_for(lambda: not containers(clean, CTL), what="containers removed")
+
+
+def test_cancelled_attempt_token_refused_from_a_container(make_stack, clean):
+    from test_e2e_local import cancelled_mid_attempt
+    cancelled_mid_attempt(make_stack, lambda s: docker_ctl(s, clean))
+    wait_for(lambda: not containers(clean, CTL), what="container removed")
