@@ -49,13 +49,15 @@ s_drop_caps(void)
 }
 
 /* The commands' pid 1: a private /proc for the namespace, then reaping
- * until the agent (its parent) is gone. Never returns. */
+ * until the agent (its parent) is gone. Never returns. Its parent is
+ * outside its PID namespace, so getppid() says 0 here whether or not the
+ * agent lives: an agent that died before the parent-death signal was set
+ * has closed the pipe's other end, and the ready byte fails (EPIPE or
+ * SIGPIPE) before anything else is done. */
 static void
-s_init_main(const agt_jail_t *j, pid_t parent, int ready)
+s_init_main(const agt_jail_t *j, int ready)
 {
     (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(0);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) != 0)
@@ -89,7 +91,6 @@ s_ns_fd(pid_t pid, const char *ns)
 static bool
 s_start_init(agt_jail_t *j)
 {
-    pid_t parent = getpid();
     int ready[2];
     if (pipe2(ready, O_CLOEXEC) != 0)
         return false;
@@ -104,7 +105,7 @@ s_start_init(agt_jail_t *j)
         sigemptyset(&none);
         (void) sigprocmask(SIG_SETMASK, &none, NULL);
         close(ready[0]);
-        s_init_main(j, parent, ready[1]);
+        s_init_main(j, ready[1]);
     }
     int err = errno;
     (void) pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -286,11 +286,32 @@ def test_turn_limit(tmp_path):
     assert last.endswith("Please submit your answer NOW.")
 
 
+def _live_with_cmdline(cmdline):
+    """Host pids of live (non-zombie) processes whose argv is cmdline."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read() != cmdline:
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
 def test_cancel_kills_running_command(tmp_path):
+    # The background command is found by its argv: where the agent may
+    # make namespaces (root here) its commands have a PID namespace of
+    # their own, and the pid they see is not the host's.
+    secs = "30.%d" % (os.getpid() % 100000)
+    argv = b"sleep\0" + secs.encode() + b"\0"
     pidfile = tmp_path / "tb" / "bg.pid"
     gw = Gateway(base_task(),
                  [call("execute_bash",
-                       {"command": "sleep 30 & echo $! > bg.pid.tmp; "
+                       {"command": f"sleep {secs} & echo $! > bg.pid.tmp; "
                                    "mv bg.pid.tmp bg.pid; sleep 30"})],
                  cancel_when=pidfile.exists)
     srv = serve(gw)
@@ -302,14 +323,9 @@ def test_cancel_kills_running_command(tmp_path):
     assert p.returncode == 9, p.stderr
     assert time.monotonic() - t0 < 10
     assert gw.results == []
-    pid = int((tmp_path / "tb" / "bg.pid").read_text())
+    assert pidfile.exists()  # the background command had started
     for _ in range(100):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state in ("Z", "X"):
-                break
-        except FileNotFoundError:
+        if not _live_with_cmdline(argv):
             break
         time.sleep(0.02)
     else:
