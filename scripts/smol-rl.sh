@@ -3,8 +3,8 @@
 # (or another small chat model) on arithmetic word problems.
 #
 #   scripts/smol-rl.sh --model FILE.gguf|DIR [--backend cpu|cuda]
-#                      [--out DIR] [--steps N] [--sft-steps N] [--gpu]
-#                      [key=value ...]
+#                      [--out DIR] [--steps N] [--sft-steps N]
+#                      [--val-problems N] [--gpu] [key=value ...]
 #
 # 1. A GGUF file is converted once (`lisa convert`, F32) into OUT/model.
 # 2. Warm start: lisa-sft on examples/arith/data/sft.jsonl, conversations
@@ -12,9 +12,9 @@
 #    question) that teach the tool-call format and the answer file, not
 #    arithmetic (--sft-steps 0 skips it).
 # 3. scripts/run.sh --no-build with the warm-started model on
-#    examples/arith/data/train.json, validating on the 64 held-out
-#    problems of val.json before training, every few steps and after the
-#    last: the broker, a reward worker (math rule), the gateway, the
+#    examples/arith/data/train.json, validating on the held-out problems
+#    of val.json (the first --val-problems of its 64) before training,
+#    every few steps and after the last: the broker, a reward worker (math rule), the gateway, the
 #    controller with local bubblewrap sandboxes running lisa-agent, and
 #    the trainer (GRPO).
 # 4. Prints the validation reward of each evaluation, the training reward
@@ -23,14 +23,16 @@
 #    OUT/run/trainer/metrics.jsonl and the TensorBoard events
 #    OUT/run/trainer/tensorboard.
 #
-# The default sizes suit two CPU cores (about 20 minutes); --gpu picks the
-# GPU machine's (more prompts a step, more steps) and implies --backend
-# cuda. Programs come from LISA_BUILD_DIR/bin (default build/default, or
+# The default sizes are the short CPU run's (a few steps; docs/local-run.md
+# says what two shared cores manage); --gpu picks the GPU machine's (a
+# longer warm start, 16 prompts x 8 rollouts a step, 40 steps, all 64
+# validation problems) and implies --backend cuda. The warm start runs on
+# the CPU (lisa-sft) either way. Programs come from LISA_BUILD_DIR/bin (default build/default, or
 # build/cuda with --backend cuda), so a bundle of prebuilt programs
 # (scripts/gpu-bundle.sh) runs it with LISA_BUILD_DIR=BUNDLE; nothing is
 # built or downloaded here. key=value arguments are trainer settings and
-# override the ones below. Needs python3 (standard library) for the
-# summary only.
+# override the ones below. Needs python3 (its standard library) for the
+# validation subset and the summary.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -43,7 +45,8 @@ model=""
 backend=cpu
 out=""
 steps=""
-sft_steps=60
+sft_steps=""
+val_n=""
 gpu=0
 overrides=()
 while [ $# -gt 0 ]; do
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --sft-steps) sft_steps=${2:?}; shift 2 ;;
+    --val-problems) val_n=${2:?}; shift 2 ;;
     --gpu) gpu=1; backend=cuda; shift ;;
     -h|--help) usage; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
@@ -61,6 +65,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$model" ] || { echo "smol-rl.sh: --model FILE.gguf|DIR is needed" >&2
   exit 2; }
+command -v python3 >/dev/null || { echo "smol-rl.sh: needs python3" >&2
+  exit 1; }
 [ -e "$model" ] || { echo "smol-rl.sh: $model does not exist" >&2; exit 1; }
 case "$backend" in
   cpu) preset=default ;;
@@ -74,6 +80,11 @@ for b in lisa lisa-sft lisa-trainer; do
     "(cmake --build --preset $preset, or LISA_BUILD_DIR=BUNDLE)" >&2; exit 1; }
 done
 data=$root/examples/arith/data
+if [ $gpu = 1 ]; then
+  sft_steps=${sft_steps:-60} sft_batch=8 val_n=${val_n:-64}
+else
+  sft_steps=${sft_steps:-20} sft_batch=4 val_n=${val_n:-16}
+fi
 out=${out:-runs/smol-$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -92,22 +103,33 @@ fi
 if [ "$sft_steps" -gt 0 ]; then
   if [ ! -f "$out/sft/config.json" ]; then
     t0=$(date +%s)
+    mkdir -p "$out/sft"
+    # --window 64: the system prompt and tools block (about 300 tokens,
+    # the same in every conversation) are cut from the training sequences
     "$bin/lisa-sft" --data "$data/sft.jsonl" --model "$model" \
-      --out "$out/sft" --steps "$sft_steps" --batch 8 --lr 1e-4 \
-      --hold 32 --eval 16 --eval-every "$sft_steps" --seed 1 \
+      --out "$out/sft" --steps "$sft_steps" --batch "$sft_batch" --lr 2e-4 \
+      --window 64 --hold 16 --eval 8 --eval-every "$sft_steps" --seed 1 \
       --threads "$threads" 2>&1 | tee "$out/sft.log"
     echo "warm start: $(($(date +%s) - t0)) s"
   fi
   model=$out/sft
 fi
 
-# 3. RL through the whole stack
+# 3. RL through the whole stack, validating on the first val_n problems
+python3 - "$data/val.json" "$val_n" "$out/val.json" <<'PY'
+import json, sys
+recs = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+if not 1 <= n <= len(recs):
+    sys.exit(f"smol-rl.sh: --val-problems is 1..{len(recs)}")
+json.dump(recs[:n], open(sys.argv[3], "w"), indent=1)
+PY
 if [ $gpu = 1 ]; then
   sizes=(data.train_batch_size=16 actor_rollout_ref.rollout.n=8
     trainer.total_training_steps="${steps:-40}" trainer.test_freq=10)
 else
-  sizes=(data.train_batch_size=4 actor_rollout_ref.rollout.n=8
-    trainer.total_training_steps="${steps:-16}" trainer.test_freq=8)
+  sizes=(data.train_batch_size=2 actor_rollout_ref.rollout.n=4
+    trainer.total_training_steps="${steps:-4}" trainer.test_freq=4)
 fi
 settings=(
   "${sizes[@]}"
@@ -130,13 +152,13 @@ settings=(
 t0=$(date +%s)
 rc=0
 bash "$root/scripts/run.sh" --no-build --backend "$backend" --model "$model" \
-  --train-data "$data/train.json" --val-data "$data/val.json" \
+  --train-data "$data/train.json" --val-data "$out/val.json" \
   --out "$out/run" "${settings[@]}" "${overrides[@]+"${overrides[@]}"}" || rc=$?
 t_rl=$(($(date +%s) - t0))
 
 # 4. the summary
 metrics=$out/run/trainer/metrics.jsonl
-if [ -s "$metrics" ] && command -v python3 >/dev/null; then
+if [ -s "$metrics" ]; then
   python3 - "$metrics" <<'PY' | tee "$out/summary.txt"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

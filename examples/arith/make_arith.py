@@ -131,15 +131,16 @@ def main():
     # validation first, then training problems that are not among them
     seen, splits = set(), {}
     for split, n in (("val", a.val), ("train", a.train)):
-        recs, tries = [], 0
+        recs, misses = [], 0
         while len(recs) < n:
-            tries += 1
-            if tries > 100 * n:
-                raise SystemExit("make_arith: too few distinct problems; "
-                                 "raise --max")
             text, ans = problem(rng, a.max)
             if text in seen:
+                misses += 1
+                if misses > 10000:
+                    raise SystemExit("make_arith: too few distinct problems; "
+                                     "raise --max")
                 continue
+            misses = 0
             seen.add(text)
             recs.append(record(text, ans, split, len(recs)))
         splits[split] = recs
