@@ -27,10 +27,13 @@
 # says what two shared cores manage); --gpu picks the GPU machine's (a
 # longer warm start, 16 prompts x 8 rollouts a step, 40 steps, all 64
 # validation problems) and implies --backend cuda. The warm start runs on
-# the CPU (lisa-sft) either way. Programs come from LISA_BUILD_DIR/bin (default build/default, or
-# build/cuda with --backend cuda), so a bundle of prebuilt programs
+# the CPU (lisa-sft) either way. Programs come from LISA_BUILD_DIR/bin
+# (default build/default, or build/cuda with --backend cuda), so a bundle of prebuilt programs
 # (scripts/gpu-bundle.sh) runs it with LISA_BUILD_DIR=BUNDLE; nothing is
-# built or downloaded here. key=value arguments are trainer settings and
+# built or downloaded here. LISA_BWRAP=PATH names the bubblewrap to use
+# (default: bwrap on PATH), LISA_SANDBOX_LIBDIR=DIR a library folder the
+# agent needs inside its sandbox (a folder under /usr; as
+# tests/gpu/rl_step.sh). key=value arguments are trainer settings and
 # override the ones below. Needs python3 (its standard library) for the
 # validation subset and the summary.
 set -euo pipefail
@@ -134,7 +137,9 @@ fi
 settings=(
   "${sizes[@]}"
   trainer.val_before_train=true
+  trainer.total_epochs=10
   trainer.save_freq=0
+  "trainer.logger=[console,tensorboard]"
   algorithm.adv_estimator=grpo
   actor_rollout_ref.rollout.max_turns=4
   actor_rollout_ref.rollout.max_tokens_per_call=64
@@ -149,9 +154,13 @@ settings=(
   trainer.failed_rollouts=zero
   trainer.step_timeout=10m
 )
+if [ -n "${LISA_SANDBOX_LIBDIR:-}" ]; then
+  export LISA_CTL_SANDBOX_CMD="LD_LIBRARY_PATH=$LISA_SANDBOX_LIBDIR exec /run/lisa/lisa-agent"
+fi
 t0=$(date +%s)
 rc=0
 bash "$root/scripts/run.sh" --no-build --backend "$backend" --model "$model" \
+  --bwrap "${LISA_BWRAP:-bwrap}" \
   --train-data "$data/train.json" --val-data "$out/val.json" \
   --out "$out/run" "${settings[@]}" "${overrides[@]+"${overrides[@]}"}" || rc=$?
 t_rl=$(($(date +%s) - t0))
