@@ -11,6 +11,7 @@
 # Defaults: 5 rounds of 200 sandboxes. LISA_PYTHON names the interpreter
 # (default: NEW_BUILD/../pyenv/bin/python).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
 base=$(cd "${1:?usage: compare.sh BASE_BUILD NEW_BUILD [ROUNDS] [N_LOCAL]}" && pwd)
 new=$(cd "${2:?usage: compare.sh BASE_BUILD NEW_BUILD [ROUNDS] [N_LOCAL]}" && pwd)
 rounds=${3:-5}
@@ -18,6 +19,8 @@ n=${4:-200}
 py=${LISA_PYTHON:-$new/../pyenv/bin/python}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# shellcheck source=bench/compare_rounds.sh
+. "$root/bench/compare_rounds.sh"
 
 # the source tree build $1 was configured from
 src() {
@@ -35,21 +38,7 @@ one() {
     >>"$out/$1"
 }
 
-for ((r = 0; r < rounds; r++)); do
-  if ((r % 2 == 0)); then
-    one base "$base"
-    one new "$new"
-  else
-    one new "$new"
-    one base "$base"
-  fi
-done
-
-# the median of column $2 of file $1
-median() {
-  cut -d' ' -f"$2" "$1" | sort -g | awk '{v[NR] = $1} END {
-    print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+compare_rounds "$rounds"
 printf '%-5s %12s %10s %10s\n' build 'sandboxes/s' 'p50 ms' 'p95 ms'
 for b in base new; do
   printf '%-5s %12s %10s %10s\n' "$b" "$(median "$out/$b" 1)" \

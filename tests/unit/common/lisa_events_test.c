@@ -67,6 +67,31 @@ joined(zsock_t *pub, zsock_t *sub, seen_t *seen)
     memset(seen, 0, sizeof *seen);
 }
 
+/* A subscription to "rollout" on a fresh PUB socket (*pub), joined. */
+static zsock_t *
+subscribed(zsock_t **pub, seen_t *seen)
+{
+    char ep[64];
+    *pub = bound_pub(ep, sizeof ep);
+    zsock_t *sub = lisa_events_sub(ep, "rollout");
+    cr_assert_not_null(sub);
+    joined(*pub, sub, seen);
+    return sub;
+}
+
+/* Drains until `want` events have come in all (or a second has passed);
+ * returns how many the drains handed on. */
+static size_t
+drain_until(zsock_t *sub, seen_t *seen, size_t want, lisa_codec_stats_t *st)
+{
+    size_t got = 0;
+    for (int i = 0; i < 100 && seen->n < want; i++) {
+        wait_in(sub, 10);
+        got += lisa_events_drain(sub, on_event, seen, st);
+    }
+    return got;
+}
+
 Test(lisa_events, usage)
 {
     char ep[64];
@@ -80,12 +105,7 @@ Test(lisa_events, usage)
     publish(pub, "rollout", 7);
     publish(pub, "policy", 8); /* another topic: not delivered */
     publish(pub, "rollout", 9);
-    size_t got = 0;
-    for (int i = 0; i < 100 && seen.n < 2; i++) {
-        wait_in(sub, 10);
-        got += lisa_events_drain(sub, on_event, &seen, NULL);
-    }
-    cr_assert_eq(got, 2);
+    cr_assert_eq(drain_until(sub, &seen, 2, NULL), 2);
     cr_assert_eq(seen.n, 2);
     cr_assert_eq(seen.seqs[0], 7);
     cr_assert_eq(seen.seqs[1], 9);
@@ -95,12 +115,9 @@ Test(lisa_events, usage)
 
 Test(lisa_events, bad_frames_are_dropped_and_counted)
 {
-    char ep[64];
-    zsock_t *pub = bound_pub(ep, sizeof ep);
-    zsock_t *sub = lisa_events_sub(ep, "rollout");
-    cr_assert_not_null(sub);
+    zsock_t *pub;
     seen_t seen = {0};
-    joined(pub, sub, &seen);
+    zsock_t *sub = subscribed(&pub, &seen);
 
     /* not protobuf; a topic with no body; then a good one */
     zstr_sendm(pub, "rollout");
@@ -108,10 +125,7 @@ Test(lisa_events, bad_frames_are_dropped_and_counted)
     zstr_send(pub, "rollout");
     publish(pub, "rollout", 3);
     lisa_codec_stats_t st = {0};
-    for (int i = 0; i < 100 && seen.n < 1; i++) {
-        wait_in(sub, 10);
-        lisa_events_drain(sub, on_event, &seen, &st);
-    }
+    cr_assert_eq(drain_until(sub, &seen, 1, &st), 1);
     cr_assert_eq(seen.n, 1);
     cr_assert_eq(seen.seqs[0], 3);
     cr_assert_eq(st.ok, 1);
