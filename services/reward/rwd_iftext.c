@@ -357,12 +357,29 @@ s_sink_push(s_sink_t *k, const void *item)
     k->count++;
 }
 
-/* The grown array (never NULL) and its count. */
-static void *
-s_sink_take(s_sink_t *k, size_t *count)
+/* A splitter: its pieces of s[0..n) into k. */
+typedef void s_split_fn(const char *s, size_t n, s_sink_t *k);
+
+/* Up to `max` pieces into out (items of `size` bytes); how many there are. */
+static size_t
+s_split_into(s_split_fn *f, const char *s, size_t n, void *out, size_t size,
+             size_t max)
 {
-    *count = k->count;
-    return k->out ? k->out : lisa_calloc(1, k->size);
+    s_sink_t k = {out, size, 0, max, 0, false};
+    f(s, n, &k);
+    return k.count;
+}
+
+/* Every piece: a new array (never NULL) grown from `first` items, and its
+ * count. */
+static void *
+s_split_new(s_split_fn *f, const char *s, size_t n, size_t size, size_t first,
+            size_t *count)
+{
+    s_sink_t k = {NULL, size, first, 0, 0, true};
+    f(s, n, &k);
+    *count = k.count;
+    return k.out ? k.out : lisa_calloc(1, size);
 }
 
 static void
@@ -410,29 +427,29 @@ s_split_sentences(const char *s, size_t n, s_sink_t *k)
 size_t
 rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out, size_t max)
 {
-    s_sink_t k = {out, sizeof *out, 0, max, 0, false};
-    s_split_sentences(s, n, &k);
-    return k.count;
+    return s_split_into(s_split_sentences, s, n, out, sizeof *out, max);
 }
 
 rwd_span_t *
 rwd_iftext_sentences_new(const char *s, size_t n, size_t *count)
 {
-    s_sink_t k = {NULL, sizeof(rwd_span_t), 16, 0, 0, true};
-    s_split_sentences(s, n, &k);
-    return s_sink_take(&k, count);
+    return s_split_new(s_split_sentences, s, n, sizeof(rwd_span_t), 16, count);
+}
+
+static void
+s_split_lines(const char *s, size_t n, s_sink_t *k)
+{
+    for (size_t i = 0, start = 0; i <= n; i++)
+        if (i == n || s[i] == '\n') {
+            s_sink_push(k, &(rwd_span_t){start, i - start});
+            start = i + 1;
+        }
 }
 
 rwd_span_t *
 rwd_iftext_lines_new(const char *s, size_t n, size_t *count)
 {
-    s_sink_t k = {NULL, sizeof(rwd_span_t), 16, 0, 0, true};
-    for (size_t i = 0, start = 0; i <= n; i++)
-        if (i == n || s[i] == '\n') {
-            s_sink_push(&k, &(rwd_span_t){start, i - start});
-            start = i + 1;
-        }
-    return s_sink_take(&k, count);
+    return s_split_new(s_split_lines, s, n, sizeof(rwd_span_t), 16, count);
 }
 
 int
@@ -665,15 +682,11 @@ s_tokenize(const char *s, size_t n, s_sink_t *t)
 size_t
 rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
 {
-    s_sink_t t = {out, sizeof *out, 0, max, 0, false};
-    s_tokenize(s, n, &t);
-    return t.count;
+    return s_split_into(s_tokenize, s, n, out, sizeof *out, max);
 }
 
 rwd_token_t *
 rwd_iftext_tokens_new(const char *s, size_t n, size_t *count)
 {
-    s_sink_t t = {NULL, sizeof(rwd_token_t), 64, 0, 0, true};
-    s_tokenize(s, n, &t);
-    return s_sink_take(&t, count);
+    return s_split_new(s_tokenize, s, n, sizeof(rwd_token_t), 64, count);
 }
