@@ -51,11 +51,13 @@ s_drop_caps(void)
 /* The commands' pid 1: a private /proc for the namespace, then reaping
  * until the agent (its parent) is gone. Never returns. */
 static void
-s_init_main(const agt_jail_t *j, pid_t parent, int ready)
+s_init_main(const agt_jail_t *j, int ready)
 {
+    /* Dies with the agent from here on. Its parent is in another PID
+     * namespace, so getppid() says 0 whether the agent lives or not; an
+     * agent gone before this point shows as the ready pipe's closed end
+     * (the write below fails, or SIGPIPE ends this process). */
     (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(0);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) != 0)
@@ -89,7 +91,6 @@ s_ns_fd(pid_t pid, const char *ns)
 static bool
 s_start_init(agt_jail_t *j)
 {
-    pid_t parent = getpid();
     int ready[2];
     if (pipe2(ready, O_CLOEXEC) != 0)
         return false;
@@ -104,7 +105,7 @@ s_start_init(agt_jail_t *j)
         sigemptyset(&none);
         (void) sigprocmask(SIG_SETMASK, &none, NULL);
         close(ready[0]);
-        s_init_main(j, parent, ready[1]);
+        s_init_main(j, ready[1]);
     }
     int err = errno;
     (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
