@@ -10,6 +10,7 @@ directory.
 import http.server
 import json
 import os
+import random
 import socket
 import socketserver
 import subprocess
@@ -286,13 +287,36 @@ def test_turn_limit(tmp_path):
     assert last.endswith("Please submit your answer NOW.")
 
 
+def _live(marker):
+    """Host pids of live processes whose command line is `sleep MARKER`
+    (the commands may have a PID namespace of their own, so a pid they
+    print is not the host's)."""
+    want = b"sleep\0" + marker.encode() + b"\0"
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if f.read() != want:
+                    continue
+            with open(f"/proc/{d}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+        except OSError:
+            continue
+        pids.append(int(d))
+    return pids
+
+
 def test_cancel_kills_running_command(tmp_path):
     pidfile = tmp_path / "tb" / "bg.pid"
+    marker = f"{30 + random.random():.6f}"
     gw = Gateway(base_task(),
                  [call("execute_bash",
-                       {"command": "sleep 30 & echo $! > bg.pid.tmp; "
+                       {"command": f"sleep {marker} & echo $! > bg.pid.tmp; "
                                    "mv bg.pid.tmp bg.pid; sleep 30"})],
-                 cancel_when=pidfile.exists)
+                 cancel_when=lambda: pidfile.exists() and _live(marker))
     srv = serve(gw)
     t0 = time.monotonic()
     try:
@@ -302,14 +326,8 @@ def test_cancel_kills_running_command(tmp_path):
     assert p.returncode == 9, p.stderr
     assert time.monotonic() - t0 < 10
     assert gw.results == []
-    pid = int((tmp_path / "tb" / "bg.pid").read_text())
     for _ in range(100):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state in ("Z", "X"):
-                break
-        except FileNotFoundError:
+        if not _live(marker):
             break
         time.sleep(0.02)
     else:
