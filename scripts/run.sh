@@ -30,7 +30,7 @@ cd "$root"
 
 usage() {
   cat <<'USAGE'
-usage: scripts/run.sh [--recipe NAME|FILE] [--model DIR]
+usage: scripts/run.sh [--recipe NAME|FILE] [--model DIR|NAME]
                       [--train-data FILE | --train-data-dir DIRS]
                       [--val-data FILES | --val-data-dir DIRS]
                       [--out DIR] [--no-build] [--steps N] [--check]
@@ -39,7 +39,9 @@ usage: scripts/run.sh [--recipe NAME|FILE] [--model DIR]
   --recipe R         a trainer settings file: examples/recipes/R.conf
                      (llm-in-sandbox: the Agent Lightning example's
                      settings) or a path; key=value arguments override it
-  --model DIR        Hugging Face model directory (default: models/toy)
+  --model DIR|NAME   Hugging Face model directory (default: models/toy),
+                     or a published model's name, fetched into the model
+                     cache once (smollm2-135m; scripts/fetch-model.sh)
   --train-data FILE  verl train file (default: examples/toy/data/train.json)
   --train-data-dir D comma-separated folders each holding train_verl.json
                      (upstream's layout)
@@ -231,6 +233,11 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "run.sh: not built: ${missing[*]} (in $bin)" >&2
   exit 1
+fi
+# --model NAME (no slash, no such folder): a published model fetched into
+# the model cache and converted once (scripts/fetch-model.sh --list).
+if [ ! -e "$model" ] && [ "${model#*/}" = "$model" ]; then
+  model=$(LISA_BUILD_DIR=${bin%/bin} bash scripts/fetch-model.sh "$model")
 fi
 for f in "$model/config.json" ${train//,/ }; do
   [ -e "$f" ] || { echo "run.sh: $f does not exist" >&2; exit 1; }

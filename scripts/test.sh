@@ -8,8 +8,10 @@
 #   4. rebuilds under ASan+UBSan and runs every suite again,
 #   5. checks formatting and function lengths (scripts/fnlen.sh) and runs
 #      the fuzz targets briefly.
-#   6. runs the compose stack's toy training on a private Docker engine
-#      (ctest label `docker`: engine, debootstrap base, images, runs, crashes).
+#   6. runs the compose stack's toy training on a private Docker engine,
+#      then the docker sandbox backend's tests on it (ctest label `docker`:
+#      engine, debootstrap base, images, runs, crashes, the probes from
+#      inside containers).
 # Set LISA_TEST_QUICK=1 to skip the sanitizer pass and the fuzzing, and
 # LISA_SKIP_DOCKER_TESTS=1 to skip the container step (it needs root and
 # Debian's mirrors; without them it fails rather than passing unseen).
@@ -58,7 +60,7 @@ fi
 if [ "${LISA_SKIP_DOCKER_TESTS:-0}" = "1" ]; then
   step "containers: SKIPPED (LISA_SKIP_DOCKER_TESTS=1)"
 else
-  step "containers (compose stack on a private Docker engine)"
+  step "containers (compose stack and docker sandboxes on a private Docker engine)"
   t0=$(date +%s)
   ctest --preset default -L docker --output-on-failure
   echo "containers: $(($(date +%s) - t0)) s; figures (s):" \

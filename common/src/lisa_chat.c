@@ -1,10 +1,14 @@
 /*
- * lisa_chat: the Qwen3 chat template as straight-line C.
+ * lisa_chat: the Qwen3 chat template as straight-line C, and SmolLM2's
+ * ChatML as a variant of it.
  *
  * Each branch below mirrors one branch of the Jinja template (quoted in
  * the header comment); Python string methods the template calls
  * (split, lstrip, rstrip, strip, startswith, endswith) are done on UTF-8
- * bytes, which is equivalent because every delimiter is ASCII.
+ * bytes, which is equivalent because every delimiter is ASCII. SmolLM2's
+ * template is Qwen3's without the <think> handling and with a default
+ * system turn; its tools follow Qwen3's branches (the header's hermes
+ * rule), so the variant is a few conditions here, not a second renderer.
  */
 #include "lisa/lisa_chat.h"
 
@@ -151,9 +155,12 @@ s_last_query(const json_t *messages, size_t n, size_t *idx, const char **why)
     return LISA_OK;
 }
 
+static const char s_smollm_system[] =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
 static lisa_rc_t
-s_header(lisa_buf_t *b, const json_t *messages, const json_t *tools, bool dev,
-         const char **why)
+s_header(lisa_buf_t *b, const json_t *messages, const json_t *tools,
+         lisa_chat_template_t tmpl, bool dev, const char **why)
 {
     const json_t *first = json_array_get(messages, 0);
     bool first_system = first && s_role_is(first, "system", dev);
@@ -163,10 +170,17 @@ s_header(lisa_buf_t *b, const json_t *messages, const json_t *tools, bool dev,
         if (rc != LISA_OK)
             return rc;
     }
+    /* SmolLM2: the default system turn when the first message is not a
+     * system message (none for an empty conversation: loop.first never
+     * holds). */
+    bool smol_default = tmpl == LISA_CHAT_SMOLLM2 && first && !first_system;
     if (tools && json_array_size(tools) > 0) {
         lisa_buf_puts(b, "<|im_start|>system\n");
-        if (first_system) {
-            lisa_buf_put(b, c.s, c.n);
+        if (first_system || smol_default) {
+            if (smol_default)
+                lisa_buf_puts(b, s_smollm_system);
+            else
+                lisa_buf_put(b, c.s, c.n);
             lisa_buf_puts(b, "\n\n");
         }
         lisa_buf_puts(b,
@@ -195,6 +209,10 @@ s_header(lisa_buf_t *b, const json_t *messages, const json_t *tools, bool dev,
     } else if (first_system) {
         lisa_buf_puts(b, "<|im_start|>system\n");
         lisa_buf_put(b, c.s, c.n);
+        lisa_buf_puts(b, "<|im_end|>\n");
+    } else if (smol_default) {
+        lisa_buf_puts(b, "<|im_start|>system\n");
+        lisa_buf_puts(b, s_smollm_system);
         lisa_buf_puts(b, "<|im_end|>\n");
     }
     s_str_free(&c);
@@ -270,7 +288,7 @@ s_reasoning(const json_t *msg, const json_t **out, const char **why)
 
 static lisa_rc_t
 s_assistant(lisa_buf_t *b, const json_t *msg, size_t idx, size_t n,
-            size_t last_query, const char **why)
+            size_t last_query, lisa_chat_template_t tmpl, const char **why)
 {
     s_str_t full;
     lisa_rc_t rc = s_content(msg, &full, why);
@@ -279,13 +297,17 @@ s_assistant(lisa_buf_t *b, const json_t *msg, size_t idx, size_t n,
     const char *content = full.s, *reason = "";
     size_t content_n = full.n, reason_n = 0;
     const json_t *rv = NULL;
-    rc = s_reasoning(msg, &rv, why);
-    if (rc != LISA_OK)
-        goto out;
+    /* SmolLM2's ChatML: the content verbatim, no reasoning */
+    bool qwen = tmpl == LISA_CHAT_QWEN3;
+    if (qwen) {
+        rc = s_reasoning(msg, &rv, why);
+        if (rc != LISA_OK)
+            goto out;
+    }
     if (rv) {
         reason = json_string_value(rv);
         reason_n = json_string_length(rv);
-    } else if (s_find(full.s, full.n, "</think>")) {
+    } else if (qwen && s_find(full.s, full.n, "</think>")) {
         /* content.split('</think>')[-1].lstrip('\n') */
         const char *last = s_rfind(full.s, full.n, "</think>") + 8;
         content = last;
@@ -302,7 +324,7 @@ s_assistant(lisa_buf_t *b, const json_t *msg, size_t idx, size_t n,
         s_lstrip_nl(&reason, &reason_n);
     }
     bool is_last = idx + 1 == n;
-    if (idx > last_query && (is_last || reason_n > 0)) {
+    if (qwen && idx > last_query && (is_last || reason_n > 0)) {
         const char *r = reason;
         size_t rn = reason_n;
         s_lstrip_nl(&r, &rn);
@@ -339,8 +361,9 @@ out:
  * (SIZE_MAX until then): an appended tool result or user turn does not
  * scan the conversation. */
 static lisa_rc_t
-s_message(lisa_buf_t *b, const json_t *messages, size_t i, size_t n, bool dev,
-          size_t *last_query, const char **why)
+s_message(lisa_buf_t *b, const json_t *messages, size_t i, size_t n,
+          lisa_chat_template_t tmpl, bool dev, size_t *last_query,
+          const char **why)
 {
     const json_t *msg = json_array_get(messages, i);
     if (!json_is_object(msg)) {
@@ -360,10 +383,10 @@ s_message(lisa_buf_t *b, const json_t *messages, size_t i, size_t n, bool dev,
         lisa_buf_put(b, c.s, c.n);
         lisa_buf_puts(b, "<|im_end|>\n");
     } else if (strcmp(role, "assistant") == 0) {
-        if (*last_query == SIZE_MAX)
+        if (*last_query == SIZE_MAX && tmpl == LISA_CHAT_QWEN3)
             rc = s_last_query(messages, n, last_query, why);
         if (rc == LISA_OK)
-            rc = s_assistant(b, msg, i, n, *last_query, why);
+            rc = s_assistant(b, msg, i, n, *last_query, tmpl, why);
     } else if (strcmp(role, "tool") == 0) {
         rc = s_content(msg, &c, why);
         if (rc != LISA_OK)
@@ -384,7 +407,8 @@ s_message(lisa_buf_t *b, const json_t *messages, size_t i, size_t n, bool dev,
 lisa_chat_opts_t
 lisa_chat_opts_default(void)
 {
-    return (lisa_chat_opts_t){.add_generation_prompt = true,
+    return (lisa_chat_opts_t){.tmpl = LISA_CHAT_QWEN3,
+                              .add_generation_prompt = true,
                               .enable_thinking = -1,
                               .developer_as_system = false};
 }
@@ -430,18 +454,18 @@ s_render(const json_t *messages, const json_t *tools, size_t start,
     if (prefix)
         lisa_buf_puts(&b, prefix);
     if (start == 0) {
-        rc = s_header(&b, messages, tools, dev, why);
+        rc = s_header(&b, messages, tools, opts->tmpl, dev, why);
         if (rc != LISA_OK)
             goto out;
     }
     for (size_t i = start; i < n; i++) {
-        rc = s_message(&b, messages, i, n, dev, &last_query, why);
+        rc = s_message(&b, messages, i, n, opts->tmpl, dev, &last_query, why);
         if (rc != LISA_OK)
             goto out;
     }
     if (opts->add_generation_prompt) {
         lisa_buf_puts(&b, "<|im_start|>assistant\n");
-        if (opts->enable_thinking == 0)
+        if (opts->enable_thinking == 0 && opts->tmpl == LISA_CHAT_QWEN3)
             lisa_buf_puts(&b, "<think>\n\n</think>\n\n");
     }
     if (b.full) {
@@ -486,4 +510,35 @@ lisa_chat_render_continuation(const json_t *messages, const json_t *tools,
     return s_render(messages, tools, start,
                     ended_with_im_end ? "\n" : "<|im_end|>\n", opts, out, len,
                     why);
+}
+
+const char *
+lisa_chat_template_name(lisa_chat_template_t t)
+{
+    return t == LISA_CHAT_SMOLLM2 ? "smollm2" : "qwen3";
+}
+
+lisa_rc_t
+lisa_chat_template_detect(const char *jinja, lisa_chat_template_t *out,
+                          const char **why)
+{
+    const char *dummy;
+    if (!why)
+        why = &dummy;
+    *why = NULL;
+    *out = LISA_CHAT_QWEN3;
+    if (!jinja) {
+        *why = "no chat_template: Qwen3's assumed";
+        return LISA_NOTFOUND;
+    }
+    bool chatml = strstr(jinja, "<|im_start|>") && strstr(jinja, "<|im_end|>");
+    if (chatml && strstr(jinja, "<tool_call>") &&
+        strstr(jinja, "<tool_response>") && strstr(jinja, "<think>"))
+        return LISA_OK;
+    if (chatml && strstr(jinja, s_smollm_system) && !strstr(jinja, "tool")) {
+        *out = LISA_CHAT_SMOLLM2;
+        return LISA_OK;
+    }
+    *why = "unknown chat template (lisa renders Qwen3's and SmolLM2's)";
+    return LISA_INVALID;
 }

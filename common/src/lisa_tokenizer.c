@@ -106,6 +106,7 @@ struct lisa_tokenizer_t {
     pcre2_match_context *mctx;
 
     int32_t eos, im_start, im_end, endoftext;
+    char *chat_template; /* tokenizer_config.json's, or NULL */
 
     pthread_mutex_t cache_lock;
     s_cache_slot_t *cache;
@@ -1303,9 +1304,33 @@ lisa_tokenizer_new_from_dir(const char *dir)
                 lisa_log_warn("tokenizer: eos_token '%s' not in vocabulary",
                               json_string_value(eos));
         }
+        json_t *ct = json_object_get(cfg, "chat_template");
+        if (json_is_string(ct) &&
+            json_string_length(ct) <= LISA_TOKENIZER_MAX_CHAT_TEMPLATE)
+            self->chat_template = lisa_strdup(json_string_value(ct));
+        else if (ct && !json_is_null(ct))
+            lisa_log_warn("tokenizer: chat_template in %s is not a string "
+                          "(a list of named templates?) or too large; "
+                          "ignored",
+                          path);
         json_decref(cfg);
     }
+    if (!self->chat_template) {
+        /* transformers 5 saves the template beside the config */
+        size_t n = 0;
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        self->chat_template =
+            s_read_file(path, LISA_TOKENIZER_MAX_CHAT_TEMPLATE, &n);
+        if (self->chat_template && strlen(self->chat_template) != n)
+            lisa_free(&self->chat_template); /* a NUL inside: not text */
+    }
     return self;
+}
+
+const char *
+lisa_tokenizer_chat_template(const lisa_tokenizer_t *self)
+{
+    return self->chat_template;
 }
 
 void
@@ -1314,6 +1339,7 @@ lisa_tokenizer_destroy(lisa_tokenizer_t **p)
     if (!p || !*p)
         return;
     lisa_tokenizer_t *self = *p;
+    lisa_free(&self->chat_template);
     lisa_free(&self->form_off);
     lisa_free(&self->form_len);
     lisa_free(&self->bytes_off);

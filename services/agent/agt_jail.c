@@ -49,14 +49,14 @@ s_drop_caps(void)
 }
 
 /* The commands' pid 1: a private /proc for the namespace, then reaping
- * until the agent (its parent) is gone. Never returns. */
+ * until the agent (its parent) is gone. Never returns. Its parent is
+ * outside its PID namespace, so getppid() says 0 here whether or not the
+ * agent lives: an agent that died before the parent-death signal was set
+ * has closed the pipe's other end, and the ready byte fails (EPIPE or
+ * SIGPIPE) before anything else is done. */
 static void
 s_init_main(const agt_jail_t *j, int ready)
 {
-    /* Dies with the agent from here on. Its parent is in another PID
-     * namespace, so getppid() says 0 whether the agent lives or not; an
-     * agent gone before this point shows as the ready pipe's closed end
-     * (the write below fails, or SIGPIPE ends this process). */
     (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,

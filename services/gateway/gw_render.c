@@ -20,6 +20,7 @@
 
 struct gw_render_t {
     lisa_tokenizer_t *tok;
+    lisa_chat_template_t tmpl; /* from the model's chat_template */
     int32_t stop[2];
     size_t n_stop;
     int32_t im_end;
@@ -31,8 +32,25 @@ gw_render_new(const char *dir)
     lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(dir);
     if (!tok)
         return NULL;
+    /* The served model's chat template picks the renderer: the gateway
+     * reads the model's own directory (--tokenizer), the one the trainer
+     * loads. An unknown template stops the gateway; none at all is
+     * rendered as Qwen3's, said once in the log. */
+    lisa_chat_template_t tmpl;
+    const char *why = NULL;
+    lisa_rc_t rc = lisa_chat_template_detect(lisa_tokenizer_chat_template(tok),
+                                             &tmpl, &why);
+    if (rc == LISA_INVALID) {
+        lisa_log_error("gateway: the chat template of %s: %s", dir, why);
+        lisa_tokenizer_destroy(&tok);
+        return NULL;
+    }
+    if (rc == LISA_NOTFOUND)
+        lisa_log_warn("gateway: the chat template of %s: %s", dir, why);
+    lisa_log_info("gateway: chat template %s", lisa_chat_template_name(tmpl));
     gw_render_t *self = lisa_calloc(1, sizeof *self);
     self->tok = tok;
+    self->tmpl = tmpl;
     self->im_end = lisa_tokenizer_im_end_id(tok);
     if (self->im_end >= 0)
         self->stop[self->n_stop++] = self->im_end;
@@ -71,6 +89,7 @@ gw_render_text(gw_render_t *self, const json_t *messages, size_t first,
                const json_t *tools, int32_t prev_last)
 {
     lisa_chat_opts_t o = lisa_chat_opts_default();
+    o.tmpl = self->tmpl;
     o.developer_as_system = true;
     char *text = NULL;
     const char *why = NULL;

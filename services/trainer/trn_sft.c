@@ -31,15 +31,17 @@ trn_sft_seq_clear(trn_sft_seq_t *s)
     s->prompt_len = 0;
 }
 
-/* Renders messages[0..k) (with the generation prompt when gen). */
+/* Renders messages[0..k) (with the generation prompt when gen) with the
+ * template variant `tmpl`. */
 static lisa_rc_t
-s_render(json_t *msgs, json_t *tools, size_t k, bool gen, char **out,
-         size_t *len, trn_err_t *err)
+s_render(json_t *msgs, json_t *tools, size_t k, bool gen,
+         lisa_chat_template_t tmpl, char **out, size_t *len, trn_err_t *err)
 {
     json_t *sub = json_array();
     for (size_t i = 0; i < k; i++)
         json_array_append(sub, json_array_get(msgs, i));
     lisa_chat_opts_t o = lisa_chat_opts_default();
+    o.tmpl = tmpl;
     o.add_generation_prompt = gen;
     const char *why = NULL;
     lisa_rc_t rc = lisa_chat_render(sub, tools, &o, out, len, &why);
@@ -83,6 +85,13 @@ trn_sft_encode(lisa_tokenizer_t *tok, json_t *conv, trn_sft_seq_t *out,
         return trn_fail(err, LISA_INVALID, "sft: no messages array");
     if (tools && !json_is_array(tools))
         tools = NULL;
+    /* The model's own template, as the gateway selects it (no template:
+     * Qwen3's). */
+    lisa_chat_template_t tmpl;
+    const char *why = NULL;
+    if (lisa_chat_template_detect(lisa_tokenizer_chat_template(tok), &tmpl,
+                                  &why) == LISA_INVALID)
+        return trn_fail(err, LISA_INVALID, "sft: %s", why);
     /* The whole conversation, followed by an empty user turn so that no
      * assistant turn is the template's last one (Qwen3's template adds an
      * empty think block to the last turn after the last query; a turn
@@ -95,7 +104,7 @@ trn_sft_encode(lisa_tokenizer_t *tok, json_t *conv, trn_sft_seq_t *out,
         ext, json_pack("{s:s,s:s}", "role", "user", "content", ""));
     char *full = NULL;
     size_t fl = 0;
-    lisa_rc_t rc = s_render(ext, tools, nm + 1, false, &full, &fl, err);
+    lisa_rc_t rc = s_render(ext, tools, nm + 1, false, tmpl, &full, &fl, err);
     json_decref(ext);
     if (rc != LISA_OK)
         return rc;
@@ -111,7 +120,7 @@ trn_sft_encode(lisa_tokenizer_t *tok, json_t *conv, trn_sft_seq_t *out,
             continue;
         char *a = NULL;
         size_t al = 0;
-        rc = s_render(msgs, tools, k, true, &a, &al, err);
+        rc = s_render(msgs, tools, k, true, tmpl, &a, &al, err);
         if (rc != LISA_OK)
             break;
         /* The prompt of turn k must be a prefix of the whole rendering. */

@@ -2,7 +2,8 @@
  * trn_sft: supervised fine-tuning on chat conversations, for warm starts.
  *
  * A conversation (OpenAI messages + tool schemas) is rendered with the
- * model's chat template (lisa_chat) and tokenized; the tokens the model
+ * model's chat template (lisa_chat, the variant the tokenizer's directory
+ * names, as the gateway picks it) and tokenized; the tokens the model
  * would have sampled (each assistant turn after its "<|im_start|>assistant\n"
  * header, up to and including its <|im_end|>) are marked, exactly as the
  * gateway's token trace marks them in a rollout. A step is the mean

@@ -1,5 +1,5 @@
 /*
- * lisa_chat: the Qwen3 chat template, rendered in C.
+ * lisa_chat: the Qwen3 and SmolLM2 chat templates, rendered in C.
  *
  * The gateway turns OpenAI-format messages into the exact string the
  * model's chat template (tokenizer_config.json `chat_template`, rendered
@@ -51,6 +51,28 @@
  *   right after a special token, so its ids are exactly the ids the full
  *   rendering has at that place.
  *
+ * Template variants. The model's chat_template (tokenizer_config.json,
+ * or a GGUF file's tokenizer.chat_template, which `lisa convert` copies
+ * there) selects the variant, lisa_chat_template_detect:
+ *
+ *   LISA_CHAT_QWEN3    the template above (Qwen3's, with its <think>
+ *                      handling and hermes-style tools);
+ *   LISA_CHAT_SMOLLM2  SmolLM2's ChatML: every message as
+ *                      "<|im_start|>ROLE\nCONTENT<|im_end|>\n", the
+ *                      content verbatim (no <think> handling), preceded by
+ *                      the default system turn "You are a helpful AI
+ *                      assistant named SmolLM, trained by Hugging Face"
+ *                      when the first message is not a system message; the
+ *                      generation prompt "<|im_start|>assistant\n". The
+ *                      template knows no tools; lisa renders them as
+ *                      Qwen's template does (the hermes rule): with tools
+ *                      the system turn is the system text (the first
+ *                      system message, else the default one) + "\n\n" +
+ *                      the "# Tools" block, assistant tool calls as
+ *                      <tool_call> blocks after the content, tool messages
+ *                      merged into a user turn of <tool_response> blocks;
+ *                      so the agent's tool calls parse as with Qwen3.
+ *
  * All sizes are bounded (LISA_CHAT_MAX_*); bad shapes are LISA_INVALID
  * with a static reason.
  */
@@ -66,7 +88,13 @@
 #define LISA_CHAT_MAX_MESSAGES 4096
 #define LISA_CHAT_MAX_OUTPUT   (32u * 1024u * 1024u)
 
+typedef enum {
+    LISA_CHAT_QWEN3 = 0, /* Qwen3's template (the default) */
+    LISA_CHAT_SMOLLM2,   /* SmolLM2's ChatML + hermes tools */
+} lisa_chat_template_t;
+
 typedef struct {
+    lisa_chat_template_t tmpl;  /* the variant rendered */
     bool add_generation_prompt; /* end with "<|im_start|>assistant\n" */
     int enable_thinking;        /* -1 undefined (default), 0 false, 1 true */
     bool developer_as_system;   /* render role "developer" as "system" */
@@ -75,6 +103,21 @@ typedef struct {
 /* Default options: generation prompt on, enable_thinking undefined,
  * developer messages as the template treats them (dropped). */
 lisa_chat_opts_t lisa_chat_opts_default(void);
+
+/* The variant that renders a chat template given as its Jinja source:
+ * LISA_OK with *out set for a known one (recognised by the markers each
+ * template has: Qwen3's <|im_start|>, <tool_call>, <tool_response> and
+ * <think>; SmolLM2's ChatML with its default system message and no
+ * tools); LISA_NOTFOUND with *out = LISA_CHAT_QWEN3 when jinja is NULL
+ * (no template: Qwen3's is assumed, the caller says so in its log);
+ * LISA_INVALID with *why for any other template, which lisa cannot
+ * render faithfully. */
+lisa_rc_t lisa_chat_template_detect(const char *jinja,
+                                    lisa_chat_template_t *out,
+                                    const char **why) LISA_NODISCARD;
+
+/* "qwen3" or "smollm2". */
+const char *lisa_chat_template_name(lisa_chat_template_t t);
 
 /* Renders the whole conversation. `messages` is a JSON array of OpenAI
  * messages, `tools` a JSON array of tool schemas or NULL. On success *out

@@ -41,6 +41,8 @@ typedef struct lisa_tokenizer_t lisa_tokenizer_t;
 
 /* Largest tokenizer.json accepted. */
 #define LISA_TOKENIZER_MAX_FILE (64u * 1024u * 1024u)
+/* Largest chat_template kept from tokenizer_config.json. */
+#define LISA_TOKENIZER_MAX_CHAT_TEMPLATE (1u << 20)
 /* Largest text one encode call accepts. */
 #define LISA_TOKENIZER_MAX_TEXT (256u * 1024u * 1024u)
 
@@ -107,6 +109,12 @@ bool lisa_tokenizer_is_added(const lisa_tokenizer_t *self, int32_t id);
  * with tokenizer_config.json, else <|im_end|>, else <|endoftext|>; -1
  * when none exists. */
 int32_t lisa_tokenizer_eos_id(const lisa_tokenizer_t *self);
+
+/* The chat template (Jinja source) of the directory's
+ * tokenizer_config.json, else of its chat_template.jinja, borrowed; NULL
+ * when there is none (or the tokenizer did not come from a directory).
+ * lisa_chat_template_detect names the renderer for it. */
+const char *lisa_tokenizer_chat_template(const lisa_tokenizer_t *self);
 
 /* Ids of <|im_start|>, <|im_end|>, <|endoftext|>; -1 when absent. */
 int32_t lisa_tokenizer_im_start_id(const lisa_tokenizer_t *self);

@@ -10,7 +10,6 @@ directory.
 import http.server
 import json
 import os
-import random
 import socket
 import socketserver
 import subprocess
@@ -287,36 +286,34 @@ def test_turn_limit(tmp_path):
     assert last.endswith("Please submit your answer NOW.")
 
 
-def _live(marker):
-    """Host pids of live processes whose command line is `sleep MARKER`
-    (the commands may have a PID namespace of their own, so a pid they
-    print is not the host's)."""
-    want = b"sleep\0" + marker.encode() + b"\0"
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+def _live_with_cmdline(cmdline):
+    """Host pids of live (non-zombie) processes whose argv is cmdline."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if f.read() != want:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read() != cmdline:
                     continue
-            with open(f"/proc/{d}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    out.append(int(pid))
         except OSError:
-            continue
-        pids.append(int(d))
-    return pids
+            pass
+    return out
 
 
 def test_cancel_kills_running_command(tmp_path):
+    # The background command is found by its argv: where the agent may
+    # make namespaces (root here) its commands have a PID namespace of
+    # their own, and the pid they see is not the host's.
+    secs = "30.%d" % (os.getpid() % 100000)
+    argv = b"sleep\0" + secs.encode() + b"\0"
     pidfile = tmp_path / "tb" / "bg.pid"
-    marker = f"{30 + random.random():.6f}"
     gw = Gateway(base_task(),
                  [call("execute_bash",
-                       {"command": f"sleep {marker} & echo $! > bg.pid.tmp; "
+                       {"command": f"sleep {secs} & echo $! > bg.pid.tmp; "
                                    "mv bg.pid.tmp bg.pid; sleep 30"})],
-                 cancel_when=lambda: pidfile.exists() and _live(marker))
+                 cancel_when=pidfile.exists)
     srv = serve(gw)
     t0 = time.monotonic()
     try:
@@ -326,8 +323,9 @@ def test_cancel_kills_running_command(tmp_path):
     assert p.returncode == 9, p.stderr
     assert time.monotonic() - t0 < 10
     assert gw.results == []
+    assert pidfile.exists()  # the background command had started
     for _ in range(100):
-        if not _live(marker):
+        if not _live_with_cmdline(argv):
             break
         time.sleep(0.02)
     else:

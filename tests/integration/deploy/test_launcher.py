@@ -8,7 +8,9 @@ waited for, the exit status follows the Job, and the cleanup (trainer and
 sandbox Jobs, the namespace, the background mount) runs on success, on
 failure and on Ctrl+C.
 """
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -209,10 +211,12 @@ def _alive(pids):
 
 
 @pytest.fixture
-def local_run(tmp_path):
-    """Starts scripts/run.sh on the toy model with the built binaries and
-    waits until every service runs; yields (process, stdout path, run
-    folder). Whatever is left afterwards is killed by pid."""
+def local_run(tmp_path, request):
+    """Starts scripts/run.sh on the toy model with the built binaries (for
+    one step, or the test's indirect parameter) and waits until every
+    service runs; yields (process, stdout path, run folder). Whatever is
+    left afterwards is killed by pid."""
+    steps = str(getattr(request, "param", 1))
     if not os.access(os.path.join(BUILD, "bin", "lisa-trainer"), os.X_OK):
         pytest.fail(f"lisa is not built in {BUILD}")
     out = tmp_path / "out.txt"
@@ -221,7 +225,7 @@ def local_run(tmp_path):
     env = dict(os.environ, LISA_BUILD_DIR=BUILD)
     with open(out, "w") as o, open(err, "w") as e:
         p = subprocess.Popen(["bash", RUN_SH, "--no-build", "--out", str(run),
-                              "--steps", "1"], cwd=SRC, env=env, stdout=o,
+                              "--steps", steps], cwd=SRC, env=env, stdout=o,
                              stderr=e, start_new_session=True)
     started = []
     try:
@@ -277,6 +281,44 @@ def test_run_sh_killed_leaves_no_service_and_no_sandbox(local_run):
     left = [cmd for cmd in (c for _, c in _procs().values())
             if os.path.dirname(sock) in cmd or str(run) in cmd]
     assert not left, left
+
+
+@pytest.mark.parametrize("local_run", [20], indirect=True)
+def test_run_sh_bus_answers_only_the_runs_keys(local_run, tmp_path):
+    """The local run's broker runs with CURVE on: the run's operator key
+    gets answers; no key, or a key of another key set, gets none."""
+    p, out, err, run, kids = local_run
+    rpc = re.search(r"^broker: rpc (\S+),", out.read_text(), re.M).group(1)
+    lisa = os.path.join(BUILD, "bin", "lisa")
+    plain = {k: v for k, v in os.environ.items()
+             if k not in ("LISA_CURVE_CERT", "LISA_BROKER_CERT")}
+    other = str(tmp_path / "other-keys")
+    subprocess.run([lisa, "keys", other], check=True, capture_output=True)
+
+    def status(cert=None):
+        env = dict(plain)
+        if cert:
+            env.update(LISA_CURVE_CERT=cert,
+                       LISA_BROKER_CERT=str(run / "keys" / "broker.cert"))
+        return subprocess.Popen([lisa, "status", "--broker", rpc, "--json"],
+                                env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def result(proc):
+        o, e = proc.communicate(timeout=60)
+        return proc.returncode, o, e
+    own = str(run / "keys" / "operator.cert_secret")
+    rc, o, e = result(status(own))
+    assert rc == 0 and json.loads(o), e
+    # both refused ones wait out the CLI's timeout, side by side
+    refused = [status(), status(os.path.join(other, "operator.cert_secret"))]
+    for proc in refused:
+        rc, o, e = result(proc)
+        assert rc != 0 and "no answer" in e, (rc, o, e)
+    # and the broker was there all along (the run is still training)
+    assert p.poll() is None, out.read_text()
+    rc, o, e = result(status(own))
+    assert rc == 0 and json.loads(o), e
 
 
 def test_run_sh_names_a_dead_service_and_its_last_words(local_run):

@@ -1,10 +1,12 @@
 """The gateway's strict edges against a real lisa-broker: a token dies with
 its attempt (every route refuses it once the broker's events say the
-attempt ended, and no span of it is stored), one attempt cannot hold more
-than its share of calls, and a flood of connections from one sandbox leaves
-another attempt's calls served."""
+attempt ended, and no span of it is stored; also with CURVE on, the events
+heard with the gateway's key), one attempt cannot hold more than its share
+of calls, and a flood of connections from one sandbox leaves another
+attempt's calls served."""
 import http.client as httpc
 import json
+import os
 import re
 import resource
 import socket
@@ -13,7 +15,7 @@ import time
 
 import pytest
 
-from brokerlib import Client, claim, enqueue, task  # noqa: I100 (sets the path)
+from brokerlib import Client, claim, enqueue, make_keys, task  # noqa: I100 (sets the path)
 import lisa_pb2 as pb  # noqa: E402
 from gwlib import http, mint  # noqa: E402
 
@@ -59,25 +61,32 @@ def stack(make_engine, make_gateway, make_broker):
     c.close()
 
 
-def test_cancelled_attempt_token_refused_on_every_route(stack):
-    eng, gw, c = stack
-    rid = enqueue(c, [task("q")])[0]
-    att = claim(c)[0]
+def refused_once_cancelled(gw, op, ctl):
+    """Runs one attempt through `gw`, cancels it through the broker and
+    checks that every token route refuses its token from then on, that no
+    span of it is stored after the cancel, and that another attempt is
+    still served. `op` enqueues, cancels and reads; `ctl` claims (one
+    client for both on a plain bus; the operator's and the controller's
+    keys under CURVE)."""
+    rid = enqueue(op, [task("q")])[0]
+    att = claim(ctl)[0]
     tok = mint(gw_key(gw), rid, att.attempt)
     # while it runs, the token works
     assert call(gw, tok, *TOKEN_ROUTES[0])[0] == 200
     end = time.time() + 10
-    while len(spans_of(c, rid)) < 1 and time.time() < end:
+    while len(spans_of(op, rid)) < 1 and time.time() < end:
         time.sleep(0.05)
-    stored = len(spans_of(c, rid))
+    stored = len(spans_of(op, rid))
     assert stored == 1
     # an unrelated attempt, to show the refusal is per attempt
-    rid2 = enqueue(c, [task("other")])[0]
-    att2 = claim(c)[0]
+    rid2 = enqueue(op, [task("other")])[0]
+    att2 = claim(ctl)[0]
     tok2 = mint(gw_key(gw), rid2, att2.attempt)
 
-    c.ok("cancel", pb.CancelReq(rollout_ids=[rid], reason="operator said so"))
+    op.ok("cancel", pb.CancelReq(rollout_ids=[rid], reason="operator said so"))
     # the gateway learns it from the broker's events, checked on each call
+    # (the attempt was checked with the broker once, on its first call:
+    # nothing but an event ends it for this gateway now)
     end = time.time() + 5
     while time.time() < end:
         st, body = call(gw, tok, *TOKEN_ROUTES[0])
@@ -90,11 +99,39 @@ def test_cancelled_attempt_token_refused_on_every_route(stack):
         assert err["error"]["code"] == "attempt_ended", (path, err)
     # no span of the ended attempt was stored after the cancel
     time.sleep(0.3)
-    assert len(spans_of(c, rid)) == stored
+    assert len(spans_of(op, rid)) == stored
     assert metric(gw, "lisa_gateway_attempt_refusals_total", '{reason="ended"}') >= 6
     # the other attempt is served as before
     assert call(gw, tok2, *TOKEN_ROUTES[0])[0] == 200
     assert call(gw, tok2, "GET", "/v1/models", None)[0] == 200
+
+
+def test_cancelled_attempt_token_refused_on_every_route(stack):
+    eng, gw, c = stack
+    refused_once_cancelled(gw, c, c)
+
+
+def test_cancelled_attempt_refused_through_a_curve_broker(make_engine, make_gateway,
+                                                         make_broker, tmp_path):
+    """The same with CURVE on: the broker takes only listed keys, and the
+    gateway (the gateway's key) hears the cancel on its event subscription.
+    A gateway whose subscription were plain would hear nothing from this
+    broker and go on serving the cancelled attempt's token."""
+    keys = make_keys(tmp_path / "keys")
+    eng = make_engine(lambda p, b: ("fine", "stop"))
+    brk = make_broker(keys=keys)
+    gw = make_gateway(engines=eng.url, broker=brk.ep["rpc"], events=brk.ep["events"],
+                      curve_cert=os.path.join(keys, "gateway.cert_secret"),
+                      broker_cert=os.path.join(keys, "broker.cert"))
+    op = Client(brk.ep["rpc"], keys=keys, role="operator")
+    ctl = Client(brk.ep["rpc"], keys=keys, role="controller")
+    try:
+        refused_once_cancelled(gw, op, ctl)
+        # the events came in order: no gap made the gateway ask the broker
+        assert metric(gw, "lisa_gateway_event_gaps_total") == 0
+    finally:
+        op.close()
+        ctl.close()
 
 
 def test_a_gateway_that_missed_the_event_asks_the_broker(make_engine, make_gateway,

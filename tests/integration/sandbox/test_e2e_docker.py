@@ -4,25 +4,39 @@ Debian's docker.io, no bridge, the gateway's unix socket bound into each
 container with network mode none), with the sandbox image built from
 docker/sandbox.Dockerfile on the locally made base. Then the faults that
 matter for containers: the container killed, the controller killed (the
-container outlives it and is adopted), a memory hog (OOM) and a fork bomb
-(pids limit). Opt-in (LISA_DOCKER_TESTS=1); skipped, saying why, where
-no engine can be started."""
+container outlives it and is adopted), a memory hog (OOM), and
+test_limits_local's probes from inside a container: the agent unreadable
+and untraceable, writes stopped at the disk limit, a fork bomb beside a
+neighbour, the host's log of a container under its cap, 10,000
+connections from a container beside another attempt's calls, a
+container's invalid UTF-8 stored replaced and exported intact, and a
+cancelled attempt's token refused while its container runs.
+
+ctest label `docker` (scripts/test.sh's container step, with the compose
+test). Set LISA_SKIP_DOCKER_TESTS=1 to skip; otherwise, where no engine
+can be started or the image cannot be built, the tests fail and say why."""
 import os
 import signal
+import threading
+import time
 
 import pytest
 from brokerlib import task
-from dockerlib import (IMAGE, _docker, containers, engine, engine_running,
-                       engine_stop)
-from stacklib import pb, scripted, wait_for
+from dockerlib import (IMAGE, SKIP_ENV, _docker, containers, engine,
+                       engine_running, engine_stop, sanitized_build)
+from stacklib import pb, scripted, tokenizer, wait_for
 
 CTL = "ctl-sbx"
 
-# Building the sandbox image takes minutes and needs Debian's mirrors:
-# container tests are opt-in, as the compose tests are.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("LISA_DOCKER_TESTS") != "1",
-    reason="container tests are opt-in: set LISA_DOCKER_TESTS=1")
+if os.environ.get(SKIP_ENV) == "1":
+    pytestmark = pytest.mark.skip(
+        reason=f"{SKIP_ENV}=1: the container tests are skipped")
+elif sanitized_build():
+    # The image carries this tree's lisa-agent, and a sanitizer binary
+    # needs its runtime: the default tree runs these (scripts/test.sh).
+    pytestmark = pytest.mark.skip(
+        reason="sanitizer build tree: the container tests run from the "
+        "default preset's tree")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +48,8 @@ def docker_sock():
     if not sock:
         if not was_running and engine_running():
             engine_stop()
-        pytest.skip(why)
+        pytest.fail(f"{why}; set {SKIP_ENV}=1 to skip the container tests",
+                    pytrace=False)
     yield sock
     if not was_running:
         engine_stop()
@@ -115,20 +130,13 @@ def test_controller_killed_container_is_adopted(make_stack, clean):
     wait_for(lambda: not containers(clean, CTL), what="container removed")
 
 
-def test_memory_hog_and_fork_bomb_are_contained(make_stack, clean):
-    def script(prompt, body):
-        from stacklib import tokenizer
-        text = tokenizer().decode(prompt, skip_special_tokens=False)
-        cmd = "b(){ b|b& }; b" if "task-bomb" in text else \
-            "python3 -c 'x = bytearray(1 << 30); print(len(x))'"
-        k = text.count("<tool_response>")
-        if k == 0:
-            return scripted(("execute_bash", {"command": cmd}))(prompt, body)
-        return scripted(None, ("submit", {}))(prompt, body)
-    s = make_stack(script)
-    lim = pb.Limits(memory_bytes=256 << 20, pids=64, deadline_ms=25000)
-    hog, bomb = s.enqueue([task("task-hog", limits=lim),
-                           task("task-bomb", limits=lim)])
+def test_memory_hog_is_contained(make_stack, clean):
+    s = make_stack(scripted(
+        ("execute_bash",
+         {"command": "python3 -c 'x = bytearray(1 << 30); print(len(x))'"}),
+        ("submit", {})))
+    lim = pb.Limits(memory_bytes=256 << 20, deadline_ms=25000)
+    (hog,) = s.enqueue([task("task-hog", limits=lim)])
     docker_ctl(s, clean)
     r, atts = s.wait_state(hog, [pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED],
                            timeout=90)
@@ -137,10 +145,87 @@ def test_memory_hog_and_fork_bomb_are_contained(make_stack, clean):
     # the container is marked OOM-killed (terminal OOM failure).
     assert (r.state == pb.ROLLOUT_SUCCEEDED or
             atts[-1].failure_kind == pb.FAILURE_OOM), atts
-    r, atts = s.wait_state(bomb, [pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED],
-                           timeout=90)
-    assert r.state == pb.ROLLOUT_SUCCEEDED, atts  # the bomb hit PidsLimit
     wait_for(lambda: not containers(clean, CTL), what="containers removed")
+
+
+def pids_of(sock, name):
+    """Processes in container `name` now (the engine's count), 0 when
+    gone."""
+    p = _docker(sock, "stats", "--no-stream", "--format", "{{.PIDs}}", name,
+                timeout=30)
+    try:
+        return int(p.stdout.strip())
+    except ValueError:
+        return 0
+
+
+def test_fork_bomb_leaves_a_neighbour_unaffected(make_stack, clean):
+    """test_limits_local's fork bomb in a container: it churns at its
+    PidsLimit while a neighbour container forks and finishes as usual,
+    and its own agent survives to post a result."""
+    from test_limits_local import by_word, observations
+    bomb_started = threading.Event()
+    inner = by_word(
+        bomb=["sleep 8 & s=$!; b(){ b|b& }; b; wait $s"],
+        neighbour=["for i in $(seq 1 40); do /bin/true || "
+                   "echo FORK-FAILED; done; sh -c 'echo forks-ok'"])
+
+    def script(prompt, body):
+        text = tokenizer().decode(prompt, skip_special_tokens=False)
+        if "task-bomb" in text and "<tool_response>" not in text:
+            bomb_started.set()
+        return inner(prompt, body)
+    s = make_stack(script)
+    lim = pb.Limits(pids=64, deadline_ms=40000)
+    (bomb,) = s.enqueue([task("task-bomb", limits=lim)])
+    docker_ctl(s, clean, max_concurrency=2)
+    assert bomb_started.wait(60)
+    (name,) = containers(clean, CTL)
+    wait_for(lambda: pids_of(clean, name) >= 48, timeout=10,
+             what="bomb at its limit")
+    (neighbour,) = s.enqueue([task("task-neighbour", limits=lim)])
+    peak = 0
+    while s.roll(neighbour)[0].state not in (pb.ROLLOUT_SUCCEEDED,
+                                             pb.ROLLOUT_FAILED):
+        peak = max(peak, pids_of(clean, name))
+    r, atts = s.wait_state(neighbour, [pb.ROLLOUT_SUCCEEDED], timeout=5)
+    assert len(atts) == 1, atts
+    obs = observations(s, "task-neighbour")
+    assert "forks-ok" in obs[0] and "FORK-FAILED" not in obs[0], obs[0]
+    # The bomb was at its limit while the neighbour worked, and no more.
+    print(f"fork bomb: {peak} processes at most (PidsLimit 64)")
+    assert 48 <= peak <= 64, peak
+    r, atts = s.wait_state(bomb, [pb.ROLLOUT_SUCCEEDED, pb.ROLLOUT_FAILED],
+                           timeout=60)
+    assert r.state == pb.ROLLOUT_SUCCEEDED, atts
+    wait_for(lambda: not containers(clean, CTL), what="containers removed")
+
+
+def test_the_host_log_of_a_container_stays_under_its_cap(make_stack, clean):
+    """A container that writes 20 MB to its own output (a sandbox whose
+    entry point is not the agent): the engine's log of it on the host
+    (json-file, at most 1 MiB, one file) never grows past the cap."""
+    s = make_stack(good())
+    (rid,) = s.enqueue([task("q", limits=pb.Limits(deadline_ms=30000))])
+    # it waits first, so that its log is watched before it writes
+    docker_ctl(s, clean, cmd="sleep 4; head -c 20000000 /dev/zero | "
+               "tr '\\0' x; echo; echo LAST-WORDS-7; sleep 2")
+    (name,) = wait_for(lambda: containers(clean, CTL), timeout=60,
+                       what="container")
+    path = _docker(clean, "inspect", "-f", "{{.LogPath}}", name,
+                   timeout=30).stdout.strip()
+    assert path, name
+    biggest = 0
+    while containers(clean, CTL):
+        try:
+            biggest = max(biggest, os.path.getsize(path))
+        except OSError:
+            pass
+        time.sleep(0.01)
+    cap = 1 << 20
+    print(f"container log on the host: at most {biggest} bytes (cap {cap})")
+    # one json-file entry (a 16 KiB chunk, escaped) past the cap at most
+    assert (256 << 10) < biggest <= cap + (64 << 10), biggest
 
 
 def test_agent_unreadable_and_disk_bounded_in_a_container(make_stack, clean):
@@ -170,7 +255,61 @@ def test_agent_unreadable_and_disk_bounded_in_a_container(make_stack, clean):
     (obs, *_) = observations(s, "task-fill")
     sizes = {ln.split()[1]: ln.split()[2] for ln in obs.splitlines()
              if ln.startswith("fill ")}
-    assert sizes.get("/") == "none", obs
-    total = sum(int(sizes[d]) for d in ("/dev/shm", "/tmp", "/testbed"))
-    assert 0 < total <= disk, sizes
+    assert set(sizes) == {"/dev/shm", "/", "/tmp", "/testbed"}, obs
+    assert sizes["/"] == "none", obs  # the root is read-only
+    # each writable mount stops at its share of the disk: /testbed three
+    # quarters, /tmp and /dev/shm an eighth each
+    share = {"/dev/shm": disk // 8, "/tmp": disk // 8,
+             "/testbed": disk - disk // 4}
+    for d, most in share.items():
+        assert sizes[d] != "none", obs
+        assert most // 2 <= int(sizes[d]) <= most, (d, sizes[d], most)
+    total = sum(int(sizes[d]) for d in share)
+    assert total <= disk, sizes
     wait_for(lambda: not containers(clean, CTL), what="containers removed")
+
+
+def test_connection_flood_from_a_container_leaves_another_attempt_served(
+        make_stack, clean):
+    """test_limits_local's flood of 10,000 connections, from a container
+    through the gateway's socket bound into it."""
+    from test_limits_local import flood_beside_another_attempt
+    flood_beside_another_attempt(
+        make_stack, lambda s: docker_ctl(s, clean, max_concurrency=1),
+        "docker")
+    wait_for(lambda: not containers(clean, CTL), what="container removed")
+
+
+def test_invalid_utf8_from_a_container_is_stored_replaced_and_exported(
+        make_stack, clean):
+    """test_text_local's check in a container: its last output line is not
+    UTF-8 and it dies; the failure reason quotes that line with the
+    invalid bytes replaced (U+FFFD), the broker stores it, Python's
+    protobuf reads it back and `lisa export` writes it intact."""
+    import json
+    import subprocess
+    from stacklib import BIN
+    s = make_stack(scripted(("submit", {})))
+    (rid,) = s.enqueue([task("q")])
+    docker_ctl(s, clean, cmd="printf 'boom \\377\\376 \\303( end\\n' >&2; "
+               "exit 1")
+    r, atts = s.wait_state(rid, pb.ROLLOUT_FAILED, timeout=90)
+    want = "boom \ufffd\ufffd \ufffd( end"
+    assert atts and all(want in a.reason for a in atts), \
+        [a.reason for a in atts]
+    assert want in r.reason, r.reason
+    out = subprocess.run([os.path.join(BIN, "lisa"), "export", "--broker",
+                          s.broker.ep["rpc"]], capture_output=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    recs = [json.loads(line) for line in
+            out.stdout.decode("utf-8").splitlines() if line.strip()]
+    mine = [x for x in recs if x["rollout_id"] == rid]
+    assert len(mine) == 1 and want in mine[0]["reason"], recs
+    wait_for(lambda: not containers(clean, CTL), what="containers removed")
+
+
+def test_cancelled_attempt_token_refused_from_a_container(make_stack, clean):
+    from test_e2e_local import cancelled_mid_attempt
+    cancelled_mid_attempt(make_stack, lambda s: docker_ctl(s, clean))
+    wait_for(lambda: not containers(clean, CTL), what="container removed")

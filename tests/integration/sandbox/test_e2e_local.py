@@ -4,7 +4,11 @@ which starts a bubblewrap sandbox running lisa-agent; the agent fetches its
 task from lisa-gateway over the unix socket bound into the sandbox, the
 model (a scripted engine behind the gateway) calls tools, the agent posts
 its answer, lisa-reward scores it and the rollout succeeds in the broker
-with the spans the gateway recorded."""
+with the spans the gateway recorded. And an attempt cancelled while its
+sandbox runs: its token is refused on every gateway route, and no span
+of it is stored after the cancel."""
+import time
+
 from brokerlib import task
 from stacklib import pb, scripted, tokenizer, wait_for
 
@@ -49,4 +53,37 @@ def test_attempt_end_to_end_on_local(make_stack):
     assert "six times seven" in seen_text(seen[1])
     assert "\\boxed{42}" in seen_text(seen[2])
     # The sandbox is gone once the attempt ended.
+    wait_for(lambda: not s.sandboxes(), what="sandbox removed")
+
+
+def cancelled_mid_attempt(make_stack, start):
+    """An attempt whose sandbox is running (its command sleeps) is
+    cancelled through the broker: its token, the one its agent holds,
+    gets 401/409 attempt_ended on every gateway route, and no span of it
+    is stored after the cancel. `start(stack)` starts the controller."""
+    from gwlib import mint
+    from test_edges import TOKEN_ROUTES, call, spans_of
+    s = make_stack(scripted(("execute_bash", {"command": "sleep 30"})))
+    (rid,) = s.enqueue([task("q")])
+    start(s)
+    wait_for(lambda: s.engine.requests, timeout=60, what="first model call")
+    (att,) = s.roll(rid)[1]
+    wait_for(lambda: spans_of(s.client, rid), what="the first span stored")
+    stored = len(spans_of(s.client, rid))
+    s.client.ok("cancel", pb.CancelReq(rollout_ids=[rid], reason="test"))
+    tok = mint(s.key, rid, att.attempt)
+    wait_for(lambda: call(s.gateway, tok, *TOKEN_ROUTES[0])[0] != 200,
+             timeout=5, what="the token refused")
+    for method, path, body in TOKEN_ROUTES:
+        st, err = call(s.gateway, tok, method, path, body)
+        assert st in (401, 409), (path, st, err)
+        assert err["error"]["code"] == "attempt_ended", (path, err)
+    s.wait_state(rid, pb.ROLLOUT_CANCELLED, timeout=30)
+    time.sleep(0.3)
+    assert len(spans_of(s.client, rid)) == stored
+    return s
+
+
+def test_cancelled_attempt_token_refused_from_a_local_sandbox(make_stack):
+    s = cancelled_mid_attempt(make_stack, lambda s: s.controller())
     wait_for(lambda: not s.sandboxes(), what="sandbox removed")

@@ -9,7 +9,9 @@ model scripted:
   - a fork bomb in one sandbox leaves a neighbour's rollout, running at
     the same time, unaffected (each sandbox has a uid of its own);
   - what the model writes towards the agent's output never grows the
-    host's log of the attempt past its cap."""
+    host's log of the attempt past its cap;
+  - 10,000 connections opened from inside a sandbox to the gateway's
+    socket leave another attempt's calls served promptly."""
 import os
 import threading
 import time
@@ -65,6 +67,7 @@ for p in /proc/[0-9]*; do
   ls $p/fd/ >/dev/null 2>&1 && echo "FD-LISTED $n $c"
 done
 echo "procs=$(ls /proc | grep -c '^[0-9][0-9]*$')"
+echo "cmd-ppid=$(awk '/^PPid/ {print $2}' /proc/$$/status)"
 timeout 5 strace -p 1 -e trace=none 2>&1 | head -n 2
 timeout 5 gdb -q -batch -p 1 2>&1 | grep -i -m 2 -e ptrace -e attach
 python3 -c '
@@ -93,8 +96,11 @@ def test_the_model_cannot_read_or_trace_the_agent(make_stack):
     assert "PROBED" in obs, obs
     for word in ("MEM-READ", "ENV-READ", "FD-LISTED"):
         assert word not in obs, obs
-    # The commands' own PID namespace: its init and the probe's processes.
+    # The commands' own PID namespace: its init and the probe's processes,
+    # and the command's parent (the agent) is outside it, so its PPid is 0
+    # (in the agent's namespace it would be the agent, pid 1).
     assert int(obs.split("procs=", 1)[1].split()[0]) < 8, obs
+    assert "cmd-ppid=0\n" in obs, obs
     assert "ptrace-attach -1 Operation not permitted" in obs, obs
     assert "vm-readv -1 Operation not permitted" in obs, obs
     assert "Operation not permitted" in obs.split("procs=", 1)[1], obs
@@ -237,3 +243,156 @@ def test_the_host_log_of_an_attempt_stays_under_its_cap(make_stack):
     # The agent's output is out of the model's reach.
     assert "WROTE" not in obs, obs
     assert 0 < biggest[0] <= cap + 512, biggest[0]
+
+
+CONN_FLOOD = r"""
+cat > /tmp/flood.py <<'PY'
+import os, socket, time
+path = os.environ.get("LISA_GATEWAY_SOCKET", "/run/lisa/gateway.sock")
+n, k = 10000, 5  # five processes: a sandbox's descriptor limit is 4096
+call = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer not-a-token\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+kids = []
+for j in range(k):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        ok = bad = 0
+        held = []
+        for i in range(j, n, k):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            try:
+                s.connect(path)
+                ok += 1
+            except OSError:
+                bad += 1
+            try:
+                if i % 10 == 0:
+                    s.sendall(call)
+                elif i % 10 == 1:
+                    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHo")
+            except OSError:
+                pass  # displaced before it could write
+            held.append(s)
+        os.write(w, b"%d %d\n" % (ok, bad))
+        time.sleep(4)  # hold them while the other attempt calls
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+ok = bad = 0
+for pid, r in kids:
+    a, b = os.read(r, 64).split()
+    ok, bad = ok + int(a), bad + int(b)
+    os.waitpid(pid, 0)
+print("conn-flood connected=%d failed=%d" % (ok, bad))
+PY
+python3 /tmp/flood.py
+"""
+
+
+def flood_beside_another_attempt(make_stack, start, where):
+    """A command in a sandbox (its controller started by start(stack))
+    opens 10,000 connections to the gateway's socket as the sandbox sees
+    it (/run/lisa/gateway.sock), from five processes (a sandbox may hold 4096 descriptors each): most idle,
+    some trickling headers, some calls with a made-up token. Another
+    attempt (claimed by the test) calls the same gateway socket meanwhile,
+    until the flooding attempt has ended, and every call is served,
+    promptly. The flood may cost its own attempt its next model call (in
+    runs here its agent's calls right after the command were cut, broken
+    pipe, while the gateway closed the flood's connections): that attempt
+    then fails, and is not retried here."""
+    from brokerlib import claim
+    from gwlib import mint
+    from test_edges import metric
+    import http.client as httpc
+    import json
+    import socket
+
+    flood_started = threading.Event()
+    inner = by_word(connflood=[CONN_FLOOD])
+
+    def script(prompt, body):
+        text = tokenizer().decode(prompt, skip_special_tokens=False)
+        if "task-connflood" not in text:
+            return "ok", "stop"  # the other attempt's calls
+        if "<tool_response>" not in text:
+            flood_started.set()
+        return inner(prompt, body)
+    s = make_stack(script, broker_opts={"lease-ms": 600000,
+                                        "max-attempts": 1},
+                   gw_opts={"max-connections": 2048,
+                            "request-timeout": "20s"})
+    # The other attempt: claimed before any controller runs, so that its
+    # token is the test's to use.
+    (other,) = s.enqueue([task("task-other")])
+    (att,) = claim(s.client)
+    tok = mint(s.key, other, att.attempt)
+    (rid,) = s.enqueue([task("task-connflood",
+                             limits=pb.Limits(deadline_ms=90000))])
+    start(s)
+    assert flood_started.wait(60)
+
+    class UnixHTTP(httpc.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(30)
+            self.sock.connect(s.sock)
+
+    req = json.dumps({"messages": [{"role": "user", "content": "x"}]})
+    times = []
+
+    def one():
+        t = time.time()
+        c = UnixHTTP("localhost")
+        c.request("POST", "/v1/chat/completions", body=req,
+                  headers={"Authorization": "Bearer " + tok,
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        assert r.status == 200, r.status
+        times.append(time.time() - t)
+
+    def ended():
+        return s.roll(rid)[0].state in (pb.ROLLOUT_SUCCEEDED,
+                                        pb.ROLLOUT_FAILED)
+    gw = s.gateway
+    # calls while the flood builds up, is held and is torn down, until
+    # the flooding attempt has ended
+    wait_for(lambda: metric(gw, "lisa_gateway_http_connections_open") > 100,
+             timeout=30, what="flood under way")
+    t0 = time.time()
+    while len(times) < 20 or len(times) % 10 or not ended():
+        one()
+        assert time.time() - t0 < 120, "the flooding attempt did not end"
+    flood_s = time.time() - t0
+    evicted = metric(gw, "lisa_gateway_http_refusals", '{reason="evicted"}')
+    refused = metric(gw, "lisa_gateway_http_refusals", '{reason="refused"}')
+    median = sorted(times)[len(times) // 2]
+    r, atts = s.roll(rid)
+    obs = observations(s, "task-connflood")
+    counts = [ln for ln in "".join(obs).splitlines()
+              if ln.startswith("conn-flood ")]
+    print("flood of 10000 connections from a %s sandbox (%.1fs; its "
+          "attempt %s, %s): the other attempt's %d calls: median %.3fs, "
+          "slowest %.3fs; evicted %d, refused %d" % (
+              where, flood_s, pb.RolloutState.Name(r.state),
+              counts[0] if counts else "no count",
+              len(times), median, max(times), evicted, refused))
+    # the flood reached the gateway: it overflowed the connection table
+    # many times over
+    assert evicted + refused >= 5000, (evicted, refused)
+    if counts:  # the command's own count, when its agent could post it
+        got = dict(kv.split("=") for kv in counts[0].split()[1:])
+        assert int(got["connected"]) + int(got["failed"]) == 10000, got
+    assert median < 2.0 and max(times) < 10.0, (median, max(times))
+    s.client.ok("cancel", pb.CancelReq(rollout_ids=[other]))
+
+
+def test_connection_flood_from_a_sandbox_leaves_another_attempt_served(
+        make_stack):
+    flood_beside_another_attempt(
+        make_stack, lambda s: s.controller(max_concurrency=1), "local")

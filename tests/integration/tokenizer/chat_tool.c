@@ -41,6 +41,13 @@ s_render(json_t *c)
     json_t *et = json_object_get(c, "enable_thinking");
     if (json_is_boolean(et))
         o.enable_thinking = json_is_true(et) ? 1 : 0;
+    /* "chat_template": the Jinja source whose variant renders */
+    json_t *ct = json_object_get(c, "chat_template");
+    const char *twhy = NULL;
+    if (json_is_string(ct) &&
+        lisa_chat_template_detect(json_string_value(ct), &o.tmpl, &twhy) !=
+            LISA_OK)
+        return json_pack("{ss}", "error", twhy);
     json_t *msgs = json_object_get(c, "messages");
     json_t *tools = json_object_get(c, "tools");
     size_t start = (size_t) json_integer_value(json_object_get(c, "start"));

@@ -350,3 +350,205 @@ def test_reply_arguments_are_the_models_bytes(hf):
         ids = (tok.encode(first).ids + tok.encode(text).ids + [IM_END] +
                tok.encode(cont).ids)
         assert ids == tok.encode(full).ids
+
+
+# ---- SmolLM2's ChatML ------------------------------------------------------
+# The chat template of SmolLM2-135M-Instruct (its GGUF file's
+# tokenizer.chat_template; trainer_smollm2 checks that the published file
+# carries exactly this string).
+SMOLLM2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] "
+    "!= 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant "
+    "named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+# The rule lisa documents for tools with SmolLM2 (lisa_chat.h), written as
+# a Jinja template: SmolLM2's turns, with Qwen's hermes-style tools (the
+# "# Tools" system block, <tool_call> blocks, <tool_response> user turns).
+SMOLLM2_HERMES = """
+{%- set smol = 'You are a helpful AI assistant named SmolLM, trained by Hugging Face' %}
+{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\\n\\n' }}
+    {%- elif messages %}
+        {{- smol + '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- elif messages and messages[0].role != 'system' %}
+    {{- '<|im_start|>system\\n' + smol + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == 'system' and loop.first %}
+        {%- if not tools %}
+            {{- '<|im_start|>system\\n' + message.content + '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- elif message.role == 'user' or message.role == 'system' %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+    {%- elif message.role == 'assistant' %}
+        {{- '<|im_start|>assistant\\n' + message.content }}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and message.content) or (not loop.first) %}
+                    {{- '\\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == 'tool' %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != 'tool') %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+
+@pytest.fixture(scope="module")
+def smol_dir(tmp_path_factory):
+    """A tokenizer directory carrying SmolLM2's template (the Qwen3
+    vocabulary, which has the ChatML tokens), as `lisa convert` writes
+    SmolLM2's."""
+    import shutil
+    d = tmp_path_factory.mktemp("smollm2-tok")
+    shutil.copy(os.path.join(QWEN, "tokenizer.json"), d / "tokenizer.json")
+    with open(os.path.join(QWEN, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = SMOLLM2
+    with open(d / "tokenizer_config.json", "w") as f:
+        json.dump(cfg, f)
+    return d
+
+
+@pytest.fixture(scope="module")
+def smol_hf(smol_dir):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(smol_dir))
+
+
+def _no_tools(case):
+    """The case as SmolLM2's own template can render it: no tools, no
+    tool calls, no tool messages."""
+    msgs = []
+    for m in case["messages"]:
+        if m["role"] == "tool":
+            continue
+        m = {k: v for k, v in m.items() if k != "tool_calls"}
+        msgs.append(m)
+    return {"messages": msgs, "tools": None,
+            "add_generation_prompt": case["add_generation_prompt"]}
+
+
+def _smol_render(hf, case, template):
+    return hf.apply_chat_template(
+        copy.deepcopy(case["messages"]), tools=case["tools"] or None,
+        add_generation_prompt=case["add_generation_prompt"], tokenize=False,
+        chat_template=template)
+
+
+def test_smollm2_template_without_tools(smol_dir, smol_hf):
+    """SmolLM2's own template (transformers renders it) equals lisa's
+    rendering, directly and through the gateway reading the directory."""
+    cases = [_no_tools(c) for c in conversations(seed=23, n=250)]
+    direct = chat_tool("render", [dict(c, chat_template=SMOLLM2)
+                                  for c in cases])
+    gw_cases = [c for c in cases if c["add_generation_prompt"]]
+    assert len(gw_cases) > 150
+    p = subprocess.run([TOOL, "gateway", str(smol_dir)],
+                       input=json.dumps(gw_cases).encode(),
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    assert b"chat template smollm2" in p.stderr
+    via_gw = json.loads(p.stdout)
+    n_default = 0
+    for case, g in zip(cases, direct):
+        want = _smol_render(smol_hf, case, None)
+        assert g == want, (case, g, want)
+        n_default += "named SmolLM" in want
+    for case, g in zip(gw_cases, via_gw):
+        assert g == _smol_render(smol_hf, case, None)
+    assert n_default > 50  # the default system turn was exercised
+
+
+def test_smollm2_tools_follow_the_hermes_rule(smol_dir, smol_hf):
+    """With tools: the documented rule (SMOLLM2_HERMES, rendered by
+    transformers) equals lisa's rendering; the rule reduces to SmolLM2's
+    own template where there are no tools."""
+    cases = conversations(seed=29, n=250)
+    got = chat_tool("render", [dict(c, chat_template=SMOLLM2)
+                               for c in cases])
+    with_tools = 0
+    for case, g in zip(cases, got):
+        assert g == _smol_render(smol_hf, case, SMOLLM2_HERMES), case
+        with_tools += bool(case["tools"])
+        nt = _no_tools(case)
+        assert (_smol_render(smol_hf, nt, SMOLLM2_HERMES) ==
+                _smol_render(smol_hf, nt, None))
+    assert with_tools > 100
+    # the agent's calls parse from what the template shows the model
+    case = {"messages": [{"role": "user", "content": "q"}], "tools": TOOLS,
+            "add_generation_prompt": True}
+    p = subprocess.run([TOOL, "gateway", str(smol_dir)],
+                       input=json.dumps([case]).encode(),
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    assert "<tools>\n" in json.loads(p.stdout)[0]
+    reply = chat_tool("reply", ['<tool_call>\n{"name": "submit", '
+                                '"arguments": {}}\n</tool_call>'])[0]
+    assert [c["name"] for c in reply["calls"]] == ["submit"]
+
+
+def test_smollm2_render_from_is_a_suffix():
+    cases = conversations(seed=31, n=40)
+    for c in cases:
+        items = [dict(c, start=k, chat_template=SMOLLM2)
+                 for k in range(len(c["messages"]) + 1)]
+        got = chat_tool("render", items)
+        for part in got:
+            assert got[0].endswith(part)
+
+
+def test_unknown_template_is_an_error(tmp_path):
+    """A template lisa cannot render is refused: by the renderer, and by
+    the gateway at start-up (no silent Qwen3 rendering)."""
+    other = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n" \
+            "{% endfor %}"
+    got = chat_tool("render", [{"messages": [{"role": "user",
+                                              "content": "x"}],
+                                "chat_template": other}])
+    assert "unknown chat template" in got[0]["error"]
+    import shutil
+    shutil.copy(os.path.join(QWEN, "tokenizer.json"),
+                tmp_path / "tokenizer.json")
+    with open(tmp_path / "tokenizer_config.json", "w") as f:
+        json.dump({"chat_template": other, "eos_token": "<|im_end|>"}, f)
+    p = subprocess.run([TOOL, "gateway", str(tmp_path)], input=b"[]",
+                       capture_output=True, timeout=120)
+    assert p.returncode == 1
+    assert b"unknown chat template" in p.stderr

@@ -177,3 +177,88 @@ Test(lisa_chat, developer_as_system)
     lisa_free(&out);
     json_decref(msgs);
 }
+
+/* SmolLM2's ChatML: the default system turn, the content verbatim (no
+ * think handling), no empty think block on the generation prompt. */
+Test(lisa_chat, smollm2_chatml)
+{
+    json_t *messages = s_json(
+        "[{\"role\": \"user\", \"content\": \"hi\"},"
+        " {\"role\": \"assistant\", \"content\": \"<think>\\nx\\n</think>\\n\\n"
+        "hello\"},"
+        " {\"role\": \"user\", \"content\": \"bye\"}]");
+    lisa_chat_opts_t opts = lisa_chat_opts_default();
+    opts.tmpl = LISA_CHAT_SMOLLM2;
+    opts.enable_thinking = 0;
+    char *text = NULL;
+    cr_assert_eq(lisa_chat_render(messages, NULL, &opts, &text, NULL, NULL),
+                 LISA_OK);
+    cr_assert_str_eq(text,
+                     "<|im_start|>system\nYou are a helpful AI assistant named "
+                     "SmolLM, trained by Hugging Face<|im_end|>\n"
+                     "<|im_start|>user\nhi<|im_end|>\n"
+                     "<|im_start|>assistant\n<think>\nx\n</think>\n\nhello"
+                     "<|im_end|>\n<|im_start|>user\nbye<|im_end|>\n"
+                     "<|im_start|>assistant\n");
+    lisa_free(&text);
+    /* a continuation does not repeat the default system turn */
+    cr_assert_eq(lisa_chat_render_continuation(messages, NULL, 2, true, &opts,
+                                               &text, NULL, NULL),
+                 LISA_OK);
+    cr_assert_str_eq(text, "\n<|im_start|>user\nbye<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    lisa_free(&text);
+    /* with tools, the default system text opens the tools turn */
+    json_t *tools = s_json("[{\"type\": \"function\", \"function\": "
+                           "{\"name\": \"submit\"}}]");
+    cr_assert_eq(lisa_chat_render(messages, tools, &opts, &text, NULL, NULL),
+                 LISA_OK);
+    cr_assert(strncmp(text,
+                      "<|im_start|>system\nYou are a helpful AI assistant "
+                      "named SmolLM, trained by Hugging Face\n\n# Tools\n",
+                      strlen("<|im_start|>system\nYou are a helpful AI "
+                             "assistant named SmolLM, trained by Hugging "
+                             "Face\n\n# Tools\n")) == 0,
+              "%s", text);
+    lisa_free(&text);
+    /* an empty conversation has no system turn */
+    json_t *empty = json_array();
+    cr_assert_eq(lisa_chat_render(empty, NULL, &opts, &text, NULL, NULL),
+                 LISA_OK);
+    cr_assert_str_eq(text, "<|im_start|>assistant\n");
+    lisa_free(&text);
+    json_decref(empty);
+    json_decref(tools);
+    json_decref(messages);
+}
+
+Test(lisa_chat, template_detect)
+{
+    static const char smol[] =
+        "{% for message in messages %}{% if loop.first and "
+        "messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are "
+        "a helpful AI assistant named SmolLM, trained by Hugging "
+        "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] "
+        "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+    static const char qwen[] =
+        "{%- if tools %}<|im_start|>system ... <tool_call> ... "
+        "<tool_response> ... <think> ... <|im_end|>";
+    lisa_chat_template_t t = LISA_CHAT_QWEN3;
+    const char *why = NULL;
+    cr_assert_eq(lisa_chat_template_detect(smol, &t, &why), LISA_OK);
+    cr_assert_eq(t, LISA_CHAT_SMOLLM2);
+    cr_assert_str_eq(lisa_chat_template_name(t), "smollm2");
+    cr_assert_eq(lisa_chat_template_detect(qwen, &t, &why), LISA_OK);
+    cr_assert_eq(t, LISA_CHAT_QWEN3);
+    cr_assert_eq(lisa_chat_template_detect(NULL, &t, &why), LISA_NOTFOUND);
+    cr_assert_eq(t, LISA_CHAT_QWEN3);
+    cr_assert_not_null(why);
+    /* ChatML without SmolLM2's system text, a Llama-3 template: refused */
+    cr_assert_eq(lisa_chat_template_detect(
+                     "{{'<|im_start|>' + m + '<|im_end|>'}}", &t, &why),
+                 LISA_INVALID);
+    cr_assert_not_null(strstr(why, "unknown chat template"));
+    cr_assert_eq(lisa_chat_template_detect(
+                     "{{ '<|start_header_id|>' }}{{ '<|eot_id|>' }}", &t, &why),
+                 LISA_INVALID);
+}

@@ -92,6 +92,20 @@ Test(lisa_tokenizer, known_ids, .init = s_setup, .fini = s_teardown)
     s_expect("", true, NULL, 0);
 }
 
+/* The directory's chat template is kept (lisa_chat picks its renderer);
+ * a tokenizer.json alone has none. */
+Test(lisa_tokenizer, chat_template, .init = s_setup, .fini = s_teardown)
+{
+    const char *t = lisa_tokenizer_chat_template(s_qwen);
+    cr_assert_not_null(t);
+    cr_assert_not_null(strstr(t, "<tool_call>"));
+    cr_assert_eq(strncmp(t, "{%- if tools %}", 15), 0);
+    lisa_tokenizer_t *f = lisa_tokenizer_new_from_file(QWEN "/tokenizer.json");
+    cr_assert_not_null(f);
+    cr_assert_null(lisa_tokenizer_chat_template(f));
+    lisa_tokenizer_destroy(&f);
+}
+
 Test(lisa_tokenizer, special_as_text, .init = s_setup, .fini = s_teardown)
 {
     lisa_ids_t *ids = lisa_ids_new(64);

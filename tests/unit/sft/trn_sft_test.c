@@ -9,6 +9,8 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TOKDIR LISA_SOURCE_DIR "/tests/fixtures/byte-tokenizer"
@@ -205,4 +207,97 @@ Test(trn_sft, refuses_bad_conversations)
     trn_adamw_destroy(&opt);
     trn_model_destroy(&m);
     lisa_tokenizer_destroy(&tok);
+}
+
+/* A tokenizer directory whose tokenizer_config.json carries `tmpl` (the
+ * byte tokenizer's vocabulary); the caller removes it. */
+static char *
+s_dir_with_template(const char *tmpl)
+{
+    char *dir = lisa_strdup("/tmp/trn_sft_test.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *in = fopen(TOKDIR "/tokenizer.json", "rb");
+    FILE *out = fopen(path, "wb");
+    cr_assert(in && out);
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        cr_assert_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *cfg = json_pack("{s:s,s:s}", "chat_template", tmpl, "eos_token",
+                            "<|im_end|>");
+    cr_assert_eq(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    return dir;
+}
+
+static void
+s_rm_dir(char **dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer.json", *dir);
+    remove(path);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", *dir);
+    remove(path);
+    remove(*dir);
+    lisa_free(dir);
+}
+
+/* The model's own template: SmolLM2's ChatML renders the prompt (its
+ * default system turn), the marked turns are the same; an unknown
+ * template is refused. */
+Test(trn_sft, follows_the_models_template)
+{
+    char *dir = s_dir_with_template(
+        "{% for message in messages %}{% if loop.first and "
+        "messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are "
+        "a helpful AI assistant named SmolLM, trained by Hugging "
+        "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] "
+        "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+        "{% endif %}");
+    lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(dir);
+    cr_assert_not_null(tok);
+    json_t *conv = json_loads(s_conv, 0, NULL);
+    json_array_remove(json_object_get(conv, "messages"), 0); /* no system */
+    trn_sft_seq_t s;
+    trn_err_t err;
+    cr_assert_eq(trn_sft_encode(tok, conv, &s, &err), LISA_OK, "%s", err.msg);
+    char *t1 = s_run(tok, &s, 1, 0), *t2 = s_run(tok, &s, 1, 1);
+    cr_assert_str_eq(t1, s_turn1);
+    cr_assert_str_eq(t2, s_turn2);
+    json_t *head = json_array();
+    json_array_append(head,
+                      json_array_get(json_object_get(conv, "messages"), 0));
+    lisa_chat_opts_t o = lisa_chat_opts_default();
+    o.tmpl = LISA_CHAT_SMOLLM2;
+    char *want = NULL;
+    cr_assert_eq(lisa_chat_render(head, json_object_get(conv, "tools"), &o,
+                                  &want, NULL, NULL),
+                 LISA_OK);
+    char *prompt = s_decode(tok, s.ids, s.prompt_len);
+    cr_assert_str_eq(prompt, want);
+    cr_assert_not_null(strstr(prompt, "named SmolLM, trained by Hugging "
+                                      "Face\n\n# Tools"));
+    free(t1);
+    free(t2);
+    free(prompt);
+    lisa_free(&want);
+    json_decref(head);
+    trn_sft_seq_clear(&s);
+    lisa_tokenizer_destroy(&tok);
+    s_rm_dir(&dir);
+
+    dir = s_dir_with_template("{{ '<|start_header_id|>' }}");
+    tok = lisa_tokenizer_new_from_dir(dir);
+    cr_assert_not_null(tok);
+    cr_assert_eq(trn_sft_encode(tok, conv, &s, &err), LISA_INVALID);
+    cr_assert_not_null(strstr(err.msg, "unknown chat template"), "%s", err.msg);
+    lisa_tokenizer_destroy(&tok);
+    s_rm_dir(&dir);
+    json_decref(conv);
 }
