@@ -17,6 +17,8 @@ args=("${4:-30}" "${5:-20}" "${6:-8}" "${7:-5}" 1)
 bench=$new/bench/gw_bench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# shellcheck source=bench/compare_rounds.sh
+. "$root/bench/compare_rounds.sh"
 
 # one gw_bench round against build $2; its figures appended to $out/$1
 one() {
@@ -27,21 +29,7 @@ one() {
     >>"$out/$1"
 }
 
-for ((r = 0; r < rounds; r++)); do
-  if ((r % 2 == 0)); then
-    one base "$base"
-    one new "$new"
-  else
-    one new "$new"
-    one base "$base"
-  fi
-done
-
-# the median of column $2 of file $1
-median() {
-  cut -d' ' -f"$2" "$1" | sort -g | awk '{v[NR] = $1} END {
-    print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+compare_rounds "$rounds"
 printf '%-5s %14s %10s %14s\n' build 'p50 added ms' 'req/s' 'CPU us/call'
 for b in base new; do
   printf '%-5s %14s %10s %14s\n' "$b" "$(median "$out/$b" 1)" \

@@ -129,7 +129,13 @@ s_close(ctl_logcap_t *c, size_t idx)
         s_write_all(s->logfd, s->ring + start, first);
         s_write_all(s->logfd, s->ring, s->ring_len - first);
     }
-    close(s->rfd); /* leaves the epoll set */
+    /* Out of the epoll set before the close: a sandbox being started
+     * holds a copy of every descriptor from its clone until its exec, and
+     * a registration lives as long as any copy of the pipe does, so a
+     * closed stream's hang-up would wake this thread over and over (its
+     * id no longer found, nothing read) until that exec. */
+    (void) epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->rfd, NULL);
+    close(s->rfd);
     close(s->logfd);
     lisa_free(&s->ring);
     lisa_free(&s->name);

@@ -17,7 +17,7 @@
 #include "ctl_rate.h"
 #include "lisa/lisa_clock.h"
 #include "lisa/lisa_codec.h"
-#include "lisa/lisa_curve.h"
+#include "lisa/lisa_events.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_rpc.h"
@@ -104,13 +104,7 @@ ctl_server_new(const ctl_config_t *cfg, ctl_backend_t *backend)
         backend->ops->destroy(backend->impl);
         return NULL;
     }
-    zsock_t *sub = zsock_new(ZMQ_SUB);
-    if (sub) {
-        lisa_curve_client(sub);
-        zsock_set_subscribe(sub, "rollout");
-        if (zsock_connect(sub, "%s", cfg->broker_events) != 0)
-            zsock_destroy(&sub);
-    }
+    zsock_t *sub = lisa_events_sub(cfg->broker_events, "rollout");
     if (!sub) {
         lisa_log_error("controller: cannot subscribe to %s",
                        cfg->broker_events);
@@ -543,8 +537,9 @@ s_verify(ctl_server_t *s)
 /* ---- events ---------------------------------------------------------- */
 
 static void
-s_on_event(ctl_server_t *s, const Lisa__Event *ev)
+s_on_event(void *arg, const Lisa__Event *ev)
 {
+    ctl_server_t *s = arg;
     s->st.events++;
     if (s->last_seq && ev->seq != s->last_seq + 1) {
         s->st.event_gaps++;
@@ -574,28 +569,6 @@ s_on_event(ctl_server_t *s, const Lisa__Event *ev)
             rec->stop = true;
             s_kick(s);
         }
-    }
-}
-
-static void
-s_drain_events(ctl_server_t *s)
-{
-    for (int i = 0; i < 1000 && (zsock_events(s->sub) & ZMQ_POLLIN); i++) {
-        zmsg_t *m = zmsg_recv(s->sub);
-        if (!m)
-            break;
-        zframe_t *topic = zmsg_pop(m);
-        zframe_t *body = zmsg_pop(m);
-        ProtobufCMessage *msg = NULL;
-        if (body && lisa_codec_decode_frame(&lisa__event__descriptor, body,
-                                            LISA_MAX_EVENT_FRAME, NULL, &msg,
-                                            NULL) == LISA_OK) {
-            s_on_event(s, (const Lisa__Event *) msg);
-            lisa_codec_free(&msg);
-        }
-        zframe_destroy(&topic);
-        zframe_destroy(&body);
-        zmsg_destroy(&m);
     }
 }
 
@@ -1214,8 +1187,7 @@ static int
 s_on_sub(zloop_t *loop, zsock_t *sock, void *arg)
 {
     (void) loop;
-    (void) sock;
-    s_drain_events(arg);
+    lisa_events_drain(sock, s_on_event, arg, NULL);
     return 0;
 }
 

@@ -3,9 +3,7 @@
  */
 #include "gw_events.h"
 
-#include "lisa.pb-c.h"
-#include "lisa/lisa_codec.h"
-#include "lisa/lisa_curve.h"
+#include "lisa/lisa_events.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -20,8 +18,9 @@ struct gw_events_t {
 };
 
 static void
-s_on_event(gw_events_t *self, const Lisa__Event *ev)
+s_on_event(void *arg, const Lisa__Event *ev)
 {
+    gw_events_t *self = arg;
     if (self->last_seq && ev->seq != self->last_seq + 1) {
         gw_metrics_add(self->m, "lisa_gateway_event_gaps_total", NULL, 1);
         lisa_log_warn("gateway: broker events %" PRIu64 "..%" PRIu64
@@ -39,23 +38,7 @@ static int
 s_on_sub(zloop_t *loop, zsock_t *sock, void *arg)
 {
     (void) loop;
-    gw_events_t *self = arg;
-    for (int i = 0; i < 1000 && (zsock_events(sock) & ZMQ_POLLIN); i++) {
-        zmsg_t *m = zmsg_recv(sock);
-        if (!m)
-            break;
-        zframe_t *topic = zmsg_pop(m);
-        zframe_t *body = zmsg_pop(m);
-        ProtobufCMessage *msg = NULL;
-        if (body && lisa_codec_decode_frame(&lisa__event__descriptor, body,
-                                            LISA_MAX_EVENT_FRAME, NULL, &msg,
-                                            NULL) == LISA_OK)
-            s_on_event(self, (const Lisa__Event *) msg);
-        lisa_codec_free(&msg);
-        zframe_destroy(&topic);
-        zframe_destroy(&body);
-        zmsg_destroy(&m);
-    }
+    lisa_events_drain(sock, s_on_event, arg, NULL);
     return 0;
 }
 
@@ -67,15 +50,8 @@ gw_events_new(const char *endpoint, zloop_t *loop, gw_fence_t *fence,
     self->loop = loop;
     self->fence = fence;
     self->m = m;
-    /* the bus's identity before connecting: a CURVE broker publishes to
-     * listed keys only */
-    self->sub = zsock_new(ZMQ_SUB);
-    if (self->sub) {
-        lisa_curve_client(self->sub);
-        zsock_set_subscribe(self->sub, "rollout");
-    }
-    if (!self->sub || zsock_connect(self->sub, "%s", endpoint) != 0 ||
-        zloop_reader(loop, self->sub, s_on_sub, self) != 0) {
+    self->sub = lisa_events_sub(endpoint, "rollout");
+    if (!self->sub || zloop_reader(loop, self->sub, s_on_sub, self) != 0) {
         lisa_log_error("gateway: cannot subscribe to broker events at %s",
                        endpoint);
         zsock_destroy(&self->sub);

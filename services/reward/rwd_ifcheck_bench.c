@@ -318,15 +318,8 @@ static bool
 s_indent_stairs(const json_t *kw, const char *s, size_t n)
 {
     (void) kw;
-    size_t cap = 1, k = 0;
-    for (size_t i = 0; i < n; i++)
-        cap += s[i] == '\n';
-    rwd_span_t *l = lisa_calloc(cap, sizeof *l);
-    for (size_t i = 0, start = 0; i <= n; i++)
-        if (i == n || s[i] == '\n') {
-            l[k++] = (rwd_span_t){start, i - start};
-            start = i + 1;
-        }
+    size_t k;
+    rwd_span_t *l = rwd_iftext_lines_new(s, n, &k);
     /* The reference removes blank lines while iterating over the list, which
      * skips the line after each removal; this replays that walk. */
     for (size_t i = 0; i < k; i++) {

@@ -224,16 +224,12 @@ static bool
 s_reverse_newline(const json_t *kw, const char *s, size_t n)
 {
     (void) kw;
-    size_t cap = 1, k = 0;
-    for (size_t i = 0; i < n; i++)
-        cap += s[i] == '\n';
-    s_line_t *l = lisa_calloc(cap, sizeof *l);
+    size_t nl, k = 0;
+    rwd_span_t *lines = rwd_iftext_lines_new(s, n, &nl);
+    s_line_t *l = lisa_calloc(nl, sizeof *l);
     bool started = false, ok = false;
-    for (size_t i = 0, start = 0; i <= n; i++) {
-        if (i < n && s[i] != '\n')
-            continue;
-        rwd_span_t sp = {start, i - start};
-        start = i + 1;
+    for (size_t i = 0; i < nl; i++) {
+        rwd_span_t sp = lines[i];
         rwd_iftext_strip_punct(s, &sp, true);
         if (sp.len == 0)
             continue;
@@ -256,6 +252,7 @@ s_reverse_newline(const json_t *kw, const char *s, size_t n)
     for (size_t i = 0; i < k; i++)
         lisa_free(&l[i].text);
     lisa_free(&l);
+    lisa_free(&lines);
     return ok;
 }
 

@@ -333,14 +333,54 @@ s_closer(unsigned char c)
     return c == '"' || c == '\'' || c == ')' || c == ']' || c == '}';
 }
 
-/* Where sentences go: a caller's array of `max` (the count stays exact)
- * or, with `grow`, an array that grows. */
+/* Where a splitter's pieces go: a caller's array of `max` items of `size`
+ * bytes (the count stays exact) or, with `grow`, an array that grows from
+ * `first` items. */
 typedef struct {
-    rwd_span_t *out;
+    void *out;
+    size_t size;
+    size_t first;
     size_t max;
     size_t count;
     bool grow;
 } s_sink_t;
+
+static void
+s_sink_push(s_sink_t *k, const void *item)
+{
+    if (k->grow && k->count == k->max) {
+        k->max = k->max ? 2 * k->max : k->first;
+        k->out = lisa_realloc(k->out, k->max * k->size);
+    }
+    if (k->out && k->count < k->max)
+        memcpy((char *) k->out + k->count * k->size, item, k->size);
+    k->count++;
+}
+
+/* A splitter: its pieces of s[0..n) into k. */
+typedef void s_split_fn(const char *s, size_t n, s_sink_t *k);
+
+/* Up to `max` pieces into out (items of `size` bytes); how many there are. */
+static size_t
+s_split_into(s_split_fn *f, const char *s, size_t n, void *out, size_t size,
+             size_t max)
+{
+    s_sink_t k = {out, size, 0, max, 0, false};
+    f(s, n, &k);
+    return k.count;
+}
+
+/* Every piece: a new array (never NULL) grown from `first` items, and its
+ * count. */
+static void *
+s_split_new(s_split_fn *f, const char *s, size_t n, size_t size, size_t first,
+            size_t *count)
+{
+    s_sink_t k = {NULL, size, first, 0, 0, true};
+    f(s, n, &k);
+    *count = k.count;
+    return k.out ? k.out : lisa_calloc(1, size);
+}
 
 static void
 s_add(const char *s, size_t a, size_t b, s_sink_t *k)
@@ -351,13 +391,7 @@ s_add(const char *s, size_t a, size_t b, s_sink_t *k)
     rwd_iftext_strip(s, &sp);
     if (sp.len == 0)
         return;
-    if (k->grow && k->count == k->max) {
-        k->max = k->max ? 2 * k->max : 16;
-        k->out = lisa_realloc(k->out, k->max * sizeof *k->out);
-    }
-    if (k->out && k->count < k->max)
-        k->out[k->count] = sp;
-    k->count++;
+    s_sink_push(k, &sp);
 }
 
 static void
@@ -393,18 +427,29 @@ s_split_sentences(const char *s, size_t n, s_sink_t *k)
 size_t
 rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out, size_t max)
 {
-    s_sink_t k = {out, max, 0, false};
-    s_split_sentences(s, n, &k);
-    return k.count;
+    return s_split_into(s_split_sentences, s, n, out, sizeof *out, max);
 }
 
 rwd_span_t *
 rwd_iftext_sentences_new(const char *s, size_t n, size_t *count)
 {
-    s_sink_t k = {NULL, 0, 0, true};
-    s_split_sentences(s, n, &k);
-    *count = k.count;
-    return k.out ? k.out : lisa_calloc(1, sizeof *k.out);
+    return s_split_new(s_split_sentences, s, n, sizeof(rwd_span_t), 16, count);
+}
+
+static void
+s_split_lines(const char *s, size_t n, s_sink_t *k)
+{
+    for (size_t i = 0, start = 0; i <= n; i++)
+        if (i == n || s[i] == '\n') {
+            s_sink_push(k, &(rwd_span_t){start, i - start});
+            start = i + 1;
+        }
+}
+
+rwd_span_t *
+rwd_iftext_lines_new(const char *s, size_t n, size_t *count)
+{
+    return s_split_new(s_split_lines, s, n, sizeof(rwd_span_t), 16, count);
 }
 
 int
@@ -475,25 +520,12 @@ rwd_iftext_is_cased(const char *s, size_t n, bool upper)
 
 /* --- word_tokenize ------------------------------------------------------ */
 
-typedef struct {
-    rwd_token_t *out;
-    size_t max;
-    size_t count;
-    bool grow;
-} s_toks_t;
-
 static void
-s_tok(s_toks_t *t, size_t off, size_t len, char quote)
+s_tok(s_sink_t *t, size_t off, size_t len, char quote)
 {
     if (len == 0)
         return;
-    if (t->grow && t->count == t->max) {
-        t->max = t->max ? 2 * t->max : 64;
-        t->out = lisa_realloc(t->out, t->max * sizeof *t->out);
-    }
-    if (t->out && t->count < t->max)
-        t->out[t->count] = (rwd_token_t){off, len, quote};
-    t->count++;
+    s_sink_push(t, &(rwd_token_t){off, len, quote});
 }
 
 static bool
@@ -505,7 +537,7 @@ s_ends_with(const char *s, size_t off, size_t len, const char *suf)
 
 /* Treebank's contraction and quote rules on one word. */
 static void
-s_tok_word(s_toks_t *t, const char *s, size_t off, size_t len)
+s_tok_word(s_sink_t *t, const char *s, size_t off, size_t len)
 {
     static const char *const split3[] = {"cannot", "gimme", "gonna",
                                          "gotta",  "lemme", "wanna"};
@@ -578,7 +610,7 @@ s_final_dot(const char *s, size_t f, size_t g)
 /* One whitespace-separated field [f, g) of a sentence that starts at
  * `sent`; `last` when it is the sentence's last field. */
 static void
-s_tok_field(s_toks_t *t, const char *s, size_t sent, size_t f, size_t g,
+s_tok_field(s_sink_t *t, const char *s, size_t sent, size_t f, size_t g,
             bool last)
 {
     size_t dot = last ? s_final_dot(s, f, g) : SIZE_MAX;
@@ -629,7 +661,7 @@ s_tok_field(s_toks_t *t, const char *s, size_t sent, size_t f, size_t g,
 }
 
 static void
-s_tokenize(const char *s, size_t n, s_toks_t *t)
+s_tokenize(const char *s, size_t n, s_sink_t *t)
 {
     size_t ns;
     rwd_span_t *sent = rwd_iftext_sentences_new(s, n, &ns);
@@ -650,16 +682,11 @@ s_tokenize(const char *s, size_t n, s_toks_t *t)
 size_t
 rwd_iftext_tokens(const char *s, size_t n, rwd_token_t *out, size_t max)
 {
-    s_toks_t t = {out, max, 0, false};
-    s_tokenize(s, n, &t);
-    return t.count;
+    return s_split_into(s_tokenize, s, n, out, sizeof *out, max);
 }
 
 rwd_token_t *
 rwd_iftext_tokens_new(const char *s, size_t n, size_t *count)
 {
-    s_toks_t t = {NULL, 0, 0, true};
-    s_tokenize(s, n, &t);
-    *count = t.count;
-    return t.out ? t.out : lisa_calloc(1, sizeof *t.out);
+    return s_split_new(s_tokenize, s, n, sizeof(rwd_token_t), 64, count);
 }

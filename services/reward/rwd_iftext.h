@@ -85,6 +85,11 @@ size_t rwd_iftext_sentences(const char *s, size_t n, rwd_span_t *out,
  * lisa_free; never NULL), *count of them. */
 rwd_span_t *rwd_iftext_sentences_new(const char *s, size_t n, size_t *count);
 
+/* The lines of s[0..n) as Python's s.split("\n") makes them (n + 1 of
+ * them for n newlines, empty ones kept, no newline in any): a new array
+ * (the caller frees it with lisa_free; never NULL), *count of them. */
+rwd_span_t *rwd_iftext_lines_new(const char *s, size_t n, size_t *count);
+
 /* Case of one code point (ASCII, Latin-1, Latin Extended-A and Additional,
  * Greek, Cyrillic; other scripts are uncased): 1 upper, -1 lower, 0 none. */
 int rwd_iftext_case(uint32_t cp);

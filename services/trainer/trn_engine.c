@@ -125,6 +125,19 @@ s_now_ms(void)
     return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
 }
 
+/* The CLOCK_REALTIME time `ms` from now, as pthread_cond_timedwait takes
+ * it. */
+static struct timespec
+s_deadline(uint64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t) ts.tv_nsec + (ms % 1000) * 1000000ull;
+    ts.tv_sec += (time_t) (ms / 1000 + ns / 1000000000ull);
+    ts.tv_nsec = (long) (ns % 1000000000ull);
+    return ts;
+}
+
 /* A per-choice seed: choice 0 keeps the request's (n = 1 samples what it
  * always did), the others a mix of it and their index. */
 static uint64_t
@@ -636,7 +649,8 @@ s_preempt_youngest(trn_engine_t *e)
     e->st.preemptions++;
 }
 
-/* Expires requests that waited too long (lock held). */
+/* Expires requests that waited too long, and drops sequences of requests
+ * another choice of which failed (lock held). */
 static void
 s_expire(trn_engine_t *e)
 {
@@ -644,32 +658,28 @@ s_expire(trn_engine_t *e)
     s_job_t **pp = &e->qhead, *last = NULL;
     while (*pp) {
         s_job_t *j = *pp;
-        if (!j->rq->req) { /* another choice of its request failed */
-            *pp = j->next;
-            e->qlen--;
-            if (j->started)
-                e->n_preempted--;
-            if (e->bm) /* a queued sequence may hold its prefix */
-                s_release_blocks(e, j);
-            s_job_done(e, &j, NULL);
+        bool gone = !j->rq->req; /* another choice of its request failed */
+        bool late = !gone && !j->started && e->cfg.queue_timeout_ms &&
+                    now - j->enq_ms > e->cfg.queue_timeout_ms;
+        if (!gone && !late) {
+            last = j;
+            pp = &j->next;
             continue;
         }
-        if (!j->started && e->cfg.queue_timeout_ms &&
-            now - j->enq_ms > e->cfg.queue_timeout_ms) {
-            *pp = j->next;
-            e->qlen--;
+        *pp = j->next;
+        e->qlen--;
+        if (j->started)
+            e->n_preempted--;
+        if (e->bm) /* a queued sequence may hold its prefix */
+            s_release_blocks(e, j);
+        if (late) {
             e->st.timed_out++;
-            if (e->bm)
-                s_release_blocks(e, j);
             lisa_http_req_add_header(j->rq->req, "Retry-After", "5");
             s_fail(j, 503, "engine_busy",
                    "waited %llu ms for room in the engine",
                    (unsigned long long) (now - j->enq_ms));
-            s_job_done(e, &j, NULL);
-            continue;
         }
-        last = j;
-        pp = &j->next;
+        s_job_done(e, &j, NULL);
     }
     e->qtail = last;
 }
@@ -1086,13 +1096,7 @@ s_run(void *arg)
         if (n == 0) {
             if (e->paused && !s_busy(e))
                 pthread_cond_broadcast(&e->idle);
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            struct timespec ts = s_deadline(20);
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             continue;
         }
@@ -1200,11 +1204,7 @@ s_reg_run(void *arg)
         pthread_mutex_unlock(&e->mu);
         uint64_t seq = s_register(e, rpc, false);
         pthread_mutex_lock(&e->mu);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t) ts.tv_nsec + (every % 1000) * 1000000ull;
-        ts.tv_sec += (time_t) (every / 1000 + ns / 1000000000ull);
-        ts.tv_nsec = (long) (ns % 1000000000ull);
+        struct timespec ts = s_deadline(every);
         /* a pause or resume during the call above is registered at once
          * (its wake-up came while no one waited), else the next renewal */
         int w = 0;
@@ -1457,11 +1457,7 @@ trn_engine_pause(trn_engine_t *e, uint64_t timeout_ms)
     e->paused = true;
     e->state_seq++;
     pthread_cond_broadcast(&e->cv);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t) ts.tv_nsec + (timeout_ms % 1000) * 1000000ull;
-    ts.tv_sec += (time_t) (timeout_ms / 1000 + ns / 1000000000ull);
-    ts.tv_nsec = (long) (ns % 1000000000ull);
+    struct timespec ts = s_deadline(timeout_ms);
     int w = 0;
     while (s_busy(e) && w == 0)
         w = pthread_cond_timedwait(&e->idle, &e->mu, &ts);

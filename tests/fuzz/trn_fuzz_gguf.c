@@ -4,24 +4,13 @@
  * accepted, every tensor lies inside the buffer and dequantizes, and the
  * config and tokenizer built from it are either refused or valid.
  */
-#include "lisa/lisa_log.h"
 #include "trn_gguf.h"
 #include "trn_model.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void) argc;
-    (void) argv;
-    lisa_log_set_level(LISA_LOG_ERROR); /* refusals are expected here */
-    return 0;
-}
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

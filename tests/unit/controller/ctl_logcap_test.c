@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char s_path[64];
@@ -127,6 +128,55 @@ Test(ctl_logcap, forced_finish_with_a_live_writer)
     size_t n = 0;
     char *got = s_slurp(&n);
     cr_assert_str_eq(got, "still running\n");
+    lisa_free(&got);
+    ctl_logcap_destroy(&c);
+}
+
+static void
+s_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* CPU time of this process, in ms. */
+static double
+s_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+/* A sandbox being started holds a copy of every pipe's read end from its
+ * clone to its exec: a stream that ends meanwhile must leave the epoll
+ * set, or its hang-up wakes the pump over and over while the copy lives
+ * (here for half a second: an idle pump takes next to no CPU). */
+Test(ctl_logcap, an_ended_stream_with_a_copy_elsewhere_stays_quiet)
+{
+    ctl_logcap_t *c = ctl_logcap_new(8 * 1024);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    int copy = dup(p[0]);
+    cr_assert_geq(copy, 0);
+    cr_assert_eq(ctl_logcap_add(c, "sb-4", p[0], s_logfile()), LISA_OK);
+    s_write(p[1], "done\n");
+    close(p[1]); /* the pump reads to the end and closes the stream */
+    size_t n = 0;
+    for (int i = 0; i < 200 && n < 5; i++) {
+        struct stat st;
+        n = stat(s_path, &st) == 0 ? (size_t) st.st_size : 0;
+        s_sleep_ms(5);
+    }
+    cr_assert_eq(n, 5);
+    s_sleep_ms(50);
+    double t0 = s_cpu_ms();
+    s_sleep_ms(500);
+    double used = s_cpu_ms() - t0;
+    cr_expect_lt(used, 25.0, "the pump took %.1f ms of CPU while idle", used);
+    close(copy);
+    char *got = s_slurp(&n);
+    cr_assert_str_eq(got, "done\n");
     lisa_free(&got);
     ctl_logcap_destroy(&c);
 }

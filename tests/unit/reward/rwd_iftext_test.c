@@ -95,6 +95,38 @@ Test(rwd_iftext, sentences)
     }
 }
 
+/* Lines as Python's s.split("\n"): rows give the lines joined by '|'. */
+Test(rwd_iftext, lines)
+{
+    static const struct {
+        const char *in;
+        size_t count;
+        const char *joined;
+    } rows[] = {
+        {"", 1, ""},
+        {"one", 1, "one"},
+        {"one\ntwo", 2, "one|two"},
+        {"one\n", 2, "one|"},
+        {"\n\n", 3, "||"},
+        {" a \n\n b\r", 3, " a || b\r"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        size_t k, w = 0;
+        char out[64] = "";
+        rwd_span_t *l =
+            rwd_iftext_lines_new(rows[i].in, strlen(rows[i].in), &k);
+        cr_expect_eq(k, rows[i].count, "%s: %zu", rows[i].in, k);
+        for (size_t j = 0; j < k; j++) {
+            cr_assert(memchr(rows[i].in + l[j].off, '\n', l[j].len) == NULL);
+            w += (size_t) snprintf(out + w, sizeof out - w, "%s%.*s",
+                                   j ? "|" : "", (int) l[j].len,
+                                   rows[i].in + l[j].off);
+        }
+        cr_expect_str_eq(out, rows[i].joined, "%s", rows[i].in);
+        lisa_free(&l);
+    }
+}
+
 Test(rwd_iftext, case_and_words)
 {
     cr_expect(rwd_iftext_is_cased("ÉCOLE 42", 9, true));
