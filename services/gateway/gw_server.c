@@ -731,6 +731,13 @@ gw_server_destroy(gw_server_t **self)
     /* kept requests were answered 503 by the HTTP layer; each still gets
      * its one respond call (which releases it) before its context goes */
     lisa_http_server_destroy(&srv->http);
+    /* broker calls still open end here, each callback answering its request
+     * 503 (or leaving its span batch unsent), while the modules they call
+     * back into (agent API, chat, fence, span queue) are still there */
+    if (srv->rpc) {
+        lisa_rpc_detach(srv->rpc);
+        lisa_rpc_destroy(&srv->rpc);
+    }
     gw_proxy_destroy(&srv->proxy);
     gw_agent_destroy(&srv->agent);
     gw_engine_destroy(&srv->engine); /* drops engine calls, no callbacks */
@@ -743,10 +750,6 @@ gw_server_destroy(gw_server_t **self)
             lisa_free(&p);
         }
         zlistx_destroy(&srv->passes);
-    }
-    if (srv->rpc) {
-        lisa_rpc_detach(srv->rpc);
-        lisa_rpc_destroy(&srv->rpc);
     }
     if (srv->spanq && gw_spanq_size(srv->spanq))
         lisa_log_warn("gateway: %zu spans were never acknowledged",

@@ -283,3 +283,61 @@ def test_stop_with_calls_in_flight(make_engine, make_gateway, key):
     assert len(out) == 4 and set(out) <= {503, "closed"}, out
     log = gw.log_text()
     assert "LeakSanitizer" not in log and "AddressSanitizer" not in log, log
+
+
+def test_stop_with_broker_calls_in_flight(make_gateway, key):
+    """SIGTERM while agent and chat calls wait on a broker that answers
+    only the attempt's check (a ROUTER that then reads and keeps silent):
+    each call's broker
+    request ends with the gateway, answering 503 or closing, and the
+    gateway exits 0. The broker calls used to be ended after the agent API
+    and chat modules were freed, and their callbacks ran in freed memory."""
+    from brokerlib import pb  # the generated messages (brokerlib sets the path)
+    import zmq
+    ctx = zmq.Context()
+    silent = ctx.socket(zmq.ROUTER)
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    gw = make_gateway(broker="tcp://127.0.0.1:%d" % port, rpc_timeout="60s")
+    out = []
+
+    def one(path, method, body):
+        h = {"Authorization": "Bearer " + mint(key, "r-silent", 1)}
+        try:
+            out.append(http(gw.url + path, method, body, h, timeout=20)[0])
+        except Exception:  # the connection closed during shutdown
+            out.append("closed")
+
+    calls = [("/lisa/v1/task", "GET", None), ("/lisa/v1/heartbeat", "POST", {}),
+             ("/lisa/v1/result", "POST", {"answer": "1", "turns": 1, "end_reason": "submit"}),
+             ("/v1/chat/completions", "POST",
+              {"model": "m", "messages": [{"role": "user", "content": "hi"}]})]
+    ts = [threading.Thread(target=one, args=c) for c in calls]
+    for t in ts:
+        t.start()
+    seen = set()  # the request kinds the broker heard and left unanswered
+    end = time.time() + 10
+    while len(seen) < 4 and time.time() < end:
+        if not silent.poll(200):
+            continue
+        frames = silent.recv_multipart()
+        req = pb.Request()
+        req.ParseFromString(frames[-1])
+        kind = req.WhichOneof("body")
+        if kind == "query":  # the attempt's check: it is running
+            rep = pb.Reply(version=1, request_id=req.request_id, code=pb.CODE_OK)
+            rep.query.rollouts.add(rollout_id="r-silent", state=pb.ROLLOUT_RUNNING,
+                                   attempts=1)
+            silent.send_multipart(frames[:-1] + [rep.SerializeToString()])
+        elif kind != "engine_list":
+            seen.add(kind)
+    assert len(seen) >= 4 and not out, (seen, out, gw.log_text())
+    rc = gw.stop()
+    for t in ts:
+        t.join()
+    silent.close(0)
+    ctx.term()
+    assert rc == 0, gw.log_text()
+    assert len(out) == 4 and set(out) <= {503, "closed"}, out
+    log = gw.log_text()
+    assert "LeakSanitizer" not in log and "AddressSanitizer" not in log, log
+
