@@ -80,6 +80,42 @@ s_nonblock(int fd)
     cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
 }
 
+/* A loop, a set reporting into seen, and a pipe. */
+typedef struct {
+    zloop_t *loop;
+    lisa_epset_t *set;
+    s_seen_t seen;
+    int p[2];
+} s_fix_t;
+
+static void
+s_fix_open(s_fix_t *f, lisa_epset_batch_fn *on_batch)
+{
+    *f = (s_fix_t){.loop = zloop_new()};
+    cr_assert_not_null(f->loop);
+    f->set = lisa_epset_new(f->loop, s_on_event, on_batch, &f->seen);
+    cr_assert_not_null(f->set);
+    cr_assert_eq(pipe(f->p), 0);
+}
+
+static void
+s_fix_close(s_fix_t *f)
+{
+    lisa_epset_destroy(&f->set);
+    close(f->p[0]);
+    close(f->p[1]);
+    zloop_destroy(&f->loop);
+}
+
+/* The pipe's read end in the set, with a byte to read. */
+static void
+s_fix_readable(s_fix_t *f)
+{
+    epoll_data_t d = {.fd = f->p[0]};
+    cr_assert_eq(lisa_epset_add(f->set, f->p[0], EPOLLIN, d), LISA_OK);
+    cr_assert_eq(write(f->p[1], "x", 1), 1);
+}
+
 Test(lisa_epset, usage)
 {
     zloop_t *loop = zloop_new();
@@ -140,110 +176,80 @@ Test(lisa_epset, one_turn_takes_at_most_one_batch)
 
 Test(lisa_epset, mod_changes_the_events_and_the_data)
 {
-    zloop_t *loop = zloop_new();
-    s_seen_t seen = {.want = 1};
-    lisa_epset_t *set = lisa_epset_new(loop, s_on_event, NULL, &seen);
-    cr_assert_not_null(set);
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
+    s_fix_t f;
+    s_fix_open(&f, NULL);
+    f.seen.want = 1;
     int tag_a = 0, tag_b = 0;
     /* an empty pipe's write end is writable, never readable */
     cr_assert_eq(
-        lisa_epset_add(set, p[1], EPOLLIN, (epoll_data_t){.ptr = &tag_a}),
+        lisa_epset_add(f.set, f.p[1], EPOLLIN, (epoll_data_t){.ptr = &tag_a}),
         LISA_OK);
-    s_run(loop, &seen, 100);
-    cr_assert_eq(seen.events, 0);
+    s_run(f.loop, &f.seen, 100);
+    cr_assert_eq(f.seen.events, 0);
 
     cr_assert_eq(
-        lisa_epset_mod(set, p[1], EPOLLOUT, (epoll_data_t){.ptr = &tag_b}),
+        lisa_epset_mod(f.set, f.p[1], EPOLLOUT, (epoll_data_t){.ptr = &tag_b}),
         LISA_OK);
-    s_run(loop, &seen, 2000);
-    cr_assert_geq(seen.events, 1);
-    cr_assert_eq(seen.last_ptr, &tag_b);
-    cr_assert(seen.last_events & EPOLLOUT);
-    lisa_epset_destroy(&set);
-    close(p[0]);
-    close(p[1]);
-    zloop_destroy(&loop);
+    s_run(f.loop, &f.seen, 2000);
+    cr_assert_geq(f.seen.events, 1);
+    cr_assert_eq(f.seen.last_ptr, &tag_b);
+    cr_assert(f.seen.last_events & EPOLLOUT);
+    s_fix_close(&f);
 }
 
 Test(lisa_epset, a_deleted_descriptor_is_not_reported)
 {
-    zloop_t *loop = zloop_new();
-    s_seen_t seen = {0};
-    lisa_epset_t *set = lisa_epset_new(loop, s_on_event, s_on_batch, &seen);
-    cr_assert_not_null(set);
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    cr_assert_eq(lisa_epset_add(set, p[0], EPOLLIN, (epoll_data_t){.fd = p[0]}),
-                 LISA_OK);
-    lisa_epset_del(set, p[0]);
-    cr_assert_eq(write(p[1], "x", 1), 1);
-    s_run(loop, &seen, 100);
-    cr_assert_eq(seen.events, 0);
-    cr_assert_eq(seen.batches, 0);
+    s_fix_t f;
+    s_fix_open(&f, s_on_batch);
+    s_fix_readable(&f);
+    lisa_epset_del(f.set, f.p[0]);
+    s_run(f.loop, &f.seen, 100);
+    cr_assert_eq(f.seen.events, 0);
+    cr_assert_eq(f.seen.batches, 0);
     /* deleting again, or from no set, is harmless */
-    lisa_epset_del(set, p[0]);
-    lisa_epset_del(NULL, p[0]);
-    lisa_epset_destroy(&set);
-    close(p[0]);
-    close(p[1]);
-    zloop_destroy(&loop);
+    lisa_epset_del(f.set, f.p[0]);
+    lisa_epset_del(NULL, f.p[0]);
+    s_fix_close(&f);
 }
 
 Test(lisa_epset, ctl_errors_keep_errno)
 {
-    zloop_t *loop = zloop_new();
-    s_seen_t seen = {0};
-    lisa_epset_t *set = lisa_epset_new(loop, s_on_event, NULL, &seen);
-    cr_assert_not_null(set);
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    epoll_data_t d = {.fd = p[0]};
+    s_fix_t f;
+    s_fix_open(&f, NULL);
+    epoll_data_t d = {.fd = f.p[0]};
 
     errno = 0;
-    cr_assert_eq(lisa_epset_mod(set, p[0], EPOLLIN, d), LISA_ERR);
+    cr_assert_eq(lisa_epset_mod(f.set, f.p[0], EPOLLIN, d), LISA_ERR);
     cr_assert_eq(errno, ENOENT);
-    cr_assert_eq(lisa_epset_add(set, p[0], EPOLLIN, d), LISA_OK);
+    cr_assert_eq(lisa_epset_add(f.set, f.p[0], EPOLLIN, d), LISA_OK);
     errno = 0;
-    cr_assert_eq(lisa_epset_add(set, p[0], EPOLLIN, d), LISA_ERR);
+    cr_assert_eq(lisa_epset_add(f.set, f.p[0], EPOLLIN, d), LISA_ERR);
     cr_assert_eq(errno, EEXIST);
-    cr_assert_eq(lisa_epset_add(set, -1, EPOLLIN, d), LISA_INVALID);
-    cr_assert_eq(lisa_epset_add(NULL, p[0], EPOLLIN, d), LISA_INVALID);
-    cr_assert_eq(lisa_epset_mod(NULL, p[0], EPOLLIN, d), LISA_INVALID);
-    lisa_epset_destroy(&set);
-    close(p[0]);
-    close(p[1]);
-    zloop_destroy(&loop);
+    cr_assert_eq(lisa_epset_add(f.set, -1, EPOLLIN, d), LISA_INVALID);
+    cr_assert_eq(lisa_epset_add(NULL, f.p[0], EPOLLIN, d), LISA_INVALID);
+    cr_assert_eq(lisa_epset_mod(NULL, f.p[0], EPOLLIN, d), LISA_INVALID);
+    s_fix_close(&f);
 }
 
 Test(lisa_epset, destroy_ends_the_poller_and_leaves_descriptors_open)
 {
-    zloop_t *loop = zloop_new();
-    s_seen_t seen = {0};
-    lisa_epset_t *set = lisa_epset_new(loop, s_on_event, s_on_batch, &seen);
-    cr_assert_not_null(set);
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    cr_assert_eq(lisa_epset_add(set, p[0], EPOLLIN, (epoll_data_t){.fd = p[0]}),
-                 LISA_OK);
-    cr_assert_eq(write(p[1], "x", 1), 1);
-    lisa_epset_destroy(&set);
-    cr_assert_null(set);
-    lisa_epset_destroy(&set); /* twice: a no-op */
+    s_fix_t f;
+    s_fix_open(&f, s_on_batch);
+    s_fix_readable(&f);
+    lisa_epset_destroy(&f.set);
+    cr_assert_null(f.set);
+    lisa_epset_destroy(&f.set); /* twice: a no-op */
     lisa_epset_destroy(NULL);
 
     /* the loop no longer polls the set (a stale poller would read freed
      * memory or report the event) */
-    s_run(loop, &seen, 100);
-    cr_assert_eq(seen.events, 0);
-    cr_assert_neq(fcntl(p[0], F_GETFD), -1);
+    s_run(f.loop, &f.seen, 100);
+    cr_assert_eq(f.seen.events, 0);
+    cr_assert_neq(fcntl(f.p[0], F_GETFD), -1);
     char c = 0;
-    cr_assert_eq(read(p[0], &c, 1), 1);
+    cr_assert_eq(read(f.p[0], &c, 1), 1);
     cr_assert_eq(c, 'x');
-    close(p[0]);
-    close(p[1]);
-    zloop_destroy(&loop);
+    s_fix_close(&f);
 }
 
 Test(lisa_epset, new_refuses_missing_arguments)
