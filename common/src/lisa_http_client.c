@@ -21,6 +21,7 @@
  */
 #include "lisa/lisa_http_client.h"
 
+#include "lisa/lisa_epset.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -31,10 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
 #include <unistd.h>
-
-#define S_EPOLL_BATCH 64
 
 typedef struct {
     char *name;
@@ -82,10 +80,8 @@ typedef struct s_call {
 struct lisa_http_client {
     zloop_t *loop;
     CURLM *multi;
-    int epfd;
-    zmq_pollitem_t ep_item;
-    bool ep_polled;
-    int timer_id; /* -1: none */
+    lisa_epset_t *sockets; /* curl's sockets, polled by the loop */
+    int timer_id;          /* -1: none */
     s_call_t *calls;
     size_t n_calls;
     uint64_t next_id;
@@ -504,28 +500,26 @@ s_check_done(lisa_http_client_t *self)
     }
 }
 
-static int
-s_on_epoll(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static void
+s_on_socket(epoll_data_t data, uint32_t events, void *arg)
 {
-    (void) loop;
-    (void) item;
     lisa_http_client_t *self = arg;
-    struct epoll_event ev[S_EPOLL_BATCH];
-    int n = epoll_wait(self->epfd, ev, S_EPOLL_BATCH, 0);
-    for (int i = 0; i < n; i++) {
-        int flags = 0;
-        if (ev[i].events & EPOLLIN)
-            flags |= CURL_CSELECT_IN;
-        if (ev[i].events & EPOLLOUT)
-            flags |= CURL_CSELECT_OUT;
-        if (ev[i].events & (EPOLLERR | EPOLLHUP))
-            flags |= CURL_CSELECT_ERR;
-        int running = 0;
-        curl_multi_socket_action(self->multi, (curl_socket_t) ev[i].data.fd,
-                                 flags, &running);
-    }
-    s_check_done(self);
-    return 0;
+    int flags = 0;
+    if (events & EPOLLIN)
+        flags |= CURL_CSELECT_IN;
+    if (events & EPOLLOUT)
+        flags |= CURL_CSELECT_OUT;
+    if (events & (EPOLLERR | EPOLLHUP))
+        flags |= CURL_CSELECT_ERR;
+    int running = 0;
+    curl_multi_socket_action(self->multi, (curl_socket_t) data.fd, flags,
+                             &running);
+}
+
+static void
+s_on_batch(void *arg)
+{
+    s_check_done(arg);
 }
 
 static int
@@ -566,26 +560,26 @@ s_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
     lisa_http_client_t *self = userp;
     if (what == CURL_POLL_REMOVE) {
         if (socketp) {
-            (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, s, NULL);
+            lisa_epset_del(self->sockets, s);
             curl_multi_assign(self->multi, s, NULL);
         }
         return 0;
     }
-    struct epoll_event ev = {0};
-    ev.data.fd = s;
+    epoll_data_t data = {.fd = s};
+    uint32_t events = 0;
     if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
-        ev.events |= EPOLLIN;
+        events |= EPOLLIN;
     if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
-        ev.events |= EPOLLOUT;
+        events |= EPOLLOUT;
     if (!socketp) {
-        if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev) != 0 &&
+        if (lisa_epset_add(self->sockets, s, events, data) != LISA_OK &&
             !(errno == EEXIST &&
-              epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev) == 0)) {
+              lisa_epset_mod(self->sockets, s, events, data) == LISA_OK)) {
             lisa_log_error("http client: epoll add: %s", strerror(errno));
             return -1;
         }
         curl_multi_assign(self->multi, s, self);
-    } else if (epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev) != 0) {
+    } else if (lisa_epset_mod(self->sockets, s, events, data) != LISA_OK) {
         lisa_log_error("http client: epoll mod: %s", strerror(errno));
         return -1;
     }
@@ -603,9 +597,9 @@ lisa_http_client_new(zloop_t *loop, const lisa_http_client_config_t *cfg)
     lisa_http_client_t *self = lisa_calloc(1, sizeof(*self));
     self->loop = loop;
     self->timer_id = -1;
-    self->epfd = epoll_create1(EPOLL_CLOEXEC);
+    self->sockets = lisa_epset_new(loop, s_on_socket, s_on_batch, self);
     self->multi = curl_multi_init();
-    if (self->epfd < 0 || !self->multi) {
+    if (!self->sockets || !self->multi) {
         lisa_log_error("http client: cannot create epoll or curl multi");
         goto fail;
     }
@@ -620,12 +614,6 @@ lisa_http_client_new(zloop_t *loop, const lisa_http_client_config_t *cfg)
     if (cfg && cfg->max_host_connections > 0)
         curl_multi_setopt(self->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                           cfg->max_host_connections);
-    self->ep_item.fd = self->epfd;
-    self->ep_item.events = ZMQ_POLLIN;
-    if (zloop_poller(loop, &self->ep_item, s_on_epoll, self) != 0)
-        goto fail;
-    zloop_poller_set_tolerant(loop, &self->ep_item);
-    self->ep_polled = true;
     return self;
 fail:
     lisa_http_client_destroy(&self);
@@ -650,10 +638,7 @@ lisa_http_client_destroy(lisa_http_client_t **self_p)
         curl_multi_cleanup(self->multi);
     if (self->timer_id >= 0)
         zloop_timer_end(self->loop, self->timer_id);
-    if (self->ep_polled)
-        zloop_poller_end(self->loop, &self->ep_item);
-    if (self->epfd >= 0)
-        close(self->epfd);
+    lisa_epset_destroy(&self->sockets);
     free(self);
 }
 

@@ -22,6 +22,7 @@
  */
 #include "gw_client.h"
 
+#include "lisa/lisa_epset.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -38,7 +39,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define S_EPOLL_BATCH    64
 #define S_SWEEP_MS       50
 #define S_DEFAULT_MS     10000L
 #define S_MAX_IDLE       256u  /* idle connections kept, all addresses */
@@ -369,9 +369,7 @@ struct s_call {
 
 struct gw_client_t {
     zloop_t *loop;
-    int epfd;
-    zmq_pollitem_t item;
-    bool polled;
+    lisa_epset_t *conns; /* every open connection, polled by the loop */
     int timer;
     size_t max_body;
     s_addr_t **addrs;
@@ -526,7 +524,7 @@ s_idle_unlink(gw_client_t *self, s_conn_t *c)
 static void
 s_conn_close(gw_client_t *self, s_conn_t *c)
 {
-    (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    lisa_epset_del(self->conns, c->fd);
     close(c->fd);
     c->fd = -1;
     c->dead = true;
@@ -550,8 +548,8 @@ s_conn_events(gw_client_t *self, s_conn_t *c, uint32_t ev)
 {
     if (c->events == ev)
         return true;
-    struct epoll_event e = {.events = ev, .data.ptr = c};
-    if (epoll_ctl(self->epfd, EPOLL_CTL_MOD, c->fd, &e) != 0)
+    if (lisa_epset_mod(self->conns, c->fd, ev, (epoll_data_t){.ptr = c}) !=
+        LISA_OK)
         return false;
     c->events = ev;
     return true;
@@ -580,8 +578,8 @@ s_conn_new(gw_client_t *self, s_addr_t *a, bool *now)
     c->fd = fd;
     c->addr = a;
     c->events = EPOLLIN | (r == 0 ? 0u : (uint32_t) EPOLLOUT);
-    struct epoll_event e = {.events = c->events, .data.ptr = c};
-    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+    if (lisa_epset_add(self->conns, fd, c->events, (epoll_data_t){.ptr = c}) !=
+        LISA_OK) {
         int err = errno;
         close(fd);
         lisa_free(&c);
@@ -832,29 +830,27 @@ s_start(gw_client_t *self, s_call_t *call)
 
 /* ---- the loop's side ---------------------------------------------------- */
 
-static int
-s_on_epoll(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+static void
+s_on_conn(epoll_data_t data, uint32_t events, void *arg)
 {
-    (void) loop;
-    (void) item;
     gw_client_t *self = arg;
-    struct epoll_event ev[S_EPOLL_BATCH];
-    int n = epoll_wait(self->epfd, ev, S_EPOLL_BATCH, 0);
-    for (int i = 0; i < n; i++) {
-        s_conn_t *c = ev[i].data.ptr;
-        if (c->dead)
-            continue; /* closed by an earlier event of this batch */
-        if (c->call)
-            s_step(self, c->call, ev[i].events);
-        else {
-            /* idle: the engine closed it (or sent bytes nobody asked
-             * for); either way it cannot carry another request */
-            s_idle_unlink(self, c);
-            s_conn_close(self, c);
-        }
+    s_conn_t *c = data.ptr;
+    if (c->dead)
+        return; /* closed by an earlier event of this batch */
+    if (c->call)
+        s_step(self, c->call, events);
+    else {
+        /* idle: the engine closed it (or sent bytes nobody asked for);
+         * either way it cannot carry another request */
+        s_idle_unlink(self, c);
+        s_conn_close(self, c);
     }
-    s_bury(self);
-    return 0;
+}
+
+static void
+s_on_batch(void *arg)
+{
+    s_bury(arg);
 }
 
 static int
@@ -896,17 +892,9 @@ gw_client_new(zloop_t *loop, size_t max_body)
     self->loop = loop;
     self->max_body = max_body;
     self->timer = -1;
-    self->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (self->epfd < 0) {
-        lisa_log_error("engine client: epoll: %s", strerror(errno));
+    self->conns = lisa_epset_new(loop, s_on_conn, s_on_batch, self);
+    if (!self->conns)
         goto fail;
-    }
-    self->item.fd = self->epfd;
-    self->item.events = ZMQ_POLLIN;
-    if (zloop_poller(loop, &self->item, s_on_epoll, self) != 0)
-        goto fail;
-    zloop_poller_set_tolerant(loop, &self->item);
-    self->polled = true;
     self->timer = zloop_timer(loop, S_SWEEP_MS, 0, s_on_sweep, self);
     if (self->timer < 0)
         goto fail;
@@ -942,10 +930,7 @@ gw_client_destroy(gw_client_t **self_p)
     s_bury(self);
     if (self->timer >= 0)
         zloop_timer_end(self->loop, self->timer);
-    if (self->polled)
-        zloop_poller_end(self->loop, &self->item);
-    if (self->epfd >= 0)
-        close(self->epfd);
+    lisa_epset_destroy(&self->conns);
     lisa_free(&self);
 }
 
