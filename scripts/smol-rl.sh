@@ -4,13 +4,15 @@
 #
 #   scripts/smol-rl.sh --model FILE.gguf|DIR [--backend cpu|cuda]
 #                      [--out DIR] [--steps N] [--sft-steps N]
-#                      [--val-problems N] [--gpu] [key=value ...]
+#                      [--val-problems N] [--sft-data FILE] [--gpu]
+#                      [key=value ...]
 #
 # 1. A GGUF file is converted once (`lisa convert`, F32) into OUT/model.
 # 2. Warm start: lisa-sft on examples/arith/data/sft.jsonl, conversations
 #    of lisa-agent on another family of questions (look a number up in the
 #    question) that teach the tool-call format and the answer file, not
-#    arithmetic (--sft-steps 0 skips it).
+#    arithmetic (--sft-steps 0 skips it; --sft-data FILE trains on other
+#    demonstrations, e.g. make_arith.py's --sft-family mix).
 # 3. scripts/run.sh --no-build with the warm-started model on
 #    examples/arith/data/train.json, validating on the held-out problems
 #    of val.json (the first --val-problems of its 64) before training,
@@ -50,6 +52,7 @@ out=""
 steps=""
 sft_steps=""
 val_n=""
+sft_data=""
 gpu=0
 overrides=()
 while [ $# -gt 0 ]; do
@@ -60,6 +63,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=${2:?}; shift 2 ;;
     --sft-steps) sft_steps=${2:?}; shift 2 ;;
     --val-problems) val_n=${2:?}; shift 2 ;;
+    --sft-data) sft_data=${2:?}; shift 2 ;;
     --gpu) gpu=1; backend=cuda; shift ;;
     -h|--help) usage; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
@@ -83,6 +87,9 @@ for b in lisa lisa-sft lisa-trainer; do
     "(cmake --build --preset $preset, or LISA_BUILD_DIR=BUNDLE)" >&2; exit 1; }
 done
 data=$root/examples/arith/data
+sft_data=${sft_data:-$data/sft.jsonl}
+[ -f "$sft_data" ] || { echo "smol-rl.sh: $sft_data does not exist" >&2
+  exit 1; }
 if [ $gpu = 1 ]; then
   sft_steps=${sft_steps:-60} sft_batch=8 val_n=${val_n:-64}
 else
@@ -109,7 +116,7 @@ if [ "$sft_steps" -gt 0 ]; then
     mkdir -p "$out/sft"
     # --window 64: the system prompt and tools block (about 300 tokens,
     # the same in every conversation) are cut from the training sequences
-    "$bin/lisa-sft" --data "$data/sft.jsonl" --model "$model" \
+    "$bin/lisa-sft" --data "$sft_data" --model "$model" \
       --out "$out/sft" --steps "$sft_steps" --batch "$sft_batch" --lr 2e-4 \
       --window 64 --hold 16 --eval 8 --eval-every "$sft_steps" --seed 1 \
       --threads "$threads" 2>&1 | tee "$out/sft.log"

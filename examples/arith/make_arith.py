@@ -15,9 +15,13 @@ Writes, deterministically from a seed:
       9?"): the conversation lisa-agent has on such a task, one
       execute_bash call that echoes the answer into /testbed/answer.txt,
       then submit. They teach the tool-call format and where the answer
-      goes, and no arithmetic.
+      goes, and no arithmetic. --sft-family count gives instead questions
+      whose answer a command computes ("How many letters are in the word
+      'pencil'?": `echo -n pencil | wc -c > /testbed/answer.txt`), mix
+      half of each: nothing in them is copied from the question.
 
   make_arith.py OUT [--seed S] [--train N] [--val N] [--sft N] [--max A]
+                    [--sft-family lookup|count|mix]
 
 --max bounds the operands of addition and subtraction (multiplication and
 division use factors up to 12): the difficulty knob.
@@ -87,6 +91,18 @@ def lookup(rng):
             f"{place} {labels[k]} hold?", counts[k])
 
 
+def count(rng):
+    """A question a command answers by counting (the other SFT family):
+    the question and the command that writes the answer."""
+    if rng.randrange(2) == 0:
+        word = rng.choice(NAMES + ITEMS + PLACES).lower()
+        return (f"How many letters are in the word '{word}'?",
+                f"echo -n {word} | wc -c > /testbed/answer.txt")
+    words = " ".join(rng.choice(ITEMS) for _ in range(rng.randint(2, 7)))
+    return (f"How many words are in the text '{words}'?",
+            f"echo '{words}' | wc -w > /testbed/answer.txt")
+
+
 def record(text, answer, split, i):
     return {"data_source": SOURCE,
             "prompt": [{"role": "user", "content": text}],
@@ -96,9 +112,9 @@ def record(text, answer, split, i):
                            "index": i, "problem_statement": text}}
 
 
-def demo(text, answer):
+def demo(text, command):
     """lisa-agent's conversation on a toy-domain task, answered right."""
-    call = {"command": f"echo {answer} > /testbed/answer.txt"}
+    call = {"command": command}
     obs = ("Exit code: 0\nExecution output of [execute_bash]:\n[STDOUT]\n"
            f"\nSteps Remaining: {MAX_TURNS - 1}")
 
@@ -123,6 +139,8 @@ def main():
     ap.add_argument("--val", type=int, default=64)
     ap.add_argument("--sft", type=int, default=400)
     ap.add_argument("--max", type=int, default=50)
+    ap.add_argument("--sft-family", choices=("lookup", "count", "mix"),
+                    default="lookup")
     a = ap.parse_args()
     if a.max < 3 or a.train < 1 or a.val < 1 or a.sft < 0:
         ap.error("--max is at least 3; --train and --val at least 1")
@@ -149,8 +167,16 @@ def main():
             json.dump(recs, f, indent=1)
             f.write("\n")
     with open(os.path.join(a.out, "sft.jsonl"), "w") as f:
-        for _ in range(a.sft):
-            f.write(json.dumps(demo(*lookup(rng))) + "\n")
+        for i in range(a.sft):
+            fam = a.sft_family
+            if fam == "mix":
+                fam = ("lookup", "count")[i % 2]
+            if fam == "lookup":
+                text, ans = lookup(rng)
+                cmd = f"echo {ans} > /testbed/answer.txt"
+            else:
+                text, cmd = count(rng)
+            f.write(json.dumps(demo(text, cmd)) + "\n")
     print(f"make_arith: {a.train} train, {a.val} val, {a.sft} demonstrations "
           f"in {a.out} (seed {a.seed}, operands up to {a.max})")
 

@@ -166,3 +166,29 @@ def test_script_refuses_bad_arguments():
                            text=True, timeout=30)
         assert r.returncode == code, (args, r.stderr)
         assert text in r.stderr, (args, r.stderr)
+
+
+def test_count_family_computes_its_answers(tmp_path):
+    d = gen(tmp_path / "m", "--train", "20", "--val", "5", "--sft", "40",
+            "--sft-family", "mix")
+    demos = [json.loads(x) for x in (d / "sft.jsonl").read_text().splitlines()]
+    counted = 0
+    for dm in demos:
+        q = dm["messages"][1]["content"].rsplit("\nSteps Remaining:", 1)[0]
+        cmd = dm["messages"][2]["tool_calls"][0]["function"]["arguments"][
+            "command"]
+        if q.startswith("How many letters"):
+            want = len(re.search(r"'(\w+)'", q).group(1))
+        elif q.startswith("How many words"):
+            want = len(re.search(r"'([\w ]+)'", q).group(1).split())
+        else:
+            continue
+        counted += 1
+        # the answer is computed by the command, never written out
+        assert not re.search(rf"echo {want} ", cmd), cmd
+        testbed = tmp_path / "tb"
+        testbed.mkdir(exist_ok=True)
+        subprocess.run(["bash", "-c", cmd.replace("/testbed", str(testbed))],
+                       check=True, timeout=10)
+        assert (testbed / "answer.txt").read_text() == f"{want}\n", cmd
+    assert counted == 20
