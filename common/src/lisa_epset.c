@@ -23,6 +23,8 @@ struct lisa_epset {
     lisa_epset_event_fn *on_event;
     lisa_epset_batch_fn *on_batch;
     void *arg;
+    struct epoll_event *batch; /* the batch being handed out, or NULL */
+    int next, n;               /* its next event and its size */
 };
 
 static int
@@ -33,8 +35,14 @@ s_on_readable(zloop_t *loop, zmq_pollitem_t *item, void *arg)
     lisa_epset_t *self = arg;
     struct epoll_event ev[LISA_EPSET_BATCH];
     int n = epoll_wait(self->epfd, ev, LISA_EPSET_BATCH, 0);
-    for (int i = 0; i < n; i++)
-        self->on_event(ev[i].data, ev[i].events, self->arg);
+    self->batch = ev;
+    self->n = n;
+    for (int i = 0; i < n; i++) {
+        self->next = i + 1;
+        if (ev[i].events) /* 0: skipped by lisa_epset_skip */
+            self->on_event(ev[i].data, ev[i].events, self->arg);
+    }
+    self->batch = NULL;
     if (self->on_batch)
         self->on_batch(self->arg);
     return 0;
@@ -110,4 +118,14 @@ lisa_epset_del(lisa_epset_t *self, int fd)
 {
     if (self && fd >= 0)
         (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+void
+lisa_epset_skip(lisa_epset_t *self, lisa_epset_match_fn *match, const void *key)
+{
+    if (!self || !self->batch || !match)
+        return;
+    for (int j = self->next; j < self->n; j++)
+        if (self->batch[j].events && match(self->batch[j].data, key))
+            self->batch[j].events = 0;
 }

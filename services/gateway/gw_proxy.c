@@ -15,6 +15,7 @@
 #include "gw_proxy.h"
 
 #include "gw_proxyhead.h"
+#include "lisa/lisa_epset.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_token.h"
@@ -32,7 +33,6 @@
 #include <unistd.h>
 
 #define S_BUF             65536u
-#define S_EPOLL_BATCH     64
 #define S_TICK_MS         1000
 #define S_ATTEMPT_CONNS   32u    /* open connections of one attempt */
 #define S_MAX_ATTEMPTS    65536u /* attempts with counters in memory */
@@ -92,9 +92,8 @@ struct gw_proxy_t {
     zloop_t *loop;
     gw_auth_t *auth;
     gw_metrics_t *m;
-    int epfd;
-    zmq_pollitem_t item;
-    bool polled;
+    lisa_epset_t *ep;
+
     s_tag_t tcp, unx, res; /* listeners and the resolvers' socket */
     int res_wr;            /* resolvers' end (each thread dups it) */
     uint16_t port;
@@ -126,9 +125,11 @@ s_arm_tag(gw_proxy_t *px, s_tag_t *t, uint32_t want)
 {
     if (t->fd < 0 || t->armed == want)
         return;
-    struct epoll_event ev = {.events = want, .data.ptr = t};
-    int op = !want ? EPOLL_CTL_DEL : t->armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(px->epfd, op, t->fd, &ev) != 0)
+    epoll_data_t d = {.ptr = t};
+    if (!want)
+        lisa_epset_del(px->ep, t->fd);
+    else if ((t->armed ? lisa_epset_mod(px->ep, t->fd, want, d)
+                       : lisa_epset_add(px->ep, t->fd, want, d)) != LISA_OK)
         lisa_log_warn("proxy: epoll_ctl: %s", strerror(errno));
     t->armed = want;
 }
@@ -703,37 +704,31 @@ s_accept(gw_proxy_t *px, int lfd)
     }
 }
 
-static int
-s_on_epoll(zloop_t *loop, zmq_pollitem_t *item, void *arg)
+/* Whether registered data is a side of connection key. */
+static bool
+s_same_conn(epoll_data_t d, const void *key)
 {
-    (void) loop;
-    (void) item;
+    const s_tag_t *o = d.ptr;
+    return (o->kind == S_TAG_CLIENT || o->kind == S_TAG_ORIGIN) &&
+           o->ptr == key;
+}
+
+static void
+s_on_event(epoll_data_t d, uint32_t events, void *arg)
+{
     gw_proxy_t *px = arg;
-    struct epoll_event ev[S_EPOLL_BATCH];
-    int n = epoll_wait(px->epfd, ev, S_EPOLL_BATCH, 0);
-    /* one event a connection a round, as an event may close it (the
-     * descriptors are level-triggered: what is left fires again) */
-    for (int i = 0; i < n; i++) {
-        s_tag_t *t = ev[i].data.ptr;
-        if (!t)
-            continue; /* its connection was closed in this round */
-        if (t->kind == S_TAG_LISTEN) {
-            s_accept(px, t->fd);
-        } else if (t->kind == S_TAG_RESOLVER) {
-            s_on_lookups(px);
-        } else {
-            s_conn_t *c = t->ptr;
-            /* later events of a connection closed in this round */
-            for (int j = i + 1; j < n; j++) {
-                s_tag_t *o = ev[j].data.ptr;
-                if ((o->kind == S_TAG_CLIENT || o->kind == S_TAG_ORIGIN) &&
-                    o->ptr == c)
-                    ev[j].data.ptr = NULL;
-            }
-            s_on_conn(c, t, ev[i].events);
-        }
+    s_tag_t *t = d.ptr;
+    if (t->kind == S_TAG_LISTEN) {
+        s_accept(px, t->fd);
+    } else if (t->kind == S_TAG_RESOLVER) {
+        s_on_lookups(px);
+    } else {
+        /* one event a connection a round, as an event may close it (the
+         * descriptors are level-triggered: what is left fires again) */
+        s_conn_t *c = t->ptr;
+        lisa_epset_skip(px->ep, s_same_conn, c);
+        s_on_conn(c, t, events);
     }
-    return 0;
 }
 
 static int
@@ -859,10 +854,9 @@ gw_proxy_new(const gw_proxy_cfg_t *cfg, zloop_t *loop, gw_auth_t *auth,
     px->res_wr = -1;
     px->attempts = zhashx_new();
     zhashx_set_destructor(px->attempts, s_attempt_free);
-    px->epfd = epoll_create1(EPOLL_CLOEXEC);
+    px->ep = lisa_epset_new(loop, s_on_event, NULL, px);
     int sp[2];
-    if (px->epfd < 0 ||
-        socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) != 0) {
+    if (!px->ep || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) != 0) {
         lisa_log_error("proxy: %s", strerror(errno));
         goto fail;
     }
@@ -881,12 +875,6 @@ gw_proxy_new(const gw_proxy_cfg_t *cfg, zloop_t *loop, gw_auth_t *auth,
             goto fail;
         s_arm_tag(px, &px->tcp, EPOLLIN);
     }
-    px->item.fd = px->epfd;
-    px->item.events = ZMQ_POLLIN;
-    if (zloop_poller(loop, &px->item, s_on_epoll, px) != 0)
-        goto fail;
-    zloop_poller_set_tolerant(loop, &px->item);
-    px->polled = true;
     px->timer = zloop_timer(loop, S_TICK_MS, 0, s_on_tick, px);
     lisa_log_info("proxy: listening on unix:%s, port %u; allowing %s",
                   *px->unix_path ? px->unix_path : "-", (unsigned) px->port,
@@ -909,8 +897,7 @@ gw_proxy_destroy(gw_proxy_t **self)
     }
     if (px->timer > 0)
         zloop_timer_end(px->loop, px->timer);
-    if (px->polled)
-        zloop_poller_end(px->loop, &px->item);
+    lisa_epset_destroy(&px->ep);
     s_tag_t *tags[3] = {&px->tcp, &px->unx, &px->res};
     for (int i = 0; i < 3; i++)
         if (tags[i]->fd >= 0)
@@ -921,8 +908,6 @@ gw_proxy_destroy(gw_proxy_t **self)
      * answer fails to send and they free it themselves */
     if (px->res_wr >= 0)
         close(px->res_wr);
-    if (px->epfd >= 0)
-        close(px->epfd);
     zhashx_destroy(&px->attempts);
     lisa_free(&px->allow);
     lisa_free(&px->unix_path);

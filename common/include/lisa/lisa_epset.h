@@ -26,6 +26,7 @@
 #include "lisa/lisa_rc.h"
 
 #include <czmq.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 
@@ -63,5 +64,16 @@ lisa_rc_t lisa_epset_mod(lisa_epset_t *self, int fd, uint32_t events,
 
 /* Stops watching fd; one not in the set (or a NULL set) is ignored. */
 void lisa_epset_del(lisa_epset_t *self, int fd);
+
+/* Whether registered data belongs to key (lisa_epset_skip's test). */
+typedef bool(lisa_epset_match_fn)(epoll_data_t data, const void *key);
+
+/* From inside on_event: the later events of the current batch whose data
+ * match(data, key) are not handed out (a client whose event may close a
+ * connection with several descriptors drops that connection's other
+ * events; level-triggered, what is still ready comes again). Outside a
+ * batch, nothing. */
+void lisa_epset_skip(lisa_epset_t *self, lisa_epset_match_fn *match,
+                     const void *key);
 
 #endif
