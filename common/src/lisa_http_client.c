@@ -22,6 +22,7 @@
 #include "lisa/lisa_http_client.h"
 
 #include "lisa/lisa_epset.h"
+#include "lisa/lisa_list.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -454,13 +455,7 @@ s_box_of(s_call_t *call)
 static void
 s_call_unlink(lisa_http_client_t *self, s_call_t *call)
 {
-    if (call->prev)
-        call->prev->next = call->next;
-    else
-        self->calls = call->next;
-    if (call->next)
-        call->next->prev = call->prev;
-    call->prev = call->next = NULL;
+    LISA_LIST_UNLINK(self->calls, call);
     self->n_calls--;
 }
 
@@ -678,10 +673,7 @@ lisa_http_client_send(lisa_http_client_t *self, const lisa_http_request_t *req,
     }
     curl_easy_setopt(call->easy, CURLOPT_PRIVATE, (char *) call);
     call->id = ++self->next_id;
-    call->next = self->calls;
-    if (self->calls)
-        self->calls->prev = call;
-    self->calls = call;
+    LISA_LIST_PUSH(self->calls, call);
     self->n_calls++;
     if (curl_multi_add_handle(self->multi, call->easy) != CURLM_OK) {
         s_call_unlink(self, call);

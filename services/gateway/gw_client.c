@@ -23,6 +23,7 @@
 #include "gw_client.h"
 
 #include "lisa/lisa_epset.h"
+#include "lisa/lisa_list.h"
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
@@ -507,13 +508,7 @@ s_addr_get(gw_client_t *self, const char *key,
 static void
 s_idle_unlink(gw_client_t *self, s_conn_t *c)
 {
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->addr->idle = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->prev = c->next = NULL;
+    LISA_LIST_UNLINK(c->addr->idle, c);
     c->addr->n_idle--;
     self->n_idle--;
 }
@@ -592,13 +587,7 @@ s_conn_new(gw_client_t *self, s_addr_t *a, bool *now)
 static void
 s_call_unlink(gw_client_t *self, s_call_t *call)
 {
-    if (call->prev)
-        call->prev->next = call->next;
-    else
-        self->calls = call->next;
-    if (call->next)
-        call->next->prev = call->prev;
-    call->prev = call->next = NULL;
+    LISA_LIST_UNLINK(self->calls, call);
     self->n_calls--;
 }
 
@@ -624,10 +613,7 @@ s_release(gw_client_t *self, s_call_t *call, bool keep)
         lisa_free(&c->buf);
         c->cap = 0;
     }
-    c->next = c->addr->idle;
-    if (c->next)
-        c->next->prev = c;
-    c->addr->idle = c;
+    LISA_LIST_PUSH(c->addr->idle, c);
     c->addr->n_idle++;
     self->n_idle++;
 }
@@ -994,10 +980,7 @@ gw_client_postv(gw_client_t *self, const char *url, const struct iovec *parts,
     int64_t now = s_now_ms();
     call->deadline_ms = now + (timeout_ms > 0 ? timeout_ms : S_DEFAULT_MS);
     call->connect_ms = connect_ms > 0 ? connect_ms : S_DEFAULT_MS;
-    call->next = self->calls;
-    if (self->calls)
-        self->calls->prev = call;
-    self->calls = call;
+    LISA_LIST_PUSH(self->calls, call);
     self->n_calls++;
     if (id)
         *id = call->id;
