@@ -159,7 +159,11 @@ s_wait(int fd, short ev, long deadline)
     }
 }
 
-/* Non-blocking connect to one address, finished before the deadline. */
+/* Non-blocking connect to one address, finished before the deadline. A
+ * local socket whose listen queue is full refuses a non-blocking connect
+ * with EAGAIN and starts nothing (a flood from another process can fill
+ * it): the connect is tried again, a little later each time, until the
+ * deadline. */
 static int
 s_connect_to(const struct sockaddr *sa, socklen_t len, int family,
              long deadline, char *err, size_t errlen)
@@ -169,9 +173,23 @@ s_connect_to(const struct sockaddr *sa, socklen_t len, int family,
         snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
-    if (connect(fd, sa, len) == 0)
+    int rc, pause_ms = 1;
+    while ((rc = connect(fd, sa, len)) != 0 && family == AF_UNIX &&
+           errno == EAGAIN && s_left(deadline) > 0) {
+        int left = s_left(deadline);
+        (void) poll(NULL, 0, pause_ms < left ? pause_ms : left);
+        pause_ms = pause_ms < 64 ? 2 * pause_ms : 64;
+    }
+    if (rc == 0)
         return fd;
-    if (errno != EINPROGRESS && errno != EAGAIN) {
+    if (family == AF_UNIX && errno == EAGAIN) {
+        snprintf(err, errlen,
+                 "cannot connect to the gateway: its socket's queue stayed "
+                 "full");
+        close(fd);
+        return -2;
+    }
+    if (errno != EINPROGRESS) {
         snprintf(err, errlen, "cannot connect to the gateway: %s",
                  strerror(errno));
         close(fd);
