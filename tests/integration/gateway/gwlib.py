@@ -4,6 +4,7 @@ tokens minted with the shared HMAC key, and a real lisa-gateway process."""
 import base64
 import hashlib
 import hmac
+import http.client as httpc
 import json
 import os
 import signal
@@ -224,3 +225,29 @@ def http(url, method="GET", body=None, headers=None, timeout=10.0):
 def raw_socket(port):
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     return s
+
+
+class UnixHTTP(httpc.HTTPConnection):
+    """HTTP over a unix socket, connecting as lisa-agent does: a full
+    listen queue refuses a local connect with EAGAIN (nothing started),
+    so the connect is tried again shortly until the timeout."""
+
+    def __init__(self, path, timeout=10):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        end = time.time() + self.timeout
+        pause = 0.001
+        while True:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(self.timeout)
+            try:
+                self.sock.connect(self.path)
+                return
+            except BlockingIOError:
+                self.sock.close()
+                if time.time() > end:
+                    raise
+                time.sleep(pause)
+                pause = min(2 * pause, 0.064)

@@ -4,7 +4,6 @@ attempt ended, and no span of it is stored; also with CURVE on, the events
 heard with the gateway's key), one attempt cannot hold more than its share
 of calls, and a flood of connections from one sandbox leaves another
 attempt's calls served."""
-import http.client as httpc
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import pytest
 
 from brokerlib import Client, claim, enqueue, make_keys, task  # noqa: I100 (sets the path)
 import lisa_pb2 as pb  # noqa: E402
-from gwlib import http, mint  # noqa: E402
+from gwlib import UnixHTTP, http, mint  # noqa: E402
 
 TOKEN_ROUTES = [
     ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
@@ -180,30 +179,6 @@ def test_an_attempt_holds_at_most_its_share_of_calls(make_engine, make_gateway, 
     # once answered, the calls left: the attempt may call again
     assert call(gw, tok, "POST", "/v1/completions", body)[0] == 200
     assert metric(gw, "lisa_gateway_attempt_refusals_total", '{reason="inflight"}') == 3
-
-
-class UnixHTTP(httpc.HTTPConnection):
-    def __init__(self, path, timeout=10):
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self):
-        # as lisa-agent does: a full listen queue refuses a local connect
-        # with EAGAIN (nothing started); try again shortly
-        end = time.time() + self.timeout
-        pause = 0.001
-        while True:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(self.timeout)
-            try:
-                self.sock.connect(self.path)
-                return
-            except BlockingIOError:
-                self.sock.close()
-                if time.time() > end:
-                    raise
-                time.sleep(pause)
-                pause = min(2 * pause, 0.064)
 
 
 def test_ten_thousand_connections_from_one_sandbox(make_engine, make_gateway, key, tmp_path):

@@ -312,11 +312,9 @@ def flood_beside_another_attempt(make_stack, start, where):
     pipe, while the gateway closed the flood's connections): that attempt
     then fails, and is not retried here."""
     from brokerlib import claim
-    from gwlib import mint
+    from gwlib import UnixHTTP, mint
     from test_edges import metric
-    import http.client as httpc
     import json
-    import socket
 
     flood_started = threading.Event()
     inner = by_word(connflood=[CONN_FLOOD])
@@ -342,31 +340,12 @@ def flood_beside_another_attempt(make_stack, start, where):
     start(s)
     assert flood_started.wait(60)
 
-    class UnixHTTP(httpc.HTTPConnection):
-        def connect(self):
-            # as lisa-agent does: a full listen queue refuses a local
-            # connect with EAGAIN (nothing started); try again shortly
-            end = time.time() + 30
-            pause = 0.001
-            while True:
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.settimeout(30)
-                try:
-                    self.sock.connect(s.sock)
-                    return
-                except BlockingIOError:
-                    self.sock.close()
-                    if time.time() > end:
-                        raise
-                    time.sleep(pause)
-                    pause = min(2 * pause, 0.064)
-
     req = json.dumps({"messages": [{"role": "user", "content": "x"}]})
     times = []
 
     def one():
         t = time.time()
-        c = UnixHTTP("localhost")
+        c = UnixHTTP(s.sock, timeout=30)
         c.request("POST", "/v1/chat/completions", body=req,
                   headers={"Authorization": "Bearer " + tok,
                            "Content-Type": "application/json"})
