@@ -19,8 +19,14 @@
  * rank, against the same step on one GPU, printing dp_tok_s_wW and the
  * scaling efficiency (the gradient sum overlapping the backward pass), and
  * the same with one reduce-scatter after the backward (_no_overlap).
+ * With --offload: the fp32 master weights and AdamW moments in host
+ * memory (trn_gpu_model_set_optim_offload), forward+backward of one
+ * sequence of 16k, 32k and 64k tokens (train_tok_s_<n>k_offload, with
+ * recompute_ and mem_ lines: what the device held), then one AdamW update
+ * streamed through the device (adamw_offload_s) and, with the state
+ * brought back, the same update resident (adamw_s).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B [--prompt P]] [--world W]
+ *             [--batch B [--prompt P]] [--world W] [--offload]
  * --batch B prints the decode figures of batch B alone, after prompts of
  * P tokens (default 128: P sets the context the decode steps read).
  */
@@ -330,11 +336,53 @@ s_dp(int world, int layers)
     return 0;
 }
 
+/* One AdamW update, timed (seconds; < 0 on failure). */
+static double
+s_adamw(trn_gpu_model_t *g)
+{
+    float gn = 0;
+    double t0 = s_now();
+    if (trn_gpu_model_adamw(g, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, &gn) !=
+            LISA_OK ||
+        trn_cuda_sync() != LISA_OK)
+        return -1;
+    return s_now() - t0;
+}
+
+static int
+s_offload(trn_gpu_model_t *g, const trn_config_t *c)
+{
+    trn_err_t err = {{0}};
+    if (trn_gpu_model_set_optim_offload(g, 1, &err) != LISA_OK) {
+        printf("offload failed: %s\n", err.msg);
+        return 1;
+    }
+    static const int lens[] = {16384, 32768, 65536};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "%dk_offload", lens[i] / 1024);
+        s_train(g, c, lens[i], tag, 2);
+        size_t fr = 0, tot = 0;
+        if (trn_cuda_mem_info(&fr, &tot) == LISA_OK)
+            printf("mem_%s %.1f GiB in use of %.1f\n", tag,
+                   (double) (tot - fr) / (1 << 30), (double) tot / (1 << 30));
+    }
+    double t = s_adamw(g);
+    printf("adamw_offload_s %.3f s\n", t);
+    trn_gpu_model_free_activations(g);
+    if (trn_gpu_model_set_optim_offload(g, 0, &err) != LISA_OK) {
+        printf("bringing the state back failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("adamw_s %.3f s\n", s_adamw(g));
+    return t < 0;
+}
+
 int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
-    int batch = 0, prompt = 128;
+    int batch = 0, prompt = 128, offload = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -350,6 +398,8 @@ main(int argc, char **argv)
             prompt = (int) strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc)
             world = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--offload") == 0)
+            offload = 1;
     }
     if (world >= 1)
         return s_dp(world, layers);
@@ -372,6 +422,11 @@ main(int argc, char **argv)
         s_decode(g, batch, prompt, tag, !no_graphs);
         trn_gpu_model_destroy(&g);
         return 0;
+    }
+    if (offload) {
+        int rc = s_offload(g, &c);
+        trn_gpu_model_destroy(&g);
+        return rc;
     }
     if (!decode_only)
         s_train(g, &c, 4096, "4k", quick ? 1 : 3);

@@ -370,13 +370,16 @@ static const struct {
      "the gateway parses hermes tool calls"},
     {"actor_rollout_ref.rollout.calculate_log_probs", NULL,
      "the engine always returns the sampled tokens' log-probs"},
-    {"actor_rollout_ref.actor.fsdp_config.param_offload", NULL,
-     "the trainer keeps its training state (fp32 master weights, gradients, "
-     "AdamW moments) off the device while rollouts run and brings it back for "
-     "the update"},
-    {"actor_rollout_ref.actor.fsdp_config.optimizer_offload", NULL,
-     "the optimizer moments stay in host memory while rollouts run (with the "
-     "rest of the training state)"},
+    {"actor_rollout_ref.actor.fsdp_config.param_offload", "true,false",
+     "true: on one GPU the fp32 master weights and AdamW moments live in "
+     "page-locked host memory and stream through the device for each update "
+     "(the bf16 weights and the gradient stay; as optimizer_offload); with "
+     "data parallel the moments are sharded across ranks instead. Either "
+     "way the training state is off the device while rollouts run"},
+    {"actor_rollout_ref.actor.fsdp_config.optimizer_offload", "true,false",
+     "true: on one GPU the fp32 master weights and AdamW moments live in "
+     "page-locked host memory and stream through the device for each update; "
+     "with data parallel the moments are sharded across ranks instead"},
     {"actor_rollout_ref.ref.fsdp_config.param_offload", NULL,
      "the reference model (loaded only for a KL term) lives with the training "
      "state"},
@@ -813,6 +816,13 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         s->recompute = TRN_STEP_RECOMPUTE_OFF;
     else
         bad = "actor_rollout_ref.model.enable_gradient_checkpointing";
+    /* verl's offload keys (noted: 12 param_offload, 13 optimizer_offload) */
+    s->optim_offload = false;
+    for (int i = 12; i <= 13; i++) {
+        bool on = false;
+        if (c->noted[i] && lisa_config_parse_bool(c->noted[i], &on) == LISA_OK)
+            s->optim_offload = s->optim_offload || on;
+    }
     if (strcmp(c->failed_rollouts, "drop_group") == 0)
         *failed = TRN_FAILED_DROP_GROUP;
     else if (strcmp(c->failed_rollouts, "mask") == 0)

@@ -81,6 +81,10 @@ typedef struct {
     size_t micro_tokens;     /* most tokens in one micro-batch */
     int recompute;           /* TRN_STEP_RECOMPUTE_*: backends that can keep
                                 activations (CUDA); the CPU model recomputes */
+    bool optim_offload;      /* CUDA on one device: fp32 master weights and
+                                AdamW moments in host memory, streamed
+                                through the device for the update (verl's
+                                fsdp_config optimizer/param_offload) */
     bool bypass;             /* old log-probs = the engine's */
     double is_threshold;     /* > 0: truncated IS weights at is_level */
     trn_is_level_t is_level; /* token (default) or sequence */

@@ -422,6 +422,111 @@ out:
     trn_model_destroy(&h2);
 }
 
+/* Optimizer offload (trn_gpu_model_set_optim_offload): two models with
+ * the same weights get the same gradients (written into their gradient
+ * buffers); one keeps its state on the device, the other streams it from
+ * host memory in chunks of 100,003 floats (a short last one). After each
+ * update the weights, moments and step agree bit for bit, and so do the
+ * forward's log-probs; the state survives the rollout phase's move off
+ * the device, set_optim while offloaded, and coming back. */
+static void
+test_optim_offload(void)
+{
+    trn_err_t err = {{0}};
+    setenv("LISA_CUDA_OFFLOAD_CHUNK", "100003", 1);
+    trn_config_t cfg = s_cfg(256, 512, 2, 4, 2, 64, 1000, 0, 1e4);
+    trn_model_t *cpu = trn_model_new_random(&cfg, 77, 0.05f, 8);
+    trn_model_t *h1 = trn_model_new_random(&cfg, 1, 0.05f, 8);
+    trn_model_t *h2 = trn_model_new_random(&cfg, 2, 0.05f, 8);
+    trn_gpu_model_t *a = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    trn_gpu_model_t *b = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    size_t P = cpu ? trn_model_num_params(cpu) : 0;
+    float *gr = malloc(P * 4), *m1 = malloc(P * 4), *v1 = malloc(P * 4),
+          *m2 = malloc(P * 4), *v2 = malloc(P * 4);
+    int lens[] = {60, 33};
+    s_batch_t sb;
+    s_make_batch(&sb, lens, 2, (int) cfg.vocab_size, 5);
+    size_t T = sb.b.n_tokens;
+    float *lp1 = malloc(T * 4), *lp2 = malloc(T * 4);
+    uint64_t st1 = 0, st2 = 0;
+    if (!cpu || !h1 || !h2 || !a || !b ||
+        trn_gpu_model_set_optim_offload(a, 1, &err) != LISA_OK ||
+        trn_gpu_model_set_optim_offload(a, 1, &err) != LISA_OK) {
+        printf("optim offload: setup: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("optim offload: reported", !trn_gpu_model_optim_offloaded(a), 0);
+    uint32_t seed = 12345;
+    for (int step = 0; step < 4; step++) {
+        for (size_t i = 0; i < P; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            gr[i] = ((float) (seed >> 8) / 16777216.0f - 0.5f) * 1e-2f;
+        }
+        float na = 0, nb = 0;
+        size_t n = 0;
+        float *ga = trn_gpu_model_grad_buffer(a, &n);
+        float *gb = trn_gpu_model_grad_buffer(b, NULL);
+        if (step == 2 && /* the rollout phase's move and back */
+            (trn_gpu_model_set_train_state(a, 0, &err) != LISA_OK ||
+             trn_gpu_model_set_train_state(a, 1, &err) != LISA_OK ||
+             !(ga = trn_gpu_model_grad_buffer(a, &n)))) {
+            printf("optim offload: train state: %s\n", err.msg);
+            s_fail++;
+            goto out;
+        }
+        if (!ga || !gb || n != P || trn_cuda_upload(ga, gr, P * 4) != LISA_OK ||
+            trn_cuda_upload(gb, gr, P * 4) != LISA_OK ||
+            trn_gpu_model_adamw(a, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f,
+                                &na) != LISA_OK ||
+            trn_gpu_model_adamw(b, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f,
+                                &nb) != LISA_OK) {
+            printf("optim offload: update %d failed\n", step);
+            s_fail++;
+            goto out;
+        }
+        s_check("optim offload: gradient norms differ", na != nb, 0);
+    }
+    if (s_state_get(a, h1, m1, v1, &st1) != LISA_OK ||
+        s_state_get(b, h2, m2, v2, &st2) != LISA_OK ||
+        trn_gpu_model_forward(a, &sb.b, lp1, NULL, &err) != LISA_OK ||
+        trn_gpu_model_forward(b, &sb.b, lp2, NULL, &err) != LISA_OK) {
+        printf("optim offload: state: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("optim offload vs resident: weight bits that differ",
+            s_bits_differ(trn_model_params(h1), trn_model_params(h2), P), 0);
+    s_check("optim offload vs resident: m bits that differ",
+            s_bits_differ(m1, m2, P), 0);
+    s_check("optim offload vs resident: v bits that differ",
+            s_bits_differ(v1, v2, P), 0);
+    s_check("optim offload vs resident: step", (double) (st1 != st2), 0);
+    s_check("optim offload vs resident: logp bits that differ",
+            s_bits_differ(lp1, lp2, T), 0);
+    /* set_optim while offloaded, then back on the device */
+    if (trn_gpu_model_set_optim(a, st2, m2, v2) != LISA_OK ||
+        trn_gpu_model_set_optim_offload(a, 0, &err) != LISA_OK ||
+        s_state_get(a, h1, m1, v1, &st1) != LISA_OK) {
+        printf("optim offload: back: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("optim offload back on the device: weight bits that differ",
+            s_bits_differ(trn_model_params(h1), trn_model_params(h2), P), 0);
+    s_check("optim offload back on the device: m, v bits that differ",
+            s_bits_differ(m1, m2, P) + s_bits_differ(v1, v2, P), 0);
+out:
+    unsetenv("LISA_CUDA_OFFLOAD_CHUNK");
+    s_free_batch(&sb);
+    free(gr), free(m1), free(v1), free(m2), free(v2), free(lp1), free(lp2);
+    trn_gpu_model_destroy(&a);
+    trn_gpu_model_destroy(&b);
+    trn_model_destroy(&cpu);
+    trn_model_destroy(&h1);
+    trn_model_destroy(&h2);
+}
+
 int
 main(void)
 {
@@ -473,6 +578,7 @@ main(void)
                /* logp near -12 over a 152k vocabulary: bf16 products */
                2e-1, TRN_RECOMPUTE_AUTO);
     test_train_state();
+    test_optim_offload();
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;
 }

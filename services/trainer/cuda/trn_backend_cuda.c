@@ -219,6 +219,10 @@ s_train_step(trn_backend_t *b, const trn_step_cfg_t *cfg,
     lisa_rc_t rc = s_state_on(c, err);
     if (rc != LISA_OK)
         return rc;
+    /* data parallel shards the moments across ranks instead */
+    if (!c->dist && (rc = trn_gpu_model_set_optim_offload(
+                         c->g, cfg->optim_offload, err)) != LISA_OK)
+        return rc;
     trn_gpu_model_set_recompute(c->g, cfg->recompute);
     trn_step_model_t m = s_ops(c->g), ref = s_ops(c->ref);
     rc = trn_step_run_with(&m, c->ref ? &ref : NULL, cfg, r, out, err);

@@ -381,6 +381,7 @@ trn_gpu_model_destroy(trn_gpu_model_t **gp)
     trn_cuda_free(&g->scalar);
     trn_cuda_free(&g->gshard);
     trn_cuda_host_free(&g->hstate);
+    trn_gpu_model_offload_free(g);
     trn_blas_destroy(&g->blas);
     lisa_free(&g->layers);
     lisa_free(gp);
@@ -783,6 +784,8 @@ trn_gpu_model_download_weights(trn_gpu_model_t *g, trn_model_t *dst)
         return LISA_INVALID;
     if (g->state_off)
         return LISA_CONFLICT;
+    if (g->opt_off)
+        return trn_gpu_model_offload_get(g, trn_model_params(dst), NULL, NULL);
     if (g->dist) { /* each rank holds only its shard of the fp32 master */
         lisa_rc_t rc = trn_dist_allgather_f32(g->dist, g->w32, g->shard);
         if (rc != LISA_OK)
@@ -816,7 +819,7 @@ lisa_rc_t
 trn_gpu_model_set_dist(trn_gpu_model_t *g, trn_dist_t *d)
 {
     lisa_rc_t rc = LISA_OK;
-    if (!d || g->dist || g->step > 0 || g->state_off)
+    if (!d || g->dist || g->step > 0 || g->state_off || g->opt_off)
         return LISA_CONFLICT;
     size_t W = (size_t) trn_dist_world(d), P = g->n_params;
     g->shard = (P + W - 1) / W;
@@ -876,6 +879,11 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
         }
     }
     g->step++;
+    if (g->opt_off) {
+        S_TRY(trn_gpu_model_adamw_offloaded(g, lr, beta1, beta2, eps,
+                                            weight_decay, clip));
+        goto out;
+    }
     S_TRY(trn_k_adamw(w32, wb, g->m, g->v, grad, n, lr, beta1, beta2, eps,
                       weight_decay, g->step, clip, g->scalar, NULL));
     if (g->dist)
@@ -904,6 +912,10 @@ trn_gpu_model_get_optim(trn_gpu_model_t *g, uint64_t *step, float *m, float *v)
         S_TRY(trn_gpu_model_zero_grad(g));
         goto out;
     }
+    if (g->opt_off) {
+        S_TRY(trn_gpu_model_offload_get(g, NULL, m, v));
+        goto out;
+    }
     S_TRY(trn_cuda_download(m, g->m, g->n_params * 4));
     S_TRY(trn_cuda_download(v, g->v, g->n_params * 4));
 out:
@@ -930,8 +942,12 @@ trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step, const float *m,
         g->step = (int) step;
         goto out;
     }
-    S_TRY(trn_cuda_upload(g->m, m, g->n_params * 4));
-    S_TRY(trn_cuda_upload(g->v, v, g->n_params * 4));
+    if (g->opt_off)
+        S_TRY(trn_gpu_model_offload_set(g, m, v));
+    else {
+        S_TRY(trn_cuda_upload(g->m, m, g->n_params * 4));
+        S_TRY(trn_cuda_upload(g->v, v, g->n_params * 4));
+    }
     g->step = (int) step;
 out:
     return rc;
@@ -960,9 +976,11 @@ s_state_arrays(trn_gpu_model_t *g, float ***dev, size_t *n)
     size_t nw = g->dist ? g->n_pad : g->n_params;
     size_t nm = g->dist ? g->shard : g->n_params;
     int k = 0;
-    dev[k] = &g->w32, n[k++] = nw;
-    dev[k] = &g->m, n[k++] = nm;
-    dev[k] = &g->v, n[k++] = nm;
+    if (!g->opt_off) { /* else they are on the host already */
+        dev[k] = &g->w32, n[k++] = nw;
+        dev[k] = &g->m, n[k++] = nm;
+        dev[k] = &g->v, n[k++] = nm;
+    }
     if (g->dist)
         dev[k] = &g->gshard, n[k++] = nm;
     if (!g->grad_zero)
@@ -983,7 +1001,7 @@ s_state_out(trn_gpu_model_t *g, trn_err_t *err)
     int k = s_state_arrays(g, dev, n);
     for (int i = 0; i < k; i++)
         total += n[i];
-    if (!g->hstate || g->hstate_n < total) {
+    if (total && (!g->hstate || g->hstate_n < total)) {
         trn_cuda_host_free(&g->hstate);
         g->hstate = trn_cuda_host_alloc(total * 4);
         g->hstate_n = g->hstate ? total : 0;

@@ -86,6 +86,14 @@ struct trn_gpu_model {
     int grad_zero;
     float *hstate;
     size_t hstate_n;
+    /* Optimizer offload (trn_gpu_offload.c): w32, m and v live in hopt
+     * (page-locked, in that order, n_params each) and not on the device;
+     * an update streams them through opt_dev (two sets of three chunk
+     * buffers) on opt_st. */
+    int opt_off;
+    size_t opt_chunk; /* floats a chunk */
+    float *hopt, *opt_dev;
+    trn_cuda_stream_t *opt_st[2];
 };
 
 static inline void
@@ -102,6 +110,18 @@ s_err(trn_err_t *err, const char *msg)
         if (rc != LISA_OK)                                                     \
             goto out;                                                          \
     } while (0)
+
+/* trn_gpu_offload.c: the AdamW update of the offloaded state (the norm
+ * in g->scalar and g->step already set), the host copy's weights and
+ * moments out (NULL: skipped) and moments in, and its buffers freed. */
+lisa_rc_t trn_gpu_model_adamw_offloaded(trn_gpu_model_t *g, float lr,
+                                        float beta1, float beta2, float eps,
+                                        float weight_decay, float clip);
+lisa_rc_t trn_gpu_model_offload_get(trn_gpu_model_t *g, float *w, float *m,
+                                    float *v);
+lisa_rc_t trn_gpu_model_offload_set(trn_gpu_model_t *g, const float *m,
+                                    const float *v);
+void trn_gpu_model_offload_free(trn_gpu_model_t *g);
 
 /* Makes the activation buffers hold at least T tokens (trn_gpu_model.c). */
 lisa_rc_t trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T);

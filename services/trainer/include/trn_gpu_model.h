@@ -201,6 +201,17 @@ lisa_rc_t trn_gpu_model_set_train_state(trn_gpu_model_t *g, int on_device,
                                         trn_err_t *err) LISA_NODISCARD;
 /* Whether the training state is on the device. */
 int trn_gpu_model_train_state_on_device(const trn_gpu_model_t *g);
+
+/* Optimizer offload (one device): on moves the fp32 master weights and
+ * AdamW's moments to page-locked host memory for good (the device keeps
+ * the bf16 weights and the fp32 gradient); each update then streams
+ * them through the device in chunks, overlapping copies and kernels, with
+ * the same arithmetic. Off brings them back. LISA_UNSUPPORTED with data
+ * parallel (the moments are sharded there), LISA_CONFLICT while the
+ * training state is off the device, LISA_TOOLARGE when memory is short. */
+lisa_rc_t trn_gpu_model_set_optim_offload(trn_gpu_model_t *g, int on,
+                                          trn_err_t *err) LISA_NODISCARD;
+int trn_gpu_model_optim_offloaded(const trn_gpu_model_t *g);
 /* Frees the training activations (the next forward makes them again):
  * for the generation phase, whose KV cache takes the memory. */
 void trn_gpu_model_free_activations(trn_gpu_model_t *g);
