@@ -425,7 +425,8 @@ out:
 /* Optimizer offload (trn_gpu_model_set_optim_offload): two models with
  * the same weights get the same gradients (written into their gradient
  * buffers); one keeps its state on the device, the other streams it from
- * host memory in chunks of 100,003 floats (a short last one). After each
+ * host memory in chunks of 100,003 floats (a short last one). No clipping:
+ * the norm's atomic sum may differ in its last bit. After each
  * update the weights, moments and step agree bit for bit, and so do the
  * forward's log-probs; the state survives the rollout phase's move off
  * the device, set_optim while offloaded, and coming back. */
@@ -477,15 +478,17 @@ test_optim_offload(void)
         }
         if (!ga || !gb || n != P || trn_cuda_upload(ga, gr, P * 4) != LISA_OK ||
             trn_cuda_upload(gb, gr, P * 4) != LISA_OK ||
-            trn_gpu_model_adamw(a, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f,
+            trn_gpu_model_adamw(a, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f,
                                 &na) != LISA_OK ||
-            trn_gpu_model_adamw(b, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f,
+            trn_gpu_model_adamw(b, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f,
                                 &nb) != LISA_OK) {
             printf("optim offload: update %d failed\n", step);
             s_fail++;
             goto out;
         }
-        s_check("optim offload: gradient norms differ", na != nb, 0);
+        /* the norm is a sum with atomics: equal up to its order */
+        s_check("optim offload: gradient norms (rel diff)",
+                fabs((double) na - nb) / fmax(1e-30, nb), 1e-5);
     }
     if (s_state_get(a, h1, m1, v1, &st1) != LISA_OK ||
         s_state_get(b, h2, m2, v2, &st2) != LISA_OK ||
