@@ -457,6 +457,7 @@ s_backend_main(const s_opts_t *o, lisa_tokenizer_t *tok, const char *tokdir)
     batch = lisa_calloc((size_t) o->batch, sizeof *batch);
     views = s_views(o, seqs, ntrain);
     double t0 = s_now();
+    trn_sft_out_t ev = {0}; /* the last held-out evaluation */
     long step;
     for (step = 1; step <= o->steps; step++) {
         if ((o->minutes > 0 && s_now() - t0 > o->minutes * 60.0) ||
@@ -498,7 +499,6 @@ s_backend_main(const s_opts_t *o, lisa_tokenizer_t *tok, const char *tokdir)
                    step, so.loss, so.accuracy, st.grad_norm, scfg.optim.lr,
                    s_now() - t0);
         if (neval && step % o->eval_every == 0) {
-            trn_sft_out_t ev;
             if (s_nll(b, &scfg, seqs + ntrain, neval, (size_t) o->batch, &ev,
                       &err) != 0) {
                 lisa_log_error("lisa-sft: evaluation: %s", err.msg);
@@ -510,8 +510,9 @@ s_backend_main(const s_opts_t *o, lisa_tokenizer_t *tok, const char *tokdir)
         fflush(stdout);
     }
     if (neval) {
-        trn_sft_out_t ev;
-        if (s_nll(b, &scfg, seqs + ntrain, neval, (size_t) o->batch, &ev,
+        /* the evaluation after the last step, unless it just ran */
+        if ((step == 1 || (step - 1) % o->eval_every != 0) &&
+            s_nll(b, &scfg, seqs + ntrain, neval, (size_t) o->batch, &ev,
                   &err) != 0) {
             lisa_log_error("lisa-sft: evaluation: %s", err.msg);
             goto out;
