@@ -28,6 +28,9 @@ run "$bin/trn_gpu_gen_test"
 if [ -x "$bin/lisa-trainer" ]; then
   run bash tests/gpu/trainer_serve_smoke.sh "$bin" tests/fixtures/qwen3-tiny/tied
 fi
+if [ -x "$bin/lisa-sft" ]; then
+  run bash tests/gpu/sft_backend.sh "$bin"
+fi
 # One RL step of a Qwen3-4B-shaped model through the whole stack (needs
 # torch + transformers to make the random model, bubblewrap, about 45 GB
 # of disk for its checkpoint); LISA_GPU_RL_STEP=0 leaves it out.

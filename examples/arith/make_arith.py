@@ -9,19 +9,25 @@ Writes, deterministically from a seed:
       the agent to the compact toy prompt and its two tools (execute_bash,
       submit) and lisa-reward to its math rule. No problem text is in both
       splits.
-  OUT/sft.jsonl                  format demonstrations for lisa-sft, on a
-      different family (look a number up in the question: "Shelf 4 holds
-      37 books and shelf 9 holds 12 books. How many books are on shelf
-      9?"): the conversation lisa-agent has on such a task, one
-      execute_bash call that echoes the answer into /testbed/answer.txt,
-      then submit. They teach the tool-call format and where the answer
-      goes, and no arithmetic. --sft-family count gives instead questions
-      whose answer a command computes ("How many letters are in the word
+  OUT/sft.jsonl                  demonstrations for lisa-sft on bare
+      arithmetic questions of the same four operations and operand ranges
+      ("What is 37 + 55?", "What is 96 / 8?"): the conversation lisa-agent
+      has on such a task, one execute_bash call that lets bash compute the
+      answer into /testbed/answer.txt (`echo $((37 + 55)) >
+      /testbed/answer.txt`), then submit. They teach the tool-call format,
+      where the answer goes and how bash computes, but not which operation
+      a word problem asks for nor which of its numbers to use: RL on the
+      word problems has to learn that from the reward. Other families
+      (--sft-family): lookup (look a number up in the question: "Shelf 4
+      holds 37 books and shelf 9 holds 12 books. How many books are on
+      shelf 9?", answered by echoing that number; a warm start on it
+      learned to copy numbers from the question), count (questions whose
+      answer a command counts: "How many letters are in the word
       'pencil'?": `echo -n pencil | wc -c > /testbed/answer.txt`), mix
-      half of each: nothing in them is copied from the question.
+      (half lookup, half count).
 
   make_arith.py OUT [--seed S] [--train N] [--val N] [--sft N] [--max A]
-                    [--sft-family lookup|count|mix]
+                    [--sft-family expr|lookup|count|mix]
 
 --max bounds the operands of addition and subtraction (multiplication and
 division use factors up to 12): the difficulty knob.
@@ -76,6 +82,29 @@ def problem(rng, top):
     b, q = rng.randint(2, 12), rng.randint(2, 12)
     return (f"{name} shares {b * q} {item} equally among {b} friends. "
             f"How many {item} does each friend get?", q)
+
+
+OPS = ["+", "-", "*", "/"]
+
+
+def expr(rng, top):
+    """A bare arithmetic question of one of the four operations, operands
+    drawn as problem() draws them (the default SFT family): the question
+    and the command that lets bash compute the answer."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        a, b = rng.randint(2, top), rng.randint(2, top)
+    elif kind == 1:
+        a = rng.randint(3, top)
+        b = rng.randint(1, a - 1)
+    elif kind == 2:
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+    else:
+        b, q = rng.randint(2, 12), rng.randint(2, 12)
+        a = b * q
+    op = OPS[kind]
+    return (f"What is {a} {op} {b}?",
+            f"echo $(({a} {op} {b})) > /testbed/answer.txt")
 
 
 def lookup(rng):
@@ -139,8 +168,9 @@ def main():
     ap.add_argument("--val", type=int, default=64)
     ap.add_argument("--sft", type=int, default=400)
     ap.add_argument("--max", type=int, default=50)
-    ap.add_argument("--sft-family", choices=("lookup", "count", "mix"),
-                    default="lookup")
+    ap.add_argument("--sft-family",
+                    choices=("expr", "lookup", "count", "mix"),
+                    default="expr")
     a = ap.parse_args()
     if a.max < 3 or a.train < 1 or a.val < 1 or a.sft < 0:
         ap.error("--max is at least 3; --train and --val at least 1")
@@ -171,7 +201,9 @@ def main():
             fam = a.sft_family
             if fam == "mix":
                 fam = ("lookup", "count")[i % 2]
-            if fam == "lookup":
+            if fam == "expr":
+                text, cmd = expr(rng, a.max)
+            elif fam == "lookup":
                 text, ans = lookup(rng)
                 cmd = f"echo {ans} > /testbed/answer.txt"
             else:

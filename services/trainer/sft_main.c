@@ -5,10 +5,16 @@
  * would sample (trn_sft), reports loss per step and, on held-out
  * conversations, how often greedy decoding reproduces the first assistant
  * turn exactly; saves a Hugging Face directory with the tokenizer files.
+ * With --backend cpu|cuda it trains through the trainer's backend vtable
+ * instead (trn_backend: the same code on the CPU and the GPU), each batch
+ * as on-policy rollouts of score 1 whose PPO gradient is the mean NLL's
+ * (trn_sft_batch_make, trn_sft_step_cfg), and evaluates the held-out
+ * conversations by their mean NLL.
  */
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 #include "lisa/lisa_tokenizer.h"
+#include "trn_backend.h"
 #include "trn_sampler.h"
 #include "trn_sft.h"
 
@@ -24,7 +30,7 @@
 #define S_LINE_MAX  (1u << 20)
 
 typedef struct {
-    const char *data, *out, *model, *config, *tokenizer;
+    const char *data, *out, *model, *config, *tokenizer, *backend;
     long steps, batch, seed, threads, eval, eval_every, hold, window,
         full_every, stop;
     double lr, minutes, std, eval_temp;
@@ -49,7 +55,11 @@ s_usage(void)
             "                [--threads T] [--minutes M] [--hold N]\n"
             "                [--eval N] [--eval-every N] [--init-std X]\n"
             "                [--window W] [--full-every N] [--stop N]\n"
-            "                [--eval-temp T]\n"
+            "                [--eval-temp T] [--backend cpu|cuda]\n"
+            "  --backend B: train through the trainer's backend B (cuda:\n"
+            "  the GPU, when built in); held-out evaluation is then the\n"
+            "  mean NLL of the held-out conversations. Without it: the\n"
+            "  CPU model, evaluated by the first-turn match rate\n"
             "  --eval-temp T: sample at temperature T in evaluation (0: "
             "greedy)\n"
             "  --stop N: stop after step N (the schedule still spans "
@@ -104,6 +114,8 @@ s_parse(int argc, char **argv, s_opts_t *o)
             o->config = v;
         else if (!strcmp(a, "--tokenizer"))
             o->tokenizer = v;
+        else if (!strcmp(a, "--backend"))
+            o->backend = v;
         else if (!num)
             return -1;
         else if (!strcmp(a, "--steps"))
@@ -139,6 +151,12 @@ s_parse(int argc, char **argv, s_opts_t *o)
     }
     if (!o->data || !o->out || (!o->model && !(o->config && o->tokenizer)))
         return -1;
+    if (o->backend && strcmp(o->backend, "cpu") != 0 &&
+        strcmp(o->backend, "cuda") != 0) {
+        fprintf(stderr, "lisa-sft: unknown backend '%s' (cpu or cuda)\n",
+                o->backend);
+        return -1;
+    }
     if (o->steps < 1 || o->batch < 1 || o->batch > 4096 || o->threads < 1 ||
         o->threads > 256 || o->hold < 0 || o->window < 0 || o->full_every < 0 ||
         o->stop < 0 || o->eval < 0 || o->eval_every < 1 || o->lr <= 0 ||
@@ -287,6 +305,241 @@ s_shuffle(size_t *order, size_t n, uint64_t *rs)
     }
 }
 
+/* The next batch of views, in shuffled passes over the training set. */
+static void
+s_fill(trn_sft_seq_t *batch, size_t nb, const trn_sft_seq_t *views,
+       size_t *order, size_t ntrain, size_t *pos, uint64_t *rs)
+{
+    for (size_t j = 0; j < nb; j++) {
+        if (*pos == ntrain) {
+            s_shuffle(order, ntrain, rs);
+            *pos = 0;
+        }
+        batch[j] = views[order[(*pos)++]];
+    }
+}
+
+/* The learning rate of `step` (from 1): linear warmup over 20 steps,
+ * cosine decay to 10% at --steps. */
+static double
+s_lr(const s_opts_t *o, long step)
+{
+    double frac = (double) (step - 1) / (double) o->steps;
+    double warm = step < 20 ? (double) step / 20.0 : 1.0;
+    return o->lr * warm *
+           (0.1 + 0.45 * (1.0 + cos(3.14159265358979323846 * frac)));
+}
+
+/* Copies the tokenizer files from tokdir into the output directory where
+ * they are missing. */
+static int
+s_tokenizer_files(const char *tokdir, const char *out)
+{
+    static const char *const files[] = {"tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < 2; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        FILE *f = fopen(p, "rb");
+        if (f) {
+            fclose(f);
+            continue;
+        }
+        if (s_copy(tokdir, files[i], out) != 0) {
+            lisa_log_error("lisa-sft: cannot copy %s", files[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Mean NLL and token accuracy of seqs[0..n) under the backend (forward
+ * only), in batches of `bs`; the out's loss is per marked token. */
+static int
+s_nll(trn_backend_t *b, const trn_step_cfg_t *scfg, const trn_sft_seq_t *seqs,
+      size_t n, size_t bs, trn_sft_out_t *out, trn_err_t *err)
+{
+    double nll = 0, hits = 0, toks = 0;
+    for (size_t a = 0; a < n; a += bs) {
+        size_t k = n - a < bs ? n - a : bs;
+        trn_sft_batch_t sb;
+        if (trn_sft_batch_make(seqs + a, k, &sb, err) != LISA_OK)
+            return -1;
+        float *logp = lisa_calloc(sb.offs[k], sizeof *logp);
+        lisa_rc_t rc = b->ops->logprobs(b, scfg, &sb.r, logp, err);
+        trn_sft_out_t o;
+        if (rc == LISA_OK) {
+            trn_sft_batch_nll(&sb, logp, &o);
+            nll += o.loss * o.tokens;
+            hits += o.accuracy * o.tokens;
+            toks += o.tokens;
+        }
+        lisa_free(&logp);
+        trn_sft_batch_clear(&sb);
+        if (rc != LISA_OK)
+            return -1;
+    }
+    *out = (trn_sft_out_t){.loss = toks > 0 ? nll / toks : 0,
+                           .tokens = toks,
+                           .accuracy = toks > 0 ? hits / toks : 0};
+    return 0;
+}
+
+/* Opens the backend: on --model, or on a random model of --config written
+ * to the output directory first (the backends load a directory). */
+static trn_backend_t *
+s_backend_open(const s_opts_t *o, const char *tokdir, trn_err_t *err)
+{
+    if (o->model)
+        return trn_backend_new(o->backend, o->model, (int) o->threads, false,
+                               err);
+    trn_config_t cfg;
+    if (trn_config_load(o->config, &cfg, err) != LISA_OK)
+        return NULL;
+    trn_model_t *m = trn_model_new_random(&cfg, (uint64_t) o->seed,
+                                          (float) o->std, (int) o->threads);
+    if (!m) {
+        snprintf(err->msg, sizeof err->msg, "invalid model configuration");
+        return NULL;
+    }
+    lisa_rc_t rc = trn_model_save(m, o->out, TRN_SAVE_F32, err);
+    trn_model_destroy(&m);
+    if (rc != LISA_OK || s_tokenizer_files(tokdir, o->out) != 0)
+        return NULL;
+    return trn_backend_new(o->backend, o->out, (int) o->threads, false, err);
+}
+
+/* lisa-sft --backend: the same data, batches and schedule as the default
+ * path, each step a backend train_step over the batch as rollouts. */
+static int
+s_backend_main(const s_opts_t *o, lisa_tokenizer_t *tok, const char *tokdir)
+{
+    trn_err_t err = {0};
+    trn_sft_seq_t *seqs = NULL, *batch = NULL, *views = NULL;
+    size_t n = 0, *order = NULL;
+    int rc = 1;
+    trn_backend_t *b = NULL;
+    if (s_load(o->data, tok, &seqs, &n) != 0)
+        goto out;
+    b = s_backend_open(o, tokdir, &err);
+    if (!b) {
+        lisa_log_error("lisa-sft: %s", err.msg);
+        goto out;
+    }
+    const trn_config_t *mc = b->ops->config(b);
+    if ((size_t) mc->vocab_size < lisa_tokenizer_vocab_size(tok)) {
+        lisa_log_error("lisa-sft: model vocabulary smaller than the "
+                       "tokenizer's");
+        goto out;
+    }
+    size_t hold = (size_t) o->hold < n ? (size_t) o->hold : 0;
+    size_t ntrain = n - hold;
+    if (ntrain == 0) {
+        lisa_log_error("lisa-sft: no training conversations");
+        goto out;
+    }
+    size_t neval = (size_t) o->eval < hold ? (size_t) o->eval : hold;
+    size_t tokens = 0;
+    for (size_t i = 0; i < n; i++)
+        tokens += seqs[i].n;
+    printf("sft: %zu conversations (%zu held out), %.0f tokens each on "
+           "average, %zu parameters, backend %s\n",
+           n, hold, (double) tokens / (double) n, trn_config_num_params(mc),
+           b->ops->name);
+    fflush(stdout);
+    trn_sft_cfg_t sc = trn_sft_defaults();
+    trn_step_cfg_t scfg = trn_sft_step_cfg(&sc);
+    order = lisa_malloc(ntrain * sizeof *order);
+    for (size_t i = 0; i < ntrain; i++)
+        order[i] = i;
+    uint64_t rs = (uint64_t) o->seed * 0x9e3779b97f4a7c15ull + 1;
+    size_t pos = ntrain;
+    batch = lisa_calloc((size_t) o->batch, sizeof *batch);
+    views = s_views(o, seqs, ntrain);
+    double t0 = s_now();
+    trn_sft_out_t ev = {0}; /* the last held-out evaluation */
+    long step;
+    for (step = 1; step <= o->steps; step++) {
+        if ((o->minutes > 0 && s_now() - t0 > o->minutes * 60.0) ||
+            (o->stop > 0 && step > o->stop))
+            break;
+        s_fill(batch, (size_t) o->batch, views, order, ntrain, &pos, &rs);
+        scfg.optim.lr = s_lr(o, step);
+        trn_sft_batch_t sb;
+        if (trn_sft_batch_make(batch, (size_t) o->batch, &sb, &err) !=
+            LISA_OK) {
+            lisa_log_error("lisa-sft: step %ld: %s", step, err.msg);
+            goto out;
+        }
+        bool print = step % 10 == 0 || step == 1;
+        trn_sft_out_t so = {0};
+        lisa_rc_t r = LISA_OK;
+        if (print) { /* the batch's NLL before the step */
+            float *logp = lisa_calloc(sb.offs[sb.r.n_seqs], sizeof *logp);
+            r = b->ops->logprobs(b, &scfg, &sb.r, logp, &err);
+            if (r == LISA_OK)
+                trn_sft_batch_nll(&sb, logp, &so);
+            lisa_free(&logp);
+        }
+        trn_step_out_t st;
+        if (r == LISA_OK)
+            r = b->ops->train_step(b, &scfg, &sb.r, &st, &err);
+        trn_sft_batch_clear(&sb);
+        if (r != LISA_OK) {
+            lisa_log_error("lisa-sft: step %ld: %s", step, err.msg);
+            goto out;
+        }
+        if (st.skipped)
+            lisa_log_warn("lisa-sft: step %ld: non-finite gradient, no "
+                          "update",
+                          step);
+        if (print)
+            printf("step %ld loss %.4f token_acc %.3f grad_norm %.3f lr "
+                   "%.2e  %.0fs\n",
+                   step, so.loss, so.accuracy, st.grad_norm, scfg.optim.lr,
+                   s_now() - t0);
+        if (neval && step % o->eval_every == 0) {
+            if (s_nll(b, &scfg, seqs + ntrain, neval, (size_t) o->batch, &ev,
+                      &err) != 0) {
+                lisa_log_error("lisa-sft: evaluation: %s", err.msg);
+                goto out;
+            }
+            printf("step %ld held-out NLL on %zu: %.4f token_acc %.3f\n", step,
+                   neval, ev.loss, ev.accuracy);
+        }
+        fflush(stdout);
+    }
+    if (neval) {
+        /* the evaluation after the last step, unless it just ran */
+        if ((step == 1 || (step - 1) % o->eval_every != 0) &&
+            s_nll(b, &scfg, seqs + ntrain, neval, (size_t) o->batch, &ev,
+                  &err) != 0) {
+            lisa_log_error("lisa-sft: evaluation: %s", err.msg);
+            goto out;
+        }
+        printf("final held-out NLL on %zu: %.4f token_acc %.3f\n", neval,
+               ev.loss, ev.accuracy);
+    }
+    if (b->ops->save(b, o->out, TRN_SAVE_F32, &err) != LISA_OK) {
+        lisa_log_error("lisa-sft: save: %s", err.msg);
+        goto out;
+    }
+    if (s_tokenizer_files(tokdir, o->out) != 0)
+        goto out;
+    printf("saved %s after %ld steps (%.0fs)\n", o->out, step - 1,
+           s_now() - t0);
+    rc = 0;
+out:
+    lisa_free(&order);
+    lisa_free(&batch);
+    lisa_free(&views);
+    for (size_t i = 0; i < n; i++)
+        trn_sft_seq_clear(&seqs[i]);
+    lisa_free(&seqs);
+    trn_backend_destroy(&b);
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -298,6 +551,11 @@ main(int argc, char **argv)
     if (!tok) {
         lisa_log_error("lisa-sft: no tokenizer in %s", tokdir);
         return 1;
+    }
+    if (o.backend) {
+        int brc = s_backend_main(&o, tok, tokdir);
+        lisa_tokenizer_destroy(&tok);
+        return brc;
     }
     trn_model_t *m = NULL;
     trn_err_t err;
@@ -354,19 +612,8 @@ main(int argc, char **argv)
         if ((o.minutes > 0 && s_now() - t0 > o.minutes * 60.0) ||
             (o.stop > 0 && step > o.stop))
             break;
-        for (long j = 0; j < o.batch; j++) {
-            if (pos == ntrain) {
-                s_shuffle(order, ntrain, &rs);
-                pos = 0;
-            }
-            batch[j] = views[order[pos++]];
-        }
-        /* linear warmup over 20 steps, cosine decay to 10% */
-        double frac = (double) (step - 1) / (double) o.steps;
-        double warm = step < 20 ? (double) step / 20.0 : 1.0;
-        cfg.optim.lr =
-            o.lr * warm *
-            (0.1 + 0.45 * (1.0 + cos(3.14159265358979323846 * frac)));
+        s_fill(batch, (size_t) o.batch, views, order, ntrain, &pos, &rs);
+        cfg.optim.lr = s_lr(&o, step);
         trn_sft_out_t so;
         if (trn_sft_step(m, opt, &cfg, batch, (size_t) o.batch, &so, &err) !=
             LISA_OK) {

@@ -244,6 +244,116 @@ out:
     return rc;
 }
 
+void
+trn_sft_batch_clear(trn_sft_batch_t *b)
+{
+    lisa_free(&b->offs);
+    lisa_free(&b->tokens);
+    lisa_free(&b->mask);
+    lisa_free(&b->rollout_logp);
+    lisa_free(&b->group);
+    lisa_free(&b->score);
+    memset(b, 0, sizeof *b);
+}
+
+lisa_rc_t
+trn_sft_batch_make(const trn_sft_seq_t *seqs, size_t n, trn_sft_batch_t *out,
+                   trn_err_t *err)
+{
+    memset(out, 0, sizeof *out);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seqs[i].n > TRN_MAX_BATCH_TOKENS - total)
+            return trn_fail(err, LISA_TOOLARGE, "sft: batch too large");
+        total += seqs[i].n;
+    }
+    if (n == 0 || total == 0)
+        return trn_fail(err, LISA_INVALID, "sft: empty batch");
+    out->offs = lisa_malloc((n + 1) * sizeof *out->offs);
+    out->tokens = lisa_malloc(total * sizeof *out->tokens);
+    out->mask = lisa_malloc(total);
+    out->rollout_logp = lisa_calloc(total, sizeof *out->rollout_logp);
+    out->group = lisa_malloc(n * sizeof *out->group);
+    out->score = lisa_malloc(n * sizeof *out->score);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const trn_sft_seq_t *s = &seqs[i];
+        out->offs[i] = o;
+        memcpy(out->tokens + o, s->ids, s->n * sizeof *s->ids);
+        memcpy(out->mask + o, s->mask, s->n);
+        /* nothing predicts a sequence's first token (trn_sft_step skips
+         * it too; trn_step refuses it marked) */
+        if (s->n > 0)
+            out->mask[o] = 0;
+        for (size_t t = 0; t < s->n; t++)
+            out->marked += out->mask[o + t];
+        out->group[i] = (int64_t) i;
+        out->score[i] = 1.0;
+        o += s->n;
+    }
+    out->offs[n] = o;
+    if (out->marked == 0) {
+        trn_sft_batch_clear(out);
+        return trn_fail(err, LISA_INVALID, "sft: no marked tokens");
+    }
+    out->r = (trn_rollouts_t){.n_seqs = n,
+                              .seq_offsets = out->offs,
+                              .tokens = out->tokens,
+                              .mask = out->mask,
+                              .rollout_logp = out->rollout_logp,
+                              .old_logp = NULL,
+                              .group = out->group,
+                              .score = out->score};
+    return LISA_OK;
+}
+
+trn_step_cfg_t
+trn_sft_step_cfg(const trn_sft_cfg_t *c)
+{
+    trn_step_cfg_t s = trn_step_defaults();
+    s.adv = trn_adv_defaults();
+    s.adv.kind = TRN_ADV_GRPO;
+    /* a group of one has mean 0 and std 1: with normalisation the
+     * advantage would be 1 / (1 + eps), without it exactly 1 */
+    s.adv.norm_by_std = false;
+    s.loss = trn_loss_defaults();
+    s.loss.agg = TRN_AGG_TOKEN_MEAN;
+    s.loss.kl_coef = 0;
+    s.loss.entropy_coef = 0;
+    s.kl_reward_coef = 0;
+    s.temperature = 1.0f;
+    s.optim = c->optim;
+    /* trn_sft_step's "no clipping" as a bound no norm reaches (the step
+     * wants a positive one) */
+    s.grad_clip = c->grad_clip > 0 ? c->grad_clip : 1e30;
+    s.bypass = false;
+    s.is_threshold = 0;
+    s.rs_level = TRN_RS_OFF;
+    s.mini_groups = 0;
+    s.ppo_epochs = 1;
+    return s;
+}
+
+void
+trn_sft_batch_nll(const trn_sft_batch_t *b, const float *logp,
+                  trn_sft_out_t *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t total = b->r.n_seqs ? b->offs[b->r.n_seqs] : 0;
+    double nll = 0, hits = 0;
+    for (size_t t = 0; t < total; t++) {
+        if (!b->mask[t])
+            continue;
+        nll -= (double) logp[t];
+        hits += (double) (logp[t] > logf(0.5f));
+    }
+    if (b->marked == 0)
+        return;
+    out->loss = nll / (double) b->marked;
+    out->tokens = (double) b->marked;
+    out->accuracy = hits / (double) b->marked;
+}
+
 lisa_rc_t
 trn_sft_first_turn_match(trn_model_t *m, const trn_sft_seq_t *seq,
                          float temperature, uint64_t *rng, bool *match,

@@ -21,6 +21,7 @@
 #include "lisa/lisa_tokenizer.h"
 #include "trn_model.h"
 #include "trn_optim.h"
+#include "trn_step.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -67,6 +68,44 @@ lisa_rc_t trn_sft_step(trn_model_t *m, trn_adamw_t *opt,
                        const trn_sft_cfg_t *cfg, const trn_sft_seq_t *seqs,
                        size_t n, trn_sft_out_t *out,
                        trn_err_t *err) LISA_NODISCARD;
+
+/* A batch of conversations as the rollouts a backend trains on
+ * (trn_backend_ops_t's train_step and logprobs): tokens back to back, the
+ * mask the SFT mask, rollout log-probs zero, no old log-probs (on-policy:
+ * ratio 1), each conversation its own group with score 1. Owns its
+ * arrays. */
+typedef struct {
+    trn_rollouts_t r;
+    size_t *offs;
+    int32_t *tokens;
+    uint8_t *mask;
+    float *rollout_logp;
+    int64_t *group;
+    double *score;
+    size_t marked; /* marked tokens after the first of each sequence */
+} trn_sft_batch_t;
+
+/* Fills *out from seqs[0..n) (at most TRN_MAX_BATCH_TOKENS in all).
+ * LISA_INVALID for an empty batch or one with no marked token;
+ * LISA_TOOLARGE over the bound. */
+lisa_rc_t trn_sft_batch_make(const trn_sft_seq_t *seqs, size_t n,
+                             trn_sft_batch_t *out,
+                             trn_err_t *err) LISA_NODISCARD;
+
+/* Frees the arrays of a batch; safe twice. */
+void trn_sft_batch_clear(trn_sft_batch_t *b);
+
+/* The step configuration whose PPO gradient on a trn_sft_batch_t is the
+ * mean NLL's of trn_sft_step: grpo advantages without std normalisation
+ * (a group of one: advantage = score - 0 = exactly 1), token-mean, no KL,
+ * no entropy term, temperature 1, c's AdamW settings and clip (none:
+ * a bound no norm reaches). */
+trn_step_cfg_t trn_sft_step_cfg(const trn_sft_cfg_t *c);
+
+/* The mean NLL and token accuracy of a batch from its log-probs
+ * (trn_step_logprobs: logp[t] of each marked token t); grad_norm 0. */
+void trn_sft_batch_nll(const trn_sft_batch_t *b, const float *logp,
+                       trn_sft_out_t *out);
 
 /* Decodes seq's first assistant turn from its prompt (ids[0..prompt_len))
  * at `temperature` (0: greedy; else sampled with *rng, trn_sampler):

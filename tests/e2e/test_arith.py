@@ -6,12 +6,14 @@
   data is what the generator writes with its defaults.
 - lisa-reward's math rule (the real program) scores the answer file that
   the demonstrated command writes: the ground truth 1, another number 0.
-- The format demonstrations are another family (no arithmetic question),
-  answer with a number of their question, carry the toy domain's system
-  prompt and tools byte for byte as lisa-agent sends them for math_toy*
-  tasks (common/include/lisa/lisa_toy.h), and their command, run with
-  bash in a scratch /testbed, writes exactly the answer to the answer
-  file.
+- The demonstrations (the default family, expr) are bare arithmetic
+  questions of the four operations ("What is 37 + 55?"), no word
+  problem, with operands in the word problems' ranges; they carry the toy
+  domain's system prompt and tools byte for byte as lisa-agent sends them
+  for math_toy* tasks (common/include/lisa/lisa_toy.h), and their command
+  lets bash compute the question's own expression into the answer file:
+  run with bash in a scratch /testbed, it writes exactly the answer. The
+  lookup family (an option) answers with a number of its question.
 - scripts/smol-rl.sh refuses bad arguments before starting anything.
 """
 import json
@@ -108,35 +110,75 @@ def c_string(header, name):
     return "".join(parts).encode().decode("unicode_escape")
 
 
-def test_demonstrations_teach_the_format_not_arithmetic(tmp_path):
+EXPR = re.compile(r"What is (\d+) ([-+*/]) (\d+)\?")
+
+
+def run_cmd(tmp_path, cmd):
+    """The answer file a demonstrated command writes, run with bash in a
+    scratch /testbed."""
+    testbed = tmp_path / "testbed"
+    testbed.mkdir(exist_ok=True)
+    (testbed / "answer.txt").unlink(missing_ok=True)
+    subprocess.run(["bash", "-c", cmd.replace("/testbed", str(testbed))],
+                   check=True, timeout=10)
+    return (testbed / "answer.txt").read_text()
+
+
+def test_demonstrations_teach_the_format_and_bash_arithmetic(tmp_path):
     header = os.path.join(SRC, "common", "include", "lisa", "lisa_toy.h")
     system = c_string(header, "LISA_TOY_SYSTEM")
     tools = json.loads(c_string(header, "LISA_TOY_TOOLS"))
     with open(os.path.join(DATA, "sft.jsonl")) as f:
         demos = [json.loads(line) for line in f]
     assert len(demos) >= 100
-    val = json.load(open(os.path.join(DATA, "val.json")))
-    val_text = {r["extra_info"]["problem_statement"] for r in val}
-    for d in demos[:60]:
+    ops = set()
+    for i, d in enumerate(demos):
         assert d["tools"] == tools
         m = d["messages"]
         assert [x["role"] for x in m] == ["system", "user", "assistant",
                                           "tool", "assistant"]
         assert m[0]["content"] == system
         q = m[1]["content"].rsplit("\nSteps Remaining:", 1)[0]
-        assert q not in val_text
+        # a bare expression: no word problem, no word of one
         assert not any(re.search(p, q) for p, _ in PATTERNS), q
+        e = EXPR.fullmatch(q)
+        assert e, q
+        x, op, y = int(e.group(1)), e.group(2), int(e.group(3))
+        ops.add(op)
+        if op in "+-":  # the word problems' ranges (--max 50)
+            assert 1 <= y <= 50 and 2 <= x <= 50, q
+            assert op == "+" or y < x, q
+        else:
+            assert 2 <= y <= 12, q
+            assert op == "/" or 2 <= x <= 12, q
         call = m[2]["tool_calls"][0]["function"]
         assert call["name"] == "execute_bash"
         assert m[4]["tool_calls"][0]["function"]["name"] == "submit"
-        # the answer is the count of the place the question asks about
+        cmd = call["arguments"]["command"]
+        # bash computes the question's expression; the answer is not
+        # written out
+        assert cmd == f"echo $(({x} {op} {y})) > /testbed/answer.txt", cmd
+        if i < 60:
+            want = {"+": x + y, "-": x - y, "*": x * y}.get(op)
+            if op == "/":
+                assert x % y == 0, q
+                want = x // y
+            assert run_cmd(tmp_path, cmd) == f"{want}\n", cmd
+    assert ops == {"+", "-", "*", "/"}
+
+
+def test_lookup_family_answers_with_a_number_of_its_question(tmp_path):
+    d = gen(tmp_path / "l", "--train", "20", "--val", "5", "--sft", "30",
+            "--sft-family", "lookup")
+    demos = [json.loads(x) for x in (d / "sft.jsonl").read_text().splitlines()]
+    assert len(demos) == 30
+    for dm in demos:
+        q = dm["messages"][1]["content"].rsplit("\nSteps Remaining:", 1)[0]
         place = re.search(r"How many \w+ does (\w+ \d+) hold\?", q).group(1)
         want = re.search(rf"{place} holds (\d+)", q, re.I).group(1)
-        testbed = tmp_path / "testbed"
-        testbed.mkdir(exist_ok=True)
-        cmd = call["arguments"]["command"].replace("/testbed", str(testbed))
-        subprocess.run(["bash", "-c", cmd], check=True, timeout=10)
-        assert (testbed / "answer.txt").read_text() == want + "\n"
+        cmd = dm["messages"][2]["tool_calls"][0]["function"]["arguments"][
+            "command"]
+        assert run_cmd(tmp_path, cmd) == want + "\n"
 
 
 def test_reward_rule_scores_the_answer_file():

@@ -10,6 +10,10 @@
   demonstrator's habit); the share of correct ones follows --sft-correct.
 - lisa-sft lowers the loss, saves a checkpoint, and the checkpoint loads
   back (training resumes from it).
+- lisa-sft --backend cpu (the trainer's backend vtable, the code the GPU
+  runs too) takes the default path's first step: the same loss and the
+  same weights; its steps lower the loss and the held-out NLL; a bad
+  backend name is refused.
 - The committed warm-start model (models/toy) loads and, sampling at
   temperature 1 as the rollouts do, makes the right first tool call on
   some fresh tasks and not on all (the room RL has).
@@ -17,7 +21,9 @@
 import json
 import os
 import re
+import struct
 import subprocess
+from array import array
 
 import pytest
 
@@ -170,6 +176,99 @@ def test_sft_lowers_loss_and_checkpoint_loads_back(tmp_path):
                "1")
     first = float(re.search(r"^step 1 loss ([\d.]+)", log2, re.M).group(1))
     assert first < 0.65 * losses[0], (first, losses)
+
+
+TINY = {"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 265,
+        "max_position_embeddings": 2048, "tie_word_embeddings": True}
+
+
+def weights(path):
+    """Every F32 tensor of a safetensors file, as flat arrays."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", (name, t["dtype"])
+        a, b = t["data_offsets"]
+        out[name] = array("f", raw[8 + n + a:8 + n + b])
+    return out
+
+
+def test_sft_backend_takes_the_default_paths_step(tmp_path):
+    d = gen(tmp_path / "d", "--train", "1", "--val", "1", "--sft", "40",
+            "--seed", "3")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY))
+    common = ["--data", str(d / "sft.jsonl"), "--config", str(cfg),
+              "--tokenizer", TOKDIR, "--steps", "30", "--batch", "4",
+              "--lr", "2e-2", "--window", "48", "--hold", "4", "--eval", "2",
+              "--eval-every", "10", "--threads", "1"]
+    # One step each way from the same random model, batch and lr.
+    logs, ws = {}, {}
+    for name, extra in (("default", []), ("cpu", ["--backend", "cpu"])):
+        out = tmp_path / name
+        out.mkdir()
+        logs[name] = sft(*common, "--out", str(out), "--stop", "1", *extra)
+        ws[name] = weights(out / "model.safetensors")
+    first = {k: float(re.search(r"^step 1 loss ([\d.]+)", v, re.M).group(1))
+             for k, v in logs.items()}
+    assert abs(first["default"] - first["cpu"]) < 1e-4, first
+    assert "backend cpu" in logs["cpu"]
+    # the starting weights: a step too small to move them
+    (tmp_path / "init").mkdir()
+    sft(*common, "--out", str(tmp_path / "init"), "--stop", "1", "--lr",
+        "1e-30")
+    init = weights(tmp_path / "init" / "model.safetensors")
+    assert ws["default"].keys() == ws["cpu"].keys() == init.keys()
+    diff = moved = 0.0
+    for k, a in ws["default"].items():
+        b, c = ws["cpu"][k], init[k]
+        assert len(a) == len(b) == len(c), k
+        diff = max(diff, max(abs(x - y) for x, y in zip(a, b)))
+        moved = max(moved, max(abs(x - y) for x, y in zip(a, c)))
+    # AdamW's first step moves weights by about lr / 20 (warmup): 1e-3
+    assert moved > 5e-4, moved
+    assert diff < 1e-6, (diff, moved)
+    # Several steps lower the loss and the held-out NLL; the checkpoint
+    # has the tokenizer files.
+    out = tmp_path / "many"
+    out.mkdir()
+    log = sft(*common, "--out", str(out), "--backend", "cpu")
+    losses = [float(x) for x in re.findall(r"^step \d+ loss ([\d.]+)", log,
+                                           re.M)]
+    assert len(losses) == 4, log
+    assert losses[-1] < 0.65 * losses[0], log
+    held = [float(x) for x in re.findall(r"held-out NLL on 2: ([\d.]+)", log)]
+    assert len(held) == 4 and held[-1] < held[0], log
+    for f in ("config.json", "model.safetensors", "tokenizer.json",
+              "tokenizer_config.json"):
+        assert (out / f).is_file(), f
+    # The checkpoint loads back on the backend (--model).
+    out2 = tmp_path / "again"
+    out2.mkdir()
+    log2 = sft("--data", str(d / "sft.jsonl"), "--model", str(out), "--out",
+               str(out2), "--backend", "cpu", "--steps", "1", "--batch", "4",
+               "--lr", "1e-9", "--window", "48", "--hold", "4", "--eval", "2",
+               "--threads", "1")
+    again = float(re.search(r"^step 1 loss ([\d.]+)", log2, re.M).group(1))
+    assert again < 0.65 * losses[0], (again, losses)
+    assert (out2 / "tokenizer.json").is_file()
+    # Bad backends are refused with a clear error.
+    r = subprocess.run([f"{BIN}/lisa-sft", *common, "--out", str(out2),
+                        "--backend", "tpu"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "unknown backend 'tpu'" in r.stderr, r.stderr
+    r = subprocess.run([f"{BIN}/lisa-sft", *common, "--out", str(out2),
+                        "--backend", "cuda", "--steps", "1"],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:  # a build without CUDA, or a machine without GPU
+        assert ("backend cuda is not built into this binary" in r.stderr or
+                "no usable CUDA device" in r.stderr), r.stderr
 
 
 def test_committed_warm_start_solves_some_tasks(tmp_path):

@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,4 +301,99 @@ Test(trn_sft, follows_the_models_template)
     lisa_tokenizer_destroy(&tok);
     s_rm_dir(&dir);
     json_decref(conv);
+}
+
+/* Two conversations as rollouts (trn_sft_batch_make) trained by the PPO
+ * step with trn_sft_step_cfg: advantage exactly 1, ratio 1, so the
+ * gradient is the mean NLL's of trn_sft_step, element by element (no
+ * clipping, so a scaled gradient would show), and so are the loss the
+ * log-probs give and the weights after one update. */
+Test(trn_sft, ppo_step_of_a_batch_is_the_nll_step)
+{
+    lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(TOKDIR);
+    json_t *conv = json_loads(s_conv, 0, NULL);
+    json_object_del(conv, "tools");
+    trn_sft_seq_t s[2];
+    trn_err_t err;
+    cr_assert_eq(trn_sft_encode(tok, conv, &s[0], &err), LISA_OK);
+    json_array_remove(json_object_get(conv, "messages"), 0); /* no system */
+    cr_assert_eq(trn_sft_encode(tok, conv, &s[1], &err), LISA_OK);
+    trn_config_t cfg = {.hidden_size = 32,
+                        .intermediate_size = 64,
+                        .num_hidden_layers = 2,
+                        .num_attention_heads = 2,
+                        .num_key_value_heads = 1,
+                        .head_dim = 16,
+                        .vocab_size = 265,
+                        .max_position_embeddings = 1024,
+                        .rms_norm_eps = 1e-6,
+                        .rope_theta = 10000,
+                        .tie_word_embeddings = true};
+    trn_model_t *a = trn_model_new_random(&cfg, 5, 0.02f, 1);
+    trn_model_t *b = trn_model_new_random(&cfg, 5, 0.02f, 1);
+    size_t np = trn_model_num_params(a);
+    trn_adamw_t *oa = trn_adamw_new(np), *ob = trn_adamw_new(np);
+    trn_sft_cfg_t c = trn_sft_defaults();
+    c.optim.lr = 1e-2;
+    c.grad_clip = 0;
+    trn_step_cfg_t sc = trn_sft_step_cfg(&c);
+    /* the advantage of a group of one under this configuration */
+    double one = 1.0, adv = 0;
+    int64_t g = 7;
+    cr_assert_eq(trn_advantage(&sc.adv, &one, &g, 1, &adv, &err), LISA_OK);
+    cr_assert_eq(adv, 1.0, "advantage %.17g", adv);
+    trn_sft_batch_t sb;
+    cr_assert_eq(trn_sft_batch_make(s, 2, &sb, &err), LISA_OK, "%s", err.msg);
+    cr_assert_eq(sb.r.n_seqs, 2);
+    cr_assert_eq(sb.offs[2], s[0].n + s[1].n);
+    cr_assert_null(sb.r.old_logp);
+    cr_assert_eq(sb.score[0], 1.0);
+    cr_assert_neq(sb.group[0], sb.group[1]);
+    /* the log-probs' NLL is the one trn_sft_step reports */
+    float *logp = lisa_calloc(sb.offs[2], sizeof *logp);
+    cr_assert_eq(trn_step_logprobs(b, &sc, &sb.r, logp, &err), LISA_OK, "%s",
+                 err.msg);
+    trn_sft_out_t nll;
+    trn_sft_batch_nll(&sb, logp, &nll);
+    trn_sft_out_t so;
+    cr_assert_eq(trn_sft_step(a, oa, &c, s, 2, &so, &err), LISA_OK);
+    trn_step_out_t st;
+    cr_assert_eq(trn_step_run(b, NULL, ob, &sc, &sb.r, &st, &err), LISA_OK,
+                 "%s", err.msg);
+    cr_assert(!st.skipped);
+    cr_assert_eq(nll.tokens, so.tokens);
+    cr_assert_float_eq(nll.loss, so.loss, 1e-5 * so.loss, "%f %f", nll.loss,
+                       so.loss);
+    cr_assert_float_eq(nll.accuracy, so.accuracy, 1e-12);
+    cr_assert_float_eq(st.grad_norm, so.grad_norm, 1e-5 * so.grad_norm, "%f %f",
+                       st.grad_norm, so.grad_norm);
+    const float *ga = trn_model_grads(a), *gb = trn_model_grads(b);
+    const float *pa = trn_model_params(a), *pb = trn_model_params(b);
+    double gmax = 0, gdiff = 0, pdiff = 0;
+    for (size_t i = 0; i < np; i++) {
+        gmax = fmax(gmax, fabs((double) ga[i]));
+        gdiff = fmax(gdiff, fabs((double) ga[i] - (double) gb[i]));
+        pdiff = fmax(pdiff, fabs((double) pa[i] - (double) pb[i]));
+    }
+    cr_assert_gt(gmax, 1e-4, "no gradient");
+    cr_assert_lt(gdiff, 1e-5 * gmax, "gradients differ by %g (max %g)", gdiff,
+                 gmax);
+    cr_assert_lt(pdiff, 1e-6, "weights differ by %g", pdiff);
+    /* a batch without marked tokens is refused */
+    trn_sft_batch_clear(&sb);
+    uint8_t none[4] = {0, 0, 0, 0};
+    int32_t ids[4] = {1, 2, 3, 4};
+    trn_sft_seq_t e = {.ids = ids, .mask = none, .n = 4, .prompt_len = 4};
+    cr_assert_eq(trn_sft_batch_make(&e, 1, &sb, &err), LISA_INVALID);
+    cr_assert_eq(trn_sft_batch_make(s, 0, &sb, &err), LISA_INVALID);
+    trn_sft_batch_clear(&sb);
+    lisa_free(&logp);
+    trn_adamw_destroy(&oa);
+    trn_adamw_destroy(&ob);
+    trn_model_destroy(&a);
+    trn_model_destroy(&b);
+    trn_sft_seq_clear(&s[0]);
+    trn_sft_seq_clear(&s[1]);
+    json_decref(conv);
+    lisa_tokenizer_destroy(&tok);
 }
