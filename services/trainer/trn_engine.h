@@ -90,6 +90,7 @@ typedef struct {
     uint64_t preempted_max; /* most preemptions of one sequence */
     uint64_t shed;          /* queued sequences that released their held
                                prefix for others' blocks */
+    uint64_t evictions;     /* cached blocks reused for new content */
     uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
                                            and steps with prompt chunks */
     double decode_s, mixed_s;           /* their time in the backend */
