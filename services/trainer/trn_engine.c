@@ -115,11 +115,14 @@ struct trn_engine {
     uint64_t state_seq; /* bumped by pause / resume; the registration
                            thread re-registers when it moved */
     uint64_t seed_ctr;
-    double out_share; /* the share of max_tokens finished sequences
-                         sampled, a moving average over about the last
-                         ten: what admission expects a sequence to grow */
-    double hit_share; /* the cached share of admitted sequences, a moving
-                         average over about the last ten */
+    double out_share;  /* the share of max_tokens finished sequences
+                          sampled, a moving average over about the last
+                          ten: what admission expects a sequence to grow */
+    size_t run_future; /* blocks the running sequences are expected to
+                          take before they end (s_future_blocks), summed
+                          while a step's admissions are planned */
+    double hit_share;  /* the cached share of admitted sequences, a moving
+                          average over about the last ten */
     trn_engine_stats_t st;
 };
 
@@ -848,9 +851,7 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
      * were preempted one after the other, again and again */
     size_t reserve = e->n_run > 0 ? 1 + trn_blocks_total(e->bm) / 100 : 0;
     if (e->n_run > 0) {
-        size_t later = s_future_blocks(e, j);
-        for (size_t i = 0; i < e->n_run; i++)
-            later += s_future_blocks(e, e->run[i]);
+        size_t later = s_future_blocks(e, j) + e->run_future;
         later = later > need ? later - need : 0;
         if (reserve < later)
             reserve = later;
@@ -887,6 +888,7 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
     }
     j->slot = e->free_slots[--e->n_free_slots];
     e->run[e->n_run++] = j;
+    e->run_future += s_future_blocks(e, j);
     return n;
 }
 
@@ -945,6 +947,9 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
      * for the sequences already running (what was preempted waits at the
      * front and comes back once they are not) */
     bool preempted = e->st.preemptions != pre;
+    e->run_future = 0;
+    for (size_t i = 0; i < e->n_run; i++)
+        e->run_future += s_future_blocks(e, e->run[i]);
     while (!preempted && !e->flush && e->n_run < e->geom.max_seqs) {
         size_t k = s_admit_next(e, budget);
         if (k == 0)
