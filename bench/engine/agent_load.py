@@ -12,7 +12,9 @@ Usage:
                 [--label NAME] [--rates RATES.json --shape 4b]
 
 Prints, per row: wall time, sampled tokens/s, the cached share of the
-prompt tokens and of the re-sent history, turn latency p50/p99, errors,
+prompt tokens and of the re-sent history, turn latency p50/p99/max,
+when the first conversation ended (against the wall time: the spread of
+the ends shows conversations left behind), errors,
 429s, peak device memory (nvidia-smi, when present), the engine's own
 counters over the row (from GET /healthz before and after: steps,
 positions computed and recomputed after preemptions, against the new
@@ -138,6 +140,8 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
     lock = threading.Lock()
     deadline = time.time() + 3600
 
+    done = []  # when each conversation ended, from the start
+
     def conv(c):
         # one generator a conversation: the same ids whatever the threads'
         # order, so runs compare
@@ -152,21 +156,23 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
                 lat.append(dt)
                 res.append(dict(r, prompt=len(ids), history=hist))
             if r["status"] != 200:
-                return
+                break
             ids = ids + r["ids"]
             hist = len(ids)
             ids = ids + [rnd.randrange(100, vocab) for _ in range(O)]
+        with lock:
+            done.append(time.time() - start)
 
     h0 = eng.health()
     mp = MemPoll()
     mp.start()
     th = [threading.Thread(target=conv, args=(c,)) for c in range(C)]
-    t0 = time.time()
+    start = time.time()
     for x in th:
         x.start()
     for x in th:
         x.join()
-    wall = time.time() - t0
+    wall = time.time() - start
     mp.stop = True
     h1 = eng.health()
     engine = {k: h1[k] - h0.get(k, 0) for k in COUNTERS if k in h1}
@@ -196,7 +202,11 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
         "cached_tokens": cached,
         "cached_share": cached / prompt if prompt else 0.0,
         "history_cached": cached / hist if hist else 0.0,
-        "p50_s": pct(0.5), "p99_s": pct(0.99), "peak_mib": mp.peak,
+        "p50_s": pct(0.5), "p99_s": pct(0.99), "max_s": pct(1.0),
+        # the spread of the conversations' ends: a starved conversation
+        # ends long after the others
+        "first_end_s": min(done) if done else 0.0,
+        "peak_mib": mp.peak,
         "engine": engine,
     }
 
@@ -255,6 +265,7 @@ def main():
               f"{r['tok_s']:7.0f} tok/s cached {100 * r['cached_share']:5.1f}% "
               f"(history {100 * r['history_cached']:5.1f}%) "
               f"p50 {r['p50_s']:6.2f}s p99 {r['p99_s']:6.2f}s "
+              f"max {r['max_s']:6.2f}s first end {r['first_end_s']:6.1f}s "
               f"errors {r['errors']}/{r['calls']} 429s {r['n429']} "
               f"peak {r['peak_mib'] / 1024:5.1f} GiB"
               + (f" bound {r['bound_s']:6.1f}s x{r['x_bound']:.2f}"
