@@ -19,7 +19,8 @@
  * the step's token budget; a prompt starts from the longest prefix of
  * full blocks already cached (an earlier turn of its conversation, another
  * sample of its prompt); queued requests are admitted first come first
- * served while blocks are free; when a decode finds no free block the
+ * served while blocks are free, keeping those the running sequences are
+ * expected to take before they end; when a decode finds no free block the
  * youngest running sequence is preempted (its blocks released, it is
  * queued again at the front and recomputed, mostly from the cache).
  *
