@@ -12,8 +12,14 @@ Usage:
                 [--label NAME] [--rates RATES.json --shape 4b]
 
 Prints, per row: wall time, sampled tokens/s, the cached share of the
-prompt tokens and of the re-sent history, turn latency p50/p99, errors,
-429s, peak device memory (nvidia-smi, when present) and, with --rates
+prompt tokens and of the re-sent history, turn latency p50/p99/max,
+when the first conversation ended (against the wall time: the spread of
+the ends shows conversations left behind), errors,
+429s, peak device memory (nvidia-smi, when present), the engine's own
+counters over the row (from GET /healthz before and after: steps,
+positions computed and recomputed after preemptions, against the new
+positions the row must compute at least; preemptions and the most of one
+sequence; KV blocks evicted from the prefix cache) and, with --rates
 (the same run's measured matrix rate and memory read rate), the bound:
 the new tokens' products and attention at the matrix rate plus every
 decode step's weight and KV reads at the memory rate, and the ratio of the
@@ -53,6 +59,21 @@ class Engine:
     def __init__(self, url):
         u = urllib.parse.urlparse(url)
         self.host, self.port = u.hostname, u.port or 80
+        # a turn may wait long for room under cache pressure: the engine's
+        # engine.queue_timeout (10 min) bounds it, not the client
+        self.timeout = 3600
+
+    def health(self):
+        """The engine's /healthz counters, or {} when it does not answer."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        try:
+            c.request("GET", "/healthz")
+            r = c.getresponse()
+            return json.loads(r.read()) if r.status == 200 else {}
+        except (OSError, http.client.HTTPException, ValueError):
+            return {}
+        finally:
+            c.close()
 
     def complete(self, prompt, max_tokens, seed, deadline):
         body = json.dumps({"prompt": prompt, "max_tokens": max_tokens,
@@ -60,7 +81,8 @@ class Engine:
                            "stop_token_ids": []})
         n429 = 0
         while True:
-            c = http.client.HTTPConnection(self.host, self.port, timeout=900)
+            c = http.client.HTTPConnection(self.host, self.port,
+                                           timeout=self.timeout)
             try:
                 c.request("POST", "/v1/completions", body,
                           {"Content-Type": "application/json"})
@@ -108,13 +130,22 @@ class MemPoll(threading.Thread):
             time.sleep(0.2)
 
 
+# /healthz counters a row reports as the difference over the row
+COUNTERS = ("steps", "computed", "recomputed", "preemptions", "evictions",
+            "tokens_prefilled", "tokens_generated", "shed")
+
+
 def run_row(eng, C, T, P, G, O, vocab, seed=1):
-    rnd = random.Random(seed)
     lat, res = [], []
     lock = threading.Lock()
     deadline = time.time() + 3600
 
+    done = []  # when each conversation ended, from the start
+
     def conv(c):
+        # one generator a conversation: the same ids whatever the threads'
+        # order, so runs compare
+        rnd = random.Random(seed * 100003 + c)
         ids = [rnd.randrange(100, vocab) for _ in range(P)]
         hist = 0
         for t in range(T):
@@ -125,21 +156,31 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
                 lat.append(dt)
                 res.append(dict(r, prompt=len(ids), history=hist))
             if r["status"] != 200:
-                return
+                break
             ids = ids + r["ids"]
             hist = len(ids)
             ids = ids + [rnd.randrange(100, vocab) for _ in range(O)]
+        with lock:
+            done.append(time.time() - start)
 
+    h0 = eng.health()
     mp = MemPoll()
     mp.start()
     th = [threading.Thread(target=conv, args=(c,)) for c in range(C)]
-    t0 = time.time()
+    start = time.time()
     for x in th:
         x.start()
     for x in th:
         x.join()
-    wall = time.time() - t0
+    wall = time.time() - start
     mp.stop = True
+    h1 = eng.health()
+    engine = {k: h1[k] - h0.get(k, 0) for k in COUNTERS if k in h1}
+    if "preempted_max" in h1:
+        engine["preempted_max"] = h1["preempted_max"]
+    # positions the row computes at least: each conversation's history
+    # once, its last sampled token aside
+    engine["needed"] = C * (P + T * G + (T - 1) * O - 1)
     ok = [r for r in res if r["status"] == 200]
     errs = [r for r in res if r["status"] != 200]
     sampled = sum(len(r["ids"]) for r in ok)
@@ -161,7 +202,12 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
         "cached_tokens": cached,
         "cached_share": cached / prompt if prompt else 0.0,
         "history_cached": cached / hist if hist else 0.0,
-        "p50_s": pct(0.5), "p99_s": pct(0.99), "peak_mib": mp.peak,
+        "p50_s": pct(0.5), "p99_s": pct(0.99), "max_s": pct(1.0),
+        # the spread of the conversations' ends: a starved conversation
+        # ends long after the others
+        "first_end_s": min(done) if done else 0.0,
+        "peak_mib": mp.peak,
+        "engine": engine,
     }
 
 
@@ -219,10 +265,20 @@ def main():
               f"{r['tok_s']:7.0f} tok/s cached {100 * r['cached_share']:5.1f}% "
               f"(history {100 * r['history_cached']:5.1f}%) "
               f"p50 {r['p50_s']:6.2f}s p99 {r['p99_s']:6.2f}s "
+              f"max {r['max_s']:6.2f}s first end {r['first_end_s']:6.1f}s "
               f"errors {r['errors']}/{r['calls']} 429s {r['n429']} "
               f"peak {r['peak_mib'] / 1024:5.1f} GiB"
               + (f" bound {r['bound_s']:6.1f}s x{r['x_bound']:.2f}"
                  if rates else ""), flush=True)
+        g = r["engine"]
+        if "computed" in g:
+            print(f"         engine: steps {g.get('steps', 0)} computed "
+                  f"{g['computed']} for {g['needed']} needed "
+                  f"(x{g['computed'] / max(1, g['needed']):.2f}), recomputed "
+                  f"{g.get('recomputed', 0)}, preemptions "
+                  f"{g.get('preemptions', 0)} (most of one sequence "
+                  f"{g.get('preempted_max', 0)}), evictions "
+                  f"{g.get('evictions', 0)}", flush=True)
         for e in r["error_samples"]:
             print(f"           error: {e}", flush=True)
     if a.json:

@@ -31,6 +31,9 @@
  * long (ms) */
 #define S_KEEP_MS 1000u
 #define S_MAX_N   64u /* choices a request (`n`) */
+/* the share of max_tokens a sequence is expected to sample before any
+ * has finished */
+#define S_OUT_SHARE0 0.5
 
 /* One completion request: its n choices, each a sequence (job), answered
  * together once all are done. Choice 0 computes the prompt; when it has
@@ -112,8 +115,14 @@ struct trn_engine {
     uint64_t state_seq; /* bumped by pause / resume; the registration
                            thread re-registers when it moved */
     uint64_t seed_ctr;
-    double hit_share; /* the cached share of admitted sequences, a moving
-                         average over about the last ten */
+    double out_share;  /* the share of max_tokens finished sequences
+                          sampled, a moving average over about the last
+                          ten: what admission expects a sequence to grow */
+    size_t run_future; /* blocks the running sequences are expected to
+                          take before they end (s_future_blocks), summed
+                          while a step's admissions are planned */
+    double hit_share;  /* the cached share of admitted sequences, a moving
+                          average over about the last ten */
     trn_engine_stats_t st;
 };
 
@@ -383,7 +392,7 @@ s_handler(lisa_http_req_t *req, void *arg)
     trn_engine_t *e = arg;
     const char *m = lisa_http_req_method(req), *path = lisa_http_req_path(req);
     if (strcmp(path, "/healthz") == 0 && strcmp(m, "GET") == 0) {
-        char b[1536];
+        char b[2048];
         trn_engine_stats_t st = trn_engine_stats(e);
         pthread_mutex_lock(&e->mu);
         bool paused = e->paused;
@@ -403,7 +412,7 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"tokens_prefilled\":%llu,\"tokens_generated\":%llu,"
             "\"shared_tokens\":%llu,\"completed\":%llu,"
             "\"computed\":%llu,\"recomputed\":%llu,"
-            "\"preempted_max\":%llu,\"shed\":%llu}",
+            "\"preempted_max\":%llu,\"shed\":%llu,\"evictions\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -423,8 +432,8 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.shared_tokens,
             (unsigned long long) st.completed, (unsigned long long) st.computed,
             (unsigned long long) st.recomputed,
-            (unsigned long long) st.preempted_max,
-            (unsigned long long) st.shed);
+            (unsigned long long) st.preempted_max, (unsigned long long) st.shed,
+            (unsigned long long) st.evictions);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -539,6 +548,9 @@ s_job_done(trn_engine_t *e, s_job_t **jp, const char *finish)
 {
     s_job_t *j = *jp;
     s_req_t *rq = j->rq;
+    if (finish && j->max_tokens > 0)
+        e->out_share +=
+            0.1 * ((double) j->n_out / (double) j->max_tokens - e->out_share);
     if (finish && rq->req) {
         json_t *ids = json_array(), *lps = json_array();
         for (size_t i = 0; i < j->n_out; i++) {
@@ -705,7 +717,14 @@ s_pin_queued(trn_engine_t *e)
             e->bm, j->tok, len - 1, (len + bs - 1) / bs, j->blocks, &j->chain);
         j->n_blocks = j->n_commit = hit;
         j->n_cached = hit * bs;
-        j->shed = hit == 0; /* nothing to keep: not looked up again */
+        /* nothing to keep, or less than half of itself: its history was
+         * mostly evicted and it recomputes it anyway; holding the rest
+         * would only take blocks from the sequences that run (not looked
+         * up again: admitted, it finds what is left) */
+        if (2 * j->n_cached < len) {
+            s_release_blocks(e, j);
+            j->shed = true;
+        }
     }
 }
 
@@ -776,6 +795,21 @@ s_dequeue(trn_engine_t *e, s_job_t *prev, s_job_t *j)
     e->qlen--;
 }
 
+/* Blocks sequence j is expected to take beyond those it holds before it
+ * ends: the rest of what it was sent, and the expected share of what it
+ * may still sample (lock held). */
+static size_t
+s_future_blocks(const trn_engine_t *e, const s_job_t *j)
+{
+    size_t bs = e->geom.block_size;
+    double more = e->out_share * (double) (j->max_tokens - j->n_out);
+    size_t end = s_len(j) + (size_t) more;
+    if (end > e->cap_tokens)
+        end = e->cap_tokens;
+    size_t blocks = (end + bs - 1) / bs;
+    return blocks > j->n_blocks ? blocks - j->n_blocks : 0;
+}
+
 /* Admits queued j (after prev) if its first chunk fits: the longest cached
  * prefix, then fresh blocks for the chunk; with `shed`, the prefixes held
  * by the sequences behind it give way. Returns the tokens it feeds this
@@ -810,8 +844,18 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
     size_t hit = j->n_blocks;
     size_t n = len - j->n_cached < budget ? len - j->n_cached : budget;
     size_t need = (j->n_cached + n + bs - 1) / bs - hit;
-    /* keep a few blocks for the running decodes' next positions */
+    /* while others run, keep blocks for what they and j are expected to
+     * take before they end (their prompts' rest, out_share of what they
+     * may still sample), at least 1% of the cache: admitted on their
+     * first chunk alone, sequences whose decodes then outgrow the cache
+     * were preempted one after the other, again and again */
     size_t reserve = e->n_run > 0 ? 1 + trn_blocks_total(e->bm) / 100 : 0;
+    if (e->n_run > 0) {
+        size_t later = s_future_blocks(e, j) + e->run_future;
+        later = later > need ? later - need : 0;
+        if (reserve < later)
+            reserve = later;
+    }
     while (shed && trn_blocks_available(e->bm) < need + reserve &&
            s_shed_queued(e, j))
         ;
@@ -844,6 +888,7 @@ s_admit(trn_engine_t *e, s_job_t *prev, s_job_t *j, size_t budget, bool shed)
     }
     j->slot = e->free_slots[--e->n_free_slots];
     e->run[e->n_run++] = j;
+    e->run_future += s_future_blocks(e, j);
     return n;
 }
 
@@ -865,7 +910,11 @@ s_admit_next(trn_engine_t *e, size_t budget)
     for (s_job_t *p = h; p->next; p = p->next)
         if (p->next->n_blocks > 0 &&
             (k = s_admit(e, p, p->next, budget, false)) > 0) {
-            h->passed++;
+            for (s_job_t *q = h;; q = q->next) { /* everyone it passed */
+                q->passed++;
+                if (q == p)
+                    break;
+            }
             return k;
         }
     return 0;
@@ -884,6 +933,7 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
     }
     trn_blocks_set_now(e->bm, s_now_ms());
     s_pin_queued(e);
+    uint64_t pre = e->st.preemptions;
     for (size_t i = 0; i < e->n_run;) {
         bool gone = false;
         size_t k = s_plan_running(e, i, budget, &gone);
@@ -893,7 +943,14 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
         budget -= k;
         i++;
     }
-    while (!e->flush && e->n_run < e->geom.max_seqs) {
+    /* a step that had to preempt admits nothing: the blocks are short
+     * for the sequences already running (what was preempted waits at the
+     * front and comes back once they are not) */
+    bool preempted = e->st.preemptions != pre;
+    e->run_future = 0;
+    for (size_t i = 0; i < e->n_run; i++)
+        e->run_future += s_future_blocks(e, e->run[i]);
+    while (!preempted && !e->flush && e->n_run < e->geom.max_seqs) {
         size_t k = s_admit_next(e, budget);
         if (k == 0)
             break;
@@ -1344,6 +1401,7 @@ trn_engine_new(trn_backend_t *b, const trn_engine_cfg_t *cfg)
                           cfg->tokenizer_dir);
     }
     e->version = cfg->policy_version;
+    e->out_share = S_OUT_SHARE0;
     snprintf(e->id, sizeof e->id, "%s",
              cfg->engine_id ? cfg->engine_id : "trainer");
     pthread_mutex_init(&e->mu, NULL);
@@ -1507,6 +1565,7 @@ trn_engine_stats(trn_engine_t *e)
         trn_blocks_stats_t bs = trn_blocks_stats(e->bm);
         s.kv_blocks_used = bs.used;
         s.kv_blocks_cached = bs.cached;
+        s.evictions = bs.evictions;
     }
     pthread_mutex_unlock(&e->mu);
     return s;

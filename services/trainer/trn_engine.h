@@ -19,7 +19,8 @@
  * the step's token budget; a prompt starts from the longest prefix of
  * full blocks already cached (an earlier turn of its conversation, another
  * sample of its prompt); queued requests are admitted first come first
- * served while blocks are free; when a decode finds no free block the
+ * served while blocks are free, keeping those the running sequences are
+ * expected to take before they end; when a decode finds no free block the
  * youngest running sequence is preempted (its blocks released, it is
  * queued again at the front and recomputed, mostly from the cache).
  *
@@ -90,6 +91,7 @@ typedef struct {
     uint64_t preempted_max; /* most preemptions of one sequence */
     uint64_t shed;          /* queued sequences that released their held
                                prefix for others' blocks */
+    uint64_t evictions;     /* cached blocks reused for new content */
     uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
                                            and steps with prompt chunks */
     double decode_s, mixed_s;           /* their time in the backend */
