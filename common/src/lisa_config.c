@@ -960,6 +960,21 @@ lisa_config_free(const lisa_config_entry_t *table, size_t n, void *cfg)
     }
 }
 
+void
+lisa_config_copy(const lisa_config_entry_t *table, size_t n, void *dst,
+                 const void *src, size_t size)
+{
+    memcpy(dst, src, size);
+    for (size_t i = 0; i < n; i++) {
+        if (table[i].type != LISA_CFG_STRING)
+            continue;
+        char *field = (char *) dst + table[i].offset, *s;
+        memcpy(&s, field, sizeof s);
+        s = s ? lisa_strdup(s) : NULL;
+        memcpy(field, &s, sizeof s);
+    }
+}
+
 /* ---- output: format, dump, help, markdown ---------------------------- */
 
 /* Writes v with the largest unit that divides it exactly. */

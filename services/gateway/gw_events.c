@@ -21,6 +21,7 @@ static void
 s_on_event(void *arg, const Lisa__Event *ev)
 {
     gw_events_t *self = arg;
+    gw_metrics_add(self->m, "lisa_gateway_events_total", NULL, 1);
     if (self->last_seq && ev->seq != self->last_seq + 1) {
         gw_metrics_add(self->m, "lisa_gateway_event_gaps_total", NULL, 1);
         lisa_log_warn("gateway: broker events %" PRIu64 "..%" PRIu64
@@ -50,7 +51,11 @@ gw_events_new(const char *endpoint, zloop_t *loop, gw_fence_t *fence,
     self->loop = loop;
     self->fence = fence;
     self->m = m;
-    self->sub = lisa_events_sub(endpoint, "rollout");
+    /* every topic: the sequence numbers run across rollout, policy and
+     * engine events, so a subscription to rollouts alone would see a gap
+     * at every policy or engine event (and ask the broker about every
+     * attempt again each training step); only rollouts go to the fence */
+    self->sub = lisa_events_sub(endpoint, "");
     if (!self->sub || zloop_reader(loop, self->sub, s_on_sub, self) != 0) {
         lisa_log_error("gateway: cannot subscribe to broker events at %s",
                        endpoint);

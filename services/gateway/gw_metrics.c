@@ -76,6 +76,8 @@ static const s_family_t s_families[] = {
      "within gateway.request_timeout)"},
     {"lisa_gateway_event_gaps_total", S_COUNTER,
      "broker events missed (sequence gaps)"},
+    {"lisa_gateway_events_total", S_COUNTER,
+     "broker events received (every topic: rollout, policy, engine)"},
     {"lisa_gateway_broker_errors_total", S_COUNTER,
      "broker RPCs that failed, by request"},
     {"lisa_gateway_proxy_requests_total", S_COUNTER,

@@ -544,30 +544,17 @@ s_on_expire(zloop_t *loop, int timer_id, void *arg)
 
 /* ---- life cycle --------------------------------------------------------- */
 
-static char *
-s_dup(const char *s)
-{
-    return s ? lisa_strdup(s) : NULL;
-}
-
+/* The server's own copy of the settings (every string its own, so the
+ * caller frees theirs), with the model's and gateway's names defaulted. */
 static void
 s_copy_cfg(gw_config_t *dst, const gw_config_t *src)
 {
-    *dst = *src;
-    dst->address = s_dup(src->address);
-    dst->unix_path = s_dup(src->unix_path);
-    dst->port_file = s_dup(src->port_file);
-    dst->broker = s_dup(src->broker);
-    dst->events = s_dup(src->events);
-    dst->token_key = s_dup(src->token_key);
-    dst->admin_key = s_dup(src->admin_key);
-    dst->tokenizer = s_dup(src->tokenizer);
-    dst->engines = s_dup(src->engines);
-    dst->model = s_dup(src->model ? src->model : "lisa");
-    dst->gateway_id = s_dup(src->gateway_id ? src->gateway_id : "gw");
-    dst->proxy_unix = s_dup(src->proxy_unix);
-    dst->proxy_address = s_dup(src->proxy_address);
-    dst->proxy_allow = s_dup(src->proxy_allow);
+    lisa_config_copy(gw_config_table, gw_config_table_len, dst, src,
+                     sizeof *dst);
+    if (!dst->model)
+        dst->model = lisa_strdup("lisa");
+    if (!dst->gateway_id)
+        dst->gateway_id = lisa_strdup("gw");
 }
 
 /* The package proxy, when a listener for it is configured. */

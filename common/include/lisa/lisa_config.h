@@ -140,6 +140,11 @@ lisa_rc_t lisa_config_load_text(const lisa_config_entry_t *table, size_t n,
 /* Frees the STRING fields of cfg and sets them to NULL; safe twice. */
 void lisa_config_free(const lisa_config_entry_t *table, size_t n, void *cfg);
 
+/* A deep copy of cfg (`size` bytes) into dst: every field, with the STRING
+ * fields of the table duplicated, so each copy is freed on its own. */
+void lisa_config_copy(const lisa_config_entry_t *table, size_t n, void *dst,
+                      const void *src, size_t size);
+
 /* Sets entry `name` in cfg from text `value` (validated like any source).
  * LISA_NOTFOUND for an unknown name, LISA_INVALID for a bad value. */
 lisa_rc_t lisa_config_set(const lisa_config_entry_t *table, size_t n, void *cfg,

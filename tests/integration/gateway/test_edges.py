@@ -133,6 +133,32 @@ def test_cancelled_attempt_refused_through_a_curve_broker(make_engine, make_gate
         ctl.close()
 
 
+def test_policy_and_engine_events_are_no_gap(stack):
+    """Event sequence numbers run across every topic: the policy and
+    engine events a training step makes (a new policy, an engine pausing,
+    registering and expiring) between two rollout events are no gap, so
+    the gateway does not ask the broker about every attempt again."""
+    eng, gw, c = stack
+    time.sleep(0.3)  # the subscription is up
+    enqueue(c, [task("a")])
+    c.ok("policy", pb.PolicyReq(set=True, version=1))
+    c.ok("engine_register", pb.EngineRegisterReq(
+        engine=pb.Engine(engine_id="rank0", url="http://127.0.0.1:9",
+                         policy_version=1, up=True, paused=True), ttl_ms=300))
+    time.sleep(0.6)  # the registration expires: another engine event
+    c.ok("policy", pb.PolicyReq(set=True, version=2))
+    enqueue(c, [task("b")])
+    rid = enqueue(c, [task("c")])[0]
+    c.ok("cancel", pb.CancelReq(rollout_ids=[rid], reason="end"))
+    # three rollout events, two policy events, two engine events (up,
+    # then expired) and the cancel's
+    end = time.time() + 5
+    while metric(gw, "lisa_gateway_events_total") < 8 and time.time() < end:
+        time.sleep(0.05)
+    assert metric(gw, "lisa_gateway_events_total") >= 8
+    assert metric(gw, "lisa_gateway_event_gaps_total") == 0
+
+
 def test_a_gateway_that_missed_the_event_asks_the_broker(make_engine, make_gateway,
                                                         make_broker, key):
     """The attempt ended before this gateway started (no event will come):

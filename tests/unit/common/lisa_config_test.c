@@ -189,6 +189,28 @@ Test(lisa_config, defaults_fill_every_type)
     lisa_config_free(s_table, S_N, &c);
 }
 
+Test(lisa_config, copy_owns_its_strings)
+{
+    s_cfg_t c, d;
+    char err[256];
+    lisa_config_source_t src[S_N];
+    static const char *const args[] = {"--secret", "s3", NULL};
+    cr_assert_eq(s_load(&c, src, err, sizeof err, args), LISA_OK, "%s", err);
+    lisa_config_copy(s_table, S_N, &d, &c, sizeof d);
+    cr_assert_str_eq(d.endpoint, c.endpoint);
+    cr_assert_neq(d.endpoint, c.endpoint); /* its own string */
+    cr_assert_str_eq(d.secret, "s3");
+    cr_assert_neq(d.secret, c.secret);
+    cr_assert_str_eq(d.name, "alpha");
+    cr_assert_eq(d.workers, c.workers);
+    cr_assert_eq(d.lease_ms, c.lease_ms);
+    /* each freed on its own (ASan builds catch a shared pointer) */
+    lisa_config_free(s_table, S_N, &c);
+    cr_assert_str_eq(d.endpoint, "tcp://127.0.0.1:7100");
+    lisa_config_free(s_table, S_N, &d);
+    cr_assert_null(d.secret);
+}
+
 Test(lisa_config, precedence_default_file_env_flag)
 {
     char path[256], cfgarg[300], err[256];
