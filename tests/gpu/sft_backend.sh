@@ -20,7 +20,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:-${LISA_BUILD_DIR:-$root/build/cuda}/bin}
 [ -x "$bin/lisa-sft" ] || { echo "FAIL: no $bin/lisa-sft" >&2; exit 1; }
 if [ -d "$bin/../lib" ]; then
-  export LD_LIBRARY_PATH="$(cd "$bin/../lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  lib=$(cd "$bin/../lib" && pwd)
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
