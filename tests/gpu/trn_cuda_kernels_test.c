@@ -1163,8 +1163,6 @@ test_decode_bs(int T, int H, int Hk, int D, int max_len, int pad, int split,
     trn_bf16_t *dout = s_dev(NULL, (size_t) T * H * D * 2);
     size_t nscr = trn_k_attn_decode_scratch(H, Hk, D);
     float *scr = split ? s_dev(NULL, nscr * 4) : NULL;
-    if (scr) /* the API's contract: zeroed before its first use */
-        RC(trn_cuda_memset(scr, 0, nscr * 4, NULL));
     if (fused) {
         RC(trn_k_attn_decode_prep(dout, dqkv, S, dqw, dkw, dck, dcv, dslot,
                                   dpos, T, H, Hk, D, pg, (float) eps,
@@ -1664,7 +1662,6 @@ bench_decode(trn_blas_t *b)
                 *dps = s_dev(ps, (size_t) T * 4);
         size_t ns = trn_k_attn_decode_scratch(H, Hk, D);
         float *scr = s_dev(NULL, ns * 4);
-        RC(trn_cuda_memset(scr, 0, ns * 4, NULL));
         double t;
         S_TIME(t, trn_k_attn_decode(o, q, S, ck, cv, dsl, dps, T, H, Hk, D, pg,
                                     scr, ns, NULL));

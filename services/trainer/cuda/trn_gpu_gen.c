@@ -196,9 +196,7 @@ s_alloc_step(trn_gpu_kv_t *kv)
     if (!kv->stream || !kv->dtable || !kv->htable || !kv->attn_part ||
         !kv->samp_part || !kv->dx || !kv->dlogits || !kv->dh || !kv->dhf ||
         !kv->dqkv || !kv->dout_attn || !kv->dgu || !kv->da || !kv->dparam ||
-        !kv->hparam || !kv->dres || !kv->hres ||
-        /* the attention's arrival counters start at zero */
-        trn_cuda_memset(kv->attn_part, 0, kv->attn_part_n * 4, NULL) != LISA_OK)
+        !kv->hparam || !kv->dres || !kv->hres)
         return 0;
     /* the table starts all block 0, and so does its mirror */
     memset(kv->htable, 0, TB);

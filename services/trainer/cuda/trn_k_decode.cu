@@ -13,9 +13,9 @@
  * the online softmax runs on the accumulator fragments, and the block
  * merges its warps at the end. When few tokens would leave the
  * device idle (batch 1 decoding), a token's positions are split over
- * several blocks, sized from its real length, and the block that finishes
- * last merges the partial results by their log-sum-exp. Other shapes use a
- * simpler kernel of one block per (token, query head). Rows whose slot is
+ * several blocks, sized from its real length, and a second kernel merges
+ * the partial results by their log-sum-exp. Other shapes use a simpler
+ * kernel of one block per (token, query head). Rows whose slot is
  * negative are padding and give zeros. Prefill tokens use the same
  * kernels (each sees positions up to its own); training uses the tiled
  * kernel in trn_k_attn.cu.
@@ -294,24 +294,18 @@ s_gq_rec(int G, int D)
 /* The end of a grouped decode block: the NW warps' states (each query
  * head's maximum and sum in sm_m / sm_l, its unnormalised output in
  * sm_o[w][g * D + d]) merged by one thread per (query head, dimension),
- * then either the output (one split) or this split's record. The split
- * that finishes last for its (token, KV head), as its counter in cnt
- * says, merges the records by their log-sum-exp into the output and
- * resets the counter (so a recorded launch finds it zero again); the
- * result does not depend on which split that is. */
+ * then either the output (one split) or this split's record. */
 template <int D, int G, int NW>
 __device__ __forceinline__ void
-s_gq_finish(trn_bf16_t *o, float *part, unsigned *cnt, const float (*sm_m)[G],
+s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
             const float (*sm_l)[G], const float (*sm_o)[G * D], int t, int hk,
             int split, int nsplit, int H, int Hk)
 {
-    __shared__ int last;
-    const size_t R = s_gq_rec(G, D);
-    float *rec0 = part ? part + ((size_t) t * (size_t) Hk + (size_t) hk) *
-                                    (size_t) nsplit * R
-                       : NULL;
-    float *rec = rec0 ? rec0 + (size_t) split * R : NULL;
-    trn_bf16_t *out = o + (size_t) t * (size_t) (H * D) + (size_t) hk * G * D;
+    float *rec = part
+                     ? part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
+                               (size_t) hk * (size_t) nsplit + (size_t) split) *
+                                  s_gq_rec(G, D)
+                     : NULL;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         int g = i / D;
         float M = -INFINITY;
@@ -328,7 +322,8 @@ s_gq_finish(trn_bf16_t *o, float *part, unsigned *cnt, const float (*sm_m)[G],
                 acc += sm_o[w][i] * f;
             }
         if (nsplit == 1) {
-            trn_st(out + i, L > 0.0f ? acc / L : 0.0f);
+            trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) hk * G * D + i,
+                   L > 0.0f ? acc / L : 0.0f);
         } else {
             rec[2 * G + i] = acc;
             if (i % D == 0) {
@@ -336,38 +331,6 @@ s_gq_finish(trn_bf16_t *o, float *part, unsigned *cnt, const float (*sm_m)[G],
                 rec[G + g] = L;
             }
         }
-    }
-    if (nsplit == 1)
-        return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned *c = cnt + (size_t) t * (size_t) Hk + (size_t) hk;
-        last = atomicAdd(c, 1u) == (unsigned) nsplit - 1;
-        if (last)
-            *c = 0; /* every split has arrived */
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        int g = i / D;
-        float M = -INFINITY;
-        for (int s = 0; s < nsplit; s++)
-            M = fmaxf(M, __ldcg(rec0 + (size_t) s * R + g));
-        float L = 0.0f, acc = 0.0f;
-        if (M != -INFINITY)
-            for (int s = 0; s < nsplit; s++) {
-                const float *r = rec0 + (size_t) s * R;
-                float m = __ldcg(r + g);
-                if (m == -INFINITY)
-                    continue;
-                float f = exp2f(m - M);
-                L += __ldcg(r + G + g) * f;
-                acc += __ldcg(r + 2 * G + i) * f;
-            }
-        trn_st(out + i, L > 0.0f ? acc / L : 0.0f);
     }
 }
 
@@ -497,12 +460,11 @@ s_gm_stash(float (&sm_m)[NW][G], float (&sm_l)[NW][G], float (*sm_o)[G * D],
 
 template <int D, int G, bool PREP, int NW>
 __global__ void __launch_bounds__(32 * NW)
-    s_attn_gqa_mma(trn_bf16_t *o, float *part, unsigned *cnt,
-                   const trn_bf16_t *q, int stride, trn_bf16_t *ck,
-                   trn_bf16_t *cv, const int32_t *slot, const int32_t *pos,
-                   int H, int Hk, trn_kv_pages_t pg, float scale,
-                   const trn_bf16_t *qw, const trn_bf16_t *kw, float eps,
-                   float theta)
+    s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
+                   trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
+                   const int32_t *pos, int H, int Hk, trn_kv_pages_t pg,
+                   float scale, const trn_bf16_t *qw, const trn_bf16_t *kw,
+                   float eps, float theta)
 {
     constexpr int S_GQ_THREADS = 32 * NW, S_GM_TP = 16 * NW;
     constexpr int LD = D + 8, KS = D / 16, NT = D / 8, TE = S_GM_TP * LD;
@@ -614,8 +576,35 @@ __global__ void __launch_bounds__(32 * NW)
     if (g < G)
         s_gm_stash<D, G, NW>(sm_m, sm_l, sm_o, oacc, m_r, l_r, warp, g, tq);
     __syncthreads();
-    s_gq_finish<D, G, NW>(o, part, cnt, sm_m, sm_l, sm_o, t, hk, split, nsplit,
-                          H, Hk);
+    s_gq_finish<D, G, NW>(o, part, sm_m, sm_l, sm_o, t, hk, split, nsplit, H,
+                          Hk);
+}
+
+/* Merges the splits of (token, query head): one thread per dimension. */
+__global__ void
+s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
+{
+    trn_pdl_enter();
+    int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    int G = H / Hk, hk = h / G, g = h % G;
+    const float *rec0 = part + ((size_t) t * (size_t) Hk + (size_t) hk) *
+                                   (size_t) nsplit * s_gq_rec(G, D);
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++)
+        M = fmaxf(M, rec0[(size_t) s * s_gq_rec(G, D) + g]);
+    float L = 0.0f, acc = 0.0f;
+    if (M != -INFINITY)
+        for (int s = 0; s < nsplit; s++) {
+            const float *rec = rec0 + (size_t) s * s_gq_rec(G, D);
+            float m = rec[g];
+            if (m == -INFINITY)
+                continue;
+            float f = exp2f(m - M);
+            L += rec[G + g] * f;
+            acc += rec[2 * G + (size_t) g * D + d] * f;
+        }
+    trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) h * D + d,
+           L > 0.0f ? acc / L : 0.0f);
 }
 
 /* Multiprocessors of the current device, asked once per process (each
@@ -638,24 +627,15 @@ s_sm_count(void)
     return n;
 }
 
-/* Arrival counters at the end of the scratch: one per (token, KV head),
- * fewer than two blocks a processor when positions are split. */
-static size_t
-s_gqa_counters(void)
-{
-    return (size_t) 2 * (size_t) s_sm_count();
-}
-
 extern "C" size_t
 trn_k_attn_decode_scratch(int H, int Hk, int D)
 {
     if (H <= 0 || Hk <= 0 || D <= 0)
         return 0;
     /* splits are used only while T*Hk is below two blocks per processor,
-     * so T*Hk*nsplit stays under four per processor; then the counters */
+     * so T*Hk*nsplit stays under four per processor */
     return (size_t) 4 * (size_t) s_sm_count() * (size_t) (H / Hk) *
-               (size_t) (D + 2) +
-           s_gqa_counters();
+           (size_t) (D + 2);
 }
 
 /* What the fused preparation needs (s_attn_gqa_mma's PREP). */
@@ -667,10 +647,10 @@ typedef struct {
 /* One launch of the grouped kernel with NW warps a block. */
 template <int D, int G, int NW>
 static lisa_rc_t
-s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, unsigned *cnt,
-          const trn_bf16_t *q, int stride, trn_bf16_t *ck, trn_bf16_t *cv,
-          const int32_t *slot, const int32_t *pos, int H, int Hk,
-          trn_kv_pages_t pg, const s_prep_t *prep, cudaStream_t st)
+s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
+          int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
+          const int32_t *pos, int H, int Hk, trn_kv_pages_t pg,
+          const s_prep_t *prep, cudaStream_t st)
 {
     /* the key/value tiles take more shared memory than a block gets
      * unasked */
@@ -692,7 +672,7 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, unsigned *cnt,
     const s_prep_t *pp = prep ? prep : &none;
     TRN_CUDA_TRY(trn_launch_pdl(
         prep ? s_attn_gqa_mma<D, G, true, NW> : s_attn_gqa_mma<D, G, false, NW>,
-        grid, dim3(32 * NW), (size_t) smem, st, o, part, cnt, q, stride, ck, cv,
+        grid, dim3(32 * NW), (size_t) smem, st, o, part, q, stride, ck, cv,
         slot, pos, H, Hk, pg, 1.0f / sqrtf((float) D), pp->qw, pp->kw, pp->eps,
         pp->theta));
     return LISA_OK;
@@ -718,17 +698,15 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
     long blocks = (long) T * Hk, want = 2L * s_sm_count();
     bool few = s_gqa_few(T, Hk);
     int nsplit = 1;
-    size_t ncnt = s_gqa_counters();
-    if (scratch && few && scratch_floats > ncnt &&
-        (size_t) blocks <= ncnt) { /* records, then the counters */
-        size_t recs = scratch_floats - ncnt;
+    if (scratch && few) {
         nsplit = (int) ((want + blocks - 1) / blocks);
         /* the longest a sequence can be: the table's reach */
         long reach = (long) pg.max_blocks << pg.bshift;
         int tiles = (int) ((reach + S_GQ_TP - 1) / S_GQ_TP);
         nsplit = nsplit > tiles ? tiles : nsplit;
         nsplit = nsplit > S_GQ_SPLITS ? S_GQ_SPLITS : nsplit;
-        while (nsplit > 1 && (size_t) blocks * (size_t) nsplit * rec > recs)
+        while (nsplit > 1 &&
+               (size_t) blocks * (size_t) nsplit * rec > scratch_floats)
             nsplit--;
     }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
@@ -737,14 +715,17 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
      * ones fit a multiprocessor's shared memory, so a batch of 64 tokens'
      * 512 blocks would take two rounds; six of the narrow ones fit */
     float *part = nsplit > 1 ? scratch : NULL;
-    unsigned *cnt =
-        nsplit > 1
-            ? reinterpret_cast<unsigned *>(scratch + scratch_floats - ncnt)
-            : NULL;
-    return few ? s_gqa_run<D, G, 4>(grid, o, part, cnt, q, stride, ck, cv, slot,
-                                    pos, H, Hk, pg, prep, st)
-               : s_gqa_run<D, G, 2>(grid, o, part, cnt, q, stride, ck, cv, slot,
-                                    pos, H, Hk, pg, prep, st);
+    lisa_rc_t rc = few ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv,
+                                            slot, pos, H, Hk, pg, prep, st)
+                       : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv,
+                                            slot, pos, H, Hk, pg, prep, st);
+    if (rc != LISA_OK)
+        return rc;
+    if (nsplit > 1)
+        TRN_CUDA_TRY(trn_launch_pdl(
+            s_attn_merge, dim3((unsigned) T, (unsigned) H), dim3(D), 0, st, o,
+            (const float *) scratch, H, Hk, D, nsplit));
+    return LISA_OK;
 }
 
 typedef lisa_rc_t (*s_gqa_fn)(trn_bf16_t *, const trn_bf16_t *, int,

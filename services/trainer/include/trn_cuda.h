@@ -307,9 +307,7 @@ lisa_rc_t trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 /* Attention of T new tokens (q rows at q + t*stride) over positions
  * 0..pos[t] of their sequence (table row slot[t]); o is [T, H*D]; rows
  * with slot[t] < 0 give zeros. `scratch` (scratch_floats floats, may be
- * NULL; zeroed once before its first use: its end holds arrival counters
- * each launch leaves at zero) lets few tokens split their positions over
- * several blocks; the
+ * NULL) lets few tokens split their positions over several blocks; the
  * split count depends only on T, the shape, max_blocks << bshift and the
  * scratch size, so a recorded launch stays valid as sequences grow and
  * their tables change (the table's address must stay). */
