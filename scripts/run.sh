@@ -261,23 +261,40 @@ echo "run folder: $run"
 pids=()
 names=()
 stopping=0
+stop_failed=0
 stop_all() {
   stopping=1
-  local i pid
+  local i pid st killed
   # Stop in reverse start order: trainer, controller (it removes its
-  # sandboxes), gateway, reward worker, broker.
+  # sandboxes), gateway, reward worker, broker. A service that ends its
+  # stop with an error (a crash on the way out, a sanitizer's report) fails
+  # the run: its log says why.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
     pid=${pids[$i]}
+    if ! kill -0 "$pid" 2>/dev/null; then # ended before (the trainer)
+      wait "$pid" 2>/dev/null || true
+      continue
+    fi
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done
+    killed=0
     if kill -0 "$pid" 2>/dev/null; then
       echo "run.sh: ${names[$i]} (pid $pid) ignored TERM; killing it" >&2
       kill -KILL "$pid" 2>/dev/null || true
+      killed=1
     fi
-    wait "$pid" 2>/dev/null || true
+    st=0
+    wait "$pid" 2>/dev/null || st=$?
+    if [ "$killed" = 0 ] && [ "$st" -ne 0 ] && [ "$st" -ne 143 ]; then
+      echo "run.sh: ${names[$i]} (pid $pid) ended with status $st while" \
+        "stopping; last lines of its log:" >&2
+      grep -v -E '^[^ ]+ [^ ]+ INFO config ' "$run/logs/${names[$i]}.log" |
+        tail -n 12 >&2 || true
+      stop_failed=1
+    fi
   done
   pids=()
   names=()
@@ -469,5 +486,8 @@ if [ -s "$metrics" ]; then
   else
     echo "run.sh: lisa plot failed; the metrics are in $metrics" >&2
   fi
+fi
+if [ "$rc" -eq 0 ] && [ "$stop_failed" = 1 ]; then
+  rc=1
 fi
 exit "$rc"

@@ -239,7 +239,7 @@ s_cfg(int C, int I, int L, int H, int Hk, int D, int V, int tied, double theta)
     c.num_key_value_heads = Hk;
     c.head_dim = D;
     c.vocab_size = V;
-    c.max_position_embeddings = 262144;
+    c.max_position_embeddings = 40960;
     c.rms_norm_eps = 1e-6;
     c.rope_theta = theta;
     c.tie_word_embeddings = tied;
@@ -580,14 +580,6 @@ main(void)
                s_cfg(2560, 9728, 2, 32, 8, 128, 151936, 1, 5e6), lens3, 2, 0,
                /* logp near -12 over a 152k vocabulary: bf16 products */
                2e-1, TRN_RECOMPUTE_AUTO);
-    /* a 64k-token trajectory (the recipe's longest) on one reduced layer
-     * with the 4B shape's head_dim and two query heads a KV head, against
-     * the CPU reference: the attention kernels' long-range tiles and the
-     * LM head in chunks */
-    int lens64[] = {65536};
-    test_model("64k tokens, 1 layer D=128 G=2",
-               s_cfg(256, 512, 1, 2, 1, 128, 512, 1, 5e6), lens64, 1, 0, 5e-2,
-               TRN_RECOMPUTE_AUTO);
     test_train_state();
     test_optim_offload();
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
