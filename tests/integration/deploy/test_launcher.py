@@ -343,3 +343,35 @@ def test_run_sh_names_a_dead_service_and_its_last_words(local_run):
         assert "holds only its configuration" in report, report
     # The script stopped the others before it exited.
     assert not _alive([v for k, v in svc.items() if k != "lisa-gateway"])
+
+
+def test_run_sh_fails_when_a_service_fails_its_stop(tmp_path):
+    """A service that ends its stop with an error (here the reward worker,
+    wrapped to exit 3 after its clean stop; a crash on the way out or a
+    sanitizer's report look the same) fails the run, named with its
+    status and its log's last lines, although training finished."""
+    build = tmp_path / "build"
+    (build / "bin").mkdir(parents=True)
+    for name in os.listdir(os.path.join(BUILD, "bin")):
+        os.symlink(os.path.join(BUILD, "bin", name), build / "bin" / name)
+    real = os.path.join(BUILD, "bin", "lisa-reward")
+    wrapper = build / "bin" / "lisa-reward"
+    wrapper.unlink()
+    wrapper.write_text(
+        "#!/bin/bash\n"
+        f"'{real}' \"$@\" &\n"
+        "child=$!\n"
+        "trap 'kill -TERM $child; wait $child; exit 3' TERM\n"
+        "wait $child\n")
+    wrapper.chmod(0o755)
+    run = tmp_path / "run"
+    p = subprocess.run(["bash", RUN_SH, "--no-build", "--out", str(run),
+                        "--steps", "1"], cwd=SRC,
+                       env=dict(os.environ, LISA_BUILD_DIR=str(build)),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert re.search(r"^step 1 of 1 ", p.stdout, re.M), p.stdout[-2000:]
+    assert re.search(r"run\.sh: reward \(pid \d+\) ended with status 3 while "
+                     r"stopping", p.stderr), p.stderr[-2000:]
+    # the others stopped cleanly: only the reward worker is named
+    assert "gateway (pid" not in p.stderr, p.stderr[-2000:]
