@@ -101,9 +101,19 @@ def attention_backends():
 
 
 def set_checkpointing(model, on):
-    if on:
+    """Every layer checkpointed (non-reentrant, as verl and TRL set it) or
+    none. Newer transformers name it activation checkpointing and keep
+    gradient_checkpointing_* as deprecated aliases."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=kwargs)
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
         model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+            gradient_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_disable()
 
