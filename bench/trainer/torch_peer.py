@@ -101,7 +101,7 @@ def attention_backends():
 
 
 def set_checkpointing(model, on):
-    """Every layer checkpointed (non-reentrant, as verl and TRL set it) or
+    """Every layer checkpointed (non-reentrant, as verl sets it) or
     none. Newer transformers name it activation checkpointing and keep
     gradient_checkpointing_* as deprecated aliases."""
     kwargs = {"use_reentrant": False}
