@@ -43,6 +43,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 import torch
 
@@ -187,59 +188,51 @@ def apply_liger():
                                 fused_linear_cross_entropy=True)
 
 
-def train(layers, quick):
-    from importlib.metadata import version
-
-    apply_liger()
-    print(f"peer_stack torch {torch.__version__} transformers "
-          f"{version('transformers')} liger-kernel {version('liger-kernel')}",
-          flush=True)
-    reps = 1 if quick else 3
-    lengths = TRAIN_LENGTHS[:1] if quick else TRAIN_LENGTHS
+def fwd_bwd_figures(layers, lengths, reps):
+    """train_tok_s_ and mfu_ for each length: bf16 weights, no optimizer."""
     model = new_model(layers, torch.bfloat16)
     model.train()
+    reset = partial(model.zero_grad, set_to_none=True)
     for T, tag in lengths:
         ids = torch.randint(0, 150000, (1, T), device="cuda")
-        r = measure(model, lambda b: fwd_bwd(model, ids, b, False),
-                    lambda: model.zero_grad(set_to_none=True), reps,
-                    f"train {tag}")
-        model.zero_grad(set_to_none=True)
-        del ids
+        r = measure(model, partial(fwd_bwd, model, ids, autocast=False),
+                    reset, reps, f"train {tag}")
+        reset()
         free_cuda()
         if r is None:
             print(f"train_{tag} failed: out of memory with checkpointing",
                   flush=True)
             continue
         t, ckpt, attn, peak = r
+        mfu = 100 * model_flops(layers, T) / t / PEAK_FLOPS
         print(f"train_tok_s_{tag} {T / t:.0f} tok/s")
-        print(f"mfu_{tag} {100 * model_flops(layers, T) / t / PEAK_FLOPS:.1f} %")
+        print(f"mfu_{tag} {mfu:.1f} %")
         print(f"peer_recompute_{tag} {'on' if ckpt else 'off'}")
         print(f"peer_attention_{tag} {attn}")
         print(f"peer_mem_{tag} {peak / GIB:.1f} GiB peak", flush=True)
-    del model
-    free_cuda()
-    if quick:
-        return
-    # full steps: fp32 parameters, bf16 compute, fused AdamW
+
+
+def adamw_step(model, opt, params, ids, backend):
+    opt.zero_grad(set_to_none=True)
+    fwd_bwd(model, ids, backend, autocast=True)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def step_figures(layers, lengths, reps):
+    """step_tok_s_ for each length: fp32 parameters, bf16 compute under
+    autocast, gradient clipping and fused AdamW."""
     model = new_model(layers, torch.float32)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.0, fused=True)
-
-    def step(ids, backend):
-        opt.zero_grad(set_to_none=True)
-        fwd_bwd(model, ids, backend, True)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-
-    for T, tag in STEP_LENGTHS:
+    reset = partial(opt.zero_grad, set_to_none=True)
+    for T, tag in lengths:
         ids = torch.randint(0, 150000, (1, T), device="cuda")
-        r = measure(model, lambda b: step(ids, b),
-                    lambda: opt.zero_grad(set_to_none=True), reps,
-                    f"step {tag}")
-        opt.zero_grad(set_to_none=True)
-        del ids
+        r = measure(model, partial(adamw_step, model, opt, params, ids),
+                    reset, reps, f"step {tag}")
+        reset()
         free_cuda()
         if r is None:
             print(f"step_{tag} failed: out of memory with checkpointing",
@@ -250,8 +243,23 @@ def train(layers, quick):
         print(f"peer_step_recompute_{tag} {'on' if ckpt else 'off'}")
         print(f"peer_step_attention_{tag} {attn}")
         print(f"peer_step_mem_{tag} {peak / GIB:.1f} GiB peak", flush=True)
-    del model, opt, params
+
+
+def train(layers, quick):
+    from importlib.metadata import version
+
+    apply_liger()
+    print(f"peer_stack torch {torch.__version__} transformers "
+          f"{version('transformers')} liger-kernel {version('liger-kernel')}",
+          flush=True)
+    reps = 1 if quick else 3
+    # each model is gone when its function returns
+    fwd_bwd_figures(layers, TRAIN_LENGTHS[:1] if quick else TRAIN_LENGTHS,
+                    reps)
     free_cuda()
+    if not quick:
+        step_figures(layers, STEP_LENGTHS, reps)
+        free_cuda()
 
 
 def decode(layers):
