@@ -11,8 +11,8 @@
 # by LISA_PEER_WHEELS (the GPU machine has no network). Fetch the wheel
 # where there is one and copy the folder over:
 #   pip download liger-kernel==0.8.5 --no-deps -d DIR
-# It is installed (--no-index --no-deps) into a temporary folder put on
-# PYTHONPATH for this run only.
+# It is installed (pip --no-index --no-deps, or unpacked where python3 has
+# no pip) into a temporary folder put on PYTHONPATH for this run only.
 set -euo pipefail
 bindir=${1:?usage: run.sh BINDIR [--quick] [--decode-only] [--no-graphs]}
 shift || true
@@ -25,9 +25,15 @@ done
 if [ -n "${LISA_PEER_WHEELS:-}" ]; then
   site=$(mktemp -d)
   trap 'rm -rf "$site"' EXIT
-  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet \
-    --disable-pip-version-check --no-index --no-deps \
-    --find-links "$LISA_PEER_WHEELS" --target "$site" liger-kernel==0.8.5
+  if python3 -m pip --version > /dev/null 2>&1; then
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet \
+      --disable-pip-version-check --no-index --no-deps \
+      --find-links "$LISA_PEER_WHEELS" --target "$site" liger-kernel==0.8.5
+  else # a pure-Python wheel is a zip of what pip would install
+    whl=("$LISA_PEER_WHEELS"/liger_kernel-0.8.5-*.whl)
+    [ -f "${whl[0]}" ] || { echo "no liger_kernel-0.8.5 wheel in $LISA_PEER_WHEELS" >&2; exit 1; }
+    python3 -m zipfile -e "${whl[0]}" "$site"
+  fi
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
