@@ -24,13 +24,13 @@ layers, hidden 2560, 32 query and 8 key/value heads of 128, intermediate
       parameters, bf16 compute): parameters, gradients and AdamW moments
       in fp32, forward and backward under torch.autocast(bfloat16);
       checkpointing as above (peer_step_recompute_<n>k)
-  decode_tok_s_b1, decode_tok_s_b64  model.generate with a static cache,
-      its decode step torch.compile'd with mode="reduce-overhead" (CUDA
-      graphs), 128-token prompts, 128 sampled new tokens per sequence, best
-      of three after a warm-up call that compiles and records; plain
-      transformers (no Liger), in a child process; peer_decode_graphs_<b>
-      says whether the compiled step ran and how many graphs inductor
-      skipped
+  decode_tok_s_b1, decode_tok_s_b64  model.generate with a static cache
+      (one per batch size, reset between calls), its decode step
+      torch.compile'd with mode="reduce-overhead" (CUDA graphs), 128-token
+      prompts, 128 sampled new tokens per sequence, best of three after a
+      warm-up call that compiles and records; plain transformers (no
+      Liger), in a child process; peer_decode_graphs_<b> says whether the
+      compiled step ran and how many graphs inductor skipped
 
 MFU as trn_bench counts it: (6 N + 6 L H D T) T / time against 989
 TFLOP/s, N the layers' matrices plus the tied LM head (no norms, no
@@ -264,7 +264,7 @@ def train(layers, quick):
 
 def decode(layers):
     from torch._dynamo.utils import counters
-    from transformers import CompileConfig
+    from transformers import CompileConfig, StaticCache
 
     model = new_model(layers, torch.bfloat16)
     model.eval()
@@ -272,14 +272,19 @@ def decode(layers):
                                    dynamic=False)
     for batch, tag in ((1, "b1"), (64, "b64")):
         ids = torch.randint(0, 150000, (batch, 128), device="cuda")
+        # one cache for every call of this batch, reset in place: the
+        # recorded graphs keep reading the same addresses (generate would
+        # make a new cache each call, and the graphs would be recorded anew)
+        cache = StaticCache(config=model.config, max_cache_len=256)
 
         def generate():
+            cache.reset()
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids),
                                max_new_tokens=128, min_new_tokens=128,
                                do_sample=True, temperature=1.0, top_p=1.0,
                                top_k=0, eos_token_id=None, pad_token_id=0,
-                               cache_implementation="static",
+                               past_key_values=cache,
                                compile_config=compile_config)
 
         skips = int(counters["inductor"]["cudagraph_skips"])
