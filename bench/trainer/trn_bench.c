@@ -11,7 +11,18 @@
  *       decode_step_ms_* split that time into the prompt's step and the
  *       mean one-token step);
  *   with --no-graphs also decode_tok_s_*_nograph: the same with every
- *       kernel launched directly instead of replaying recorded graphs.
+ *       kernel launched directly instead of replaying recorded graphs;
+ *   step_tok_s_4k, step_tok_s_16k  full training steps of one sequence
+ *       (forward, backward, AdamW with clipping at 1.0), median of three
+ *       after a warm-up; at 16k the optimizer state goes to host memory
+ *       (trn_gpu_model_set_optim_offload) only when the activations would
+ *       otherwise be recomputed: step_offload_<tag> and step_recompute_<tag>
+ *       say which.
+ * With --long: the optimizer state offloaded (a 4B model's state and the
+ * activations of 32k tokens do not fit beside each other otherwise),
+ * forward+backward of one sequence of 32k and 64k tokens, printed as
+ * train_tok_s_32k / mfu_32k / recompute_32k (and _64k) with mem_ lines,
+ * the names the PyTorch peer prints for the same lengths.
  * MFU counts model FLOPs only: 6 N + 6 L H D T per token (causal
  * attention), N without the embedding, against 989 TFLOP/s dense bf16.
  * With --world W (W GPUs, one process each): data-parallel training
@@ -26,7 +37,7 @@
  * streamed through the device (adamw_offload_s) and, with the state
  * brought back, the same update resident (adamw_s).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B [--prompt P]] [--world W] [--offload]
+ *             [--batch B [--prompt P]] [--world W] [--offload] [--long]
  * --batch B prints the decode figures of batch B alone, after prompts of
  * P tokens (default 128: P sets the context the decode steps read).
  */
@@ -76,27 +87,76 @@ s_qwen3_4b(int layers)
     return c;
 }
 
+/* One training sequence of T random tokens: the next token as target,
+ * the loss the mean of -logp (d loss / d logp = -1/T). */
+typedef struct {
+    int32_t *tok, *tgt;
+    float *lp, *dl;
+    size_t offs[2];
+    trn_batch_t b;
+} s_seq_t;
+
+static void
+s_seq_init(s_seq_t *s, int T, unsigned seed)
+{
+    s->tok = malloc((size_t) T * 4), s->tgt = malloc((size_t) T * 4);
+    s->lp = malloc((size_t) T * 4), s->dl = malloc((size_t) T * 4);
+    if (!s->tok || !s->tgt || !s->lp || !s->dl) {
+        printf("out of host memory\n");
+        exit(1);
+    }
+    for (int t = 0; t < T; t++)
+        s->tok[t] = (int32_t) (rand_r(&seed) % 150000u);
+    for (int t = 0; t < T; t++) {
+        s->tgt[t] = t + 1 < T ? s->tok[t + 1] : -1;
+        s->dl[t] = -1.0f / (float) T;
+    }
+    s->offs[0] = 0, s->offs[1] = (size_t) T;
+    s->b = (trn_batch_t){s->tok, s->tgt, (size_t) T, s->offs, 1, 1.0f};
+}
+
+static void
+s_seq_free(s_seq_t *s)
+{
+    free(s->tok), free(s->tgt), free(s->lp), free(s->dl);
+}
+
+/* Model FLOPs of one sequence of T tokens, forward and backward: 6 N +
+ * 6 L H D T per token, N without the embedding but with the (tied) LM
+ * head. */
+static double
+s_flops(const trn_config_t *c, int T)
+{
+    double C = (double) c->hidden_size, I = (double) c->intermediate_size;
+    double L = (double) c->num_hidden_layers,
+           H = (double) c->num_attention_heads;
+    double Hk = (double) c->num_key_value_heads, D = (double) c->head_dim;
+    double V = (double) c->vocab_size;
+    double n_layer = C * (H + 2 * Hk) * D + H * D * C + 3 * C * I;
+    double N = L * n_layer + V * C; /* + LM head (tied) */
+    return (6 * N + 6 * L * H * D * T) * T;
+}
+
+static const char *
+s_recompute_name(const trn_gpu_model_t *g)
+{
+    return trn_gpu_model_keeps_activations(g) ? "off"
+           : trn_gpu_model_keeps_attention(g) ? "on-but-attention"
+                                              : "on";
+}
+
 static void
 s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
         int reps)
 {
-    int32_t *tok = malloc((size_t) T * 4), *tgt = malloc((size_t) T * 4);
-    float *lp = malloc((size_t) T * 4), *dl = malloc((size_t) T * 4);
-    unsigned seed = 1;
-    for (int t = 0; t < T; t++)
-        tok[t] = (int32_t) (rand_r(&seed) % 150000u);
-    for (int t = 0; t < T; t++) {
-        tgt[t] = t + 1 < T ? tok[t + 1] : -1;
-        dl[t] = -1.0f / (float) T;
-    }
-    size_t offs[2] = {0, (size_t) T};
-    trn_batch_t b = {tok, tgt, (size_t) T, offs, 1, 1.0f};
+    s_seq_t s;
+    s_seq_init(&s, T, 1);
     trn_err_t err = {{0}};
     double times[8];
     for (int it = 0; it < reps + 1; it++) {
         double t0 = s_now();
-        if (trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
-            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK) {
+        if (trn_gpu_model_forward(g, &s.b, s.lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, s.dl, NULL, &err) != LISA_OK) {
             printf("train %s failed: %s\n", tag, err.msg);
             exit(1);
         }
@@ -105,21 +165,10 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
     }
     qsort(times, (size_t) reps, 8, s_cmp);
     double t = times[reps / 2];
-    double C = (double) c->hidden_size, I = (double) c->intermediate_size;
-    double L = (double) c->num_hidden_layers,
-           H = (double) c->num_attention_heads;
-    double Hk = (double) c->num_key_value_heads, D = (double) c->head_dim;
-    double V = (double) c->vocab_size;
-    double n_layer = C * (H + 2 * Hk) * D + H * D * C + 3 * C * I;
-    double N = L * n_layer + V * C; /* + LM head (tied) */
-    double flops = (6 * N + 6 * L * H * D * T) * T;
     printf("train_tok_s_%s %.0f tok/s\n", tag, T / t);
-    printf("mfu_%s %.1f %%\n", tag, 100 * flops / t / 989e12);
-    printf("recompute_%s %s\n", tag,
-           trn_gpu_model_keeps_activations(g) ? "off"
-           : trn_gpu_model_keeps_attention(g) ? "on-but-attention"
-                                              : "on");
-    free(tok), free(tgt), free(lp), free(dl);
+    printf("mfu_%s %.1f %%\n", tag, 100 * s_flops(c, T) / t / 989e12);
+    printf("recompute_%s %s\n", tag, s_recompute_name(g));
+    s_seq_free(&s);
 }
 
 static void
@@ -201,25 +250,16 @@ s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs)
 static double
 s_steps(trn_gpu_model_t *g, int T, int reps)
 {
-    int32_t *tok = malloc((size_t) T * 4), *tgt = malloc((size_t) T * 4);
-    float *lp = malloc((size_t) T * 4), *dl = malloc((size_t) T * 4);
-    unsigned seed = 3;
-    for (int t = 0; t < T; t++)
-        tok[t] = (int32_t) (rand_r(&seed) % 150000u);
-    for (int t = 0; t < T; t++) {
-        tgt[t] = t + 1 < T ? tok[t + 1] : -1;
-        dl[t] = -1.0f / (float) T;
-    }
-    size_t offs[2] = {0, (size_t) T};
-    trn_batch_t b = {tok, tgt, (size_t) T, offs, 1, 1.0f};
+    s_seq_t s;
+    s_seq_init(&s, T, 3);
     trn_err_t err = {{0}};
     double times[8];
     for (int it = 0; it < reps + 1; it++) {
         double t0 = s_now();
         trn_gpu_model_last_backward(g); /* one micro-batch per step */
         if (trn_gpu_model_zero_grad(g) != LISA_OK ||
-            trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
-            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK ||
+            trn_gpu_model_forward(g, &s.b, s.lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, s.dl, NULL, &err) != LISA_OK ||
             trn_gpu_model_adamw(g, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
                                 NULL) != LISA_OK ||
             trn_cuda_sync() != LISA_OK) {
@@ -230,7 +270,7 @@ s_steps(trn_gpu_model_t *g, int T, int reps)
             times[it - 1] = s_now() - t0;
     }
     qsort(times, (size_t) reps, 8, s_cmp);
-    free(tok), free(tgt), free(lp), free(dl);
+    s_seq_free(&s);
     return times[reps / 2];
 }
 
@@ -349,6 +389,16 @@ s_adamw(trn_gpu_model_t *g)
     return s_now() - t0;
 }
 
+/* What the device holds now (the model's state and activations). */
+static void
+s_mem(const char *tag)
+{
+    size_t fr = 0, tot = 0;
+    if (trn_cuda_mem_info(&fr, &tot) == LISA_OK)
+        printf("mem_%s %.1f GiB in use of %.1f\n", tag,
+               (double) (tot - fr) / (1 << 30), (double) tot / (1 << 30));
+}
+
 static int
 s_offload(trn_gpu_model_t *g, const trn_config_t *c)
 {
@@ -362,10 +412,7 @@ s_offload(trn_gpu_model_t *g, const trn_config_t *c)
         char tag[32];
         snprintf(tag, sizeof tag, "%dk_offload", lens[i] / 1024);
         s_train(g, c, lens[i], tag, 2);
-        size_t fr = 0, tot = 0;
-        if (trn_cuda_mem_info(&fr, &tot) == LISA_OK)
-            printf("mem_%s %.1f GiB in use of %.1f\n", tag,
-                   (double) (tot - fr) / (1 << 30), (double) tot / (1 << 30));
+        s_mem(tag);
     }
     double t = s_adamw(g);
     printf("adamw_offload_s %.3f s\n", t);
@@ -378,11 +425,74 @@ s_offload(trn_gpu_model_t *g, const trn_config_t *c)
     return t < 0;
 }
 
+/* Moves the optimizer state to host memory (on) or back (off); the
+ * activations are freed first, so the next forward plans them anew for
+ * the memory then free. */
+static int
+s_set_offload(trn_gpu_model_t *g, int on)
+{
+    trn_err_t err = {{0}};
+    trn_gpu_model_free_activations(g);
+    if (trn_gpu_model_set_optim_offload(g, on, &err) != LISA_OK) {
+        printf("optimizer offload %s failed: %s\n", on ? "on" : "off", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Full training steps of one sequence of T tokens (forward, backward,
+ * AdamW): step_tok_s_<tag>. With may_offload, a forward first shows
+ * whether the activations fit beside the resident optimizer state; when
+ * they would be recomputed, the state goes to host memory for these
+ * steps and comes back after. */
+static int
+s_step(trn_gpu_model_t *g, int T, const char *tag, int may_offload)
+{
+    int off = 0;
+    if (may_offload && !trn_gpu_model_optim_offloaded(g)) {
+        s_seq_t s;
+        s_seq_init(&s, T, 3);
+        trn_err_t err = {{0}};
+        lisa_rc_t rc = trn_gpu_model_forward(g, &s.b, s.lp, NULL, &err);
+        s_seq_free(&s);
+        if (rc != LISA_OK) {
+            printf("step %s failed: %s\n", tag, err.msg);
+            return 1;
+        }
+        off = !trn_gpu_model_keeps_activations(g);
+        if (off && s_set_offload(g, 1) != 0)
+            return 1;
+    }
+    double t = s_steps(g, T, 3);
+    printf("step_tok_s_%s %.0f tok/s\n", tag, T / t);
+    printf("step_recompute_%s %s\n", tag, s_recompute_name(g));
+    printf("step_offload_%s %s\n", tag,
+           trn_gpu_model_optim_offloaded(g) ? "on" : "off");
+    return off ? s_set_offload(g, 0) : 0;
+}
+
+/* --long: 32k and 64k tokens with the optimizer state offloaded, under
+ * the names the peer prints for those lengths. */
+static int
+s_long(trn_gpu_model_t *g, const trn_config_t *c)
+{
+    if (s_set_offload(g, 1) != 0)
+        return 1;
+    static const int lens[] = {32768, 65536};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "%dk", lens[i] / 1024);
+        s_train(g, c, lens[i], tag, 3);
+        s_mem(tag);
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
-    int batch = 0, prompt = 128, offload = 0;
+    int batch = 0, prompt = 128, offload = 0, long_seqs = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -400,6 +510,8 @@ main(int argc, char **argv)
             world = atoi(argv[++i]);
         else if (strcmp(argv[i], "--offload") == 0)
             offload = 1;
+        else if (strcmp(argv[i], "--long") == 0)
+            long_seqs = 1;
     }
     if (world >= 1)
         return s_dp(world, layers);
@@ -423,20 +535,28 @@ main(int argc, char **argv)
         trn_gpu_model_destroy(&g);
         return 0;
     }
-    if (offload) {
-        int rc = s_offload(g, &c);
+    if (offload || long_seqs) {
+        int rc = offload ? s_offload(g, &c) : s_long(g, &c);
         trn_gpu_model_destroy(&g);
         return rc;
     }
     if (!decode_only)
         s_train(g, &c, 4096, "4k", quick ? 1 : 3);
     if (!quick && !decode_only) {
-        /* the same with layer recomputation forced on (as the peer runs,
-         * with gradient checkpointing) */
+        if (s_step(g, 4096, "4k", 0) != 0) {
+            trn_gpu_model_destroy(&g);
+            return 1;
+        }
+        /* the same with layer recomputation forced on (as a peer with
+         * gradient checkpointing runs) */
         trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_ON);
         s_train(g, &c, 4096, "4k_ckpt", 3);
         trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_AUTO);
         s_train(g, &c, 16384, "16k", 3);
+        if (s_step(g, 16384, "16k", 1) != 0) {
+            trn_gpu_model_destroy(&g);
+            return 1;
+        }
     }
     s_decode(g, 1, 128, "b1", 1);
     s_decode(g, 64, 128, "b64", 1);
