@@ -160,6 +160,20 @@ trn_sft_encode(lisa_tokenizer_t *tok, json_t *conv, trn_sft_seq_t *out,
     return rc;
 }
 
+/* The tokens of a batch of conversations, within TRN_MAX_BATCH_TOKENS. */
+static lisa_rc_t
+s_batch_tokens(const trn_sft_seq_t *seqs, size_t n, size_t *total,
+               trn_err_t *err)
+{
+    *total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seqs[i].n > TRN_MAX_BATCH_TOKENS - *total)
+            return trn_fail(err, LISA_TOOLARGE, "sft: batch too large");
+        *total += seqs[i].n;
+    }
+    return LISA_OK;
+}
+
 lisa_rc_t
 trn_sft_step(trn_model_t *m, trn_adamw_t *opt, const trn_sft_cfg_t *cfg,
              const trn_sft_seq_t *seqs, size_t n, trn_sft_out_t *out,
@@ -167,11 +181,9 @@ trn_sft_step(trn_model_t *m, trn_adamw_t *opt, const trn_sft_cfg_t *cfg,
 {
     memset(out, 0, sizeof *out);
     size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (seqs[i].n > TRN_MAX_BATCH_TOKENS - total)
-            return trn_fail(err, LISA_TOOLARGE, "sft: batch too large");
-        total += seqs[i].n;
-    }
+    lisa_rc_t brc = s_batch_tokens(seqs, n, &total, err);
+    if (brc != LISA_OK)
+        return brc;
     if (total == 0)
         return trn_fail(err, LISA_INVALID, "sft: empty batch");
     int32_t *tokens = lisa_malloc(total * sizeof *tokens);
@@ -262,11 +274,9 @@ trn_sft_batch_make(const trn_sft_seq_t *seqs, size_t n, trn_sft_batch_t *out,
 {
     memset(out, 0, sizeof *out);
     size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (seqs[i].n > TRN_MAX_BATCH_TOKENS - total)
-            return trn_fail(err, LISA_TOOLARGE, "sft: batch too large");
-        total += seqs[i].n;
-    }
+    lisa_rc_t brc = s_batch_tokens(seqs, n, &total, err);
+    if (brc != LISA_OK)
+        return brc;
     if (n == 0 || total == 0)
         return trn_fail(err, LISA_INVALID, "sft: empty batch");
     out->offs = lisa_malloc((n + 1) * sizeof *out->offs);

@@ -64,6 +64,23 @@ s_run(lisa_tokenizer_t *tok, const trn_sft_seq_t *s, uint8_t m, int k)
     return NULL;
 }
 
+/* A tiny random model's shape over the test tokenizer's 265 ids. */
+static trn_config_t
+s_tiny_cfg(int layers)
+{
+    return (trn_config_t){.hidden_size = 32,
+                          .intermediate_size = 64,
+                          .num_hidden_layers = layers,
+                          .num_attention_heads = 2,
+                          .num_key_value_heads = 1,
+                          .head_dim = 16,
+                          .vocab_size = 265,
+                          .max_position_embeddings = 1024,
+                          .rms_norm_eps = 1e-6,
+                          .rope_theta = 10000,
+                          .tie_word_embeddings = true};
+}
+
 Test(trn_sft, usage_encode_and_mark)
 {
     lisa_tokenizer_t *tok = lisa_tokenizer_new_from_dir(TOKDIR);
@@ -118,17 +135,7 @@ Test(trn_sft, steps_learn_a_conversation)
     trn_sft_seq_t s;
     trn_err_t err;
     cr_assert_eq(trn_sft_encode(tok, conv, &s, &err), LISA_OK);
-    trn_config_t cfg = {.hidden_size = 32,
-                        .intermediate_size = 64,
-                        .num_hidden_layers = 1,
-                        .num_attention_heads = 2,
-                        .num_key_value_heads = 1,
-                        .head_dim = 16,
-                        .vocab_size = 265,
-                        .max_position_embeddings = 1024,
-                        .rms_norm_eps = 1e-6,
-                        .rope_theta = 10000,
-                        .tie_word_embeddings = true};
+    trn_config_t cfg = s_tiny_cfg(1);
     trn_model_t *m = trn_model_new_random(&cfg, 3, 0.02f, 1);
     cr_assert_not_null(m);
     trn_adamw_t *opt = trn_adamw_new(trn_model_num_params(m));
@@ -318,17 +325,7 @@ Test(trn_sft, ppo_step_of_a_batch_is_the_nll_step)
     cr_assert_eq(trn_sft_encode(tok, conv, &s[0], &err), LISA_OK);
     json_array_remove(json_object_get(conv, "messages"), 0); /* no system */
     cr_assert_eq(trn_sft_encode(tok, conv, &s[1], &err), LISA_OK);
-    trn_config_t cfg = {.hidden_size = 32,
-                        .intermediate_size = 64,
-                        .num_hidden_layers = 2,
-                        .num_attention_heads = 2,
-                        .num_key_value_heads = 1,
-                        .head_dim = 16,
-                        .vocab_size = 265,
-                        .max_position_embeddings = 1024,
-                        .rms_norm_eps = 1e-6,
-                        .rope_theta = 10000,
-                        .tie_word_embeddings = true};
+    trn_config_t cfg = s_tiny_cfg(2);
     trn_model_t *a = trn_model_new_random(&cfg, 5, 0.02f, 1);
     trn_model_t *b = trn_model_new_random(&cfg, 5, 0.02f, 1);
     size_t np = trn_model_num_params(a);
