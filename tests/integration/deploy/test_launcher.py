@@ -278,8 +278,15 @@ def test_run_sh_killed_leaves_no_service_and_no_sandbox(local_run):
     assert not _alive(svc.values()), \
         {n: pid for n, pid in svc.items() if _alive([pid])}
     # Nor any sandbox: each one's bubblewrap binds the gateway's socket.
-    left = [cmd for cmd in (c for _, c in _procs().values())
-            if os.path.dirname(sock) in cmd or str(run) in cmd]
+    # They die with the controller (--die-with-parent), a signal the kernel
+    # delivers when it has gone, so a moment after it.
+    def sandboxes():
+        return [cmd for cmd in (c for _, c in _procs().values())
+                if os.path.dirname(sock) in cmd or str(run) in cmd]
+    end = time.monotonic() + 10
+    while time.monotonic() < end and sandboxes():
+        time.sleep(0.1)
+    left = sandboxes()
     assert not left, left
 
 
