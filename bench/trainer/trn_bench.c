@@ -20,9 +20,12 @@
  *       say which.
  * With --long: the optimizer state offloaded (a 4B model's state and the
  * activations of 32k tokens do not fit beside each other otherwise),
- * forward+backward of one sequence of 32k and 64k tokens, printed as
- * train_tok_s_32k / mfu_32k / recompute_32k (and _64k) with mem_ lines,
- * the names the PyTorch peer prints for the same lengths.
+ * forward+backward of one sequence of 16k, 32k and 64k tokens, printed as
+ * train_tok_s_16k_offload, train_tok_s_32k / mfu_32k / recompute_32k (and
+ * _64k; the names the PyTorch peer prints for the same lengths) with mem_
+ * lines (what the device held), then one AdamW update streamed through
+ * the device (adamw_offload_s) and, with the state brought back, the same
+ * update resident (adamw_s).
  * MFU counts model FLOPs only: 6 N + 6 L H D T per token (causal
  * attention), N without the embedding, against 989 TFLOP/s dense bf16.
  * With --world W (W GPUs, one process each): data-parallel training
@@ -30,14 +33,8 @@
  * rank, against the same step on one GPU, printing dp_tok_s_wW and the
  * scaling efficiency (the gradient sum overlapping the backward pass), and
  * the same with one reduce-scatter after the backward (_no_overlap).
- * With --offload: the fp32 master weights and AdamW moments in host
- * memory (trn_gpu_model_set_optim_offload), forward+backward of one
- * sequence of 16k, 32k and 64k tokens (train_tok_s_<n>k_offload, with
- * recompute_ and mem_ lines: what the device held), then one AdamW update
- * streamed through the device (adamw_offload_s) and, with the state
- * brought back, the same update resident (adamw_s).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B [--prompt P]] [--world W] [--offload] [--long]
+ *             [--batch B [--prompt P]] [--world W] [--long]
  * --batch B prints the decode figures of batch B alone, after prompts of
  * P tokens (default 128: P sets the context the decode steps read).
  */
@@ -399,32 +396,6 @@ s_mem(const char *tag)
                (double) (tot - fr) / (1 << 30), (double) tot / (1 << 30));
 }
 
-static int
-s_offload(trn_gpu_model_t *g, const trn_config_t *c)
-{
-    trn_err_t err = {{0}};
-    if (trn_gpu_model_set_optim_offload(g, 1, &err) != LISA_OK) {
-        printf("offload failed: %s\n", err.msg);
-        return 1;
-    }
-    static const int lens[] = {16384, 32768, 65536};
-    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-        char tag[32];
-        snprintf(tag, sizeof tag, "%dk_offload", lens[i] / 1024);
-        s_train(g, c, lens[i], tag, 2);
-        s_mem(tag);
-    }
-    double t = s_adamw(g);
-    printf("adamw_offload_s %.3f s\n", t);
-    trn_gpu_model_free_activations(g);
-    if (trn_gpu_model_set_optim_offload(g, 0, &err) != LISA_OK) {
-        printf("bringing the state back failed: %s\n", err.msg);
-        return 1;
-    }
-    printf("adamw_s %.3f s\n", s_adamw(g));
-    return t < 0;
-}
-
 /* Moves the optimizer state to host memory (on) or back (off); the
  * activations are freed first, so the next forward plans them anew for
  * the memory then free. */
@@ -471,28 +442,37 @@ s_step(trn_gpu_model_t *g, int T, const char *tag, int may_offload)
     return off ? s_set_offload(g, 0) : 0;
 }
 
-/* --long: 32k and 64k tokens with the optimizer state offloaded, under
- * the names the peer prints for those lengths. */
+/* --long: 16k, 32k and 64k tokens with the optimizer state offloaded
+ * (32k and 64k under the names the peer prints for those lengths; 16k as
+ * 16k_offload beside the default run's resident 16k), then one AdamW
+ * update streamed through the device and, with the state back, the same
+ * update resident. */
 static int
 s_long(trn_gpu_model_t *g, const trn_config_t *c)
 {
     if (s_set_offload(g, 1) != 0)
         return 1;
-    static const int lens[] = {32768, 65536};
+    static const int lens[] = {16384, 32768, 65536};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         char tag[32];
-        snprintf(tag, sizeof tag, "%dk", lens[i] / 1024);
+        snprintf(tag, sizeof tag, "%dk%s", lens[i] / 1024,
+                 lens[i] == 16384 ? "_offload" : "");
         s_train(g, c, lens[i], tag, 3);
         s_mem(tag);
     }
-    return 0;
+    double t = s_adamw(g);
+    printf("adamw_offload_s %.3f s\n", t);
+    if (s_set_offload(g, 0) != 0)
+        return 1;
+    printf("adamw_s %.3f s\n", s_adamw(g));
+    return t < 0;
 }
 
 int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
-    int batch = 0, prompt = 128, offload = 0, long_seqs = 0;
+    int batch = 0, prompt = 128, long_seqs = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -508,8 +488,6 @@ main(int argc, char **argv)
             prompt = (int) strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc)
             world = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--offload") == 0)
-            offload = 1;
         else if (strcmp(argv[i], "--long") == 0)
             long_seqs = 1;
     }
@@ -535,8 +513,8 @@ main(int argc, char **argv)
         trn_gpu_model_destroy(&g);
         return 0;
     }
-    if (offload || long_seqs) {
-        int rc = offload ? s_offload(g, &c) : s_long(g, &c);
+    if (long_seqs) {
+        int rc = s_long(g, &c);
         trn_gpu_model_destroy(&g);
         return rc;
     }

@@ -25,6 +25,8 @@
         .help = hl, .offset = offsetof(trn_run_cfg_t, field)                   \
     }
 #define AR "actor_rollout_ref."
+/* The noted keys read again when resolving (their index in noted[]). */
+enum { S_NT_PARAM_OFFLOAD = 12, S_NT_OPTIM_OFFLOAD = 13 };
 /* A verl key lisa accepts with a note (s_noted says which values). */
 #define NT(i, nm)                                                              \
     {                                                                          \
@@ -316,8 +318,9 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
        "actor_rollout_ref.rollout.engine_kwargs.vllm.enable_auto_tool_choice"),
     NT(10, "actor_rollout_ref.rollout.engine_kwargs.vllm.tool_call_parser"),
     NT(11, "actor_rollout_ref.rollout.calculate_log_probs"),
-    NT(12, "actor_rollout_ref.actor.fsdp_config.param_offload"),
-    NT(13, "actor_rollout_ref.actor.fsdp_config.optimizer_offload"),
+    NT(S_NT_PARAM_OFFLOAD, "actor_rollout_ref.actor.fsdp_config.param_offload"),
+    NT(S_NT_OPTIM_OFFLOAD,
+       "actor_rollout_ref.actor.fsdp_config.optimizer_offload"),
     NT(14, "actor_rollout_ref.ref.fsdp_config.param_offload"),
     NT(15, "actor_rollout_ref.model.use_remove_padding"),
     NT(16, "trainer.critic_warmup"),
@@ -816,11 +819,13 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
         s->recompute = TRN_STEP_RECOMPUTE_OFF;
     else
         bad = "actor_rollout_ref.model.enable_gradient_checkpointing";
-    /* verl's offload keys (noted: 12 param_offload, 13 optimizer_offload) */
+    /* verl's offload keys: either one offloads the optimizer state */
     s->optim_offload = false;
-    for (int i = 12; i <= 13; i++) {
+    static const int offload_keys[] = {S_NT_PARAM_OFFLOAD, S_NT_OPTIM_OFFLOAD};
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = c->noted[offload_keys[i]];
         bool on = false;
-        if (c->noted[i] && lisa_config_parse_bool(c->noted[i], &on) == LISA_OK)
+        if (v && lisa_config_parse_bool(v, &on) == LISA_OK)
             s->optim_offload = s->optim_offload || on;
     }
     if (strcmp(c->failed_rollouts, "drop_group") == 0)

@@ -160,7 +160,8 @@ trn_sft_encode(lisa_tokenizer_t *tok, json_t *conv, trn_sft_seq_t *out,
     return rc;
 }
 
-/* The tokens of a batch of conversations, within TRN_MAX_BATCH_TOKENS. */
+/* The tokens of a batch of conversations: within TRN_MAX_BATCH_TOKENS,
+ * and some. */
 static lisa_rc_t
 s_batch_tokens(const trn_sft_seq_t *seqs, size_t n, size_t *total,
                trn_err_t *err)
@@ -171,6 +172,8 @@ s_batch_tokens(const trn_sft_seq_t *seqs, size_t n, size_t *total,
             return trn_fail(err, LISA_TOOLARGE, "sft: batch too large");
         *total += seqs[i].n;
     }
+    if (*total == 0)
+        return trn_fail(err, LISA_INVALID, "sft: empty batch");
     return LISA_OK;
 }
 
@@ -184,8 +187,6 @@ trn_sft_step(trn_model_t *m, trn_adamw_t *opt, const trn_sft_cfg_t *cfg,
     lisa_rc_t brc = s_batch_tokens(seqs, n, &total, err);
     if (brc != LISA_OK)
         return brc;
-    if (total == 0)
-        return trn_fail(err, LISA_INVALID, "sft: empty batch");
     int32_t *tokens = lisa_malloc(total * sizeof *tokens);
     int32_t *targets = lisa_malloc(total * sizeof *targets);
     size_t *offs = lisa_malloc((n + 1) * sizeof *offs);
@@ -277,8 +278,6 @@ trn_sft_batch_make(const trn_sft_seq_t *seqs, size_t n, trn_sft_batch_t *out,
     lisa_rc_t brc = s_batch_tokens(seqs, n, &total, err);
     if (brc != LISA_OK)
         return brc;
-    if (n == 0 || total == 0)
-        return trn_fail(err, LISA_INVALID, "sft: empty batch");
     out->offs = lisa_malloc((n + 1) * sizeof *out->offs);
     out->tokens = lisa_malloc(total * sizeof *out->tokens);
     out->mask = lisa_malloc(total);

@@ -219,6 +219,7 @@ Test(trn_run_cfg, the_examples_verl_settings_are_honoured)
     cr_assert_eq(s.loss.agg, TRN_AGG_SEQ_MEAN_TOKEN_SUM);
     cr_assert_eq(s.loss.kl_coef, 0.0);
     cr_assert_eq(s.recompute, TRN_STEP_RECOMPUTE_ON);
+    cr_assert(s.optim_offload); /* fsdp_config.*_offload=True */
     /* the engine: 0.7 of the memory, a 64k context, prefix caching */
     size_t bytes;
     double frac;
@@ -314,6 +315,29 @@ Test(trn_run_cfg, the_ppo_and_rollout_correction_keys)
     lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
 }
 
+Test(trn_run_cfg, either_offload_key_offloads_the_optimizer_state)
+{
+    static const struct {
+        const char *arg;
+        bool on;
+    } cases[] = {
+        {"--out=runs/x", false}, /* neither key: resident */
+        {"actor_rollout_ref.actor.fsdp_config.param_offload=True", true},
+        {"actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", true},
+        {"actor_rollout_ref.actor.fsdp_config.optimizer_offload=False", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {"train", (char *) cases[i].arg};
+        trn_run_cfg_t c;
+        trn_step_cfg_t s;
+        char err[512] = "";
+        cr_assert_eq(load(&c, 2, argv, &s, err, sizeof err), LISA_OK, "%s: %s",
+                     cases[i].arg, err);
+        cr_assert_eq(s.optim_offload, cases[i].on, "%s", cases[i].arg);
+        lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
+    }
+}
+
 Test(trn_run_cfg, keys_lisa_cannot_honour_are_refused_saying_what_it_does)
 {
     static const struct {
@@ -341,6 +365,8 @@ Test(trn_run_cfg, keys_lisa_cannot_honour_are_refused_saying_what_it_does)
         {"actor_rollout_ref.rollout.gpu_memory_utilization=1.5", "0 < f"},
         {"actor_rollout_ref.rollout.name=trtllm", "lisa's own engine"},
         {"trainer.logger=[console,swanlab]", "swanlab"},
+        {"actor_rollout_ref.actor.fsdp_config.optimizer_offload=maybe",
+         "true,false"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *argv[] = {"train", (char *) bad[i].arg};
