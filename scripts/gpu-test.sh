@@ -24,6 +24,9 @@ run() {
 }
 run "$bin/trn_cuda_kernels_test"
 run "$bin/trn_gpu_model_test"
+# a 64k-token trajectory: one reduced layer against the CPU reference, then
+# the 4B shape with the optimizer offloaded (a few minutes)
+run "$bin/trn_gpu_model_test" --long
 run "$bin/trn_gpu_gen_test"
 if [ -x "$bin/lisa-trainer" ]; then
   run bash tests/gpu/trainer_serve_smoke.sh "$bin" tests/fixtures/qwen3-tiny/tied
