@@ -14,10 +14,9 @@
  *       kernel launched directly instead of replaying recorded graphs;
  *   step_tok_s_4k, step_tok_s_16k  full training steps of one sequence
  *       (forward, backward, AdamW with clipping at 1.0), median of three
- *       after a warm-up; at 16k the optimizer state goes to host memory
- *       (trn_gpu_model_set_optim_offload) only when the activations would
- *       otherwise be recomputed: step_offload_<tag> and step_recompute_<tag>
- *       say which.
+ *       after a warm-up; the state resident, and at 16k also with the optimizer
+ * state offloaded (trn_gpu_model_set_optim_offload) as step_tok_s_16k_offload;
+ *       step_offload_<tag> and step_recompute_<tag> say how each ran.
  * With --long: the optimizer state offloaded (a 4B model's state and the
  * activations of 32k tokens do not fit beside each other otherwise),
  * forward+backward of one sequence of 16k, 32k and 64k tokens, printed as
@@ -34,7 +33,9 @@
  * scaling efficiency (the gradient sum overlapping the backward pass), and
  * the same with one reduce-scatter after the backward (_no_overlap).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B [--prompt P]] [--world W] [--long]
+ *             [--batch B [--prompt P]] [--world W] [--long] [--train T]
+ * --train T prints the forward+backward figures of one T-token sequence
+ * alone (train_tok_s_<T/1024>k, mfu_, recompute_).
  * --batch B prints the decode figures of batch B alone, after prompts of
  * P tokens (default 128: P sets the context the decode steps read).
  */
@@ -459,7 +460,7 @@ int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
-    int batch = 0, prompt = 128, long_seqs = 0;
+    int batch = 0, prompt = 128, long_seqs = 0, train_len = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -477,6 +478,8 @@ main(int argc, char **argv)
             world = atoi(argv[++i]);
         else if (strcmp(argv[i], "--long") == 0)
             long_seqs = 1;
+        else if (strcmp(argv[i], "--train") == 0 && i + 1 < argc)
+            train_len = (int) strtol(argv[++i], NULL, 10);
     }
     if (world >= 1)
         return s_dp(world, layers);
@@ -497,6 +500,13 @@ main(int argc, char **argv)
         char tag[32];
         snprintf(tag, sizeof tag, "b%d", batch);
         s_decode(g, batch, prompt, tag, !no_graphs);
+        trn_gpu_model_destroy(&g);
+        return 0;
+    }
+    if (train_len > 0) { /* one forward+backward figure only */
+        char tag[32];
+        snprintf(tag, sizeof tag, "%dk", train_len / 1024);
+        s_train(g, &c, train_len, tag, 3);
         trn_gpu_model_destroy(&g);
         return 0;
     }
