@@ -1,0 +1,335 @@
+/*
+ * trn_k_attn_h: the causal grouped-query attention forward pass at head_dim
+ * 128 on Hopper's asynchronous tensor cores (wgmma, sm_90a: this file is
+ * built for that target alone, and trn_k_attn_fwd calls it only on compute
+ * capability 9.x). Inputs, outputs and sequence rules are those of the
+ * portable kernel in trn_k_attn.cu (o as [T][H*D] bf16, lse as [H][T]
+ * natural-log fp32, packed sequences by a non-decreasing seg[t]), so the
+ * backward pass reads what either kernel wrote.
+ *
+ * One block of two warpgroups (8 warps) per (128 query rows, query head);
+ * warpgroup w owns rows 64w..64w+63, warp i of it rows 16i..16i+15 of
+ * those. Q, K and V sit in shared memory in the 128-byte-swizzled layout
+ * the tensor cores read: a 128 x 128 bf16 tile is two halves of 64
+ * columns, each 128 rows of 128 bytes whose 16-byte chunk c of row r is
+ * stored at chunk c ^ (r % 8) (atoms of 8 rows, 1 KiB apart). For each key
+ * tile of 128: S = Q K^T as eight m64n128k16 products with both operands
+ * in shared memory (K-major), the online softmax in base 2 on the
+ * accumulators, then O += P V as eight products with P from registers (the
+ * accumulator layout of S rounded to bf16 is the A fragment) and V read
+ * from shared memory N-major (the transpose bit). K/V tiles come in with
+ * cp.async (the swizzle computed here) through two buffers: tile j + 1 is
+ * in flight while tile j is computed. The mask is applied only on tiles
+ * some row sees partly (the diagonal, sequence starts); a warpgroup skips
+ * tiles none of its rows sees; blocks run heaviest first.
+ */
+#include "trn_cuda_common.cuh"
+#include "trn_cuda_mma.cuh"
+
+#define S_LN2 0.6931471805599453f
+
+#define S_D    128                 /* head_dim */
+#define S_WGS  2                   /* warpgroups a block */
+#define S_BQ   (64 * S_WGS)        /* query rows a block */
+#define S_BK   128                 /* keys a tile */
+#define S_NTH  (128 * S_WGS)       /* threads a block */
+#define S_HALF (128 * 128)         /* bytes of 64 columns of 128 rows */
+#define S_TILE (2 * S_HALF)        /* bytes of a 128 x 128 bf16 tile */
+#define S_SMEM (5 * S_TILE + 1024) /* Q, two K, two V; alignment slack */
+
+static_assert(S_BQ == 128 && S_BK == 128, "tiles of 128 rows");
+
+static __device__ __forceinline__ uint32_t
+s_saddr(const void *p)
+{
+    return (uint32_t) __cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared address a (cp.async); zeros where !ok. */
+static __device__ __forceinline__ void
+s_cp16(uint32_t a, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a),
+                 "l"(src), "r"(ok ? 16 : 0));
+}
+
+/* The 128 rows from r0 of a [T][st] bf16 matrix, columns 0..127 of src,
+ * into the swizzled tile at dst (rows past T are zeros). */
+static __device__ __forceinline__ void
+s_load(uint32_t dst, const trn_bf16_t *src, size_t st, int r0, int T)
+{
+#pragma unroll 4
+    for (int i = threadIdx.x; i < 128 * 16; i += S_NTH) {
+        const int r = i >> 4, c = i & 15;
+        const bool ok = r0 + r < T;
+        const trn_bf16_t *p = src + (size_t) (ok ? r0 + r : 0) * st + c * 8;
+        s_cp16(dst + (c >> 3) * S_HALF + r * 128 + (((c & 7) ^ (r & 7)) << 4),
+               p, ok);
+    }
+}
+
+/* Shared-memory matrix descriptor: 128-byte swizzle, 8-row groups 1 KiB
+ * apart, `lbo` bytes between 64-column halves (read N-major only). */
+static __device__ __forceinline__ uint64_t
+s_desc(uint32_t addr, uint32_t lbo)
+{
+    return (uint64_t) ((addr & 0x3FFFFu) >> 4) | ((uint64_t) (lbo >> 4) << 16) |
+           ((uint64_t) (1024 >> 4) << 32) | (1ull << 62);
+}
+
+static __device__ __forceinline__ void
+s_wg_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+/* Closes the products issued so far and waits for all of them; the
+ * accumulators are then read only after the wait. */
+static __device__ __forceinline__ void
+s_wg_done(float (&d)[64])
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define S_D64                                                                  \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, "                                        \
+    "%8, %9, %10, %11, %12, %13, %14, %15, "                                   \
+    "%16, %17, %18, %19, %20, %21, %22, %23, "                                 \
+    "%24, %25, %26, %27, %28, %29, %30, %31, "                                 \
+    "%32, %33, %34, %35, %36, %37, %38, %39, "                                 \
+    "%40, %41, %42, %43, %44, %45, %46, %47, "                                 \
+    "%48, %49, %50, %51, %52, %53, %54, %55, "                                 \
+    "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define S_F8(i)                                                                \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]),                \
+        "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define S_F64                                                                  \
+    S_F8(0), S_F8(8), S_F8(16), S_F8(24), S_F8(32), S_F8(40), S_F8(48), S_F8(56)
+
+/* d (+)= A B, m64n128k16: A (64 x 16) and B (16 x 128, stored as 128 rows
+ * of 16) K-major in shared memory; d is overwritten when !acc. */
+static __device__ __forceinline__ void
+s_mma_ss(float (&d)[64], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " S_D64
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : S_F64
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* d += A B, m64n128k16: A from registers (the m16n8k16 A fragment of the
+ * warp's 16 rows), B (16 x 128) N-major in shared memory. */
+static __device__ __forceinline__ void
+s_mma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+         uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " S_D64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : S_F64
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+/* s = Q_w K^T: the warpgroup's 64 rows (Qw) against the 128 keys (Kb). */
+static __device__ __forceinline__ void
+s_scores(float (&s)[64], uint32_t Qw, uint32_t Kb)
+{
+    s_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < S_D / 16; kk++) {
+        const uint32_t off = (kk >> 2) * S_HALF + (kk & 3) * 32;
+        s_mma_ss(s, s_desc(Qw + off, 16), s_desc(Kb + off, 16), kk > 0);
+    }
+    s_wg_done(s);
+}
+
+/* acc += P V: P (the probabilities in s) rounded to bf16 as A fragments,
+ * k-step kk taking keys 16kk..16kk+15 of the V tile at Vb. */
+static __device__ __forceinline__ void
+s_pv(float (&acc)[64], const float (&s)[64], uint32_t Vb)
+{
+    uint32_t p[32];
+#pragma unroll
+    for (int j = 0; j < 32; j++)
+        p[j] = trn_pack2(s[2 * j], s[2 * j + 1]);
+    s_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < S_BK / 16; kk++)
+        s_mma_rs(acc, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                 s_desc(Vb + kk * 2048, S_HALF));
+    s_wg_done(acc);
+}
+
+/* The causal and sequence mask of a tile from key k0 for the lane's rows
+ * r0 (s[4i + e]) and r0 + 8 (s[4i + 2 + e]); key 8i + 2t + e. */
+static __device__ __forceinline__ void
+s_mask(float (&s)[64], const int32_t *seg, int T, int r0, int k0, int t)
+{
+    const int sg0 = r0 < T ? seg[r0] : -1;
+    const int sg1 = r0 + 8 < T ? seg[r0 + 8] : -1;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tk = k0 + 8 * i + 2 * t + e;
+            const int sk = seg[min(tk, T - 1)];
+            if (tk > r0 || sk != sg0)
+                s[4 * i + e] = -INFINITY;
+            if (tk > r0 + 8 || sk != sg1)
+                s[4 * i + 2 + e] = -INFINITY;
+        }
+}
+
+/* The online softmax of a tile for the lane's two rows: running max (base
+ * 2 units, scores times sc) and the lane's part of the running sum (the
+ * four lanes of a row add theirs at the end), s replaced by its
+ * probabilities, and the output rescaled where a row's max moved. */
+static __device__ __forceinline__ void
+s_softmax(float (&s)[64], float (&acc)[64], float (&mr)[2], float (&lr)[2],
+          float sc)
+{
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            mx = fmaxf(mx, fmaxf(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(mr[hf], mx * sc);
+        const float mu = mn == -INFINITY ? 0.0f : mn;
+        const float alpha = exp2f(mr[hf] - mu);
+        mr[hf] = mn;
+        float ps = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int x = 4 * i + 2 * hf + e;
+                s[x] = exp2f(fmaf(s[x], sc, -mu));
+                ps += s[x];
+                acc[x] *= alpha;
+            }
+        lr[hf] = lr[hf] * alpha + ps;
+    }
+}
+
+/* Normalised output rows and their log-sum-exp (natural log). */
+static __device__ __forceinline__ void
+s_store(trn_bf16_t *o, float *lse, const float (&acc)[64], const float (&mr)[2],
+        float (&lr)[2], int r0, int h, int T, int H, int t)
+{
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        lr[hf] += __shfl_xor_sync(0xffffffffu, lr[hf], 1);
+        lr[hf] += __shfl_xor_sync(0xffffffffu, lr[hf], 2);
+        const int r = r0 + 8 * hf;
+        if (r >= T)
+            continue;
+        const float il = lr[hf] > 0.0f ? 1.0f / lr[hf] : 0.0f;
+        trn_bf16_t *orow =
+            o + (size_t) r * (size_t) (H * S_D) + (size_t) h * S_D + 2 * t;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            *reinterpret_cast<uint32_t *>(orow + 8 * i) = trn_pack2(
+                acc[4 * i + 2 * hf] * il, acc[4 * i + 2 * hf + 1] * il);
+        if (t == 0)
+            lse[(size_t) h * T + r] =
+                lr[hf] > 0.0f ? (mr[hf] + log2f(lr[hf])) * S_LN2 : INFINITY;
+    }
+}
+
+/* The first key the block's rows can see: key tiles wholly in sequences
+ * before the block's first row's form a prefix, skipped. */
+static __device__ __forceinline__ int
+s_first_key(const int32_t *seg, int q0, int T)
+{
+    const int sf = seg[q0];
+    int n = 0;
+    for (int j0 = 0; j0 <= q0 / S_BK; j0 += S_NTH) {
+        const int j = j0 + (int) threadIdx.x;
+        const bool before =
+            j <= q0 / S_BK && seg[min(j * S_BK + S_BK - 1, T - 1)] < sf;
+        n += __syncthreads_count(before);
+    }
+    return n * S_BK;
+}
+
+__global__ void
+__launch_bounds__(S_NTH, 1)
+    s_attn_fwd_wgmma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+                     const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                     const int32_t *seg, int T, int H, int Hk, float sc)
+{
+    extern __shared__ unsigned char smem[];
+    const uint32_t Qs = (s_saddr(smem) + 1023u) & ~1023u;
+    const uint32_t Ks = Qs + S_TILE, Vs = Qs + 3 * S_TILE; /* [2] each */
+    const int h = blockIdx.x, hk = h / (H / Hk);
+    const int q0 = (int) (gridDim.y - 1 - blockIdx.y) * S_BQ;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    const size_t st = (size_t) stride;
+    const int kbeg = s_first_key(seg, q0, T);
+    const int ntiles = (min(q0 + S_BQ, T) - 1 - kbeg) / S_BK + 1;
+    const trn_bf16_t *kh = k + (size_t) hk * S_D, *vh = v + (size_t) hk * S_D;
+
+    s_load(Qs, q + (size_t) h * S_D, st, q0, T);
+    s_load(Ks, kh, st, kbeg, T);
+    s_load(Vs, vh, st, kbeg, T);
+    trn_cp_commit();
+
+    /* this warpgroup's rows; the lane's are r0 and r0 + 8 */
+    const int wfirst = q0 + 64 * wg, wlast = min(wfirst + 63, T - 1);
+    const int r0 = wfirst + 16 * warp + (lane >> 2);
+    const int sg_first = wfirst < T ? seg[wfirst] : 0;
+    const int sg_last = seg[wlast];
+    float acc[64], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        acc[i] = 0.0f;
+
+    for (int j = 0; j < ntiles; j++) {
+        const int k0 = kbeg + j * S_BK, buf = j & 1;
+        /* tile j has landed (and is visible to the tensor cores), and
+         * every warp is done with tile j - 1, whose buffers take j + 1 */
+        trn_cp_wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (j + 1 < ntiles) {
+            s_load(Ks + (buf ^ 1) * S_TILE, kh, st, k0 + S_BK, T);
+            s_load(Vs + (buf ^ 1) * S_TILE, vh, st, k0 + S_BK, T);
+        }
+        trn_cp_commit();
+        /* none of the warpgroup's rows sees this tile */
+        if (wfirst >= T || k0 > wlast ||
+            seg[min(k0 + S_BK - 1, T - 1)] < sg_first)
+            continue;
+        float s[64];
+        s_scores(s, Qs + wg * 64 * 128, Ks + buf * S_TILE);
+        if (!(k0 + S_BK - 1 <= wfirst && seg[k0] == sg_last))
+            s_mask(s, seg, T, r0, k0, t);
+        s_softmax(s, acc, mr, lr, sc);
+        s_pv(acc, s, Vs + buf * S_TILE);
+    }
+    s_store(o, lse, acc, mr, lr, r0, h, T, H, t);
+}
+
+lisa_rc_t
+trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+                 const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                 const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
+{
+    TRN_CUDA_TRY(cudaFuncSetAttribute(
+        s_attn_fwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
+    dim3 grid(H, TRN_CEIL_DIV(T, S_BQ));
+    s_attn_fwd_wgmma<<<grid, S_NTH, S_SMEM, st>>>(
+        o, lse, q, k, v, stride, seg, T, H, Hk,
+        1.0f / sqrtf((float) S_D) * 1.4426950408889634f);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
