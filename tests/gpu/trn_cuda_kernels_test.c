@@ -637,6 +637,19 @@ test_swiglu_embed(void)
 
 /* ------------------------------------------------------------------ */
 
+/* Sequences of random lengths (some of one token) whose starts fall
+ * anywhere in the tiles; or one sequence when nseg is 1. */
+static void
+s_rand_segs(int32_t *seg, int T, int nseg)
+{
+    int cur = 0;
+    for (int t = 0; t < T; t++) {
+        if (t > 0 && nseg > 1 && (s_rand() + 1) * 0.5 * T < nseg - 1)
+            cur++;
+        seg[t] = cur;
+    }
+}
+
 /* Reference attention in double over packed sequences. */
 static void
 s_attn_ref(const double *q, const double *k, const double *v, int stride,
@@ -765,19 +778,6 @@ test_attention(int T, int H, int Hk, int D, int nseg)
     trn_cuda_free(&d_qkv), trn_cuda_free(&d_do), trn_cuda_free(&d_seg);
     trn_cuda_free(&d_o), trn_cuda_free(&d_lse), trn_cuda_free(&d_dqkv);
     trn_cuda_free(&scratch);
-}
-
-/* Sequences of random lengths (some of one token) whose starts fall
- * anywhere in the tiles; or one sequence when nseg is 1. */
-static void
-s_rand_segs(int32_t *seg, int T, int nseg)
-{
-    int cur = 0;
-    for (int t = 0; t < T; t++) {
-        if (t > 0 && nseg > 1 && (s_rand() + 1) * 0.5 * T < nseg - 1)
-            cur++;
-        seg[t] = cur;
-    }
 }
 
 /* max over i of |a - b| / max(|b|, 1) (lse values near 0 compare

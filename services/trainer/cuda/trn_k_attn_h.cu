@@ -26,6 +26,9 @@
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_mma.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define S_LN2 0.6931471805599453f
 
 #define S_D    128                 /* head_dim */
@@ -83,13 +86,19 @@ s_wg_fence(void)
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
 
-/* Closes the products issued so far and waits for all of them; the
- * accumulators are then read only after the wait. */
 static __device__ __forceinline__ void
-s_wg_done(float (&d)[64])
+s_wg_commit(void)
 {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+/* Waits until at most N groups of products are in flight; d (written by
+ * the finished ones) is read only after. */
+template <int N>
+static __device__ __forceinline__ void
+s_wg_wait(float (&d)[64])
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #pragma unroll
     for (int i = 0; i < 64; i++)
         asm volatile("" : "+f"(d[i])::"memory");
@@ -135,34 +144,37 @@ s_mma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-/* s = Q_w K^T: the warpgroup's 64 rows (Qw) against the 128 keys (Kb). */
+/* Issues acc += P V: P (bf16 pairs in the A-fragment order) against the
+ * V tile at Vb, k-step kk taking keys 16kk..16kk+15. */
 static __device__ __forceinline__ void
-s_scores(float (&s)[64], uint32_t Qw, uint32_t Kb)
+s_pv_issue(float (&acc)[64], const uint32_t (&p)[32], uint32_t Vb)
 {
-    s_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < S_BK / 16; kk++)
+        s_mma_rs(acc, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                 s_desc(Vb + kk * 2048, S_HALF));
+}
+
+/* Issues s = Q_w K^T: the warpgroup's 64 rows (Qw) against the 128 keys
+ * (Kb). */
+static __device__ __forceinline__ void
+s_qk_issue(float (&s)[64], uint32_t Qw, uint32_t Kb)
+{
 #pragma unroll
     for (int kk = 0; kk < S_D / 16; kk++) {
         const uint32_t off = (kk >> 2) * S_HALF + (kk & 3) * 32;
         s_mma_ss(s, s_desc(Qw + off, 16), s_desc(Kb + off, 16), kk > 0);
     }
-    s_wg_done(s);
 }
 
-/* acc += P V: P (the probabilities in s) rounded to bf16 as A fragments,
- * k-step kk taking keys 16kk..16kk+15 of the V tile at Vb. */
+/* P rounded to bf16: the accumulator layout of S read as A fragments
+ * (k-step kk is registers 4kk..4kk+3). */
 static __device__ __forceinline__ void
-s_pv(float (&acc)[64], const float (&s)[64], uint32_t Vb)
+s_pack(uint32_t (&p)[32], const float (&s)[64])
 {
-    uint32_t p[32];
 #pragma unroll
     for (int j = 0; j < 32; j++)
         p[j] = trn_pack2(s[2 * j], s[2 * j + 1]);
-    s_wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < S_BK / 16; kk++)
-        s_mma_rs(acc, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                 s_desc(Vb + kk * 2048, S_HALF));
-    s_wg_done(acc);
 }
 
 /* The causal and sequence mask of a tile from key k0 for the lane's rows
@@ -185,12 +197,45 @@ s_mask(float (&s)[64], const int32_t *seg, int T, int r0, int k0, int t)
         }
 }
 
+/* The mask of a tile from key k0 as bits: bit x set where s[x] is hidden
+ * (the layout of s_mask). */
+static __device__ __forceinline__ uint64_t
+s_mask_bits(const int32_t *seg, int T, int r0, int k0, int t)
+{
+    const int sg0 = r0 < T ? seg[r0] : -1;
+    const int sg1 = r0 + 8 < T ? seg[r0 + 8] : -1;
+    uint64_t m = 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tk = k0 + 8 * i + 2 * t + e;
+            const int sk = seg[min(tk, T - 1)];
+            m |= (uint64_t) (tk > r0 || sk != sg0) << (4 * i + e);
+            m |= (uint64_t) (tk > r0 + 8 || sk != sg1) << (4 * i + 2 + e);
+        }
+    return m;
+}
+
+/* The mask bits applied by selection (no branch). */
+static __device__ __forceinline__ void
+s_mask_apply(float (&s)[64], uint64_t m)
+{
+    const uint32_t lo = (uint32_t) m, hi = (uint32_t) (m >> 32);
+#pragma unroll
+    for (int x = 0; x < 32; x++) {
+        s[x] = (lo >> x) & 1u ? -INFINITY : s[x];
+        s[32 + x] = (hi >> x) & 1u ? -INFINITY : s[32 + x];
+    }
+}
+
 /* The online softmax of a tile for the lane's two rows: running max (base
  * 2 units, scores times sc) and the lane's part of the running sum (the
  * four lanes of a row add theirs at the end), s replaced by its
- * probabilities, and the output rescaled where a row's max moved. */
+ * probabilities; alpha[hf] is the factor the output of row hf must be
+ * rescaled by. */
 static __device__ __forceinline__ void
-s_softmax(float (&s)[64], float (&acc)[64], float (&mr)[2], float (&lr)[2],
+s_softmax(float (&s)[64], float (&mr)[2], float (&lr)[2], float (&alpha)[2],
           float sc)
 {
 #pragma unroll
@@ -203,7 +248,7 @@ s_softmax(float (&s)[64], float (&acc)[64], float (&mr)[2], float (&lr)[2],
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mn = fmaxf(mr[hf], mx * sc);
         const float mu = mn == -INFINITY ? 0.0f : mn;
-        const float alpha = exp2f(mr[hf] - mu);
+        alpha[hf] = exp2f(mr[hf] - mu);
         mr[hf] = mn;
         float ps = 0.0f;
 #pragma unroll
@@ -213,10 +258,19 @@ s_softmax(float (&s)[64], float (&acc)[64], float (&mr)[2], float (&lr)[2],
                 const int x = 4 * i + 2 * hf + e;
                 s[x] = exp2f(fmaf(s[x], sc, -mu));
                 ps += s[x];
-                acc[x] *= alpha;
             }
-        lr[hf] = lr[hf] * alpha + ps;
+        lr[hf] = lr[hf] * alpha[hf] + ps;
     }
+}
+
+static __device__ __forceinline__ void
+s_rescale(float (&acc)[64], const float (&alpha)[2])
+{
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+            acc[4 * i + x] *= alpha[x >> 1];
 }
 
 /* Normalised output rows and their log-sum-exp (natural log). */
@@ -228,6 +282,9 @@ s_store(trn_bf16_t *o, float *lse, const float (&acc)[64], const float (&mr)[2],
     for (int hf = 0; hf < 2; hf++) {
         lr[hf] += __shfl_xor_sync(0xffffffffu, lr[hf], 1);
         lr[hf] += __shfl_xor_sync(0xffffffffu, lr[hf], 2);
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
         const int r = r0 + 8 * hf;
         if (r >= T)
             continue;
@@ -260,6 +317,138 @@ s_first_key(const int32_t *seg, int q0, int T)
     return n * S_BK;
 }
 
+/* What a warpgroup's loop over the key tiles needs. */
+struct s_wg_ctx {
+    uint32_t Qw, Ks, Vs;  /* its Q rows; the two K and two V buffers */
+    const trn_bf16_t *kh; /* column 0 of its kv head in k and v */
+    const trn_bf16_t *vh;
+    size_t st; /* row stride of q, k, v */
+    const int32_t *seg;
+    int T, kbeg, ntiles;   /* first key, tiles from there */
+    int wfirst, wlast;     /* its first and last rows (< T) */
+    int sg_first, sg_last; /* their sequences */
+    int r0, t;             /* the lane's first row, its column pair */
+    float sc;              /* softmax scale times log2 e */
+};
+
+/* Waits for this thread's copies, makes them visible to the tensor cores
+ * and to every thread: after it, the buffers read before are free. */
+static __device__ __forceinline__ void
+s_tile_barrier(void)
+{
+    trn_cp_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+}
+
+/* Whether any row of the warpgroup sees tile j; and whether every row
+ * sees all of it (no mask). */
+static __device__ __forceinline__ bool
+s_visible(const s_wg_ctx &c, int j)
+{
+    const int k0 = c.kbeg + j * S_BK;
+    return j < c.ntiles && c.wfirst < c.T && k0 <= c.wlast &&
+           c.seg[min(k0 + S_BK - 1, c.T - 1)] >= c.sg_first;
+}
+
+static __device__ __forceinline__ bool
+s_unmasked(const s_wg_ctx &c, int k0)
+{
+    return k0 + S_BK - 1 <= c.wfirst && c.seg[k0] == c.sg_last;
+}
+
+/* Serial schedule: per tile, S = Q K^T, the softmax, then O += P V, each
+ * product waited for before the next step; K_j and V_j land together. */
+static __device__ __forceinline__ void
+s_loop_serial(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
+              float (&lr)[2])
+{
+    for (int j = 0; j < c.ntiles; j++) {
+        const int k0 = c.kbeg + j * S_BK, buf = j & 1;
+        s_tile_barrier();
+        if (j + 1 < c.ntiles) {
+            s_load(c.Ks + (buf ^ 1) * S_TILE, c.kh, c.st, k0 + S_BK, c.T);
+            s_load(c.Vs + (buf ^ 1) * S_TILE, c.vh, c.st, k0 + S_BK, c.T);
+        }
+        trn_cp_commit();
+        if (!s_visible(c, j))
+            continue;
+        float s[64], alpha[2];
+        uint32_t p[32];
+        s_wg_fence();
+        s_qk_issue(s, c.Qw, c.Ks + buf * S_TILE);
+        s_wg_commit();
+        s_wg_wait<0>(s);
+        if (!s_unmasked(c, k0))
+            s_mask(s, c.seg, c.T, c.r0, k0, c.t);
+        s_softmax(s, mr, lr, alpha, c.sc);
+        s_rescale(acc, alpha);
+        s_pack(p, s);
+        s_wg_fence();
+        s_pv_issue(acc, p, c.Vs + buf * S_TILE);
+        s_wg_commit();
+        s_wg_wait<0>(acc);
+    }
+}
+
+/* Overlapped schedule: stage j issues S_j = Q K_j and then O += P_{j-1}
+ * V_{j-1}, waits for S_j only and runs its softmax while the tensor
+ * cores do P V, then waits for that, rescales O and keeps P_j for stage
+ * j + 1. Copies run one tile ahead per operand: stage j needs K_j and
+ * V_{j-1} and fetches K_{j+1} and V_j, into buffers whose last readers
+ * finished in stage j - 1. No branch surrounds a product in flight (the
+ * compiler would serialise them): every tile is computed, the ones no row
+ * of the warpgroup sees masked whole. */
+static __device__ __forceinline__ void
+s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
+{
+    uint32_t p[32];
+    float s[64], alpha[2];
+    /* stage 0: S_0 alone */
+    s_tile_barrier();
+    if (c.ntiles > 1)
+        s_load(c.Ks + S_TILE, c.kh, c.st, c.kbeg + S_BK, c.T);
+    s_load(c.Vs, c.vh, c.st, c.kbeg, c.T);
+    trn_cp_commit();
+    s_wg_fence();
+    s_qk_issue(s, c.Qw, c.Ks);
+    s_wg_commit();
+    s_wg_wait<0>(s);
+    if (!s_unmasked(c, c.kbeg))
+        s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
+    s_softmax(s, mr, lr, alpha, c.sc);
+    s_pack(p, s);
+    for (int j = 1; j < c.ntiles; j++) {
+        const int k0 = c.kbeg + j * S_BK;
+        uint64_t m = 0; /* nothing in flight here: a branch is free */
+        if (!s_unmasked(c, k0))
+            m = s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
+        s_tile_barrier();
+        if (j + 1 < c.ntiles)
+            s_load(c.Ks + ((j + 1) & 1) * S_TILE, c.kh, c.st, k0 + S_BK, c.T);
+        s_load(c.Vs + (j & 1) * S_TILE, c.vh, c.st, k0, c.T);
+        trn_cp_commit();
+        s_wg_fence();
+        s_qk_issue(s, c.Qw, c.Ks + (j & 1) * S_TILE);
+        s_wg_commit();
+        s_pv_issue(acc, p, c.Vs + ((j - 1) & 1) * S_TILE);
+        s_wg_commit();
+        s_wg_wait<1>(s);
+        s_mask_apply(s, m);
+        s_softmax(s, mr, lr, alpha, c.sc);
+        s_wg_wait<0>(acc);
+        s_rescale(acc, alpha);
+        s_pack(p, s);
+    }
+    /* last stage: P V of the last tile */
+    s_tile_barrier();
+    s_wg_fence();
+    s_pv_issue(acc, p, c.Vs + ((c.ntiles - 1) & 1) * S_TILE);
+    s_wg_commit();
+    s_wg_wait<0>(acc);
+}
+
+template <bool PIPE>
 __global__ void
 __launch_bounds__(S_NTH, 1)
     s_attn_fwd_wgmma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
@@ -268,55 +457,54 @@ __launch_bounds__(S_NTH, 1)
 {
     extern __shared__ unsigned char smem[];
     const uint32_t Qs = (s_saddr(smem) + 1023u) & ~1023u;
-    const uint32_t Ks = Qs + S_TILE, Vs = Qs + 3 * S_TILE; /* [2] each */
     const int h = blockIdx.x, hk = h / (H / Hk);
     const int q0 = (int) (gridDim.y - 1 - blockIdx.y) * S_BQ;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
-    const int lane = threadIdx.x & 31, t = lane & 3;
-    const size_t st = (size_t) stride;
-    const int kbeg = s_first_key(seg, q0, T);
-    const int ntiles = (min(q0 + S_BQ, T) - 1 - kbeg) / S_BK + 1;
-    const trn_bf16_t *kh = k + (size_t) hk * S_D, *vh = v + (size_t) hk * S_D;
+    const int lane = threadIdx.x & 31;
+    s_wg_ctx c;
+    c.Qw = Qs + wg * 64 * 128;
+    c.Ks = Qs + S_TILE;
+    c.Vs = Qs + 3 * S_TILE;
+    c.kh = k + (size_t) hk * S_D;
+    c.vh = v + (size_t) hk * S_D;
+    c.st = (size_t) stride;
+    c.seg = seg;
+    c.T = T;
+    c.kbeg = s_first_key(seg, q0, T);
+    c.ntiles = (min(q0 + S_BQ, T) - 1 - c.kbeg) / S_BK + 1;
+    c.wfirst = q0 + 64 * wg;
+    c.wlast = min(c.wfirst + 63, T - 1);
+    c.sg_first = c.wfirst < T ? seg[c.wfirst] : 0;
+    c.sg_last = seg[c.wlast];
+    c.r0 = c.wfirst + 16 * warp + (lane >> 2);
+    c.t = lane & 3;
+    c.sc = sc;
 
-    s_load(Qs, q + (size_t) h * S_D, st, q0, T);
-    s_load(Ks, kh, st, kbeg, T);
-    s_load(Vs, vh, st, kbeg, T);
+    /* Q and the first K (and V) tile, one copy group */
+    s_load(Qs, q + (size_t) h * S_D, c.st, q0, T);
+    s_load(c.Ks, c.kh, c.st, c.kbeg, T);
+    if (!PIPE)
+        s_load(c.Vs, c.vh, c.st, c.kbeg, T);
     trn_cp_commit();
 
-    /* this warpgroup's rows; the lane's are r0 and r0 + 8 */
-    const int wfirst = q0 + 64 * wg, wlast = min(wfirst + 63, T - 1);
-    const int r0 = wfirst + 16 * warp + (lane >> 2);
-    const int sg_first = wfirst < T ? seg[wfirst] : 0;
-    const int sg_last = seg[wlast];
     float acc[64], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 64; i++)
         acc[i] = 0.0f;
+    if (PIPE)
+        s_loop_pipe(c, acc, mr, lr);
+    else
+        s_loop_serial(c, acc, mr, lr);
+    s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
+}
 
-    for (int j = 0; j < ntiles; j++) {
-        const int k0 = kbeg + j * S_BK, buf = j & 1;
-        /* tile j has landed (and is visible to the tensor cores), and
-         * every warp is done with tile j - 1, whose buffers take j + 1 */
-        trn_cp_wait<0>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (j + 1 < ntiles) {
-            s_load(Ks + (buf ^ 1) * S_TILE, kh, st, k0 + S_BK, T);
-            s_load(Vs + (buf ^ 1) * S_TILE, vh, st, k0 + S_BK, T);
-        }
-        trn_cp_commit();
-        /* none of the warpgroup's rows sees this tile */
-        if (wfirst >= T || k0 > wlast ||
-            seg[min(k0 + S_BK - 1, T - 1)] < sg_first)
-            continue;
-        float s[64];
-        s_scores(s, Qs + wg * 64 * 128, Ks + buf * S_TILE);
-        if (!(k0 + S_BK - 1 <= wfirst && seg[k0] == sg_last))
-            s_mask(s, seg, T, r0, k0, t);
-        s_softmax(s, acc, mr, lr, sc);
-        s_pv(acc, s, Vs + buf * S_TILE);
-    }
-    s_store(o, lse, acc, mr, lr, r0, h, T, H, t);
+/* LISA_ATTN_H_SERIAL=1: the serial schedule (for comparison; read every
+ * call). */
+static bool
+s_serial(void)
+{
+    const char *e = getenv("LISA_ATTN_H_SERIAL");
+    return e && *e && strcmp(e, "0") != 0;
 }
 
 lisa_rc_t
@@ -324,12 +512,16 @@ trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                  const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                  const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
+    void (*kern)(trn_bf16_t *, float *, const trn_bf16_t *, const trn_bf16_t *,
+                 const trn_bf16_t *, int, const int32_t *, int, int, int,
+                 float) =
+        s_serial() ? s_attn_fwd_wgmma<false> : s_attn_fwd_wgmma<true>;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
-        s_attn_fwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
     dim3 grid(H, TRN_CEIL_DIV(T, S_BQ));
-    s_attn_fwd_wgmma<<<grid, S_NTH, S_SMEM, st>>>(
-        o, lse, q, k, v, stride, seg, T, H, Hk,
-        1.0f / sqrtf((float) S_D) * 1.4426950408889634f);
+    kern<<<grid, S_NTH, S_SMEM, st>>>(o, lse, q, k, v, stride, seg, T, H, Hk,
+                                      1.0f / sqrtf((float) S_D) *
+                                          1.4426950408889634f);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
