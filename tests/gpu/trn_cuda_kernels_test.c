@@ -795,26 +795,31 @@ s_maxrel(const double *a, const double *b, size_t n)
 }
 
 /* The attention forward pass under the settings of run `how`: 0 the
- * default path (the wgmma kernel at head_dim 128 on a Hopper device), 1
- * the same with its serial schedule (LISA_ATTN_H_SERIAL=1), 2 the
- * portable kernel (LISA_ATTN_PORTABLE=1). */
+ * default path (the wgmma kernel at head_dim 128 on a Hopper device), 1 to
+ * 3 the same with the schedules LISA_ATTN_H_SCHED 0 (serial), 4 and 8,
+ * S_PORTABLE the portable kernel (LISA_ATTN_PORTABLE=1). */
+#define S_PORTABLE 4
+static const char *const s_sched_names[S_PORTABLE + 1] = {
+    "default", "serial", "sched4", "sched8", "portable"};
+
 static lisa_rc_t
 s_attn_fwd_as(int how, trn_bf16_t *o, float *lse, const trn_bf16_t *q,
               const trn_bf16_t *k, const trn_bf16_t *v, int stride,
               const int32_t *seg, int T, int H, int Hk, int D)
 {
-    if (how == 1)
-        setenv("LISA_ATTN_H_SERIAL", "1", 1);
-    if (how == 2)
+    static const char *const sched[S_PORTABLE] = {NULL, "0", "4", "8"};
+    if (how < S_PORTABLE && sched[how])
+        setenv("LISA_ATTN_H_SCHED", sched[how], 1);
+    if (how == S_PORTABLE)
         setenv("LISA_ATTN_PORTABLE", "1", 1);
     lisa_rc_t rc =
         trn_k_attn_fwd(o, lse, q, k, v, stride, seg, T, H, Hk, D, NULL);
-    unsetenv("LISA_ATTN_H_SERIAL");
+    unsetenv("LISA_ATTN_H_SCHED");
     unsetenv("LISA_ATTN_PORTABLE");
     return rc;
 }
 
-/* The forward pass on the default path and with the serial schedule
+/* The forward pass on the default path and with the other schedules
  * against the portable one, on the same inputs, outputs poisoned before
  * each run: o within bf16 rounding, lse within 1e-4. Prints how many
  * outputs differ in any bit (none: both runs took the same kernel). */
@@ -832,8 +837,8 @@ test_attn_paths(int T, int H, int Hk, int nseg)
     trn_bf16_t *d_o = s_dev(NULL, no * 2);
     float *d_lse = s_dev(NULL, (size_t) T * H * 4);
     const trn_bf16_t *q = d_qkv, *k = d_qkv + H * D, *v = d_qkv + (H + Hk) * D;
-    double *o[3], *l[3];
-    for (int how = 0; how < 3; how++) {
+    double *o[S_PORTABLE + 1], *l[S_PORTABLE + 1];
+    for (int how = 0; how <= S_PORTABLE; how++) {
         RC(trn_cuda_memset(d_o, 0xff, no * 2, NULL));
         RC(trn_cuda_memset(d_lse, 0xff, (size_t) T * H * 4, NULL));
         RC(s_attn_fwd_as(how, d_o, d_lse, q, k, v, stride, d_seg, T, H, Hk, D));
@@ -841,21 +846,20 @@ test_attn_paths(int T, int H, int Hk, int nseg)
         o[how] = s_get_bf16(d_o, no);
         l[how] = s_get_f32(d_lse, (size_t) T * H);
     }
-    for (int how = 0; how < 2; how++) {
+    for (int how = 0; how < S_PORTABLE; how++) {
         size_t diff = 0;
         for (size_t i = 0; i < no; i++)
-            diff += memcmp(&o[how][i], &o[2][i], sizeof(double)) != 0;
+            diff += memcmp(&o[how][i], &o[S_PORTABLE][i], sizeof(double)) != 0;
         char name[96];
         snprintf(name, sizeof name,
-                 "attn fwd%s vs portable T=%d H=%d Hk=%d "
-                 "seqs=%d",
-                 how ? " serial" : "", T, H, Hk, seg[T - 1] + 1);
-        s_check(name, s_relerr(o[how], o[2], no), 1e-2);
+                 "attn fwd %s vs portable T=%d H=%d Hk=%d seqs=%d",
+                 s_sched_names[how], T, H, Hk, seg[T - 1] + 1);
+        s_check(name, s_relerr(o[how], o[S_PORTABLE], no), 1e-2);
         printf("  (%zu of %zu outputs differ)\n", diff, no);
         s_check("attn lse vs portable (max rel)",
-                s_maxrel(l[how], l[2], (size_t) T * H), 1e-4);
+                s_maxrel(l[how], l[S_PORTABLE], (size_t) T * H), 1e-4);
     }
-    for (int how = 0; how < 3; how++)
+    for (int how = 0; how <= S_PORTABLE; how++)
         free(o[how]), free(l[how]);
     free(hqkv), free(qkv), free(seg);
     trn_cuda_free(&d_qkv), trn_cuda_free(&d_seg), trn_cuda_free(&d_o);
@@ -1569,7 +1573,7 @@ bench_elementwise(void)
 
 /* The causal attention forward pass at Qwen3-4B's heads (H=32, Hk=8,
  * D=128): the default path (the wgmma kernel on a Hopper device), its
- * serial schedule and the portable kernel (see s_attn_fwd_as), each the median
+ * other schedules and the portable kernel (see s_attn_fwd_as), each the median
  * of 7 batches of back-to-back calls timed between synchronisations (a batch
  * does about 20 TFLOP, so the sync is noise), after 3 warm-up calls. */
 static void
@@ -1588,9 +1592,9 @@ bench_attn_fwd(void)
         int32_t *seg = calloc((size_t) T, 4);
         int32_t *dseg = s_dev(seg, (size_t) T * 4);
         const trn_bf16_t *q = qkv, *k = qkv + H * D, *v = qkv + (H + Hk) * D;
-        double flops = 4.0 * T * (double) T / 2 * D * H, tp[3];
+        double flops = 4.0 * T * (double) T / 2 * D * H, tp[S_PORTABLE + 1];
         int reps = flops > 2e13 ? 1 : (int) (2e13 / flops);
-        for (int how = 0; how < 3; how++) {
+        for (int how = 0; how <= S_PORTABLE; how++) {
             for (int w = 0; w < 3; w++)
                 RC(s_attn_fwd_as(how, o, lse, q, k, v, stride, dseg, T, H, Hk,
                                  D));
@@ -1607,10 +1611,11 @@ bench_attn_fwd(void)
             qsort(t, 7, 8, s_cmp);
             tp[how] = t[3];
         }
-        printf("attn fwd T=%-6d default %7.3f ms %6.1f TFLOP/s | serial "
-               "%6.1f | portable %7.3f ms %6.1f TFLOP/s | x%.2f\n",
-               T, tp[0] * 1e3, flops / tp[0] / 1e12, flops / tp[1] / 1e12,
-               tp[2] * 1e3, flops / tp[2] / 1e12, tp[2] / tp[0]);
+        printf("attn fwd T=%-6d", T);
+        for (int how = 0; how <= S_PORTABLE; how++)
+            printf(" | %s %.3f ms %.1f TFLOP/s", s_sched_names[how],
+                   tp[how] * 1e3, flops / tp[how] / 1e12);
+        printf(" | x%.2f\n", tp[S_PORTABLE] / tp[0]);
         trn_cuda_free(&qkv), trn_cuda_free(&o), trn_cuda_free(&lse);
         trn_cuda_free(&dseg), free(seg), free(h), free(vals);
     }

@@ -104,6 +104,16 @@ s_wg_wait(float (&d)[64])
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* Keeps the A fragments of products in flight alive until their wait
+ * (the tensor cores read them after the issue). */
+static __device__ __forceinline__ void
+s_keep(uint32_t (&p)[32])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        asm volatile("" : "+r"(p[i])::"memory");
+}
+
 #define S_D64                                                                  \
     "{%0, %1, %2, %3, %4, %5, %6, %7, "                                        \
     "%8, %9, %10, %11, %12, %13, %14, %15, "                                   \
@@ -144,13 +154,14 @@ s_mma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-/* Issues acc += P V: P (bf16 pairs in the A-fragment order) against the
- * V tile at Vb, k-step kk taking keys 16kk..16kk+15. */
+/* Issues acc += P V for k-steps K0..K1-1: P (bf16 pairs in the A-fragment
+ * order) against the V tile at Vb, k-step kk taking keys 16kk..16kk+15. */
+template <int K0 = 0, int K1 = S_BK / 16>
 static __device__ __forceinline__ void
 s_pv_issue(float (&acc)[64], const uint32_t (&p)[32], uint32_t Vb)
 {
 #pragma unroll
-    for (int kk = 0; kk < S_BK / 16; kk++)
+    for (int kk = K0; kk < K1; kk++)
         s_mma_rs(acc, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
                  s_desc(Vb + kk * 2048, S_HALF));
 }
@@ -388,6 +399,7 @@ s_loop_serial(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
         s_pv_issue(acc, p, c.Vs + buf * S_TILE);
         s_wg_commit();
         s_wg_wait<0>(acc);
+        s_keep(p);
     }
 }
 
@@ -396,9 +408,12 @@ s_loop_serial(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
  * cores do P V, then waits for that, rescales O and keeps P_j for stage
  * j + 1. Copies run one tile ahead per operand: stage j needs K_j and
  * V_{j-1} and fetches K_{j+1} and V_j, into buffers whose last readers
- * finished in stage j - 1. No branch surrounds a product in flight (the
- * compiler would serialise them): every tile is computed, the ones no row
- * of the warpgroup sees masked whole. */
+ * finished in stage j - 1. The k-steps of P V from EARLY on are issued
+ * after the softmax: with all of them before it, the compiler places the
+ * wait for P V early in the softmax. No branch surrounds a product in
+ * flight (the compiler would serialise them): every tile is computed, the
+ * ones no row of the warpgroup sees masked whole. */
+template <int EARLY>
 static __device__ __forceinline__ void
 s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
 {
@@ -431,12 +446,17 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
         s_wg_fence();
         s_qk_issue(s, c.Qw, c.Ks + (j & 1) * S_TILE);
         s_wg_commit();
-        s_pv_issue(acc, p, c.Vs + ((j - 1) & 1) * S_TILE);
+        s_pv_issue<0, EARLY>(acc, p, c.Vs + ((j - 1) & 1) * S_TILE);
         s_wg_commit();
         s_wg_wait<1>(s);
         s_mask_apply(s, m);
         s_softmax(s, mr, lr, alpha, c.sc);
+        if (EARLY < S_BK / 16) { /* the rest of P V, after the softmax */
+            s_pv_issue<EARLY, S_BK / 16>(acc, p, c.Vs + ((j - 1) & 1) * S_TILE);
+            s_wg_commit();
+        }
         s_wg_wait<0>(acc);
+        s_keep(p);
         s_rescale(acc, alpha);
         s_pack(p, s);
     }
@@ -446,9 +466,10 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
     s_pv_issue(acc, p, c.Vs + ((c.ntiles - 1) & 1) * S_TILE);
     s_wg_commit();
     s_wg_wait<0>(acc);
+    s_keep(p);
 }
 
-template <bool PIPE>
+template <int EARLY>
 __global__ void
 __launch_bounds__(S_NTH, 1)
     s_attn_fwd_wgmma(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
@@ -483,7 +504,7 @@ __launch_bounds__(S_NTH, 1)
     /* Q and the first K (and V) tile, one copy group */
     s_load(Qs, q + (size_t) h * S_D, c.st, q0, T);
     s_load(c.Ks, c.kh, c.st, c.kbeg, T);
-    if (!PIPE)
+    if (EARLY == 0)
         s_load(c.Vs, c.vh, c.st, c.kbeg, T);
     trn_cp_commit();
 
@@ -491,20 +512,23 @@ __launch_bounds__(S_NTH, 1)
 #pragma unroll
     for (int i = 0; i < 64; i++)
         acc[i] = 0.0f;
-    if (PIPE)
-        s_loop_pipe(c, acc, mr, lr);
+    if (EARLY > 0)
+        s_loop_pipe<EARLY>(c, acc, mr, lr);
     else
         s_loop_serial(c, acc, mr, lr);
     s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
 }
 
-/* LISA_ATTN_H_SERIAL=1: the serial schedule (for comparison; read every
- * call). */
-static bool
-s_serial(void)
+/* The schedule (LISA_ATTN_H_SCHED, read every call, for comparison):
+ * 0 serial; 4, 6 or 8 overlapped with that many k-steps of P V issued
+ * before the softmax (the rest after it: the compiler then cannot hoist
+ * the wait for P V above the softmax); default 6. */
+static int
+s_sched(void)
 {
-    const char *e = getenv("LISA_ATTN_H_SERIAL");
-    return e && *e && strcmp(e, "0") != 0;
+    const char *e = getenv("LISA_ATTN_H_SCHED");
+    int v = e && *e ? atoi(e) : 6;
+    return v == 0 || v == 4 || v == 8 ? v : 6;
 }
 
 lisa_rc_t
@@ -512,10 +536,13 @@ trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                  const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                  const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
+    const int sched = s_sched();
     void (*kern)(trn_bf16_t *, float *, const trn_bf16_t *, const trn_bf16_t *,
                  const trn_bf16_t *, int, const int32_t *, int, int, int,
-                 float) =
-        s_serial() ? s_attn_fwd_wgmma<false> : s_attn_fwd_wgmma<true>;
+                 float) = sched == 0   ? s_attn_fwd_wgmma<0>
+                          : sched == 4 ? s_attn_fwd_wgmma<4>
+                          : sched == 8 ? s_attn_fwd_wgmma<8>
+                                       : s_attn_fwd_wgmma<6>;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
     dim3 grid(H, TRN_CEIL_DIV(T, S_BQ));
