@@ -7,8 +7,9 @@
  *   trn_cuda_kernels_test            run the checks
  *   trn_cuda_kernels_test --bench    also time attention, the products and
  *                                    the norms and SwiGLU at Qwen3-4B shapes
- *   trn_cuda_kernels_test --bench-attn  only the attention forward timings
- *                                    (default path against the portable)
+ *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
+ *   trn_cuda_kernels_test --bench-attn  those and the attention forward
+ *                                    timings (each schedule, the portable)
  */
 #include "trn_cuda.h"
 #include "trn_safetensors.h"
@@ -795,27 +796,33 @@ s_maxrel(const double *a, const double *b, size_t n)
 }
 
 /* The attention forward pass under the settings of run `how`: 0 the
- * default path (the wgmma kernel at head_dim 128 on a Hopper device), 1 to
- * 3 the same with the schedules LISA_ATTN_H_SCHED 0 (serial), 4 and 8,
- * S_PORTABLE the portable kernel (LISA_ATTN_PORTABLE=1). */
-#define S_PORTABLE 4
+ * default path (the wgmma kernel at head_dim 128 on a Hopper device, its
+ * schedule as LISA_ATTN_H_SCHED says), 1 to 6 the schedules 0 (serial),
+ * 4, 8, w4, w6 and w8 of that kernel, S_PORTABLE the portable kernel
+ * (LISA_ATTN_PORTABLE=1). The environment is restored after. */
+#define S_PORTABLE 7
 static const char *const s_sched_names[S_PORTABLE + 1] = {
-    "default", "serial", "sched4", "sched8", "portable"};
+    "default", "0", "4", "8", "w4", "w6", "w8", "portable"};
 
 static lisa_rc_t
 s_attn_fwd_as(int how, trn_bf16_t *o, float *lse, const trn_bf16_t *q,
               const trn_bf16_t *k, const trn_bf16_t *v, int stride,
               const int32_t *seg, int T, int H, int Hk, int D)
 {
-    static const char *const sched[S_PORTABLE] = {NULL, "0", "4", "8"};
-    if (how < S_PORTABLE && sched[how])
-        setenv("LISA_ATTN_H_SCHED", sched[how], 1);
-    if (how == S_PORTABLE)
-        setenv("LISA_ATTN_PORTABLE", "1", 1);
+    const char *var =
+        how == S_PORTABLE ? "LISA_ATTN_PORTABLE" : "LISA_ATTN_H_SCHED";
+    const char *old = getenv(var);
+    char keep[32] = "";
+    if (old)
+        snprintf(keep, sizeof keep, "%s", old);
+    if (how > 0)
+        setenv(var, how == S_PORTABLE ? "1" : s_sched_names[how], 1);
     lisa_rc_t rc =
         trn_k_attn_fwd(o, lse, q, k, v, stride, seg, T, H, Hk, D, NULL);
-    unsetenv("LISA_ATTN_H_SCHED");
-    unsetenv("LISA_ATTN_PORTABLE");
+    if (how > 0 && old)
+        setenv(var, keep, 1);
+    else if (how > 0)
+        unsetenv(var);
     return rc;
 }
 
@@ -1490,6 +1497,30 @@ test_prefill_set(int H, int Hk, int D, int bs)
     test_prefill(H, Hk, D, bs, 6, pre, nn);
 }
 
+/* Attention at head_dim 128 (the wgmma kernel on Hopper): shorter than a
+ * tile, a tile, tiles with a short last; GQA groups of 1, 4 and 8;
+ * sequence starts inside tiles; 4k; then each schedule against the
+ * portable kernel. */
+static void
+s_attn_tests(void)
+{
+    /* head_dim 128 (the wgmma kernel on Hopper): shorter than a tile, a
+     * tile, tiles with a short last; GQA groups of 1, 4 and 8; sequence
+     * starts inside tiles; 4k */
+    test_attention(77, 4, 4, 128, 1);
+    test_attention(128, 8, 2, 128, 1);
+    test_attention(300, 8, 1, 128, -5);
+    test_attention(700, 16, 2, 128, -9);
+    test_attention(4096, 2, 2, 128, -6);
+    test_attn_paths(1, 4, 1, 1);
+    test_attn_paths(100, 8, 8, 1);
+    test_attn_paths(333, 8, 2, 7);
+    test_attn_paths(1000, 16, 2, 40);
+    test_attn_paths(4096, 32, 8, 1);
+    test_attn_paths(4096, 32, 4, 12);
+    test_attn_paths(6000, 8, 1, 3);
+}
+
 /* ------------------------------------------------------------------ */
 
 static double
@@ -1947,6 +1978,15 @@ main(int argc, char **argv)
         printf("cuBLASLt unavailable\n");
         return 1;
     }
+    if (argc > 1 && (strcmp(argv[1], "--attn") == 0 ||
+                     strcmp(argv[1], "--bench-attn") == 0)) {
+        s_attn_tests();
+        if (strcmp(argv[1], "--bench-attn") == 0)
+            bench_attn_fwd();
+        trn_blas_destroy(&b);
+        printf("\n%d passed, %d failed\n", s_pass, s_fail);
+        return s_fail ? 1 : 0;
+    }
     test_linear(b);
     /* the matrix-vector kernel: 1 to 4 tokens, rows split over 1, 2, 4
      * and 8 warps */
@@ -2013,21 +2053,7 @@ main(int argc, char **argv)
     test_attention(150, 4, 1, 16, 1);
     test_attention(64, 2, 2, 32, 1);
     test_attention(513, 4, 2, 128, 4); /* a last query tile of one row */
-    /* head_dim 128 (the wgmma kernel on Hopper): shorter than a tile, a
-     * tile, tiles with a short last; GQA groups of 1, 4 and 8; sequence
-     * starts inside tiles; 4k */
-    test_attention(77, 4, 4, 128, 1);
-    test_attention(128, 8, 2, 128, 1);
-    test_attention(300, 8, 1, 128, -5);
-    test_attention(700, 16, 2, 128, -9);
-    test_attention(4096, 2, 2, 128, -6);
-    test_attn_paths(1, 4, 1, 1);
-    test_attn_paths(100, 8, 8, 1);
-    test_attn_paths(333, 8, 2, 7);
-    test_attn_paths(1000, 16, 2, 40);
-    test_attn_paths(4096, 32, 8, 1);
-    test_attn_paths(4096, 32, 4, 12);
-    test_attn_paths(6000, 8, 1, 3);
+    s_attn_tests();
     for (int fu = 0; fu < 2; fu++) { /* separate kernels, then fused */
         test_decode(1, 32, 8, 128, 2048, 0, 1, fu); /* batch 1, split */
         test_decode(1, 32, 8, 128, 300, 0, 0, fu);  /* no scratch: one block */

@@ -58,11 +58,13 @@ s_cp16(uint32_t a, const void *src, bool ok)
 
 /* The 128 rows from r0 of a [T][st] bf16 matrix, columns 0..127 of src,
  * into the swizzled tile at dst (rows past T are zeros). */
+template <int NTH = S_NTH>
 static __device__ __forceinline__ void
-s_load(uint32_t dst, const trn_bf16_t *src, size_t st, int r0, int T)
+s_load(uint32_t dst, const trn_bf16_t *src, size_t st, int r0, int T,
+       int tid = threadIdx.x)
 {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < 128 * 16; i += S_NTH) {
+    for (int i = tid; i < 128 * 16; i += NTH) {
         const int r = i >> 4, c = i & 15;
         const bool ok = r0 + r < T;
         const trn_bf16_t *p = src + (size_t) (ok ? r0 + r : 0) * st + c * 8;
@@ -319,7 +321,7 @@ s_first_key(const int32_t *seg, int q0, int T)
 {
     const int sf = seg[q0];
     int n = 0;
-    for (int j0 = 0; j0 <= q0 / S_BK; j0 += S_NTH) {
+    for (int j0 = 0; j0 <= q0 / S_BK; j0 += (int) blockDim.x) {
         const int j = j0 + (int) threadIdx.x;
         const bool before =
             j <= q0 / S_BK && seg[min(j * S_BK + S_BK - 1, T - 1)] < sf;
@@ -341,6 +343,34 @@ struct s_wg_ctx {
     int r0, t;             /* the lane's first row, its column pair */
     float sc;              /* softmax scale times log2 e */
 };
+
+/* The context of the calling thread's warpgroup (threads 128w..128w+127
+ * hold rows 64w..64w+63 of the block's); kbeg and ntiles are the block's
+ * (every thread of the block takes part). */
+static __device__ __forceinline__ void
+s_ctx_init(s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *k, const trn_bf16_t *v,
+           int stride, const int32_t *seg, int T, int hk, int q0, float sc)
+{
+    const int wg = min((int) threadIdx.x >> 7, S_WGS - 1);
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    c.Qw = Qs + wg * 64 * 128;
+    c.Ks = Qs + S_TILE;
+    c.Vs = Qs + 3 * S_TILE;
+    c.kh = k + (size_t) hk * S_D;
+    c.vh = v + (size_t) hk * S_D;
+    c.st = (size_t) stride;
+    c.seg = seg;
+    c.T = T;
+    c.kbeg = s_first_key(seg, q0, T);
+    c.ntiles = (min(q0 + S_BQ, T) - 1 - c.kbeg) / S_BK + 1;
+    c.wfirst = q0 + 64 * wg;
+    c.wlast = min(c.wfirst + 63, T - 1);
+    c.sg_first = c.wfirst < T ? seg[c.wfirst] : 0;
+    c.sg_last = seg[c.wlast];
+    c.r0 = c.wfirst + 16 * warp + (lane >> 2);
+    c.t = lane & 3;
+    c.sc = sc;
+}
 
 /* Waits for this thread's copies, makes them visible to the tensor cores
  * and to every thread: after it, the buffers read before are free. */
@@ -451,7 +481,8 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
         s_wg_wait<1>(s);
         s_mask_apply(s, m);
         s_softmax(s, mr, lr, alpha, c.sc);
-        if (EARLY < S_BK / 16) { /* the rest of P V, after the softmax */
+        if (EARLY < S_BK / 16) {
+            s_wg_fence(); /* the rest of P V, after the softmax */
             s_pv_issue<EARLY, S_BK / 16>(acc, p, c.Vs + ((j - 1) & 1) * S_TILE);
             s_wg_commit();
         }
@@ -480,26 +511,8 @@ __launch_bounds__(S_NTH, 1)
     const uint32_t Qs = (s_saddr(smem) + 1023u) & ~1023u;
     const int h = blockIdx.x, hk = h / (H / Hk);
     const int q0 = (int) (gridDim.y - 1 - blockIdx.y) * S_BQ;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
-    const int lane = threadIdx.x & 31;
     s_wg_ctx c;
-    c.Qw = Qs + wg * 64 * 128;
-    c.Ks = Qs + S_TILE;
-    c.Vs = Qs + 3 * S_TILE;
-    c.kh = k + (size_t) hk * S_D;
-    c.vh = v + (size_t) hk * S_D;
-    c.st = (size_t) stride;
-    c.seg = seg;
-    c.T = T;
-    c.kbeg = s_first_key(seg, q0, T);
-    c.ntiles = (min(q0 + S_BQ, T) - 1 - c.kbeg) / S_BK + 1;
-    c.wfirst = q0 + 64 * wg;
-    c.wlast = min(c.wfirst + 63, T - 1);
-    c.sg_first = c.wfirst < T ? seg[c.wfirst] : 0;
-    c.sg_last = seg[c.wlast];
-    c.r0 = c.wfirst + 16 * warp + (lane >> 2);
-    c.t = lane & 3;
-    c.sc = sc;
+    s_ctx_init(c, Qs, k, v, stride, seg, T, hk, q0, sc);
 
     /* Q and the first K (and V) tile, one copy group */
     s_load(Qs, q + (size_t) h * S_D, c.st, q0, T);
@@ -519,16 +532,202 @@ __launch_bounds__(S_NTH, 1)
     s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
 }
 
-/* The schedule (LISA_ATTN_H_SCHED, read every call, for comparison):
- * 0 serial; 4, 6 or 8 overlapped with that many k-steps of P V issued
+/* ---- warp-specialised variant ------------------------------------------
+ *
+ * The two warpgroups run apart: a third warpgroup copies Q and the K/V
+ * tiles and hands them over through named barriers (one per buffer,
+ * operand and warpgroup for "landed", one per buffer and operand for
+ * "free"), so a warpgroup never waits for the other and one's softmax
+ * overlaps the other's products. The copiers signal K_t and V_{t-1}
+ * together once they landed, then wait until V_{t-2}'s buffer is free to
+ * fetch V_t, and until K_{t-1}'s is free to fetch K_{t+1}. The copiers
+ * give registers up (setmaxnreg) so the two others can hold theirs: the
+ * register file of a quarter of the multiprocessor serves three warps. */
+
+#define S_WS_NTH       (S_NTH + 128)
+#define S_FULL         (128 + 128)   /* a warpgroup waits, the copiers arrive */
+#define S_FREE         (S_NTH + 128) /* both warpgroups arrive, copiers wait */
+#define S_WS_REG_COPY  40            /* registers a copier thread keeps */
+#define S_WS_REG_MMA   232           /* and a warpgroup thread takes */
+#define S_BAR_FK(b, w) (1 + 2 * (b) + (w))
+#define S_BAR_FV(b, w) (5 + 2 * (b) + (w))
+#define S_BAR_EK(b)    (9 + (b))
+#define S_BAR_EV(b)    (11 + (b))
+
+static __device__ __forceinline__ void
+s_bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+static __device__ __forceinline__ void
+s_bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* The copier's copies so far have landed: visible to the tensor cores
+ * and, after the next arrival, to the warpgroups. */
+static __device__ __forceinline__ void
+s_ws_landed(void)
+{
+    trn_cp_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __threadfence_block();
+}
+
+/* The copier warpgroup (thread l of 128). */
+static __device__ __forceinline__ void
+s_ws_copier(const s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *qh, int q0, int l)
+{
+    const int n = c.ntiles;
+    s_load<128>(Qs, qh, c.st, q0, c.T, l);
+    s_load<128>(c.Ks, c.kh, c.st, c.kbeg, c.T, l);
+    trn_cp_commit();
+    for (int t = 0; t < n; t++) {
+        const int k0 = c.kbeg + t * S_BK;
+        s_ws_landed(); /* K_t and V_{t-1} */
+        s_bar_arrive(S_BAR_FK(t & 1, 0), S_FULL);
+        s_bar_arrive(S_BAR_FK(t & 1, 1), S_FULL);
+        if (t >= 1) {
+            s_bar_arrive(S_BAR_FV((t - 1) & 1, 0), S_FULL);
+            s_bar_arrive(S_BAR_FV((t - 1) & 1, 1), S_FULL);
+        }
+        if (t >= 2)
+            s_bar_sync(S_BAR_EV(t & 1), S_FREE);
+        s_load<128>(c.Vs + (t & 1) * S_TILE, c.vh, c.st, k0, c.T, l);
+        if (t + 1 < n) {
+            if (t >= 1)
+                s_bar_sync(S_BAR_EK((t + 1) & 1), S_FREE);
+            s_load<128>(c.Ks + ((t + 1) & 1) * S_TILE, c.kh, c.st, k0 + S_BK,
+                        c.T, l);
+        }
+        trn_cp_commit();
+    }
+    s_ws_landed();
+    s_bar_arrive(S_BAR_FV((n - 1) & 1, 0), S_FULL);
+    s_bar_arrive(S_BAR_FV((n - 1) & 1, 1), S_FULL);
+}
+
+/* A warpgroup's loop: the overlapped schedule of s_loop_pipe with the
+ * copier's barriers in place of the block's. Buffers are handed back
+ * after the stage's last wait (K_j: the copier waits for it when t + 2 <
+ * ntiles; V_{j-1}: when j + 1 < ntiles). */
+template <int EARLY>
+static __device__ __forceinline__ void
+s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
+              float (&lr)[2], int wg)
+{
+    const int n = c.ntiles;
+    uint32_t p[32];
+    float s[64], alpha[2];
+    s_bar_sync(S_BAR_FK(0, wg), S_FULL);
+    s_wg_fence();
+    s_qk_issue(s, c.Qw, c.Ks);
+    s_wg_commit();
+    s_wg_wait<0>(s);
+    if (2 < n)
+        s_bar_arrive(S_BAR_EK(0), S_FREE);
+    if (!s_unmasked(c, c.kbeg))
+        s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
+    s_softmax(s, mr, lr, alpha, c.sc);
+    s_pack(p, s);
+    for (int j = 1; j < n; j++) {
+        const int k0 = c.kbeg + j * S_BK;
+        const uint32_t Vb = c.Vs + ((j - 1) & 1) * S_TILE;
+        uint64_t m = 0;
+        if (!s_unmasked(c, k0))
+            m = s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
+        s_bar_sync(S_BAR_FK(j & 1, wg), S_FULL);
+        s_bar_sync(S_BAR_FV((j - 1) & 1, wg), S_FULL);
+        s_wg_fence();
+        s_qk_issue(s, c.Qw, c.Ks + (j & 1) * S_TILE);
+        s_wg_commit();
+        s_pv_issue<0, EARLY>(acc, p, Vb);
+        s_wg_commit();
+        s_wg_wait<1>(s);
+        s_mask_apply(s, m);
+        s_softmax(s, mr, lr, alpha, c.sc);
+        if (EARLY < S_BK / 16) {
+            s_wg_fence();
+            s_pv_issue<EARLY, S_BK / 16>(acc, p, Vb);
+            s_wg_commit();
+        }
+        s_wg_wait<0>(acc);
+        s_keep(p);
+        if (j + 2 < n)
+            s_bar_arrive(S_BAR_EK(j & 1), S_FREE);
+        if (j + 1 < n)
+            s_bar_arrive(S_BAR_EV((j - 1) & 1), S_FREE);
+        s_rescale(acc, alpha);
+        s_pack(p, s);
+    }
+    s_bar_sync(S_BAR_FV((n - 1) & 1, wg), S_FULL);
+    s_wg_fence();
+    s_pv_issue(acc, p, c.Vs + ((n - 1) & 1) * S_TILE);
+    s_wg_commit();
+    s_wg_wait<0>(acc);
+    s_keep(p);
+}
+
+template <int EARLY>
+__global__ void
+__launch_bounds__(S_WS_NTH, 1)
+    s_attn_fwd_ws(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+                  const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                  const int32_t *seg, int T, int H, int Hk, float sc)
+{
+    extern __shared__ unsigned char smem[];
+    const uint32_t Qs = (s_saddr(smem) + 1023u) & ~1023u;
+    const int h = blockIdx.x;
+    const int q0 = (int) (gridDim.y - 1 - blockIdx.y) * S_BQ;
+    /* the warpgroup, as a value the compiler knows is warp-uniform */
+    const int wg = __shfl_sync(0xffffffffu, (int) threadIdx.x >> 7, 0);
+    s_wg_ctx c;
+    s_ctx_init(c, Qs, k, v, stride, seg, T, h / (H / Hk), q0, sc);
+    if (wg == S_WGS) {
+        asm volatile(
+            "setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S_WS_REG_COPY));
+        s_ws_copier(c, Qs, q + (size_t) h * S_D, q0, (int) threadIdx.x - S_NTH);
+    } else {
+        asm volatile(
+            "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S_WS_REG_MMA));
+        float acc[64], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            acc[i] = 0.0f;
+        s_ws_consumer<EARLY>(c, acc, mr, lr, wg);
+        s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
+    }
+}
+
+typedef void (*s_kernel_t)(trn_bf16_t *, float *, const trn_bf16_t *,
+                           const trn_bf16_t *, const trn_bf16_t *, int,
+                           const int32_t *, int, int, int, float);
+
+/* The kernel and its threads by LISA_ATTN_H_SCHED (read every call, for
+ * comparison): 0 block-synchronous and serial; 4, 6 or 8
+ * block-synchronous and overlapped with that many k-steps of P V issued
  * before the softmax (the rest after it: the compiler then cannot hoist
- * the wait for P V above the softmax); default 6. */
-static int
-s_sched(void)
+ * the wait for P V above the softmax); w4, w6, w8 the same on the
+ * warp-specialised kernel. Default 6. */
+static s_kernel_t
+s_pick(int *nth)
 {
     const char *e = getenv("LISA_ATTN_H_SCHED");
-    int v = e && *e ? atoi(e) : 6;
-    return v == 0 || v == 4 || v == 8 ? v : 6;
+    if (!e || !*e)
+        e = "6";
+    const bool ws = e[0] == 'w';
+    const int v = atoi(ws ? e + 1 : e);
+    *nth = ws ? S_WS_NTH : S_NTH;
+    if (ws)
+        return v == 4   ? s_attn_fwd_ws<4>
+               : v == 8 ? s_attn_fwd_ws<8>
+                        : s_attn_fwd_ws<6>;
+    return v == 0   ? s_attn_fwd_wgmma<0>
+           : v == 4 ? s_attn_fwd_wgmma<4>
+           : v == 8 ? s_attn_fwd_wgmma<8>
+                    : s_attn_fwd_wgmma<6>;
 }
 
 lisa_rc_t
@@ -536,19 +735,14 @@ trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                  const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                  const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
-    const int sched = s_sched();
-    void (*kern)(trn_bf16_t *, float *, const trn_bf16_t *, const trn_bf16_t *,
-                 const trn_bf16_t *, int, const int32_t *, int, int, int,
-                 float) = sched == 0   ? s_attn_fwd_wgmma<0>
-                          : sched == 4 ? s_attn_fwd_wgmma<4>
-                          : sched == 8 ? s_attn_fwd_wgmma<8>
-                                       : s_attn_fwd_wgmma<6>;
+    int nth;
+    s_kernel_t kern = s_pick(&nth);
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
     dim3 grid(H, TRN_CEIL_DIV(T, S_BQ));
-    kern<<<grid, S_NTH, S_SMEM, st>>>(o, lse, q, k, v, stride, seg, T, H, Hk,
-                                      1.0f / sqrtf((float) S_D) *
-                                          1.4426950408889634f);
+    kern<<<grid, nth, S_SMEM, st>>>(o, lse, q, k, v, stride, seg, T, H, Hk,
+                                    1.0f / sqrtf((float) S_D) *
+                                        1.4426950408889634f);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
