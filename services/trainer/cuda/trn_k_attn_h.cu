@@ -553,6 +553,7 @@ __launch_bounds__(S_NTH, 1)
 #define S_BAR_FV(b, w) (5 + 2 * (b) + (w))
 #define S_BAR_EK(b)    (9 + (b))
 #define S_BAR_EV(b)    (11 + (b))
+#define S_BAR_TURN(w)  (13 + (w)) /* warpgroup w may issue its products */
 
 static __device__ __forceinline__ void
 s_bar_sync(int id, int n)
@@ -613,12 +614,14 @@ s_ws_copier(const s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *qh, int q0, int l)
  * copier's barriers in place of the block's. Buffers are handed back
  * after the stage's last wait (K_j: the copier waits for it when t + 2 <
  * ntiles; V_{j-1}: when j + 1 < ntiles). */
-template <int EARLY>
+template <int EARLY, bool TURNS>
 static __device__ __forceinline__ void
 s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
               float (&lr)[2], int wg)
 {
     const int n = c.ntiles;
+    if (TURNS && wg == 1 && n > 1) /* warpgroup 0 issues first */
+        s_bar_arrive(S_BAR_TURN(0), S_NTH);
     uint32_t p[32];
     float s[64], alpha[2];
     s_bar_sync(S_BAR_FK(0, wg), S_FULL);
@@ -640,11 +643,15 @@ s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
             m = s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
         s_bar_sync(S_BAR_FK(j & 1, wg), S_FULL);
         s_bar_sync(S_BAR_FV((j - 1) & 1, wg), S_FULL);
+        if (TURNS)
+            s_bar_sync(S_BAR_TURN(wg), S_NTH);
         s_wg_fence();
         s_qk_issue(s, c.Qw, c.Ks + (j & 1) * S_TILE);
         s_wg_commit();
         s_pv_issue<0, EARLY>(acc, p, Vb);
         s_wg_commit();
+        if (TURNS && (wg == 0 || j + 1 < n)) /* the other's turn */
+            s_bar_arrive(S_BAR_TURN(wg ^ 1), S_NTH);
         s_wg_wait<1>(s);
         s_mask_apply(s, m);
         s_softmax(s, mr, lr, alpha, c.sc);
@@ -670,7 +677,7 @@ s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
     s_keep(p);
 }
 
-template <int EARLY>
+template <int EARLY, bool TURNS>
 __global__ void
 __launch_bounds__(S_WS_NTH, 1)
     s_attn_fwd_ws(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
@@ -696,7 +703,7 @@ __launch_bounds__(S_WS_NTH, 1)
 #pragma unroll
         for (int i = 0; i < 64; i++)
             acc[i] = 0.0f;
-        s_ws_consumer<EARLY>(c, acc, mr, lr, wg);
+        s_ws_consumer<EARLY, TURNS>(c, acc, mr, lr, wg);
         s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
     }
 }
@@ -710,20 +717,24 @@ typedef void (*s_kernel_t)(trn_bf16_t *, float *, const trn_bf16_t *,
  * block-synchronous and overlapped with that many k-steps of P V issued
  * before the softmax (the rest after it: the compiler then cannot hoist
  * the wait for P V above the softmax); w4, w6, w8 the same on the
- * warp-specialised kernel. Default 6. */
+ * warp-specialised kernel; p6 that kernel at 6 with the two warpgroups
+ * taking turns to issue their products (one's softmax under the other's
+ * products). Default 6. */
 static s_kernel_t
 s_pick(int *nth)
 {
     const char *e = getenv("LISA_ATTN_H_SCHED");
     if (!e || !*e)
         e = "6";
-    const bool ws = e[0] == 'w';
+    const bool ws = e[0] == 'w' || e[0] == 'p';
     const int v = atoi(ws ? e + 1 : e);
     *nth = ws ? S_WS_NTH : S_NTH;
+    if (e[0] == 'p')
+        return s_attn_fwd_ws<6, true>;
     if (ws)
-        return v == 4   ? s_attn_fwd_ws<4>
-               : v == 8 ? s_attn_fwd_ws<8>
-                        : s_attn_fwd_ws<6>;
+        return v == 4   ? s_attn_fwd_ws<4, false>
+               : v == 8 ? s_attn_fwd_ws<8, false>
+                        : s_attn_fwd_ws<6, false>;
     return v == 0   ? s_attn_fwd_wgmma<0>
            : v == 4 ? s_attn_fwd_wgmma<4>
            : v == 8 ? s_attn_fwd_wgmma<8>
