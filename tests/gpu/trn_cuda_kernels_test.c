@@ -797,12 +797,12 @@ s_maxrel(const double *a, const double *b, size_t n)
 
 /* The attention forward pass under the settings of run `how`: 0 the
  * default path (the wgmma kernel at head_dim 128 on a Hopper device, its
- * schedule as LISA_ATTN_H_SCHED says), 1 to 7 the schedules 0 (serial),
- * 4, 8, w4, w6, w8 and p6 of that kernel, S_PORTABLE the portable kernel
+ * schedule as LISA_ATTN_H_SCHED says), 1 to 6 the schedules 0 (serial),
+ * w6, w7, p6, t6 and u6 of that kernel, S_PORTABLE the portable kernel
  * (LISA_ATTN_PORTABLE=1). The environment is restored after. */
-#define S_PORTABLE 8
+#define S_PORTABLE 7
 static const char *const s_sched_names[S_PORTABLE + 1] = {
-    "default", "0", "4", "8", "w4", "w6", "w8", "p6", "portable"};
+    "default", "0", "w6", "w7", "p6", "t6", "u6", "portable"};
 
 static lisa_rc_t
 s_attn_fwd_as(int how, trn_bf16_t *o, float *lse, const trn_bf16_t *q,

@@ -26,19 +26,22 @@
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_mma.cuh"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define S_LN2 0.6931471805599453f
 
-#define S_D    128                 /* head_dim */
-#define S_WGS  2                   /* warpgroups a block */
-#define S_BQ   (64 * S_WGS)        /* query rows a block */
-#define S_BK   128                 /* keys a tile */
-#define S_NTH  (128 * S_WGS)       /* threads a block */
-#define S_HALF (128 * 128)         /* bytes of 64 columns of 128 rows */
-#define S_TILE (2 * S_HALF)        /* bytes of a 128 x 128 bf16 tile */
-#define S_SMEM (5 * S_TILE + 1024) /* Q, two K, two V; alignment slack */
+#define S_D    128           /* head_dim */
+#define S_WGS  2             /* warpgroups a block */
+#define S_BQ   (64 * S_WGS)  /* query rows a block */
+#define S_BK   128           /* keys a tile */
+#define S_NTH  (128 * S_WGS) /* threads a block */
+#define S_HALF (128 * 128)   /* bytes of 64 columns of 128 rows */
+#define S_TILE (2 * S_HALF)  /* bytes of a 128 x 128 bf16 tile */
+/* Q, two K, two V, four copy barriers; alignment slack */
+#define S_SMEM (5 * S_TILE + 64 + 1024)
 
 static_assert(S_BQ == 128 && S_BK == 128, "tiles of 128 rows");
 
@@ -210,6 +213,20 @@ s_mask(float (&s)[64], const int32_t *seg, int T, int r0, int k0, int t)
         }
 }
 
+/* Zero, as the compiler cannot know: computed from the row sums, so
+ * products whose descriptors add it are issued after the softmax (left
+ * alone, the compiler moves them, and the wait for them, above it). */
+static __device__ __forceinline__ uint32_t
+s_after(const float (&lr)[2])
+{
+    uint32_t z;
+    asm volatile("{\n.reg .pred p;\nsetp.lt.f32 p, %1, 0f00000000;\n"
+                 "selp.u32 %0, 1024, 0, p;\n}\n"
+                 : "=r"(z)
+                 : "f"(lr[0] + lr[1]));
+    return z;
+}
+
 /* The mask of a tile from key k0 as bits: bit x set where s[x] is hidden
  * (the layout of s_mask). */
 static __device__ __forceinline__ uint64_t
@@ -342,6 +359,8 @@ struct s_wg_ctx {
     int sg_first, sg_last; /* their sequences */
     int r0, t;             /* the lane's first row, its column pair */
     float sc;              /* softmax scale times log2 e */
+    uint32_t mb; /* the tensor copies' barriers: K of buffer b at mb + 8b,
+                  * V at mb + 16 + 8b */
 };
 
 /* The context of the calling thread's warpgroup (threads 128w..128w+127
@@ -356,8 +375,8 @@ s_ctx_init(s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *k, const trn_bf16_t *v,
     c.Qw = Qs + wg * 64 * 128;
     c.Ks = Qs + S_TILE;
     c.Vs = Qs + 3 * S_TILE;
-    c.kh = k + (size_t) hk * S_D;
-    c.vh = v + (size_t) hk * S_D;
+    c.kh = k ? k + (size_t) hk * S_D : NULL; /* NULL: tensor copies */
+    c.vh = v ? v + (size_t) hk * S_D : NULL;
     c.st = (size_t) stride;
     c.seg = seg;
     c.T = T;
@@ -370,6 +389,7 @@ s_ctx_init(s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *k, const trn_bf16_t *v,
     c.r0 = c.wfirst + 16 * warp + (lane >> 2);
     c.t = lane & 3;
     c.sc = sc;
+    c.mb = Qs + 5 * S_TILE;
 }
 
 /* Waits for this thread's copies, makes them visible to the tensor cores
@@ -483,7 +503,8 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
         s_softmax(s, mr, lr, alpha, c.sc);
         if (EARLY < S_BK / 16) {
             s_wg_fence(); /* the rest of P V, after the softmax */
-            s_pv_issue<EARLY, S_BK / 16>(acc, p, c.Vs + ((j - 1) & 1) * S_TILE);
+            s_pv_issue<EARLY, S_BK / 16>(
+                acc, p, c.Vs + ((j - 1) & 1) * S_TILE + s_after(lr));
             s_wg_commit();
         }
         s_wg_wait<0>(acc);
@@ -610,27 +631,53 @@ s_ws_copier(const s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *qh, int q0, int l)
     s_bar_arrive(S_BAR_FV((n - 1) & 1, 1), S_FULL);
 }
 
+#define S_FREE_TMA (S_NTH + 32) /* the tensor-copy variant: one copier warp */
+
+static __device__ __forceinline__ void
+s_mbar_wait(uint32_t a, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred P1;\nS_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@!P1 bra S_WAIT;\n}\n" ::"r"(a),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* Waits until operand op (0 K, 1 V) of tile t has landed in its buffer:
+ * the copiers' named barrier, or the tensor copy's (completed once per
+ * fill; fill t / 2 of buffer t % 2 has parity (t / 2) % 2). */
+template <bool TMA>
+static __device__ __forceinline__ void
+s_full(const s_wg_ctx &c, int op, int t, int wg)
+{
+    if (TMA)
+        s_mbar_wait(c.mb + 16 * op + 8 * (t & 1), (uint32_t) (t >> 1) & 1u);
+    else
+        s_bar_sync(op ? S_BAR_FV(t & 1, wg) : S_BAR_FK(t & 1, wg), S_FULL);
+}
+
 /* A warpgroup's loop: the overlapped schedule of s_loop_pipe with the
  * copier's barriers in place of the block's. Buffers are handed back
  * after the stage's last wait (K_j: the copier waits for it when t + 2 <
  * ntiles; V_{j-1}: when j + 1 < ntiles). */
-template <int EARLY, bool TURNS>
+template <int EARLY, bool TURNS, bool TMA>
 static __device__ __forceinline__ void
 s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
               float (&lr)[2], int wg)
 {
+    constexpr int FREE = TMA ? S_FREE_TMA : S_FREE;
     const int n = c.ntiles;
     if (TURNS && wg == 1 && n > 1) /* warpgroup 0 issues first */
         s_bar_arrive(S_BAR_TURN(0), S_NTH);
     uint32_t p[32];
     float s[64], alpha[2];
-    s_bar_sync(S_BAR_FK(0, wg), S_FULL);
+    s_full<TMA>(c, 0, 0, wg);
     s_wg_fence();
     s_qk_issue(s, c.Qw, c.Ks);
     s_wg_commit();
     s_wg_wait<0>(s);
     if (2 < n)
-        s_bar_arrive(S_BAR_EK(0), S_FREE);
+        s_bar_arrive(S_BAR_EK(0), FREE);
     if (!s_unmasked(c, c.kbeg))
         s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
     s_softmax(s, mr, lr, alpha, c.sc);
@@ -641,8 +688,8 @@ s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
         uint64_t m = 0;
         if (!s_unmasked(c, k0))
             m = s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
-        s_bar_sync(S_BAR_FK(j & 1, wg), S_FULL);
-        s_bar_sync(S_BAR_FV((j - 1) & 1, wg), S_FULL);
+        s_full<TMA>(c, 0, j, wg);
+        s_full<TMA>(c, 1, j - 1, wg);
         if (TURNS)
             s_bar_sync(S_BAR_TURN(wg), S_NTH);
         s_wg_fence();
@@ -657,19 +704,19 @@ s_ws_consumer(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
         s_softmax(s, mr, lr, alpha, c.sc);
         if (EARLY < S_BK / 16) {
             s_wg_fence();
-            s_pv_issue<EARLY, S_BK / 16>(acc, p, Vb);
+            s_pv_issue<EARLY, S_BK / 16>(acc, p, Vb + s_after(lr));
             s_wg_commit();
         }
         s_wg_wait<0>(acc);
         s_keep(p);
         if (j + 2 < n)
-            s_bar_arrive(S_BAR_EK(j & 1), S_FREE);
+            s_bar_arrive(S_BAR_EK(j & 1), FREE);
         if (j + 1 < n)
-            s_bar_arrive(S_BAR_EV((j - 1) & 1), S_FREE);
+            s_bar_arrive(S_BAR_EV((j - 1) & 1), FREE);
         s_rescale(acc, alpha);
         s_pack(p, s);
     }
-    s_bar_sync(S_BAR_FV((n - 1) & 1, wg), S_FULL);
+    s_full<TMA>(c, 1, n - 1, wg);
     s_wg_fence();
     s_pv_issue(acc, p, c.Vs + ((n - 1) & 1) * S_TILE);
     s_wg_commit();
@@ -703,9 +750,177 @@ __launch_bounds__(S_WS_NTH, 1)
 #pragma unroll
         for (int i = 0; i < 64; i++)
             acc[i] = 0.0f;
-        s_ws_consumer<EARLY, TURNS>(c, acc, mr, lr, wg);
+        s_ws_consumer<EARLY, TURNS, false>(c, acc, mr, lr, wg);
         s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
     }
+}
+
+/* ---- tensor-copy variant ------------------------------------------------
+ *
+ * The warp-specialised kernel with the bulk tensor copy engine in place of
+ * cp.async: one thread of the copier warp issues each 128 x 64 box (the
+ * engine writes the 128-byte swizzle itself) onto an mbarrier that
+ * completes when the bytes have landed; the warpgroups wait on it. Free
+ * buffers are still announced through named barriers. */
+
+static __device__ __forceinline__ void
+s_mbar_init(uint32_t a)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(a));
+}
+
+static __device__ __forceinline__ void
+s_mbar_expect(uint32_t a, uint32_t bytes)
+{
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a),
+        "r"(bytes)
+        : "memory");
+}
+
+/* The 128 rows from row r of columns col..col+127 of map m into the tile
+ * at dst (two boxes of 64 columns), completing on mbarrier mb. */
+static __device__ __forceinline__ void
+s_tma_tile(uint32_t dst, const CUtensorMap *m, int col, int r, uint32_t mb)
+{
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier:"
+                     ":complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                         dst + hf * S_HALF),
+                     "l"((uint64_t) m), "r"(col + 64 * hf), "r"(r), "r"(mb)
+                     : "memory");
+}
+
+/* The copier warp (lane l; lane 0 issues): the order of s_ws_copier. */
+static __device__ __forceinline__ void
+s_tma_copier(const s_wg_ctx &c, const CUtensorMap *tq, const CUtensorMap *tk,
+             const CUtensorMap *tv, int h, int hk, int q0, int l)
+{
+    const int n = c.ntiles;
+    if (l == 0) {
+        s_mbar_expect(c.mb, 2 * S_TILE);
+        s_tma_tile(c.Qw, tq, h * S_D, q0, c.mb);
+        s_tma_tile(c.Ks, tk, hk * S_D, c.kbeg, c.mb);
+    }
+    for (int t = 0; t < n; t++) {
+        const int k0 = c.kbeg + t * S_BK;
+        if (t >= 2)
+            s_bar_sync(S_BAR_EV(t & 1), S_FREE_TMA);
+        if (l == 0) {
+            s_mbar_expect(c.mb + 16 + 8 * (t & 1), S_TILE);
+            s_tma_tile(c.Vs + (t & 1) * S_TILE, tv, hk * S_D, k0,
+                       c.mb + 16 + 8 * (t & 1));
+        }
+        if (t + 1 < n) {
+            if (t >= 1)
+                s_bar_sync(S_BAR_EK((t + 1) & 1), S_FREE_TMA);
+            if (l == 0) {
+                s_mbar_expect(c.mb + 8 * ((t + 1) & 1), S_TILE);
+                s_tma_tile(c.Ks + ((t + 1) & 1) * S_TILE, tk, hk * S_D,
+                           k0 + S_BK, c.mb + 8 * ((t + 1) & 1));
+            }
+        }
+        __syncwarp();
+    }
+}
+
+template <bool TURNS>
+__global__ void
+__launch_bounds__(S_WS_NTH, 1)
+    s_attn_fwd_tma(trn_bf16_t *o, float *lse,
+                   const __grid_constant__ CUtensorMap tq,
+                   const __grid_constant__ CUtensorMap tk,
+                   const __grid_constant__ CUtensorMap tv, const int32_t *seg,
+                   int T, int H, int Hk, float sc)
+{
+    extern __shared__ unsigned char smem[];
+    const uint32_t Qs = (s_saddr(smem) + 1023u) & ~1023u;
+    const int h = blockIdx.x, hk = h / (H / Hk);
+    const int q0 = (int) (gridDim.y - 1 - blockIdx.y) * S_BQ;
+    const int wg = __shfl_sync(0xffffffffu, (int) threadIdx.x >> 7, 0);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 4; i++)
+            s_mbar_init(Qs + 5 * S_TILE + 8 * i);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    s_wg_ctx c; /* its barrier also publishes the mbarriers */
+    s_ctx_init(c, Qs, NULL, NULL, 0, seg, T, 0, q0, sc);
+    if (wg == S_WGS) {
+        asm volatile(
+            "setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S_WS_REG_COPY));
+        c.Qw = Qs;
+        if (threadIdx.x < S_NTH + 32)
+            s_tma_copier(c, &tq, &tk, &tv, h, hk, q0, threadIdx.x & 31);
+    } else {
+        asm volatile(
+            "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S_WS_REG_MMA));
+        float acc[64], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            acc[i] = 0.0f;
+        s_ws_consumer<6, TURNS, true>(c, acc, mr, lr, wg);
+        s_store(o, lse, acc, mr, lr, c.r0, h, T, H, c.t);
+    }
+}
+
+/* The driver's tensor-map encoder, looked up once (NULL if missing). */
+static PFN_cuTensorMapEncodeTiled_v12000
+s_encoder(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+    static int tried = 0; /* racy first call: every thread finds the same */
+    if (!tried) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult qr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p,
+                                             12000, cudaEnableDefault,
+                                             &qr) == cudaSuccess &&
+            qr == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000) p;
+        tried = 1;
+    }
+    return fn;
+}
+
+/* A map of the [T][cols] bf16 matrix at base (rows `stride` elements
+ * apart) in boxes of 128 rows x 64 columns, 128-byte swizzled, zeros past
+ * the edges. */
+static bool
+s_tmap(CUtensorMap *m, const trn_bf16_t *base, int cols, int T, int stride)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = s_encoder();
+    cuuint64_t dims[2] = {(cuuint64_t) cols, (cuuint64_t) T};
+    cuuint64_t strides[1] = {(cuuint64_t) stride * 2};
+    cuuint32_t box[2] = {64, 128}, es[2] = {1, 1};
+    return enc &&
+           enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *) base, dims,
+               strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+static lisa_rc_t
+s_launch_tma(bool turns, trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+             const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+             const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
+{
+    CUtensorMap tq, tk, tv;
+    if (!s_tmap(&tq, q, H * S_D, T, stride) ||
+        !s_tmap(&tk, k, Hk * S_D, T, stride) ||
+        !s_tmap(&tv, v, Hk * S_D, T, stride)) {
+        fprintf(stderr, "trainer: tensor maps unavailable for attention\n");
+        return LISA_UNSUPPORTED;
+    }
+    auto kern = turns ? s_attn_fwd_tma<true> : s_attn_fwd_tma<false>;
+    TRN_CUDA_TRY(cudaFuncSetAttribute(
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
+    dim3 grid(H, TRN_CEIL_DIV(T, S_BQ));
+    kern<<<grid, S_WS_NTH, S_SMEM, st>>>(o, lse, tq, tk, tv, seg, T, H, Hk,
+                                         1.0f / sqrtf((float) S_D) *
+                                             1.4426950408889634f);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
 }
 
 typedef void (*s_kernel_t)(trn_bf16_t *, float *, const trn_bf16_t *,
@@ -713,13 +928,13 @@ typedef void (*s_kernel_t)(trn_bf16_t *, float *, const trn_bf16_t *,
                            const int32_t *, int, int, int, float);
 
 /* The kernel and its threads by LISA_ATTN_H_SCHED (read every call, for
- * comparison): 0 block-synchronous and serial; 4, 6 or 8
- * block-synchronous and overlapped with that many k-steps of P V issued
- * before the softmax (the rest after it: the compiler then cannot hoist
- * the wait for P V above the softmax); w4, w6, w8 the same on the
- * warp-specialised kernel; p6 that kernel at 6 with the two warpgroups
- * taking turns to issue their products (one's softmax under the other's
- * products). Default 6. */
+ * comparison): 0 block-synchronous and serial; 6 block-synchronous and
+ * overlapped, 6 of P V's 8 k-steps issued before the softmax and the rest
+ * after it (see s_after); w6, w7 the warp-specialised kernel with 6 or 7
+ * before; p6 that kernel at 6 with the two warpgroups taking turns to
+ * issue their products (one's softmax under the other's products); t6
+ * and u6 (see trn_k_attn_fwd_h) the warp-specialised kernel fed by the
+ * tensor copy engine, without and with turns. Default 6. */
 static s_kernel_t
 s_pick(int *nth)
 {
@@ -732,13 +947,8 @@ s_pick(int *nth)
     if (e[0] == 'p')
         return s_attn_fwd_ws<6, true>;
     if (ws)
-        return v == 4   ? s_attn_fwd_ws<4, false>
-               : v == 8 ? s_attn_fwd_ws<8, false>
-                        : s_attn_fwd_ws<6, false>;
-    return v == 0   ? s_attn_fwd_wgmma<0>
-           : v == 4 ? s_attn_fwd_wgmma<4>
-           : v == 8 ? s_attn_fwd_wgmma<8>
-                    : s_attn_fwd_wgmma<6>;
+        return v == 7 ? s_attn_fwd_ws<7, false> : s_attn_fwd_ws<6, false>;
+    return v == 0 ? s_attn_fwd_wgmma<0> : s_attn_fwd_wgmma<6>;
 }
 
 lisa_rc_t
@@ -746,6 +956,10 @@ trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                  const trn_bf16_t *k, const trn_bf16_t *v, int stride,
                  const int32_t *seg, int T, int H, int Hk, cudaStream_t st)
 {
+    const char *e = getenv("LISA_ATTN_H_SCHED");
+    if (e && (e[0] == 't' || e[0] == 'u')) /* tensor copies; u: turns */
+        return s_launch_tma(e[0] == 'u', o, lse, q, k, v, stride, seg, T, H, Hk,
+                            st);
     int nth;
     s_kernel_t kern = s_pick(&nth);
     TRN_CUDA_TRY(cudaFuncSetAttribute(
