@@ -10,6 +10,9 @@
  *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
  *   trn_cuda_kernels_test --bench-attn  those and the attention forward
  *                                    timings (each schedule, the portable)
+ *   trn_cuda_kernels_test --attn-bench-only  the timings alone
+ *   LISA_TEST_SCHEDS=w6,p6 ...       only those schedules besides the
+ *                                    default and the portable kernel
  */
 #include "trn_cuda.h"
 #include "trn_safetensors.h"
@@ -804,6 +807,22 @@ s_maxrel(const double *a, const double *b, size_t n)
 static const char *const s_sched_names[S_PORTABLE + 1] = {
     "default", "0", "w6", "w7", "p6", "t6", "u6", "portable"};
 
+/* Whether run `how` is wanted: the default and portable runs always;
+ * the others when LISA_TEST_SCHEDS (names, comma-separated) is unset or
+ * names them. */
+static int
+s_sched_on(int how)
+{
+    const char *l = getenv("LISA_TEST_SCHEDS");
+    if (how == 0 || how == S_PORTABLE || !l)
+        return 1;
+    size_t n = strlen(s_sched_names[how]);
+    for (const char *p = l; (p = strstr(p, s_sched_names[how])) != NULL; p += n)
+        if ((p == l || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return 1;
+    return 0;
+}
+
 static lisa_rc_t
 s_attn_fwd_as(int how, trn_bf16_t *o, float *lse, const trn_bf16_t *q,
               const trn_bf16_t *k, const trn_bf16_t *v, int stride,
@@ -849,6 +868,9 @@ test_attn_paths(int T, int H, int Hk, int nseg)
     double *o[S_PORTABLE + 1], *l[S_PORTABLE + 1];
     for (int r = 0; r <= S_PORTABLE; r++) {
         const int how = (r + S_PORTABLE) % (S_PORTABLE + 1);
+        o[how] = l[how] = NULL;
+        if (!s_sched_on(how))
+            continue;
         RC(trn_cuda_memset(d_o, 0xff, no * 2, NULL));
         RC(trn_cuda_memset(d_lse, 0xff, (size_t) T * H * 4, NULL));
         RC(s_attn_fwd_as(how, d_o, d_lse, q, k, v, stride, d_seg, T, H, Hk, D));
@@ -1630,6 +1652,9 @@ bench_attn_fwd(void)
         double flops = 4.0 * T * (double) T / 2 * D * H, tp[S_PORTABLE + 1];
         int reps = flops > 2e13 ? 1 : (int) (2e13 / flops);
         for (int how = 0; how <= S_PORTABLE; how++) {
+            tp[how] = 0;
+            if (!s_sched_on(how))
+                continue;
             for (int w = 0; w < 3; w++)
                 RC(s_attn_fwd_as(how, o, lse, q, k, v, stride, dseg, T, H, Hk,
                                  D));
@@ -1648,8 +1673,9 @@ bench_attn_fwd(void)
         }
         printf("attn fwd T=%-6d", T);
         for (int how = 0; how <= S_PORTABLE; how++)
-            printf(" | %s %.3f ms %.1f TFLOP/s", s_sched_names[how],
-                   tp[how] * 1e3, flops / tp[how] / 1e12);
+            if (tp[how] > 0)
+                printf(" | %s %.3f ms %.1f TFLOP/s", s_sched_names[how],
+                       tp[how] * 1e3, flops / tp[how] / 1e12);
         printf(" | x%.2f\n", tp[S_PORTABLE] / tp[0]);
         trn_cuda_free(&qkv), trn_cuda_free(&o), trn_cuda_free(&lse);
         trn_cuda_free(&dseg), free(seg), free(h), free(vals);
@@ -1983,9 +2009,11 @@ main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && (strcmp(argv[1], "--attn") == 0 ||
-                     strcmp(argv[1], "--bench-attn") == 0)) {
-        s_attn_tests();
-        if (strcmp(argv[1], "--bench-attn") == 0)
+                     strcmp(argv[1], "--bench-attn") == 0 ||
+                     strcmp(argv[1], "--attn-bench-only") == 0)) {
+        if (strcmp(argv[1], "--attn-bench-only") != 0)
+            s_attn_tests();
+        if (strcmp(argv[1], "--attn") != 0)
             bench_attn_fwd();
         trn_blas_destroy(&b);
         printf("\n%d passed, %d failed\n", s_pass, s_fail);
