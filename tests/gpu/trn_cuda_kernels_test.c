@@ -7,6 +7,12 @@
  *   trn_cuda_kernels_test            run the checks
  *   trn_cuda_kernels_test --bench    also time attention, the products and
  *                                    the norms and SwiGLU at Qwen3-4B shapes
+ *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
+ *   trn_cuda_kernels_test --bench-attn  those and the attention forward
+ *                                    timings (each schedule, the portable)
+ *   trn_cuda_kernels_test --attn-bench-only  the timings alone
+ *   LISA_TEST_SCHEDS=w6,p6 ...       only those schedules besides the
+ *                                    default and the portable kernel
  */
 #include "trn_cuda.h"
 #include "trn_safetensors.h"
@@ -635,6 +641,19 @@ test_swiglu_embed(void)
 
 /* ------------------------------------------------------------------ */
 
+/* Sequences of random lengths (some of one token) whose starts fall
+ * anywhere in the tiles; or one sequence when nseg is 1. */
+static void
+s_rand_segs(int32_t *seg, int T, int nseg)
+{
+    int cur = 0;
+    for (int t = 0; t < T; t++) {
+        if (t > 0 && nseg > 1 && (s_rand() + 1) * 0.5 * T < nseg - 1)
+            cur++;
+        seg[t] = cur;
+    }
+}
+
 /* Reference attention in double over packed sequences. */
 static void
 s_attn_ref(const double *q, const double *k, const double *v, int stride,
@@ -712,8 +731,11 @@ test_attention(int T, int H, int Hk, int D, int nseg)
     trn_bf16_t *hqkv = s_rand_bf16(n, 1.5, &qkv);
     trn_bf16_t *hdo = s_rand_bf16((size_t) T * H * D, 1, &dout);
     int32_t *seg = malloc((size_t) T * 4);
-    for (int t = 0; t < T; t++)
-        seg[t] = (int) ((long) t * nseg / T);
+    if (nseg < 0) /* random starts (and lengths of one token) */
+        s_rand_segs(seg, T, -nseg);
+    else
+        for (int t = 0; t < T; t++)
+            seg[t] = (int) ((long) t * nseg / T);
     trn_bf16_t *d_qkv = s_dev(hqkv, n * 2);
     trn_bf16_t *d_do = s_dev(hdo, (size_t) T * H * D * 2);
     int32_t *d_seg = s_dev(seg, (size_t) T * 4);
@@ -740,7 +762,7 @@ test_attention(int T, int H, int Hk, int D, int nseg)
     char name[96];
     double *got;
     snprintf(name, sizeof name, "attention fwd T=%d H=%d Hk=%d D=%d seqs=%d", T,
-             H, Hk, D, nseg);
+             H, Hk, D, seg[T - 1] + 1);
     s_check(name,
             s_relerr(got = s_get_bf16(d_o, (size_t) T * H * D), ro,
                      (size_t) T * H * D),
@@ -760,6 +782,121 @@ test_attention(int T, int H, int Hk, int D, int nseg)
     trn_cuda_free(&d_qkv), trn_cuda_free(&d_do), trn_cuda_free(&d_seg);
     trn_cuda_free(&d_o), trn_cuda_free(&d_lse), trn_cuda_free(&d_dqkv);
     trn_cuda_free(&scratch);
+}
+
+/* max over i of |a - b| / max(|b|, 1) (lse values near 0 compare
+ * absolutely) */
+static double
+s_maxrel(const double *a, const double *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]) / fmax(fabs(b[i]), 1.0);
+        if (!(d <= m))
+            m = d; /* NaN sticks */
+    }
+    return m;
+}
+
+/* The attention forward pass under the settings of run `how`: 0 the
+ * default path (the wgmma kernel at head_dim 128 on a Hopper device, its
+ * schedule as LISA_ATTN_H_SCHED says), 1 to 6 the schedules 0 (serial),
+ * w6, w7, p6, t6 and u6 of that kernel, S_PORTABLE the portable kernel
+ * (LISA_ATTN_PORTABLE=1). The environment is restored after. */
+#define S_PORTABLE 7
+static const char *const s_sched_names[S_PORTABLE + 1] = {
+    "default", "0", "w6", "w7", "p6", "t6", "u6", "portable"};
+
+/* Whether run `how` is wanted: the default and portable runs always;
+ * the others when LISA_TEST_SCHEDS (names, comma-separated) is unset or
+ * names them. */
+static int
+s_sched_on(int how)
+{
+    const char *l = getenv("LISA_TEST_SCHEDS");
+    if (how == 0 || how == S_PORTABLE || !l)
+        return 1;
+    size_t n = strlen(s_sched_names[how]);
+    for (const char *p = l; (p = strstr(p, s_sched_names[how])) != NULL; p += n)
+        if ((p == l || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return 1;
+    return 0;
+}
+
+static lisa_rc_t
+s_attn_fwd_as(int how, trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+              const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+              const int32_t *seg, int T, int H, int Hk, int D)
+{
+    const char *var =
+        how == S_PORTABLE ? "LISA_ATTN_PORTABLE" : "LISA_ATTN_H_SCHED";
+    const char *old = getenv(var);
+    char keep[32] = "";
+    if (old)
+        snprintf(keep, sizeof keep, "%s", old);
+    if (how > 0)
+        setenv(var, how == S_PORTABLE ? "1" : s_sched_names[how], 1);
+    lisa_rc_t rc =
+        trn_k_attn_fwd(o, lse, q, k, v, stride, seg, T, H, Hk, D, NULL);
+    if (how > 0 && old)
+        setenv(var, keep, 1);
+    else if (how > 0)
+        unsetenv(var);
+    return rc;
+}
+
+/* The forward pass on the default path and with the other schedules
+ * against the portable one, on the same inputs, outputs poisoned before
+ * each run: o within bf16 rounding, lse within 1e-4. Prints how many
+ * outputs differ in any bit (none: both runs took the same kernel). */
+static void
+test_attn_paths(int T, int H, int Hk, int nseg)
+{
+    const int D = 128, stride = (H + 2 * Hk) * D;
+    size_t n = (size_t) T * stride, no = (size_t) T * H * D;
+    double *qkv;
+    trn_bf16_t *hqkv = s_rand_bf16(n, 1.5, &qkv);
+    int32_t *seg = malloc((size_t) T * 4);
+    s_rand_segs(seg, T, nseg);
+    trn_bf16_t *d_qkv = s_dev(hqkv, n * 2);
+    int32_t *d_seg = s_dev(seg, (size_t) T * 4);
+    trn_bf16_t *d_o = s_dev(NULL, no * 2);
+    float *d_lse = s_dev(NULL, (size_t) T * H * 4);
+    const trn_bf16_t *q = d_qkv, *k = d_qkv + H * D, *v = d_qkv + (H + Hk) * D;
+    /* the portable run first; each other checked as it comes (a run
+     * that never ends leaves the ones before it printed) */
+    double *o[S_PORTABLE + 1], *l[S_PORTABLE + 1];
+    for (int r = 0; r <= S_PORTABLE; r++) {
+        const int how = (r + S_PORTABLE) % (S_PORTABLE + 1);
+        o[how] = l[how] = NULL;
+        if (!s_sched_on(how))
+            continue;
+        RC(trn_cuda_memset(d_o, 0xff, no * 2, NULL));
+        RC(trn_cuda_memset(d_lse, 0xff, (size_t) T * H * 4, NULL));
+        RC(s_attn_fwd_as(how, d_o, d_lse, q, k, v, stride, d_seg, T, H, Hk, D));
+        RC(trn_cuda_sync());
+        o[how] = s_get_bf16(d_o, no);
+        l[how] = s_get_f32(d_lse, (size_t) T * H);
+        if (how == S_PORTABLE)
+            continue;
+        size_t diff = 0;
+        for (size_t i = 0; i < no; i++)
+            diff += memcmp(&o[how][i], &o[S_PORTABLE][i], sizeof(double)) != 0;
+        char name[96];
+        snprintf(name, sizeof name,
+                 "attn fwd %s vs portable T=%d H=%d Hk=%d seqs=%d",
+                 s_sched_names[how], T, H, Hk, seg[T - 1] + 1);
+        s_check(name, s_relerr(o[how], o[S_PORTABLE], no), 1e-2);
+        printf("  (%zu of %zu outputs differ)\n", diff, no);
+        s_check("attn lse vs portable (max rel)",
+                s_maxrel(l[how], l[S_PORTABLE], (size_t) T * H), 1e-4);
+        fflush(stdout);
+    }
+    for (int how = 0; how <= S_PORTABLE; how++)
+        free(o[how]), free(l[how]);
+    free(hqkv), free(qkv), free(seg);
+    trn_cuda_free(&d_qkv), trn_cuda_free(&d_seg), trn_cuda_free(&d_o);
+    trn_cuda_free(&d_lse);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1386,6 +1523,30 @@ test_prefill_set(int H, int Hk, int D, int bs)
     test_prefill(H, Hk, D, bs, 6, pre, nn);
 }
 
+/* Attention at head_dim 128 (the wgmma kernel on Hopper): shorter than a
+ * tile, a tile, tiles with a short last; GQA groups of 1, 4 and 8;
+ * sequence starts inside tiles; 4k; then each schedule against the
+ * portable kernel. */
+static void
+s_attn_tests(void)
+{
+    /* head_dim 128 (the wgmma kernel on Hopper): shorter than a tile, a
+     * tile, tiles with a short last; GQA groups of 1, 4 and 8; sequence
+     * starts inside tiles; 4k */
+    test_attention(77, 4, 4, 128, 1);
+    test_attention(128, 8, 2, 128, 1);
+    test_attention(300, 8, 1, 128, -5);
+    test_attention(700, 16, 2, 128, -9);
+    test_attention(4096, 2, 2, 128, -6);
+    test_attn_paths(1, 4, 1, 1);
+    test_attn_paths(100, 8, 8, 1);
+    test_attn_paths(333, 8, 2, 7);
+    test_attn_paths(1000, 16, 2, 40);
+    test_attn_paths(4096, 32, 8, 1);
+    test_attn_paths(4096, 32, 4, 12);
+    test_attn_paths(6000, 8, 1, 3);
+}
+
 /* ------------------------------------------------------------------ */
 
 static double
@@ -1465,6 +1626,60 @@ bench_elementwise(void)
     trn_cuda_free(&dw), trn_cuda_free(&h), trn_cuda_free(&hb);
     trn_cuda_free(&w), trn_cuda_free(&gu), trn_cuda_free(&dgu);
     trn_cuda_free(&a);
+}
+
+/* The causal attention forward pass at Qwen3-4B's heads (H=32, Hk=8,
+ * D=128): the default path (the wgmma kernel on a Hopper device), its
+ * other schedules and the portable kernel (see s_attn_fwd_as), each the median
+ * of 7 batches of back-to-back calls timed between synchronisations (a batch
+ * does about 20 TFLOP, so the sync is noise), after 3 warm-up calls. */
+static void
+bench_attn_fwd(void)
+{
+    int Ts[3] = {4096, 16384, 32768};
+    printf("\n-- attention forward, causal, H=32 Hk=8 D=128 --\n");
+    for (int ti = 0; ti < 3; ti++) {
+        int T = Ts[ti], H = 32, Hk = 8, D = 128, stride = (H + 2 * Hk) * D;
+        size_t n = (size_t) T * stride;
+        double *vals;
+        trn_bf16_t *h = s_rand_bf16(n, 1, &vals);
+        trn_bf16_t *qkv = s_dev(h, n * 2);
+        trn_bf16_t *o = s_dev(NULL, (size_t) T * H * D * 2);
+        float *lse = s_dev(NULL, (size_t) T * H * 4);
+        int32_t *seg = calloc((size_t) T, 4);
+        int32_t *dseg = s_dev(seg, (size_t) T * 4);
+        const trn_bf16_t *q = qkv, *k = qkv + H * D, *v = qkv + (H + Hk) * D;
+        double flops = 4.0 * T * (double) T / 2 * D * H, tp[S_PORTABLE + 1];
+        int reps = flops > 2e13 ? 1 : (int) (2e13 / flops);
+        for (int how = 0; how <= S_PORTABLE; how++) {
+            tp[how] = 0;
+            if (!s_sched_on(how))
+                continue;
+            for (int w = 0; w < 3; w++)
+                RC(s_attn_fwd_as(how, o, lse, q, k, v, stride, dseg, T, H, Hk,
+                                 D));
+            RC(trn_cuda_sync());
+            double t[7];
+            for (int bi = 0; bi < 7; bi++) {
+                double t0 = s_now();
+                for (int r = 0; r < reps; r++)
+                    RC(s_attn_fwd_as(how, o, lse, q, k, v, stride, dseg, T, H,
+                                     Hk, D));
+                RC(trn_cuda_sync());
+                t[bi] = (s_now() - t0) / reps;
+            }
+            qsort(t, 7, 8, s_cmp);
+            tp[how] = t[3];
+        }
+        printf("attn fwd T=%-6d", T);
+        for (int how = 0; how <= S_PORTABLE; how++)
+            if (tp[how] > 0)
+                printf(" | %s %.3f ms %.1f TFLOP/s", s_sched_names[how],
+                       tp[how] * 1e3, flops / tp[how] / 1e12);
+        printf(" | x%.2f\n", tp[S_PORTABLE] / tp[0]);
+        trn_cuda_free(&qkv), trn_cuda_free(&o), trn_cuda_free(&lse);
+        trn_cuda_free(&dseg), free(seg), free(h), free(vals);
+    }
 }
 
 static void
@@ -1793,6 +2008,17 @@ main(int argc, char **argv)
         printf("cuBLASLt unavailable\n");
         return 1;
     }
+    if (argc > 1 && (strcmp(argv[1], "--attn") == 0 ||
+                     strcmp(argv[1], "--bench-attn") == 0 ||
+                     strcmp(argv[1], "--attn-bench-only") == 0)) {
+        if (strcmp(argv[1], "--attn-bench-only") != 0)
+            s_attn_tests();
+        if (strcmp(argv[1], "--attn") != 0)
+            bench_attn_fwd();
+        trn_blas_destroy(&b);
+        printf("\n%d passed, %d failed\n", s_pass, s_fail);
+        return s_fail ? 1 : 0;
+    }
     test_linear(b);
     /* the matrix-vector kernel: 1 to 4 tokens, rows split over 1, 2, 4
      * and 8 warps */
@@ -1859,7 +2085,8 @@ main(int argc, char **argv)
     test_attention(150, 4, 1, 16, 1);
     test_attention(64, 2, 2, 32, 1);
     test_attention(513, 4, 2, 128, 4); /* a last query tile of one row */
-    for (int fu = 0; fu < 2; fu++) {   /* separate kernels, then fused */
+    s_attn_tests();
+    for (int fu = 0; fu < 2; fu++) { /* separate kernels, then fused */
         test_decode(1, 32, 8, 128, 2048, 0, 1, fu); /* batch 1, split */
         test_decode(1, 32, 8, 128, 300, 0, 0, fu);  /* no scratch: one block */
         test_decode(40, 32, 8, 128, 512, 1, 1, fu); /* Qwen3-4B, padding */
@@ -1894,6 +2121,9 @@ main(int argc, char **argv)
         bench_decode(b);
         bench(b);
     }
+    if (argc > 1 && (strcmp(argv[1], "--bench") == 0 ||
+                     strcmp(argv[1], "--bench-attn") == 0))
+        bench_attn_fwd();
     trn_blas_destroy(&b);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;

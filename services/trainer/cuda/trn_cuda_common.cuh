@@ -164,6 +164,14 @@ trn_pdl_enter(void)
 /* Whether launches may overlap (LISA_CUDA_PDL=0 turns it off; read once). */
 int trn_pdl_on(void);
 
+/* trn_k_attn_fwd at head_dim 128 on Hopper's asynchronous tensor cores
+ * (trn_k_attn_h.cu, sm_90a): the same arguments and outputs; the caller
+ * checks the device is of compute capability 9.x. */
+lisa_rc_t trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
+                           const trn_bf16_t *k, const trn_bf16_t *v, int stride,
+                           const int32_t *seg, int T, int H, int Hk,
+                           cudaStream_t st);
+
 /* Launches kernel k<<<grid, block, smem, st>>>(args...), allowed to start
  * before the previous kernel on st ends (see trn_pdl_enter). */
 template <typename... P, typename... A>

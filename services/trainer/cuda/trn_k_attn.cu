@@ -26,6 +26,9 @@
 #include "trn_cuda_flash.cuh"
 #include "trn_cuda_mma.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 typedef __nv_bfloat16 bf16;
 
 #define S_LOG2E 1.4426950408889634f
@@ -663,6 +666,25 @@ s_aligned16(const void *p)
         return LISA_UNSUPPORTED;                                               \
     }
 
+/* Whether the forward pass at head_dim 128 runs the wgmma kernel
+ * (trn_k_attn_h.cu): on a device of compute capability 9.x (asked once),
+ * unless LISA_ATTN_PORTABLE is set to anything but 0 (read every call). */
+static bool
+s_hopper_fwd(void)
+{
+    static int major = -1; /* racy first read: every thread finds the same */
+    if (major < 0) {
+        int dev = 0, m = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor,
+                                   dev) != cudaSuccess)
+            m = 0;
+        major = m;
+    }
+    const char *e = getenv("LISA_ATTN_PORTABLE");
+    return major == 9 && !(e && *e && strcmp(e, "0") != 0);
+}
+
 extern "C" lisa_rc_t
 trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                const trn_bf16_t *k, const trn_bf16_t *v, int stride,
@@ -672,6 +694,9 @@ trn_k_attn_fwd(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
     TRN_REQUIRE(o && lse && q && k && v && seg && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && stride % 8 == 0);
     TRN_REQUIRE(s_aligned16(q) && s_aligned16(k) && s_aligned16(v));
+    if (D == 128 && s_hopper_fwd())
+        return trn_k_attn_fwd_h(o, lse, q, k, v, stride, seg, T, H, Hk,
+                                trn_stream(s));
     S_DISPATCH(s_fwd, D, o, lse, q, k, v, stride, seg, T, H, Hk, trn_stream(s));
 }
 
