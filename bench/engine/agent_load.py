@@ -19,7 +19,8 @@ the ends shows conversations left behind), errors,
 counters over the row (from GET /healthz before and after: steps,
 positions computed and recomputed after preemptions, against the new
 positions the row must compute at least; preemptions and the most of one
-sequence; KV blocks evicted from the prefix cache) and, with --rates
+sequence; KV blocks evicted from the prefix cache; the backend's time in
+pure decode steps and in steps with prompt tokens) and, with --rates
 (the same run's measured matrix rate and memory read rate), the bound:
 the new tokens' products and attention at the matrix rate plus every
 decode step's weight and KV reads at the memory rate, and the ratio of the
@@ -132,7 +133,8 @@ class MemPoll(threading.Thread):
 
 # /healthz counters a row reports as the difference over the row
 COUNTERS = ("steps", "computed", "recomputed", "preemptions", "evictions",
-            "tokens_prefilled", "tokens_generated", "shed")
+            "tokens_prefilled", "tokens_generated", "shed", "decode_steps",
+            "decode_s", "mixed_steps", "mixed_s")
 
 
 def run_row(eng, C, T, P, G, O, vocab, seed=1):
@@ -279,6 +281,14 @@ def main():
                   f"{g.get('preemptions', 0)} (most of one sequence "
                   f"{g.get('preempted_max', 0)}), evictions "
                   f"{g.get('evictions', 0)}", flush=True)
+        if g.get("decode_steps") or g.get("mixed_steps"):
+            ds, ms = g.get("decode_steps", 0), g.get("mixed_steps", 0)
+            print(f"         backend: {ds} decode steps in "
+                  f"{g.get('decode_s', 0):.2f}s "
+                  f"({1e3 * g.get('decode_s', 0) / max(1, ds):.2f} ms each), "
+                  f"{ms} steps with prompt tokens in {g.get('mixed_s', 0):.2f}s "
+                  f"({1e3 * g.get('mixed_s', 0) / max(1, ms):.1f} ms each)",
+                  flush=True)
         for e in r["error_samples"]:
             print(f"           error: {e}", flush=True)
     if a.json:
