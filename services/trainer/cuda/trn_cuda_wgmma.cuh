@@ -150,24 +150,26 @@ template <int TA, int TB>
 __device__ __forceinline__ void
 trn_wg_ss64(float (&d)[32], uint64_t da, uint64_t db, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TRN_WG_D32
-                 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
-                 : TRN_WG_F32
-                 : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TRN_WG_D32
+        ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : TRN_WG_F32
+        : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB));
 }
 
 /* d += A B, m64n128k16: A from registers (the m16n8k16 A fragment of the
  * warp's 16 rows), B (16 x 128) MN-major in shared memory. */
 __device__ __forceinline__ void
-trn_wg_rs128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
-             uint32_t a3, uint64_t db)
+trn_wg_rs128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+             uint64_t db)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TRN_WG_D64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : TRN_WG_F64
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TRN_WG_D64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : TRN_WG_F64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
 #endif

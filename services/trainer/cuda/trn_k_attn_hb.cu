@@ -47,10 +47,10 @@
 
 #define S_LOG2E 1.4426950408889634f
 
-#define S_D   128         /* head_dim */
-#define S_BK  128         /* keys a block, 64 a warpgroup */
-#define S_BQ  64          /* queries a tile */
-#define S_NTH 256         /* two warpgroups */
+#define S_D   128          /* head_dim */
+#define S_BK  128          /* keys a block, 64 a warpgroup */
+#define S_BQ  64           /* queries a tile */
+#define S_NTH 256          /* two warpgroups */
 #define S_KT  (S_BK * 256) /* bytes of a 128-row tile (two halves) */
 #define S_QT  (S_BQ * 256) /* bytes of a 64-row tile */
 /* shared memory from its 1 KiB-aligned start: K, V, two Q, two dO, dS^T
@@ -67,9 +67,9 @@ static_assert(S_D == 128 && S_BK == 128 && S_BQ == 64, "tile shapes");
 
 /* What a thread's loop needs. */
 struct s_bctx {
-    unsigned char *sm;      /* shared memory (aligned), generic */
-    uint32_t base;          /* and its shared address */
-    const trn_bf16_t *qh;   /* column 0 of head 0 in q and in dO */
+    unsigned char *sm;    /* shared memory (aligned), generic */
+    uint32_t base;        /* and its shared address */
+    const trn_bf16_t *qh; /* column 0 of head 0 in q and in dO */
     const trn_bf16_t *doh;
     const float *lse, *delta;
     const int32_t *seg;
@@ -139,8 +139,8 @@ s_scores_issue(float (&sT)[32], float (&dpT)[32], const s_bctx &c, int buf)
     for (int kk = 0; kk < S_D / 16; kk++) {
         const uint32_t ok = (kk >> 2) * (S_KT / 2) + (kk & 3) * 32;
         const uint32_t oq = (kk >> 2) * (S_QT / 2) + (kk & 3) * 32;
-        trn_wg_ss64<0, 0>(sT, trn_wg_desc(kw + ok, 16), trn_wg_desc(qb + oq, 16),
-                          kk > 0);
+        trn_wg_ss64<0, 0>(sT, trn_wg_desc(kw + ok, 16),
+                          trn_wg_desc(qb + oq, 16), kk > 0);
     }
     trn_wg_commit();
 #pragma unroll
@@ -340,12 +340,12 @@ s_ctx_init(s_bctx &c, unsigned char *sm, const trn_bf16_t *q,
 /* One query tile (iteration it, its copies landed in buffer buf): the
  * five products, dK and dV accumulated, dQ added into dq_acc. */
 static __device__ __forceinline__ void
-s_tile(float (&dK)[64], float (&dV)[64], float *dq_acc, const s_bctx &c,
-       int it, int buf, float sc)
+s_tile(float (&dK)[64], float (&dV)[64], float *dq_acc, const s_bctx &c, int it,
+       int buf, float sc)
 {
     const int h = s_head(c, it), q0 = s_qrow(c, it);
-    const float *lb = reinterpret_cast<const float *>(c.sm + S_OFF_L) +
-                      buf * S_BQ;
+    const float *lb =
+        reinterpret_cast<const float *>(c.sm + S_OFF_L) + buf * S_BQ;
     const float *db = lb + 2 * S_BQ;
     float sT[32], dpT[32], dq[32];
     uint32_t p[16], ds[16];
@@ -380,9 +380,10 @@ s_tile(float (&dK)[64], float (&dV)[64], float *dq_acc, const s_bctx &c,
     s_dq_add(dq_acc, dq, c, q0, h);
 }
 
-__global__ void __launch_bounds__(S_NTH, 1)
-    s_attn_bwd_wgmma(trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
-                     float *dq_acc, const float *delta, const trn_bf16_t *dout,
+__global__ void
+__launch_bounds__(S_NTH, 1)
+    s_attn_bwd_wgmma(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
+                     const float *delta, const trn_bf16_t *dout,
                      const float *lse, const trn_bf16_t *q, const trn_bf16_t *k,
                      const trn_bf16_t *v, int stride, const int32_t *seg, int T,
                      int H, int Hk, float scale)
