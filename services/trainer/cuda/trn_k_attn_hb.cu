@@ -388,7 +388,7 @@ __launch_bounds__(S_NTH, 1)
                      const trn_bf16_t *v, int stride, const int32_t *seg, int T,
                      int H, int Hk, float scale)
 {
-    extern __shared__ __align__(1024) unsigned char smem[];
+    extern __shared__ unsigned char smem[];
     unsigned char *sm = smem + ((1024u - (trn_wg_saddr(smem) & 1023u)) & 1023u);
     s_bctx c;
     s_ctx_init(c, sm, q, dout, lse, delta, seg, stride, T, H, Hk);
