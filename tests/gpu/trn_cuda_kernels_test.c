@@ -8,8 +8,9 @@
  *   trn_cuda_kernels_test --bench    also time attention, the products and
  *                                    the norms and SwiGLU at Qwen3-4B shapes
  *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
- *   trn_cuda_kernels_test --bench-attn  those and the attention forward
- *                                    timings (each schedule, the portable)
+ *   trn_cuda_kernels_test --bench-attn  those and the attention timings
+ *                                    (forward: each schedule, the portable;
+ *                                    backward: portable and Hopper)
  *   trn_cuda_kernels_test --attn-bench-only  the timings alone
  *   LISA_TEST_SCHEDS=w6,p6 ...       only those schedules besides the
  *                                    default and the portable kernel
@@ -899,6 +900,129 @@ test_attn_paths(int T, int H, int Hk, int nseg)
     trn_cuda_free(&d_lse);
 }
 
+/* The attention backward pass with LISA_ATTN_HOPPER_BWD set to `val`
+ * (NULL: unset) for the call; the environment is restored after. */
+static lisa_rc_t
+s_attn_bwd_as(const char *val, trn_bf16_t *dqkv, float *scratch,
+              const trn_bf16_t *dout, const trn_bf16_t *o, const float *lse,
+              const trn_bf16_t *qkv, int stride, const int32_t *seg, int T,
+              int H, int Hk, int D)
+{
+    const char *var = "LISA_ATTN_HOPPER_BWD", *old = getenv(var);
+    char keep[32] = "";
+    if (old)
+        snprintf(keep, sizeof keep, "%s", old);
+    if (val)
+        setenv(var, val, 1);
+    else
+        unsetenv(var);
+    lisa_rc_t rc = trn_k_attn_bwd(
+        dqkv, dqkv + H * D, dqkv + (H + Hk) * D, stride, scratch, dout, o, lse,
+        qkv, qkv + H * D, qkv + (H + Hk) * D, stride, seg, T, H, Hk, D, NULL);
+    if (old)
+        setenv(var, keep, 1);
+    else
+        unsetenv(var);
+    return rc;
+}
+
+/* ||a - b|| / ||b|| over columns ca.. of a and cb.. of b (w of them) of
+ * T rows of `stride` values each. */
+static double
+s_cols_relerr(const double *a, int ca, const double *b, int cb, int stride,
+              int T, int w)
+{
+    double num = 0, den = 0;
+    for (size_t t = 0; t < (size_t) T; t++)
+        for (int j = 0; j < w; j++) {
+            double x = a[t * stride + ca + j], y = b[t * stride + cb + j];
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+    return sqrt(num) / (sqrt(den) + 1e-30);
+}
+
+/* dq, dk and dv of run `got` (one q|k|v layout) against the same parts
+ * of a reference: `ref` in that layout, or (refk, refv non-NULL) the
+ * reference's dq in the q columns of ref and its dk, dv from column 0 of
+ * refk and refv. */
+static void
+s_check_dqkv(const char *what, const double *got, const double *ref,
+             const double *refk, const double *refv, int T, int H, int Hk)
+{
+    const int D = 128, stride = (H + 2 * Hk) * D;
+    const char *part[3] = {"dq", "dk", "dv"};
+    const int col[3] = {0, H * D, (H + Hk) * D}, w[3] = {H * D, Hk * D, Hk * D};
+    for (int i = 0; i < 3; i++) {
+        const double *r = i == 0 || !refk ? ref : i == 1 ? refk : refv;
+        int rc = refk && i > 0 ? 0 : col[i];
+        char name[96];
+        snprintf(name, sizeof name, "%s %s", what, part[i]);
+        s_check(name, s_cols_relerr(got, col[i], r, rc, stride, T, w[i]), 2e-2);
+    }
+}
+
+/* The backward pass at head_dim 128 with LISA_ATTN_HOPPER_BWD=1 (the
+ * wgmma kernel) against the portable kernel, on the same inputs and the
+ * same forward outputs, dq|dk|dv and the scratch poisoned before each
+ * run: dq, dk and dv each within bf16 rounding; with `ref`, both against
+ * the double reference too. Skipped, with a note, on a device not of
+ * compute capability 9.x (there the switch changes nothing). */
+static void
+test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
+{
+    const int D = 128, stride = (H + 2 * Hk) * D;
+    if (trn_cuda_cc_major() != 9) {
+        printf("attn bwd hopper T=%d H=%d Hk=%d: skipped (not compute "
+               "capability 9.x)\n",
+               T, H, Hk);
+        return;
+    }
+    size_t n = (size_t) T * stride, no = (size_t) T * H * D;
+    size_t nscr = (size_t) T * H * (D + 1) * 4;
+    double *qkv, *dout;
+    trn_bf16_t *hqkv = s_rand_bf16(n, 1.5, &qkv);
+    trn_bf16_t *hdo = s_rand_bf16(no, 1, &dout);
+    int32_t *seg = malloc((size_t) T * 4);
+    s_rand_segs(seg, T, nseg);
+    trn_bf16_t *d_qkv = s_dev(hqkv, n * 2), *d_do = s_dev(hdo, no * 2);
+    int32_t *d_seg = s_dev(seg, (size_t) T * 4);
+    trn_bf16_t *d_o = s_dev(NULL, no * 2), *d_dqkv = s_dev(NULL, n * 2);
+    float *d_lse = s_dev(NULL, (size_t) T * H * 4), *scr = s_dev(NULL, nscr);
+    RC(trn_k_attn_fwd(d_o, d_lse, d_qkv, d_qkv + H * D, d_qkv + (H + Hk) * D,
+                      stride, d_seg, T, H, Hk, D, NULL));
+    double *got[2];
+    for (int r = 0; r < 2; r++) { /* the portable kernel, then wgmma */
+        RC(trn_cuda_memset(d_dqkv, 0xff, n * 2, NULL));
+        RC(trn_cuda_memset(scr, 0xff, nscr, NULL));
+        RC(s_attn_bwd_as(r ? "1" : NULL, d_dqkv, scr, d_do, d_o, d_lse, d_qkv,
+                         stride, d_seg, T, H, Hk, D));
+        RC(trn_cuda_sync());
+        got[r] = s_get_bf16(d_dqkv, n);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "attn bwd hopper vs portable T=%d G=%d s=%d", T,
+             H / Hk, seg[T - 1] + 1);
+    s_check_dqkv(name, got[1], got[0], NULL, NULL, T, H, Hk);
+    if (ref) {
+        double *ro = malloc(no * 8), *rl = malloc((size_t) T * H * 8);
+        double *rq = malloc(n * 8), *rk = malloc(n * 8), *rv = malloc(n * 8);
+        s_attn_ref(qkv, qkv + H * D, qkv + (H + Hk) * D, stride, seg, T, H, Hk,
+                   D, dout, ro, rl, rq, rk, rv);
+        snprintf(name, sizeof name, "attn bwd hopper vs ref T=%d", T);
+        s_check_dqkv(name, got[1], rq, rk, rv, T, H, Hk);
+        snprintf(name, sizeof name, "attn bwd portable vs ref T=%d", T);
+        s_check_dqkv(name, got[0], rq, rk, rv, T, H, Hk);
+        free(ro), free(rl), free(rq), free(rk), free(rv);
+    }
+    fflush(stdout);
+    free(got[0]), free(got[1]), free(hqkv), free(hdo), free(qkv), free(dout);
+    free(seg);
+    trn_cuda_free(&d_qkv), trn_cuda_free(&d_do), trn_cuda_free(&d_seg);
+    trn_cuda_free(&d_o), trn_cuda_free(&d_dqkv), trn_cuda_free(&d_lse);
+    trn_cuda_free(&scr);
+}
+
 /* ------------------------------------------------------------------ */
 
 static void
@@ -1545,6 +1669,16 @@ s_attn_tests(void)
     test_attn_paths(4096, 32, 8, 1);
     test_attn_paths(4096, 32, 4, 12);
     test_attn_paths(6000, 8, 1, 3);
+    /* the Hopper backward pass (LISA_ATTN_HOPPER_BWD=1): shorter than a
+     * query tile, lengths not a multiple of the tiles, 1k, 4k; GQA
+     * groups of 1, 4 and 8; sequence starts inside tiles */
+    test_attn_bwd_paths(37, 4, 4, 1, 1);
+    test_attn_bwd_paths(200, 8, 2, 5, 1);
+    test_attn_bwd_paths(1000, 8, 1, 9, 1);
+    test_attn_bwd_paths(1024, 8, 8, 3, 1);
+    test_attn_bwd_paths(4096, 4, 1, 6, 1);
+    test_attn_bwd_paths(4096, 32, 8, 1, 0);
+    test_attn_bwd_paths(4096, 16, 2, 12, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1678,6 +1812,62 @@ bench_attn_fwd(void)
                        tp[how] * 1e3, flops / tp[how] / 1e12);
         printf(" | x%.2f\n", tp[S_PORTABLE] / tp[0]);
         trn_cuda_free(&qkv), trn_cuda_free(&o), trn_cuda_free(&lse);
+        trn_cuda_free(&dseg), free(seg), free(h), free(vals);
+    }
+}
+
+/* The causal attention backward pass at Qwen3-4B's heads (H=32, Hk=8,
+ * D=128): the portable kernel and the wgmma one (LISA_ATTN_HOPPER_BWD=1),
+ * timed as bench_attn_fwd times (the Delta and dq kernels included).
+ * TFLOP/s count 2.5 times the causal forward's 4 T^2/2 H D (five
+ * products of the size of its two). */
+static void
+bench_attn_bwd(void)
+{
+    int Ts[3] = {4096, 16384, 32768};
+    printf("\n-- attention backward, causal, H=32 Hk=8 D=128 --\n");
+    if (trn_cuda_cc_major() != 9)
+        printf("(not compute capability 9: both run the portable kernel)\n");
+    for (int ti = 0; ti < 3; ti++) {
+        int T = Ts[ti], H = 32, Hk = 8, D = 128, stride = (H + 2 * Hk) * D;
+        size_t n = (size_t) T * stride, no = (size_t) T * H * D;
+        double *vals;
+        trn_bf16_t *h = s_rand_bf16(n, 1, &vals);
+        trn_bf16_t *qkv = s_dev(h, n * 2), *dqkv = s_dev(NULL, n * 2);
+        trn_bf16_t *o = s_dev(NULL, no * 2), *dout = s_dev(h, no * 2);
+        float *lse = s_dev(NULL, (size_t) T * H * 4);
+        float *scr = s_dev(NULL, (size_t) T * H * (D + 1) * 4);
+        int32_t *seg = calloc((size_t) T, 4);
+        int32_t *dseg = s_dev(seg, (size_t) T * 4);
+        RC(trn_k_attn_fwd(o, lse, qkv, qkv + H * D, qkv + (H + Hk) * D, stride,
+                          dseg, T, H, Hk, D, NULL));
+        double flops = 2.5 * 4.0 * T * (double) T / 2 * D * H, tp[2];
+        int reps = flops > 2e13 ? 1 : (int) (2e13 / flops);
+        for (int r = 0; r < 2; r++) {
+            const char *val = r ? "1" : NULL;
+            for (int w = 0; w < 3; w++)
+                RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
+                                 dseg, T, H, Hk, D));
+            RC(trn_cuda_sync());
+            double t[7];
+            for (int bi = 0; bi < 7; bi++) {
+                double t0 = s_now();
+                for (int i = 0; i < reps; i++)
+                    RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
+                                     dseg, T, H, Hk, D));
+                RC(trn_cuda_sync());
+                t[bi] = (s_now() - t0) / reps;
+            }
+            qsort(t, 7, 8, s_cmp);
+            tp[r] = t[3];
+        }
+        printf("attn bwd T=%-6d | portable %.3f ms %.1f TFLOP/s | hopper %.3f "
+               "ms %.1f TFLOP/s | x%.2f\n",
+               T, tp[0] * 1e3, flops / tp[0] / 1e12, tp[1] * 1e3,
+               flops / tp[1] / 1e12, tp[0] / tp[1]);
+        fflush(stdout);
+        trn_cuda_free(&qkv), trn_cuda_free(&dqkv), trn_cuda_free(&o);
+        trn_cuda_free(&dout), trn_cuda_free(&lse), trn_cuda_free(&scr);
         trn_cuda_free(&dseg), free(seg), free(h), free(vals);
     }
 }
@@ -2013,8 +2203,10 @@ main(int argc, char **argv)
                      strcmp(argv[1], "--attn-bench-only") == 0)) {
         if (strcmp(argv[1], "--attn-bench-only") != 0)
             s_attn_tests();
-        if (strcmp(argv[1], "--attn") != 0)
+        if (strcmp(argv[1], "--attn") != 0) {
             bench_attn_fwd();
+            bench_attn_bwd();
+        }
         trn_blas_destroy(&b);
         printf("\n%d passed, %d failed\n", s_pass, s_fail);
         return s_fail ? 1 : 0;
@@ -2122,8 +2314,10 @@ main(int argc, char **argv)
         bench(b);
     }
     if (argc > 1 && (strcmp(argv[1], "--bench") == 0 ||
-                     strcmp(argv[1], "--bench-attn") == 0))
+                     strcmp(argv[1], "--bench-attn") == 0)) {
         bench_attn_fwd();
+        bench_attn_bwd();
+    }
     trn_blas_destroy(&b);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;

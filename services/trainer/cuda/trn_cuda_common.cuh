@@ -172,6 +172,17 @@ lisa_rc_t trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                            const int32_t *seg, int T, int H, int Hk,
                            cudaStream_t st);
 
+/* The main kernel of trn_k_attn_bwd at head_dim 128 on Hopper's
+ * asynchronous tensor cores (trn_k_attn_hb.cu, sm_90a): dk and dv written,
+ * dq added unscaled into dq_acc, from Delta (see trn_k_attn_bwd); the
+ * caller checks the device is of compute capability 9.x. */
+lisa_rc_t trn_k_attn_bwd_h(trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
+                           float *dq_acc, const float *delta,
+                           const trn_bf16_t *dout, const float *lse,
+                           const trn_bf16_t *q, const trn_bf16_t *k,
+                           const trn_bf16_t *v, int stride, const int32_t *seg,
+                           int T, int H, int Hk, cudaStream_t st);
+
 /* Launches kernel k<<<grid, block, smem, st>>>(args...), allowed to start
  * before the previous kernel on st ends (see trn_pdl_enter). */
 template <typename... P, typename... A>

@@ -41,6 +41,19 @@ trn_cuda_device_count(void)
     return n;
 }
 
+extern "C" int
+trn_cuda_cc_major(void)
+{
+    int dev = 0, m = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return m;
+}
+
 extern "C" void *
 trn_cuda_malloc(size_t bytes)
 {

@@ -666,11 +666,9 @@ s_aligned16(const void *p)
         return LISA_UNSUPPORTED;                                               \
     }
 
-/* Whether the forward pass at head_dim 128 runs the wgmma kernel
- * (trn_k_attn_h.cu): on a device of compute capability 9.x (asked once),
- * unless LISA_ATTN_PORTABLE is set to anything but 0 (read every call). */
+/* Whether the device is of compute capability 9.x (asked once). */
 static bool
-s_hopper_fwd(void)
+s_sm90(void)
 {
     static int major = -1; /* racy first read: every thread finds the same */
     if (major < 0) {
@@ -681,8 +679,28 @@ s_hopper_fwd(void)
             m = 0;
         major = m;
     }
+    return major == 9;
+}
+
+/* Whether the forward pass at head_dim 128 runs the wgmma kernel
+ * (trn_k_attn_h.cu): on a device of compute capability 9.x, unless
+ * LISA_ATTN_PORTABLE is set to anything but 0 (read every call). */
+static bool
+s_hopper_fwd(void)
+{
     const char *e = getenv("LISA_ATTN_PORTABLE");
-    return major == 9 && !(e && *e && strcmp(e, "0") != 0);
+    return s_sm90() && !(e && *e && strcmp(e, "0") != 0);
+}
+
+/* Whether the backward pass at head_dim 128 runs the wgmma kernel
+ * (trn_k_attn_hb.cu): on a device of compute capability 9.x when
+ * LISA_ATTN_HOPPER_BWD is 1 (read every call); off by default until it
+ * is measured on one. */
+static bool
+s_hopper_bwd(void)
+{
+    const char *e = getenv("LISA_ATTN_HOPPER_BWD");
+    return s_sm90() && e && strcmp(e, "1") == 0;
 }
 
 extern "C" lisa_rc_t
@@ -749,8 +767,11 @@ trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
                        stride, seg, T, H, Hk, st);
         break;
     default:
-        rc = s_bwd<128>(dk, dv, dstride, dq_acc, delta, dout, lse, q, k, v,
-                        stride, seg, T, H, Hk, st);
+        rc = s_hopper_bwd()
+                 ? trn_k_attn_bwd_h(dk, dv, dstride, dq_acc, delta, dout, lse,
+                                    q, k, v, stride, seg, T, H, Hk, st)
+                 : s_bwd<128>(dk, dv, dstride, dq_acc, delta, dout, lse, q, k,
+                              v, stride, seg, T, H, Hk, st);
         break;
     }
     if (rc != LISA_OK)

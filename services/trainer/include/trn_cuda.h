@@ -37,6 +37,8 @@ typedef struct trn_blas trn_blas_t; /* cuBLASLt handle + workspace */
 lisa_rc_t trn_cuda_set_device(int dev);
 /* Number of visible CUDA devices (0 when no driver). */
 int trn_cuda_device_count(void);
+/* Compute capability (major) of the current device; 0 when unknown. */
+int trn_cuda_cc_major(void);
 /* Device memory of `bytes` (NULL on failure, logged). */
 void *trn_cuda_malloc(size_t bytes);
 /* Frees *p and sets it to NULL; safe on NULL. */
