@@ -9,11 +9,13 @@
  *                                    the norms and SwiGLU at Qwen3-4B shapes
  *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
  *   trn_cuda_kernels_test --bench-attn  those and the attention timings
- *                                    (forward: each schedule, the portable;
+ *                                    (forward: the default, the serial
+ *                                    schedule, the portable kernel;
  *                                    backward: portable and Hopper)
  *   trn_cuda_kernels_test --attn-bench-only  the timings alone
- *   LISA_TEST_SCHEDS=w6,p6 ...       only those schedules besides the
- *                                    default and the portable kernel
+ *   LISA_TEST_SCHEDS=none            the default and the portable kernel
+ *                                    alone (LISA_TEST_SCHEDS=0: the
+ *                                    serial schedule too, as unset)
  */
 #include "trn_cuda.h"
 #include "trn_safetensors.h"
@@ -801,12 +803,12 @@ s_maxrel(const double *a, const double *b, size_t n)
 
 /* The attention forward pass under the settings of run `how`: 0 the
  * default path (the wgmma kernel at head_dim 128 on a Hopper device, its
- * schedule as LISA_ATTN_H_SCHED says), 1 to 6 the schedules 0 (serial),
- * w6, w7, p6, t6 and u6 of that kernel, S_PORTABLE the portable kernel
- * (LISA_ATTN_PORTABLE=1). The environment is restored after. */
-#define S_PORTABLE 7
-static const char *const s_sched_names[S_PORTABLE + 1] = {
-    "default", "0", "w6", "w7", "p6", "t6", "u6", "portable"};
+ * schedule as LISA_ATTN_H_SCHED says), 1 its serial schedule (0),
+ * S_PORTABLE the portable kernel (LISA_ATTN_PORTABLE=1). The environment
+ * is restored after. */
+#define S_PORTABLE 2
+static const char *const s_sched_names[S_PORTABLE + 1] = {"default", "0",
+                                                          "portable"};
 
 /* Whether run `how` is wanted: the default and portable runs always;
  * the others when LISA_TEST_SCHEDS (names, comma-separated) is unset or
