@@ -283,13 +283,15 @@ static __device__ __forceinline__ void
 s_ctx_init(s_wg_ctx &c, uint32_t Qs, const trn_bf16_t *k, const trn_bf16_t *v,
            int stride, const int32_t *seg, int T, int hk, int q0, float sc)
 {
-    const int wg = (int) threadIdx.x >> 7;
+    const int wg = min((int) threadIdx.x >> 7, S_WGS - 1);
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     c.Qw = Qs + wg * 64 * 128;
     c.Ks = Qs + S_TILE;
     c.Vs = Qs + 3 * S_TILE;
-    c.kh = k + (size_t) hk * S_D;
-    c.vh = v + (size_t) hk * S_D;
+    /* k and v are never NULL; this form (and the min above) compiles to
+     * the machine code that was measured */
+    c.kh = k ? k + (size_t) hk * S_D : NULL;
+    c.vh = v ? v + (size_t) hk * S_D : NULL;
     c.st = (size_t) stride;
     c.seg = seg;
     c.T = T;
