@@ -18,9 +18,16 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$gpus" -ge 1 ] || { echo "no GPU found"; exit 1; }
 pass=0
 fail=0
+# Each program has LISA_GPU_TEST_TIMEOUT seconds (default 1800): a kernel
+# that never finishes fails its program instead of hanging the suite.
 run() {
   echo "== $*"
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+  if timeout "${LISA_GPU_TEST_TIMEOUT:-1800}" "$@"; then
+    pass=$((pass + 1))
+  else
+    echo "FAILED (status $?): $*"
+    fail=$((fail + 1))
+  fi
 }
 run "$bin/trn_cuda_kernels_test"
 run "$bin/trn_gpu_model_test"
