@@ -14,9 +14,10 @@
  *       kernel launched directly instead of replaying recorded graphs;
  *   step_tok_s_4k, step_tok_s_16k  full training steps of one sequence
  *       (forward, backward, AdamW with clipping at 1.0), median of three
- *       after a warm-up; the state resident, and at 16k also with the optimizer
- * state offloaded (trn_gpu_model_set_optim_offload) as step_tok_s_16k_offload;
- *       step_offload_<tag> and step_recompute_<tag> say how each ran.
+ *       after a warm-up, the state resident; at 16k also with the
+ *       optimizer state offloaded (trn_gpu_model_set_optim_offload) as
+ *       step_tok_s_16k_offload; step_offload_<tag> and step_recompute_<tag>
+ *       say how each ran.
  * With --long: the optimizer state offloaded (a 4B model's state and the
  * activations of 32k tokens do not fit beside each other otherwise),
  * forward+backward of one sequence of 16k, 32k and 64k tokens, printed as
@@ -413,10 +414,8 @@ s_set_offload(trn_gpu_model_t *g, int on)
 }
 
 /* Full training steps of one sequence of T tokens (forward, backward,
- * AdamW): step_tok_s_<tag>. With may_offload, a forward first shows
- * whether the activations fit beside the resident optimizer state; when
- * they would be recomputed, the state goes to host memory for these
- * steps and comes back after. */
+ * AdamW): step_tok_s_<tag>. With `offload` the optimizer state goes to
+ * host memory for these steps and comes back after. */
 static int
 s_step(trn_gpu_model_t *g, int T, const char *tag, int offload)
 {

@@ -671,14 +671,8 @@ static bool
 s_sm90(void)
 {
     static int major = -1; /* racy first read: every thread finds the same */
-    if (major < 0) {
-        int dev = 0, m = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor,
-                                   dev) != cudaSuccess)
-            m = 0;
-        major = m;
-    }
+    if (major < 0)
+        major = trn_cuda_cc_major();
     return major == 9;
 }
 
