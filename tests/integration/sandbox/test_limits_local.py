@@ -169,8 +169,12 @@ def test_fork_bomb_leaves_a_neighbour_unaffected(make_stack):
         # The bomb churns at its process limit while `sleep` (started
         # first) keeps the command, and so the bomb, going for 15 s.
         bomb=["sleep 15 & s=$!; b(){ b|b& }; b; wait $s"],
-        neighbour=["for i in $(seq 1 40); do /bin/true || "
-                   "echo FORK-FAILED; done; sh -c 'echo forks-ok'"])
+        # The neighbour forks for about two seconds, so that the bomb,
+        # whose count churns below its limit, is looked at many times
+        # while the neighbour works.
+        neighbour=["for i in $(seq 1 200); do /bin/true || "
+                   "echo FORK-FAILED; sleep 0.01; done; "
+                   "sh -c 'echo forks-ok'"])
 
     def script(prompt, body):
         text = tokenizer().decode(prompt, skip_special_tokens=False)
@@ -196,7 +200,7 @@ def test_fork_bomb_leaves_a_neighbour_unaffected(make_stack):
         peak = max(peak, n)
         if time.time() < live_until:
             peak_live = max(peak_live, n)
-        time.sleep(0.05)
+        time.sleep(0.01)
     done(s, neighbour)
     assert uid_of(s, neighbour) != uid
     obs = observations(s, "task-neighbour")
