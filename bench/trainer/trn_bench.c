@@ -111,7 +111,7 @@ s_seq_init(s_seq_t *s, int T, unsigned seed)
         s->dl[t] = -1.0f / (float) T;
     }
     s->offs[0] = 0, s->offs[1] = (size_t) T;
-    s->b = (trn_batch_t){s->tok, s->tgt, (size_t) T, s->offs, 1, 1.0f};
+    s->b = (trn_batch_t){s->tok, s->tgt, (size_t) T, s->offs, 1, 1.0f, NULL};
 }
 
 static void

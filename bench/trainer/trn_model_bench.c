@@ -91,7 +91,7 @@ main(int argc, char **argv)
         d[i] = -1.0f / (float) n;
     }
     size_t off[2] = {0, n};
-    trn_batch_t b = {tok, tgt, n, off, 1, 1.0f};
+    trn_batch_t b = {tok, tgt, n, off, 1, 1.0f, NULL};
     t0 = now();
     if (trn_model_forward(m, &b, lp, NULL, NULL) != LISA_OK ||
         trn_model_backward(m, d, NULL, NULL) != LISA_OK)

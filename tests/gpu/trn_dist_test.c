@@ -87,6 +87,7 @@ s_batch(int rank, int world, int vocab, trn_batch_t *b, int32_t **tok,
     b->seq_offsets = *offs;
     b->n_seqs = ns;
     b->temperature = 1.0f;
+    b->cp = NULL;
     *valid_total = total_valid;
 }
 

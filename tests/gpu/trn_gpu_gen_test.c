@@ -585,7 +585,7 @@ s_logprobs(trn_gpu_model_t *gpu, int V)
         for (size_t j = 0; j < n; j++)
             tg[j] = j + 1 < n ? toks[i][j + 1] : -1;
         size_t offs[2] = {0, n};
-        trn_batch_t b = {toks[i], tg, n, offs, 1, temp};
+        trn_batch_t b = {toks[i], tg, n, offs, 1, temp, NULL};
         float lp[40 + GEN];
         if (trn_gpu_model_forward(gpu, &b, lp, NULL, &err) != LISA_OK) {
             printf("forward: %s\n", err.msg);

@@ -71,6 +71,7 @@ s_make_batch(s_batch_t *sb, const int *lens, size_t nseq, int vocab,
     sb->b.seq_offsets = sb->offs;
     sb->b.n_seqs = nseq;
     sb->b.temperature = 1.0f;
+    sb->b.cp = NULL;
 }
 
 static void

@@ -13,8 +13,11 @@
  * v, the attention output and its per-head log-sum-exp, gate and up), so
  * the backward pass recomputes only attention probabilities (from the
  * saved log-sum-exp, as flash attention does) and vocabulary logits (one
- * chunk of positions at a time). Packed sequences become per-row segment
- * starts: row t attends to rows seg_start[t]..t of the same buffer.
+ * chunk of positions at a time). Packed sequences become per-row key
+ * ranges: row t attends to rows kstart[t]..kstart[t] + nk[t] - 1 of the
+ * keys. Under context parallelism (trn_cp_t) the rows are this rank's
+ * share and the keys those of the whole batch, gathered per layer; the
+ * backward gathers them again and sums their gradients over the group.
  *
  * Generation runs the same layer code over the new tokens of every
  * sequence at once; their keys and values go into the cache first, then
@@ -91,14 +94,16 @@ struct trn_model {
     /* the last training forward */
     bool have_fwd;
     trn_batch_t batch;
-    size_t *seg_start;
-    size_t seg_cap;
     /* backward scratch */
     float *bw_arena;
     size_t bw_cap;
     float *logit_buf, *xc_buf, *dxc_buf;
     size_t *row_idx;
     size_t lbuf_rows, row_cap;
+    /* context parallelism: the whole batch's keys, values and (backward)
+     * their gradients, [4][n_global][KV] */
+    float *cp_buf;
+    size_t cp_cap;
 };
 
 struct trn_kv {
@@ -290,7 +295,7 @@ trn_model_destroy(trn_model_t **pm)
     lisa_free(&m->w.L);
     lisa_free(&m->g.L);
     lisa_free(&m->inv_freq);
-    lisa_free(&m->seg_start);
+    lisa_free(&m->cp_buf);
     lisa_free(&m->bw_arena);
     lisa_free(&m->logit_buf);
     lisa_free(&m->xc_buf);
@@ -1003,7 +1008,28 @@ s_attn_bwd_task(void *ctx, size_t kvh)
 typedef struct {
     trn_kv_t *kv;               /* NULL: the rows themselves (training) */
     const int32_t *const *btab; /* per row, with kv: its block table */
+    /* context parallelism (training): the whole batch's keys and values,
+     * gathered into cp_kv ([2][n_global][KV]) per layer */
+    const trn_cp_t *cp;
+    float *cp_kv;
+    lisa_rc_t rc; /* the first failed gather (the layers stop there) */
+    trn_err_t *err;
 } s_kvsrc_t;
+
+/* Gathers the whole batch's keys and values (this rank's rows k and v,
+ * rows x KV each) into g ([2][n_global][KV]) over the context group. */
+static lisa_rc_t
+s_cp_gather(const trn_cp_t *cp, float *g, const float *k, const float *v,
+            size_t rows, size_t KV, trn_err_t *err)
+{
+    size_t n = cp->n_global * KV;
+    memset(g, 0, 2 * n * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(g + cp->rows[r] * KV, k + r * KV, KV * sizeof(float));
+        memcpy(g + n + cp->rows[r] * KV, v + r * KV, KV * sizeof(float));
+    }
+    return cp->sum(cp->self, g, 2 * n, err);
+}
 
 /* x[r][j] += b[j] for every row. */
 static void
@@ -1026,7 +1052,7 @@ s_bias_grad(float *gb, const float *dx, size_t rows, size_t n)
 /* Runs layer l on rows of a->x (in place), saving into a->L[li]. */
 static void
 s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
-            const s_kvsrc_t *src)
+            s_kvsrc_t *src)
 {
     const s_layer_t *W = &m->w.L[l];
     s_lacts_t *A = &a->L[li];
@@ -1058,7 +1084,14 @@ s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
                    .kstart = a->kstart,
                    .nk = a->nk,
                    .rows = rows};
-    if (src->kv) {
+    if (src->cp) {
+        src->rc =
+            s_cp_gather(src->cp, src->cp_kv, A->k, A->v, rows, KV, src->err);
+        if (src->rc != LISA_OK)
+            return;
+        at.k = src->cp_kv;
+        at.v = src->cp_kv + src->cp->n_global * KV;
+    } else if (src->kv) {
         trn_kv_t *kv = src->kv;
         size_t bs = kv->geom.block_size, p;
         float *kc = kv->k + l * kv->rows * KV;
@@ -1096,12 +1129,12 @@ s_layer_fwd(trn_model_t *m, s_acts_t *a, size_t l, size_t li, size_t rows,
 /* Embeds tokens into a->x and runs every layer, then the final norm. */
 static void
 s_forward_rows(trn_model_t *m, s_acts_t *a, const int32_t *tokens, size_t rows,
-               bool save, const s_kvsrc_t *src)
+               bool save, s_kvsrc_t *src)
 {
     for (size_t r = 0; r < rows; r++)
         memcpy(a->x + r * m->H, m->w.embed + (size_t) tokens[r] * m->H,
                m->H * sizeof(float));
-    for (size_t l = 0; l < m->NL; l++)
+    for (size_t l = 0; l < m->NL && src->rc == LISA_OK; l++)
         s_layer_fwd(m, a, l, save ? l : 0, rows, src);
     memcpy(a->xf, a->x, rows * m->H * sizeof(float));
     trn_rmsnorm(a->xnf, a->rstdf, a->xf, m->w.norm, rows, m->H,
@@ -1223,19 +1256,46 @@ s_logits_bwd(trn_model_t *m, const float *dlogp, const float *dent, float *dxnf)
 
 /* ---- training --------------------------------------------------------- */
 
+/* A context-parallel batch's own rows: inside the whole batch, in
+ * increasing order. */
+static lisa_rc_t
+s_check_cp(const trn_batch_t *b, trn_err_t *err)
+{
+    const trn_cp_t *cp = b->cp;
+    if (!cp->sum || (b->n_tokens > 0 && !cp->rows) ||
+        b->n_tokens > cp->n_global)
+        return trn_fail(err, LISA_INVALID,
+                        "batch: context parallelism needs a sum and at most "
+                        "n_global rows");
+    for (size_t t = 0; t < b->n_tokens; t++)
+        if (cp->rows[t] >= cp->n_global ||
+            (t > 0 && cp->rows[t] <= cp->rows[t - 1]))
+            return trn_fail(err, LISA_INVALID,
+                            "batch: context-parallel row %zu is outside the "
+                            "batch or out of order",
+                            t);
+    return LISA_OK;
+}
+
 static lisa_rc_t
 s_check_batch(const trn_model_t *m, const trn_batch_t *b, trn_err_t *err)
 {
-    if (!b->tokens || !b->targets || !b->seq_offsets || b->n_tokens == 0 ||
-        b->n_seqs == 0)
+    size_t total = b->cp ? b->cp->n_global : b->n_tokens;
+    if ((b->n_tokens > 0 && (!b->tokens || !b->targets)) || !b->seq_offsets ||
+        total == 0 || b->n_seqs == 0 || (b->n_tokens == 0 && !b->cp))
         return trn_fail(err, LISA_INVALID, "batch: empty or missing arrays");
     if (!(b->temperature > 0) || !isfinite(b->temperature))
         return trn_fail(err, LISA_INVALID, "batch: temperature must be > 0");
-    if (b->n_tokens > TRN_MAX_BATCH_TOKENS)
+    if (total > TRN_MAX_BATCH_TOKENS)
         return trn_fail(err, LISA_TOOLARGE,
-                        "batch: %zu tokens exceed the bound of %u", b->n_tokens,
+                        "batch: %zu tokens exceed the bound of %u", total,
                         TRN_MAX_BATCH_TOKENS);
-    if (b->seq_offsets[0] != 0 || b->seq_offsets[b->n_seqs] != b->n_tokens)
+    if (b->cp) {
+        lisa_rc_t rc = s_check_cp(b, err);
+        if (rc != LISA_OK)
+            return rc;
+    }
+    if (b->seq_offsets[0] != 0 || b->seq_offsets[b->n_seqs] != total)
         return trn_fail(err, LISA_INVALID,
                         "batch: seq_offsets must run from 0 to n_tokens");
     for (size_t s = 0; s < b->n_seqs; s++) {
@@ -1269,22 +1329,83 @@ trn_model_forward(trn_model_t *m, const trn_batch_t *b, float *logp,
     size_t T = b->n_tokens;
     s_acts_t *a = &m->train;
     s_acts_reserve(m, a, T, true);
-    if (m->seg_cap < T) {
-        lisa_free(&m->seg_start);
-        m->seg_start = lisa_malloc(T * sizeof(size_t));
-        m->seg_cap = T;
+    /* row t is global row g of the sequence starting at seq_offsets[s] */
+    for (size_t t = 0, s = 0; t < T; t++) {
+        size_t g = b->cp ? b->cp->rows[t] : t;
+        while (g >= b->seq_offsets[s + 1])
+            s++;
+        a->pos[t] = (int32_t) (g - b->seq_offsets[s]);
+        a->kstart[t] = b->seq_offsets[s];
+        a->nk[t] = g - b->seq_offsets[s] + 1;
     }
-    for (size_t s = 0; s < b->n_seqs; s++)
-        for (size_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++) {
-            a->pos[t] = (int32_t) (t - b->seq_offsets[s]);
-            a->kstart[t] = b->seq_offsets[s];
-            a->nk[t] = t - b->seq_offsets[s] + 1;
+    s_kvsrc_t src = {.cp = b->cp, .err = err};
+    if (b->cp) {
+        size_t need = 4 * b->cp->n_global * m->KV;
+        if (m->cp_cap < need) {
+            lisa_free(&m->cp_buf);
+            m->cp_buf = lisa_malloc(need * sizeof(float));
+            m->cp_cap = need;
         }
-    s_kvsrc_t src = {0};
+        src.cp_kv = m->cp_buf;
+    }
     s_forward_rows(m, a, b->tokens, T, true, &src);
+    if (src.rc != LISA_OK)
+        return src.rc;
     m->batch = *b;
     s_logits_fwd(m, b, logp, entropy);
     m->have_fwd = true;
+    return LISA_OK;
+}
+
+/* The attention's backward of one layer: dq, dk, dv of this rank's rows
+ * from dO. Under context parallelism the whole batch's keys and values are
+ * gathered again and their gradients summed over the group. */
+static lisa_rc_t
+s_attn_bwd(trn_model_t *m, const s_lacts_t *A, const float *dO, float *dq,
+           float *dk, float *dv, trn_err_t *err)
+{
+    const trn_cp_t *cp = m->batch.cp;
+    s_acts_t *a = &m->train;
+    size_t T = m->batch.n_tokens, KV = m->KV;
+    memset(dq, 0, T * m->Q * sizeof(float));
+    memset(dk, 0, T * KV * sizeof(float));
+    memset(dv, 0, T * KV * sizeof(float));
+    s_attn_t at = {.m = m,
+                   .q = A->q,
+                   .k = A->k,
+                   .v = A->v,
+                   .kstride = KV,
+                   .kstart = a->kstart,
+                   .nk = a->nk,
+                   .o = A->o,
+                   .lse = A->lse,
+                   .dout = dO,
+                   .dq = dq,
+                   .dk = dk,
+                   .dv = dv,
+                   .rows = T};
+    size_t n = cp ? cp->n_global * KV : 0;
+    if (cp) {
+        float *g = m->cp_buf; /* keys, values, their gradients */
+        lisa_rc_t rc = s_cp_gather(cp, g, A->k, A->v, T, KV, err);
+        if (rc != LISA_OK)
+            return rc;
+        memset(g + 2 * n, 0, 2 * n * sizeof(float));
+        at.k = g;
+        at.v = g + n;
+        at.dk = g + 2 * n;
+        at.dv = g + 3 * n;
+    }
+    trn_pool_run(m->pool, m->NKV, s_attn_bwd_task, &at);
+    if (!cp)
+        return LISA_OK;
+    lisa_rc_t rc = cp->sum(cp->self, m->cp_buf + 2 * n, 2 * n, err);
+    if (rc != LISA_OK)
+        return rc;
+    for (size_t t = 0; t < T; t++) {
+        memcpy(dk + t * KV, at.dk + cp->rows[t] * KV, KV * sizeof(float));
+        memcpy(dv + t * KV, at.dv + cp->rows[t] * KV, KV * sizeof(float));
+    }
     return LISA_OK;
 }
 
@@ -1309,7 +1430,7 @@ trn_model_backward(trn_model_t *m, const float *dlogp, const float *dentropy,
     const trn_batch_t *b = &m->batch;
     s_acts_t *a = &m->train;
     size_t T = b->n_tokens, H = m->H, I = m->I, Q = m->Q, KV = m->KV;
-    s_reserve_bwd(m, T);
+    s_reserve_bwd(m, T > 0 ? T : 1);
     float *p = m->bw_arena;
     float *dx = p;
     p += T * H;
@@ -1363,24 +1484,9 @@ trn_model_backward(trn_model_t *m, const float *dlogp, const float *dentropy,
         /* attention: x_mid = x_in + o_proj(attn) */
         trn_mm_nn(m->pool, dO, dx, W->wo, T, H, Q, false);
         trn_mm_tn(m->pool, G->wo, dx, A->o, T, H, Q);
-        memset(dq, 0, T * Q * sizeof(float));
-        memset(dk, 0, T * KV * sizeof(float));
-        memset(dv, 0, T * KV * sizeof(float));
-        s_attn_t at = {.m = m,
-                       .q = A->q,
-                       .k = A->k,
-                       .v = A->v,
-                       .kstride = KV,
-                       .kstart = a->kstart,
-                       .nk = a->nk,
-                       .o = A->o,
-                       .lse = A->lse,
-                       .dout = dO,
-                       .dq = dq,
-                       .dk = dk,
-                       .dv = dv,
-                       .rows = T};
-        trn_pool_run(m->pool, m->NKV, s_attn_bwd_task, &at);
+        lisa_rc_t rc = s_attn_bwd(m, A, dO, dq, dk, dv, err);
+        if (rc != LISA_OK)
+            return rc;
         trn_rope(dq, T, m->NH, m->HD, a->pos, m->inv_freq, true);
         trn_rope(dk, T, m->NKV, m->HD, a->pos, m->inv_freq, true);
         if (W->q_norm) {

@@ -515,6 +515,10 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
     lisa_rc_t rc = LISA_OK;
     g->have_forward = 0;
     g->logits_kept = 0;
+    if (b && b->cp) {
+        s_err(err, "context parallelism is not implemented on the GPU yet");
+        return LISA_UNSUPPORTED;
+    }
     if (!b || !b->tokens || !b->targets || !b->seq_offsets || b->n_seqs < 1 ||
         b->n_tokens < 1 || b->seq_offsets[0] != 0 ||
         b->seq_offsets[b->n_seqs] != b->n_tokens || !(b->temperature > 0) ||

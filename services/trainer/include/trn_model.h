@@ -189,12 +189,47 @@ void trn_model_zero_grad(trn_model_t *m);
  * default 32). Results do not depend on it. */
 void trn_model_set_logits_chunk(trn_model_t *m, size_t rows);
 
+/* Context parallelism: one batch's positions spread over the ranks of a
+ * context group, for sequences longer than one device holds. Each rank
+ * computes only its own rows (every projection, the MLP, the vocabulary
+ * projection, the loss); attention meets the other ranks' keys and values
+ * through `sum`: per layer, the keys and values of the whole batch are
+ * gathered (each rank writes its rows into a zeroed [n_global] buffer, then
+ * the buffers are summed), and in the backward their gradients are summed
+ * the same way and each rank keeps its rows'. Every rank of the group calls
+ * forward and backward together with the same global layout; the
+ * parameters' gradients of the ranks add up to those of the whole batch on
+ * one rank (the caller sums them, as data parallel does). */
+typedef struct {
+    const size_t *rows; /* rows[i]: global index of local row i, increasing */
+    size_t n_global;    /* tokens of the whole batch */
+    void *self;
+    /* In-place sum of n floats over the group; every rank gets the total.
+     * Every rank calls it in the same order. */
+    lisa_rc_t (*sum)(void *self, float *v, size_t n, trn_err_t *err);
+} trn_cp_t;
+
+/* Rows of rank `rank` of `world` under the balanced causal split: each
+ * sequence is cut into 2 x world nearly equal chunks and rank r takes chunk
+ * r and chunk 2 x world - 1 - r, so every rank gets about the same share of
+ * the attention's (triangular) work. Writes the global indices, in order,
+ * into rows (room for seq_offsets[n_seqs] entries) and returns their
+ * count. */
+size_t trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank,
+                   int world, size_t *rows);
+
 /* One training batch: `n_tokens` token ids packed back to back, split into
  * sequences by `seq_offsets` (n_seqs + 1 increasing offsets, first 0, last
  * n_tokens). Positions restart at 0 in each sequence and no token attends
  * to another sequence. targets[t] is the token whose log-probability is
  * wanted at position t (normally the next token of the same sequence), or
- * -1 for none. Logits are divided by `temperature` (> 0) first. */
+ * -1 for none. Logits are divided by `temperature` (> 0) first.
+ *
+ * With `cp` (context parallelism, NULL otherwise): tokens and targets are
+ * this rank's n_tokens rows (cp->rows; n_tokens may be 0), and
+ * seq_offsets / n_seqs describe the whole batch of cp->n_global tokens.
+ * Backends without context parallelism refuse such a batch
+ * (LISA_UNSUPPORTED). */
 typedef struct {
     const int32_t *tokens;
     const int32_t *targets;
@@ -202,6 +237,7 @@ typedef struct {
     const size_t *seq_offsets;
     size_t n_seqs;
     float temperature;
+    const trn_cp_t *cp;
 } trn_batch_t;
 
 /* Forward for training (at most TRN_MAX_BATCH_TOKENS tokens, else

@@ -162,8 +162,8 @@ check_fixture(const char *name)
     double e_logits = rel_err(lg, f.logits, f.n * V);
 
     /* packed log-probs and gradients */
-    trn_batch_t b = {f.tokens,  f.targets, f.n,
-                     f.offsets, f.nseq,    f.temperature};
+    trn_batch_t b = {f.tokens, f.targets,     f.n, f.offsets,
+                     f.nseq,   f.temperature, NULL};
     float *lp = malloc(f.n * sizeof *lp), *ent = malloc(f.n * sizeof *ent);
     cr_assert_eq(trn_model_forward(f.m, &b, lp, ent, NULL), LISA_OK);
     double e_lp = rel_err(lp, f.logprobs, f.n);

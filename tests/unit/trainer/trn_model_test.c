@@ -262,7 +262,7 @@ Test(trn_model, logp_matches_logits_with_temperature)
         tgt[t] = (t * 5) % 37;
     size_t off[2] = {0, 10};
     float T = 0.7f;
-    trn_batch_t b = {tok, tgt, 10, off, 1, T};
+    trn_batch_t b = {tok, tgt, 10, off, 1, T, NULL};
     float logp[10], ent[10], logits[10 * 37];
     cr_assert_eq(trn_model_forward(m, &b, logp, ent, NULL), LISA_OK);
     cr_assert_eq(trn_model_logits(m, tok, 10, logits, NULL), LISA_OK);
@@ -395,7 +395,7 @@ Test(trn_model, packed_sequences_equal_separate_ones)
     for (int t = 0; t < 15; t++)
         w[t] = 0.1f * (float) (t % 4) - 0.12f;
     float lp[15], l1[15];
-    trn_batch_t b = {tok, tgt, 15, off, 2, 1.0f};
+    trn_batch_t b = {tok, tgt, 15, off, 2, 1.0f, NULL};
     cr_assert_eq(trn_model_forward(m, &b, lp, NULL, NULL), LISA_OK);
     trn_model_zero_grad(m);
     cr_assert_eq(trn_model_backward(m, w, NULL, NULL), LISA_OK);
@@ -404,7 +404,7 @@ Test(trn_model, packed_sequences_equal_separate_ones)
     trn_model_zero_grad(m);
     for (size_t s = 0; s < 2; s++) {
         size_t o1[2] = {0, off[s + 1] - off[s]};
-        trn_batch_t bs = {tok + off[s], tgt + off[s], o1[1], o1, 1, 1.0f};
+        trn_batch_t bs = {tok + off[s], tgt + off[s], o1[1], o1, 1, 1.0f, NULL};
         cr_assert_eq(trn_model_forward(m, &bs, l1, NULL, NULL), LISA_OK);
         for (size_t t = 0; t < o1[1]; t++)
             cr_assert_float_eq(l1[t], lp[off[s] + t], 1e-5);
@@ -476,7 +476,7 @@ Test(trn_model, bad_batches_are_refused)
     size_t off[2] = {0, 4};
     float lp[4];
     trn_err_t err;
-    trn_batch_t b = {tok, tgt, 4, off, 1, 1.0f};
+    trn_batch_t b = {tok, tgt, 4, off, 1, 1.0f, NULL};
     cr_assert_eq(trn_model_forward(m, &b, lp, NULL, &err), LISA_INVALID);
     cr_assert(strstr(err.msg, "vocabulary"));
     tok[3] = 4;
@@ -489,7 +489,7 @@ Test(trn_model, bad_batches_are_refused)
     float d[4] = {0};
     cr_assert_eq(trn_model_backward(m, d, NULL, &err), LISA_CONFLICT);
     size_t huge[2] = {0, (size_t) TRN_MAX_BATCH_TOKENS + 1};
-    trn_batch_t hb = {tok, tgt, huge[1], huge, 1, 1.0f};
+    trn_batch_t hb = {tok, tgt, huge[1], huge, 1, 1.0f, NULL};
     cr_assert_eq(trn_model_forward(m, &hb, lp, NULL, &err), LISA_TOOLARGE);
     trn_kv_geom_t g0 = {
         .block_size = 8, .max_seqs = 2, .max_blocks = 8, .max_tokens = 8};

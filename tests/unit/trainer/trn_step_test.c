@@ -85,7 +85,7 @@ seq_logp(trn_model_t *m, const data_t *d, double *out)
     float lp[NSEQ * LEN];
     for (size_t t = 0; t < NSEQ * LEN; t++)
         tgt[t] = (t % LEN + 1 < LEN && d->mask[t + 1]) ? d->tok[t + 1] : -1;
-    trn_batch_t b = {d->tok, tgt, NSEQ * LEN, d->off, NSEQ, 1.0f};
+    trn_batch_t b = {d->tok, tgt, NSEQ * LEN, d->off, NSEQ, 1.0f, NULL};
     cr_assert_eq(trn_model_forward(m, &b, lp, NULL, NULL), LISA_OK);
     for (size_t s = 0; s < NSEQ; s++) {
         out[s] = 0;
@@ -231,7 +231,7 @@ Test(trn_step, bypass_uses_engine_logprobs_and_kl_starts_at_zero)
     float lp[NSEQ * LEN];
     for (size_t t = 0; t < NSEQ * LEN; t++)
         tgt[t] = (t % LEN + 1 < LEN && d.mask[t + 1]) ? d.tok[t + 1] : -1;
-    trn_batch_t b = {d.tok, tgt, NSEQ * LEN, d.off, NSEQ, 1.0f};
+    trn_batch_t b = {d.tok, tgt, NSEQ * LEN, d.off, NSEQ, 1.0f, NULL};
     cr_assert_eq(trn_model_forward(m, &b, lp, NULL, NULL), LISA_OK);
     for (size_t t = 0; t < NSEQ * LEN; t++)
         d.roll[t] = d.mask[t] ? lp[t - 1] - 0.1f : 0.0f;

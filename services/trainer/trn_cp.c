@@ -1,0 +1,31 @@
+/*
+ * trn_cp: the balanced causal split of context parallelism (trn_model.h).
+ *
+ * Under a causal mask a position attends to every earlier one, so the
+ * later part of a sequence costs more than the earlier part. Cutting each
+ * sequence into 2 x world chunks and giving rank r chunks r and
+ * 2 x world - 1 - r pairs a cheap chunk with an expensive one: every rank
+ * gets the same number of positions (within one per chunk) and about the
+ * same attention work.
+ */
+#include "trn_model.h"
+
+size_t
+trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank, int world,
+            size_t *rows)
+{
+    size_t n = 0;
+    if (world < 1 || rank < 0 || rank >= world)
+        return 0;
+    size_t parts = 2 * (size_t) world;
+    size_t mine[2] = {(size_t) rank, parts - 1 - (size_t) rank};
+    for (size_t s = 0; s < n_seqs; s++) {
+        size_t a = seq_offsets[s], len = seq_offsets[s + 1] - a;
+        for (int k = 0; k < 2; k++) {
+            size_t c = mine[k];
+            for (size_t t = len * c / parts; t < len * (c + 1) / parts; t++)
+                rows[n++] = a + t;
+        }
+    }
+    return n;
+}
