@@ -158,6 +158,10 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "entropy bonus coefficient"),
     E(micro_tokens, AR "actor.ppo_max_token_len_per_gpu", NULL, INT64, "4096",
       "tokens per micro-batch"),
+    E(cp_tokens, "trainer.context_parallel_tokens", NULL, INT64, "0",
+      "with several ranks, a trajectory longer than this trains on every "
+      "rank at once, its positions split between them (context "
+      "parallelism; 0: never; the CPU backend only so far)"),
     E(recompute, "actor_rollout_ref.model.enable_gradient_checkpointing", NULL,
       STRING, "auto",
       "layer recomputation on the GPU: auto (keep activations when they "
@@ -363,7 +367,8 @@ static const struct {
     {"actor_rollout_ref.rollout.multi_turn.format", "hermes",
      "the gateway renders and parses Qwen's hermes tool calls"},
     {"actor_rollout_ref.rollout.enforce_eager", NULL,
-     "lisa's engine captures no CUDA graphs: it always runs eagerly"},
+     "lisa's CUDA engine records its decode steps as CUDA graphs (one per "
+     "batch size) whatever this says; the memory they take is small"},
     {"actor_rollout_ref.rollout.enable_chunked_prefill", NULL,
      "always on: a prompt longer than engine.max_step_tokens is prefilled in "
      "chunks"},
@@ -811,6 +816,9 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
     if (c->micro_tokens < 1)
         bad = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
     s->micro_tokens = (size_t) c->micro_tokens;
+    if (c->cp_tokens < 0)
+        bad = "trainer.context_parallel_tokens";
+    s->cp_tokens = (size_t) (c->cp_tokens > 0 ? c->cp_tokens : 0);
     if (strcasecmp(c->recompute, "auto") == 0)
         s->recompute = TRN_STEP_RECOMPUTE_AUTO;
     else if (strcasecmp(c->recompute, "true") == 0)

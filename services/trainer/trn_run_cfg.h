@@ -52,7 +52,7 @@ typedef struct {
     double kl_coef;
     char *kl_type;
     double entropy_coef;
-    int64_t micro_tokens;
+    int64_t micro_tokens, cp_tokens;
     char *recompute;
     char *adv_estimator;
     bool norm_adv;

@@ -114,10 +114,29 @@ s_rank(const trn_step_cfg_t *c)
     return s_world(c) > 1 ? c->comm->rank : 0;
 }
 
+/* The owner of a micro-batch that every rank runs, context-parallel. */
+#define S_ALL_RANKS (-1)
+
+/* Whether trajectory s runs context-parallel over every rank. */
+static bool
+s_cp_traj(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t s)
+{
+    return s_world(c) > 1 && c->cp_tokens > 0 &&
+           r->seq_offsets[s + 1] - r->seq_offsets[s] > c->cp_tokens;
+}
+
+/* Whether this rank runs a micro-batch of that owner. */
+static bool
+s_mine(const trn_step_cfg_t *c, int owner)
+{
+    return owner == S_ALL_RANKS || owner == s_rank(c);
+}
+
 /* The micro-batches of a batch: trajectories [start[k], start[k + 1]),
  * each at most micro_tokens long unless one trajectory is longer, and the
  * rank that runs each one (comm: to the least loaded rank so far, in
- * order; else rank 0). Returns the number of micro-batches. */
+ * order; else rank 0; a trajectory over cp_tokens alone, on every rank:
+ * S_ALL_RANKS). Returns the number of micro-batches. */
 static size_t
 s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
        int **owner)
@@ -129,15 +148,21 @@ s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
     double *load = lisa_calloc((size_t) world, sizeof *load);
     for (size_t s0 = 0; s0 < r->n_seqs;) {
         size_t s1 = s0 + 1;
-        while (s1 < r->n_seqs &&
+        bool cp = s_cp_traj(c, r, s0);
+        while (!cp && s1 < r->n_seqs && !s_cp_traj(c, r, s1) &&
                r->seq_offsets[s1 + 1] - r->seq_offsets[s0] <= c->micro_tokens)
             s1++;
+        double len = (double) (r->seq_offsets[s1] - r->seq_offsets[s0]);
         int best = 0;
         for (int k = 1; k < world; k++)
             if (load[k] < load[best])
                 best = k;
-        load[best] += (double) (r->seq_offsets[s1] - r->seq_offsets[s0]);
-        (*owner)[n] = best;
+        if (cp)
+            for (int k = 0; k < world; k++)
+                load[k] += len / world;
+        else
+            load[best] += len;
+        (*owner)[n] = cp ? S_ALL_RANKS : best;
         (*start)[n++] = s0;
         s0 = s1;
     }
@@ -146,12 +171,130 @@ s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
     return n;
 }
 
-/* Runs trajectories [s0, s1) as one micro-batch. */
+/* ---- context parallelism --------------------------------------------- */
+
+/* A micro-batch that every rank runs: this rank's rows of it, their
+ * tokens, targets and per-row values, and the group's sum in floats over
+ * the step's comm (which sums doubles). */
+typedef struct {
+    const trn_comm_t *comm;
+    size_t cap, n; /* positions of the largest micro-batch; this rank's */
+    size_t *rows;
+    int32_t *tok, *tgt;
+    float *v, *v2, *g; /* per row (twice), gathering (2 x cap) */
+    double *d;
+    size_t dcap;
+    trn_cp_t cp;
+    trn_batch_t b;
+} s_cpx_t;
+
+static void
+s_cpx_init(s_cpx_t *x, const trn_comm_t *comm, size_t cap)
+{
+    *x = (s_cpx_t){.comm = comm, .cap = cap};
+    x->rows = lisa_calloc(cap, sizeof *x->rows);
+    x->tok = lisa_calloc(cap, sizeof *x->tok);
+    x->tgt = lisa_calloc(cap, sizeof *x->tgt);
+    x->v = lisa_calloc(cap, sizeof *x->v);
+    x->v2 = lisa_calloc(cap, sizeof *x->v2);
+    x->g = lisa_calloc(2 * cap, sizeof *x->g);
+}
+
+static void
+s_cpx_free(s_cpx_t *x)
+{
+    lisa_free(&x->rows);
+    lisa_free(&x->tok);
+    lisa_free(&x->tgt);
+    lisa_free(&x->v);
+    lisa_free(&x->v2);
+    lisa_free(&x->g);
+    lisa_free(&x->d);
+}
+
+/* trn_cp_t's sum over the step's comm. */
+static lisa_rc_t
+s_cp_sum(void *self, float *v, size_t n, trn_err_t *err)
+{
+    s_cpx_t *x = self;
+    if (x->dcap < n) {
+        lisa_free(&x->d);
+        x->d = lisa_malloc(n * sizeof *x->d);
+        x->dcap = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        x->d[i] = v[i];
+    lisa_rc_t rc = x->comm->sum(x->comm->self, x->d, n, err);
+    for (size_t i = 0; rc == LISA_OK && i < n; i++)
+        v[i] = (float) x->d[i];
+    return rc;
+}
+
+/* Forward of micro-batch b on this rank alone (x NULL), or on every rank
+ * at once, each computing its rows; then logp (and ent) of every position
+ * are gathered, so every rank sees the whole micro-batch's. */
+static lisa_rc_t
+s_fwd(const trn_step_model_t *m, const trn_batch_t *b, s_cpx_t *x, float *logp,
+      float *ent, trn_err_t *err)
+{
+    if (!x)
+        return m->forward(m->self, b, logp, ent, err);
+    size_t T = b->n_tokens;
+    x->n = trn_cp_rows(b->seq_offsets, b->n_seqs, x->comm->rank, x->comm->world,
+                       x->rows);
+    for (size_t i = 0; i < x->n; i++) {
+        x->tok[i] = b->tokens[x->rows[i]];
+        x->tgt[i] = b->targets[x->rows[i]];
+    }
+    x->cp =
+        (trn_cp_t){.rows = x->rows, .n_global = T, .self = x, .sum = s_cp_sum};
+    x->b = *b;
+    x->b.tokens = x->tok;
+    x->b.targets = x->tgt;
+    x->b.n_tokens = x->n;
+    x->b.cp = &x->cp;
+    lisa_rc_t rc = m->forward(m->self, &x->b, x->v, ent ? x->v2 : NULL, err);
+    if (rc != LISA_OK)
+        return rc;
+    memset(x->g, 0, 2 * T * sizeof *x->g);
+    for (size_t i = 0; i < x->n; i++) {
+        x->g[x->rows[i]] = x->v[i];
+        x->g[T + x->rows[i]] = ent ? x->v2[i] : 0.0f;
+    }
+    rc = s_cp_sum(x, x->g, ent ? 2 * T : T, err);
+    if (rc != LISA_OK)
+        return rc;
+    memcpy(logp, x->g, T * sizeof *logp);
+    if (ent)
+        memcpy(ent, x->g + T, T * sizeof *ent);
+    return LISA_OK;
+}
+
+/* Backward of the last s_fwd with the gradients of every position; a
+ * context-parallel rank passes on its rows'. */
+static lisa_rc_t
+s_bwd(const trn_step_model_t *m, s_cpx_t *x, const float *dlogp,
+      const float *dent, trn_err_t *err)
+{
+    if (!x)
+        return m->backward(m->self, dlogp, dent, err);
+    for (size_t i = 0; i < x->n; i++) {
+        x->v[i] = dlogp[x->rows[i]];
+        x->v2[i] = dent ? dent[x->rows[i]] : 0.0f;
+    }
+    return m->backward(m->self, x->v, dent ? x->v2 : NULL, err);
+}
+
+/* ---- micro-batches ------------------------------------------------------ */
+
+/* Runs trajectories [s0, s1) as one micro-batch, on this rank or (cpx)
+ * context-parallel over every rank; the whole micro-batch's figures are
+ * counted once, by rank 0. */
 static lisa_rc_t
 s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
         const trn_step_cfg_t *c, const trn_loss_cfg_t *lc,
         const trn_rollouts_t *r, const double *adv, size_t s0, size_t s1,
-        s_scratch_t *x, trn_step_out_t *out, trn_err_t *err)
+        s_scratch_t *x, s_cpx_t *cpx, trn_step_out_t *out, trn_err_t *err)
 {
     size_t base = r->seq_offsets[s0];
     size_t n = r->seq_offsets[s1] - base;
@@ -179,11 +322,11 @@ s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
     bool need_ent = lc->entropy_coef > 0;
     bool use_ref = ref && lc->kl_coef > 0;
     if (use_ref) {
-        rc = ref->forward(ref->self, &b, x->ref, NULL, err);
+        rc = s_fwd(ref, &b, cpx, x->ref, NULL, err);
         if (rc != LISA_OK)
             return rc;
     }
-    rc = m->forward(m->self, &b, x->logp, x->ent, err);
+    rc = s_fwd(m, &b, cpx, x->logp, x->ent, err);
     if (rc != LISA_OK)
         return rc;
     if (c->bypass)
@@ -211,8 +354,8 @@ s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
     rc = trn_loss_compute(lc, &in, x->dlogp, x->dent, &lo, err);
     if (rc != LISA_OK)
         return rc;
-    rc = m->backward(m->self, x->dlogp, need_ent ? x->dent : NULL, err);
-    if (rc != LISA_OK)
+    rc = s_bwd(m, cpx, x->dlogp, need_ent ? x->dent : NULL, err);
+    if (rc != LISA_OK || (cpx && s_rank(c) != 0))
         return rc;
     out->loss += lo.loss;
     out->pg_loss += lo.pg_loss;
@@ -226,6 +369,7 @@ s_micro(const trn_step_model_t *m, const trn_step_model_t *ref,
     out->ppo_kl += lo.ppo_kl * lo.tokens;
     out->tokens += lo.tokens;
     out->micro_batches++;
+    out->cp_micro_batches += cpx != NULL;
     return LISA_OK;
 }
 
@@ -268,9 +412,13 @@ s_reward_kl(const trn_step_model_t *m, const trn_step_model_t *ref,
     int *owner = NULL;
     size_t nmb = s_plan(c, r, &start, &owner);
     lisa_rc_t rc = LISA_OK;
+    s_cpx_t cpx = {0};
+    if (s_world(c) > 1 && c->cp_tokens > 0)
+        s_cpx_init(&cpx, c->comm, cap);
     for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
-        if (owner[k] != s_rank(c))
+        if (!s_mine(c, owner[k]))
             continue;
+        s_cpx_t *cx = owner[k] == S_ALL_RANKS ? &cpx : NULL;
         size_t s0 = start[k], s1 = start[k + 1];
         size_t base = r->seq_offsets[s0], len = r->seq_offsets[s1] - base;
         for (size_t s = s0; s <= s1; s++)
@@ -286,10 +434,12 @@ s_reward_kl(const trn_step_model_t *m, const trn_step_model_t *ref,
                          .seq_offsets = x.off,
                          .n_seqs = s1 - s0,
                          .temperature = c->temperature};
-        rc = ref->forward(ref->self, &b, x.ref, NULL, err);
+        rc = s_fwd(ref, &b, cx, x.ref, NULL, err);
         if (rc == LISA_OK && !r->old_logp)
-            rc = m->forward(m->self, &b, x.logp, NULL, err);
-        for (size_t s = s0; s < s1 && rc == LISA_OK; s++)
+            rc = s_fwd(m, &b, cx, x.logp, NULL, err);
+        /* a micro-batch of every rank is counted once */
+        bool count = !cx || s_rank(c) == 0;
+        for (size_t s = s0; s < s1 && rc == LISA_OK && count; s++)
             for (size_t t = r->seq_offsets[s]; t + 1 < r->seq_offsets[s + 1];
                  t++) {
                 if (!r->mask[t + 1])
@@ -319,6 +469,7 @@ s_reward_kl(const trn_step_model_t *m, const trn_step_model_t *ref,
     lisa_free(&start);
     lisa_free(&owner);
     s_scratch_free(&x);
+    s_cpx_free(&cpx);
     lisa_free(&v);
     return rc;
 }
@@ -343,9 +494,13 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
     bool dp = s_world(c) > 1;
     if (dp)
         memset(logp, 0, ntok * sizeof *logp);
+    s_cpx_t cpx = {0};
+    if (dp && c->cp_tokens > 0)
+        s_cpx_init(&cpx, c->comm, cap);
     for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
-        if (owner[k] != s_rank(c))
+        if (!s_mine(c, owner[k]))
             continue;
+        s_cpx_t *cx = owner[k] == S_ALL_RANKS ? &cpx : NULL;
         size_t s0 = start[k], s1 = start[k + 1];
         size_t base = r->seq_offsets[s0], n = r->seq_offsets[s1] - base;
         for (size_t s = s0; s <= s1; s++)
@@ -363,8 +518,9 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
                          .seq_offsets = x.off,
                          .n_seqs = s1 - s0,
                          .temperature = c->temperature};
-        rc = m->forward(m->self, &b, x.logp, NULL, err);
-        if (rc == LISA_OK)
+        rc = s_fwd(m, &b, cx, x.logp, NULL, err);
+        /* a micro-batch of every rank is written once (the sum adds) */
+        if (rc == LISA_OK && (!cx || s_rank(c) == 0))
             for (size_t t = base; t < base + n; t++) {
                 logp[t] = 0;
                 if (t > base && x.targets[t - 1 - base] >= 0)
@@ -388,6 +544,7 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
     lisa_free(&start);
     lisa_free(&owner);
     s_scratch_free(&x);
+    s_cpx_free(&cpx);
     return rc;
 }
 
@@ -404,6 +561,7 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
     double *score = lisa_malloc(r->n_seqs * sizeof *score);
     memcpy(score, r->score, r->n_seqs * sizeof *score);
     s_scratch_t x = {0};
+    s_cpx_t cpx = {0};
     if (c->kl_reward_coef > 0) {
         size_t kcap = c->micro_tokens;
         for (size_t s = 0; s < r->n_seqs; s++) {
@@ -443,6 +601,8 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         lc.loss_scale_factor = maxlen;
     cap = cap > c->micro_tokens ? cap : c->micro_tokens;
     s_scratch_init(&x, cap, r->n_seqs);
+    if (s_world(c) > 1 && c->cp_tokens > 0)
+        s_cpx_init(&cpx, c->comm, cap);
     m->zero_grad(m->self);
     {
         size_t *start = NULL;
@@ -450,15 +610,15 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         size_t nmb = s_plan(c, r, &start, &owner);
         size_t last = nmb; /* this rank's last micro-batch */
         for (size_t k = 0; k < nmb; k++)
-            if (owner[k] == s_rank(c))
+            if (s_mine(c, owner[k]))
                 last = k;
         for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
-            if (owner[k] != s_rank(c))
+            if (!s_mine(c, owner[k]))
                 continue;
             if (k == last && m->last_backward)
                 m->last_backward(m->self);
             rc = s_micro(m, ref, c, &lc, r, adv, start[k], start[k + 1], &x,
-                         out, err);
+                         owner[k] == S_ALL_RANKS ? &cpx : NULL, out, err);
         }
         lisa_free(&start);
         lisa_free(&owner);
@@ -466,19 +626,25 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
     if (s_world(c) > 1) {
         /* every rank reaches the sum, failed or not, so none waits on a
          * rank that gave up; then all stop before the update */
-        double v[] = {
-            out->loss,    out->pg_loss,     out->kl_loss,
-            out->entropy, out->pg_clipfrac, out->pg_clipfrac_lower,
-            out->ppo_kl,  out->tokens,      (double) out->micro_batches,
-            rc != LISA_OK};
-        lisa_rc_t src = c->comm->sum(c->comm->self, v, 10, err);
+        double v[] = {out->loss,
+                      out->pg_loss,
+                      out->kl_loss,
+                      out->entropy,
+                      out->pg_clipfrac,
+                      out->pg_clipfrac_lower,
+                      out->ppo_kl,
+                      out->tokens,
+                      (double) out->micro_batches,
+                      (double) out->cp_micro_batches,
+                      rc != LISA_OK};
+        lisa_rc_t src = c->comm->sum(c->comm->self, v, 11, err);
         if (src != LISA_OK) {
             rc = src;
             goto out;
         }
         if (rc != LISA_OK)
             goto out;
-        if (v[9] > 0) {
+        if (v[10] > 0) {
             rc = trn_fail(err, LISA_ERR, "step: another rank failed");
             goto out;
         }
@@ -491,6 +657,7 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         out->ppo_kl = v[6];
         out->tokens = v[7];
         out->micro_batches = (size_t) v[8];
+        out->cp_micro_batches = (size_t) v[9];
     }
     if (rc != LISA_OK)
         goto out;
@@ -514,6 +681,7 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
                       out->grad_norm);
 out:
     s_scratch_free(&x);
+    s_cpx_free(&cpx);
     lisa_free(&adv);
     lisa_free(&score);
     return rc;
@@ -665,6 +833,7 @@ s_acc(trn_step_out_t *o, const trn_step_out_t *u, bool first)
     o->ppo_kl += u->ppo_kl * u->tokens;
     o->grad_norm += u->grad_norm;
     o->micro_batches += u->micro_batches;
+    o->cp_micro_batches += u->cp_micro_batches;
     o->updates += u->skipped ? 0 : 1;
     if (first) {
         o->tokens += u->tokens;

@@ -104,6 +104,12 @@ typedef struct {
     size_t mini_groups;
     size_t ppo_epochs;
     const trn_comm_t *comm; /* NULL: one rank */
+    /* context parallelism (trn_cp_t): with several ranks, a trajectory
+     * longer than this is a micro-batch of its own that every rank runs,
+     * each computing its share of the positions (0: never). The loss is
+     * computed from the gathered log-probs on every rank alike, so every
+     * aggregation mode and sequence-level weight sees whole trajectories. */
+    size_t cp_tokens;
 } trn_step_cfg_t;
 
 /* verl-like defaults: grpo, token-mean, clip 0.2/0.2/3, lr 1e-6, clip 1.0,
@@ -129,7 +135,8 @@ typedef struct {
     double grad_norm;                              /* before clipping */
     double tokens; /* sampled tokens trained on */
     size_t micro_batches;
-    bool skipped; /* non-finite gradient: no update */
+    size_t cp_micro_batches; /* of them, run context-parallel */
+    bool skipped;            /* non-finite gradient: no update */
     /* KL in the reward: sum over trajectories of each one's masked mean
      * KL, and how many (verl's current_kl = the mean) */
     double reward_kl, reward_kl_n;
