@@ -8,8 +8,14 @@ an agent's gateway does. A call answered 429 is retried after its
 Retry-After; any other non-200 answer is an error.
 
 Usage:
-  agent_load.py URL --rows 'C,T,P,G,O;...' [--vocab N] [--json OUT]
+  agent_load.py URL[,URL...] --rows 'C,T,P,G,O;...' [--vocab N] [--json OUT]
                 [--label NAME] [--rates RATES.json --shape 4b]
+
+With several engines (one per GPU), conversation c is served by engine
+c mod E for all its turns, as the gateway keeps an attempt on one engine;
+the counters are summed over the engines, the calls each engine answered
+are listed, and the bound is that of the busiest engine's share (every
+engine on its own device, at the measured rates of one).
 
 Prints, per row: wall time, sampled tokens/s, the cached share of the
 prompt tokens and of the re-sent history, turn latency p50/p99/max,
@@ -137,18 +143,32 @@ COUNTERS = ("steps", "computed", "recomputed", "preemptions", "evictions",
             "decode_s", "mixed_steps", "mixed_s")
 
 
-def run_row(eng, C, T, P, G, O, vocab, seed=1):
+def health_all(engines):
+    """The engines' /healthz counters, summed."""
+    tot = {}
+    for e in engines:
+        for k, v in e.health().items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                tot[k] = tot.get(k, 0) + v
+    return tot
+
+
+def run_row(engines, C, T, P, G, O, vocab, seed=1):
     lat, res = [], []
     lock = threading.Lock()
     deadline = time.time() + 3600
 
     done = []  # when each conversation ended, from the start
 
+    # ids from here up: clear of a real vocabulary's special tokens
+    low = min(100, vocab // 2)
+
     def conv(c):
         # one generator a conversation: the same ids whatever the threads'
         # order, so runs compare
         rnd = random.Random(seed * 100003 + c)
-        ids = [rnd.randrange(100, vocab) for _ in range(P)]
+        eng = engines[c % len(engines)]
+        ids = [rnd.randrange(low, vocab) for _ in range(P)]
         hist = 0
         for t in range(T):
             t0 = time.time()
@@ -156,16 +176,17 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
             dt = time.time() - t0
             with lock:
                 lat.append(dt)
-                res.append(dict(r, prompt=len(ids), history=hist))
+                res.append(dict(r, prompt=len(ids), history=hist,
+                                engine=c % len(engines)))
             if r["status"] != 200:
                 break
             ids = ids + r["ids"]
             hist = len(ids)
-            ids = ids + [rnd.randrange(100, vocab) for _ in range(O)]
+            ids = ids + [rnd.randrange(low, vocab) for _ in range(O)]
         with lock:
             done.append(time.time() - start)
 
-    h0 = eng.health()
+    h0 = health_all(engines)
     mp = MemPoll()
     mp.start()
     th = [threading.Thread(target=conv, args=(c,)) for c in range(C)]
@@ -176,7 +197,7 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
         x.join()
     wall = time.time() - start
     mp.stop = True
-    h1 = eng.health()
+    h1 = health_all(engines)
     engine = {k: h1[k] - h0.get(k, 0) for k in COUNTERS if k in h1}
     if "preempted_max" in h1:
         engine["preempted_max"] = h1["preempted_max"]
@@ -196,7 +217,10 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
 
     return {
         "row": f"{C}x{T} P{P} G{G} O{O}", "C": C, "T": T, "P": P, "G": G,
-        "O": O, "calls": len(res), "ok": len(ok), "errors": len(errs),
+        "O": O, "engines": len(engines),
+        "calls_per_engine": [sum(1 for r in ok if r["engine"] == k)
+                             for k in range(len(engines))],
+        "calls": len(res), "ok": len(ok), "errors": len(errs),
         "error_samples": sorted({e["error"][:160] for e in errs})[:3],
         "n429": sum(r["n429"] for r in res), "wall_s": wall,
         "sampled": sampled, "tok_s": sampled / wall if wall else 0.0,
@@ -214,10 +238,13 @@ def run_row(eng, C, T, P, G, O, vocab, seed=1):
 
 
 def bound(row, rates, shape):
-    """Seconds the row's work takes at the measured rates."""
+    """Seconds the row's work takes at the measured rates (with several
+    engines: the busiest one's conversations on its own device)."""
     W, kvb, fpt = shape_numbers(shape)
     s = shape
     C, T, P, G, O = row["C"], row["T"], row["P"], row["G"], row["O"]
+    E = row.get("engines", 1)
+    C = (C + E - 1) // E
     flops = 0.0
     read = 0.0
     for _ in range(C):
@@ -243,21 +270,24 @@ def bound(row, rates, shape):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("url")
+    ap.add_argument("url", help="an engine's URL, or several, comma-separated")
     ap.add_argument("--rows", required=True)
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--json")
     ap.add_argument("--label", default="engine")
     ap.add_argument("--rates")
     ap.add_argument("--shape", default="4b")
+    ap.add_argument("--seed", type=int, default=1,
+                    help="row i's prompts come from seed + i: another seed "
+                    "finds nothing of an earlier run in the engines' caches")
     a = ap.parse_args()
-    eng = Engine(a.url)
+    engines = [Engine(u) for u in a.url.split(",") if u]
     rates = json.load(open(a.rates)) if a.rates else None
     out = []
     for i, spec in enumerate(a.rows.split(";")):
         C, T, P, G, O = (int(x) for x in spec.split(","))
         # a seed per row: no row finds another's prompts in the cache
-        r = run_row(eng, C, T, P, G, O, a.vocab, seed=1 + i)
+        r = run_row(engines, C, T, P, G, O, a.vocab, seed=a.seed + i)
         r["label"] = a.label
         if rates:
             r["bound_s"] = bound(r, rates, SHAPES[a.shape])
@@ -270,6 +300,8 @@ def main():
               f"max {r['max_s']:6.2f}s first end {r['first_end_s']:6.1f}s "
               f"errors {r['errors']}/{r['calls']} 429s {r['n429']} "
               f"peak {r['peak_mib'] / 1024:5.1f} GiB"
+              + (f" calls per engine {r['calls_per_engine']}"
+                 if len(engines) > 1 else "")
               + (f" bound {r['bound_s']:6.1f}s x{r['x_bound']:.2f}"
                  if rates else ""), flush=True)
         g = r["engine"]

@@ -9,6 +9,9 @@
 # and transformers). LISA_ENGINE_ROWS (C,T,P,G,O;...) and
 # LISA_ENGINE_BASE_ROWS choose the rows; LISA_ENGINE_OUT a folder for the
 # JSON results; LISA_ENGINE_ARGS extra settings for the new engine.
+# LISA_ENGINE_GPUS=N (N > 1): N engines of the new build, one per GPU; the
+# rows run on the first engine alone, then spread over all N (each
+# conversation on one engine), and the scaling is printed (no base run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -38,6 +41,7 @@ serve() { # label bindir extra-settings...; sets $url and $pid
   shift 2
   local lib
   lib=$(cd "$dir/.." && pwd)/lib
+  CUDA_VISIBLE_DEVICES=${gpu:-${CUDA_VISIBLE_DEVICES:-}} \
   LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-} "$dir/lisa-trainer" serve \
     --backend cuda --model "$model" --engine-listen 127.0.0.1:0 \
     --out "$work/$label" --broker tcp://127.0.0.1:1 "$@" \
@@ -61,10 +65,40 @@ health() { # url file
   python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1] + "/healthz", timeout=10).read().decode())' "$1" >"$2" || true
 }
 
-load() { # label url rows
-  python3 "$here/agent_load.py" "$2" --rows "$3" --label "$1" \
-    --rates "$out/rates.json" --json "$out/$1.json"
+load() { # label url[,url...] rows [agent_load options...]
+  local label=$1 urls=$2 rws=$3
+  shift 3
+  python3 "$here/agent_load.py" "$urls" --rows "$rws" --label "$label" \
+    --rates "$out/rates.json" --json "$out/$label.json" "$@"
 }
+
+gpus=${LISA_ENGINE_GPUS:-1}
+if [ "$gpus" -gt 1 ]; then
+  urls=()
+  for i in $(seq 0 $((gpus - 1))); do
+    # shellcheck disable=SC2086
+    gpu=$i serve "gpu$i" "$bin" ${LISA_ENGINE_ARGS:-}
+    urls+=("$url")
+  done
+  load one "${urls[0]}" "$rows"
+  # other prompts than the first run's, which the first engine caches
+  load spread "$(IFS=,; echo "${urls[*]}")" "$rows" --seed 1001
+  python3 - "$out/one.json" "$out/spread.json" "$gpus" <<'PY'
+import json, sys
+one = {r["row"]: r for r in json.load(open(sys.argv[1]))}
+spread = json.load(open(sys.argv[2]))
+n = int(sys.argv[3])
+print(f"\nrow                        1 engine s  {n} engines s  scaling  "
+      f"(ideal {n}x)  errors  calls per engine")
+for s in spread:
+    o = one[s["row"]]
+    print(f"{s['row']:26s} {o['wall_s']:10.1f} {s['wall_s']:12.1f} "
+          f"{o['wall_s'] / s['wall_s']:8.2f}x {'':12s} "
+          f"{o['errors']}/{s['errors']}  {s['calls_per_engine']}")
+PY
+  echo "results in $out"
+  exit 0
+fi
 
 # shellcheck disable=SC2086
 serve new "$bin" ${LISA_ENGINE_ARGS:-}

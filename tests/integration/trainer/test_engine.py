@@ -232,3 +232,44 @@ def test_registers_with_the_broker(tmp_path):
         b.close()
     finally:
         br.stop()
+
+
+def test_agent_load_spreads_conversations_over_engines(tmp_path):
+    """bench/engine's load generator against two real engines: each
+    conversation keeps to one engine for all its turns, both engines
+    serve, no call fails, and later turns find their history in their
+    engine's prefix cache."""
+    load = os.path.join(os.environ.get("LISA_SOURCE_DIR", os.path.join(
+        HERE, "..", "..", "..")), "bench", "engine", "agent_load.py")
+    procs, urls = [], []
+    try:
+        for name in ("a", "b"):
+            d = tmp_path / name
+            d.mkdir()
+            p, url = serve(d, "--broker", "", "engine.block_size=4")
+            procs.append(p)
+            urls.append(url)
+        out = tmp_path / "load.json"
+        # 6 conversations x 3 turns: a 20-token prompt, 8 sampled tokens a
+        # turn, 5 observation tokens between turns
+        r = subprocess.run([sys.executable, load, ",".join(urls), "--rows",
+                            "6,3,20,8,5", "--vocab", "512", "--json",
+                            str(out)], capture_output=True, text=True,
+                           timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "calls per engine [9, 9]" in r.stdout, r.stdout
+        (row,) = json.load(open(out))
+        assert row["engines"] == 2 and row["calls"] == 18, row
+        assert row["errors"] == 0, row["error_samples"]
+        assert row["calls_per_engine"] == [9, 9]
+        assert row["sampled"] == 18 * 8
+        # the history re-sent at turns 2 and 3 comes from the cache (all
+        # but the part of a block not yet full)
+        assert row["history_cached"] > 0.6, row
+        assert row["engine"]["tokens_generated"] == 18 * 8, row["engine"]
+        for url in urls:  # each engine generated its own conversations'
+            with urllib.request.urlopen(url + "/healthz", timeout=10) as h:
+                assert json.loads(h.read())["tokens_generated"] == 9 * 8
+    finally:
+        for p in procs:
+            stop(p)
