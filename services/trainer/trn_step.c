@@ -117,12 +117,14 @@ s_rank(const trn_step_cfg_t *c)
 /* The owner of a micro-batch that every rank runs, context-parallel. */
 #define S_ALL_RANKS (-1)
 
-/* Whether trajectory s runs context-parallel over every rank. */
+/* Whether trajectory s runs context-parallel over every rank (long
+ * enough for every rank to get rows: 2 x world chunks of at least one). */
 static bool
 s_cp_traj(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t s)
 {
-    return s_world(c) > 1 && c->cp_tokens > 0 &&
-           r->seq_offsets[s + 1] - r->seq_offsets[s] > c->cp_tokens;
+    size_t len = r->seq_offsets[s + 1] - r->seq_offsets[s];
+    return s_world(c) > 1 && c->cp_tokens > 0 && len > c->cp_tokens &&
+           len >= 2 * (size_t) s_world(c);
 }
 
 /* Whether this rank runs a micro-batch of that owner. */
@@ -615,7 +617,10 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
             if (!s_mine(c, owner[k]))
                 continue;
-            if (k == last && m->last_backward)
+            /* a backend may sum gradients across ranks while the last
+             * backward runs; not in a context-parallel one, whose own
+             * collectives every rank issues in the same order */
+            if (k == last && m->last_backward && owner[k] != S_ALL_RANKS)
                 m->last_backward(m->self);
             rc = s_micro(m, ref, c, &lc, r, adv, start[k], start[k + 1], &x,
                          owner[k] == S_ALL_RANKS ? &cpx : NULL, out, err);

@@ -4,13 +4,16 @@
  * reference model (which itself matches transformers to ~1e-6): chosen-
  * token log-probabilities, every parameter's gradient, and a short AdamW
  * training trajectory, on random models including the Qwen3-4B layer shape;
- * the training state moved off the device and back.
+ * the training state moved off the device and back; context parallelism
+ * (two and three models on the one device, each with its rows of a batch,
+ * meeting through a sum on the host) against one model over the batch.
  * Closes with "N passed, N failed"; exit status 1 on any failure.
  */
 #include "trn_cuda.h"
 #include "trn_gpu_model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -597,6 +600,182 @@ test_long(void)
     trn_gpu_model_destroy(&g);
 }
 
+/* ---- context parallelism ------------------------------------------------
+ * Ranks are threads, each with its own GPU model of the same weights on
+ * the one device; their trn_cp_t sum adds the ranks' buffers on the host
+ * (every rank posts its buffer, all add them in rank order, each takes
+ * the total). */
+
+#define S_CP_MAXW 3
+
+typedef struct {
+    pthread_barrier_t bar;
+    int world;
+    float *slot[S_CP_MAXW];
+} s_cp_group_t;
+
+typedef struct {
+    s_cp_group_t *grp;
+    int rank;
+    trn_gpu_model_t *g;
+    const s_batch_t *whole;
+    const float *dl, *de;
+    size_t *rows, n;
+    float *lp, *en;
+    lisa_rc_t rc;
+    trn_err_t err;
+} s_cp_rank_t;
+
+static lisa_rc_t
+s_cp_sum(void *self, float *v, size_t n, trn_err_t *err)
+{
+    s_cp_rank_t *r = self;
+    s_cp_group_t *g = r->grp;
+    (void) err;
+    float *tot = calloc(n ? n : 1, sizeof *tot);
+    g->slot[r->rank] = v;
+    pthread_barrier_wait(&g->bar);
+    for (int k = 0; k < g->world; k++)
+        for (size_t i = 0; i < n; i++)
+            tot[i] += g->slot[k][i];
+    pthread_barrier_wait(&g->bar);
+    memcpy(v, tot, n * sizeof *v);
+    free(tot);
+    return LISA_OK;
+}
+
+static void *
+s_cp_rank_main(void *arg)
+{
+    s_cp_rank_t *r = arg;
+    const trn_batch_t *w = &r->whole->b;
+    size_t T = w->n_tokens;
+    r->rows = malloc(T * sizeof *r->rows);
+    r->n =
+        trn_cp_rows(w->seq_offsets, w->n_seqs, r->rank, r->grp->world, r->rows);
+    int32_t *tok = malloc(r->n * 4), *tgt = malloc(r->n * 4);
+    float *dl = malloc(r->n * 4), *de = malloc(r->n * 4);
+    for (size_t i = 0; i < r->n; i++) {
+        tok[i] = w->tokens[r->rows[i]];
+        tgt[i] = w->targets[r->rows[i]];
+        dl[i] = r->dl[r->rows[i]];
+        de[i] = r->de[r->rows[i]];
+    }
+    trn_cp_t cp = {.rows = r->rows, .n_global = T, .self = r, .sum = s_cp_sum};
+    trn_batch_t b = *w;
+    b.tokens = tok;
+    b.targets = tgt;
+    b.n_tokens = r->n;
+    b.cp = &cp;
+    r->lp = malloc(r->n * 4);
+    r->en = malloc(r->n * 4);
+    r->rc = trn_cuda_set_device(0);
+    if (r->rc == LISA_OK)
+        r->rc = trn_gpu_model_zero_grad(r->g);
+    if (r->rc == LISA_OK)
+        r->rc = trn_gpu_model_forward(r->g, &b, r->lp, r->en, &r->err);
+    if (r->rc == LISA_OK)
+        r->rc = trn_gpu_model_backward(r->g, dl, de, &r->err);
+    free(tok), free(tgt), free(dl), free(de);
+    return NULL;
+}
+
+/* `world` models, each with its rows of the batch, against one model over
+ * all of it: log-probs, entropies and the ranks' summed gradients. */
+static void
+test_cp(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
+        int world, int recompute)
+{
+    char what[160];
+    trn_err_t err = {{0}};
+    trn_model_t *cpu = trn_model_new_random(&cfg, 4321, 0.05f, 16);
+    trn_model_t *acc = trn_model_new_random(&cfg, 1, 0.05f, 16);
+    trn_gpu_model_t *one = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    if (!one || !acc) {
+        printf("%s: %s\n", name, err.msg);
+        s_fail++;
+        return;
+    }
+    trn_gpu_model_set_recompute(one, recompute);
+    s_batch_t sb;
+    s_make_batch(&sb, lens, nseq, (int) cfg.vocab_size, 91);
+    size_t T = sb.b.n_tokens, P = trn_model_num_params(cpu);
+    float *lp = malloc(T * 4), *en = malloc(T * 4), *dl = malloc(T * 4);
+    float *de = malloc(T * 4), *gref = malloc(P * 4), *gsum = calloc(P, 4);
+    float *lp_cp = calloc(T, 4), *en_cp = calloc(T, 4);
+    unsigned seed = 11;
+    for (size_t t = 0; t < T; t++) {
+        dl[t] = (float) (rand_r(&seed) % 2000) / 1000.0f - 1.0f;
+        de[t] = (float) (rand_r(&seed) % 2000) / 10000.0f - 0.1f;
+    }
+    lisa_rc_t rc = trn_gpu_model_zero_grad(one);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_forward(one, &sb.b, lp, en, &err);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_backward(one, dl, de, &err);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_download_grads(one, acc);
+    if (rc == LISA_OK)
+        memcpy(gref, trn_model_grads(acc), P * 4);
+    s_cp_group_t grp = {.world = world};
+    s_cp_rank_t ranks[S_CP_MAXW];
+    pthread_t th[S_CP_MAXW];
+    pthread_barrier_init(&grp.bar, NULL, (unsigned) world);
+    for (int k = 0; k < world; k++) {
+        ranks[k] = (s_cp_rank_t){.grp = &grp,
+                                 .rank = k,
+                                 .g = trn_gpu_model_new(cpu, &err),
+                                 .whole = &sb,
+                                 .dl = dl,
+                                 .de = de};
+        if (ranks[k].g)
+            trn_gpu_model_set_recompute(ranks[k].g, recompute);
+    }
+    for (int k = 0; k < world; k++)
+        if (ranks[k].g)
+            pthread_create(&th[k], NULL, s_cp_rank_main, &ranks[k]);
+    int bad = rc != LISA_OK;
+    for (int k = 0; k < world; k++) {
+        s_cp_rank_t *r = &ranks[k];
+        if (!r->g) {
+            bad = 1;
+            continue;
+        }
+        pthread_join(th[k], NULL);
+        if (r->rc != LISA_OK) {
+            printf("%s rank %d: %s\n", name, k, r->err.msg);
+            bad = 1;
+        } else if (trn_gpu_model_download_grads(r->g, acc) == LISA_OK) {
+            const float *gk = trn_model_grads(acc);
+            for (size_t i = 0; i < P; i++)
+                gsum[i] += gk[i];
+        } else {
+            bad = 1;
+        }
+        for (size_t i = 0; i < r->n; i++) {
+            lp_cp[r->rows[i]] = r->lp[i];
+            en_cp[r->rows[i]] = r->en[i];
+        }
+        free(r->rows), free(r->lp), free(r->en);
+        trn_gpu_model_destroy(&r->g);
+    }
+    pthread_barrier_destroy(&grp.bar);
+    snprintf(what, sizeof what, "%s: every rank ran (not: 1)", name);
+    s_check(what, bad, 0);
+    snprintf(what, sizeof what, "%s: logp vs one model (rel)", name);
+    s_check(what, s_rel(lp_cp, lp, T), 1e-3);
+    snprintf(what, sizeof what, "%s: entropy vs one model (rel)", name);
+    s_check(what, s_rel(en_cp, en, T), 1e-3);
+    snprintf(what, sizeof what, "%s: summed grads vs one model (rel)", name);
+    s_check(what, s_rel(gsum, gref, P), 2e-2);
+    free(lp), free(en), free(dl), free(de), free(gref), free(gsum);
+    free(lp_cp), free(en_cp);
+    s_free_batch(&sb);
+    trn_gpu_model_destroy(&one);
+    trn_model_destroy(&acc);
+    trn_model_destroy(&cpu);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -655,6 +834,12 @@ main(int argc, char **argv)
                2e-1, TRN_RECOMPUTE_AUTO);
     test_train_state();
     test_optim_offload();
+    int lens4[] = {150, 90};
+    test_cp("cp 2 ranks, tiny D=32", s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6),
+            lens4, 2, 2, TRN_RECOMPUTE_AUTO);
+    test_cp("cp 3 ranks, recomputed, D=64 Hk=1",
+            s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), lens4, 2, 3,
+            TRN_RECOMPUTE_ON);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;
 }

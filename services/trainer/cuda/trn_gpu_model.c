@@ -373,6 +373,7 @@ trn_gpu_model_destroy(trn_gpu_model_t **gp)
         return;
     trn_gpu_model_t *g = *gp;
     s_free_acts(g);
+    trn_gpu_cp_free(g);
     trn_cuda_free(&g->w32);
     trn_cuda_free(&g->grad);
     trn_cuda_free(&g->m);
@@ -489,7 +490,9 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
                        s_norm_w(g, W, ly->q_norm), s_norm_w(g, W, ly->k_norm),
                        g->pos, T, H, Hk, D, eps, (float) g->cfg.rope_theta,
                        NULL));
-    if (attn)
+    if (attn && g->cp_on)
+        S_TRY(trn_gpu_cp_attn_fwd(g, l, NULL));
+    else if (attn)
         S_TRY(trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
                              g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
                              NULL));
@@ -515,28 +518,30 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
     lisa_rc_t rc = LISA_OK;
     g->have_forward = 0;
     g->logits_kept = 0;
-    if (b && b->cp) {
-        s_err(err, "context parallelism is not implemented on the GPU yet");
-        return LISA_UNSUPPORTED;
-    }
+    size_t total = b && b->cp ? b->cp->n_global : b ? b->n_tokens : 0;
     if (!b || !b->tokens || !b->targets || !b->seq_offsets || b->n_seqs < 1 ||
         b->n_tokens < 1 || b->seq_offsets[0] != 0 ||
-        b->seq_offsets[b->n_seqs] != b->n_tokens || !(b->temperature > 0) ||
-        b->n_tokens > (size_t) INT32_MAX / 4) {
+        b->seq_offsets[b->n_seqs] != total || !(b->temperature > 0) ||
+        total > (size_t) INT32_MAX / 4) {
         s_err(err, "invalid batch");
         return LISA_INVALID;
     }
     size_t T = b->n_tokens;
-    int32_t *pos = lisa_malloc(T * 4), *seg = lisa_malloc(T * 4);
-    for (size_t s = 0; s < b->n_seqs; s++) {
-        if (b->seq_offsets[s + 1] <= b->seq_offsets[s]) {
-            s_err(err, "sequence offsets must increase");
-            rc = LISA_INVALID;
-            goto out;
-        }
-        for (size_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++) {
-            pos[t] = (int32_t) (t - b->seq_offsets[s]);
-            seg[t] = (int32_t) s;
+    int32_t *pos = lisa_malloc(T * 4), *seg = lisa_calloc(T, 4);
+    g->cp_on = b->cp != NULL;
+    if (g->cp_on) { /* this rank's rows of the batch (trn_gpu_cp.c) */
+        S_TRY(trn_gpu_cp_begin(g, b, pos, err));
+    } else {
+        for (size_t s = 0; s < b->n_seqs; s++) {
+            if (b->seq_offsets[s + 1] <= b->seq_offsets[s]) {
+                s_err(err, "sequence offsets must increase");
+                rc = LISA_INVALID;
+                goto out;
+            }
+            for (size_t t = b->seq_offsets[s]; t < b->seq_offsets[s + 1]; t++) {
+                pos[t] = (int32_t) (t - b->seq_offsets[s]);
+                seg[t] = (int32_t) s;
+            }
         }
     }
     for (size_t t = 0; t < T; t++)
@@ -562,6 +567,8 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
                           NULL));
     for (int l = 0; l < g->L; l++) {
         s_bind(g, l);
+        if (g->cp_on)
+            g->o = trn_gpu_cp_o(g, l);
         S_TRY(s_layer_fwd(g, l, Ti, 1, 1));
     }
     float *xl = g->xs + (size_t) g->L * T * (size_t) g->C;
@@ -698,8 +705,10 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         const s_layer_t *ly = &g->layers[l];
         float *x = g->xs + (size_t) l * T * C;
         s_bind(g, l);
+        if (g->cp_on) /* kept: the attention is never recomputed */
+            g->o = trn_gpu_cp_o(g, l);
         if (!g->keep)
-            S_TRY(s_layer_fwd(g, l, Ti, 0, !g->keep_attn));
+            S_TRY(s_layer_fwd(g, l, Ti, 0, !g->keep_attn && !g->cp_on));
         /* MLP (dxb: dx in bf16, from the norm backward before) */
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
                                   g->C, NULL));
@@ -718,10 +727,13 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                                   g->C, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->o, g->dxb, g->o, Ti, H * D,
                                     g->C, NULL));
-        S_TRY(trn_k_attn_bwd(g->dqkv, g->dqkv + H * D, g->dqkv + (H + Hk) * D,
-                             g->S, g->attn_scratch, g->da, g->o, g->lse,
-                             g->qkvn, g->qkvn + H * D, g->qkvn + (H + Hk) * D,
-                             g->S, g->seg, Ti, H, Hk, D, NULL));
+        if (g->cp_on)
+            S_TRY(trn_gpu_cp_attn_bwd(g, l, err));
+        else
+            S_TRY(trn_k_attn_bwd(
+                g->dqkv, g->dqkv + H * D, g->dqkv + (H + Hk) * D, g->S,
+                g->attn_scratch, g->da, g->o, g->lse, g->qkvn, g->qkvn + H * D,
+                g->qkvn + (H + Hk) * D, g->S, g->seg, Ti, H, Hk, D, NULL));
         S_TRY(trn_k_qk_bwd(
             g->dqkv, g->S, g->qk_norm ? G + ly->q_norm : NULL,
             g->qk_norm ? G + ly->k_norm : NULL, g->qkv,
@@ -1104,6 +1116,7 @@ trn_gpu_model_free_activations(trn_gpu_model_t *g)
         return;
     (void) trn_cuda_sync(); /* nothing still reading them */
     s_free_acts(g);
+    trn_gpu_cp_free(g);
     g->have_forward = 0;
     g->logits_kept = 0;
 }

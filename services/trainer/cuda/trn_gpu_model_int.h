@@ -94,6 +94,10 @@ struct trn_gpu_model {
     size_t opt_chunk; /* floats a chunk */
     float *hopt, *opt_dev;
     trn_cuda_stream_t *opt_st[2];
+    /* Context parallelism (trn_gpu_cp.c): the last forward's batch was
+     * this rank's rows of a larger one (cp_on); its state and buffers. */
+    int cp_on;
+    struct trn_gpu_cp *cpx;
 };
 
 static inline void
@@ -122,6 +126,21 @@ lisa_rc_t trn_gpu_model_offload_get(trn_gpu_model_t *g, float *w, float *m,
 lisa_rc_t trn_gpu_model_offload_set(trn_gpu_model_t *g, const float *m,
                                     const float *v);
 void trn_gpu_model_offload_free(trn_gpu_model_t *g);
+
+/* trn_gpu_cp.c: context parallelism. begin checks a batch with cp, lays
+ * out the whole batch (every rank's rows on the NCCL path) and writes this
+ * rank's rows' positions into pos; attn_fwd runs layer l's attention over
+ * the whole batch into g->o (this rank's rows) from g->qkvn; attn_bwd
+ * writes g->dqkv (this rank's rows) from g->qkvn, g->o and the output's
+ * gradient in g->da; free releases it all. */
+lisa_rc_t trn_gpu_cp_begin(trn_gpu_model_t *g, const trn_batch_t *b,
+                           int32_t *pos, trn_err_t *err);
+lisa_rc_t trn_gpu_cp_attn_fwd(trn_gpu_model_t *g, int l, trn_err_t *err);
+/* Where layer l's attention output rows of this rank are kept (g->o while
+ * the layer runs, forward and backward). */
+trn_bf16_t *trn_gpu_cp_o(trn_gpu_model_t *g, int l);
+lisa_rc_t trn_gpu_cp_attn_bwd(trn_gpu_model_t *g, int l, trn_err_t *err);
+void trn_gpu_cp_free(trn_gpu_model_t *g);
 
 /* Makes the activation buffers hold at least T tokens (trn_gpu_model.c). */
 lisa_rc_t trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T);

@@ -228,8 +228,8 @@ size_t trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank,
  * With `cp` (context parallelism, NULL otherwise): tokens and targets are
  * this rank's n_tokens rows (cp->rows; n_tokens may be 0), and
  * seq_offsets / n_seqs describe the whole batch of cp->n_global tokens.
- * Backends without context parallelism refuse such a batch
- * (LISA_UNSUPPORTED). */
+ * The CPU reference divides all the work; the GPU model (trn_gpu_cp.c)
+ * all but the attention, which every rank runs over the whole batch. */
 typedef struct {
     const int32_t *tokens;
     const int32_t *targets;
