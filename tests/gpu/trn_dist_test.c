@@ -5,6 +5,9 @@
  *    batch (losses are normalised by whole-batch counts);
  *  - a ZeRO-1 AdamW step (reduce-scatter, sharded update, all-gather)
  *    gives the same weights as the one-rank step;
+ *  - context parallelism: each rank its share of every sequence's
+ *    positions (the balanced split), the attention's inputs gathered over
+ *    NCCL, gives one rank's log-probs and, all-reduced, its gradient;
  *  - a collective whose peer has gone ends in an error within its
  *    deadline instead of hanging.
  *   trn_dist_test [WORLD]      (default 2; needs WORLD GPUs)
@@ -142,6 +145,70 @@ s_slices(trn_gpu_model_t *one, int world, int vocab)
     return rc;
 }
 
+/* The host sum of a context-parallel batch: never called when the model
+ * has a device communicator (the gathers go over NCCL). */
+static lisa_rc_t
+s_no_sum(void *self, float *v, size_t n, trn_err_t *err)
+{
+    (void) self, (void) v, (void) n;
+    if (err)
+        snprintf(err->msg, sizeof err->msg, "host sum called");
+    return LISA_UNSUPPORTED;
+}
+
+/* Context parallelism over NCCL on g: this rank's rows of the whole batch
+ * fb against one rank's log-probs flp and gradient whole_grad. */
+static int
+s_cp_check(int rank, int world, trn_gpu_model_t *g, trn_dist_t *d,
+           const trn_batch_t *fb, const float *fd, const float *flp,
+           const float *whole_grad, trn_model_t *tmp, size_t P)
+{
+    trn_err_t err = {{0}};
+    size_t T = fb->n_tokens;
+    size_t *rows = malloc(T * sizeof *rows);
+    size_t n = trn_cp_rows(fb->seq_offsets, fb->n_seqs, rank, world, rows);
+    int32_t *tok = malloc(n * 4), *tgt = malloc(n * 4);
+    float *dl = malloc(n * 4), *lp = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = fb->tokens[rows[i]];
+        tgt[i] = fb->targets[rows[i]];
+        dl[i] = fd[rows[i]];
+    }
+    trn_cp_t cp = {.rows = rows, .n_global = T, .sum = s_no_sum};
+    trn_batch_t cb = *fb;
+    cb.tokens = tok;
+    cb.targets = tgt;
+    cb.n_tokens = n;
+    cb.cp = &cp;
+    int rc = 1;
+    size_t gn = 0;
+    float *copy = NULL;
+    if (trn_gpu_model_zero_grad(g) != LISA_OK ||
+        trn_gpu_model_forward(g, &cb, lp, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK) {
+        printf("rank %d: context parallelism: %s\n", rank, err.msg);
+        goto out;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double) lp[i] - flp[rows[i]]) /
+                                (fabs((double) flp[rows[i]]) + 1.0));
+    s_check(rank, "context parallel log-probs vs one rank", worst, 2e-2);
+    float *gbuf = trn_gpu_model_grad_buffer(g, &gn);
+    copy = trn_cuda_malloc(gn * 4);
+    if (!copy || trn_cuda_copy(copy, gbuf, gn * 4, NULL) != LISA_OK ||
+        trn_dist_allreduce_sum(d, copy, gn) != LISA_OK ||
+        trn_cuda_download(trn_model_grads(tmp), copy, P * 4) != LISA_OK)
+        goto out;
+    s_check(rank, "context parallel gradient vs one rank",
+            s_rel(trn_model_grads(tmp), whole_grad, P), 3e-2);
+    rc = 0;
+out:
+    trn_cuda_free(&copy);
+    free(rows), free(tok), free(tgt), free(dl), free(lp);
+    return rc;
+}
+
 static int
 s_rank_main(int rank, int world, int idfd_r, int idfd_w)
 {
@@ -212,7 +279,12 @@ s_rank_main(int rank, int world, int idfd_r, int idfd_w)
     s_batch(rank, world, (int) cfg.vocab_size, &b, &tk, &tg, &of, &dl, &valid);
     float *lp = malloc(b.n_tokens * 4);
     trn_gpu_model_t *g = trn_gpu_model_new(cpu, &err);
-    if (!g || trn_gpu_model_set_dist(g, d) != LISA_OK ||
+    if (!g || trn_gpu_model_set_dist(g, d) != LISA_OK)
+        return 1;
+    /* first, on the untrained weights: context parallelism against the
+     * whole batch on one rank */
+    if (s_cp_check(rank, world, g, d, &fb, fd, flp, whole_grad, cpu, P) ||
+        trn_gpu_model_zero_grad(g) != LISA_OK ||
         trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
         trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK)
         return 1;
