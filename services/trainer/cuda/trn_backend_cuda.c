@@ -342,6 +342,8 @@ s_dist_join(trn_backend_t *b, const uint8_t *id, int rank, int world,
         s_fail(err, "cannot shard the optimizer state over the ranks");
         return LISA_ERR;
     }
+    if (c->ref) /* its context-parallel gathers go over NCCL too */
+        trn_gpu_model_set_cp_dist(c->ref, c->dist);
     return LISA_OK;
 }
 

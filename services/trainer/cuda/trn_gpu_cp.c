@@ -31,6 +31,19 @@
 
 #include <string.h>
 
+/* The communicator of the gathers, or NULL (the host sum). */
+static trn_dist_t *
+s_dist(const trn_gpu_model_t *g)
+{
+    return g->dist ? g->dist : g->cp_dist;
+}
+
+void
+trn_gpu_model_set_cp_dist(trn_gpu_model_t *g, trn_dist_t *d)
+{
+    g->cp_dist = d;
+}
+
 struct trn_gpu_cp {
     const trn_cp_t *cp;
     size_t T, n;                    /* this rank's rows, the whole batch's */
@@ -77,11 +90,11 @@ s_gather(trn_gpu_model_t *g, trn_bf16_t *dst, const trn_bf16_t *src, int C,
     struct trn_gpu_cp *c = g->cpx;
     lisa_rc_t rc;
     size_t Cz = (size_t) C;
-    if (g->dist) {
+    if (s_dist(g)) {
         rc = trn_cuda_copy(c->stage + (size_t) c->rank * c->tmax * Cz, src,
                            c->T * Cz * 2, NULL);
         if (rc == LISA_OK)
-            rc = trn_dist_allgather_bf16(g->dist, c->stage, c->tmax * Cz);
+            rc = trn_dist_allgather_bf16(s_dist(g), c->stage, c->tmax * Cz);
         if (rc == LISA_OK)
             rc = trn_k_gather_rows(dst, c->stage, c->perm, (int) c->n, C, NULL);
         if (rc != LISA_OK)
@@ -132,7 +145,7 @@ s_perm(trn_gpu_model_t *g, int32_t **out, trn_err_t *err)
     }
     hc[c->rank] = (float) c->T; /* exact: batches stay under 2^24 */
     S_TRY(trn_cuda_upload(cnt, hc, (size_t) W * 4));
-    S_TRY(trn_dist_allgather_f32(g->dist, cnt, 1));
+    S_TRY(trn_dist_allgather_f32(s_dist(g), cnt, 1));
     S_TRY(trn_cuda_download(hc, cnt, (size_t) W * 4));
     c->tmax = 1;
     for (int r = 0; r < W; r++)
@@ -150,7 +163,7 @@ s_perm(trn_gpu_model_t *g, int32_t **out, trn_err_t *err)
         goto out;
     }
     S_TRY(trn_cuda_upload(rows, hr, all * 4));
-    S_TRY(trn_dist_allgather_f32(g->dist, rows, c->tmax));
+    S_TRY(trn_dist_allgather_f32(s_dist(g), rows, c->tmax));
     S_TRY(trn_cuda_download(hr, rows, all * 4));
     perm = lisa_malloc(c->n * 4);
     for (size_t i = 0; i < c->n; i++)
@@ -186,14 +199,14 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
     struct trn_gpu_cp *c = g->cpx;
     size_t S = (size_t) g->S, HD = (size_t) (g->H * g->D);
     size_t H = (size_t) g->H, L = (size_t) g->L;
-    size_t stage = g->dist ? (size_t) c->world * c->tmax * S : 0;
+    size_t stage = s_dist(g) ? (size_t) c->world * c->tmax * S : 0;
     void **d[] = {
         (void **) &c->seg,     (void **) &c->idx,   (void **) &c->perm,
         (void **) &c->qkv,     (void **) &c->dqkv,  (void **) &c->o,
         (void **) &c->dout,    (void **) &c->stage, (void **) &c->lse,
         (void **) &c->scratch, (void **) &c->okeep};
     if (n <= c->cap_n && T <= c->cap_T && stage <= c->cap_stage &&
-        (g->dist || c->hsum))
+        (s_dist(g) || c->hsum))
         return LISA_OK;
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         trn_cuda_free(d[i]);
@@ -213,7 +226,7 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
         if (!*d[i])
             return LISA_TOOLARGE;
     }
-    if (!g->dist) {
+    if (!s_dist(g)) {
         c->hrows = lisa_malloc(T * S * 2);
         c->hsum = lisa_malloc(n * S * 4);
     }
@@ -241,8 +254,8 @@ trn_gpu_cp_begin(trn_gpu_model_t *g, const trn_batch_t *b, int32_t *pos,
     c->cp = cp;
     c->T = T;
     c->n = n;
-    c->world = g->dist ? trn_dist_world(g->dist) : 1;
-    c->rank = g->dist ? trn_dist_rank(g->dist) : 0;
+    c->world = s_dist(g) ? trn_dist_world(s_dist(g)) : 1;
+    c->rank = s_dist(g) ? trn_dist_rank(s_dist(g)) : 0;
     lisa_rc_t rc = LISA_OK;
     int32_t *seg = lisa_malloc(n * 4), *idx = lisa_malloc(T * 4), *perm = NULL;
     for (size_t s = 0; s < b->n_seqs; s++) {
@@ -265,7 +278,7 @@ trn_gpu_cp_begin(trn_gpu_model_t *g, const trn_batch_t *b, int32_t *pos,
         idx[t] = (int32_t) r;
         pos[t] = (int32_t) (r - b->seq_offsets[seg[r]]);
     }
-    if (g->dist) /* every rank's rows: the staging layout and its size */
+    if (s_dist(g)) /* every rank's rows: the staging layout and its size */
         S_TRY(s_perm(g, &perm, err));
     S_TRY(s_reserve(g, T, n));
     if (perm)

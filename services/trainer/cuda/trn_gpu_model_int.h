@@ -98,6 +98,7 @@ struct trn_gpu_model {
      * this rank's rows of a larger one (cp_on); its state and buffers. */
     int cp_on;
     struct trn_gpu_cp *cpx;
+    trn_dist_t *cp_dist; /* trn_gpu_model_set_cp_dist */
 };
 
 static inline void

@@ -109,6 +109,11 @@ lisa_rc_t trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step,
  * all-gathered. Call before the first step. */
 lisa_rc_t trn_gpu_model_set_dist(trn_gpu_model_t *g,
                                  trn_dist_t *d) LISA_NODISCARD;
+/* The communicator context-parallel batches gather over, for a model that
+ * does not train data-parallel itself (the frozen reference of a KL
+ * term); a model with trn_gpu_model_set_dist uses that one. NULL: the
+ * batch's host sum. */
+void trn_gpu_model_set_cp_dist(trn_gpu_model_t *g, trn_dist_t *d);
 /* Data parallel: whether the gradient's sum across ranks overlaps the
  * backward pass (on by default). On: the gradient is summed in buckets
  * (each layer, then the final norm and the embedding), each started on a
