@@ -33,8 +33,14 @@
  * rank, against the same step on one GPU, printing dp_tok_s_wW and the
  * scaling efficiency (the gradient sum overlapping the backward pass), and
  * the same with one reduce-scatter after the backward (_no_overlap).
+ * With --world W --cp T as well: then one T-token sequence trained
+ * context-parallel over the W GPUs (each its share of the positions; the
+ * attention's inputs all-gathered), a full step (forward, backward, ZeRO-1
+ * AdamW), printing cp_tok_s_wW_<T/1024>k and the most device memory a
+ * rank held (cp_mem_wW_<T/1024>k).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B [--prompt P]] [--world W] [--long] [--train T]
+ *             [--batch B [--prompt P]] [--world W [--cp T]] [--long]
+ *             [--train T]
  * --train T prints the forward+backward figures of one T-token sequence
  * alone (train_tok_s_<T/1024>k, mfu_, recompute_).
  * --batch B prints the decode figures of batch B alone, after prompts of
@@ -273,8 +279,68 @@ s_steps(trn_gpu_model_t *g, int T, int reps)
     return times[reps / 2];
 }
 
+/* The host sum of a context-parallel batch: unused where the model has a
+ * device communicator. */
+static lisa_rc_t
+s_no_sum(void *self, float *v, size_t n, trn_err_t *err)
+{
+    (void) self, (void) v, (void) n;
+    if (err)
+        snprintf(err->msg, sizeof err->msg, "host sum called");
+    return LISA_UNSUPPORTED;
+}
+
+/* Median seconds of `reps` full steps of one T-token sequence trained
+ * context-parallel over the ranks (this rank's share of the positions);
+ * *peak: the most device memory in use after a step. */
+static double
+s_cp_steps(trn_gpu_model_t *g, int rank, int world, int T, int reps,
+           size_t *peak)
+{
+    s_seq_t s;
+    s_seq_init(&s, T, 5);
+    size_t *rows = malloc((size_t) T * sizeof *rows);
+    size_t n = trn_cp_rows(s.offs, 1, rank, world, rows);
+    int32_t *tok = malloc(n * 4), *tgt = malloc(n * 4);
+    float *dl = malloc(n * 4), *lp = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = s.tok[rows[i]];
+        tgt[i] = s.tgt[rows[i]];
+        dl[i] = s.dl[rows[i]];
+    }
+    trn_cp_t cp = {.rows = rows, .n_global = (size_t) T, .sum = s_no_sum};
+    trn_batch_t b = s.b;
+    b.tokens = tok, b.targets = tgt, b.n_tokens = n, b.cp = &cp;
+    trn_err_t err = {{0}};
+    double times[8];
+    *peak = 0;
+    for (int it = 0; it < reps + 1; it++) {
+        double t0 = s_now();
+        size_t free_b = 0, total_b = 0;
+        if (trn_gpu_model_zero_grad(g) != LISA_OK ||
+            trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK ||
+            trn_gpu_model_adamw(g, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
+                                NULL) != LISA_OK ||
+            trn_cuda_sync() != LISA_OK ||
+            trn_cuda_mem_info(&free_b, &total_b) != LISA_OK) {
+            printf("context-parallel step failed: %s\n", err.msg);
+            exit(1);
+        }
+        if (it > 0)
+            times[it - 1] = s_now() - t0;
+        if (total_b - free_b > *peak)
+            *peak = total_b - free_b;
+    }
+    qsort(times, (size_t) reps, 8, s_cmp);
+    free(rows), free(tok), free(tgt), free(dl), free(lp);
+    s_seq_free(&s);
+    return times[reps / 2];
+}
+
 static int
-s_dp_rank(int rank, int world, int layers, int fd_r, int fd_w, int fd_out)
+s_dp_rank(int rank, int world, int layers, int cp_T, int fd_r, int fd_w,
+          int fd_out)
 {
     uint8_t id[TRN_DIST_ID_BYTES];
     if (trn_cuda_set_device(rank) != LISA_OK)
@@ -299,9 +365,16 @@ s_dp_rank(int rank, int world, int layers, int fd_r, int fd_w, int fd_out)
     double t_after = s_steps(g, 4096, 3);
     trn_gpu_model_set_overlap(g, 1);
     double t = s_steps(g, 4096, 3);
+    double tcp = 0;
+    size_t peak = 0;
+    if (cp_T > 0) {
+        trn_gpu_model_free_activations(g); /* sized for the long sequence */
+        tcp = s_cp_steps(g, rank, world, cp_T, 2, &peak);
+    }
     if (rank == 0) {
-        char line[128];
-        int n = snprintf(line, sizeof line, "%.6f %.6f\n", t, t_after);
+        char line[160];
+        int n = snprintf(line, sizeof line, "%.6f %.6f %.6f %zu\n", t, t_after,
+                         tcp, peak);
         if (write(fd_out, line, (size_t) n) != n)
             return 1;
     }
@@ -310,9 +383,10 @@ s_dp_rank(int rank, int world, int layers, int fd_r, int fd_w, int fd_out)
     return 0;
 }
 
-/* Data parallel over `world` GPUs (fork before any CUDA call). */
+/* Data parallel over `world` GPUs (fork before any CUDA call); with
+ * cp_T > 0, context parallelism over them too. */
 static int
-s_dp(int world, int layers)
+s_dp(int world, int layers, int cp_T)
 {
     int ids[2], outp[2];
     if (pipe(ids) != 0 || pipe(outp) != 0)
@@ -321,7 +395,7 @@ s_dp(int world, int layers)
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
         if (pids[r] == 0)
-            _exit(s_dp_rank(r, world, layers, ids[0], ids[1], outp[1]));
+            _exit(s_dp_rank(r, world, layers, cp_T, ids[0], ids[1], outp[1]));
     }
     int bad = 0;
     for (int r = 0; r < world; r++) {
@@ -329,13 +403,14 @@ s_dp(int world, int layers)
         waitpid(pids[r], &st, 0);
         bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
-    char buf[64] = {0};
+    char buf[160] = {0};
     if (bad || read(outp[0], buf, sizeof buf - 1) <= 0) {
         printf("data-parallel run failed\n");
         return 1;
     }
-    double tw = 0, tw_after = 0;
-    if (sscanf(buf, "%lf %lf", &tw, &tw_after) != 2) {
+    double tw = 0, tw_after = 0, tcp = 0;
+    size_t peak = 0;
+    if (sscanf(buf, "%lf %lf %lf %zu", &tw, &tw_after, &tcp, &peak) != 4) {
         printf("data-parallel run failed\n");
         return 1;
     }
@@ -372,6 +447,11 @@ s_dp(int world, int layers)
     printf("dp_tok_s_w%d_no_overlap %.0f tok/s\n", world,
            world * 4096 / tw_after);
     printf("dp_scaling_w%d_no_overlap %.1f %%\n", world, 100.0 * t1 / tw_after);
+    if (cp_T > 0) {
+        printf("cp_tok_s_w%d_%dk %.0f tok/s\n", world, cp_T / 1024, cp_T / tcp);
+        printf("cp_mem_w%d_%dk %.1f GiB (rank 0, after a step)\n", world,
+               cp_T / 1024, (double) peak / (1u << 30));
+    }
     return 0;
 }
 
@@ -459,7 +539,7 @@ int
 main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
-    int batch = 0, prompt = 128, long_seqs = 0, train_len = 0;
+    int batch = 0, prompt = 128, long_seqs = 0, train_len = 0, cp_T = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -479,9 +559,11 @@ main(int argc, char **argv)
             long_seqs = 1;
         else if (strcmp(argv[i], "--train") == 0 && i + 1 < argc)
             train_len = (int) strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--cp") == 0 && i + 1 < argc)
+            cp_T = (int) strtol(argv[++i], NULL, 10);
     }
     if (world >= 1)
-        return s_dp(world, layers);
+        return s_dp(world, layers, cp_T);
     if (trn_cuda_device_count() < 1 || trn_cuda_set_device(0) != LISA_OK) {
         printf("no CUDA device\n");
         return 1;
