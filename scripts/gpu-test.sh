@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU test suite (needs an NVIDIA GPU, CUDA and NCCL): builds the `cuda`
 # preset and runs every GPU test program; with several GPUs it also runs the
-# data-parallel test on all of them (up to 8).
+# data-parallel test on all of them (up to 8), with one on a communicator
+# of one rank.
 #   scripts/gpu-test.sh            build, then run
 #   scripts/gpu-test.sh --no-build run what build/cuda/bin holds (or the
 #                                  folder in LISA_GPU_BIN)
@@ -47,6 +48,11 @@ fi
 if [ "${LISA_GPU_RL_STEP:-1}" != 0 ] && [ -x "$bin/lisa-controller" ] &&
    python3 -c 'import transformers' 2>/dev/null; then
   run bash tests/gpu/rl_step.sh "$bin"
+fi
+if [ "$gpus" -eq 1 ]; then
+  # one rank over NCCL: the data-parallel and context-parallel code paths
+  # (sharded state, gathers) with a communicator of one
+  run "$bin/trn_dist_test" 1
 fi
 if [ "$gpus" -ge 2 ]; then
   world=$gpus

@@ -802,10 +802,19 @@ trn_gpu_model_download_weights(trn_gpu_model_t *g, trn_model_t *dst)
         return LISA_CONFLICT;
     if (g->opt_off)
         return trn_gpu_model_offload_get(g, trn_model_params(dst), NULL, NULL);
-    if (g->dist) { /* each rank holds only its shard of the fp32 master */
-        lisa_rc_t rc = trn_dist_allgather_f32(g->dist, g->w32, g->shard);
-        if (rc != LISA_OK)
-            return rc;
+    if (g->dist) { /* each rank holds only its shard of the fp32 master:
+                      gathered through the gradient buffer, which the next
+                      step zeroes first anyway */
+        size_t off = (size_t) trn_dist_rank(g->dist) * g->shard;
+        lisa_rc_t rc = trn_cuda_copy(g->grad + off, g->w32, g->shard * 4, NULL);
+        if (rc == LISA_OK)
+            rc = trn_dist_allgather_f32(g->dist, g->grad, g->shard);
+        if (rc == LISA_OK)
+            rc = trn_cuda_download(trn_model_params(dst), g->grad,
+                                   g->n_params * 4);
+        if (rc == LISA_OK)
+            rc = trn_gpu_model_zero_grad(g);
+        return rc;
     }
     return trn_cuda_download(trn_model_params(dst), g->w32, g->n_params * 4);
 }
@@ -840,7 +849,23 @@ trn_gpu_model_set_dist(trn_gpu_model_t *g, trn_dist_t *d)
     size_t W = (size_t) trn_dist_world(d), P = g->n_params;
     g->shard = (P + W - 1) / W;
     g->n_pad = g->shard * W;
-    S_TRY(s_grow(&g->w32, P, g->n_pad, 4));
+    { /* the fp32 master: this rank's shard only (zeros past the end) */
+        size_t off = (size_t) trn_dist_rank(d) * g->shard;
+        size_t k = off < P ? P - off : 0;
+        k = k < g->shard ? k : g->shard;
+        float *w = trn_cuda_malloc(g->shard * 4);
+        if (!w)
+            return LISA_TOOLARGE;
+        rc = trn_cuda_memset(w, 0, g->shard * 4, NULL);
+        if (rc == LISA_OK && k)
+            rc = trn_cuda_copy(w, g->w32 + off, k * 4, NULL);
+        if (rc != LISA_OK) {
+            trn_cuda_free(&w);
+            return rc;
+        }
+        trn_cuda_free(&g->w32);
+        g->w32 = w;
+    }
     S_TRY(s_grow(&g->wb, P, g->n_pad, 2));
     S_TRY(s_grow(&g->grad, P, g->n_pad, 4));
     trn_cuda_free(&g->m);
@@ -874,8 +899,7 @@ trn_gpu_model_adamw(trn_gpu_model_t *g, float lr, float beta1, float beta2,
             S_TRY(s_reduce_buckets(g, 0, -1));
         g->reduced = 0;
         S_TRY(trn_dist_wait(g->dist));
-        grad = g->gshard;
-        w32 += off;
+        grad = g->gshard; /* w32 holds this rank's shard alone */
         wb += off;
         n = g->shard;
     }
@@ -989,18 +1013,18 @@ trn_gpu_model_grad_buffer(trn_gpu_model_t *g, size_t *n)
 static int
 s_state_arrays(trn_gpu_model_t *g, float ***dev, size_t *n)
 {
-    size_t nw = g->dist ? g->n_pad : g->n_params;
+    size_t ng = g->dist ? g->n_pad : g->n_params;
     size_t nm = g->dist ? g->shard : g->n_params;
     int k = 0;
     if (!g->opt_off) { /* else they are on the host already */
-        dev[k] = &g->w32, n[k++] = nw;
+        dev[k] = &g->w32, n[k++] = nm;
         dev[k] = &g->m, n[k++] = nm;
         dev[k] = &g->v, n[k++] = nm;
     }
     if (g->dist)
         dev[k] = &g->gshard, n[k++] = nm;
     if (!g->grad_zero)
-        dev[k] = &g->grad, n[k++] = nw;
+        dev[k] = &g->grad, n[k++] = ng;
     return k;
 }
 

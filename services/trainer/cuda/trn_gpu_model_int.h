@@ -30,7 +30,8 @@ struct trn_gpu_model {
     size_t embed, final_norm, lm_head;
     s_layer_t *layers;
     trn_blas_t *blas;
-    float *w32, *grad, *m, *v; /* fp32 [n_params] */
+    float *w32, *grad, *m, *v; /* fp32 [n_params]; data parallel: w32, m
+                                  and v [shard], grad [n_pad] */
     trn_bf16_t *wb;            /* bf16 [n_params] */
     float *scalar;             /* device scratch scalar */
     int step;

@@ -104,9 +104,11 @@ lisa_rc_t trn_gpu_model_set_optim(trn_gpu_model_t *g, uint64_t step,
 /* Makes the model one data-parallel replica of `d` (not owned; NULL: back
  * to one rank is not supported). From then on trn_gpu_model_adamw is
  * ZeRO-1: gradients are reduce-scattered (summed, so losses must be
- * normalised by whole-batch counts), each rank updates only its shard of
- * the fp32 master weights and optimizer state, and the bf16 weights are
- * all-gathered. Call before the first step. */
+ * normalised by whole-batch counts), each rank keeps and updates only its
+ * shard of the fp32 master weights and optimizer state, and the bf16
+ * weights are all-gathered; trn_gpu_model_download_weights gathers the
+ * master (a collective then, through the gradient buffer, which it
+ * zeroes). Call before the first step. */
 lisa_rc_t trn_gpu_model_set_dist(trn_gpu_model_t *g,
                                  trn_dist_t *d) LISA_NODISCARD;
 /* The communicator context-parallel batches gather over, for a model that
