@@ -5,7 +5,8 @@ its second rank itself (docs/trainer-service.md, "Data parallel").
 Asserts that both ranks join over the bootstrap socket, that both ranks'
 engines serve the rollouts, that every step trains and the run ends with a
 checkpoint and no process left, that both ranks resume from that
-checkpoint; and that a rank killed in the middle of the
+checkpoint (and train that step context-parallel: every trajectory split
+between the two ranks); and that a rank killed in the middle of the
 run ends the run at once with an error that names it, again with nothing
 left behind.
 """
@@ -66,11 +67,13 @@ def test_two_ranks_train_through_the_stack(tmp_path):
     assert "train: done (rank 1)" in log
     assert not leftovers(run), leftovers(run)
 
-    # Both ranks resume from the checkpoint and train one step more.
+    # Both ranks resume from the checkpoint and train one step more, each
+    # trajectory over 8 tokens split between them.
     run2 = tmp_path / "run2"
     ckpt = run / "trainer" / "global_step_3"
     cmd, env = run_sh(run2, "--steps", "4", "trainer.save_freq=4",
-                      f"trainer.resume={ckpt}", *FAST)
+                      f"trainer.resume={ckpt}",
+                      "trainer.context_parallel_tokens=8", *FAST)
     p = subprocess.run(cmd, cwd=SRC, env=env, capture_output=True, text=True,
                        timeout=600)
     out = p.stdout + p.stderr
@@ -78,6 +81,10 @@ def test_two_ranks_train_through_the_stack(tmp_path):
     assert re.findall(r"^step (\d+) of ", p.stdout, re.M) == ["4"], out
     metrics = (run2 / "trainer" / "metrics.jsonl").read_text()
     assert '"policy_version_after":4' in metrics.replace(" ", ""), metrics
+    cp = re.findall(r'"actor/cp_micro_batches":\s*([0-9.]+)', metrics)
+    mb = re.findall(r'"actor/micro_batches":\s*([0-9.]+)', metrics)
+    assert cp and float(cp[-1]) > 0 and float(cp[-1]) == float(mb[-1]), \
+        (cp, mb)
     log = (run2 / "logs" / "trainer.log").read_text()
     assert "train: done (rank 1)" in log, log[-3000:]
     assert (run2 / "trainer" / "global_step_4" / "optimizer.bin").is_file()
