@@ -145,9 +145,10 @@ s_flops(const trn_config_t *c, int T)
 static const char *
 s_recompute_name(const trn_gpu_model_t *g)
 {
-    return trn_gpu_model_keeps_activations(g) ? "off"
-           : trn_gpu_model_keeps_attention(g) ? "on-but-attention"
-                                              : "on";
+    return trn_gpu_model_keeps_lean(g)          ? "lean"
+           : trn_gpu_model_keeps_activations(g) ? "off"
+           : trn_gpu_model_keeps_attention(g)   ? "on-but-attention"
+                                                : "on";
 }
 
 static void

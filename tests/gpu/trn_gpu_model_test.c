@@ -140,6 +140,9 @@ test_model(const char *name, trn_config_t cfg, const int *lens, size_t nseq,
         int ok = recompute == TRN_RECOMPUTE_ON
                      ? !trn_gpu_model_keeps_activations(gpu) &&
                            !trn_gpu_model_keeps_attention(gpu)
+                 : recompute == TRN_RECOMPUTE_LEAN
+                     ? trn_gpu_model_keeps_activations(gpu) &&
+                           trn_gpu_model_keeps_lean(gpu)
                      : !trn_gpu_model_keeps_activations(gpu) &&
                            trn_gpu_model_keeps_attention(gpu);
         snprintf(what, sizeof what, "%s: recomputation mode in effect", name);
@@ -799,6 +802,11 @@ main(int argc, char **argv)
     test_model("tiny tied D=32, attention kept",
                s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6), lens1, 3, 5, 5e-2,
                TRN_RECOMPUTE_KEEP_ATTN);
+    /* kept leanly: the normed inputs, rotated q|k|v and SwiGLU output
+     * remade in the backward pass */
+    test_model("tiny tied D=32, kept leanly",
+               s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6), lens1, 3, 5, 5e-2,
+               TRN_RECOMPUTE_LEAN);
     /* the LM head in chunks of 64 rows: logits recomputed in backward */
     s_head_chunk = 64;
     test_model("tiny tied D=32, head in chunks",
@@ -827,6 +835,10 @@ main(int argc, char **argv)
         "small Qwen2 D=64 Hk=1, attention kept",
         s_fam(s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), TRN_FAMILY_QWEN2),
         lens2, 2, 5, 5e-2, TRN_RECOMPUTE_KEEP_ATTN);
+    test_model(
+        "small Qwen2 D=64 Hk=1, kept leanly",
+        s_fam(s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), TRN_FAMILY_QWEN2),
+        lens2, 2, 5, 5e-2, TRN_RECOMPUTE_LEAN);
     int lens3[] = {40, 24};
     test_model("Qwen3-4B layer shape, 2 layers",
                s_cfg(2560, 9728, 2, 32, 8, 128, 151936, 1, 5e6), lens3, 2, 0,

@@ -291,6 +291,30 @@ s_layer_acts(trn_gpu_model_t *g, size_t T, s_act_t a[13])
     return total;
 }
 
+/* Whether s_layer_acts' entry i (h1, qkvn, h2, a) is one shared copy
+ * when activations are kept leanly: each is an element-wise function of
+ * what the layer keeps (its input, q|k|v, the attention's residual sum,
+ * gate|up) and the backward pass remakes it. */
+static int
+s_lean_shared(int i)
+{
+    return i == 1 || i == 3 || i == 5 || i == 7;
+}
+
+/* Bytes of a layer's activations at T tokens kept leanly, and (*shared)
+ * of the shared copies. */
+static size_t
+s_lean_bytes(trn_gpu_model_t *g, size_t T, size_t *shared)
+{
+    s_act_t a[13];
+    size_t all = s_layer_acts(g, T, a);
+    *shared = 0;
+    for (int i = 0; i < 13; i++)
+        if (s_lean_shared(i))
+            *shared += a[i].bytes;
+    return all - *shared;
+}
+
 /* Points the layer-activation pointers at layer l's copy. */
 static void
 s_bind(trn_gpu_model_t *g, int l)
@@ -299,9 +323,15 @@ s_bind(trn_gpu_model_t *g, int l)
     s_layer_acts(g, g->cap_T, a);
     char *p =
         (char *) g->act_base + (g->keep ? (size_t) l * g->act_layer_bytes : 0);
+    char *sh = g->act_shared;
     for (int i = 0; i < 13; i++) {
-        *a[i].p = p;
-        p += a[i].bytes;
+        if (g->lean && s_lean_shared(i)) {
+            *a[i].p = sh;
+            sh += a[i].bytes;
+        } else {
+            *a[i].p = p;
+            p += a[i].bytes;
+        }
     }
     if (g->keep_attn) { /* this layer's kept attention output and lse */
         char *k = (char *) g->attn_keep + (size_t) l * g->attn_keep_bytes;
@@ -314,17 +344,18 @@ s_bind(trn_gpu_model_t *g, int l)
 static void
 s_free_acts(trn_gpu_model_t *g)
 {
-    void **p[] = {(void **) &g->tokens,   (void **) &g->targets,
-                  (void **) &g->pos,      (void **) &g->seg,
-                  (void **) &g->xs,       (void **) &g->hf,
-                  (void **) &g->rstdf,    (void **) &g->dx,
-                  (void **) &g->dxb,      (void **) &g->dqkv,
-                  (void **) &g->dgu,      (void **) &g->da,
-                  (void **) &g->dhf,      (void **) &g->attn_scratch,
-                  (void **) &g->logits,   (void **) &g->dlogits,
-                  (void **) &g->logp,     (void **) &g->dlogp,
-                  (void **) &g->ent,      (void **) &g->dent,
-                  (void **) &g->act_base, (void **) &g->attn_keep};
+    void **p[] = {(void **) &g->tokens,    (void **) &g->targets,
+                  (void **) &g->pos,       (void **) &g->seg,
+                  (void **) &g->xs,        (void **) &g->hf,
+                  (void **) &g->rstdf,     (void **) &g->dx,
+                  (void **) &g->dxb,       (void **) &g->dqkv,
+                  (void **) &g->dgu,       (void **) &g->da,
+                  (void **) &g->dhf,       (void **) &g->attn_scratch,
+                  (void **) &g->logits,    (void **) &g->dlogits,
+                  (void **) &g->logp,      (void **) &g->dlogp,
+                  (void **) &g->ent,       (void **) &g->dent,
+                  (void **) &g->act_base,  (void **) &g->attn_keep,
+                  (void **) &g->act_shared};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         trn_cuda_free(p[i]);
     s_act_t a[13];
@@ -333,6 +364,7 @@ s_free_acts(trn_gpu_model_t *g)
         *a[i].p = NULL;
     g->cap_T = 0;
     g->keep = 0;
+    g->lean = 0;
     g->keep_attn = 0;
 }
 
@@ -358,6 +390,12 @@ int
 trn_gpu_model_keeps_activations(const trn_gpu_model_t *g)
 {
     return g->keep;
+}
+
+int
+trn_gpu_model_keeps_lean(const trn_gpu_model_t *g)
+{
+    return g->lean;
 }
 
 int
@@ -443,12 +481,25 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
     size_t all = g->act_layer_bytes * (size_t) g->L;
     int keep = g->recompute == TRN_RECOMPUTE_OFF ||
                (g->recompute == TRN_RECOMPUTE_AUTO && s_fits(all));
-    g->act_base = trn_cuda_malloc(keep ? all : g->act_layer_bytes);
+    size_t shared = 0, lean_layer = s_lean_bytes(g, T, &shared);
+    int lean = !keep && (g->recompute == TRN_RECOMPUTE_LEAN ||
+                         (g->recompute == TRN_RECOMPUTE_AUTO &&
+                          s_fits(lean_layer * (size_t) g->L + shared)));
+    if (lean) { /* every layer's copy without the four remade ones */
+        g->act_layer_bytes = lean_layer;
+        all = lean_layer * (size_t) g->L;
+        g->act_shared = trn_cuda_malloc(shared);
+        keep = g->act_shared != NULL;
+    }
+    g->act_base = keep ? trn_cuda_malloc(all) : NULL;
+    if (!keep && !lean)
+        g->act_base = trn_cuda_malloc(g->act_layer_bytes);
     if (!g->act_base) {
         s_free_acts(g);
         return LISA_TOOLARGE;
     }
     g->keep = keep;
+    g->lean = lean;
     g->cap_T = T;
     if (!keep && (g->recompute == TRN_RECOMPUTE_AUTO ||
                   g->recompute == TRN_RECOMPUTE_KEEP_ATTN)) {
@@ -507,6 +558,30 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
         S_TRY(trn_linear_fwd_res(g->blas, x + (size_t) T * C, g->xm, g->a,
                                  W + ly->down, T, I, g->C, NULL));
     }
+out:
+    return rc;
+}
+
+/* Kept leanly: remakes layer l's shared copies (normed input, rotated
+ * q|k|v, normed residual sum, SwiGLU output) from what the layer kept,
+ * with the forward's own kernels, so they are the forward's bits. */
+static lisa_rc_t
+s_lean_refill(trn_gpu_model_t *g, int l, int T)
+{
+    lisa_rc_t rc = LISA_OK;
+    const s_layer_t *ly = &g->layers[l];
+    const trn_bf16_t *W = g->wb;
+    float eps = (float) g->cfg.rms_norm_eps;
+    float *x = g->xs + (size_t) l * (size_t) T * (size_t) g->C;
+    S_TRY(trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C, W + ly->w_in,
+                            T, g->C, 1, eps, NULL));
+    S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
+                       s_norm_w(g, W, ly->q_norm), s_norm_w(g, W, ly->k_norm),
+                       g->pos, T, g->H, g->Hk, g->D, eps,
+                       (float) g->cfg.rope_theta, NULL));
+    S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
+                            W + ly->w_post, T, g->C, 1, eps, NULL));
+    S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, g->I, NULL));
 out:
     return rc;
 }
@@ -709,6 +784,8 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
             g->o = trn_gpu_cp_o(g, l);
         if (!g->keep)
             S_TRY(s_layer_fwd(g, l, Ti, 0, !g->keep_attn && !g->cp_on));
+        else if (g->lean)
+            S_TRY(s_lean_refill(g, l, Ti));
         /* MLP (dxb: dx in bf16, from the norm backward before) */
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
                                   g->C, NULL));

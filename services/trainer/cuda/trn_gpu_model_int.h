@@ -57,6 +57,10 @@ struct trn_gpu_model {
     int keep;
     void *act_base;
     size_t act_layer_bytes;
+    /* keep, leanly: h1, qkvn, h2 and a are one copy at act_shared, remade
+     * in the backward pass from what each layer keeps */
+    int lean;
+    void *act_shared;
     /* Recomputing (auto mode) with memory to spare: every layer's
      * attention output and log-sum-exp are kept (o, lse point into these
      * per layer), so the backward pass's recomputed forward skips the

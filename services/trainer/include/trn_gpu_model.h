@@ -38,17 +38,23 @@ size_t trn_gpu_model_num_params(const trn_gpu_model_t *g);
 void trn_gpu_model_destroy(trn_gpu_model_t **g);
 
 /* Activation recomputation: AUTO keeps every layer's activations when
- * they fit in free device memory with room to spare and recomputes
- * otherwise (keeping each layer's attention output and log-sum-exp when
- * those fit, so the recomputed forward skips the attention); ON always
- * recomputes everything; OFF always keeps (a forward that does not fit
- * fails with LISA_TOOLARGE); KEEP_ATTN recomputes all but the attention
- * (its outputs kept when they fit). Applies from the next forward. */
+ * they fit in free device memory with room to spare; else it keeps them
+ * leanly when that fits (every product's output and the layer inputs, but
+ * not the normed inputs of the products, the rotated q|k|v and the SwiGLU
+ * output: the backward pass remakes those four with element-wise kernels
+ * from what is kept, a few percent of the step, instead of running the
+ * layer's products again); else it recomputes each layer (keeping its
+ * attention output and log-sum-exp when those fit, so the recomputed
+ * forward skips the attention). ON always recomputes everything; OFF
+ * always keeps (a forward that does not fit fails with LISA_TOOLARGE);
+ * KEEP_ATTN recomputes all but the attention (its outputs kept when they
+ * fit); LEAN always keeps leanly. Applies from the next forward. */
 enum {
     TRN_RECOMPUTE_AUTO = 0,
     TRN_RECOMPUTE_ON = 1,
     TRN_RECOMPUTE_OFF = 2,
-    TRN_RECOMPUTE_KEEP_ATTN = 3
+    TRN_RECOMPUTE_KEEP_ATTN = 3,
+    TRN_RECOMPUTE_LEAN = 4
 };
 void trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode);
 /* Most rows of the LM head's logits in one chunk (fp32 logits and bf16
@@ -60,6 +66,8 @@ void trn_gpu_model_set_head_chunk(trn_gpu_model_t *g, size_t rows);
 /* Whether the last forward kept every layer's activations, and whether it
  * kept (only) every layer's attention outputs. */
 int trn_gpu_model_keeps_activations(const trn_gpu_model_t *g);
+/* Whether the last forward kept them leanly (TRN_RECOMPUTE_LEAN's way). */
+int trn_gpu_model_keeps_lean(const trn_gpu_model_t *g);
 int trn_gpu_model_keeps_attention(const trn_gpu_model_t *g);
 
 /* Forward for training, as trn_model_forward: logp[t] and, when entropy is
