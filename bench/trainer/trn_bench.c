@@ -280,17 +280,6 @@ s_steps(trn_gpu_model_t *g, int T, int reps)
     return times[reps / 2];
 }
 
-/* The host sum of a context-parallel batch: unused where the model has a
- * device communicator. */
-static lisa_rc_t
-s_no_sum(void *self, float *v, size_t n, trn_err_t *err)
-{
-    (void) self, (void) v, (void) n;
-    if (err)
-        snprintf(err->msg, sizeof err->msg, "host sum called");
-    return LISA_UNSUPPORTED;
-}
-
 /* Median seconds of `reps` full steps of one T-token sequence trained
  * context-parallel over the ranks (this rank's share of the positions);
  * *peak: the most device memory in use after a step. */
@@ -301,17 +290,13 @@ s_cp_steps(trn_gpu_model_t *g, int rank, int world, int T, int reps,
     s_seq_t s;
     s_seq_init(&s, T, 5);
     size_t *rows = malloc((size_t) T * sizeof *rows);
-    size_t n = trn_cp_rows(s.offs, 1, rank, world, rows);
-    int32_t *tok = malloc(n * 4), *tgt = malloc(n * 4);
-    float *dl = malloc(n * 4), *lp = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) {
-        tok[i] = s.tok[rows[i]];
-        tgt[i] = s.tgt[rows[i]];
+    int32_t *tok = malloc((size_t) T * 4), *tgt = malloc((size_t) T * 4);
+    float *dl = malloc((size_t) T * 4), *lp = malloc((size_t) T * 4);
+    trn_cp_t cp = {0}; /* the gathers go over NCCL: no host sum */
+    trn_batch_t b;
+    size_t n = trn_cp_part(&s.b, rank, world, rows, tok, tgt, &cp, &b);
+    for (size_t i = 0; i < n; i++)
         dl[i] = s.dl[rows[i]];
-    }
-    trn_cp_t cp = {.rows = rows, .n_global = (size_t) T, .sum = s_no_sum};
-    trn_batch_t b = s.b;
-    b.tokens = tok, b.targets = tgt, b.n_tokens = n, b.cp = &cp;
     trn_err_t err = {{0}};
     double times[8];
     *peak = 0;

@@ -29,3 +29,23 @@ trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank, int world,
     }
     return n;
 }
+
+size_t
+trn_cp_part(const trn_batch_t *whole, int rank, int world, size_t *rows,
+            int32_t *tok, int32_t *tgt, trn_cp_t *cp, trn_batch_t *part)
+{
+    size_t n =
+        trn_cp_rows(whole->seq_offsets, whole->n_seqs, rank, world, rows);
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = whole->tokens[rows[i]];
+        tgt[i] = whole->targets[rows[i]];
+    }
+    cp->rows = rows;
+    cp->n_global = whole->n_tokens;
+    *part = *whole;
+    part->tokens = tok;
+    part->targets = tgt;
+    part->n_tokens = n;
+    part->cp = cp;
+    return n;
+}

@@ -242,19 +242,9 @@ s_fwd(const trn_step_model_t *m, const trn_batch_t *b, s_cpx_t *x, float *logp,
     if (!x)
         return m->forward(m->self, b, logp, ent, err);
     size_t T = b->n_tokens;
-    x->n = trn_cp_rows(b->seq_offsets, b->n_seqs, x->comm->rank, x->comm->world,
-                       x->rows);
-    for (size_t i = 0; i < x->n; i++) {
-        x->tok[i] = b->tokens[x->rows[i]];
-        x->tgt[i] = b->targets[x->rows[i]];
-    }
-    x->cp =
-        (trn_cp_t){.rows = x->rows, .n_global = T, .self = x, .sum = s_cp_sum};
-    x->b = *b;
-    x->b.tokens = x->tok;
-    x->b.targets = x->tgt;
-    x->b.n_tokens = x->n;
-    x->b.cp = &x->cp;
+    x->cp = (trn_cp_t){.self = x, .sum = s_cp_sum};
+    x->n = trn_cp_part(b, x->comm->rank, x->comm->world, x->rows, x->tok,
+                       x->tgt, &x->cp, &x->b);
     lisa_rc_t rc = m->forward(m->self, &x->b, x->v, ent ? x->v2 : NULL, err);
     if (rc != LISA_OK)
         return rc;

@@ -145,19 +145,9 @@ s_slices(trn_gpu_model_t *one, int world, int vocab)
     return rc;
 }
 
-/* The host sum of a context-parallel batch: never called when the model
- * has a device communicator (the gathers go over NCCL). */
-static lisa_rc_t
-s_no_sum(void *self, float *v, size_t n, trn_err_t *err)
-{
-    (void) self, (void) v, (void) n;
-    if (err)
-        snprintf(err->msg, sizeof err->msg, "host sum called");
-    return LISA_UNSUPPORTED;
-}
-
 /* Context parallelism over NCCL on g: this rank's rows of the whole batch
- * fb against one rank's log-probs flp and gradient whole_grad. */
+ * fb against one rank's log-probs flp and gradient whole_grad (the batch
+ * has no host sum: a gather not over NCCL fails). */
 static int
 s_cp_check(int rank, int world, trn_gpu_model_t *g, trn_dist_t *d,
            const trn_batch_t *fb, const float *fd, const float *flp,
@@ -166,20 +156,13 @@ s_cp_check(int rank, int world, trn_gpu_model_t *g, trn_dist_t *d,
     trn_err_t err = {{0}};
     size_t T = fb->n_tokens;
     size_t *rows = malloc(T * sizeof *rows);
-    size_t n = trn_cp_rows(fb->seq_offsets, fb->n_seqs, rank, world, rows);
-    int32_t *tok = malloc(n * 4), *tgt = malloc(n * 4);
-    float *dl = malloc(n * 4), *lp = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) {
-        tok[i] = fb->tokens[rows[i]];
-        tgt[i] = fb->targets[rows[i]];
+    int32_t *tok = malloc(T * 4), *tgt = malloc(T * 4);
+    float *dl = malloc(T * 4), *lp = malloc(T * 4);
+    trn_cp_t cp = {0}; /* no host sum: the gathers must go over NCCL */
+    trn_batch_t cb;
+    size_t n = trn_cp_part(fb, rank, world, rows, tok, tgt, &cp, &cb);
+    for (size_t i = 0; i < n; i++)
         dl[i] = fd[rows[i]];
-    }
-    trn_cp_t cp = {.rows = rows, .n_global = T, .sum = s_no_sum};
-    trn_batch_t cb = *fb;
-    cb.tokens = tok;
-    cb.targets = tgt;
-    cb.n_tokens = n;
-    cb.cp = &cp;
     int rc = 1;
     size_t gn = 0;
     float *copy = NULL;

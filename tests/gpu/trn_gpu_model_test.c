@@ -654,22 +654,15 @@ s_cp_rank_main(void *arg)
     const trn_batch_t *w = &r->whole->b;
     size_t T = w->n_tokens;
     r->rows = malloc(T * sizeof *r->rows);
-    r->n =
-        trn_cp_rows(w->seq_offsets, w->n_seqs, r->rank, r->grp->world, r->rows);
-    int32_t *tok = malloc(r->n * 4), *tgt = malloc(r->n * 4);
-    float *dl = malloc(r->n * 4), *de = malloc(r->n * 4);
+    int32_t *tok = malloc(T * 4), *tgt = malloc(T * 4);
+    float *dl = malloc(T * 4), *de = malloc(T * 4);
+    trn_cp_t cp = {.self = r, .sum = s_cp_sum};
+    trn_batch_t b;
+    r->n = trn_cp_part(w, r->rank, r->grp->world, r->rows, tok, tgt, &cp, &b);
     for (size_t i = 0; i < r->n; i++) {
-        tok[i] = w->tokens[r->rows[i]];
-        tgt[i] = w->targets[r->rows[i]];
         dl[i] = r->dl[r->rows[i]];
         de[i] = r->de[r->rows[i]];
     }
-    trn_cp_t cp = {.rows = r->rows, .n_global = T, .self = r, .sum = s_cp_sum};
-    trn_batch_t b = *w;
-    b.tokens = tok;
-    b.targets = tgt;
-    b.n_tokens = r->n;
-    b.cp = &cp;
     r->lp = malloc(r->n * 4);
     r->en = malloc(r->n * 4);
     r->rc = trn_cuda_set_device(0);

@@ -242,10 +242,11 @@ trn_gpu_cp_begin(trn_gpu_model_t *g, const trn_batch_t *b, int32_t *pos,
 {
     const trn_cp_t *cp = b->cp;
     size_t T = b->n_tokens, n = cp->n_global;
-    if (!cp->sum || !cp->rows || T == 0 || T > n || n > TRN_MAX_BATCH_TOKENS ||
-        b->seq_offsets[b->n_seqs] != n) {
-        s_err(err, "context parallelism: the GPU needs a sum, at least one "
-                   "row on each rank and offsets over the whole batch");
+    if ((!cp->sum && !s_dist(g)) || !cp->rows || T == 0 || T > n ||
+        n > TRN_MAX_BATCH_TOKENS || b->seq_offsets[b->n_seqs] != n) {
+        s_err(err, "context parallelism: the GPU needs a device communicator "
+                   "or a sum, at least one row on each rank and offsets over "
+                   "the whole batch");
         return LISA_INVALID;
     }
     if (!g->cpx)

@@ -218,6 +218,16 @@ typedef struct {
 size_t trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank,
                    int world, size_t *rows);
 
+typedef struct trn_batch trn_batch_t;
+
+/* This rank's share of a whole batch under the balanced split: its rows
+ * into rows, their tokens and targets into tok and tgt (room for the
+ * whole batch's n_tokens each), cp's rows and n_global, and *part: the
+ * batch of those rows with cp set (the caller sets cp->sum and cp->self).
+ * Returns the row count. */
+size_t trn_cp_part(const trn_batch_t *whole, int rank, int world, size_t *rows,
+                   int32_t *tok, int32_t *tgt, trn_cp_t *cp, trn_batch_t *part);
+
 /* One training batch: `n_tokens` token ids packed back to back, split into
  * sequences by `seq_offsets` (n_seqs + 1 increasing offsets, first 0, last
  * n_tokens). Positions restart at 0 in each sequence and no token attends
@@ -230,7 +240,7 @@ size_t trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank,
  * seq_offsets / n_seqs describe the whole batch of cp->n_global tokens.
  * The CPU reference divides all the work; the GPU model (trn_gpu_cp.c)
  * all but the attention, which every rank runs over the whole batch. */
-typedef struct {
+struct trn_batch {
     const int32_t *tokens;
     const int32_t *targets;
     size_t n_tokens;
@@ -238,7 +248,7 @@ typedef struct {
     size_t n_seqs;
     float temperature;
     const trn_cp_t *cp;
-} trn_batch_t;
+};
 
 /* Forward for training (at most TRN_MAX_BATCH_TOKENS tokens, else
  * LISA_TOOLARGE): logp[t] = log softmax(logits_t / T)[targets[t]]

@@ -129,24 +129,22 @@ rank_main(void *arg)
     const batch_t *b = r->b;
     trn_model_t *m = trn_model_new_random(r->cfg, 4242, 0.3f, 1);
     cr_assert(m);
-    r->n = trn_cp_rows(b->offsets, b->n_seqs, r->me.rank, r->world, r->rows);
+    trn_batch_t whole = {.tokens = b->tokens,
+                         .targets = b->targets,
+                         .n_tokens = b->T,
+                         .seq_offsets = b->offsets,
+                         .n_seqs = b->n_seqs,
+                         .temperature = 0.8f};
     int32_t tok[MAXT], tgt[MAXT];
     float dl[MAXT], de[MAXT];
+    trn_cp_t cp = {.self = &r->me, .sum = group_sum};
+    trn_batch_t mb;
+    r->n =
+        trn_cp_part(&whole, r->me.rank, r->world, r->rows, tok, tgt, &cp, &mb);
     for (size_t i = 0; i < r->n; i++) {
-        tok[i] = b->tokens[r->rows[i]];
-        tgt[i] = b->targets[r->rows[i]];
         dl[i] = b->dlogp[r->rows[i]];
         de[i] = b->dent[r->rows[i]];
     }
-    trn_cp_t cp = {
-        .rows = r->rows, .n_global = b->T, .self = &r->me, .sum = group_sum};
-    trn_batch_t mb = {.tokens = tok,
-                      .targets = tgt,
-                      .n_tokens = r->n,
-                      .seq_offsets = b->offsets,
-                      .n_seqs = b->n_seqs,
-                      .temperature = 0.8f,
-                      .cp = &cp};
     trn_model_zero_grad(m);
     r->fwd_rc = trn_model_forward(m, &mb, r->logp, r->ent, &r->err);
     if (r->fwd_rc == LISA_OK)
