@@ -520,6 +520,241 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         trn_st(yb + o, sum);
 }
 
+/* ---- the skinny product fed by the copy engine (up to 8 tokens) -------
+ *
+ * The same product as s_skinny (a block: 16 weight rows, or 8 gate and 8
+ * up rows with GLU; the tokens the n-tile) with its operands brought by
+ * bulk copies (cp.async.bulk) instead of each lane's loads: a stage is a
+ * 256-column slice of the block's weight rows and of the tokens' rows, one
+ * copy per row, counted on the stage's mbarrier; S_SB_ST stages are in
+ * flight (about 72 KB a block), so the memory sees many more bytes
+ * requested at once than the lanes' own loads keep in flight. The 8 warps
+ * take 32 columns of a stage each (ldmatrix, two mma a stage), their
+ * partial sums meet in shared memory as in s_skinny, and the epilogue is
+ * s_skinny's. Weights are copied before trn_pdl_enter, tokens after.
+ * Selected by LISA_CUDA_SKINNY_BULK=1 (trn_linear_set_skinny_bulk). */
+
+#define S_SB_KS   256           /* columns a stage */
+#define S_SB_LD   (S_SB_KS + 8) /* a padded row: ldmatrix without conflicts */
+#define S_SB_ST   6             /* stages in flight */
+#define S_SB_ROWS 32            /* a stage's rows: 16 weights, 16 tokens */
+#define S_SB_SMEM (S_SB_ST * S_SB_ROWS * S_SB_LD * 2 + S_SB_ST * 8)
+
+__device__ __forceinline__ void
+s_mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+                 "r"(count)
+                 : "memory");
+}
+
+/* One arrival that expects `bytes` more to land on the barrier. */
+__device__ __forceinline__ void
+s_mbar_expect(uint32_t bar, uint32_t bytes)
+{
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+        "r"(bytes)
+        : "memory");
+}
+
+__device__ __forceinline__ void
+s_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* `bytes` (a multiple of 16) from global src to shared dst, counted on
+ * the mbarrier bar when they land. */
+__device__ __forceinline__ void
+s_bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+                 "bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* The weight row of the block's A row i (0..15), or -1 past the end. */
+template <bool GLU>
+__device__ __forceinline__ int
+s_sb_row(int i, int N)
+{
+    if (GLU) {
+        int I = N / 2, j = (int) blockIdx.x * 8 + (i & 7);
+        return j < I ? (i < 8 ? j : I + j) : -1;
+    }
+    int n = (int) blockIdx.x * 16 + i;
+    return n < N ? n : -1;
+}
+
+/* Thread 0: the copies of stage s into buffer `slot` (its weight rows,
+ * its tokens' rows, or both). */
+template <bool GLU>
+__device__ __forceinline__ void
+s_sb_issue(uint32_t base, const trn_bf16_t *w, const trn_bf16_t *x, int T,
+           int K, int N, int s, int slot, bool wts, bool toks)
+{
+    int k0 = s * S_SB_KS, kw = min(S_SB_KS, K - k0);
+    uint32_t bytes = (uint32_t) kw * 2,
+             bar =
+                 base + S_SB_ST * S_SB_ROWS * S_SB_LD * 2 + (uint32_t) slot * 8;
+    uint32_t tile = base + (uint32_t) slot * S_SB_ROWS * S_SB_LD * 2;
+    if (wts)
+        for (int i = 0; i < 16; i++) {
+            int r = s_sb_row<GLU>(i, N);
+            if (r >= 0)
+                s_bulk(tile + (uint32_t) i * S_SB_LD * 2,
+                       w + (size_t) r * (size_t) K + (size_t) k0, bytes, bar);
+        }
+    if (toks)
+        for (int q = 0; q < T; q++)
+            s_bulk(tile + (uint32_t) (16 + q) * S_SB_LD * 2,
+                   x + (size_t) q * (size_t) K + (size_t) k0, bytes, bar);
+}
+
+/* Bytes stage s brings: its valid weight rows' and the T tokens' slices. */
+template <bool GLU>
+__device__ __forceinline__ uint32_t
+s_sb_bytes(int T, int K, int N, int s)
+{
+    int rows = T;
+    for (int i = 0; i < 16; i++)
+        rows += s_sb_row<GLU>(i, N) >= 0;
+    return (uint32_t) rows * (uint32_t) min(S_SB_KS, K - s * S_SB_KS) * 2;
+}
+
+template <bool GLU>
+__global__ void __launch_bounds__(32 * S_SK_W)
+    s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+                  const trn_bf16_t *w, int T, int K, int N, int accumulate)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ float red[S_SK_W][16][9];
+    const __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(smem);
+    const uint32_t base = (uint32_t) __cvta_generic_to_shared(smem);
+    const uint32_t bars = base + S_SB_ST * S_SB_ROWS * S_SB_LD * 2;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, t = lane & 3;
+    int I = N / 2, j0 = blockIdx.x * 8;
+    int nst = (K + S_SB_KS - 1) / S_SB_KS, pre = min(nst, S_SB_ST);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < S_SB_ST; i++)
+            s_mbar_init(bars + (uint32_t) i * 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    /* the first stages' weights before the wait, their tokens after it */
+    if (threadIdx.x == 0)
+        for (int s = 0; s < pre; s++) {
+            s_mbar_expect(bars + (uint32_t) s * 8, s_sb_bytes<GLU>(T, K, N, s));
+            s_sb_issue<GLU>(base, w, x, T, K, N, s, s, true, false);
+        }
+    trn_pdl_enter();
+    if (threadIdx.x == 0)
+        for (int s = 0; s < pre; s++)
+            s_sb_issue<GLU>(base, w, x, T, K, N, s, s, false, true);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < nst; s++) {
+        int slot = s % S_SB_ST;
+        s_mbar_wait(bars + (uint32_t) slot * 8, (uint32_t) (s / S_SB_ST) & 1u);
+        if (warp * 32 < min(S_SB_KS, K - s * S_SB_KS)) {
+            const __nv_bfloat16 *A = tiles + slot * S_SB_ROWS * S_SB_LD;
+            const __nv_bfloat16 *X = A + 16 * S_SB_LD;
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t a[4], b[4];
+                trn_ldsm_a(a, A, S_SB_LD, 0, 2 * warp + kk, lane);
+                trn_ldsm_bn(b, X, S_SB_LD, 2 * warp + kk, 0, lane);
+                trn_mma(acc, a, b[0], b[1]);
+            }
+        }
+        __syncthreads(); /* every warp is done with the buffer */
+        if (threadIdx.x == 0 && s + S_SB_ST < nst) {
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            s_mbar_expect(bars + (uint32_t) slot * 8,
+                          s_sb_bytes<GLU>(T, K, N, s + S_SB_ST));
+            s_sb_issue<GLU>(base, w, x, T, K, N, s + S_SB_ST, slot, true, true);
+        }
+    }
+    red[warp][g][2 * t] = acc[0];
+    red[warp][g][2 * t + 1] = acc[1];
+    red[warp][g + 8][2 * t] = acc[2];
+    red[warp][g + 8][2 * t + 1] = acc[3];
+    __syncthreads();
+    int r = threadIdx.x / 8, tok = threadIdx.x % 8;
+    if (r >= 16 || tok >= T)
+        return;
+    if (GLU) {
+        if (r >= 8 || j0 + r >= I)
+            return;
+        float gs = 0.0f, us = 0.0f;
+        for (int i = 0; i < S_SK_W; i++) {
+            gs += red[i][r][tok];
+            us += red[i][r + 8][tok];
+        }
+        float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
+        trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
+               trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
+        return;
+    }
+    int n = blockIdx.x * 16 + r;
+    if (n >= N)
+        return;
+    float sum = 0.0f;
+    for (int i = 0; i < S_SK_W; i++)
+        sum += red[i][r][tok];
+    size_t o = (size_t) tok * (size_t) N + (size_t) n;
+    if (yf)
+        yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
+    else
+        trn_st(yb + o, sum);
+}
+
+/* LISA_CUDA_SKINNY_BULK=1 (read once), or the test's choice. */
+static int s_bulk_mode = -1;
+
+extern "C" void
+trn_linear_set_skinny_bulk(int on)
+{
+    s_bulk_mode = on != 0;
+}
+
+static int
+s_skinny_bulk_on(void)
+{
+    if (s_bulk_mode < 0) {
+        const char *e = getenv("LISA_CUDA_SKINNY_BULK");
+        s_bulk_mode = e && *e == '1';
+    }
+    return s_bulk_mode;
+}
+
+template <bool GLU>
+static lisa_rc_t
+s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+                 const trn_bf16_t *w, int T, int K, int N, int accumulate,
+                 cudaStream_t st)
+{
+    static int attr_set; /* per instantiation; the first call is never
+                            inside a graph capture (a decode step runs once
+                            before it is recorded) */
+    if (!attr_set) {
+        TRN_CUDA_TRY(cudaFuncSetAttribute(
+            s_skinny_bulk<GLU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            S_SB_SMEM));
+        attr_set = 1;
+    }
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<GLU>, grid, dim3(32 * S_SK_W),
+                                (size_t) S_SB_SMEM, st, yf, yb, x, w, T, K, N,
+                                accumulate));
+    return LISA_OK;
+}
+
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
  * 2) to LISA_CUDA_SKINNY_MAX (default 8, at most S_SK_TMAX). On an H200,
  * in decode steps over 2,500-token contexts, it beat cuBLASLt's tuned
@@ -583,6 +818,9 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 {
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
+    if (T <= 8 && s_skinny_bulk_on())
+        return s_skinny_bulk_go<GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
+                                     st);
     if (T <= 8)
         return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
                                            accumulate, st);
