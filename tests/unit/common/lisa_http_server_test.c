@@ -156,18 +156,29 @@ s_keep(lisa_http_req_t *req, void *arg)
     pthread_mutex_unlock(&k->mtx);
 }
 
+/* Requests the handler has finished with (held), waiting up to ms: the
+ * server counts a request kept as its handler starts, before the handler
+ * has done its work. */
+static size_t
+s_wait_held(s_keeper_t *k, size_t want, long ms)
+{
+    size_t n = 0;
+    for (long t = 0; t < ms; t += 5) {
+        pthread_mutex_lock(&k->mtx);
+        n = k->n;
+        pthread_mutex_unlock(&k->mtx);
+        if (n >= want)
+            break;
+        s_sleep_ms(5);
+    }
+    return n;
+}
+
 static void *
 s_answer_later(void *arg)
 {
     s_keeper_t *k = arg;
-    for (int i = 0; i < 400; i++) {
-        pthread_mutex_lock(&k->mtx);
-        size_t n = k->n;
-        pthread_mutex_unlock(&k->mtx);
-        if (n >= 1)
-            break;
-        s_sleep_ms(5);
-    }
+    (void) s_wait_held(k, 1, 2000);
     s_sleep_ms(50);
     pthread_mutex_lock(&k->mtx);
     lisa_http_req_t *req = k->held[0];
@@ -745,6 +756,7 @@ Test(lisa_http_server, release_hook_runs_once_per_answer)
     const char *rq = "GET /k HTTP/1.1\r\nHost: a\r\n\r\n";
     cr_assert(send(fd, rq, strlen(rq), MSG_NOSIGNAL) > 0);
     cr_assert_eq(s_wait_kept(srv, 1, 2000), 1);
+    cr_assert_eq(s_wait_held(&k, 1, 2000), 1);
     cr_assert_eq(atomic_load(&s_released), 0); /* held: not yet */
     pthread_mutex_lock(&k.mtx);
     lisa_http_req_t *r = k.held[0];
@@ -791,6 +803,7 @@ Test(lisa_http_server, max_connections_evicts_idle_then_refuses)
     cr_assert(send(b, rq, strlen(rq), MSG_NOSIGNAL) > 0);
     cr_assert(send(c, rq, strlen(rq), MSG_NOSIGNAL) > 0);
     cr_assert_eq(s_wait_kept(srv, 2, 2000), 2);
+    cr_assert_eq(s_wait_held(&k, 2, 2000), 2);
     int d = s_connect(port);
     cr_assert(s_closed_within(d, 2000));
     cr_assert_eq(lisa_http_server_stats(srv).refused_connections, 1);
@@ -956,6 +969,9 @@ Test(lisa_http_server, shutdown_answers_kept_requests)
         pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
     }
     cr_assert_eq(s_wait_kept(srv, 4, 3000), 4);
+    /* and every handler is done (the stream opened and pushed) before the
+     * server goes */
+    cr_assert_eq(s_wait_held(&k, 4, 3000), 4);
     lisa_http_server_destroy(&srv);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
@@ -1062,6 +1078,7 @@ Test(lisa_http_server, stream_push_fails_once_the_client_is_gone)
     cr_assert_not_null(strstr(buf, "200 OK"));
     close(fd);
     cr_assert_eq(s_wait_kept(srv, 1, 2000), 1);
+    cr_assert_eq(s_wait_held(&k, 1, 2000), 1);
     /* pushes succeed until the server notices; then they are refused */
     lisa_rc_t rc = LISA_OK;
     for (int i = 0; i < 400 && rc == LISA_OK; i++) {
