@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Tensor offsets from the config, in the CPU model's order: embed; per
@@ -301,6 +302,20 @@ s_lean_shared(int i)
     return i == 1 || i == 3 || i == 5 || i == 7;
 }
 
+/* Whether `auto` may keep activations leanly: LISA_CUDA_LEAN=1 until the
+ * lean mode's GPU checks have run (read once); TRN_RECOMPUTE_LEAN asks for
+ * it either way. */
+static int
+s_auto_lean(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LISA_CUDA_LEAN");
+        on = e && *e == '1';
+    }
+    return on;
+}
+
 /* Bytes of a layer's activations at T tokens kept leanly, and (*shared)
  * of the shared copies. */
 static size_t
@@ -483,7 +498,7 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
                (g->recompute == TRN_RECOMPUTE_AUTO && s_fits(all));
     size_t shared = 0, lean_layer = s_lean_bytes(g, T, &shared);
     int lean = !keep && (g->recompute == TRN_RECOMPUTE_LEAN ||
-                         (g->recompute == TRN_RECOMPUTE_AUTO &&
+                         (g->recompute == TRN_RECOMPUTE_AUTO && s_auto_lean() &&
                           s_fits(lean_layer * (size_t) g->L + shared)));
     if (lean) { /* every layer's copy without the four remade ones */
         g->act_layer_bytes = lean_layer;

@@ -38,7 +38,8 @@ size_t trn_gpu_model_num_params(const trn_gpu_model_t *g);
 void trn_gpu_model_destroy(trn_gpu_model_t **g);
 
 /* Activation recomputation: AUTO keeps every layer's activations when
- * they fit in free device memory with room to spare; else it keeps them
+ * they fit in free device memory with room to spare; else (with
+ * LISA_CUDA_LEAN=1, until the lean mode has run on a GPU) it keeps them
  * leanly when that fits (every product's output and the layer inputs, but
  * not the normed inputs of the products, the rotated q|k|v and the SwiGLU
  * output: the backward pass remakes those four with element-wise kernels
