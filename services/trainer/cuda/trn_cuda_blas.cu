@@ -395,6 +395,55 @@ s_aligned16(const void *p)
  * meet in shared memory in a fixed order (deterministic), and the
  * epilogue writes as s_gemv does (GLU: silu(gate) * up rounded as
  * trn_k_swiglu_fwd rounds). */
+/* The skinny kernels' end: each warp's partial sums (acc, NT token
+ * tiles) meet in shared memory in a fixed order, and the block writes its
+ * outputs (GLU: silu(gate) * up rounded as trn_k_swiglu_fwd rounds; else
+ * y =, or += into fp32). Every thread of the block calls it. */
+template <int NT, bool GLU>
+__device__ __forceinline__ void
+s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
+             float *yf, trn_bf16_t *yb, int T, int N, int accumulate)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, t = lane & 3;
+    int I = N / 2, j0 = blockIdx.x * 8;
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        red[warp][g][8 * q + 2 * t] = acc[q][0];
+        red[warp][g][8 * q + 2 * t + 1] = acc[q][1];
+        red[warp][g + 8][8 * q + 2 * t] = acc[q][2];
+        red[warp][g + 8][8 * q + 2 * t + 1] = acc[q][3];
+    }
+    __syncthreads();
+    int r = threadIdx.x / (8 * NT), tok = threadIdx.x % (8 * NT);
+    if (r >= 16 || tok >= T)
+        return;
+    if (GLU) {
+        if (r >= 8 || j0 + r >= I)
+            return;
+        float gs = 0.0f, us = 0.0f;
+        for (int i = 0; i < S_SK_W; i++) {
+            gs += red[i][r][tok];
+            us += red[i][r + 8][tok];
+        }
+        float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
+        trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
+               trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
+        return;
+    }
+    int n = blockIdx.x * 16 + r;
+    if (n >= N)
+        return;
+    float sum = 0.0f;
+    for (int i = 0; i < S_SK_W; i++)
+        sum += red[i][r][tok];
+    size_t o = (size_t) tok * (size_t) N + (size_t) n;
+    if (yf)
+        yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
+    else
+        trn_st(yb + o, sum);
+}
+
 template <int NT, int U, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -483,41 +532,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 vx[u][q] = nx[u][q];
         }
     }
-#pragma unroll
-    for (int q = 0; q < NT; q++) {
-        red[warp][g][8 * q + 2 * t] = acc[q][0];
-        red[warp][g][8 * q + 2 * t + 1] = acc[q][1];
-        red[warp][g + 8][8 * q + 2 * t] = acc[q][2];
-        red[warp][g + 8][8 * q + 2 * t + 1] = acc[q][3];
-    }
-    __syncthreads();
-    int r = threadIdx.x / (8 * NT), tok = threadIdx.x % (8 * NT);
-    if (r >= 16 || tok >= T)
-        return;
-    if (GLU) {
-        if (r >= 8 || j0 + r >= I)
-            return;
-        float gs = 0.0f, us = 0.0f;
-        for (int i = 0; i < S_SK_W; i++) {
-            gs += red[i][r][tok];
-            us += red[i][r + 8][tok];
-        }
-        float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
-        trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
-               trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
-        return;
-    }
-    int n = blockIdx.x * 16 + r;
-    if (n >= N)
-        return;
-    float sum = 0.0f;
-    for (int i = 0; i < S_SK_W; i++)
-        sum += red[i][r][tok];
-    size_t o = (size_t) tok * (size_t) N + (size_t) n;
-    if (yf)
-        yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
-    else
-        trn_st(yb + o, sum);
+    s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate);
 }
 
 /* ---- the skinny product fed by the copy engine (up to 8 tokens) -------
@@ -639,8 +654,6 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     const uint32_t base = (uint32_t) __cvta_generic_to_shared(smem);
     const uint32_t bars = base + S_SB_ST * S_SB_ROWS * S_SB_LD * 2;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * 8;
     int nst = (K + S_SB_KS - 1) / S_SB_KS, pre = min(nst, S_SB_ST);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S_SB_ST; i++)
@@ -658,7 +671,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     if (threadIdx.x == 0)
         for (int s = 0; s < pre; s++)
             s_sb_issue<GLU>(base, w, x, T, K, N, s, s, false, true);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     for (int s = 0; s < nst; s++) {
         int slot = s % S_SB_ST;
         s_mbar_wait(bars + (uint32_t) slot * 8, (uint32_t) (s / S_SB_ST) & 1u);
@@ -670,7 +683,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 uint32_t a[4], b[4];
                 trn_ldsm_a(a, A, S_SB_LD, 0, 2 * warp + kk, lane);
                 trn_ldsm_bn(b, X, S_SB_LD, 2 * warp + kk, 0, lane);
-                trn_mma(acc, a, b[0], b[1]);
+                trn_mma(acc[0], a, b[0], b[1]);
             }
         }
         __syncthreads(); /* every warp is done with the buffer */
@@ -681,38 +694,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             s_sb_issue<GLU>(base, w, x, T, K, N, s + S_SB_ST, slot, true, true);
         }
     }
-    red[warp][g][2 * t] = acc[0];
-    red[warp][g][2 * t + 1] = acc[1];
-    red[warp][g + 8][2 * t] = acc[2];
-    red[warp][g + 8][2 * t + 1] = acc[3];
-    __syncthreads();
-    int r = threadIdx.x / 8, tok = threadIdx.x % 8;
-    if (r >= 16 || tok >= T)
-        return;
-    if (GLU) {
-        if (r >= 8 || j0 + r >= I)
-            return;
-        float gs = 0.0f, us = 0.0f;
-        for (int i = 0; i < S_SK_W; i++) {
-            gs += red[i][r][tok];
-            us += red[i][r + 8][tok];
-        }
-        float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
-        trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
-               trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
-        return;
-    }
-    int n = blockIdx.x * 16 + r;
-    if (n >= N)
-        return;
-    float sum = 0.0f;
-    for (int i = 0; i < S_SK_W; i++)
-        sum += red[i][r][tok];
-    size_t o = (size_t) tok * (size_t) N + (size_t) n;
-    if (yf)
-        yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
-    else
-        trn_st(yb + o, sum);
+    s_skinny_out<1, GLU>(red, acc, yf, yb, T, N, accumulate);
 }
 
 /* LISA_CUDA_SKINNY_BULK=1 (read once), or the test's choice. */
