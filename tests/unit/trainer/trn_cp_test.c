@@ -320,30 +320,24 @@ Test(trn_cp, bad_layouts_are_refused)
     float logp[3];
     trn_err_t err;
     size_t unordered[3] = {4, 2, 7}, outside[3] = {1, 2, 10};
+    trn_cp_t cp = {.n_global = 10, .self = &me, .sum = group_sum};
+    trn_batch_t mb = {.tokens = tok,
+                      .targets = tgt,
+                      .n_tokens = 3,
+                      .seq_offsets = offs,
+                      .n_seqs = 1,
+                      .temperature = 1.0f,
+                      .cp = &cp};
     const size_t *bad[2] = {unordered, outside};
     for (int i = 0; i < 2; i++) {
-        trn_cp_t cp = {
-            .rows = bad[i], .n_global = 10, .self = &me, .sum = group_sum};
-        trn_batch_t mb = {.tokens = tok,
-                          .targets = tgt,
-                          .n_tokens = 3,
-                          .seq_offsets = offs,
-                          .n_seqs = 1,
-                          .temperature = 1.0f,
-                          .cp = &cp};
+        cp.rows = bad[i];
         cr_assert_eq(trn_model_forward(m, &mb, logp, NULL, &err), LISA_INVALID);
         cr_assert(strstr(err.msg, "context-parallel row"), "%s", err.msg);
     }
     /* seq_offsets must describe the whole batch, not the local rows */
     size_t rows[3] = {0, 1, 2}, local[2] = {0, 3};
-    trn_cp_t cp = {.rows = rows, .n_global = 10, .self = &me, .sum = group_sum};
-    trn_batch_t mb = {.tokens = tok,
-                      .targets = tgt,
-                      .n_tokens = 3,
-                      .seq_offsets = local,
-                      .n_seqs = 1,
-                      .temperature = 1.0f,
-                      .cp = &cp};
+    cp.rows = rows;
+    mb.seq_offsets = local;
     cr_assert_eq(trn_model_forward(m, &mb, logp, NULL, &err), LISA_INVALID);
     /* no sum */
     cp.sum = NULL;
