@@ -180,20 +180,24 @@ s_plan(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t **start,
  * the step's comm (which sums doubles). */
 typedef struct {
     const trn_comm_t *comm;
-    size_t cap, n; /* positions of the largest micro-batch; this rank's */
+    size_t n; /* this rank's rows of the micro-batch */
     size_t *rows;
     int32_t *tok, *tgt;
-    float *v, *v2, *g; /* per row (twice), gathering (2 x cap) */
+    float *v, *v2, *g; /* per row (twice), gathering (twice the rows) */
     double *d;
     size_t dcap;
     trn_cp_t cp;
     trn_batch_t b;
 } s_cpx_t;
 
+/* Room for micro-batches of up to cap positions, where the step may run
+ * any context-parallel (else x stays empty). */
 static void
-s_cpx_init(s_cpx_t *x, const trn_comm_t *comm, size_t cap)
+s_cpx_init(s_cpx_t *x, const trn_step_cfg_t *c, size_t cap)
 {
-    *x = (s_cpx_t){.comm = comm, .cap = cap};
+    *x = (s_cpx_t){.comm = c->comm};
+    if (s_world(c) < 2 || c->cp_tokens == 0)
+        return;
     x->rows = lisa_calloc(cap, sizeof *x->rows);
     x->tok = lisa_calloc(cap, sizeof *x->tok);
     x->tgt = lisa_calloc(cap, sizeof *x->tgt);
@@ -404,9 +408,8 @@ s_reward_kl(const trn_step_model_t *m, const trn_step_model_t *ref,
     int *owner = NULL;
     size_t nmb = s_plan(c, r, &start, &owner);
     lisa_rc_t rc = LISA_OK;
-    s_cpx_t cpx = {0};
-    if (s_world(c) > 1 && c->cp_tokens > 0)
-        s_cpx_init(&cpx, c->comm, cap);
+    s_cpx_t cpx;
+    s_cpx_init(&cpx, c, cap);
     for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
         if (!s_mine(c, owner[k]))
             continue;
@@ -486,9 +489,8 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
     bool dp = s_world(c) > 1;
     if (dp)
         memset(logp, 0, ntok * sizeof *logp);
-    s_cpx_t cpx = {0};
-    if (dp && c->cp_tokens > 0)
-        s_cpx_init(&cpx, c->comm, cap);
+    s_cpx_t cpx;
+    s_cpx_init(&cpx, c, cap);
     for (size_t k = 0; k < nmb && rc == LISA_OK; k++) {
         if (!s_mine(c, owner[k]))
             continue;
@@ -593,8 +595,7 @@ trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
         lc.loss_scale_factor = maxlen;
     cap = cap > c->micro_tokens ? cap : c->micro_tokens;
     s_scratch_init(&x, cap, r->n_seqs);
-    if (s_world(c) > 1 && c->cp_tokens > 0)
-        s_cpx_init(&cpx, c->comm, cap);
+    s_cpx_init(&cpx, c, cap);
     m->zero_grad(m->self);
     {
         size_t *start = NULL;
