@@ -251,21 +251,26 @@ s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs)
     free(sp);
 }
 
-/* Median seconds of `reps` full training steps (forward, backward,
- * AdamW) at T tokens on this rank. */
+/* Median seconds of `reps` full training steps (forward, backward, AdamW)
+ * of batch b on this rank, after a warm-up. `last`: each backward is
+ * marked the step's last, so a data-parallel gradient sum overlaps it (not
+ * in a context-parallel one: its own collectives come first); *peak (when
+ * not NULL): the most device memory in use after a step. */
 static double
-s_steps(trn_gpu_model_t *g, int T, int reps)
+s_steps_of(trn_gpu_model_t *g, const trn_batch_t *b, const float *dl, float *lp,
+           int reps, int last, size_t *peak)
 {
-    s_seq_t s;
-    s_seq_init(&s, T, 3);
     trn_err_t err = {{0}};
     double times[8];
+    if (peak)
+        *peak = 0;
     for (int it = 0; it < reps + 1; it++) {
         double t0 = s_now();
-        trn_gpu_model_last_backward(g); /* one micro-batch per step */
+        if (last)
+            trn_gpu_model_last_backward(g); /* one micro-batch per step */
         if (trn_gpu_model_zero_grad(g) != LISA_OK ||
-            trn_gpu_model_forward(g, &s.b, s.lp, NULL, &err) != LISA_OK ||
-            trn_gpu_model_backward(g, s.dl, NULL, &err) != LISA_OK ||
+            trn_gpu_model_forward(g, b, lp, NULL, &err) != LISA_OK ||
+            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK ||
             trn_gpu_model_adamw(g, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
                                 NULL) != LISA_OK ||
             trn_cuda_sync() != LISA_OK) {
@@ -274,15 +279,28 @@ s_steps(trn_gpu_model_t *g, int T, int reps)
         }
         if (it > 0)
             times[it - 1] = s_now() - t0;
+        size_t free_b = 0, total_b = 0;
+        if (peak && trn_cuda_mem_info(&free_b, &total_b) == LISA_OK &&
+            total_b - free_b > *peak)
+            *peak = total_b - free_b;
     }
     qsort(times, (size_t) reps, 8, s_cmp);
-    s_seq_free(&s);
     return times[reps / 2];
 }
 
-/* Median seconds of `reps` full steps of one T-token sequence trained
- * context-parallel over the ranks (this rank's share of the positions);
- * *peak: the most device memory in use after a step. */
+/* The same of one T-token sequence on this rank. */
+static double
+s_steps(trn_gpu_model_t *g, int T, int reps)
+{
+    s_seq_t s;
+    s_seq_init(&s, T, 3);
+    double t = s_steps_of(g, &s.b, s.dl, s.lp, reps, 1, NULL);
+    s_seq_free(&s);
+    return t;
+}
+
+/* The same of one T-token sequence trained context-parallel over the
+ * ranks (this rank's share of the positions); *peak as above. */
 static double
 s_cp_steps(trn_gpu_model_t *g, int rank, int world, int T, int reps,
            size_t *peak)
@@ -291,37 +309,16 @@ s_cp_steps(trn_gpu_model_t *g, int rank, int world, int T, int reps,
     s_seq_init(&s, T, 5);
     size_t *rows = malloc((size_t) T * sizeof *rows);
     int32_t *tok = malloc((size_t) T * 4), *tgt = malloc((size_t) T * 4);
-    float *dl = malloc((size_t) T * 4), *lp = malloc((size_t) T * 4);
+    float *dl = malloc((size_t) T * 4);
     trn_cp_t cp = {0}; /* the gathers go over NCCL: no host sum */
     trn_batch_t b;
     size_t n = trn_cp_part(&s.b, rank, world, rows, tok, tgt, &cp, &b);
     for (size_t i = 0; i < n; i++)
         dl[i] = s.dl[rows[i]];
-    trn_err_t err = {{0}};
-    double times[8];
-    *peak = 0;
-    for (int it = 0; it < reps + 1; it++) {
-        double t0 = s_now();
-        size_t free_b = 0, total_b = 0;
-        if (trn_gpu_model_zero_grad(g) != LISA_OK ||
-            trn_gpu_model_forward(g, &b, lp, NULL, &err) != LISA_OK ||
-            trn_gpu_model_backward(g, dl, NULL, &err) != LISA_OK ||
-            trn_gpu_model_adamw(g, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
-                                NULL) != LISA_OK ||
-            trn_cuda_sync() != LISA_OK ||
-            trn_cuda_mem_info(&free_b, &total_b) != LISA_OK) {
-            printf("context-parallel step failed: %s\n", err.msg);
-            exit(1);
-        }
-        if (it > 0)
-            times[it - 1] = s_now() - t0;
-        if (total_b - free_b > *peak)
-            *peak = total_b - free_b;
-    }
-    qsort(times, (size_t) reps, 8, s_cmp);
-    free(rows), free(tok), free(tgt), free(dl), free(lp);
+    double t = s_steps_of(g, &b, dl, s.lp, reps, 0, peak);
+    free(rows), free(tok), free(tgt), free(dl);
     s_seq_free(&s);
-    return times[reps / 2];
+    return t;
 }
 
 static int
