@@ -533,6 +533,38 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
     return LISA_OK;
 }
 
+/* Layer l's element-wise tensors, those of `which` (S_EW_*): the normed
+ * input h1 (from the layer input), the rotated and normed q|k|v (from
+ * q|k|v), the normed residual sum h2 (from xm), the SwiGLU output a (from
+ * gate|up). The forward makes each as it goes; a backward over activations
+ * kept leanly makes all four again from what was kept, the same bits. */
+enum { S_EW_H1 = 1, S_EW_QKVN = 2, S_EW_H2 = 4, S_EW_A = 8, S_EW_ALL = 15 };
+
+static lisa_rc_t
+s_elementwise(trn_gpu_model_t *g, int l, int T, int which)
+{
+    lisa_rc_t rc = LISA_OK;
+    const s_layer_t *ly = &g->layers[l];
+    const trn_bf16_t *W = g->wb;
+    float eps = (float) g->cfg.rms_norm_eps;
+    float *x = g->xs + (size_t) l * (size_t) T * (size_t) g->C;
+    if (which & S_EW_H1)
+        S_TRY(trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C,
+                                W + ly->w_in, T, g->C, 1, eps, NULL));
+    if (which & S_EW_QKVN)
+        S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
+                           s_norm_w(g, W, ly->q_norm),
+                           s_norm_w(g, W, ly->k_norm), g->pos, T, g->H, g->Hk,
+                           g->D, eps, (float) g->cfg.rope_theta, NULL));
+    if (which & S_EW_H2)
+        S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
+                                W + ly->w_post, T, g->C, 1, eps, NULL));
+    if (which & S_EW_A)
+        S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, g->I, NULL));
+out:
+    return rc;
+}
+
 /* Runs layer l forward from xs[l]; writes xs[l+1] when `write_out`; runs
  * the attention unless its output and lse are kept (`attn` 0). */
 static lisa_rc_t
@@ -543,19 +575,14 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
     const trn_bf16_t *W = g->wb;
     size_t C = (size_t) g->C;
     int H = g->H, Hk = g->Hk, D = g->D, I = g->I;
-    float eps = (float) g->cfg.rms_norm_eps;
     float *x = g->xs + (size_t) l * (size_t) T * C;
 
-    S_TRY(trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C, W + ly->w_in,
-                            T, g->C, 1, eps, NULL));
+    S_TRY(s_elementwise(g, l, T, S_EW_H1));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->qkv, g->h1, W + ly->qkv, T, g->C,
                          g->S, 0, NULL));
     if (g->qkv_bias)
         S_TRY(trn_k_bias_add(g->qkv, g->S, W + ly->qkv_b, T, g->S, NULL));
-    S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
-                       s_norm_w(g, W, ly->q_norm), s_norm_w(g, W, ly->k_norm),
-                       g->pos, T, H, Hk, D, eps, (float) g->cfg.rope_theta,
-                       NULL));
+    S_TRY(s_elementwise(g, l, T, S_EW_QKVN));
     if (attn && g->cp_on)
         S_TRY(trn_gpu_cp_attn_fwd(g, l, NULL));
     else if (attn)
@@ -564,39 +591,14 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
                              NULL));
     S_TRY(trn_linear_fwd_res(g->blas, g->xm, x, g->o, W + ly->o, T, H * D, g->C,
                              NULL));
-    S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
-                            W + ly->w_post, T, g->C, 1, eps, NULL));
+    S_TRY(s_elementwise(g, l, T, S_EW_H2));
     S_TRY(trn_linear_fwd(g->blas, NULL, g->gu, g->h2, W + ly->gu, T, g->C,
                          2 * I, 0, NULL));
-    S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, I, NULL));
+    S_TRY(s_elementwise(g, l, T, S_EW_A));
     if (write_out) {
         S_TRY(trn_linear_fwd_res(g->blas, x + (size_t) T * C, g->xm, g->a,
                                  W + ly->down, T, I, g->C, NULL));
     }
-out:
-    return rc;
-}
-
-/* Kept leanly: remakes layer l's shared copies (normed input, rotated
- * q|k|v, normed residual sum, SwiGLU output) from what the layer kept,
- * with the forward's own kernels, so they are the forward's bits. */
-static lisa_rc_t
-s_lean_refill(trn_gpu_model_t *g, int l, int T)
-{
-    lisa_rc_t rc = LISA_OK;
-    const s_layer_t *ly = &g->layers[l];
-    const trn_bf16_t *W = g->wb;
-    float eps = (float) g->cfg.rms_norm_eps;
-    float *x = g->xs + (size_t) l * (size_t) T * (size_t) g->C;
-    S_TRY(trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C, W + ly->w_in,
-                            T, g->C, 1, eps, NULL));
-    S_TRY(trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
-                       s_norm_w(g, W, ly->q_norm), s_norm_w(g, W, ly->k_norm),
-                       g->pos, T, g->H, g->Hk, g->D, eps,
-                       (float) g->cfg.rope_theta, NULL));
-    S_TRY(trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
-                            W + ly->w_post, T, g->C, 1, eps, NULL));
-    S_TRY(trn_k_swiglu_fwd(g->a, g->gu, T, g->I, NULL));
 out:
     return rc;
 }
@@ -799,8 +801,8 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
             g->o = trn_gpu_cp_o(g, l);
         if (!g->keep)
             S_TRY(s_layer_fwd(g, l, Ti, 0, !g->keep_attn && !g->cp_on));
-        else if (g->lean)
-            S_TRY(s_lean_refill(g, l, Ti));
+        else if (g->lean) /* the four tensors it did not keep */
+            S_TRY(s_elementwise(g, l, Ti, S_EW_ALL));
         /* MLP (dxb: dx in bf16, from the norm backward before) */
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
                                   g->C, NULL));
