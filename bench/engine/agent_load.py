@@ -144,12 +144,14 @@ COUNTERS = ("steps", "computed", "recomputed", "preemptions", "evictions",
 
 
 def health_all(engines):
-    """The engines' /healthz counters, summed."""
+    """The engines' /healthz counters, summed (a *_max figure: the
+    largest)."""
     tot = {}
     for e in engines:
         for k, v in e.health().items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
-                tot[k] = tot.get(k, 0) + v
+                tot[k] = max(tot.get(k, v), v) if k.endswith("_max") \
+                    else tot.get(k, 0) + v
     return tot
 
 
