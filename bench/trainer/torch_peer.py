@@ -37,6 +37,8 @@ TFLOP/s, N the layers' matrices plus the tied LM head (no norms, no
 embedding). Timed figures are medians of three runs after a warm-up.
 
   python3 torch_peer.py [LAYERS] [--quick] [--train-only] [--decode-only]
+                        [--lengths 4k,16k]   (forward+backward at these
+                        lengths only, no full steps)
 """
 import gc
 import os
@@ -245,7 +247,7 @@ def step_figures(layers, lengths, reps):
         print(f"peer_step_mem_{tag} {peak / GIB:.1f} GiB peak", flush=True)
 
 
-def train(layers, quick):
+def train(layers, quick, lengths=None):
     from importlib.metadata import version
 
     apply_liger()
@@ -254,10 +256,12 @@ def train(layers, quick):
           flush=True)
     reps = 1 if quick else 3
     # each model is gone when its function returns
-    fwd_bwd_figures(layers, TRAIN_LENGTHS[:1] if quick else TRAIN_LENGTHS,
-                    reps)
+    steps = not quick and lengths is None
+    if lengths is None:
+        lengths = TRAIN_LENGTHS[:1] if quick else TRAIN_LENGTHS
+    fwd_bwd_figures(layers, lengths, reps)
     free_cuda()
-    if not quick:
+    if steps:
         step_figures(layers, STEP_LENGTHS, reps)
         free_cuda()
 
@@ -311,7 +315,15 @@ def main():
     if "--decode-only" in args:
         decode(layers)
         return
-    train(layers, quick)
+    lengths = None
+    if "--lengths" in args:
+        i = args.index("--lengths")
+        tags = args[i + 1].split(",") if i + 1 < len(args) else []
+        lengths = tuple(x for x in TRAIN_LENGTHS if x[1] in tags)
+        if not lengths or len(lengths) != len(tags):
+            sys.exit("--lengths: a comma-separated list of "
+                     + ", ".join(t for _, t in TRAIN_LENGTHS))
+    train(layers, quick, lengths)
     if "--train-only" in args:
         return
     # the decode peer runs plain transformers: Liger's patches are

@@ -997,7 +997,7 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
     for (int r = 0; r < 2; r++) { /* the portable kernel, then wgmma */
         RC(trn_cuda_memset(d_dqkv, 0xff, n * 2, NULL));
         RC(trn_cuda_memset(scr, 0xff, nscr, NULL));
-        RC(s_attn_bwd_as(r ? "1" : NULL, d_dqkv, scr, d_do, d_o, d_lse, d_qkv,
+        RC(s_attn_bwd_as(r ? "1" : "0", d_dqkv, scr, d_do, d_o, d_lse, d_qkv,
                          stride, d_seg, T, H, Hk, D));
         RC(trn_cuda_sync());
         got[r] = s_get_bf16(d_dqkv, n);
@@ -1846,7 +1846,7 @@ bench_attn_bwd(void)
         double flops = 2.5 * 4.0 * T * (double) T / 2 * D * H, tp[2];
         int reps = flops > 2e13 ? 1 : (int) (2e13 / flops);
         for (int r = 0; r < 2; r++) {
-            const char *val = r ? "1" : NULL;
+            const char *val = r ? "1" : "0";
             for (int w = 0; w < 3; w++)
                 RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
                                  dseg, T, H, Hk, D));

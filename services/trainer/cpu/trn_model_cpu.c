@@ -37,6 +37,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -959,17 +960,18 @@ s_attn_fwd_task(void *ctx, size_t r)
     }
 }
 
-/* One KV head: every query head of its group over every row; it alone
- * writes this head's dk/dv and its query heads' dq. */
+/* One KV head's query heads over rows [r0, r1): dq of those rows, and the
+ * keys' and values' gradients added at dk/dv + key row * gstride (the
+ * shared arrays at this head's columns, or a task's private copy). */
 static void
-s_attn_bwd_task(void *ctx, size_t kvh)
+s_attn_bwd_rows(const s_attn_t *c, size_t kvh, size_t r0, size_t r1, float *dk,
+                float *dv, size_t gstride)
 {
-    const s_attn_t *c = ctx;
     const trn_model_t *m = c->m;
     size_t HD = m->HD, grp = m->NH / m->NKV;
     float scale = 1.0f / sqrtf((float) HD);
     float p[S_KBLOCK], dp[S_KBLOCK];
-    for (size_t r = 0; r < c->rows; r++) {
+    for (size_t r = r0; r < r1; r++) {
         for (size_t h = kvh * grp; h < (kvh + 1) * grp; h++) {
             const float *q = c->q + r * m->Q + h * HD;
             const float *o = c->o + r * m->Q + h * HD;
@@ -987,19 +989,111 @@ s_attn_bwd_task(void *ctx, size_t kvh)
                 }
                 trn_exp_shifted(p, nb, lse);
                 for (size_t j = 0; j < nb; j++) {
-                    size_t off = (row0 + j) * c->kstride + kvh * HD;
-                    const float *k = c->k + off;
-                    float *dk = c->dk + off, *dv = c->dv + off;
+                    const float *k = c->k + (row0 + j) * c->kstride + kvh * HD;
+                    float *dkj = dk + (row0 + j) * gstride;
+                    float *dvj = dv + (row0 + j) * gstride;
                     float ds = p[j] * (dp[j] - D) * scale, pj = p[j];
                     for (size_t d = 0; d < HD; d++) {
                         dq[d] += ds * k[d];
-                        dk[d] += ds * q[d];
-                        dv[d] += pj * dO[d];
+                        dkj[d] += ds * q[d];
+                        dvj[d] += pj * dO[d];
                     }
                 }
             }
         }
     }
+}
+
+/* One KV head: every query head of its group over every row; it alone
+ * writes this head's dk/dv and its query heads' dq. */
+static void
+s_attn_bwd_task(void *ctx, size_t kvh)
+{
+    const s_attn_t *c = ctx;
+    size_t col = kvh * c->m->HD;
+    s_attn_bwd_rows(c, kvh, 0, c->rows, c->dk + col, c->dv + col, c->kstride);
+}
+
+/* The backward with each KV head's rows cut into `nch` chunks of about
+ * equal work, so that a model with fewer KV heads than threads (a long
+ * sequence of a small model) keeps every thread busy: task (head, chunk)
+ * writes its rows' dq and its own copy of the head's key and value
+ * gradients (priv), and the copies are then added in chunk order. */
+typedef struct {
+    const s_attn_t *c;
+    size_t nch, nkeys;
+    size_t cut[65]; /* chunk ch: rows cut[ch] .. cut[ch + 1] */
+    float *priv;    /* per task: dk then dv, nkeys x HD each */
+} s_attn_split_t;
+
+static void
+s_attn_split_task(void *ctx, size_t t)
+{
+    const s_attn_split_t *s = ctx;
+    size_t ch = t % s->nch, HD = s->c->m->HD;
+    float *dk = s->priv + t * 2 * s->nkeys * HD;
+    s_attn_bwd_rows(s->c, t / s->nch, s->cut[ch], s->cut[ch + 1], dk,
+                    dk + s->nkeys * HD, HD);
+}
+
+/* Key rows per task of the sum of the private copies. */
+#define S_SUM_ROWS 256
+
+static void
+s_attn_split_sum(void *ctx, size_t t)
+{
+    const s_attn_split_t *s = ctx;
+    const s_attn_t *c = s->c;
+    size_t HD = c->m->HD, NKV = c->m->NKV;
+    size_t i0 = t * S_SUM_ROWS, i1 = i0 + S_SUM_ROWS;
+    i1 = i1 < s->nkeys ? i1 : s->nkeys;
+    for (size_t kvh = 0; kvh < NKV; kvh++)
+        for (size_t ch = 0; ch < s->nch; ch++) {
+            const float *pk = s->priv + (kvh * s->nch + ch) * 2 * s->nkeys * HD;
+            const float *pv = pk + s->nkeys * HD;
+            for (size_t i = i0; i < i1; i++) {
+                float *dk = c->dk + i * c->kstride + kvh * HD;
+                float *dv = c->dv + i * c->kstride + kvh * HD;
+                for (size_t d = 0; d < HD; d++) {
+                    dk[d] += pk[i * HD + d];
+                    dv[d] += pv[i * HD + d];
+                }
+            }
+        }
+}
+
+/* The attention backward over the pool: one task per KV head, or, when
+ * there are fewer KV heads than threads and enough rows, each head's rows
+ * split as above (nkeys: key rows the rows can reach). */
+static void
+s_attn_bwd_run(trn_pool_t *pool, s_attn_t *c, size_t nkeys)
+{
+    const trn_model_t *m = c->m;
+    size_t threads = (size_t) trn_pool_threads(pool), NKV = m->NKV;
+    size_t nch = threads / NKV, most = c->rows / 1024;
+    nch = nch < most ? nch : most;
+    nch = nch < 64 ? nch : 64;
+    s_attn_split_t s = {.c = c, .nch = nch, .nkeys = nkeys};
+    if (nch > 1)
+        s.priv = calloc(NKV * nch * 2 * nkeys, m->HD * sizeof(float));
+    if (!s.priv) {
+        trn_pool_run(pool, NKV, s_attn_bwd_task, c);
+        return;
+    }
+    double total = 0, done = 0;
+    for (size_t r = 0; r < c->rows; r++)
+        total += (double) c->nk[r];
+    for (size_t ch = 1; ch <= nch; ch++)
+        s.cut[ch] = c->rows;
+    for (size_t r = 0, ch = 1; r < c->rows && ch < nch; r++) {
+        done += (double) c->nk[r];
+        while (ch < nch && done >= total * (double) ch / (double) nch)
+            s.cut[ch++] = r + 1;
+    }
+    trn_pool_run(pool, NKV * nch, s_attn_split_task, &s);
+    trn_pool_run(pool, (nkeys + S_SUM_ROWS - 1) / S_SUM_ROWS, s_attn_split_sum,
+                 &s);
+    free(s.priv);
 }
 
 /* ---- layers ----------------------------------------------------------- */
@@ -1396,7 +1490,7 @@ s_attn_bwd(trn_model_t *m, const s_lacts_t *A, const float *dO, float *dq,
         at.dk = g + 2 * n;
         at.dv = g + 3 * n;
     }
-    trn_pool_run(m->pool, m->NKV, s_attn_bwd_task, &at);
+    s_attn_bwd_run(m->pool, &at, cp ? cp->n_global : T);
     if (!cp)
         return LISA_OK;
     lisa_rc_t rc = cp->sum(cp->self, m->cp_buf + 2 * n, 2 * n, err);

@@ -302,16 +302,15 @@ s_lean_shared(int i)
     return i == 1 || i == 3 || i == 5 || i == 7;
 }
 
-/* Whether `auto` may keep activations leanly: LISA_CUDA_LEAN=1 until the
- * lean mode's GPU checks have run (read once); TRN_RECOMPUTE_LEAN asks for
- * it either way. */
+/* Whether `auto` may keep activations leanly: yes unless LISA_CUDA_LEAN
+ * is 0 (read once); TRN_RECOMPUTE_LEAN asks for it either way. */
 static int
 s_auto_lean(void)
 {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("LISA_CUDA_LEAN");
-        on = e && *e == '1';
+        on = !(e && *e == '0');
     }
     return on;
 }

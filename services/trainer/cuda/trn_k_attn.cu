@@ -687,14 +687,16 @@ s_hopper_fwd(void)
 }
 
 /* Whether the backward pass at head_dim 128 runs the wgmma kernel
- * (trn_k_attn_hb.cu): on a device of compute capability 9.x when
- * LISA_ATTN_HOPPER_BWD is 1 (read every call); off by default until it
- * is measured on one. */
+ * (trn_k_attn_hb.cu): on a device of compute capability 9.x unless
+ * LISA_ATTN_HOPPER_BWD is 0 (read every call; LISA_ATTN_PORTABLE turns it
+ * off too). */
 static bool
 s_hopper_bwd(void)
 {
     const char *e = getenv("LISA_ATTN_HOPPER_BWD");
-    return s_sm90() && e && strcmp(e, "1") == 0;
+    const char *p = getenv("LISA_ATTN_PORTABLE");
+    return s_sm90() && !(e && strcmp(e, "0") == 0) &&
+           !(p && *p && strcmp(p, "0") != 0);
 }
 
 extern "C" lisa_rc_t

@@ -593,3 +593,60 @@ Test(trn_model, save_load_round_trip_families)
         rmdir(dir);
     }
 }
+
+/* The attention backward with each KV head's rows split over threads (a
+ * long batch, fewer KV heads than threads) gives the gradients one thread
+ * gives, rows of unequal work (two sequences) included. */
+Test(trn_model, attention_backward_split_over_threads)
+{
+    trn_config_t cfg = tiny_config(false);
+    cfg.num_hidden_layers = 1;
+    cfg.num_key_value_heads = 1;
+    cfg.max_position_embeddings = 4096;
+    enum { T = 3000 };
+    static int32_t tok[T], tgt[T];
+    static float lp[2][T], dl[T];
+    fill_tokens(tok, T, (int) cfg.vocab_size, 7);
+    size_t off[3] = {0, 1100, T};
+    for (size_t t = 0; t < T; t++) {
+        tgt[t] = t + 1 == 1100 || t + 1 == T ? -1 : tok[t + 1];
+        dl[t] = tgt[t] < 0 ? 0.0f : -1.0f / T;
+    }
+    trn_batch_t b = {.tokens = tok,
+                     .targets = tgt,
+                     .n_tokens = T,
+                     .seq_offsets = off,
+                     .n_seqs = 2,
+                     .temperature = 1.0f};
+    trn_model_t *m[2] = {trn_model_new_random(&cfg, 9, 0.3f, 1),
+                         trn_model_new_random(&cfg, 9, 0.3f, 4)};
+    trn_err_t err;
+    for (int i = 0; i < 2; i++) {
+        cr_assert(m[i]);
+        trn_model_zero_grad(m[i]);
+        cr_assert_eq(trn_model_forward(m[i], &b, lp[i], NULL, &err), LISA_OK,
+                     "%s", err.msg);
+        cr_assert_eq(trn_model_backward(m[i], dl, NULL, &err), LISA_OK, "%s",
+                     err.msg);
+    }
+    cr_assert_eq(memcmp(lp[0], lp[1], sizeof lp[0]), 0);
+    const char *proj[] = {"q", "k", "v"};
+    for (int p = 0; p < 3; p++) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.0.self_attn.%s_proj.weight",
+                 proj[p]);
+        long i = trn_model_tensor_find(m[0], name);
+        cr_assert_geq(i, 0);
+        const float *g1 = trn_model_tensor_grad(m[0], (size_t) i),
+                    *g4 = trn_model_tensor_grad(m[1], (size_t) i);
+        double d = 0, n = 0;
+        for (size_t j = 0; j < trn_model_tensor_numel(m[0], (size_t) i); j++) {
+            d += ((double) g1[j] - g4[j]) * ((double) g1[j] - g4[j]);
+            n += (double) g1[j] * g1[j];
+        }
+        cr_assert_gt(n, 0.0, "%s: no gradient", name);
+        cr_assert_lt(sqrt(d / n), 1e-5, "%s: rel. err %g", name, sqrt(d / n));
+    }
+    trn_model_destroy(&m[0]);
+    trn_model_destroy(&m[1]);
+}
