@@ -607,29 +607,29 @@ s_sb_row(int i, int N)
     return n < N ? n : -1;
 }
 
-/* Thread 0: the copies of stage s into buffer `slot` (its weight rows,
- * its tokens' rows, or both). */
+/* Warp 0: the copies of stage s into buffer `slot` (its weight rows, its
+ * tokens' rows, or both), one row a lane: lane i < 16 weight row i, lane
+ * 16 + q token q, so the copies are issued side by side. */
 template <bool GLU>
 __device__ __forceinline__ void
 s_sb_issue(uint32_t base, const trn_bf16_t *w, const trn_bf16_t *x, int T,
            int K, int N, int s, int slot, bool wts, bool toks)
 {
+    int lane = (int) threadIdx.x & 31;
     int k0 = s * S_SB_KS, kw = min(S_SB_KS, K - k0);
     uint32_t bytes = (uint32_t) kw * 2,
              bar =
                  base + S_SB_ST * S_SB_ROWS * S_SB_LD * 2 + (uint32_t) slot * 8;
     uint32_t tile = base + (uint32_t) slot * S_SB_ROWS * S_SB_LD * 2;
-    if (wts)
-        for (int i = 0; i < 16; i++) {
-            int r = s_sb_row<GLU>(i, N);
-            if (r >= 0)
-                s_bulk(tile + (uint32_t) i * S_SB_LD * 2,
-                       w + (size_t) r * (size_t) K + (size_t) k0, bytes, bar);
-        }
-    if (toks)
-        for (int q = 0; q < T; q++)
-            s_bulk(tile + (uint32_t) (16 + q) * S_SB_LD * 2,
-                   x + (size_t) q * (size_t) K + (size_t) k0, bytes, bar);
+    if (wts && lane < 16) {
+        int r = s_sb_row<GLU>(lane, N);
+        if (r >= 0)
+            s_bulk(tile + (uint32_t) lane * S_SB_LD * 2,
+                   w + (size_t) r * (size_t) K + (size_t) k0, bytes, bar);
+    }
+    if (toks && lane >= 16 && lane - 16 < T)
+        s_bulk(tile + (uint32_t) lane * S_SB_LD * 2,
+               x + (size_t) (lane - 16) * (size_t) K + (size_t) k0, bytes, bar);
 }
 
 /* Bytes stage s brings: its valid weight rows' and the T tokens' slices. */
@@ -661,14 +661,19 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    /* the first stages' weights before the wait, their tokens after it */
-    if (threadIdx.x == 0)
-        for (int s = 0; s < pre; s++) {
-            s_mbar_expect(bars + (uint32_t) s * 8, s_sb_bytes<GLU>(T, K, N, s));
+    /* the first stages' weights before the wait, their tokens after it;
+     * each stage's expected bytes are set before its copies */
+    if (warp == 0) {
+        if (lane == 0)
+            for (int s = 0; s < pre; s++)
+                s_mbar_expect(bars + (uint32_t) s * 8,
+                              s_sb_bytes<GLU>(T, K, N, s));
+        __syncwarp();
+        for (int s = 0; s < pre; s++)
             s_sb_issue<GLU>(base, w, x, T, K, N, s, s, true, false);
-        }
+    }
     trn_pdl_enter();
-    if (threadIdx.x == 0)
+    if (warp == 0)
         for (int s = 0; s < pre; s++)
             s_sb_issue<GLU>(base, w, x, T, K, N, s, s, false, true);
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -687,10 +692,12 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             }
         }
         __syncthreads(); /* every warp is done with the buffer */
-        if (threadIdx.x == 0 && s + S_SB_ST < nst) {
+        if (warp == 0 && s + S_SB_ST < nst) {
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            s_mbar_expect(bars + (uint32_t) slot * 8,
-                          s_sb_bytes<GLU>(T, K, N, s + S_SB_ST));
+            if (lane == 0)
+                s_mbar_expect(bars + (uint32_t) slot * 8,
+                              s_sb_bytes<GLU>(T, K, N, s + S_SB_ST));
+            __syncwarp();
             s_sb_issue<GLU>(base, w, x, T, K, N, s + S_SB_ST, slot, true, true);
         }
     }
