@@ -438,9 +438,7 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
     for (int i = 0; i < S_SK_W; i++)
         sum += red[i][r][tok];
     size_t o = (size_t) tok * (size_t) N + (size_t) n;
-    if (gridDim.y > 1) /* split K: the blocks' shares meet in yf */
-        atomicAdd(yf + o, sum);
-    else if (yf)
+    if (yf)
         yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
     else
         trn_st(yb + o, sum);
@@ -464,12 +462,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         nA = blockIdx.x * 16 + g;
         nB = nA + 8;
     }
-    /* split K (gridDim.y > 1): this block's share of the chunks */
-    int chunks = K / 32,
-        kper = (chunks + (int) gridDim.y - 1) / (int) gridDim.y;
-    int kb = (int) blockIdx.y * kper, ke = min(chunks, kb + kper);
-    int per = (max(ke - kb, 0) + S_SK_W - 1) / S_SK_W;
-    int c0 = kb + warp * per, c1 = min(ke, c0 + per);
+    int chunks = K / 32, per = (chunks + S_SK_W - 1) / S_SK_W;
+    int c0 = warp * per, c1 = min(chunks, c0 + per);
     size_t row16 = (size_t) K / 8; /* 16-byte units a row */
     const uint4 *wa = reinterpret_cast<const uint4 *>(w) +
                       (size_t) (nA < N ? nA : 0) * row16 + t;
@@ -764,17 +758,6 @@ s_skinny_env(const char *name, int dflt)
 }
 
 static int
-s_skinny_split(void)
-{
-    static int k = -1;
-    if (k < 0) {
-        int v = s_skinny_env("LISA_CUDA_SKINNY_SPLIT", 1);
-        k = v > 16 ? 16 : v;
-    }
-    return k;
-}
-
-static int
 s_skinny_min(void)
 {
     static int tmin = -1;
@@ -824,12 +807,6 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 {
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
-    /* K split over blocks whose sums meet by atomic adds (order-dependent
-     * bits): only into an fp32 output that is added to, and only with
-     * LISA_CUDA_SKINNY_SPLIT > 1 (an experiment: the o and down products
-     * are 160 blocks of 16 rows at the 4B shape, a wave and a bit) */
-    if (!GLU && yf && accumulate && s_skinny_split() > 1 && !s_skinny_bulk_on())
-        grid.y = (unsigned) s_skinny_split();
     if (T <= 8 && s_skinny_bulk_on())
         return s_skinny_bulk_go<GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
                                      st);
