@@ -2246,20 +2246,6 @@ main(int argc, char **argv)
     test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
     test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
     test_linear_glu(b, 5, 96, 301);
-    /* the skinny kernel fed by bulk copies (5 to 8 tokens here): stages of
-     * 256 columns, a short last stage, more stages than buffers, short
-     * blocks */
-    trn_linear_set_skinny_bulk(1);
-    test_linear_few(b, 5, 1024, 600);
-    test_linear_few(b, 8, 2560, 6144); /* q|k|v at batch 8 */
-    test_linear_few(b, 8, 9728, 2560); /* down: 38 stages */
-    test_linear_few(b, 5, 4096, 2560); /* o at batch 5 */
-    test_linear_few(b, 7, 2560, 700);  /* a last block of 12 rows */
-    test_linear_few(b, 6, 96, 50);     /* one stage of 96 columns */
-    test_linear_few(b, 6, 800, 40);    /* a last stage of 32 columns */
-    test_linear_glu(b, 8, 2560, 9728); /* gate|up at batch 8 */
-    test_linear_glu(b, 5, 96, 301);    /* a last block with one pair */
-    trn_linear_set_skinny_bulk(0);
     s_check("linear + swiglu: shapes it does not take",
             trn_linear_glu_fits(17, 64, 64) || trn_linear_glu_fits(5, 72, 64) ||
                     trn_linear_glu_fits(1, 8200, 64) ||

@@ -108,10 +108,6 @@ lisa_rc_t trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
  * bf16 followed by trn_k_swiglu_fwd give; for the few tokens
  * trn_linear_glu_fits accepts (a decode step of one sequence). */
 int trn_linear_glu_fits(int T, int K, int I);
-/* Products of 2 to 8 tokens through the skinny kernel fed by bulk copies
- * (on) or by its lanes' own loads (off, the default unless
- * LISA_CUDA_SKINNY_BULK=1); for tests and benchmarks. */
-void trn_linear_set_skinny_bulk(int on);
 lisa_rc_t trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x,
                              const trn_bf16_t *w, int T, int K, int I,
                              trn_cuda_stream_t *s);
