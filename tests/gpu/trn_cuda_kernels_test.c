@@ -993,12 +993,26 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
     float *d_lse = s_dev(NULL, (size_t) T * H * 4), *scr = s_dev(NULL, nscr);
     RC(trn_k_attn_fwd(d_o, d_lse, d_qkv, d_qkv + H * D, d_qkv + (H + Hk) * D,
                       stride, d_seg, T, H, Hk, D, NULL));
-    double *got[2];
-    for (int r = 0; r < 2; r++) { /* the portable kernel, then wgmma */
+    double *got[3];
+    /* the portable kernel, wgmma, wgmma adding dq four values an atomic
+     * (LISA_ATTN_HB_DQ4=1) */
+    const char *dq4 = getenv("LISA_ATTN_HB_DQ4");
+    char keep[8] = "";
+    if (dq4)
+        snprintf(keep, sizeof keep, "%s", dq4);
+    for (int r = 0; r < 3; r++) {
         RC(trn_cuda_memset(d_dqkv, 0xff, n * 2, NULL));
         RC(trn_cuda_memset(scr, 0xff, nscr, NULL));
+        if (r == 1)
+            setenv("LISA_ATTN_HB_DQ4", "0", 1);
+        if (r == 2)
+            setenv("LISA_ATTN_HB_DQ4", "1", 1);
         RC(s_attn_bwd_as(r ? "1" : "0", d_dqkv, scr, d_do, d_o, d_lse, d_qkv,
                          stride, d_seg, T, H, Hk, D));
+        if (dq4)
+            setenv("LISA_ATTN_HB_DQ4", keep, 1);
+        else
+            unsetenv("LISA_ATTN_HB_DQ4");
         RC(trn_cuda_sync());
         got[r] = s_get_bf16(d_dqkv, n);
     }
@@ -1006,6 +1020,9 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
     snprintf(name, sizeof name, "attn bwd hopper vs portable T=%d G=%d s=%d", T,
              H / Hk, seg[T - 1] + 1);
     s_check_dqkv(name, got[1], got[0], NULL, NULL, T, H, Hk);
+    snprintf(name, sizeof name, "attn bwd hopper dq4 vs portable T=%d G=%d", T,
+             H / Hk);
+    s_check_dqkv(name, got[2], got[0], NULL, NULL, T, H, Hk);
     if (ref) {
         double *ro = malloc(no * 8), *rl = malloc((size_t) T * H * 8);
         double *rq = malloc(n * 8), *rk = malloc(n * 8), *rv = malloc(n * 8);
@@ -1018,7 +1035,8 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
         free(ro), free(rl), free(rq), free(rk), free(rv);
     }
     fflush(stdout);
-    free(got[0]), free(got[1]), free(hqkv), free(hdo), free(qkv), free(dout);
+    free(got[0]), free(got[1]), free(got[2]), free(hqkv), free(hdo), free(qkv);
+    free(dout);
     free(seg);
     trn_cuda_free(&d_qkv), trn_cuda_free(&d_do), trn_cuda_free(&d_seg);
     trn_cuda_free(&d_o), trn_cuda_free(&d_dqkv), trn_cuda_free(&d_lse);
