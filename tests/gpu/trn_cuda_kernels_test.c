@@ -902,29 +902,52 @@ test_attn_paths(int T, int H, int Hk, int nseg)
     trn_cuda_free(&d_lse);
 }
 
-/* The attention backward pass with LISA_ATTN_HOPPER_BWD set to `val`
- * (NULL: unset) for the call; the environment is restored after. */
-static lisa_rc_t
-s_attn_bwd_as(const char *val, trn_bf16_t *dqkv, float *scratch,
-              const trn_bf16_t *dout, const trn_bf16_t *o, const float *lse,
-              const trn_bf16_t *qkv, int stride, const int32_t *seg, int T,
-              int H, int Hk, int D)
+/* An environment variable set for a call, and what it was before. */
+typedef struct {
+    const char *var;
+    int had;
+    char old[32];
+} s_env_t;
+
+/* Sets var to val (NULL: leaves it as it is) and remembers its value. */
+static s_env_t
+s_env_push(const char *var, const char *val)
 {
-    const char *var = "LISA_ATTN_HOPPER_BWD", *old = getenv(var);
-    char keep[32] = "";
+    s_env_t e = {.var = var};
+    const char *old = getenv(var);
+    e.had = old != NULL;
     if (old)
-        snprintf(keep, sizeof keep, "%s", old);
+        snprintf(e.old, sizeof e.old, "%s", old);
     if (val)
         setenv(var, val, 1);
+    return e;
+}
+
+static void
+s_env_pop(const s_env_t *e)
+{
+    if (e->had)
+        setenv(e->var, e->old, 1);
     else
-        unsetenv(var);
+        unsetenv(e->var);
+}
+
+/* The attention backward pass with LISA_ATTN_HOPPER_BWD set to `hopper`
+ * and LISA_ATTN_HB_DQ4 to `dq4` (NULL: as they are) for the call; the
+ * environment is restored after. */
+static lisa_rc_t
+s_attn_bwd_as(const char *hopper, const char *dq4, trn_bf16_t *dqkv,
+              float *scratch, const trn_bf16_t *dout, const trn_bf16_t *o,
+              const float *lse, const trn_bf16_t *qkv, int stride,
+              const int32_t *seg, int T, int H, int Hk, int D)
+{
+    s_env_t e1 = s_env_push("LISA_ATTN_HOPPER_BWD", hopper);
+    s_env_t e2 = s_env_push("LISA_ATTN_HB_DQ4", dq4);
     lisa_rc_t rc = trn_k_attn_bwd(
         dqkv, dqkv + H * D, dqkv + (H + Hk) * D, stride, scratch, dout, o, lse,
         qkv, qkv + H * D, qkv + (H + Hk) * D, stride, seg, T, H, Hk, D, NULL);
-    if (old)
-        setenv(var, keep, 1);
-    else
-        unsetenv(var);
+    s_env_pop(&e2);
+    s_env_pop(&e1);
     return rc;
 }
 
@@ -996,23 +1019,11 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
     double *got[3];
     /* the portable kernel, wgmma, wgmma adding dq four values an atomic
      * (LISA_ATTN_HB_DQ4=1) */
-    const char *dq4 = getenv("LISA_ATTN_HB_DQ4");
-    char keep[8] = "";
-    if (dq4)
-        snprintf(keep, sizeof keep, "%s", dq4);
     for (int r = 0; r < 3; r++) {
         RC(trn_cuda_memset(d_dqkv, 0xff, n * 2, NULL));
         RC(trn_cuda_memset(scr, 0xff, nscr, NULL));
-        if (r == 1)
-            setenv("LISA_ATTN_HB_DQ4", "0", 1);
-        if (r == 2)
-            setenv("LISA_ATTN_HB_DQ4", "1", 1);
-        RC(s_attn_bwd_as(r ? "1" : "0", d_dqkv, scr, d_do, d_o, d_lse, d_qkv,
-                         stride, d_seg, T, H, Hk, D));
-        if (dq4)
-            setenv("LISA_ATTN_HB_DQ4", keep, 1);
-        else
-            unsetenv("LISA_ATTN_HB_DQ4");
+        RC(s_attn_bwd_as(r ? "1" : "0", r == 2 ? "1" : "0", d_dqkv, scr, d_do,
+                         d_o, d_lse, d_qkv, stride, d_seg, T, H, Hk, D));
         RC(trn_cuda_sync());
         got[r] = s_get_bf16(d_dqkv, n);
     }
@@ -1866,15 +1877,15 @@ bench_attn_bwd(void)
         for (int r = 0; r < 2; r++) {
             const char *val = r ? "1" : "0";
             for (int w = 0; w < 3; w++)
-                RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
-                                 dseg, T, H, Hk, D));
+                RC(s_attn_bwd_as(val, NULL, dqkv, scr, dout, o, lse, qkv,
+                                 stride, dseg, T, H, Hk, D));
             RC(trn_cuda_sync());
             double t[7];
             for (int bi = 0; bi < 7; bi++) {
                 double t0 = s_now();
                 for (int i = 0; i < reps; i++)
-                    RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
-                                     dseg, T, H, Hk, D));
+                    RC(s_attn_bwd_as(val, NULL, dqkv, scr, dout, o, lse, qkv,
+                                     stride, dseg, T, H, Hk, D));
                 RC(trn_cuda_sync());
                 t[bi] = (s_now() - t0) / reps;
             }

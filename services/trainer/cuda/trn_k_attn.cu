@@ -676,27 +676,32 @@ s_sm90(void)
     return major == 9;
 }
 
+/* Whether LISA_ATTN_PORTABLE is set to anything but 0 (read every call):
+ * the portable mma.sync kernels only. */
+static bool
+s_portable(void)
+{
+    const char *e = getenv("LISA_ATTN_PORTABLE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 /* Whether the forward pass at head_dim 128 runs the wgmma kernel
  * (trn_k_attn_h.cu): on a device of compute capability 9.x, unless
- * LISA_ATTN_PORTABLE is set to anything but 0 (read every call). */
+ * s_portable. */
 static bool
 s_hopper_fwd(void)
 {
-    const char *e = getenv("LISA_ATTN_PORTABLE");
-    return s_sm90() && !(e && *e && strcmp(e, "0") != 0);
+    return s_sm90() && !s_portable();
 }
 
 /* Whether the backward pass at head_dim 128 runs the wgmma kernel
  * (trn_k_attn_hb.cu): on a device of compute capability 9.x unless
- * LISA_ATTN_HOPPER_BWD is 0 (read every call; LISA_ATTN_PORTABLE turns it
- * off too). */
+ * LISA_ATTN_HOPPER_BWD is 0 (read every call) or s_portable. */
 static bool
 s_hopper_bwd(void)
 {
     const char *e = getenv("LISA_ATTN_HOPPER_BWD");
-    const char *p = getenv("LISA_ATTN_PORTABLE");
-    return s_sm90() && !(e && strcmp(e, "0") == 0) &&
-           !(p && *p && strcmp(p, "0") != 0);
+    return s_sm90() && !(e && strcmp(e, "0") == 0) && !s_portable();
 }
 
 extern "C" lisa_rc_t

@@ -454,13 +454,9 @@ trn_k_attn_bwd_h(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
                  int stride, const int32_t *seg, int T, int H, int Hk,
                  cudaStream_t st)
 {
-    const char *e = getenv("LISA_ATTN_HB_DQ4");
-    void (*kern)(trn_bf16_t *, trn_bf16_t *, int, float *, const float *,
-                 const trn_bf16_t *, const float *, const trn_bf16_t *,
-                 const trn_bf16_t *, const trn_bf16_t *, int, const int32_t *,
-                 int, int, int, float) = e && strcmp(e, "1") == 0
-                                             ? s_attn_bwd_wgmma<true>
-                                             : s_attn_bwd_wgmma<false>;
+    const char *e = getenv("LISA_ATTN_HB_DQ4"); /* read every call */
+    auto kern = e && strcmp(e, "1") == 0 ? s_attn_bwd_wgmma<true>
+                                         : s_attn_bwd_wgmma<false>;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
         kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
     dim3 grid(Hk, TRN_CEIL_DIV(T, S_BK));
