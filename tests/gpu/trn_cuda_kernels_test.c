@@ -933,20 +933,17 @@ s_env_pop(const s_env_t *e)
 }
 
 /* The attention backward pass with LISA_ATTN_HOPPER_BWD set to `hopper`
- * and LISA_ATTN_HB_DQ4 to `dq4` (NULL: as they are) for the call; the
- * environment is restored after. */
+ * (NULL: as it is) for the call; the environment is restored after. */
 static lisa_rc_t
-s_attn_bwd_as(const char *hopper, const char *dq4, trn_bf16_t *dqkv,
-              float *scratch, const trn_bf16_t *dout, const trn_bf16_t *o,
-              const float *lse, const trn_bf16_t *qkv, int stride,
-              const int32_t *seg, int T, int H, int Hk, int D)
+s_attn_bwd_as(const char *hopper, trn_bf16_t *dqkv, float *scratch,
+              const trn_bf16_t *dout, const trn_bf16_t *o, const float *lse,
+              const trn_bf16_t *qkv, int stride, const int32_t *seg, int T,
+              int H, int Hk, int D)
 {
     s_env_t e1 = s_env_push("LISA_ATTN_HOPPER_BWD", hopper);
-    s_env_t e2 = s_env_push("LISA_ATTN_HB_DQ4", dq4);
     lisa_rc_t rc = trn_k_attn_bwd(
         dqkv, dqkv + H * D, dqkv + (H + Hk) * D, stride, scratch, dout, o, lse,
         qkv, qkv + H * D, qkv + (H + Hk) * D, stride, seg, T, H, Hk, D, NULL);
-    s_env_pop(&e2);
     s_env_pop(&e1);
     return rc;
 }
@@ -1016,14 +1013,12 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
     float *d_lse = s_dev(NULL, (size_t) T * H * 4), *scr = s_dev(NULL, nscr);
     RC(trn_k_attn_fwd(d_o, d_lse, d_qkv, d_qkv + H * D, d_qkv + (H + Hk) * D,
                       stride, d_seg, T, H, Hk, D, NULL));
-    double *got[3];
-    /* the portable kernel, wgmma, wgmma adding dq four values an atomic
-     * (LISA_ATTN_HB_DQ4=1) */
-    for (int r = 0; r < 3; r++) {
+    double *got[2];
+    for (int r = 0; r < 2; r++) { /* the portable kernel, then wgmma */
         RC(trn_cuda_memset(d_dqkv, 0xff, n * 2, NULL));
         RC(trn_cuda_memset(scr, 0xff, nscr, NULL));
-        RC(s_attn_bwd_as(r ? "1" : "0", r == 2 ? "1" : "0", d_dqkv, scr, d_do,
-                         d_o, d_lse, d_qkv, stride, d_seg, T, H, Hk, D));
+        RC(s_attn_bwd_as(r ? "1" : "0", d_dqkv, scr, d_do, d_o, d_lse, d_qkv,
+                         stride, d_seg, T, H, Hk, D));
         RC(trn_cuda_sync());
         got[r] = s_get_bf16(d_dqkv, n);
     }
@@ -1031,9 +1026,6 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
     snprintf(name, sizeof name, "attn bwd hopper vs portable T=%d G=%d s=%d", T,
              H / Hk, seg[T - 1] + 1);
     s_check_dqkv(name, got[1], got[0], NULL, NULL, T, H, Hk);
-    snprintf(name, sizeof name, "attn bwd hopper dq4 vs portable T=%d G=%d", T,
-             H / Hk);
-    s_check_dqkv(name, got[2], got[0], NULL, NULL, T, H, Hk);
     if (ref) {
         double *ro = malloc(no * 8), *rl = malloc((size_t) T * H * 8);
         double *rq = malloc(n * 8), *rk = malloc(n * 8), *rv = malloc(n * 8);
@@ -1046,7 +1038,7 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
         free(ro), free(rl), free(rq), free(rk), free(rv);
     }
     fflush(stdout);
-    free(got[0]), free(got[1]), free(got[2]), free(hqkv), free(hdo), free(qkv);
+    free(got[0]), free(got[1]), free(hqkv), free(hdo), free(qkv);
     free(dout);
     free(seg);
     trn_cuda_free(&d_qkv), trn_cuda_free(&d_do), trn_cuda_free(&d_seg);
@@ -1877,15 +1869,15 @@ bench_attn_bwd(void)
         for (int r = 0; r < 2; r++) {
             const char *val = r ? "1" : "0";
             for (int w = 0; w < 3; w++)
-                RC(s_attn_bwd_as(val, NULL, dqkv, scr, dout, o, lse, qkv,
-                                 stride, dseg, T, H, Hk, D));
+                RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
+                                 dseg, T, H, Hk, D));
             RC(trn_cuda_sync());
             double t[7];
             for (int bi = 0; bi < 7; bi++) {
                 double t0 = s_now();
                 for (int i = 0; i < reps; i++)
-                    RC(s_attn_bwd_as(val, NULL, dqkv, scr, dout, o, lse, qkv,
-                                     stride, dseg, T, H, Hk, D));
+                    RC(s_attn_bwd_as(val, dqkv, scr, dout, o, lse, qkv, stride,
+                                     dseg, T, H, Hk, D));
                 RC(trn_cuda_sync());
                 t[bi] = (s_now() - t0) / reps;
             }

@@ -28,8 +28,9 @@
  *                         over the block's 128 keys: dS^T stored to
  *                         shared memory (swizzled) and read MN-major as
  *                         A, K MN-major as B; added with fp32 atomics
- *                         (two values each; four with
- *                         LISA_ATTN_HB_DQ4=1, not yet timed).
+ *                         of two values (four values an atomic, or the
+ *                         copy engine's bulk adds from shared memory,
+ *                         were no faster on an H200).
  *
  * Every operand tile sits in shared memory in the 128-byte swizzle (see
  * trn_cuda_wgmma.cuh). K and V are copied once; Q, dO and the rows' lse
@@ -262,34 +263,14 @@ s_dq_issue(float (&dq)[32], const s_bctx &c)
     trn_wg_commit();
 }
 
-/* dQ of the tile added into the fp32 buffer of query head h: two values
- * an atomic add (the lane's column pair), or with DQ4 four: lanes t and
- * t ^ 1 swap a pair, so the even lane holds four consecutive columns of
- * row g and the odd one of row g + 8 (half the atomic operations; an
- * experiment, LISA_ATTN_HB_DQ4=1, until timed on a GPU). */
-template <bool DQ4>
+/* dQ of the tile added into the fp32 buffer of query head h, two values
+ * (the lane's column pair) an atomic add. */
 static __device__ __forceinline__ void
 s_dq_add(float *dq_acc, const float (&dq)[32], const s_bctx &c, int q0, int h)
 {
     const int tq0 = q0 + c.warp * 16 + c.g, tq1 = tq0 + 8;
-    const bool odd = c.t & 1;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        if (DQ4) {
-            float s0 = odd ? dq[4 * j] : dq[4 * j + 2];
-            float s1 = odd ? dq[4 * j + 1] : dq[4 * j + 3];
-            float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-            float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-            const int col = c.wg * 64 + 8 * j + 2 * (c.t & 2);
-            const int row = odd ? tq1 : tq0;
-            float4 v = odd ? make_float4(r0, r1, dq[4 * j + 2], dq[4 * j + 3])
-                           : make_float4(dq[4 * j], dq[4 * j + 1], r0, r1);
-            if (row < c.T)
-                atomicAdd(reinterpret_cast<float4 *>(
-                              dq_acc + ((size_t) row * c.H + h) * S_D + col),
-                          v);
-            continue;
-        }
         const int col = c.wg * 64 + 8 * j + 2 * c.t;
         if (tq0 < c.T)
             atomicAdd(reinterpret_cast<float2 *>(
@@ -362,7 +343,6 @@ s_ctx_init(s_bctx &c, unsigned char *sm, const trn_bf16_t *q,
 
 /* One query tile (iteration it, its copies landed in buffer buf): the
  * five products, dK and dV accumulated, dQ added into dq_acc. */
-template <bool DQ4>
 static __device__ __forceinline__ void
 s_tile(float (&dK)[64], float (&dV)[64], float *dq_acc, const s_bctx &c, int it,
        int buf, float sc)
@@ -401,10 +381,9 @@ s_tile(float (&dK)[64], float (&dV)[64], float *dq_acc, const s_bctx &c, int it,
     trn_wg_touch(dV);
     trn_wg_keep(p);
     trn_wg_keep(ds);
-    s_dq_add<DQ4>(dq_acc, dq, c, q0, h);
+    s_dq_add(dq_acc, dq, c, q0, h);
 }
 
-template <bool DQ4>
 __global__ void
 __launch_bounds__(S_NTH, 1)
     s_attn_bwd_wgmma(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
@@ -442,7 +421,7 @@ __launch_bounds__(S_NTH, 1)
         if (it + 1 < niter)
             s_load_q(c, buf ^ 1, it + 1);
         trn_cp_commit();
-        s_tile<DQ4>(dK, dV, dq_acc, c, it, buf, scale * S_LOG2E);
+        s_tile(dK, dV, dq_acc, c, it, buf, scale * S_LOG2E);
     }
     s_store_kv(dk, dv, dstride, dK, dV, c, scale);
 }
@@ -454,15 +433,12 @@ trn_k_attn_bwd_h(trn_bf16_t *dk, trn_bf16_t *dv, int dstride, float *dq_acc,
                  int stride, const int32_t *seg, int T, int H, int Hk,
                  cudaStream_t st)
 {
-    const char *e = getenv("LISA_ATTN_HB_DQ4"); /* read every call */
-    auto kern = e && strcmp(e, "1") == 0 ? s_attn_bwd_wgmma<true>
-                                         : s_attn_bwd_wgmma<false>;
     TRN_CUDA_TRY(cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
+        s_attn_bwd_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, S_SMEM));
     dim3 grid(Hk, TRN_CEIL_DIV(T, S_BK));
-    kern<<<grid, S_NTH, S_SMEM, st>>>(dk, dv, dstride, dq_acc, delta, dout, lse,
-                                      q, k, v, stride, seg, T, H, Hk,
-                                      1.0f / sqrtf((float) S_D));
+    s_attn_bwd_wgmma<<<grid, S_NTH, S_SMEM, st>>>(
+        dk, dv, dstride, dq_acc, delta, dout, lse, q, k, v, stride, seg, T, H,
+        Hk, 1.0f / sqrtf((float) S_D));
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
