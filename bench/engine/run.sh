@@ -39,9 +39,12 @@ python3 "$here/hw_rates.py" "$out/rates.json"
 serve() { # label bindir extra-settings...; sets $url and $pid
   local label=$1 dir=$2
   shift 2
-  local lib
+  local lib vis=()
   lib=$(cd "$dir/.." && pwd)/lib
-  CUDA_VISIBLE_DEVICES=${gpu:-${CUDA_VISIBLE_DEVICES:-}} \
+  # one engine per GPU when $gpu is set; otherwise the caller's devices (an
+  # empty CUDA_VISIBLE_DEVICES would hide them all)
+  [ -n "${gpu:-}" ] && vis=(CUDA_VISIBLE_DEVICES="$gpu")
+  env "${vis[@]}" \
   LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-} "$dir/lisa-trainer" serve \
     --backend cuda --model "$model" --engine-listen 127.0.0.1:0 \
     --out "$work/$label" --broker tcp://127.0.0.1:1 "$@" \

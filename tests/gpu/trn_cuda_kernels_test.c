@@ -143,8 +143,8 @@ test_linear(trn_blas_t *b)
     RC(trn_linear_fwd(b, y32, NULL, dx_, dw_, T, K, N, 0, NULL));
     RC(trn_linear_fwd(b, NULL, y16, dx_, dw_, T, K, N, 0, NULL));
     RC(trn_linear_bwd_data(b, gx, ddy, dw_, T, K, N, NULL));
-    RC(trn_linear_bwd_weight(b, gw, ddy, dx_, T, K, N, NULL));
-    RC(trn_linear_bwd_weight(b, gw, ddy, dx_, T, K, N, NULL)); /* twice */
+    RC(trn_linear_bwd_weight(b, gw, ddy, dx_, T, K, N, 1, NULL));
+    RC(trn_linear_bwd_weight(b, gw, ddy, dx_, T, K, N, 1, NULL)); /* twice */
     RC(trn_cuda_sync());
 
     double *ry = calloc((size_t) T * N, sizeof(double));

@@ -682,10 +682,10 @@ trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx, const trn_bf16_t *dy,
 
 extern "C" lisa_rc_t
 trn_linear_bwd_weight(trn_blas_t *b, float *dw, const trn_bf16_t *dy,
-                      const trn_bf16_t *x, int T, int K, int N,
+                      const trn_bf16_t *x, int T, int K, int N, int accumulate,
                       trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(b && dw && dy && x && T > 0 && K > 0 && N > 0);
-    return s_gemm(b, 0, 1, K, N, T, x, K, dy, N, dw, K, 1, 1.0f, NULL,
-                  trn_stream(s));
+    return s_gemm(b, 0, 1, K, N, T, x, K, dy, N, dw, K, 1,
+                  accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));
 }

@@ -758,6 +758,9 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         s_err(err, "backward with the training state off the device");
         return LISA_CONFLICT;
     }
+    /* a gradient known to be zero is written by the weight products, not
+     * read and added to */
+    const int acc = !g->grad_zero;
     g->grad_zero = 0;
     size_t T = g->T, C = (size_t) g->C;
     int Ti = (int) T, H = g->H, Hk = g->Hk, D = g->D, I = g->I;
@@ -785,7 +788,7 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf + r0 * C, g->dlogits,
                                   W + g->lm_head, cn, g->C, g->V, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + g->lm_head, g->dlogits, hc, cn,
-                                    g->C, g->V, NULL));
+                                    g->C, g->V, acc || r0 > 0, NULL));
     }
     S_TRY(trn_cuda_memset(g->dx, 0, T * C * 4, NULL));
     S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, g->dxb, g->C, G + g->final_norm,
@@ -806,12 +809,12 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
                                   g->C, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->down, g->dxb, g->a, Ti, I,
-                                    g->C, NULL));
+                                    g->C, acc, NULL));
         S_TRY(trn_k_swiglu_bwd(g->dgu, g->da, g->gu, Ti, I, NULL));
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dgu, W + ly->gu, Ti, g->C,
                                   2 * I, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->gu, g->dgu, g->h2, Ti,
-                                    g->C, 2 * I, NULL));
+                                    g->C, 2 * I, acc, NULL));
         S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, g->dxb, g->C, G + ly->w_post,
                                       g->dhf, g->C, g->xm, g->C, W + ly->w_post,
                                       g->rstd2, Ti, g->C, NULL));
@@ -819,7 +822,7 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         S_TRY(trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->o, Ti, H * D,
                                   g->C, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->o, g->dxb, g->o, Ti, H * D,
-                                    g->C, NULL));
+                                    g->C, acc, NULL));
         if (g->cp_on)
             S_TRY(trn_gpu_cp_attn_bwd(g, l, err));
         else
@@ -838,7 +841,7 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         S_TRY(trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
                                   g->C, g->S, NULL));
         S_TRY(trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
-                                    g->C, g->S, NULL));
+                                    g->C, g->S, acc, NULL));
         S_TRY(trn_k_rmsnorm_bwd_resid(g->dx, l > 0 ? g->dxb : NULL, g->C,
                                       G + ly->w_in, g->dhf, g->C, x, g->C,
                                       W + ly->w_in, g->rstd1, Ti, g->C, NULL));

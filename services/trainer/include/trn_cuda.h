@@ -121,10 +121,11 @@ lisa_rc_t trn_linear_fwd_res(trn_blas_t *b, float *y, const float *res,
 lisa_rc_t trn_linear_bwd_data(trn_blas_t *b, trn_bf16_t *dx,
                               const trn_bf16_t *dy, const trn_bf16_t *w, int T,
                               int K, int N, trn_cuda_stream_t *s);
-/* dw[N,K] (fp32) += dy[T,N]^T @ x[T,K]. */
+/* dw[N,K] (fp32) += dy[T,N]^T @ x[T,K] (= when !accumulate: dw is not
+ * read). */
 lisa_rc_t trn_linear_bwd_weight(trn_blas_t *b, float *dw, const trn_bf16_t *dy,
                                 const trn_bf16_t *x, int T, int K, int N,
-                                trn_cuda_stream_t *s);
+                                int accumulate, trn_cuda_stream_t *s);
 
 /* --- element-wise and row kernels -------------------------------------- */
 
