@@ -45,6 +45,11 @@
  * alone (train_tok_s_<T/1024>k, mfu_, recompute_).
  * --batch B prints the decode figures of batch B alone, after prompts of
  * P tokens (default 128: P sets the context the decode steps read).
+ * With LISA_CUDA_PHASES=1 each forward+backward figure is followed by its
+ * device time by kind of work (phase_ms_<tag>_<kind>, the mean of the
+ * timed passes; the events that measure it slow the pass a little, and a
+ * backward that recomputes layers counts their forward products as
+ * products_fwd).
  */
 #include "trn_cuda.h"
 #include "trn_dist.h"
@@ -151,6 +156,23 @@ s_recompute_name(const trn_gpu_model_t *g)
                                                 : "on";
 }
 
+/* With LISA_CUDA_PHASES=1: the mean device time of a forward+backward
+ * by kind of work (phase_ms_<tag>_<kind>), over the last `passes`. */
+static void
+s_print_phases(trn_gpu_model_t *g, const char *tag, int passes)
+{
+    double ms[TRN_GPU_PHASES] = {0};
+    if (!trn_gpu_model_phases(g, ms))
+        return;
+    double sum = 0;
+    for (int i = 0; i < TRN_GPU_PHASES; i++) {
+        printf("phase_ms_%s_%s %.2f ms\n", tag, trn_gpu_model_phase_name(i),
+               ms[i] / passes);
+        sum += ms[i] / passes;
+    }
+    printf("phase_ms_%s_all %.2f ms\n", tag, sum);
+}
+
 static void
 s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
         int reps)
@@ -168,12 +190,15 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
         }
         if (it > 0)
             times[it - 1] = s_now() - t0;
+        else /* the warm-up's phases are not counted */
+            (void) trn_gpu_model_phases(g, (double[TRN_GPU_PHASES]){0});
     }
     qsort(times, (size_t) reps, 8, s_cmp);
     double t = times[reps / 2];
     printf("train_tok_s_%s %.0f tok/s\n", tag, T / t);
     printf("mfu_%s %.1f %%\n", tag, 100 * s_flops(c, T) / t / 989e12);
     printf("recompute_%s %s\n", tag, s_recompute_name(g));
+    s_print_phases(g, tag, reps);
     s_seq_free(&s);
 }
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int s_pass, s_fail;
 
@@ -437,6 +438,77 @@ out:
  * update the weights, moments and step agree bit for bit, and so do the
  * forward's log-probs; the state survives the rollout phase's move off
  * the device, set_optim while offloaded, and coming back. */
+/* LISA_CUDA_PHASES=1 at creation: the passes' device time by kind of
+ * work, each kind the passes run timed (more than zero), their sum no
+ * more than the passes' wall time, and the same gradients as an untimed
+ * model's, bit for bit; an untimed model reports nothing. */
+static void
+test_phases(void)
+{
+    trn_err_t err = {{0}};
+    trn_config_t cfg = s_cfg(512, 1536, 2, 8, 4, 64, 8192, 0, 1e6);
+    trn_model_t *cpu = trn_model_new_random(&cfg, 99, 0.05f, 8);
+    trn_model_t *ga = trn_model_new_random(&cfg, 1, 0.05f, 8);
+    trn_model_t *gb = trn_model_new_random(&cfg, 2, 0.05f, 8);
+    setenv("LISA_CUDA_PHASES", "1", 1);
+    trn_gpu_model_t *a = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    unsetenv("LISA_CUDA_PHASES");
+    trn_gpu_model_t *b = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    int lens[] = {300, 80};
+    s_batch_t sb;
+    s_make_batch(&sb, lens, 2, (int) cfg.vocab_size, 5);
+    size_t T = sb.b.n_tokens, P = cpu ? trn_model_num_params(cpu) : 0;
+    float *lp = malloc(T * 4), *dl = malloc(T * 4);
+    for (size_t t = 0; t < T; t++)
+        dl[t] = -1.0f / (float) T;
+    double ms[TRN_GPU_PHASES] = {0}, none[TRN_GPU_PHASES] = {0}, sum = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!a || !b || !ga || !gb ||
+        trn_gpu_model_forward(a, &sb.b, lp, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(a, dl, NULL, &err) != LISA_OK ||
+        trn_cuda_sync() != LISA_OK) {
+        printf("phases: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double wall = (double) (t1.tv_sec - t0.tv_sec) * 1e3 +
+                  (double) (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    s_check("phases: a timed model reports (not: 1)",
+            !trn_gpu_model_phases(a, ms), 0);
+    for (int i = 0; i < TRN_GPU_PHASES; i++) {
+        char what[96]; /* every kind runs in these passes */
+        snprintf(what, sizeof what, "phases: %s ms > 0 (not: 1)",
+                 trn_gpu_model_phase_name(i));
+        s_check(what, !(ms[i] > 0), 0);
+        sum += ms[i];
+    }
+    s_check("phases: sum over wall time, past 1", sum / wall > 1.0, 0);
+    s_check("phases: an untimed model reports (not: 0)",
+            trn_gpu_model_phases(b, none), 0);
+    if (trn_gpu_model_forward(b, &sb.b, lp, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(b, dl, NULL, &err) != LISA_OK ||
+        trn_gpu_model_download_grads(a, ga) != LISA_OK ||
+        trn_gpu_model_download_grads(b, gb) != LISA_OK) {
+        printf("phases: untimed passes: %s\n", err.msg);
+        s_fail++;
+        goto out;
+    }
+    s_check("phases: gradient bits that differ from an untimed model's",
+            (double) memcmp(trn_model_grads(ga), trn_model_grads(gb), P * 4) !=
+                0,
+            0);
+out:
+    free(lp), free(dl);
+    s_free_batch(&sb);
+    trn_gpu_model_destroy(&a);
+    trn_gpu_model_destroy(&b);
+    trn_model_destroy(&cpu);
+    trn_model_destroy(&ga);
+    trn_model_destroy(&gb);
+}
+
 static void
 test_optim_offload(void)
 {
@@ -839,6 +911,7 @@ main(int argc, char **argv)
                /* logp near -12 over a 152k vocabulary: bf16 products */
                2e-1, TRN_RECOMPUTE_AUTO);
     test_train_state();
+    test_phases();
     test_optim_offload();
     int lens4[] = {150, 90};
     test_cp("cp 2 ranks, tiny D=32", s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6),

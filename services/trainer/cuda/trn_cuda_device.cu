@@ -253,3 +253,98 @@ trn_cuda_graph_destroy(trn_cuda_graph_t **gr)
         *gr = NULL;
     }
 }
+
+/* ---- timers ------------------------------------------------------------ */
+
+struct trn_cuda_timer {
+    int n_classes, max_marks, n, dropped;
+    cudaEvent_t *ev; /* max_marks + 1: the start, then the marks */
+    int *cls;        /* the class of mark i (ev[i + 1]) */
+};
+
+extern "C" void
+trn_cuda_timer_destroy(trn_cuda_timer_t **tp)
+{
+    trn_cuda_timer_t *t = tp ? *tp : NULL;
+    if (!t)
+        return;
+    for (int i = 0; i <= t->max_marks; i++)
+        if (t->ev[i])
+            cudaEventDestroy(t->ev[i]);
+    free(t->ev);
+    free(t->cls);
+    free(t);
+    *tp = NULL;
+}
+
+extern "C" trn_cuda_timer_t *
+trn_cuda_timer_new(int n_classes, int max_marks)
+{
+    if (n_classes < 1 || max_marks < 1)
+        return NULL;
+    trn_cuda_timer_t *t = (trn_cuda_timer_t *) calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->n_classes = n_classes;
+    t->max_marks = max_marks;
+    t->ev = (cudaEvent_t *) calloc((size_t) max_marks + 1, sizeof *t->ev);
+    t->cls = (int *) calloc((size_t) max_marks, sizeof *t->cls);
+    bool ok = t->ev && t->cls;
+    for (int i = 0; ok && i <= max_marks; i++)
+        ok = cudaEventCreate(&t->ev[i]) == cudaSuccess;
+    if (!ok) {
+        cudaGetLastError();
+        fprintf(stderr, "trainer: no CUDA events for a timer\n");
+        trn_cuda_timer_destroy(&t);
+    }
+    return t;
+}
+
+/* A mark of class -1 charges nothing. */
+static lisa_rc_t
+s_timer_mark(trn_cuda_timer_t *t, int cls)
+{
+    if (t->n >= t->max_marks) {
+        t->dropped++;
+        return LISA_OK;
+    }
+    TRN_CUDA_TRY(cudaEventRecord(t->ev[t->n + 1], 0));
+    t->cls[t->n++] = cls;
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_cuda_timer_start(trn_cuda_timer_t *t)
+{
+    TRN_REQUIRE(t);
+    if (t->n > 0) /* marks unread: the gap before this start is not charged */
+        return s_timer_mark(t, -1);
+    TRN_CUDA_TRY(cudaEventRecord(t->ev[0], 0));
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
+trn_cuda_timer_mark(trn_cuda_timer_t *t, int cls)
+{
+    TRN_REQUIRE(t && cls >= 0 && cls < t->n_classes);
+    return s_timer_mark(t, cls);
+}
+
+extern "C" int
+trn_cuda_timer_read(trn_cuda_timer_t *t, double *ms)
+{
+    if (!t || !ms)
+        return 0;
+    if (t->n > 0 && cudaEventSynchronize(t->ev[t->n]) == cudaSuccess)
+        for (int i = 0; i < t->n; i++) {
+            float e = 0.0f;
+            if (t->cls[i] >= 0 &&
+                cudaEventElapsedTime(&e, t->ev[i], t->ev[i + 1]) == cudaSuccess)
+                ms[t->cls[i]] += e;
+        }
+    cudaGetLastError();
+    int dropped = t->dropped;
+    t->n = 0;
+    t->dropped = 0;
+    return dropped;
+}

@@ -89,6 +89,7 @@ struct trn_gpu_model {
      * all zeros (not copied, zeroed on the way back). */
     int state_off;
     int grad_zero;
+    trn_cuda_timer_t *timer; /* LISA_CUDA_PHASES=1 (trn_gpu_model_phases) */
     float *hstate;
     size_t hstate_n;
     /* Optimizer offload (trn_gpu_offload.c): w32, m and v live in hopt

@@ -60,6 +60,23 @@ trn_cuda_stream_t *trn_cuda_stream_new(void);
 void trn_cuda_stream_destroy(trn_cuda_stream_t **s);
 /* Waits for the work queued on `s`. */
 lisa_rc_t trn_cuda_stream_sync(trn_cuda_stream_t *s);
+/* Device time by class, from CUDA events on the default stream: each
+ * mark closes the interval since the previous mark (or the start) and
+ * charges it to its class. At most `max_marks` marks between two reads;
+ * later ones are counted as dropped. */
+typedef struct trn_cuda_timer trn_cuda_timer_t;
+/* NULL on failure (logged). */
+trn_cuda_timer_t *trn_cuda_timer_new(int n_classes, int max_marks);
+void trn_cuda_timer_destroy(trn_cuda_timer_t **t);
+/* Records the start of a run of marks; with marks unread, the time since
+ * the last of them is charged to no class. */
+lisa_rc_t trn_cuda_timer_start(trn_cuda_timer_t *t);
+/* Charges the time since the previous mark to class cls. */
+lisa_rc_t trn_cuda_timer_mark(trn_cuda_timer_t *t, int cls);
+/* Waits for the device, adds each class's milliseconds since the last
+ * read to ms[0..n_classes-1] and forgets the marks; returns the marks
+ * dropped since the last read. */
+int trn_cuda_timer_read(trn_cuda_timer_t *t, double *ms);
 /* Page-locked host memory of `bytes` (NULL on failure, logged), so copies
  * from and to it can be queued on a stream; free with trn_cuda_host_free. */
 void *trn_cuda_host_alloc(size_t bytes);

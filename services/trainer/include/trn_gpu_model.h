@@ -71,6 +71,15 @@ int trn_gpu_model_keeps_activations(const trn_gpu_model_t *g);
 int trn_gpu_model_keeps_lean(const trn_gpu_model_t *g);
 int trn_gpu_model_keeps_attention(const trn_gpu_model_t *g);
 
+/* Device time of the forward and backward passes by kind of work, when
+ * the model was made with LISA_CUDA_PHASES=1 (CUDA events around every
+ * operation; they cost a little): adds the milliseconds since the last
+ * call to ms[0..TRN_GPU_PHASES-1] (names from trn_gpu_model_phase_name)
+ * and returns 1; returns 0, adding nothing, when timing is off. */
+#define TRN_GPU_PHASES 10
+int trn_gpu_model_phases(trn_gpu_model_t *g, double *ms);
+const char *trn_gpu_model_phase_name(int i);
+
 /* Forward for training, as trn_model_forward: logp[t] and, when entropy is
  * not NULL, the entropy of each position's distribution (host arrays).
  * Keeps what backward needs. */
