@@ -430,14 +430,6 @@ out:
     trn_model_destroy(&h2);
 }
 
-/* Optimizer offload (trn_gpu_model_set_optim_offload): two models with
- * the same weights get the same gradients (written into their gradient
- * buffers); one keeps its state on the device, the other streams it from
- * host memory in chunks of 100,003 floats (a short last one). No clipping:
- * the norm's atomic sum may differ in its last bit. After each
- * update the weights, moments and step agree bit for bit, and so do the
- * forward's log-probs; the state survives the rollout phase's move off
- * the device, set_optim while offloaded, and coming back. */
 /* LISA_CUDA_PHASES=1 at creation: the passes' device time by kind of
  * work, each kind the passes run timed (more than zero), their sum no
  * more than the passes' wall time, and the same gradients as an untimed
@@ -509,6 +501,14 @@ out:
     trn_model_destroy(&gb);
 }
 
+/* Optimizer offload (trn_gpu_model_set_optim_offload): two models with
+ * the same weights get the same gradients (written into their gradient
+ * buffers); one keeps its state on the device, the other streams it from
+ * host memory in chunks of 100,003 floats (a short last one). No clipping:
+ * the norm's atomic sum may differ in its last bit. After each
+ * update the weights, moments and step agree bit for bit, and so do the
+ * forward's log-probs; the state survives the rollout phase's move off
+ * the device, set_optim while offloaded, and coming back. */
 static void
 test_optim_offload(void)
 {
