@@ -9,7 +9,10 @@
  *   decode_tok_s_b1 / decode_tok_s_b64  sampled decoding after a 128-token
  *       prompt, 128 new tokens per sequence (decode_prefill_ms_* and
  *       decode_step_ms_* split that time into the prompt's step and the
- *       mean one-token step);
+ *       mean one-token step); with --batch B --prompt P --turn O also the
+ *       steps that add an O-token observation to every sequence, or to
+ *       every other one while the rest decode (turn_step_ms_*,
+ *       turn_half_step_ms_*);
  *   with --no-graphs also decode_tok_s_*_nograph: the same with every
  *       kernel launched directly instead of replaying recorded graphs;
  *   step_tok_s_4k, step_tok_s_16k  full training steps of one sequence
@@ -202,18 +205,28 @@ s_train(trn_gpu_model_t *g, const trn_config_t *c, int T, const char *tag,
     s_seq_free(&s);
 }
 
+static void s_turns(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch,
+                    trn_gen_seq_t *seqs, trn_sample_t *sp, int32_t *out,
+                    float *lp, int O, const char *tag);
+
+enum { S_NEW = 128, S_TURNS = 3 };
+
 static void
-s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs)
+s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs,
+         int turn)
 {
     trn_err_t err = {{0}};
-    enum { NEW = 128, BS = 16 };
-    /* each sequence's blocks one after the other, blocks of 16 */
-    size_t mb = (PROMPT + NEW + BS - 1) / BS;
+    enum { NEW = S_NEW, BS = 16 };
+    /* each sequence's blocks one after the other, blocks of 16; room for
+     * 2 S_TURNS turns of `turn` tokens after the decode steps */
+    size_t mb = (PROMPT + NEW + 2 * S_TURNS * (size_t) turn + BS - 1) / BS;
     trn_kv_geom_t geom = {.block_size = BS,
                           .n_blocks = (size_t) batch * mb,
                           .max_seqs = (size_t) batch,
                           .max_blocks = mb,
-                          .max_tokens = (size_t) batch * PROMPT};
+                          .max_tokens =
+                              (size_t) batch *
+                              (size_t) (PROMPT > turn ? PROMPT : turn)};
     trn_gpu_kv_t *kv = trn_gpu_kv_new(g, &geom, &err);
     if (!kv) {
         printf("decode %s: %s\n", tag, err.msg);
@@ -271,9 +284,78 @@ s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs)
     printf("decode_prefill_ms_%s %.2f ms\n", tag, 1e3 * best_prefill);
     printf("decode_step_ms_%s %.3f ms\n", tag,
            1e3 * (best - best_prefill) / (NEW - 1));
+    if (turn > 0)
+        s_turns(g, kv, batch, seqs, sp, out, lp, turn, tag);
     trn_gpu_kv_destroy(&kv);
     free(seqs), free(tab), free(prompt), free(out), free(lp);
     free(sp);
+}
+
+/* One step of the running sequences where those with i % every == 0 get
+ * O new tokens (an observation) and the others one (a decode); seconds. */
+static double
+s_turn_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch,
+            trn_gen_seq_t *seqs, trn_sample_t *sp, int32_t *out, float *lp,
+            const int32_t *obs, int O, int every)
+{
+    trn_err_t err = {{0}};
+    for (int i = 0; i < batch; i++)
+        if (i % every == 0) {
+            seqs[i].tokens = obs + (size_t) i * (size_t) O;
+            seqs[i].n_new = (size_t) O;
+        }
+    double t0 = s_now();
+    if (trn_gpu_model_step(g, kv, (size_t) batch, seqs, sp, out, lp, NULL,
+                           &err) != LISA_OK) {
+        printf("turn step failed: %s\n", err.msg);
+        exit(1);
+    }
+    double t = s_now() - t0;
+    for (int i = 0; i < batch; i++) {
+        seqs[i].start += seqs[i].n_new;
+        seqs[i].n_new = 1;
+        seqs[i].tokens = &out[i];
+    }
+    return t;
+}
+
+static int
+s_dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+/* With --turn O, after the decode steps: S_TURNS steps in which every
+ * sequence gets O new tokens (turn_step_ms_<tag>_o<O>, the median; what
+ * the engine runs when a conversation's next turn arrives), then S_TURNS
+ * in which every other one does while the rest decode
+ * (turn_half_step_ms_...), and with LISA_CUDA_PHASES=1 the first kind's
+ * device time by kind of work (phase_ms_turn_<tag>_<kind>). */
+static void
+s_turns(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch, trn_gen_seq_t *seqs,
+        trn_sample_t *sp, int32_t *out, float *lp, int O, const char *tag)
+{
+    int32_t *obs = malloc((size_t) batch * (size_t) O * 4);
+    unsigned seed = 11;
+    for (size_t i = 0; i < (size_t) batch * (size_t) O; i++)
+        obs[i] = (int32_t) (rand_r(&seed) % 150000u);
+    double t[S_TURNS], th[S_TURNS];
+    char ptag[64];
+    (void) trn_gpu_model_phases(g, (double[TRN_GPU_PHASES]){0});
+    for (int r = 0; r < S_TURNS; r++)
+        t[r] = s_turn_step(g, kv, batch, seqs, sp, out, lp, obs, O, 1);
+    snprintf(ptag, sizeof ptag, "turn_%s", tag);
+    s_print_phases(g, ptag, S_TURNS);
+    for (int r = 0; r < S_TURNS; r++)
+        th[r] = s_turn_step(g, kv, batch, seqs, sp, out, lp, obs, O, 2);
+    qsort(t, S_TURNS, sizeof t[0], s_dbl_cmp);
+    qsort(th, S_TURNS, sizeof th[0], s_dbl_cmp);
+    printf("turn_step_ms_%s_o%d %.2f ms (%d new tokens)\n", tag, O,
+           1e3 * t[S_TURNS / 2], batch * O);
+    printf("turn_half_step_ms_%s_o%d %.2f ms (%d new tokens)\n", tag, O,
+           1e3 * th[S_TURNS / 2], (batch + 1) / 2 * O + batch / 2);
+    free(obs);
 }
 
 /* Median seconds of `reps` full training steps (forward, backward, AdamW)
@@ -548,6 +630,7 @@ main(int argc, char **argv)
 {
     int layers = 36, quick = 0, world = 0, decode_only = 0, no_graphs = 0;
     int batch = 0, prompt = 128, long_seqs = 0, train_len = 0, cp_T = 0;
+    int turn = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = atoi(argv[++i]);
@@ -569,6 +652,8 @@ main(int argc, char **argv)
             train_len = (int) strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--cp") == 0 && i + 1 < argc)
             cp_T = (int) strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--turn") == 0 && i + 1 < argc)
+            turn = (int) strtol(argv[++i], NULL, 10);
     }
     if (world >= 1)
         return s_dp(world, layers, cp_T);
@@ -588,7 +673,7 @@ main(int argc, char **argv)
     if (batch > 0) { /* one decode figure only (for profilers) */
         char tag[32];
         snprintf(tag, sizeof tag, "b%d", batch);
-        s_decode(g, batch, prompt, tag, !no_graphs);
+        s_decode(g, batch, prompt, tag, !no_graphs, turn);
         trn_gpu_model_destroy(&g);
         return 0;
     }
@@ -625,11 +710,11 @@ main(int argc, char **argv)
             return 1;
         }
     }
-    s_decode(g, 1, 128, "b1", 1);
-    s_decode(g, 64, 128, "b64", 1);
+    s_decode(g, 1, 128, "b1", 1, 0);
+    s_decode(g, 64, 128, "b64", 1, 0);
     if (no_graphs) { /* the same steps with every kernel launched directly */
-        s_decode(g, 1, 128, "b1_nograph", 0);
-        s_decode(g, 64, 128, "b64_nograph", 0);
+        s_decode(g, 1, 128, "b1_nograph", 0, 0);
+        s_decode(g, 64, 128, "b64_nograph", 0, 0);
     }
     trn_gpu_model_destroy(&g);
     return 0;

@@ -1048,10 +1048,13 @@ test_attn_bwd_paths(int T, int H, int Hk, int nseg, int ref)
 
 /* ------------------------------------------------------------------ */
 
+/* Log-probs, entropy, lse and dlogits against a double reference, for a
+ * vocabulary of V (a multiple of 4 takes the kernels' 16-byte loads). */
 static void
-test_logprob(void)
+test_logprob_v(int V)
 {
-    int rows = 37, V = 5003;
+    int rows = 37;
+    char what[96];
     float inv_temp = 1.0f / 0.7f;
     size_t n = (size_t) rows * V;
     float *z = malloc(n * 4), *g = malloc((size_t) rows * 4),
@@ -1069,10 +1072,14 @@ test_logprob(void)
     int32_t *dt = s_dev(tgt, (size_t) rows * 4);
     float *lp = s_dev(NULL, (size_t) rows * 4),
           *ent = s_dev(NULL, (size_t) rows * 4);
+    float *lse = s_dev(NULL, (size_t) rows * 4);
     trn_bf16_t *dl = s_dev(NULL, n * 2);
-    RC(trn_k_logprob(lp, ent, dl, dz, dt, dg, dge, rows, V, inv_temp, NULL));
+    RC(trn_k_logprob(lp, ent, lse, dz, dt, rows, V, inv_temp, NULL));
+    RC(trn_k_logprob_bwd(dl, dz, dt, lse, ent, dg, dge, rows, V, inv_temp,
+                         NULL));
     RC(trn_cuda_sync());
     double *rlp = calloc((size_t) rows, 8), *rent = calloc((size_t) rows, 8);
+    double *rlse = calloc((size_t) rows, 8);
     double *rdl = calloc(n, 8);
     for (int r = 0; r < rows; r++) {
         if (tgt[r] < 0)
@@ -1090,6 +1097,7 @@ test_logprob(void)
         }
         rlp[r] = zr[tgt[r]] * (double) inv_temp - lse;
         rent[r] = H;
+        rlse[r] = lse;
         for (int j = 0; j < V; j++) {
             double lpj = zr[j] * (double) inv_temp - lse, p = exp(lpj);
             rdl[(size_t) r * V + j] =
@@ -1097,21 +1105,38 @@ test_logprob(void)
         }
     }
     double *got;
-    s_check("logprob of chosen tokens (T=0.7)",
+    snprintf(what, sizeof what, "%s, V=%d", "logprob of chosen tokens (T=0.7)",
+             V);
+    s_check(what,
             s_relerr(got = s_get_f32(lp, (size_t) rows), rlp, (size_t) rows),
             1e-5);
     free(got);
-    s_check("entropy",
+    snprintf(what, sizeof what, "%s, V=%d", "entropy", V);
+    s_check(what,
             s_relerr(got = s_get_f32(ent, (size_t) rows), rent, (size_t) rows),
             1e-5);
     free(got);
-    s_check("dlogits (logprob + entropy terms)",
-            s_relerr(got = s_get_bf16(dl, n), rdl, n), 8e-3);
-    free(got), free(rlp), free(rent), free(rdl), free(z), free(g), free(ge),
-        free(tgt);
+    snprintf(what, sizeof what, "%s, V=%d", "log-sum-exp", V);
+    s_check(what,
+            s_relerr(got = s_get_f32(lse, (size_t) rows), rlse, (size_t) rows),
+            1e-6);
+    free(got);
+    snprintf(what, sizeof what, "%s, V=%d", "dlogits (logprob + entropy terms)",
+             V);
+    s_check(what, s_relerr(got = s_get_bf16(dl, n), rdl, n), 8e-3);
+    free(got), free(rlp), free(rent), free(rlse), free(rdl), free(z), free(g),
+        free(ge), free(tgt);
     trn_cuda_free(&dz), trn_cuda_free(&dg), trn_cuda_free(&dge),
         trn_cuda_free(&dt);
-    trn_cuda_free(&lp), trn_cuda_free(&ent), trn_cuda_free(&dl);
+    trn_cuda_free(&lp), trn_cuda_free(&ent), trn_cuda_free(&lse),
+        trn_cuda_free(&dl);
+}
+
+static void
+test_logprob(void)
+{
+    test_logprob_v(5003);
+    test_logprob_v(5004);
 }
 
 static void
@@ -1224,7 +1249,7 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     trn_bf16_t *gu = s_dev(NULL, (size_t) T * 2 * I * 2);
     trn_bf16_t *a1 = s_dev(NULL, (size_t) T * I * 2);
     trn_bf16_t *a2 = s_dev(NULL, (size_t) T * I * 2);
-    RC(trn_linear_fwd_glu(a1, dx_, dw_, T, K, I, NULL));
+    RC(trn_linear_fwd_glu(NULL, a1, dx_, dw_, T, K, I, NULL));
     RC(trn_linear_fwd(b, NULL, gu, dx_, dw_, T, K, 2 * I, 0, NULL));
     RC(trn_k_swiglu_fwd(a2, gu, T, I, NULL));
     RC(trn_cuda_sync());
@@ -2060,8 +2085,8 @@ bench_decode(trn_blas_t *b)
         for (int M = 1; M <= 16; M *= 8) {
             if (!trn_linear_glu_fits(M, C, I))
                 continue;
-            S_TIME(t,
-                   trn_linear_fwd_glu((trn_bf16_t *) y, x, w, M, C, I, NULL));
+            S_TIME(t, trn_linear_fwd_glu(NULL, (trn_bf16_t *) y, x, w, M, C, I,
+                                         NULL));
             printf("linear gate|up + swiglu M=%-2d %8.1f us %7.0f GB/s\n", M,
                    t * 1e6, 4.0 * C * I / t / 1e9);
         }

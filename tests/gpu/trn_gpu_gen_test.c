@@ -11,7 +11,8 @@
  * same temperature; greedy equals argmax; top-p never picks outside the
  * nucleus; sampled frequencies follow the distribution. Llama (no q/k
  * norms) and Qwen2 (q/k/v biases) models repeat the steps against the CPU
- * model: prefill and decode, mixed steps, shared prefixes, graphs.
+ * model: prefill and decode, mixed steps, shared prefixes, graphs. A
+ * model timed by kind of work (LISA_CUDA_PHASES=1) times its mixed steps.
  * Closes with "N passed, N failed".
  */
 #include "trn_cuda.h"
@@ -701,6 +702,42 @@ s_draws(trn_gpu_model_t *gpu, int V)
     return 0;
 }
 
+/* LISA_CUDA_PHASES=1 at the model's creation: its steps with prompt rows
+ * are timed by kind of work on the cache's stream (the mixed steps of
+ * s_mixed, which still check the logits against the CPU): every kind a
+ * forward runs (norms, q/k preparation, attention, products, SwiGLU, the
+ * LM head as "logprob", the embedding as "other") gets time, the
+ * backward's kinds none. */
+static int
+s_phases(trn_model_t *cpu, int V)
+{
+    trn_err_t err = {{0}};
+    setenv("LISA_CUDA_PHASES", "1", 1);
+    trn_gpu_model_t *gpu = trn_gpu_model_new(cpu, &err);
+    unsetenv("LISA_CUDA_PHASES");
+    double ms[TRN_GPU_PHASES] = {0};
+    if (!gpu || s_mixed(cpu, gpu, V, 16) || !trn_gpu_model_phases(gpu, ms)) {
+        printf("phases: %s\n", gpu ? "no report" : err.msg);
+        trn_gpu_model_destroy(&gpu);
+        return -1;
+    }
+    static const char *const ran[] = {
+        "rmsnorm", "qk_norm_rope", "attention_fwd", "products_fwd",
+        "swiglu",  "logprob",      "other"};
+    for (int i = 0; i < TRN_GPU_PHASES; i++) {
+        const char *name = trn_gpu_model_phase_name(i);
+        int runs = 0;
+        for (size_t k = 0; k < sizeof ran / sizeof ran[0]; k++)
+            runs |= strcmp(name, ran[k]) == 0;
+        char msg[120];
+        snprintf(msg, sizeof msg, "timed mixed steps: %s %s (not: 1)", name,
+                 runs ? "ms > 0" : "ms == 0");
+        s_check(msg, runs ? !(ms[i] > 0) : ms[i] != 0, 0);
+    }
+    trn_gpu_model_destroy(&gpu);
+    return 0;
+}
+
 int
 main(void)
 {
@@ -725,7 +762,8 @@ main(void)
         s_shared(cpu, gpu, V) || s_recompute(gpu, V) || s_logprobs(gpu, V) ||
         s_draws(gpu, V) ||
         s_graph_steps(cpu, gpu, V, 5, 8, slots, lens, "5 of 8 rows") ||
-        s_graph_steps(cpu, gpu, V, 1, 4, slots + 2, lens + 2, "one sequence"))
+        s_graph_steps(cpu, gpu, V, 1, 4, slots + 2, lens + 2, "one sequence") ||
+        s_phases(cpu, V))
         s_fail++;
     trn_gpu_model_destroy(&gpu);
     trn_model_destroy(&cpu);

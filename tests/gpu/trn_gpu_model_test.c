@@ -432,8 +432,8 @@ out:
 
 /* LISA_CUDA_PHASES=1 at creation: the passes' device time by kind of
  * work, each kind the passes run timed (more than zero), their sum no
- * more than the passes' wall time, and the same gradients as an untimed
- * model's, bit for bit; an untimed model reports nothing. */
+ * more than the passes' wall time, and the gradients of an untimed model
+ * (to the atomics' rounding); an untimed model reports nothing. */
 static void
 test_phases(void)
 {
@@ -487,10 +487,10 @@ test_phases(void)
         s_fail++;
         goto out;
     }
-    s_check("phases: gradient bits that differ from an untimed model's",
-            (double) memcmp(trn_model_grads(ga), trn_model_grads(gb), P * 4) !=
-                0,
-            0);
+    /* not bit for bit: the attention backward adds dQ with atomics, whose
+     * order differs from run to run */
+    s_check("phases: gradients vs an untimed model's (rel)",
+            s_rel(trn_model_grads(ga), trn_model_grads(gb), P), 1e-4);
 out:
     free(lp), free(dl);
     s_free_batch(&sb);

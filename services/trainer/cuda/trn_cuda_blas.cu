@@ -36,6 +36,8 @@ struct trn_blas {
     void *workspace;
     s_plan_t cache[S_CACHE];
     int ncache;
+    const char *next; /* trn_linear_next: weights to bring into L2 */
+    size_t next_bytes;
 };
 
 #define S_BLAS_TRY(call)                                                       \
@@ -218,6 +220,78 @@ out:
     return rc;
 }
 
+/* ---- the next product's weights into L2 (trn_linear_next) ------------- */
+
+#define S_L2PF_MIB 0 /* default of LISA_CUDA_L2PF */
+
+/* A kernel's share of an L2 prefetch: blocks split [pf, pf + bytes) in
+ * 16-byte-aligned slices and one thread a block asks for its slice (a
+ * bulk prefetch: the copy engine fetches it, nothing is waited for). */
+struct s_pf_t {
+    const char *p;
+    unsigned long long bytes;
+};
+
+__device__ __forceinline__ void
+s_l2_prefetch(s_pf_t pf)
+{
+    if (!pf.p || threadIdx.x != 0)
+        return;
+    unsigned long long per =
+        ((pf.bytes + gridDim.x - 1) / gridDim.x + 15) & ~15ull;
+    unsigned long long off = (unsigned long long) blockIdx.x * per;
+    if (off >= pf.bytes)
+        return;
+    unsigned long long n = pf.bytes - off < per ? pf.bytes - off : per;
+    n &= ~15ull;
+    while (n > 0) {
+        unsigned c = n > (1u << 24) ? (1u << 24) : (unsigned) n;
+        asm volatile(
+            "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(pf.p + off),
+            "r"(c)
+            : "memory");
+        off += c;
+        n -= c;
+    }
+}
+
+/* The MiB a hint may cover (LISA_CUDA_L2PF, read once). */
+static size_t
+s_l2pf_cap(void)
+{
+    static long mib = -1;
+    if (mib < 0) {
+        const char *e = getenv("LISA_CUDA_L2PF");
+        long v = e && *e ? atol(e) : S_L2PF_MIB;
+        mib = v < 0 ? 0 : v > 1024 ? 1024 : v;
+    }
+    return (size_t) mib << 20;
+}
+
+extern "C" void
+trn_linear_next(trn_blas_t *b, const void *w, size_t bytes)
+{
+    if (!b)
+        return;
+    size_t cap = s_l2pf_cap();
+    b->next = w && cap > 0 && (uintptr_t) w % 16 == 0 ? (const char *) w : NULL;
+    b->next_bytes = b->next ? (bytes < cap ? bytes : cap) & ~(size_t) 15 : 0;
+}
+
+/* The hint for this launch, cleared (a hint serves one product). */
+static s_pf_t
+s_take_pf(trn_blas_t *b)
+{
+    s_pf_t pf = {NULL, 0};
+    if (b && b->next && b->next_bytes > 0) {
+        pf.p = b->next;
+        pf.bytes = b->next_bytes;
+    }
+    if (b)
+        b->next = NULL, b->next_bytes = 0;
+    return pf;
+}
+
 /* ---- forward of a few tokens: a matrix-vector kernel ------------------- */
 
 #define S_GV_TMAX 4 /* most tokens the kernel serves */
@@ -251,7 +325,7 @@ s_ld_stream(const uint4 *p)
 template <int TT, bool GLU>
 __global__ void __launch_bounds__(256)
     s_gemv(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
-           int K, int N, int accumulate, int ks)
+           int K, int N, int accumulate, int ks, s_pf_t pf)
 {
     __shared__ float red[8][TT];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -297,6 +371,7 @@ __global__ void __launch_bounds__(256)
             }
         }
     }
+    s_l2_prefetch(pf); /* this block's weights are in */
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float v = trn_warp_sum(a[t]);
@@ -447,7 +522,8 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
 template <int NT, int U, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
-             const trn_bf16_t *w, int T, int K, int N, int accumulate)
+             const trn_bf16_t *w, int T, int K, int N, int accumulate,
+             s_pf_t pf)
 {
     __shared__ float red[S_SK_W][16][8 * NT + 1];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -532,6 +608,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 vx[u][q] = nx[u][q];
         }
     }
+    s_l2_prefetch(pf); /* this block's weights are in */
     s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate);
 }
 
@@ -582,11 +659,11 @@ s_skinny_fits(int T, int K, int N)
 template <int NT, int U, bool GLU>
 static lisa_rc_t
 s_skinny_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
-            const trn_bf16_t *w, int T, int K, int N, int accumulate,
+            const trn_bf16_t *w, int T, int K, int N, int accumulate, s_pf_t pf,
             cudaStream_t st)
 {
     TRN_CUDA_TRY(trn_launch_pdl(s_skinny<NT, U, GLU>, grid, dim3(32 * S_SK_W),
-                                0, st, yf, yb, x, w, T, K, N, accumulate));
+                                0, st, yf, yb, x, w, T, K, N, accumulate, pf));
     return LISA_OK;
 }
 
@@ -594,31 +671,31 @@ template <bool GLU>
 static lisa_rc_t
 s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
              const trn_bf16_t *w, int T, int K, int N, int accumulate,
-             cudaStream_t st)
+             s_pf_t pf, cudaStream_t st)
 {
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
     if (T <= 8)
         return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
-                                           accumulate, st);
+                                           accumulate, pf, st);
     return s_skinny_go<2, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
-                                       st);
+                                       pf, st);
 }
 
 template <bool GLU>
 static lisa_rc_t
 s_gemv_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
-           int T, int K, int N, int accumulate, cudaStream_t st)
+           int T, int K, int N, int accumulate, s_pf_t pf, cudaStream_t st)
 {
     int ks = s_gemv_ks(K), rows = 8 / ks;
     dim3 grid((unsigned) ((N + rows - 1) / rows)), block(256);
     void (*k)(float *, trn_bf16_t *, const trn_bf16_t *, const trn_bf16_t *,
-              int, int, int, int) = T == 1   ? s_gemv<1, GLU>
-                                    : T == 2 ? s_gemv<2, GLU>
-                                    : T == 3 ? s_gemv<3, GLU>
-                                             : s_gemv<4, GLU>;
+              int, int, int, int, s_pf_t) = T == 1   ? s_gemv<1, GLU>
+                                            : T == 2 ? s_gemv<2, GLU>
+                                            : T == 3 ? s_gemv<3, GLU>
+                                                     : s_gemv<4, GLU>;
     TRN_CUDA_TRY(trn_launch_pdl(k, grid, block, 0, st, yf, yb, x, w, K, N,
-                                accumulate, ks));
+                                accumulate, ks, pf));
     return LISA_OK;
 }
 
@@ -631,14 +708,17 @@ trn_linear_glu_fits(int T, int K, int I)
 }
 
 extern "C" lisa_rc_t
-trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x, const trn_bf16_t *w,
-                   int T, int K, int I, trn_cuda_stream_t *s)
+trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
+                   const trn_bf16_t *w, int T, int K, int I,
+                   trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(a && x && w && trn_linear_glu_fits(T, K, I));
     TRN_REQUIRE(s_aligned16(x) && s_aligned16(w));
+    s_pf_t pf = s_take_pf(b);
     if (s_skinny_fits(T, K, 2 * I))
-        return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
-    return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
+        return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, pf,
+                                  trn_stream(s));
+    return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, pf, trn_stream(s));
 }
 
 extern "C" lisa_rc_t
@@ -647,12 +727,13 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                int accumulate, trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && T > 0 && K > 0 && N > 0);
+    s_pf_t pf = s_take_pf(b);
     if (s_gemv_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
         return s_gemv_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
-                                 accumulate, trn_stream(s));
+                                 accumulate, pf, trn_stream(s));
     if (s_skinny_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
         return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
-                                   accumulate, trn_stream(s));
+                                   accumulate, pf, trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
                   accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));

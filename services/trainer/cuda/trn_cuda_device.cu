@@ -260,6 +260,7 @@ struct trn_cuda_timer {
     int n_classes, max_marks, n, dropped;
     cudaEvent_t *ev; /* max_marks + 1: the start, then the marks */
     int *cls;        /* the class of mark i (ev[i + 1]) */
+    cudaStream_t st; /* where the events are recorded */
 };
 
 extern "C" void
@@ -308,7 +309,7 @@ s_timer_mark(trn_cuda_timer_t *t, int cls)
         t->dropped++;
         return LISA_OK;
     }
-    TRN_CUDA_TRY(cudaEventRecord(t->ev[t->n + 1], 0));
+    TRN_CUDA_TRY(cudaEventRecord(t->ev[t->n + 1], t->st));
     t->cls[t->n++] = cls;
     return LISA_OK;
 }
@@ -319,8 +320,15 @@ trn_cuda_timer_start(trn_cuda_timer_t *t)
     TRN_REQUIRE(t);
     if (t->n > 0) /* marks unread: the gap before this start is not charged */
         return s_timer_mark(t, -1);
-    TRN_CUDA_TRY(cudaEventRecord(t->ev[0], 0));
+    TRN_CUDA_TRY(cudaEventRecord(t->ev[0], t->st));
     return LISA_OK;
+}
+
+extern "C" void
+trn_cuda_timer_stream(trn_cuda_timer_t *t, trn_cuda_stream_t *s)
+{
+    if (t)
+        t->st = trn_stream(s);
 }
 
 extern "C" lisa_rc_t

@@ -47,7 +47,17 @@ typedef struct {
     int nd;  /* rows of decodes (the first); the rest are prompt rows */
     const trn_prefill_tile_t *tiles; /* the prompt rows' tiles (device) */
     int ntiles;
+    int timed; /* marks for trn_gpu_model_phases (steps with prompt rows) */
 } s_bufs_t;
+
+/* S_TRY, then, in a timed step, the device time since the last mark
+ * charged to kind k. */
+#define S_TRYG(k, x)                                                           \
+    do {                                                                       \
+        S_TRY(x);                                                              \
+        if (b->timed)                                                          \
+            (void) trn_cuda_timer_mark(g->timer, (k));                         \
+    } while (0)
 
 typedef struct {
     int nb, sample, seen;
@@ -334,6 +344,52 @@ trn_gpu_kv_set_graphs(trn_gpu_kv_t *kv, int on)
 }
 
 /* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
+/* Which products hint at the next one's weights (LISA_CUDA_L2PF_MASK,
+ * bit k for the layer's product k: q|k|v, o, gate|up, down; read once). */
+static int
+s_next_mask(void)
+{
+    static int mask = -1;
+    if (mask < 0) {
+        const char *e = getenv("LISA_CUDA_L2PF_MASK");
+        mask = e && *e ? atoi(e) & 15 : 15;
+    }
+    return mask;
+}
+
+/* Before layer l's product k (q|k|v, o, gate|up, down): the weights of
+ * the product after it (the next layer's q|k|v, or the LM head, after
+ * down) as trn_linear_next's hint. */
+static void
+s_next(trn_gpu_model_t *g, int l, int k)
+{
+    if (!(s_next_mask() >> k & 1)) {
+        trn_linear_next(g->blas, NULL, 0);
+        return;
+    }
+    const s_layer_t *ly = &g->layers[l];
+    size_t C = (size_t) g->C, I = (size_t) g->I;
+    size_t Q = (size_t) g->H * (size_t) g->D;
+    const trn_bf16_t *W = g->wb;
+    switch (k) {
+    case 0:
+        trn_linear_next(g->blas, W + ly->o, Q * C * 2);
+        break;
+    case 1:
+        trn_linear_next(g->blas, W + ly->gu, 2 * I * C * 2);
+        break;
+    case 2:
+        trn_linear_next(g->blas, W + ly->down, C * I * 2);
+        break;
+    default:
+        if (l + 1 < g->L)
+            trn_linear_next(g->blas, W + g->layers[l + 1].qkv,
+                            (size_t) g->S * C * 2);
+        else
+            trn_linear_next(g->blas, W + g->lm_head, (size_t) g->V * C * 2);
+    }
+}
+
 static lisa_rc_t
 s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
 {
@@ -344,45 +400,57 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
     float eps = (float) g->cfg.rms_norm_eps;
     float theta = (float) g->cfg.rope_theta;
 
-    S_TRY(trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C, W + ly->w_in, T,
-                            g->C, 1, eps, st));
-    S_TRY(trn_linear_fwd(g->blas, NULL, b->qkv, b->h, W + ly->qkv, T, g->C,
-                         g->S, 0, st));
+    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                          W + ly->w_in, T, g->C, 1, eps, st));
+    s_next(g, l, 0);
+    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, NULL, b->qkv, b->h,
+                                         W + ly->qkv, T, g->C, g->S, 0, st));
     if (g->qkv_bias) /* Qwen2 */
-        S_TRY(trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
+        S_TRYG(TRN_PH_OTHER,
+               trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
     const trn_bf16_t *qn = s_norm_w(g, W, ly->q_norm);
     const trn_bf16_t *kn = s_norm_w(g, W, ly->k_norm);
     if (b->one) { /* q/k preparation inside the attention kernel */
-        S_TRY(trn_k_attn_decode_prep(b->o, b->qkv, g->S, qn, kn, kv->k[l],
-                                     kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
-                                     g->D, kv->pg, eps, theta, kv->attn_part,
-                                     kv->attn_part_n, st));
+        S_TRYG(TRN_PH_ATTN_F,
+               trn_k_attn_decode_prep(b->o, b->qkv, g->S, qn, kn, kv->k[l],
+                                      kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
+                                      g->D, kv->pg, eps, theta, kv->attn_part,
+                                      kv->attn_part_n, st));
     } else { /* every new key into the cache, then decodes, then prompts */
-        S_TRY(trn_k_qk_prep(b->qkv, g->S, qn, kn, kv->k[l], kv->v[l], b->slot,
-                            b->pos, T, g->H, g->Hk, g->D, kv->pg, eps, theta,
-                            st));
+        S_TRYG(TRN_PH_QK, trn_k_qk_prep(b->qkv, g->S, qn, kn, kv->k[l],
+                                        kv->v[l], b->slot, b->pos, T, g->H,
+                                        g->Hk, g->D, kv->pg, eps, theta, st));
         if (b->nd > 0)
-            S_TRY(trn_k_attn_decode(
-                b->o, b->qkv, g->S, kv->k[l], kv->v[l], b->slot, b->pos, b->nd,
-                g->H, g->Hk, g->D, kv->pg, kv->attn_part, kv->attn_part_n, st));
+            S_TRYG(TRN_PH_ATTN_F,
+                   trn_k_attn_decode(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
+                                     b->slot, b->pos, b->nd, g->H, g->Hk, g->D,
+                                     kv->pg, kv->attn_part, kv->attn_part_n,
+                                     st));
         if (b->ntiles > 0)
-            S_TRY(trn_k_attn_prefill(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
-                                     kv->pg, b->tiles, b->ntiles, g->H, g->Hk,
-                                     g->D, st));
+            S_TRYG(TRN_PH_ATTN_F,
+                   trn_k_attn_prefill(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
+                                      kv->pg, b->tiles, b->ntiles, g->H, g->Hk,
+                                      g->D, st));
     }
-    S_TRY(trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o, T, g->H * g->D,
-                         g->C, 1, st));
-    S_TRY(trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C, W + ly->w_post,
-                            T, g->C, 1, eps, st));
+    s_next(g, l, 1);
+    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o,
+                                         T, g->H * g->D, g->C, 1, st));
+    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                          W + ly->w_post, T, g->C, 1, eps, st));
+    s_next(g, l, 2);
     if (trn_linear_glu_fits(T, g->C, g->I)) { /* SwiGLU in the product */
-        S_TRY(trn_linear_fwd_glu(b->a, b->h, W + ly->gu, T, g->C, g->I, st));
+        S_TRYG(TRN_PH_PROD_F,
+               trn_linear_fwd_glu(g->blas, b->a, b->h, W + ly->gu, T, g->C,
+                                  g->I, st));
     } else {
-        S_TRY(trn_linear_fwd(g->blas, NULL, b->gu, b->h, W + ly->gu, T, g->C,
-                             2 * g->I, 0, st));
-        S_TRY(trn_k_swiglu_fwd(b->a, b->gu, T, g->I, st));
+        S_TRYG(TRN_PH_PROD_F,
+               trn_linear_fwd(g->blas, NULL, b->gu, b->h, W + ly->gu, T, g->C,
+                              2 * g->I, 0, st));
+        S_TRYG(TRN_PH_SWIGLU, trn_k_swiglu_fwd(b->a, b->gu, T, g->I, st));
     }
-    S_TRY(trn_linear_fwd(g->blas, b->x, NULL, b->a, W + ly->down, T, g->I, g->C,
-                         1, st));
+    s_next(g, l, 3);
+    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, b->x, NULL, b->a,
+                                         W + ly->down, T, g->I, g->C, 1, st));
 out:
     return rc;
 }
@@ -396,26 +464,31 @@ s_forward(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int T, int n,
 {
     lisa_rc_t rc = LISA_OK;
     trn_cuda_stream_t *st = kv->stream;
-    S_TRY(trn_k_embed_fwd(b->x, g->wb + g->embed, b->tok, T, g->C, g->V, st));
+    S_TRYG(TRN_PH_OTHER,
+           trn_k_embed_fwd(b->x, g->wb + g->embed, b->tok, T, g->C, g->V, st));
     for (int l = 0; l < g->L; l++)
         S_TRY(s_layer(g, kv, b, l, T));
-    S_TRY(trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
-                            g->wb + g->final_norm, T, g->C, 1,
-                            (float) g->cfg.rms_norm_eps, st));
+    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                          g->wb + g->final_norm, T, g->C, 1,
+                                          (float) g->cfg.rms_norm_eps, st));
     const trn_bf16_t *hl = b->h;
     if (!direct) {
-        S_TRY(trn_k_gather_rows(b->hf, b->h, b->last, n, g->C, st));
+        S_TRYG(TRN_PH_OTHER,
+               trn_k_gather_rows(b->hf, b->h, b->last, n, g->C, st));
         hl = b->hf;
     }
-    S_TRY(trn_linear_fwd(g->blas, b->logits, NULL, hl, g->wb + g->lm_head, n,
-                         g->C, g->V, 0, st));
+    S_TRYG(TRN_PH_LOSS,
+           trn_linear_fwd(g->blas, b->logits, NULL, hl, g->wb + g->lm_head, n,
+                          g->C, g->V, 0, st));
     if (sample) {
         uint8_t *P = kv->dparam;
-        S_TRY(trn_k_sample(
-            (int32_t *) (void *) kv->dres,
-            (float *) (void *) (kv->dres + 4 * kv->sp), b->logits,
-            s_par(kv, P, S_TEMP), s_par(kv, P, S_TOPP), s_par(kv, P, S_TOPK),
-            s_seed(kv, P), n, g->V, kv->samp_part, kv->samp_part_n, st));
+        S_TRYG(TRN_PH_LOSS,
+               trn_k_sample((int32_t *) (void *) kv->dres,
+                            (float *) (void *) (kv->dres + 4 * kv->sp),
+                            b->logits, s_par(kv, P, S_TEMP),
+                            s_par(kv, P, S_TOPP), s_par(kv, P, S_TOPK),
+                            s_seed(kv, P), n, g->V, kv->samp_part,
+                            kv->samp_part_n, st));
     }
 out:
     return rc;
@@ -694,6 +767,10 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
         size_t bytes = s_fixed_bytes(kv) + s_tiles_at(T) +
                        (size_t) b.ntiles * sizeof(trn_prefill_tile_t);
         S_TRY(trn_cuda_upload_async(kv->dparam, kv->hparam, bytes, st));
+        if (g->timer) { /* LISA_CUDA_PHASES=1: marks on the cache's stream */
+            trn_cuda_timer_stream(g->timer, st);
+            b.timed = trn_cuda_timer_start(g->timer) == LISA_OK;
+        }
         S_TRY(s_forward(g, kv, &b, (int) T, (int) n, 0, sp != NULL));
     }
     if (sp)
@@ -707,6 +784,8 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
         memcpy(out_lp, kv->hres + 4 * kv->sp, n * 4);
     }
 out:
+    if (g->timer)
+        trn_cuda_timer_stream(g->timer, NULL);
     if (rc != LISA_OK) {
         (void) trn_cuda_stream_sync(st); /* nothing left reading the mirror */
         if (err && !err->msg[0])

@@ -25,20 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The kinds of work trn_gpu_model_phases reports. */
-enum {
-    S_PH_NORM,
-    S_PH_QK,
-    S_PH_ATTN_F,
-    S_PH_ATTN_B,
-    S_PH_PROD_F,
-    S_PH_PROD_BD,
-    S_PH_PROD_BW,
-    S_PH_SWIGLU,
-    S_PH_LOSS,
-    S_PH_OTHER
-};
-
 static const char *const s_ph_names[TRN_GPU_PHASES] = {"rmsnorm",
                                                        "qk_norm_rope",
                                                        "attention_fwd",
@@ -405,8 +391,8 @@ s_free_acts(trn_gpu_model_t *g)
                   (void **) &g->logits,    (void **) &g->dlogits,
                   (void **) &g->logp,      (void **) &g->dlogp,
                   (void **) &g->ent,       (void **) &g->dent,
-                  (void **) &g->act_base,  (void **) &g->attn_keep,
-                  (void **) &g->act_shared};
+                  (void **) &g->head_lse,  (void **) &g->act_base,
+                  (void **) &g->attn_keep, (void **) &g->act_shared};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         trn_cuda_free(p[i]);
     s_act_t a[13];
@@ -539,6 +525,7 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         {(void **) &g->dlogp, T * 4},
         {(void **) &g->ent, T * 4},
         {(void **) &g->dent, T * 4},
+        {(void **) &g->head_lse, T * 4},
     };
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
         *a[i].p = trn_cuda_malloc(a[i].bytes);
@@ -605,21 +592,21 @@ s_elementwise(trn_gpu_model_t *g, int l, int T, int which)
     float eps = (float) g->cfg.rms_norm_eps;
     float *x = g->xs + (size_t) l * (size_t) T * (size_t) g->C;
     if (which & S_EW_H1)
-        S_TRYP(S_PH_NORM,
+        S_TRYP(TRN_PH_NORM,
                trn_k_rmsnorm_fwd(g->h1, g->C, g->rstd1, x, NULL, g->C,
                                  W + ly->w_in, T, g->C, 1, eps, NULL));
     if (which & S_EW_QKVN)
-        S_TRYP(S_PH_QK,
+        S_TRYP(TRN_PH_QK,
                trn_k_qk_fwd(g->qkvn, g->qkv, g->S, g->rstdq, g->rstdk,
                             s_norm_w(g, W, ly->q_norm),
                             s_norm_w(g, W, ly->k_norm), g->pos, T, g->H, g->Hk,
                             g->D, eps, (float) g->cfg.rope_theta, NULL));
     if (which & S_EW_H2)
-        S_TRYP(S_PH_NORM,
+        S_TRYP(TRN_PH_NORM,
                trn_k_rmsnorm_fwd(g->h2, g->C, g->rstd2, g->xm, NULL, g->C,
                                  W + ly->w_post, T, g->C, 1, eps, NULL));
     if (which & S_EW_A)
-        S_TRYP(S_PH_SWIGLU, trn_k_swiglu_fwd(g->a, g->gu, T, g->I, NULL));
+        S_TRYP(TRN_PH_SWIGLU, trn_k_swiglu_fwd(g->a, g->gu, T, g->I, NULL));
 out:
     return rc;
 }
@@ -637,27 +624,27 @@ s_layer_fwd(trn_gpu_model_t *g, int l, int T, int write_out, int attn)
     float *x = g->xs + (size_t) l * (size_t) T * C;
 
     S_TRY(s_elementwise(g, l, T, S_EW_H1));
-    S_TRYP(S_PH_PROD_F, trn_linear_fwd(g->blas, NULL, g->qkv, g->h1,
-                                       W + ly->qkv, T, g->C, g->S, 0, NULL));
+    S_TRYP(TRN_PH_PROD_F, trn_linear_fwd(g->blas, NULL, g->qkv, g->h1,
+                                         W + ly->qkv, T, g->C, g->S, 0, NULL));
     if (g->qkv_bias)
-        S_TRYP(S_PH_QK,
+        S_TRYP(TRN_PH_QK,
                trn_k_bias_add(g->qkv, g->S, W + ly->qkv_b, T, g->S, NULL));
     S_TRY(s_elementwise(g, l, T, S_EW_QKVN));
     if (attn && g->cp_on)
-        S_TRYP(S_PH_ATTN_F, trn_gpu_cp_attn_fwd(g, l, NULL));
+        S_TRYP(TRN_PH_ATTN_F, trn_gpu_cp_attn_fwd(g, l, NULL));
     else if (attn)
-        S_TRYP(S_PH_ATTN_F,
+        S_TRYP(TRN_PH_ATTN_F,
                trn_k_attn_fwd(g->o, g->lse, g->qkvn, g->qkvn + H * D,
                               g->qkvn + (H + Hk) * D, g->S, g->seg, T, H, Hk, D,
                               NULL));
-    S_TRYP(S_PH_PROD_F, trn_linear_fwd_res(g->blas, g->xm, x, g->o, W + ly->o,
-                                           T, H * D, g->C, NULL));
+    S_TRYP(TRN_PH_PROD_F, trn_linear_fwd_res(g->blas, g->xm, x, g->o, W + ly->o,
+                                             T, H * D, g->C, NULL));
     S_TRY(s_elementwise(g, l, T, S_EW_H2));
-    S_TRYP(S_PH_PROD_F, trn_linear_fwd(g->blas, NULL, g->gu, g->h2, W + ly->gu,
-                                       T, g->C, 2 * I, 0, NULL));
+    S_TRYP(TRN_PH_PROD_F, trn_linear_fwd(g->blas, NULL, g->gu, g->h2,
+                                         W + ly->gu, T, g->C, 2 * I, 0, NULL));
     S_TRY(s_elementwise(g, l, T, S_EW_A));
     if (write_out) {
-        S_TRYP(S_PH_PROD_F,
+        S_TRYP(TRN_PH_PROD_F,
                trn_linear_fwd_res(g->blas, x + (size_t) T * C, g->xm, g->a,
                                   W + ly->down, T, I, g->C, NULL));
     }
@@ -714,13 +701,13 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
     g->inv_temp = 1.0f / b->temperature;
     if (g->timer)
         (void) trn_cuda_timer_start(g->timer);
-    S_TRYP(S_PH_OTHER, trn_cuda_upload(g->tokens, b->tokens, T * 4));
-    S_TRYP(S_PH_OTHER, trn_cuda_upload(g->targets, b->targets, T * 4));
-    S_TRYP(S_PH_OTHER, trn_cuda_upload(g->pos, pos, T * 4));
-    S_TRYP(S_PH_OTHER, trn_cuda_upload(g->seg, seg, T * 4));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_upload(g->tokens, b->tokens, T * 4));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_upload(g->targets, b->targets, T * 4));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_upload(g->pos, pos, T * 4));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_upload(g->seg, seg, T * 4));
     int Ti = (int) T;
-    S_TRYP(S_PH_OTHER, trn_k_embed_fwd(g->xs, g->wb + g->embed, g->tokens, Ti,
-                                       g->C, g->V, NULL));
+    S_TRYP(TRN_PH_OTHER, trn_k_embed_fwd(g->xs, g->wb + g->embed, g->tokens, Ti,
+                                         g->C, g->V, NULL));
     for (int l = 0; l < g->L; l++) {
         s_bind(g, l);
         if (g->cp_on)
@@ -728,22 +715,23 @@ trn_gpu_model_forward(trn_gpu_model_t *g, const trn_batch_t *b, float *logp,
         S_TRY(s_layer_fwd(g, l, Ti, 1, 1));
     }
     float *xl = g->xs + (size_t) g->L * T * (size_t) g->C;
-    S_TRYP(S_PH_NORM, trn_k_rmsnorm_fwd(g->hf, g->C, g->rstdf, xl, NULL, g->C,
-                                        g->wb + g->final_norm, Ti, g->C, 1,
-                                        (float) g->cfg.rms_norm_eps, NULL));
+    S_TRYP(TRN_PH_NORM, trn_k_rmsnorm_fwd(g->hf, g->C, g->rstdf, xl, NULL, g->C,
+                                          g->wb + g->final_norm, Ti, g->C, 1,
+                                          (float) g->cfg.rms_norm_eps, NULL));
     for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
         int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
-        S_TRYP(S_PH_PROD_F,
+        S_TRYP(TRN_PH_PROD_F,
                trn_linear_fwd(g->blas, g->logits, NULL,
                               g->hf + r0 * (size_t) g->C, g->wb + g->lm_head,
                               cn, g->C, g->V, 0, NULL));
-        S_TRYP(S_PH_LOSS, trn_k_logprob(g->logp + r0, g->ent + r0, NULL,
-                                        g->logits, g->targets + r0, NULL, NULL,
-                                        cn, g->V, g->inv_temp, NULL));
+        S_TRYP(TRN_PH_LOSS,
+               trn_k_logprob(g->logp + r0, g->ent + r0, g->head_lse + r0,
+                             g->logits, g->targets + r0, cn, g->V, g->inv_temp,
+                             NULL));
     }
-    S_TRYP(S_PH_OTHER, trn_cuda_download(logp, g->logp, T * 4));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_download(logp, g->logp, T * 4));
     if (entropy)
-        S_TRYP(S_PH_OTHER, trn_cuda_download(entropy, g->ent, T * 4));
+        S_TRYP(TRN_PH_OTHER, trn_cuda_download(entropy, g->ent, T * 4));
     g->logits_kept = T <= g->chunk;
     g->have_forward = 1;
 out:
@@ -838,35 +826,35 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
     g->last_bwd = 0;
     if (g->timer)
         (void) trn_cuda_timer_start(g->timer);
-    S_TRYP(S_PH_OTHER, trn_cuda_upload(g->dlogp, dlogp, T * 4));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_upload(g->dlogp, dlogp, T * 4));
     if (dentropy)
-        S_TRYP(S_PH_OTHER, trn_cuda_upload(g->dent, dentropy, T * 4));
+        S_TRYP(TRN_PH_OTHER, trn_cuda_upload(g->dent, dentropy, T * 4));
     /* LM head in chunks: recompute logits (unless the forward's are all
      * still there), form dlogits, project back. */
     for (size_t r0 = 0; r0 < T; r0 += g->chunk) {
         int cn = (int) (T - r0 < g->chunk ? T - r0 : g->chunk);
         const trn_bf16_t *hc = g->hf + r0 * C;
         if (!g->logits_kept)
-            S_TRYP(S_PH_PROD_F,
+            S_TRYP(TRN_PH_PROD_F,
                    trn_linear_fwd(g->blas, g->logits, NULL, hc, W + g->lm_head,
                                   cn, g->C, g->V, 0, NULL));
-        S_TRYP(S_PH_LOSS,
-               trn_k_logprob(g->logp + r0, NULL, g->dlogits, g->logits,
-                             g->targets + r0, g->dlogp + r0,
-                             dentropy ? g->dent + r0 : NULL, cn, g->V,
-                             g->inv_temp, NULL));
-        S_TRYP(S_PH_PROD_BD,
+        S_TRYP(TRN_PH_LOSS,
+               trn_k_logprob_bwd(g->dlogits, g->logits, g->targets + r0,
+                                 g->head_lse + r0, g->ent + r0, g->dlogp + r0,
+                                 dentropy ? g->dent + r0 : NULL, cn, g->V,
+                                 g->inv_temp, NULL));
+        S_TRYP(TRN_PH_PROD_BD,
                trn_linear_bwd_data(g->blas, g->dhf + r0 * C, g->dlogits,
                                    W + g->lm_head, cn, g->C, g->V, NULL));
-        S_TRYP(S_PH_PROD_BW,
+        S_TRYP(TRN_PH_PROD_BW,
                trn_linear_bwd_weight(g->blas, G + g->lm_head, g->dlogits, hc,
                                      cn, g->C, g->V, acc || r0 > 0, NULL));
     }
-    S_TRYP(S_PH_OTHER, trn_cuda_memset(g->dx, 0, T * C * 4, NULL));
-    S_TRYP(S_PH_NORM, trn_k_rmsnorm_bwd_resid(
-                          g->dx, g->dxb, g->C, G + g->final_norm, g->dhf, g->C,
-                          g->xs + (size_t) g->L * T * C, g->C,
-                          W + g->final_norm, g->rstdf, Ti, g->C, NULL));
+    S_TRYP(TRN_PH_OTHER, trn_cuda_memset(g->dx, 0, T * C * 4, NULL));
+    S_TRYP(TRN_PH_NORM, trn_k_rmsnorm_bwd_resid(
+                            g->dx, g->dxb, g->C, G + g->final_norm, g->dhf,
+                            g->C, g->xs + (size_t) g->L * T * C, g->C,
+                            W + g->final_norm, g->rstdf, Ti, g->C, NULL));
     for (int l = g->L - 1; l >= 0; l--) {
         const s_layer_t *ly = &g->layers[l];
         float *x = g->xs + (size_t) l * T * C;
@@ -878,41 +866,41 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
         else if (g->lean) /* the four tensors it did not keep */
             S_TRY(s_elementwise(g, l, Ti, S_EW_ALL));
         /* MLP (dxb: dx in bf16, from the norm backward before) */
-        S_TRYP(S_PH_PROD_BD,
+        S_TRYP(TRN_PH_PROD_BD,
                trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->down, Ti, I,
                                    g->C, NULL));
-        S_TRYP(S_PH_PROD_BW,
+        S_TRYP(TRN_PH_PROD_BW,
                trn_linear_bwd_weight(g->blas, G + ly->down, g->dxb, g->a, Ti, I,
                                      g->C, acc, NULL));
-        S_TRYP(S_PH_SWIGLU,
+        S_TRYP(TRN_PH_SWIGLU,
                trn_k_swiglu_bwd(g->dgu, g->da, g->gu, Ti, I, NULL));
-        S_TRYP(S_PH_PROD_BD,
+        S_TRYP(TRN_PH_PROD_BD,
                trn_linear_bwd_data(g->blas, g->dhf, g->dgu, W + ly->gu, Ti,
                                    g->C, 2 * I, NULL));
-        S_TRYP(S_PH_PROD_BW,
+        S_TRYP(TRN_PH_PROD_BW,
                trn_linear_bwd_weight(g->blas, G + ly->gu, g->dgu, g->h2, Ti,
                                      g->C, 2 * I, acc, NULL));
-        S_TRYP(S_PH_NORM, trn_k_rmsnorm_bwd_resid(g->dx, g->dxb, g->C,
-                                                  G + ly->w_post, g->dhf, g->C,
-                                                  g->xm, g->C, W + ly->w_post,
-                                                  g->rstd2, Ti, g->C, NULL));
+        S_TRYP(TRN_PH_NORM,
+               trn_k_rmsnorm_bwd_resid(
+                   g->dx, g->dxb, g->C, G + ly->w_post, g->dhf, g->C, g->xm,
+                   g->C, W + ly->w_post, g->rstd2, Ti, g->C, NULL));
         /* attention */
-        S_TRYP(S_PH_PROD_BD,
+        S_TRYP(TRN_PH_PROD_BD,
                trn_linear_bwd_data(g->blas, g->da, g->dxb, W + ly->o, Ti, H * D,
                                    g->C, NULL));
-        S_TRYP(S_PH_PROD_BW,
+        S_TRYP(TRN_PH_PROD_BW,
                trn_linear_bwd_weight(g->blas, G + ly->o, g->dxb, g->o, Ti,
                                      H * D, g->C, acc, NULL));
         if (g->cp_on)
-            S_TRYP(S_PH_ATTN_B, trn_gpu_cp_attn_bwd(g, l, err));
+            S_TRYP(TRN_PH_ATTN_B, trn_gpu_cp_attn_bwd(g, l, err));
         else
-            S_TRYP(S_PH_ATTN_B,
+            S_TRYP(TRN_PH_ATTN_B,
                    trn_k_attn_bwd(g->dqkv, g->dqkv + H * D,
                                   g->dqkv + (H + Hk) * D, g->S, g->attn_scratch,
                                   g->da, g->o, g->lse, g->qkvn, g->qkvn + H * D,
                                   g->qkvn + (H + Hk) * D, g->S, g->seg, Ti, H,
                                   Hk, D, NULL));
-        S_TRYP(S_PH_QK,
+        S_TRYP(TRN_PH_QK,
                trn_k_qk_bwd(g->dqkv, g->S, g->qk_norm ? G + ly->q_norm : NULL,
                             g->qk_norm ? G + ly->k_norm : NULL, g->qkv,
                             s_norm_w(g, W, ly->q_norm),
@@ -920,25 +908,25 @@ trn_gpu_model_backward(trn_gpu_model_t *g, const float *dlogp,
                             g->pos, Ti, H, Hk, D, (float) g->cfg.rope_theta,
                             NULL));
         if (g->qkv_bias)
-            S_TRYP(S_PH_QK, trn_k_bias_grad(G + ly->qkv_b, g->dqkv, g->S, Ti,
-                                            g->S, NULL));
-        S_TRYP(S_PH_PROD_BD,
+            S_TRYP(TRN_PH_QK, trn_k_bias_grad(G + ly->qkv_b, g->dqkv, g->S, Ti,
+                                              g->S, NULL));
+        S_TRYP(TRN_PH_PROD_BD,
                trn_linear_bwd_data(g->blas, g->dhf, g->dqkv, W + ly->qkv, Ti,
                                    g->C, g->S, NULL));
-        S_TRYP(S_PH_PROD_BW,
+        S_TRYP(TRN_PH_PROD_BW,
                trn_linear_bwd_weight(g->blas, G + ly->qkv, g->dqkv, g->h1, Ti,
                                      g->C, g->S, acc, NULL));
-        S_TRYP(S_PH_NORM,
+        S_TRYP(TRN_PH_NORM,
                trn_k_rmsnorm_bwd_resid(g->dx, l > 0 ? g->dxb : NULL, g->C,
                                        G + ly->w_in, g->dhf, g->C, x, g->C,
                                        W + ly->w_in, g->rstd1, Ti, g->C, NULL));
         if (ovl)
-            S_TRYP(S_PH_OTHER, s_reduce_buckets(g, g->L - 1 - l, g->L - l));
+            S_TRYP(TRN_PH_OTHER, s_reduce_buckets(g, g->L - 1 - l, g->L - l));
     }
-    S_TRYP(S_PH_OTHER, trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti, g->C,
-                                       g->V, NULL));
+    S_TRYP(TRN_PH_OTHER, trn_k_embed_bwd(G + g->embed, g->dx, g->tokens, Ti,
+                                         g->C, g->V, NULL));
     if (ovl) {
-        S_TRYP(S_PH_OTHER, s_reduce_buckets(g, g->L, -1));
+        S_TRYP(TRN_PH_OTHER, s_reduce_buckets(g, g->L, -1));
         g->reduced = 1;
     }
     /* this stream only: started sums run on (trn_gpu_model_adamw waits) */

@@ -18,6 +18,21 @@ typedef struct {
     size_t w_in, qkv, qkv_b, o, q_norm, k_norm, w_post, gu, down;
 } s_layer_t;
 
+/* The kinds of work trn_gpu_model_phases reports (trn_gpu_model.c names
+ * them; generation steps with prompt rows charge the same kinds). */
+enum {
+    TRN_PH_NORM,
+    TRN_PH_QK,
+    TRN_PH_ATTN_F,
+    TRN_PH_ATTN_B,
+    TRN_PH_PROD_F,
+    TRN_PH_PROD_BD,
+    TRN_PH_PROD_BW,
+    TRN_PH_SWIGLU,
+    TRN_PH_LOSS,
+    TRN_PH_OTHER
+};
+
 /* Most sequences of a generation step (a KV cache's max_seqs): the rows
  * of its logits and sampling buffers. */
 #define TRN_GEN_MAX_ROWS 1024
@@ -79,8 +94,8 @@ struct trn_gpu_model {
     float *logits;       /* fp32 [chunk, V] */
     int logits_kept;     /* the last forward's logits are all in `logits` */
     trn_bf16_t *dlogits; /* bf16 [chunk, V] */
-    float *logp, *dlogp, *ent, *dent; /* [T] */
-    size_t T;                         /* tokens of the last forward */
+    float *logp, *dlogp, *ent, *dent, *head_lse; /* [T] */
+    size_t T; /* tokens of the last forward */
     float inv_temp;
     int have_forward;
     /* The training state (w32, grad, m, v, gshard) off the device

@@ -60,7 +60,8 @@ trn_cuda_stream_t *trn_cuda_stream_new(void);
 void trn_cuda_stream_destroy(trn_cuda_stream_t **s);
 /* Waits for the work queued on `s`. */
 lisa_rc_t trn_cuda_stream_sync(trn_cuda_stream_t *s);
-/* Device time by class, from CUDA events on the default stream: each
+/* Device time by class, from CUDA events on one stream (the default
+ * stream unless trn_cuda_timer_stream says otherwise): each
  * mark closes the interval since the previous mark (or the start) and
  * charges it to its class. At most `max_marks` marks between two reads;
  * later ones are counted as dropped. */
@@ -73,6 +74,9 @@ void trn_cuda_timer_destroy(trn_cuda_timer_t **t);
 lisa_rc_t trn_cuda_timer_start(trn_cuda_timer_t *t);
 /* Charges the time since the previous mark to class cls. */
 lisa_rc_t trn_cuda_timer_mark(trn_cuda_timer_t *t, int cls);
+/* The stream later starts and marks are recorded on (NULL: the default
+ * stream). */
+void trn_cuda_timer_stream(trn_cuda_timer_t *t, trn_cuda_stream_t *s);
 /* Waits for the device, adds each class's milliseconds since the last
  * read to ms[0..n_classes-1] and forgets the marks; returns the marks
  * dropped since the last read. */
@@ -125,9 +129,17 @@ lisa_rc_t trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
  * bf16 followed by trn_k_swiglu_fwd give; for the few tokens
  * trn_linear_glu_fits accepts (a decode step of one sequence). */
 int trn_linear_glu_fits(int T, int K, int I);
-lisa_rc_t trn_linear_fwd_glu(trn_bf16_t *a, const trn_bf16_t *x,
+lisa_rc_t trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
                              const trn_bf16_t *w, int T, int K, int I,
                              trn_cuda_stream_t *s);
+/* The weights the product after the next one through b will read (a
+ * decode step's chain): the next forward product of a few tokens (the
+ * matrix-vector and skinny kernels) has each block, once its own weights
+ * are in, ask for its share of up to LISA_CUDA_L2PF MiB of them (default
+ * S_L2PF_MIB in trn_cuda_blas.cu; 0: off) to be brought into L2, so that
+ * memory is kept busy through the kernel's last blocks and the next
+ * kernel's first. A hint for one product; NULL clears it. */
+void trn_linear_next(trn_blas_t *b, const void *w, size_t bytes);
 /* y[T,N] = res[T,N] + x[T,K] @ w[N,K]^T, all fp32 but x and w (res may
  * be y: then as trn_linear_fwd accumulating). A residual connection in one
  * pass, without copying res first. */
@@ -262,15 +274,22 @@ lisa_rc_t trn_k_attn_bwd(trn_bf16_t *dq, trn_bf16_t *dk, trn_bf16_t *dv,
 /* --- log-probs of chosen tokens ---------------------------------------- */
 
 /* For `rows` rows of fp32 logits [rows, V] (scaled by inv_temp):
- * logprob[r] = log softmax(logits[r])[target[r]], entropy[r] (may be NULL).
- * With dlogits non-NULL also writes the backward: dlogits[r,j] (bf16) =
- * inv_temp * (g[r] * (1{j=target} - p_j) + ge[r] * dH/dz_j), where g and ge
- * (may be NULL) are the gradients of the loss w.r.t. logprob and entropy.
- * Targets < 0 mark rows to skip (logprob 0, zero gradient). */
-lisa_rc_t trn_k_logprob(float *logprob, float *entropy, trn_bf16_t *dlogits,
-                        const float *logits, const int32_t *target,
-                        const float *g, const float *ge, int rows, int V,
-                        float inv_temp, trn_cuda_stream_t *s);
+ * logprob[r] = log softmax(logits[r])[target[r]], entropy[r] and the
+ * log-sum-exp lse[r] (each may be NULL). Targets < 0 mark rows to skip
+ * (logprob 0). One read of the logits. */
+lisa_rc_t trn_k_logprob(float *logprob, float *entropy, float *lse,
+                        const float *logits, const int32_t *target, int rows,
+                        int V, float inv_temp, trn_cuda_stream_t *s);
+/* The backward of trn_k_logprob from the lse (and, with ge, the entropy)
+ * it wrote for the same logits: dlogits[r,j] (bf16) = inv_temp * (g[r] *
+ * (1{j=target} - p_j) + ge[r] * dH/dz_j), where g and ge (may be NULL) are
+ * the gradients of the loss w.r.t. logprob and entropy; zeros on skipped
+ * rows. One read of the logits. */
+lisa_rc_t trn_k_logprob_bwd(trn_bf16_t *dlogits, const float *logits,
+                            const int32_t *target, const float *lse,
+                            const float *entropy, const float *g,
+                            const float *ge, int rows, int V, float inv_temp,
+                            trn_cuda_stream_t *s);
 
 /* --- initialisation ---------------------------------------------------- */
 
