@@ -1210,6 +1210,8 @@ test_linear_few(trn_blas_t *b, int T, int K, int N)
     float *y32 = s_dev(fy0, (size_t) T * N * 4);
     trn_bf16_t *y16 = s_dev(NULL, (size_t) T * N * 2);
     RC(trn_linear_fwd(b, y32, NULL, dx_, dw_, T, K, N, 1, NULL));
+    /* with an L2 prefetch hint (here its own weights): the same results */
+    trn_linear_next(b, dw_, (size_t) N * K * 2);
     RC(trn_linear_fwd(b, NULL, y16, dx_, dw_, T, K, N, 0, NULL));
     RC(trn_cuda_sync());
     double *ry = malloc((size_t) T * N * 8), *ra = malloc((size_t) T * N * 8);
@@ -1249,7 +1251,8 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     trn_bf16_t *gu = s_dev(NULL, (size_t) T * 2 * I * 2);
     trn_bf16_t *a1 = s_dev(NULL, (size_t) T * I * 2);
     trn_bf16_t *a2 = s_dev(NULL, (size_t) T * I * 2);
-    RC(trn_linear_fwd_glu(NULL, a1, dx_, dw_, T, K, I, NULL));
+    trn_linear_next(b, dw_, (size_t) I * K * 2); /* a prefetch hint */
+    RC(trn_linear_fwd_glu(b, a1, dx_, dw_, T, K, I, NULL));
     RC(trn_linear_fwd(b, NULL, gu, dx_, dw_, T, K, 2 * I, 0, NULL));
     RC(trn_k_swiglu_fwd(a2, gu, T, I, NULL));
     RC(trn_cuda_sync());

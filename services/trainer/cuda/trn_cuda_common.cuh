@@ -172,6 +172,19 @@ lisa_rc_t trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
                            const int32_t *seg, int T, int H, int Hk,
                            cudaStream_t st);
 
+/* trn_k_attn_prefill at head_dim 128 on Hopper's asynchronous tensor
+ * cores (trn_k_attn_h.cu): the same arguments and output; the caller
+ * checks the device (trn_attn_hopper). */
+lisa_rc_t trn_k_attn_prefill_h(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+                               const trn_bf16_t *cache_k,
+                               const trn_bf16_t *cache_v, trn_kv_pages_t pg,
+                               const trn_prefill_tile_t *tiles, int ntiles,
+                               int H, int Hk, cudaStream_t st);
+
+/* Whether head_dim-128 attention forward passes run on the Hopper kernels
+ * (trn_k_attn.cu: compute capability 9.x, LISA_ATTN_PORTABLE unset). */
+bool trn_attn_hopper(void);
+
 /* The main kernel of trn_k_attn_bwd at head_dim 128 on Hopper's
  * asynchronous tensor cores (trn_k_attn_hb.cu, sm_90a): dk and dv written,
  * dq added unscaled into dq_acc, from Delta (see trn_k_attn_bwd); the

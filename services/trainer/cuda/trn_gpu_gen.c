@@ -344,29 +344,12 @@ trn_gpu_kv_set_graphs(trn_gpu_kv_t *kv, int on)
 }
 
 /* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
-/* Which products hint at the next one's weights (LISA_CUDA_L2PF_MASK,
- * bit k for the layer's product k: q|k|v, o, gate|up, down; read once). */
-static int
-s_next_mask(void)
-{
-    static int mask = -1;
-    if (mask < 0) {
-        const char *e = getenv("LISA_CUDA_L2PF_MASK");
-        mask = e && *e ? atoi(e) & 15 : 15;
-    }
-    return mask;
-}
-
 /* Before layer l's product k (q|k|v, o, gate|up, down): the weights of
  * the product after it (the next layer's q|k|v, or the LM head, after
  * down) as trn_linear_next's hint. */
 static void
 s_next(trn_gpu_model_t *g, int l, int k)
 {
-    if (!(s_next_mask() >> k & 1)) {
-        trn_linear_next(g->blas, NULL, 0);
-        return;
-    }
     const s_layer_t *ly = &g->layers[l];
     size_t C = (size_t) g->C, I = (size_t) g->I;
     size_t Q = (size_t) g->H * (size_t) g->D;

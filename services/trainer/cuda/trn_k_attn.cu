@@ -694,6 +694,12 @@ s_hopper_fwd(void)
     return s_sm90() && !s_portable();
 }
 
+bool
+trn_attn_hopper(void)
+{
+    return s_hopper_fwd();
+}
+
 /* Whether the backward pass at head_dim 128 runs the wgmma kernel
  * (trn_k_attn_hb.cu): on a device of compute capability 9.x unless
  * LISA_ATTN_HOPPER_BWD is 0 (read every call) or s_portable. */

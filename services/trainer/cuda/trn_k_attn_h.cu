@@ -218,7 +218,8 @@ s_rescale(float (&acc)[64], const float (&alpha)[2])
             acc[4 * i + x] *= alpha[x >> 1];
 }
 
-/* Normalised output rows and their log-sum-exp (natural log). */
+/* Normalised output rows and their log-sum-exp (natural log; lse may be
+ * NULL). */
 static __device__ __forceinline__ void
 s_store(trn_bf16_t *o, float *lse, const float (&acc)[64], const float (&mr)[2],
         float (&lr)[2], int r0, int h, int T, int H, int t)
@@ -240,7 +241,7 @@ s_store(trn_bf16_t *o, float *lse, const float (&acc)[64], const float (&mr)[2],
         for (int i = 0; i < 16; i++)
             *reinterpret_cast<uint32_t *>(orow + 8 * i) = trn_pack2(
                 acc[4 * i + 2 * hf] * il, acc[4 * i + 2 * hf + 1] * il);
-        if (t == 0)
+        if (t == 0 && lse)
             lse[(size_t) h * T + r] =
                 lr[hf] > 0.0f ? (mr[hf] + log2f(lr[hf])) * S_LN2 : INFINITY;
     }
@@ -274,6 +275,10 @@ struct s_wg_ctx {
     int sg_first, sg_last; /* their sequences */
     int r0, t;             /* the lane's first row, its column pair */
     float sc;              /* softmax scale times log2 e */
+    /* the paged prefill (s_attn_prefill_wgmma): rows and keys are
+     * positions of one sequence, whose cache rows its table row gives */
+    const int32_t *tab;
+    int bshift, plast; /* log2 of the block size; the last position */
 };
 
 /* The context of the calling thread's warpgroup (threads 128w..128w+127
@@ -332,6 +337,80 @@ s_unmasked(const s_wg_ctx &c, int k0)
     return k0 + S_BK - 1 <= c.wfirst && c.seg[k0] == c.sg_last;
 }
 
+/* The cache row of position p of the paged sequence. */
+static __device__ __forceinline__ size_t
+s_cache_row(const s_wg_ctx &c, int p)
+{
+    const int b = __ldg(c.tab + (p >> c.bshift));
+    return ((size_t) b << c.bshift) + (size_t) (p & ((1 << c.bshift) - 1));
+}
+
+/* The 128 keys (or values) from position k0 of the paged sequence, column
+ * 0..127 of src's rows, into the swizzled tile at dst (positions past
+ * plast are zeros). */
+static __device__ __forceinline__ void
+s_load_paged(uint32_t dst, const trn_bf16_t *src, const s_wg_ctx &c, int k0)
+{
+#pragma unroll 4
+    for (int i = threadIdx.x; i < 128 * 16; i += S_NTH) {
+        const int r = i >> 4, cc = i & 15;
+        const bool ok = k0 + r <= c.plast;
+        const size_t row = ok ? s_cache_row(c, k0 + r) : 0;
+        trn_wg_cp16(dst + (cc >> 3) * S_HALF + r * 128 +
+                        (((cc & 7) ^ (r & 7)) << 4),
+                    src + row * c.st + cc * 8, ok);
+    }
+}
+
+/* A key or value tile from key k0: rows of k and v (PG false), or
+ * positions of the paged sequence. */
+template <bool PG>
+static __device__ __forceinline__ void
+s_load_kv(const s_wg_ctx &c, uint32_t dst, const trn_bf16_t *src, int k0)
+{
+    if constexpr (PG)
+        s_load_paged(dst, src, c, k0);
+    else
+        s_load(dst, src, c.st, k0, c.T);
+}
+
+/* The causal mask by position (one sequence) as bits, in s_mask_bits'
+ * layout: the lane's rows are at positions r0 and r0 + 8. */
+static __device__ __forceinline__ uint64_t
+s_pos_mask_bits(int r0, int k0, int t)
+{
+    uint64_t m = 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tk = k0 + 8 * i + 2 * t + e;
+            m |= (uint64_t) (tk > r0) << (4 * i + e);
+            m |= (uint64_t) (tk > r0 + 8) << (4 * i + 2 + e);
+        }
+    return m;
+}
+
+template <bool PG>
+static __device__ __forceinline__ bool
+s_unmasked_t(const s_wg_ctx &c, int k0)
+{
+    if constexpr (PG)
+        return k0 + S_BK - 1 <= c.wfirst;
+    else
+        return s_unmasked(c, k0);
+}
+
+template <bool PG>
+static __device__ __forceinline__ uint64_t
+s_mask_bits_t(const s_wg_ctx &c, int k0)
+{
+    if constexpr (PG)
+        return s_pos_mask_bits(c.r0, k0, c.t);
+    else
+        return s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
+}
+
 /* Serial schedule: per tile, S = Q K^T, the softmax, then O += P V, each
  * product waited for before the next step; K_j and V_j land together. */
 static __device__ __forceinline__ void
@@ -379,7 +458,7 @@ s_loop_serial(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2],
  * wait for P V early in the softmax. No branch surrounds a product in
  * flight (the compiler would serialise them): every tile is computed, the
  * ones no row of the warpgroup sees masked whole. */
-template <int EARLY>
+template <int EARLY, bool PG = false>
 static __device__ __forceinline__ void
 s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
 {
@@ -388,27 +467,31 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
     /* stage 0: S_0 alone */
     s_tile_barrier();
     if (c.ntiles > 1)
-        s_load(c.Ks + S_TILE, c.kh, c.st, c.kbeg + S_BK, c.T);
-    s_load(c.Vs, c.vh, c.st, c.kbeg, c.T);
+        s_load_kv<PG>(c, c.Ks + S_TILE, c.kh, c.kbeg + S_BK);
+    s_load_kv<PG>(c, c.Vs, c.vh, c.kbeg);
     trn_cp_commit();
     trn_wg_fence();
     s_qk_issue(s, c.Qw, c.Ks);
     trn_wg_commit();
     trn_wg_wait<0>();
     trn_wg_touch(s);
-    if (!s_unmasked(c, c.kbeg))
-        s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
+    if (!s_unmasked_t<PG>(c, c.kbeg)) {
+        if constexpr (PG)
+            s_mask_apply(s, s_pos_mask_bits(c.r0, c.kbeg, c.t));
+        else
+            s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
+    }
     s_softmax(s, mr, lr, alpha, c.sc);
     s_pack(p, s);
     for (int j = 1; j < c.ntiles; j++) {
         const int k0 = c.kbeg + j * S_BK;
         uint64_t m = 0; /* nothing in flight here: a branch is free */
-        if (!s_unmasked(c, k0))
-            m = s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
+        if (!s_unmasked_t<PG>(c, k0))
+            m = s_mask_bits_t<PG>(c, k0);
         s_tile_barrier();
         if (j + 1 < c.ntiles)
-            s_load(c.Ks + ((j + 1) & 1) * S_TILE, c.kh, c.st, k0 + S_BK, c.T);
-        s_load(c.Vs + (j & 1) * S_TILE, c.vh, c.st, k0, c.T);
+            s_load_kv<PG>(c, c.Ks + ((j + 1) & 1) * S_TILE, c.kh, k0 + S_BK);
+        s_load_kv<PG>(c, c.Vs + (j & 1) * S_TILE, c.vh, k0);
         trn_cp_commit();
         trn_wg_fence();
         s_qk_issue(s, c.Qw, c.Ks + (j & 1) * S_TILE);
@@ -503,6 +586,82 @@ trn_k_attn_fwd_h(trn_bf16_t *o, float *lse, const trn_bf16_t *q,
     kern<<<grid, S_NTH, S_SMEM, st>>>(o, lse, q, k, v, stride, seg, T, H, Hk,
                                       1.0f / sqrtf((float) S_D) *
                                           1.4426950408889634f);
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+/* ---- the paged prefill (trn_k_attn_prefill at head_dim 128) ------------ */
+
+/* One block of two warpgroups per (query tile of up to 128 rows of one
+ * sequence, query head), as trn_k_prefill.cu's portable kernel divides the
+ * work, with the training forward's overlapped schedule: the tile's rows
+ * are positions p0.. of the sequence, its keys positions 0..p0+rows-1
+ * read through the sequence's block table (each row's cache row looked
+ * up by the thread that copies it), the causal mask by position on the
+ * tiles that cross a warpgroup's first row. */
+__global__ void
+__launch_bounds__(S_NTH, 1)
+    s_attn_prefill_wgmma(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+                         const trn_bf16_t *ck, const trn_bf16_t *cv,
+                         trn_kv_pages_t pg, const trn_prefill_tile_t *tiles,
+                         int H, int Hk, float sc)
+{
+    extern __shared__ unsigned char smem[];
+    const uint32_t Qs = (trn_wg_saddr(smem) + 1023u) & ~1023u;
+    const int h = blockIdx.x, hk = h / (H / Hk);
+    const trn_prefill_tile_t tl = tiles[blockIdx.y];
+    const int wg = min((int) threadIdx.x >> 7, S_WGS - 1);
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    s_wg_ctx c;
+    c.Qw = Qs + wg * 64 * 128;
+    c.Ks = Qs + S_TILE;
+    c.Vs = Qs + 3 * S_TILE;
+    c.kh = ck + (size_t) hk * S_D;
+    c.vh = cv + (size_t) hk * S_D;
+    c.st = (size_t) Hk * S_D;
+    c.seg = NULL;
+    c.T = 0;
+    c.tab = pg.table + (size_t) tl.slot * (size_t) pg.max_blocks;
+    c.bshift = pg.bshift;
+    c.plast = tl.p0 + tl.rows - 1;
+    c.kbeg = 0;
+    c.ntiles = c.plast / S_BK + 1;
+    c.wfirst = tl.p0 + 64 * wg;
+    c.wlast = min(c.wfirst + 63, c.plast);
+    c.sg_first = c.sg_last = 0;
+    c.r0 = c.wfirst + 16 * warp + (lane >> 2);
+    c.t = lane & 3;
+    c.sc = sc;
+
+    /* Q and the first K tile, one copy group */
+    s_load(Qs, q + (size_t) h * S_D, (size_t) stride, tl.row0,
+           tl.row0 + tl.rows);
+    s_load_paged(c.Ks, c.kh, c, 0);
+    trn_cp_commit();
+
+    float acc[64], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        acc[i] = 0.0f;
+    s_loop_pipe<6, true>(c, acc, mr, lr);
+    /* the lane's rows as rows of o: row0 + (position - p0) */
+    s_store(o, NULL, acc, mr, lr, tl.row0 + (c.r0 - tl.p0), h,
+            tl.row0 + tl.rows, H, c.t);
+}
+
+lisa_rc_t
+trn_k_attn_prefill_h(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+                     const trn_bf16_t *cache_k, const trn_bf16_t *cache_v,
+                     trn_kv_pages_t pg, const trn_prefill_tile_t *tiles,
+                     int ntiles, int H, int Hk, cudaStream_t st)
+{
+    TRN_CUDA_TRY(cudaFuncSetAttribute(
+        s_attn_prefill_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        S_SMEM));
+    dim3 grid((unsigned) H, (unsigned) ntiles);
+    s_attn_prefill_wgmma<<<grid, S_NTH, S_SMEM, st>>>(
+        o, q, stride, cache_k, cache_v, pg, tiles, H, Hk,
+        1.0f / sqrtf((float) S_D) * 1.4426950408889634f);
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }

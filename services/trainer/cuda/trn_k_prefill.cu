@@ -26,6 +26,9 @@
 #include "trn_cuda_flash.cuh"
 #include "trn_cuda_mma.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 typedef __nv_bfloat16 bf16;
 
 #define S_LOG2E 1.4426950408889634f
@@ -213,6 +216,16 @@ s_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride, const trn_bf16_t *ck,
     return LISA_OK;
 }
 
+/* Whether head_dim 128 takes the wgmma kernel (trn_k_attn_h.cu) where
+ * trn_attn_hopper allows: unless LISA_ATTN_HOPPER_PREFILL is 0 (read every
+ * call). */
+static bool
+s_hopper_prefill(void)
+{
+    const char *e = getenv("LISA_ATTN_HOPPER_PREFILL");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 extern "C" lisa_rc_t
 trn_k_attn_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                    const trn_bf16_t *cache_k, const trn_bf16_t *cache_v,
@@ -226,6 +239,9 @@ trn_k_attn_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     TRN_REQUIRE(pg.table && pg.max_blocks > 0 && pg.bshift >= 0 &&
                 pg.bshift <= 10 && ntiles <= 65535);
     cudaStream_t st = trn_stream(s);
+    if (D == 128 && trn_attn_hopper() && s_hopper_prefill())
+        return trn_k_attn_prefill_h(o, q, stride, cache_k, cache_v, pg, tiles,
+                                    ntiles, H, Hk, st);
     switch (D) {
     case 16:
         return s_prefill<16>(o, q, stride, cache_k, cache_v, pg, tiles, ntiles,

@@ -133,12 +133,12 @@ lisa_rc_t trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
                              const trn_bf16_t *w, int T, int K, int I,
                              trn_cuda_stream_t *s);
 /* The weights the product after the next one through b will read (a
- * decode step's chain): the next forward product of a few tokens (the
- * matrix-vector and skinny kernels) has each block, once its own weights
- * are in, ask for its share of up to LISA_CUDA_L2PF MiB of them (default
- * S_L2PF_MIB in trn_cuda_blas.cu; 0: off) to be brought into L2, so that
- * memory is kept busy through the kernel's last blocks and the next
- * kernel's first. A hint for one product; NULL clears it. */
+ * decode step's chain): the next forward product of 2 to 8 tokens (the
+ * skinny kernel) has each block, once its own weights are in, ask for its
+ * share of up to LISA_CUDA_L2PF MiB of them (default S_L2PF_MIB in
+ * trn_cuda_blas.cu; 0: off) to be brought into L2, so that memory is kept
+ * busy through the kernel's last blocks and the next kernel's first. A
+ * hint for one product (any product through b takes it); NULL clears it. */
 void trn_linear_next(trn_blas_t *b, const void *w, size_t bytes);
 /* y[T,N] = res[T,N] + x[T,K] @ w[N,K]^T, all fp32 but x and w (res may
  * be y: then as trn_linear_fwd accumulating). A residual connection in one
