@@ -39,6 +39,10 @@ embedding). Timed figures are medians of three runs after a warm-up.
   python3 torch_peer.py [LAYERS] [--quick] [--train-only] [--decode-only]
                         [--lengths 4k,16k]   (forward+backward at these
                         lengths only, no full steps)
+                        [--decode-shape B:P] (decoding alone, batch B
+                        after P-token prompts: decode_tok_s_bB_pP and
+                        decode_step_ms_bB_pP, the mean one-token step,
+                        as trn_bench --batch B --prompt P prints it)
 """
 import gc
 import os
@@ -266,7 +270,7 @@ def train(layers, quick, lengths=None):
         free_cuda()
 
 
-def decode(layers):
+def decode(layers, shapes=((1, 128), (64, 128))):
     from torch._dynamo.utils import counters
     from transformers import CompileConfig, StaticCache
 
@@ -274,44 +278,61 @@ def decode(layers):
     model.eval()
     compile_config = CompileConfig(mode="reduce-overhead", fullgraph=False,
                                    dynamic=False)
-    for batch, tag in ((1, "b1"), (64, "b64")):
-        ids = torch.randint(0, 150000, (batch, 128), device="cuda")
+    for batch, prompt in shapes:
+        tag = f"b{batch}" if prompt == 128 else f"b{batch}_p{prompt}"
+        ids = torch.randint(0, 150000, (batch, prompt), device="cuda")
         # one cache for every call of this batch, reset in place: the
         # recorded graphs keep reading the same addresses (generate would
         # make a new cache each call, and the graphs would be recorded anew)
-        cache = StaticCache(config=model.config, max_cache_len=256)
+        cache = StaticCache(config=model.config, max_cache_len=prompt + 128)
 
-        def generate():
+        def generate(new=128):
             cache.reset()
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids),
-                               max_new_tokens=128, min_new_tokens=128,
+                               max_new_tokens=new, min_new_tokens=new,
                                do_sample=True, temperature=1.0, top_p=1.0,
                                top_k=0, eos_token_id=None, pad_token_id=0,
                                past_key_values=cache,
                                compile_config=compile_config)
 
+        def best_of(new):
+            best = 1e9
+            for _ in range(3):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                generate(new)
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t0)
+            return best
+
         skips = int(counters["inductor"]["cudagraph_skips"])
         generate()  # compiles the decode step and records its graphs
-        best = 1e9
-        for _ in range(3):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            generate()
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
+        best = best_of(128)
         skips = int(counters["inductor"]["cudagraph_skips"]) - skips
         compiled = getattr(model, "_compiled_call", None) is not None
         print(f"decode_tok_s_{tag} {batch * 128 / best:.0f} tok/s")
         print(f"peer_decode_graphs_{tag} "
               f"{'compiled' if compiled else 'eager'}, {skips} skipped",
               flush=True)
+        if prompt != 128:  # the mean one-token step: less the prompt's
+            first = best_of(1)
+            print(f"decode_step_ms_{tag} {1e3 * (best - first) / 127:.3f} ms",
+                  flush=True)
 
 
 def main():
     args = sys.argv[1:]
     layers = int(args[0]) if args and args[0].isdigit() else 36
     quick = "--quick" in args
+    if "--decode-shape" in args:  # B:P, one decode figure (and its step)
+        i = args.index("--decode-shape")
+        try:
+            b, p = (int(x) for x in args[i + 1].split(":"))
+        except (IndexError, ValueError):
+            sys.exit("--decode-shape: BATCH:PROMPT, for example 8:2500")
+        decode(layers, ((b, p),))
+        return
     if "--decode-only" in args:
         decode(layers)
         return
