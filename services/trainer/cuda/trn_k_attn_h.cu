@@ -143,19 +143,21 @@ s_after(const float (&lr)[2])
 }
 
 /* The mask of a tile from key k0 as bits: bit x set where s[x] is hidden
- * (the layout of s_mask). */
+ * (the layout of s_mask). SEG false: one sequence, the causal mask alone
+ * (r0 and the keys are then positions; seg and T are not read). */
+template <bool SEG = true>
 static __device__ __forceinline__ uint64_t
 s_mask_bits(const int32_t *seg, int T, int r0, int k0, int t)
 {
-    const int sg0 = r0 < T ? seg[r0] : -1;
-    const int sg1 = r0 + 8 < T ? seg[r0 + 8] : -1;
+    const int sg0 = !SEG ? 0 : r0 < T ? seg[r0] : -1;
+    const int sg1 = !SEG ? 0 : r0 + 8 < T ? seg[r0 + 8] : -1;
     uint64_t m = 0;
 #pragma unroll
     for (int i = 0; i < 16; i++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int tk = k0 + 8 * i + 2 * t + e;
-            const int sk = seg[min(tk, T - 1)];
+            const int sk = SEG ? seg[min(tk, T - 1)] : 0;
             m |= (uint64_t) (tk > r0 || sk != sg0) << (4 * i + e);
             m |= (uint64_t) (tk > r0 + 8 || sk != sg1) << (4 * i + 2 + e);
         }
@@ -374,23 +376,6 @@ s_load_kv(const s_wg_ctx &c, uint32_t dst, const trn_bf16_t *src, int k0)
         s_load(dst, src, c.st, k0, c.T);
 }
 
-/* The causal mask by position (one sequence) as bits, in s_mask_bits'
- * layout: the lane's rows are at positions r0 and r0 + 8. */
-static __device__ __forceinline__ uint64_t
-s_pos_mask_bits(int r0, int k0, int t)
-{
-    uint64_t m = 0;
-#pragma unroll
-    for (int i = 0; i < 16; i++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int tk = k0 + 8 * i + 2 * t + e;
-            m |= (uint64_t) (tk > r0) << (4 * i + e);
-            m |= (uint64_t) (tk > r0 + 8) << (4 * i + 2 + e);
-        }
-    return m;
-}
-
 template <bool PG>
 static __device__ __forceinline__ bool
 s_unmasked_t(const s_wg_ctx &c, int k0)
@@ -406,7 +391,7 @@ static __device__ __forceinline__ uint64_t
 s_mask_bits_t(const s_wg_ctx &c, int k0)
 {
     if constexpr (PG)
-        return s_pos_mask_bits(c.r0, k0, c.t);
+        return s_mask_bits<false>(NULL, 0, c.r0, k0, c.t);
     else
         return s_mask_bits(c.seg, c.T, c.r0, k0, c.t);
 }
@@ -477,7 +462,7 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
     trn_wg_touch(s);
     if (!s_unmasked_t<PG>(c, c.kbeg)) {
         if constexpr (PG)
-            s_mask_apply(s, s_pos_mask_bits(c.r0, c.kbeg, c.t));
+            s_mask_apply(s, s_mask_bits<false>(NULL, 0, c.r0, c.kbeg, c.t));
         else
             s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
     }
