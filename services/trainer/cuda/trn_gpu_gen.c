@@ -52,12 +52,7 @@ typedef struct {
 
 /* S_TRY, then, in a timed step, the device time since the last mark
  * charged to kind k. */
-#define S_TRYG(k, x)                                                           \
-    do {                                                                       \
-        S_TRY(x);                                                              \
-        if (b->timed)                                                          \
-            (void) trn_cuda_timer_mark(g->timer, (k));                         \
-    } while (0)
+#define S_TRYG(k, x) S_TRY_MARK(b->timed, k, x)
 
 typedef struct {
     int nb, sample, seen;

@@ -38,12 +38,7 @@ static const char *const s_ph_names[TRN_GPU_PHASES] = {"rmsnorm",
 
 /* S_TRY, then the device time since the last mark charged to kind k (when
  * the model is timed). */
-#define S_TRYP(k, x)                                                           \
-    do {                                                                       \
-        S_TRY(x);                                                              \
-        if (g->timer)                                                          \
-            (void) trn_cuda_timer_mark(g->timer, (k));                         \
-    } while (0)
+#define S_TRYP(k, x) S_TRY_MARK(g->timer != NULL, k, x)
 
 /* Tensor offsets from the config, in the CPU model's order: embed; per
  * layer input_layernorm, q, k, v, [q, k, v biases: Qwen2], o, [q_norm,

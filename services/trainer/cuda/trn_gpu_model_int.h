@@ -137,6 +137,15 @@ s_err(trn_err_t *err, const char *msg)
             goto out;                                                          \
     } while (0)
 
+/* S_TRY, then, when `on`, the device time since g's timer's last mark
+ * charged to kind k (trn_gpu_model_phases). */
+#define S_TRY_MARK(on, k, x)                                                   \
+    do {                                                                       \
+        S_TRY(x);                                                              \
+        if (on)                                                                \
+            (void) trn_cuda_timer_mark(g->timer, (k));                         \
+    } while (0)
+
 /* trn_gpu_offload.c: the AdamW update of the offloaded state (the norm
  * in g->scalar and g->step already set), the host copy's weights and
  * moments out (NULL: skipped) and moments in, and its buffers freed. */
