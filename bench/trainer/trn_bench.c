@@ -319,13 +319,6 @@ s_turn_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch,
     return t;
 }
 
-static int
-s_dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
-}
-
 /* With --turn O, after the decode steps: S_TURNS steps in which every
  * sequence gets O new tokens (turn_step_ms_<tag>_o<O>, the median; what
  * the engine runs when a conversation's next turn arrives), then S_TURNS
@@ -349,8 +342,8 @@ s_turns(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch, trn_gen_seq_t *seqs,
     s_print_phases(g, ptag, S_TURNS);
     for (int r = 0; r < S_TURNS; r++)
         th[r] = s_turn_step(g, kv, batch, seqs, sp, out, lp, obs, O, 2);
-    qsort(t, S_TURNS, sizeof t[0], s_dbl_cmp);
-    qsort(th, S_TURNS, sizeof th[0], s_dbl_cmp);
+    qsort(t, S_TURNS, sizeof t[0], s_cmp);
+    qsort(th, S_TURNS, sizeof th[0], s_cmp);
     printf("turn_step_ms_%s_o%d %.2f ms (%d new tokens)\n", tag, O,
            1e3 * t[S_TURNS / 2], batch * O);
     printf("turn_half_step_ms_%s_o%d %.2f ms (%d new tokens)\n", tag, O,

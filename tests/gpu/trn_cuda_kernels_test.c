@@ -1105,24 +1105,22 @@ test_logprob_v(int V)
         }
     }
     double *got;
-    snprintf(what, sizeof what, "%s, V=%d", "logprob of chosen tokens (T=0.7)",
-             V);
+    snprintf(what, sizeof what, "logprob of chosen tokens (T=0.7), V=%d", V);
     s_check(what,
             s_relerr(got = s_get_f32(lp, (size_t) rows), rlp, (size_t) rows),
             1e-5);
     free(got);
-    snprintf(what, sizeof what, "%s, V=%d", "entropy", V);
+    snprintf(what, sizeof what, "entropy, V=%d", V);
     s_check(what,
             s_relerr(got = s_get_f32(ent, (size_t) rows), rent, (size_t) rows),
             1e-5);
     free(got);
-    snprintf(what, sizeof what, "%s, V=%d", "log-sum-exp", V);
+    snprintf(what, sizeof what, "log-sum-exp, V=%d", V);
     s_check(what,
             s_relerr(got = s_get_f32(lse, (size_t) rows), rlse, (size_t) rows),
             1e-6);
     free(got);
-    snprintf(what, sizeof what, "%s, V=%d", "dlogits (logprob + entropy terms)",
-             V);
+    snprintf(what, sizeof what, "dlogits (logprob + entropy terms), V=%d", V);
     s_check(what, s_relerr(got = s_get_bf16(dl, n), rdl, n), 8e-3);
     free(got), free(rlp), free(rent), free(rlse), free(rdl), free(z), free(g),
         free(ge), free(tgt);

@@ -286,12 +286,10 @@ static s_pf_t
 s_take_pf(trn_blas_t *b)
 {
     s_pf_t pf = {NULL, 0};
-    if (b && b->next && b->next_bytes > 0) {
-        pf.p = b->next;
-        pf.bytes = b->next_bytes;
-    }
-    if (b)
+    if (b) {
+        pf = {b->next, b->next_bytes};
         b->next = NULL, b->next_bytes = 0;
+    }
     return pf;
 }
 

@@ -338,7 +338,6 @@ trn_gpu_kv_set_graphs(trn_gpu_kv_t *kv, int on)
         kv->use_graphs = on != 0;
 }
 
-/* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
 /* Before layer l's product k (q|k|v, o, gate|up, down): the weights of
  * the product after it (the next layer's q|k|v, or the LM head, after
  * down) as trn_linear_next's hint. */
@@ -368,6 +367,7 @@ s_next(trn_gpu_model_t *g, int l, int k)
     }
 }
 
+/* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
 static lisa_rc_t
 s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
 {

@@ -462,7 +462,7 @@ s_loop_pipe(const s_wg_ctx &c, float (&acc)[64], float (&mr)[2], float (&lr)[2])
     trn_wg_touch(s);
     if (!s_unmasked_t<PG>(c, c.kbeg)) {
         if constexpr (PG)
-            s_mask_apply(s, s_mask_bits<false>(NULL, 0, c.r0, c.kbeg, c.t));
+            s_mask_apply(s, s_mask_bits_t<true>(c, c.kbeg));
         else
             s_mask(s, c.seg, c.T, c.r0, c.kbeg, c.t);
     }
