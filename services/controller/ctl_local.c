@@ -14,6 +14,14 @@
  * signal blocked until it has reset the controller's handlers, and
  * changes credentials with raw system calls (glibc's wrappers would
  * signal the controller's other threads). Sanitizer builds fork.
+ *
+ * Each child starts as pid 1 of a PID namespace of its own, so the
+ * sandbox ends whole when that process ends: bubblewrap's outer process
+ * dies with the controller, and the kernel then kills every process of
+ * the namespace, its inner process too. Without it, a controller killed
+ * while a sandbox starts can leave bubblewrap's inner process behind
+ * (blocked for good on its parent's go-ahead, or armed with its own
+ * parent-death signal after that parent had gone).
  */
 #define _GNU_SOURCE /* clone */
 #include "ctl_local.h"
@@ -83,6 +91,8 @@ typedef struct {
     zhashx_t *known; /* name -> s_entry_t: state files read or written */
     uint64_t gen;    /* listing generation */
     int epfd;        /* epoll set of the children's pidfds; -1 when none */
+    int self_fd;     /* our own pidfd, for the child's check; -1 when none */
+    bool no_pidns;   /* a PID namespace per child was refused: none */
 } s_local_t;
 
 /* One state file, parsed. */
@@ -404,6 +414,7 @@ typedef struct {
     unsigned pids, uid;
     bool as_root;
     pid_t parent;
+    int parent_fd; /* the controller's pidfd; -1: check getppid() */
 } s_child_args_t;
 
 static void
@@ -460,10 +471,16 @@ s_child(const s_child_args_t *c)
     }
     /* Die with the controller from here on (a credential change clears
      * the setting, so it comes after setuid), also before bwrap has set
-     * up its own --die-with-parent; a parent already gone means exit. */
+     * up its own --die-with-parent; a parent already gone means exit (in
+     * a PID namespace of our own getppid() is 0: the pidfd tells). */
     (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != c->parent)
+    if (c->parent_fd >= 0) {
+        struct pollfd gone = {.fd = c->parent_fd, .events = POLLIN};
+        if (poll(&gone, 1, 0) != 0)
+            _exit(125);
+    } else if (getppid() != c->parent) {
         _exit(125);
+    }
     execve(c->bwrap, c->argv, c->envp);
     static const char msg[] = "cannot execute bubblewrap\n";
     (void) write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -477,30 +494,56 @@ s_child_main(void *arg)
     return 127;
 }
 
-/* Starts the child; its pid, or -1 with errno. */
+/* Starts the child, as pid 1 of a new PID namespace when newpid; its
+ * pid, or -1 with errno. */
 static pid_t
-s_spawn(const s_child_args_t *c)
+s_clone(const s_child_args_t *c, bool newpid)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    (void) pthread_sigmask(SIG_SETMASK, &all, &old);
+    int ns = newpid ? CLONE_NEWPID : 0;
 #ifdef S_SPAWN_FORK
-    pid_t pid = fork();
+    /* fork() cannot make a namespace: the raw call, fork's semantics. */
+    pid_t pid = (pid_t) syscall(SYS_clone, ns | SIGCHLD, 0, 0, 0, 0);
     if (pid == 0)
         (void) s_child_main((void *) (uintptr_t) c);
 #else
     /* The parent waits (CLONE_VFORK) until the child has exec'd or
      * exited, so the stack can go right after. */
     char *stack = lisa_malloc(S_CHILD_STACK);
-    pid_t pid = clone(s_child_main, stack + S_CHILD_STACK,
-                      CLONE_VM | CLONE_VFORK | SIGCHLD, (void *) (uintptr_t) c);
+    pid_t pid =
+        clone(s_child_main, stack + S_CHILD_STACK,
+              CLONE_VM | CLONE_VFORK | ns | SIGCHLD, (void *) (uintptr_t) c);
     int err = errno;
     lisa_free(&stack);
     errno = err;
 #endif
-    int err2 = errno;
+    return pid;
+}
+
+static pid_t
+s_spawn(s_local_t *l, s_child_args_t *c)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    (void) pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = -1;
+    if (!l->no_pidns && l->self_fd >= 0) {
+        c->parent_fd = l->self_fd;
+        pid = s_clone(c, true);
+        if (pid < 0 && (errno == EPERM || errno == EINVAL)) {
+            lisa_log_warn("local: no PID namespace per sandbox (%s): a "
+                          "controller killed while one starts can leave "
+                          "part of it running",
+                          strerror(errno));
+            l->no_pidns = true;
+        }
+    }
+    if (pid < 0 && l->no_pidns) {
+        c->parent_fd = -1;
+        pid = s_clone(c, false);
+    }
+    int err = errno;
     (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-    errno = err2;
+    errno = err;
     return pid;
 }
 
@@ -919,8 +962,9 @@ s_start(void *impl, const ctl_spec_t *spec)
         .uid = uid,
         .as_root = l->as_root,
         .parent = getpid(),
+        .parent_fd = -1,
     };
-    pid_t pid = s_spawn(&ca);
+    pid_t pid = s_spawn(l, &ca);
     if (pid < 0) {
         lisa_log_error("local: clone: %s", strerror(errno));
         rc = LISA_UNAVAILABLE;
@@ -1167,6 +1211,8 @@ s_destroy(void *impl)
     ctl_logcap_destroy(&l->logs);
     if (l->epfd >= 0)
         close(l->epfd);
+    if (l->self_fd >= 0)
+        close(l->self_fd);
     lisa_free(&l);
 }
 
@@ -1266,6 +1312,7 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     s_system_dirs(l);
     l->known = zhashx_new();
     zhashx_set_destructor(l->known, s_entry_free);
+    l->self_fd = pidfd_open(getpid(), 0); /* close-on-exec */
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (l->epfd < 0)
         lisa_log_warn("local: epoll_create1: %s (exits seen at ticks only)",

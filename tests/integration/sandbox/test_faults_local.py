@@ -4,7 +4,8 @@ names, and no sandbox process outlives the test:
   - the agent killed mid-run: SANDBOX failure, retried, then succeeds;
   - the sandbox (bwrap) killed: the same;
   - the controller killed: its sandboxes die with it; a new controller
-    reports the attempt (SANDBOX), the retry succeeds;
+    reports the attempt (SANDBOX), the retry succeeds; a process of the
+    sandbox with no parent-death signal of its own dies too;
   - a sandbox that never starts the agent: the lease runs out (LEASE),
     the stuck sandbox is removed, retried, then FAILED;
   - a fork bomb, a memory hog and an infinite-output command from the
@@ -109,6 +110,37 @@ def test_killed_controller_sandboxes_die_and_are_reported(make_stack):
     s.controller(log="ctl2.log")
     check_retried_and_succeeded(s, rid, pb.FAILURE_SANDBOX)
     assert "adopting" in s.log("ctl2.log")
+
+
+def test_killed_controller_takes_the_sandboxs_unarmed_processes(make_stack):
+    """bubblewrap's inner process arms its own parent-death signal only
+    late in its set-up: a controller killed before then would leave it
+    behind. The stand-in bwrap forks such a process (no parent-death
+    signal); it still dies with the controller, since each sandbox is a
+    PID namespace of its own whose first process dies with it."""
+    s = make_stack(scripted(("submit", {})))
+    fake = os.path.join(s.dir, "forking-bwrap")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\nsleep 301 &\nexec sleep 300\n")
+    os.chmod(fake, 0o755)
+    s.enqueue([task("q")])
+    ctl = s.controller(bwrap=fake)
+
+    def both():
+        d = descendants(ctl.pid)
+        return d if len(d) >= 2 else None
+    inside = wait_for(both, what="the sandbox's two processes")
+    try:
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait()
+        wait_for(lambda: all_gone(inside), timeout=5,
+                 what="the unarmed process died with the controller")
+    finally:
+        for pid in inside:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_sandbox_that_never_starts_the_agent(make_stack):
