@@ -612,6 +612,246 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate);
 }
 
+/* ---- the skinny product with its weights copied in bulk --------------
+ * The same products and epilogue as s_skinny, but the block's 16 weight
+ * rows reach shared memory by bulk copies (cp.async.bulk, the copy engine:
+ * no registers held, completion counted in bytes on an mbarrier), in
+ * stages of S_SB_CS 32-value chunks a row, R stages in flight. The
+ * first R stages are asked for before the wait for the kernel before
+ * (weights: nothing earlier in a step writes them), so a block that
+ * becomes resident while that kernel's last blocks run has up to R x 33
+ * KiB on the way when its inputs are ready, where s_skinny has its first
+ * U chunks a warp. LISA_CUDA_SKINNY_BULK=R turns it on: 2 (67,584 bytes
+ * of shared memory a block, three blocks a processor) or 3 (101,376
+ * bytes, two). */
+#define S_SB_CS   32                  /* 32-value chunks a row a stage */
+#define S_SB_RMAX 3                   /* most stages in flight */
+#define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
+#define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
+/* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
+ * lines: the 8 lanes of a quarter-warp (rows g, g + 1; lanes t 0-3) read
+ * 16 bytes each from 8 distinct 16-byte bank groups. */
+
+__device__ __forceinline__ void
+s_mbar_init(uint32_t bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+                 "r"(count)
+                 : "memory");
+}
+
+/* Announces tx bytes more for the barrier's phase, and arrives. */
+__device__ __forceinline__ void
+s_mbar_arrive_tx(uint32_t bar, unsigned tx)
+{
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+        "r"(tx)
+        : "memory");
+}
+
+/* Waits for the barrier's phase of this parity to complete. */
+__device__ __forceinline__ void
+s_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\n"
+                 "S_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra S_MBAR_WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* bytes (a multiple of 16) global -> shared, counted on bar. */
+__device__ __forceinline__ void
+s_bulk_copy(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx"
+                 "::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Stage st of the block's rows (nrow[r]: the weight row of slot row r,
+ * N where there is none) into its slot; lanes 0-15 of the calling warp
+ * copy a row each, lane 0 announces the bytes first. */
+template <int R>
+__device__ __forceinline__ void
+s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
+           int K, int st, int lane)
+{
+    int chunks = K / 32, c0 = st * S_SB_CS;
+    int cs = chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS;
+    unsigned bytes = (unsigned) cs * 64u;
+    unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
+    int slot = st % R;
+    uint32_t bar = bars + 8u * (uint32_t) slot;
+    if (lane == 0)
+        s_mbar_arrive_tx(bar, rows * bytes);
+    __syncwarp();
+    if (lane < 16 && nrow < N)
+        s_bulk_copy(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
+                    w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
+                    bar);
+}
+
+template <int NT, int R, bool GLU>
+__global__ void __launch_bounds__(32 * S_SK_W)
+    s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
+                  s_pf_t pf)
+{
+    extern __shared__ __align__(128) unsigned char s_sb[];
+    __shared__ __align__(8) uint64_t bar_mem[R];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, t = lane & 3;
+    int I = N / 2, j0 = blockIdx.x * 8;
+    /* slot row r (lane r of warp 0 copies it) holds weight row nrow */
+    int nrow = N, r = lane & 15;
+    if (GLU) {
+        int j = j0 + (r & 7);
+        nrow = j < I ? (r < 8 ? j : I + j) : N;
+    } else {
+        nrow = blockIdx.x * 16 + r < N ? blockIdx.x * 16 + r : N;
+    }
+    int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
+    uint32_t slots = (uint32_t) __cvta_generic_to_shared(s_sb);
+    uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
+    if (warp == 0) {
+        if (lane < R)
+            s_mbar_init(bars + 8u * (uint32_t) lane, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        __syncwarp();
+        for (int st = 0; st < R && st < stages; st++)
+            s_sb_issue<R>(slots, bars, w, nrow, N, K, st, lane);
+    }
+    __syncthreads();
+    trn_pdl_enter();
+    size_t row16 = (size_t) K / 8;
+    const uint4 *xr[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        int tok = 8 * q + g;
+        xok[q] = tok < T;
+        xr[q] = reinterpret_cast<const uint4 *>(x) +
+                (size_t) (xok[q] ? tok : 0) * row16 + t;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int q = 0; q < NT; q++)
+        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
+     * values are loaded a stage ahead */
+    const int CW = S_SB_CS / S_SK_W;
+    uint4 vx[CW][NT], nx[CW][NT];
+#pragma unroll
+    for (int i = 0; i < CW; i++)
+#pragma unroll
+        for (int q = 0; q < NT; q++) {
+            int c = warp + S_SK_W * i;
+            vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
+        }
+    for (int st = 0; st < stages; st++) {
+        int c0 = st * S_SB_CS;
+#pragma unroll
+        for (int i = 0; i < CW; i++)
+#pragma unroll
+            for (int q = 0; q < NT; q++) {
+                int c = c0 + S_SB_CS + warp + S_SK_W * i;
+                nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
+            }
+        int slot = st % R;
+        s_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (st / R) & 1u);
+        const unsigned char *base =
+            s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            int c = warp + S_SK_W * i;
+            if (c0 + c >= chunks)
+                break;
+            uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
+            uint4 vb =
+                *reinterpret_cast<const uint4 *>(base + 8 * S_SB_ROW + c * 64);
+            uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
+            uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
+#pragma unroll
+            for (int q = 0; q < NT; q++) {
+                trn_mma(acc[q], a0, vx[i][q].x, vx[i][q].y);
+                trn_mma(acc[q], a1, vx[i][q].z, vx[i][q].w);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < CW; i++)
+#pragma unroll
+            for (int q = 0; q < NT; q++)
+                vx[i][q] = nx[i][q];
+        __syncthreads(); /* every warp is done with the slot */
+        if (warp == 0 && st + R < stages)
+            s_sb_issue<R>(slots, bars, w, nrow, N, K, st + R, lane);
+    }
+    s_l2_prefetch(pf); /* this block's weights are in */
+    /* the slots are free (the last stage's barrier above): the warps'
+     * partial sums meet there */
+    typedef float red_t[S_SK_W][16][8 * NT + 1];
+    s_skinny_out<NT, GLU>(*reinterpret_cast<red_t *>(s_sb), acc, yf, yb, T, N,
+                          accumulate);
+}
+
+/* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
+ * 2 or 3; 0, unset, or a device before compute capability 9.x: off).
+ * Read once. */
+static int
+s_skinny_bulk(void)
+{
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("LISA_CUDA_SKINNY_BULK");
+        int v = e && *e ? atoi(e) : 0, dev = 0, major = 0;
+        bool hopper =
+            cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                   dev) == cudaSuccess &&
+            major >= 9;
+        r = v >= 2 && v <= S_SB_RMAX && hopper ? v : 0;
+    }
+    return r;
+}
+
+template <int NT, int R, bool GLU>
+static lisa_rc_t
+s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+                 const trn_bf16_t *w, int T, int K, int N, int accumulate,
+                 s_pf_t pf, cudaStream_t st)
+{
+    const int smem = R * S_SB_SLOT;
+    static bool attr; /* per instantiation, set once (the device's limit) */
+    if (!attr) {
+        TRN_CUDA_TRY(cudaFuncSetAttribute(
+            s_skinny_bulk<NT, R, GLU>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        attr = true;
+    }
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, grid,
+                                dim3(32 * S_SK_W), (size_t) smem, st, yf, yb, x,
+                                w, T, K, N, accumulate, pf));
+    return LISA_OK;
+}
+
+template <int NT, bool GLU>
+static lisa_rc_t
+s_skinny_bulk_fwd(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
+                  s_pf_t pf, cudaStream_t st)
+{
+    if (s_skinny_bulk() == 2)
+        return s_skinny_bulk_go<NT, 2, GLU>(grid, yf, yb, x, w, T, K, N,
+                                            accumulate, pf, st);
+    return s_skinny_bulk_go<NT, 3, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
+                                        pf, st);
+}
+
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
  * 2) to LISA_CUDA_SKINNY_MAX (default 8, at most S_SK_TMAX). On an H200,
  * in decode steps over 2,500-token contexts, it beat cuBLASLt's tuned
@@ -675,6 +915,11 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 {
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
+    if (s_skinny_bulk())
+        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(grid, yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st)
+                      : s_skinny_bulk_fwd<2, GLU>(grid, yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st);
     if (T <= 8)
         return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
                                            accumulate, pf, st);
