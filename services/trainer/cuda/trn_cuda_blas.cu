@@ -519,6 +519,24 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
         trn_st(yb + o, sum);
 }
 
+/* The skinny kernels' start: lane (g, t)'s token rows (xr: its 16-byte
+ * column t of token 8 q + g; xok: whether that token is one) and zero
+ * sums. */
+template <int NT>
+__device__ __forceinline__ void
+s_sk_start(const uint4 *(&xr)[NT], bool (&xok)[NT], float (&acc)[NT][4],
+           const trn_bf16_t *x, size_t row16, int T, int g, int t)
+{
+#pragma unroll
+    for (int q = 0; q < NT; q++) {
+        int tok = 8 * q + g;
+        xok[q] = tok < T;
+        xr[q] = reinterpret_cast<const uint4 *>(x) +
+                (size_t) (xok[q] ? tok : 0) * row16 + t;
+        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+    }
+}
+
 template <int NT, int U, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -547,17 +565,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                       (size_t) (nB < N ? nB : 0) * row16 + t;
     const uint4 *xr[NT];
     bool xok[NT];
-#pragma unroll
-    for (int q = 0; q < NT; q++) {
-        int tok = 8 * q + g;
-        xok[q] = tok < T;
-        xr[q] = reinterpret_cast<const uint4 *>(x) +
-                (size_t) (xok[q] ? tok : 0) * row16 + t;
-    }
     float acc[NT][4];
-#pragma unroll
-    for (int q = 0; q < NT; q++)
-        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+    s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
     uint4 va[U], vb[U], vx[U][NT];
     const uint4 z = make_uint4(0, 0, 0, 0);
     /* the first chunks' weights before the wait (nothing earlier in a
@@ -730,17 +739,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     size_t row16 = (size_t) K / 8;
     const uint4 *xr[NT];
     bool xok[NT];
-#pragma unroll
-    for (int q = 0; q < NT; q++) {
-        int tok = 8 * q + g;
-        xok[q] = tok < T;
-        xr[q] = reinterpret_cast<const uint4 *>(x) +
-                (size_t) (xok[q] ? tok : 0) * row16 + t;
-    }
     float acc[NT][4];
-#pragma unroll
-    for (int q = 0; q < NT; q++)
-        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+    s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
     const uint4 z = make_uint4(0, 0, 0, 0);
     /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
      * values are loaded a stage ahead */
