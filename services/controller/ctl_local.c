@@ -526,18 +526,23 @@ s_spawn(s_local_t *l, s_child_args_t *c)
     sigfillset(&all);
     (void) pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t pid = -1;
-    if (!l->no_pidns && l->self_fd >= 0) {
+    bool ns = !l->no_pidns && l->self_fd >= 0;
+    if (ns) {
         c->parent_fd = l->self_fd;
         pid = s_clone(c, true);
-        if (pid < 0 && (errno == EPERM || errno == EINVAL)) {
-            lisa_log_warn("local: no PID namespace per sandbox (%s): a "
-                          "controller killed while one starts can leave "
-                          "part of it running",
-                          strerror(errno));
+        /* refused: for good (no privilege, no support), or this once (a
+         * namespace limit reached) */
+        int e = pid < 0 ? errno : 0;
+        ns = !(e == EPERM || e == EINVAL || e == ENOSPC || e == EUSERS);
+        if (!ns)
+            lisa_log_warn("local: no PID namespace for this sandbox (%s): a "
+                          "controller killed while it starts can leave part "
+                          "of it running",
+                          strerror(e));
+        if (!ns && e != ENOSPC && e != EUSERS)
             l->no_pidns = true;
-        }
     }
-    if (pid < 0 && l->no_pidns) {
+    if (!ns) {
         c->parent_fd = -1;
         pid = s_clone(c, false);
     }
@@ -1313,6 +1318,11 @@ ctl_local_new(const ctl_local_cfg_t *cfg, ctl_backend_t *out)
     l->known = zhashx_new();
     zhashx_set_destructor(l->known, s_entry_free);
     l->self_fd = pidfd_open(getpid(), 0); /* close-on-exec */
+    if (l->self_fd < 0)
+        lisa_log_warn("local: pidfd_open: %s: no PID namespace per sandbox "
+                      "(a controller killed while one starts can leave part "
+                      "of it running)",
+                      strerror(errno));
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (l->epfd < 0)
         lisa_log_warn("local: epoll_create1: %s (exits seen at ticks only)",

@@ -127,8 +127,9 @@ class Stack:
         self.state = os.path.join(self.dir, "state")
 
     def controller(self, *, backend="local", log="ctl.log", cmd=None,
-                   **opts):
-        args = [CONTROLLER, "--controller-id=ctl-sbx",
+                   wrap=(), **opts):
+        """wrap: a command the controller runs under (it execs it)."""
+        args = [*wrap, CONTROLLER, "--controller-id=ctl-sbx",
                 f"--backend={backend}",
                 f"--broker-rpc={self.broker.ep['rpc']}",
                 f"--broker-events={self.broker.ep['events']}",

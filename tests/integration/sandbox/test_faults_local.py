@@ -112,35 +112,71 @@ def test_killed_controller_sandboxes_die_and_are_reported(make_stack):
     assert "adopting" in s.log("ctl2.log")
 
 
-def test_killed_controller_takes_the_sandboxs_unarmed_processes(make_stack):
-    """bubblewrap's inner process arms its own parent-death signal only
-    late in its set-up: a controller killed before then would leave it
-    behind. The stand-in bwrap forks such a process (no parent-death
-    signal); it still dies with the controller, since each sandbox is a
-    PID namespace of its own whose first process dies with it."""
-    s = make_stack(scripted(("submit", {})))
+def forking_bwrap(s):
+    """A stand-in bwrap that forks a process with no parent-death signal
+    (as bubblewrap's inner process is until late in its set-up)."""
     fake = os.path.join(s.dir, "forking-bwrap")
     with open(fake, "w") as f:
         f.write("#!/bin/sh\nsleep 301 &\nexec sleep 300\n")
     os.chmod(fake, 0o755)
-    s.enqueue([task("q")])
-    ctl = s.controller(bwrap=fake)
+    return fake
 
+
+def sandbox_pair(ctl):
+    """The stand-in's two processes, below the controller."""
     def both():
         d = descendants(ctl.pid)
         return d if len(d) >= 2 else None
-    inside = wait_for(both, what="the sandbox's two processes")
+    return wait_for(both, what="the sandbox's two processes")
+
+
+def kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_killed_controller_takes_the_sandboxs_unarmed_processes(make_stack):
+    """bubblewrap's inner process arms its own parent-death signal only
+    late in its set-up: a controller killed before then would leave it
+    behind. The stand-in's forked process still dies with the controller,
+    since each sandbox is a PID namespace of its own whose first process
+    dies with it."""
+    s = make_stack(scripted(("submit", {})))
+    s.enqueue([task("q")])
+    ctl = s.controller(bwrap=forking_bwrap(s))
+    inside = sandbox_pair(ctl)
     try:
+        status = open(f"/proc/{inside[0]}/status").read()
+        assert "NSpid:\t%d\t1\n" % inside[0] in status, status
         ctl.send_signal(signal.SIGKILL)
         ctl.wait()
         wait_for(lambda: all_gone(inside), timeout=5,
                  what="the unarmed process died with the controller")
     finally:
-        for pid in inside:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(inside)
+    assert "no PID namespace" not in s.log()
+
+
+def test_sandboxes_start_without_the_right_to_pid_namespaces(make_stack):
+    """A controller that may not make PID namespaces (no CAP_SYS_ADMIN)
+    still starts its sandboxes, without one, and says what that loses."""
+    s = make_stack(scripted(("submit", {})))
+    s.enqueue([task("q")])
+    ctl = s.controller(bwrap=forking_bwrap(s),
+                       wrap=["setpriv", "--bounding-set", "-sys_admin", "--"])
+    inside = sandbox_pair(ctl)
+    try:
+        assert wait_for(lambda: "no PID namespace" in s.log(),
+                        what="the warning")
+        status = open(f"/proc/{inside[0]}/status").read()
+        assert "NSpid:\t%d\n" % inside[0] in status, status  # the host's
+    finally:
+        ctl.kill()
+        ctl.wait()
+        kill_all(inside)
 
 
 def test_sandbox_that_never_starts_the_agent(make_stack):
