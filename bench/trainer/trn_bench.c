@@ -42,12 +42,16 @@
  * AdamW), printing cp_tok_s_wW_<T/1024>k and the most device memory a
  * rank held (cp_mem_wW_<T/1024>k).
  *   trn_bench [--layers L] [--quick] [--decode-only] [--no-graphs]
- *             [--batch B [--prompt P]] [--world W [--cp T]] [--long]
+ *             [--batch B [--prompt P] [--turn O] [--trace FILE]]
+ *             [--world W [--cp T]] [--long]
  *             [--train T]
  * --train T prints the forward+backward figures of one T-token sequence
  * alone (train_tok_s_<T/1024>k, mfu_, recompute_).
  * --batch B prints the decode figures of batch B alone, after prompts of
  * P tokens (default 128: P sets the context the decode steps read).
+ * --batch B --trace FILE also writes the timeline of the last three decode
+ * steps' kernels, block by block, to FILE as CSV (a build with the
+ * LISA_CUDA_TRACE option; bench/trainer/trace_report.py reads it).
  * With LISA_CUDA_PHASES=1 each forward+backward figure is followed by its
  * device time by kind of work (phase_ms_<tag>_<kind>, the mean of the
  * timed passes; the events that measure it slow the pass a little, and a
@@ -65,6 +69,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* --trace FILE: where the decode steps' kernel timeline goes */
+static const char *s_trace_path;
 
 static double
 s_now(void)
@@ -260,6 +267,11 @@ s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs,
         }
         double t0 = s_now(), t1 = t0;
         for (int st = 0; st < NEW; st++) {
+            if (s_trace_path && rep == 2 && st == NEW - 3 &&
+                trn_cuda_trace_start(1u << 19) != LISA_OK) {
+                printf("trace: not in this build (LISA_CUDA_TRACE)\n");
+                exit(1);
+            }
             if (trn_gpu_model_step(g, kv, (size_t) batch, seqs, sp, out, lp,
                                    NULL, &err) != LISA_OK) {
                 printf("decode %s failed: %s\n", tag, err.msg);
@@ -278,6 +290,14 @@ s_decode(trn_gpu_model_t *g, int batch, int PROMPT, const char *tag, int graphs,
             best = t;
             best_prefill = t1 - t0;
         }
+    }
+    if (s_trace_path) {
+        FILE *f = fopen(s_trace_path, "w");
+        if (!f || trn_cuda_trace_dump(f) != LISA_OK) {
+            printf("trace: cannot write %s\n", s_trace_path);
+            exit(1);
+        }
+        fclose(f);
     }
     printf("decode_tok_s_%s %.0f tok/s\n", tag, batch * (double) NEW / best);
     /* the same run split: the prompt's step, then the 127 one-token steps */
@@ -647,6 +667,8 @@ main(int argc, char **argv)
             cp_T = (int) strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--turn") == 0 && i + 1 < argc)
             turn = (int) strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
+            s_trace_path = argv[++i];
     }
     if (world >= 1)
         return s_dp(world, layers, cp_T);

@@ -17,6 +17,7 @@
  */
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_mma.cuh"
+#include "trn_cuda_trace.cuh"
 
 #include <cublasLt.h>
 #include <stdint.h>
@@ -329,6 +330,7 @@ __global__ void __launch_bounds__(256)
            int K, int N, int accumulate, int ks)
 {
     __shared__ float red[8][TT];
+    trn_tr_scope tr(GLU ? TRN_TR_GEMV_GLU : TRN_TR_GEMV, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = warp / ks, slice = warp % ks;
     int I = N / 2, j = blockIdx.x * (4 / ks) + (r >> 1);
@@ -344,6 +346,7 @@ __global__ void __launch_bounds__(256)
         wv[u] = n < N && c < c1 ? s_ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
     }
     trn_pdl_enter();
+    tr.waited();
     const uint4 *xr = reinterpret_cast<const uint4 *>(x);
     float a[TT];
 #pragma unroll
@@ -544,6 +547,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
              s_pf_t pf)
 {
     __shared__ float red[S_SK_W][16][8 * NT + 1];
+    trn_tr_scope tr(GLU ? TRN_TR_SKINNY_GLU : TRN_TR_SKINNY, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
     int I = N / 2, j0 = blockIdx.x * 8;
@@ -580,6 +584,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         vb[u] = nB < N && c < c1 ? s_ld_stream(wb + 4 * (size_t) c) : z;
     }
     trn_pdl_enter();
+    tr.waited();
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
@@ -712,6 +717,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
+    trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
     int I = N / 2, j0 = blockIdx.x * 8;
@@ -736,6 +742,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     }
     __syncthreads();
     trn_pdl_enter();
+    tr.waited();
     size_t row16 = (size_t) K / 8;
     const uint4 *xr[NT];
     bool xok[NT];
@@ -1015,3 +1022,5 @@ trn_linear_bwd_weight(trn_blas_t *b, float *dw, const trn_bf16_t *dy,
     return s_gemm(b, 0, 1, K, N, T, x, K, dy, N, dw, K, 1,
                   accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));
 }
+
+TRN_TRACE_TU(blas)

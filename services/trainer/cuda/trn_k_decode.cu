@@ -34,6 +34,7 @@
  */
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_mma.cuh"
+#include "trn_cuda_trace.cuh"
 
 #define S_WARPS 4
 #define S_MAXE  4 /* dimensions per lane: D <= 128 */
@@ -472,8 +473,11 @@ __global__ void __launch_bounds__(32 * NW)
     extern __shared__ __align__(16) unsigned char s_dyn[];
     __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(s_dyn);
     __shared__ float sm_m[NW][G], sm_l[NW][G];
-    if (!PREP) /* after trn_k_qk_prep, whose keys the tiles may hold */
+    trn_tr_scope tr(TRN_TR_ATTN, (unsigned) H, gridDim.z);
+    if (!PREP) { /* after trn_k_qk_prep, whose keys the tiles may hold */
         trn_pdl_enter();
+        tr.waited();
+    }
     int t = blockIdx.x, hk = blockIdx.y, split = blockIdx.z;
     int nsplit = gridDim.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -522,8 +526,10 @@ __global__ void __launch_bounds__(32 * NW)
      * into its tile below). Measured on an H200: batch 8 over 2,500
      * positions 4.02-4.03 ms a step against 4.07. */
     issue(0);
-    if (PREP)
+    if (PREP) {
         trn_pdl_enter();
+        tr.waited();
+    }
     /* the queries as A fragments (rows g < G; rows g + 8 are zero) */
     const trn_bf16_t *qr =
         q + (size_t) t * (size_t) stride + (size_t) hk * G * D;
@@ -593,7 +599,9 @@ __global__ void __launch_bounds__(32 * NW)
 __global__ void
 s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
 {
+    trn_tr_scope tr(TRN_TR_MERGE, (unsigned) H, (unsigned) nsplit);
     trn_pdl_enter();
+    tr.waited();
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     int G = H / Hk, hk = h / G, g = h % G;
     const float *rec0 = part + ((size_t) t * (size_t) Hk + (size_t) hk) *
@@ -1253,3 +1261,5 @@ trn_k_sample(int32_t *tok, float *lp, const float *logits,
     TRN_LAUNCH_CHECK();
     return LISA_OK;
 }
+
+TRN_TRACE_TU(decode)

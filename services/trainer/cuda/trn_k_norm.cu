@@ -17,6 +17,7 @@
  * backward's sums may run in another order.
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_trace.cuh"
 
 #include <stdint.h>
 
@@ -168,6 +169,7 @@ __launch_bounds__(S_ROW_THREADS)
               int in_stride, const trn_bf16_t *w, int dim, float eps)
 {
     __shared__ float shm[32];
+    trn_tr_scope tr(TRN_TR_NORM_ROW, (unsigned) dim, 0);
     int row = blockIdx.x;
     const In *x = in + (size_t) row * (size_t) in_stride;
     float xv[S_ROW_MAXE], wv[S_ROW_MAXE];
@@ -178,6 +180,7 @@ __launch_bounds__(S_ROW_THREADS)
         wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
     }
     trn_pdl_enter(); /* the weight before, the row after */
+    tr.waited();
 #pragma unroll
     for (int e = 0; e < S_ROW_MAXE; e++) {
         int j = threadIdx.x + e * S_ROW_THREADS;
@@ -579,3 +582,5 @@ trn_k_rmsnorm_bwd_resid(float *dx, trn_bf16_t *dx_copy, int dx_stride,
     return s_bwd_any(d, dw, dout, dout_stride, in, NULL, in_stride, w, rstd,
                      rows, dim, 1, s);
 }
+
+TRN_TRACE_TU(norm)

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,6 +82,14 @@ void trn_cuda_timer_stream(trn_cuda_timer_t *t, trn_cuda_stream_t *s);
  * read to ms[0..n_classes-1] and forgets the marks; returns the marks
  * dropped since the last read. */
 int trn_cuda_timer_read(trn_cuda_timer_t *t, double *ms);
+/* A timeline of the decode kernels, block by block (a build with the
+ * LISA_CUDA_TRACE option; otherwise both return LISA_UNAVAILABLE): start
+ * keeps the records of the kernels run from now on, at most `cap`; dump
+ * waits for the device, writes them to f as CSV (kind, shape, grid,
+ * block, multiprocessor, global timer at start, after the wait for the
+ * kernel before, at the end) and stops recording. */
+lisa_rc_t trn_cuda_trace_start(unsigned cap);
+lisa_rc_t trn_cuda_trace_dump(FILE *f);
 /* Page-locked host memory of `bytes` (NULL on failure, logged), so copies
  * from and to it can be queued on a stream; free with trn_cuda_host_free. */
 void *trn_cuda_host_alloc(size_t bytes);
