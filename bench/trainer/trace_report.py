@@ -131,6 +131,29 @@ def main():
               f"{med(st['early']) / 1e3:8.2f} {gbs:7.0f} {floor:8.2f}")
     print(f"sum over the launches: busy {total_busy:.1f} us, "
           f"hand-over gaps {total_gap:.1f} us")
+    one_layer(lns)
+
+
+def one_layer(lns):
+    """One layer in the middle of the traced steps, launch by launch, in
+    microseconds from its first launch's wait: each kernel's first block
+    start, first past the wait, first end, median end and last end."""
+    starts = [i for i, ln in enumerate(lns[:-1])
+              if role(ln, lns[i + 1]) == "norm>qkv"]
+    if len(starts) < 2:
+        return
+    i0 = starts[len(starts) // 2]
+    i1 = next((i for i in starts if i > i0), len(lns))
+    t0 = lns[i0]["wait"]
+    print(f"\none layer (launches {i0}-{i1 - 1}), us from its first wait:")
+    print(f"{'role':14} {'start':>8} {'wait':>8} {'1st end':>8} "
+          f"{'med end':>8} {'end':>8}")
+    for i in range(i0, i1):
+        ln = lns[i]
+        nxt = lns[i + 1] if i + 1 < len(lns) else None
+        print(f"{role(ln, nxt):14} " + " ".join(
+            f"{(ln[k] - t0) / 1e3:8.2f}"
+            for k in ("start", "wait", "first_end", "median_end", "end")))
 
 
 if __name__ == "__main__":
