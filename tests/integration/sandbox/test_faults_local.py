@@ -114,10 +114,13 @@ def test_killed_controller_sandboxes_die_and_are_reported(make_stack):
 
 def forking_bwrap(s):
     """A stand-in bwrap that forks a process with no parent-death signal
-    (as bubblewrap's inner process is until late in its set-up)."""
+    (as bubblewrap's inner process is until late in its set-up). Both
+    keep the script's path (in the stack's folder) in their command
+    lines, so the fixture's check for processes left behind sees them."""
     fake = os.path.join(s.dir, "forking-bwrap")
     with open(fake, "w") as f:
-        f.write("#!/bin/sh\nsleep 301 &\nexec sleep 300\n")
+        f.write('#!/bin/sh\n[ "$1" = child ] || "$0" child &\n'
+                "while :; do sleep 1; done\n")
     os.chmod(fake, 0o755)
     return fake
 
@@ -174,7 +177,9 @@ def test_sandboxes_start_without_the_right_to_pid_namespaces(make_stack):
         status = open(f"/proc/{inside[0]}/status").read()
         assert "NSpid:\t%d\n" % inside[0] in status, status  # the host's
     finally:
-        ctl.kill()
+        # stopped, not killed: it removes its sandboxes, process groups
+        # and all (the fixture checks that nothing of them is left)
+        ctl.terminate()
         ctl.wait()
         kill_all(inside)
 
@@ -219,18 +224,22 @@ def test_hostile_commands_are_bounded(make_stack):
                 "command": "echo '\\boxed{42}' > answer.txt"}))(prompt, body)
         return scripted(None, None, ("submit", {}))(prompt, body)
     s = make_stack(script)
-    # 20 s deadline: the agent keeps 15 s to post its result, so each
-    # hostile command is cut after about 5 s.
-    lim = pb.Limits(deadline_ms=21000, pids=64, memory_bytes=512 << 20,
+    # 36 s deadline: the agent keeps 15 s to post its result, so a command
+    # may run about 20 s. Each of these ends by itself well before: the
+    # flood at 3 s, the hog at its memory limit, the bomb's shell at once
+    # (or, when a fork meets the full process limit, after bash's retries,
+    # at most 15 s). A command cut at the end of the agent's time would end
+    # the attempt before the model saw its output, which is what is checked.
+    lim = pb.Limits(deadline_ms=36000, pids=64, memory_bytes=512 << 20,
                     max_turns=6)
     kinds = list(HOSTILE) if not ASAN else ["forkbomb", "flood"]
     ids = s.enqueue([task(f"task-{k}", limits=lim) for k in kinds])
-    # One at a time, so that each command's cut lands within its 20 s on
-    # a small machine. (Each local sandbox has a uid of its own, so a fork
+    # One at a time, so that each command ends within its time on a small
+    # machine. (Each local sandbox has a uid of its own, so a fork
     # bomb no longer starves its neighbours: test_limits_local shows it.)
     ctl = s.controller(max_concurrency=1)
     inside = set()
-    end = time.time() + 90
+    end = time.time() + 40 * len(kinds)
     while time.time() < end:
         inside.update(descendants(ctl.pid))
         states = [s.roll(r)[0].state for r in ids]
@@ -250,7 +259,9 @@ def test_hostile_commands_are_bounded(make_stack):
         if text.count("<tool_response>") == 1:
             which = next(k for k in HOSTILE if f"task-{k}" in text)
             obs[which] = text.rsplit("<tool_response>", 1)[1]
-    assert set(obs) == set(kinds)
+    assert set(obs) == set(kinds), {
+        k: [(a.failure_kind, a.reason) for a in s.roll(rid)[1]]
+        for k, rid in zip(kinds, ids)}
     # The flood's observation is cut to the agent's bound.
     assert len(obs["flood"]) < 64 << 10, len(obs["flood"])
     assert "lisa\nlisa\n" in obs["flood"]
