@@ -810,7 +810,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * 2 or 3; 0, unset, or a device before compute capability 9.x: off).
  * Read once. */
 static int
-s_skinny_bulk(void)
+s_skinny_bulk_stages(void)
 {
     static int r = -1;
     if (r < 0) {
@@ -852,7 +852,7 @@ s_skinny_bulk_fwd(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, cudaStream_t st)
 {
-    if (s_skinny_bulk() == 2)
+    if (s_skinny_bulk_stages() == 2)
         return s_skinny_bulk_go<NT, 2, GLU>(grid, yf, yb, x, w, T, K, N,
                                             accumulate, pf, st);
     return s_skinny_bulk_go<NT, 3, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
@@ -922,7 +922,7 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 {
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
-    if (s_skinny_bulk())
+    if (s_skinny_bulk_stages())
         return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(grid, yf, yb, x, w, T, K, N,
                                                   accumulate, pf, st)
                       : s_skinny_bulk_fwd<2, GLU>(grid, yf, yb, x, w, T, K, N,

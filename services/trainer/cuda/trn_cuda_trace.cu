@@ -29,6 +29,11 @@ trn_cuda_trace_start(unsigned cap)
 {
     if (cap == 0)
         return LISA_INVALID;
+    if (s_tr.rec && s_tr.cap < cap) { /* a larger buffer asked for */
+        cudaFree(s_tr.rec);
+        cudaFree(s_tr.n);
+        s_tr = (trn_trace_t){NULL, NULL, 0};
+    }
     if (!s_tr.rec) {
         if (cudaMalloc((void **) &s_tr.rec, (size_t) cap * sizeof *s_tr.rec) !=
                 cudaSuccess ||
