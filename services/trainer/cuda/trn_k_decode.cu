@@ -340,7 +340,8 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
  * head, split) serves the query heads that share the KV head (the cache is
  * read once per token, not once per query head). Key and value tiles of
  * 16 NW positions (rows padded, so ldmatrix reads are free of bank
- * conflicts) come through shared memory with cp.async, two deep. Each warp
+ * conflicts) come through shared memory with cp.async, ST deep (ST - 1
+ * tiles in flight while the warps work on one). Each warp
  * takes 16 positions of a tile: the scores of the G query heads (rows of
  * an m16 tile, the rest zero) are one mma.sync per 16 dimensions and 8
  * positions; the online softmax runs on the accumulator fragments (a
@@ -353,13 +354,11 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
  * holds the new position), and into the tile that holds that position once
  * it has arrived, since that tile's copy may have read the row before the
  * write. Blocks of other KV heads or splits never read that row. */
-#define S_GM_STAGES 2
-
-template <int D, int NW>
+template <int D, int NW, int ST>
 constexpr int
 s_gm_smem(void)
 {
-    return S_GM_STAGES * 2 * 16 * NW * (D + 8) * 2;
+    return ST * 2 * 16 * NW * (D + 8) * 2;
 }
 
 /* The new key and value (snew) into row r of a tile whose copy may have
@@ -459,7 +458,7 @@ s_gm_stash(float (&sm_m)[NW][G], float (&sm_l)[NW][G], float (*sm_o)[G * D],
     }
 }
 
-template <int D, int G, bool PREP, int NW>
+template <int D, int G, bool PREP, int NW, int ST>
 __global__ void __launch_bounds__(32 * NW)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                    trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
@@ -499,7 +498,7 @@ __global__ void __launch_bounds__(32 * NW)
         if (i < nt) {
             constexpr int CPT = S_GM_TP * (D / 8) / S_GQ_THREADS;
             static_assert(CPT * S_GQ_THREADS == S_GM_TP * (D / 8), "copies");
-            __nv_bfloat16 *sk = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
+            __nv_bfloat16 *sk = tiles + (size_t) (i % ST) * 2 * TE;
             int jt = j0 + i * S_GM_TP;
             uint32_t row[CPT];
 #pragma unroll
@@ -525,7 +524,8 @@ __global__ void __launch_bounds__(32 * NW)
      * steps (the new position's row, which this kernel writes, is patched
      * into its tile below). Measured on an H200: batch 8 over 2,500
      * positions 4.02-4.03 ms a step against 4.07. */
-    issue(0);
+    for (int i = 0; i < ST - 1; i++)
+        issue(i);
     if (PREP) {
         trn_pdl_enter();
         tr.waited();
@@ -573,13 +573,13 @@ __global__ void __launch_bounds__(32 * NW)
     const float sl2 = scale * 1.4426950408889634f; /* log2 e */
     const int p0 = warp * 16;
     for (int i = 0; i < nt; i++) {
-        trn_cp_wait<0>();
+        trn_cp_wait<ST - 2>();
         __syncthreads(); /* tile i is in; tile i-1's reads are done */
-        issue(i + 1);
-        const __nv_bfloat16 *K = tiles + (size_t) (i % S_GM_STAGES) * 2 * TE;
+        issue(i + ST - 1);
+        const __nv_bfloat16 *K = tiles + (size_t) (i % ST) * 2 * TE;
         const __nv_bfloat16 *V = K + TE;
         if (own && pnew >= j0 + i * S_GM_TP && pnew < j0 + (i + 1) * S_GM_TP)
-            s_gm_patch<D, NW>(tiles + (size_t) (i % S_GM_STAGES) * 2 * TE, snew,
+            s_gm_patch<D, NW>(tiles + (size_t) (i % ST) * 2 * TE, snew,
                               pnew - j0 - i * S_GM_TP);
         /* row g's scores: positions p0 + 8 h + 2 tq + e */
         s_gm_step<D>(oacc, m_r, l_r, qa, K, V, j0 + i * S_GM_TP + p0 + 2 * tq,
@@ -661,8 +661,9 @@ typedef struct {
     float eps, theta;
 } s_prep_t;
 
-/* One launch of the grouped kernel with NW warps a block. */
-template <int D, int G, int NW>
+/* One launch of the grouped kernel with NW warps a block and ST tile
+ * stages. */
+template <int D, int G, int NW, int ST>
 static lisa_rc_t
 s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
           int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
@@ -671,15 +672,15 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
 {
     /* the key/value tiles take more shared memory than a block gets
      * unasked */
-    const int smem = s_gm_smem<D, NW>();
+    const int smem = s_gm_smem<D, NW, ST>();
     static int smem_set; /* per instantiation; the first call is never
                             inside a graph capture (decode records after a
                             direct run) */
     if (!smem_set) {
-        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW>,
+        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW, ST>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess ||
-            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW>,
+            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW, ST>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return LISA_ERR;
@@ -687,12 +688,33 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
     }
     s_prep_t none = {NULL, NULL, 0.0f, 0.0f};
     const s_prep_t *pp = prep ? prep : &none;
-    TRN_CUDA_TRY(trn_launch_pdl(
-        prep ? s_attn_gqa_mma<D, G, true, NW> : s_attn_gqa_mma<D, G, false, NW>,
-        grid, dim3(32 * NW), (size_t) smem, st, o, part, q, stride, ck, cv,
-        slot, pos, H, Hk, pg, 1.0f / sqrtf((float) D), pp->qw, pp->kw, pp->eps,
-        pp->theta));
+    TRN_CUDA_TRY(trn_launch_pdl(prep ? s_attn_gqa_mma<D, G, true, NW, ST>
+                                     : s_attn_gqa_mma<D, G, false, NW, ST>,
+                                grid, dim3(32 * NW), (size_t) smem, st, o, part,
+                                q, stride, ck, cv, slot, pos, H, Hk, pg,
+                                1.0f / sqrtf((float) D), pp->qw, pp->kw,
+                                pp->eps, pp->theta));
     return LISA_OK;
+}
+
+/* The tile stages of the wider blocks for nsplit splits: three (two
+ * tiles in flight while the warps work on a third; two such blocks, 104
+ * KiB of tiles each at head_dim 128, still share a multiprocessor) unless
+ * the splits are many (a block's positions then make a tile or two, and a
+ * third stage only costs residency). LISA_CUDA_ATTN_STAGES=2 or 3 sets it
+ * (read once). On an H200, decode steps over 2,500 positions: batch 8 (4
+ * splits) 3.85 ms with three against 3.92 with two, batch 4 (8 splits)
+ * 3.38 against 3.42, batch 1 (32 splits) 3.13 against 3.10-3.12. */
+static int
+s_gqa_stages(int nsplit)
+{
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("LISA_CUDA_ATTN_STAGES");
+        int v = e && *e ? atoi(e) : 0;
+        forced = v == 2 || v == 3 ? v : 0;
+    }
+    return forced ? forced : nsplit >= 16 ? 2 : 3;
 }
 
 /* Whether T tokens' blocks (one per token and KV head) are few, under
@@ -732,14 +754,19 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
     }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
     /* blocks of 4 warps (64 positions a tile) where the blocks are few;
-     * of 2 (32 positions) where they fill the device: three of the wider
-     * ones fit a multiprocessor's shared memory, so a batch of 64 tokens'
-     * 512 blocks would take two rounds; six of the narrow ones fit */
+     * of 2 (32 positions) where they fill the device: two or three of
+     * the wider ones (three stages or two) fit a multiprocessor's shared
+     * memory, so a batch of 64 tokens' 512 blocks would take two rounds;
+     * six of the narrow ones fit */
     float *part = nsplit > 1 ? scratch : NULL;
-    lisa_rc_t rc = few ? s_gqa_run<D, G, 4>(grid, o, part, q, stride, ck, cv,
-                                            slot, pos, H, Hk, pg, prep, st)
-                       : s_gqa_run<D, G, 2>(grid, o, part, q, stride, ck, cv,
-                                            slot, pos, H, Hk, pg, prep, st);
+    lisa_rc_t rc = !few
+                       ? s_gqa_run<D, G, 2, 2>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st)
+                   : s_gqa_stages(nsplit) == 3
+                       ? s_gqa_run<D, G, 4, 3>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st)
+                       : s_gqa_run<D, G, 4, 2>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st);
     if (rc != LISA_OK)
         return rc;
     if (nsplit > 1)
