@@ -11,7 +11,10 @@
  * (at most 128 rows of tokens: decode steps), where the first heuristic
  * choice is often not the fastest, the first use times up to 32
  * candidates on a scratch output and keeps the fastest (never while a
- * stream is being recorded into a graph). Forward products of up to four
+ * stream is being recorded into a graph). With LISA_BLAS_TUNE_MAX=T,
+ * forward and data-gradient products of 129 to T token rows are timed
+ * the same way, once per bucket of 256 rows (the choice reused for every
+ * count of the bucket the algorithm takes). Forward products of up to four
  * tokens skip cuBLASLt for a matrix-vector kernel of this file, launched
  * to overlap the kernel before it (trn_launch_pdl).
  */
@@ -25,12 +28,27 @@
 
 #define S_WORKSPACE  (32u << 20)
 #define S_CACHE      256
-#define S_CANDIDATES 32 /* algorithms timed for skinny products */
+#define S_CANDIDATES 32  /* algorithms timed for skinny products */
+#define S_BUCKET     256 /* token rows a timed choice above 128 covers */
 
 typedef struct {
-    int ta, tb, m, n, k, ctype, beta_one, valid;
+    int ta, tb, m, n, k, ctype, beta_one, bucket, valid;
     cublasLtMatmulAlgo_t algo;
 } s_plan_t;
+
+/* The most token rows above 128 whose products are timed
+ * (LISA_BLAS_TUNE_MAX; 0, the default: none). Read once. */
+static int
+s_tune_max(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("LISA_BLAS_TUNE_MAX");
+        v = e && *e ? atoi(e) : 0;
+        v = v < 0 ? 0 : v;
+    }
+    return v;
+}
 
 struct trn_blas {
     cublasLtHandle_t lt;
@@ -84,19 +102,23 @@ trn_blas_destroy(trn_blas_t **self)
 }
 
 /* Index of the fastest of `found` algorithms for this product, timed on
- * a scratch output (the first one when timing fails). */
+ * a scratch output, or on `into` (the product's own output, which it
+ * overwrites next) when the scratch cannot be had (the first one when
+ * timing fails). */
 static int
 s_fastest(trn_blas_t *b, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
           cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const void *A,
           const void *B, const cublasLtMatmulHeuristicResult_t *res, int found,
-          size_t c_bytes, cudaStream_t stream)
+          size_t c_bytes, void *into, cudaStream_t stream)
 {
     int best = 0;
     float best_ms = -1.0f, alpha = 1.0f, beta = 0.0f;
-    void *C = NULL;
+    void *C = NULL, *own = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    if (cudaMalloc(&C, c_bytes) != cudaSuccess ||
-        cudaEventCreate(&e0) != cudaSuccess ||
+    if (cudaMalloc(&own, c_bytes) != cudaSuccess)
+        own = NULL;
+    C = own ? own : into;
+    if (!C || cudaEventCreate(&e0) != cudaSuccess ||
         cudaEventCreate(&e1) != cudaSuccess)
         goto out;
     for (int i = 0; i < found; i++) {
@@ -124,9 +146,23 @@ out:
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
-    if (C)
-        cudaFree(C);
+    if (own)
+        cudaFree(own);
     return best;
+}
+
+/* The cached choice for a product, or NULL. */
+static s_plan_t *
+s_plan_find(trn_blas_t *b, int ta, int tb, int m, int n, int k, int c_f32,
+            int beta_one, int bucket)
+{
+    for (int i = 0; i < b->ncache; i++) {
+        s_plan_t *p = &b->cache[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k &&
+            p->ctype == c_f32 && p->beta_one == beta_one && p->bucket == bucket)
+            return p;
+    }
+    return NULL;
 }
 
 /* Column-major D[m,n] = alpha op(A) op(B) + beta C (C same layout as D;
@@ -145,6 +181,10 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
     float alpha = 1.0f;
     s_plan_t *plan = NULL;
     int beta_one = beta != 0.0f;
+    /* n is the token rows in the forward and data-gradient products (B
+     * not transposed); those above 128 are timed by bucket when asked */
+    int bucket = tb == 0 && n > 128 && n <= s_tune_max();
+    int nkey = bucket ? (n + S_BUCKET - 1) / S_BUCKET * S_BUCKET : n;
 
     S_BLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     S_BLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -157,12 +197,15 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
                                           tb ? k : n, ldb));
     S_BLAS_TRY(cublasLtMatrixLayoutCreate(&lc, ctype, m, n, ldc));
 
-    for (int i = 0; i < b->ncache; i++) {
-        s_plan_t *p = &b->cache[i];
-        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k &&
-            p->ctype == c_f32 && p->beta_one == beta_one) {
-            plan = p;
-            break;
+    plan = s_plan_find(b, ta, tb, m, nkey, k, c_f32, beta_one, bucket);
+    if (plan && bucket) { /* chosen for another count of the bucket */
+        cublasLtMatmulHeuristicResult_t chk;
+        if (cublasLtMatmulAlgoCheck(b->lt, op, la, lb, lc, lc, &plan->algo,
+                                    &chk) != CUBLAS_STATUS_SUCCESS) {
+            /* not for this count: the heuristic's choice for it alone */
+            bucket = 0;
+            nkey = n;
+            plan = s_plan_find(b, ta, tb, m, n, k, c_f32, beta_one, 0);
         }
     }
     if (!plan) {
@@ -173,7 +216,7 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
         /* skinny products (decode steps) are memory-bound and the first
          * heuristic choice is often not the fastest: time a few */
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        int want = n <= 128 &&
+        int want = (n <= 128 || bucket) &&
                            cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
                            cap == cudaStreamCaptureStatusNone
                        ? S_CANDIDATES
@@ -190,16 +233,17 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
             rc = LISA_ERR;
             goto out;
         }
-        int best =
-            found > 1
-                ? s_fastest(b, op, la, lb, lc, A, B, res, found,
-                            (size_t) m * (size_t) n * (c_f32 ? 4u : 2u), stream)
-                : 0;
+        int best = found > 1
+                       ? s_fastest(b, op, la, lb, lc, A, B, res, found,
+                                   (size_t) m * (size_t) n * (c_f32 ? 4u : 2u),
+                                   beta == 0.0f && !Cin ? C : NULL, stream)
+                       : 0;
         plan = &b->cache[b->ncache < S_CACHE ? b->ncache++ : 0];
         plan->ta = ta;
         plan->tb = tb;
         plan->m = m;
-        plan->n = n;
+        plan->n = nkey;
+        plan->bucket = bucket;
         plan->k = k;
         plan->ctype = c_f32;
         plan->beta_one = beta_one;
