@@ -343,8 +343,9 @@ s_turn_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch,
  * sequence gets O new tokens (turn_step_ms_<tag>_o<O>, the median; what
  * the engine runs when a conversation's next turn arrives), then S_TURNS
  * in which every other one does while the rest decode
- * (turn_half_step_ms_...), and with LISA_CUDA_PHASES=1 the first kind's
- * device time by kind of work (phase_ms_turn_<tag>_<kind>). */
+ * (turn_half_step_ms_...), and with LISA_CUDA_PHASES=1 each kind's
+ * device time by kind of work (phase_ms_turn_<tag>_<kind>,
+ * phase_ms_turn_half_<tag>_<kind>). */
 static void
 s_turns(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch, trn_gen_seq_t *seqs,
         trn_sample_t *sp, int32_t *out, float *lp, int O, const char *tag)
@@ -362,6 +363,8 @@ s_turns(trn_gpu_model_t *g, trn_gpu_kv_t *kv, int batch, trn_gen_seq_t *seqs,
     s_print_phases(g, ptag, S_TURNS);
     for (int r = 0; r < S_TURNS; r++)
         th[r] = s_turn_step(g, kv, batch, seqs, sp, out, lp, obs, O, 2);
+    snprintf(ptag, sizeof ptag, "turn_half_%s", tag);
+    s_print_phases(g, ptag, S_TURNS);
     qsort(t, S_TURNS, sizeof t[0], s_cmp);
     qsort(th, S_TURNS, sizeof th[0], s_cmp);
     printf("turn_step_ms_%s_o%d %.2f ms (%d new tokens)\n", tag, O,
