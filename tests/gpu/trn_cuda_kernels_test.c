@@ -1260,8 +1260,9 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     for (size_t i = 0; i < (size_t) T * I; i++)
         diff = fmax(diff, fabs(g1[i] - g2[i]));
     char what[96];
-    snprintf(what, sizeof what, "linear + swiglu T=%d K=%d I=%d (max diff)", T,
-             K, I);
+    const char *pairs = getenv("LISA_CUDA_GLU_PAIRS");
+    snprintf(what, sizeof what, "linear + swiglu T=%d K=%d I=%d%s (max diff)",
+             T, K, I, pairs && strcmp(pairs, "4") == 0 ? " 4 pairs" : "");
     s_check(what, diff, 0);
     trn_cuda_free(&dx_), trn_cuda_free(&dw_), trn_cuda_free(&gu);
     trn_cuda_free(&a1), trn_cuda_free(&a2);
@@ -2295,6 +2296,13 @@ main(int argc, char **argv)
     test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
     test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
     test_linear_glu(b, 5, 96, 301);
+    /* the bulk-copy kernel's blocks of 4 outputs (LISA_CUDA_GLU_PAIRS=4) */
+    setenv("LISA_CUDA_GLU_PAIRS", "4", 1);
+    test_linear_glu(b, 8, 2560, 9728);
+    test_linear_glu(b, 16, 1024, 700);
+    test_linear_glu(b, 5, 96, 301);
+    test_linear_glu(b, 6, 64, 6); /* a last block of two outputs */
+    unsetenv("LISA_CUDA_GLU_PAIRS");
     s_check("linear + swiglu: shapes it does not take",
             trn_linear_glu_fits(17, 64, 64) || trn_linear_glu_fits(5, 72, 64) ||
                     trn_linear_glu_fits(1, 8200, 64) ||

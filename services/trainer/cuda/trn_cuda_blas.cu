@@ -25,6 +25,7 @@
 #include <cublasLt.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define S_WORKSPACE  (32u << 20)
 #define S_CACHE      256
@@ -519,16 +520,17 @@ s_aligned16(const void *p)
  * trn_k_swiglu_fwd rounds). */
 /* The skinny kernel's end: each warp's partial sums (acc, NT token
  * tiles) meet in shared memory in a fixed order, and the block writes its
- * outputs (GLU: silu(gate) * up rounded as trn_k_swiglu_fwd rounds; else
+ * outputs (GLU: silu(gate) * up rounded as trn_k_swiglu_fwd rounds, for
+ * the block's PR outputs, gate j0 + r in row r and up in row 8 + r; else
  * y =, or += into fp32). Every thread of the block calls it. */
-template <int NT, bool GLU>
+template <int NT, bool GLU, int PR = 8>
 __device__ __forceinline__ void
 s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
              float *yf, trn_bf16_t *yb, int T, int N, int accumulate)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * 8;
+    int I = N / 2, j0 = blockIdx.x * PR;
 #pragma unroll
     for (int q = 0; q < NT; q++) {
         red[warp][g][8 * q + 2 * t] = acc[q][0];
@@ -541,7 +543,7 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
     if (r >= 16 || tok >= T)
         return;
     if (GLU) {
-        if (r >= 8 || j0 + r >= I)
+        if (r >= PR || j0 + r >= I)
             return;
         float gs = 0.0f, us = 0.0f;
         for (int i = 0; i < S_SK_W; i++) {
@@ -685,7 +687,6 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 #define S_SB_CS   32                  /* 32-value chunks a row a stage */
 #define S_SB_RMAX 3                   /* most stages in flight */
 #define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
-#define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
 /* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
  * lines: the 8 lanes of a quarter-warp (rows g, g + 1; lanes t 0-3) read
  * 16 bytes each from 8 distinct 16-byte bank groups. */
@@ -733,7 +734,7 @@ s_bulk_copy(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
 /* Stage st of the block's rows (nrow[r]: the weight row of slot row r,
  * N where there is none) into its slot; lanes 0-15 of the calling warp
  * copy a row each, lane 0 announces the bytes first. */
-template <int R>
+template <int R, int ROWS>
 __device__ __forceinline__ void
 s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
            int K, int st, int lane)
@@ -741,33 +742,40 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     int chunks = K / 32, c0 = st * S_SB_CS;
     int cs = chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS;
     unsigned bytes = (unsigned) cs * 64u;
-    unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
+    unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < ROWS && nrow < N));
     int slot = st % R;
     uint32_t bar = bars + 8u * (uint32_t) slot;
     if (lane == 0)
         s_mbar_arrive_tx(bar, rows * bytes);
     __syncwarp();
-    if (lane < 16 && nrow < N)
-        s_bulk_copy(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
-                    w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
-                    bar);
+    if (lane < ROWS && nrow < N)
+        s_bulk_copy(
+            slots + (uint32_t) (slot * ROWS * S_SB_ROW + lane * S_SB_ROW),
+            w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes, bar);
 }
 
-template <int NT, int R, bool GLU>
+template <int NT, int R, bool GLU, int PR>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf)
 {
+    /* rows a stage slot holds: 16, or with SwiGLU PR gate rows then their
+     * PR up rows (PR 8 or 4) */
+    constexpr int ROWS = GLU ? 2 * PR : 16;
+    static_assert(!GLU || PR == 8 || PR == 4, "pairs a block");
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * 8;
+    int I = N / 2, j0 = blockIdx.x * PR;
     /* slot row r (lane r of warp 0 copies it) holds weight row nrow */
     int nrow = N, r = lane & 15;
-    if (GLU) {
+    if (GLU && PR == 4) {
+        int j = j0 + (r & 3);
+        nrow = j < I && r < 8 ? (r < 4 ? j : I + j) : N;
+    } else if (GLU) {
         int j = j0 + (r & 7);
         nrow = j < I ? (r < 8 ? j : I + j) : N;
     } else {
@@ -782,7 +790,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         __syncwarp();
         for (int st = 0; st < R && st < stages; st++)
-            s_sb_issue<R>(slots, bars, w, nrow, N, K, st, lane);
+            s_sb_issue<R, ROWS>(slots, bars, w, nrow, N, K, st, lane);
     }
     __syncthreads();
     trn_pdl_enter();
@@ -815,16 +823,19 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             }
         int slot = st % R;
         s_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (st / R) & 1u);
+        /* the A tile's rows g and 8 + g: gate and up of output g (with
+         * PR 4, rows g >= 4 repeat rows g - 4; their sums go unused) */
+        const int ra = GLU && PR == 4 ? g & 3 : g;
         const unsigned char *base =
-            s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
+            s_sb + slot * ROWS * S_SB_ROW + ra * S_SB_ROW + t * 16;
 #pragma unroll
         for (int i = 0; i < CW; i++) {
             int c = warp + S_SK_W * i;
             if (c0 + c >= chunks)
                 break;
             uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
-            uint4 vb =
-                *reinterpret_cast<const uint4 *>(base + 8 * S_SB_ROW + c * 64);
+            uint4 vb = *reinterpret_cast<const uint4 *>(
+                base + (ROWS / 2) * S_SB_ROW + c * 64);
             uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
             uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
@@ -840,14 +851,15 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 vx[i][q] = nx[i][q];
         __syncthreads(); /* every warp is done with the slot */
         if (warp == 0 && st + R < stages)
-            s_sb_issue<R>(slots, bars, w, nrow, N, K, st + R, lane);
+            s_sb_issue<R, ROWS>(slots, bars, w, nrow, N, K, st + R, lane);
     }
     s_l2_prefetch(pf); /* this block's weights are in */
     /* the slots are free (the last stage's barrier above): the warps'
      * partial sums meet there */
     typedef float red_t[S_SK_W][16][8 * NT + 1];
-    s_skinny_out<NT, GLU>(*reinterpret_cast<red_t *>(s_sb), acc, yf, yb, T, N,
-                          accumulate);
+    static_assert(sizeof(red_t) <= 2 * ROWS * S_SB_ROW, "the sums' room");
+    s_skinny_out<NT, GLU, PR>(*reinterpret_cast<red_t *>(s_sb), acc, yf, yb, T,
+                              N, accumulate);
 }
 
 /* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
@@ -872,21 +884,36 @@ s_skinny_bulk_stages(void)
     return r;
 }
 
-template <int NT, int R, bool GLU>
+/* SwiGLU outputs a bulk-copy block takes (LISA_CUDA_GLU_PAIRS: 8, the
+ * default, or 4: blocks half as long, twice as many, six a processor
+ * instead of three, so the last round of a product's blocks leaves the
+ * memory idle half as long; off by default until timed). Read every call
+ * (a graph records the launch it saw). */
+static int
+s_glu_pairs(void)
+{
+    const char *e = getenv("LISA_CUDA_GLU_PAIRS");
+    return e && strcmp(e, "4") == 0 ? 4 : 8;
+}
+
+template <int NT, int R, bool GLU, int PR>
 static lisa_rc_t
-s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, cudaStream_t st)
 {
-    const int smem = R * S_SB_SLOT;
+    /* a block's outputs, and the weight rows a stage slot holds */
+    const int per = GLU ? PR : 16, rows = GLU ? 2 * PR : 16;
+    const int outs = GLU ? N / 2 : N, smem = R * rows * S_SB_ROW;
+    dim3 grid((unsigned) ((outs + per - 1) / per));
     static bool attr; /* per instantiation, set once (the device's limit) */
     if (!attr) {
         TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, GLU>,
+            s_skinny_bulk<NT, R, GLU, PR>,
             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr = true;
     }
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, grid,
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, PR>, grid,
                                 dim3(32 * S_SK_W), (size_t) smem, st, yf, yb, x,
                                 w, T, K, N, accumulate, pf));
     return LISA_OK;
@@ -894,15 +921,22 @@ s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 
 template <int NT, bool GLU>
 static lisa_rc_t
-s_skinny_bulk_fwd(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, cudaStream_t st)
 {
+    if constexpr (GLU)
+        if (s_glu_pairs() == 4)
+            return s_skinny_bulk_stages() == 2
+                       ? s_skinny_bulk_go<NT, 2, GLU, 4>(yf, yb, x, w, T, K, N,
+                                                         accumulate, pf, st)
+                       : s_skinny_bulk_go<NT, 3, GLU, 4>(yf, yb, x, w, T, K, N,
+                                                         accumulate, pf, st);
     if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, GLU>(grid, yf, yb, x, w, T, K, N,
-                                            accumulate, pf, st);
-    return s_skinny_bulk_go<NT, 3, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
-                                        pf, st);
+        return s_skinny_bulk_go<NT, 2, GLU, 8>(yf, yb, x, w, T, K, N,
+                                               accumulate, pf, st);
+    return s_skinny_bulk_go<NT, 3, GLU, 8>(yf, yb, x, w, T, K, N, accumulate,
+                                           pf, st);
 }
 
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
@@ -966,13 +1000,13 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
              const trn_bf16_t *w, int T, int K, int N, int accumulate,
              s_pf_t pf, cudaStream_t st)
 {
+    if (s_skinny_bulk_stages())
+        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st)
+                      : s_skinny_bulk_fwd<2, GLU>(yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st);
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
-    if (s_skinny_bulk_stages())
-        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(grid, yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st)
-                      : s_skinny_bulk_fwd<2, GLU>(grid, yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st);
     if (T <= 8)
         return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
                                            accumulate, pf, st);
