@@ -919,12 +919,33 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     return LISA_OK;
 }
 
+/* Whether a product of few bulk-copy blocks (two a processor or fewer:
+ * the o and down products of a decode step, 160 blocks at the 4B shape)
+ * takes three stages while the others keep the default two
+ * (LISA_CUDA_SKINNY_BULK_FEW=3; off by default until timed). Such blocks
+ * do not share a processor three at a time anyway, so the third stage
+ * costs no residency. Read once. */
+static bool
+s_bulk_few3(long blocks)
+{
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("LISA_CUDA_SKINNY_BULK_FEW");
+        r = e && strcmp(e, "3") == 0;
+    }
+    return r == 1 && s_skinny_bulk_stages() == 2 &&
+           blocks <= 2L * trn_sm_count();
+}
+
 template <int NT, bool GLU>
 static lisa_rc_t
 s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, cudaStream_t st)
 {
+    if (!GLU && s_bulk_few3((N + 15) / 16))
+        return s_skinny_bulk_go<NT, 3, GLU, 8>(yf, yb, x, w, T, K, N,
+                                               accumulate, pf, st);
     if constexpr (GLU)
         if (s_glu_pairs() == 4)
             return s_skinny_bulk_stages() == 2
