@@ -34,6 +34,7 @@
 
 typedef struct {
     int ta, tb, m, n, k, ctype, beta_one, bucket, valid;
+    int n_seen; /* a bucket's choice: the last count it was checked for */
     cublasLtMatmulAlgo_t algo;
 } s_plan_t;
 
@@ -199,10 +200,12 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
     S_BLAS_TRY(cublasLtMatrixLayoutCreate(&lc, ctype, m, n, ldc));
 
     plan = s_plan_find(b, ta, tb, m, nkey, k, c_f32, beta_one, bucket);
-    if (plan && bucket) { /* chosen for another count of the bucket */
+    if (plan && bucket && plan->n_seen != n) { /* chosen for another count */
         cublasLtMatmulHeuristicResult_t chk;
         if (cublasLtMatmulAlgoCheck(b->lt, op, la, lb, lc, lc, &plan->algo,
-                                    &chk) != CUBLAS_STATUS_SUCCESS) {
+                                    &chk) == CUBLAS_STATUS_SUCCESS) {
+            plan->n_seen = n;
+        } else {
             /* not for this count: the heuristic's choice for it alone */
             bucket = 0;
             nkey = n;
@@ -245,6 +248,7 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
         plan->m = m;
         plan->n = nkey;
         plan->bucket = bucket;
+        plan->n_seen = n;
         plan->k = k;
         plan->ctype = c_f32;
         plan->beta_one = beta_one;
@@ -772,12 +776,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     int I = N / 2, j0 = blockIdx.x * PR;
     /* slot row r (lane r of warp 0 copies it) holds weight row nrow */
     int nrow = N, r = lane & 15;
-    if (GLU && PR == 4) {
-        int j = j0 + (r & 3);
-        nrow = j < I && r < 8 ? (r < 4 ? j : I + j) : N;
-    } else if (GLU) {
-        int j = j0 + (r & 7);
-        nrow = j < I ? (r < 8 ? j : I + j) : N;
+    if (GLU) {
+        int j = j0 + (r & (PR - 1));
+        nrow = j < I && r < 2 * PR ? (r < PR ? j : I + j) : N;
     } else {
         nrow = blockIdx.x * 16 + r < N ? blockIdx.x * 16 + r : N;
     }
@@ -825,7 +826,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         s_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (st / R) & 1u);
         /* the A tile's rows g and 8 + g: gate and up of output g (with
          * PR 4, rows g >= 4 repeat rows g - 4; their sums go unused) */
-        const int ra = GLU && PR == 4 ? g & 3 : g;
+        const int ra = GLU ? g & (PR - 1) : g;
         const unsigned char *base =
             s_sb + slot * ROWS * S_SB_ROW + ra * S_SB_ROW + t * 16;
 #pragma unroll
