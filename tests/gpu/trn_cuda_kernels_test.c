@@ -1260,9 +1260,8 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     for (size_t i = 0; i < (size_t) T * I; i++)
         diff = fmax(diff, fabs(g1[i] - g2[i]));
     char what[96];
-    const char *pairs = getenv("LISA_CUDA_GLU_PAIRS");
-    snprintf(what, sizeof what, "linear + swiglu T=%d K=%d I=%d%s (max diff)",
-             T, K, I, pairs && strcmp(pairs, "4") == 0 ? " 4 pairs" : "");
+    snprintf(what, sizeof what, "linear + swiglu T=%d K=%d I=%d (max diff)", T,
+             K, I);
     s_check(what, diff, 0);
     trn_cuda_free(&dx_), trn_cuda_free(&dw_), trn_cuda_free(&gu);
     trn_cuda_free(&a1), trn_cuda_free(&a2);
@@ -1572,12 +1571,10 @@ test_decode_bs(int T, int H, int Hk, int D, int max_len, int pad, int split,
                         sc[j] / z * v[d];
             }
         }
-    const char *cl = getenv("LISA_CUDA_ATTN_CLUSTER");
     snprintf(what, sizeof what,
-             "decode attention T=%d G=%d D=%d len<=%d bs=%d%s%s%s%s", T, G, D,
+             "decode attention T=%d G=%d D=%d len<=%d bs=%d%s%s%s", T, G, D,
              max_len, bs, pad ? " pad" : "", split ? " split" : "",
-             fused ? " fused" : "",
-             cl && strcmp(cl, "1") == 0 ? " cluster" : "");
+             fused ? " fused" : "");
     s_check(what, s_relerr(go, ro, no), 1e-2);
     free(hx), free(x), free(hck), free(ck0), free(hcv), free(cv0), free(hqw);
     free(qw), free(hkw), free(kw), free(slot), free(pos), free(gq), free(gk);
@@ -2296,13 +2293,6 @@ main(int argc, char **argv)
     test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
     test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
     test_linear_glu(b, 5, 96, 301);
-    /* the bulk-copy kernel's blocks of 4 outputs (LISA_CUDA_GLU_PAIRS=4) */
-    setenv("LISA_CUDA_GLU_PAIRS", "4", 1);
-    test_linear_glu(b, 8, 2560, 9728);
-    test_linear_glu(b, 16, 1024, 700);
-    test_linear_glu(b, 5, 96, 301);
-    test_linear_glu(b, 6, 64, 6); /* a last block of two outputs */
-    unsetenv("LISA_CUDA_GLU_PAIRS");
     s_check("linear + swiglu: shapes it does not take",
             trn_linear_glu_fits(17, 64, 64) || trn_linear_glu_fits(5, 72, 64) ||
                     trn_linear_glu_fits(1, 8200, 64) ||
@@ -2358,26 +2348,12 @@ main(int argc, char **argv)
         test_decode_bs(6, 8, 8, 64, 150, 0, 1, 1, bs);   /* G = 1 */
         test_decode_bs(7, 4, 2, 32, 96, 0, 1, 0, bs);
         test_decode_bs(9, 6, 2, 16, 64, 1, 0, 0, bs); /* the simple kernel */
-        /* 2 to 8 splits (batch 16, 8 and 4 of Qwen3-4B), the splits also
-         * merged inside a thread block cluster */
-        for (int cl = 0; cl < 2; cl++) {
-            if (cl)
-                setenv("LISA_CUDA_ATTN_CLUSTER", "1", 1);
-            test_decode_bs(8, 32, 8, 128, 1000, 0, 1, 1, bs);
-            test_decode_bs(8, 32, 8, 128, 1000, 1, 1, 0, bs);
-            test_decode_bs(4, 32, 8, 128, 700, 0, 1, 1, bs);
-            test_decode_bs(16, 32, 8, 128, 300, 1, 1, 1, bs);
-            test_decode_bs(6, 8, 8, 64, 150, 0, 1, 0, bs);   /* G = 1 */
-            test_decode_bs(20, 16, 2, 32, 400, 0, 1, 1, bs); /* G = 8 */
-            if (cl)
-                unsetenv("LISA_CUDA_ATTN_CLUSTER");
-        }
-        test_prefill_set(32, 8, 128, bs); /* Qwen3-4B heads */
-        test_prefill_set(16, 2, 128, bs); /* G = 8 */
-        test_prefill_set(8, 4, 64, bs);   /* G = 2 */
-        test_prefill_set(8, 8, 64, bs);   /* G = 1 */
-        test_prefill_set(4, 2, 32, bs);   /* the test model */
-        test_prefill_set(4, 2, 16, bs);   /* the tiny fixtures */
+        test_prefill_set(32, 8, 128, bs);             /* Qwen3-4B heads */
+        test_prefill_set(16, 2, 128, bs);             /* G = 8 */
+        test_prefill_set(8, 4, 64, bs);               /* G = 2 */
+        test_prefill_set(8, 8, 64, bs);               /* G = 1 */
+        test_prefill_set(4, 2, 32, bs);               /* the test model */
+        test_prefill_set(4, 2, 16, bs);               /* the tiny fixtures */
     }
     test_sample();
     test_logprob();

@@ -11,10 +11,7 @@
  * (at most 128 rows of tokens: decode steps), where the first heuristic
  * choice is often not the fastest, the first use times up to 32
  * candidates on a scratch output and keeps the fastest (never while a
- * stream is being recorded into a graph). With LISA_BLAS_TUNE_MAX=T,
- * forward and data-gradient products of 129 to T token rows are timed
- * the same way, once per bucket of 256 rows (the choice reused for every
- * count of the bucket the algorithm takes). Forward products of up to four
+ * stream is being recorded into a graph). Forward products of up to four
  * tokens skip cuBLASLt for a matrix-vector kernel of this file, launched
  * to overlap the kernel before it (trn_launch_pdl).
  */
@@ -25,32 +22,15 @@
 #include <cublasLt.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define S_WORKSPACE  (32u << 20)
 #define S_CACHE      256
-#define S_CANDIDATES 32  /* algorithms timed for skinny products */
-#define S_BUCKET     256 /* token rows a timed choice above 128 covers */
+#define S_CANDIDATES 32 /* algorithms timed for skinny products */
 
 typedef struct {
-    int ta, tb, m, n, k, ctype, beta_one, bucket, valid;
-    int n_seen; /* a bucket's choice: the last count it was checked for */
+    int ta, tb, m, n, k, ctype, beta_one, valid;
     cublasLtMatmulAlgo_t algo;
 } s_plan_t;
-
-/* The most token rows above 128 whose products are timed
- * (LISA_BLAS_TUNE_MAX; 0, the default: none). Read once. */
-static int
-s_tune_max(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LISA_BLAS_TUNE_MAX");
-        v = e && *e ? atoi(e) : 0;
-        v = v < 0 ? 0 : v;
-    }
-    return v;
-}
 
 struct trn_blas {
     cublasLtHandle_t lt;
@@ -104,23 +84,19 @@ trn_blas_destroy(trn_blas_t **self)
 }
 
 /* Index of the fastest of `found` algorithms for this product, timed on
- * a scratch output, or on `into` (the product's own output, which it
- * overwrites next) when the scratch cannot be had (the first one when
- * timing fails). */
+ * a scratch output (the first one when timing fails). */
 static int
 s_fastest(trn_blas_t *b, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
           cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const void *A,
           const void *B, const cublasLtMatmulHeuristicResult_t *res, int found,
-          size_t c_bytes, void *into, cudaStream_t stream)
+          size_t c_bytes, cudaStream_t stream)
 {
     int best = 0;
     float best_ms = -1.0f, alpha = 1.0f, beta = 0.0f;
-    void *C = NULL, *own = NULL;
+    void *C = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    if (cudaMalloc(&own, c_bytes) != cudaSuccess)
-        own = NULL;
-    C = own ? own : into;
-    if (!C || cudaEventCreate(&e0) != cudaSuccess ||
+    if (cudaMalloc(&C, c_bytes) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess ||
         cudaEventCreate(&e1) != cudaSuccess)
         goto out;
     for (int i = 0; i < found; i++) {
@@ -148,23 +124,9 @@ out:
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
-    if (own)
-        cudaFree(own);
+    if (C)
+        cudaFree(C);
     return best;
-}
-
-/* The cached choice for a product, or NULL. */
-static s_plan_t *
-s_plan_find(trn_blas_t *b, int ta, int tb, int m, int n, int k, int c_f32,
-            int beta_one, int bucket)
-{
-    for (int i = 0; i < b->ncache; i++) {
-        s_plan_t *p = &b->cache[i];
-        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k &&
-            p->ctype == c_f32 && p->beta_one == beta_one && p->bucket == bucket)
-            return p;
-    }
-    return NULL;
 }
 
 /* Column-major D[m,n] = alpha op(A) op(B) + beta C (C same layout as D;
@@ -183,10 +145,6 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
     float alpha = 1.0f;
     s_plan_t *plan = NULL;
     int beta_one = beta != 0.0f;
-    /* n is the token rows in the forward and data-gradient products (B
-     * not transposed); those above 128 are timed by bucket when asked */
-    int bucket = tb == 0 && n > 128 && n <= s_tune_max();
-    int nkey = bucket ? (n + S_BUCKET - 1) / S_BUCKET * S_BUCKET : n;
 
     S_BLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     S_BLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -199,17 +157,12 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
                                           tb ? k : n, ldb));
     S_BLAS_TRY(cublasLtMatrixLayoutCreate(&lc, ctype, m, n, ldc));
 
-    plan = s_plan_find(b, ta, tb, m, nkey, k, c_f32, beta_one, bucket);
-    if (plan && bucket && plan->n_seen != n) { /* chosen for another count */
-        cublasLtMatmulHeuristicResult_t chk;
-        if (cublasLtMatmulAlgoCheck(b->lt, op, la, lb, lc, lc, &plan->algo,
-                                    &chk) == CUBLAS_STATUS_SUCCESS) {
-            plan->n_seen = n;
-        } else {
-            /* not for this count: the heuristic's choice for it alone */
-            bucket = 0;
-            nkey = n;
-            plan = s_plan_find(b, ta, tb, m, n, k, c_f32, beta_one, 0);
+    for (int i = 0; i < b->ncache; i++) {
+        s_plan_t *p = &b->cache[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k &&
+            p->ctype == c_f32 && p->beta_one == beta_one) {
+            plan = p;
+            break;
         }
     }
     if (!plan) {
@@ -220,7 +173,7 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
         /* skinny products (decode steps) are memory-bound and the first
          * heuristic choice is often not the fastest: time a few */
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        int want = (n <= 128 || bucket) &&
+        int want = n <= 128 &&
                            cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
                            cap == cudaStreamCaptureStatusNone
                        ? S_CANDIDATES
@@ -237,18 +190,16 @@ s_gemm(trn_blas_t *b, int ta, int tb, int m, int n, int k, const void *A,
             rc = LISA_ERR;
             goto out;
         }
-        int best = found > 1
-                       ? s_fastest(b, op, la, lb, lc, A, B, res, found,
-                                   (size_t) m * (size_t) n * (c_f32 ? 4u : 2u),
-                                   beta == 0.0f && !Cin ? C : NULL, stream)
-                       : 0;
+        int best =
+            found > 1
+                ? s_fastest(b, op, la, lb, lc, A, B, res, found,
+                            (size_t) m * (size_t) n * (c_f32 ? 4u : 2u), stream)
+                : 0;
         plan = &b->cache[b->ncache < S_CACHE ? b->ncache++ : 0];
         plan->ta = ta;
         plan->tb = tb;
         plan->m = m;
-        plan->n = nkey;
-        plan->bucket = bucket;
-        plan->n_seen = n;
+        plan->n = n;
         plan->k = k;
         plan->ctype = c_f32;
         plan->beta_one = beta_one;
@@ -524,17 +475,16 @@ s_aligned16(const void *p)
  * trn_k_swiglu_fwd rounds). */
 /* The skinny kernel's end: each warp's partial sums (acc, NT token
  * tiles) meet in shared memory in a fixed order, and the block writes its
- * outputs (GLU: silu(gate) * up rounded as trn_k_swiglu_fwd rounds, for
- * the block's PR outputs, gate j0 + r in row r and up in row 8 + r; else
+ * outputs (GLU: silu(gate) * up rounded as trn_k_swiglu_fwd rounds; else
  * y =, or += into fp32). Every thread of the block calls it. */
-template <int NT, bool GLU, int PR = 8>
+template <int NT, bool GLU>
 __device__ __forceinline__ void
 s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
              float *yf, trn_bf16_t *yb, int T, int N, int accumulate)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * PR;
+    int I = N / 2, j0 = blockIdx.x * 8;
 #pragma unroll
     for (int q = 0; q < NT; q++) {
         red[warp][g][8 * q + 2 * t] = acc[q][0];
@@ -547,7 +497,7 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
     if (r >= 16 || tok >= T)
         return;
     if (GLU) {
-        if (r >= PR || j0 + r >= I)
+        if (r >= 8 || j0 + r >= I)
             return;
         float gs = 0.0f, us = 0.0f;
         for (int i = 0; i < S_SK_W; i++) {
@@ -691,6 +641,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 #define S_SB_CS   32                  /* 32-value chunks a row a stage */
 #define S_SB_RMAX 3                   /* most stages in flight */
 #define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
+#define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
 /* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
  * lines: the 8 lanes of a quarter-warp (rows g, g + 1; lanes t 0-3) read
  * 16 bytes each from 8 distinct 16-byte bank groups. */
@@ -738,7 +689,7 @@ s_bulk_copy(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
 /* Stage st of the block's rows (nrow[r]: the weight row of slot row r,
  * N where there is none) into its slot; lanes 0-15 of the calling warp
  * copy a row each, lane 0 announces the bytes first. */
-template <int R, int ROWS>
+template <int R>
 __device__ __forceinline__ void
 s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
            int K, int st, int lane)
@@ -746,39 +697,35 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     int chunks = K / 32, c0 = st * S_SB_CS;
     int cs = chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS;
     unsigned bytes = (unsigned) cs * 64u;
-    unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < ROWS && nrow < N));
+    unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
     int slot = st % R;
     uint32_t bar = bars + 8u * (uint32_t) slot;
     if (lane == 0)
         s_mbar_arrive_tx(bar, rows * bytes);
     __syncwarp();
-    if (lane < ROWS && nrow < N)
-        s_bulk_copy(
-            slots + (uint32_t) (slot * ROWS * S_SB_ROW + lane * S_SB_ROW),
-            w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes, bar);
+    if (lane < 16 && nrow < N)
+        s_bulk_copy(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
+                    w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
+                    bar);
 }
 
-template <int NT, int R, bool GLU, int PR>
+template <int NT, int R, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf)
 {
-    /* rows a stage slot holds: 16, or with SwiGLU PR gate rows then their
-     * PR up rows (PR 8 or 4) */
-    constexpr int ROWS = GLU ? 2 * PR : 16;
-    static_assert(!GLU || PR == 8 || PR == 4, "pairs a block");
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * PR;
+    int I = N / 2, j0 = blockIdx.x * 8;
     /* slot row r (lane r of warp 0 copies it) holds weight row nrow */
     int nrow = N, r = lane & 15;
     if (GLU) {
-        int j = j0 + (r & (PR - 1));
-        nrow = j < I && r < 2 * PR ? (r < PR ? j : I + j) : N;
+        int j = j0 + (r & 7);
+        nrow = j < I ? (r < 8 ? j : I + j) : N;
     } else {
         nrow = blockIdx.x * 16 + r < N ? blockIdx.x * 16 + r : N;
     }
@@ -791,7 +738,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         __syncwarp();
         for (int st = 0; st < R && st < stages; st++)
-            s_sb_issue<R, ROWS>(slots, bars, w, nrow, N, K, st, lane);
+            s_sb_issue<R>(slots, bars, w, nrow, N, K, st, lane);
     }
     __syncthreads();
     trn_pdl_enter();
@@ -824,19 +771,16 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             }
         int slot = st % R;
         s_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (st / R) & 1u);
-        /* the A tile's rows g and 8 + g: gate and up of output g (with
-         * PR 4, rows g >= 4 repeat rows g - 4; their sums go unused) */
-        const int ra = GLU ? g & (PR - 1) : g;
         const unsigned char *base =
-            s_sb + slot * ROWS * S_SB_ROW + ra * S_SB_ROW + t * 16;
+            s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
 #pragma unroll
         for (int i = 0; i < CW; i++) {
             int c = warp + S_SK_W * i;
             if (c0 + c >= chunks)
                 break;
             uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
-            uint4 vb = *reinterpret_cast<const uint4 *>(
-                base + (ROWS / 2) * S_SB_ROW + c * 64);
+            uint4 vb =
+                *reinterpret_cast<const uint4 *>(base + 8 * S_SB_ROW + c * 64);
             uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
             uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
@@ -852,15 +796,14 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 vx[i][q] = nx[i][q];
         __syncthreads(); /* every warp is done with the slot */
         if (warp == 0 && st + R < stages)
-            s_sb_issue<R, ROWS>(slots, bars, w, nrow, N, K, st + R, lane);
+            s_sb_issue<R>(slots, bars, w, nrow, N, K, st + R, lane);
     }
     s_l2_prefetch(pf); /* this block's weights are in */
     /* the slots are free (the last stage's barrier above): the warps'
      * partial sums meet there */
     typedef float red_t[S_SK_W][16][8 * NT + 1];
-    static_assert(sizeof(red_t) <= 2 * ROWS * S_SB_ROW, "the sums' room");
-    s_skinny_out<NT, GLU, PR>(*reinterpret_cast<red_t *>(s_sb), acc, yf, yb, T,
-                              N, accumulate);
+    s_skinny_out<NT, GLU>(*reinterpret_cast<red_t *>(s_sb), acc, yf, yb, T, N,
+                          accumulate);
 }
 
 /* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
@@ -885,80 +828,37 @@ s_skinny_bulk_stages(void)
     return r;
 }
 
-/* SwiGLU outputs a bulk-copy block takes (LISA_CUDA_GLU_PAIRS: 8, the
- * default, or 4: blocks half as long, twice as many, six a processor
- * instead of three, so the last round of a product's blocks leaves the
- * memory idle half as long; off by default until timed). Read every call
- * (a graph records the launch it saw). */
-static int
-s_glu_pairs(void)
-{
-    const char *e = getenv("LISA_CUDA_GLU_PAIRS");
-    return e && strcmp(e, "4") == 0 ? 4 : 8;
-}
-
-template <int NT, int R, bool GLU, int PR>
+template <int NT, int R, bool GLU>
 static lisa_rc_t
-s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, cudaStream_t st)
 {
-    /* a block's outputs, and the weight rows a stage slot holds */
-    const int per = GLU ? PR : 16, rows = GLU ? 2 * PR : 16;
-    const int outs = GLU ? N / 2 : N, smem = R * rows * S_SB_ROW;
-    dim3 grid((unsigned) ((outs + per - 1) / per));
+    const int smem = R * S_SB_SLOT;
     static bool attr; /* per instantiation, set once (the device's limit) */
     if (!attr) {
         TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, GLU, PR>,
+            s_skinny_bulk<NT, R, GLU>,
             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attr = true;
     }
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, PR>, grid,
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, grid,
                                 dim3(32 * S_SK_W), (size_t) smem, st, yf, yb, x,
                                 w, T, K, N, accumulate, pf));
     return LISA_OK;
 }
 
-/* Whether a product of few bulk-copy blocks (two a processor or fewer:
- * the o and down products of a decode step, 160 blocks at the 4B shape)
- * takes three stages while the others keep the default two
- * (LISA_CUDA_SKINNY_BULK_FEW=3; off by default until timed). Such blocks
- * do not share a processor three at a time anyway, so the third stage
- * costs no residency. Read once. */
-static bool
-s_bulk_few3(long blocks)
-{
-    static int r = -1;
-    if (r < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_BULK_FEW");
-        r = e && strcmp(e, "3") == 0;
-    }
-    return r == 1 && s_skinny_bulk_stages() == 2 &&
-           blocks <= 2L * trn_sm_count();
-}
-
 template <int NT, bool GLU>
 static lisa_rc_t
-s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+s_skinny_bulk_fwd(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, cudaStream_t st)
 {
-    if (!GLU && s_bulk_few3((N + 15) / 16))
-        return s_skinny_bulk_go<NT, 3, GLU, 8>(yf, yb, x, w, T, K, N,
-                                               accumulate, pf, st);
-    if constexpr (GLU)
-        if (s_glu_pairs() == 4)
-            return s_skinny_bulk_stages() == 2
-                       ? s_skinny_bulk_go<NT, 2, GLU, 4>(yf, yb, x, w, T, K, N,
-                                                         accumulate, pf, st)
-                       : s_skinny_bulk_go<NT, 3, GLU, 4>(yf, yb, x, w, T, K, N,
-                                                         accumulate, pf, st);
     if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, GLU, 8>(yf, yb, x, w, T, K, N,
-                                               accumulate, pf, st);
-    return s_skinny_bulk_go<NT, 3, GLU, 8>(yf, yb, x, w, T, K, N, accumulate,
-                                           pf, st);
+        return s_skinny_bulk_go<NT, 2, GLU>(grid, yf, yb, x, w, T, K, N,
+                                            accumulate, pf, st);
+    return s_skinny_bulk_go<NT, 3, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
+                                        pf, st);
 }
 
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
@@ -1022,13 +922,13 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
              const trn_bf16_t *w, int T, int K, int N, int accumulate,
              s_pf_t pf, cudaStream_t st)
 {
-    if (s_skinny_bulk_stages())
-        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st)
-                      : s_skinny_bulk_fwd<2, GLU>(yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st);
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
+    if (s_skinny_bulk_stages())
+        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(grid, yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st)
+                      : s_skinny_bulk_fwd<2, GLU>(grid, yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st);
     if (T <= 8)
         return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
                                            accumulate, pf, st);

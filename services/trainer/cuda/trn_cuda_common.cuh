@@ -164,10 +164,6 @@ trn_pdl_enter(void)
 /* Whether launches may overlap (LISA_CUDA_PDL=0 turns it off; read once). */
 int trn_pdl_on(void);
 
-/* Multiprocessors of the current device (asked once per process; 132 when
- * the device does not say). */
-int trn_sm_count(void);
-
 /* trn_k_attn_fwd at head_dim 128 on Hopper's asynchronous tensor cores
  * (trn_k_attn_h.cu, sm_90a): the same arguments and outputs; the caller
  * checks the device is of compute capability 9.x. */
@@ -201,45 +197,23 @@ lisa_rc_t trn_k_attn_bwd_h(trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
                            int T, int H, int Hk, cudaStream_t st);
 
 /* Launches kernel k<<<grid, block, smem, st>>>(args...), allowed to start
- * before the previous kernel on st ends (see trn_pdl_enter), the grid in
- * thread block clusters of cz blocks along z where cz > 1 (the grid's z a
- * multiple of cz; 8 at most for every device). */
-template <typename... P, typename... A>
-static inline cudaError_t
-trn_launch_pdl_cluster(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
-                       unsigned cz, cudaStream_t st, A... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[2];
-    unsigned n = 0;
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    if (cz > 1) {
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = 1;
-        at[n].val.clusterDim.y = 1;
-        at[n].val.clusterDim.z = cz;
-        n++;
-    }
-    if (trn_pdl_on()) {
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n].val.programmaticStreamSerializationAllowed = 1;
-        n++;
-    }
-    cfg.attrs = at;
-    cfg.numAttrs = n;
-    return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
-}
-
-/* The same without clusters. */
+ * before the previous kernel on st ends (see trn_pdl_enter). */
 template <typename... P, typename... A>
 static inline cudaError_t
 trn_launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                cudaStream_t st, A... args)
 {
-    return trn_launch_pdl_cluster(k, grid, block, smem, 1u, st, args...);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = trn_pdl_on() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
 }
 
 #endif

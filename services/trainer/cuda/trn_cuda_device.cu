@@ -17,24 +17,6 @@ trn_pdl_on(void)
     return on;
 }
 
-int
-trn_sm_count(void)
-{
-    static int cached; /* each process drives one device */
-    if (cached > 0)
-        return cached;
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess ||
-        n <= 0) {
-        cudaGetLastError();
-        return 132;
-    }
-    cached = n;
-    return n;
-}
-
 extern "C" lisa_rc_t
 trn_cuda_set_device(int dev)
 {

@@ -36,9 +36,6 @@
 #include "trn_cuda_mma.cuh"
 #include "trn_cuda_trace.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 #define S_WARPS 4
 #define S_MAXE  4 /* dimensions per lane: D <= 128 */
 
@@ -286,7 +283,6 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 
 #define S_GQ_TP     32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS 32 /* most splits of one token's positions */
-#define S_GQ_CMAX   8  /* most splits merged in a thread block cluster */
 
 /* A split's partial result: m[G] (log2 units), l[G], then o[G][D]
  * (unnormalised). */
@@ -296,78 +292,17 @@ s_gq_rec(int G, int D)
     return (size_t) G * (size_t) (D + 2);
 }
 
-/* The thread block cluster's blocks all arrive here before any goes on
- * (their shared memory writes before it visible to the others after). */
-static __device__ __forceinline__ void
-s_cluster_sync(void)
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::
-                     : "memory");
-}
-
-/* The float at shared address a (this block's window) of the cluster's
- * block `rank`. */
-static __device__ __forceinline__ float
-s_cluster_ld(uint32_t a, int rank)
-{
-    uint32_t r;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(r)
-                 : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(r));
-    return v;
-}
-
-/* The cluster's nsplit records (shared address rec in each block: m[G],
- * l[G], o[G][D]) of (token t, KV head hk) merged by their log-sum-exp
- * into the output; the block of rank `split` takes its share of the G D
- * outputs, a thread each. */
-template <int D, int G>
-static __device__ __forceinline__ void
-s_gq_cluster_merge(trn_bf16_t *o, uint32_t rec, int t, int hk, int split,
-                   int nsplit, int H)
-{
-    const int per = (G * D + nsplit - 1) / nsplit;
-    const int i1 = min(G * D, (split + 1) * per);
-    for (int i = split * per + (int) threadIdx.x; i < i1; i += blockDim.x) {
-        const int g = i / D;
-        float m[S_GQ_CMAX], M = -INFINITY;
-#pragma unroll
-        for (int r = 0; r < S_GQ_CMAX; r++) {
-            m[r] = r < nsplit ? s_cluster_ld(rec + 4u * (uint32_t) g, r)
-                              : -INFINITY;
-            M = fmaxf(M, m[r]);
-        }
-        float L = 0.0f, acc = 0.0f;
-#pragma unroll
-        for (int r = 0; r < S_GQ_CMAX; r++)
-            if (r < nsplit && m[r] != -INFINITY) {
-                const float f = exp2f(m[r] - M);
-                L += s_cluster_ld(rec + 4u * (uint32_t) (G + g), r) * f;
-                acc += s_cluster_ld(rec + 4u * (uint32_t) (2 * G + i), r) * f;
-            }
-        trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) hk * G * D + i,
-               L > 0.0f ? acc / L : 0.0f);
-    }
-}
-
 /* The end of a grouped decode block: the NW warps' states (each query
  * head's maximum and sum in sm_m / sm_l, its unnormalised output in
  * sm_o[w][g * D + d]) merged by one thread per (query head, dimension),
- * then either the output (one split), this split's record in global
- * scratch (merged by s_attn_merge), or, with CL (the splits of a token
- * and KV head one thread block cluster), its record in shared memory
- * (crec), which the cluster's blocks merge together. */
-template <int D, int G, int NW, bool CL>
+ * then either the output (one split) or this split's record. */
+template <int D, int G, int NW>
 __device__ __forceinline__ void
 s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
             const float (*sm_l)[G], const float (*sm_o)[G * D], int t, int hk,
-            int split, int nsplit, int H, int Hk, float *crec)
+            int split, int nsplit, int H, int Hk)
 {
-    float *rec = CL ? crec
-                 : part
+    float *rec = part
                      ? part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
                                (size_t) hk * (size_t) nsplit + (size_t) split) *
                                   s_gq_rec(G, D)
@@ -398,12 +333,6 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
             }
         }
     }
-    if (CL && nsplit > 1) {
-        s_cluster_sync(); /* every record of the cluster is written */
-        s_gq_cluster_merge<D, G>(o, (uint32_t) __cvta_generic_to_shared(crec),
-                                 t, hk, split, nsplit, H);
-        s_cluster_sync(); /* no block leaves while its record is read */
-    }
 }
 
 /* Grouped decode attention on tensor cores (head_dim 32, 64 or 128, up
@@ -426,7 +355,7 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
  * it has arrived, since that tile's copy may have read the row before the
  * write. Blocks of other KV heads or splits never read that row. */
 template <int D, int NW, int ST>
-__host__ __device__ constexpr int
+constexpr int
 s_gm_smem(void)
 {
     return ST * 2 * 16 * NW * (D + 8) * 2;
@@ -529,7 +458,7 @@ s_gm_stash(float (&sm_m)[NW][G], float (&sm_l)[NW][G], float (*sm_o)[G * D],
     }
 }
 
-template <int D, int G, bool PREP, int NW, int ST, bool CL>
+template <int D, int G, bool PREP, int NW, int ST>
 __global__ void __launch_bounds__(32 * NW)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                    trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
@@ -540,9 +469,6 @@ __global__ void __launch_bounds__(32 * NW)
     constexpr int S_GQ_THREADS = 32 * NW, S_GM_TP = 16 * NW;
     constexpr int LD = D + 8, KS = D / 16, NT = D / 8, TE = S_GM_TP * LD;
     static_assert(G <= 8, "query heads a KV head");
-    static_assert(!CL ||
-                      (NW * G * D + G * (D + 2)) * 4 <= s_gm_smem<D, NW, ST>(),
-                  "the cluster's record after the merge area");
     extern __shared__ __align__(16) unsigned char s_dyn[];
     __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(s_dyn);
     __shared__ float sm_m[NW][G], sm_l[NW][G];
@@ -665,11 +591,8 @@ __global__ void __launch_bounds__(32 * NW)
     if (g < G)
         s_gm_stash<D, G, NW>(sm_m, sm_l, sm_o, oacc, m_r, l_r, warp, g, tq);
     __syncthreads();
-    /* with CL, this split's record after the warps' merge area (a cluster
-     * block's rank is its split: the cluster spans the grid's z) */
-    s_gq_finish<D, G, NW, CL>(o, part, sm_m, sm_l, sm_o, t, hk, split, nsplit,
-                              H, Hk,
-                              reinterpret_cast<float *>(s_dyn) + NW * G * D);
+    s_gq_finish<D, G, NW>(o, part, sm_m, sm_l, sm_o, t, hk, split, nsplit, H,
+                          Hk);
 }
 
 /* Merges the splits of (token, query head): one thread per dimension. */
@@ -701,6 +624,26 @@ s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
            L > 0.0f ? acc / L : 0.0f);
 }
 
+/* Multiprocessors of the current device, asked once per process (each
+ * process drives one device). */
+static int
+s_sm_count(void)
+{
+    static int cached;
+    if (cached > 0)
+        return cached;
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        n <= 0) {
+        cudaGetLastError();
+        return 132;
+    }
+    cached = n;
+    return n;
+}
+
 extern "C" size_t
 trn_k_attn_decode_scratch(int H, int Hk, int D)
 {
@@ -708,7 +651,7 @@ trn_k_attn_decode_scratch(int H, int Hk, int D)
         return 0;
     /* splits are used only while T*Hk is below two blocks per processor,
      * so T*Hk*nsplit stays under four per processor */
-    return (size_t) 4 * (size_t) trn_sm_count() * (size_t) (H / Hk) *
+    return (size_t) 4 * (size_t) s_sm_count() * (size_t) (H / Hk) *
            (size_t) (D + 2);
 }
 
@@ -719,8 +662,8 @@ typedef struct {
 } s_prep_t;
 
 /* One launch of the grouped kernel with NW warps a block and ST tile
- * stages; with CL, the grid's z (the splits) one thread block cluster. */
-template <int D, int G, int NW, int ST, bool CL = false>
+ * stages. */
+template <int D, int G, int NW, int ST>
 static lisa_rc_t
 s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
           int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
@@ -734,10 +677,10 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
                             inside a graph capture (decode records after a
                             direct run) */
     if (!smem_set) {
-        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW, ST, CL>,
+        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW, ST>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess ||
-            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW, ST, CL>,
+            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW, ST>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return LISA_ERR;
@@ -745,18 +688,12 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
     }
     s_prep_t none = {NULL, NULL, 0.0f, 0.0f};
     const s_prep_t *pp = prep ? prep : &none;
-    auto k = prep ? s_attn_gqa_mma<D, G, true, NW, ST, CL>
-                  : s_attn_gqa_mma<D, G, false, NW, ST, CL>;
-    const float sc = 1.0f / sqrtf((float) D);
-    if (CL)
-        TRN_CUDA_TRY(trn_launch_pdl_cluster(
-            k, grid, dim3(32 * NW), (size_t) smem, grid.z, st, o, part, q,
-            stride, ck, cv, slot, pos, H, Hk, pg, sc, pp->qw, pp->kw, pp->eps,
-            pp->theta));
-    else
-        TRN_CUDA_TRY(trn_launch_pdl(
-            k, grid, dim3(32 * NW), (size_t) smem, st, o, part, q, stride, ck,
-            cv, slot, pos, H, Hk, pg, sc, pp->qw, pp->kw, pp->eps, pp->theta));
+    TRN_CUDA_TRY(trn_launch_pdl(prep ? s_attn_gqa_mma<D, G, true, NW, ST>
+                                     : s_attn_gqa_mma<D, G, false, NW, ST>,
+                                grid, dim3(32 * NW), (size_t) smem, st, o, part,
+                                q, stride, ck, cv, slot, pos, H, Hk, pg,
+                                1.0f / sqrtf((float) D), pp->qw, pp->kw,
+                                pp->eps, pp->theta));
     return LISA_OK;
 }
 
@@ -780,26 +717,13 @@ s_gqa_stages(int nsplit)
     return forced ? forced : nsplit >= 16 ? 2 : 3;
 }
 
-/* Whether the splits of a token and KV head (2 to S_GQ_CMAX of them, three
- * tile stages) form a thread block cluster whose blocks merge their
- * results through distributed shared memory, instead of records in
- * global memory merged by a second kernel (LISA_CUDA_ATTN_CLUSTER=1; off
- * by default until measured). Read every call (a graph records the
- * launch it saw). */
-static bool
-s_gqa_cluster(void)
-{
-    const char *e = getenv("LISA_CUDA_ATTN_CLUSTER");
-    return e && strcmp(e, "1") == 0;
-}
-
 /* Whether T tokens' blocks (one per token and KV head) are few, under
  * two per multiprocessor: then a token's positions split over several
  * blocks, when scratch allows, and the blocks are the wider kind. */
 static bool
 s_gqa_few(int T, int Hk)
 {
-    return (long) T * Hk < 2L * trn_sm_count();
+    return (long) T * Hk < 2L * s_sm_count();
 }
 
 template <int D, int G>
@@ -810,7 +734,7 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
              size_t scratch_floats, const s_prep_t *prep, cudaStream_t st)
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
-    long blocks = (long) T * Hk, want = 2L * trn_sm_count();
+    long blocks = (long) T * Hk, want = 2L * s_sm_count();
     bool few = s_gqa_few(T, Hk);
     int nsplit = 1;
     if (scratch && few) {
@@ -835,21 +759,17 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
      * memory, so a batch of 64 tokens' 512 blocks would take two rounds;
      * six of the narrow ones fit */
     float *part = nsplit > 1 ? scratch : NULL;
-    bool cl = nsplit > 1 && nsplit <= S_GQ_CMAX && s_gqa_stages(nsplit) == 3 &&
-              s_gqa_cluster();
-    lisa_rc_t rc =
-        !few ? s_gqa_run<D, G, 2, 2>(grid, o, part, q, stride, ck, cv, slot,
-                                     pos, H, Hk, pg, prep, st)
-        : cl ? s_gqa_run<D, G, 4, 3, true>(grid, o, part, q, stride, ck, cv,
-                                           slot, pos, H, Hk, pg, prep, st)
-        : s_gqa_stages(nsplit) == 3
-            ? s_gqa_run<D, G, 4, 3>(grid, o, part, q, stride, ck, cv, slot, pos,
-                                    H, Hk, pg, prep, st)
-            : s_gqa_run<D, G, 4, 2>(grid, o, part, q, stride, ck, cv, slot, pos,
-                                    H, Hk, pg, prep, st);
+    lisa_rc_t rc = !few
+                       ? s_gqa_run<D, G, 2, 2>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st)
+                   : s_gqa_stages(nsplit) == 3
+                       ? s_gqa_run<D, G, 4, 3>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st)
+                       : s_gqa_run<D, G, 4, 2>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st);
     if (rc != LISA_OK)
         return rc;
-    if (nsplit > 1 && !cl)
+    if (nsplit > 1)
         TRN_CUDA_TRY(trn_launch_pdl(
             s_attn_merge, dim3((unsigned) T, (unsigned) H), dim3(D), 0, st, o,
             (const float *) scratch, H, Hk, D, nsplit));
