@@ -8,6 +8,7 @@
  *   trn_cuda_kernels_test --bench    also time attention, the products and
  *                                    the norms and SwiGLU at Qwen3-4B shapes
  *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
+ *   trn_cuda_kernels_test --linear   only the products' checks
  *   trn_cuda_kernels_test --bench-attn  those and the attention timings
  *                                    (forward: the default, the serial
  *                                    schedule, the portable kernel;
@@ -2301,6 +2302,11 @@ main(int argc, char **argv)
                 ? 1.0
                 : 0.0,
             0);
+    if (argc > 1 && strcmp(argv[1], "--linear") == 0) {
+        trn_blas_destroy(&b);
+        printf("\n%d passed, %d failed\n", s_pass, s_fail);
+        return s_fail ? 1 : 0;
+    }
     test_rmsnorm(257, 2560, 2560, 1, 1);
     test_rmsnorm(4096, 2560, 2560, 1, 1); /* several rows per warp */
     test_rmsnorm(64, 2560, 2560, 1, 1);   /* decode rows: a warp a block */

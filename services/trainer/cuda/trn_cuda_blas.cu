@@ -474,17 +474,19 @@ s_aligned16(const void *p)
  * epilogue writes as s_gemv does (GLU: silu(gate) * up rounded as
  * trn_k_swiglu_fwd rounds). */
 /* The skinny kernel's end: each warp's partial sums (acc, NT token
- * tiles) meet in shared memory in a fixed order, and the block writes its
- * outputs (GLU: silu(gate) * up rounded as trn_k_swiglu_fwd rounds; else
- * y =, or += into fp32). Every thread of the block calls it. */
+ * tiles) meet in shared memory in a fixed order, and the block writes the
+ * tile's outputs o0 .. o0 + on - 1 (GLU: silu(gate) * up rounded as
+ * trn_k_swiglu_fwd rounds; else y =, or += into fp32). Every thread of
+ * the block calls it. */
 template <int NT, bool GLU>
 __device__ __forceinline__ void
 s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
-             float *yf, trn_bf16_t *yb, int T, int N, int accumulate)
+             float *yf, trn_bf16_t *yb, int T, int N, int accumulate, int o0,
+             int on)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * 8;
+    int I = N / 2, j0 = o0;
 #pragma unroll
     for (int q = 0; q < NT; q++) {
         red[warp][g][8 * q + 2 * t] = acc[q][0];
@@ -494,32 +496,28 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
     }
     __syncthreads();
     int r = threadIdx.x / (8 * NT), tok = threadIdx.x % (8 * NT);
-    if (r >= 16 || tok >= T)
-        return;
-    if (GLU) {
-        if (r >= 8 || j0 + r >= I)
-            return;
-        float gs = 0.0f, us = 0.0f;
-        for (int i = 0; i < S_SK_W; i++) {
-            gs += red[i][r][tok];
-            us += red[i][r + 8][tok];
+    /* no thread leaves early: a block may have more tiles to do */
+    if (r < 16 && tok < T && r < on) {
+        if (GLU) {
+            float gs = 0.0f, us = 0.0f;
+            for (int i = 0; i < S_SK_W; i++) {
+                gs += red[i][r][tok];
+                us += red[i][r + 8][tok];
+            }
+            float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
+            trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
+                   trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
+        } else {
+            float sum = 0.0f;
+            for (int i = 0; i < S_SK_W; i++)
+                sum += red[i][r][tok];
+            size_t o = (size_t) tok * (size_t) N + (size_t) (o0 + r);
+            if (yf)
+                yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
+            else
+                trn_st(yb + o, sum);
         }
-        float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
-        trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
-               trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
-        return;
     }
-    int n = blockIdx.x * 16 + r;
-    if (n >= N)
-        return;
-    float sum = 0.0f;
-    for (int i = 0; i < S_SK_W; i++)
-        sum += red[i][r][tok];
-    size_t o = (size_t) tok * (size_t) N + (size_t) n;
-    if (yf)
-        yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
-    else
-        trn_st(yb + o, sum);
 }
 
 /* The skinny kernels' start: lane (g, t)'s token rows (xr: its 16-byte
@@ -623,7 +621,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         }
     }
     s_l2_prefetch(pf); /* this block's weights are in */
-    s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate);
+    int rows = GLU ? 8 : 16, o0 = blockIdx.x * rows;
+    s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
+                          min(rows, (GLU ? I : N) - o0));
 }
 
 /* ---- the skinny product with its weights copied in bulk --------------
@@ -636,8 +636,11 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * becomes resident while that kernel's last blocks run has up to R x 33
  * KiB on the way when its inputs are ready, where s_skinny has its first
  * U chunks a warp. LISA_CUDA_SKINNY_BULK=R sets the stages: 2 (the
- * default on Hopper; 67,584 bytes of shared memory a block, three blocks
- * a processor), 3 (101,376 bytes, two) or 0 (s_skinny instead). */
+ * default on Hopper; 67,584 bytes of stage slots and the warps' sums
+ * past them, three blocks a processor), 3 (two) or 0 (s_skinny instead).
+ * A block may take several tiles of outputs (s_sb_run): the stages then
+ * run on from one tile to the next, the copies of the next tile's rows
+ * in flight while the warps finish this one. */
 #define S_SB_CS   32                  /* 32-value chunks a row a stage */
 #define S_SB_RMAX 3                   /* most stages in flight */
 #define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
@@ -686,19 +689,18 @@ s_bulk_copy(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
                  : "memory");
 }
 
-/* Stage st of the block's rows (nrow[r]: the weight row of slot row r,
- * N where there is none) into its slot; lanes 0-15 of the calling warp
- * copy a row each, lane 0 announces the bytes first. */
-template <int R>
+/* Stage st (of a tile's stages) of the tile's rows (nrow: the weight row
+ * of slot row `lane`, N where there is none) into stage slot `slot`;
+ * lanes 0-15 of the calling warp copy a row each, lane 0 announces the
+ * bytes first. */
 __device__ __forceinline__ void
 s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
-           int K, int st, int lane)
+           int K, int st, int slot, int lane)
 {
     int chunks = K / 32, c0 = st * S_SB_CS;
     int cs = chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS;
     unsigned bytes = (unsigned) cs * 64u;
     unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
-    int slot = st % R;
     uint32_t bar = bars + 8u * (uint32_t) slot;
     if (lane == 0)
         s_mbar_arrive_tx(bar, rows * bytes);
@@ -709,6 +711,47 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
                     bar);
 }
 
+/* A bulk block's outputs: the grid's blocks share the product's `outs`
+ * outputs in contiguous runs, the first outs % gridDim.x one longer, and
+ * a block takes its run in `nt` tiles of at most `per` outputs, as equal
+ * as they come (with one block per `per` outputs, the grid the default
+ * launch makes, a block's run is one whole tile). */
+struct s_run_t {
+    int lo, len, nt;
+};
+
+__device__ __forceinline__ s_run_t
+s_sb_run(int outs, int per)
+{
+    int G = (int) gridDim.x, b = (int) blockIdx.x;
+    int q = outs / G, rem = outs % G;
+    s_run_t u;
+    u.lo = b * q + (b < rem ? b : rem);
+    u.len = q + (b < rem);
+    u.nt = (u.len + per - 1) / per;
+    return u;
+}
+
+/* Tile k of run u: its first output and its count. */
+__device__ __forceinline__ int
+s_sb_tile0(s_run_t u, int k)
+{
+    return u.lo + (int) ((long) u.len * k / u.nt);
+}
+
+/* The weight row slot row r holds for the tile of outputs o0 .. o1 - 1
+ * (N where there is none): with GLU gate rows then up rows (8 each). */
+template <bool GLU>
+__device__ __forceinline__ int
+s_sb_row(int r, int o0, int o1, int N)
+{
+    if (GLU) {
+        int j = o0 + (r & 7);
+        return j < o1 ? (r < 8 ? j : N / 2 + j) : N;
+    }
+    return o0 + r < o1 ? o0 + r : N;
+}
+
 template <int NT, int R, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -717,19 +760,13 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
+    typedef float red_t[S_SK_W][16][8 * NT + 1];
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = blockIdx.x * 8;
-    /* slot row r (lane r of warp 0 copies it) holds weight row nrow */
-    int nrow = N, r = lane & 15;
-    if (GLU) {
-        int j = j0 + (r & 7);
-        nrow = j < I ? (r < 8 ? j : I + j) : N;
-    } else {
-        nrow = blockIdx.x * 16 + r < N ? blockIdx.x * 16 + r : N;
-    }
+    int g = lane >> 2, t = lane & 3, r = lane & 15;
+    const s_run_t u = s_sb_run(GLU ? N / 2 : N, GLU ? 8 : 16);
     int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
+    int total = u.nt * stages; /* the block's stages, tile after tile */
     uint32_t slots = (uint32_t) __cvta_generic_to_shared(s_sb);
     uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
     if (warp == 0) {
@@ -737,8 +774,13 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             s_mbar_init(bars + 8u * (uint32_t) lane, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         __syncwarp();
-        for (int st = 0; st < R && st < stages; st++)
-            s_sb_issue<R>(slots, bars, w, nrow, N, K, st, lane);
+        for (int gs = 0; gs < R && gs < total; gs++) {
+            int k = gs / stages;
+            s_sb_issue(
+                slots, bars, w,
+                s_sb_row<GLU>(r, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N), N,
+                K, gs % stages, gs % R, lane);
+        }
     }
     __syncthreads();
     trn_pdl_enter();
@@ -750,7 +792,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
     const uint4 z = make_uint4(0, 0, 0, 0);
     /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
-     * values are loaded a stage ahead */
+     * values are loaded a stage ahead (the next tile's first stage reads
+     * the same values as this tile's) */
     const int CW = S_SB_CS / S_SK_W;
     uint4 vx[CW][NT], nx[CW][NT];
 #pragma unroll
@@ -760,50 +803,61 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             int c = warp + S_SK_W * i;
             vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
         }
-    for (int st = 0; st < stages; st++) {
-        int c0 = st * S_SB_CS;
+    /* the warps' partial sums meet past the stage slots */
+    red_t &red = *reinterpret_cast<red_t *>(s_sb + R * S_SB_SLOT);
+    for (int k = 0, gs = 0; k < u.nt; k++) {
+        for (int st = 0; st < stages; st++, gs++) {
+            int c0 = st * S_SB_CS, cn = st + 1 < stages ? c0 + S_SB_CS : 0;
 #pragma unroll
-        for (int i = 0; i < CW; i++)
+            for (int i = 0; i < CW; i++)
 #pragma unroll
-            for (int q = 0; q < NT; q++) {
-                int c = c0 + S_SB_CS + warp + S_SK_W * i;
-                nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
+                for (int q = 0; q < NT; q++) {
+                    int c = cn + warp + S_SK_W * i;
+                    nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
+                }
+            int slot = gs % R;
+            s_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (gs / R) & 1u);
+            const unsigned char *base =
+                s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
+#pragma unroll
+            for (int i = 0; i < CW; i++) {
+                int c = warp + S_SK_W * i;
+                if (c0 + c >= chunks)
+                    break;
+                uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
+                uint4 vb = *reinterpret_cast<const uint4 *>(
+                    base + 8 * S_SB_ROW + c * 64);
+                uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
+                uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
+#pragma unroll
+                for (int q = 0; q < NT; q++) {
+                    trn_mma(acc[q], a0, vx[i][q].x, vx[i][q].y);
+                    trn_mma(acc[q], a1, vx[i][q].z, vx[i][q].w);
+                }
             }
-        int slot = st % R;
-        s_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (st / R) & 1u);
-        const unsigned char *base =
-            s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
 #pragma unroll
-        for (int i = 0; i < CW; i++) {
-            int c = warp + S_SK_W * i;
-            if (c0 + c >= chunks)
-                break;
-            uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
-            uint4 vb =
-                *reinterpret_cast<const uint4 *>(base + 8 * S_SB_ROW + c * 64);
-            uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
-            uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
+            for (int i = 0; i < CW; i++)
 #pragma unroll
-            for (int q = 0; q < NT; q++) {
-                trn_mma(acc[q], a0, vx[i][q].x, vx[i][q].y);
-                trn_mma(acc[q], a1, vx[i][q].z, vx[i][q].w);
+                for (int q = 0; q < NT; q++)
+                    vx[i][q] = nx[i][q];
+            __syncthreads(); /* every warp is done with the slot */
+            if (warp == 0 && gs + R < total) {
+                int kn = (gs + R) / stages;
+                s_sb_issue(slots, bars, w,
+                           s_sb_row<GLU>(r, s_sb_tile0(u, kn),
+                                         s_sb_tile0(u, kn + 1), N),
+                           N, K, (gs + R) % stages, slot, lane);
             }
         }
+        if (k + 1 == u.nt)
+            s_l2_prefetch(pf); /* this block's weights are in */
+        int o0 = s_sb_tile0(u, k);
+        s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
+                              s_sb_tile0(u, k + 1) - o0);
 #pragma unroll
-        for (int i = 0; i < CW; i++)
-#pragma unroll
-            for (int q = 0; q < NT; q++)
-                vx[i][q] = nx[i][q];
-        __syncthreads(); /* every warp is done with the slot */
-        if (warp == 0 && st + R < stages)
-            s_sb_issue<R>(slots, bars, w, nrow, N, K, st + R, lane);
+        for (int q = 0; q < NT; q++)
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
     }
-    s_l2_prefetch(pf); /* this block's weights are in */
-    /* the slots are free (the last stage's barrier above): the warps'
-     * partial sums meet there */
-    typedef float red_t[S_SK_W][16][8 * NT + 1];
-    s_skinny_out<NT, GLU>(*reinterpret_cast<red_t *>(s_sb), acc, yf, yb, T, N,
-                          accumulate);
 }
 
 /* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
@@ -828,21 +882,67 @@ s_skinny_bulk_stages(void)
     return r;
 }
 
+/* Blocks a multiprocessor for the bulk products: LISA_CUDA_SKINNY_SPREAD
+ * ="g,p" sets g for SwiGLU's gate|up and p for the others; 0 gives a
+ * block a tile. Unset: as many as are resident at once for gate|up (its
+ * tiles make several rounds of resident blocks), a block a tile for the
+ * others (their tiles make one round or less). On an H200, batch-8 decode
+ * steps over 2,500 positions: 3.98-4.03 ms with gate|up spread over the
+ * resident blocks (three a processor) against 4.13-4.14 with a block a
+ * tile; two a processor 4.07, one 4.73, four (two rounds) 4.31; spreading
+ * the others over three, two or one a processor 4.19-4.74. Read once:
+ * negative means unset. */
+static void
+s_spread(float *glu, float *plain)
+{
+    static float v[2] = {-2.0f, -2.0f};
+    if (v[0] < -1.5f) {
+        const char *e = getenv("LISA_CUDA_SKINNY_SPREAD");
+        float g = -1.0f, p = -1.0f;
+        if (!e || sscanf(e, "%f,%f", &g, &p) != 2)
+            g = -1.0f, p = -1.0f;
+        v[0] = g < 0.0f ? -1.0f : g;
+        v[1] = p < 0.0f ? -1.0f : p;
+    }
+    *glu = v[0];
+    *plain = v[1];
+}
+
 template <int NT, int R, bool GLU>
 static lisa_rc_t
-s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, cudaStream_t st)
 {
-    const int smem = R * S_SB_SLOT;
-    static bool attr; /* per instantiation, set once (the device's limit) */
-    if (!attr) {
+    const int smem =
+        R * S_SB_SLOT + (int) sizeof(float[S_SK_W][16][8 * NT + 1]);
+    static int resident; /* per instantiation, set once: blocks a processor */
+    static int sms;
+    if (!resident) {
+        int dev = 0;
         TRN_CUDA_TRY(cudaFuncSetAttribute(
             s_skinny_bulk<NT, R, GLU>,
             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        attr = true;
+        TRN_CUDA_TRY(cudaGetDevice(&dev));
+        TRN_CUDA_TRY(
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, s_skinny_bulk<NT, R, GLU>, 32 * S_SK_W, (size_t) smem));
+        resident = resident < 1 ? 1 : resident;
     }
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, grid,
+    /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
+     * so every block streams the same bytes and no last round of blocks
+     * ends the product on a few processors */
+    const int outs = GLU ? N / 2 : N,
+              tiles = (outs + (GLU ? 7 : 15)) / (GLU ? 8 : 16);
+    float sg, sp;
+    s_spread(&sg, &sp);
+    float v = GLU ? sg : sp;
+    long G = v > 0.0f ? (long) (v * (float) sms + 0.5f) : 0;
+    if (GLU && v < 0.0f) /* unset: the resident blocks, a tile at least */
+        G = (long) resident * sms < tiles ? (long) resident * sms : tiles;
+    G = G < 1 ? tiles : G > outs ? outs : G;
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, dim3((unsigned) G),
                                 dim3(32 * S_SK_W), (size_t) smem, st, yf, yb, x,
                                 w, T, K, N, accumulate, pf));
     return LISA_OK;
@@ -850,15 +950,15 @@ s_skinny_bulk_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
 
 template <int NT, bool GLU>
 static lisa_rc_t
-s_skinny_bulk_fwd(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, cudaStream_t st)
 {
     if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, GLU>(grid, yf, yb, x, w, T, K, N,
-                                            accumulate, pf, st);
-    return s_skinny_bulk_go<NT, 3, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
-                                        pf, st);
+        return s_skinny_bulk_go<NT, 2, GLU>(yf, yb, x, w, T, K, N, accumulate,
+                                            pf, st);
+    return s_skinny_bulk_go<NT, 3, GLU>(yf, yb, x, w, T, K, N, accumulate, pf,
+                                        st);
 }
 
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
@@ -922,13 +1022,13 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
              const trn_bf16_t *w, int T, int K, int N, int accumulate,
              s_pf_t pf, cudaStream_t st)
 {
+    if (s_skinny_bulk_stages())
+        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st)
+                      : s_skinny_bulk_fwd<2, GLU>(yf, yb, x, w, T, K, N,
+                                                  accumulate, pf, st);
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
-    if (s_skinny_bulk_stages())
-        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(grid, yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st)
-                      : s_skinny_bulk_fwd<2, GLU>(grid, yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st);
     if (T <= 8)
         return s_skinny_go<1, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N,
                                            accumulate, pf, st);
