@@ -2287,6 +2287,9 @@ main(int argc, char **argv)
     test_linear_few(b, 9, 16384, 100);
     test_linear_few(b, 17, 1024, 600); /* seventeen tokens: cuBLASLt's */
     test_linear_few(b, 8, 1000, 64);   /* K not in 32-value chunks */
+    /* as wide as the LM head: the skinny kernel's (many tiles a block;
+     * cuBLASLt's under LISA_CUDA_SKINNY_WIDE=65536) */
+    test_linear_few(b, 8, 256, 151936);
     test_linear_glu(b, 1, 2560, 9728); /* Qwen3-4B's gate|up */
     test_linear_glu(b, 1, 136, 301);   /* a last block with one pair */
     test_linear_glu(b, 3, 1024, 700);  /* three tokens */

@@ -884,9 +884,10 @@ s_skinny_bulk_stages(void)
 
 /* Blocks a multiprocessor for the bulk products: LISA_CUDA_SKINNY_SPREAD
  * ="g,p" sets g for SwiGLU's gate|up and p for the others; 0 gives a
- * block a tile. Unset: as many as are resident at once for gate|up (its
- * tiles make several rounds of resident blocks), a block a tile for the
- * others (their tiles make one round or less). On an H200, batch-8 decode
+ * block a tile. Unset: as many as are resident at once, or a block a
+ * tile where the tiles are fewer (the 4B shape's gate|up makes 3.07
+ * rounds of resident blocks; q|k|v, o and down a round or less, so they
+ * keep a block a tile). On an H200, batch-8 decode
  * steps over 2,500 positions: 3.98-4.03 ms with gate|up spread over the
  * resident blocks (three a processor) against 4.13-4.14 with a block a
  * tile; two a processor 4.07, one 4.73, four (two rounds) 4.31; spreading
@@ -939,7 +940,7 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     s_spread(&sg, &sp);
     float v = GLU ? sg : sp;
     long G = v > 0.0f ? (long) (v * (float) sms + 0.5f) : 0;
-    if (GLU && v < 0.0f) /* unset: the resident blocks, a tile at least */
+    if (v < 0.0f) /* unset: the resident blocks, a tile at least */
         G = (long) resident * sms < tiles ? (long) resident * sms : tiles;
     G = G < 1 ? tiles : G > outs ? outs : G;
     TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, dim3((unsigned) G),
@@ -994,15 +995,32 @@ s_skinny_max(void)
     return tmax;
 }
 
+/* The widest product the skinny kernel serves (LISA_CUDA_SKINNY_WIDE;
+ * default: any, the LM head included, whose 9,496 tiles at Qwen3-4B's
+ * vocabulary the bulk kernel spreads over its resident blocks). On an
+ * H200, decode steps over 2,500 positions: batch 8 3.954 / 3.973 ms
+ * against 3.993 / 3.985 with the head on cuBLASLt (65536), batch 4 3.503
+ * against 3.529, batch 2 3.292 against 3.318. */
+static long
+s_skinny_wide(void)
+{
+    static long v = -1;
+    if (v < 0) {
+        const char *e = getenv("LISA_CUDA_SKINNY_WIDE");
+        v = e && *e ? atol(e) : (1L << 30);
+        v = v < 1 ? 1 : v > (1L << 30) ? (1L << 30) : v;
+    }
+    return v;
+}
+
 /* Whether the skinny kernel serves a product of this shape (tokens the
  * matrix-vector kernel leaves, within its range; rows a whole number of
- * 32-value chunks; outputs up to 65536 wide: the LM head stays with cuBLASLt).
- */
+ * 32-value chunks; outputs up to s_skinny_wide). */
 static int
 s_skinny_fits(int T, int K, int N)
 {
     return T <= s_skinny_max() && T >= s_skinny_min() && T > s_gemv_tmax() &&
-           K % 32 == 0 && K >= 32 && N <= 65536;
+           K % 32 == 0 && K >= 32 && N <= s_skinny_wide();
 }
 
 template <int NT, int U, bool GLU>
