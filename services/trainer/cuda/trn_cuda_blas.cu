@@ -887,12 +887,12 @@ s_skinny_bulk_stages(void)
  * block a tile. Unset: as many as are resident at once, or a block a
  * tile where the tiles are fewer (the 4B shape's gate|up makes 3.07
  * rounds of resident blocks; q|k|v, o and down a round or less, so they
- * keep a block a tile). On an H200, batch-8 decode
- * steps over 2,500 positions: 3.98-4.03 ms with gate|up spread over the
- * resident blocks (three a processor) against 4.13-4.14 with a block a
- * tile; two a processor 4.07, one 4.73, four (two rounds) 4.31; spreading
- * the others over three, two or one a processor 4.19-4.74. Read once:
- * negative means unset. */
+ * keep a block a tile). On an H200, batch-8 decode steps over 2,500
+ * positions: 3.98-4.03 ms with gate|up spread over the resident blocks
+ * (three a processor) against 4.13-4.14 with a block a tile; two a
+ * processor 4.07, one 4.73, four (two rounds) 4.31; spreading the others
+ * over three, two or one a processor 4.19-4.74. Read once: negative
+ * means unset. */
 static void
 s_spread(float *glu, float *plain)
 {
