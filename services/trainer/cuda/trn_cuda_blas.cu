@@ -883,9 +883,9 @@ s_skinny_bulk_stages(void)
 }
 
 /* Blocks a multiprocessor for the bulk products: LISA_CUDA_SKINNY_SPREAD
- * ="g,p" sets g for SwiGLU's gate|up and p for the others; 0 gives a
- * block a tile. Unset: as many as are resident at once, or a block a
- * tile where the tiles are fewer (the 4B shape's gate|up makes 3.07
+ * ="g,p" (or "g") sets g for SwiGLU's gate|up and p for the others; 0
+ * gives a block a tile. Unset: as many as are resident at once, or a
+ * block a tile where the tiles are fewer (the 4B shape's gate|up makes 3.07
  * rounds of resident blocks; q|k|v, o and down a round or less, so they
  * keep a block a tile). On an H200, batch-8 decode steps over 2,500
  * positions: 3.98-4.03 ms with gate|up spread over the resident blocks
@@ -900,8 +900,11 @@ s_spread(float *glu, float *plain)
     if (v[0] < -1.5f) {
         const char *e = getenv("LISA_CUDA_SKINNY_SPREAD");
         float g = -1.0f, p = -1.0f;
-        if (!e || sscanf(e, "%f,%f", &g, &p) != 2)
-            g = -1.0f, p = -1.0f;
+        int got = e ? sscanf(e, "%f,%f", &g, &p) : 0; /* "g" alone: p unset */
+        if (got < 1)
+            g = -1.0f;
+        if (got < 2)
+            p = -1.0f;
         v[0] = g < 0.0f ? -1.0f : g;
         v[1] = p < 0.0f ? -1.0f : p;
     }
