@@ -2357,12 +2357,19 @@ main(int argc, char **argv)
         test_decode_bs(6, 8, 8, 64, 150, 0, 1, 1, bs);   /* G = 1 */
         test_decode_bs(7, 4, 2, 32, 96, 0, 1, 0, bs);
         test_decode_bs(9, 6, 2, 16, 64, 1, 0, 0, bs); /* the simple kernel */
-        test_prefill_set(32, 8, 128, bs);             /* Qwen3-4B heads */
-        test_prefill_set(16, 2, 128, bs);             /* G = 8 */
-        test_prefill_set(8, 4, 64, bs);               /* G = 2 */
-        test_prefill_set(8, 8, 64, bs);               /* G = 1 */
-        test_prefill_set(4, 2, 32, bs);               /* the test model */
-        test_prefill_set(4, 2, 16, bs);               /* the tiny fixtures */
+        /* 2 to 8 splits (batch 16, 8 and 4 of Qwen3-4B) */
+        test_decode_bs(8, 32, 8, 128, 1000, 0, 1, 1, bs);
+        test_decode_bs(8, 32, 8, 128, 1000, 1, 1, 0, bs);
+        test_decode_bs(4, 32, 8, 128, 700, 0, 1, 1, bs);
+        test_decode_bs(16, 32, 8, 128, 300, 1, 1, 1, bs);
+        test_decode_bs(6, 8, 8, 64, 150, 0, 1, 0, bs);   /* G = 1 */
+        test_decode_bs(20, 16, 2, 32, 400, 0, 1, 1, bs); /* G = 8 */
+        test_prefill_set(32, 8, 128, bs);                /* Qwen3-4B heads */
+        test_prefill_set(16, 2, 128, bs);                /* G = 8 */
+        test_prefill_set(8, 4, 64, bs);                  /* G = 2 */
+        test_prefill_set(8, 8, 64, bs);                  /* G = 1 */
+        test_prefill_set(4, 2, 32, bs);                  /* the test model */
+        test_prefill_set(4, 2, 16, bs);                  /* the tiny fixtures */
     }
     test_sample();
     test_logprob();

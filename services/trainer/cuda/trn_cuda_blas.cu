@@ -473,6 +473,10 @@ s_aligned16(const void *p)
  * meet in shared memory in a fixed order (deterministic), and the
  * epilogue writes as s_gemv does (GLU: silu(gate) * up rounded as
  * trn_k_swiglu_fwd rounds). */
+/* Where the skinny kernels' warps meet: each warp's partial sums of the
+ * block's 16 rows for its NT token tiles. */
+template <int NT> using s_red_t = float[S_SK_W][16][8 * NT + 1];
+
 /* The skinny kernel's end: each warp's partial sums (acc, NT token
  * tiles) meet in shared memory in a fixed order, and the block writes the
  * tile's outputs o0 .. o0 + on - 1 (GLU: silu(gate) * up rounded as
@@ -480,13 +484,12 @@ s_aligned16(const void *p)
  * the block calls it. */
 template <int NT, bool GLU>
 __device__ __forceinline__ void
-s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
-             float *yf, trn_bf16_t *yb, int T, int N, int accumulate, int o0,
-             int on)
+s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
+             trn_bf16_t *yb, int T, int N, int accumulate, int o0, int on)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
-    int I = N / 2, j0 = o0;
+    int I = N / 2;
 #pragma unroll
     for (int q = 0; q < NT; q++) {
         red[warp][g][8 * q + 2 * t] = acc[q][0];
@@ -505,7 +508,7 @@ s_skinny_out(float (&red)[S_SK_W][16][8 * NT + 1], const float (&acc)[NT][4],
                 us += red[i][r + 8][tok];
             }
             float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
-            trn_st(yb + (size_t) tok * (size_t) I + (size_t) (j0 + r),
+            trn_st(yb + (size_t) tok * (size_t) I + (size_t) (o0 + r),
                    trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
         } else {
             float sum = 0.0f;
@@ -544,7 +547,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
              const trn_bf16_t *w, int T, int K, int N, int accumulate,
              s_pf_t pf)
 {
-    __shared__ float red[S_SK_W][16][8 * NT + 1];
+    __shared__ s_red_t<NT> red;
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_GLU : TRN_TR_SKINNY, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
@@ -760,7 +763,6 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
-    typedef float red_t[S_SK_W][16][8 * NT + 1];
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3, r = lane & 15;
@@ -804,7 +806,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
         }
     /* the warps' partial sums meet past the stage slots */
-    red_t &red = *reinterpret_cast<red_t *>(s_sb + R * S_SB_SLOT);
+    s_red_t<NT> &red = *reinterpret_cast<s_red_t<NT> *>(s_sb + R * S_SB_SLOT);
     for (int k = 0, gs = 0; k < u.nt; k++) {
         for (int st = 0; st < stages; st++, gs++) {
             int c0 = st * S_SB_CS, cn = st + 1 < stages ? c0 + S_SB_CS : 0;
@@ -896,20 +898,17 @@ s_skinny_bulk_stages(void)
 static void
 s_spread(float *glu, float *plain)
 {
-    static float v[2] = {-2.0f, -2.0f};
-    if (v[0] < -1.5f) {
+    static bool read;
+    static float g = -1.0f, p = -1.0f; /* negative: unset */
+    if (!read) {
         const char *e = getenv("LISA_CUDA_SKINNY_SPREAD");
-        float g = -1.0f, p = -1.0f;
         int got = e ? sscanf(e, "%f,%f", &g, &p) : 0; /* "g" alone: p unset */
-        if (got < 1)
-            g = -1.0f;
-        if (got < 2)
-            p = -1.0f;
-        v[0] = g < 0.0f ? -1.0f : g;
-        v[1] = p < 0.0f ? -1.0f : p;
+        g = got >= 1 && g >= 0.0f ? g : -1.0f;
+        p = got >= 2 && p >= 0.0f ? p : -1.0f;
+        read = true;
     }
-    *glu = v[0];
-    *plain = v[1];
+    *glu = g;
+    *plain = p;
 }
 
 template <int NT, int R, bool GLU>
@@ -918,18 +917,12 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, cudaStream_t st)
 {
-    const int smem =
-        R * S_SB_SLOT + (int) sizeof(float[S_SK_W][16][8 * NT + 1]);
+    const int smem = R * S_SB_SLOT + (int) sizeof(s_red_t<NT>);
     static int resident; /* per instantiation, set once: blocks a processor */
-    static int sms;
     if (!resident) {
-        int dev = 0;
         TRN_CUDA_TRY(cudaFuncSetAttribute(
             s_skinny_bulk<NT, R, GLU>,
             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        TRN_CUDA_TRY(cudaGetDevice(&dev));
-        TRN_CUDA_TRY(
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &resident, s_skinny_bulk<NT, R, GLU>, 32 * S_SK_W, (size_t) smem));
         resident = resident < 1 ? 1 : resident;
@@ -942,9 +935,10 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     float sg, sp;
     s_spread(&sg, &sp);
     float v = GLU ? sg : sp;
+    long sms = trn_sm_count();
     long G = v > 0.0f ? (long) (v * (float) sms + 0.5f) : 0;
     if (v < 0.0f) /* unset: the resident blocks, a tile at least */
-        G = (long) resident * sms < tiles ? (long) resident * sms : tiles;
+        G = resident * sms < tiles ? resident * sms : tiles;
     G = G < 1 ? tiles : G > outs ? outs : G;
     TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, dim3((unsigned) G),
                                 dim3(32 * S_SK_W), (size_t) smem, st, yf, yb, x,

@@ -164,6 +164,10 @@ trn_pdl_enter(void)
 /* Whether launches may overlap (LISA_CUDA_PDL=0 turns it off; read once). */
 int trn_pdl_on(void);
 
+/* Multiprocessors of the current device (asked once per process, which
+ * drives one device; 132 when the device does not say). */
+int trn_sm_count(void);
+
 /* trn_k_attn_fwd at head_dim 128 on Hopper's asynchronous tensor cores
  * (trn_k_attn_h.cu, sm_90a): the same arguments and outputs; the caller
  * checks the device is of compute capability 9.x. */

@@ -17,6 +17,24 @@ trn_pdl_on(void)
     return on;
 }
 
+int
+trn_sm_count(void)
+{
+    static int cached;
+    if (cached > 0)
+        return cached;
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        n <= 0) {
+        cudaGetLastError();
+        return 132;
+    }
+    cached = n;
+    return n;
+}
+
 extern "C" lisa_rc_t
 trn_cuda_set_device(int dev)
 {

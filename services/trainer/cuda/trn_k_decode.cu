@@ -624,26 +624,6 @@ s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
            L > 0.0f ? acc / L : 0.0f);
 }
 
-/* Multiprocessors of the current device, asked once per process (each
- * process drives one device). */
-static int
-s_sm_count(void)
-{
-    static int cached;
-    if (cached > 0)
-        return cached;
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess ||
-        n <= 0) {
-        cudaGetLastError();
-        return 132;
-    }
-    cached = n;
-    return n;
-}
-
 extern "C" size_t
 trn_k_attn_decode_scratch(int H, int Hk, int D)
 {
@@ -651,7 +631,7 @@ trn_k_attn_decode_scratch(int H, int Hk, int D)
         return 0;
     /* splits are used only while T*Hk is below two blocks per processor,
      * so T*Hk*nsplit stays under four per processor */
-    return (size_t) 4 * (size_t) s_sm_count() * (size_t) (H / Hk) *
+    return (size_t) 4 * (size_t) trn_sm_count() * (size_t) (H / Hk) *
            (size_t) (D + 2);
 }
 
@@ -723,7 +703,7 @@ s_gqa_stages(int nsplit)
 static bool
 s_gqa_few(int T, int Hk)
 {
-    return (long) T * Hk < 2L * s_sm_count();
+    return (long) T * Hk < 2L * trn_sm_count();
 }
 
 template <int D, int G>
@@ -734,7 +714,7 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
              size_t scratch_floats, const s_prep_t *prep, cudaStream_t st)
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
-    long blocks = (long) T * Hk, want = 2L * s_sm_count();
+    long blocks = (long) T * Hk, want = 2L * trn_sm_count();
     bool few = s_gqa_few(T, Hk);
     int nsplit = 1;
     if (scratch && few) {
