@@ -444,16 +444,18 @@ def test_deadline_ends_episode_and_caps_commands(tmp_path):
 
 
 def test_gateway_down_exits_with_gateway_code(tmp_path):
+    # bound but never listening: connecting is refused, and no other test's
+    # server can take the port while this one holds it
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-    s.close()  # nothing listens there now
     env = {"PATH": os.environ.get("PATH", ""),
            "LISA_GATEWAY_URL": f"http://127.0.0.1:{port}",
            "LISA_ATTEMPT_TOKEN": TOKEN, "LISA_TESTBED": str(tmp_path),
            "LISA_STARTUP_S": "2"}
     p = subprocess.run([BIN], env=env, capture_output=True, text=True,
                        timeout=30)
+    s.close()
     assert p.returncode == 3, p.stderr
     assert "exit 3 (gateway)" in p.stderr
 

@@ -117,14 +117,16 @@ def test_pause_and_drain(make_engine, make_gateway, key):
 
 def test_engine_failover_and_health(make_engine, make_gateway, key):
     import socket
+    # bound but never listening: connecting is refused, and no other test's
+    # server can take the port while this one holds it
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     dead = "http://127.0.0.1:%d" % s.getsockname()[1]
-    s.close()
     eng = make_engine(lambda p, b: ("alive", "stop"))
     gw = make_gateway(engines="dead=%s,live=%s" % (dead, eng.url), fail_limit=1)
     for i in range(4):
         assert chat(gw, mint(key, "r-%d" % i, 1)).choices[0].message.content == "alive"
+    s.close()
     m = http(gw.url + "/metrics")[2].decode()
     assert 'lisa_gateway_engine_up{engine="dead"} 0' in m
     assert 'lisa_gateway_engine_up{engine="live"} 1' in m
