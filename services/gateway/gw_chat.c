@@ -536,9 +536,13 @@ s_chat_result(s_chat_t *c, lisa_rc_t rc, long status, const char *body,
         if (status == 429 || status == 503)
             gw_err_set(&err, LISA_AGAIN, 429, "rate_limit_error", "engine_busy",
                        NULL, "the generation engine is busy or paused; retry");
-        else
+        else {
+            char said[160];
+            gw_upstream_error_text(body, len, said, sizeof said);
             gw_err_set(&err, LISA_ERR, 502, "server_error", "engine_error",
-                       NULL, "the generation engine answered %ld", status);
+                       NULL, "the generation engine answered %ld%s%s", status,
+                       said[0] ? ": " : "", said);
+        }
         s_chat_fail(&c, &err);
         return;
     }

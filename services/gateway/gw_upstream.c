@@ -326,6 +326,66 @@ gw_upstream_parse_json(const char *body, size_t len, size_t max_ids,
     return rc;
 }
 
+/* Copies n bytes of s as printable ASCII, cut with "..." to fit cap. */
+static void
+s_printable(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t room = cap - 1, k = 0;
+    bool cut = n > room;
+    size_t take = cut ? (room > 3 ? room - 3 : 0) : n;
+    for (size_t i = 0; i < take; i++) {
+        unsigned char c = (unsigned char) s[i];
+        out[k++] = c >= 0x20 && c < 0x7f ? (char) c : '?';
+    }
+    if (cut)
+        for (size_t i = 0; i < 3 && k < room; i++)
+            out[k++] = '.';
+    out[k] = '\0';
+}
+
+/* The first string among an error object's usual fields. */
+static const char *
+s_error_field(json_t *root, size_t *n)
+{
+    json_t *e = json_object_get(root, "error");
+    json_t *cand[] = {json_object_get(e, "message"), e,
+                      json_object_get(root, "message"),
+                      json_object_get(root, "detail")};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+        if (json_is_string(cand[i])) {
+            *n = json_string_length(cand[i]);
+            return json_string_value(cand[i]);
+        }
+    return NULL;
+}
+
+char *
+gw_upstream_error_text(const char *body, size_t len, char *out, size_t cap)
+{
+    if (!cap)
+        return out;
+    out[0] = '\0';
+    if (!body || !len)
+        return out;
+    /* an error body worth reading is small; a big one is not parsed */
+    json_t *root = len <= 65536 ? json_loadb(body, len, 0, NULL) : NULL;
+    if (root) {
+        size_t n = 0;
+        const char *s = s_error_field(root, &n);
+        if (s)
+            s_printable(s, n, out, cap);
+        json_decref(root);
+        return out;
+    }
+    size_t n = len;
+    while (n &&
+           (body[n - 1] == '\n' || body[n - 1] == '\r' || body[n - 1] == ' '))
+        n--;
+    if (n && n < cap && body[0] != '{' && body[0] != '[')
+        s_printable(body, n, out, cap);
+    return out;
+}
+
 /* ---- the small reader --------------------------------------------------- */
 
 #define S_RD_DEPTH 64u

@@ -97,6 +97,14 @@ lisa_rc_t gw_upstream_parse_json(const char *body, size_t len, size_t max_ids,
                                  gw_completion_t *out, char *why,
                                  size_t whylen) LISA_NODISCARD;
 
+/* What an engine's error answer says, for the agent's and the log's
+ * error text: error.message (or error, message, detail when a string) of
+ * a JSON body, else the body itself when it is short text; printable
+ * ASCII only (anything else becomes '?'), cut to cap - 1 bytes with
+ * "..." at the cut. "" when the body says nothing usable. Returns out. */
+char *gw_upstream_error_text(const char *body, size_t len, char *out,
+                             size_t cap);
+
 /* Frees what gw_upstream_parse filled; safe twice. */
 void gw_completion_clear(gw_completion_t *c);
 

@@ -135,6 +135,21 @@ def test_engine_failover_and_health(make_engine, make_gateway, key):
     assert st == 200 and h["engines"] == 2 and h["engines_up"] == 1
 
 
+def test_an_engine_error_names_the_engines_reason(make_engine, make_gateway, key):
+    """An engine refusing a call (a wrong key, say) is a 502 whose message
+    carries the engine's own words; a busy engine is a 429 to retry."""
+    eng = make_engine(lambda p, b: ("unused", "stop"), status=401)
+    gw = make_gateway(engines=eng.url)
+    with pytest.raises(openai.InternalServerError) as e:
+        chat(gw, mint(key, "r-refused", 1))
+    assert e.value.status_code == 502
+    assert "answered 401: scripted failure" in str(e.value), str(e.value)
+    eng.status = 503
+    with pytest.raises(openai.RateLimitError) as e:
+        chat(gw, mint(key, "r-busy", 1))
+    assert e.value.status_code == 429
+
+
 def test_engines_from_the_broker(make_engine, make_gateway, make_broker, key):
     eng = make_engine(lambda p, b: ("registered", "stop"))
     brk = make_broker()

@@ -341,3 +341,43 @@ Test(gw_upstream, cached_tokens)
     cr_assert_eq(c.cached_tokens, 4);
     gw_completion_clear(&c);
 }
+
+/* An engine's error answer, as the agent's error text shows it. */
+Test(gw_upstream, error_text)
+{
+    char out[32];
+    const char *openai = "{\"error\":{\"message\":\"bad key\",\"type\":\"x\"}}";
+    cr_assert_str_eq(
+        gw_upstream_error_text(openai, strlen(openai), out, sizeof out),
+        "bad key");
+    const char *plain = "{\"error\":\"no such model\"}";
+    cr_assert_str_eq(
+        gw_upstream_error_text(plain, strlen(plain), out, sizeof out),
+        "no such model");
+    const char *detail = "{\"detail\":\"Not Found\"}";
+    cr_assert_str_eq(
+        gw_upstream_error_text(detail, strlen(detail), out, sizeof out),
+        "Not Found");
+    const char *text = "Unauthorized\r\n";
+    cr_assert_str_eq(
+        gw_upstream_error_text(text, strlen(text), out, sizeof out),
+        "Unauthorized");
+    /* control bytes and non-ASCII become '?'; long text is cut */
+    const char *odd = "{\"error\":{\"message\":\"a\\nb\\u00e9\"}}";
+    cr_assert_str_eq(gw_upstream_error_text(odd, strlen(odd), out, sizeof out),
+                     "a?b??");
+    const char *longm = "{\"message\":\"0123456789012345678901234567890123\"}";
+    cr_assert_str_eq(
+        gw_upstream_error_text(longm, strlen(longm), out, sizeof out),
+        "0123456789012345678901234567...");
+    cr_assert_eq(strlen(out), sizeof out - 1);
+    /* nothing usable: JSON without a message, broken JSON, empty, long text */
+    const char *none[] = {"{\"choices\":[]}",
+                          "{\"error\":{\"message\":", "[1,2]", "",
+                          "a plain text answer far longer than the room"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        cr_assert_str_eq(
+            gw_upstream_error_text(none[i], strlen(none[i]), out, sizeof out),
+            "", "%s", none[i]);
+    cr_assert_str_eq(gw_upstream_error_text(NULL, 0, out, sizeof out), "");
+}
