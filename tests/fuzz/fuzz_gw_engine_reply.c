@@ -3,7 +3,8 @@
  * Whenever the small reader (gw_upstream_parse_fast) answers, the jansson
  * reader must accept the same bytes with the same ids, logprobs, finish
  * reason, policy version and cached prompt tokens; any difference
- * aborts. The module is compiled
+ * aborts. The same bytes read as an engine's error answer give bounded,
+ * printable text. The module is compiled
  * into the target (it depends only on liblisa's libraries).
  */
 #include "../../services/gateway/gw_upstream.c"
@@ -45,5 +46,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         gw_completion_clear(&f);
         gw_completion_clear(&j);
     }
+    /* the same bytes as an error answer: bounded, printable text */
+    char said[160];
+    size_t cap = size > 0 ? (size_t) data[0] % sizeof said + 1 : sizeof said;
+    gw_upstream_error_text(body, size, said, cap);
+    size_t n = strlen(said);
+    if (n >= cap)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        if (said[i] < 0x20 || said[i] > 0x7e)
+            abort();
     return 0;
 }
