@@ -345,39 +345,31 @@ Test(gw_upstream, cached_tokens)
 /* An engine's error answer, as the agent's error text shows it. */
 Test(gw_upstream, error_text)
 {
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        {"{\"error\":{\"message\":\"bad key\",\"type\":\"x\"}}", "bad key"},
+        {"{\"error\":\"no such model\"}", "no such model"},
+        {"{\"detail\":\"Not Found\"}", "Not Found"},
+        {"Unauthorized\r\n", "Unauthorized"},
+        /* control bytes and non-ASCII become '?'; long text is cut */
+        {"{\"error\":{\"message\":\"a\\nb\\u00e9\"}}", "a?b??"},
+        {"{\"message\":\"0123456789012345678901234567890123\"}",
+         "0123456789012345678901234567..."},
+        /* nothing usable: JSON without a message, broken JSON, an array,
+         * empty, text longer than the room */
+        {"{\"choices\":[]}", ""},
+        {"{\"error\":{\"message\":", ""},
+        {"[1,2]", ""},
+        {"", ""},
+        {"a plain text answer far longer than the room", ""},
+    };
     char out[32];
-    const char *openai = "{\"error\":{\"message\":\"bad key\",\"type\":\"x\"}}";
-    cr_assert_str_eq(
-        gw_upstream_error_text(openai, strlen(openai), out, sizeof out),
-        "bad key");
-    const char *plain = "{\"error\":\"no such model\"}";
-    cr_assert_str_eq(
-        gw_upstream_error_text(plain, strlen(plain), out, sizeof out),
-        "no such model");
-    const char *detail = "{\"detail\":\"Not Found\"}";
-    cr_assert_str_eq(
-        gw_upstream_error_text(detail, strlen(detail), out, sizeof out),
-        "Not Found");
-    const char *text = "Unauthorized\r\n";
-    cr_assert_str_eq(
-        gw_upstream_error_text(text, strlen(text), out, sizeof out),
-        "Unauthorized");
-    /* control bytes and non-ASCII become '?'; long text is cut */
-    const char *odd = "{\"error\":{\"message\":\"a\\nb\\u00e9\"}}";
-    cr_assert_str_eq(gw_upstream_error_text(odd, strlen(odd), out, sizeof out),
-                     "a?b??");
-    const char *longm = "{\"message\":\"0123456789012345678901234567890123\"}";
-    cr_assert_str_eq(
-        gw_upstream_error_text(longm, strlen(longm), out, sizeof out),
-        "0123456789012345678901234567...");
-    cr_assert_eq(strlen(out), sizeof out - 1);
-    /* nothing usable: JSON without a message, broken JSON, empty, long text */
-    const char *none[] = {"{\"choices\":[]}",
-                          "{\"error\":{\"message\":", "[1,2]", "",
-                          "a plain text answer far longer than the room"};
-    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
-        cr_assert_str_eq(
-            gw_upstream_error_text(none[i], strlen(none[i]), out, sizeof out),
-            "", "%s", none[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gw_upstream_error_text(cases[i].body, strlen(cases[i].body), out,
+                               sizeof out);
+        cr_assert_str_eq(out, cases[i].want, "%s", cases[i].body);
+        cr_assert_lt(strlen(out), sizeof out);
+    }
     cr_assert_str_eq(gw_upstream_error_text(NULL, 0, out, sizeof out), "");
 }
