@@ -458,21 +458,6 @@ s_aligned16(const void *p)
  * and a decode step at batch 8 took 6.9 ms against 4.2) */
 #define S_SK_U 4
 
-/* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for T <= 8 NT tokens,
- * memory-bound like s_gemv but with the products on the tensor cores
- * (mma.sync m16n8k16), so the arithmetic of 5 to 16 tokens stays far
- * under the time the weights take to stream. A block takes 16 weight rows
- * (the A operand's rows; with GLU gate rows j..j+7 and their up rows as
- * rows 8..15) and its S_SK_W warps split their K in slices of 32-value
- * chunks; the tokens are the B operand's columns (8 an n-tile, rows past
- * T zero). A dot product does not care in which order its K runs, so a
- * lane loads 8 consecutive values of its row (one 16-byte load) and of
- * its token's row, and hands values 0-3 to one product and 4-7 to the
- * next as fragment columns 2t, 2t+1, 2t+8, 2t+9: A and B agree on the
- * order, and each load is one 16-byte access. The warps' partial sums
- * meet in shared memory in a fixed order (deterministic), and the
- * epilogue writes as s_gemv does (GLU: silu(gate) * up rounded as
- * trn_k_swiglu_fwd rounds). */
 /* Where the skinny kernels' warps meet: each warp's partial sums of the
  * block's 16 rows for its NT token tiles. */
 template <int NT> using s_red_t = float[S_SK_W][16][8 * NT + 1];
@@ -541,6 +526,21 @@ s_sk_start(const uint4 *(&xr)[NT], bool (&xok)[NT], float (&acc)[NT][4],
     }
 }
 
+/* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for T <= 8 NT tokens,
+ * memory-bound like s_gemv but with the products on the tensor cores
+ * (mma.sync m16n8k16), so the arithmetic of 5 to 16 tokens stays far
+ * under the time the weights take to stream. A block takes 16 weight rows
+ * (the A operand's rows; with GLU gate rows j..j+7 and their up rows as
+ * rows 8..15) and its S_SK_W warps split their K in slices of 32-value
+ * chunks; the tokens are the B operand's columns (8 an n-tile, rows past
+ * T zero). A dot product does not care in which order its K runs, so a
+ * lane loads 8 consecutive values of its row (one 16-byte load) and of
+ * its token's row, and hands values 0-3 to one product and 4-7 to the
+ * next as fragment columns 2t, 2t+1, 2t+8, 2t+9: A and B agree on the
+ * order, and each load is one 16-byte access. The warps' partial sums
+ * meet in shared memory in a fixed order (deterministic), and the
+ * epilogue writes as s_gemv does (GLU: silu(gate) * up rounded as
+ * trn_k_swiglu_fwd rounds). */
 template <int NT, int U, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
