@@ -34,6 +34,7 @@ struct agt_relay {
     pthread_t thread;
     bool running;
     char *socket, *host, *port;
+    uint16_t listen_port;  /* the bound port (cfg->port, or the kernel's) */
     char auth[S_AUTH_MAX]; /* "Proxy-Authorization: Bearer ...\r\n" */
 };
 
@@ -263,7 +264,7 @@ s_parse_url(agt_relay_t *r, const char *url)
 agt_relay_t *
 agt_relay_start(const agt_relay_cfg_t *cfg)
 {
-    if (!cfg || !cfg->token || !*cfg->token || !cfg->port)
+    if (!cfg || !cfg->token || !*cfg->token)
         return NULL;
     agt_relay_t *r = lisa_calloc(1, sizeof *r);
     r->lfd = -1;
@@ -297,6 +298,13 @@ agt_relay_start(const agt_relay_cfg_t *cfg)
                        (unsigned) cfg->port, strerror(errno));
         goto fail;
     }
+    socklen_t sl = sizeof sa;
+    if (getsockname(r->lfd, (struct sockaddr *) &sa, &sl) != 0) {
+        lisa_log_error("relay: cannot read the listening port: %s",
+                       strerror(errno));
+        goto fail;
+    }
+    r->listen_port = ntohs(sa.sin_port);
     if (pipe2(r->stop, O_CLOEXEC) != 0 ||
         pthread_create(&r->thread, NULL, s_accept_main, r) != 0) {
         lisa_log_error("relay: cannot start: %s", strerror(errno));
@@ -304,7 +312,7 @@ agt_relay_start(const agt_relay_cfg_t *cfg)
     }
     r->running = true;
     lisa_log_info("relay: package proxy on 127.0.0.1:%u -> %s%s%s%s",
-                  (unsigned) cfg->port, r->socket ? "unix:" : "http://",
+                  (unsigned) r->listen_port, r->socket ? "unix:" : "http://",
                   r->socket ? r->socket : r->host, r->socket ? "" : ":",
                   r->socket ? "" : r->port);
     return r;
@@ -333,6 +341,12 @@ agt_relay_stop(agt_relay_t **self)
     lisa_free(&r->host);
     lisa_free(&r->port);
     lisa_free(self);
+}
+
+uint16_t
+agt_relay_port(const agt_relay_t *self)
+{
+    return self ? self->listen_port : 0;
 }
 
 void

@@ -28,7 +28,7 @@ typedef struct {
     const char *socket; /* the gateway proxy's unix socket, or */
     const char *url;    /* its http://host:port (used when no socket) */
     const char *token;  /* the attempt token (copied) */
-    uint16_t port;      /* listen port on 127.0.0.1 */
+    uint16_t port;      /* listen port on 127.0.0.1 (0: the kernel picks) */
 } agt_relay_cfg_t;
 
 typedef struct agt_relay agt_relay_t;
@@ -36,6 +36,9 @@ typedef struct agt_relay agt_relay_t;
 /* Listens and starts the accepting thread; NULL (logged) when the port
  * cannot be bound or the configuration is unusable. */
 agt_relay_t *agt_relay_start(const agt_relay_cfg_t *cfg);
+
+/* The port the relay listens on (0 for NULL). */
+uint16_t agt_relay_port(const agt_relay_t *self);
 
 /* Stops accepting (open connections end on their own). Safe on NULL;
  * sets NULL. */

@@ -256,19 +256,16 @@ def test_retried_turn_gets_the_same_answer_and_no_second_span(stack, key):
 
 
 def test_spans_resent_across_a_broker_restart(make_engine, make_gateway, make_broker, key, tmp_path):
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
     from brokerlib import Broker
     eng = make_engine(lambda p, b: ("step", "stop"))
-    brk = Broker(tmp_path / "brkdata", rpc="tcp://127.0.0.1:%d" % port).start()
+    # the first broker takes an ephemeral port; its restart binds the same
+    brk = Broker(tmp_path / "brkdata").start()
+    rpc = brk.ep["rpc"]
     try:
-        c = Client(brk.ep["rpc"])
+        c = Client(rpc)
         rid, att = attempt_of(c)
         c.close()
-        gw = make_gateway(engines=eng.url, broker="tcp://127.0.0.1:%d" % port,
+        gw = make_gateway(engines=eng.url, broker=rpc,
                           rpc_timeout="500ms", result_wait="20s")
         tok = mint(key, rid, att)
         oc = openai.OpenAI(base_url=gw.url + "/v1", api_key=tok, max_retries=0)
@@ -281,7 +278,7 @@ def test_spans_resent_across_a_broker_restart(make_engine, make_gateway, make_br
             r = oc.chat.completions.create(model="lisa", messages=msgs)
         m = http(gw.url + "/metrics")[2].decode()
         assert "lisa_gateway_spans_pending" in m
-        brk = Broker(tmp_path / "brkdata", rpc="tcp://127.0.0.1:%d" % port).start()
+        brk = Broker(tmp_path / "brkdata", rpc=rpc).start()
         # the result is forwarded only once all three spans are durable
         st, _, body = http(gw.url + "/lisa/v1/result", "POST",
                            {"answer": "x", "turns": 3, "end_reason": "submit"},

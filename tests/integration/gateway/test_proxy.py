@@ -6,6 +6,7 @@ loopback by Python's http.server. Hosts not on the allow list are refused
 per-attempt request and byte caps hold (429, a cut transfer), and every
 fetch is a log line naming the attempt."""
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -58,28 +59,27 @@ def origin():
     srv.server_close()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 @pytest.fixture
 def proxied(make_gateway, origin, tmp_path, monkeypatch):
+    """A gateway whose proxy listens on an ephemeral port (read back from
+    its log, so no other process can take the port in between)."""
     monkeypatch.setenv("GW_LOG", "info")
-    pport = free_port()
     sock = str(tmp_path / "proxy.sock")
     gw = make_gateway(proxy_unix=sock, proxy_address="127.0.0.1",
-                      proxy_port=pport,
+                      proxy_port=0,
                       proxy_allow=f"127.0.0.1:{origin}",
                       proxy_max_requests=REQ_CAP,
                       proxy_max_bytes=BYTE_CAP, proxy_idle="5s")
     end = time.time() + 10
-    while not os.path.exists(sock) and time.time() < end:
+    m = None
+    while time.time() < end:
+        m = re.search(r"proxy: listening on unix:\S+, port (\d+)",
+                      gw.log_text())
+        if m and os.path.exists(sock):
+            break
         time.sleep(0.02)
-    return gw, pport, sock, origin
+    assert m and int(m.group(1)) > 0, gw.log_text()
+    return gw, int(m.group(1)), sock, origin
 
 
 def curl(pport, url, token=None, tunnel=False):
