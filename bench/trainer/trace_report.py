@@ -22,7 +22,8 @@ import statistics
 import sys
 
 KINDS = {1: "skinny", 2: "skinny_glu", 3: "bulk", 4: "bulk_glu", 5: "gemv",
-         6: "gemv_glu", 7: "attn", 8: "merge", 9: "norm"}
+         6: "gemv_glu", 7: "attn", 8: "merge", 9: "norm",
+         10: "mlp_fused"}
 PRODUCTS = {1, 2, 3, 4, 5, 6}
 GLU = {2, 4, 6}
 

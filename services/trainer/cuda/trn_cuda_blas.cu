@@ -39,6 +39,7 @@ struct trn_blas {
     int ncache;
     const char *next; /* trn_linear_next: weights to bring into L2 */
     size_t next_bytes;
+    unsigned *grid_bar; /* trn_mlp_fused's barrier: two words, zeroed */
 };
 
 #define S_BLAS_TRY(call)                                                       \
@@ -63,7 +64,12 @@ trn_blas_new(void)
         return NULL;
     }
     b->workspace = trn_cuda_malloc(S_WORKSPACE);
-    if (!b->workspace) {
+    b->grid_bar = (unsigned *) trn_cuda_malloc(2 * sizeof(unsigned));
+    if (!b->workspace || !b->grid_bar ||
+        trn_cuda_memset(b->grid_bar, 0, 2 * sizeof(unsigned), NULL) !=
+            LISA_OK) {
+        trn_cuda_free(&b->workspace);
+        trn_cuda_free(&b->grid_bar);
         cublasLtDestroy(b->lt);
         free(b);
         return NULL;
@@ -78,6 +84,7 @@ trn_blas_destroy(trn_blas_t **self)
         return;
     trn_blas_t *b = *self;
     trn_cuda_free(&b->workspace);
+    trn_cuda_free(&b->grid_bar);
     cublasLtDestroy(b->lt);
     free(b);
     *self = NULL;
@@ -755,6 +762,159 @@ s_sb_row(int r, int o0, int o1, int N)
     return o0 + r < o1 ? o0 + r : N;
 }
 
+#define S_SB_CW (S_SB_CS / S_SK_W) /* a warp's chunks of a stage */
+
+/* Warp 0 readies the R stage barriers (one arrival a phase); the block's
+ * __syncthreads after it publishes them. */
+template <int R>
+__device__ __forceinline__ void
+s_sb_bars_init(uint32_t bars, int lane)
+{
+    if (lane < R)
+        s_mbar_init(bars + 8u * (uint32_t) lane, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncwarp();
+}
+
+/* The tokens' values of the calling warp's chunks of the stage whose
+ * first chunk is c0 (zeros past the row or the tokens); CG: through L2
+ * alone, for values other blocks of the same kernel wrote. */
+template <int NT, bool CG>
+__device__ __forceinline__ void
+s_sb_tokens(uint4 (&v)[S_SB_CW][NT], const uint4 *const (&xr)[NT],
+            const bool (&xok)[NT], int c0, int chunks, int warp)
+{
+    const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < S_SB_CW; i++)
+#pragma unroll
+        for (int q = 0; q < NT; q++) {
+            int c = c0 + warp + S_SK_W * i;
+            const uint4 *p = xr[q] + 4 * (size_t) c;
+            v[i][q] = xok[q] && c < chunks ? (CG ? __ldcg(p) : *p) : z;
+        }
+}
+
+/* The products of one stage: the warp's chunks of the slot's 16 rows
+ * (base: the lane's row g, column t, of the slot) with their tokens. */
+template <int NT>
+__device__ __forceinline__ void
+s_sb_mma(float (&acc)[NT][4], const uint4 (&vx)[S_SB_CW][NT],
+         const unsigned char *base, int c0, int chunks, int warp)
+{
+#pragma unroll
+    for (int i = 0; i < S_SB_CW; i++) {
+        int c = warp + S_SK_W * i;
+        if (c0 + c >= chunks)
+            break;
+        uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
+        uint4 vb =
+            *reinterpret_cast<const uint4 *>(base + 8 * S_SB_ROW + c * 64);
+        uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
+        uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
+#pragma unroll
+        for (int q = 0; q < NT; q++) {
+            trn_mma(acc[q], a0, vx[i][q].x, vx[i][q].y);
+            trn_mma(acc[q], a1, vx[i][q].z, vx[i][q].w);
+        }
+    }
+}
+
+/* The end of tile k of run u: the L2 hint after the run's last stage,
+ * the tile's outputs (s_skinny_out), the sums zeroed for the next tile. */
+template <int NT, bool GLU>
+__device__ __forceinline__ void
+s_sb_tile_end(s_red_t<NT> &red, float (&acc)[NT][4], float *yf, trn_bf16_t *yb,
+              int T, int N, int accumulate, s_run_t u, int k, s_pf_t pf)
+{
+    if (k + 1 == u.nt)
+        s_l2_prefetch(pf); /* this block's weights are in */
+    int o0 = s_sb_tile0(u, k);
+    s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
+                          s_sb_tile0(u, k + 1) - o0);
+#pragma unroll
+    for (int q = 0; q < NT; q++)
+        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+}
+
+/* Where a bulk product's stages stand: the block's stage slots and their
+ * barriers, the index of the next stage to wait for in the block's whole
+ * sequence of stages (gs, which sets the slot and the phase) and that
+ * sequence's length (gend). */
+struct s_sb_pipe_t {
+    unsigned char *smem;
+    uint32_t slots, bars;
+    int gs, gend;
+};
+
+/* One bulk product over the block's run u of outputs (tiles of 16 rows,
+ * 8 gate|up pairs with GLU), its stages the pipe's next ones; at the end
+ * of each stage the slot it frees takes stage gs + R of the block's
+ * sequence, whichever product that belongs to (issue(gi) asks for stage
+ * gi). Ends with the pipe at the next product's first stage.
+ * s_skinny_bulk runs the same steps in a loop of its own, written out, so
+ * that its machine code stays the one that was timed (this function
+ * compiles it to other register choices); it can take this one once
+ * both have been timed alike. */
+template <int NT, int R, bool GLU, bool CG, typename Issue>
+__device__ __forceinline__ void
+s_sb_product(s_sb_pipe_t &pp, const trn_bf16_t *x, int T, int K, int N,
+             float *yf, trn_bf16_t *yb, int accumulate, s_run_t u, s_pf_t pf,
+             Issue issue)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, t = lane & 3;
+    int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
+    size_t row16 = (size_t) K / 8;
+    const uint4 *xr[NT];
+    bool xok[NT];
+    float acc[NT][4];
+    s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
+    /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
+     * values are loaded a stage ahead (the next tile's first stage reads
+     * the same values as this tile's) */
+    uint4 vx[S_SB_CW][NT], nx[S_SB_CW][NT];
+    s_sb_tokens<NT, CG>(vx, xr, xok, 0, chunks, warp);
+    /* the warps' partial sums meet past the stage slots */
+    s_red_t<NT> &red =
+        *reinterpret_cast<s_red_t<NT> *>(pp.smem + R * S_SB_SLOT);
+    for (int k = 0; k < u.nt; k++) {
+        for (int st = 0; st < stages; st++, pp.gs++) {
+            int c0 = st * S_SB_CS, cn = st + 1 < stages ? c0 + S_SB_CS : 0;
+            s_sb_tokens<NT, CG>(nx, xr, xok, cn, chunks, warp);
+            int slot = pp.gs % R;
+            s_mbar_wait(pp.bars + 8u * (uint32_t) slot,
+                        (uint32_t) (pp.gs / R) & 1u);
+            s_sb_mma<NT>(acc, vx,
+                         pp.smem + slot * S_SB_SLOT + g * S_SB_ROW + t * 16, c0,
+                         chunks, warp);
+#pragma unroll
+            for (int i = 0; i < S_SB_CW; i++)
+#pragma unroll
+                for (int q = 0; q < NT; q++)
+                    vx[i][q] = nx[i][q];
+            __syncthreads(); /* every warp is done with the slot */
+            if (warp == 0 && pp.gs + R < pp.gend)
+                issue(pp.gs + R);
+        }
+        s_sb_tile_end<NT, GLU>(red, acc, yf, yb, T, N, accumulate, u, k, pf);
+    }
+}
+
+/* Asks for stage li (of a run's stages, tile after tile, `stages` a tile)
+ * of a bulk product's weight rows into slot `slot`; warp 0 calls it. */
+template <bool GLU>
+__device__ __forceinline__ void
+s_sb_ask(const s_sb_pipe_t &pp, const trn_bf16_t *w, int K, int N, s_run_t u,
+         int stages, int li, int slot, int lane)
+{
+    int k = li / stages;
+    s_sb_issue(
+        pp.slots, pp.bars, w,
+        s_sb_row<GLU>(lane & 15, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N), N,
+        K, li % stages, slot, lane);
+}
+
 template <int NT, int R, bool GLU>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -851,14 +1011,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                            N, K, (gs + R) % stages, slot, lane);
             }
         }
-        if (k + 1 == u.nt)
-            s_l2_prefetch(pf); /* this block's weights are in */
-        int o0 = s_sb_tile0(u, k);
-        s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
-                              s_sb_tile0(u, k + 1) - o0);
-#pragma unroll
-        for (int q = 0; q < NT; q++)
-            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+        s_sb_tile_end<NT, GLU>(red, acc, yf, yb, T, N, accumulate, u, k, pf);
     }
 }
 
@@ -957,6 +1110,196 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                                             pf, st);
     return s_skinny_bulk_go<NT, 3, GLU>(yf, yb, x, w, T, K, N, accumulate, pf,
                                         st);
+}
+
+/* ---- o, the second norm, gate|up and down in one kernel ----------------
+ * After its attention, a decode step's layer is four kernels: o (x += o
+ * W_o^T, fp32), the RMSNorm of x into h, gate|up with SwiGLU into a, and
+ * down (x += a W_down^T). Each has its blocks resident only as its
+ * predecessor's last ones leave, and its first weights asked for only then,
+ * so every product starts and ends with processors that stream nothing.
+ * s_mlp_fused runs the four as phases of one kernel, with as many blocks
+ * as are resident at once and a grid-wide barrier between phases. A
+ * block's bulk copies run on from one product into the next (s_sb_product's
+ * pipe): while it waits at a barrier, the next product's first stages of
+ * its rows are already on their way. The tiles, the warps' sums and the
+ * epilogues are the bulk kernel's, and the norm is computed as
+ * trn_k_rmsnorm_fwd's row kernel computes it (a block a token), so the
+ * results are the four kernels' bit for bit. Values written by other
+ * blocks of the same launch (x, h, a) are read through L2 alone. */
+
+/* What the fused kernel reads and writes. */
+struct s_mlp_t {
+    float *x;                   /* [T][C] the residual stream, updated */
+    const trn_bf16_t *o;        /* [T][Q] the attention's output */
+    const trn_bf16_t *wo, *wn;  /* [C][Q] o; [C] the norm's weight */
+    const trn_bf16_t *wgu, *wd; /* [2I][C] gate rows, up rows; [C][I] */
+    trn_bf16_t *h, *a;          /* [T][C] normed; [T][I] SwiGLU's */
+    unsigned *bar;              /* the grid barrier (s_grid_sync) */
+    int T, C, Q, I;
+    float eps;
+};
+
+/* A grid-wide barrier for a kernel whose blocks are all resident at
+ * once: bar[0] counts arrivals, bar[1] is the generation the last arrival
+ * advances after putting bar[0] back to 0, so the next barrier (and the
+ * next launch, or graph replay) starts clean. What a block wrote before
+ * it is visible to every block after it. */
+__device__ __forceinline__ void
+s_grid_sync(unsigned *bar)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned *gen = bar + 1;
+        unsigned g0 = *gen; /* before arriving: the last arrival moves it */
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g0)
+                __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* Row `row` of h = RMSNorm(x) w, with the arithmetic of trn_k_rmsnorm_fwd's
+ * row kernel (thread i holds values i, i + 256, ...; the same sums in the
+ * same order), x read through L2, twice (for the sum, then for the
+ * output: fewer registers held through the kernel). Every thread of the
+ * block calls it; C <= 16 x 256. */
+__device__ __forceinline__ void
+s_mlp_norm(const s_mlp_t &m, int row, float *shm)
+{
+    const float *x = m.x + (size_t) row * (size_t) m.C;
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int j = threadIdx.x + e * 256;
+        float v = j < m.C ? __ldcg(x + j) : 0.0f;
+        ss += v * v;
+    }
+    ss = trn_block_sum(ss, shm);
+    float r = rsqrtf(ss / (float) m.C + m.eps);
+    trn_bf16_t *o = m.h + (size_t) row * (size_t) m.C;
+#pragma unroll 4
+    for (int e = 0; e < 16; e++) {
+        int j = threadIdx.x + e * 256;
+        if (j < m.C)
+            trn_st(o + j, trn_ld(m.wn + j) * trn_round_bf16(__ldcg(x + j) * r));
+    }
+}
+
+/* The fused kernel's plan: each product's run of outputs for the block
+ * and its stages a tile (o, gate|up, down), and where the first two
+ * products' stages end in the block's sequence. Kept in shared memory, so
+ * it holds no registers through the kernel. */
+struct s_mlp_plan_t {
+    s_run_t u[3];
+    int st[3];
+    int e0, e1;
+};
+
+template <int NT, int R>
+__global__ void __launch_bounds__(32 * S_SK_W) s_mlp_fused(s_mlp_t m, s_pf_t pf)
+{
+    extern __shared__ __align__(128) unsigned char s_sb[];
+    __shared__ __align__(8) uint64_t bar_mem[R];
+    __shared__ float shm[32];
+    trn_tr_scope tr(TRN_TR_MLP_FUSED, m.C, m.I);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* the block's runs of the three products and their stages, in the
+     * order the pipe takes them: o, gate|up, down */
+    __shared__ s_mlp_plan_t pl;
+    if (threadIdx.x == 0) {
+        pl.u[0] = s_sb_run(m.C, 16);
+        pl.u[1] = s_sb_run(m.I, 8);
+        pl.u[2] = pl.u[0];
+        pl.st[0] = (m.Q / 32 + S_SB_CS - 1) / S_SB_CS;
+        pl.st[1] = (m.C / 32 + S_SB_CS - 1) / S_SB_CS;
+        pl.st[2] = (m.I / 32 + S_SB_CS - 1) / S_SB_CS;
+        pl.e0 = pl.u[0].nt * pl.st[0];
+        pl.e1 = pl.e0 + pl.u[1].nt * pl.st[1];
+    }
+    __syncthreads();
+    s_sb_pipe_t pp;
+    pp.smem = s_sb;
+    pp.slots = (uint32_t) __cvta_generic_to_shared(s_sb);
+    pp.bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
+    pp.gs = 0;
+    pp.gend = pl.e1 + pl.u[2].nt * pl.st[2];
+    auto issue = [&](int gi) {
+        if (gi < pl.e0)
+            s_sb_ask<false>(pp, m.wo, m.Q, m.C, pl.u[0], pl.st[0], gi, gi % R,
+                            lane);
+        else if (gi < pl.e1)
+            s_sb_ask<true>(pp, m.wgu, m.C, 2 * m.I, pl.u[1], pl.st[1],
+                           gi - pl.e0, gi % R, lane);
+        else
+            s_sb_ask<false>(pp, m.wd, m.I, m.C, pl.u[2], pl.st[2], gi - pl.e1,
+                            gi % R, lane);
+    };
+    if (warp == 0) { /* weights: nothing earlier in a step writes them */
+        s_sb_bars_init<R>(pp.bars, lane);
+        for (int gi = 0; gi < R && gi < pp.gend; gi++)
+            issue(gi);
+    }
+    __syncthreads();
+    trn_pdl_enter();
+    tr.waited();
+    const s_pf_t none = {NULL, 0};
+    s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
+                                      pl.u[0], none, issue);
+    s_grid_sync(m.bar);
+    if ((int) blockIdx.x < m.T)
+        s_mlp_norm(m, (int) blockIdx.x, shm);
+    s_grid_sync(m.bar);
+    s_sb_product<NT, R, true, true>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a, 0,
+                                    pl.u[1], none, issue);
+    s_grid_sync(m.bar);
+    s_sb_product<NT, R, false, true>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
+                                     pl.u[2], pf, issue);
+}
+
+extern "C" int
+trn_mlp_fused_fits(int T, int C, int Q, int I)
+{
+    return s_skinny_bulk_stages() == 2 && T >= 2 && T <= 8 && C >= 32 &&
+           Q >= 32 && I >= 32 && C % 32 == 0 && Q % 32 == 0 && I % 32 == 0 &&
+           C <= 16 * 256;
+}
+
+extern "C" lisa_rc_t
+trn_mlp_fused(trn_blas_t *b, float *x, const trn_bf16_t *o,
+              const trn_bf16_t *wo, const trn_bf16_t *wn, const trn_bf16_t *wgu,
+              const trn_bf16_t *wd, trn_bf16_t *h, trn_bf16_t *a, int T, int C,
+              int Q, int I, float eps, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(b && b->grid_bar && x && o && wo && wn && wgu && wd && h && a);
+    TRN_REQUIRE(trn_mlp_fused_fits(T, C, Q, I));
+    TRN_REQUIRE(s_aligned16(o) && s_aligned16(wo) && s_aligned16(wgu) &&
+                s_aligned16(wd) && s_aligned16(h) && s_aligned16(a));
+    const int smem = 2 * S_SB_SLOT + (int) sizeof(s_red_t<1>);
+    static int resident; /* blocks a processor, set once */
+    if (!resident) {
+        TRN_CUDA_TRY(cudaFuncSetAttribute(
+            s_mlp_fused<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            smem));
+        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, s_mlp_fused<1, 2>, 32 * S_SK_W, (size_t) smem));
+        if (resident < 1)
+            return LISA_UNSUPPORTED;
+    }
+    /* every block resident at once: the barriers wait for all of them */
+    long G = (long) resident * trn_sm_count();
+    s_mlp_t m = {x, o, wo, wn, wgu, wd, h, a, b->grid_bar, T, C, Q, I, eps};
+    TRN_CUDA_TRY(trn_launch_pdl(s_mlp_fused<1, 2>, dim3((unsigned) G),
+                                dim3(32 * S_SK_W), (size_t) smem, trn_stream(s),
+                                m, s_take_pf(b)));
+    return LISA_OK;
 }
 
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default

@@ -26,6 +26,7 @@ enum {
     TRN_TR_ATTN,
     TRN_TR_MERGE,
     TRN_TR_NORM_ROW,
+    TRN_TR_MLP_FUSED,
 };
 
 typedef struct {

@@ -367,6 +367,21 @@ s_next(trn_gpu_model_t *g, int l, int k)
     }
 }
 
+/* Whether layer steps of T tokens run o, the second norm, gate|up and
+ * down as one kernel (trn_mlp_fused): LISA_CUDA_FUSED_MLP=1 (read once;
+ * off by default until it is timed against the four kernels) and a shape
+ * it takes. */
+static bool
+s_fused_mlp(const trn_gpu_model_t *g, int T)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LISA_CUDA_FUSED_MLP");
+        on = e && strcmp(e, "1") == 0;
+    }
+    return on && trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I);
+}
+
 /* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
 static lisa_rc_t
 s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
@@ -409,6 +424,14 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                    trn_k_attn_prefill(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
                                       kv->pg, b->tiles, b->ntiles, g->H, g->Hk,
                                       g->D, st));
+    }
+    if (s_fused_mlp(g, T)) { /* o, norm, gate|up, down: one kernel */
+        s_next(g, l, 3);
+        S_TRYG(TRN_PH_PROD_F,
+               trn_mlp_fused(g->blas, b->x, b->o, W + ly->o, W + ly->w_post,
+                             W + ly->gu, W + ly->down, b->h, b->a, T, g->C,
+                             g->H * g->D, g->I, eps, st));
+        goto out;
     }
     s_next(g, l, 1);
     S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o,
