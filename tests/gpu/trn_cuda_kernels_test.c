@@ -1269,101 +1269,127 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     free(hx), free(x), free(hw), free(w), free(g1), free(g2);
 }
 
-/* Runs a decode layer's o, second norm, gate|up and down twice, either as
- * the four kernels or as trn_mlp_fused, on x (fp32 [T, C]); h and a are
- * left as the second pass wrote them. */
+/* Runs a decode layer's o, second norm, gate|up and down (with m->wqkv,
+ * then the next layer's norm and q|k|v) twice, either as the separate
+ * kernels or as trn_mlp_fused, on m->x; h, a and qkv are left as the
+ * second pass wrote them. */
 static void
-s_mlp_passes(trn_blas_t *b, int fused, float *x, const trn_bf16_t *o,
-             const trn_bf16_t *wo, const trn_bf16_t *wn, const trn_bf16_t *wgu,
-             const trn_bf16_t *wd, trn_bf16_t *h, trn_bf16_t *a, trn_bf16_t *gu,
-             int T, int C, int Q, int I)
+s_mlp_passes(trn_blas_t *b, int fused, const trn_mlp_args_t *m, trn_bf16_t *gu)
 {
-    const float eps = 1e-6f;
+    int T = m->T, C = m->C, I = m->I;
     for (int pass = 0; pass < 2; pass++) {
         if (fused) {
-            RC(trn_mlp_fused(b, x, o, wo, wn, wgu, wd, h, a, T, C, Q, I, eps,
-                             NULL));
+            RC(trn_mlp_fused(b, m, NULL));
             continue;
         }
-        RC(trn_linear_fwd(b, x, NULL, o, wo, T, Q, C, 1, NULL));
-        RC(trn_k_rmsnorm_fwd(h, C, NULL, x, NULL, C, wn, T, C, 1, eps, NULL));
-        RC(trn_linear_fwd(b, NULL, gu, h, wgu, T, C, 2 * I, 0, NULL));
-        RC(trn_k_swiglu_fwd(a, gu, T, I, NULL));
-        RC(trn_linear_fwd(b, x, NULL, a, wd, T, I, C, 1, NULL));
+        RC(trn_linear_fwd(b, m->x, NULL, m->o, m->wo, T, m->Q, C, 1, NULL));
+        RC(trn_k_rmsnorm_fwd(m->h, C, NULL, m->x, NULL, C, m->wn, T, C, 1,
+                             m->eps, NULL));
+        RC(trn_linear_fwd(b, NULL, gu, m->h, m->wgu, T, C, 2 * I, 0, NULL));
+        RC(trn_k_swiglu_fwd(m->a, gu, T, I, NULL));
+        RC(trn_linear_fwd(b, m->x, NULL, m->a, m->wd, T, I, C, 1, NULL));
+        if (!m->wqkv)
+            continue;
+        RC(trn_k_rmsnorm_fwd(m->h, C, NULL, m->x, NULL, C, m->wn_next, T, C, 1,
+                             m->eps, NULL));
+        RC(trn_linear_fwd(b, NULL, m->qkv, m->h, m->wqkv, T, C, m->S, 0, NULL));
     }
     RC(trn_cuda_sync());
 }
 
-/* trn_mlp_fused against the four kernels it replaces, two passes each
- * (the second launch finds the grid barrier as the first left it): the
- * same bits in x, h and a where the row norm kernel serves C (1,024 to
- * 4,096), else within rounding. */
-static void
-test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I)
+/* A device copy of n random bf16 values of the given scale. */
+static trn_bf16_t *
+s_dev_rand(size_t n, double scale, trn_bf16_t **host)
 {
-    char what[96];
-    if (!trn_mlp_fused_fits(T, C, Q, I)) { /* not Hopper, or bulk off */
+    double *d;
+    *host = s_rand_bf16(n, scale, &d);
+    free(d);
+    return s_dev(*host, n * 2);
+}
+
+/* The largest difference of n values (NaN counts as infinite), or with
+ * !exact their relative error. */
+static double
+s_diff(const double *got, const double *ref, size_t n, int exact)
+{
+    if (!exact)
+        return s_relerr(got, ref, n);
+    double diff = 0;
+    for (size_t k = 0; k < n; k++)
+        diff = fmax(diff, isnan(got[k]) ? INFINITY : fabs(got[k] - ref[k]));
+    return diff;
+}
+
+/* trn_mlp_fused against the kernels it replaces (S > 0: with the next
+ * layer's norm and q|k|v), two passes each (the second launch finds the
+ * grid barrier as the first left it): the same bits in x, h, a and qkv
+ * where the row norm kernel serves C (1,024 to 4,096), else within
+ * rounding. */
+static void
+test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I, int S)
+{
+    char what[112];
+    if (!trn_mlp_fused_fits(T, C, Q, I, S)) { /* not Hopper, or bulk off */
         printf("mlp fused T=%d C=%d: skipped (not taken on this device)\n", T,
                C);
         return;
     }
-    double *d;
-    size_t nx = (size_t) T * C;
+    size_t nx = (size_t) T * C, na = (size_t) T * I, nq = (size_t) T * S;
     float *hx = malloc(nx * 4);
     for (size_t i = 0; i < nx; i++)
         hx[i] = (float) (s_rand() * 2.0);
-    trn_bf16_t *ho = s_rand_bf16((size_t) T * Q, 1, &d);
-    free(d);
-    trn_bf16_t *hwo = s_rand_bf16((size_t) C * Q, 0.05, &d);
-    free(d);
-    trn_bf16_t *hwn = s_rand_bf16((size_t) C, 1, &d);
-    free(d);
-    trn_bf16_t *hgu = s_rand_bf16((size_t) 2 * I * C, 0.05, &d);
-    free(d);
-    trn_bf16_t *hwd = s_rand_bf16((size_t) C * I, 0.05, &d);
-    free(d);
-    trn_bf16_t *o = s_dev(ho, (size_t) T * Q * 2);
-    trn_bf16_t *wo = s_dev(hwo, (size_t) C * Q * 2);
-    trn_bf16_t *wn = s_dev(hwn, (size_t) C * 2);
-    trn_bf16_t *wgu = s_dev(hgu, (size_t) 2 * I * C * 2);
-    trn_bf16_t *wd = s_dev(hwd, (size_t) C * I * 2);
+    trn_bf16_t *hst[7];
+    trn_mlp_args_t m = {.o = s_dev_rand((size_t) T * Q, 1, &hst[0]),
+                        .wo = s_dev_rand((size_t) C * Q, 0.05, &hst[1]),
+                        .wn = s_dev_rand((size_t) C, 1, &hst[2]),
+                        .wgu = s_dev_rand((size_t) 2 * I * C, 0.05, &hst[3]),
+                        .wd = s_dev_rand((size_t) C * I, 0.05, &hst[4]),
+                        .wn_next =
+                            S ? s_dev_rand((size_t) C, 1, &hst[5]) : NULL,
+                        .T = T,
+                        .C = C,
+                        .Q = Q,
+                        .I = I,
+                        .S = S,
+                        .eps = 1e-6f};
+    trn_bf16_t *wqkv = S ? s_dev_rand((size_t) S * C, 0.05, &hst[6]) : NULL;
     trn_bf16_t *gu = s_dev(NULL, (size_t) T * 2 * I * 2);
-    float *x[2];
-    trn_bf16_t *h[2], *a[2];
+    m.wqkv = wqkv;
+    trn_mlp_args_t run[2];
+    double *got[2][4];
     for (int f = 0; f < 2; f++) {
-        x[f] = s_dev(hx, nx * 4);
-        h[f] = s_dev(NULL, nx * 2);
-        a[f] = s_dev(NULL, (size_t) T * I * 2);
-        s_mlp_passes(b, f, x[f], o, wo, wn, wgu, wd, h[f], a[f], gu, T, C, Q,
-                     I);
+        run[f] = m;
+        run[f].x = s_dev(hx, nx * 4);
+        run[f].h = s_dev(NULL, nx * 2);
+        run[f].a = s_dev(NULL, na * 2);
+        run[f].qkv = S ? s_dev(NULL, nq * 2) : NULL;
+        s_mlp_passes(b, f, &run[f], gu);
+        got[f][0] = s_get_f32(run[f].x, nx);
+        got[f][1] = s_get_bf16(run[f].h, nx);
+        got[f][2] = s_get_bf16(run[f].a, na);
+        got[f][3] = S ? s_get_bf16(run[f].qkv, nq) : NULL;
     }
     int exact = C >= 1024 && C <= 4096;
-    double *gx[2], *gh[2], *ga[2];
-    for (int f = 0; f < 2; f++) {
-        gx[f] = s_get_f32(x[f], nx);
-        gh[f] = s_get_bf16(h[f], nx);
-        ga[f] = s_get_bf16(a[f], (size_t) T * I);
-    }
-    const char *part[3] = {"x", "h", "a"};
-    double *got[3] = {gx[1], gh[1], ga[1]}, *ref[3] = {gx[0], gh[0], ga[0]};
-    size_t n[3] = {nx, nx, (size_t) T * I};
-    for (int i = 0; i < 3; i++) {
-        double diff = 0;
-        for (size_t k = 0; k < n[i]; k++)
-            diff = fmax(diff, isnan(got[i][k]) ? INFINITY
-                                               : fabs(got[i][k] - ref[i][k]));
-        snprintf(what, sizeof what, "mlp fused T=%d C=%d Q=%d I=%d %s (%s)", T,
-                 C, Q, I, part[i], exact ? "max diff" : "rel.err");
-        s_check(what, exact ? diff : s_relerr(got[i], ref[i], n[i]),
+    const char *part[4] = {"x", "h", "a", "qkv"};
+    size_t n[4] = {nx, nx, na, nq};
+    for (int i = 0; i < (S ? 4 : 3); i++) {
+        snprintf(what, sizeof what, "mlp fused T=%d C=%d Q=%d I=%d S=%d %s", T,
+                 C, Q, I, S, part[i]);
+        s_check(what, s_diff(got[1][i], got[0][i], n[i], exact),
                 exact ? 0 : 1e-2);
     }
     for (int f = 0; f < 2; f++) {
-        trn_cuda_free(&x[f]), trn_cuda_free(&h[f]), trn_cuda_free(&a[f]);
-        free(gx[f]), free(gh[f]), free(ga[f]);
+        trn_cuda_free(&run[f].x), trn_cuda_free(&run[f].h);
+        trn_cuda_free(&run[f].a), trn_cuda_free(&run[f].qkv);
+        for (int i = 0; i < 4; i++)
+            free(got[f][i]);
     }
-    trn_cuda_free(&o), trn_cuda_free(&wo), trn_cuda_free(&wn);
-    trn_cuda_free(&wgu), trn_cuda_free(&wd), trn_cuda_free(&gu);
-    free(hx), free(ho), free(hwo), free(hwn), free(hgu), free(hwd);
+    trn_cuda_free(&m.o), trn_cuda_free(&m.wo), trn_cuda_free(&m.wn);
+    trn_cuda_free(&m.wgu), trn_cuda_free(&m.wd), trn_cuda_free(&gu);
+    trn_cuda_free(&m.wn_next), trn_cuda_free(&wqkv);
+    for (int i = 0; i < (S ? 7 : 5); i++)
+        free(hst[i]);
+    free(hx);
 }
 
 /* The sampler's seed mixer (SplitMix64's finaliser), as the kernels use
@@ -2394,15 +2420,17 @@ main(int argc, char **argv)
     test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
     test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
     test_linear_glu(b, 5, 96, 301);
-    test_mlp_fused(b, 8, 2560, 4096, 9728); /* Qwen3-4B, batch 8 */
-    test_mlp_fused(b, 2, 1024, 2048, 3072);
-    test_mlp_fused(b, 5, 2048, 1024, 2816); /* a short last gate|up tile */
-    test_mlp_fused(b, 3, 256, 512, 736);    /* C under the row norm's */
+    test_mlp_fused(b, 8, 2560, 4096, 9728, 0);    /* Qwen3-4B, batch 8 */
+    test_mlp_fused(b, 8, 2560, 4096, 9728, 6144); /* and the next q|k|v */
+    test_mlp_fused(b, 2, 1024, 2048, 3072, 0);
+    test_mlp_fused(b, 5, 2048, 1024, 2816, 1040); /* short last tiles */
+    test_mlp_fused(b, 3, 256, 512, 736, 768);     /* C under the row norm's */
     s_check("mlp fused: shapes it does not take",
-            trn_mlp_fused_fits(1, 2560, 4096, 9728) ||
-                    trn_mlp_fused_fits(9, 2560, 4096, 9728) ||
-                    trn_mlp_fused_fits(8, 2570, 4096, 9728) ||
-                    trn_mlp_fused_fits(8, 4128, 4096, 9728)
+            trn_mlp_fused_fits(1, 2560, 4096, 9728, 0) ||
+                    trn_mlp_fused_fits(9, 2560, 4096, 9728, 0) ||
+                    trn_mlp_fused_fits(8, 2570, 4096, 9728, 0) ||
+                    trn_mlp_fused_fits(8, 4128, 4096, 9728, 0) ||
+                    trn_mlp_fused_fits(8, 2560, 4096, 9728, 6150)
                 ? 1.0
                 : 0.0,
             0);

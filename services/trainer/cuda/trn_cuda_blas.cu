@@ -1126,19 +1126,10 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
  * epilogues are the bulk kernel's, and the norm is computed as
  * trn_k_rmsnorm_fwd's row kernel computes it (a block a token), so the
  * results are the four kernels' bit for bit. Values written by other
- * blocks of the same launch (x, h, a) are read through L2 alone. */
-
-/* What the fused kernel reads and writes. */
-struct s_mlp_t {
-    float *x;                   /* [T][C] the residual stream, updated */
-    const trn_bf16_t *o;        /* [T][Q] the attention's output */
-    const trn_bf16_t *wo, *wn;  /* [C][Q] o; [C] the norm's weight */
-    const trn_bf16_t *wgu, *wd; /* [2I][C] gate rows, up rows; [C][I] */
-    trn_bf16_t *h, *a;          /* [T][C] normed; [T][I] SwiGLU's */
-    unsigned *bar;              /* the grid barrier (s_grid_sync) */
-    int T, C, Q, I;
-    float eps;
-};
+ * blocks of the same launch (x, h, a) are read through L2 alone. With
+ * the next layer's weights it goes on into that layer's first norm and
+ * q|k|v product, two phases more, leaving the layer's attention and the
+ * merge of its splits the only other kernels of a layer. */
 
 /* A grid-wide barrier for a kernel whose blocks are all resident at
  * once: bar[0] counts arrivals, bar[1] is the generation the last arrival
@@ -1172,7 +1163,7 @@ s_grid_sync(unsigned *bar)
  * output: fewer registers held through the kernel). Every thread of the
  * block calls it; C <= 16 x 256. */
 __device__ __forceinline__ void
-s_mlp_norm(const s_mlp_t &m, int row, float *shm)
+s_mlp_norm(const trn_mlp_args_t &m, const trn_bf16_t *w, int row, float *shm)
 {
     const float *x = m.x + (size_t) row * (size_t) m.C;
     float ss = 0.0f;
@@ -1189,58 +1180,81 @@ s_mlp_norm(const s_mlp_t &m, int row, float *shm)
     for (int e = 0; e < 16; e++) {
         int j = threadIdx.x + e * 256;
         if (j < m.C)
-            trn_st(o + j, trn_ld(m.wn + j) * trn_round_bf16(__ldcg(x + j) * r));
+            trn_st(o + j, trn_ld(w + j) * trn_round_bf16(__ldcg(x + j) * r));
     }
 }
 
+/* The norm phase between two barriers: blocks 0 .. T-1 a row each. */
+__device__ __forceinline__ void
+s_mlp_norm_phase(const trn_mlp_args_t &m, const trn_bf16_t *w, unsigned *bar,
+                 float *shm)
+{
+    s_grid_sync(bar);
+    if ((int) blockIdx.x < m.T)
+        s_mlp_norm(m, w, (int) blockIdx.x, shm);
+    s_grid_sync(bar);
+}
+
 /* The fused kernel's plan: each product's run of outputs for the block
- * and its stages a tile (o, gate|up, down), and where the first two
- * products' stages end in the block's sequence. Kept in shared memory, so
- * it holds no registers through the kernel. */
+ * and its stages a tile (o, gate|up, down, the next layer's q|k|v), and
+ * where each product's stages end in the block's sequence. Kept in shared
+ * memory, so it holds no registers through the kernel. */
 struct s_mlp_plan_t {
-    s_run_t u[3];
-    int st[3];
-    int e0, e1;
+    s_run_t u[4];
+    int st[4];
+    int e[4];
 };
 
+/* Thread 0 fills the plan (the block's __syncthreads after it publishes
+ * it); products of no rows (no next q|k|v) have no stages. */
+__device__ __forceinline__ void
+s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m)
+{
+    const int outs[4] = {m.C, m.I, m.C, m.wqkv ? m.S : 0};
+    const int ks[4] = {m.Q, m.C, m.I, m.C};
+    int end = 0;
+    for (int i = 0; i < 4; i++) {
+        pl.u[i] = s_sb_run(outs[i], i == 1 ? 8 : 16);
+        pl.st[i] = (ks[i] / 32 + S_SB_CS - 1) / S_SB_CS;
+        end += outs[i] > 0 ? pl.u[i].nt * pl.st[i] : 0;
+        pl.e[i] = end;
+    }
+}
+
 template <int NT, int R>
-__global__ void __launch_bounds__(32 * S_SK_W) s_mlp_fused(s_mlp_t m, s_pf_t pf)
+__global__ void __launch_bounds__(32 * S_SK_W, 3)
+    s_mlp_fused(trn_mlp_args_t m, unsigned *bar, s_pf_t pf)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
     __shared__ float shm[32];
+    __shared__ s_mlp_plan_t pl;
     trn_tr_scope tr(TRN_TR_MLP_FUSED, m.C, m.I);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* the block's runs of the three products and their stages, in the
-     * order the pipe takes them: o, gate|up, down */
-    __shared__ s_mlp_plan_t pl;
-    if (threadIdx.x == 0) {
-        pl.u[0] = s_sb_run(m.C, 16);
-        pl.u[1] = s_sb_run(m.I, 8);
-        pl.u[2] = pl.u[0];
-        pl.st[0] = (m.Q / 32 + S_SB_CS - 1) / S_SB_CS;
-        pl.st[1] = (m.C / 32 + S_SB_CS - 1) / S_SB_CS;
-        pl.st[2] = (m.I / 32 + S_SB_CS - 1) / S_SB_CS;
-        pl.e0 = pl.u[0].nt * pl.st[0];
-        pl.e1 = pl.e0 + pl.u[1].nt * pl.st[1];
-    }
+    if (threadIdx.x == 0)
+        s_mlp_plan(pl, m);
     __syncthreads();
     s_sb_pipe_t pp;
     pp.smem = s_sb;
     pp.slots = (uint32_t) __cvta_generic_to_shared(s_sb);
     pp.bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
     pp.gs = 0;
-    pp.gend = pl.e1 + pl.u[2].nt * pl.st[2];
+    pp.gend = pl.e[3];
+    /* the block's stages in the order the pipe takes them: o, gate|up,
+     * down, then the next layer's q|k|v */
     auto issue = [&](int gi) {
-        if (gi < pl.e0)
+        if (gi < pl.e[0])
             s_sb_ask<false>(pp, m.wo, m.Q, m.C, pl.u[0], pl.st[0], gi, gi % R,
                             lane);
-        else if (gi < pl.e1)
+        else if (gi < pl.e[1])
             s_sb_ask<true>(pp, m.wgu, m.C, 2 * m.I, pl.u[1], pl.st[1],
-                           gi - pl.e0, gi % R, lane);
-        else
-            s_sb_ask<false>(pp, m.wd, m.I, m.C, pl.u[2], pl.st[2], gi - pl.e1,
+                           gi - pl.e[0], gi % R, lane);
+        else if (gi < pl.e[2])
+            s_sb_ask<false>(pp, m.wd, m.I, m.C, pl.u[2], pl.st[2], gi - pl.e[1],
                             gi % R, lane);
+        else
+            s_sb_ask<false>(pp, m.wqkv, m.C, m.S, pl.u[3], pl.st[3],
+                            gi - pl.e[2], gi % R, lane);
     };
     if (warp == 0) { /* weights: nothing earlier in a step writes them */
         s_sb_bars_init<R>(pp.bars, lane);
@@ -1253,35 +1267,41 @@ __global__ void __launch_bounds__(32 * S_SK_W) s_mlp_fused(s_mlp_t m, s_pf_t pf)
     const s_pf_t none = {NULL, 0};
     s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
                                       pl.u[0], none, issue);
-    s_grid_sync(m.bar);
-    if ((int) blockIdx.x < m.T)
-        s_mlp_norm(m, (int) blockIdx.x, shm);
-    s_grid_sync(m.bar);
+    s_mlp_norm_phase(m, m.wn, bar, shm);
     s_sb_product<NT, R, true, true>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a, 0,
                                     pl.u[1], none, issue);
-    s_grid_sync(m.bar);
+    s_grid_sync(bar);
+    /* the hint after the block's last product (its weights are in) */
+    const bool next = m.wqkv != NULL;
     s_sb_product<NT, R, false, true>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
-                                     pl.u[2], pf, issue);
+                                     pl.u[2], next ? none : pf, issue);
+    if (!next)
+        return;
+    s_mlp_norm_phase(m, m.wn_next, bar, shm);
+    s_sb_product<NT, R, false, true>(pp, m.h, m.T, m.C, m.S, NULL, m.qkv, 0,
+                                     pl.u[3], pf, issue);
 }
 
 extern "C" int
-trn_mlp_fused_fits(int T, int C, int Q, int I)
+trn_mlp_fused_fits(int T, int C, int Q, int I, int S)
 {
     return s_skinny_bulk_stages() == 2 && T >= 2 && T <= 8 && C >= 32 &&
-           Q >= 32 && I >= 32 && C % 32 == 0 && Q % 32 == 0 && I % 32 == 0 &&
-           C <= 16 * 256;
+           Q >= 32 && I >= 32 && S >= 0 && C % 32 == 0 && Q % 32 == 0 &&
+           I % 32 == 0 && S % 16 == 0 && C <= 16 * 256;
 }
 
 extern "C" lisa_rc_t
-trn_mlp_fused(trn_blas_t *b, float *x, const trn_bf16_t *o,
-              const trn_bf16_t *wo, const trn_bf16_t *wn, const trn_bf16_t *wgu,
-              const trn_bf16_t *wd, trn_bf16_t *h, trn_bf16_t *a, int T, int C,
-              int Q, int I, float eps, trn_cuda_stream_t *s)
+trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m, trn_cuda_stream_t *s)
 {
-    TRN_REQUIRE(b && b->grid_bar && x && o && wo && wn && wgu && wd && h && a);
-    TRN_REQUIRE(trn_mlp_fused_fits(T, C, Q, I));
-    TRN_REQUIRE(s_aligned16(o) && s_aligned16(wo) && s_aligned16(wgu) &&
-                s_aligned16(wd) && s_aligned16(h) && s_aligned16(a));
+    TRN_REQUIRE(b && b->grid_bar && m && m->x && m->o && m->wo && m->wn &&
+                m->wgu && m->wd && m->h && m->a);
+    int next = m->wqkv != NULL;
+    TRN_REQUIRE(!next || (m->wn_next && m->qkv && m->S > 0));
+    TRN_REQUIRE(trn_mlp_fused_fits(m->T, m->C, m->Q, m->I, next ? m->S : 0));
+    TRN_REQUIRE(s_aligned16(m->o) && s_aligned16(m->wo) &&
+                s_aligned16(m->wgu) && s_aligned16(m->wd) &&
+                s_aligned16(m->h) && s_aligned16(m->a) &&
+                (!next || s_aligned16(m->wqkv)));
     const int smem = 2 * S_SB_SLOT + (int) sizeof(s_red_t<1>);
     static int resident; /* blocks a processor, set once */
     if (!resident) {
@@ -1295,10 +1315,9 @@ trn_mlp_fused(trn_blas_t *b, float *x, const trn_bf16_t *o,
     }
     /* every block resident at once: the barriers wait for all of them */
     long G = (long) resident * trn_sm_count();
-    s_mlp_t m = {x, o, wo, wn, wgu, wd, h, a, b->grid_bar, T, C, Q, I, eps};
     TRN_CUDA_TRY(trn_launch_pdl(s_mlp_fused<1, 2>, dim3((unsigned) G),
                                 dim3(32 * S_SK_W), (size_t) smem, trn_stream(s),
-                                m, s_take_pf(b)));
+                                *m, b->grid_bar, s_take_pf(b)));
     return LISA_OK;
 }
 

@@ -367,19 +367,63 @@ s_next(trn_gpu_model_t *g, int l, int k)
     }
 }
 
-/* Whether layer steps of T tokens run o, the second norm, gate|up and
- * down as one kernel (trn_mlp_fused): LISA_CUDA_FUSED_MLP=1 (read once;
- * off by default until it is timed against the four kernels) and a shape
- * it takes. */
-static bool
-s_fused_mlp(const trn_gpu_model_t *g, int T)
+/* LISA_CUDA_FUSED_MLP (read once; off by default until it is timed
+ * against the separate kernels): 1 runs a layer's o, second norm,
+ * gate|up and down as one kernel (trn_mlp_fused); 2 also the next layer's
+ * first norm and q|k|v product. */
+static int
+s_fused_mode(void)
 {
-    static int on = -1;
-    if (on < 0) {
+    static int v = -1;
+    if (v < 0) {
         const char *e = getenv("LISA_CUDA_FUSED_MLP");
-        on = e && strcmp(e, "1") == 0;
+        v = !e ? 0 : strcmp(e, "1") == 0 ? 1 : strcmp(e, "2") == 0 ? 2 : 0;
     }
-    return on && trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I);
+    return v;
+}
+
+/* Whether layer steps of T tokens take the fused kernel; with `next`,
+ * whether it also runs the next layer's norm and q|k|v (not with a q|k|v
+ * bias, which is added by a kernel of its own). */
+static bool
+s_fused(const trn_gpu_model_t *g, int T, bool next)
+{
+    int mode = s_fused_mode();
+    if (next)
+        return mode == 2 && !g->qkv_bias &&
+               trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I, g->S);
+    return mode > 0 && trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I, 0);
+}
+
+/* Layer l's o, second norm, gate|up and down in one kernel, and the next
+ * layer's norm and q|k|v where s_fused(.., true) says so. */
+static lisa_rc_t
+s_layer_fused(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l,
+              int T)
+{
+    const s_layer_t *ly = &g->layers[l];
+    const trn_bf16_t *W = g->wb;
+    bool nx = l + 1 < g->L && s_fused(g, T, true);
+    const s_layer_t *ln = nx ? &g->layers[l + 1] : ly;
+    s_next(g, nx ? l + 1 : l, nx ? 0 : 3); /* the product after the last */
+    trn_mlp_args_t m = {.x = b->x,
+                        .o = b->o,
+                        .wo = W + ly->o,
+                        .wn = W + ly->w_post,
+                        .wgu = W + ly->gu,
+                        .wd = W + ly->down,
+                        .h = b->h,
+                        .a = b->a,
+                        .wn_next = nx ? W + ln->w_in : NULL,
+                        .wqkv = nx ? W + ln->qkv : NULL,
+                        .qkv = nx ? b->qkv : NULL,
+                        .T = T,
+                        .C = g->C,
+                        .Q = g->H * g->D,
+                        .I = g->I,
+                        .S = nx ? g->S : 0,
+                        .eps = (float) g->cfg.rms_norm_eps};
+    return trn_mlp_fused(g->blas, &m, kv->stream);
 }
 
 /* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
@@ -393,11 +437,15 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
     float eps = (float) g->cfg.rms_norm_eps;
     float theta = (float) g->cfg.rope_theta;
 
-    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
-                                          W + ly->w_in, T, g->C, 1, eps, st));
-    s_next(g, l, 0);
-    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, NULL, b->qkv, b->h,
-                                         W + ly->qkv, T, g->C, g->S, 0, st));
+    if (l == 0 || !s_fused(g, T, true)) { /* else the last kernel's */
+        S_TRYG(TRN_PH_NORM,
+               trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                 W + ly->w_in, T, g->C, 1, eps, st));
+        s_next(g, l, 0);
+        S_TRYG(TRN_PH_PROD_F,
+               trn_linear_fwd(g->blas, NULL, b->qkv, b->h, W + ly->qkv, T, g->C,
+                              g->S, 0, st));
+    }
     if (g->qkv_bias) /* Qwen2 */
         S_TRYG(TRN_PH_OTHER,
                trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
@@ -425,12 +473,8 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                                       kv->pg, b->tiles, b->ntiles, g->H, g->Hk,
                                       g->D, st));
     }
-    if (s_fused_mlp(g, T)) { /* o, norm, gate|up, down: one kernel */
-        s_next(g, l, 3);
-        S_TRYG(TRN_PH_PROD_F,
-               trn_mlp_fused(g->blas, b->x, b->o, W + ly->o, W + ly->w_post,
-                             W + ly->gu, W + ly->down, b->h, b->a, T, g->C,
-                             g->H * g->D, g->I, eps, st));
+    if (s_fused(g, T, false)) { /* o, norm, gate|up, down: one kernel */
+        S_TRYG(TRN_PH_PROD_F, s_layer_fused(g, kv, b, l, T));
         goto out;
     }
     s_next(g, l, 1);

@@ -143,21 +143,29 @@ lisa_rc_t trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
                              trn_cuda_stream_t *s);
 /* A decode step's layer after its attention in one kernel: x += o wo^T;
  * h = RMSNorm(x) wn (eps); a = SwiGLU(h wgu^T) (wgu = [2I, C], gate rows
- * then up rows); x += a wd^T. x is fp32 [T, C], o bf16 [T, Q], h and a
- * bf16 scratch ([T, C], [T, I]) that hold those values afterwards. The
- * results are those of trn_linear_fwd, trn_k_rmsnorm_fwd,
- * trn_linear_fwd_glu and trn_linear_fwd run in turn where those take the
+ * then up rows); x += a wd^T; and, with wqkv, the next layer's start: h =
+ * RMSNorm(x) wn_next, qkv = h wqkv^T ([S, C]). x is fp32 [T, C], o bf16
+ * [T, Q], h, a and qkv bf16 ([T, C], [T, I], [T, S]). The results are
+ * those of trn_linear_fwd, trn_k_rmsnorm_fwd, trn_linear_fwd_glu (and
+ * trn_k_rmsnorm_fwd, trn_linear_fwd) run in turn where those take the
  * bulk-copy kernels (2 to 8 tokens on Hopper), bit for bit. Its blocks
- * wait for each other between phases, so nothing else may run on the
- * device's processors beside it that waits for it (one stream at a
- * time). For the shapes trn_mlp_fused_fits accepts (Hopper with the bulk
- * kernels on, 2 to 8 tokens, C, Q, I multiples of 32, C <= 4096). */
-int trn_mlp_fused_fits(int T, int C, int Q, int I);
-lisa_rc_t trn_mlp_fused(trn_blas_t *b, float *x, const trn_bf16_t *o,
-                        const trn_bf16_t *wo, const trn_bf16_t *wn,
-                        const trn_bf16_t *wgu, const trn_bf16_t *wd,
-                        trn_bf16_t *h, trn_bf16_t *a, int T, int C, int Q,
-                        int I, float eps, trn_cuda_stream_t *s);
+ * wait for each other between phases, so nothing may run beside it on
+ * the device's processors that waits for it (one stream at a time).
+ * trn_mlp_fused_fits: the shapes it takes (Hopper with the bulk kernels
+ * on, 2 to 8 tokens, C, Q, I multiples of 32, S of 16, C <= 4096; S 0
+ * for no q|k|v). */
+typedef struct {
+    float *x;
+    const trn_bf16_t *o, *wo, *wn, *wgu, *wd;
+    trn_bf16_t *h, *a;
+    const trn_bf16_t *wn_next, *wqkv; /* NULL: no q|k|v phase */
+    trn_bf16_t *qkv;
+    int T, C, Q, I, S;
+    float eps;
+} trn_mlp_args_t;
+int trn_mlp_fused_fits(int T, int C, int Q, int I, int S);
+lisa_rc_t trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m,
+                        trn_cuda_stream_t *s);
 /* The weights the product after the next one through b will read (a
  * decode step's chain): the next forward product of 2 to 8 tokens (the
  * skinny kernel) has each block, once its own weights are in, ask for its
