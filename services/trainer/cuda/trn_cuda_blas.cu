@@ -1125,8 +1125,12 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
  * its rows are already on their way. The tiles, the warps' sums and the
  * epilogues are the bulk kernel's, and the norm is computed as
  * trn_k_rmsnorm_fwd's row kernel computes it (a block a token), so the
- * results are the four kernels' bit for bit. Values written by other
- * blocks of the same launch (x, h, a) are read through L2 alone. With
+ * results are the four kernels' bit for bit. A value another block of
+ * the same launch wrote is read through L2 alone where this processor's
+ * L1 may hold its line from earlier in the launch (x in the norms, whose
+ * lines the products' additions read; h for q|k|v, read before for
+ * gate|up); h for gate|up and a for down are read for the first time
+ * in the launch, through L1 as the separate kernels read them. With
  * the next layer's weights it goes on into that layer's first norm and
  * q|k|v product, two phases more, leaving the layer's attention and the
  * merge of its splits the only other kernels of a layer. */
@@ -1268,13 +1272,13 @@ __global__ void __launch_bounds__(32 * S_SK_W, 3)
     s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
                                       pl.u[0], none, issue);
     s_mlp_norm_phase(m, m.wn, bar, shm);
-    s_sb_product<NT, R, true, true>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a, 0,
-                                    pl.u[1], none, issue);
+    s_sb_product<NT, R, true, false>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a, 0,
+                                     pl.u[1], none, issue);
     s_grid_sync(bar);
     /* the hint after the block's last product (its weights are in) */
     const bool next = m.wqkv != NULL;
-    s_sb_product<NT, R, false, true>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
-                                     pl.u[2], next ? none : pf, issue);
+    s_sb_product<NT, R, false, false>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
+                                      pl.u[2], next ? none : pf, issue);
     if (!next)
         return;
     s_mlp_norm_phase(m, m.wn_next, bar, shm);
