@@ -1320,13 +1320,61 @@ s_diff(const double *got, const double *ref, size_t n, int exact)
     return diff;
 }
 
+/* Split attention records as trn_k_attn_decode_prep_parts leaves them
+ * (per token, KV head and split: G maxima, G sums, G x D outputs), random,
+ * with some splits that saw no position (maxima -inf); and the merged o
+ * they give, in double. */
+static float *
+s_merge_records(int T, int H, int Hk, int D, int parts, double *ref)
+{
+    int G = H / Hk;
+    size_t rec = (size_t) G * (D + 2);
+    float *p = malloc((size_t) T * Hk * parts * rec * 4);
+    for (int t = 0; t < T; t++)
+        for (int hk = 0; hk < Hk; hk++)
+            for (int sp = 0; sp < parts; sp++) {
+                float *r = p + (((size_t) t * Hk + hk) * parts + sp) * rec;
+                int empty = (t + hk + sp) % 5 == 0;
+                for (int g = 0; g < G; g++) {
+                    r[g] = empty ? -INFINITY : (float) (s_rand() * 4.0);
+                    r[G + g] = empty ? 0.0f : (float) (1.25 + s_rand() * 0.75);
+                }
+                for (size_t i = 2 * (size_t) G; i < rec; i++)
+                    r[i] = (float) s_rand();
+            }
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            int hk = h / G, g = h % G;
+            const float *r0 = p + ((size_t) t * Hk + hk) * parts * rec;
+            double M = -INFINITY;
+            for (int sp = 0; sp < parts; sp++)
+                M = fmax(M, r0[sp * rec + g]);
+            for (int d = 0; d < D; d++) {
+                double L = 0, acc = 0;
+                for (int sp = 0; sp < parts && M != -INFINITY; sp++) {
+                    const float *r = r0 + sp * rec;
+                    if (r[g] == -INFINITY)
+                        continue;
+                    double f = exp2(r[g] - M);
+                    L += r[G + g] * f;
+                    acc += r[2 * G + (size_t) g * D + d] * f;
+                }
+                ref[((size_t) t * H + h) * D + d] = L > 0 ? acc / L : 0;
+            }
+        }
+    return p;
+}
+
 /* trn_mlp_fused against the kernels it replaces (S > 0: with the next
  * layer's norm and q|k|v), two passes each (the second launch finds the
  * grid barrier as the first left it): the same bits in x, h, a and qkv
  * where the row norm kernel serves C (1,024 to 4,096), else within
- * rounding. */
+ * rounding. With parts > 1 the fused kernel first merges o from split
+ * records of H heads (H / Hk a KV head) of Q / H values: that o against a
+ * double reference, and the separate kernels then run on it. */
 static void
-test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I, int S)
+test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I, int S, int H, int Hk,
+               int parts)
 {
     char what[112];
     if (!trn_mlp_fused_fits(T, C, Q, I, S)) { /* not Hopper, or bulk off */
@@ -1355,9 +1403,20 @@ test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I, int S)
     trn_bf16_t *wqkv = S ? s_dev_rand((size_t) S * C, 0.05, &hst[6]) : NULL;
     trn_bf16_t *gu = s_dev(NULL, (size_t) T * 2 * I * 2);
     m.wqkv = wqkv;
+    double *oref = NULL;
+    float *dpart = NULL;
+    if (parts > 1) { /* o poisoned: the merge must write all of it */
+        int D = Q / H;
+        oref = malloc((size_t) T * Q * sizeof *oref);
+        float *hp = s_merge_records(T, H, Hk, D, parts, oref);
+        dpart = s_dev(hp, (size_t) T * Hk * parts * (H / Hk) * (D + 2) * 4);
+        free(hp);
+        RC(trn_cuda_memset(m.o, 0xff, (size_t) T * Q * 2, NULL));
+        m.part = dpart, m.parts = parts, m.H = H, m.Hk = Hk, m.D = D;
+    }
     trn_mlp_args_t run[2];
     double *got[2][4];
-    for (int f = 0; f < 2; f++) {
+    for (int f = 1; f >= 0; f--) { /* fused first: it merges o */
         run[f] = m;
         run[f].x = s_dev(hx, nx * 4);
         run[f].h = s_dev(NULL, nx * 2);
@@ -1368,6 +1427,13 @@ test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I, int S)
         got[f][1] = s_get_bf16(run[f].h, nx);
         got[f][2] = s_get_bf16(run[f].a, na);
         got[f][3] = S ? s_get_bf16(run[f].qkv, nq) : NULL;
+        if (f == 1 && oref) {
+            double *go = s_get_bf16(m.o, (size_t) T * Q);
+            snprintf(what, sizeof what, "mlp fused T=%d merge of %d splits", T,
+                     parts);
+            s_check(what, s_relerr(go, oref, (size_t) T * Q), 1e-2);
+            free(go);
+        }
     }
     int exact = C >= 1024 && C <= 4096;
     const char *part[4] = {"x", "h", "a", "qkv"};
@@ -1386,7 +1452,8 @@ test_mlp_fused(trn_blas_t *b, int T, int C, int Q, int I, int S)
     }
     trn_cuda_free(&m.o), trn_cuda_free(&m.wo), trn_cuda_free(&m.wn);
     trn_cuda_free(&m.wgu), trn_cuda_free(&m.wd), trn_cuda_free(&gu);
-    trn_cuda_free(&m.wn_next), trn_cuda_free(&wqkv);
+    trn_cuda_free(&m.wn_next), trn_cuda_free(&wqkv), trn_cuda_free(&dpart);
+    free(oref);
     for (int i = 0; i < (S ? 7 : 5); i++)
         free(hst[i]);
     free(hx);
@@ -2420,11 +2487,12 @@ main(int argc, char **argv)
     test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
     test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
     test_linear_glu(b, 5, 96, 301);
-    test_mlp_fused(b, 8, 2560, 4096, 9728, 0);    /* Qwen3-4B, batch 8 */
-    test_mlp_fused(b, 8, 2560, 4096, 9728, 6144); /* and the next q|k|v */
-    test_mlp_fused(b, 2, 1024, 2048, 3072, 0);
-    test_mlp_fused(b, 5, 2048, 1024, 2816, 1040); /* short last tiles */
-    test_mlp_fused(b, 3, 256, 512, 736, 768);     /* C under the row norm's */
+    test_mlp_fused(b, 8, 2560, 4096, 9728, 0, 0, 0, 0);     /* Qwen3-4B, b. 8 */
+    test_mlp_fused(b, 8, 2560, 4096, 9728, 6144, 0, 0, 0);  /* next q|k|v */
+    test_mlp_fused(b, 8, 2560, 4096, 9728, 6144, 32, 8, 4); /* and merge */
+    test_mlp_fused(b, 2, 1024, 2048, 3072, 0, 0, 0, 0);
+    test_mlp_fused(b, 5, 2048, 1024, 2816, 1040, 0, 0, 0); /* short tiles */
+    test_mlp_fused(b, 3, 256, 512, 736, 768, 4, 2, 3);     /* C under 1,024 */
     s_check("mlp fused: shapes it does not take",
             trn_mlp_fused_fits(1, 2560, 4096, 9728, 0) ||
                     trn_mlp_fused_fits(9, 2560, 4096, 9728, 0) ||

@@ -1132,8 +1132,9 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
  * gate|up); h for gate|up and a for down are read for the first time
  * in the launch, through L1 as the separate kernels read them. With
  * the next layer's weights it goes on into that layer's first norm and
- * q|k|v product, two phases more, leaving the layer's attention and the
- * merge of its splits the only other kernels of a layer. */
+ * q|k|v product, two phases more, and with the split attention's records
+ * it starts with their merge, one phase more: a layer is then this kernel
+ * and its attention. */
 
 /* A grid-wide barrier for a kernel whose blocks are all resident at
  * once: bar[0] counts arrivals, bar[1] is the generation the last arrival
@@ -1185,6 +1186,21 @@ s_mlp_norm(const trn_mlp_args_t &m, const trn_bf16_t *w, int row, float *shm)
         int j = threadIdx.x + e * 256;
         if (j < m.C)
             trn_st(o + j, trn_ld(w + j) * trn_round_bf16(__ldcg(x + j) * r));
+    }
+}
+
+/* The merge phase: o from the attention's split records, every value of
+ * its T tokens x H heads x D spread over the grid's threads, as
+ * s_attn_merge computes it. */
+__device__ __forceinline__ void
+s_mlp_merge(const trn_mlp_args_t &m)
+{
+    int HD = m.H * m.D, n = m.T * HD;
+    for (int i = (int) (blockIdx.x * blockDim.x + threadIdx.x); i < n;
+         i += (int) (gridDim.x * blockDim.x)) {
+        int t = i / HD, h = (i % HD) / m.D, d = i % m.D;
+        trn_st(m.o + i,
+               trn_attn_merge1(m.part, t, h, d, m.H, m.Hk, m.D, m.parts));
     }
 }
 
@@ -1268,6 +1284,10 @@ __global__ void __launch_bounds__(32 * S_SK_W, 3)
     __syncthreads();
     trn_pdl_enter();
     tr.waited();
+    if (m.parts > 1) { /* o is read for the first time after it */
+        s_mlp_merge(m);
+        s_grid_sync(bar);
+    }
     const s_pf_t none = {NULL, 0};
     s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
                                       pl.u[0], none, issue);
@@ -1302,6 +1322,8 @@ trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m, trn_cuda_stream_t *s)
     int next = m->wqkv != NULL;
     TRN_REQUIRE(!next || (m->wn_next && m->qkv && m->S > 0));
     TRN_REQUIRE(trn_mlp_fused_fits(m->T, m->C, m->Q, m->I, next ? m->S : 0));
+    TRN_REQUIRE(m->parts <= 1 || (m->part && m->H > 0 && m->Hk > 0 &&
+                                  m->H % m->Hk == 0 && m->H * m->D == m->Q));
     TRN_REQUIRE(s_aligned16(m->o) && s_aligned16(m->wo) &&
                 s_aligned16(m->wgu) && s_aligned16(m->wd) &&
                 s_aligned16(m->h) && s_aligned16(m->a) &&

@@ -370,14 +370,15 @@ s_next(trn_gpu_model_t *g, int l, int k)
 /* LISA_CUDA_FUSED_MLP (read once; off by default until it is timed
  * against the separate kernels): 1 runs a layer's o, second norm,
  * gate|up and down as one kernel (trn_mlp_fused); 2 also the next layer's
- * first norm and q|k|v product. */
+ * first norm and q|k|v product; 3 also, in steps of one new token a
+ * sequence, the merge of the attention's splits before o. */
 static int
 s_fused_mode(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("LISA_CUDA_FUSED_MLP");
-        v = !e ? 0 : strcmp(e, "1") == 0 ? 1 : strcmp(e, "2") == 0 ? 2 : 0;
+        v = e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
     }
     return v;
 }
@@ -390,16 +391,18 @@ s_fused(const trn_gpu_model_t *g, int T, bool next)
 {
     int mode = s_fused_mode();
     if (next)
-        return mode == 2 && !g->qkv_bias &&
+        return mode >= 2 && !g->qkv_bias &&
                trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I, g->S);
     return mode > 0 && trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I, 0);
 }
 
 /* Layer l's o, second norm, gate|up and down in one kernel, and the next
- * layer's norm and q|k|v where s_fused(.., true) says so. */
+ * layer's norm and q|k|v where s_fused(.., true) says so; first the merge
+ * of the attention's `parts` splits where there are several (in
+ * kv->attn_part). */
 static lisa_rc_t
 s_layer_fused(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l,
-              int T)
+              int T, int parts)
 {
     const s_layer_t *ly = &g->layers[l];
     const trn_bf16_t *W = g->wb;
@@ -417,6 +420,11 @@ s_layer_fused(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l,
                         .wn_next = nx ? W + ln->w_in : NULL,
                         .wqkv = nx ? W + ln->qkv : NULL,
                         .qkv = nx ? b->qkv : NULL,
+                        .part = kv->attn_part,
+                        .parts = parts,
+                        .H = g->H,
+                        .Hk = g->Hk,
+                        .D = g->D,
                         .T = T,
                         .C = g->C,
                         .Q = g->H * g->D,
@@ -451,12 +459,16 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
     const trn_bf16_t *qn = s_norm_w(g, W, ly->q_norm);
     const trn_bf16_t *kn = s_norm_w(g, W, ly->k_norm);
+    /* the attention's splits merged by the fused kernel, or here */
+    int parts = 1;
+    bool merge_later = b->one && s_fused_mode() == 3 && s_fused(g, T, false);
+    int *defer = merge_later ? &parts : NULL;
     if (b->one) { /* q/k preparation inside the attention kernel */
         S_TRYG(TRN_PH_ATTN_F,
-               trn_k_attn_decode_prep(b->o, b->qkv, g->S, qn, kn, kv->k[l],
-                                      kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
-                                      g->D, kv->pg, eps, theta, kv->attn_part,
-                                      kv->attn_part_n, st));
+               trn_k_attn_decode_prep_parts(
+                   b->o, b->qkv, g->S, qn, kn, kv->k[l], kv->v[l], b->slot,
+                   b->pos, T, g->H, g->Hk, g->D, kv->pg, eps, theta,
+                   kv->attn_part, kv->attn_part_n, defer, st));
     } else { /* every new key into the cache, then decodes, then prompts */
         S_TRYG(TRN_PH_QK, trn_k_qk_prep(b->qkv, g->S, qn, kn, kv->k[l],
                                         kv->v[l], b->slot, b->pos, T, g->H,
@@ -474,7 +486,7 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                                       g->D, st));
     }
     if (s_fused(g, T, false)) { /* o, norm, gate|up, down: one kernel */
-        S_TRYG(TRN_PH_PROD_F, s_layer_fused(g, kv, b, l, T));
+        S_TRYG(TRN_PH_PROD_F, s_layer_fused(g, kv, b, l, T, parts));
         goto out;
     }
     s_next(g, l, 1);
