@@ -1204,14 +1204,23 @@ s_mlp_merge(const trn_mlp_args_t &m)
     }
 }
 
+/* A phase's record in a trace build (trn_cuda_trace.cuh): from its start
+ * (past the barrier before it) to its end. */
+#define S_PHASE(kind, a, b)                                                    \
+    trn_tr_scope tp_((kind), (unsigned) (a), (unsigned) (b));                  \
+    tp_.waited()
+
 /* The norm phase between two barriers: blocks 0 .. T-1 a row each. */
 __device__ __forceinline__ void
-s_mlp_norm_phase(const trn_mlp_args_t &m, const trn_bf16_t *w, unsigned *bar,
-                 float *shm)
+s_mlp_norm_phase(const trn_mlp_args_t &m, const trn_bf16_t *w, unsigned kind,
+                 unsigned *bar, float *shm)
 {
     s_grid_sync(bar);
-    if ((int) blockIdx.x < m.T)
-        s_mlp_norm(m, w, (int) blockIdx.x, shm);
+    {
+        S_PHASE(kind, m.C, m.T);
+        if ((int) blockIdx.x < m.T)
+            s_mlp_norm(m, w, (int) blockIdx.x, shm);
+    }
     s_grid_sync(bar);
 }
 
@@ -1284,24 +1293,38 @@ __global__ void __launch_bounds__(32 * S_SK_W, 3)
     __syncthreads();
     trn_pdl_enter();
     tr.waited();
+    tr.end();          /* the phases have records of their own */
     if (m.parts > 1) { /* o is read for the first time after it */
-        s_mlp_merge(m);
+        {
+            S_PHASE(TRN_TR_FUSED_MERGE, m.H, m.parts);
+            s_mlp_merge(m);
+        }
         s_grid_sync(bar);
     }
     const s_pf_t none = {NULL, 0};
-    s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
-                                      pl.u[0], none, issue);
-    s_mlp_norm_phase(m, m.wn, bar, shm);
-    s_sb_product<NT, R, true, false>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a, 0,
-                                     pl.u[1], none, issue);
+    {
+        S_PHASE(TRN_TR_FUSED_O, m.C, m.Q);
+        s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
+                                          pl.u[0], none, issue);
+    }
+    s_mlp_norm_phase(m, m.wn, TRN_TR_FUSED_NORM, bar, shm);
+    {
+        S_PHASE(TRN_TR_FUSED_GLU, 2 * m.I, m.C);
+        s_sb_product<NT, R, true, false>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a,
+                                         0, pl.u[1], none, issue);
+    }
     s_grid_sync(bar);
     /* the hint after the block's last product (its weights are in) */
     const bool next = m.wqkv != NULL;
-    s_sb_product<NT, R, false, false>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
-                                      pl.u[2], next ? none : pf, issue);
+    {
+        S_PHASE(TRN_TR_FUSED_DOWN, m.C, m.I);
+        s_sb_product<NT, R, false, false>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
+                                          pl.u[2], next ? none : pf, issue);
+    }
     if (!next)
         return;
-    s_mlp_norm_phase(m, m.wn_next, bar, shm);
+    s_mlp_norm_phase(m, m.wn_next, TRN_TR_FUSED_NORM_NEXT, bar, shm);
+    S_PHASE(TRN_TR_FUSED_QKV, m.S, m.C);
     s_sb_product<NT, R, false, true>(pp, m.h, m.T, m.C, m.S, NULL, m.qkv, 0,
                                      pl.u[3], pf, issue);
 }
