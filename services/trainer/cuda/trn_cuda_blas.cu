@@ -1064,6 +1064,20 @@ s_spread(float *glu, float *plain)
     *plain = p;
 }
 
+/* How many blocks of kernel k (S_SK_W warps, smem bytes of dynamic
+ * shared memory, which it is allowed first) a multiprocessor holds at
+ * once, into *resident. */
+template <typename K>
+static lisa_rc_t
+s_resident(K k, int smem, int *resident)
+{
+    TRN_CUDA_TRY(cudaFuncSetAttribute(
+        k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        resident, k, 32 * S_SK_W, (size_t) smem));
+    return LISA_OK;
+}
+
 template <int NT, int R, bool GLU>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -1073,11 +1087,9 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     const int smem = R * S_SB_SLOT + (int) sizeof(s_red_t<NT>);
     static int resident; /* per instantiation, set once: blocks a processor */
     if (!resident) {
-        TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, GLU>,
-            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, s_skinny_bulk<NT, R, GLU>, 32 * S_SK_W, (size_t) smem));
+        lisa_rc_t rc = s_resident(s_skinny_bulk<NT, R, GLU>, smem, &resident);
+        if (rc != LISA_OK)
+            return rc;
         resident = resident < 1 ? 1 : resident;
     }
     /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
@@ -1242,10 +1254,10 @@ s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m)
     const int outs[4] = {m.C, m.I, m.C, m.wqkv ? m.S : 0};
     const int ks[4] = {m.Q, m.C, m.I, m.C};
     int end = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++) { /* no outputs: a run of no tiles */
         pl.u[i] = s_sb_run(outs[i], i == 1 ? 8 : 16);
         pl.st[i] = (ks[i] / 32 + S_SB_CS - 1) / S_SB_CS;
-        end += outs[i] > 0 ? pl.u[i].nt * pl.st[i] : 0;
+        end += pl.u[i].nt * pl.st[i];
         pl.e[i] = end;
     }
 }
@@ -1354,11 +1366,9 @@ trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m, trn_cuda_stream_t *s)
     const int smem = 2 * S_SB_SLOT + (int) sizeof(s_red_t<1>);
     static int resident; /* blocks a processor, set once */
     if (!resident) {
-        TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_mlp_fused<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            smem));
-        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, s_mlp_fused<1, 2>, 32 * S_SK_W, (size_t) smem));
+        lisa_rc_t rc = s_resident(s_mlp_fused<1, 2>, smem, &resident);
+        if (rc != LISA_OK)
+            return rc;
         if (resident < 1)
             return LISA_UNSUPPORTED;
     }

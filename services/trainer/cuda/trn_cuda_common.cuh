@@ -148,6 +148,7 @@ trn_cp_wait(void)
  * query head h of token t, merged over the nsplit splits (0 where no
  * split saw a position); s_attn_merge and the fused decode kernel both
  * compute it with this. */
+/* A split's record: m[G] (log2 units), l[G], then o[G][D] (unnormalised). */
 __device__ __forceinline__ size_t
 trn_attn_rec(int G, int D)
 {

@@ -284,18 +284,11 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 #define S_GQ_TP     32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS 32 /* most splits of one token's positions */
 
-/* A split's partial result: m[G] (log2 units), l[G], then o[G][D]
- * (unnormalised). */
-__device__ __forceinline__ size_t
-s_gq_rec(int G, int D)
-{
-    return (size_t) G * (size_t) (D + 2);
-}
-
 /* The end of a grouped decode block: the NW warps' states (each query
  * head's maximum and sum in sm_m / sm_l, its unnormalised output in
  * sm_o[w][g * D + d]) merged by one thread per (query head, dimension),
- * then either the output (one split) or this split's record. */
+ * then either the output (one split) or this split's record (its layout:
+ * trn_attn_rec). */
 template <int D, int G, int NW>
 __device__ __forceinline__ void
 s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
@@ -305,7 +298,7 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
     float *rec = part
                      ? part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
                                (size_t) hk * (size_t) nsplit + (size_t) split) *
-                                  s_gq_rec(G, D)
+                                  trn_attn_rec(G, D)
                      : NULL;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         int g = i / D;
