@@ -42,6 +42,8 @@ trn_cp_part(const trn_batch_t *whole, int rank, int world, size_t *rows,
     }
     cp->rows = rows;
     cp->n_global = whole->n_tokens;
+    cp->rank = rank;
+    cp->world = world;
     *part = *whole;
     part->tokens = tok;
     part->targets = tgt;

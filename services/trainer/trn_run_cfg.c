@@ -161,8 +161,8 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
     E(cp_tokens, "trainer.context_parallel_tokens", NULL, INT64, "0",
       "with several ranks, a trajectory longer than this trains on every "
       "rank at once, its positions split between them (context "
-      "parallelism; 0: never; on the GPU the attention itself is not yet "
-      "divided)"),
+      "parallelism; 0: never; on the GPU the attention is divided by "
+      "heads)"),
     E(recompute, "actor_rollout_ref.model.enable_gradient_checkpointing", NULL,
       STRING, "auto",
       "layer recomputation on the GPU: auto (keep activations when they "

@@ -919,6 +919,9 @@ main(int argc, char **argv)
     test_cp("cp 3 ranks, recomputed, D=64 Hk=1",
             s_cfg(256, 512, 3, 4, 1, 64, 1000, 0, 1e4), lens4, 2, 3,
             TRN_RECOMPUTE_ON);
+    /* the heads dealt out unevenly: one, one and two KV heads */
+    test_cp("cp 3 ranks, H=8 Hk=4", s_cfg(128, 256, 2, 8, 4, 32, 512, 1, 1e6),
+            lens4, 2, 3, TRN_RECOMPUTE_AUTO);
     printf("\n%d passed, %d failed\n", s_pass, s_fail);
     return s_fail ? 1 : 0;
 }

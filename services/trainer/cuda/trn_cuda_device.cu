@@ -119,6 +119,17 @@ trn_cuda_copy(void *dst, const void *src, size_t bytes, trn_cuda_stream_t *s)
 }
 
 extern "C" lisa_rc_t
+trn_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                size_t width, size_t height, trn_cuda_stream_t *s)
+{
+    if (width == 0 || height == 0)
+        return LISA_OK;
+    TRN_CUDA_TRY(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                   cudaMemcpyDeviceToDevice, trn_stream(s)));
+    return LISA_OK;
+}
+
+extern "C" lisa_rc_t
 trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s)
 {
     TRN_CUDA_TRY(cudaMemsetAsync(p, v, bytes, trn_stream(s)));

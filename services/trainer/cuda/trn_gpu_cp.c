@@ -4,27 +4,34 @@
  * on the other ranks of the group.
  *
  * Everything but the attention runs on the rank's own rows, as on the
- * CPU reference. The attention runs over the whole batch on every rank:
- * per layer the ranks' q|k|v rows are gathered into the whole batch's
- * order and the training attention kernel runs over all of it; the rank
- * keeps its rows of the output. The backward gathers q|k|v, the outputs
- * and their gradients the same way, runs the attention backward over the
- * whole batch and keeps its rows of dq|dk|dv: every rank computes the
- * whole attention gradient alike, so nothing needs summing back. The
- * attention's work is therefore not divided between the ranks (every
- * other product, the activations and the vocabulary projection are); its
- * log-sum-exp is kept per layer for the whole batch ([L][H][n_global]
- * fp32), and each layer's output rows of this rank ([L][T][H*D] bf16), so
- * that a backward pass that recomputes the layers never runs the
- * attention again: every rank issues the same collectives in the same
- * order whatever it keeps or recomputes.
+ * CPU reference. The attention is divided by heads: rank r of W takes the
+ * KV heads [Hk r / W, Hk (r + 1) / W) and their query heads, over the
+ * whole batch. Per layer the ranks' q|k|v rows are gathered into the
+ * whole batch's order, each rank runs the training attention kernel for
+ * its heads over all rows, and the heads' outputs go back to the ranks
+ * that own the rows. The backward gathers q|k|v, the outputs and their
+ * gradients the same way, runs the attention backward for the rank's
+ * heads, and sends dq|dk|dv back to the rows' owners. A head's attention
+ * is computed on one rank by the same kernel over the same rows as one
+ * model computes it, so nothing is summed but exact zeros, and every rank
+ * has 1/W of the attention's work whatever the causal mask (when W
+ * divides Hk; else the runs differ by one KV head, and a rank with none
+ * only takes part in the exchanges). The log-sum-exp of the rank's heads
+ * is kept per layer ([L][H][n_global] fp32, its heads' rows), and each
+ * layer's output rows of this rank ([L][T][H*D] bf16), so that a backward
+ * pass that recomputes the layers never runs the attention again: every
+ * rank issues the same collectives in the same order whatever it keeps or
+ * recomputes.
  *
- * The gathers go through NCCL when the model has a device communicator
- * (data parallel across GPUs: each rank's rows padded to the longest
- * rank's count, one all-gather, then a row permutation into the batch's
- * order), else through the batch's trn_cp_t sum on the host (exact: each
- * value is summed with zeros only), which lets several models share one
- * device in a test.
+ * The exchanges go through NCCL when the model has a device communicator
+ * (data parallel across GPUs): rows are gathered by padding each rank's
+ * rows to the longest rank's count, one all-gather, then a row
+ * permutation into the batch's order; heads go back by one all-gather of
+ * every rank's columns (padded to the widest rank's), of which each rank
+ * copies its rows. Without one, they go through the batch's trn_cp_t sum
+ * on the host (exact: each value is summed with zeros only), which lets
+ * several models share one device in a test; the rank and the group's
+ * size then come from trn_cp_t.
  */
 #include "lisa/lisa_mem.h"
 #include "trn_gpu_model_int.h"
@@ -46,21 +53,48 @@ trn_gpu_model_set_cp_dist(trn_gpu_model_t *g, trn_dist_t *d)
 
 struct trn_gpu_cp {
     const trn_cp_t *cp;
-    size_t T, n;                    /* this rank's rows, the whole batch's */
-    size_t cap_n, cap_T, cap_stage; /* what the buffers hold */
-    int world, rank;                /* of the device communicator (NCCL path) */
-    size_t tmax;                    /* most rows of a rank (NCCL path) */
+    size_t T, n; /* this rank's rows, the whole batch's */
+    size_t cap_n, cap_T, cap_stage, cap_bw; /* what the buffers hold */
+    int world, rank;                        /* of the group */
+    int k0, k1, kmax;       /* this rank's KV heads; most KV heads of a rank */
+    size_t bw;              /* columns of the widest rank's q|k|v heads */
+    size_t tmax;            /* most rows of a rank (NCCL path) */
     int32_t *seg, *idx;     /* device: [n] sequence of each row; [T] rows */
     int32_t *perm;          /* device [n]: staging row of each (NCCL) */
-    trn_bf16_t *qkv, *dqkv; /* [n, S] */
+    trn_bf16_t *qkv;        /* [n, S] */
     trn_bf16_t *o, *dout;   /* [n, H*D] */
+    trn_bf16_t *blk;        /* [n, bw]: this rank's heads' o or dq|dk|dv */
+    trn_bf16_t *ohd, *dohd; /* [n, its query heads x D]: o and dout */
+    trn_bf16_t *tmp;        /* NCCL: [T, bw] */
     trn_bf16_t *okeep;      /* [L][T, H*D]: this rank's outputs */
-    trn_bf16_t *stage;      /* NCCL: [world * tmax, S] */
+    trn_bf16_t *stage;      /* NCCL: [world * tmax, S] or [world * n, bw] */
     float *lse;             /* [L][H][n] */
-    float *scratch;         /* the attention backward's, n * H * (D + 1) */
+    float *scratch;         /* the attention backward's */
     trn_bf16_t *hrows;      /* host path: [T, S] */
     float *hsum;            /* host path: [n, S] */
+    trn_bf16_t *hblk;       /* host path: [n, bw] */
 };
+
+/* The device buffers, in one list for freeing and sizing. */
+#define S_CP_BUFS(c)                                                           \
+    {                                                                          \
+        (void **) &(c)->seg, (void **) &(c)->idx, (void **) &(c)->perm,        \
+            (void **) &(c)->qkv, (void **) &(c)->o, (void **) &(c)->dout,      \
+            (void **) &(c)->blk, (void **) &(c)->ohd, (void **) &(c)->dohd,    \
+            (void **) &(c)->tmp, (void **) &(c)->stage, (void **) &(c)->lse,   \
+            (void **) &(c)->scratch, (void **) &(c)->okeep                     \
+    }
+
+static void
+s_free_bufs(struct trn_gpu_cp *c)
+{
+    void **d[] = S_CP_BUFS(c);
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        trn_cuda_free(d[i]);
+    lisa_free(&c->hrows);
+    lisa_free(&c->hsum);
+    lisa_free(&c->hblk);
+}
 
 void
 trn_gpu_cp_free(trn_gpu_model_t *g)
@@ -68,17 +102,28 @@ trn_gpu_cp_free(trn_gpu_model_t *g)
     struct trn_gpu_cp *c = g->cpx;
     if (!c)
         return;
-    void **d[] = {
-        (void **) &c->seg,     (void **) &c->idx,   (void **) &c->perm,
-        (void **) &c->qkv,     (void **) &c->dqkv,  (void **) &c->o,
-        (void **) &c->dout,    (void **) &c->stage, (void **) &c->lse,
-        (void **) &c->scratch, (void **) &c->okeep};
-    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
-        trn_cuda_free(d[i]);
-    lisa_free(&c->hrows);
-    lisa_free(&c->hsum);
+    s_free_bufs(c);
     lisa_free(&g->cpx);
     g->cp_on = 0;
+}
+
+/* A bf16 value as a float (exact) and a float that holds a bf16 value
+ * back (its top half: exact for such values). */
+static float
+s_bf2f(trn_bf16_t b)
+{
+    uint32_t u = (uint32_t) b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static trn_bf16_t
+s_f2bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (trn_bf16_t) (u >> 16);
 }
 
 /* dst [n, C] = every rank's rows of src [T, C] (C <= S), in the batch's
@@ -109,20 +154,15 @@ s_gather(trn_gpu_model_t *g, trn_bf16_t *dst, const trn_bf16_t *src, int C,
     memset(c->hsum, 0, c->n * Cz * sizeof(float));
     for (size_t t = 0; t < c->T; t++) {
         float *row = c->hsum + c->cp->rows[t] * Cz;
-        for (size_t j = 0; j < Cz; j++) {
-            uint32_t u = (uint32_t) c->hrows[t * Cz + j] << 16;
-            memcpy(&row[j], &u, 4);
-        }
+        for (size_t j = 0; j < Cz; j++)
+            row[j] = s_bf2f(c->hrows[t * Cz + j]);
     }
     rc = c->cp->sum(c->cp->self, c->hsum, c->n * Cz, err);
     if (rc != LISA_OK)
         return rc;
     trn_bf16_t *h = (trn_bf16_t *) (void *) c->hsum; /* in place, ahead */
-    for (size_t i = 0; i < c->n * Cz; i++) {
-        uint32_t u;
-        memcpy(&u, &c->hsum[i], 4);
-        h[i] = (trn_bf16_t) (u >> 16);
-    }
+    for (size_t i = 0; i < c->n * Cz; i++)
+        h[i] = s_f2bf(c->hsum[i]);
     return trn_cuda_upload(dst, h, c->n * Cz * 2);
 }
 
@@ -191,33 +231,38 @@ out:
 }
 
 /* Buffers for a batch of n rows, this rank's T of them (after s_perm on
- * the NCCL path: the staging buffer's size needs tmax); kept while they
- * are large enough. */
+ * the NCCL path: the staging buffer's size needs tmax; after s_heads);
+ * kept while they are large enough. */
 static lisa_rc_t
 s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
 {
     struct trn_gpu_cp *c = g->cpx;
     size_t S = (size_t) g->S, HD = (size_t) (g->H * g->D);
-    size_t H = (size_t) g->H, L = (size_t) g->L;
-    size_t stage = s_dist(g) ? (size_t) c->world * c->tmax * S : 0;
-    void **d[] = {
-        (void **) &c->seg,     (void **) &c->idx,   (void **) &c->perm,
-        (void **) &c->qkv,     (void **) &c->dqkv,  (void **) &c->o,
-        (void **) &c->dout,    (void **) &c->stage, (void **) &c->lse,
-        (void **) &c->scratch, (void **) &c->okeep};
+    size_t H = (size_t) g->H, L = (size_t) g->L, D = (size_t) g->D;
+    size_t qw = (size_t) c->kmax * (size_t) (g->H / g->Hk) * D;
+    size_t W = (size_t) c->world, dist = s_dist(g) != NULL;
+    size_t stage = dist ? W * c->tmax * S : 0;
+    if (dist && W * n * c->bw > stage)
+        stage = W * n * c->bw;
     if (n <= c->cap_n && T <= c->cap_T && stage <= c->cap_stage &&
-        (s_dist(g) || c->hsum))
+        c->bw <= c->cap_bw && (dist || c->hsum))
         return LISA_OK;
-    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
-        trn_cuda_free(d[i]);
-    lisa_free(&c->hrows);
-    lisa_free(&c->hsum);
-    c->cap_n = c->cap_T = c->cap_stage = 0;
-    size_t bytes[] = {n * 4,         T * 4,
-                      n * 4,         n * S * 2,
-                      n * S * 2,     n * HD * 2,
-                      n * HD * 2,    stage * 2,
-                      L * H * n * 4, n * H * ((size_t) g->D + 1) * 4,
+    s_free_bufs(c);
+    c->cap_n = c->cap_T = c->cap_stage = c->cap_bw = 0;
+    void **d[] = S_CP_BUFS(c);
+    size_t bytes[] = {n * 4,
+                      T * 4,
+                      n * 4,
+                      n * S * 2,
+                      n * HD * 2,
+                      n * HD * 2,
+                      n * c->bw * 2,
+                      n * qw * 2,
+                      n * qw * 2,
+                      dist ? T * c->bw * 2 : 0,
+                      stage * 2,
+                      L * H * n * 4,
+                      n * (qw / D) * (D + 1) * 4,
                       L * T * HD * 2};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
         if (bytes[i] == 0)
@@ -226,13 +271,43 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
         if (!*d[i])
             return LISA_TOOLARGE;
     }
-    if (!s_dist(g)) {
+    if (!dist) { /* bw <= S: the widest rank's heads are at most all */
         c->hrows = lisa_malloc(T * S * 2);
         c->hsum = lisa_malloc(n * S * 4);
+        c->hblk = lisa_malloc(n * S * 2);
     }
     c->cap_n = n;
     c->cap_T = T;
     c->cap_stage = stage;
+    c->cap_bw = c->bw;
+    return LISA_OK;
+}
+
+/* The group, and this rank's KV heads: runs as even as they come, in
+ * order (rank r: [Hk r / W, Hk (r + 1) / W)). */
+static lisa_rc_t
+s_heads(trn_gpu_model_t *g, const trn_cp_t *cp, trn_err_t *err)
+{
+    struct trn_gpu_cp *c = g->cpx;
+    if (s_dist(g)) {
+        c->world = trn_dist_world(s_dist(g));
+        c->rank = trn_dist_rank(s_dist(g));
+    } else {
+        c->world = cp->world;
+        c->rank = cp->rank;
+    }
+    if (c->world < 1 || c->rank < 0 || c->rank >= c->world ||
+        (s_dist(g) && cp->world != 0 &&
+         (cp->world != c->world || cp->rank != c->rank))) {
+        s_err(err, "context parallelism: the batch's rank and group size do "
+                   "not match the device communicator's");
+        return LISA_INVALID;
+    }
+    int Hk = g->Hk, W = c->world;
+    c->k0 = Hk * c->rank / W;
+    c->k1 = Hk * (c->rank + 1) / W;
+    c->kmax = (Hk + W - 1) / W;
+    c->bw = (size_t) c->kmax * (size_t) (g->H / Hk + 2) * (size_t) g->D;
     return LISA_OK;
 }
 
@@ -255,9 +330,9 @@ trn_gpu_cp_begin(trn_gpu_model_t *g, const trn_batch_t *b, int32_t *pos,
     c->cp = cp;
     c->T = T;
     c->n = n;
-    c->world = s_dist(g) ? trn_dist_world(s_dist(g)) : 1;
-    c->rank = s_dist(g) ? trn_dist_rank(s_dist(g)) : 0;
-    lisa_rc_t rc = LISA_OK;
+    lisa_rc_t rc = s_heads(g, cp, err);
+    if (rc != LISA_OK)
+        return rc;
     int32_t *seg = lisa_malloc(n * 4), *idx = lisa_malloc(T * 4), *perm = NULL;
     for (size_t s = 0; s < b->n_seqs; s++) {
         if (b->seq_offsets[s + 1] <= b->seq_offsets[s]) {
@@ -303,17 +378,101 @@ trn_gpu_cp_o(trn_gpu_model_t *g, int l)
     return c->okeep + (size_t) l * c->cap_T * (size_t) (g->H * g->D);
 }
 
+/* A run of columns of a rank's heads: at `col` of a whole row, `w` wide,
+ * at `off` in the rank's block. */
+typedef struct {
+    size_t col, w, off;
+} s_cols_t;
+
+/* Rank r's columns of o (nseg 1: its query heads) or of q|k|v (nseg 3:
+ * and its KV heads' keys and values) into cols; returns the width of its
+ * block, in which they lie side by side. */
+static size_t
+s_cols(const trn_gpu_model_t *g, int r, int W, int nseg, s_cols_t *cols)
+{
+    size_t Hk = (size_t) g->Hk, G = (size_t) (g->H / g->Hk), D = (size_t) g->D;
+    size_t k0 = Hk * (size_t) r / (size_t) W;
+    size_t hk = Hk * (size_t) (r + 1) / (size_t) W - k0;
+    size_t q = hk * G * D, kv = hk * D;
+    cols[0] = (s_cols_t){k0 * G * D, q, 0};
+    if (nseg == 1)
+        return q;
+    cols[1] = (s_cols_t){(size_t) g->H * D + k0 * D, kv, q};
+    cols[2] = (s_cols_t){((size_t) g->H + Hk) * D + k0 * D, kv, q + kv};
+    return q + 2 * kv;
+}
+
+/* dst [T, C] (this rank's rows) = every rank's block's columns (nseg as
+ * s_cols) of those rows; this rank's block is c->blk, [n, its width]. */
+static lisa_rc_t
+s_to_rows(trn_gpu_model_t *g, trn_bf16_t *dst, int C, int nseg, trn_err_t *err)
+{
+    struct trn_gpu_cp *c = g->cpx;
+    s_cols_t cols[3];
+    size_t n = c->n, T = c->T, Cz = (size_t) C, bw = c->bw;
+    size_t w = s_cols(g, c->rank, c->world, nseg, cols);
+    lisa_rc_t rc = LISA_OK;
+    if (s_dist(g)) {
+        S_TRY(trn_cuda_copy2d(c->stage + (size_t) c->rank * n * bw, bw * 2,
+                              c->blk, w * 2, w * 2, n, NULL));
+        rc = trn_dist_allgather_bf16(s_dist(g), c->stage, n * bw);
+        if (rc != LISA_OK) {
+            s_err(err, "context parallelism: the all-gather failed");
+            return rc;
+        }
+        for (int r = 0; r < c->world; r++) {
+            if (s_cols(g, r, c->world, nseg, cols) == 0)
+                continue; /* a rank without heads */
+            S_TRY(trn_k_gather_rows(c->tmp, c->stage + (size_t) r * n * bw,
+                                    c->idx, (int) T, (int) bw, NULL));
+            for (int k = 0; k < nseg; k++)
+                S_TRY(trn_cuda_copy2d(dst + cols[k].col, Cz * 2,
+                                      c->tmp + cols[k].off, bw * 2,
+                                      cols[k].w * 2, T, NULL));
+        }
+        return LISA_OK;
+    }
+    /* through the group's sum on the host: this rank's columns in a
+     * zeroed [n, C], summed (exact: the other ranks add zeros) */
+    memset(c->hsum, 0, n * Cz * sizeof(float));
+    if (w)
+        S_TRY(trn_cuda_download(c->hblk, c->blk, n * w * 2));
+    for (size_t i = 0; i < n && w; i++)
+        for (int k = 0; k < nseg; k++)
+            for (size_t j = 0; j < cols[k].w; j++)
+                c->hsum[i * Cz + cols[k].col + j] =
+                    s_bf2f(c->hblk[i * w + cols[k].off + j]);
+    S_TRY(c->cp->sum(c->cp->self, c->hsum, n * Cz, err));
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < Cz; j++)
+            c->hrows[t * Cz + j] = s_f2bf(c->hsum[c->cp->rows[t] * Cz + j]);
+    S_TRY(trn_cuda_upload(dst, c->hrows, T * Cz * 2));
+out:
+    return rc;
+}
+
+/* The log-sum-exp of layer l's first head of this rank ([H][n] a layer). */
+static float *
+s_lse(const trn_gpu_model_t *g, int l)
+{
+    const struct trn_gpu_cp *c = g->cpx;
+    size_t h0 = (size_t) c->k0 * (size_t) (g->H / g->Hk);
+    return c->lse + ((size_t) l * (size_t) g->H + h0) * c->n;
+}
+
 lisa_rc_t
 trn_gpu_cp_attn_fwd(trn_gpu_model_t *g, int l, trn_err_t *err)
 {
     struct trn_gpu_cp *c = g->cpx;
     lisa_rc_t rc = LISA_OK;
-    int H = g->H, Hk = g->Hk, D = g->D, n = (int) c->n;
+    int H = g->H, Hk = g->Hk, D = g->D, G = H / Hk, n = (int) c->n;
+    int k0 = c->k0, hk = c->k1 - c->k0;
     S_TRY(s_gather(g, c->qkv, g->qkvn, g->S, err));
-    S_TRY(trn_k_attn_fwd(c->o, c->lse + (size_t) l * (size_t) H * c->n, c->qkv,
-                         c->qkv + H * D, c->qkv + (H + Hk) * D, g->S, c->seg, n,
-                         H, Hk, D, NULL));
-    S_TRY(trn_k_gather_rows(g->o, c->o, c->idx, (int) c->T, H * D, NULL));
+    if (hk > 0) /* this rank's heads over the whole batch */
+        S_TRY(trn_k_attn_fwd(c->blk, s_lse(g, l), c->qkv + k0 * G * D,
+                             c->qkv + (H + k0) * D, c->qkv + (H + Hk + k0) * D,
+                             g->S, c->seg, n, hk * G, hk, D, NULL));
+    S_TRY(s_to_rows(g, g->o, H * D, 1, err));
 out:
     return rc;
 }
@@ -323,16 +482,26 @@ trn_gpu_cp_attn_bwd(trn_gpu_model_t *g, int l, trn_err_t *err)
 {
     struct trn_gpu_cp *c = g->cpx;
     lisa_rc_t rc = LISA_OK;
-    int H = g->H, Hk = g->Hk, D = g->D, n = (int) c->n;
+    int H = g->H, Hk = g->Hk, D = g->D, G = H / Hk, n = (int) c->n;
+    int k0 = c->k0, hk = c->k1 - c->k0, hq = hk * G;
+    size_t HD2 = (size_t) (H * D) * 2, qb = (size_t) (hq * D) * 2;
     S_TRY(s_gather(g, c->qkv, g->qkvn, g->S, err));
     S_TRY(s_gather(g, c->o, g->o, H * D, err));
     S_TRY(s_gather(g, c->dout, g->da, H * D, err));
-    S_TRY(trn_k_attn_bwd(c->dqkv, c->dqkv + H * D, c->dqkv + (H + Hk) * D, g->S,
-                         c->scratch, c->dout, c->o,
-                         c->lse + (size_t) l * (size_t) H * c->n, c->qkv,
-                         c->qkv + H * D, c->qkv + (H + Hk) * D, g->S, c->seg, n,
-                         H, Hk, D, NULL));
-    S_TRY(trn_k_gather_rows(g->dqkv, c->dqkv, c->idx, (int) c->T, g->S, NULL));
+    if (hk > 0) { /* this rank's heads: their o and dout packed, then dq|dk|dv
+                   * of all rows into its block */
+        S_TRY(trn_cuda_copy2d(c->ohd, qb, c->o + k0 * G * D, HD2, qb, c->n,
+                              NULL));
+        S_TRY(trn_cuda_copy2d(c->dohd, qb, c->dout + k0 * G * D, HD2, qb, c->n,
+                              NULL));
+        int w = (hq + 2 * hk) * D;
+        S_TRY(trn_k_attn_bwd(c->blk, c->blk + hq * D, c->blk + (hq + hk) * D, w,
+                             c->scratch, c->dohd, c->ohd, s_lse(g, l),
+                             c->qkv + k0 * G * D, c->qkv + (H + k0) * D,
+                             c->qkv + (H + Hk + k0) * D, g->S, c->seg, n, hq,
+                             hk, D, NULL));
+    }
+    S_TRY(s_to_rows(g, g->dqkv, g->S, 3, err));
 out:
     return rc;
 }

@@ -50,6 +50,11 @@ lisa_rc_t trn_cuda_download(void *dst, const void *src, size_t bytes);
 /* Device-to-device copy of `bytes` on `s`. */
 lisa_rc_t trn_cuda_copy(void *dst, const void *src, size_t bytes,
                         trn_cuda_stream_t *s);
+/* Device-to-device copy of `height` rows of `width` bytes, rows `spitch`
+ * bytes apart in src and `dpitch` in dst, on `s`. */
+lisa_rc_t trn_cuda_copy2d(void *dst, size_t dpitch, const void *src,
+                          size_t spitch, size_t width, size_t height,
+                          trn_cuda_stream_t *s);
 /* Sets `bytes` of device memory to byte value `v` on `s`. */
 lisa_rc_t trn_cuda_memset(void *p, int v, size_t bytes, trn_cuda_stream_t *s);
 /* Waits for all work on the device. */

@@ -203,6 +203,8 @@ void trn_model_set_logits_chunk(trn_model_t *m, size_t rows);
 typedef struct {
     const size_t *rows; /* rows[i]: global index of local row i, increasing */
     size_t n_global;    /* tokens of the whole batch */
+    int rank, world;    /* this rank in the group (the GPU model's host sum
+                         * divides the attention's heads by them) */
     void *self;
     /* In-place sum of n floats over the group; every rank gets the total.
      * Every rank calls it in the same order. */
@@ -222,9 +224,9 @@ typedef struct trn_batch trn_batch_t;
 
 /* This rank's share of a whole batch under the balanced split: its rows
  * into rows, their tokens and targets into tok and tgt (room for the
- * whole batch's n_tokens each), cp's rows and n_global, and *part: the
- * batch of those rows with cp set (the caller sets cp->sum and cp->self).
- * Returns the row count. */
+ * whole batch's n_tokens each), cp's rows, n_global, rank and world, and
+ * *part: the batch of those rows with cp set (the caller sets cp->sum and
+ * cp->self). Returns the row count. */
 size_t trn_cp_part(const trn_batch_t *whole, int rank, int world, size_t *rows,
                    int32_t *tok, int32_t *tgt, trn_cp_t *cp, trn_batch_t *part);
 
