@@ -933,7 +933,7 @@ s_update_metrics(s_loop_t *L, trn_metrics_t *m, const trn_step_out_t *so)
     trn_metrics_set(m, "actor/grad_norm", so->grad_norm);
     trn_metrics_set(m, "actor/tokens", so->tokens);
     trn_metrics_set(m, "actor/micro_batches", (double) so->micro_batches);
-    if (L->scfg.cp_tokens > 0)
+    if (L->scfg.cp_tokens > 0 || L->scfg.cp_auto)
         trn_metrics_set(m, "actor/cp_micro_batches",
                         (double) so->cp_micro_batches);
     trn_metrics_set(m, "actor/lr", L->scfg.optim.lr);

@@ -6,6 +6,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -158,11 +159,11 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "entropy bonus coefficient"),
     E(micro_tokens, AR "actor.ppo_max_token_len_per_gpu", NULL, INT64, "4096",
       "tokens per micro-batch"),
-    E(cp_tokens, "trainer.context_parallel_tokens", NULL, INT64, "0",
+    E(cp_tokens, "trainer.context_parallel_tokens", NULL, STRING, "auto",
       "with several ranks, a trajectory longer than this trains on every "
       "rank at once, its positions split between them (context "
-      "parallelism; 0: never; on the GPU the attention is divided by "
-      "heads)"),
+      "parallelism; auto: longer than one rank's memory takes, on the GPU; "
+      "0: never; on the GPU the attention is divided by heads)"),
     E(recompute, "actor_rollout_ref.model.enable_gradient_checkpointing", NULL,
       STRING, "auto",
       "layer recomputation on the GPU: auto (keep activations when they "
@@ -528,6 +529,24 @@ s_opt_double(const char *v, double *out)
     return LISA_OK;
 }
 
+/* trainer.context_parallel_tokens: "auto" or a count of tokens (0:
+ * never). */
+static lisa_rc_t
+s_cp_tokens(const char *v, trn_step_cfg_t *s)
+{
+    s->cp_auto = v && strcasecmp(v, "auto") == 0;
+    s->cp_tokens = 0;
+    if (s->cp_auto)
+        return LISA_OK;
+    char *end = NULL;
+    errno = 0;
+    long long n = v && *v ? strtoll(v, &end, 10) : -1;
+    if (n < 0 || errno || !end || *end)
+        return LISA_INVALID;
+    s->cp_tokens = (size_t) n;
+    return LISA_OK;
+}
+
 /* Is `v` one of the comma-separated `allowed` (case-insensitive)? */
 static bool
 s_allowed(const char *allowed, const char *v)
@@ -817,9 +836,8 @@ trn_run_cfg_resolve(const trn_run_cfg_t *c, trn_step_cfg_t *s,
     if (c->micro_tokens < 1)
         bad = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu";
     s->micro_tokens = (size_t) c->micro_tokens;
-    if (c->cp_tokens < 0)
+    if (s_cp_tokens(c->cp_tokens, s) != LISA_OK)
         bad = "trainer.context_parallel_tokens";
-    s->cp_tokens = (size_t) (c->cp_tokens > 0 ? c->cp_tokens : 0);
     if (strcasecmp(c->recompute, "auto") == 0)
         s->recompute = TRN_STEP_RECOMPUTE_AUTO;
     else if (strcasecmp(c->recompute, "true") == 0)

@@ -52,7 +52,8 @@ typedef struct {
     double kl_coef;
     char *kl_type;
     double entropy_coef;
-    int64_t micro_tokens, cp_tokens;
+    int64_t micro_tokens;
+    char *cp_tokens;
     char *recompute;
     char *adv_estimator;
     bool norm_adv;

@@ -127,6 +127,29 @@ s_cp_traj(const trn_step_cfg_t *c, const trn_rollouts_t *r, size_t s)
            len >= 2 * (size_t) s_world(c);
 }
 
+/* c with cp_tokens resolved into *out: with cp_auto, no more than the
+ * least over the ranks of their models' max_tokens (each rank posts its
+ * own in its slot of a zeroed vector, the sum gives every rank all). */
+static lisa_rc_t
+s_cp_resolve(const trn_step_model_t *m, const trn_step_cfg_t *c,
+             trn_step_cfg_t *out, trn_err_t *err)
+{
+    *out = *c;
+    int W = s_world(c);
+    if (!c->cp_auto || W < 2)
+        return LISA_OK;
+    double *v = lisa_calloc((size_t) W, sizeof *v);
+    v[s_rank(c)] = m->max_tokens ? (double) m->max_tokens(m->self) : 0.0;
+    lisa_rc_t rc = c->comm->sum(c->comm->self, v, (size_t) W, err);
+    for (int r = 0; rc == LISA_OK && r < W; r++) {
+        size_t lim = v[r] > 0 ? (size_t) v[r] : 0; /* 0: no limit */
+        if (lim > 0 && (out->cp_tokens == 0 || lim < out->cp_tokens))
+            out->cp_tokens = lim;
+    }
+    lisa_free(&v);
+    return rc;
+}
+
 /* Whether this rank runs a micro-batch of that owner. */
 static bool
 s_mine(const trn_step_cfg_t *c, int owner)
@@ -470,10 +493,14 @@ s_reward_kl(const trn_step_model_t *m, const trn_step_model_t *ref,
 }
 
 lisa_rc_t
-trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
+trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *cfg,
                        const trn_rollouts_t *r, float *logp, trn_err_t *err)
 {
-    lisa_rc_t rc = s_check(c, r, true, err);
+    trn_step_cfg_t cc;
+    const trn_step_cfg_t *c = &cc;
+    lisa_rc_t rc = s_check(cfg, r, true, err);
+    if (rc == LISA_OK)
+        rc = s_cp_resolve(m, cfg, &cc, err);
     if (rc != LISA_OK)
         return rc;
     size_t cap = c->micro_tokens;
@@ -544,11 +571,15 @@ trn_step_logprobs_with(const trn_step_model_t *m, const trn_step_cfg_t *c,
 
 lisa_rc_t
 trn_step_run_with(const trn_step_model_t *m, const trn_step_model_t *ref,
-                  const trn_step_cfg_t *c, const trn_rollouts_t *r,
+                  const trn_step_cfg_t *cfg, const trn_rollouts_t *r,
                   trn_step_out_t *out, trn_err_t *err)
 {
     memset(out, 0, sizeof *out);
-    lisa_rc_t rc = s_check(c, r, ref != NULL, err);
+    trn_step_cfg_t cc;
+    const trn_step_cfg_t *c = &cc;
+    lisa_rc_t rc = s_check(cfg, r, ref != NULL, err);
+    if (rc == LISA_OK)
+        rc = s_cp_resolve(m, cfg, &cc, err);
     if (rc != LISA_OK)
         return rc;
     double *adv = lisa_malloc(r->n_seqs * sizeof *adv);

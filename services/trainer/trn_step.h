@@ -110,6 +110,10 @@ typedef struct {
      * computed from the gathered log-probs on every rank alike, so every
      * aggregation mode and sequence-level weight sees whole trajectories. */
     size_t cp_tokens;
+    /* and with cp_auto, a trajectory longer than the longest micro-batch
+     * that every rank's model trains alone (trn_step_model_t max_tokens,
+     * the least over the ranks) */
+    bool cp_auto;
 } trn_step_cfg_t;
 
 /* verl-like defaults: grpo, token-mean, clip 0.2/0.2/3, lr 1e-6, clip 1.0,
@@ -165,6 +169,9 @@ typedef struct {
      * norm skips the update, zeroes the gradients and sets *skipped. */
     lisa_rc_t (*update)(void *self, const trn_step_cfg_t *cfg,
                         double *grad_norm, bool *skipped, trn_err_t *err);
+    /* Optional: the most tokens a micro-batch of this rank alone can have
+     * now (its activations fit the memory left); 0 or NULL: no limit. */
+    size_t (*max_tokens)(void *self);
 } trn_step_model_t;
 
 /* trn_step_logprobs and trn_step_run on any model with these operations

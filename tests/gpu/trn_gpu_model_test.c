@@ -676,6 +676,69 @@ test_long(void)
                TRN_RECOMPUTE_AUTO);
 }
 
+/* trn_gpu_model_max_tokens: a batch of that many tokens trains with every
+ * layer recomputed, the figure stays put with the buffers held, and
+ * twice as many is refused with an error, not a crash. A model wide
+ * enough that the device, not the batch cap, sets the figure. */
+static void
+test_max_tokens(void)
+{
+    trn_err_t err = {{0}};
+    trn_config_t cfg = s_cfg(2048, 2048, 2, 16, 4, 128, 1000, 1, 1e6);
+    trn_model_t *cpu = trn_model_new_random(&cfg, 5, 0.02f, 8);
+    trn_gpu_model_t *g = cpu ? trn_gpu_model_new(cpu, &err) : NULL;
+    if (!g) {
+        printf("max tokens: setup: %s\n", err.msg);
+        s_fail++;
+        trn_model_destroy(&cpu);
+        return;
+    }
+    trn_gpu_model_set_recompute(g, TRN_RECOMPUTE_ON);
+    size_t m = trn_gpu_model_max_tokens(g);
+    printf("max tokens: %zu\n", m);
+    s_check("max tokens: set by the device, not the cap (not: 1)",
+            m < 4096 || m >= TRN_MAX_BATCH_TOKENS, 0);
+    size_t nseq = m / 2048;
+    int *lens = malloc((nseq + 1) * sizeof *lens);
+    for (size_t i = 0; i < nseq; i++)
+        lens[i] = 2048;
+    if (m % 2048)
+        lens[nseq++] = (int) (m % 2048);
+    s_batch_t sb;
+    s_make_batch(&sb, lens, nseq, (int) cfg.vocab_size, 3);
+    float *lp = malloc(m * 4), *dl = malloc(m * 4);
+    for (size_t t = 0; t < m; t++)
+        dl[t] = (t % 7) ? 0.01f : -0.02f;
+    lisa_rc_t rc = trn_gpu_model_zero_grad(g);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_forward(g, &sb.b, lp, NULL, &err);
+    if (rc == LISA_OK)
+        rc = trn_gpu_model_backward(g, dl, NULL, &err);
+    if (rc != LISA_OK)
+        printf("max tokens: %zu tokens: %s\n", m, err.msg);
+    s_check("max tokens: that many train, recomputed (not: 1)", rc != LISA_OK,
+            0);
+    size_t m2 = trn_gpu_model_max_tokens(g);
+    s_check("max tokens: the same with the buffers held (rel)",
+            fabs((double) m2 - (double) m) / (double) m, 0.05);
+    s_free_batch(&sb);
+    free(lp), free(dl);
+    /* twice as many: refused */
+    for (size_t i = 0; i < nseq; i++)
+        lens[i] = 4096;
+    s_make_batch(&sb, lens, nseq, (int) cfg.vocab_size, 4);
+    lp = malloc(sb.b.n_tokens * 4);
+    err = (trn_err_t){{0}};
+    rc = trn_gpu_model_forward(g, &sb.b, lp, NULL, &err);
+    printf("max tokens: %zu tokens: %s\n", sb.b.n_tokens, err.msg);
+    s_check("max tokens: twice as many refused with a reason (not: 1)",
+            rc == LISA_OK || !err.msg[0], 0);
+    s_free_batch(&sb);
+    free(lp), free(lens);
+    trn_gpu_model_destroy(&g);
+    trn_model_destroy(&cpu);
+}
+
 /* ---- context parallelism ------------------------------------------------
  * Ranks are threads, each with its own GPU model of the same weights on
  * the one device; their trn_cp_t sum adds the ranks' buffers on the host
@@ -913,6 +976,7 @@ main(int argc, char **argv)
     test_train_state();
     test_phases();
     test_optim_offload();
+    test_max_tokens();
     int lens4[] = {150, 90};
     test_cp("cp 2 ranks, tiny D=32", s_cfg(128, 256, 2, 4, 2, 32, 512, 1, 1e6),
             lens4, 2, 2, TRN_RECOMPUTE_AUTO);

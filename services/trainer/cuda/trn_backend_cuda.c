@@ -107,6 +107,12 @@ s_update(void *self, const trn_step_cfg_t *c, double *grad_norm, bool *skipped,
     return rc;
 }
 
+static size_t
+s_max_tokens(void *self)
+{
+    return trn_gpu_model_max_tokens(self);
+}
+
 static trn_step_model_t
 s_ops(trn_gpu_model_t *g)
 {
@@ -115,7 +121,8 @@ s_ops(trn_gpu_model_t *g)
                           .backward = s_bwd,
                           .zero_grad = s_zero,
                           .last_backward = s_last,
-                          .update = s_update};
+                          .update = s_update,
+                          .max_tokens = s_max_tokens};
     return o;
 }
 

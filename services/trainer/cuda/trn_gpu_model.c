@@ -478,27 +478,15 @@ trn_gpu_model_destroy(trn_gpu_model_t **gp)
     lisa_free(gp);
 }
 
-lisa_rc_t
-trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
+/* The buffers of a batch of T tokens besides the layers' activations
+ * (s_layer_acts), with LM-head chunks of ch rows, into a (S_NBUF). */
+#define S_NBUF 21
+static void
+s_batch_bufs(trn_gpu_model_t *g, size_t T, size_t ch, s_act_t a[S_NBUF])
 {
-    if (T <= g->cap_T)
-        return LISA_OK;
-    s_free_acts(g);
     size_t C = (size_t) g->C, I = (size_t) g->I, S = (size_t) g->S;
     size_t HD = (size_t) (g->H * g->D), V = (size_t) g->V;
-    /* LM-head rows per chunk: up to 4096 when they fit (a whole 4k
-     * sequence's logits stay for the backward pass, and the head's weight
-     * gradient runs as fewer, larger products), else 1024 */
-    size_t ch = T < 1024 ? 1024 : T > 4096 ? 4096 : T;
-    if (ch > 1024 && !s_fits(ch * V * 6))
-        ch = 1024;
-    if (g->chunk_max)
-        ch = g->chunk_max;
-    g->chunk = ch;
-    struct {
-        void **p;
-        size_t bytes;
-    } a[] = {
+    s_act_t t[S_NBUF] = {
         {(void **) &g->tokens, T * 4},
         {(void **) &g->targets, T * 4},
         {(void **) &g->pos, T * 4},
@@ -522,7 +510,67 @@ trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
         {(void **) &g->dent, T * 4},
         {(void **) &g->head_lse, T * 4},
     };
-    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+    memcpy(a, t, sizeof t);
+}
+
+/* Bytes a batch of T tokens takes at the least: its buffers and one
+ * layer's activations (every layer recomputed in the backward). */
+static size_t
+s_least_bytes(trn_gpu_model_t *g, size_t T, size_t ch)
+{
+    s_act_t a[S_NBUF], la[13];
+    s_batch_bufs(g, T, ch, a);
+    size_t sum = s_layer_acts(g, T, la);
+    for (int i = 0; i < S_NBUF; i++)
+        sum += s_pad(a[i].bytes);
+    return sum;
+}
+
+size_t
+trn_gpu_model_max_tokens(trn_gpu_model_t *g)
+{
+    size_t free_b = 0, total_b = 0;
+    if (trn_cuda_mem_info(&free_b, &total_b) != LISA_OK)
+        return 0;
+    /* what s_fits leaves, and the buffers held now come back */
+    size_t spare = total_b / 10;
+    spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
+    size_t ch = g->chunk_max ? g->chunk_max : 4096;
+    size_t avail =
+        free_b + (g->cap_T ? s_least_bytes(g, g->cap_T, g->chunk) : 0);
+    avail = avail > spare ? avail - spare : 0;
+    size_t lo = 1, hi = TRN_MAX_BATCH_TOKENS; /* the largest T that fits */
+    if (s_least_bytes(g, hi, ch) <= avail)
+        return hi;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s_least_bytes(g, mid, ch) <= avail)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+lisa_rc_t
+trn_gpu_model_reserve(trn_gpu_model_t *g, size_t T)
+{
+    if (T <= g->cap_T)
+        return LISA_OK;
+    s_free_acts(g);
+    size_t HD = (size_t) (g->H * g->D), V = (size_t) g->V;
+    /* LM-head rows per chunk: up to 4096 when they fit (a whole 4k
+     * sequence's logits stay for the backward pass, and the head's weight
+     * gradient runs as fewer, larger products), else 1024 */
+    size_t ch = T < 1024 ? 1024 : T > 4096 ? 4096 : T;
+    if (ch > 1024 && !s_fits(ch * V * 6))
+        ch = 1024;
+    if (g->chunk_max)
+        ch = g->chunk_max;
+    g->chunk = ch;
+    s_act_t a[S_NBUF];
+    s_batch_bufs(g, T, ch, a);
+    for (size_t i = 0; i < S_NBUF; i++) {
         *a[i].p = trn_cuda_malloc(a[i].bytes);
         if (!*a[i].p) {
             s_free_acts(g);

@@ -58,6 +58,12 @@ enum {
     TRN_RECOMPUTE_LEAN = 4
 };
 void trn_gpu_model_set_recompute(trn_gpu_model_t *g, int mode);
+/* The most tokens a batch can have on this device now, with every layer
+ * recomputed: its buffers and one layer's activations fit the free
+ * memory (with the buffers held now, less the spare that keeping
+ * activations leaves); at most TRN_MAX_BATCH_TOKENS, 0 when the device
+ * does not say. */
+size_t trn_gpu_model_max_tokens(trn_gpu_model_t *g);
 /* Most rows of the LM head's logits in one chunk (fp32 logits and bf16
  * gradients of `rows` x vocabulary values in memory); 0, the default: up
  * to 4096 when they fit, else 1024. A forward of at most that many tokens

@@ -387,3 +387,37 @@ Test(trn_run_cfg, keys_lisa_cannot_honour_are_refused_saying_what_it_does)
     cr_assert(strstr(err, "no_such_key"), "%s", err);
     lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
 }
+
+Test(trn_run_cfg, context_parallel_tokens_auto_a_count_or_never)
+{
+    static const struct {
+        const char *arg;
+        lisa_rc_t rc;
+        bool autom;
+        size_t tokens;
+    } cases[] = {
+        {"--out=runs/x", LISA_OK, true, 0}, /* the default: auto */
+        {"trainer.context_parallel_tokens=AUTO", LISA_OK, true, 0},
+        {"trainer.context_parallel_tokens=0", LISA_OK, false, 0},
+        {"trainer.context_parallel_tokens=65536", LISA_OK, false, 65536},
+        {"trainer.context_parallel_tokens=-1", LISA_INVALID, false, 0},
+        {"trainer.context_parallel_tokens=64k", LISA_INVALID, false, 0},
+        {"trainer.context_parallel_tokens=", LISA_INVALID, false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {"train", (char *) cases[i].arg};
+        trn_run_cfg_t c;
+        trn_step_cfg_t s;
+        char err[512] = "";
+        lisa_rc_t rc = load(&c, 2, argv, &s, err, sizeof err);
+        cr_assert_eq(rc, cases[i].rc, "%s: %s", cases[i].arg, err);
+        if (rc == LISA_OK) {
+            cr_assert_eq(s.cp_auto, cases[i].autom, "%s", cases[i].arg);
+            cr_assert_eq(s.cp_tokens, cases[i].tokens, "%s", cases[i].arg);
+        } else {
+            cr_assert(strstr(err, "trainer.context_parallel_tokens"), "%s",
+                      err);
+        }
+        lisa_config_free(trn_run_cfg_table, trn_run_cfg_table_len, &c);
+    }
+}

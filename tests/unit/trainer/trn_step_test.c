@@ -437,6 +437,121 @@ Test(trn_step, last_backward_hint_precedes_the_ranks_last_micro_batch)
     }
 }
 
+/* A model that counts its context-parallel forwards and says it takes at
+ * most `cap` tokens alone (0: no limit). */
+typedef struct {
+    size_t cap;
+    int cp_forwards, forwards;
+    size_t cp_global; /* n_global of the last context-parallel one */
+} capped_t;
+
+static lisa_rc_t
+cap_forward(void *self, const trn_batch_t *b, float *logp, float *ent,
+            trn_err_t *err)
+{
+    capped_t *c = self;
+    c->forwards++;
+    if (b->cp) {
+        c->cp_forwards++;
+        c->cp_global = b->cp->n_global;
+    }
+    return cnt_forward(NULL, b, logp, ent, err);
+}
+
+static lisa_rc_t
+cap_backward(void *self, const float *dlogp, const float *dent, trn_err_t *err)
+{
+    (void) self, (void) dlogp, (void) dent, (void) err;
+    return LISA_OK;
+}
+
+static size_t
+cap_max(void *self)
+{
+    return ((capped_t *) self)->cap;
+}
+
+/* The other rank of two, in a group whose sums are scripted: its cap is
+ * posted in the first sum of two values (the step's agreement on the
+ * limit); every other sum leaves the values as this rank's. */
+typedef struct {
+    int rank;
+    double peer_cap;
+    int sums;
+} peer_t;
+
+static lisa_rc_t
+peer_sum(void *self, double *v, size_t n, trn_err_t *err)
+{
+    (void) err;
+    peer_t *p = self;
+    if (p->sums++ == 0 && n == 2)
+        v[1 - p->rank] += p->peer_cap;
+    return LISA_OK;
+}
+
+Test(trn_step, auto_context_parallelism_takes_the_least_cap_of_the_ranks)
+{
+    data_t d;
+    data_init(&d); /* eight trajectories of LEN = 11 tokens */
+    static const struct {
+        int world;
+        bool autom;
+        size_t cp_tokens, cap;
+        double peer_cap;
+        bool cp; /* every trajectory context-parallel, or none */
+    } cases[] = {
+        {2, true, 0, 10, 0, true},    /* 11 > this rank's 10 */
+        {2, true, 0, 20, 10, true},   /* 11 > the other rank's 10 */
+        {2, true, 0, 20, 0, false},   /* both take 11 alone (peer: none) */
+        {2, true, 0, 0, 0, false},    /* no limit anywhere */
+        {2, false, 0, 10, 10, false}, /* auto off, no count: never */
+        {2, true, 5, 20, 20, true},   /* the count is lower than the caps */
+        {2, false, 20, 10, 10, false},
+        {1, true, 0, 10, 0, false}, /* one rank: nothing to split */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int rank = 0; rank < cases[i].world; rank++) {
+            capped_t c = {.cap = cases[i].cap};
+            trn_step_model_t m = {.self = &c,
+                                  .forward = cap_forward,
+                                  .backward = cap_backward,
+                                  .zero_grad = cnt_zero,
+                                  .update = cnt_update,
+                                  .max_tokens = cap_max};
+            peer_t p = {.rank = rank, .peer_cap = cases[i].peer_cap};
+            trn_comm_t comm = {rank, cases[i].world, &p, peer_sum};
+            trn_step_cfg_t sc = trn_step_defaults();
+            sc.micro_tokens = 2 * LEN;
+            sc.comm = &comm;
+            sc.cp_auto = cases[i].autom;
+            sc.cp_tokens = cases[i].cp_tokens;
+            trn_step_out_t out;
+            trn_err_t err = {{0}};
+            cr_assert_eq(trn_step_run_with(&m, NULL, &sc, &d.r, &out, &err),
+                         LISA_OK, "case %zu: %s", i, err.msg);
+            /* rank 0 counts the shared micro-batches (the scripted sum
+             * adds no other rank's counts) */
+            cr_assert_eq(out.cp_micro_batches,
+                         cases[i].cp && rank == 0 ? NSEQ : 0,
+                         "case %zu rank %d", i, rank);
+            cr_assert_eq(c.cp_forwards, cases[i].cp ? NSEQ : 0, "case %zu", i);
+            if (cases[i].cp)
+                cr_assert_eq(c.cp_global, LEN);
+            else
+                cr_assert_gt(c.forwards, 0, "case %zu rank %d", i, rank);
+            /* log-probs alone: the same plan */
+            float logp[NSEQ * LEN];
+            capped_t c2 = {.cap = cases[i].cap};
+            m.self = &c2;
+            p.sums = 0;
+            cr_assert_eq(trn_step_logprobs_with(&m, &sc, &d.r, logp, &err),
+                         LISA_OK, "case %zu: %s", i, err.msg);
+            cr_assert_eq(c2.cp_forwards, cases[i].cp ? NSEQ : 0, "case %zu", i);
+        }
+    }
+}
+
 /* ---- the PPO update (trn_step_ppo) ------------------------------------ */
 
 /* The CPU model and its optimizer as trn_step_ppo's actor. */
