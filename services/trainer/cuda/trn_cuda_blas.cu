@@ -742,6 +742,19 @@ s_sb_run(int outs, int per)
     return u;
 }
 
+/* The same over the grid's first G blocks; a later block's run is empty. */
+__device__ __forceinline__ s_run_t
+s_sb_run_first(int outs, int per, int G)
+{
+    int b = (int) blockIdx.x;
+    int q = outs / G, rem = outs % G;
+    s_run_t u;
+    u.lo = b * q + (b < rem ? b : rem);
+    u.len = b < G ? q + (b < rem) : 0;
+    u.nt = (u.len + per - 1) / per;
+    return u;
+}
+
 /* Tile k of run u: its first output and its count. */
 __device__ __forceinline__ int
 s_sb_tile0(s_run_t u, int k)
@@ -862,6 +875,8 @@ s_sb_product(s_sb_pipe_t &pp, const trn_bf16_t *x, int T, int K, int N,
              float *yf, trn_bf16_t *yb, int accumulate, s_run_t u, s_pf_t pf,
              Issue issue)
 {
+    if (u.nt == 0) /* no outputs for this block: nothing to read */
+        return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
     int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
@@ -1247,15 +1262,23 @@ struct s_mlp_plan_t {
 };
 
 /* Thread 0 fills the plan (the block's __syncthreads after it publishes
- * it); products of no rows (no next q|k|v) have no stages. */
+ * it); products of no rows (no next q|k|v) have no stages. Product i
+ * spreads its outputs over every block when bit i of `spread` is set, as
+ * the separate kernels spread gate|up; else the grid's first blocks take
+ * a tile each (all of them when the tiles are more), as the separate
+ * kernels run o, down and q|k|v, and the others wait at the barrier
+ * (streaming their next product's first stages meanwhile). */
 __device__ __forceinline__ void
-s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m)
+s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m, unsigned spread)
 {
     const int outs[4] = {m.C, m.I, m.C, m.wqkv ? m.S : 0};
     const int ks[4] = {m.Q, m.C, m.I, m.C};
     int end = 0;
     for (int i = 0; i < 4; i++) { /* no outputs: a run of no tiles */
-        pl.u[i] = s_sb_run(outs[i], i == 1 ? 8 : 16);
+        int per = i == 1 ? 8 : 16, tiles = (outs[i] + per - 1) / per;
+        int G = (spread >> i) & 1u || tiles > (int) gridDim.x ? (int) gridDim.x
+                                                              : tiles;
+        pl.u[i] = s_sb_run_first(outs[i], per, G < 1 ? 1 : G);
         pl.st[i] = (ks[i] / 32 + S_SB_CS - 1) / S_SB_CS;
         end += pl.u[i].nt * pl.st[i];
         pl.e[i] = end;
@@ -1264,7 +1287,7 @@ s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m)
 
 template <int NT, int R>
 __global__ void __launch_bounds__(32 * S_SK_W, 3)
-    s_mlp_fused(trn_mlp_args_t m, unsigned *bar, s_pf_t pf)
+    s_mlp_fused(trn_mlp_args_t m, unsigned *bar, s_pf_t pf, unsigned spread)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
@@ -1273,7 +1296,7 @@ __global__ void __launch_bounds__(32 * S_SK_W, 3)
     trn_tr_scope tr(TRN_TR_MLP_FUSED, m.C, m.I);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0)
-        s_mlp_plan(pl, m);
+        s_mlp_plan(pl, m, spread);
     __syncthreads();
     s_sb_pipe_t pp;
     pp.smem = s_sb;
@@ -1341,6 +1364,24 @@ __global__ void __launch_bounds__(32 * S_SK_W, 3)
                                      pl.u[3], pf, issue);
 }
 
+/* Which of the fused kernel's products (bit 0 o, 1 gate|up, 2 down, 3
+ * q|k|v) spread their outputs over every resident block
+ * (LISA_CUDA_FUSED_SPREAD, a number; default 2: gate|up alone, as the
+ * separate kernels run them: spreading o, down or q|k|v over three
+ * blocks a processor made the separate kernels' batch-8 step 7% slower,
+ * each block reading all the tokens' inputs for fewer weight rows).
+ * Read once. */
+static unsigned
+s_fused_spread(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("LISA_CUDA_FUSED_SPREAD");
+        v = e && *e ? atoi(e) & 15 : 2;
+    }
+    return (unsigned) v;
+}
+
 extern "C" int
 trn_mlp_fused_fits(int T, int C, int Q, int I, int S)
 {
@@ -1374,9 +1415,9 @@ trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m, trn_cuda_stream_t *s)
     }
     /* every block resident at once: the barriers wait for all of them */
     long G = (long) resident * trn_sm_count();
-    TRN_CUDA_TRY(trn_launch_pdl(s_mlp_fused<1, 2>, dim3((unsigned) G),
-                                dim3(32 * S_SK_W), (size_t) smem, trn_stream(s),
-                                *m, b->grid_bar, s_take_pf(b)));
+    TRN_CUDA_TRY(trn_launch_pdl(
+        s_mlp_fused<1, 2>, dim3((unsigned) G), dim3(32 * S_SK_W), (size_t) smem,
+        trn_stream(s), *m, b->grid_bar, s_take_pf(b), s_fused_spread()));
     return LISA_OK;
 }
 
