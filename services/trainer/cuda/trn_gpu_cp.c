@@ -35,6 +35,7 @@
  */
 #include "lisa/lisa_mem.h"
 #include "trn_gpu_model_int.h"
+#include "trn_safetensors.h"
 
 #include <string.h>
 
@@ -107,25 +108,6 @@ trn_gpu_cp_free(trn_gpu_model_t *g)
     g->cp_on = 0;
 }
 
-/* A bf16 value as a float (exact) and a float that holds a bf16 value
- * back (its top half: exact for such values). */
-static float
-s_bf2f(trn_bf16_t b)
-{
-    uint32_t u = (uint32_t) b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static trn_bf16_t
-s_f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (trn_bf16_t) (u >> 16);
-}
-
 /* dst [n, C] = every rank's rows of src [T, C] (C <= S), in the batch's
  * order. */
 static lisa_rc_t
@@ -155,14 +137,14 @@ s_gather(trn_gpu_model_t *g, trn_bf16_t *dst, const trn_bf16_t *src, int C,
     for (size_t t = 0; t < c->T; t++) {
         float *row = c->hsum + c->cp->rows[t] * Cz;
         for (size_t j = 0; j < Cz; j++)
-            row[j] = s_bf2f(c->hrows[t * Cz + j]);
+            row[j] = trn_bf16_to_f32(c->hrows[t * Cz + j]);
     }
     rc = c->cp->sum(c->cp->self, c->hsum, c->n * Cz, err);
     if (rc != LISA_OK)
         return rc;
     trn_bf16_t *h = (trn_bf16_t *) (void *) c->hsum; /* in place, ahead */
     for (size_t i = 0; i < c->n * Cz; i++)
-        h[i] = s_f2bf(c->hsum[i]);
+        h[i] = trn_f32_to_bf16(c->hsum[i]);
     return trn_cuda_upload(dst, h, c->n * Cz * 2);
 }
 
@@ -441,11 +423,12 @@ s_to_rows(trn_gpu_model_t *g, trn_bf16_t *dst, int C, int nseg, trn_err_t *err)
         for (int k = 0; k < nseg; k++)
             for (size_t j = 0; j < cols[k].w; j++)
                 c->hsum[i * Cz + cols[k].col + j] =
-                    s_bf2f(c->hblk[i * w + cols[k].off + j]);
+                    trn_bf16_to_f32(c->hblk[i * w + cols[k].off + j]);
     S_TRY(c->cp->sum(c->cp->self, c->hsum, n * Cz, err));
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < Cz; j++)
-            c->hrows[t * Cz + j] = s_f2bf(c->hsum[c->cp->rows[t] * Cz + j]);
+            c->hrows[t * Cz + j] =
+                trn_f32_to_bf16(c->hsum[c->cp->rows[t] * Cz + j]);
     S_TRY(trn_cuda_upload(dst, c->hrows, T * Cz * 2));
 out:
     return rc;
