@@ -51,3 +51,14 @@ trn_cp_part(const trn_batch_t *whole, int rank, int world, size_t *rows,
     part->cp = cp;
     return n;
 }
+
+void
+trn_cp_heads(int Hk, int rank, int world, int *k0, int *k1)
+{
+    if (Hk < 1 || world < 1 || rank < 0 || rank >= world) {
+        *k0 = *k1 = 0;
+        return;
+    }
+    *k0 = (int) ((long) Hk * rank / world);
+    *k1 = (int) ((long) Hk * (rank + 1) / world);
+}

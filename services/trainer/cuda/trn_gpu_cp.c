@@ -265,8 +265,7 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
     return LISA_OK;
 }
 
-/* The group, and this rank's KV heads: runs as even as they come, in
- * order (rank r: [Hk r / W, Hk (r + 1) / W)). */
+/* The group, and this rank's KV heads (trn_cp_heads). */
 static lisa_rc_t
 s_heads(trn_gpu_model_t *g, const trn_cp_t *cp, trn_err_t *err)
 {
@@ -286,8 +285,7 @@ s_heads(trn_gpu_model_t *g, const trn_cp_t *cp, trn_err_t *err)
         return LISA_INVALID;
     }
     int Hk = g->Hk, W = c->world;
-    c->k0 = Hk * c->rank / W;
-    c->k1 = Hk * (c->rank + 1) / W;
+    trn_cp_heads(Hk, c->rank, W, &c->k0, &c->k1);
     c->kmax = (Hk + W - 1) / W;
     c->bw = (size_t) c->kmax * (size_t) (g->H / Hk + 2) * (size_t) g->D;
     return LISA_OK;
@@ -373,8 +371,9 @@ static size_t
 s_cols(const trn_gpu_model_t *g, int r, int W, int nseg, s_cols_t *cols)
 {
     size_t Hk = (size_t) g->Hk, G = (size_t) (g->H / g->Hk), D = (size_t) g->D;
-    size_t k0 = Hk * (size_t) r / (size_t) W;
-    size_t hk = Hk * (size_t) (r + 1) / (size_t) W - k0;
+    int a, b;
+    trn_cp_heads(g->Hk, r, W, &a, &b);
+    size_t k0 = (size_t) a, hk = (size_t) (b - a);
     size_t q = hk * G * D, kv = hk * D;
     cols[0] = (s_cols_t){k0 * G * D, q, 0};
     if (nseg == 1)

@@ -220,6 +220,12 @@ typedef struct {
 size_t trn_cp_rows(const size_t *seq_offsets, size_t n_seqs, int rank,
                    int world, size_t *rows);
 
+/* The KV heads rank `rank` of `world` takes where the attention is
+ * divided by heads (the GPU model): [*k0, *k1) of Hk, runs in rank order
+ * as even as they come (rank r: [Hk r / W, Hk (r + 1) / W)); with more
+ * ranks than heads some take none. */
+void trn_cp_heads(int Hk, int rank, int world, int *k0, int *k1);
+
 typedef struct trn_batch trn_batch_t;
 
 /* This rank's share of a whole batch under the balanced split: its rows

@@ -265,6 +265,30 @@ Test(trn_cp, split_is_balanced_and_covers_every_row)
     cr_assert_eq(trn_cp_rows(one, 1, 2, 2, rows), 0, "no such rank");
 }
 
+Test(trn_cp, heads_are_dealt_in_even_runs_each_to_one_rank)
+{
+    for (int Hk = 1; Hk <= 8; Hk++)
+        for (int world = 1; world <= 9; world++) {
+            int next = 0, lo = Hk, hi = 0;
+            for (int r = 0; r < world; r++) {
+                int k0, k1;
+                trn_cp_heads(Hk, r, world, &k0, &k1);
+                cr_assert_eq(k0, next, "Hk %d world %d rank %d", Hk, world, r);
+                cr_assert_geq(k1, k0);
+                next = k1;
+                lo = k1 - k0 < lo ? k1 - k0 : lo;
+                hi = k1 - k0 > hi ? k1 - k0 : hi;
+            }
+            cr_assert_eq(next, Hk, "Hk %d world %d: every head", Hk, world);
+            cr_assert_leq(hi - lo, 1, "Hk %d world %d: even", Hk, world);
+        }
+    int k0 = -1, k1 = -1; /* the 4B shape's 8 KV heads over 4 GPUs */
+    trn_cp_heads(8, 3, 4, &k0, &k1);
+    cr_assert(k0 == 6 && k1 == 8);
+    trn_cp_heads(8, 4, 4, &k0, &k1); /* no such rank: none */
+    cr_assert(k0 == 0 && k1 == 0);
+}
+
 Test(trn_cp, two_ranks_match_one_model_qwen3)
 {
     size_t lens[2] = {29, 19};
