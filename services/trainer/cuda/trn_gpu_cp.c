@@ -13,7 +13,7 @@
  * gradients the same way, runs the attention backward for the rank's
  * heads, and sends dq|dk|dv back to the rows' owners. A head's attention
  * is computed on one rank by the same kernel over the same rows as one
- * model computes it, so nothing is summed but exact zeros, and every rank
+ * model computes it, so nothing is summed, and every rank
  * has 1/W of the attention's work whatever the causal mask (when W
  * divides Hk; else the runs differ by one KV head, and a rank with none
  * only takes part in the exchanges). The log-sum-exp of the rank's heads
@@ -23,15 +23,16 @@
  * rank issues the same collectives in the same order whatever it keeps or
  * recomputes.
  *
- * The exchanges go through NCCL when the model has a device communicator
- * (data parallel across GPUs): rows are gathered by padding each rank's
- * rows to the longest rank's count, one all-gather, then a row
- * permutation into the batch's order; heads go back by one all-gather of
- * every rank's columns (padded to the widest rank's), of which each rank
- * copies its rows. Without one, they go through the batch's trn_cp_t sum
- * on the host (exact: each value is summed with zeros only), which lets
- * several models share one device in a test; the rank and the group's
- * size then come from trn_cp_t.
+ * Rows are gathered by padding each rank's rows to the longest rank's
+ * count, one all-gather, then a row permutation into the batch's order;
+ * heads go back by one all-gather of every rank's columns (padded to the
+ * widest rank's), of which each rank copies its rows into place. The
+ * all-gathers go through NCCL when the model has a device communicator
+ * (data parallel across GPUs); without one, through the batch's trn_cp_t
+ * sum on the host (exact: each value is summed with zeros only), which
+ * lets several models share one device in a test, with the rank and the
+ * group's size from trn_cp_t. Only the all-gather itself differs: the
+ * staging, the permutation and the placing of columns are the same code.
  */
 #include "lisa/lisa_mem.h"
 #include "trn_gpu_model_int.h"
@@ -59,21 +60,18 @@ struct trn_gpu_cp {
     int world, rank;                        /* of the group */
     int k0, k1, kmax;       /* this rank's KV heads; most KV heads of a rank */
     size_t bw;              /* columns of the widest rank's q|k|v heads */
-    size_t tmax;            /* most rows of a rank (NCCL path) */
+    size_t tmax;            /* most rows of a rank */
     int32_t *seg, *idx;     /* device: [n] sequence of each row; [T] rows */
-    int32_t *perm;          /* device [n]: staging row of each (NCCL) */
+    int32_t *perm;          /* device [n]: staging row of each */
     trn_bf16_t *qkv;        /* [n, S] */
     trn_bf16_t *o, *dout;   /* [n, H*D] */
     trn_bf16_t *blk;        /* [n, bw]: this rank's heads' o or dq|dk|dv */
     trn_bf16_t *ohd, *dohd; /* [n, its query heads x D]: o and dout */
-    trn_bf16_t *tmp;        /* NCCL: [T, bw] */
+    trn_bf16_t *tmp;        /* [T, bw] */
     trn_bf16_t *okeep;      /* [L][T, H*D]: this rank's outputs */
-    trn_bf16_t *stage;      /* NCCL: [world * tmax, S] or [world * n, bw] */
+    trn_bf16_t *stage;      /* [world * tmax, S] or [world * n, bw] */
     float *lse;             /* [L][H][n] */
     float *scratch;         /* the attention backward's */
-    trn_bf16_t *hrows;      /* host path: [T, S] */
-    float *hsum;            /* host path: [n, S] */
-    trn_bf16_t *hblk;       /* host path: [n, bw] */
 };
 
 /* The device buffers, in one list for freeing and sizing. */
@@ -92,9 +90,6 @@ s_free_bufs(struct trn_gpu_cp *c)
     void **d[] = S_CP_BUFS(c);
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         trn_cuda_free(d[i]);
-    lisa_free(&c->hrows);
-    lisa_free(&c->hsum);
-    lisa_free(&c->hblk);
 }
 
 void
@@ -108,49 +103,78 @@ trn_gpu_cp_free(trn_gpu_model_t *g)
     g->cp_on = 0;
 }
 
+/* In place: buf holds world x shard values, this rank's at rank x shard,
+ * and gets every rank's (es: 2 for bf16, 4 for fp32). Over the device
+ * communicator, or through the batch's sum on the host: this rank's
+ * values in its slot of a zeroed vector of floats, summed (exact: each
+ * value meets only zeros, and a bf16 value is the top half of its float).
+ * Either way the same values land in the same places, so the code around
+ * it is the same with one device as with several. */
+static lisa_rc_t
+s_allgather(trn_gpu_model_t *g, void *buf, size_t shard, size_t es,
+            trn_err_t *err)
+{
+    struct trn_gpu_cp *c = g->cpx;
+    lisa_rc_t rc;
+    if (s_dist(g)) {
+        rc = es == 2 ? trn_dist_allgather_bf16(s_dist(g), buf, shard)
+                     : trn_dist_allgather_f32(s_dist(g), buf, shard);
+        if (rc != LISA_OK)
+            s_err(err, "context parallelism: the all-gather failed");
+        return rc;
+    }
+    size_t all = (size_t) c->world * shard, off = (size_t) c->rank * shard;
+    float *h = lisa_calloc(all ? all : 1, sizeof *h);
+    unsigned char *b = lisa_malloc(all ? all * es : 1);
+    rc = trn_cuda_download(b + off * es, (unsigned char *) buf + off * es,
+                           shard * es);
+    for (size_t i = 0; rc == LISA_OK && i < shard; i++) {
+        if (es == 2) {
+            uint16_t v;
+            memcpy(&v, b + (off + i) * 2, 2);
+            h[off + i] = trn_bf16_to_f32(v);
+        } else {
+            memcpy(&h[off + i], b + (off + i) * 4, 4);
+        }
+    }
+    if (rc == LISA_OK)
+        rc = c->cp->sum(c->cp->self, h, all, err);
+    for (size_t i = 0; rc == LISA_OK && i < all; i++) {
+        if (es == 2) {
+            uint16_t v = trn_f32_to_bf16(h[i]);
+            memcpy(b + i * 2, &v, 2);
+        } else {
+            memcpy(b + i * 4, &h[i], 4);
+        }
+    }
+    if (rc == LISA_OK)
+        rc = trn_cuda_upload(buf, b, all * es);
+    lisa_free(&h);
+    lisa_free(&b);
+    return rc;
+}
+
 /* dst [n, C] = every rank's rows of src [T, C] (C <= S), in the batch's
- * order. */
+ * order: each rank's rows padded to the longest rank's count, gathered,
+ * then put in order by the permutation. */
 static lisa_rc_t
 s_gather(trn_gpu_model_t *g, trn_bf16_t *dst, const trn_bf16_t *src, int C,
          trn_err_t *err)
 {
     struct trn_gpu_cp *c = g->cpx;
-    lisa_rc_t rc;
+    lisa_rc_t rc = LISA_OK;
     size_t Cz = (size_t) C;
-    if (s_dist(g)) {
-        rc = trn_cuda_copy(c->stage + (size_t) c->rank * c->tmax * Cz, src,
-                           c->T * Cz * 2, NULL);
-        if (rc == LISA_OK)
-            rc = trn_dist_allgather_bf16(s_dist(g), c->stage, c->tmax * Cz);
-        if (rc == LISA_OK)
-            rc = trn_k_gather_rows(dst, c->stage, c->perm, (int) c->n, C, NULL);
-        if (rc != LISA_OK)
-            s_err(err, "context parallelism: the all-gather failed");
-        return rc;
-    }
-    /* through the group's sum on the host: a bf16 value is the top half
-     * of its float, and a sum of one value and zeros is exact */
-    rc = trn_cuda_download(c->hrows, src, c->T * Cz * 2);
-    if (rc != LISA_OK)
-        return rc;
-    memset(c->hsum, 0, c->n * Cz * sizeof(float));
-    for (size_t t = 0; t < c->T; t++) {
-        float *row = c->hsum + c->cp->rows[t] * Cz;
-        for (size_t j = 0; j < Cz; j++)
-            row[j] = trn_bf16_to_f32(c->hrows[t * Cz + j]);
-    }
-    rc = c->cp->sum(c->cp->self, c->hsum, c->n * Cz, err);
-    if (rc != LISA_OK)
-        return rc;
-    trn_bf16_t *h = (trn_bf16_t *) (void *) c->hsum; /* in place, ahead */
-    for (size_t i = 0; i < c->n * Cz; i++)
-        h[i] = trn_f32_to_bf16(c->hsum[i]);
-    return trn_cuda_upload(dst, h, c->n * Cz * 2);
+    S_TRY(trn_cuda_copy(c->stage + (size_t) c->rank * c->tmax * Cz, src,
+                        c->T * Cz * 2, NULL));
+    S_TRY(s_allgather(g, c->stage, c->tmax * Cz, 2, err));
+    S_TRY(trn_k_gather_rows(dst, c->stage, c->perm, (int) c->n, C, NULL));
+out:
+    return rc;
 }
 
-/* The staging row of every row of the batch (NCCL path) into *out (n
- * values, the caller frees), and c->tmax: the ranks' counts and row lists
- * are gathered. */
+/* The staging row of every row of the batch into *out (n values, the
+ * caller frees), and c->tmax: the ranks' counts and row lists are
+ * gathered. */
 static lisa_rc_t
 s_perm(trn_gpu_model_t *g, int32_t **out, trn_err_t *err)
 {
@@ -167,7 +191,7 @@ s_perm(trn_gpu_model_t *g, int32_t **out, trn_err_t *err)
     }
     hc[c->rank] = (float) c->T; /* exact: batches stay under 2^24 */
     S_TRY(trn_cuda_upload(cnt, hc, (size_t) W * 4));
-    S_TRY(trn_dist_allgather_f32(s_dist(g), cnt, 1));
+    S_TRY(s_allgather(g, cnt, 1, 4, err));
     S_TRY(trn_cuda_download(hc, cnt, (size_t) W * 4));
     c->tmax = 1;
     for (int r = 0; r < W; r++)
@@ -185,7 +209,7 @@ s_perm(trn_gpu_model_t *g, int32_t **out, trn_err_t *err)
         goto out;
     }
     S_TRY(trn_cuda_upload(rows, hr, all * 4));
-    S_TRY(trn_dist_allgather_f32(s_dist(g), rows, c->tmax));
+    S_TRY(s_allgather(g, rows, c->tmax, 4, err));
     S_TRY(trn_cuda_download(hr, rows, all * 4));
     perm = lisa_malloc(c->n * 4);
     for (size_t i = 0; i < c->n; i++)
@@ -213,7 +237,7 @@ out:
 }
 
 /* Buffers for a batch of n rows, this rank's T of them (after s_perm on
- * the NCCL path: the staging buffer's size needs tmax; after s_heads);
+ * the staging buffer's size needs tmax; after s_heads);
  * kept while they are large enough. */
 static lisa_rc_t
 s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
@@ -222,12 +246,11 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
     size_t S = (size_t) g->S, HD = (size_t) (g->H * g->D);
     size_t H = (size_t) g->H, L = (size_t) g->L, D = (size_t) g->D;
     size_t qw = (size_t) c->kmax * (size_t) (g->H / g->Hk) * D;
-    size_t W = (size_t) c->world, dist = s_dist(g) != NULL;
-    size_t stage = dist ? W * c->tmax * S : 0;
-    if (dist && W * n * c->bw > stage)
+    size_t W = (size_t) c->world, stage = W * c->tmax * S;
+    if (W * n * c->bw > stage)
         stage = W * n * c->bw;
     if (n <= c->cap_n && T <= c->cap_T && stage <= c->cap_stage &&
-        c->bw <= c->cap_bw && (dist || c->hsum))
+        c->bw <= c->cap_bw)
         return LISA_OK;
     s_free_bufs(c);
     c->cap_n = c->cap_T = c->cap_stage = c->cap_bw = 0;
@@ -241,7 +264,7 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
                       n * c->bw * 2,
                       n * qw * 2,
                       n * qw * 2,
-                      dist ? T * c->bw * 2 : 0,
+                      T * c->bw * 2,
                       stage * 2,
                       L * H * n * 4,
                       n * (qw / D) * (D + 1) * 4,
@@ -252,11 +275,6 @@ s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
         *d[i] = trn_cuda_malloc(bytes[i]);
         if (!*d[i])
             return LISA_TOOLARGE;
-    }
-    if (!dist) { /* bw <= S: the widest rank's heads are at most all */
-        c->hrows = lisa_malloc(T * S * 2);
-        c->hsum = lisa_malloc(n * S * 4);
-        c->hblk = lisa_malloc(n * S * 2);
     }
     c->cap_n = n;
     c->cap_T = T;
@@ -334,8 +352,7 @@ trn_gpu_cp_begin(trn_gpu_model_t *g, const trn_batch_t *b, int32_t *pos,
         idx[t] = (int32_t) r;
         pos[t] = (int32_t) (r - b->seq_offsets[seg[r]]);
     }
-    if (s_dist(g)) /* every rank's rows: the staging layout and its size */
-        S_TRY(s_perm(g, &perm, err));
+    S_TRY(s_perm(g, &perm, err)); /* the staging layout and its size */
     S_TRY(s_reserve(g, T, n));
     if (perm)
         S_TRY(trn_cuda_upload(c->perm, perm, n * 4));
@@ -384,7 +401,9 @@ s_cols(const trn_gpu_model_t *g, int r, int W, int nseg, s_cols_t *cols)
 }
 
 /* dst [T, C] (this rank's rows) = every rank's block's columns (nseg as
- * s_cols) of those rows; this rank's block is c->blk, [n, its width]. */
+ * s_cols) of those rows; this rank's block is c->blk, [n, its width].
+ * The blocks, padded to the widest rank's, are gathered; each rank's then
+ * gives this rank's rows and its columns go into place. */
 static lisa_rc_t
 s_to_rows(trn_gpu_model_t *g, trn_bf16_t *dst, int C, int nseg, trn_err_t *err)
 {
@@ -393,42 +412,19 @@ s_to_rows(trn_gpu_model_t *g, trn_bf16_t *dst, int C, int nseg, trn_err_t *err)
     size_t n = c->n, T = c->T, Cz = (size_t) C, bw = c->bw;
     size_t w = s_cols(g, c->rank, c->world, nseg, cols);
     lisa_rc_t rc = LISA_OK;
-    if (s_dist(g)) {
-        S_TRY(trn_cuda_copy2d(c->stage + (size_t) c->rank * n * bw, bw * 2,
-                              c->blk, w * 2, w * 2, n, NULL));
-        rc = trn_dist_allgather_bf16(s_dist(g), c->stage, n * bw);
-        if (rc != LISA_OK) {
-            s_err(err, "context parallelism: the all-gather failed");
-            return rc;
-        }
-        for (int r = 0; r < c->world; r++) {
-            if (s_cols(g, r, c->world, nseg, cols) == 0)
-                continue; /* a rank without heads */
-            S_TRY(trn_k_gather_rows(c->tmp, c->stage + (size_t) r * n * bw,
-                                    c->idx, (int) T, (int) bw, NULL));
-            for (int k = 0; k < nseg; k++)
-                S_TRY(trn_cuda_copy2d(dst + cols[k].col, Cz * 2,
-                                      c->tmp + cols[k].off, bw * 2,
-                                      cols[k].w * 2, T, NULL));
-        }
-        return LISA_OK;
-    }
-    /* through the group's sum on the host: this rank's columns in a
-     * zeroed [n, C], summed (exact: the other ranks add zeros) */
-    memset(c->hsum, 0, n * Cz * sizeof(float));
-    if (w)
-        S_TRY(trn_cuda_download(c->hblk, c->blk, n * w * 2));
-    for (size_t i = 0; i < n && w; i++)
+    S_TRY(trn_cuda_copy2d(c->stage + (size_t) c->rank * n * bw, bw * 2, c->blk,
+                          w * 2, w * 2, n, NULL));
+    S_TRY(s_allgather(g, c->stage, n * bw, 2, err));
+    for (int r = 0; r < c->world; r++) {
+        if (s_cols(g, r, c->world, nseg, cols) == 0)
+            continue; /* a rank without heads */
+        S_TRY(trn_k_gather_rows(c->tmp, c->stage + (size_t) r * n * bw, c->idx,
+                                (int) T, (int) bw, NULL));
         for (int k = 0; k < nseg; k++)
-            for (size_t j = 0; j < cols[k].w; j++)
-                c->hsum[i * Cz + cols[k].col + j] =
-                    trn_bf16_to_f32(c->hblk[i * w + cols[k].off + j]);
-    S_TRY(c->cp->sum(c->cp->self, c->hsum, n * Cz, err));
-    for (size_t t = 0; t < T; t++)
-        for (size_t j = 0; j < Cz; j++)
-            c->hrows[t * Cz + j] =
-                trn_f32_to_bf16(c->hsum[c->cp->rows[t] * Cz + j]);
-    S_TRY(trn_cuda_upload(dst, c->hrows, T * Cz * 2));
+            S_TRY(trn_cuda_copy2d(dst + cols[k].col, Cz * 2,
+                                  c->tmp + cols[k].off, bw * 2, cols[k].w * 2,
+                                  T, NULL));
+    }
 out:
     return rc;
 }
