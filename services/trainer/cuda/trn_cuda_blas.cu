@@ -39,7 +39,7 @@ struct trn_blas {
     int ncache;
     const char *next; /* trn_linear_next: weights to bring into L2 */
     size_t next_bytes;
-    unsigned *grid_bar; /* trn_mlp_fused's barrier: two words, zeroed */
+    unsigned long long *grid_bar; /* trn_mlp_fused's barrier count, zeroed */
 };
 
 #define S_BLAS_TRY(call)                                                       \
@@ -64,9 +64,10 @@ trn_blas_new(void)
         return NULL;
     }
     b->workspace = trn_cuda_malloc(S_WORKSPACE);
-    b->grid_bar = (unsigned *) trn_cuda_malloc(2 * sizeof(unsigned));
+    b->grid_bar =
+        (unsigned long long *) trn_cuda_malloc(sizeof(unsigned long long));
     if (!b->workspace || !b->grid_bar ||
-        trn_cuda_memset(b->grid_bar, 0, 2 * sizeof(unsigned), NULL) !=
+        trn_cuda_memset(b->grid_bar, 0, sizeof(unsigned long long), NULL) !=
             LISA_OK) {
         trn_cuda_free(&b->workspace);
         trn_cuda_free(&b->grid_bar);
@@ -1164,27 +1165,36 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
  * and its attention. */
 
 /* A grid-wide barrier for a kernel whose blocks are all resident at
- * once: bar[0] counts arrivals, bar[1] is the generation the last arrival
- * advances after putting bar[0] back to 0, so the next barrier (and the
- * next launch, or graph replay) starts clean. What a block wrote before
- * it is visible to every block after it. */
+ * once. *bar counts arrivals and is never reset: every launch has the
+ * same grid G and every barrier takes G arrivals, so a barrier's arrivals
+ * take the count from a multiple of G to the next one, and a block waits
+ * until the count reaches the multiple above the one its arrival found
+ * (64 bits: it never wraps). After the last arrival nothing more needs
+ * to happen for the others to go on (no reset, no second word to flip).
+ * What a block wrote before it is visible to every block after it. */
 __device__ __forceinline__ void
-s_grid_sync(unsigned *bar)
+s_grid_sync(unsigned long long *bar)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned *gen = bar + 1;
-        unsigned g0 = *gen; /* before arriving: the last arrival moves it */
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == g0)
-                __nanosleep(32);
+        /* the arrival releases the block's writes (the __syncthreads
+         * before it orders them before thread 0's); the load that sees
+         * the last arrival acquires every block's */
+        unsigned long long G = gridDim.x, old, n;
+        asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;\n"
+                     : "=l"(old)
+                     : "l"(bar)
+                     : "memory");
+        const unsigned long long target = (old / G + 1) * G;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n"
+                         : "=l"(n)
+                         : "l"(bar)
+                         : "memory");
+            if (n >= target)
+                break;
+            __nanosleep(32);
         }
-        __threadfence();
     }
     __syncthreads();
 }
@@ -1240,7 +1250,7 @@ s_mlp_merge(const trn_mlp_args_t &m)
 /* The norm phase between two barriers: blocks 0 .. T-1 a row each. */
 __device__ __forceinline__ void
 s_mlp_norm_phase(const trn_mlp_args_t &m, const trn_bf16_t *w, unsigned kind,
-                 unsigned *bar, float *shm)
+                 unsigned long long *bar, float *shm)
 {
     s_grid_sync(bar);
     {
@@ -1287,7 +1297,8 @@ s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m, unsigned spread)
 
 template <int NT, int R>
 __global__ void __launch_bounds__(32 * S_SK_W, 3)
-    s_mlp_fused(trn_mlp_args_t m, unsigned *bar, s_pf_t pf, unsigned spread)
+    s_mlp_fused(trn_mlp_args_t m, unsigned long long *bar, s_pf_t pf,
+                unsigned spread)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
