@@ -236,9 +236,9 @@ out:
     return rc;
 }
 
-/* Buffers for a batch of n rows, this rank's T of them (after s_perm on
- * the staging buffer's size needs tmax; after s_heads);
- * kept while they are large enough. */
+/* Buffers for a batch of n rows, this rank's T of them (after s_heads
+ * and s_perm: the staging buffer's size needs bw and tmax); kept while
+ * they are large enough. */
 static lisa_rc_t
 s_reserve(trn_gpu_model_t *g, size_t T, size_t n)
 {
