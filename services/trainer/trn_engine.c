@@ -123,11 +123,6 @@ struct trn_engine {
                           while a step's admissions are planned */
     double hit_share;  /* the cached share of admitted sequences, a moving
                           average over about the last ten */
-    uint64_t answered; /* requests answered 200 */
-    uint64_t wave_ms;  /* when the last step that answered any ended */
-    size_t wave_left;  /* of those, how many have not been followed by a
-                          new request yet (cfg.batch_wait_ms) */
-    bool holding;      /* the current hold is counted */
     trn_engine_stats_t st;
 };
 
@@ -417,8 +412,7 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"tokens_prefilled\":%llu,\"tokens_generated\":%llu,"
             "\"shared_tokens\":%llu,\"completed\":%llu,"
             "\"computed\":%llu,\"recomputed\":%llu,"
-            "\"preempted_max\":%llu,\"shed\":%llu,\"evictions\":%llu,"
-            "\"holds\":%llu}",
+            "\"preempted_max\":%llu,\"shed\":%llu,\"evictions\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -439,7 +433,7 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.completed, (unsigned long long) st.computed,
             (unsigned long long) st.recomputed,
             (unsigned long long) st.preempted_max, (unsigned long long) st.shed,
-            (unsigned long long) st.evictions, (unsigned long long) st.holds);
+            (unsigned long long) st.evictions);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -485,8 +479,6 @@ s_handler(lisa_http_req_t *req, void *arg)
         e->qhead = j;
     e->qtail = j;
     e->qlen++;
-    if (e->wave_left > 0)
-        e->wave_left--;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -541,7 +533,6 @@ s_answer(trn_engine_t *e, s_req_t *rq, s_job_t *j)
                                      strlen(txt));
         free(txt);
         rq->req = NULL;
-        e->answered++;
         return true;
     }
     s_fail(j, 500, NULL, "cannot encode");
@@ -1135,25 +1126,6 @@ s_busy(const trn_engine_t *e)
     return e->n_run > 0 || e->n_preempted > 0;
 }
 
-/* Whether the idle engine holds its next step for the requests the
- * callers it answered last are expected to send (cfg.batch_wait_ms),
- * and for how many more ms. */
-static bool
-s_hold(trn_engine_t *e, uint64_t *ms)
-{
-    uint64_t now = s_now_ms(), until = e->wave_ms + e->cfg.batch_wait_ms;
-    if (e->cfg.batch_wait_ms == 0 || e->wave_left == 0 || e->qlen == 0 ||
-        s_busy(e) || e->paused || e->stop || !e->bm || now >= until) {
-        e->holding = false;
-        return false;
-    }
-    if (!e->holding)
-        e->st.holds++;
-    e->holding = true;
-    *ms = until - now;
-    return true;
-}
-
 static void *
 s_run(void *arg)
 {
@@ -1173,12 +1145,6 @@ s_run(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         s_expire(e);
-        uint64_t hold_ms;
-        if (s_hold(e, &hold_ms)) {
-            struct timespec ts = s_deadline(hold_ms);
-            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-            continue;
-        }
         size_t n = 0;
         if (!e->stop && e->bm)
             n = s_plan(e, seqs, batch);
@@ -1223,13 +1189,8 @@ s_run(void *arg)
         }
         if (toks > e->st.step_tokens_max)
             e->st.step_tokens_max = toks;
-        uint64_t answered = e->answered;
         s_finish_step(e, n, batch, dev ? otok : NULL, dev ? olp : NULL,
                       dev ? NULL : logits, rc, &err);
-        if (e->answered > answered) { /* a wave of answers: expect them back */
-            e->wave_ms = s_now_ms();
-            e->wave_left = (size_t) (e->answered - answered);
-        }
         if (e->paused && !s_busy(e))
             pthread_cond_broadcast(&e->idle);
     }

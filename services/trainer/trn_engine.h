@@ -53,27 +53,21 @@ typedef struct {
     const char *engine_id;
     const char *broker; /* NULL: no registration */
     uint64_t register_ttl_ms;
-    size_t max_batch;       /* sequences generating at once (0: 256) */
-    size_t max_len;         /* context: prompt + completion (0: the model's
-                               max_position_embeddings) */
-    size_t block_size;      /* positions a KV block (0: 32; power of two) */
-    size_t max_step_tokens; /* new tokens a step (0: 4096) */
-    size_t kv_bytes;        /* memory for KV blocks (0: kv_fraction) */
-    double kv_fraction;     /* of free memory (0: the backend's default) */
-    bool no_prefix_cache;   /* every request computes its whole prompt */
-    bool offload_train;     /* training state off the device while the
-                               engine serves (backends with train_state) */
-    bool time_share;        /* with offload_train: a paused engine gives
-                               its KV memory back and the training state
-                               comes onto the device; resumed, the
-                               reverse */
-    size_t queue_max;       /* waiting requests (0: 1024) */
-    /* After a step that answered k requests, an idle engine holds its
-     * next step until k new requests have come or this many ms have
-     * passed since that step, so that callers answered together (an
-     * agent batch's turns) have their next prompts run together (0: it
-     * never holds) */
-    uint64_t batch_wait_ms;
+    size_t max_batch;          /* sequences generating at once (0: 256) */
+    size_t max_len;            /* context: prompt + completion (0: the model's
+                                  max_position_embeddings) */
+    size_t block_size;         /* positions a KV block (0: 32; power of two) */
+    size_t max_step_tokens;    /* new tokens a step (0: 4096) */
+    size_t kv_bytes;           /* memory for KV blocks (0: kv_fraction) */
+    double kv_fraction;        /* of free memory (0: the backend's default) */
+    bool no_prefix_cache;      /* every request computes its whole prompt */
+    bool offload_train;        /* training state off the device while the
+                                  engine serves (backends with train_state) */
+    bool time_share;           /* with offload_train: a paused engine gives
+                                  its KV memory back and the training state
+                                  comes onto the device; resumed, the
+                                  reverse */
+    size_t queue_max;          /* waiting requests (0: 1024) */
     uint64_t queue_timeout_ms; /* most time a request may wait */
     uint64_t policy_version;   /* initial */
     uint64_t seed;             /* for requests without a seed */
@@ -100,8 +94,7 @@ typedef struct {
     uint64_t evictions;     /* cached blocks reused for new content */
     uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
                                            and steps with prompt chunks */
-    uint64_t holds; /* times an idle engine held a step (batch_wait_ms) */
-    double decode_s, mixed_s; /* their time in the backend */
+    double decode_s, mixed_s;           /* their time in the backend */
     uint64_t inflight, queued;
     uint64_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_size;
     uint64_t mem_serve, mem_train, mem_total; /* device bytes in use while

@@ -193,11 +193,6 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "requests waiting to be admitted (beyond: 429)"),
     E(queue_timeout_ms, "engine.queue_timeout", NULL, DURATION, "10m",
       "most time a request waits to be admitted (then 503)"),
-    E(batch_wait_ms, "engine.batch_wait", NULL, DURATION, "20ms",
-      "after a step that answered k requests, an idle engine waits until "
-      "k new ones have come, or this long after that step, before it "
-      "starts the next (callers answered together send their next prompts "
-      "together; 0: never waits)"),
     E(register_ttl_ms, "engine.register_ttl", NULL, DURATION, "10s",
       "broker registration TTL"),
     /* deployment: containers give a port and a host name to advertise */

@@ -113,19 +113,6 @@ s_sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* s_call on the engine listening on s_port (tests with an engine of their
- * own). */
-static uint16_t s_port;
-
-static void *
-s_call_on(void *arg)
-{
-    call_t *c = arg;
-    c->status = s_post_port(s_port, c->body, c->out, sizeof c->out, false);
-    c->done = 1;
-    return NULL;
-}
-
 TestSuite(trn_engine, .init = s_setup, .fini = s_teardown);
 
 Test(trn_engine, usage)
@@ -1284,83 +1271,4 @@ Test(trn_engine, a_pause_waits_for_every_choice)
     }
     cr_assert(seen, "no request was ever seen in flight");
     s_assert_idle(s_e);
-}
-
-/* Milliseconds on the monotonic clock. */
-static double
-s_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
-}
-
-/* Two calls queued while paused, so that they run and are answered in the
- * same steps (a wave of two answers). */
-static void
-s_wave_of_two(trn_engine_t *e, call_t *a, call_t *b)
-{
-    cr_assert_eq(trn_engine_pause(e, 5000), LISA_OK);
-    pthread_t t[2];
-    pthread_create(&t[0], NULL, s_call_on, a);
-    pthread_create(&t[1], NULL, s_call_on, b);
-    for (int i = 0; i < 500 && trn_engine_stats(e).queued < 2; i++)
-        s_sleep_ms(5);
-    cr_assert_eq(trn_engine_stats(e).queued, 2);
-    trn_engine_resume(e, 3);
-    pthread_join(t[0], NULL);
-    pthread_join(t[1], NULL);
-    cr_assert_eq(a->status, 200, "%s", a->out);
-    cr_assert_eq(b->status, 200, "%s", b->out);
-}
-
-Test(trn_engine, an_idle_engine_holds_its_step_for_the_callers_it_answered)
-{
-    trn_engine_cfg_t ec = {.address = "127.0.0.1",
-                           .max_batch = 4,
-                           .seed = 1,
-                           .batch_wait_ms = 400};
-    trn_engine_t *e = trn_engine_new(s_b, &ec);
-    cr_assert(e);
-    s_port = trn_engine_port(e);
-    const char *body = "{\"prompt\":[5,6,7],\"max_tokens\":3}";
-    call_t a = {.body = body}, b = {.body = body};
-    s_wave_of_two(e, &a, &b);
-    /* one of the two comes back: held until the wait runs out */
-    call_t c = {.body = "{\"prompt\":[9,10],\"max_tokens\":2}"};
-    double t0 = s_ms();
-    s_call_on(&c);
-    double held = s_ms() - t0;
-    cr_assert_eq(c.status, 200, "%s", c.out);
-    cr_assert_geq(held, 150.0, "answered after %.0f ms: not held", held);
-    cr_assert_eq(trn_engine_stats(e).holds, 1);
-    /* the one caller answered last comes back: no hold */
-    call_t d = {.body = "{\"prompt\":[9,11],\"max_tokens\":2}"};
-    s_call_on(&d);
-    cr_assert_eq(d.status, 200, "%s", d.out);
-    cr_assert_eq(trn_engine_stats(e).holds, 1);
-    /* both come back, 60 ms apart: the first waits for the second and
-     * their prompts run in one step */
-    call_t a2 = {.body = body}, b2 = {.body = body};
-    s_wave_of_two(e, &a2, &b2);
-    uint64_t mixed = trn_engine_stats(e).mixed_steps;
-    call_t g = {.body = "{\"prompt\":[12,13,14],\"max_tokens\":2}"};
-    call_t h = {.body = "{\"prompt\":[15,16,17,18],\"max_tokens\":2}"};
-    pthread_t tg, th;
-    t0 = s_ms();
-    pthread_create(&tg, NULL, s_call_on, &g);
-    s_sleep_ms(60);
-    pthread_create(&th, NULL, s_call_on, &h);
-    pthread_join(tg, NULL);
-    double waited = s_ms() - t0;
-    pthread_join(th, NULL);
-    cr_assert_eq(g.status, 200, "%s", g.out);
-    cr_assert_eq(h.status, 200, "%s", h.out);
-    cr_assert_geq(waited, 55.0, "the first did not wait: %.0f ms", waited);
-    cr_assert_eq(
-        trn_engine_stats(e).mixed_steps, mixed + 1,
-        "the two prompts ran in %llu steps",
-        (unsigned long long) (trn_engine_stats(e).mixed_steps - mixed));
-    cr_assert_eq(trn_engine_stats(e).holds, 2);
-    trn_engine_destroy(&e);
 }
