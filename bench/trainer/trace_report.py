@@ -22,14 +22,9 @@ import statistics
 import sys
 
 KINDS = {1: "skinny", 2: "skinny_glu", 3: "bulk", 4: "bulk_glu", 5: "gemv",
-         6: "gemv_glu", 7: "attn", 8: "merge", 9: "norm",
-         # the fused decode kernel (LISA_CUDA_FUSED_MLP): its start to its
-         # wait, then a record a phase, each from the barrier before it
-         10: "fused start", 11: "f.merge", 12: "f.o", 13: "f.norm",
-         14: "f.gate|up", 15: "f.down", 16: "f.norm>qkv", 17: "f.q|k|v"}
+         6: "gemv_glu", 7: "attn", 8: "merge", 9: "norm"}
 PRODUCTS = {1, 2, 3, 4, 5, 6}
 GLU = {2, 4, 6}
-FUSED_PRODUCTS = {12, 14, 15, 17}  # their shape is (outputs, K)
 
 
 def load(path):
@@ -41,21 +36,17 @@ def load(path):
 
 
 def launches(rows):
-    """Blocks grouped into launches (or a fused kernel's phases): the
-    records of one kind and shape, in order of the time past the wait,
-    `grid` at a time (two launches of one kind never overlap: a kernel's
-    blocks pass their wait only after the kernel before ended, and a
-    phase's start after the barrier before it), then in order of their
-    first wait."""
-    by = {}
+    """Blocks grouped into launches: sorted by the time past the wait, a
+    launch takes `grid` consecutive blocks of one kind and shape (a
+    kernel's blocks pass their wait only after the kernel before ended)."""
+    rows = sorted(rows, key=lambda r: (r["t_wait"], r["t_start"]))
+    out, cur = [], None
     for r in rows:
-        by.setdefault((r["kind"], r["a"], r["b"], r["grid"]), []).append(r)
-    out = []
-    for key, rs in by.items():
-        rs.sort(key=lambda r: (r["t_wait"], r["t_start"]))
-        for i in range(0, len(rs), key[3]):
-            out.append({"key": key, "blocks": rs[i:i + key[3]]})
-    out.sort(key=lambda ln: min(x["t_wait"] for x in ln["blocks"]))
+        key = (r["kind"], r["a"], r["b"], r["grid"])
+        if cur is None or cur["key"] != key or len(cur["blocks"]) >= r["grid"]:
+            cur = {"key": key, "blocks": []}
+            out.append(cur)
+        cur["blocks"].append(r)
     for ln in out:
         b = ln["blocks"]
         ends = sorted(x["t_end"] for x in b)
@@ -121,7 +112,7 @@ def main():
         st["tail"].append(ln["end"] - ln["median_end"])
         st["early"].append(ln["wait"] - ln["start"])
         kind, a, b, _ = ln["key"]
-        if (kind in PRODUCTS or kind in FUSED_PRODUCTS) and busy > 0:
+        if kind in PRODUCTS and busy > 0:
             st["gbs"].append(a * b * 2 / busy)  # bytes / ns = GB/s
     med = statistics.median
     print(f"{'role':14} {'launches':>8} {'blocks':>6} {'gap us':>7} "
@@ -149,8 +140,6 @@ def one_layer(lns):
     start, first past the wait, first end, median end and last end."""
     starts = [i for i, ln in enumerate(lns[:-1])
               if role(ln, lns[i + 1]) == "norm>qkv"]
-    if len(starts) < 2:  # the fused kernel ran the layers' starts
-        starts = [i for i, ln in enumerate(lns) if ln["key"][0] == 7]
     if len(starts) < 2:
         return
     i0 = starts[len(starts) // 2]

@@ -39,7 +39,6 @@ struct trn_blas {
     int ncache;
     const char *next; /* trn_linear_next: weights to bring into L2 */
     size_t next_bytes;
-    unsigned long long *grid_bar; /* trn_mlp_fused's barrier count, zeroed */
 };
 
 #define S_BLAS_TRY(call)                                                       \
@@ -64,13 +63,7 @@ trn_blas_new(void)
         return NULL;
     }
     b->workspace = trn_cuda_malloc(S_WORKSPACE);
-    b->grid_bar =
-        (unsigned long long *) trn_cuda_malloc(sizeof(unsigned long long));
-    if (!b->workspace || !b->grid_bar ||
-        trn_cuda_memset(b->grid_bar, 0, sizeof(unsigned long long), NULL) !=
-            LISA_OK) {
-        trn_cuda_free(&b->workspace);
-        trn_cuda_free(&b->grid_bar);
+    if (!b->workspace) {
         cublasLtDestroy(b->lt);
         free(b);
         return NULL;
@@ -85,7 +78,6 @@ trn_blas_destroy(trn_blas_t **self)
         return;
     trn_blas_t *b = *self;
     trn_cuda_free(&b->workspace);
-    trn_cuda_free(&b->grid_bar);
     cublasLtDestroy(b->lt);
     free(b);
     *self = NULL;
@@ -743,19 +735,6 @@ s_sb_run(int outs, int per)
     return u;
 }
 
-/* The same over the grid's first G blocks; a later block's run is empty. */
-__device__ __forceinline__ s_run_t
-s_sb_run_first(int outs, int per, int G)
-{
-    int b = (int) blockIdx.x;
-    int q = outs / G, rem = outs % G;
-    s_run_t u;
-    u.lo = b * q + (b < rem ? b : rem);
-    u.len = b < G ? q + (b < rem) : 0;
-    u.nt = (u.len + per - 1) / per;
-    return u;
-}
-
 /* Tile k of run u: its first output and its count. */
 __device__ __forceinline__ int
 s_sb_tile0(s_run_t u, int k)
@@ -774,161 +753,6 @@ s_sb_row(int r, int o0, int o1, int N)
         return j < o1 ? (r < 8 ? j : N / 2 + j) : N;
     }
     return o0 + r < o1 ? o0 + r : N;
-}
-
-#define S_SB_CW (S_SB_CS / S_SK_W) /* a warp's chunks of a stage */
-
-/* Warp 0 readies the R stage barriers (one arrival a phase); the block's
- * __syncthreads after it publishes them. */
-template <int R>
-__device__ __forceinline__ void
-s_sb_bars_init(uint32_t bars, int lane)
-{
-    if (lane < R)
-        s_mbar_init(bars + 8u * (uint32_t) lane, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    __syncwarp();
-}
-
-/* The tokens' values of the calling warp's chunks of the stage whose
- * first chunk is c0 (zeros past the row or the tokens); CG: through L2
- * alone, for values other blocks of the same kernel wrote. */
-template <int NT, bool CG>
-__device__ __forceinline__ void
-s_sb_tokens(uint4 (&v)[S_SB_CW][NT], const uint4 *const (&xr)[NT],
-            const bool (&xok)[NT], int c0, int chunks, int warp)
-{
-    const uint4 z = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int i = 0; i < S_SB_CW; i++)
-#pragma unroll
-        for (int q = 0; q < NT; q++) {
-            int c = c0 + warp + S_SK_W * i;
-            const uint4 *p = xr[q] + 4 * (size_t) c;
-            v[i][q] = xok[q] && c < chunks ? (CG ? __ldcg(p) : *p) : z;
-        }
-}
-
-/* The products of one stage: the warp's chunks of the slot's 16 rows
- * (base: the lane's row g, column t, of the slot) with their tokens. */
-template <int NT>
-__device__ __forceinline__ void
-s_sb_mma(float (&acc)[NT][4], const uint4 (&vx)[S_SB_CW][NT],
-         const unsigned char *base, int c0, int chunks, int warp)
-{
-#pragma unroll
-    for (int i = 0; i < S_SB_CW; i++) {
-        int c = warp + S_SK_W * i;
-        if (c0 + c >= chunks)
-            break;
-        uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
-        uint4 vb =
-            *reinterpret_cast<const uint4 *>(base + 8 * S_SB_ROW + c * 64);
-        uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
-        uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
-#pragma unroll
-        for (int q = 0; q < NT; q++) {
-            trn_mma(acc[q], a0, vx[i][q].x, vx[i][q].y);
-            trn_mma(acc[q], a1, vx[i][q].z, vx[i][q].w);
-        }
-    }
-}
-
-/* The end of tile k of run u: the L2 hint after the run's last stage,
- * the tile's outputs (s_skinny_out), the sums zeroed for the next tile. */
-template <int NT, bool GLU>
-__device__ __forceinline__ void
-s_sb_tile_end(s_red_t<NT> &red, float (&acc)[NT][4], float *yf, trn_bf16_t *yb,
-              int T, int N, int accumulate, s_run_t u, int k, s_pf_t pf)
-{
-    if (k + 1 == u.nt)
-        s_l2_prefetch(pf); /* this block's weights are in */
-    int o0 = s_sb_tile0(u, k);
-    s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
-                          s_sb_tile0(u, k + 1) - o0);
-#pragma unroll
-    for (int q = 0; q < NT; q++)
-        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
-}
-
-/* Where a bulk product's stages stand: the block's stage slots and their
- * barriers, the index of the next stage to wait for in the block's whole
- * sequence of stages (gs, which sets the slot and the phase) and that
- * sequence's length (gend). */
-struct s_sb_pipe_t {
-    unsigned char *smem;
-    uint32_t slots, bars;
-    int gs, gend;
-};
-
-/* One bulk product over the block's run u of outputs (tiles of 16 rows,
- * 8 gate|up pairs with GLU), its stages the pipe's next ones; at the end
- * of each stage the slot it frees takes stage gs + R of the block's
- * sequence, whichever product that belongs to (issue(gi) asks for stage
- * gi). Ends with the pipe at the next product's first stage.
- * s_skinny_bulk runs the same steps in a loop of its own, written out, so
- * that its machine code stays the one that was timed (this function
- * compiles it to other register choices); it can take this one once
- * both have been timed alike. */
-template <int NT, int R, bool GLU, bool CG, typename Issue>
-__device__ __forceinline__ void
-s_sb_product(s_sb_pipe_t &pp, const trn_bf16_t *x, int T, int K, int N,
-             float *yf, trn_bf16_t *yb, int accumulate, s_run_t u, s_pf_t pf,
-             Issue issue)
-{
-    if (u.nt == 0) /* no outputs for this block: nothing to read */
-        return;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int g = lane >> 2, t = lane & 3;
-    int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
-    size_t row16 = (size_t) K / 8;
-    const uint4 *xr[NT];
-    bool xok[NT];
-    float acc[NT][4];
-    s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
-    /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
-     * values are loaded a stage ahead (the next tile's first stage reads
-     * the same values as this tile's) */
-    uint4 vx[S_SB_CW][NT], nx[S_SB_CW][NT];
-    s_sb_tokens<NT, CG>(vx, xr, xok, 0, chunks, warp);
-    /* the warps' partial sums meet past the stage slots */
-    s_red_t<NT> &red =
-        *reinterpret_cast<s_red_t<NT> *>(pp.smem + R * S_SB_SLOT);
-    for (int k = 0; k < u.nt; k++) {
-        for (int st = 0; st < stages; st++, pp.gs++) {
-            int c0 = st * S_SB_CS, cn = st + 1 < stages ? c0 + S_SB_CS : 0;
-            s_sb_tokens<NT, CG>(nx, xr, xok, cn, chunks, warp);
-            int slot = pp.gs % R;
-            s_mbar_wait(pp.bars + 8u * (uint32_t) slot,
-                        (uint32_t) (pp.gs / R) & 1u);
-            s_sb_mma<NT>(acc, vx,
-                         pp.smem + slot * S_SB_SLOT + g * S_SB_ROW + t * 16, c0,
-                         chunks, warp);
-#pragma unroll
-            for (int i = 0; i < S_SB_CW; i++)
-#pragma unroll
-                for (int q = 0; q < NT; q++)
-                    vx[i][q] = nx[i][q];
-            __syncthreads(); /* every warp is done with the slot */
-            if (warp == 0 && pp.gs + R < pp.gend)
-                issue(pp.gs + R);
-        }
-        s_sb_tile_end<NT, GLU>(red, acc, yf, yb, T, N, accumulate, u, k, pf);
-    }
-}
-
-/* Asks for stage li (of a run's stages, tile after tile, `stages` a tile)
- * of a bulk product's weight rows into slot `slot`; warp 0 calls it. */
-template <bool GLU>
-__device__ __forceinline__ void
-s_sb_ask(const s_sb_pipe_t &pp, const trn_bf16_t *w, int K, int N, s_run_t u,
-         int stages, int li, int slot, int lane)
-{
-    int k = li / stages;
-    s_sb_issue(
-        pp.slots, pp.bars, w,
-        s_sb_row<GLU>(lane & 15, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N), N,
-        K, li % stages, slot, lane);
 }
 
 template <int NT, int R, bool GLU>
@@ -1027,7 +851,14 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                            N, K, (gs + R) % stages, slot, lane);
             }
         }
-        s_sb_tile_end<NT, GLU>(red, acc, yf, yb, T, N, accumulate, u, k, pf);
+        if (k + 1 == u.nt)
+            s_l2_prefetch(pf); /* this block's weights are in */
+        int o0 = s_sb_tile0(u, k);
+        s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
+                              s_sb_tile0(u, k + 1) - o0);
+#pragma unroll
+        for (int q = 0; q < NT; q++)
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
     }
 }
 
@@ -1080,20 +911,6 @@ s_spread(float *glu, float *plain)
     *plain = p;
 }
 
-/* How many blocks of kernel k (S_SK_W warps, smem bytes of dynamic
- * shared memory, which it is allowed first) a multiprocessor holds at
- * once, into *resident. */
-template <typename K>
-static lisa_rc_t
-s_resident(K k, int smem, int *resident)
-{
-    TRN_CUDA_TRY(cudaFuncSetAttribute(
-        k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        resident, k, 32 * S_SK_W, (size_t) smem));
-    return LISA_OK;
-}
-
 template <int NT, int R, bool GLU>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -1103,9 +920,11 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     const int smem = R * S_SB_SLOT + (int) sizeof(s_red_t<NT>);
     static int resident; /* per instantiation, set once: blocks a processor */
     if (!resident) {
-        lisa_rc_t rc = s_resident(s_skinny_bulk<NT, R, GLU>, smem, &resident);
-        if (rc != LISA_OK)
-            return rc;
+        TRN_CUDA_TRY(cudaFuncSetAttribute(
+            s_skinny_bulk<NT, R, GLU>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, s_skinny_bulk<NT, R, GLU>, 32 * S_SK_W, (size_t) smem));
         resident = resident < 1 ? 1 : resident;
     }
     /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
@@ -1138,298 +957,6 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                                             pf, st);
     return s_skinny_bulk_go<NT, 3, GLU>(yf, yb, x, w, T, K, N, accumulate, pf,
                                         st);
-}
-
-/* ---- o, the second norm, gate|up and down in one kernel ----------------
- * After its attention, a decode step's layer is four kernels: o (x += o
- * W_o^T, fp32), the RMSNorm of x into h, gate|up with SwiGLU into a, and
- * down (x += a W_down^T). Each has its blocks resident only as its
- * predecessor's last ones leave, and its first weights asked for only then,
- * so every product starts and ends with processors that stream nothing.
- * s_mlp_fused runs the four as phases of one kernel, with as many blocks
- * as are resident at once and a grid-wide barrier between phases. A
- * block's bulk copies run on from one product into the next (s_sb_product's
- * pipe): while it waits at a barrier, the next product's first stages of
- * its rows are already on their way. The tiles, the warps' sums and the
- * epilogues are the bulk kernel's, and the norm is computed as
- * trn_k_rmsnorm_fwd's row kernel computes it (a block a token), so the
- * results are the four kernels' bit for bit. A value another block of
- * the same launch wrote is read through L2 alone where this processor's
- * L1 may hold its line from earlier in the launch (x in the norms, whose
- * lines the products' additions read; h for q|k|v, read before for
- * gate|up); h for gate|up and a for down are read for the first time
- * in the launch, through L1 as the separate kernels read them. With
- * the next layer's weights it goes on into that layer's first norm and
- * q|k|v product, two phases more, and with the split attention's records
- * it starts with their merge, one phase more: a layer is then this kernel
- * and its attention. */
-
-/* A grid-wide barrier for a kernel whose blocks are all resident at
- * once. *bar counts arrivals and is never reset: every launch has the
- * same grid G and every barrier takes G arrivals, so a barrier's arrivals
- * take the count from a multiple of G to the next one, and a block waits
- * until the count reaches the multiple above the one its arrival found
- * (64 bits: it never wraps). After the last arrival nothing more needs
- * to happen for the others to go on (no reset, no second word to flip).
- * What a block wrote before it is visible to every block after it. */
-__device__ __forceinline__ void
-s_grid_sync(unsigned long long *bar)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        /* the arrival releases the block's writes (the __syncthreads
-         * before it orders them before thread 0's); the load that sees
-         * the last arrival acquires every block's */
-        unsigned long long G = gridDim.x, old, n;
-        asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;\n"
-                     : "=l"(old)
-                     : "l"(bar)
-                     : "memory");
-        const unsigned long long target = (old / G + 1) * G;
-        for (;;) {
-            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n"
-                         : "=l"(n)
-                         : "l"(bar)
-                         : "memory");
-            if (n >= target)
-                break;
-            __nanosleep(32);
-        }
-    }
-    __syncthreads();
-}
-
-/* Row `row` of h = RMSNorm(x) w, with the arithmetic of trn_k_rmsnorm_fwd's
- * row kernel (thread i holds values i, i + 256, ...; the same sums in the
- * same order), x read through L2, twice (for the sum, then for the
- * output: fewer registers held through the kernel). Every thread of the
- * block calls it; C <= 16 x 256. */
-__device__ __forceinline__ void
-s_mlp_norm(const trn_mlp_args_t &m, const trn_bf16_t *w, int row, float *shm)
-{
-    const float *x = m.x + (size_t) row * (size_t) m.C;
-    float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int j = threadIdx.x + e * 256;
-        float v = j < m.C ? __ldcg(x + j) : 0.0f;
-        ss += v * v;
-    }
-    ss = trn_block_sum(ss, shm);
-    float r = rsqrtf(ss / (float) m.C + m.eps);
-    trn_bf16_t *o = m.h + (size_t) row * (size_t) m.C;
-#pragma unroll 4
-    for (int e = 0; e < 16; e++) {
-        int j = threadIdx.x + e * 256;
-        if (j < m.C)
-            trn_st(o + j, trn_ld(w + j) * trn_round_bf16(__ldcg(x + j) * r));
-    }
-}
-
-/* The merge phase: o from the attention's split records, every value of
- * its T tokens x H heads x D spread over the grid's threads, as
- * s_attn_merge computes it. */
-__device__ __forceinline__ void
-s_mlp_merge(const trn_mlp_args_t &m)
-{
-    int HD = m.H * m.D, n = m.T * HD;
-    for (int i = (int) (blockIdx.x * blockDim.x + threadIdx.x); i < n;
-         i += (int) (gridDim.x * blockDim.x)) {
-        int t = i / HD, h = (i % HD) / m.D, d = i % m.D;
-        trn_st(m.o + i,
-               trn_attn_merge1(m.part, t, h, d, m.H, m.Hk, m.D, m.parts));
-    }
-}
-
-/* A phase's record in a trace build (trn_cuda_trace.cuh): from its start
- * (past the barrier before it) to its end. */
-#define S_PHASE(kind, a, b)                                                    \
-    trn_tr_scope tp_((kind), (unsigned) (a), (unsigned) (b));                  \
-    tp_.waited()
-
-/* The norm phase between two barriers: blocks 0 .. T-1 a row each. */
-__device__ __forceinline__ void
-s_mlp_norm_phase(const trn_mlp_args_t &m, const trn_bf16_t *w, unsigned kind,
-                 unsigned long long *bar, float *shm)
-{
-    s_grid_sync(bar);
-    {
-        S_PHASE(kind, m.C, m.T);
-        if ((int) blockIdx.x < m.T)
-            s_mlp_norm(m, w, (int) blockIdx.x, shm);
-    }
-    s_grid_sync(bar);
-}
-
-/* The fused kernel's plan: each product's run of outputs for the block
- * and its stages a tile (o, gate|up, down, the next layer's q|k|v), and
- * where each product's stages end in the block's sequence. Kept in shared
- * memory, so it holds no registers through the kernel. */
-struct s_mlp_plan_t {
-    s_run_t u[4];
-    int st[4];
-    int e[4];
-};
-
-/* Thread 0 fills the plan (the block's __syncthreads after it publishes
- * it); products of no rows (no next q|k|v) have no stages. Product i
- * spreads its outputs over every block when bit i of `spread` is set, as
- * the separate kernels spread gate|up; else the grid's first blocks take
- * a tile each (all of them when the tiles are more), as the separate
- * kernels run o, down and q|k|v, and the others wait at the barrier
- * (streaming their next product's first stages meanwhile). */
-__device__ __forceinline__ void
-s_mlp_plan(s_mlp_plan_t &pl, const trn_mlp_args_t &m, unsigned spread)
-{
-    const int outs[4] = {m.C, m.I, m.C, m.wqkv ? m.S : 0};
-    const int ks[4] = {m.Q, m.C, m.I, m.C};
-    int end = 0;
-    for (int i = 0; i < 4; i++) { /* no outputs: a run of no tiles */
-        int per = i == 1 ? 8 : 16, tiles = (outs[i] + per - 1) / per;
-        int G = (spread >> i) & 1u || tiles > (int) gridDim.x ? (int) gridDim.x
-                                                              : tiles;
-        pl.u[i] = s_sb_run_first(outs[i], per, G < 1 ? 1 : G);
-        pl.st[i] = (ks[i] / 32 + S_SB_CS - 1) / S_SB_CS;
-        end += pl.u[i].nt * pl.st[i];
-        pl.e[i] = end;
-    }
-}
-
-template <int NT, int R>
-__global__ void __launch_bounds__(32 * S_SK_W, 3)
-    s_mlp_fused(trn_mlp_args_t m, unsigned long long *bar, s_pf_t pf,
-                unsigned spread)
-{
-    extern __shared__ __align__(128) unsigned char s_sb[];
-    __shared__ __align__(8) uint64_t bar_mem[R];
-    __shared__ float shm[32];
-    __shared__ s_mlp_plan_t pl;
-    trn_tr_scope tr(TRN_TR_MLP_FUSED, m.C, m.I);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0)
-        s_mlp_plan(pl, m, spread);
-    __syncthreads();
-    s_sb_pipe_t pp;
-    pp.smem = s_sb;
-    pp.slots = (uint32_t) __cvta_generic_to_shared(s_sb);
-    pp.bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
-    pp.gs = 0;
-    pp.gend = pl.e[3];
-    /* the block's stages in the order the pipe takes them: o, gate|up,
-     * down, then the next layer's q|k|v */
-    auto issue = [&](int gi) {
-        if (gi < pl.e[0])
-            s_sb_ask<false>(pp, m.wo, m.Q, m.C, pl.u[0], pl.st[0], gi, gi % R,
-                            lane);
-        else if (gi < pl.e[1])
-            s_sb_ask<true>(pp, m.wgu, m.C, 2 * m.I, pl.u[1], pl.st[1],
-                           gi - pl.e[0], gi % R, lane);
-        else if (gi < pl.e[2])
-            s_sb_ask<false>(pp, m.wd, m.I, m.C, pl.u[2], pl.st[2], gi - pl.e[1],
-                            gi % R, lane);
-        else
-            s_sb_ask<false>(pp, m.wqkv, m.C, m.S, pl.u[3], pl.st[3],
-                            gi - pl.e[2], gi % R, lane);
-    };
-    if (warp == 0) { /* weights: nothing earlier in a step writes them */
-        s_sb_bars_init<R>(pp.bars, lane);
-        for (int gi = 0; gi < R && gi < pp.gend; gi++)
-            issue(gi);
-    }
-    __syncthreads();
-    trn_pdl_enter();
-    tr.waited();
-    tr.end();          /* the phases have records of their own */
-    if (m.parts > 1) { /* o is read for the first time after it */
-        {
-            S_PHASE(TRN_TR_FUSED_MERGE, m.H, m.parts);
-            s_mlp_merge(m);
-        }
-        s_grid_sync(bar);
-    }
-    const s_pf_t none = {NULL, 0};
-    {
-        S_PHASE(TRN_TR_FUSED_O, m.C, m.Q);
-        s_sb_product<NT, R, false, false>(pp, m.o, m.T, m.Q, m.C, m.x, NULL, 1,
-                                          pl.u[0], none, issue);
-    }
-    s_mlp_norm_phase(m, m.wn, TRN_TR_FUSED_NORM, bar, shm);
-    {
-        S_PHASE(TRN_TR_FUSED_GLU, 2 * m.I, m.C);
-        s_sb_product<NT, R, true, false>(pp, m.h, m.T, m.C, 2 * m.I, NULL, m.a,
-                                         0, pl.u[1], none, issue);
-    }
-    s_grid_sync(bar);
-    /* the hint after the block's last product (its weights are in) */
-    const bool next = m.wqkv != NULL;
-    {
-        S_PHASE(TRN_TR_FUSED_DOWN, m.C, m.I);
-        s_sb_product<NT, R, false, false>(pp, m.a, m.T, m.I, m.C, m.x, NULL, 1,
-                                          pl.u[2], next ? none : pf, issue);
-    }
-    if (!next)
-        return;
-    s_mlp_norm_phase(m, m.wn_next, TRN_TR_FUSED_NORM_NEXT, bar, shm);
-    S_PHASE(TRN_TR_FUSED_QKV, m.S, m.C);
-    s_sb_product<NT, R, false, true>(pp, m.h, m.T, m.C, m.S, NULL, m.qkv, 0,
-                                     pl.u[3], pf, issue);
-}
-
-/* Which of the fused kernel's products (bit 0 o, 1 gate|up, 2 down, 3
- * q|k|v) spread their outputs over every resident block
- * (LISA_CUDA_FUSED_SPREAD, a number; default 2: gate|up alone, as the
- * separate kernels run them: spreading o, down or q|k|v over three
- * blocks a processor made the separate kernels' batch-8 step 7% slower,
- * each block reading all the tokens' inputs for fewer weight rows).
- * Read once. */
-static unsigned
-s_fused_spread(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LISA_CUDA_FUSED_SPREAD");
-        v = e && *e ? atoi(e) & 15 : 2;
-    }
-    return (unsigned) v;
-}
-
-extern "C" int
-trn_mlp_fused_fits(int T, int C, int Q, int I, int S)
-{
-    return s_skinny_bulk_stages() == 2 && T >= 2 && T <= 8 && C >= 32 &&
-           Q >= 32 && I >= 32 && S >= 0 && C % 32 == 0 && Q % 32 == 0 &&
-           I % 32 == 0 && S % 16 == 0 && C <= 16 * 256;
-}
-
-extern "C" lisa_rc_t
-trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m, trn_cuda_stream_t *s)
-{
-    TRN_REQUIRE(b && b->grid_bar && m && m->x && m->o && m->wo && m->wn &&
-                m->wgu && m->wd && m->h && m->a);
-    int next = m->wqkv != NULL;
-    TRN_REQUIRE(!next || (m->wn_next && m->qkv && m->S > 0));
-    TRN_REQUIRE(trn_mlp_fused_fits(m->T, m->C, m->Q, m->I, next ? m->S : 0));
-    TRN_REQUIRE(m->parts <= 1 || (m->part && m->H > 0 && m->Hk > 0 &&
-                                  m->H % m->Hk == 0 && m->H * m->D == m->Q));
-    TRN_REQUIRE(s_aligned16(m->o) && s_aligned16(m->wo) &&
-                s_aligned16(m->wgu) && s_aligned16(m->wd) &&
-                s_aligned16(m->h) && s_aligned16(m->a) &&
-                (!next || s_aligned16(m->wqkv)));
-    const int smem = 2 * S_SB_SLOT + (int) sizeof(s_red_t<1>);
-    static int resident; /* blocks a processor, set once */
-    if (!resident) {
-        lisa_rc_t rc = s_resident(s_mlp_fused<1, 2>, smem, &resident);
-        if (rc != LISA_OK)
-            return rc;
-        if (resident < 1)
-            return LISA_UNSUPPORTED;
-    }
-    /* every block resident at once: the barriers wait for all of them */
-    long G = (long) resident * trn_sm_count();
-    TRN_CUDA_TRY(trn_launch_pdl(
-        s_mlp_fused<1, 2>, dim3((unsigned) G), dim3(32 * S_SK_W), (size_t) smem,
-        trn_stream(s), *m, b->grid_bar, s_take_pf(b), s_fused_spread()));
-    return LISA_OK;
 }
 
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default

@@ -141,44 +141,6 @@ trn_cp_wait(void)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* ---- the merge of a split decode attention's partial results ----------
- * Split decode attention (trn_k_decode.cu) leaves, per (token, KV head)
- * and split, a record of G (D + 2) floats: the G query heads' running
- * maxima (base 2), their sums, then their unnormalised outputs. Value d of
- * query head h of token t, merged over the nsplit splits (0 where no
- * split saw a position); s_attn_merge and the fused decode kernel both
- * compute it with this. */
-/* A split's record: m[G] (log2 units), l[G], then o[G][D] (unnormalised). */
-__device__ __forceinline__ size_t
-trn_attn_rec(int G, int D)
-{
-    return (size_t) G * (size_t) (D + 2);
-}
-
-__device__ __forceinline__ float
-trn_attn_merge1(const float *part, int t, int h, int d, int H, int Hk, int D,
-                int nsplit)
-{
-    int G = H / Hk, hk = h / G, g = h % G;
-    const float *rec0 = part + ((size_t) t * (size_t) Hk + (size_t) hk) *
-                                   (size_t) nsplit * trn_attn_rec(G, D);
-    float M = -INFINITY;
-    for (int s = 0; s < nsplit; s++)
-        M = fmaxf(M, rec0[(size_t) s * trn_attn_rec(G, D) + g]);
-    float L = 0.0f, acc = 0.0f;
-    if (M != -INFINITY)
-        for (int s = 0; s < nsplit; s++) {
-            const float *rec = rec0 + (size_t) s * trn_attn_rec(G, D);
-            float m = rec[g];
-            if (m == -INFINITY)
-                continue;
-            float f = exp2f(m - M);
-            L += rec[G + g] * f;
-            acc += rec[2 * G + (size_t) g * D + d] * f;
-        }
-    return L > 0.0f ? acc / L : 0.0f;
-}
-
 /* ---- programmatic dependent launch (decode steps) -----------------------
  * A kernel launched with trn_launch_pdl may start while the kernel before
  * it on the stream is still finishing, so its blocks are resident when

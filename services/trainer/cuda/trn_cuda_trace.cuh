@@ -5,13 +5,12 @@
  * kernels' machine code is unchanged).
  *
  * An instrumented kernel opens a trn_tr_scope at its start, calls
- * waited() right after trn_pdl_enter(), and the scope's end (or end())
- * writes one record a block (thread 0's view): the global timer at the
- * start, after the wait and at the end, the multiprocessor, the block, the
- * grid, and the kernel's kind and shape. A kernel of several phases
- * (trn_mlp_fused) writes a record a phase too. Each file of kernels that
- * includes this holds its own pointer to the record buffer (TRN_TRACE_TU names
- * its setter), set by trn_cuda_trace_start (trn_cuda_trace.cu).
+ * waited() right after trn_pdl_enter(), and the scope's end writes one
+ * record a block (thread 0's view): the global timer at the start, after
+ * the wait and at the end, the multiprocessor, the block, the grid, and
+ * the kernel's kind and shape. Each file of kernels that includes this
+ * holds its own pointer to the record buffer (TRN_TRACE_TU names its
+ * setter), set by trn_cuda_trace_start (trn_cuda_trace.cu).
  */
 #ifndef TRN_CUDA_TRACE_CUH
 #define TRN_CUDA_TRACE_CUH
@@ -27,15 +26,6 @@ enum {
     TRN_TR_ATTN,
     TRN_TR_MERGE,
     TRN_TR_NORM_ROW,
-    TRN_TR_MLP_FUSED, /* the fused decode kernel's start, to its wait */
-    /* its phases (trn_mlp_fused), each from the barrier before it */
-    TRN_TR_FUSED_MERGE,
-    TRN_TR_FUSED_O,
-    TRN_TR_FUSED_NORM,
-    TRN_TR_FUSED_GLU,
-    TRN_TR_FUSED_DOWN,
-    TRN_TR_FUSED_NORM_NEXT,
-    TRN_TR_FUSED_QKV,
 };
 
 typedef struct {
@@ -73,18 +63,7 @@ struct trn_tr_scope {
     {
         t1 = trn_tr_now();
     }
-    /* Writes the record now (the scope's end then writes none). */
-    __device__ void end(void)
-    {
-        write();
-        kind = 0;
-    }
     __device__ ~trn_tr_scope()
-    {
-        if (kind)
-            write();
-    }
-    __device__ void write(void)
     {
         if (threadIdx.x != 0 || !s_trace_dev.rec)
             return;
@@ -122,9 +101,6 @@ struct trn_tr_scope {
     {
     }
     __device__ void waited(void)
-    {
-    }
-    __device__ void end(void)
     {
     }
 };

@@ -367,73 +367,6 @@ s_next(trn_gpu_model_t *g, int l, int k)
     }
 }
 
-/* LISA_CUDA_FUSED_MLP (read once; off by default until it is timed
- * against the separate kernels): 1 runs a layer's o, second norm,
- * gate|up and down as one kernel (trn_mlp_fused); 2 also the next layer's
- * first norm and q|k|v product; 3 also, in steps of one new token a
- * sequence, the merge of the attention's splits before o. */
-static int
-s_fused_mode(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LISA_CUDA_FUSED_MLP");
-        v = e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
-    }
-    return v;
-}
-
-/* Whether layer steps of T tokens take the fused kernel; with `next`,
- * whether it also runs the next layer's norm and q|k|v (not with a q|k|v
- * bias, which is added by a kernel of its own). */
-static bool
-s_fused(const trn_gpu_model_t *g, int T, bool next)
-{
-    int mode = s_fused_mode();
-    if (next)
-        return mode >= 2 && !g->qkv_bias &&
-               trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I, g->S);
-    return mode > 0 && trn_mlp_fused_fits(T, g->C, g->H * g->D, g->I, 0);
-}
-
-/* Layer l's o, second norm, gate|up and down in one kernel, and the next
- * layer's norm and q|k|v where s_fused(.., true) says so; first the merge
- * of the attention's `parts` splits where there are several (in
- * kv->attn_part). */
-static lisa_rc_t
-s_layer_fused(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l,
-              int T, int parts)
-{
-    const s_layer_t *ly = &g->layers[l];
-    const trn_bf16_t *W = g->wb;
-    bool nx = l + 1 < g->L && s_fused(g, T, true);
-    const s_layer_t *ln = nx ? &g->layers[l + 1] : ly;
-    s_next(g, nx ? l + 1 : l, nx ? 0 : 3); /* the product after the last */
-    trn_mlp_args_t m = {.x = b->x,
-                        .o = b->o,
-                        .wo = W + ly->o,
-                        .wn = W + ly->w_post,
-                        .wgu = W + ly->gu,
-                        .wd = W + ly->down,
-                        .h = b->h,
-                        .a = b->a,
-                        .wn_next = nx ? W + ln->w_in : NULL,
-                        .wqkv = nx ? W + ln->qkv : NULL,
-                        .qkv = nx ? b->qkv : NULL,
-                        .part = kv->attn_part,
-                        .parts = parts,
-                        .H = g->H,
-                        .Hk = g->Hk,
-                        .D = g->D,
-                        .T = T,
-                        .C = g->C,
-                        .Q = g->H * g->D,
-                        .I = g->I,
-                        .S = nx ? g->S : 0,
-                        .eps = (float) g->cfg.rms_norm_eps};
-    return trn_mlp_fused(g->blas, &m, kv->stream);
-}
-
 /* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
 static lisa_rc_t
 s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
@@ -445,30 +378,22 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
     float eps = (float) g->cfg.rms_norm_eps;
     float theta = (float) g->cfg.rope_theta;
 
-    if (l == 0 || !s_fused(g, T, true)) { /* else the last kernel's */
-        S_TRYG(TRN_PH_NORM,
-               trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
-                                 W + ly->w_in, T, g->C, 1, eps, st));
-        s_next(g, l, 0);
-        S_TRYG(TRN_PH_PROD_F,
-               trn_linear_fwd(g->blas, NULL, b->qkv, b->h, W + ly->qkv, T, g->C,
-                              g->S, 0, st));
-    }
+    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                          W + ly->w_in, T, g->C, 1, eps, st));
+    s_next(g, l, 0);
+    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, NULL, b->qkv, b->h,
+                                         W + ly->qkv, T, g->C, g->S, 0, st));
     if (g->qkv_bias) /* Qwen2 */
         S_TRYG(TRN_PH_OTHER,
                trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
     const trn_bf16_t *qn = s_norm_w(g, W, ly->q_norm);
     const trn_bf16_t *kn = s_norm_w(g, W, ly->k_norm);
-    /* the attention's splits merged by the fused kernel, or here */
-    int parts = 1;
-    bool merge_later = b->one && s_fused_mode() == 3 && s_fused(g, T, false);
-    int *defer = merge_later ? &parts : NULL;
     if (b->one) { /* q/k preparation inside the attention kernel */
         S_TRYG(TRN_PH_ATTN_F,
-               trn_k_attn_decode_prep_parts(
-                   b->o, b->qkv, g->S, qn, kn, kv->k[l], kv->v[l], b->slot,
-                   b->pos, T, g->H, g->Hk, g->D, kv->pg, eps, theta,
-                   kv->attn_part, kv->attn_part_n, defer, st));
+               trn_k_attn_decode_prep(b->o, b->qkv, g->S, qn, kn, kv->k[l],
+                                      kv->v[l], b->slot, b->pos, T, g->H, g->Hk,
+                                      g->D, kv->pg, eps, theta, kv->attn_part,
+                                      kv->attn_part_n, st));
     } else { /* every new key into the cache, then decodes, then prompts */
         S_TRYG(TRN_PH_QK, trn_k_qk_prep(b->qkv, g->S, qn, kn, kv->k[l],
                                         kv->v[l], b->slot, b->pos, T, g->H,
@@ -484,10 +409,6 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                    trn_k_attn_prefill(b->o, b->qkv, g->S, kv->k[l], kv->v[l],
                                       kv->pg, b->tiles, b->ntiles, g->H, g->Hk,
                                       g->D, st));
-    }
-    if (s_fused(g, T, false)) { /* o, norm, gate|up, down: one kernel */
-        S_TRYG(TRN_PH_PROD_F, s_layer_fused(g, kv, b, l, T, parts));
-        goto out;
     }
     s_next(g, l, 1);
     S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o,

@@ -284,11 +284,18 @@ trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
 #define S_GQ_TP     32 /* positions: the unit a token's splits are cut in */
 #define S_GQ_SPLITS 32 /* most splits of one token's positions */
 
+/* A split's partial result: m[G] (log2 units), l[G], then o[G][D]
+ * (unnormalised). */
+__device__ __forceinline__ size_t
+s_gq_rec(int G, int D)
+{
+    return (size_t) G * (size_t) (D + 2);
+}
+
 /* The end of a grouped decode block: the NW warps' states (each query
  * head's maximum and sum in sm_m / sm_l, its unnormalised output in
  * sm_o[w][g * D + d]) merged by one thread per (query head, dimension),
- * then either the output (one split) or this split's record (its layout:
- * trn_attn_rec). */
+ * then either the output (one split) or this split's record. */
 template <int D, int G, int NW>
 __device__ __forceinline__ void
 s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
@@ -298,7 +305,7 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
     float *rec = part
                      ? part + ((size_t) t * (size_t) Hk * (size_t) nsplit +
                                (size_t) hk * (size_t) nsplit + (size_t) split) *
-                                  trn_attn_rec(G, D)
+                                  s_gq_rec(G, D)
                      : NULL;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         int g = i / D;
@@ -596,8 +603,25 @@ s_attn_merge(trn_bf16_t *o, const float *part, int H, int Hk, int D, int nsplit)
     trn_pdl_enter();
     tr.waited();
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    int G = H / Hk, hk = h / G, g = h % G;
+    const float *rec0 = part + ((size_t) t * (size_t) Hk + (size_t) hk) *
+                                   (size_t) nsplit * s_gq_rec(G, D);
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++)
+        M = fmaxf(M, rec0[(size_t) s * s_gq_rec(G, D) + g]);
+    float L = 0.0f, acc = 0.0f;
+    if (M != -INFINITY)
+        for (int s = 0; s < nsplit; s++) {
+            const float *rec = rec0 + (size_t) s * s_gq_rec(G, D);
+            float m = rec[g];
+            if (m == -INFINITY)
+                continue;
+            float f = exp2f(m - M);
+            L += rec[G + g] * f;
+            acc += rec[2 * G + (size_t) g * D + d] * f;
+        }
     trn_st(o + (size_t) t * (size_t) (H * D) + (size_t) h * D + d,
-           trn_attn_merge1(part, t, h, d, H, Hk, D, nsplit));
+           L > 0.0f ? acc / L : 0.0f);
 }
 
 extern "C" size_t
@@ -687,8 +711,7 @@ static lisa_rc_t
 s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
              trn_bf16_t *cv, const int32_t *slot, const int32_t *pos, int T,
              int H, int Hk, trn_kv_pages_t pg, float *scratch,
-             size_t scratch_floats, const s_prep_t *prep, int *parts,
-             cudaStream_t st)
+             size_t scratch_floats, const s_prep_t *prep, cudaStream_t st)
 {
     size_t rec = (size_t) G * (size_t) (D + 2);
     long blocks = (long) T * Hk, want = 2L * trn_sm_count();
@@ -726,9 +749,7 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
                                                slot, pos, H, Hk, pg, prep, st);
     if (rc != LISA_OK)
         return rc;
-    if (parts) /* the caller merges the splits */
-        *parts = nsplit;
-    else if (nsplit > 1)
+    if (nsplit > 1)
         TRN_CUDA_TRY(trn_launch_pdl(
             s_attn_merge, dim3((unsigned) T, (unsigned) H), dim3(D), 0, st, o,
             (const float *) scratch, H, Hk, D, nsplit));
@@ -738,8 +759,7 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
 typedef lisa_rc_t (*s_gqa_fn)(trn_bf16_t *, const trn_bf16_t *, int,
                               trn_bf16_t *, trn_bf16_t *, const int32_t *,
                               const int32_t *, int, int, int, trn_kv_pages_t,
-                              float *, size_t, const s_prep_t *, int *,
-                              cudaStream_t);
+                              float *, size_t, const s_prep_t *, cudaStream_t);
 
 /* The grouped kernel's launcher for head_dim D and G query heads per KV
  * head (1, 2, 4 or 8), or NULL for another G. */
@@ -790,7 +810,7 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
     if (f)
         return f(o, q, stride, const_cast<trn_bf16_t *>(cache_k),
                  const_cast<trn_bf16_t *>(cache_v), slot, pos, T, H, Hk, pg,
-                 scratch, scratch_floats, NULL, NULL, st);
+                 scratch, scratch_floats, NULL, st);
     dim3 grid((unsigned) T, (unsigned) H);
     s_attn_decode<<<grid, 32 * S_WARPS, 0, st>>>(o, q, stride, cache_k, cache_v,
                                                  slot, pos, H, Hk, D, pg,
@@ -800,21 +820,19 @@ trn_k_attn_decode(trn_bf16_t *o, const trn_bf16_t *q, int stride,
 }
 
 extern "C" lisa_rc_t
-trn_k_attn_decode_prep_parts(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
-                             const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
-                             trn_bf16_t *cache_k, trn_bf16_t *cache_v,
-                             const int32_t *slot, const int32_t *pos, int T,
-                             int H, int Hk, int D, trn_kv_pages_t pg, float eps,
-                             float theta, float *scratch, size_t scratch_floats,
-                             int *parts, trn_cuda_stream_t *s)
+trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
+                       const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
+                       trn_bf16_t *cache_k, trn_bf16_t *cache_v,
+                       const int32_t *slot, const int32_t *pos, int T, int H,
+                       int Hk, int D, trn_kv_pages_t pg, float eps, float theta,
+                       float *scratch, size_t scratch_floats,
+                       trn_cuda_stream_t *s)
 {
     TRN_REQUIRE(o && qkv && !q_norm == !k_norm && cache_k && cache_v && slot &&
                 pos && T > 0);
     TRN_REQUIRE(H > 0 && Hk > 0 && H % Hk == 0 && D > 0 && D % 2 == 0 &&
                 D <= S_PREP_MAXD && stride >= (H + 2 * Hk) * D &&
                 s_pages_ok(pg));
-    if (parts)
-        *parts = 1;
     s_gqa_fn f = s_gqa_few(T, Hk) ? s_gqa_for(stride, H, Hk, D) : NULL;
     if (!f) { /* the two kernels (q|k|v written back) */
         lisa_rc_t rc = trn_k_qk_prep(const_cast<trn_bf16_t *>(qkv), stride,
@@ -827,21 +845,7 @@ trn_k_attn_decode_prep_parts(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
     }
     s_prep_t prep = {q_norm, k_norm, eps, theta};
     return f(o, qkv, stride, cache_k, cache_v, slot, pos, T, H, Hk, pg, scratch,
-             scratch_floats, &prep, parts, trn_stream(s));
-}
-
-extern "C" lisa_rc_t
-trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv, int stride,
-                       const trn_bf16_t *q_norm, const trn_bf16_t *k_norm,
-                       trn_bf16_t *cache_k, trn_bf16_t *cache_v,
-                       const int32_t *slot, const int32_t *pos, int T, int H,
-                       int Hk, int D, trn_kv_pages_t pg, float eps, float theta,
-                       float *scratch, size_t scratch_floats,
-                       trn_cuda_stream_t *s)
-{
-    return trn_k_attn_decode_prep_parts(
-        o, qkv, stride, q_norm, k_norm, cache_k, cache_v, slot, pos, T, H, Hk,
-        D, pg, eps, theta, scratch, scratch_floats, NULL, s);
+             scratch_floats, &prep, trn_stream(s));
 }
 
 /* ---- sampling ---------------------------------------------------------- */

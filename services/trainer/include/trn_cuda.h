@@ -146,37 +146,6 @@ int trn_linear_glu_fits(int T, int K, int I);
 lisa_rc_t trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
                              const trn_bf16_t *w, int T, int K, int I,
                              trn_cuda_stream_t *s);
-/* A decode step's layer after its attention in one kernel: x += o wo^T;
- * h = RMSNorm(x) wn (eps); a = SwiGLU(h wgu^T) (wgu = [2I, C], gate rows
- * then up rows); x += a wd^T; and, with wqkv, the next layer's start: h =
- * RMSNorm(x) wn_next, qkv = h wqkv^T ([S, C]); with parts > 1, o is first
- * merged from the attention's splits. x is fp32 [T, C], o bf16
- * [T, Q], h, a and qkv bf16 ([T, C], [T, I], [T, S]). The results are
- * those of trn_linear_fwd, trn_k_rmsnorm_fwd, trn_linear_fwd_glu (and
- * trn_k_rmsnorm_fwd, trn_linear_fwd) run in turn where those take the
- * bulk-copy kernels (2 to 8 tokens on Hopper), bit for bit. Its blocks
- * wait for each other between phases, so nothing may run beside it on
- * the device's processors that waits for it (one stream at a time).
- * trn_mlp_fused_fits: the shapes it takes (Hopper with the bulk kernels
- * on, 2 to 8 tokens, C, Q, I multiples of 32, S of 16, C <= 4096; S 0
- * for no q|k|v). */
-typedef struct {
-    float *x;
-    trn_bf16_t *o; /* read; written first where parts > 1 */
-    const trn_bf16_t *wo, *wn, *wgu, *wd;
-    trn_bf16_t *h, *a;
-    const trn_bf16_t *wn_next, *wqkv; /* NULL: no q|k|v phase */
-    trn_bf16_t *qkv;
-    /* parts > 1: o is first merged from the split attention's records in
-     * part (trn_k_attn_decode_prep_parts), of H heads (Hk KV heads) of D */
-    const float *part;
-    int parts, H, Hk, D;
-    int T, C, Q, I, S;
-    float eps;
-} trn_mlp_args_t;
-int trn_mlp_fused_fits(int T, int C, int Q, int I, int S);
-lisa_rc_t trn_mlp_fused(trn_blas_t *b, const trn_mlp_args_t *m,
-                        trn_cuda_stream_t *s);
 /* The weights the product after the next one through b will read (a
  * decode step's chain): the next forward product of 2 to 8 tokens (the
  * skinny kernel) has each block, once its own weights are in, ask for its
@@ -416,17 +385,6 @@ lisa_rc_t trn_k_attn_decode_prep(trn_bf16_t *o, const trn_bf16_t *qkv,
                                  int D, trn_kv_pages_t pg, float eps,
                                  float theta, float *scratch,
                                  size_t scratch_floats, trn_cuda_stream_t *s);
-/* trn_k_attn_decode_prep without the merge of the splits: *parts is how
- * many splits scratch holds, per (token, KV head), G (D + 2) floats a
- * split (the maxima, the sums, the unnormalised outputs of the G query
- * heads), for the caller to merge (trn_mlp_fused does); 1 when o is
- * written. */
-lisa_rc_t trn_k_attn_decode_prep_parts(
-    trn_bf16_t *o, const trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
-    const trn_bf16_t *k_norm, trn_bf16_t *cache_k, trn_bf16_t *cache_v,
-    const int32_t *slot, const int32_t *pos, int T, int H, int Hk, int D,
-    trn_kv_pages_t pg, float eps, float theta, float *scratch,
-    size_t scratch_floats, int *parts, trn_cuda_stream_t *s);
 /* A query tile of the paged prefill: `rows` (1..128) packed rows from
  * row0, consecutive new tokens of the sequence in table row `slot`, the
  * first at position p0 (0 for a fresh prompt, the cached prefix's length

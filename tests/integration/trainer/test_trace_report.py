@@ -1,8 +1,6 @@
 """bench/trainer/trace_report.py on timelines laid out as `trn_bench
 --trace` writes them (one record a block: start, past the wait, end, kind,
-shape, grid): the separate decode kernels of a layer, and the fused
-kernel's phases (LISA_CUDA_FUSED_MLP), whose records pass their waits
-interleaved with the kernel's own start record. Each launch or phase must
+shape, grid): the separate decode kernels of a layer. Each launch must
 come out whole, with its role, its busy time and its read rate."""
 import csv
 import os
@@ -66,32 +64,3 @@ def test_separate_kernels(tmp_path):
     assert t["gate|up"][3] == "%.0f" % (19456 * 2560 * 2 / 28_000), out
     assert "one layer (launches 8-15)" in out, out
 
-
-def test_fused_phases(tmp_path):
-    p = tmp_path / "fused.csv"
-    G = 396
-    # the kernel's own record ends where its first phase's records start:
-    # sorted by their waits, the two kinds interleave block by block
-    timeline(p, 3, [(7, 32, 4, 256, 28_000), (10, 2560, 9728, G, 1),
-                    (11, 32, 4, G, 2_000), (12, 2560, 4096, G, 6_000),
-                    (13, 2560, 8, G, 1_500), (14, 19456, 2560, G, 25_000),
-                    (15, 2560, 9728, G, 13_000), (16, 2560, 8, G, 1_500),
-                    (17, 6144, 2560, G, 8_000)])
-    rows = list(csv.DictReader(open(p)))
-    for r in rows:  # the start record's wait just past the merge phase's
-        if r["kind"] == "10":
-            r["t_wait"] = str(int(r["t_wait"]) + 301 + 2 * int(r["block"]))
-            r["t_end"] = r["t_wait"]
-    with open(p, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    out, t = report(p)
-    assert "27 launches" in out, out
-    assert set(t) == {"attn", "fused start", "f.merge", "f.o", "f.norm",
-                      "f.gate|up", "f.down", "f.norm>qkv", "f.q|k|v"}, out
-    assert all(v[0] == 3 and v[1] in (256, G) for v in t.values()), out
-    assert t["f.down"][2] == 13.0, out
-    assert t["f.down"][3] == "%.0f" % (2560 * 9728 * 2 / 13_000), out
-    assert t["f.norm"][3] == "nan", out
-    assert "one layer (launches 9-17)" in out, out
