@@ -268,17 +268,23 @@ s_pad(size_t bytes)
     return (bytes + 255) & ~(size_t) 255;
 }
 
-/* Whether `need` more bytes fit in free device memory with a tenth of the
- * device (at least 4 GiB) left for the engine, cuBLAS and fragmentation. */
+/* The device memory left over for the engine, cuBLAS and fragmentation:
+ * a tenth of the device, at least 4 GiB. */
+static size_t
+s_spare(size_t total_b)
+{
+    size_t spare = total_b / 10;
+    return spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
+}
+
+/* Whether `need` more bytes fit in free device memory with s_spare left. */
 static int
 s_fits(size_t need)
 {
     size_t free_b = 0, total_b = 0;
     if (trn_cuda_mem_info(&free_b, &total_b) != LISA_OK)
         return 0;
-    size_t spare = total_b / 10;
-    spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
-    return free_b > need && free_b - need > spare;
+    return free_b > need && free_b - need > s_spare(total_b);
 }
 
 static size_t
@@ -532,9 +538,8 @@ trn_gpu_model_max_tokens(trn_gpu_model_t *g)
     size_t free_b = 0, total_b = 0;
     if (trn_cuda_mem_info(&free_b, &total_b) != LISA_OK)
         return 0;
-    /* what s_fits leaves, and the buffers held now come back */
-    size_t spare = total_b / 10;
-    spare = spare < ((size_t) 4 << 30) ? (size_t) 4 << 30 : spare;
+    /* s_spare left, and the buffers held now come back */
+    size_t spare = s_spare(total_b);
     size_t ch = g->chunk_max ? g->chunk_max : 4096;
     size_t avail =
         free_b + (g->cap_T ? s_least_bytes(g, g->cap_T, g->chunk) : 0);
