@@ -9,6 +9,9 @@
  *                                    the norms and SwiGLU at Qwen3-4B shapes
  *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
  *   trn_cuda_kernels_test --linear   only the products' checks
+ *   trn_cuda_kernels_test --decode   only the decode and prefill attention
+ *                                    checks (for one setting of the
+ *                                    LISA_CUDA_ATTN_* variables)
  *   trn_cuda_kernels_test --bench-attn  those and the attention timings
  *                                    (forward: the default, the serial
  *                                    schedule, the portable kernel;
@@ -1269,6 +1272,221 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     free(hx), free(x), free(hw), free(w), free(g1), free(g2);
 }
 
+/* ---- RMSNorm folded into the products (trn_linear_norm_fits) ----- */
+
+#define S_FOLD_EPS 1e-6f
+
+/* One shape's inputs for the fold checks: an o-like product (K in, C
+ * out) adding into the residual y0 ([tmax, C] fp32), the next norm's
+ * weight wn (also on the host: hwn), then a plain product (N out) and a
+ * gate|up product with SwiGLU (2I out) of the normed rows. */
+typedef struct {
+    int C, K, N, I, tmax;
+    trn_bf16_t *xo, *wo, *wn, *wq, *wgu, *hwn;
+    float *y0;
+} s_fold_in_t;
+
+/* n random bf16 values in [offset - scale, offset + scale) on the device
+ * (and on the host in *host when it is not NULL). */
+static trn_bf16_t *
+s_fold_rand(size_t n, double scale, double offset, trn_bf16_t **host)
+{
+    trn_bf16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        h[i] = trn_f32_to_bf16((float) (offset + s_rand() * scale));
+    trn_bf16_t *d = s_dev(h, n * 2);
+    if (host)
+        *host = h;
+    else
+        free(h);
+    return d;
+}
+
+static s_fold_in_t
+s_fold_in_new(int C, int K, int N, int I, int tmax)
+{
+    s_fold_in_t f = {.C = C, .K = K, .N = N, .I = I, .tmax = tmax};
+    f.xo = s_fold_rand((size_t) tmax * K, 1, 0, NULL);
+    f.wo = s_fold_rand((size_t) C * K, 0.05, 0, NULL);
+    f.wn = s_fold_rand((size_t) C, 0.5, 1, &f.hwn);
+    f.wq = s_fold_rand((size_t) N * C, 0.05, 0, NULL);
+    f.wgu = s_fold_rand((size_t) 2 * I * C, 0.05, 0, NULL);
+    float *hy = malloc((size_t) tmax * C * 4);
+    for (size_t i = 0; i < (size_t) tmax * C; i++)
+        hy[i] = (float) (2 * s_rand());
+    f.y0 = s_dev(hy, (size_t) tmax * C * 4);
+    free(hy);
+    return f;
+}
+
+static void
+s_fold_in_free(s_fold_in_t *f)
+{
+    trn_cuda_free(&f->xo), trn_cuda_free(&f->wo), trn_cuda_free(&f->wn);
+    trn_cuda_free(&f->wq), trn_cuda_free(&f->wgu), trn_cuda_free(&f->y0);
+    free(f->hwn);
+}
+
+/* What one run gives (device, poisoned first): the residual y, the
+ * normed rows h (folded: bf16(y * wn)) and their partial sums of squares
+ * ss, the plain product q and the gate|up product a. */
+typedef struct {
+    float *y, *ss;
+    trn_bf16_t *h, *q, *a;
+} s_fold_out_t;
+
+static s_fold_out_t
+s_fold_out_new(const s_fold_in_t *in)
+{
+    size_t T = (size_t) in->tmax, C = (size_t) in->C;
+    s_fold_out_t o = {s_dev(NULL, T * C * 4), s_dev(NULL, T * (C / 16) * 4),
+                      s_dev(NULL, T * C * 2), s_dev(NULL, T * in->N * 2),
+                      s_dev(NULL, T * in->I * 2)};
+    return o;
+}
+
+static void
+s_fold_out_free(s_fold_out_t *o)
+{
+    trn_cuda_free(&o->y), trn_cuda_free(&o->ss), trn_cuda_free(&o->h);
+    trn_cuda_free(&o->q), trn_cuda_free(&o->a);
+}
+
+/* How s_fold_run runs the norm: its own kernel, folded into the products,
+ * or its input side made by trn_k_rmsnorm_fold (one partial a token). */
+enum { S_FOLD_APART, S_FOLD_IN_OUT, S_FOLD_PREP };
+
+/* The three products at T tokens with the norm between them as `how`
+ * says, y starting from y0. */
+static void
+s_fold_run(trn_blas_t *b, const s_fold_in_t *in, s_fold_out_t *o, int T,
+           int how)
+{
+    int C = in->C, K = in->K;
+    trn_norm_out_t no = {o->h, in->wn, o->ss};
+    trn_norm_in_t ni = {o->ss, how == S_FOLD_PREP ? 1 : C / 16, C, S_FOLD_EPS};
+    RC(trn_cuda_copy(o->y, in->y0, (size_t) T * C * 4, NULL));
+    if (how == S_FOLD_IN_OUT)
+        RC(trn_linear_fwd_norm(b, o->y, NULL, in->xo, in->wo, T, K, C, 1, NULL,
+                               &no, NULL));
+    else
+        RC(trn_linear_fwd(b, o->y, NULL, in->xo, in->wo, T, K, C, 1, NULL));
+    if (how == S_FOLD_APART) {
+        RC(trn_k_rmsnorm_fwd(o->h, C, NULL, o->y, NULL, C, in->wn, T, C, 1,
+                             S_FOLD_EPS, NULL));
+        RC(trn_linear_fwd(b, NULL, o->q, o->h, in->wq, T, C, in->N, 0, NULL));
+        RC(trn_linear_fwd_glu(b, o->a, o->h, in->wgu, T, C, in->I, NULL));
+    } else {
+        if (how == S_FOLD_PREP)
+            RC(trn_k_rmsnorm_fold(o->h, o->ss, o->y, in->wn, T, C, NULL));
+        RC(trn_linear_fwd_norm(b, NULL, o->q, o->h, in->wq, T, C, in->N, 0, &ni,
+                               NULL, NULL));
+        RC(trn_linear_fwd_glu_norm(b, o->a, o->h, in->wgu, T, C, in->I, &ni,
+                                   NULL));
+    }
+    RC(trn_cuda_sync());
+}
+
+/* The folded side's own values against the residual's exact bits: xg
+ * equal to bf16(y * wn) (returns the values that differ), and each
+ * token's partial sums (nss a token) adding up to its sum of y^2 (the
+ * largest relative error in *err). */
+static size_t
+s_fold_side(const s_fold_in_t *in, const s_fold_out_t *o, int T, int nss,
+            double *err)
+{
+    size_t C = (size_t) in->C, n = (size_t) T * C, bad = 0;
+    float *y = malloc(n * 4), *ss = malloc((size_t) T * nss * 4);
+    trn_bf16_t *xg = malloc(n * 2);
+    trn_cuda_download(y, o->y, n * 4);
+    trn_cuda_download(xg, o->h, n * 2);
+    trn_cuda_download(ss, o->ss, (size_t) T * nss * 4);
+    *err = 0;
+    for (int t = 0; t < T; t++) {
+        double want = 0, got = 0;
+        for (size_t c = 0; c < C; c++) {
+            float v = y[t * C + c], w = trn_bf16_to_f32(in->hwn[c]);
+            want += (double) v * v;
+            bad += xg[t * C + c] != trn_f32_to_bf16(v * w);
+        }
+        for (int i = 0; i < nss; i++)
+            got += ss[(size_t) t * nss + i];
+        *err = fmax(*err, fabs(got - want) / want);
+    }
+    free(y), free(ss), free(xg);
+    return bad;
+}
+
+/* One token count: the folded products (and the prepared input side)
+ * against the norm apart (to bf16 rounding: 1e-2), the residual bit for
+ * bit, and a second folded run bit for bit with the first. */
+static void
+s_fold_check(trn_blas_t *b, const s_fold_in_t *in, int T)
+{
+    int C = in->C, N = in->N, I = in->I;
+    char what[96], *tail = what;
+    tail += snprintf(what, sizeof what, "norm fold T=%d C=%d N=%d I=%d", T, C,
+                     N, I);
+    size_t left = sizeof what - (size_t) (tail - what);
+    if (!trn_linear_norm_fits(T, in->K, C, 1) ||
+        !trn_linear_norm_fits(T, C, N, 0) ||
+        !trn_linear_norm_fits(T, C, 2 * I, 0)) {
+        printf("%-44s skipped (not on the bulk skinny kernel)\n", what);
+        return;
+    }
+    s_fold_out_t o[4];
+    for (int i = 0; i < 4; i++)
+        o[i] = s_fold_out_new(in);
+    s_fold_run(b, in, &o[0], T, S_FOLD_APART);
+    s_fold_run(b, in, &o[1], T, S_FOLD_IN_OUT);
+    s_fold_run(b, in, &o[2], T, S_FOLD_IN_OUT);
+    s_fold_run(b, in, &o[3], T, S_FOLD_PREP);
+    size_t n = (size_t) T * C, nq = (size_t) T * N, na = (size_t) T * I;
+    double *q0 = s_get_bf16(o[0].q, nq), *a0 = s_get_bf16(o[0].a, na);
+    for (int i = 1; i < 4; i += 2) {
+        double *q = s_get_bf16(o[i].q, nq), *a = s_get_bf16(o[i].a, na);
+        const char *kind = i == 1 ? "folded" : "prepared";
+        snprintf(tail, left, ": %s q", kind);
+        s_check(what, s_relerr(q, q0, nq), 1e-2);
+        snprintf(tail, left, ": %s gate|up", kind);
+        s_check(what, s_relerr(a, a0, na), 1e-2);
+        free(q), free(a);
+    }
+    snprintf(tail, left, ": residual (values that differ)");
+    s_check(what, (double) s_ndiff(o[1].y, o[0].y, 1, n, n, 4), 0);
+    double err = 0;
+    snprintf(tail, left, ": xg = bf16(y w) (values that differ)");
+    s_check(what, (double) s_fold_side(in, &o[1], T, C / 16, &err), 0);
+    snprintf(tail, left, ": partial sums of squares");
+    s_check(what, err, 1e-5);
+    snprintf(tail, left, ": prepared xg (values that differ)");
+    s_check(what, (double) s_fold_side(in, &o[3], T, 1, &err), 0);
+    snprintf(tail, left, ": prepared sums of squares");
+    s_check(what, err, 1e-5);
+    size_t diff = s_ndiff(o[1].y, o[2].y, 1, n, n, 4) +
+                  s_ndiff(o[1].h, o[2].h, 1, n, n, 2) +
+                  s_ndiff(o[1].ss, o[2].ss, 1, n / 16, n / 16, 4) +
+                  s_ndiff(o[1].q, o[2].q, 1, nq, nq, 2) +
+                  s_ndiff(o[1].a, o[2].a, 1, na, na, 2);
+    snprintf(tail, left, ": run twice (values that differ)");
+    s_check(what, (double) diff, 0);
+    for (int i = 0; i < 4; i++)
+        s_fold_out_free(&o[i]);
+    free(q0), free(a0);
+}
+
+/* The fold at one shape (K: the o-like product's input) for 2 to 16
+ * tokens: one and two token tiles, short ones. */
+static void
+test_linear_norm(trn_blas_t *b, int C, int K, int N, int I)
+{
+    static const int Ts[] = {2, 5, 8, 12, 16};
+    s_fold_in_t in = s_fold_in_new(C, K, N, I, 16);
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+        s_fold_check(b, &in, Ts[i]);
+    s_fold_in_free(&in);
+}
+
 /* The sampler's seed mixer (SplitMix64's finaliser), as the kernels use
  * it: the draw of a row is the top 24 bits of mix(seed) over 2^24. */
 static uint64_t
@@ -1729,6 +1947,50 @@ s_attn_tests(void)
     test_attn_bwd_paths(4096, 4, 1, 6, 1);
     test_attn_bwd_paths(4096, 32, 8, 1, 0);
     test_attn_bwd_paths(4096, 16, 2, 12, 0);
+}
+
+/* Decode attention (separate and fused preparation, paged blocks of 16,
+ * 32 and 64) and the paged prefill kernel: the kinds the environment picks
+ * (LISA_CUDA_ATTN_DEEP, LISA_CUDA_ATTN_BULK, LISA_CUDA_ATTN_STAGES; the
+ * `--decode` run takes them one setting at a time). */
+static void
+s_decode_tests(void)
+{
+    for (int fu = 0; fu < 2; fu++) { /* separate kernels, then fused */
+        test_decode(1, 32, 8, 128, 2048, 0, 1, fu); /* batch 1, split */
+        test_decode(1, 32, 8, 128, 300, 0, 0, fu);  /* no scratch: one block */
+        test_decode(40, 32, 8, 128, 512, 1, 1, fu); /* Qwen3-4B, padding */
+        test_decode(13, 8, 2, 64, 256, 1, 1, fu);
+        test_decode(7, 4, 2, 32, 96, 0, 1, fu);    /* the test model's heads */
+        test_decode(5, 16, 2, 128, 200, 1, 1, fu); /* eight query heads */
+        test_decode(6, 8, 8, 64, 150, 0, 1, fu);   /* one: plain multi-head */
+        test_decode(9, 6, 2, 16, 64, 1, 0, fu);    /* other shapes: simple */
+    }
+    test_decode(64, 32, 8, 128, 257, 1, 1, 1); /* the bench's batch */
+    for (int bi = 0; bi < 3; bi++) { /* paged: blocks of 16, 32 and 64 */
+        int bs = 16 << bi;
+        test_decode_bs(1, 32, 8, 128, 1000, 0, 1, 1, bs); /* split, fused */
+        test_decode_bs(1, 32, 8, 128, 1000, 0, 1, 0, bs);
+        test_decode_bs(40, 32, 8, 128, 512, 1, 1, 0, bs);
+        test_decode_bs(13, 8, 2, 64, 256, 1, 1, 1, bs);
+        test_decode_bs(5, 16, 2, 128, 200, 1, 1, 0, bs); /* G = 8 */
+        test_decode_bs(6, 8, 8, 64, 150, 0, 1, 1, bs);   /* G = 1 */
+        test_decode_bs(7, 4, 2, 32, 96, 0, 1, 0, bs);
+        test_decode_bs(9, 6, 2, 16, 64, 1, 0, 0, bs); /* the simple kernel */
+        /* 2 to 8 splits (batch 16, 8 and 4 of Qwen3-4B) */
+        test_decode_bs(8, 32, 8, 128, 1000, 0, 1, 1, bs);
+        test_decode_bs(8, 32, 8, 128, 1000, 1, 1, 0, bs);
+        test_decode_bs(4, 32, 8, 128, 700, 0, 1, 1, bs);
+        test_decode_bs(16, 32, 8, 128, 300, 1, 1, 1, bs);
+        test_decode_bs(6, 8, 8, 64, 150, 0, 1, 0, bs);   /* G = 1 */
+        test_decode_bs(20, 16, 2, 32, 400, 0, 1, 1, bs); /* G = 8 */
+        test_prefill_set(32, 8, 128, bs);                /* Qwen3-4B heads */
+        test_prefill_set(16, 2, 128, bs);                /* G = 8 */
+        test_prefill_set(8, 4, 64, bs);                  /* G = 2 */
+        test_prefill_set(8, 8, 64, bs);                  /* G = 1 */
+        test_prefill_set(4, 2, 32, bs);                  /* the test model */
+        test_prefill_set(4, 2, 16, bs);                  /* the tiny fixtures */
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -2261,6 +2523,12 @@ main(int argc, char **argv)
         printf("\n%d passed, %d failed\n", s_pass, s_fail);
         return s_fail ? 1 : 0;
     }
+    if (argc > 1 && strcmp(argv[1], "--decode") == 0) {
+        s_decode_tests();
+        trn_blas_destroy(&b);
+        printf("\n%d passed, %d failed\n", s_pass, s_fail);
+        return s_fail ? 1 : 0;
+    }
     test_linear(b);
     /* the matrix-vector kernel: 1 to 4 tokens, rows split over 1, 2, 4
      * and 8 warps */
@@ -2305,6 +2573,25 @@ main(int argc, char **argv)
                 ? 1.0
                 : 0.0,
             0);
+    /* RMSNorm folded into the products: Qwen3-4B's o (into the residual),
+     * q|k|v and gate|up, then a small shape (a down-like product first) */
+    test_linear_norm(b, 2560, 4096, 6144, 9728);
+    test_linear_norm(b, 1024, 512, 768, 512);
+    const char *bulk = getenv("LISA_CUDA_SKINNY_BULK");
+    s_check("norm fold: taken at T=8 on Hopper (not: 1)",
+            trn_cuda_cc_major() >= 9 && !(bulk && *bulk) &&
+                    !trn_linear_norm_fits(8, 4096, 2560, 1)
+                ? 1.0
+                : 0.0,
+            0);
+    s_check("norm fold: shapes it does not take",
+            trn_linear_norm_fits(17, 1024, 1024, 0) ||
+                    trn_linear_norm_fits(8, 1000, 1024, 0) ||
+                    trn_linear_norm_fits(8, 1024, 1000, 1) ||
+                    trn_linear_norm_fits(1, 1024, 1024, 0)
+                ? 1.0
+                : 0.0,
+            0);
     if (argc > 1 && strcmp(argv[1], "--linear") == 0) {
         trn_blas_destroy(&b);
         printf("\n%d passed, %d failed\n", s_pass, s_fail);
@@ -2336,41 +2623,7 @@ main(int argc, char **argv)
     test_attention(64, 2, 2, 32, 1);
     test_attention(513, 4, 2, 128, 4); /* a last query tile of one row */
     s_attn_tests();
-    for (int fu = 0; fu < 2; fu++) { /* separate kernels, then fused */
-        test_decode(1, 32, 8, 128, 2048, 0, 1, fu); /* batch 1, split */
-        test_decode(1, 32, 8, 128, 300, 0, 0, fu);  /* no scratch: one block */
-        test_decode(40, 32, 8, 128, 512, 1, 1, fu); /* Qwen3-4B, padding */
-        test_decode(13, 8, 2, 64, 256, 1, 1, fu);
-        test_decode(7, 4, 2, 32, 96, 0, 1, fu);    /* the test model's heads */
-        test_decode(5, 16, 2, 128, 200, 1, 1, fu); /* eight query heads */
-        test_decode(6, 8, 8, 64, 150, 0, 1, fu);   /* one: plain multi-head */
-        test_decode(9, 6, 2, 16, 64, 1, 0, fu);    /* other shapes: simple */
-    }
-    test_decode(64, 32, 8, 128, 257, 1, 1, 1); /* the bench's batch */
-    for (int bi = 0; bi < 3; bi++) { /* paged: blocks of 16, 32 and 64 */
-        int bs = 16 << bi;
-        test_decode_bs(1, 32, 8, 128, 1000, 0, 1, 1, bs); /* split, fused */
-        test_decode_bs(1, 32, 8, 128, 1000, 0, 1, 0, bs);
-        test_decode_bs(40, 32, 8, 128, 512, 1, 1, 0, bs);
-        test_decode_bs(13, 8, 2, 64, 256, 1, 1, 1, bs);
-        test_decode_bs(5, 16, 2, 128, 200, 1, 1, 0, bs); /* G = 8 */
-        test_decode_bs(6, 8, 8, 64, 150, 0, 1, 1, bs);   /* G = 1 */
-        test_decode_bs(7, 4, 2, 32, 96, 0, 1, 0, bs);
-        test_decode_bs(9, 6, 2, 16, 64, 1, 0, 0, bs); /* the simple kernel */
-        /* 2 to 8 splits (batch 16, 8 and 4 of Qwen3-4B) */
-        test_decode_bs(8, 32, 8, 128, 1000, 0, 1, 1, bs);
-        test_decode_bs(8, 32, 8, 128, 1000, 1, 1, 0, bs);
-        test_decode_bs(4, 32, 8, 128, 700, 0, 1, 1, bs);
-        test_decode_bs(16, 32, 8, 128, 300, 1, 1, 1, bs);
-        test_decode_bs(6, 8, 8, 64, 150, 0, 1, 0, bs);   /* G = 1 */
-        test_decode_bs(20, 16, 2, 32, 400, 0, 1, 1, bs); /* G = 8 */
-        test_prefill_set(32, 8, 128, bs);                /* Qwen3-4B heads */
-        test_prefill_set(16, 2, 128, bs);                /* G = 8 */
-        test_prefill_set(8, 4, 64, bs);                  /* G = 2 */
-        test_prefill_set(8, 8, 64, bs);                  /* G = 1 */
-        test_prefill_set(4, 2, 32, bs);                  /* the test model */
-        test_prefill_set(4, 2, 16, bs);                  /* the tiny fixtures */
-    }
+    s_decode_tests();
     test_sample();
     test_logprob();
     test_adamw();

@@ -13,7 +13,10 @@
  * norms) and Qwen2 (q/k/v biases) models repeat the steps against the CPU
  * model: prefill and decode, mixed steps, shared prefixes, graphs. A
  * model timed by kind of work (LISA_CUDA_PHASES=1) times its mixed steps.
- * Closes with "N passed, N failed".
+ * Steps of 2 to 8 token rows (decodes of 2 to 5 sequences, a third turn
+ * of 6 tokens) run with the hidden norms folded into the products on
+ * Hopper when LISA_CUDA_NORM_FOLD=1; one sequence alone runs them
+ * apart. Closes with "N passed, N failed".
  */
 #include "trn_cuda.h"
 #include "trn_gpu_model.h"
@@ -522,6 +525,19 @@ s_prefill_decode(trn_model_t *cpu, trn_gpu_model_t *gpu, int V)
     if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "second turn"))
         return -1;
     s_check("second-turn logits vs CPU (17 tokens over the cache)",
+            s_rel(lg, lc, (size_t) N * V), 3e-2);
+    /* a third turn of 6 tokens: a step with prompt rows small enough for
+     * the norms folded into the products, the final norm apart before
+     * the last rows are gathered */
+    size_t few[N] = {1, 2, 3};
+    for (int i = 0; i < N; i++) {
+        sq[i].len += seqs[i].n_new;
+        s_rand_tokens(turn[i], few[i], V, &seed);
+        seqs[i] = s_seq(&sq[i], pool, 16, turn[i], few[i]);
+    }
+    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "third turn"))
+        return -1;
+    s_check("third-turn logits vs CPU (6 tokens over the cache)",
             s_rel(lg, lc, (size_t) N * V), 3e-2);
     trn_kv_destroy(&ckv);
     trn_gpu_kv_destroy(&gkv);

@@ -13,7 +13,9 @@
  * candidates on a scratch output and keeps the fastest (never while a
  * stream is being recorded into a graph). Forward products of up to four
  * tokens skip cuBLASLt for a matrix-vector kernel of this file, launched
- * to overlap the kernel before it (trn_launch_pdl).
+ * to overlap the kernel before it (trn_launch_pdl). On the bulk-copy
+ * skinny kernel a product may also take the hidden RMSNorm before it, or
+ * give the input of the one after it (trn_linear_fwd_norm).
  */
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_mma.cuh"
@@ -462,15 +464,121 @@ s_aligned16(const void *p)
  * block's 16 rows for its NT token tiles. */
 template <int NT> using s_red_t = float[S_SK_W][16][8 * NT + 1];
 
+/* ---- RMSNorm folded into the products (trn_linear_norm_fits) ----------
+ * A decode layer's norms move little memory, but each is a kernel on the
+ * step's critical path (its run and two hand-overs). Folded, they cost
+ * the products around them an epilogue's worth of work: a product that
+ * adds into the residual (o, down: "norm out") writes, besides y, the
+ * next norm's input xg = bf16(y * w) and each 16-output tile's sums of
+ * y^2 a token (a block a tile, so tile = o0 / 16); the product after it
+ * ("norm in": q|k|v, gate|up, the LM head) reads xg as its x and scales
+ * each token's sums by rsqrt(sum of the partials / dim + eps) before
+ * rounding. Every sum runs in a fixed order: the same bits run to run. */
+enum { S_NF_NONE, S_NF_IN, S_NF_OUT };
+
+struct s_nin_t {
+    const float *ss; /* [T, nss]; NULL: no norm in */
+    int nss, dim;
+    float eps;
+};
+
+struct s_nout_t {
+    trn_bf16_t *xg;      /* [T, N] */
+    const trn_bf16_t *w; /* [N] */
+    float *ss;           /* [T, N / 16]; NULL: no norm out */
+};
+
+struct s_fold_t {
+    s_nin_t in;
+    s_nout_t out;
+};
+
+/* What the epilogue needs of a fold: the tokens' scales (norm in, in
+ * shared memory), the outputs' side (norm out) and this thread's
+ * weight of the next norm (its output of the block's tile). */
+struct s_ep_t {
+    const float *rs;
+    s_nout_t out;
+    float wn;
+};
+
+/* Partials a lane loads at once for its token's scale. */
+#define S_NIN_E 8
+
+/* A norm-in block's scales, one a token, into shared memory (returned):
+ * token tok's partials are summed by its 32 / NT lanes, lane j taking
+ * j, j + 32 / NT, ... in order, S_NIN_E * NT loads in flight at once, and
+ * the lanes meet by shuffles. Every thread calls it, after
+ * trn_pdl_enter (the kernel before wrote the partials) and after its
+ * first token loads are on the way: the partials' latency runs beside
+ * theirs, which the main loop waits for anyway. The epilogue's first
+ * __syncthreads orders the scales before their readers. */
+template <int NT>
+__device__ __forceinline__ const float *
+s_nin_rstd(const s_nin_t &nin, int T)
+{
+    __shared__ float rs[8 * NT];
+    const int L = 32 / NT, E = S_NIN_E * NT;
+    int tok = (int) threadIdx.x / L, j = (int) threadIdx.x % L;
+    const float *p = nin.ss + (size_t) (tok < T ? tok : 0) * (size_t) nin.nss;
+    float s = 0.0f;
+    for (int i0 = j; i0 < nin.nss; i0 += E * L) {
+        float v[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int i = i0 + e * L;
+            v[e] = tok < T && i < nin.nss ? p[i] : 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            s += v[e];
+    }
+    for (int o = L / 2; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (j == 0 && tok < T)
+        rs[tok] = rsqrtf(s / (float) nin.dim + nin.eps);
+    return rs;
+}
+
+/* A norm-out block's partial sums of squares: v (this thread's new
+ * residual value, 0 where it has none) squared and summed over the
+ * tile's 16 outputs of each token in a fixed order (a warp's rows by
+ * shuffles, then the warps in order through shared memory), into
+ * ss[tok * nss + tile]. Every thread calls it (epilogue layout: thread
+ * r * 8 NT + tok). */
+template <int NT>
+__device__ __forceinline__ void
+s_nout_ss(float v, float *ss, int nss, int tile, int T)
+{
+    __shared__ float part[4 * NT][8 * NT];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float q = v * v;
+    for (int o = 8 * NT; o < 32; o <<= 1)
+        q += __shfl_xor_sync(0xffffffffu, q, o);
+    if (warp < 4 * NT && lane < 8 * NT)
+        part[warp][lane] = q;
+    __syncthreads();
+    if ((int) threadIdx.x < T) {
+        float s = 0.0f;
+        for (int w = 0; w < 4 * NT; w++)
+            s += part[w][threadIdx.x];
+        ss[(size_t) threadIdx.x * (size_t) nss + (size_t) tile] = s;
+    }
+}
+
 /* The skinny kernel's end: each warp's partial sums (acc, NT token
  * tiles) meet in shared memory in a fixed order, and the block writes the
  * tile's outputs o0 .. o0 + on - 1 (GLU: silu(gate) * up rounded as
- * trn_k_swiglu_fwd rounds; else y =, or += into fp32). Every thread of
- * the block calls it. */
-template <int NT, bool GLU>
+ * trn_k_swiglu_fwd rounds; else y =, or += into fp32). With a norm in
+ * (NF) the sums are scaled by their token's ep.rs first; with a norm out
+ * the fp32 y's new values also give xg and the tile's partial sums of
+ * squares (tile o0 / 16: a norm-out block's tile is whole and aligned).
+ * Every thread of the block calls it. */
+template <int NT, bool GLU, int NF>
 __device__ __forceinline__ void
 s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
-             trn_bf16_t *yb, int T, int N, int accumulate, int o0, int on)
+             trn_bf16_t *yb, int T, int N, int accumulate, int o0, int on,
+             const s_ep_t &ep)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
@@ -484,6 +592,7 @@ s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
     }
     __syncthreads();
     int r = threadIdx.x / (8 * NT), tok = threadIdx.x % (8 * NT);
+    float v = 0.0f; /* norm out: the new residual value */
     /* no thread leaves early: a block may have more tiles to do */
     if (r < 16 && tok < T && r < on) {
         if (GLU) {
@@ -492,6 +601,8 @@ s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
                 gs += red[i][r][tok];
                 us += red[i][r + 8][tok];
             }
+            if (NF == S_NF_IN)
+                gs *= ep.rs[tok], us *= ep.rs[tok];
             float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
             trn_st(yb + (size_t) tok * (size_t) I + (size_t) (o0 + r),
                    trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
@@ -499,13 +610,21 @@ s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
             float sum = 0.0f;
             for (int i = 0; i < S_SK_W; i++)
                 sum += red[i][r][tok];
+            if (NF == S_NF_IN)
+                sum *= ep.rs[tok];
             size_t o = (size_t) tok * (size_t) N + (size_t) (o0 + r);
-            if (yf)
-                yf[o] = (accumulate ? yf[o] : 0.0f) + sum;
-            else
+            if (yf) {
+                v = (accumulate ? yf[o] : 0.0f) + sum;
+                yf[o] = v;
+                if (NF == S_NF_OUT)
+                    trn_st(ep.out.xg + o, v * ep.wn);
+            } else {
                 trn_st(yb + o, sum);
+            }
         }
     }
+    if constexpr (NF == S_NF_OUT)
+        s_nout_ss<NT>(v, ep.out.ss, N / 16, o0 / 16, T);
 }
 
 /* The skinny kernels' start: lane (g, t)'s token rows (xr: its 16-byte
@@ -625,8 +744,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     }
     s_l2_prefetch(pf); /* this block's weights are in */
     int rows = GLU ? 8 : 16, o0 = blockIdx.x * rows;
-    s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
-                          min(rows, (GLU ? I : N) - o0));
+    s_skinny_out<NT, GLU, S_NF_NONE>(red, acc, yf, yb, T, N, accumulate, o0,
+                                     min(rows, (GLU ? I : N) - o0), s_ep_t{});
 }
 
 /* ---- the skinny product with its weights copied in bulk --------------
@@ -644,8 +763,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * A block may take several tiles of outputs (s_sb_run): the stages then
  * run on from one tile to the next, the copies of the next tile's rows
  * in flight while the warps finish this one. */
-#define S_SB_CS   32                  /* 32-value chunks a row a stage */
-#define S_SB_RMAX 3                   /* most stages in flight */
+#define S_SB_CS   32 /* 32-value chunks a row a stage */
+#define S_SB_RMAX 3  /* most stages in flight */
+#define S_SB_DEEP 6  /* stages of the deep blocks (s_skinny_deep) */
 #define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
 #define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
 /* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
@@ -755,11 +875,11 @@ s_sb_row(int r, int o0, int o1, int N)
     return o0 + r < o1 ? o0 + r : N;
 }
 
-template <int NT, int R, bool GLU>
+template <int NT, int R, bool GLU, int NF>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
-                  s_pf_t pf)
+                  s_pf_t pf, s_fold_t fold)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
@@ -784,6 +904,13 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 K, gs % stages, gs % R, lane);
         }
     }
+    s_ep_t ep = {};
+    if constexpr (NF == S_NF_OUT) { /* a weight too: before the wait */
+        int er = (int) threadIdx.x / (8 * NT);
+        ep.out = fold.out;
+        ep.wn =
+            er < 16 && u.lo + er < N ? trn_ld(fold.out.w + u.lo + er) : 0.0f;
+    }
     __syncthreads();
     trn_pdl_enter();
     tr.waited();
@@ -805,6 +932,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             int c = warp + S_SK_W * i;
             vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
         }
+    if constexpr (NF == S_NF_IN)
+        ep.rs = s_nin_rstd<NT>(fold.in, T);
     /* the warps' partial sums meet past the stage slots */
     s_red_t<NT> &red = *reinterpret_cast<s_red_t<NT> *>(s_sb + R * S_SB_SLOT);
     for (int k = 0, gs = 0; k < u.nt; k++) {
@@ -854,8 +983,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         if (k + 1 == u.nt)
             s_l2_prefetch(pf); /* this block's weights are in */
         int o0 = s_sb_tile0(u, k);
-        s_skinny_out<NT, GLU>(red, acc, yf, yb, T, N, accumulate, o0,
-                              s_sb_tile0(u, k + 1) - o0);
+        s_skinny_out<NT, GLU, NF>(red, acc, yf, yb, T, N, accumulate, o0,
+                                  s_sb_tile0(u, k + 1) - o0, ep);
 #pragma unroll
         for (int q = 0; q < NT; q++)
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
@@ -911,25 +1040,51 @@ s_spread(float *glu, float *plain)
     *plain = p;
 }
 
-template <int NT, int R, bool GLU>
+/* A bulk block's dynamic shared memory: R stage slots, then the warps'
+ * sums. */
+template <int NT, int R>
+static constexpr int
+s_bulk_smem(void)
+{
+    return R * S_SB_SLOT + (int) sizeof(s_red_t<NT>);
+}
+
+/* The blocks of this instantiation a multiprocessor holds (asked once,
+ * after allowing its shared memory). */
+template <int NT, int R, bool GLU, int NF>
+static lisa_rc_t
+s_bulk_resident(int *out)
+{
+    static int resident; /* per instantiation, set once */
+    if (!resident) {
+        int n = 0;
+        TRN_CUDA_TRY(cudaFuncSetAttribute(
+            s_skinny_bulk<NT, R, GLU, NF>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, s_bulk_smem<NT, R>()));
+        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, s_skinny_bulk<NT, R, GLU, NF>, 32 * S_SK_W,
+            (size_t) s_bulk_smem<NT, R>()));
+        resident = n < 1 ? 1 : n;
+    }
+    *out = resident;
+    return LISA_OK;
+}
+
+template <int NT, int R, bool GLU, int NF>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
-                 s_pf_t pf, cudaStream_t st)
+                 s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
-    const int smem = R * S_SB_SLOT + (int) sizeof(s_red_t<NT>);
-    static int resident; /* per instantiation, set once: blocks a processor */
-    if (!resident) {
-        TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, GLU>,
-            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, s_skinny_bulk<NT, R, GLU>, 32 * S_SK_W, (size_t) smem));
-        resident = resident < 1 ? 1 : resident;
-    }
+    int resident = 0;
+    lisa_rc_t rc = s_bulk_resident<NT, R, GLU, NF>(&resident);
+    if (rc != LISA_OK)
+        return rc;
     /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
      * so every block streams the same bytes and no last round of blocks
-     * ends the product on a few processors */
+     * ends the product on a few processors; a norm out always a block a
+     * tile (its partial sums are a whole tile's; trn_linear_norm_fits
+     * takes it only where that is the grid anyway) */
     const int outs = GLU ? N / 2 : N,
               tiles = (outs + (GLU ? 7 : 15)) / (GLU ? 8 : 16);
     float sg, sp;
@@ -939,24 +1094,62 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     long G = v > 0.0f ? (long) (v * (float) sms + 0.5f) : 0;
     if (v < 0.0f) /* unset: the resident blocks, a tile at least */
         G = resident * sms < tiles ? resident * sms : tiles;
-    G = G < 1 ? tiles : G > outs ? outs : G;
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU>, dim3((unsigned) G),
-                                dim3(32 * S_SK_W), (size_t) smem, st, yf, yb, x,
-                                w, T, K, N, accumulate, pf));
+    G = G < 1 || NF == S_NF_OUT ? tiles : G > outs ? outs : G;
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, NF>,
+                                dim3((unsigned) G), dim3(32 * S_SK_W),
+                                (size_t) s_bulk_smem<NT, R>(), st, yf, yb, x, w,
+                                T, K, N, accumulate, pf, f));
     return LISA_OK;
 }
 
-template <int NT, bool GLU>
+/* Whether the products without SwiGLU that give no norm take deep
+ * blocks: one a processor with S_SB_DEEP stages in flight (198 KiB),
+ * spread over all processors (LISA_CUDA_SKINNY_DEEP=1; read once). */
+static bool
+s_skinny_deep(void)
+{
+    static int d = -1;
+    if (d < 0) {
+        const char *e = getenv("LISA_CUDA_SKINNY_DEEP");
+        d = e && *e && atoi(e) > 0;
+    }
+    return d == 1;
+}
+
+template <int NT, bool GLU, int NF>
 static lisa_rc_t
 s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
-                  s_pf_t pf, cudaStream_t st)
+                  s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
+    if constexpr (!GLU && NF != S_NF_OUT)
+        if (s_skinny_deep())
+            return s_skinny_bulk_go<NT, S_SB_DEEP, GLU, NF>(
+                yf, yb, x, w, T, K, N, accumulate, pf, f, st);
     if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, GLU>(yf, yb, x, w, T, K, N, accumulate,
-                                            pf, st);
-    return s_skinny_bulk_go<NT, 3, GLU>(yf, yb, x, w, T, K, N, accumulate, pf,
-                                        st);
+        return s_skinny_bulk_go<NT, 2, GLU, NF>(yf, yb, x, w, T, K, N,
+                                                accumulate, pf, f, st);
+    return s_skinny_bulk_go<NT, 3, GLU, NF>(yf, yb, x, w, T, K, N, accumulate,
+                                            pf, f, st);
+}
+
+/* The bulk product with the fold f asks for: a norm in, a norm out (not
+ * with GLU) or none. */
+template <int NT, bool GLU>
+static lisa_rc_t
+s_skinny_bulk_nf(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
+                 const trn_bf16_t *w, int T, int K, int N, int accumulate,
+                 s_pf_t pf, const s_fold_t &f, cudaStream_t st)
+{
+    const int out = GLU ? S_NF_NONE : S_NF_OUT; /* no GLU kernel gives one */
+    if (f.in.ss)
+        return s_skinny_bulk_fwd<NT, GLU, S_NF_IN>(yf, yb, x, w, T, K, N,
+                                                   accumulate, pf, f, st);
+    if (f.out.ss && !GLU)
+        return s_skinny_bulk_fwd<NT, GLU, out>(yf, yb, x, w, T, K, N,
+                                               accumulate, pf, f, st);
+    return s_skinny_bulk_fwd<NT, GLU, S_NF_NONE>(yf, yb, x, w, T, K, N,
+                                                 accumulate, pf, f, st);
 }
 
 /* The token counts the skinny kernel serves: LISA_CUDA_SKINNY_MIN (default
@@ -1031,17 +1224,19 @@ s_skinny_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     return LISA_OK;
 }
 
+/* The skinny product (a fold, f, only on the bulk kernel: callers check
+ * trn_linear_norm_fits). */
 template <bool GLU>
 static lisa_rc_t
 s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
              const trn_bf16_t *w, int T, int K, int N, int accumulate,
-             s_pf_t pf, cudaStream_t st)
+             s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
     if (s_skinny_bulk_stages())
-        return T <= 8 ? s_skinny_bulk_fwd<1, GLU>(yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st)
-                      : s_skinny_bulk_fwd<2, GLU>(yf, yb, x, w, T, K, N,
-                                                  accumulate, pf, st);
+        return T <= 8 ? s_skinny_bulk_nf<1, GLU>(yf, yb, x, w, T, K, N,
+                                                 accumulate, pf, f, st)
+                      : s_skinny_bulk_nf<2, GLU>(yf, yb, x, w, T, K, N,
+                                                 accumulate, pf, f, st);
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
     if (T <= 8)
@@ -1049,6 +1244,28 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                                            accumulate, pf, st);
     return s_skinny_go<2, S_SK_U, GLU>(grid, yf, yb, x, w, T, K, N, accumulate,
                                        pf, st);
+}
+
+/* Whether a norm-out product of N outputs at T tokens runs a block a
+ * 16-output tile in one round of resident blocks, the grid the bulk
+ * kernel gives it without a fold (LISA_CUDA_SKINNY_SPREAD's p unset or
+ * 0). */
+static int
+s_nout_grid_ok(int T, int N)
+{
+    float sg, sp;
+    s_spread(&sg, &sp);
+    if (N % 16 != 0 || sp > 0.0f)
+        return 0;
+    if (sp == 0.0f) /* a block a tile asked for */
+        return 1;
+    int res = 0, two = s_skinny_bulk_stages() == 2;
+    lisa_rc_t rc = T <= 8
+                       ? (two ? s_bulk_resident<1, 2, false, S_NF_OUT>(&res)
+                              : s_bulk_resident<1, 3, false, S_NF_OUT>(&res))
+                       : (two ? s_bulk_resident<2, 2, false, S_NF_OUT>(&res)
+                              : s_bulk_resident<2, 3, false, S_NF_OUT>(&res));
+    return rc == LISA_OK && (long) (N / 16) <= (long) res * trn_sm_count();
 }
 
 template <bool GLU>
@@ -1085,7 +1302,7 @@ trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
     TRN_REQUIRE(s_aligned16(x) && s_aligned16(w));
     s_pf_t pf = s_take_pf(b);
     if (s_skinny_fits(T, K, 2 * I))
-        return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, pf,
+        return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, pf, s_fold_t{},
                                   trn_stream(s));
     return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
 }
@@ -1102,10 +1319,62 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
                                  accumulate, trn_stream(s));
     if (s_skinny_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
         return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
-                                   accumulate, pf, trn_stream(s));
+                                   accumulate, pf, s_fold_t{}, trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
                   accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));
+}
+
+extern "C" int
+trn_linear_norm_fits(int T, int K, int N, int out)
+{
+    return T <= TRN_LINEAR_NORM_TMAX && N > 0 && s_skinny_bulk_stages() &&
+           s_skinny_fits(T, K, N) && (!out || s_nout_grid_ok(T, N));
+}
+
+/* The kernels' view of a norm in (checked), or none. */
+static int
+s_nin_of(const trn_norm_in_t *nin, s_nin_t *f)
+{
+    *f = s_nin_t{};
+    if (!nin)
+        return 1;
+    *f = s_nin_t{nin->ss, nin->nss, nin->dim, nin->eps};
+    return nin->ss && nin->nss > 0 && nin->dim > 0;
+}
+
+extern "C" lisa_rc_t
+trn_linear_fwd_norm(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
+                    const trn_bf16_t *x, const trn_bf16_t *w, int T, int K,
+                    int N, int accumulate, const trn_norm_in_t *nin,
+                    const trn_norm_out_t *nout, trn_cuda_stream_t *s)
+{
+    if (!nin && !nout)
+        return trn_linear_fwd(b, y_f32, y_bf16, x, w, T, K, N, accumulate, s);
+    s_fold_t f = {};
+    TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && !(nin && nout));
+    TRN_REQUIRE(trn_linear_norm_fits(T, K, N, nout != NULL));
+    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_of(nin, &f.in));
+    if (nout) {
+        TRN_REQUIRE(y_f32 && nout->xg && nout->w && nout->ss);
+        f.out = s_nout_t{nout->xg, nout->w, nout->ss};
+    }
+    return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
+                               accumulate, s_take_pf(b), f, trn_stream(s));
+}
+
+extern "C" lisa_rc_t
+trn_linear_fwd_glu_norm(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
+                        const trn_bf16_t *w, int T, int K, int I,
+                        const trn_norm_in_t *nin, trn_cuda_stream_t *s)
+{
+    if (!nin)
+        return trn_linear_fwd_glu(b, a, x, w, T, K, I, s);
+    s_fold_t f = {};
+    TRN_REQUIRE(a && x && w && I > 0 && trn_linear_norm_fits(T, K, 2 * I, 0));
+    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_of(nin, &f.in));
+    return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, s_take_pf(b), f,
+                              trn_stream(s));
 }
 
 extern "C" lisa_rc_t

@@ -141,6 +141,68 @@ trn_cp_wait(void)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* ---- bulk copies counted on a shared-memory barrier (sm_90) ------------
+ * A barrier of `count` arrivals whose phase also waits for the bytes
+ * announced on it; cp.async.bulk (the copy engine: no registers held)
+ * counts its bytes off on completion. A phase's bytes may complete
+ * before they are announced: the count only has to reach zero with the
+ * arrivals. Shared addresses are 32-bit (__cvta_generic_to_shared). */
+__device__ __forceinline__ void
+trn_mbar_init(uint32_t bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+                 "r"(count)
+                 : "memory");
+}
+
+/* Makes the barriers this thread initialised visible to the copy engine. */
+__device__ __forceinline__ void
+trn_mbar_init_fence(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* Announces tx bytes more for the barrier's phase, and arrives. */
+__device__ __forceinline__ void
+trn_mbar_arrive_tx(uint32_t bar, unsigned tx)
+{
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+        "r"(tx)
+        : "memory");
+}
+
+/* Waits for the barrier's phase of this parity to complete. */
+__device__ __forceinline__ void
+trn_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\n"
+                 "TRN_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra TRN_MBAR_WAIT;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* bytes (a multiple of 16; both addresses 16-byte aligned) global ->
+ * shared, counted on bar. */
+__device__ __forceinline__ void
+trn_bulk_g2s(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx"
+                 "::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Orders this thread's ordinary shared-memory writes before bulk copies
+ * that later write the same bytes. */
+__device__ __forceinline__ void
+trn_fence_proxy_async(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 /* ---- programmatic dependent launch (decode steps) -----------------------
  * A kernel launched with trn_launch_pdl may start while the kernel before
  * it on the stream is still finishing, so its blocks are resident when

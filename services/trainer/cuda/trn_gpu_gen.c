@@ -41,6 +41,7 @@
 typedef struct {
     float *x;
     trn_bf16_t *h, *qkv, *o, *gu, *a, *hf;
+    float *ss; /* folded norms' partial sums of squares (s_fold_t) */
     float *logits;
     int32_t *tok, *slot, *pos, *last;
     int one; /* one token per sequence: q/k preparation fused into attention */
@@ -76,6 +77,7 @@ struct trn_gpu_kv {
     size_t rows;
     float *dx, *dlogits;
     trn_bf16_t *dh, *dhf, *dqkv, *dout_attn, *dgu, *da;
+    float *dss; /* s_ss_floats: [T, C / 16] partials, T up to the fold's */
     /* The parameter block: a fixed part of sp entries (int32 tok, slot,
      * pos, last, top_k; float temp, top_p; uint64 seed), which pure decode
      * steps use alone (their graphs keep its addresses), then the token
@@ -167,6 +169,15 @@ trn_gpu_kv_geom_check(const trn_gpu_model_t *g, const trn_kv_geom_t *geom,
     return why ? LISA_INVALID : LISA_OK;
 }
 
+/* Floats of the folded norms' partial sums: C / 16 a token from a
+ * product, one from trn_k_rmsnorm_fold, for the most tokens a folded
+ * product takes. */
+static size_t
+s_ss_floats(const trn_gpu_model_t *g)
+{
+    return ((size_t) g->C / 16 + 1) * TRN_LINEAR_NORM_TMAX;
+}
+
 /* The step buffers (everything but the blocks); 0 when out of memory. */
 static int
 s_alloc_step(trn_gpu_kv_t *kv)
@@ -190,6 +201,7 @@ s_alloc_step(trn_gpu_kv_t *kv)
     kv->dout_attn = trn_cuda_malloc(R * (size_t) (g->H * g->D) * 2);
     kv->dgu = trn_cuda_malloc(R * 2 * I * 2);
     kv->da = trn_cuda_malloc(R * I * 2);
+    kv->dss = trn_cuda_malloc(s_ss_floats(g) * 4);
     kv->param_bytes = s_fixed_bytes(kv) + s_tiles_at(R) +
                       kv->max_tiles * sizeof(trn_prefill_tile_t);
     kv->dparam = trn_cuda_malloc(kv->param_bytes);
@@ -200,8 +212,8 @@ s_alloc_step(trn_gpu_kv_t *kv)
     kv->hranges = lisa_calloc(2 * N, sizeof *kv->hranges);
     if (!kv->stream || !kv->dtable || !kv->htable || !kv->attn_part ||
         !kv->samp_part || !kv->dx || !kv->dlogits || !kv->dh || !kv->dhf ||
-        !kv->dqkv || !kv->dout_attn || !kv->dgu || !kv->da || !kv->dparam ||
-        !kv->hparam || !kv->dres || !kv->hres)
+        !kv->dqkv || !kv->dout_attn || !kv->dgu || !kv->da || !kv->dss ||
+        !kv->dparam || !kv->hparam || !kv->dres || !kv->hres)
         return 0;
     /* the table starts all block 0, and so does its mirror */
     memset(kv->htable, 0, TB);
@@ -315,6 +327,7 @@ trn_gpu_kv_destroy(trn_gpu_kv_t **kvp)
     trn_cuda_free(&kv->dout_attn);
     trn_cuda_free(&kv->dgu);
     trn_cuda_free(&kv->da);
+    trn_cuda_free(&kv->dss);
     trn_cuda_free(&kv->dparam);
     trn_cuda_free(&kv->dres);
     trn_cuda_host_free(&kv->hparam);
@@ -367,9 +380,109 @@ s_next(trn_gpu_model_t *g, int l, int k)
     }
 }
 
-/* One layer over the T new tokens, b->x in place (fp32 [T, C]). */
+/* ---- the hidden norms folded into the products ------------------------
+ * In a step of a few tokens on the bulk skinny kernel (trn_linear_norm_fits)
+ * a layer's two RMSNorm kernels go: the o and down products, adding into
+ * the residual b->x, also write the next norm's input bf16(x * w) into
+ * b->h and their 16-output tiles' partial sums of x^2 into b->ss; the
+ * q|k|v and gate|up products (and the LM head of a direct step) read them
+ * and scale each token's sums by its rstd. The first layer's input comes
+ * from trn_k_rmsnorm_fold. Not the separate norm's bits (rstd multiplies
+ * W bf16(x * w) instead of entering bf16(w * bf16(x * rstd))): equal to
+ * bf16 rounding.
+ *
+ * One h and one ss serve every product that writes them: each kernel of
+ * a step touches what an earlier kernel wrote (and writes anything) only
+ * after trn_pdl_enter, which returns once the kernel before it has ended,
+ * and that one waited for its own predecessor the same way (a kernel
+ * without programmatic dependent launch waits for the whole kernel
+ * before), so past that point every earlier kernel of the step has
+ * ended. When o overwrites h and ss, the q|k|v product that read them is
+ * two or more kernels back (the attention between), and gate|up, which
+ * reads o's values, reads them only after o has ended; likewise down
+ * after gate|up, and the next layer's q|k|v after down. No kernel both
+ * reads and writes them. */
+typedef struct {
+    int on;   /* the layers' norms folded */
+    int head; /* and the final norm into the LM head */
+} s_fold_t;
+
+/* Whether decode steps may fold the norms (LISA_CUDA_NORM_FOLD=1: where
+ * they fit; unset or 0: never; read once). */
+static int
+s_fold_env(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LISA_CUDA_NORM_FOLD");
+        on = e && *e == '1';
+    }
+    return on;
+}
+
+static int
+s_al16(const trn_bf16_t *p)
+{
+    return (uintptr_t) p % 16 == 0;
+}
+
+/* Whether every product the fold touches has 16-byte aligned weights. */
+static int
+s_fold_aligned(const trn_gpu_model_t *g)
+{
+    const trn_bf16_t *W = g->wb;
+    int ok = s_al16(W + g->lm_head);
+    for (int l = 0; l < g->L; l++) {
+        const s_layer_t *ly = &g->layers[l];
+        ok &= s_al16(W + ly->qkv) && s_al16(W + ly->o) && s_al16(W + ly->gu) &&
+              s_al16(W + ly->down);
+    }
+    return ok;
+}
+
+/* The step's choice (all its products have T tokens; n rows of logits,
+ * `direct`: row i from token i). */
+static s_fold_t
+s_fold(const trn_gpu_model_t *g, int T, int n, int direct)
+{
+    s_fold_t f = {0, 0};
+    int Q = g->H * g->D;
+    f.on = s_fold_env() && g->L > 0 && trn_linear_norm_fits(T, g->C, g->S, 0) &&
+           trn_linear_norm_fits(T, g->C, 2 * g->I, 0) &&
+           trn_linear_norm_fits(T, Q, g->C, 1) &&
+           trn_linear_norm_fits(T, g->I, g->C, 1) && s_fold_aligned(g);
+    f.head = f.on && direct && n == T && trn_linear_norm_fits(n, g->C, g->V, 0);
+    return f;
+}
+
+/* A norm in from the partials in b->ss, nss a token. */
+static trn_norm_in_t
+s_nin(const trn_gpu_model_t *g, const s_bufs_t *b, int nss)
+{
+    trn_norm_in_t n = {b->ss, nss, g->C, (float) g->cfg.rms_norm_eps};
+    return n;
+}
+
+/* A norm out into b->h and b->ss for the norm of weight w. */
+static trn_norm_out_t
+s_nout(const s_bufs_t *b, const trn_bf16_t *w)
+{
+    trn_norm_out_t n = {b->h, w, b->ss};
+    return n;
+}
+
+/* The weight of the norm after layer l's down product. */
+static const trn_bf16_t *
+s_norm_after(const trn_gpu_model_t *g, int l)
+{
+    return l + 1 < g->L ? g->wb + g->layers[l + 1].w_in : g->wb + g->final_norm;
+}
+
+/* One layer over the T new tokens, b->x in place (fp32 [T, C]); the
+ * norms folded into the products as f says. */
 static lisa_rc_t
-s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
+s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T,
+        const s_fold_t *f)
 {
     lisa_rc_t rc = LISA_OK;
     const s_layer_t *ly = &g->layers[l];
@@ -377,12 +490,24 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
     trn_cuda_stream_t *st = kv->stream;
     float eps = (float) g->cfg.rms_norm_eps;
     float theta = (float) g->cfg.rope_theta;
+    /* a folded norm's partials: one a token from trn_k_rmsnorm_fold, a
+     * tile's from a product */
+    trn_norm_in_t nin = s_nin(g, b, l == 0 ? 1 : g->C / 16);
+    trn_norm_out_t post = s_nout(b, W + ly->w_post);
+    trn_norm_out_t next = s_nout(b, s_norm_after(g, l));
+    int fold_down = f->on && (l + 1 < g->L || f->head);
 
-    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
-                                          W + ly->w_in, T, g->C, 1, eps, st));
+    if (!f->on)
+        S_TRYG(TRN_PH_NORM,
+               trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                 W + ly->w_in, T, g->C, 1, eps, st));
+    else if (l == 0)
+        S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fold(b->h, b->ss, b->x, W + ly->w_in,
+                                               T, g->C, st));
     s_next(g, l, 0);
-    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, NULL, b->qkv, b->h,
-                                         W + ly->qkv, T, g->C, g->S, 0, st));
+    S_TRYG(TRN_PH_PROD_F,
+           trn_linear_fwd_norm(g->blas, NULL, b->qkv, b->h, W + ly->qkv, T,
+                               g->C, g->S, 0, f->on ? &nin : NULL, NULL, st));
     if (g->qkv_bias) /* Qwen2 */
         S_TRYG(TRN_PH_OTHER,
                trn_k_bias_add(b->qkv, g->S, W + ly->qkv_b, T, g->S, st));
@@ -411,12 +536,21 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
                                       g->D, st));
     }
     s_next(g, l, 1);
-    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, b->x, NULL, b->o, W + ly->o,
-                                         T, g->H * g->D, g->C, 1, st));
-    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
-                                          W + ly->w_post, T, g->C, 1, eps, st));
+    S_TRYG(TRN_PH_PROD_F,
+           trn_linear_fwd_norm(g->blas, b->x, NULL, b->o, W + ly->o, T,
+                               g->H * g->D, g->C, 1, NULL, f->on ? &post : NULL,
+                               st));
+    if (!f->on)
+        S_TRYG(TRN_PH_NORM,
+               trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                 W + ly->w_post, T, g->C, 1, eps, st));
     s_next(g, l, 2);
-    if (trn_linear_glu_fits(T, g->C, g->I)) { /* SwiGLU in the product */
+    nin.nss = g->C / 16; /* from o */
+    if (f->on) {
+        S_TRYG(TRN_PH_PROD_F,
+               trn_linear_fwd_glu_norm(g->blas, b->a, b->h, W + ly->gu, T, g->C,
+                                       g->I, &nin, st));
+    } else if (trn_linear_glu_fits(T, g->C, g->I)) { /* SwiGLU inside */
         S_TRYG(TRN_PH_PROD_F,
                trn_linear_fwd_glu(g->blas, b->a, b->h, W + ly->gu, T, g->C,
                                   g->I, st));
@@ -427,8 +561,41 @@ s_layer(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int l, int T)
         S_TRYG(TRN_PH_SWIGLU, trn_k_swiglu_fwd(b->a, b->gu, T, g->I, st));
     }
     s_next(g, l, 3);
-    S_TRYG(TRN_PH_PROD_F, trn_linear_fwd(g->blas, b->x, NULL, b->a,
-                                         W + ly->down, T, g->I, g->C, 1, st));
+    S_TRYG(TRN_PH_PROD_F,
+           trn_linear_fwd_norm(g->blas, b->x, NULL, b->a, W + ly->down, T, g->I,
+                               g->C, 1, NULL, fold_down ? &next : NULL, st));
+out:
+    return rc;
+}
+
+/* The final norm and the LM head: n rows of logits (row i from token
+ * last[i], or token i when `direct`); with f->head the last down product
+ * made the norm's input and partials. */
+static lisa_rc_t
+s_head(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int T, int n,
+       int direct, const s_fold_t *f)
+{
+    lisa_rc_t rc = LISA_OK;
+    trn_cuda_stream_t *st = kv->stream;
+    const trn_bf16_t *head = g->wb + g->lm_head;
+    if (f->head) {
+        trn_norm_in_t nin = s_nin(g, b, g->C / 16);
+        S_TRYG(TRN_PH_LOSS,
+               trn_linear_fwd_norm(g->blas, b->logits, NULL, b->h, head, n,
+                                   g->C, g->V, 0, &nin, NULL, st));
+        return LISA_OK;
+    }
+    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
+                                          g->wb + g->final_norm, T, g->C, 1,
+                                          (float) g->cfg.rms_norm_eps, st));
+    const trn_bf16_t *hl = b->h;
+    if (!direct) {
+        S_TRYG(TRN_PH_OTHER,
+               trn_k_gather_rows(b->hf, b->h, b->last, n, g->C, st));
+        hl = b->hf;
+    }
+    S_TRYG(TRN_PH_LOSS, trn_linear_fwd(g->blas, b->logits, NULL, hl, head, n,
+                                       g->C, g->V, 0, st));
 out:
     return rc;
 }
@@ -442,22 +609,12 @@ s_forward(trn_gpu_model_t *g, trn_gpu_kv_t *kv, const s_bufs_t *b, int T, int n,
 {
     lisa_rc_t rc = LISA_OK;
     trn_cuda_stream_t *st = kv->stream;
+    s_fold_t f = s_fold(g, T, n, direct);
     S_TRYG(TRN_PH_OTHER,
            trn_k_embed_fwd(b->x, g->wb + g->embed, b->tok, T, g->C, g->V, st));
     for (int l = 0; l < g->L; l++)
-        S_TRY(s_layer(g, kv, b, l, T));
-    S_TRYG(TRN_PH_NORM, trn_k_rmsnorm_fwd(b->h, g->C, NULL, b->x, NULL, g->C,
-                                          g->wb + g->final_norm, T, g->C, 1,
-                                          (float) g->cfg.rms_norm_eps, st));
-    const trn_bf16_t *hl = b->h;
-    if (!direct) {
-        S_TRYG(TRN_PH_OTHER,
-               trn_k_gather_rows(b->hf, b->h, b->last, n, g->C, st));
-        hl = b->hf;
-    }
-    S_TRYG(TRN_PH_LOSS,
-           trn_linear_fwd(g->blas, b->logits, NULL, hl, g->wb + g->lm_head, n,
-                          g->C, g->V, 0, st));
+        S_TRY(s_layer(g, kv, b, l, T, &f));
+    S_TRY(s_head(g, kv, b, T, n, direct, &f));
     if (sample) {
         uint8_t *P = kv->dparam;
         S_TRYG(TRN_PH_LOSS,
@@ -483,6 +640,7 @@ s_bufs(trn_gpu_kv_t *kv)
                   .gu = kv->dgu,
                   .a = kv->da,
                   .hf = kv->dhf,
+                  .ss = kv->dss,
                   .logits = kv->dlogits,
                   .tok = s_par(kv, kv->dparam, S_TOK),
                   .slot = s_par(kv, kv->dparam, S_SLOT),

@@ -14,7 +14,8 @@
  * warp's dw in its own slice of shared memory (no atomics per row) and add
  * the block's sum to dw once. Other shapes take the scalar kernels. All
  * compute the same formula with the same bf16 rounding points; the
- * backward's sums may run in another order.
+ * backward's sums may run in another order. trn_k_rmsnorm_fold makes the
+ * input side of a norm folded into the product after it (decode steps).
  */
 #include "trn_cuda_common.cuh"
 #include "trn_cuda_trace.cuh"
@@ -263,6 +264,64 @@ trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
                             dim, group, eps, trn_stream(s));
     return s_fwd<trn_bf16_t>(out, out_stride, rstd, in_bf16, in_stride, w, rows,
                              dim, group, eps, trn_stream(s));
+}
+
+/* The norm-in side of a norm folded into the next product (decode steps:
+ * the first layer's, whose input no product gives): a block a row as in
+ * s_fwd_row, xg = bf16(x * w) and ss[row] = the row's sum of squares (the
+ * block's fixed order: the same bits run to run). The first S_ROW_MAXE
+ * weights a thread are read before the wait for the kernel before; a
+ * longer row's rest after it. */
+__global__ void
+__launch_bounds__(S_ROW_THREADS)
+    s_fold_row(trn_bf16_t *xg, float *ss, const float *x, const trn_bf16_t *w,
+               int dim)
+{
+    __shared__ float shm[32];
+    trn_tr_scope tr(TRN_TR_NORM_ROW, (unsigned) dim, 1);
+    const float *xr = x + (size_t) blockIdx.x * (size_t) dim;
+    trn_bf16_t *o = xg + (size_t) blockIdx.x * (size_t) dim;
+    float xv[S_ROW_MAXE], wv[S_ROW_MAXE];
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
+    }
+    trn_pdl_enter(); /* the weight before, the row after */
+    tr.waited();
+    float sq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        xv[e] = j < dim ? xr[j] : 0.0f;
+        sq += xv[e] * xv[e];
+    }
+    for (int j = threadIdx.x + S_ROW_MAXE * S_ROW_THREADS; j < dim;
+         j += S_ROW_THREADS) {
+        float v = xr[j];
+        sq += v * v;
+        trn_st(o + j, v * trn_ld(w + j));
+    }
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        if (j < dim)
+            trn_st(o + j, xv[e] * wv[e]);
+    }
+    sq = trn_block_sum(sq, shm);
+    if (threadIdx.x == 0)
+        ss[blockIdx.x] = sq;
+}
+
+extern "C" lisa_rc_t
+trn_k_rmsnorm_fold(trn_bf16_t *xg, float *ss, const float *x,
+                   const trn_bf16_t *w, int rows, int dim, trn_cuda_stream_t *s)
+{
+    TRN_REQUIRE(xg && ss && x && w && rows > 0 && dim > 0);
+    TRN_CUDA_TRY(trn_launch_pdl(s_fold_row, dim3((unsigned) rows),
+                                dim3(S_ROW_THREADS), 0, trn_stream(s), xg, ss,
+                                x, w, dim));
+    return LISA_OK;
 }
 
 /* ---- backward ---------------------------------------------------------- */

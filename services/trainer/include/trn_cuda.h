@@ -154,6 +154,53 @@ lisa_rc_t trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
  * busy through the kernel's last blocks and the next kernel's first. A
  * hint for one product (any product through b takes it); NULL clears it. */
 void trn_linear_next(trn_blas_t *b, const void *w, size_t bytes);
+
+/* RMSNorm folded into the products around it (decode steps of a few
+ * tokens). A product that adds into the fp32 residual y (the "norm out"
+ * side) also writes, from each new value v of y, xg = bf16(v * w) for the
+ * next norm's weight w, and the sum of v^2 over each 16-output tile of
+ * each token: ss[t * N/16 + tile], summed in a fixed order (the same bits
+ * run to run). The product after it (the "norm in" side) takes xg as its
+ * x and multiplies token t's sums by rsqrt(sum of its nss partials / dim
+ * + eps) before anything is rounded. That is rstd * (W bf16(v * w))
+ * where the separate norm gives W bf16(w * bf16(v * rstd)): equal to
+ * bf16 rounding, not the same bits; y itself is unchanged. */
+#define TRN_LINEAR_NORM_TMAX 16 /* most tokens a folded product takes */
+
+typedef struct {
+    const float *ss; /* [T, nss] partial sums of squares */
+    int nss;         /* partials a token */
+    int dim;         /* the norm's width (x's K) */
+    float eps;
+} trn_norm_in_t;
+
+typedef struct {
+    trn_bf16_t *xg;      /* [T, N] bf16(y * w) */
+    const trn_bf16_t *w; /* [N] the next norm's weight */
+    float *ss;           /* [T, N / 16] */
+} trn_norm_out_t;
+
+/* Whether a forward product of T tokens, K in and N out may take a norm
+ * in (out 0) or give a norm out (out 1): the bulk-copy skinny kernel's
+ * shapes (Hopper, LISA_CUDA_SKINNY_BULK not 0, T in the skinny range up
+ * to TRN_LINEAR_NORM_TMAX), and for a norm out a grid of a block per
+ * 16-output tile in one round (N % 16 == 0; LISA_CUDA_SKINNY_SPREAD not
+ * spreading the plain products). For gate|up with SwiGLU, N is 2I. */
+int trn_linear_norm_fits(int T, int K, int N, int out);
+/* trn_linear_fwd with a norm in (nin, else NULL) or a norm out (nout,
+ * else NULL; y_f32 then required), at most one of them, for shapes
+ * trn_linear_norm_fits accepts; with neither, trn_linear_fwd. */
+lisa_rc_t trn_linear_fwd_norm(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
+                              const trn_bf16_t *x, const trn_bf16_t *w, int T,
+                              int K, int N, int accumulate,
+                              const trn_norm_in_t *nin,
+                              const trn_norm_out_t *nout, trn_cuda_stream_t *s);
+/* trn_linear_fwd_glu with a norm in (trn_linear_norm_fits(T, K, 2I, 0)):
+ * the gate and up sums both scaled, then rounded as without it. */
+lisa_rc_t trn_linear_fwd_glu_norm(trn_blas_t *b, trn_bf16_t *a,
+                                  const trn_bf16_t *x, const trn_bf16_t *w,
+                                  int T, int K, int I, const trn_norm_in_t *nin,
+                                  trn_cuda_stream_t *s);
 /* y[T,N] = res[T,N] + x[T,K] @ w[N,K]^T, all fp32 but x and w (res may
  * be y: then as trn_linear_fwd accumulating). A residual connection in one
  * pass, without copying res first. */
@@ -198,6 +245,13 @@ lisa_rc_t trn_k_rmsnorm_fwd(trn_bf16_t *out, int out_stride, float *rstd,
                             int in_stride, const trn_bf16_t *w, int rows,
                             int dim, int group, float eps,
                             trn_cuda_stream_t *s);
+/* The norm-in side of an RMSNorm folded into the next product (see
+ * trn_linear_norm_fits) where no product gives it: for `rows` fp32 rows of
+ * `dim` values (contiguous), xg = bf16(x * w) and ss[r] = the row's sum of
+ * squares (one partial a row: nss 1). */
+lisa_rc_t trn_k_rmsnorm_fold(trn_bf16_t *xg, float *ss, const float *x,
+                             const trn_bf16_t *w, int rows, int dim,
+                             trn_cuda_stream_t *s);
 /* Backward of trn_k_rmsnorm_fwd. dout is bf16 rows (stride dout_stride).
  * dx is written (fp32 when dx_f32, accumulating if accumulate; else bf16 at
  * dx_bf16, overwritten, stride dx_stride); dw (fp32, [dim]) accumulates. */
