@@ -772,46 +772,6 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * lines: the 8 lanes of a quarter-warp (rows g, g + 1; lanes t 0-3) read
  * 16 bytes each from 8 distinct 16-byte bank groups. */
 
-__device__ __forceinline__ void
-s_mbar_init(uint32_t bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
-                 "r"(count)
-                 : "memory");
-}
-
-/* Announces tx bytes more for the barrier's phase, and arrives. */
-__device__ __forceinline__ void
-s_mbar_arrive_tx(uint32_t bar, unsigned tx)
-{
-    asm volatile(
-        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-        "r"(tx)
-        : "memory");
-}
-
-/* Waits for the barrier's phase of this parity to complete. */
-__device__ __forceinline__ void
-s_mbar_wait(uint32_t bar, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred p;\n"
-                 "S_MBAR_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra S_MBAR_WAIT;\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* bytes (a multiple of 16) global -> shared, counted on bar. */
-__device__ __forceinline__ void
-s_bulk_copy(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx"
-                 "::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 /* Stage st (of a tile's stages) of the tile's rows (nrow: the weight row
  * of slot row `lane`, N where there is none) into stage slot `slot`;
  * lanes 0-15 of the calling warp copy a row each, lane 0 announces the
@@ -826,12 +786,12 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
     uint32_t bar = bars + 8u * (uint32_t) slot;
     if (lane == 0)
-        s_mbar_arrive_tx(bar, rows * bytes);
+        trn_mbar_arrive_tx(bar, rows * bytes);
     __syncwarp();
     if (lane < 16 && nrow < N)
-        s_bulk_copy(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
-                    w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
-                    bar);
+        trn_bulk_g2s(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
+                     w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
+                     bar);
 }
 
 /* The same for a block of warp pipelines (WP): the calling warp copies
@@ -848,13 +808,13 @@ s_sb_issue_w(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow,
     unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
     uint32_t bar = bars + 8u * (uint32_t) (slot * S_SK_W + warp);
     if (lane == 0)
-        s_mbar_arrive_tx(bar, rows * bytes);
+        trn_mbar_arrive_tx(bar, rows * bytes);
     __syncwarp();
     if (lane < 16 && nrow < N && bytes)
-        s_bulk_copy(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW +
-                                        warp * CW * 64),
-                    w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
-                    bar);
+        trn_bulk_g2s(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW +
+                                         warp * CW * 64),
+                     w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
+                     bar);
 }
 
 /* A bulk block's outputs: the grid's blocks share the product's `outs`
@@ -926,9 +886,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     };
     if (WP || warp == 0) {
         if (lane < R)
-            s_mbar_init(
+            trn_mbar_init(
                 bars + 8u * (uint32_t) (WP ? lane * S_SK_W + warp : lane), 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        trn_mbar_init_fence();
         __syncwarp();
         for (int gs = 0; gs < R && gs < total; gs++)
             issue(gs);
@@ -977,9 +937,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                     nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
                 }
             int slot = gs % R;
-            s_mbar_wait(bars +
-                            8u * (uint32_t) (WP ? slot * S_SK_W + warp : slot),
-                        (uint32_t) (gs / R) & 1u);
+            trn_mbar_wait(
+                bars + 8u * (uint32_t) (WP ? slot * S_SK_W + warp : slot),
+                (uint32_t) (gs / R) & 1u);
             const unsigned char *base =
                 s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
 #pragma unroll
