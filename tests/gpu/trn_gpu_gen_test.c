@@ -464,8 +464,29 @@ s_recompute(trn_gpu_model_t *gpu, int V)
     return 0;
 }
 
+/* A turn of more[i] random tokens (at most 9) for each of the three
+ * sequences on top of their caches, run on both models, its logits
+ * checked against the CPU's (`what`). */
+static int
+s_turn(trn_model_t *cpu, trn_kv_t *ckv, trn_gpu_model_t *gpu, trn_gpu_kv_t *gkv,
+       s_sq_t *sq, trn_gen_seq_t *seqs, s_pool_t *pool, const size_t *more,
+       int V, unsigned *seed, float *lc, float *lg, const char *what)
+{
+    enum { N = 3 };
+    static int32_t turn[N][9]; /* the sequences point into it until the next */
+    for (int i = 0; i < N; i++) {
+        sq[i].len += seqs[i].n_new;
+        s_rand_tokens(turn[i], more[i], V, seed);
+        seqs[i] = s_seq(&sq[i], pool, 16, turn[i], more[i]);
+    }
+    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "turn"))
+        return -1;
+    s_check(what, s_rel(lg, lc, (size_t) N * V), 3e-2);
+    return 0;
+}
+
 /* Prefill three prompts, decode greedily on both backends, then a second
- * turn on top of the cache (chunks after cached prefixes). */
+ * and a third turn on top of the cache (chunks after cached prefixes). */
 static int
 s_prefill_decode(trn_model_t *cpu, trn_gpu_model_t *gpu, int V)
 {
@@ -516,29 +537,16 @@ s_prefill_decode(trn_model_t *cpu, trn_gpu_model_t *gpu, int V)
             (double) (45 - agree), 3);
     /* a second turn on top of the cache: chunks not from position 0 */
     size_t more[N] = {6, 2, 9};
-    int32_t turn[N][9];
-    for (int i = 0; i < N; i++) {
-        sq[i].len += seqs[i].n_new;
-        s_rand_tokens(turn[i], more[i], V, &seed);
-        seqs[i] = s_seq(&sq[i], pool, 16, turn[i], more[i]);
-    }
-    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "second turn"))
+    if (s_turn(cpu, ckv, gpu, gkv, sq, seqs, pool, more, V, &seed, lc, lg,
+               "second-turn logits vs CPU (17 tokens over the cache)"))
         return -1;
-    s_check("second-turn logits vs CPU (17 tokens over the cache)",
-            s_rel(lg, lc, (size_t) N * V), 3e-2);
     /* a third turn of 6 tokens: a step with prompt rows small enough for
      * the norms folded into the products, the final norm apart before
      * the last rows are gathered */
     size_t few[N] = {1, 2, 3};
-    for (int i = 0; i < N; i++) {
-        sq[i].len += seqs[i].n_new;
-        s_rand_tokens(turn[i], few[i], V, &seed);
-        seqs[i] = s_seq(&sq[i], pool, 16, turn[i], few[i]);
-    }
-    if (s_both(cpu, ckv, gpu, gkv, N, seqs, lc, lg, "third turn"))
+    if (s_turn(cpu, ckv, gpu, gkv, sq, seqs, pool, few, V, &seed, lc, lg,
+               "third-turn logits vs CPU (6 tokens over the cache)"))
         return -1;
-    s_check("third-turn logits vs CPU (6 tokens over the cache)",
-            s_rel(lg, lc, (size_t) N * V), 3e-2);
     trn_kv_destroy(&ckv);
     trn_gpu_kv_destroy(&gkv);
     free(lc), free(lg), free(pool);

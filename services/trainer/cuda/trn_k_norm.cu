@@ -163,6 +163,31 @@ __global__ void __launch_bounds__(256)
 #define S_ROW_THREADS 256
 #define S_ROW_MAXE    16
 
+/* A row kernel's start: this thread's weights (wv) before the wait for
+ * the kernel before, its values of the row (xv) after; returns the sum
+ * of their squares. */
+template <typename In>
+__device__ __forceinline__ float
+s_row_in(float (&xv)[S_ROW_MAXE], float (&wv)[S_ROW_MAXE], const In *x,
+         const trn_bf16_t *w, int dim, trn_tr_scope &tr)
+{
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
+    }
+    trn_pdl_enter(); /* the weight before, the row after */
+    tr.waited();
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < S_ROW_MAXE; e++) {
+        int j = threadIdx.x + e * S_ROW_THREADS;
+        xv[e] = j < dim ? s_ld1(x + j) : 0.0f;
+        ss += xv[e] * xv[e];
+    }
+    return ss;
+}
+
 template <typename In>
 __global__ void
 __launch_bounds__(S_ROW_THREADS)
@@ -174,20 +199,7 @@ __launch_bounds__(S_ROW_THREADS)
     int row = blockIdx.x;
     const In *x = in + (size_t) row * (size_t) in_stride;
     float xv[S_ROW_MAXE], wv[S_ROW_MAXE];
-    float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < S_ROW_MAXE; e++) {
-        int j = threadIdx.x + e * S_ROW_THREADS;
-        wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
-    }
-    trn_pdl_enter(); /* the weight before, the row after */
-    tr.waited();
-#pragma unroll
-    for (int e = 0; e < S_ROW_MAXE; e++) {
-        int j = threadIdx.x + e * S_ROW_THREADS;
-        xv[e] = j < dim ? s_ld1(x + j) : 0.0f;
-        ss += xv[e] * xv[e];
-    }
+    float ss = s_row_in<In>(xv, wv, x, w, dim, tr);
     ss = trn_block_sum(ss, shm);
     float r = rsqrtf(ss / (float) dim + eps);
     if (threadIdx.x == 0 && rstd)
@@ -282,20 +294,7 @@ __launch_bounds__(S_ROW_THREADS)
     const float *xr = x + (size_t) blockIdx.x * (size_t) dim;
     trn_bf16_t *o = xg + (size_t) blockIdx.x * (size_t) dim;
     float xv[S_ROW_MAXE], wv[S_ROW_MAXE];
-#pragma unroll
-    for (int e = 0; e < S_ROW_MAXE; e++) {
-        int j = threadIdx.x + e * S_ROW_THREADS;
-        wv[e] = j < dim ? trn_ld(w + j) : 0.0f;
-    }
-    trn_pdl_enter(); /* the weight before, the row after */
-    tr.waited();
-    float sq = 0.0f;
-#pragma unroll
-    for (int e = 0; e < S_ROW_MAXE; e++) {
-        int j = threadIdx.x + e * S_ROW_THREADS;
-        xv[e] = j < dim ? xr[j] : 0.0f;
-        sq += xv[e] * xv[e];
-    }
+    float sq = s_row_in<float>(xv, wv, xr, w, dim, tr);
     for (int j = threadIdx.x + S_ROW_MAXE * S_ROW_THREADS; j < dim;
          j += S_ROW_THREADS) {
         float v = xr[j];
