@@ -10,8 +10,8 @@
  *   trn_cuda_kernels_test --attn     only the head_dim-128 attention checks
  *   trn_cuda_kernels_test --linear   only the products' checks
  *   trn_cuda_kernels_test --decode   only the decode and prefill attention
- *                                    checks (for one setting of the
- *                                    LISA_CUDA_ATTN_* variables)
+ *                                    checks (for one setting of
+ *                                    LISA_CUDA_ATTN_STAGES)
  *   trn_cuda_kernels_test --bench-attn  those and the attention timings
  *                                    (forward: the default, the serial
  *                                    schedule, the portable kernel;
@@ -1951,8 +1951,8 @@ s_attn_tests(void)
 
 /* Decode attention (separate and fused preparation, paged blocks of 16,
  * 32 and 64) and the paged prefill kernel: the kinds the environment picks
- * (LISA_CUDA_ATTN_DEEP, LISA_CUDA_ATTN_BULK, LISA_CUDA_ATTN_STAGES; the
- * `--decode` run takes them one setting at a time). */
+ * (LISA_CUDA_ATTN_STAGES; the `--decode` run takes one setting at a
+ * time). */
 static void
 s_decode_tests(void)
 {

@@ -15,7 +15,7 @@
  * model timed by kind of work (LISA_CUDA_PHASES=1) times its mixed steps.
  * Steps of 2 to 8 token rows (decodes of 2 to 5 sequences, a third turn
  * of 6 tokens) run with the hidden norms folded into the products on
- * Hopper when LISA_CUDA_NORM_FOLD=1; one sequence alone runs them
+ * Hopper unless LISA_CUDA_NORM_FOLD=0; one sequence alone runs them
  * apart. Closes with "N passed, N failed".
  */
 #include "trn_cuda.h"

@@ -763,9 +763,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * A block may take several tiles of outputs (s_sb_run): the stages then
  * run on from one tile to the next, the copies of the next tile's rows
  * in flight while the warps finish this one. */
-#define S_SB_CS   32 /* 32-value chunks a row a stage */
-#define S_SB_RMAX 3  /* most stages in flight */
-#define S_SB_DEEP 6  /* stages of the deep blocks (s_skinny_deep) */
+#define S_SB_CS   32                  /* 32-value chunks a row a stage */
+#define S_SB_RMAX 3                   /* most stages in flight */
 #define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
 #define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
 /* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
@@ -790,29 +789,6 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     __syncwarp();
     if (lane < 16 && nrow < N)
         trn_bulk_g2s(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
-                     w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
-                     bar);
-}
-
-/* The same for a block of warp pipelines (WP): the calling warp copies
- * its own S_SB_CS / S_SK_W chunks of the stage (chunks warp x that, in
- * order) of each row, counted on its own barrier of the slot. */
-__device__ __forceinline__ void
-s_sb_issue_w(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow,
-             int N, int K, int st, int slot, int lane, int warp)
-{
-    const int CW = S_SB_CS / S_SK_W;
-    int chunks = K / 32, c0 = st * S_SB_CS + warp * CW;
-    int cs = chunks - c0 < 0 ? 0 : chunks - c0 < CW ? chunks - c0 : CW;
-    unsigned bytes = (unsigned) cs * 64u;
-    unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
-    uint32_t bar = bars + 8u * (uint32_t) (slot * S_SK_W + warp);
-    if (lane == 0)
-        trn_mbar_arrive_tx(bar, rows * bytes);
-    __syncwarp();
-    if (lane < 16 && nrow < N && bytes)
-        trn_bulk_g2s(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW +
-                                         warp * CW * 64),
                      w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
                      bar);
 }
@@ -858,14 +834,14 @@ s_sb_row(int r, int o0, int o1, int N)
     return o0 + r < o1 ? o0 + r : N;
 }
 
-template <int NT, int R, bool GLU, int NF, bool WP>
+template <int NT, int R, bool GLU, int NF>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, s_fold_t fold)
 {
     extern __shared__ __align__(128) unsigned char s_sb[];
-    __shared__ __align__(8) uint64_t bar_mem[WP ? R * S_SK_W : R];
+    __shared__ __align__(8) uint64_t bar_mem[R];
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3, r = lane & 15;
@@ -874,20 +850,15 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     int total = u.nt * stages; /* the block's stages, tile after tile */
     uint32_t slots = (uint32_t) __cvta_generic_to_shared(s_sb);
     uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
-    /* the first R stages: warp 0's copies, or (WP) each warp's own */
+    /* warp 0 copies the stages, the first R of them now */
     auto issue = [&](int gs) {
         int k = gs / stages;
         int nrow = s_sb_row<GLU>(r, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N);
-        if (WP)
-            s_sb_issue_w(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane,
-                         warp);
-        else
-            s_sb_issue(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane);
+        s_sb_issue(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane);
     };
-    if (WP || warp == 0) {
+    if (warp == 0) {
         if (lane < R)
-            trn_mbar_init(
-                bars + 8u * (uint32_t) (WP ? lane * S_SK_W + warp : lane), 1);
+            trn_mbar_init(bars + 8u * (uint32_t) lane, 1);
         trn_mbar_init_fence();
         __syncwarp();
         for (int gs = 0; gs < R && gs < total; gs++)
@@ -909,11 +880,11 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     float acc[NT][4];
     s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
     const uint4 z = make_uint4(0, 0, 0, 0);
-    /* a warp's chunks of a stage: warp, warp + 8, ... (WP: CW from warp
-     * CW on); their tokens' values are loaded a stage ahead (the next
-     * tile's first stage reads the same values as this tile's) */
+    /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
+     * values are loaded a stage ahead (the next tile's first stage reads
+     * the same values as this tile's) */
     const int CW = S_SB_CS / S_SK_W;
-    auto chunk = [&](int i) { return WP ? warp * CW + i : warp + S_SK_W * i; };
+    auto chunk = [&](int i) { return warp + S_SK_W * i; };
     uint4 vx[CW][NT], nx[CW][NT];
 #pragma unroll
     for (int i = 0; i < CW; i++)
@@ -937,9 +908,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                     nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
                 }
             int slot = gs % R;
-            trn_mbar_wait(
-                bars + 8u * (uint32_t) (WP ? slot * S_SK_W + warp : slot),
-                (uint32_t) (gs / R) & 1u);
+            trn_mbar_wait(bars + 8u * (uint32_t) slot,
+                          (uint32_t) (gs / R) & 1u);
             const unsigned char *base =
                 s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
 #pragma unroll
@@ -963,11 +933,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 #pragma unroll
                 for (int q = 0; q < NT; q++)
                     vx[i][q] = nx[i][q];
-            if (WP) /* this warp is done with its part of the slot */
-                __syncwarp();
-            else /* every warp is done with the slot */
-                __syncthreads();
-            if ((WP || warp == 0) && gs + R < total)
+            __syncthreads(); /* every warp is done with the slot */
+            if (warp == 0 && gs + R < total)
                 issue(gs + R);
         }
         if (k + 1 == u.nt)
@@ -975,8 +942,6 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         int o0 = s_sb_tile0(u, k);
         s_skinny_out<NT, GLU, NF>(red, acc, yf, yb, T, N, accumulate, o0,
                                   s_sb_tile0(u, k + 1) - o0, ep);
-        if (WP && k + 1 < u.nt) /* the sums read before the next tile's */
-            __syncthreads();
 #pragma unroll
         for (int q = 0; q < NT; q++)
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
@@ -1043,7 +1008,7 @@ s_bulk_smem(void)
 
 /* The blocks of this instantiation a multiprocessor holds (asked once,
  * after allowing its shared memory). */
-template <int NT, int R, bool GLU, int NF, bool WP = false>
+template <int NT, int R, bool GLU, int NF>
 static lisa_rc_t
 s_bulk_resident(int *out)
 {
@@ -1051,10 +1016,10 @@ s_bulk_resident(int *out)
     if (!resident) {
         int n = 0;
         TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, GLU, NF, WP>,
+            s_skinny_bulk<NT, R, GLU, NF>,
             cudaFuncAttributeMaxDynamicSharedMemorySize, s_bulk_smem<NT, R>()));
         TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, s_skinny_bulk<NT, R, GLU, NF, WP>, 32 * S_SK_W,
+            &n, s_skinny_bulk<NT, R, GLU, NF>, 32 * S_SK_W,
             (size_t) s_bulk_smem<NT, R>()));
         resident = n < 1 ? 1 : n;
     }
@@ -1062,14 +1027,14 @@ s_bulk_resident(int *out)
     return LISA_OK;
 }
 
-template <int NT, int R, bool GLU, int NF, bool WP>
+template <int NT, int R, bool GLU, int NF>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
     int resident = 0;
-    lisa_rc_t rc = s_bulk_resident<NT, R, GLU, NF, WP>(&resident);
+    lisa_rc_t rc = s_bulk_resident<NT, R, GLU, NF>(&resident);
     if (rc != LISA_OK)
         return rc;
     /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
@@ -1087,56 +1052,11 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     if (v < 0.0f) /* unset: the resident blocks, a tile at least */
         G = resident * sms < tiles ? resident * sms : tiles;
     G = G < 1 || NF == S_NF_OUT ? tiles : G > outs ? outs : G;
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, NF, WP>,
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, NF>,
                                 dim3((unsigned) G), dim3(32 * S_SK_W),
                                 (size_t) s_bulk_smem<NT, R>(), st, yf, yb, x, w,
                                 T, K, N, accumulate, pf, f));
     return LISA_OK;
-}
-
-/* Whether the products without SwiGLU that give no norm take deep
- * blocks: one a processor with S_SB_DEEP stages in flight (198 KiB),
- * spread over all processors (LISA_CUDA_SKINNY_DEEP=1; read once). */
-static bool
-s_skinny_deep(void)
-{
-    static int d = -1;
-    if (d < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_DEEP");
-        d = e && *e && atoi(e) > 0;
-    }
-    return d == 1;
-}
-
-/* Whether the bulk blocks are warp pipelines (LISA_CUDA_SKINNY_WARP=1:
- * each warp copies its own slice of each stage, on a barrier of its
- * own, and no warp waits for another between stages; read once). */
-static bool
-s_skinny_wp(void)
-{
-    static int d = -1;
-    if (d < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_WARP");
-        d = e && *e && atoi(e) > 0;
-    }
-    return d == 1;
-}
-
-template <int NT, bool GLU, int NF, bool WP>
-static lisa_rc_t
-s_skinny_bulk_wp(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
-                 const trn_bf16_t *w, int T, int K, int N, int accumulate,
-                 s_pf_t pf, const s_fold_t &f, cudaStream_t st)
-{
-    if constexpr (!GLU && NF != S_NF_OUT)
-        if (s_skinny_deep())
-            return s_skinny_bulk_go<NT, S_SB_DEEP, GLU, NF, WP>(
-                yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, GLU, NF, WP>(yf, yb, x, w, T, K, N,
-                                                    accumulate, pf, f, st);
-    return s_skinny_bulk_go<NT, 3, GLU, NF, WP>(yf, yb, x, w, T, K, N,
-                                                accumulate, pf, f, st);
 }
 
 template <int NT, bool GLU, int NF>
@@ -1145,11 +1065,11 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
-    if (s_skinny_wp())
-        return s_skinny_bulk_wp<NT, GLU, NF, true>(yf, yb, x, w, T, K, N,
-                                                   accumulate, pf, f, st);
-    return s_skinny_bulk_wp<NT, GLU, NF, false>(yf, yb, x, w, T, K, N,
+    if (s_skinny_bulk_stages() == 2)
+        return s_skinny_bulk_go<NT, 2, GLU, NF>(yf, yb, x, w, T, K, N,
                                                 accumulate, pf, f, st);
+    return s_skinny_bulk_go<NT, 3, GLU, NF>(yf, yb, x, w, T, K, N, accumulate,
+                                            pf, f, st);
 }
 
 /* The bulk product with the fold f asks for: a norm in, a norm out (not

@@ -407,15 +407,17 @@ typedef struct {
     int head; /* and the final norm into the LM head */
 } s_fold_t;
 
-/* Whether decode steps may fold the norms (LISA_CUDA_NORM_FOLD=1: where
- * they fit; unset or 0: never; read once). */
+/* Whether decode steps may fold the norms (LISA_CUDA_NORM_FOLD=0: never;
+ * read once). On an H200, decode steps over 2,500 positions: batch 8
+ * 3.807 ms with the fold against 3.894 without, batch 4 3.316 against
+ * 3.447. */
 static int
 s_fold_env(void)
 {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("LISA_CUDA_NORM_FOLD");
-        on = e && *e == '1';
+        on = !(e && *e == '0');
     }
     return on;
 }

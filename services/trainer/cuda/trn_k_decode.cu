@@ -353,12 +353,7 @@ s_gq_finish(trn_bf16_t *o, float *part, const float (*sm_m)[G],
  * shared memory, the new key and value into the cache (by the split that
  * holds the new position), and into the tile that holds that position once
  * it has arrived, since that tile's copy may have read the row before the
- * write. Blocks of other KV heads or splits never read that row.
- * With BULK the rows come by bulk copies instead (cp.async.bulk, the copy
- * engine: one instruction a cache row and kind, no registers held), and
- * each warp is a pipeline of its own: it copies, waits for and reads only
- * its 16 rows of each tile, on a barrier of its own a stage, so no warp
- * waits for another between tiles. */
+ * write. Blocks of other KV heads or splits never read that row. */
 template <int D, int NW, int ST>
 constexpr int
 s_gm_smem(void)
@@ -382,91 +377,6 @@ s_gm_patch(__nv_bfloat16 *tile, const trn_bf16_t *snew, int r)
         *reinterpret_cast<uint4 *>(kr + (c < D / 8 ? 0 : TE) + e) = *src;
     }
     __syncthreads();
-}
-
-/* s_gm_patch for one warp (BULK: row r is one of the calling warp's
- * rows), ordered before the bulk copy that later refills the slot. */
-template <int D, int NW>
-static __device__ __forceinline__ void
-s_gm_patch_warp(__nv_bfloat16 *tile, const trn_bf16_t *snew, int r, int lane)
-{
-    constexpr int LD = D + 8, TE = 16 * NW * LD;
-    __nv_bfloat16 *kr = tile + (size_t) r * LD;
-    for (int c = lane; c < D / 4; c += 32) {
-        int e = (c % (D / 8)) * 8;
-        const uint4 *src =
-            reinterpret_cast<const uint4 *>(snew + (c < D / 8 ? 0 : D) + e);
-        *reinterpret_cast<uint4 *>(kr + (c < D / 8 ? 0 : TE) + e) = *src;
-    }
-    trn_fence_proxy_async();
-    __syncwarp();
-}
-
-/* The block's copies of a tile (positions jt .. jt + 16 NW - 1, when
- * `any`) by cp.async into stage slot sk, as one group (empty without
- * `any`); rows from j1 on are zero-filled (a zero probability times a
- * stale value could be NaN). A thread copies D / 16 chunks of 16 bytes,
- * each of another row: the rows' table look-ups first (all in flight at
- * once), then the copies. */
-template <int D, int NW>
-static __device__ __forceinline__ void
-s_gm_issue_async(__nv_bfloat16 *sk, bool any, const trn_bf16_t *ck,
-                 const trn_bf16_t *cv, const trn_kv_pages_t &pg, int sl, int jt,
-                 int j1, size_t base, size_t HkD)
-{
-    constexpr int S_GQ_THREADS = 32 * NW, S_GM_TP = 16 * NW;
-    constexpr int LD = D + 8, TE = S_GM_TP * LD;
-    constexpr int CPT = S_GM_TP * (D / 8) / S_GQ_THREADS;
-    static_assert(CPT * S_GQ_THREADS == S_GM_TP * (D / 8), "copies");
-    if (any) {
-        uint32_t row[CPT];
-#pragma unroll
-        for (int k = 0; k < CPT; k++) {
-            int p = (threadIdx.x + k * S_GQ_THREADS) / (D / 8);
-            row[k] = jt + p < j1 ? s_crow32(pg, sl, jt + p) : 0u;
-        }
-#pragma unroll
-        for (int k = 0; k < CPT; k++) {
-            int c = threadIdx.x + k * S_GQ_THREADS;
-            int p = c / (D / 8), e = (c % (D / 8)) * 8;
-            bool ok = jt + p < j1;
-            size_t off = base + e + (size_t) row[k] * HkD;
-            trn_cp16(sk + p * LD + e, ck + off, ok);
-            trn_cp16(sk + TE + p * LD + e, cv + off, ok);
-        }
-    }
-    trn_cp_commit();
-}
-
-/* BULK: the calling warp's 16 rows of a tile (positions jw .. jw + 15;
- * those from j1 on are not copied, and their values are zeroed: a zero
- * probability times a stale value could be NaN) into rows w of its stage
- * slot, counted on bar. Lane 0 announces the bytes before any copy goes
- * out. */
-template <int D, int NW>
-static __device__ __forceinline__ void
-s_gm_issue_bulk(__nv_bfloat16 *w, uint32_t bar, const trn_bf16_t *ck,
-                const trn_bf16_t *cv, const trn_kv_pages_t &pg, int sl, int jw,
-                int j1, size_t base, size_t HkD, int lane)
-{
-    constexpr int LD = D + 8, TE = 16 * NW * LD;
-    int rows = j1 - jw < 0 ? 0 : j1 - jw < 16 ? j1 - jw : 16;
-    if (lane == 0)
-        trn_mbar_arrive_tx(bar, (unsigned) rows * (unsigned) (D * 4));
-    __syncwarp();
-    if (lane >= 16)
-        return;
-    __nv_bfloat16 *kr = w + (size_t) lane * LD;
-    if (lane < rows) {
-        size_t off = base + (size_t) s_crow32(pg, sl, jw + lane) * HkD;
-        trn_bulk_g2s((uint32_t) __cvta_generic_to_shared(kr), ck + off, D * 2,
-                     bar);
-        trn_bulk_g2s((uint32_t) __cvta_generic_to_shared(kr + TE), cv + off,
-                     D * 2, bar);
-    } else {
-        for (int e = 0; e < D; e += 8)
-            *reinterpret_cast<uint4 *>(kr + TE + e) = make_uint4(0, 0, 0, 0);
-    }
 }
 
 /* One tile of a warp's 16 positions (from p0 in K and V): the scores of
@@ -548,7 +458,7 @@ s_gm_stash(float (&sm_m)[NW][G], float (&sm_l)[NW][G], float (*sm_o)[G * D],
     }
 }
 
-template <int D, int G, bool PREP, int NW, int ST, bool BULK>
+template <int D, int G, bool PREP, int NW, int ST>
 __global__ void __launch_bounds__(32 * NW)
     s_attn_gqa_mma(trn_bf16_t *o, float *part, const trn_bf16_t *q, int stride,
                    trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
@@ -562,7 +472,6 @@ __global__ void __launch_bounds__(32 * NW)
     extern __shared__ __align__(16) unsigned char s_dyn[];
     __nv_bfloat16 *tiles = reinterpret_cast<__nv_bfloat16 *>(s_dyn);
     __shared__ float sm_m[NW][G], sm_l[NW][G];
-    __shared__ __align__(8) uint64_t bar_mem[BULK ? NW * ST : 1];
     trn_tr_scope tr(TRN_TR_ATTN, (unsigned) H, gridDim.z);
     if (!PREP) { /* after trn_k_qk_prep, whose keys the tiles may hold */
         trn_pdl_enter();
@@ -581,18 +490,33 @@ __global__ void __launch_bounds__(32 * NW)
     int nt = j1 > j0 ? (j1 - j0 + S_GM_TP - 1) / S_GM_TP : 0;
     size_t HkD = (size_t) Hk * D;
     size_t base = (size_t) hk * D;
-    /* BULK: warp w's barrier of stage slot k */
-    const uint32_t bars =
-        (uint32_t) __cvta_generic_to_shared(bar_mem) + 8u * (uint32_t) warp;
+    /* tile i's copies; rows past j1 are zero-filled (a zero probability
+     * times a stale value could be NaN). A thread copies D / 16 chunks of
+     * 16 bytes, each of another row: the rows' table look-ups first (all
+     * in flight at once), then the copies. */
     auto issue = [&](int i) {
-        __nv_bfloat16 *sk = tiles + (size_t) (i % ST) * 2 * TE;
-        if (!BULK)
-            s_gm_issue_async<D, NW>(sk, i < nt, ck, cv, pg, sl,
-                                    j0 + i * S_GM_TP, j1, base, HkD);
-        else if (i < nt)
-            s_gm_issue_bulk<D, NW>(
-                sk + warp * 16 * LD, bars + 8u * NW * (uint32_t) (i % ST), ck,
-                cv, pg, sl, j0 + i * S_GM_TP + warp * 16, j1, base, HkD, lane);
+        if (i < nt) {
+            constexpr int CPT = S_GM_TP * (D / 8) / S_GQ_THREADS;
+            static_assert(CPT * S_GQ_THREADS == S_GM_TP * (D / 8), "copies");
+            __nv_bfloat16 *sk = tiles + (size_t) (i % ST) * 2 * TE;
+            int jt = j0 + i * S_GM_TP;
+            uint32_t row[CPT];
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                int p = (threadIdx.x + k * S_GQ_THREADS) / (D / 8);
+                row[k] = jt + p < j1 ? s_crow32(pg, sl, jt + p) : 0u;
+            }
+#pragma unroll
+            for (int k = 0; k < CPT; k++) {
+                int c = threadIdx.x + k * S_GQ_THREADS;
+                int p = c / (D / 8), e = (c % (D / 8)) * 8;
+                bool ok = jt + p < j1;
+                size_t off = base + e + (size_t) row[k] * HkD;
+                trn_cp16(sk + p * LD + e, ck + off, ok);
+                trn_cp16(sk + TE + p * LD + e, cv + off, ok);
+            }
+        }
+        trn_cp_commit();
     };
     /* With PREP the first tile's copies go out before the wait for the
      * q|k|v product: the slots, positions and block table were uploaded
@@ -600,12 +524,7 @@ __global__ void __launch_bounds__(32 * NW)
      * steps (the new position's row, which this kernel writes, is patched
      * into its tile below). Measured on an H200: batch 8 over 2,500
      * positions 4.02-4.03 ms a step against 4.07. */
-    if (BULK && lane < ST) {
-        trn_mbar_init(bars + 8u * NW * (uint32_t) lane, 1);
-        trn_mbar_init_fence();
-    }
-    __syncwarp();
-    for (int i = 0; i < (BULK ? ST : ST - 1); i++)
+    for (int i = 0; i < ST - 1; i++)
         issue(i);
     if (PREP) {
         trn_pdl_enter();
@@ -654,31 +573,19 @@ __global__ void __launch_bounds__(32 * NW)
     const float sl2 = scale * 1.4426950408889634f; /* log2 e */
     const int p0 = warp * 16;
     for (int i = 0; i < nt; i++) {
-        __nv_bfloat16 *K = tiles + (size_t) (i % ST) * 2 * TE;
-        int r = pnew - j0 - i * S_GM_TP; /* the new row's place in tile i */
-        bool mine = own && r >= 0 && r < S_GM_TP;
-        if (BULK) { /* this warp's rows of tile i are in */
-            trn_mbar_wait(bars + 8u * NW * (uint32_t) (i % ST),
-                          (uint32_t) (i / ST) & 1u);
-            if (mine && r / 16 == warp)
-                s_gm_patch_warp<D, NW>(K, snew, r, lane);
-        } else {
-            trn_cp_wait<ST - 2>();
-            __syncthreads(); /* tile i is in; tile i-1's reads are done */
-            issue(i + ST - 1);
-            if (mine)
-                s_gm_patch<D, NW>(K, snew, r);
-        }
+        trn_cp_wait<ST - 2>();
+        __syncthreads(); /* tile i is in; tile i-1's reads are done */
+        issue(i + ST - 1);
+        const __nv_bfloat16 *K = tiles + (size_t) (i % ST) * 2 * TE;
+        const __nv_bfloat16 *V = K + TE;
+        if (own && pnew >= j0 + i * S_GM_TP && pnew < j0 + (i + 1) * S_GM_TP)
+            s_gm_patch<D, NW>(tiles + (size_t) (i % ST) * 2 * TE, snew,
+                              pnew - j0 - i * S_GM_TP);
         /* row g's scores: positions p0 + 8 h + 2 tq + e */
-        s_gm_step<D>(oacc, m_r, l_r, qa, K, K + TE,
-                     j0 + i * S_GM_TP + p0 + 2 * tq, j1, sl2, p0, lane);
-        if (BULK) { /* the slot is free: tile i + ST into it */
-            __syncwarp();
-            issue(i + ST);
-        }
+        s_gm_step<D>(oacc, m_r, l_r, qa, K, V, j0 + i * S_GM_TP + p0 + 2 * tq,
+                     j1, sl2, p0, lane);
     }
-    if (!BULK)
-        trn_cp_wait<0>();
+    trn_cp_wait<0>();
     __syncthreads(); /* the tiles' memory is the warps' merge area now */
     float(*sm_o)[G * D] = reinterpret_cast<float(*)[G * D]>(s_dyn);
     if (g < G)
@@ -735,8 +642,8 @@ typedef struct {
 } s_prep_t;
 
 /* One launch of the grouped kernel with NW warps a block and ST tile
- * stages (BULK: by bulk copies). */
-template <int D, int G, int NW, int ST, bool BULK>
+ * stages. */
+template <int D, int G, int NW, int ST>
 static lisa_rc_t
 s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
           int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
@@ -750,10 +657,10 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
                             inside a graph capture (decode records after a
                             direct run) */
     if (!smem_set) {
-        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW, ST, BULK>,
+        if (cudaFuncSetAttribute(s_attn_gqa_mma<D, G, false, NW, ST>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess ||
-            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW, ST, BULK>,
+            cudaFuncSetAttribute(s_attn_gqa_mma<D, G, true, NW, ST>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return LISA_ERR;
@@ -761,12 +668,12 @@ s_gqa_run(dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
     }
     s_prep_t none = {NULL, NULL, 0.0f, 0.0f};
     const s_prep_t *pp = prep ? prep : &none;
-    TRN_CUDA_TRY(trn_launch_pdl(
-        prep ? s_attn_gqa_mma<D, G, true, NW, ST, BULK>
-             : s_attn_gqa_mma<D, G, false, NW, ST, BULK>,
-        grid, dim3(32 * NW), (size_t) smem, st, o, part, q, stride, ck, cv,
-        slot, pos, H, Hk, pg, 1.0f / sqrtf((float) D), pp->qw, pp->kw, pp->eps,
-        pp->theta));
+    TRN_CUDA_TRY(trn_launch_pdl(prep ? s_attn_gqa_mma<D, G, true, NW, ST>
+                                     : s_attn_gqa_mma<D, G, false, NW, ST>,
+                                grid, dim3(32 * NW), (size_t) smem, st, o, part,
+                                q, stride, ck, cv, slot, pos, H, Hk, pg,
+                                1.0f / sqrtf((float) D), pp->qw, pp->kw,
+                                pp->eps, pp->theta));
     return LISA_OK;
 }
 
@@ -799,105 +706,6 @@ s_gqa_few(int T, int Hk)
     return (long) T * Hk < 2L * trn_sm_count();
 }
 
-/* The deep configuration's share of the processors (LISA_CUDA_ATTN_DEEP,
- * f > 0; 0 or unset: off): a token's positions split in
- * floor(f x processors / blocks) (at least one), and when those blocks
- * make at most one round, one block a processor with six stages by bulk
- * copies (192 KiB in flight a block) and no merge at one split. Read
- * once. */
-static float
-s_gqa_deep(void)
-{
-    static float f = -1.0f;
-    if (f < 0.0f) {
-        const char *e = getenv("LISA_CUDA_ATTN_DEEP");
-        float v = e && *e ? (float) atof(e) : 0.0f;
-        f = v > 0.0f && v <= 64.0f ? v : 0.0f;
-    }
-    return f;
-}
-
-/* Whether the two-a-processor blocks take their tiles by bulk copies
- * (LISA_CUDA_ATTN_BULK=1; read once). */
-static bool
-s_gqa_bulk(void)
-{
-    static int b = -1;
-    if (b < 0) {
-        const char *e = getenv("LISA_CUDA_ATTN_BULK");
-        b = e && *e && atoi(e) > 0;
-    }
-    return b == 1;
-}
-
-/* A token's splits for `blocks` (token, KV head) blocks, aiming at `want`
- * blocks in all, within the table's reach, S_GQ_SPLITS and the scratch
- * (records of rec floats). */
-static int
-s_gqa_splits(long blocks, long want, trn_kv_pages_t pg, size_t rec,
-             size_t scratch_floats)
-{
-    /* at most two blocks a processor (every block resident in one
-     * round): batch 8 of Qwen3-4B takes 4 splits, 256 blocks (5
-     * splits, 320 blocks, were 1% slower on an H200) */
-    int nsplit = blocks * 2 <= want ? (int) (want / blocks)
-                                    : (int) ((want + blocks - 1) / blocks);
-    /* the longest a sequence can be: the table's reach */
-    long reach = (long) pg.max_blocks << pg.bshift;
-    int tiles = (int) ((reach + S_GQ_TP - 1) / S_GQ_TP);
-    nsplit = nsplit > tiles ? tiles : nsplit;
-    nsplit = nsplit > S_GQ_SPLITS ? S_GQ_SPLITS : nsplit;
-    while (nsplit > 1 &&
-           (size_t) blocks * (size_t) nsplit * rec > scratch_floats)
-        nsplit--;
-    return nsplit < 1 ? 1 : nsplit;
-}
-
-/* The deep configuration's splits for `blocks` blocks, or 0 where it
- * does not apply (off, another head_dim, or more than a round). */
-static int
-s_gqa_deep_splits(int D, long blocks, trn_kv_pages_t pg, size_t rec,
-                  float *scratch, size_t scratch_floats)
-{
-    long sms = trn_sm_count();
-    float f = s_gqa_deep();
-    if (f <= 0.0f || D != 128 || blocks > sms)
-        return 0;
-    long want = (long) (f * (float) sms);
-    int nsplit = want >= 2 * blocks && scratch
-                     ? s_gqa_splits(blocks, want, pg, rec, scratch_floats)
-                     : 1;
-    return blocks * nsplit <= sms ? nsplit : 0;
-}
-
-/* The grouped kernel's kinds: 2 warps a block and 2 stages (blocks that
- * fill the device), 4 warps with 2 or 3 stages (few blocks), 4 warps with
- * 3 stages by bulk copies, and the deep blocks (s_gqa_deep). */
-enum { S_GQA_NARROW, S_GQA_WIDE2, S_GQA_WIDE3, S_GQA_BULK3, S_GQA_DEEP };
-
-/* One launch of kind `kind` (the bulk-copy kinds serve head_dim 128). */
-template <int D, int G>
-static lisa_rc_t
-s_gqa_kind(int kind, dim3 grid, trn_bf16_t *o, float *part, const trn_bf16_t *q,
-           int stride, trn_bf16_t *ck, trn_bf16_t *cv, const int32_t *slot,
-           const int32_t *pos, int H, int Hk, trn_kv_pages_t pg,
-           const s_prep_t *prep, cudaStream_t st)
-{
-#define S_GQA_RUN(NW, ST, BULK)                                                \
-    s_gqa_run<D, G, NW, ST, BULK>(grid, o, part, q, stride, ck, cv, slot, pos, \
-                                  H, Hk, pg, prep, st)
-    if constexpr (D == 128) {
-        if (kind == S_GQA_DEEP)
-            return S_GQA_RUN(4, 6, true);
-        if (kind == S_GQA_BULK3)
-            return S_GQA_RUN(4, 3, true);
-    }
-    return kind == S_GQA_NARROW  ? S_GQA_RUN(2, 2, false)
-           : kind == S_GQA_WIDE2 ? S_GQA_RUN(4, 2, false)
-                                 : S_GQA_RUN(4, 3, false);
-#undef S_GQA_RUN
-}
-
 template <int D, int G>
 static lisa_rc_t
 s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
@@ -908,13 +716,22 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
     size_t rec = (size_t) G * (size_t) (D + 2);
     long blocks = (long) T * Hk, want = 2L * trn_sm_count();
     bool few = s_gqa_few(T, Hk);
-    int deep =
-        few ? s_gqa_deep_splits(D, blocks, pg, rec, scratch, scratch_floats)
-            : 0;
-    int nsplit = deep ? deep
-                 : scratch && few
-                     ? s_gqa_splits(blocks, want, pg, rec, scratch_floats)
-                     : 1;
+    int nsplit = 1;
+    if (scratch && few) {
+        /* at most two blocks a processor (every block resident in one
+         * round): batch 8 of Qwen3-4B takes 4 splits, 256 blocks (5
+         * splits, 320 blocks, were 1% slower on an H200) */
+        nsplit = blocks * 2 <= want ? (int) (want / blocks)
+                                    : (int) ((want + blocks - 1) / blocks);
+        /* the longest a sequence can be: the table's reach */
+        long reach = (long) pg.max_blocks << pg.bshift;
+        int tiles = (int) ((reach + S_GQ_TP - 1) / S_GQ_TP);
+        nsplit = nsplit > tiles ? tiles : nsplit;
+        nsplit = nsplit > S_GQ_SPLITS ? S_GQ_SPLITS : nsplit;
+        while (nsplit > 1 &&
+               (size_t) blocks * (size_t) nsplit * rec > scratch_floats)
+            nsplit--;
+    }
     dim3 grid((unsigned) T, (unsigned) Hk, (unsigned) nsplit);
     /* blocks of 4 warps (64 positions a tile) where the blocks are few;
      * of 2 (32 positions) where they fill the device: two or three of
@@ -922,13 +739,14 @@ s_gqa_launch(trn_bf16_t *o, const trn_bf16_t *q, int stride, trn_bf16_t *ck,
      * memory, so a batch of 64 tokens' 512 blocks would take two rounds;
      * six of the narrow ones fit */
     float *part = nsplit > 1 ? scratch : NULL;
-    int kind = deep                        ? S_GQA_DEEP
-               : !few                      ? S_GQA_NARROW
-               : s_gqa_stages(nsplit) != 3 ? S_GQA_WIDE2
-               : D == 128 && s_gqa_bulk()  ? S_GQA_BULK3
-                                           : S_GQA_WIDE3;
-    lisa_rc_t rc = s_gqa_kind<D, G>(kind, grid, o, part, q, stride, ck, cv,
-                                    slot, pos, H, Hk, pg, prep, st);
+    lisa_rc_t rc = !few
+                       ? s_gqa_run<D, G, 2, 2>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st)
+                   : s_gqa_stages(nsplit) == 3
+                       ? s_gqa_run<D, G, 4, 3>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st)
+                       : s_gqa_run<D, G, 4, 2>(grid, o, part, q, stride, ck, cv,
+                                               slot, pos, H, Hk, pg, prep, st);
     if (rc != LISA_OK)
         return rc;
     if (nsplit > 1)
