@@ -476,21 +476,10 @@ template <int NT> using s_red_t = float[S_SK_W][16][8 * NT + 1];
  * rounding. Every sum runs in a fixed order: the same bits run to run. */
 enum { S_NF_NONE, S_NF_IN, S_NF_OUT };
 
-struct s_nin_t {
-    const float *ss; /* [T, nss]; NULL: no norm in */
-    int nss, dim;
-    float eps;
-};
-
-struct s_nout_t {
-    trn_bf16_t *xg;      /* [T, N] */
-    const trn_bf16_t *w; /* [N] */
-    float *ss;           /* [T, N / 16]; NULL: no norm out */
-};
-
+/* A product's fold (trn_cuda.h's sides; a NULL ss: no such side). */
 struct s_fold_t {
-    s_nin_t in;
-    s_nout_t out;
+    trn_norm_in_t in;
+    trn_norm_out_t out;
 };
 
 /* What the epilogue needs of a fold: the tokens' scales (norm in, in
@@ -498,7 +487,7 @@ struct s_fold_t {
  * weight of the next norm (its output of the block's tile). */
 struct s_ep_t {
     const float *rs;
-    s_nout_t out;
+    trn_norm_out_t out;
     float wn;
 };
 
@@ -515,7 +504,7 @@ struct s_ep_t {
  * __syncthreads orders the scales before their readers. */
 template <int NT>
 __device__ __forceinline__ const float *
-s_nin_rstd(const s_nin_t &nin, int T)
+s_nin_rstd(const trn_norm_in_t &nin, int T)
 {
     __shared__ float rs[8 * NT];
     const int L = 32 / NT, E = S_NIN_E * NT;
@@ -884,13 +873,12 @@ __global__ void __launch_bounds__(32 * S_SK_W)
      * values are loaded a stage ahead (the next tile's first stage reads
      * the same values as this tile's) */
     const int CW = S_SB_CS / S_SK_W;
-    auto chunk = [&](int i) { return warp + S_SK_W * i; };
     uint4 vx[CW][NT], nx[CW][NT];
 #pragma unroll
     for (int i = 0; i < CW; i++)
 #pragma unroll
         for (int q = 0; q < NT; q++) {
-            int c = chunk(i);
+            int c = warp + S_SK_W * i;
             vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
         }
     if constexpr (NF == S_NF_IN)
@@ -904,7 +892,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             for (int i = 0; i < CW; i++)
 #pragma unroll
                 for (int q = 0; q < NT; q++) {
-                    int c = cn + chunk(i);
+                    int c = cn + warp + S_SK_W * i;
                     nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
                 }
             int slot = gs % R;
@@ -914,7 +902,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                 s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
 #pragma unroll
             for (int i = 0; i < CW; i++) {
-                int c = chunk(i);
+                int c = warp + S_SK_W * i;
                 if (c0 + c >= chunks)
                     break;
                 uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
@@ -1271,15 +1259,11 @@ trn_linear_norm_fits(int T, int K, int N, int out)
            s_skinny_fits(T, K, N) && (!out || s_nout_grid_ok(T, N));
 }
 
-/* The kernels' view of a norm in (checked), or none. */
+/* Whether a norm in, if any, is one the kernels can take. */
 static int
-s_nin_of(const trn_norm_in_t *nin, s_nin_t *f)
+s_nin_ok(const trn_norm_in_t *nin)
 {
-    *f = s_nin_t{};
-    if (!nin)
-        return 1;
-    *f = s_nin_t{nin->ss, nin->nss, nin->dim, nin->eps};
-    return nin->ss && nin->nss > 0 && nin->dim > 0;
+    return !nin || (nin->ss && nin->nss > 0 && nin->dim > 0);
 }
 
 extern "C" lisa_rc_t
@@ -1293,10 +1277,12 @@ trn_linear_fwd_norm(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
     s_fold_t f = {};
     TRN_REQUIRE(b && x && w && (y_f32 || y_bf16) && !(nin && nout));
     TRN_REQUIRE(trn_linear_norm_fits(T, K, N, nout != NULL));
-    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_of(nin, &f.in));
+    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_ok(nin));
+    if (nin)
+        f.in = *nin;
     if (nout) {
         TRN_REQUIRE(y_f32 && nout->xg && nout->w && nout->ss);
-        f.out = s_nout_t{nout->xg, nout->w, nout->ss};
+        f.out = *nout;
     }
     return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                accumulate, s_take_pf(b), f, trn_stream(s));
@@ -1311,7 +1297,8 @@ trn_linear_fwd_glu_norm(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
         return trn_linear_fwd_glu(b, a, x, w, T, K, I, s);
     s_fold_t f = {};
     TRN_REQUIRE(a && x && w && I > 0 && trn_linear_norm_fits(T, K, 2 * I, 0));
-    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_of(nin, &f.in));
+    TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_ok(nin));
+    f.in = *nin;
     return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, s_take_pf(b), f,
                               trn_stream(s));
 }

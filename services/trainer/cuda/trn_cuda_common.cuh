@@ -144,9 +144,8 @@ trn_cp_wait(void)
 /* ---- bulk copies counted on a shared-memory barrier (sm_90) ------------
  * A barrier of `count` arrivals whose phase also waits for the bytes
  * announced on it; cp.async.bulk (the copy engine: no registers held)
- * counts its bytes off on completion. A phase's bytes may complete
- * before they are announced: the count only has to reach zero with the
- * arrivals. Shared addresses are 32-bit (__cvta_generic_to_shared). */
+ * counts its bytes off on completion. Shared addresses are 32-bit
+ * (__cvta_generic_to_shared). */
 __device__ __forceinline__ void
 trn_mbar_init(uint32_t bar, unsigned count)
 {
@@ -193,14 +192,6 @@ trn_bulk_g2s(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
                  "::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
-}
-
-/* Orders this thread's ordinary shared-memory writes before bulk copies
- * that later write the same bytes. */
-__device__ __forceinline__ void
-trn_fence_proxy_async(void)
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 /* ---- programmatic dependent launch (decode steps) -----------------------

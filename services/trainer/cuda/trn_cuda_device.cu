@@ -4,16 +4,20 @@
 #include "trn_cuda_common.cuh"
 
 #include <stdlib.h>
-#include <string.h>
+
+extern "C" int
+trn_env_on(const char *name)
+{
+    const char *e = getenv(name);
+    return !(e && *e == '0');
+}
 
 int
 trn_pdl_on(void)
 {
     static int on = -1; /* racy first read: every thread computes the same */
-    if (on < 0) {
-        const char *e = getenv("LISA_CUDA_PDL");
-        on = !(e && strcmp(e, "0") == 0);
-    }
+    if (on < 0)
+        on = trn_env_on("LISA_CUDA_PDL");
     return on;
 }
 

@@ -415,10 +415,8 @@ static int
 s_fold_env(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LISA_CUDA_NORM_FOLD");
-        on = !(e && *e == '0');
-    }
+    if (on < 0)
+        on = trn_env_on("LISA_CUDA_NORM_FOLD");
     return on;
 }
 

@@ -332,10 +332,8 @@ static int
 s_auto_lean(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LISA_CUDA_LEAN");
-        on = !(e && *e == '0');
-    }
+    if (on < 0)
+        on = trn_env_on("LISA_CUDA_LEAN");
     return on;
 }
 

@@ -38,6 +38,10 @@ typedef struct trn_blas trn_blas_t; /* cuBLASLt handle + workspace */
 lisa_rc_t trn_cuda_set_device(int dev);
 /* Number of visible CUDA devices (0 when no driver). */
 int trn_cuda_device_count(void);
+/* Whether the switch in environment variable `name` is on: unset, or
+ * anything but a value starting with 0 (not cached: callers read it
+ * once). */
+int trn_env_on(const char *name);
 /* Compute capability (major) of the current device; 0 when unknown. */
 int trn_cuda_cc_major(void);
 /* Device memory of `bytes` (NULL on failure, logged). */
