@@ -140,7 +140,7 @@ class MemPoll(threading.Thread):
 # /healthz counters a row reports as the difference over the row
 COUNTERS = ("steps", "computed", "recomputed", "preemptions", "evictions",
             "tokens_prefilled", "tokens_generated", "shed", "decode_steps",
-            "decode_s", "mixed_steps", "mixed_s")
+            "decode_s", "mixed_steps", "mixed_s", "holds")
 
 
 def health_all(engines):
@@ -314,7 +314,8 @@ def main():
                   f"{g.get('recomputed', 0)}, preemptions "
                   f"{g.get('preemptions', 0)} (most of one sequence "
                   f"{g.get('preempted_max', 0)}), evictions "
-                  f"{g.get('evictions', 0)}", flush=True)
+                  f"{g.get('evictions', 0)}, new prompts held "
+                  f"{g.get('holds', 0)} times", flush=True)
         if g.get("decode_steps") or g.get("mixed_steps"):
             ds, ms = g.get("decode_steps", 0), g.get("mixed_steps", 0)
             print(f"         backend: {ds} decode steps in "

@@ -123,6 +123,11 @@ struct trn_engine {
                           while a step's admissions are planned */
     double hit_share;  /* the cached share of admitted sequences, a moving
                           average over about the last ten */
+    size_t wave_left;  /* callers answered 200 within the last batch_wait
+                          that no new request has followed yet */
+    uint64_t wave_ms;  /* when the last of them was answered */
+    bool holding;      /* new prompts are held (counted once a hold) */
+    uint64_t hold_end; /* while holding: when the hold runs out (ms) */
     trn_engine_stats_t st;
 };
 
@@ -412,7 +417,8 @@ s_handler(lisa_http_req_t *req, void *arg)
             "\"tokens_prefilled\":%llu,\"tokens_generated\":%llu,"
             "\"shared_tokens\":%llu,\"completed\":%llu,"
             "\"computed\":%llu,\"recomputed\":%llu,"
-            "\"preempted_max\":%llu,\"shed\":%llu,\"evictions\":%llu}",
+            "\"preempted_max\":%llu,\"shed\":%llu,\"evictions\":%llu,"
+            "\"holds\":%llu}",
             (unsigned long long) v, paused ? "true" : "false",
             (unsigned long long) st.inflight, (unsigned long long) st.queued,
             (unsigned long long) st.kv_blocks,
@@ -433,7 +439,7 @@ s_handler(lisa_http_req_t *req, void *arg)
             (unsigned long long) st.completed, (unsigned long long) st.computed,
             (unsigned long long) st.recomputed,
             (unsigned long long) st.preempted_max, (unsigned long long) st.shed,
-            (unsigned long long) st.evictions);
+            (unsigned long long) st.evictions, (unsigned long long) st.holds);
         (void) lisa_http_req_respond(req, 200, "application/json", b,
                                      (size_t) l);
         return;
@@ -479,6 +485,8 @@ s_handler(lisa_http_req_t *req, void *arg)
         e->qhead = j;
     e->qtail = j;
     e->qlen++;
+    if (e->wave_left > 0) /* one of the callers expected back */
+        e->wave_left--;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -533,6 +541,8 @@ s_answer(trn_engine_t *e, s_req_t *rq, s_job_t *j)
                                      strlen(txt));
         free(txt);
         rq->req = NULL;
+        e->wave_left++; /* its caller may be back soon (s_hold_new) */
+        e->wave_ms = s_now_ms();
         return true;
     }
     s_fail(j, 500, NULL, "cannot encode");
@@ -920,6 +930,35 @@ s_admit_next(trn_engine_t *e, size_t budget)
     return 0;
 }
 
+/* Whether the new request at the head of the queue waits for the callers
+ * answered lately (cfg.batch_wait_ms): a batch of agents answered in the
+ * same step or two sends its next prompts a few ms apart, and taken as
+ * they come they would be computed over several steps, each reading every
+ * weight for a part of the tokens. A new prompt waits while some caller
+ * answered within the last batch_wait has not sent a new request since,
+ * and at most batch_wait from its own arrival; the running sequences go
+ * on decoding meanwhile. Preempted sequences and forked choices never
+ * wait (lock held). */
+static bool
+s_hold_new(trn_engine_t *e)
+{
+    uint64_t w = e->cfg.batch_wait_ms, now = s_now_ms();
+    const s_job_t *h = e->qhead;
+    if (w > 0 && now >= e->wave_ms + w)
+        e->wave_left = 0; /* not expected any more */
+    if (w == 0 || !h || h->started || h->idx != 0 || e->paused || e->flush ||
+        e->wave_left == 0 || now >= h->enq_ms + w) {
+        e->holding = false;
+        return false;
+    }
+    if (!e->holding)
+        e->st.holds++;
+    e->holding = true;
+    e->hold_end =
+        h->enq_ms + w < e->wave_ms + w ? h->enq_ms + w : e->wave_ms + w;
+    return true;
+}
+
 /* Builds the next step into seqs (lock held): decodes and chunks of the
  * running sequences, then admissions, within the token budget. */
 static size_t
@@ -950,7 +989,8 @@ s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
     e->run_future = 0;
     for (size_t i = 0; i < e->n_run; i++)
         e->run_future += s_future_blocks(e, e->run[i]);
-    while (!preempted && !e->flush && e->n_run < e->geom.max_seqs) {
+    while (!preempted && !e->flush && e->n_run < e->geom.max_seqs &&
+           !s_hold_new(e)) {
         size_t k = s_admit_next(e, budget);
         if (k == 0)
             break;
@@ -1153,7 +1193,10 @@ s_run(void *arg)
         if (n == 0) {
             if (e->paused && !s_busy(e))
                 pthread_cond_broadcast(&e->idle);
-            struct timespec ts = s_deadline(20);
+            uint64_t now = s_now_ms(), ms = 20;
+            if (e->holding && e->hold_end < now + ms) /* wake as it ends */
+                ms = e->hold_end > now ? e->hold_end - now : 1;
+            struct timespec ts = s_deadline(ms);
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             continue;
         }

@@ -69,6 +69,11 @@ typedef struct {
                                   reverse */
     size_t queue_max;          /* waiting requests (0: 1024) */
     uint64_t queue_timeout_ms; /* most time a request may wait */
+    /* A new request waits, while callers answered within the last this
+     * many ms have not all sent their next request, at most this long
+     * (agents answered together send their next prompts a few ms apart:
+     * computed in one step, not over several); 0: never waits */
+    uint64_t batch_wait_ms;
     uint64_t policy_version;   /* initial */
     uint64_t seed;             /* for requests without a seed */
     const char *tokenizer_dir; /* its tokenizer files decode sampled tokens
@@ -95,6 +100,8 @@ typedef struct {
     uint64_t decode_steps, mixed_steps; /* steps of one token a sequence,
                                            and steps with prompt chunks */
     double decode_s, mixed_s;           /* their time in the backend */
+    uint64_t holds; /* times new prompts waited for callers answered
+                       lately (batch_wait_ms) */
     uint64_t inflight, queued;
     uint64_t kv_blocks, kv_blocks_used, kv_blocks_cached, block_size;
     uint64_t mem_serve, mem_train, mem_total; /* device bytes in use while

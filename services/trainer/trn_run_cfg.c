@@ -193,6 +193,11 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
       "requests waiting to be admitted (beyond: 429)"),
     E(queue_timeout_ms, "engine.queue_timeout", NULL, DURATION, "10m",
       "most time a request waits to be admitted (then 503)"),
+    E(batch_wait_ms, "engine.batch_wait", NULL, DURATION, "10ms",
+      "a new request waits, while callers answered within the last this "
+      "long have not all sent their next one, at most this long (agents "
+      "answered together send their next prompts a few ms apart: then "
+      "computed in one step, not over several); 0: never waits"),
     E(register_ttl_ms, "engine.register_ttl", NULL, DURATION, "10s",
       "broker registration TTL"),
     /* deployment: containers give a port and a host name to advertise */

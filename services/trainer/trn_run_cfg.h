@@ -61,7 +61,7 @@ typedef struct {
     int64_t block_size, max_step_tokens;
     char *kv_memory;
     bool prefix_cache;
-    uint64_t register_ttl_ms, queue_timeout_ms;
+    uint64_t register_ttl_ms, queue_timeout_ms, batch_wait_ms;
     uint64_t rpc_timeout_ms;
     char *log_level;
     char *logger, *tensorboard_dir;

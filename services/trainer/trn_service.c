@@ -243,6 +243,7 @@ s_engine(trn_service_t *s, char *err, size_t errlen)
         .time_share = s->train,
         .queue_max = (size_t) (cfg->queue_max > 0 ? cfg->queue_max : 1024),
         .queue_timeout_ms = cfg->queue_timeout_ms,
+        .batch_wait_ms = cfg->batch_wait_ms,
         .policy_version = 0,
         .seed = cfg->seed + (uint64_t) s->plan.rank * 0x9e3779b97f4a7c15ull,
         .tokenizer_dir = s_tokenizer_dir(cfg, tokdir, sizeof tokdir),

@@ -1272,3 +1272,125 @@ Test(trn_engine, a_pause_waits_for_every_choice)
     cr_assert(seen, "no request was ever seen in flight");
     s_assert_idle(s_e);
 }
+
+/* ---- new prompts wait for the callers answered with them (batch_wait) -- */
+
+static uint16_t s_port; /* the engine of the test below */
+
+static void *
+s_call_on(void *arg)
+{
+    call_t *c = arg;
+    c->status = s_post_port(s_port, c->body, c->out, sizeof c->out, false);
+    c->done = 1;
+    return NULL;
+}
+
+/* Milliseconds on the monotonic clock. */
+static double
+s_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+/* The n calls c queued while e is paused, so that they are admitted in
+ * one step; after resume the first `wait` of them are awaited (each 200),
+ * the rest (started in t) keep running. */
+static void
+s_wave(trn_engine_t *e, call_t *c, pthread_t *t, size_t n, size_t wait)
+{
+    cr_assert_eq(trn_engine_pause(e, 5000), LISA_OK);
+    for (size_t i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, s_call_on, &c[i]);
+    for (int i = 0; i < 1000 && trn_engine_stats(e).queued < n; i++)
+        s_sleep_ms(5);
+    cr_assert_eq(trn_engine_stats(e).queued, n);
+    trn_engine_resume(e, 3);
+    for (size_t i = 0; i < wait; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(c[i].status, 200, "%s", c[i].out);
+    }
+}
+
+/* One call from another thread, its time (ms) in *ms. */
+static void
+s_timed_call(call_t *c, double *ms)
+{
+    double t0 = s_ms();
+    s_call_on(c);
+    *ms = s_ms() - t0;
+    cr_assert_eq(c->status, 200, "%s", c->out);
+}
+
+Test(trn_engine, a_new_prompt_waits_for_the_callers_answered_with_it)
+{
+    char dir[128];
+    trn_tiny_model_dir_ctx(dir, sizeof dir, "trn_engine_wait", 1, 5, 65536);
+    trn_err_t err;
+    trn_backend_t *b = trn_backend_new("cpu", dir, 1, false, &err);
+    cr_assert(b, "%s", err.msg);
+    trn_engine_cfg_t ec = {.address = "127.0.0.1",
+                           .max_batch = 4,
+                           .seed = 1,
+                           .batch_wait_ms = 400};
+    trn_engine_t *e = trn_engine_new(b, &ec);
+    cr_assert(e);
+    s_port = trn_engine_port(e);
+    const char *body = "{\"prompt\":[5,6,7],\"max_tokens\":3}";
+
+    /* idle: one of two callers answered together comes back and waits
+     * until batch_wait has passed; then a lone caller does not wait */
+    call_t w[2] = {{.body = body}, {.body = body}};
+    pthread_t t[3];
+    s_wave(e, w, t, 2, 2);
+    call_t c = {.body = "{\"prompt\":[9,10],\"max_tokens\":2}"};
+    double ms;
+    s_timed_call(&c, &ms);
+    cr_assert_geq(ms, 150.0, "answered after %.0f ms: it did not wait", ms);
+    cr_assert_eq(trn_engine_stats(e).holds, 1);
+    call_t d = {.body = "{\"prompt\":[9,11],\"max_tokens\":2}"};
+    s_timed_call(&d, &ms);
+    cr_assert_eq(trn_engine_stats(e).holds, 1, "a lone caller waited");
+
+    /* busy: two callers answered while a long generation goes on come
+     * back 60 ms apart; the first waits for the second (the long one
+     * decodes meanwhile) and their prompts are computed in one step */
+    call_t v[3] = {{.body = body},
+                   {.body = body},
+                   {.body = "{\"prompt\":[1,2,3],\"max_tokens\":60000}"}};
+    s_wave(e, v, t, 3, 2);
+    uint64_t mixed = trn_engine_stats(e).mixed_steps;
+    call_t g = {.body = "{\"prompt\":[12,13,14],\"max_tokens\":2}"};
+    call_t h = {.body = "{\"prompt\":[15,16,17,18],\"max_tokens\":2}"};
+    pthread_t tg, th;
+    double t0 = s_ms();
+    pthread_create(&tg, NULL, s_call_on, &g);
+    s_sleep_ms(60);
+    trn_engine_stats_t st = trn_engine_stats(e);
+    cr_assert_eq(st.queued, 1, "the first prompt did not wait");
+    cr_assert_geq(st.inflight, 1, "the long generation ended too soon");
+    cr_assert_eq(st.holds, 2);
+    pthread_create(&th, NULL, s_call_on, &h);
+    pthread_join(tg, NULL);
+    double waited = s_ms() - t0;
+    pthread_join(th, NULL);
+    cr_assert_eq(g.status, 200, "%s", g.out);
+    cr_assert_eq(h.status, 200, "%s", h.out);
+    cr_assert_geq(waited, 55.0, "the first did not wait: %.0f ms", waited);
+    cr_assert_lt(waited, 390.0, "the first waited out batch_wait");
+    cr_assert_eq(
+        trn_engine_stats(e).mixed_steps, mixed + 1,
+        "the two prompts were computed in %llu steps",
+        (unsigned long long) (trn_engine_stats(e).mixed_steps - mixed));
+    /* the long generation is answered 503 as the engine stops */
+    trn_engine_destroy(&e);
+    pthread_join(t[2], NULL);
+    cr_assert(v[2].status == 200 || v[2].status == 503, "%d %s", v[2].status,
+              v[2].out);
+    trn_backend_destroy(&b);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
