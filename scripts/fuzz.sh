@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cmake --preset fuzz >/dev/null
 # only the fuzz targets (and what they link), not every program
 targets=$(ls tests/fuzz/fuzz_*.c | xargs -n1 basename | sed 's/\.c$//')
-cmake --build --preset fuzz -j "${LISA_JOBS:-$(nproc)}" --target $targets trn_fuzz_checkpoint trn_fuzz_gguf
+cmake --build --preset fuzz -j "${LISA_JOBS:-$(nproc)}" --target $targets trn_fuzz_checkpoint trn_fuzz_gguf trn_fuzz_engine_request
 mkdir -p build/fuzz/corpus build/fuzz/artifacts
 for bin in build/fuzz/tests/fuzz/fuzz_*; do
   [ -x "$bin" ] || continue
