@@ -60,6 +60,7 @@ typedef struct {
     trn_progress_state_t ps; /* the running step, for its live line */
     double pt0;              /* when that step began */
     uint64_t tok0;           /* the engine's sampled tokens then */
+    trn_engine_stats_t es0;  /* the engine's counters then */
     size_t pbase, pfail;     /* rollouts ended (failed) in earlier waits */
     char *err;
     size_t errlen;
@@ -1000,19 +1001,51 @@ s_update(s_loop_t *L, uint64_t step, const s_batch_t *b, trn_metrics_t *m)
     return LISA_OK;
 }
 
+/* The ratio a / b, 0 where b is 0. */
+static double
+s_ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
+/* The engine over this step (since its rollouts began, L->es0): how much
+ * of the prompts the prefix cache served, how its steps went. */
+static void
+s_engine_step_metrics(s_loop_t *L, trn_metrics_t *m,
+                      const trn_engine_stats_t *es)
+{
+    const trn_engine_stats_t *p = &L->es0;
+    double pt = (double) (es->prompt_tokens - p->prompt_tokens),
+           ct = (double) (es->cached_tokens - p->cached_tokens);
+    double ds = (double) (es->decode_steps - p->decode_steps),
+           ms = (double) (es->mixed_steps - p->mixed_steps);
+    trn_metrics_set(m, "engine/step/prompt_tokens", pt);
+    trn_metrics_set(m, "engine/step/cached_tokens", ct);
+    trn_metrics_set(m, "engine/step/prefix_hit_rate", s_ratio(ct, pt));
+    trn_metrics_set(m, "engine/step/preemptions",
+                    (double) (es->preemptions - p->preemptions));
+    trn_metrics_set(m, "engine/step/decode_steps", ds);
+    trn_metrics_set(m, "engine/step/decode_ms",
+                    s_ratio(1e3 * (es->decode_s - p->decode_s), ds));
+    trn_metrics_set(m, "engine/step/mixed_steps", ms);
+    trn_metrics_set(m, "engine/step/mixed_ms",
+                    s_ratio(1e3 * (es->mixed_s - p->mixed_s), ms));
+    trn_metrics_set(m, "engine/step/holds", (double) (es->holds - p->holds));
+}
+
 /* The engine's counters and the two memory phases. */
 static void
 s_engine_metrics(s_loop_t *L, trn_metrics_t *m)
 {
     trn_engine_stats_t es = trn_engine_stats(L->a->engine);
+    s_engine_step_metrics(L, m, &es);
     trn_metrics_set(m, "engine/tokens_generated", (double) es.tokens_generated);
     trn_metrics_set(m, "engine/requests", (double) es.requests);
     trn_metrics_set(m, "engine/prompt_tokens", (double) es.prompt_tokens);
     trn_metrics_set(m, "engine/cached_tokens", (double) es.cached_tokens);
-    trn_metrics_set(m, "engine/prefix_hit_rate",
-                    es.prompt_tokens
-                        ? (double) es.cached_tokens / (double) es.prompt_tokens
-                        : 0);
+    trn_metrics_set(
+        m, "engine/prefix_hit_rate",
+        s_ratio((double) es.cached_tokens, (double) es.prompt_tokens));
     trn_metrics_set(m, "engine/preemptions", (double) es.preemptions);
     trn_metrics_set(m, "engine/kv_blocks", (double) es.kv_blocks);
     trn_metrics_set(m, "memory/serve_bytes", (double) es.mem_serve);
@@ -1034,6 +1067,7 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     if (rc != LISA_OK)
         return rc;
     size_t nr = nt * n, timed_out = 0;
+    L->es0 = trn_engine_stats(L->a->engine);
     s_live_begin(L, "rollouts", step, nr);
     L->ps.total_steps = L->total;
     rc = s_wait(L, ros, nr, t0 + (double) c->step_timeout_ms / 1000.0,

@@ -272,6 +272,16 @@ def test_training_steps_with_real_broker_and_reward(stack, tmp_path):
         # the engine's log-probs are the trainer's (same weights, T = 1)
         assert m["rollout/logp_diff_max"] < 1e-3, m
         assert m["time/rollout_s"] > 0 and m["time/train_s"] > 0
+        # the engine over this step alone
+        assert m["engine/step/prompt_tokens"] > 0, m
+        assert 0 <= m["engine/step/cached_tokens"] <= m["engine/step/prompt_tokens"]
+        assert 0 <= m["engine/step/prefix_hit_rate"] <= 1
+        assert m["engine/step/decode_steps"] > 0 and m["engine/step/decode_ms"] > 0
+        assert m["engine/step/mixed_steps"] > 0 and m["engine/step/mixed_ms"] > 0
+    # the per-step counts add up to the engine's totals
+    assert (tr[0]["engine/step/prompt_tokens"] + tr[1]["engine/step/prompt_tokens"]
+            <= tr[1]["engine/prompt_tokens"])
+    assert tr[1]["engine/step/prompt_tokens"] < tr[1]["engine/prompt_tokens"]
     assert tr[1]["policy_version_after"] == tr[0]["policy_version_after"] + 1
     assert len(va) == 1 and va[0]["step"] == 2
     assert "val/reward/math_val/mean" in va[0]
