@@ -3,9 +3,12 @@ requests are batched into one engine step yet each gets exactly what it
 would get alone (same seed -> same ids and log-probs); stop tokens and
 max_tokens end generations with the right finish_reason; bad requests are
 400 with a reason; a full queue is 429; the engine registers with a real
-broker and its record carries its URL and policy version."""
+broker and its record carries its URL and policy version; a random load
+against a small cache keeps every answer whole and leaves no block held."""
 import json
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,14 +21,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import pytest  # noqa: E402
-from test_trainer_service import (Broker, TRAINER, lisa_client, model_dir,  # noqa: E402
-                                  pb, post)
+from test_trainer_service import (Broker, SRC, TRAINER, lisa_client,  # noqa: E402
+                                  model_dir, pb, post)
 
 
-def serve(tmp_path, *extra):
+def serve(tmp_path, *extra, tokenizer=False):
+    """Starts `serve` on the tiny model (with the Qwen3 tokenizer's
+    tokenizer.json when `tokenizer`, for stop strings)."""
     out = str(tmp_path / "serve")
     log = open(tmp_path / "serve.log", "wb")
-    p = subprocess.Popen([TRAINER, "serve", "--model", model_dir(str(tmp_path)),
+    model = model_dir(str(tmp_path))
+    if tokenizer:
+        shutil.copy(os.path.join(SRC, "tests", "fixtures", "qwen3-tokenizer",
+                                 "tokenizer.json"), model)
+    p = subprocess.Popen([TRAINER, "serve", "--model", model,
                           "--out", out, "--threads", "1"] + list(extra),
                          stdout=log, stderr=log)
     url_file = os.path.join(out, "engine.url")
@@ -273,3 +282,137 @@ def test_agent_load_spreads_conversations_over_engines(tmp_path):
     finally:
         for p in procs:
             stop(p)
+
+
+def _raw_post(url, body, timeout=60):
+    """POSTs raw bytes; (status, parsed body or None, Retry-After)."""
+    req = urllib.request.Request(url, data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read()), None
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        return e.code, doc, e.headers.get("Retry-After")
+
+
+def _check_answer(req, doc, vocab):
+    """Every choice of a 200 answer is whole and within the request;
+    returns how many ended on a stop."""
+    ch = doc["choices"]
+    assert len(ch) == req.get("n", 1)
+    assert doc["usage"]["prompt_tokens"] == len(req["prompt"])
+    assert 0 <= doc["usage"]["prompt_tokens_details"]["cached_tokens"] \
+        <= len(req["prompt"])
+    stops, total = set(req.get("stop_token_ids") or []), 0
+    for i, c in enumerate(ch):
+        ids, lps = c["token_ids"], c["logprobs"]["token_logprobs"]
+        total += len(ids)
+        assert c["index"] == i and 1 <= len(ids) <= req["max_tokens"]
+        assert len(lps) == len(ids) and all(lp <= 1e-4 for lp in lps)
+        assert all(0 <= t < vocab for t in ids)
+        assert not stops.intersection(ids[:-1]), "a stop id inside the output"
+        assert c["finish_reason"] in ("stop", "length")
+        if c["finish_reason"] == "stop" and not req.get("stop"):
+            assert ids[-1] in stops
+    assert doc["usage"]["completion_tokens"] == total
+    return sum(c["finish_reason"] == "stop" for c in ch)
+
+
+def test_random_load_keeps_every_answer_whole(tmp_path):
+    """Twelve callers for 15 s (or until 100 answers) against a cache of ten
+    blocks: conversations that grow and restart, n up to 4, stop ids and
+    strings, top-p/top-k, bad bodies. Every answer is whole, bad bodies are 400,
+    load is 429 or waits, the cache is under enough pressure to preempt and
+    evict, and once the load ends no block is left in use and the engine
+    stops cleanly."""
+    p, url = serve(tmp_path, "--broker", "", "engine.kv_memory=160KiB",
+                   "engine.max_seqs=6", "engine.queue_max=8",
+                   "engine.max_step_tokens=64", "engine.batch_wait=5ms",
+                   tokenizer=True)
+    vocab, ctx = 512, 256
+    problems, codes, lock = [], {}, threading.Lock()
+    bad_bodies = [b"{", b"[]", b'{"prompt":"x"}', b'{"prompt":[1,2],"n":0}',
+                  b'{"prompt":[1],"max_tokens":-3}', b'{"prompt":[512]}',
+                  json.dumps({"prompt": [1] * (ctx + 5)}).encode()]
+
+    t0 = time.time()
+
+    def going():
+        """15 s, longer (up to 60 s) until 100 answers on a slow build."""
+        t = time.time() - t0
+        return t < 15 or (t < 60 and codes.get(200, 0) < 100)
+
+    def caller(seed):
+        rnd = random.Random(seed)
+        hist = [rnd.randrange(vocab) for _ in range(rnd.randint(1, 60))]
+        while going():
+            if rnd.random() < 0.08:
+                body = rnd.choice(bad_bodies)
+                st, _, _ = _raw_post(url + "/v1/completions", body)
+                with lock:
+                    codes[st] = codes.get(st, 0) + 1
+                    if st != 400:
+                        problems.append(("bad body answered", st, body))
+                continue
+            req = {"prompt": hist, "seed": rnd.randrange(1 << 30),
+                   "max_tokens": rnd.choice([1, 4, 16, 48]),
+                   "n": rnd.choice([1, 1, 2, 4]),
+                   "temperature": rnd.choice([0, 0.7, 1.0])}
+            if rnd.random() < 0.5:
+                req["stop_token_ids"] = rnd.sample(range(vocab), 20)
+            if rnd.random() < 0.5:
+                req["top_p"], req["top_k"] = 0.9, 40
+            if rnd.random() < 0.2:
+                req["stop"] = [rnd.choice(["a", "e", "in", " t", "\n"])]
+            st, doc, ra = _raw_post(url + "/v1/completions",
+                                    json.dumps(req).encode())
+            with lock:
+                codes[st] = codes.get(st, 0) + 1
+            if st == 429:
+                assert ra is not None
+                time.sleep(0.05 * rnd.random())
+                continue
+            if st != 200:
+                with lock:
+                    problems.append(("status", st, doc, len(hist)))
+                continue
+            try:
+                stopped = _check_answer(req, doc, vocab)
+                if req.get("stop"):
+                    with lock:
+                        codes["stop string"] = codes.get("stop string",
+                                                         0) + stopped
+            except AssertionError as e:
+                with lock:
+                    problems.append(("answer", repr(e), req, doc))
+                continue
+            out = doc["choices"][0]["token_ids"]
+            hist = hist + out + [rnd.randrange(vocab)
+                                 for _ in range(rnd.randint(0, 30))]
+            if rnd.random() < 0.15 or len(hist) > ctx - 60:
+                hist = [rnd.randrange(vocab) for _ in range(rnd.randint(1, 60))]
+
+    try:
+        ts = [threading.Thread(target=caller, args=(i,)) for i in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not problems, problems[:5]
+        assert codes.get(200, 0) >= 100 and codes.get(400, 0) > 0, codes
+        with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
+            h = json.loads(r.read())
+        assert h["preemptions"] > 0 and h["evictions"] > 0, h
+        assert h["inflight"] == 0 and h["queued"] == 0, h
+        assert h["kv_blocks_used"] == 0, h  # every reference given back
+        assert codes.get("stop string", 0) > 0, codes  # they end outputs
+        assert h["completed"] == codes[200], (h, codes)
+        print("codes", codes, "preemptions", h["preemptions"], "evictions",
+              h["evictions"], "holds", h["holds"])
+    finally:
+        stop(p)
