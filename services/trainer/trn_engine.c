@@ -31,6 +31,9 @@
  * long (ms) */
 #define S_KEEP_MS 1000u
 #define S_MAX_N   64u /* choices a request (`n`) */
+/* the longest a new request waits for the callers answered with it, in
+ * engine.batch_wait's */
+#define S_HOLD_MAX 4u
 /* the share of max_tokens a sequence is expected to sample before any
  * has finished */
 #define S_OUT_SHARE0 0.5
@@ -123,11 +126,12 @@ struct trn_engine {
                           while a step's admissions are planned */
     double hit_share;  /* the cached share of admitted sequences, a moving
                           average over about the last ten */
-    size_t wave_left;  /* callers answered 200 within the last batch_wait
-                          that no new request has followed yet */
-    uint64_t wave_ms;  /* when the last of them was answered */
+    size_t wave_left;  /* callers answered 200 lately that no new request
+                          has followed yet (s_hold_new) */
+    uint64_t wave_ms;  /* the last answer or new request (ms) */
     bool holding;      /* new prompts are held (counted once a hold) */
-    uint64_t hold_end; /* while holding: when the hold runs out (ms) */
+    uint64_t hold_end; /* when the hold the last plan made runs out (ms;
+                          0: that plan held nothing) */
     trn_engine_stats_t st;
 };
 
@@ -487,6 +491,7 @@ s_handler(lisa_http_req_t *req, void *arg)
     e->qlen++;
     if (e->wave_left > 0) /* one of the callers expected back */
         e->wave_left--;
+    e->wave_ms = j->enq_ms;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -931,31 +936,33 @@ s_admit_next(trn_engine_t *e, size_t budget)
 }
 
 /* Whether the new request at the head of the queue waits for the callers
- * answered lately (cfg.batch_wait_ms): a batch of agents answered in the
- * same step or two sends its next prompts a few ms apart, and taken as
- * they come they would be computed over several steps, each reading every
- * weight for a part of the tokens. A new prompt waits while some caller
- * answered within the last batch_wait has not sent a new request since,
- * and at most batch_wait from its own arrival; the running sequences go
- * on decoding meanwhile. Preempted sequences and forked choices never
- * wait (lock held). */
+ * answered lately (cfg.batch_wait_ms, w): a batch of agents answered in
+ * the same step or two sends its next prompts a few ms apart, and taken
+ * as they come they would be computed over several steps, each reading
+ * every weight for a part of the tokens. A new prompt waits while some
+ * caller answered lately has not sent a new request since and the last
+ * answer or new request came less than w ago (a wave's requests come
+ * closer together than that; a caller whose tool takes longer is not
+ * waited for), and at most S_HOLD_MAX x w from its own arrival; the
+ * running sequences go on decoding meanwhile. Preempted sequences and
+ * forked choices never wait (lock held). */
 static bool
 s_hold_new(trn_engine_t *e)
 {
     uint64_t w = e->cfg.batch_wait_ms, now = s_now_ms();
     const s_job_t *h = e->qhead;
     if (w > 0 && now >= e->wave_ms + w)
-        e->wave_left = 0; /* not expected any more */
+        e->wave_left = 0; /* the wave is over: nobody expected any more */
     if (w == 0 || !h || h->started || h->idx != 0 || e->paused || e->flush ||
-        e->wave_left == 0 || now >= h->enq_ms + w) {
+        e->wave_left == 0 || now >= h->enq_ms + S_HOLD_MAX * w) {
         e->holding = false;
         return false;
     }
     if (!e->holding)
         e->st.holds++;
     e->holding = true;
-    e->hold_end =
-        h->enq_ms + w < e->wave_ms + w ? h->enq_ms + w : e->wave_ms + w;
+    uint64_t gap_end = e->wave_ms + w, cap = h->enq_ms + S_HOLD_MAX * w;
+    e->hold_end = gap_end < cap ? gap_end : cap;
     return true;
 }
 
@@ -965,6 +972,7 @@ static size_t
 s_plan(trn_engine_t *e, trn_gen_seq_t *seqs, s_job_t **batch)
 {
     size_t budget = e->geom.max_tokens, n = 0;
+    e->hold_end = 0;
     if (e->flush && e->n_run == 0) {
         s_unpin_queued(e); /* they hold the old weights' keys */
         trn_blocks_flush(e->bm);
@@ -1194,8 +1202,8 @@ s_run(void *arg)
             if (e->paused && !s_busy(e))
                 pthread_cond_broadcast(&e->idle);
             uint64_t now = s_now_ms(), ms = 20;
-            if (e->holding && e->hold_end < now + ms) /* wake as it ends */
-                ms = e->hold_end > now ? e->hold_end - now : 1;
+            if (e->hold_end && e->bm && !e->paused && e->hold_end < now + ms)
+                ms = e->hold_end > now ? e->hold_end - now : 1; /* its end */
             struct timespec ts = s_deadline(ms);
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             continue;

@@ -69,10 +69,11 @@ typedef struct {
                                   reverse */
     size_t queue_max;          /* waiting requests (0: 1024) */
     uint64_t queue_timeout_ms; /* most time a request may wait */
-    /* A new request waits, while callers answered within the last this
-     * many ms have not all sent their next request, at most this long
-     * (agents answered together send their next prompts a few ms apart:
-     * computed in one step, not over several); 0: never waits */
+    /* A new request waits while callers answered lately have not all
+     * sent their next request and the last answer or request came less
+     * than this many ms ago, at most 4 times as long (agents answered
+     * together send their next prompts a few ms apart: computed in one
+     * step, not over several); 0: never waits */
     uint64_t batch_wait_ms;
     uint64_t policy_version;   /* initial */
     uint64_t seed;             /* for requests without a seed */

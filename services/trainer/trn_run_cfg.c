@@ -194,10 +194,11 @@ const lisa_config_entry_t trn_run_cfg_table[] = {
     E(queue_timeout_ms, "engine.queue_timeout", NULL, DURATION, "10m",
       "most time a request waits to be admitted (then 503)"),
     E(batch_wait_ms, "engine.batch_wait", NULL, DURATION, "10ms",
-      "a new request waits, while callers answered within the last this "
-      "long have not all sent their next one, at most this long (agents "
-      "answered together send their next prompts a few ms apart: then "
-      "computed in one step, not over several); 0: never waits"),
+      "a new request waits while callers answered lately have not all "
+      "sent their next one and the last answer or request came less than "
+      "this long ago, at most 4 times this long (agents answered together "
+      "send their next prompts a few ms apart: then computed in one step, "
+      "not over several); 0: never waits"),
     E(register_ttl_ms, "engine.register_ttl", NULL, DURATION, "10s",
       "broker registration TTL"),
     /* deployment: containers give a port and a host name to advertise */
