@@ -74,6 +74,13 @@ s_now(void)
     return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
+/* The ratio a / b, 0 where b is 0. */
+static double
+s_ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
 static lisa_rc_t s_fail(s_loop_t *L, lisa_rc_t rc, const char *fmt, ...)
     LISA_PRINTF(3, 4);
 static lisa_rc_t
@@ -744,7 +751,7 @@ s_logp_diff(s_loop_t *L, const trn_rollouts_t *r, size_t ntok, trn_metrics_t *m,
             mx = d > mx ? d : mx;
             n++;
         }
-    trn_metrics_set(m, "rollout/logp_diff_mean", n > 0 ? sum / n : 0);
+    trn_metrics_set(m, "rollout/logp_diff_mean", s_ratio(sum, (double) n));
     trn_metrics_set(m, "rollout/logp_diff_max", mx);
     return true;
 }
@@ -943,7 +950,7 @@ s_update_metrics(s_loop_t *L, trn_metrics_t *m, const trn_step_out_t *so)
     if (L->scfg.rs_level != TRN_RS_OFF || L->scfg.rs_veto > 0)
         trn_metrics_set(m, "rollout_corr/rs_masked_tokens", so->rs_masked);
     if (L->c->kl_in_reward) {
-        double kl = so->reward_kl_n > 0 ? so->reward_kl / so->reward_kl_n : 0;
+        double kl = s_ratio(so->reward_kl, (double) so->reward_kl_n);
         trn_metrics_set(m, "actor/reward_kl_penalty", kl);
         trn_metrics_set(m, "actor/reward_kl_penalty_coeff", L->klc.value);
         trn_kl_ctrl_update(&L->klc, kl, so->reward_kl_n);
@@ -999,13 +1006,6 @@ s_update(s_loop_t *L, uint64_t step, const s_batch_t *b, trn_metrics_t *m)
     trn_engine_resume(L->a->engine, nv);
     s_update_metrics(L, m, &so);
     return LISA_OK;
-}
-
-/* The ratio a / b, 0 where b is 0. */
-static double
-s_ratio(double a, double b)
-{
-    return b > 0 ? a / b : 0;
 }
 
 /* The engine over this step (since its rollouts began, L->es0): how much
@@ -1135,9 +1135,9 @@ s_step(s_loop_t *L, uint64_t step, const size_t *idx, size_t nt, uint64_t epoch)
     trn_metrics_set(m, "time/train_s", t_train);
     trn_metrics_set(m, "time/step_s", s_now() - t0);
     trn_metrics_set(m, "throughput/train_tokens_per_s",
-                    t_train > 0 ? (double) ntok / t_train : 0);
+                    s_ratio((double) ntok, t_train));
     trn_metrics_set(m, "throughput/rollout_tokens_per_s",
-                    t_roll > 0 ? b.resp_tokens / t_roll : 0);
+                    s_ratio(b.resp_tokens, t_roll));
     s_engine_metrics(L, m);
     s_report(L, m, step);
     lisa_log_info("loop: step %llu done: %zu/%zu rollouts ok, %zu sequences, "

@@ -52,13 +52,26 @@ def stop(p):
     assert p.wait(timeout=10) == 0
 
 
-def status_of(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode())
+def raw_post(url, body, timeout=60):
+    """POSTs raw bytes; (status, parsed body or None, Retry-After)."""
+    req = urllib.request.Request(url, data=body,
+                                 headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read()), None
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        raw = e.read()
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        return e.code, doc, e.headers.get("Retry-After")
+
+
+def status_of(url, body):
+    """POSTs body as JSON; (status, parsed body)."""
+    st, doc, _ = raw_post(url, json.dumps(body).encode(), timeout=30)
+    return st, doc
 
 
 def test_batched_requests_match_single_requests(tmp_path):
@@ -284,22 +297,6 @@ def test_agent_load_spreads_conversations_over_engines(tmp_path):
             stop(p)
 
 
-def _raw_post(url, body, timeout=60):
-    """POSTs raw bytes; (status, parsed body or None, Retry-After)."""
-    req = urllib.request.Request(url, data=body,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read()), None
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            doc = None
-        return e.code, doc, e.headers.get("Retry-After")
-
-
 def _check_answer(req, doc, vocab):
     """Every choice of a 200 answer is whole and within the request;
     returns how many ended on a stop."""
@@ -353,7 +350,7 @@ def test_random_load_keeps_every_answer_whole(tmp_path):
         while going():
             if rnd.random() < 0.08:
                 body = rnd.choice(bad_bodies)
-                st, _, _ = _raw_post(url + "/v1/completions", body)
+                st, _, _ = raw_post(url + "/v1/completions", body)
                 with lock:
                     codes[st] = codes.get(st, 0) + 1
                     if st != 400:
@@ -369,7 +366,7 @@ def test_random_load_keeps_every_answer_whole(tmp_path):
                 req["top_p"], req["top_k"] = 0.9, 40
             if rnd.random() < 0.2:
                 req["stop"] = [rnd.choice(["a", "e", "in", " t", "\n"])]
-            st, doc, ra = _raw_post(url + "/v1/completions",
+            st, doc, ra = raw_post(url + "/v1/completions",
                                     json.dumps(req).encode())
             with lock:
                 codes[st] = codes.get(st, 0) + 1

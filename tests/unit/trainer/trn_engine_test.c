@@ -91,6 +91,7 @@ s_post(const char *body, char *out, size_t outlen)
 
 typedef struct {
     const char *body;
+    uint16_t port; /* 0: the suite's engine */
     char out[65536];
     int status;
     volatile int done;
@@ -100,7 +101,9 @@ static void *
 s_call(void *arg)
 {
     call_t *c = arg;
-    c->status = s_post(c->body, c->out, sizeof c->out);
+    c->status =
+        c->port ? s_post_port(c->port, c->body, c->out, sizeof c->out, false)
+                : s_post(c->body, c->out, sizeof c->out);
     c->done = 1;
     return NULL;
 }
@@ -1275,17 +1278,6 @@ Test(trn_engine, a_pause_waits_for_every_choice)
 
 /* ---- new prompts wait for the callers answered with them (batch_wait) -- */
 
-static uint16_t s_port; /* the engine of the test below */
-
-static void *
-s_call_on(void *arg)
-{
-    call_t *c = arg;
-    c->status = s_post_port(s_port, c->body, c->out, sizeof c->out, false);
-    c->done = 1;
-    return NULL;
-}
-
 /* Milliseconds on the monotonic clock. */
 static double
 s_ms(void)
@@ -1302,8 +1294,10 @@ static void
 s_wave(trn_engine_t *e, call_t *c, pthread_t *t, size_t n, size_t wait)
 {
     cr_assert_eq(trn_engine_pause(e, 5000), LISA_OK);
-    for (size_t i = 0; i < n; i++)
-        pthread_create(&t[i], NULL, s_call_on, &c[i]);
+    for (size_t i = 0; i < n; i++) {
+        c[i].port = trn_engine_port(e);
+        pthread_create(&t[i], NULL, s_call, &c[i]);
+    }
     for (int i = 0; i < 1000 && trn_engine_stats(e).queued < n; i++)
         s_sleep_ms(5);
     cr_assert_eq(trn_engine_stats(e).queued, n);
@@ -1314,12 +1308,13 @@ s_wave(trn_engine_t *e, call_t *c, pthread_t *t, size_t n, size_t wait)
     }
 }
 
-/* One call from another thread, its time (ms) in *ms. */
+/* One call to the engine listening on `port`, its time (ms) in *ms. */
 static void
-s_timed_call(call_t *c, double *ms)
+s_timed_call(call_t *c, uint16_t port, double *ms)
 {
     double t0 = s_ms();
-    s_call_on(c);
+    c->port = port;
+    s_call(c);
     *ms = s_ms() - t0;
     cr_assert_eq(c->status, 200, "%s", c->out);
 }
@@ -1337,7 +1332,7 @@ Test(trn_engine, a_new_prompt_waits_for_the_callers_answered_with_it)
                            .batch_wait_ms = 400};
     trn_engine_t *e = trn_engine_new(b, &ec);
     cr_assert(e);
-    s_port = trn_engine_port(e);
+    uint16_t port = trn_engine_port(e);
     const char *body = "{\"prompt\":[5,6,7],\"max_tokens\":3}";
 
     /* idle: one of two callers answered together comes back and waits
@@ -1347,11 +1342,11 @@ Test(trn_engine, a_new_prompt_waits_for_the_callers_answered_with_it)
     s_wave(e, w, t, 2, 2);
     call_t c = {.body = "{\"prompt\":[9,10],\"max_tokens\":2}"};
     double ms;
-    s_timed_call(&c, &ms);
+    s_timed_call(&c, port, &ms);
     cr_assert_geq(ms, 150.0, "answered after %.0f ms: it did not wait", ms);
     cr_assert_eq(trn_engine_stats(e).holds, 1);
     call_t d = {.body = "{\"prompt\":[9,11],\"max_tokens\":2}"};
-    s_timed_call(&d, &ms);
+    s_timed_call(&d, port, &ms);
     cr_assert_eq(trn_engine_stats(e).holds, 1, "a lone caller waited");
 
     /* busy: two callers answered while a long generation goes on come
@@ -1362,17 +1357,19 @@ Test(trn_engine, a_new_prompt_waits_for_the_callers_answered_with_it)
                    {.body = "{\"prompt\":[1,2,3],\"max_tokens\":60000}"}};
     s_wave(e, v, t, 3, 2);
     uint64_t mixed = trn_engine_stats(e).mixed_steps;
-    call_t g = {.body = "{\"prompt\":[12,13,14],\"max_tokens\":2}"};
-    call_t h = {.body = "{\"prompt\":[15,16,17,18],\"max_tokens\":2}"};
+    call_t g = {.body = "{\"prompt\":[12,13,14],\"max_tokens\":2}",
+                .port = port};
+    call_t h = {.body = "{\"prompt\":[15,16,17,18],\"max_tokens\":2}",
+                .port = port};
     pthread_t tg, th;
     double t0 = s_ms();
-    pthread_create(&tg, NULL, s_call_on, &g);
+    pthread_create(&tg, NULL, s_call, &g);
     s_sleep_ms(60);
     trn_engine_stats_t st = trn_engine_stats(e);
     cr_assert_eq(st.queued, 1, "the first prompt did not wait");
     cr_assert_geq(st.inflight, 1, "the long generation ended too soon");
     cr_assert_eq(st.holds, 2);
-    pthread_create(&th, NULL, s_call_on, &h);
+    pthread_create(&th, NULL, s_call, &h);
     pthread_join(tg, NULL);
     double waited = s_ms() - t0;
     pthread_join(th, NULL);
