@@ -6,6 +6,17 @@
  * alone. Every wait is a poll loop of short ticks over the socket and its
  * monitor (disconnects), checking the deadline, the stop flag and rank
  * 0's liveness check on each tick.
+ *
+ * Rank 0's port is an ordinary loopback or cluster port, and a process of
+ * another run (an earlier test, a rank left over from an earlier run whose
+ * socket reconnects to a port that is now ours) may connect to it. A join
+ * of another run is refused and the bootstrap goes on; a message that is no
+ * join, or later comes from an identity no rank joined with, is dropped
+ * with a warning. ZeroMQ's disconnect event does not say whose connection
+ * closed, so after one rank 0 probes every rank's route for a while
+ * (S_PROBE_MS): an empty message each tick, sent with ROUTER_MANDATORY,
+ * which fails once a rank's connection is gone (the other ranks drop
+ * empty messages). Only a rank's lost route ends the group.
  */
 #include "trn_group.h"
 
@@ -15,10 +26,12 @@
 #include "trn_err.h"
 
 #include <czmq.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#define S_TICK_MS 100
+#define S_TICK_MS  100
+#define S_PROBE_MS 1000 /* how long rank 0 probes after a disconnect */
 
 struct trn_group {
     int rank, world;
@@ -30,8 +43,9 @@ struct trn_group {
     char endpoint[512];
     char run_id[160];
     char digest[160];
-    char **urls;      /* per rank */
-    zframe_t **peers; /* rank 0: identity of each rank (index 0 unused) */
+    char **urls;         /* per rank */
+    zframe_t **peers;    /* rank 0: identity of each rank (index 0 unused) */
+    int64_t probe_until; /* rank 0: probe the ranks' routes till then */
     bool joined, stopped, lost;
     uint64_t seq; /* current command */
     int (*alive)(void *ctx);
@@ -40,8 +54,36 @@ struct trn_group {
     lisa_codec_stats_t stats;
 };
 
-/* Drains monitor events; marks the group lost on a disconnect after the
- * join. */
+/* Rank 0, while a disconnect is recent: an empty message to every rank;
+ * one whose route is gone (ROUTER_MANDATORY refuses it) marks the group
+ * lost. */
+static void
+s_probe(trn_group_t *g)
+{
+    if (!g->probe_until || g->lost || g->stopped)
+        return;
+    for (int r = 1; r < g->world; r++) {
+        zmsg_t *m = zmsg_new();
+        zmsg_append(m, &(zframe_t *){zframe_dup(g->peers[r])});
+        zmsg_addmem(m, "", 0);
+        if (zmsg_send(&m, g->sock) != 0) {
+            zmsg_destroy(&m);
+            if (zmq_errno() == EHOSTUNREACH) {
+                g->lost = true;
+                lisa_log_warn("group: a rank disconnected (rank %d)", r);
+                return;
+            }
+        }
+    }
+    if (zclock_mono() >= g->probe_until) {
+        g->probe_until = 0;
+        lisa_log_warn("group: a connection that is no rank's closed "
+                      "(ignored)");
+    }
+}
+
+/* Drains monitor events: a disconnect after the join marks the group
+ * lost on a rank other than 0, and starts rank 0's probes. */
 static void
 s_drain_monitor(trn_group_t *g)
 {
@@ -67,13 +109,13 @@ s_drain_monitor(trn_group_t *g)
             more = zmq_msg_more(&part);
             zmq_msg_close(&part);
         }
-        /* rank 0 hears disconnects only from joined ranks; another rank
-         * had rank 0's connection, whatever stage it was at */
-        if (kind == ZMQ_EVENT_DISCONNECTED && !g->stopped &&
-            (g->joined || g->rank > 0)) {
+        if (kind != ZMQ_EVENT_DISCONNECTED || g->stopped)
+            continue;
+        if (g->rank > 0) { /* its one connection is rank 0's */
             g->lost = true;
-            lisa_log_warn("group: %s disconnected",
-                          g->rank == 0 ? "a rank" : "rank 0");
+            lisa_log_warn("group: rank 0 disconnected");
+        } else if (g->joined) { /* a rank's, or a stranger's: probe */
+            g->probe_until = zclock_mono() + S_PROBE_MS;
         }
     }
 }
@@ -102,11 +144,18 @@ s_recv(trn_group_t *g, int64_t deadline_ms, zmsg_t **out, trn_err_t *err)
         /* what a peer sent before it left still counts: messages first */
         if (n > 0 && (it[0].revents & ZMQ_POLLIN)) {
             *out = zmsg_recv(g->sock);
+            /* rank 0's probes: one empty frame */
+            if (*out && g->rank > 0 && zmsg_size(*out) == 1 &&
+                zframe_size(zmsg_first(*out)) == 0) {
+                zmsg_destroy(out);
+                continue;
+            }
             if (*out)
                 return LISA_OK;
         }
         if (it[1].revents & ZMQ_POLLIN)
             s_drain_monitor(g);
+        s_probe(g);
         if (g->lost && !(zsock_events(g->sock) & ZMQ_POLLIN))
             return trn_fail(err, LISA_UNAVAILABLE, "group: %s",
                             g->rank == 0 ? "a rank disconnected"
@@ -195,6 +244,8 @@ trn_group_new(const trn_group_cfg_t *c, trn_err_t *err)
     zsock_set_linger(g->sock, 1000);
     zsock_set_sndhwm(g->sock, 0);
     zsock_set_rcvhwm(g->sock, 0);
+    if (g->rank == 0) /* a send to a rank whose route is gone fails */
+        zsock_set_router_mandatory(g->sock, 1);
     snprintf(g->mon_ep, sizeof g->mon_ep, "inproc://trn-group-%p", (void *) g);
     if (zmq_socket_monitor(zsock_resolve(g->sock), g->mon_ep,
                            ZMQ_EVENT_DISCONNECTED) != 0)
@@ -279,6 +330,28 @@ s_refuse(trn_group_t *g, zmsg_t *m, const char *why)
         zmsg_destroy(&out);
 }
 
+/* Whether a message rank 0 got while ranks join is a stranger's, dropped
+ * (what is no join) or refused (a join of another run); the bootstrap goes
+ * on either way. */
+static bool
+s_stranger_join(trn_group_t *g, zmsg_t *m, const Lisa__Bootstrap *b)
+{
+    if (!b || b->body_case != LISA__BOOTSTRAP__BODY_JOIN) {
+        lisa_log_warn("group: dropped a message that is no rank's join");
+        return true;
+    }
+    if (*b->join->run_id && *g->run_id &&
+        strcmp(b->join->run_id, g->run_id) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %u is in run %.60s, not %.60s",
+                 b->join->rank, b->join->run_id, g->run_id);
+        lisa_log_warn("group: refused a join: %s", why);
+        s_refuse(g, m, why);
+        return true;
+    }
+    return false;
+}
+
 static lisa_rc_t
 s_join_root(trn_group_t *g, const uint8_t *id, trn_err_t *err)
 {
@@ -295,10 +368,13 @@ s_join_root(trn_group_t *g, const uint8_t *id, trn_err_t *err)
         if (rc != LISA_OK)
             return rc;
         Lisa__Bootstrap *b = zmsg_size(m) == 2 ? s_decode(g, m) : NULL;
+        if (s_stranger_join(g, m, b)) {
+            lisa_codec_free((ProtobufCMessage **) &b);
+            zmsg_destroy(&m);
+            continue;
+        }
         char why[256] = "";
-        if (!b || b->body_case != LISA__BOOTSTRAP__BODY_JOIN)
-            snprintf(why, sizeof why, "expected a BootstrapJoin");
-        else if (b->join->world_size != (uint32_t) g->world)
+        if (b->join->world_size != (uint32_t) g->world)
             snprintf(why, sizeof why, "world size %u, rank 0 has %d",
                      b->join->world_size, g->world);
         else if (b->join->rank == 0 || b->join->rank >= (uint32_t) g->world)
@@ -310,10 +386,6 @@ s_join_root(trn_group_t *g, const uint8_t *id, trn_err_t *err)
                      "rank %u has other settings or another model "
                      "(digest %.40s, rank 0 %.40s)",
                      b->join->rank, b->join->config_digest, g->digest);
-        else if (*b->join->run_id && *g->run_id &&
-                 strcmp(b->join->run_id, g->run_id) != 0)
-            snprintf(why, sizeof why, "rank %u is in run %.60s, not %.60s",
-                     b->join->rank, b->join->run_id, g->run_id);
         if (*why) {
             s_refuse(g, m, why);
             lisa_codec_free((ProtobufCMessage **) &b);
@@ -432,8 +504,14 @@ s_send_command(trn_group_t *g, Lisa__RankCommand *cmd, trn_err_t *err)
     b.body_case = LISA__BOOTSTRAP__BODY_COMMAND;
     b.command = cmd;
     for (int r = 1; r < g->world; r++)
-        if (s_send(g, r, &b) != LISA_OK)
-            return trn_fail(err, LISA_ERR, "group: cannot send to rank %d", r);
+        if (s_send(g, r, &b) != LISA_OK) {
+            if (zmq_errno() != EHOSTUNREACH) /* ROUTER_MANDATORY: no route */
+                return trn_fail(err, LISA_ERR, "group: cannot send to rank %d",
+                                r);
+            g->lost = true;
+            return trn_fail(err, LISA_UNAVAILABLE,
+                            "group: a rank disconnected (rank %d)", r);
+        }
     return LISA_OK;
 }
 
@@ -469,7 +547,13 @@ s_collect(trn_group_t *g, bool partial, double *sum, size_t n, trn_err_t *err)
         if (rc != LISA_OK)
             break;
         int r = s_peer(g, m);
-        Lisa__Bootstrap *b = r > 0 && zmsg_size(m) == 2 ? s_decode(g, m) : NULL;
+        if (r <= 0) { /* no rank's: a stranger's, dropped */
+            lisa_log_warn("group: dropped a message from a connection that "
+                          "is no rank's");
+            zmsg_destroy(&m);
+            continue;
+        }
+        Lisa__Bootstrap *b = zmsg_size(m) == 2 ? s_decode(g, m) : NULL;
         zmsg_destroy(&m);
         if (!b || b->body_case != LISA__BOOTSTRAP__BODY_RESULT ||
             b->result->seq != g->seq || got[r]) {
@@ -644,6 +728,7 @@ trn_group_peers_ok(void *arg)
     if (!g)
         return 1;
     s_drain_monitor(g);
+    s_probe(g);
     if (g->lost)
         return 0;
     return !(g->alive && !g->alive(g->alive_ctx));

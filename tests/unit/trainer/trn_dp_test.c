@@ -5,7 +5,9 @@
  * the same weights as one rank (checked through log-probs after the
  * step), every rank holds the same weights afterwards, the step's reported
  * sums equal one rank's; bad joins are refused, a missing rank ends the
- * bootstrap at its deadline, a departed rank ends a step at once. With
+ * bootstrap at its deadline, a departed rank ends a step at once, and
+ * strangers on rank 0's port (another run's rank, a socket that speaks
+ * something else, their disconnects) change nothing. With
  * context parallelism on, the longest trajectories train on every rank at
  * once, split between them, to the same weights. The first test is the
  * usage example.
@@ -17,6 +19,7 @@
 #include "trn_tiny_model.h"
 
 #include <criterion/criterion.h>
+#include <czmq.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -396,6 +399,80 @@ Test(trn_dp, sums_cross_every_rank)
         cr_assert_eq(k[r].rc, LISA_OK);
         cr_assert_float_eq(k[r].got[2], 600, 1e-12);
     }
+    trn_group_destroy(&g);
+}
+
+typedef struct {
+    char endpoint[256];
+    lisa_rc_t rc;
+    trn_err_t err;
+} s_foreign_t;
+
+/* Rank 1 of another run, with rank 0's settings otherwise. */
+static void *
+s_foreign(void *arg)
+{
+    s_foreign_t *k = arg;
+    trn_group_cfg_t gc = {.rank = 1,
+                          .world = 3,
+                          .endpoint = k->endpoint,
+                          .run_id = "other",
+                          .digest = "d",
+                          .engine_url = "",
+                          .timeout_ms = 5000};
+    trn_group_t *g = trn_group_new(&gc, &k->err);
+    k->rc = g ? trn_group_join(g, NULL, NULL, &k->err) : LISA_ERR;
+    trn_group_destroy(&g);
+    return NULL;
+}
+
+Test(trn_dp, strangers_on_rank_0s_port_change_nothing)
+{
+    trn_err_t err = {{0}};
+    trn_group_t *g = s_root(3, "d", 5000, NULL, &err);
+    const char *ep = trn_group_endpoint(g);
+    /* a socket that speaks something else, before the ranks join */
+    zsock_t *x = zsock_new(ZMQ_DEALER);
+    cr_assert_eq(zsock_connect(x, "%s", ep), 0);
+    cr_assert_eq(zstr_send(x, "hello"), 0);
+    s_foreign_t f = {.rc = LISA_OK};
+    snprintf(f.endpoint, sizeof f.endpoint, "%s", ep);
+    pthread_t fth;
+    cr_assert_eq(pthread_create(&fth, NULL, s_foreign, &f), 0);
+    zclock_sleep(200); /* its join waits at rank 0 before the ranks' */
+    s_summer_t k[3];
+    pthread_t th[3];
+    for (int r = 1; r < 3; r++) {
+        memset(&k[r], 0, sizeof k[r]);
+        k[r].rank = r;
+        snprintf(k[r].endpoint, sizeof k[r].endpoint, "%s", ep);
+        cr_assert_eq(pthread_create(&th[r], NULL, s_summer, &k[r]), 0);
+    }
+    cr_assert_eq(trn_group_join(g, NULL, NULL, &err), LISA_OK, "%s", err.msg);
+    pthread_join(fth, NULL);
+    cr_assert_eq(f.rc, LISA_INVALID);
+    cr_assert(strstr(f.err.msg, "in run other, not run"), "%s", f.err.msg);
+    /* the stranger leaves after the join and another one talks */
+    zsock_destroy(&x);
+    zsock_t *y = zsock_new(ZMQ_DEALER);
+    cr_assert_eq(zsock_connect(y, "%s", ep), 0);
+    cr_assert_eq(zstr_send(y, "hello again"), 0);
+    zclock_sleep(300); /* the disconnect and the message are at rank 0 */
+    cr_assert(trn_group_peers_ok(g));
+    Lisa__RankCommand cmd = LISA__RANK_COMMAND__INIT;
+    cmd.op = LISA__RANK_OP__RANK_OP_LOGPROBS;
+    cr_assert_eq(trn_group_command(g, &cmd, &err), LISA_OK, "%s", err.msg);
+    double v[3] = {1, 10, 100};
+    cr_assert_eq(trn_group_sum(g, v, 3, &err), LISA_OK, "%s", err.msg);
+    cr_assert_float_eq(v[2], 600, 1e-12);
+    cr_assert_eq(trn_group_finish(g, &err), LISA_OK, "%s", err.msg);
+    trn_group_stop(g, true);
+    for (int r = 1; r < 3; r++) {
+        pthread_join(th[r], NULL);
+        cr_assert_eq(k[r].rc, LISA_OK);
+        cr_assert_float_eq(k[r].got[2], 600, 1e-12);
+    }
+    zsock_destroy(&y);
     trn_group_destroy(&g);
 }
 
