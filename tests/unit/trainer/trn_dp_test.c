@@ -367,26 +367,30 @@ s_summer(void *arg)
     return NULL;
 }
 
-Test(trn_dp, sums_cross_every_rank)
+/* Ranks 1 and 2 of three as s_summer threads on rank 0's endpoint ep. */
+static void
+s_summers(s_summer_t *k, pthread_t *th, const char *ep)
 {
-    trn_err_t err = {{0}};
-    trn_group_t *g = s_root(3, "d", 5000, NULL, &err);
-    s_summer_t k[3];
-    pthread_t th[3];
     for (int r = 1; r < 3; r++) {
         memset(&k[r], 0, sizeof k[r]);
         k[r].rank = r;
-        snprintf(k[r].endpoint, sizeof k[r].endpoint, "%s",
-                 trn_group_endpoint(g));
+        snprintf(k[r].endpoint, sizeof k[r].endpoint, "%s", ep);
         cr_assert_eq(pthread_create(&th[r], NULL, s_summer, &k[r]), 0);
     }
-    cr_assert_eq(trn_group_join(g, NULL, NULL, &err), LISA_OK, "%s", err.msg);
+}
+
+/* Rank 0 of a joined group of three: one command whose sum crosses every
+ * rank, then the stop; every rank got the total. */
+static void
+s_sum_and_stop(trn_group_t *g, s_summer_t *k, pthread_t *th)
+{
+    trn_err_t err = {{0}};
     trn_comm_t c = trn_group_comm(g);
     cr_assert_eq(c.world, 3);
     cr_assert_eq(c.rank, 0);
     Lisa__RankCommand cmd = LISA__RANK_COMMAND__INIT;
     cmd.op = LISA__RANK_OP__RANK_OP_LOGPROBS;
-    cr_assert_eq(trn_group_command(g, &cmd, &err), LISA_OK);
+    cr_assert_eq(trn_group_command(g, &cmd, &err), LISA_OK, "%s", err.msg);
     double v[3] = {1, 10, 100};
     cr_assert_eq(c.sum(c.self, v, 3, &err), LISA_OK, "%s", err.msg);
     cr_assert_float_eq(v[0], 6, 1e-12);
@@ -399,6 +403,17 @@ Test(trn_dp, sums_cross_every_rank)
         cr_assert_eq(k[r].rc, LISA_OK);
         cr_assert_float_eq(k[r].got[2], 600, 1e-12);
     }
+}
+
+Test(trn_dp, sums_cross_every_rank)
+{
+    trn_err_t err = {{0}};
+    trn_group_t *g = s_root(3, "d", 5000, NULL, &err);
+    s_summer_t k[3];
+    pthread_t th[3];
+    s_summers(k, th, trn_group_endpoint(g));
+    cr_assert_eq(trn_group_join(g, NULL, NULL, &err), LISA_OK, "%s", err.msg);
+    s_sum_and_stop(g, k, th);
     trn_group_destroy(&g);
 }
 
@@ -442,12 +457,7 @@ Test(trn_dp, strangers_on_rank_0s_port_change_nothing)
     zclock_sleep(200); /* its join waits at rank 0 before the ranks' */
     s_summer_t k[3];
     pthread_t th[3];
-    for (int r = 1; r < 3; r++) {
-        memset(&k[r], 0, sizeof k[r]);
-        k[r].rank = r;
-        snprintf(k[r].endpoint, sizeof k[r].endpoint, "%s", ep);
-        cr_assert_eq(pthread_create(&th[r], NULL, s_summer, &k[r]), 0);
-    }
+    s_summers(k, th, ep);
     cr_assert_eq(trn_group_join(g, NULL, NULL, &err), LISA_OK, "%s", err.msg);
     pthread_join(fth, NULL);
     cr_assert_eq(f.rc, LISA_INVALID);
@@ -459,19 +469,7 @@ Test(trn_dp, strangers_on_rank_0s_port_change_nothing)
     cr_assert_eq(zstr_send(y, "hello again"), 0);
     zclock_sleep(300); /* the disconnect and the message are at rank 0 */
     cr_assert(trn_group_peers_ok(g));
-    Lisa__RankCommand cmd = LISA__RANK_COMMAND__INIT;
-    cmd.op = LISA__RANK_OP__RANK_OP_LOGPROBS;
-    cr_assert_eq(trn_group_command(g, &cmd, &err), LISA_OK, "%s", err.msg);
-    double v[3] = {1, 10, 100};
-    cr_assert_eq(trn_group_sum(g, v, 3, &err), LISA_OK, "%s", err.msg);
-    cr_assert_float_eq(v[2], 600, 1e-12);
-    cr_assert_eq(trn_group_finish(g, &err), LISA_OK, "%s", err.msg);
-    trn_group_stop(g, true);
-    for (int r = 1; r < 3; r++) {
-        pthread_join(th[r], NULL);
-        cr_assert_eq(k[r].rc, LISA_OK);
-        cr_assert_float_eq(k[r].got[2], 600, 1e-12);
-    }
+    s_sum_and_stop(g, k, th);
     zsock_destroy(&y);
     trn_group_destroy(&g);
 }
