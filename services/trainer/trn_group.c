@@ -54,6 +54,24 @@ struct trn_group {
     lisa_codec_stats_t stats;
 };
 
+/* Sends m (consumed) to rank r (rank 0; on the others, to rank 0): a
+ * rank whose route is gone (rank 0's ROUTER_MANDATORY refuses the send)
+ * marks the group lost, LISA_UNAVAILABLE. */
+static lisa_rc_t
+s_route(trn_group_t *g, int r, zmsg_t *m)
+{
+    if (g->rank == 0)
+        zmsg_prepend(m, &(zframe_t *){zframe_dup(g->peers[r])});
+    if (zmsg_send(&m, g->sock) == 0)
+        return LISA_OK;
+    zmsg_destroy(&m);
+    if (g->rank != 0 || zmq_errno() != EHOSTUNREACH)
+        return LISA_ERR;
+    g->lost = true;
+    lisa_log_warn("group: a rank disconnected (rank %d)", r);
+    return LISA_UNAVAILABLE;
+}
+
 /* Rank 0, while a disconnect is recent: an empty message to every rank;
  * one whose route is gone (ROUTER_MANDATORY refuses it) marks the group
  * lost. */
@@ -64,16 +82,9 @@ s_probe(trn_group_t *g)
         return;
     for (int r = 1; r < g->world; r++) {
         zmsg_t *m = zmsg_new();
-        zmsg_append(m, &(zframe_t *){zframe_dup(g->peers[r])});
         zmsg_addmem(m, "", 0);
-        if (zmsg_send(&m, g->sock) != 0) {
-            zmsg_destroy(&m);
-            if (zmq_errno() == EHOSTUNREACH) {
-                g->lost = true;
-                lisa_log_warn("group: a rank disconnected (rank %d)", r);
-                return;
-            }
-        }
+        if (s_route(g, r, m) == LISA_UNAVAILABLE)
+            return;
     }
     if (zclock_mono() >= g->probe_until) {
         g->probe_until = 0;
@@ -188,14 +199,18 @@ static lisa_rc_t
 s_send(trn_group_t *g, int r, Lisa__Bootstrap *b)
 {
     zmsg_t *m = zmsg_new();
-    if (g->rank == 0)
-        zmsg_append(m, &(zframe_t *){zframe_dup(g->peers[r])});
     lisa_codec_append(m, &b->base);
-    if (zmsg_send(&m, g->sock) != 0) {
-        zmsg_destroy(&m);
-        return LISA_ERR;
-    }
-    return LISA_OK;
+    return s_route(g, r, m);
+}
+
+/* The error of a failed send to rank r. */
+static lisa_rc_t
+s_send_failed(const trn_group_t *g, int r, trn_err_t *err)
+{
+    if (g->lost)
+        return trn_fail(err, LISA_UNAVAILABLE,
+                        "group: a rank disconnected (rank %d)", r);
+    return trn_fail(err, LISA_ERR, "group: cannot send to rank %d", r);
 }
 
 /* The rank whose identity is the first frame of m, or -1. */
@@ -414,7 +429,7 @@ s_join_root(trn_group_t *g, const uint8_t *id, trn_err_t *err)
     b.assign = &a;
     for (int r = 1; r < g->world; r++)
         if (s_send(g, r, &b) != LISA_OK)
-            return trn_fail(err, LISA_ERR, "group: cannot send to rank %d", r);
+            return s_send_failed(g, r, err);
     g->joined = true;
     lisa_log_info("group: all %d ranks joined on %s", g->world, g->endpoint);
     return LISA_OK;
@@ -504,14 +519,8 @@ s_send_command(trn_group_t *g, Lisa__RankCommand *cmd, trn_err_t *err)
     b.body_case = LISA__BOOTSTRAP__BODY_COMMAND;
     b.command = cmd;
     for (int r = 1; r < g->world; r++)
-        if (s_send(g, r, &b) != LISA_OK) {
-            if (zmq_errno() != EHOSTUNREACH) /* ROUTER_MANDATORY: no route */
-                return trn_fail(err, LISA_ERR, "group: cannot send to rank %d",
-                                r);
-            g->lost = true;
-            return trn_fail(err, LISA_UNAVAILABLE,
-                            "group: a rank disconnected (rank %d)", r);
-        }
+        if (s_send(g, r, &b) != LISA_OK)
+            return s_send_failed(g, r, err);
     return LISA_OK;
 }
 
