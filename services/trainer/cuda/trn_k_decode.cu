@@ -57,45 +57,10 @@ s_crow32(const trn_kv_pages_t &pg, int sl, int p)
     return (uint32_t) s_crow(pg, sl, p);
 }
 
-/* One warp per token row: its cache row looked up once, the row copied. */
-__global__ void
-s_kv_write(trn_bf16_t *ck, trn_bf16_t *cv, const trn_bf16_t *k,
-           const trn_bf16_t *v, int stride, const int32_t *slot,
-           const int32_t *pos, int T, int HkD, trn_kv_pages_t pg)
-{
-    int lane = threadIdx.x & 31;
-    for (int t = (int) ((blockIdx.x * (size_t) blockDim.x + threadIdx.x) >> 5);
-         t < T; t += (int) ((gridDim.x * (size_t) blockDim.x) >> 5)) {
-        if (slot[t] < 0)
-            continue;
-        size_t dst = s_crow(pg, slot[t], pos[t]) * (size_t) HkD;
-        for (int c = lane; c < HkD; c += 32) {
-            ck[dst + c] = k[(size_t) t * (size_t) stride + (size_t) c];
-            cv[dst + c] = v[(size_t) t * (size_t) stride + (size_t) c];
-        }
-    }
-}
-
 static bool
 s_pages_ok(const trn_kv_pages_t &pg)
 {
     return pg.table && pg.max_blocks > 0 && pg.bshift >= 0 && pg.bshift <= 10;
-}
-
-extern "C" lisa_rc_t
-trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v, const trn_bf16_t *k,
-               const trn_bf16_t *v, int stride, const int32_t *slot,
-               const int32_t *pos, int T, int HkD, trn_kv_pages_t pg,
-               trn_cuda_stream_t *s)
-{
-    TRN_REQUIRE(cache_k && cache_v && k && v && slot && pos && T > 0);
-    TRN_REQUIRE(HkD > 0 && s_pages_ok(pg));
-    unsigned blocks = (unsigned) TRN_CEIL_DIV(T, 8);
-    blocks = blocks > 65535u ? 65535u : blocks;
-    s_kv_write<<<blocks, 256, 0, trn_stream(s)>>>(
-        cache_k, cache_v, k, v, stride, slot, pos, T, HkD, pg);
-    TRN_LAUNCH_CHECK();
-    return LISA_OK;
 }
 
 __global__ void __launch_bounds__(32 * S_WARPS)

@@ -393,20 +393,13 @@ typedef struct {
     int bshift;           /* log2 of the block size */
 } trn_kv_pages_t;
 
-/* Writes the k and v rows of T new tokens (k at k + t*stride, v likewise,
- * Hk*D values each) into the caches at position pos[t] of the sequence in
- * table row slot[t] (see trn_kv_pages_t). Rows with slot[t] < 0 are
- * skipped. */
-lisa_rc_t trn_k_kv_write(trn_bf16_t *cache_k, trn_bf16_t *cache_v,
-                         const trn_bf16_t *k, const trn_bf16_t *v, int stride,
-                         const int32_t *slot, const int32_t *pos, int T,
-                         int HkD, trn_kv_pages_t pg, trn_cuda_stream_t *s);
 /* The new tokens' side of a decode layer in one pass over the fused q|k|v
  * rows (row t at qkv + t*stride: H query heads, then Hk key heads, then Hk
  * value heads, D values each): Qwen3's per-head RMSNorm (weights q_norm,
  * k_norm) and RoPE at pos[t] on the queries and the keys (both in place),
- * then keys and values written into the caches as trn_k_kv_write does. Same
- * values as trn_k_rmsnorm_fwd then trn_k_rope then trn_k_kv_write. Rows
+ * then keys and values written into the caches at position pos[t] of the
+ * sequence in table row slot[t] (see trn_kv_pages_t). Same values as
+ * trn_k_rmsnorm_fwd then trn_k_rope, then the copy. Rows
  * with slot[t] < 0 are padding: queries only, no cache write. q_norm and
  * k_norm NULL: no norm (Llama, Qwen2), RoPE alone. */
 lisa_rc_t trn_k_qk_prep(trn_bf16_t *qkv, int stride, const trn_bf16_t *q_norm,
