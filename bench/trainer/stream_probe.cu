@@ -1,0 +1,317 @@
+/*
+ * trn_stream_probe: where a decode step's weight streaming loses to the
+ * device's read rate. A step of a few tokens reads every weight once
+ * (8 GB at the Qwen3-4B shape), so its floor is the read rate; the
+ * products run well under it. This program times, on one GPU, the same
+ * bytes streamed in ways that add one difference at a time:
+ *
+ *   read          one kernel summing all of them (16-byte loads): the
+ *                 ceiling
+ *   one-bulk      one kernel streaming all of them the way the skinny
+ *                 products do (16 rows a tile, a stage of 16 bulk copies
+ *                 of 2 KiB each, 2 stages in flight, three blocks a
+ *                 processor) with no arithmetic: the copy pattern alone
+ *   one-contig    the same with each stage one bulk copy of 32 KiB: the
+ *                 pattern as a tile-major layout would give it
+ *   one-bulk-r4   one-bulk with 4 stages in flight (one block a processor)
+ *   layers-read   `read` as one kernel a product: the kernel boundaries
+ *   layers-bulk   the layers' products as separate kernels with those
+ *                 copies and no arithmetic, the grids the products take
+ *                 (a block a tile, gate|up and the LM head over the
+ *                 resident blocks), launched as the step launches them
+ *   layers-contig the same with the 32 KiB copies
+ *   products      the real products (trn_linear_fwd, _glu) of TOKENS
+ *   products+l2   with the decode step's L2 hints (trn_linear_next)
+ *
+ * Each is a CUDA graph replayed (the median of 20 replays), so launch
+ * costs are the step's. Usage: trn_stream_probe [TOKENS] [LAYERS]
+ */
+#include "trn_cuda_common.cuh"
+
+#include <algorithm>
+#include <stdlib.h>
+#include <vector>
+
+#define P_CS   32               /* 32-value chunks a row a stage */
+#define P_ROW  (P_CS * 64 + 64) /* a row's bytes in a slot, as the products */
+#define P_SLOT (16 * P_ROW)
+
+#define CK(x)                                                                  \
+    do {                                                                       \
+        cudaError_t e_ = (x);                                                  \
+        if (e_ != cudaSuccess) {                                               \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                 \
+                    cudaGetErrorString(e_));                                   \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+__global__ void
+p_read(const uint4 *p, size_t n16, unsigned *sink)
+{
+    size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+    size_t s = (size_t) gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (; i + 3 * s < n16; i += 4 * s) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + s);
+        uint4 c = __ldcs(p + i + 2 * s), d = __ldcs(p + i + 3 * s);
+        acc ^= a.x ^ b.y ^ c.z ^ d.w;
+    }
+    for (; i < n16; i += s)
+        acc ^= p[i].x;
+    if (acc == 0x9e3779b9u)
+        *sink = acc;
+}
+
+/* Tiles of 16 rows of w [N][K] (bf16) in contiguous runs over the grid,
+ * streamed through P_R stage slots as the bulk products stream them; the
+ * warps only touch each stage. CONTIG: a stage is one copy of the same
+ * bytes from a tile-major place. */
+template <bool CONTIG, int P_R>
+__global__ void __launch_bounds__(256)
+    p_tiles(const trn_bf16_t *w, int K, int N, unsigned *sink)
+{
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ __align__(8) uint64_t bar_mem[P_R];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int tiles = N / 16, G = (int) gridDim.x, b = (int) blockIdx.x;
+    int q = tiles / G, rem = tiles % G;
+    int t0 = b * q + (b < rem ? b : rem), nt = q + (b < rem);
+    int chunks = K / 32, stages = (chunks + P_CS - 1) / P_CS;
+    int total = nt * stages;
+    uint32_t slots = (uint32_t) __cvta_generic_to_shared(sm);
+    uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
+    auto issue = [&](int gs) {
+        int tile = t0 + gs / stages, st = gs % stages, slot = gs % P_R;
+        int c0 = st * P_CS, cs = min(P_CS, chunks - c0);
+        unsigned bytes = (unsigned) cs * 64u;
+        uint32_t bar = bars + 8u * (uint32_t) slot;
+        if (CONTIG) {
+            if (lane == 0) {
+                trn_mbar_arrive_tx(bar, 16u * bytes);
+                trn_bulk_g2s(slots + (uint32_t) (slot * P_SLOT),
+                             w + (size_t) tile * 16 * (size_t) K +
+                                 (size_t) c0 * 32 * 16,
+                             16u * bytes, bar);
+            }
+        } else {
+            if (lane == 0)
+                trn_mbar_arrive_tx(bar, 16u * bytes);
+            __syncwarp();
+            if (lane < 16)
+                trn_bulk_g2s(slots + (uint32_t) (slot * P_SLOT + lane * P_ROW),
+                             w + (size_t) (tile * 16 + lane) * (size_t) K +
+                                 (size_t) c0 * 32,
+                             bytes, bar);
+        }
+    };
+    if (warp == 0) {
+        if (lane < P_R)
+            trn_mbar_init(bars + 8u * (uint32_t) lane, 1);
+        trn_mbar_init_fence();
+        __syncwarp();
+        for (int gs = 0; gs < P_R && gs < total; gs++)
+            issue(gs);
+    }
+    __syncthreads();
+    trn_pdl_enter();
+    unsigned acc = 0;
+    for (int gs = 0; gs < total; gs++) {
+        int slot = gs % P_R;
+        trn_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (gs / P_R) & 1u);
+        acc ^= *reinterpret_cast<const unsigned *>(sm + slot * P_SLOT +
+                                                   threadIdx.x * 64);
+        __syncthreads();
+        if (warp == 0 && gs + P_R < total)
+            issue(gs + P_R);
+    }
+    if (acc == 0x9e3779b9u)
+        *sink = acc;
+}
+
+struct p_shape {
+    const char *name;
+    int K, N, spread;
+};
+
+/* Launches p_tiles over the resident blocks (spread) or a block a tile. */
+template <bool CONTIG, int P_R>
+static void
+p_tiles_go(const trn_bf16_t *w, int K, int N, int spread, unsigned *sink,
+           cudaStream_t st)
+{
+    static int resident;
+    int smem = P_R * P_SLOT;
+    if (!resident) {
+        CK(cudaFuncSetAttribute(p_tiles<CONTIG, P_R>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                smem));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, p_tiles<CONTIG, P_R>, 256, smem));
+        resident *= trn_sm_count();
+    }
+    int grid = spread ? std::min(resident, N / 16) : N / 16;
+    CK(trn_launch_pdl(p_tiles<CONTIG, P_R>, dim3(grid), dim3(256),
+                      (size_t) smem, st, w, K, N, sink));
+}
+
+static float
+p_median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* Captures fn's launches on st as a graph, replays it 20 times (after 3),
+ * the median in ms. */
+template <typename F>
+static float
+p_time(cudaStream_t st, F fn)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    fn();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ts;
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(a, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 3)
+            ts.push_back(ms);
+    }
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return p_median(ts);
+}
+
+int
+main(int argc, char **argv)
+{
+    int T = argc > 1 ? atoi(argv[1]) : 8, L = argc > 2 ? atoi(argv[2]) : 36;
+    const int C = 2560, I = 9728, Q = 4096, S = 6144, V = 151936;
+    p_shape lay[4] = {{"qkv", C, S, 0},
+                      {"o", Q, C, 0},
+                      {"gate|up", C, 2 * I, 1},
+                      {"down", I, C, 0}};
+    p_shape head = {"lm head", C, V, 1};
+    size_t per = 0;
+    for (auto &s : lay)
+        per += (size_t) s.K * s.N;
+    size_t n = per * L + (size_t) head.K * head.N; /* values */
+    trn_bf16_t *w;
+    CK(cudaMalloc(&w, n * 2));
+    CK(cudaMemset(w, 0, n * 2));
+    unsigned *sink;
+    CK(cudaMalloc(&sink, 4));
+    trn_bf16_t *x, *a;
+    float *y;
+    CK(cudaMalloc(&x, (size_t) T * I * 2));
+    CK(cudaMalloc(&a, (size_t) T * I * 2));
+    CK(cudaMalloc(&y, (size_t) T * V * 4));
+    CK(cudaMemset(x, 0, (size_t) T * I * 2));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int sms = trn_sm_count();
+    trn_blas_t *bl = trn_blas_new();
+    trn_cuda_stream_t *ts = (trn_cuda_stream_t *) st;
+    double gb = (double) n * 2 / 1e9;
+    printf("stream probe: %d layers + LM head, %.2f GB of bf16 weights, %d "
+           "tokens, %d processors\n",
+           L, gb, T, sms);
+
+    /* fn(weights, shape, the next product's weights and bytes) over the
+     * step */
+    std::vector<const trn_bf16_t *> ps;
+    std::vector<const p_shape *> ss;
+    {
+        const trn_bf16_t *p = w;
+        for (int l = 0; l < L; l++)
+            for (auto &s : lay) {
+                ps.push_back(p), ss.push_back(&s);
+                p += (size_t) s.K * s.N;
+            }
+        ps.push_back(p), ss.push_back(&head);
+    }
+    auto each = [&](auto fn) {
+        for (size_t i = 0; i < ps.size(); i++) {
+            size_t nb = i + 1 < ps.size()
+                            ? (size_t) ss[i + 1]->K * ss[i + 1]->N * 2
+                            : 0;
+            fn(ps[i], *ss[i], nb ? ps[i + 1] : NULL, nb);
+        }
+    };
+    struct {
+        const char *name;
+        float ms;
+    } r[12];
+    int nr = 0;
+    r[nr].name = "read";
+    r[nr++].ms = p_time(st, [&] {
+        p_read<<<sms * 8, 256, 0, st>>>((const uint4 *) w, n / 8, sink);
+    });
+    /* all the bytes as one matrix of K = C */
+    int Nall = (int) (n / C / 16 * 16);
+    r[nr].name = "one-bulk";
+    r[nr++].ms =
+        p_time(st, [&] { p_tiles_go<false, 2>(w, C, Nall, 1, sink, st); });
+    r[nr].name = "one-contig";
+    r[nr++].ms =
+        p_time(st, [&] { p_tiles_go<true, 2>(w, C, Nall, 1, sink, st); });
+    r[nr].name = "one-bulk-r4";
+    r[nr++].ms =
+        p_time(st, [&] { p_tiles_go<false, 4>(w, C, Nall, 1, sink, st); });
+    r[nr].name = "layers-read";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_read<<<sms * 8, 256, 0, st>>>((const uint4 *) p,
+                                            (size_t) s.K * s.N / 8, sink);
+        });
+    });
+    r[nr].name = "layers-bulk";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2>(p, s.K, s.N, s.spread, sink, st);
+        });
+    });
+    r[nr].name = "layers-contig";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<true, 2>(p, s.K, s.N, s.spread, sink, st);
+        });
+    });
+    int ok = 1;
+    for (int hint = 0; hint < 2; hint++) {
+        r[nr].name = hint ? "products+l2" : "products";
+        r[nr++].ms = p_time(st, [&] {
+            each([&](const trn_bf16_t *p, const p_shape &s, const void *nx,
+                     size_t nb) {
+                trn_linear_next(bl, hint ? nx : NULL, hint ? nb : 0);
+                lisa_rc_t rc;
+                if (s.N == 2 * I)
+                    rc = trn_linear_fwd_glu(bl, a, x, p, T, s.K, I, ts);
+                else if (s.N == S)
+                    rc = trn_linear_fwd(bl, NULL, a, x, p, T, s.K, s.N, 0, ts);
+                else
+                    rc = trn_linear_fwd(bl, y, NULL, s.K == I ? a : x, p, T,
+                                        s.K, s.N, s.N == C, ts);
+                ok &= rc == LISA_OK;
+            });
+        });
+    }
+    if (!ok)
+        fprintf(stderr, "stream probe: a product failed\n");
+    for (int i = 0; i < nr; i++)
+        printf("%-14s %8.3f ms %7.0f GB/s  %5.1f%% of read\n", r[i].name,
+               r[i].ms, gb / r[i].ms * 1e3, 100.0 * r[0].ms / r[i].ms);
+    trn_blas_destroy(&bl);
+    return ok ? 0 : 1;
+}
