@@ -18,6 +18,7 @@
 #include "lisa/lisa_log.h"
 #include "lisa/lisa_mem.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,15 +157,21 @@ lisa_rpc_idempotent(const Lisa__Request *req)
     }
 }
 
+/* Sends req on sock, waiting at most timeout_ms for the socket to take
+ * it: a DEALER with no connected peer (the broker down, or refusing the
+ * CURVE handshake) blocks its sends, and a call must not outlive its
+ * deadline. LISA_TIMEOUT when the socket did not take it in time. */
 static lisa_rc_t
-s_send(zsock_t *sock, Lisa__Request *req)
+s_send(zsock_t *sock, Lisa__Request *req, int timeout_ms)
 {
+    zsock_set_sndtimeo(sock, timeout_ms);
     zmsg_t *m = zmsg_new();
     zmsg_addmem(m, NULL, 0);
     lisa_codec_append(m, &req->base);
     if (zmsg_send(&m, sock) != 0) {
+        int e = zmq_errno();
         zmsg_destroy(&m);
-        return LISA_ERR;
+        return e == EAGAIN ? LISA_TIMEOUT : LISA_ERR;
     }
     return LISA_OK;
 }
@@ -269,9 +276,12 @@ lisa_rpc_call(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
             lisa_log_info("rpc: retry %u of request %llu to %s", t,
                           (unsigned long long) req->request_id, self->endpoint);
         }
-        if (s_send(self->sock, req) != LISA_OK)
-            return LISA_ERR;
         int64_t deadline = zclock_mono() + timeout_ms;
+        lisa_rc_t sent = s_send(self->sock, req, timeout_ms);
+        if (sent == LISA_TIMEOUT)
+            continue; /* this try's time went waiting for a peer */
+        if (sent != LISA_OK)
+            return LISA_ERR;
         for (;;) {
             if (self->interrupt && *self->interrupt)
                 return LISA_AGAIN;
@@ -328,8 +338,9 @@ lisa_rpc_send(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
     if (timeout_ms <= 0 || !cb)
         return LISA_INVALID;
     s_stamp(self, req);
-    if (s_send(self->sock, req) != LISA_OK)
-        return LISA_ERR;
+    lisa_rc_t sent = s_send(self->sock, req, timeout_ms);
+    if (sent != LISA_OK)
+        return sent;
     if (self->n_open == self->cap_open) {
         self->cap_open = self->cap_open ? self->cap_open * 2 : 16;
         self->open =

@@ -99,7 +99,9 @@ lisa_rc_t lisa_rpc_reply_rc(const Lisa__Reply *reply);
 /* Async send. Sets req->request_id (also stored in *request_id when not
  * NULL) and req->caller, sends, and remembers `cb`/`arg` until the reply
  * arrives or `timeout_ms` passes. Returns LISA_OK, LISA_INVALID (bad
- * timeout or cb NULL) or LISA_ERR (send failed; cb will not be called). */
+ * timeout or cb NULL), LISA_TIMEOUT (no connected peer took the request
+ * within timeout_ms: the broker down or refusing the CURVE handshake) or
+ * LISA_ERR (send failed); on any but LISA_OK cb will not be called. */
 lisa_rc_t lisa_rpc_send(lisa_rpc_t *self, Lisa__Request *req, int timeout_ms,
                         lisa_rpc_cb_fn *cb, void *arg,
                         uint64_t *request_id) LISA_NODISCARD;

@@ -132,6 +132,60 @@ Test(lisa_rpc, idempotent_request_is_retried_on_a_new_socket)
     lisa_rpc_destroy(&rpc);
 }
 
+/* A ROUTER with CURVE on, whose handshake a client without keys fails:
+ * the client's socket never gets a connected peer. */
+static void
+s_curve_peer(zsock_t *pipe, void *arg)
+{
+    (void) arg;
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    zcert_t *cert = zcert_new();
+    zsock_set_curve_server(router, 1);
+    zcert_apply(cert, router);
+    int port = zsock_bind(router, "tcp://127.0.0.1:*");
+    zsock_signal(pipe, 0);
+    zstr_sendf(pipe, "%d", port);
+    zpoller_t *p = zpoller_new(pipe, router, NULL);
+    for (;;) {
+        void *which = zpoller_wait(p, 1000);
+        if (which == pipe)
+            break;
+        if (which == router) {
+            zmsg_t *m = zmsg_recv(router);
+            zmsg_destroy(&m);
+        }
+    }
+    zpoller_destroy(&p);
+    zcert_destroy(&cert);
+    zsock_destroy(&router);
+}
+
+Test(lisa_rpc, a_peer_refusing_the_handshake_times_out_every_try, .timeout = 30)
+{
+    zactor_t *peer = zactor_new(s_curve_peer, NULL);
+    char *port = zstr_recv(peer);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%s", port);
+    zstr_free(&port);
+    lisa_rpc_t *rpc = lisa_rpc_new(ep, "no-keys");
+    Lisa__Request req = LISA__REQUEST__INIT;
+    Lisa__StatsReq sreq = LISA__STATS_REQ__INIT;
+    req.body_case = LISA__REQUEST__BODY_STATS;
+    req.stats = &sreq;
+    cr_assert(lisa_rpc_idempotent(&req));
+    /* twice: the retries' fresh sockets must not block their sends */
+    for (int i = 0; i < 2; i++) {
+        Lisa__Reply *rep = NULL;
+        int64_t t0 = zclock_mono();
+        cr_assert_eq(lisa_rpc_call(rpc, &req, 300, &rep), LISA_TIMEOUT);
+        cr_assert_null(rep);
+        int64_t took = zclock_mono() - t0;
+        cr_assert_lt(took, 5000, "took %lld ms", (long long) took);
+    }
+    lisa_rpc_destroy(&rpc);
+    zactor_destroy(&peer);
+}
+
 Test(lisa_rpc, non_idempotent_request_times_out_after_one_try)
 {
     peer_cfg_t cfg = {5, 0};
