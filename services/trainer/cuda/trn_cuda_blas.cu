@@ -741,7 +741,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * The same products and epilogue as s_skinny, but the block's 16 weight
  * rows reach shared memory by bulk copies (cp.async.bulk, the copy engine:
  * no registers held, completion counted in bytes on an mbarrier), in
- * stages of CS 32-value chunks a row, R stages in flight. The
+ * stages of S_SB_CS 32-value chunks a row, R stages in flight. The
  * first R stages are asked for before the wait for the kernel before
  * (weights: nothing earlier in a step writes them), so a block that
  * becomes resident while that kernel's last blocks run has up to R x 33
@@ -752,71 +752,34 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * A block may take several tiles of outputs (s_sb_run): the stages then
  * run on from one tile to the next, the copies of the next tile's rows
  * in flight while the warps finish this one. */
-#define S_SB_RMAX 3 /* most stages in flight of the 32-chunk stages */
-/* A stage slot's geometry: CS 32-value chunks a row a stage (32, 16 or 8),
- * rows S_SB_ROW(CS) bytes apart, 16 weight rows and, when the tokens'
- * rows come with the weights (XS), 8 NT token rows after them. Rows sit 64
- * bytes past a whole number of 128-byte lines: the 8 lanes of a
- * quarter-warp (rows g, g + 1; lanes t 0-3) read 16 bytes each from 8
- * distinct 16-byte bank groups. */
-#define S_SB_ROW(CS) ((CS) *64 + 64)
-
-template <int NT, int CS, bool XS>
-__host__ __device__ constexpr int
-s_sb_slot(void)
-{
-    return (16 + (XS ? 8 * NT : 0)) * S_SB_ROW(CS);
-}
+#define S_SB_CS   32                  /* 32-value chunks a row a stage */
+#define S_SB_RMAX 3                   /* most stages in flight */
+#define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
+#define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
+/* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
+ * lines: the 8 lanes of a quarter-warp (rows g, g + 1; lanes t 0-3) read
+ * 16 bytes each from 8 distinct 16-byte bank groups. */
 
 /* Stage st (of a tile's stages) of the tile's rows (nrow: the weight row
  * of slot row `lane`, N where there is none) into stage slot `slot`;
  * lanes 0-15 of the calling warp copy a row each, lane 0 announces the
- * bytes first, xtx more of them where the tokens' rows follow
- * (s_sb_issue_x). */
-template <int CS, int SLOT>
+ * bytes first. */
 __device__ __forceinline__ void
 s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
-           int K, int st, int slot, int lane, unsigned xtx)
+           int K, int st, int slot, int lane)
 {
-    int chunks = K / 32, c0 = st * CS;
-    int cs = chunks - c0 < CS ? chunks - c0 : CS;
+    int chunks = K / 32, c0 = st * S_SB_CS;
+    int cs = chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS;
     unsigned bytes = (unsigned) cs * 64u;
     unsigned rows = __popc(__ballot_sync(0xffffffffu, lane < 16 && nrow < N));
     uint32_t bar = bars + 8u * (uint32_t) slot;
     if (lane == 0)
-        trn_mbar_arrive_tx(bar, rows * bytes + xtx);
+        trn_mbar_arrive_tx(bar, rows * bytes);
     __syncwarp();
     if (lane < 16 && nrow < N)
-        trn_bulk_g2s(slots + (uint32_t) (slot * SLOT + lane * S_SB_ROW(CS)),
+        trn_bulk_g2s(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
                      w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
                      bar);
-}
-
-/* The bytes of stage st of the T tokens' rows (s_sb_issue's xtx). */
-template <int CS>
-__device__ __forceinline__ unsigned
-s_sb_xtx(int K, int st, int T)
-{
-    int chunks = K / 32, c0 = st * CS;
-    int cs = chunks - c0 < CS ? chunks - c0 : CS;
-    return (unsigned) (cs * 64 * T);
-}
-
-/* Stage st of the T tokens' rows of x into slot rows 16.. of stage slot
- * `slot` (lanes 0..T-1 a row each), on the slot's barrier, whose bytes
- * s_sb_issue announced. */
-template <int CS, int SLOT>
-__device__ __forceinline__ void
-s_sb_issue_x(uint32_t slots, uint32_t bars, const trn_bf16_t *x, int T, int K,
-             int st, int slot, int lane)
-{
-    int chunks = K / 32, c0 = st * CS;
-    int cs = chunks - c0 < CS ? chunks - c0 : CS;
-    if (lane < T)
-        trn_bulk_g2s(slots +
-                         (uint32_t) (slot * SLOT + (16 + lane) * S_SB_ROW(CS)),
-                     x + (size_t) lane * (size_t) K + (size_t) c0 * 32,
-                     (unsigned) cs * 64u, bars + 8u * (uint32_t) slot);
 }
 
 /* A bulk block's outputs: the grid's blocks share the product's `outs`
@@ -860,32 +823,27 @@ s_sb_row(int r, int o0, int o1, int N)
     return o0 + r < o1 ? o0 + r : N;
 }
 
-template <int NT, int R, int CS, bool XS, bool GLU, int NF>
+template <int NT, int R, bool GLU, int NF>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, s_fold_t fold)
 {
-    constexpr int SLOT = s_sb_slot<NT, CS, XS>(), ROW = S_SB_ROW(CS);
     extern __shared__ __align__(128) unsigned char s_sb[];
     __shared__ __align__(8) uint64_t bar_mem[R];
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3, r = lane & 15;
     const s_run_t u = s_sb_run(GLU ? N / 2 : N, GLU ? 8 : 16);
-    int chunks = K / 32, stages = (chunks + CS - 1) / CS;
+    int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
     int total = u.nt * stages; /* the block's stages, tile after tile */
     uint32_t slots = (uint32_t) __cvta_generic_to_shared(s_sb);
     uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
-    /* warp 0 copies the stages, the first R of them now (their tokens'
-     * rows, with XS, once the kernel before has written them) */
-    auto issue = [&](int gs, bool with_x) {
-        int k = gs / stages, st = gs % stages;
+    /* warp 0 copies the stages, the first R of them now */
+    auto issue = [&](int gs) {
+        int k = gs / stages;
         int nrow = s_sb_row<GLU>(r, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N);
-        unsigned xtx = XS ? s_sb_xtx<CS>(K, st, T) : 0u;
-        s_sb_issue<CS, SLOT>(slots, bars, w, nrow, N, K, st, gs % R, lane, xtx);
-        if (XS && with_x)
-            s_sb_issue_x<CS, SLOT>(slots, bars, x, T, K, st, gs % R, lane);
+        s_sb_issue(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane);
     };
     if (warp == 0) {
         if (lane < R)
@@ -893,7 +851,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         trn_mbar_init_fence();
         __syncwarp();
         for (int gs = 0; gs < R && gs < total; gs++)
-            issue(gs, false);
+            issue(gs);
     }
     s_ep_t ep = {};
     if constexpr (NF == S_NF_OUT) { /* a weight too: before the wait */
@@ -905,83 +863,67 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     __syncthreads();
     trn_pdl_enter();
     tr.waited();
-    if (XS && warp == 0)
-        for (int gs = 0; gs < R && gs < total; gs++)
-            s_sb_issue_x<CS, SLOT>(slots, bars, x, T, K, gs % stages, gs, lane);
     size_t row16 = (size_t) K / 8;
     const uint4 *xr[NT];
     bool xok[NT];
     float acc[NT][4];
     s_sk_start<NT>(xr, xok, acc, x, row16, T, g, t);
     const uint4 z = make_uint4(0, 0, 0, 0);
-    /* a warp's chunks of a stage: warp, warp + 8, ...; without XS their
-     * tokens' values are loaded a stage ahead (the next tile's first stage
-     * reads the same values as this tile's) */
-    constexpr int CW = CS / S_SK_W;
-    constexpr int XW = XS ? 1 : CW; /* register slots for the values */
-    uint4 vx[XW][NT], nx[XW][NT];
-    if constexpr (!XS) {
+    /* a warp's chunks of a stage: warp, warp + 8, ...; their tokens'
+     * values are loaded a stage ahead (the next tile's first stage reads
+     * the same values as this tile's) */
+    const int CW = S_SB_CS / S_SK_W;
+    uint4 vx[CW][NT], nx[CW][NT];
 #pragma unroll
-        for (int i = 0; i < CW; i++)
+    for (int i = 0; i < CW; i++)
 #pragma unroll
-            for (int q = 0; q < NT; q++) {
-                int c = warp + S_SK_W * i;
-                vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
-            }
-    }
+        for (int q = 0; q < NT; q++) {
+            int c = warp + S_SK_W * i;
+            vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
+        }
     if constexpr (NF == S_NF_IN)
         ep.rs = s_nin_rstd<NT>(fold.in, T);
     /* the warps' partial sums meet past the stage slots */
-    s_red_t<NT> &red = *reinterpret_cast<s_red_t<NT> *>(s_sb + R * SLOT);
+    s_red_t<NT> &red = *reinterpret_cast<s_red_t<NT> *>(s_sb + R * S_SB_SLOT);
     for (int k = 0, gs = 0; k < u.nt; k++) {
         for (int st = 0; st < stages; st++, gs++) {
-            int c0 = st * CS, cn = st + 1 < stages ? c0 + CS : 0;
-            if constexpr (!XS) {
+            int c0 = st * S_SB_CS, cn = st + 1 < stages ? c0 + S_SB_CS : 0;
 #pragma unroll
-                for (int i = 0; i < CW; i++)
+            for (int i = 0; i < CW; i++)
 #pragma unroll
-                    for (int q = 0; q < NT; q++) {
-                        int c = cn + warp + S_SK_W * i;
-                        nx[i][q] =
-                            xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
-                    }
-            }
+                for (int q = 0; q < NT; q++) {
+                    int c = cn + warp + S_SK_W * i;
+                    nx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
+                }
             int slot = gs % R;
             trn_mbar_wait(bars + 8u * (uint32_t) slot,
                           (uint32_t) (gs / R) & 1u);
-            const unsigned char *base = s_sb + slot * SLOT + g * ROW + t * 16;
+            const unsigned char *base =
+                s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
 #pragma unroll
             for (int i = 0; i < CW; i++) {
                 int c = warp + S_SK_W * i;
                 if (c0 + c >= chunks)
                     break;
                 uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
-                uint4 vb =
-                    *reinterpret_cast<const uint4 *>(base + 8 * ROW + c * 64);
+                uint4 vb = *reinterpret_cast<const uint4 *>(
+                    base + 8 * S_SB_ROW + c * 64);
                 uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
                 uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
                 for (int q = 0; q < NT; q++) {
-                    uint4 xv;
-                    if constexpr (XS)
-                        xv = *reinterpret_cast<const uint4 *>(
-                            base + (16 + 8 * q) * ROW + c * 64);
-                    else
-                        xv = vx[i][q];
-                    trn_mma(acc[q], a0, xv.x, xv.y);
-                    trn_mma(acc[q], a1, xv.z, xv.w);
+                    trn_mma(acc[q], a0, vx[i][q].x, vx[i][q].y);
+                    trn_mma(acc[q], a1, vx[i][q].z, vx[i][q].w);
                 }
             }
-            if constexpr (!XS) {
 #pragma unroll
-                for (int i = 0; i < CW; i++)
+            for (int i = 0; i < CW; i++)
 #pragma unroll
-                    for (int q = 0; q < NT; q++)
-                        vx[i][q] = nx[i][q];
-            }
+                for (int q = 0; q < NT; q++)
+                    vx[i][q] = nx[i][q];
             __syncthreads(); /* every warp is done with the slot */
             if (warp == 0 && gs + R < total)
-                issue(gs + R, true);
+                issue(gs + R);
         }
         if (k + 1 == u.nt)
             s_l2_prefetch(pf); /* this block's weights are in */
@@ -1016,31 +958,6 @@ s_skinny_bulk_stages(void)
     return r;
 }
 
-/* The bulk kernel's stage shape (LISA_CUDA_SKINNY_CFG="CS,XS"): CS 32,
- * 16 or 8 chunks a row a stage, and XS 1 for the tokens' rows copied with
- * the weights instead of loaded into registers a stage ahead. The slots
- * then fill the shared memory three blocks a processor leave (32,0: 2 or
- * LISA_CUDA_SKINNY_BULK's 3 stages; 16,0: 4; 8,0: 7; 32,1: 2, two blocks a
- * processor; 16,1: 2; 8,1: 5,
- * or 3 past 8 tokens). Read once; anything else is 32,0. */
-enum { S_CFG_32, S_CFG_16, S_CFG_8, S_CFG_32X, S_CFG_16X, S_CFG_8X };
-
-static int
-s_skinny_cfg(void)
-{
-    static int c = -1;
-    if (c < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_CFG");
-        int cs = 32, xs = 0;
-        if (e && *e && sscanf(e, "%d,%d", &cs, &xs) < 1)
-            cs = 32;
-        c = cs == 16  ? (xs ? S_CFG_16X : S_CFG_16)
-            : cs == 8 ? (xs ? S_CFG_8X : S_CFG_8)
-                      : (xs ? S_CFG_32X : S_CFG_32);
-    }
-    return c;
-}
-
 /* Blocks a multiprocessor for the bulk products: LISA_CUDA_SKINNY_SPREAD
  * ="g,p" (or "g") sets g for SwiGLU's gate|up and p for the others; 0
  * gives a block a tile. Unset: as many as are resident at once, or a
@@ -1070,43 +987,42 @@ s_spread(float *glu, float *plain)
 
 /* A bulk block's dynamic shared memory: R stage slots, then the warps'
  * sums. */
-template <int NT, int R, int CS, bool XS>
+template <int NT, int R>
 static constexpr int
 s_bulk_smem(void)
 {
-    return R * s_sb_slot<NT, CS, XS>() + (int) sizeof(s_red_t<NT>);
+    return R * S_SB_SLOT + (int) sizeof(s_red_t<NT>);
 }
 
 /* The blocks of this instantiation a multiprocessor holds (asked once,
  * after allowing its shared memory). */
-template <int NT, int R, int CS, bool XS, bool GLU, int NF>
+template <int NT, int R, bool GLU, int NF>
 static lisa_rc_t
 s_bulk_resident(int *out)
 {
     static int resident; /* per instantiation, set once */
     if (!resident) {
         int n = 0;
-        const int smem = s_bulk_smem<NT, R, CS, XS>();
         TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, CS, XS, GLU, NF>,
-            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            s_skinny_bulk<NT, R, GLU, NF>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, s_bulk_smem<NT, R>()));
         TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, s_skinny_bulk<NT, R, CS, XS, GLU, NF>, 32 * S_SK_W,
-            (size_t) smem));
+            &n, s_skinny_bulk<NT, R, GLU, NF>, 32 * S_SK_W,
+            (size_t) s_bulk_smem<NT, R>()));
         resident = n < 1 ? 1 : n;
     }
     *out = resident;
     return LISA_OK;
 }
 
-template <int NT, int R, int CS, bool XS, bool GLU, int NF>
+template <int NT, int R, bool GLU, int NF>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
     int resident = 0;
-    lisa_rc_t rc = s_bulk_resident<NT, R, CS, XS, GLU, NF>(&resident);
+    lisa_rc_t rc = s_bulk_resident<NT, R, GLU, NF>(&resident);
     if (rc != LISA_OK)
         return rc;
     /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
@@ -1124,10 +1040,10 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     if (v < 0.0f) /* unset: the resident blocks, a tile at least */
         G = resident * sms < tiles ? resident * sms : tiles;
     G = G < 1 || NF == S_NF_OUT ? tiles : G > outs ? outs : G;
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, CS, XS, GLU, NF>,
+    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, NF>,
                                 dim3((unsigned) G), dim3(32 * S_SK_W),
-                                (size_t) s_bulk_smem<NT, R, CS, XS>(), st, yf,
-                                yb, x, w, T, K, N, accumulate, pf, f));
+                                (size_t) s_bulk_smem<NT, R>(), st, yf, yb, x, w,
+                                T, K, N, accumulate, pf, f));
     return LISA_OK;
 }
 
@@ -1137,30 +1053,11 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
-    switch (s_skinny_cfg()) {
-    case S_CFG_16:
-        return s_skinny_bulk_go<NT, 4, 16, false, GLU, NF>(
-            yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    case S_CFG_8:
-        return s_skinny_bulk_go<NT, 7, 8, false, GLU, NF>(
-            yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    case S_CFG_32X:
-        return s_skinny_bulk_go<NT, 2, 32, true, GLU, NF>(
-            yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    case S_CFG_16X:
-        return s_skinny_bulk_go<NT, 2, 16, true, GLU, NF>(
-            yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    case S_CFG_8X:
-        return s_skinny_bulk_go < NT, NT == 1 ? 5 : 3, 8, true, GLU,
-               NF > (yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    default:
-        break;
-    }
     if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, 32, false, GLU, NF>(
-            yf, yb, x, w, T, K, N, accumulate, pf, f, st);
-    return s_skinny_bulk_go<NT, 3, 32, false, GLU, NF>(yf, yb, x, w, T, K, N,
-                                                       accumulate, pf, f, st);
+        return s_skinny_bulk_go<NT, 2, GLU, NF>(yf, yb, x, w, T, K, N,
+                                                accumulate, pf, f, st);
+    return s_skinny_bulk_go<NT, 3, GLU, NF>(yf, yb, x, w, T, K, N, accumulate,
+                                            pf, f, st);
 }
 
 /* The bulk product with the fold f asks for: a norm in, a norm out (not
@@ -1276,31 +1173,6 @@ s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                                        pf, st);
 }
 
-/* The resident blocks of the norm-out kernel s_skinny_bulk_fwd picks. */
-template <int NT>
-static lisa_rc_t
-s_nout_resident(int *res)
-{
-    const int O = S_NF_OUT;
-    switch (s_skinny_cfg()) {
-    case S_CFG_16:
-        return s_bulk_resident<NT, 4, 16, false, false, O>(res);
-    case S_CFG_8:
-        return s_bulk_resident<NT, 7, 8, false, false, O>(res);
-    case S_CFG_32X:
-        return s_bulk_resident<NT, 2, 32, true, false, O>(res);
-    case S_CFG_16X:
-        return s_bulk_resident<NT, 2, 16, true, false, O>(res);
-    case S_CFG_8X:
-        return s_bulk_resident < NT, NT == 1 ? 5 : 3, 8, true, false, O > (res);
-    default:
-        break;
-    }
-    return s_skinny_bulk_stages() == 2
-               ? s_bulk_resident<NT, 2, 32, false, false, O>(res)
-               : s_bulk_resident<NT, 3, 32, false, false, O>(res);
-}
-
 /* Whether a norm-out product of N outputs at T tokens runs a block a
  * 16-output tile in one round of resident blocks, the grid the bulk
  * kernel gives it without a fold (LISA_CUDA_SKINNY_SPREAD's p unset or
@@ -1314,8 +1186,12 @@ s_nout_grid_ok(int T, int N)
         return 0;
     if (sp == 0.0f) /* a block a tile asked for */
         return 1;
-    int res = 0;
-    lisa_rc_t rc = T <= 8 ? s_nout_resident<1>(&res) : s_nout_resident<2>(&res);
+    int res = 0, two = s_skinny_bulk_stages() == 2;
+    lisa_rc_t rc = T <= 8
+                       ? (two ? s_bulk_resident<1, 2, false, S_NF_OUT>(&res)
+                              : s_bulk_resident<1, 3, false, S_NF_OUT>(&res))
+                       : (two ? s_bulk_resident<2, 2, false, S_NF_OUT>(&res)
+                              : s_bulk_resident<2, 3, false, S_NF_OUT>(&res));
     return rc == LISA_OK && (long) (N / 16) <= (long) res * trn_sm_count();
 }
 
