@@ -7,7 +7,9 @@
  * sums equal one rank's; bad joins are refused, a missing rank ends the
  * bootstrap at its deadline, a departed rank ends a step at once, and
  * strangers on rank 0's port (another run's rank, a socket that speaks
- * something else, their disconnects) change nothing. With
+ * something else, their disconnects) change nothing, and a rank whose
+ * rank 0 endpoint is held by something else (that answers no ZMTP, or says
+ * nothing) ends its join instead of waiting on. With
  * context parallelism on, the longest trajectories train on every rank at
  * once, split between them, to the same weights. The first test is the
  * usage example.
@@ -537,4 +539,94 @@ Test(trn_dp, a_departed_rank_ends_the_step_at_once)
     trn_backend_destroy(&dp);
     trn_group_destroy(&g);
     s_free_rank(&k);
+}
+
+/* A TCP listener on loopback that answers every connection with bytes
+ * that are no ZMTP greeting and closes it, or (silent) holds it open and
+ * says nothing, until stop. */
+typedef struct {
+    int fd, held[16], nheld;
+    bool silent;
+    volatile int stop;
+} s_liar_t;
+
+static void *
+s_liar(void *arg)
+{
+    s_liar_t *l = arg;
+    while (!l->stop) {
+        int c = accept(l->fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        if (l->silent && l->nheld < 16) {
+            l->held[l->nheld++] = c;
+            continue;
+        }
+        static const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+        ssize_t n = write(c, junk, sizeof junk - 1);
+        (void) n;
+        close(c);
+    }
+    for (int i = 0; i < l->nheld; i++)
+        close(l->held[i]);
+    return NULL;
+}
+
+/* Rank 1 of two joining through a listener l started here; the join's
+ * code, its error in err and its seconds in *secs. */
+static lisa_rc_t
+s_join_liar(s_liar_t *l, trn_err_t *err, double *secs)
+{
+    l->fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(l->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(l->fd, (struct sockaddr *) &a, sizeof a), 0);
+    cr_assert_eq(listen(l->fd, 16), 0);
+    cr_assert_eq(getsockname(l->fd, (struct sockaddr *) &a, &al), 0);
+    struct timeval tv = {.tv_usec = 100000}; /* accept wakes for stop */
+    setsockopt(l->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, s_liar, l), 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    trn_group_cfg_t gc = {.rank = 1,
+                          .world = 2,
+                          .endpoint = ep,
+                          .digest = "d",
+                          .engine_url = "",
+                          .timeout_ms = 600};
+    trn_group_t *g = trn_group_new(&gc, err);
+    cr_assert_not_null(g, "%s", err->msg);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    lisa_rc_t rc = trn_group_join(g, NULL, NULL, err);
+    *secs = s_since(&t0);
+    trn_group_destroy(&g);
+    l->stop = 1;
+    pthread_join(th, NULL);
+    close(l->fd);
+    return rc;
+}
+
+Test(trn_dp, a_rank_whose_rank_0_speaks_something_else_ends_its_join)
+{
+    s_liar_t l = {.silent = false};
+    trn_err_t err = {{0}};
+    double s;
+    lisa_rc_t rc = s_join_liar(&l, &err, &s);
+    cr_assert_eq(rc, LISA_UNAVAILABLE, "%s: %s", lisa_rc_str(rc), err.msg);
+    cr_assert(strstr(err.msg, "rank 0"), "%s", err.msg);
+    cr_assert(s < 5, "the join took %g s", s);
+}
+
+Test(trn_dp, a_rank_whose_rank_0_says_nothing_ends_at_its_deadline)
+{
+    s_liar_t l = {.silent = true};
+    trn_err_t err = {{0}};
+    double s;
+    lisa_rc_t rc = s_join_liar(&l, &err, &s);
+    cr_assert_eq(rc, LISA_TIMEOUT, "%s: %s", lisa_rc_str(rc), err.msg);
+    cr_assert(s >= 0.5 && s < 5, "the join took %g s", s);
 }
