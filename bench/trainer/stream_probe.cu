@@ -20,6 +20,15 @@
  *                 (a block a tile, gate|up and the LM head over the
  *                 resident blocks), launched as the step launches them
  *   layers-contig the same with the 32 KiB copies
+ *   layers-lds    layers-bulk where each warp reads its chunks of every
+ *                 stage from shared memory as the products do (two
+ *                 16-byte loads a lane a chunk)
+ *   layers-mma    and multiplies them with one token group's values held
+ *                 in registers (two mma a chunk a group)
+ *   layers-out    and ends each tile as the products do: the warps' sums
+ *                 through shared memory, summed and stored
+ *   layers-out-r3 layers-out with 3 stages in flight (two blocks a
+ *                 processor)
  *   products      the real products (trn_linear_fwd, _glu) of TOKENS
  *   products+l2   with the decode step's L2 hints (trn_linear_next)
  *
@@ -27,6 +36,7 @@
  * costs are the step's. Usage: trn_stream_probe [TOKENS] [LAYERS]
  */
 #include "trn_cuda_common.cuh"
+#include "trn_cuda_mma.cuh"
 
 #include <algorithm>
 #include <stdlib.h>
@@ -63,13 +73,17 @@ p_read(const uint4 *p, size_t n16, unsigned *sink)
         *sink = acc;
 }
 
+/* What p_tiles' warps do with a stage: touch it, read their chunks as
+ * the products do, multiply them too, and end each tile as they do. */
+enum { P_TOUCH, P_LDS, P_MMA, P_OUT };
+
 /* Tiles of 16 rows of w [N][K] (bf16) in contiguous runs over the grid,
- * streamed through P_R stage slots as the bulk products stream them; the
- * warps only touch each stage. CONTIG: a stage is one copy of the same
- * bytes from a tile-major place. */
-template <bool CONTIG, int P_R>
+ * streamed through P_R stage slots as the bulk products stream them, the
+ * warps' work with each stage as WORK says. CONTIG: a stage is one copy of
+ * the same bytes from a tile-major place. y: the tiles' sums (P_OUT). */
+template <bool CONTIG, int P_R, int WORK>
 __global__ void __launch_bounds__(256)
-    p_tiles(const trn_bf16_t *w, int K, int N, unsigned *sink)
+    p_tiles(const trn_bf16_t *w, int K, int N, unsigned *sink, float *y)
 {
     extern __shared__ __align__(128) unsigned char sm[];
     __shared__ __align__(8) uint64_t bar_mem[P_R];
@@ -116,15 +130,59 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
     trn_pdl_enter();
     unsigned acc = 0;
+    int g = lane >> 2, t = lane & 3;
+    float fa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t xv0 = 0x3f803f80u ^ (uint32_t) lane, xv1 = xv0 + 1u;
     for (int gs = 0; gs < total; gs++) {
-        int slot = gs % P_R;
+        int slot = gs % P_R, st = gs % stages;
         trn_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (gs / P_R) & 1u);
-        acc ^= *reinterpret_cast<const unsigned *>(sm + slot * P_SLOT +
-                                                   threadIdx.x * 64);
+        if (WORK == P_TOUCH) {
+            acc ^= *reinterpret_cast<const unsigned *>(sm + slot * P_SLOT +
+                                                       threadIdx.x * 64);
+        } else {
+            const unsigned char *base = sm + slot * P_SLOT + g * P_ROW + t * 16;
+#pragma unroll
+            for (int i = 0; i < P_CS / 8; i++) {
+                int c = warp + 8 * i;
+                if (st * P_CS + c >= chunks)
+                    break;
+                uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
+                uint4 vb =
+                    *reinterpret_cast<const uint4 *>(base + 8 * P_ROW + c * 64);
+                if (WORK == P_LDS) {
+                    acc ^= va.x ^ va.w ^ vb.y ^ vb.z;
+                } else {
+                    uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
+                    uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
+                    trn_mma(fa, a0, xv0, xv1);
+                    trn_mma(fa, a1, xv1, xv0);
+                }
+            }
+        }
         __syncthreads();
         if (warp == 0 && gs + P_R < total)
             issue(gs + P_R);
+        if constexpr (WORK == P_OUT) {
+            if (st < stages - 1)
+                continue;
+            __shared__ float red[8][16][9]; /* the tile's end */
+            red[warp][g][2 * t] = fa[0], red[warp][g][2 * t + 1] = fa[1];
+            red[warp][g + 8][2 * t] = fa[2];
+            red[warp][g + 8][2 * t + 1] = fa[3];
+            __syncthreads();
+            if (threadIdx.x < 128) {
+                int r = threadIdx.x / 8, k = threadIdx.x % 8;
+                float v = 0.0f;
+                for (int i = 0; i < 8; i++)
+                    v += red[i][r][k];
+                y[(size_t) k * (size_t) N + (size_t) (t0 + gs / stages) * 16 +
+                  (size_t) r] = v;
+            }
+            fa[0] = fa[1] = fa[2] = fa[3] = 0.0f;
+        }
     }
+    if (WORK == P_MMA)
+        acc ^= __float_as_uint(fa[0] + fa[1] + fa[2] + fa[3]);
     if (acc == 0x9e3779b9u)
         *sink = acc;
 }
@@ -135,24 +193,24 @@ struct p_shape {
 };
 
 /* Launches p_tiles over the resident blocks (spread) or a block a tile. */
-template <bool CONTIG, int P_R>
+template <bool CONTIG, int P_R, int WORK = P_TOUCH>
 static void
 p_tiles_go(const trn_bf16_t *w, int K, int N, int spread, unsigned *sink,
-           cudaStream_t st)
+           cudaStream_t st, float *y = NULL)
 {
     static int resident;
     int smem = P_R * P_SLOT;
     if (!resident) {
-        CK(cudaFuncSetAttribute(p_tiles<CONTIG, P_R>,
+        CK(cudaFuncSetAttribute(p_tiles<CONTIG, P_R, WORK>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 smem));
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, p_tiles<CONTIG, P_R>, 256, smem));
+            &resident, p_tiles<CONTIG, P_R, WORK>, 256, smem));
         resident *= trn_sm_count();
     }
     int grid = spread ? std::min(resident, N / 16) : N / 16;
-    CK(trn_launch_pdl(p_tiles<CONTIG, P_R>, dim3(grid), dim3(256),
-                      (size_t) smem, st, w, K, N, sink));
+    CK(trn_launch_pdl(p_tiles<CONTIG, P_R, WORK>, dim3(grid), dim3(256),
+                      (size_t) smem, st, w, K, N, sink, y));
 }
 
 static float
@@ -216,7 +274,7 @@ main(int argc, char **argv)
     float *y;
     CK(cudaMalloc(&x, (size_t) T * I * 2));
     CK(cudaMalloc(&a, (size_t) T * I * 2));
-    CK(cudaMalloc(&y, (size_t) T * V * 4));
+    CK(cudaMalloc(&y, (size_t) std::max(T, 8) * V * 4));
     CK(cudaMemset(x, 0, (size_t) T * I * 2));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -252,7 +310,7 @@ main(int argc, char **argv)
     struct {
         const char *name;
         float ms;
-    } r[12];
+    } r[16];
     int nr = 0;
     r[nr].name = "read";
     r[nr++].ms = p_time(st, [&] {
@@ -286,6 +344,30 @@ main(int argc, char **argv)
     r[nr++].ms = p_time(st, [&] {
         each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
             p_tiles_go<true, 2>(p, s.K, s.N, s.spread, sink, st);
+        });
+    });
+    r[nr].name = "layers-lds";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_LDS>(p, s.K, s.N, s.spread, sink, st);
+        });
+    });
+    r[nr].name = "layers-mma";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_MMA>(p, s.K, s.N, s.spread, sink, st);
+        });
+    });
+    r[nr].name = "layers-out";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
+        });
+    });
+    r[nr].name = "layers-out-r3";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 3, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
         });
     });
     int ok = 1;
