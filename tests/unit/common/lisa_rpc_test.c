@@ -13,10 +13,13 @@
 
 /* The peer: a ROUTER that answers every request with CODE_OK (stats body),
  * except that it silently drops the first `drop` requests and echoes the
- * caller into the error text. */
+ * caller into the error text. With `curve` it is a CURVE server with a
+ * fresh key, whose handshake a client without keys fails: such a client's
+ * socket never gets a connected peer and no request ever arrives. */
 typedef struct {
     int drop;
     int seen;
+    bool curve;
 } peer_cfg_t;
 
 static void
@@ -24,6 +27,11 @@ s_peer(zsock_t *pipe, void *arg)
 {
     peer_cfg_t *cfg = arg;
     zsock_t *router = zsock_new(ZMQ_ROUTER);
+    zcert_t *cert = cfg->curve ? zcert_new() : NULL;
+    if (cert) {
+        zsock_set_curve_server(router, 1);
+        zcert_apply(cert, router);
+    }
     int port = zsock_bind(router, "tcp://127.0.0.1:*");
     zsock_signal(pipe, 0);
     zstr_sendf(pipe, "%d", port);
@@ -73,6 +81,7 @@ s_peer(zsock_t *pipe, void *arg)
         zmsg_destroy(&m);
     }
     zpoller_destroy(&p);
+    zcert_destroy(&cert);
     zsock_destroy(&router);
 }
 
@@ -132,41 +141,11 @@ Test(lisa_rpc, idempotent_request_is_retried_on_a_new_socket)
     lisa_rpc_destroy(&rpc);
 }
 
-/* A ROUTER with CURVE on, whose handshake a client without keys fails:
- * the client's socket never gets a connected peer. */
-static void
-s_curve_peer(zsock_t *pipe, void *arg)
-{
-    (void) arg;
-    zsock_t *router = zsock_new(ZMQ_ROUTER);
-    zcert_t *cert = zcert_new();
-    zsock_set_curve_server(router, 1);
-    zcert_apply(cert, router);
-    int port = zsock_bind(router, "tcp://127.0.0.1:*");
-    zsock_signal(pipe, 0);
-    zstr_sendf(pipe, "%d", port);
-    zpoller_t *p = zpoller_new(pipe, router, NULL);
-    for (;;) {
-        void *which = zpoller_wait(p, 1000);
-        if (which == pipe)
-            break;
-        if (which == router) {
-            zmsg_t *m = zmsg_recv(router);
-            zmsg_destroy(&m);
-        }
-    }
-    zpoller_destroy(&p);
-    zcert_destroy(&cert);
-    zsock_destroy(&router);
-}
-
 Test(lisa_rpc, a_peer_refusing_the_handshake_times_out_every_try, .timeout = 30)
 {
-    zactor_t *peer = zactor_new(s_curve_peer, NULL);
-    char *port = zstr_recv(peer);
+    peer_cfg_t cfg = {.curve = true};
     char ep[64];
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%s", port);
-    zstr_free(&port);
+    zactor_t *peer = s_start(&cfg, ep, sizeof ep);
     lisa_rpc_t *rpc = lisa_rpc_new(ep, "no-keys");
     Lisa__Request req = LISA__REQUEST__INIT;
     Lisa__StatsReq sreq = LISA__STATS_REQ__INIT;
@@ -184,6 +163,7 @@ Test(lisa_rpc, a_peer_refusing_the_handshake_times_out_every_try, .timeout = 30)
     }
     lisa_rpc_destroy(&rpc);
     zactor_destroy(&peer);
+    cr_assert_eq(cfg.seen, 0); /* nothing got through the handshake */
 }
 
 Test(lisa_rpc, non_idempotent_request_times_out_after_one_try)

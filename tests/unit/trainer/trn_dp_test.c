@@ -24,6 +24,7 @@
 #include <czmq.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -547,7 +548,7 @@ Test(trn_dp, a_departed_rank_ends_the_step_at_once)
 typedef struct {
     int fd, held[16], nheld;
     bool silent;
-    volatile int stop;
+    atomic_int stop;
 } s_liar_t;
 
 static void *
