@@ -29,6 +29,13 @@
  *                 through shared memory, summed and stored
  *   layers-out-r3 layers-out with 3 stages in flight (two blocks a
  *                 processor)
+ *   layers-x      layers-out with the tokens' values loaded from global
+ *                 memory a stage ahead, as the products load them
+ *   layers-out32  layers-out with 32-row tiles of 16 chunks a stage (the
+ *                 same slot bytes)
+ *   layers-x32    layers-x with those tiles: half the tokens' loads
+ *   layers-x32-r3 the same with 3 stages in flight
+ *   layers-x32-c32 32-row tiles of 32 chunks (one block a processor)
  *   products      the real products (trn_linear_fwd, _glu) of TOKENS
  *   products+l2   with the decode step's L2 hints (trn_linear_next)
  *
@@ -74,47 +81,59 @@ p_read(const uint4 *p, size_t n16, unsigned *sink)
 }
 
 /* What p_tiles' warps do with a stage: touch it, read their chunks as
- * the products do, multiply them too, and end each tile as they do. */
-enum { P_TOUCH, P_LDS, P_MMA, P_OUT };
+ * the products do, multiply them too, end each tile as they do, and
+ * load their tokens' values from global memory a stage ahead as they do
+ * (P_X). */
+enum { P_TOUCH, P_LDS, P_MMA, P_OUT, P_X };
 
-/* Tiles of 16 rows of w [N][K] (bf16) in contiguous runs over the grid,
- * streamed through P_R stage slots as the bulk products stream them, the
- * warps' work with each stage as WORK says. CONTIG: a stage is one copy of
- * the same bytes from a tile-major place. y: the tiles' sums (P_OUT). */
-template <bool CONTIG, int P_R, int WORK>
+/* A stage slot's bytes: ROWS rows of CS chunks, each row 64 bytes past a
+ * whole number of 128-byte lines (as the products lay them). */
+template <int ROWS, int CS> constexpr int p_slot = ROWS *(CS * 64 + 64);
+
+/* Tiles of ROWS rows of w [N][K] (bf16) in contiguous runs over the grid,
+ * streamed through P_R stage slots of CS chunks a row as the bulk
+ * products stream them, the warps' work with each stage as WORK says.
+ * CONTIG: a stage is one copy of the same bytes from a tile-major place.
+ * y: the tiles' sums (P_OUT, P_X); x: the 8 tokens' rows (P_X). With 32
+ * rows a warp's two 16-row halves share each token fragment, so a stage
+ * loads half the tokens' bytes a weight byte. */
+template <bool CONTIG, int P_R, int WORK, int ROWS = 16, int CS = P_CS>
 __global__ void __launch_bounds__(256)
-    p_tiles(const trn_bf16_t *w, int K, int N, unsigned *sink, float *y)
+    p_tiles(const trn_bf16_t *w, int K, int N, unsigned *sink, float *y,
+            const trn_bf16_t *x)
 {
+    constexpr int ROW = CS * 64 + 64, SLOT = p_slot<ROWS, CS>;
+    constexpr int H = ROWS / 16; /* 16-row halves a tile */
     extern __shared__ __align__(128) unsigned char sm[];
     __shared__ __align__(8) uint64_t bar_mem[P_R];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int tiles = N / 16, G = (int) gridDim.x, b = (int) blockIdx.x;
+    int tiles = N / ROWS, G = (int) gridDim.x, b = (int) blockIdx.x;
     int q = tiles / G, rem = tiles % G;
     int t0 = b * q + (b < rem ? b : rem), nt = q + (b < rem);
-    int chunks = K / 32, stages = (chunks + P_CS - 1) / P_CS;
+    int chunks = K / 32, stages = (chunks + CS - 1) / CS;
     int total = nt * stages;
     uint32_t slots = (uint32_t) __cvta_generic_to_shared(sm);
     uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
     auto issue = [&](int gs) {
         int tile = t0 + gs / stages, st = gs % stages, slot = gs % P_R;
-        int c0 = st * P_CS, cs = min(P_CS, chunks - c0);
+        int c0 = st * CS, cs = min(CS, chunks - c0);
         unsigned bytes = (unsigned) cs * 64u;
         uint32_t bar = bars + 8u * (uint32_t) slot;
         if (CONTIG) {
             if (lane == 0) {
-                trn_mbar_arrive_tx(bar, 16u * bytes);
-                trn_bulk_g2s(slots + (uint32_t) (slot * P_SLOT),
-                             w + (size_t) tile * 16 * (size_t) K +
-                                 (size_t) c0 * 32 * 16,
-                             16u * bytes, bar);
+                trn_mbar_arrive_tx(bar, ROWS * bytes);
+                trn_bulk_g2s(slots + (uint32_t) (slot * SLOT),
+                             w + (size_t) tile * ROWS * (size_t) K +
+                                 (size_t) c0 * 32 * ROWS,
+                             ROWS * bytes, bar);
             }
         } else {
             if (lane == 0)
-                trn_mbar_arrive_tx(bar, 16u * bytes);
+                trn_mbar_arrive_tx(bar, ROWS * bytes);
             __syncwarp();
-            if (lane < 16)
-                trn_bulk_g2s(slots + (uint32_t) (slot * P_SLOT + lane * P_ROW),
-                             w + (size_t) (tile * 16 + lane) * (size_t) K +
+            if (lane < ROWS)
+                trn_bulk_g2s(slots + (uint32_t) (slot * SLOT + lane * ROW),
+                             w + (size_t) (tile * ROWS + lane) * (size_t) K +
                                  (size_t) c0 * 32,
                              bytes, bar);
         }
@@ -131,58 +150,93 @@ __global__ void __launch_bounds__(256)
     trn_pdl_enter();
     unsigned acc = 0;
     int g = lane >> 2, t = lane & 3;
-    float fa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float fa[H][4] = {};
     const uint32_t xv0 = 0x3f803f80u ^ (uint32_t) lane, xv1 = xv0 + 1u;
+    constexpr int CW = CS / 8; /* a warp's chunks a stage */
+    const uint4 *xr =
+        reinterpret_cast<const uint4 *>(x) + (size_t) g * (size_t) (K / 8) + t;
+    uint4 vx[CW], nx[CW];
+    if (WORK == P_X)
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            int c = warp + 8 * i;
+            vx[i] = c < chunks ? xr[4 * (size_t) c] : make_uint4(0, 0, 0, 0);
+        }
     for (int gs = 0; gs < total; gs++) {
         int slot = gs % P_R, st = gs % stages;
+        if (WORK == P_X) {
+            int cn = st + 1 < stages ? (st + 1) * CS : 0;
+#pragma unroll
+            for (int i = 0; i < CW; i++) {
+                int c = cn + warp + 8 * i;
+                nx[i] =
+                    c < chunks ? xr[4 * (size_t) c] : make_uint4(0, 0, 0, 0);
+            }
+        }
         trn_mbar_wait(bars + 8u * (uint32_t) slot, (uint32_t) (gs / P_R) & 1u);
         if (WORK == P_TOUCH) {
-            acc ^= *reinterpret_cast<const unsigned *>(sm + slot * P_SLOT +
+            acc ^= *reinterpret_cast<const unsigned *>(sm + slot * SLOT +
                                                        threadIdx.x * 64);
         } else {
-            const unsigned char *base = sm + slot * P_SLOT + g * P_ROW + t * 16;
+            const unsigned char *base = sm + slot * SLOT + g * ROW + t * 16;
 #pragma unroll
-            for (int i = 0; i < P_CS / 8; i++) {
+            for (int i = 0; i < CW; i++) {
                 int c = warp + 8 * i;
-                if (st * P_CS + c >= chunks)
+                if (st * CS + c >= chunks)
                     break;
-                uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
-                uint4 vb =
-                    *reinterpret_cast<const uint4 *>(base + 8 * P_ROW + c * 64);
-                if (WORK == P_LDS) {
-                    acc ^= va.x ^ va.w ^ vb.y ^ vb.z;
-                } else {
+#pragma unroll
+                for (int h = 0; h < H; h++) {
+                    const unsigned char *hb = base + h * 16 * ROW + c * 64;
+                    uint4 va = *reinterpret_cast<const uint4 *>(hb);
+                    uint4 vb = *reinterpret_cast<const uint4 *>(hb + 8 * ROW);
+                    if (WORK == P_LDS) {
+                        acc ^= va.x ^ va.w ^ vb.y ^ vb.z;
+                        continue;
+                    }
                     uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
                     uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
-                    trn_mma(fa, a0, xv0, xv1);
-                    trn_mma(fa, a1, xv1, xv0);
+                    if (WORK == P_X) {
+                        trn_mma(fa[h], a0, vx[i].x, vx[i].y);
+                        trn_mma(fa[h], a1, vx[i].z, vx[i].w);
+                    } else {
+                        trn_mma(fa[h], a0, xv0, xv1);
+                        trn_mma(fa[h], a1, xv1, xv0);
+                    }
                 }
             }
         }
+        if (WORK == P_X)
+#pragma unroll
+            for (int i = 0; i < CW; i++)
+                vx[i] = nx[i];
         __syncthreads();
         if (warp == 0 && gs + P_R < total)
             issue(gs + P_R);
-        if constexpr (WORK == P_OUT) {
+        if constexpr (WORK >= P_OUT) {
             if (st < stages - 1)
                 continue;
-            __shared__ float red[8][16][9]; /* the tile's end */
-            red[warp][g][2 * t] = fa[0], red[warp][g][2 * t + 1] = fa[1];
-            red[warp][g + 8][2 * t] = fa[2];
-            red[warp][g + 8][2 * t + 1] = fa[3];
+            __shared__ float red[8][ROWS][9]; /* the tile's end */
+#pragma unroll
+            for (int h = 0; h < H; h++) {
+                red[warp][16 * h + g][2 * t] = fa[h][0];
+                red[warp][16 * h + g][2 * t + 1] = fa[h][1];
+                red[warp][16 * h + g + 8][2 * t] = fa[h][2];
+                red[warp][16 * h + g + 8][2 * t + 1] = fa[h][3];
+                fa[h][0] = fa[h][1] = fa[h][2] = fa[h][3] = 0.0f;
+            }
             __syncthreads();
-            if (threadIdx.x < 128) {
+            if (threadIdx.x < ROWS * 8) {
                 int r = threadIdx.x / 8, k = threadIdx.x % 8;
                 float v = 0.0f;
                 for (int i = 0; i < 8; i++)
                     v += red[i][r][k];
-                y[(size_t) k * (size_t) N + (size_t) (t0 + gs / stages) * 16 +
+                y[(size_t) k * (size_t) N + (size_t) (t0 + gs / stages) * ROWS +
                   (size_t) r] = v;
             }
-            fa[0] = fa[1] = fa[2] = fa[3] = 0.0f;
         }
     }
     if (WORK == P_MMA)
-        acc ^= __float_as_uint(fa[0] + fa[1] + fa[2] + fa[3]);
+        acc ^= __float_as_uint(fa[0][0] + fa[0][1] + fa[0][2] + fa[0][3]);
     if (acc == 0x9e3779b9u)
         *sink = acc;
 }
@@ -193,24 +247,25 @@ struct p_shape {
 };
 
 /* Launches p_tiles over the resident blocks (spread) or a block a tile. */
-template <bool CONTIG, int P_R, int WORK = P_TOUCH>
+template <bool CONTIG, int P_R, int WORK = P_TOUCH, int ROWS = 16,
+          int CS = P_CS>
 static void
 p_tiles_go(const trn_bf16_t *w, int K, int N, int spread, unsigned *sink,
-           cudaStream_t st, float *y = NULL)
+           cudaStream_t st, float *y = NULL, const trn_bf16_t *x = NULL)
 {
     static int resident;
-    int smem = P_R * P_SLOT;
+    int smem = P_R * p_slot<ROWS, CS>;
+    auto k = p_tiles<CONTIG, P_R, WORK, ROWS, CS>;
     if (!resident) {
-        CK(cudaFuncSetAttribute(p_tiles<CONTIG, P_R, WORK>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 smem));
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, p_tiles<CONTIG, P_R, WORK>, 256, smem));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, k, 256,
+                                                         smem));
         resident *= trn_sm_count();
     }
-    int grid = spread ? std::min(resident, N / 16) : N / 16;
-    CK(trn_launch_pdl(p_tiles<CONTIG, P_R, WORK>, dim3(grid), dim3(256),
-                      (size_t) smem, st, w, K, N, sink, y));
+    int grid = spread ? std::min(resident, N / ROWS) : N / ROWS;
+    CK(trn_launch_pdl(k, dim3(grid), dim3(256), (size_t) smem, st, w, K, N,
+                      sink, y, x));
 }
 
 static float
@@ -272,10 +327,10 @@ main(int argc, char **argv)
     CK(cudaMalloc(&sink, 4));
     trn_bf16_t *x, *a;
     float *y;
-    CK(cudaMalloc(&x, (size_t) T * I * 2));
+    CK(cudaMalloc(&x, (size_t) std::max(T, 8) * I * 2));
     CK(cudaMalloc(&a, (size_t) T * I * 2));
     CK(cudaMalloc(&y, (size_t) std::max(T, 8) * V * 4));
-    CK(cudaMemset(x, 0, (size_t) T * I * 2));
+    CK(cudaMemset(x, 0, (size_t) std::max(T, 8) * I * 2));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int sms = trn_sm_count();
@@ -310,7 +365,7 @@ main(int argc, char **argv)
     struct {
         const char *name;
         float ms;
-    } r[16];
+    } r[24];
     int nr = 0;
     r[nr].name = "read";
     r[nr++].ms = p_time(st, [&] {
@@ -368,6 +423,40 @@ main(int argc, char **argv)
     r[nr++].ms = p_time(st, [&] {
         each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
             p_tiles_go<false, 3, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
+        });
+    });
+    r[nr].name = "layers-x";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x);
+        });
+    });
+    r[nr].name = "layers-out32";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_OUT, 32, 16>(p, s.K, s.N, s.spread, sink, st,
+                                                y);
+        });
+    });
+    r[nr].name = "layers-x32";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_X, 32, 16>(p, s.K, s.N, s.spread, sink, st,
+                                              y, x);
+        });
+    });
+    r[nr].name = "layers-x32-r3";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 3, P_X, 32, 16>(p, s.K, s.N, s.spread, sink, st,
+                                              y, x);
+        });
+    });
+    r[nr].name = "layers-x32-c32";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
+                                              y, x);
         });
     });
     int ok = 1;
