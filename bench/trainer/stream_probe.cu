@@ -36,6 +36,13 @@
  *   layers-x32    layers-x with those tiles: half the tokens' loads
  *   layers-x32-r3 the same with 3 stages in flight
  *   layers-x32-c32 32-row tiles of 32 chunks (one block a processor)
+ *   layers-xrep   layers-x with 8 copies of the tokens' rows, block b
+ *                 reading copy b % 8 (whether the blocks' loads of the same
+ *                 few lines of L2 are what costs)
+ *   layers-x-all  layers-x with every product over the resident blocks
+ *   layers-x32-c32-r3 32-row tiles of 32 chunks, 3 stages in flight (one
+ *                 block a processor)
+ *   x32-c32-r3-all the same with every product over the resident blocks
  *   products      the real products (trn_linear_fwd, _glu) of TOKENS
  *   products+l2   with the decode step's L2 hints (trn_linear_next)
  *
@@ -100,7 +107,7 @@ template <int ROWS, int CS> constexpr int p_slot = ROWS *(CS * 64 + 64);
 template <bool CONTIG, int P_R, int WORK, int ROWS = 16, int CS = P_CS>
 __global__ void __launch_bounds__(256)
     p_tiles(const trn_bf16_t *w, int K, int N, unsigned *sink, float *y,
-            const trn_bf16_t *x)
+            const trn_bf16_t *x, size_t xrep)
 {
     constexpr int ROW = CS * 64 + 64, SLOT = p_slot<ROWS, CS>;
     constexpr int H = ROWS / 16; /* 16-row halves a tile */
@@ -154,7 +161,8 @@ __global__ void __launch_bounds__(256)
     const uint32_t xv0 = 0x3f803f80u ^ (uint32_t) lane, xv1 = xv0 + 1u;
     constexpr int CW = CS / 8; /* a warp's chunks a stage */
     const uint4 *xr =
-        reinterpret_cast<const uint4 *>(x) + (size_t) g * (size_t) (K / 8) + t;
+        reinterpret_cast<const uint4 *>(x + (size_t) (blockIdx.x % 8) * xrep) +
+        (size_t) g * (size_t) (K / 8) + t;
     uint4 vx[CW], nx[CW];
     if (WORK == P_X)
 #pragma unroll
@@ -251,7 +259,8 @@ template <bool CONTIG, int P_R, int WORK = P_TOUCH, int ROWS = 16,
           int CS = P_CS>
 static void
 p_tiles_go(const trn_bf16_t *w, int K, int N, int spread, unsigned *sink,
-           cudaStream_t st, float *y = NULL, const trn_bf16_t *x = NULL)
+           cudaStream_t st, float *y = NULL, const trn_bf16_t *x = NULL,
+           size_t xrep = 0, int all = 0)
 {
     static int resident;
     int smem = P_R * p_slot<ROWS, CS>;
@@ -263,9 +272,9 @@ p_tiles_go(const trn_bf16_t *w, int K, int N, int spread, unsigned *sink,
                                                          smem));
         resident *= trn_sm_count();
     }
-    int grid = spread ? std::min(resident, N / ROWS) : N / ROWS;
+    int grid = spread || all ? std::min(resident, N / ROWS) : N / ROWS;
     CK(trn_launch_pdl(k, dim3(grid), dim3(256), (size_t) smem, st, w, K, N,
-                      sink, y, x));
+                      sink, y, x, xrep));
 }
 
 static float
@@ -327,10 +336,10 @@ main(int argc, char **argv)
     CK(cudaMalloc(&sink, 4));
     trn_bf16_t *x, *a;
     float *y;
-    CK(cudaMalloc(&x, (size_t) std::max(T, 8) * I * 2));
+    CK(cudaMalloc(&x, (size_t) 8 * std::max(T, 8) * I * 2)); /* 8 copies */
     CK(cudaMalloc(&a, (size_t) T * I * 2));
     CK(cudaMalloc(&y, (size_t) std::max(T, 8) * V * 4));
-    CK(cudaMemset(x, 0, (size_t) std::max(T, 8) * I * 2));
+    CK(cudaMemset(x, 0, (size_t) 8 * std::max(T, 8) * I * 2));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int sms = trn_sm_count();
@@ -431,6 +440,20 @@ main(int argc, char **argv)
             p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x);
         });
     });
+    r[nr].name = "layers-xrep";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x,
+                                      (size_t) std::max(T, 8) * I);
+        });
+    });
+    r[nr].name = "layers-x-all";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x, 0,
+                                      1);
+        });
+    });
     r[nr].name = "layers-out32";
     r[nr++].ms = p_time(st, [&] {
         each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
@@ -457,6 +480,20 @@ main(int argc, char **argv)
         each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
             p_tiles_go<false, 2, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
                                               y, x);
+        });
+    });
+    r[nr].name = "layers-x32-c32-r3";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 3, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
+                                              y, x);
+        });
+    });
+    r[nr].name = "x32-c32-r3-all";
+    r[nr++].ms = p_time(st, [&] {
+        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
+            p_tiles_go<false, 3, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
+                                              y, x, 0, 1);
         });
     });
     int ok = 1;
