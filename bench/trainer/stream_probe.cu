@@ -376,6 +376,14 @@ main(int argc, char **argv)
         float ms;
     } r[24];
     int nr = 0;
+    /* a variant timed over the step's products, one launch (go) each */
+    auto layers = [&](const char *name, auto go) {
+        r[nr].name = name;
+        r[nr++].ms = p_time(st, [&] {
+            each([&](const trn_bf16_t *p, const p_shape &s, const void *,
+                     size_t) { go(p, s); });
+        });
+    };
     r[nr].name = "read";
     r[nr++].ms = p_time(st, [&] {
         p_read<<<sms * 8, 256, 0, st>>>((const uint4 *) w, n / 8, sink);
@@ -391,110 +399,60 @@ main(int argc, char **argv)
     r[nr].name = "one-bulk-r4";
     r[nr++].ms =
         p_time(st, [&] { p_tiles_go<false, 4>(w, C, Nall, 1, sink, st); });
-    r[nr].name = "layers-read";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_read<<<sms * 8, 256, 0, st>>>((const uint4 *) p,
-                                            (size_t) s.K * s.N / 8, sink);
-        });
+    layers("layers-read", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_read<<<sms * 8, 256, 0, st>>>((const uint4 *) p,
+                                        (size_t) s.K * s.N / 8, sink);
     });
-    r[nr].name = "layers-bulk";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2>(p, s.K, s.N, s.spread, sink, st);
-        });
+    layers("layers-bulk", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2>(p, s.K, s.N, s.spread, sink, st);
     });
-    r[nr].name = "layers-contig";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<true, 2>(p, s.K, s.N, s.spread, sink, st);
-        });
+    layers("layers-contig", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<true, 2>(p, s.K, s.N, s.spread, sink, st);
     });
-    r[nr].name = "layers-lds";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_LDS>(p, s.K, s.N, s.spread, sink, st);
-        });
+    layers("layers-lds", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_LDS>(p, s.K, s.N, s.spread, sink, st);
     });
-    r[nr].name = "layers-mma";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_MMA>(p, s.K, s.N, s.spread, sink, st);
-        });
+    layers("layers-mma", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_MMA>(p, s.K, s.N, s.spread, sink, st);
     });
-    r[nr].name = "layers-out";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
-        });
+    layers("layers-out", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
     });
-    r[nr].name = "layers-out-r3";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 3, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
-        });
+    layers("layers-out-r3", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 3, P_OUT>(p, s.K, s.N, s.spread, sink, st, y);
     });
-    r[nr].name = "layers-x";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x);
-        });
+    layers("layers-x", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x);
     });
-    r[nr].name = "layers-xrep";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x,
-                                      (size_t) std::max(T, 8) * I);
-        });
+    layers("layers-xrep", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x,
+                                  (size_t) std::max(T, 8) * I);
     });
-    r[nr].name = "layers-x-all";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x, 0,
-                                      1);
-        });
+    layers("layers-x-all", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x, 0, 1);
     });
-    r[nr].name = "layers-out32";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_OUT, 32, 16>(p, s.K, s.N, s.spread, sink, st,
-                                                y);
-        });
+    layers("layers-out32", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_OUT, 32, 16>(p, s.K, s.N, s.spread, sink, st, y);
     });
-    r[nr].name = "layers-x32";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_X, 32, 16>(p, s.K, s.N, s.spread, sink, st,
-                                              y, x);
-        });
+    layers("layers-x32", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_X, 32, 16>(p, s.K, s.N, s.spread, sink, st, y,
+                                          x);
     });
-    r[nr].name = "layers-x32-r3";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 3, P_X, 32, 16>(p, s.K, s.N, s.spread, sink, st,
-                                              y, x);
-        });
+    layers("layers-x32-r3", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 3, P_X, 32, 16>(p, s.K, s.N, s.spread, sink, st, y,
+                                          x);
     });
-    r[nr].name = "layers-x32-c32";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 2, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
-                                              y, x);
-        });
+    layers("layers-x32-c32", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st, y,
+                                          x);
     });
-    r[nr].name = "layers-x32-c32-r3";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 3, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
-                                              y, x);
-        });
+    layers("layers-x32-c32-r3", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 3, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st, y,
+                                          x);
     });
-    r[nr].name = "x32-c32-r3-all";
-    r[nr++].ms = p_time(st, [&] {
-        each([&](const trn_bf16_t *p, const p_shape &s, const void *, size_t) {
-            p_tiles_go<false, 3, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st,
-                                              y, x, 0, 1);
-        });
+    layers("x32-c32-r3-all", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 3, P_X, 32, 32>(p, s.K, s.N, s.spread, sink, st, y, x,
+                                          0, 1);
     });
     int ok = 1;
     for (int hint = 0; hint < 2; hint++) {
