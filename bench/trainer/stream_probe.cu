@@ -36,6 +36,9 @@
  *   layers-x32    layers-x with those tiles: half the tokens' loads
  *   layers-x32-r3 the same with 3 stages in flight
  *   layers-x32-c32 32-row tiles of 32 chunks (one block a processor)
+ *   layers-x-late layers-x with the loaded values moved into the next
+ *                 stage's registers after the slot is given back, so a warp
+ *                 does not hold the slot while it waits for them
  *   layers-xrep   layers-x with 8 copies of the tokens' rows, block b
  *                 reading copy b % 8 (whether the blocks' loads of the same
  *                 few lines of L2 are what costs)
@@ -90,8 +93,9 @@ p_read(const uint4 *p, size_t n16, unsigned *sink)
 /* What p_tiles' warps do with a stage: touch it, read their chunks as
  * the products do, multiply them too, end each tile as they do, and
  * load their tokens' values from global memory a stage ahead as they do
- * (P_X). */
-enum { P_TOUCH, P_LDS, P_MMA, P_OUT, P_X };
+ * (P_X), the last with the loaded values handed to the next stage's
+ * registers after the slot is given back rather than before (P_XL). */
+enum { P_TOUCH, P_LDS, P_MMA, P_OUT, P_X, P_XL };
 
 /* A stage slot's bytes: ROWS rows of CS chunks, each row 64 bytes past a
  * whole number of 128-byte lines (as the products lay them). */
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(256)
         reinterpret_cast<const uint4 *>(x + (size_t) (blockIdx.x % 8) * xrep) +
         (size_t) g * (size_t) (K / 8) + t;
     uint4 vx[CW], nx[CW];
-    if (WORK == P_X)
+    if (WORK >= P_X)
 #pragma unroll
         for (int i = 0; i < CW; i++) {
             int c = warp + 8 * i;
@@ -172,7 +176,7 @@ __global__ void __launch_bounds__(256)
         }
     for (int gs = 0; gs < total; gs++) {
         int slot = gs % P_R, st = gs % stages;
-        if (WORK == P_X) {
+        if (WORK >= P_X) {
             int cn = st + 1 < stages ? (st + 1) * CS : 0;
 #pragma unroll
             for (int i = 0; i < CW; i++) {
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(256)
                     }
                     uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
                     uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
-                    if (WORK == P_X) {
+                    if (WORK >= P_X) {
                         trn_mma(fa[h], a0, vx[i].x, vx[i].y);
                         trn_mma(fa[h], a1, vx[i].z, vx[i].w);
                     } else {
@@ -220,6 +224,10 @@ __global__ void __launch_bounds__(256)
         __syncthreads();
         if (warp == 0 && gs + P_R < total)
             issue(gs + P_R);
+        if (WORK == P_XL)
+#pragma unroll
+            for (int i = 0; i < CW; i++)
+                vx[i] = nx[i];
         if constexpr (WORK >= P_OUT) {
             if (st < stages - 1)
                 continue;
@@ -423,6 +431,9 @@ main(int argc, char **argv)
     });
     layers("layers-x", [&](const trn_bf16_t *p, const p_shape &s) {
         p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x);
+    });
+    layers("layers-x-late", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_XL>(p, s.K, s.N, s.spread, sink, st, y, x);
     });
     layers("layers-xrep", [&](const trn_bf16_t *p, const p_shape &s) {
         p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x,
