@@ -39,6 +39,9 @@
  *   layers-x-late layers-x with the loaded values moved into the next
  *                 stage's registers after the slot is given back, so a warp
  *                 does not hold the slot while it waits for them
+ *   layers-x-ef   layers-x with the weights' copies marked evict-first in
+ *                 L2 (createpolicy), so the stream does not push the
+ *                 tokens' rows out
  *   layers-xrep   layers-x with 8 copies of the tokens' rows, block b
  *                 reading copy b % 8 (whether the blocks' loads of the same
  *                 few lines of L2 are what costs)
@@ -90,12 +93,28 @@ p_read(const uint4 *p, size_t n16, unsigned *sink)
         *sink = acc;
 }
 
+/* trn_bulk_g2s with an L2 policy of evict-first for the copied lines: a
+ * step's weights are read once, the tokens' rows many times. */
+__device__ __forceinline__ void
+p_bulk_ef(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n"
+                 : "=l"(pol));
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx"
+        "::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
+}
+
 /* What p_tiles' warps do with a stage: touch it, read their chunks as
  * the products do, multiply them too, end each tile as they do, and
  * load their tokens' values from global memory a stage ahead as they do
  * (P_X), the last with the loaded values handed to the next stage's
- * registers after the slot is given back rather than before (P_XL). */
-enum { P_TOUCH, P_LDS, P_MMA, P_OUT, P_X, P_XL };
+ * registers after the slot is given back rather than before (P_XL), or
+ * P_X with the weights' copies marked to leave L2 first (P_XE). */
+enum { P_TOUCH, P_LDS, P_MMA, P_OUT, P_X, P_XL, P_XE };
 
 /* A stage slot's bytes: ROWS rows of CS chunks, each row 64 bytes past a
  * whole number of 128-byte lines (as the products lay them). */
@@ -142,7 +161,12 @@ __global__ void __launch_bounds__(256)
             if (lane == 0)
                 trn_mbar_arrive_tx(bar, ROWS * bytes);
             __syncwarp();
-            if (lane < ROWS)
+            if (lane < ROWS && WORK == P_XE)
+                p_bulk_ef(slots + (uint32_t) (slot * SLOT + lane * ROW),
+                          w + (size_t) (tile * ROWS + lane) * (size_t) K +
+                              (size_t) c0 * 32,
+                          bytes, bar);
+            else if (lane < ROWS)
                 trn_bulk_g2s(slots + (uint32_t) (slot * SLOT + lane * ROW),
                              w + (size_t) (tile * ROWS + lane) * (size_t) K +
                                  (size_t) c0 * 32,
@@ -217,7 +241,7 @@ __global__ void __launch_bounds__(256)
                 }
             }
         }
-        if (WORK == P_X)
+        if (WORK == P_X || WORK == P_XE)
 #pragma unroll
             for (int i = 0; i < CW; i++)
                 vx[i] = nx[i];
@@ -434,6 +458,9 @@ main(int argc, char **argv)
     });
     layers("layers-x-late", [&](const trn_bf16_t *p, const p_shape &s) {
         p_tiles_go<false, 2, P_XL>(p, s.K, s.N, s.spread, sink, st, y, x);
+    });
+    layers("layers-x-ef", [&](const trn_bf16_t *p, const p_shape &s) {
+        p_tiles_go<false, 2, P_XE>(p, s.K, s.N, s.spread, sink, st, y, x);
     });
     layers("layers-xrep", [&](const trn_bf16_t *p, const p_shape &s) {
         p_tiles_go<false, 2, P_X>(p, s.K, s.N, s.spread, sink, st, y, x,
