@@ -55,7 +55,7 @@
  * Each is a CUDA graph replayed (the median of 20 replays), so launch
  * costs are the step's. Usage: trn_stream_probe [TOKENS] [LAYERS]
  */
-#include "trn_cuda_common.cuh"
+#include "probe_common.cuh"
 #include "trn_cuda_mma.cuh"
 
 #include <algorithm>
@@ -65,33 +65,6 @@
 #define P_CS   32               /* 32-value chunks a row a stage */
 #define P_ROW  (P_CS * 64 + 64) /* a row's bytes in a slot, as the products */
 #define P_SLOT (16 * P_ROW)
-
-#define CK(x)                                                                  \
-    do {                                                                       \
-        cudaError_t e_ = (x);                                                  \
-        if (e_ != cudaSuccess) {                                               \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                 \
-                    cudaGetErrorString(e_));                                   \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-__global__ void
-p_read(const uint4 *p, size_t n16, unsigned *sink)
-{
-    size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
-    size_t s = (size_t) gridDim.x * blockDim.x;
-    unsigned acc = 0;
-    for (; i + 3 * s < n16; i += 4 * s) {
-        uint4 a = __ldcs(p + i), b = __ldcs(p + i + s);
-        uint4 c = __ldcs(p + i + 2 * s), d = __ldcs(p + i + 3 * s);
-        acc ^= a.x ^ b.y ^ c.z ^ d.w;
-    }
-    for (; i < n16; i += s)
-        acc ^= p[i].x;
-    if (acc == 0x9e3779b9u)
-        *sink = acc;
-}
 
 /* trn_bulk_g2s with an L2 policy of evict-first for the copied lines: a
  * step's weights are read once, the tokens' rows many times. */
@@ -307,44 +280,6 @@ p_tiles_go(const trn_bf16_t *w, int K, int N, int spread, unsigned *sink,
     int grid = spread || all ? std::min(resident, N / ROWS) : N / ROWS;
     CK(trn_launch_pdl(k, dim3(grid), dim3(256), (size_t) smem, st, w, K, N,
                       sink, y, x, xrep));
-}
-
-static float
-p_median(std::vector<float> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-/* Captures fn's launches on st as a graph, replays it 20 times (after 3),
- * the median in ms. */
-template <typename F>
-static float
-p_time(cudaStream_t st, F fn)
-{
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    fn();
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ts;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (i >= 3)
-            ts.push_back(ms);
-    }
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return p_median(ts);
 }
 
 int
