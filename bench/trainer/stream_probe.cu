@@ -62,9 +62,7 @@
 #include <stdlib.h>
 #include <vector>
 
-#define P_CS   32               /* 32-value chunks a row a stage */
-#define P_ROW  (P_CS * 64 + 64) /* a row's bytes in a slot, as the products */
-#define P_SLOT (16 * P_ROW)
+#define P_CS 32 /* 32-value chunks a row a stage */
 
 /* trn_bulk_g2s with an L2 policy of evict-first for the copied lines: a
  * step's weights are read once, the tokens' rows many times. */
