@@ -64,21 +64,6 @@
 
 #define P_CS 32 /* 32-value chunks a row a stage */
 
-/* trn_bulk_g2s with an L2 policy of evict-first for the copied lines: a
- * step's weights are read once, the tokens' rows many times. */
-__device__ __forceinline__ void
-p_bulk_ef(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
-{
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n"
-                 : "=l"(pol));
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx"
-        "::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
-        : "memory");
-}
-
 /* What p_tiles' warps do with a stage: touch it, read their chunks as
  * the products do, multiply them too, end each tile as they do, and
  * load their tokens' values from global memory a stage ahead as they do
@@ -133,10 +118,11 @@ __global__ void __launch_bounds__(256)
                 trn_mbar_arrive_tx(bar, ROWS * bytes);
             __syncwarp();
             if (lane < ROWS && WORK == P_XE)
-                p_bulk_ef(slots + (uint32_t) (slot * SLOT + lane * ROW),
-                          w + (size_t) (tile * ROWS + lane) * (size_t) K +
-                              (size_t) c0 * 32,
-                          bytes, bar);
+                trn_bulk_g2s_hint(
+                    slots + (uint32_t) (slot * SLOT + lane * ROW),
+                    w + (size_t) (tile * ROWS + lane) * (size_t) K +
+                        (size_t) c0 * 32,
+                    bytes, bar, trn_l2_evict_first());
             else if (lane < ROWS)
                 trn_bulk_g2s(slots + (uint32_t) (slot * SLOT + lane * ROW),
                              w + (size_t) (tile * ROWS + lane) * (size_t) K +

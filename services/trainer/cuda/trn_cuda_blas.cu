@@ -227,38 +227,28 @@ out:
 
 /* Default of LISA_CUDA_L2PF. On an H200, batch-8 decode steps over
  * 2,500-token contexts took 4.04 ms with 8 MiB, 4.07 with none, 4.18 with
- * 16 and 4.34 with 32 (more evicts what the kernel before still reads). */
+ * 16 and 4.34 with 32 (more evicts what the kernel before still reads).
+ * With the weights' and the cache's reads marked evict-first (one H100,
+ * three runs each): 4.519-4.542 ms with 8, 4.562-4.576 with none,
+ * 4.667-4.682 with 16, 4.746-4.756 with 24. */
 #define S_L2PF_MIB 8
 
-/* A kernel's share of an L2 prefetch: blocks split [pf, pf + bytes) in
- * 16-byte-aligned slices and one thread a block asks for its slice (a
- * bulk prefetch: the copy engine fetches it, nothing is waited for). */
+/* A kernel's L2 hints. Its share of an L2 prefetch: blocks split [p, p +
+ * bytes) in 16-byte-aligned slices and one thread a block asks for its
+ * slice (a bulk prefetch: the copy engine fetches it, nothing is waited
+ * for). And ef: the weights' reads mark their lines to leave L2 first
+ * (s_weights_ef). */
 struct s_pf_t {
     const char *p;
     unsigned long long bytes;
+    int ef;
 };
 
 __device__ __forceinline__ void
 s_l2_prefetch(s_pf_t pf)
 {
-    if (!pf.p || threadIdx.x != 0)
-        return;
-    unsigned long long per =
-        ((pf.bytes + gridDim.x - 1) / gridDim.x + 15) & ~15ull;
-    unsigned long long off = (unsigned long long) blockIdx.x * per;
-    if (off >= pf.bytes)
-        return;
-    unsigned long long n = pf.bytes - off < per ? pf.bytes - off : per;
-    n &= ~15ull;
-    while (n > 0) {
-        unsigned c = n > (1u << 24) ? (1u << 24) : (unsigned) n;
-        asm volatile(
-            "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(pf.p + off),
-            "r"(c)
-            : "memory");
-        off += c;
-        n -= c;
-    }
+    if (threadIdx.x == 0)
+        trn_l2_prefetch_share(pf.p, pf.bytes, gridDim.x, blockIdx.x);
 }
 
 /* The MiB a hint may cover (LISA_CUDA_L2PF, read once). */
@@ -284,13 +274,33 @@ trn_linear_next(trn_blas_t *b, const void *w, size_t bytes)
     b->next_bytes = b->next ? (bytes < cap ? bytes : cap) & ~(size_t) 15 : 0;
 }
 
-/* The hint for this launch, cleared (a hint serves one product). */
+/* Whether the skinny kernels' weight reads (the bulk kernel's copies,
+ * s_gemv's loads) are marked evict-first in L2 (on; LISA_CUDA_WEIGHTS_EF=0
+ * turns it off; read once). A step reads its weights once; without the
+ * mark their stream pushes out of L2 the tokens' rows, which every block
+ * reads, and the next product's weights asked in ahead. On an H100,
+ * decode steps over 2,500 positions, alternating: batch 8 4.784-4.791 ms
+ * against 4.875-4.888 (three runs each); batch 1 (s_gemv) 3.638-3.642
+ * against 3.647-3.665 (two each), within its noise. */
+static int
+s_weights_ef(void)
+{
+    static int ef = -1;
+    if (ef < 0) {
+        const char *e = getenv("LISA_CUDA_WEIGHTS_EF");
+        ef = !(e && strcmp(e, "0") == 0);
+    }
+    return ef;
+}
+
+/* The hints for this launch, the prefetch cleared (it serves one
+ * product). */
 static s_pf_t
 s_take_pf(trn_blas_t *b)
 {
-    s_pf_t pf = {NULL, 0};
+    s_pf_t pf = {NULL, 0, s_weights_ef()};
     if (b) {
-        pf = {b->next, b->next_bytes};
+        pf = {b->next, b->next_bytes, pf.ef};
         b->next = NULL, b->next_bytes = 0;
     }
     return pf;
@@ -313,6 +323,18 @@ s_ld_stream(const uint4 *p)
     return v;
 }
 
+/* s_ld_stream with an L2 cache policy (trn_l2_evict_first). */
+__device__ __forceinline__ uint4
+s_ld_stream_hint(const uint4 *p, uint64_t pol)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, "
+        "[%4], %5;\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(pol));
+    return v;
+}
+
 /* y[t, n] (=, or += into fp32) sum_k x[t, k] w[n, k] for TT tokens: each
  * warp takes a slice of one weight row (`ks` warps a row, ks rows' worth
  * of warps a block), every lane holding its S_GV_L 16-byte loads of it at
@@ -325,11 +347,12 @@ s_ld_stream(const uint4 *p)
  * pairs are gate row j and up row I + j, and it writes
  * yb[t, j] = silu(gate) * up instead, rounded as trn_k_swiglu_fwd rounds
  * the two products' bf16 outputs: the same bits without the gate|up row
- * or a SwiGLU kernel. */
+ * or a SwiGLU kernel. With ef the weight loads are marked evict-first in
+ * L2 (s_weights_ef). */
 template <int TT, bool GLU>
 __global__ void __launch_bounds__(256)
     s_gemv(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
-           int K, int N, int accumulate, int ks)
+           int K, int N, int accumulate, int ks, int ef)
 {
     __shared__ float red[8][TT];
     trn_tr_scope tr(GLU ? TRN_TR_GEMV_GLU : TRN_TR_GEMV, N, K);
@@ -342,10 +365,13 @@ __global__ void __launch_bounds__(256)
     const uint4 *wr =
         reinterpret_cast<const uint4 *>(w) + (size_t) (n < N ? n : 0) * chunks;
     uint4 wv[S_GV_L];
+    const uint64_t pol = ef ? trn_l2_evict_first() : 0;
 #pragma unroll
     for (int u = 0; u < S_GV_L; u++) {
         int c = c0 + 32 * u;
-        wv[u] = n < N && c < c1 ? s_ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+        wv[u] = !(n < N && c < c1) ? make_uint4(0, 0, 0, 0)
+                : ef               ? s_ld_stream_hint(wr + c, pol)
+                                   : s_ld_stream(wr + c);
     }
     trn_pdl_enter();
     tr.waited();
@@ -766,7 +792,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
  * bytes first. */
 __device__ __forceinline__ void
 s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
-           int K, int st, int slot, int lane)
+           int K, int st, int slot, int lane, uint64_t pol)
 {
     int chunks = K / 32, c0 = st * S_SB_CS;
     int cs = chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS;
@@ -776,10 +802,15 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     if (lane == 0)
         trn_mbar_arrive_tx(bar, rows * bytes);
     __syncwarp();
-    if (lane < 16 && nrow < N)
-        trn_bulk_g2s(slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW),
-                     w + (size_t) nrow * (size_t) K + (size_t) c0 * 32, bytes,
-                     bar);
+    if (lane < 16 && nrow < N) {
+        uint32_t dst = slots + (uint32_t) (slot * S_SB_SLOT + lane * S_SB_ROW);
+        const trn_bf16_t *src =
+            w + (size_t) nrow * (size_t) K + (size_t) c0 * 32;
+        if (pol)
+            trn_bulk_g2s_hint(dst, src, bytes, bar, pol);
+        else
+            trn_bulk_g2s(dst, src, bytes, bar);
+    }
 }
 
 /* A bulk block's outputs: the grid's blocks share the product's `outs`
@@ -840,10 +871,11 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     uint32_t slots = (uint32_t) __cvta_generic_to_shared(s_sb);
     uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
     /* warp 0 copies the stages, the first R of them now */
+    const uint64_t pol = pf.ef ? trn_l2_evict_first() : 0;
     auto issue = [&](int gs) {
         int k = gs / stages;
         int nrow = s_sb_row<GLU>(r, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N);
-        s_sb_issue(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane);
+        s_sb_issue(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane, pol);
     };
     if (warp == 0) {
         if (lane < R)
@@ -1203,12 +1235,12 @@ s_gemv_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x, const trn_bf16_t *w,
     int ks = s_gemv_ks(K), rows = 8 / ks;
     dim3 grid((unsigned) ((N + rows - 1) / rows)), block(256);
     void (*k)(float *, trn_bf16_t *, const trn_bf16_t *, const trn_bf16_t *,
-              int, int, int, int) = T == 1   ? s_gemv<1, GLU>
-                                    : T == 2 ? s_gemv<2, GLU>
-                                    : T == 3 ? s_gemv<3, GLU>
-                                             : s_gemv<4, GLU>;
+              int, int, int, int, int) = T == 1   ? s_gemv<1, GLU>
+                                         : T == 2 ? s_gemv<2, GLU>
+                                         : T == 3 ? s_gemv<3, GLU>
+                                                  : s_gemv<4, GLU>;
     TRN_CUDA_TRY(trn_launch_pdl(k, grid, block, 0, st, yf, yb, x, w, K, N,
-                                accumulate, ks));
+                                accumulate, ks, s_weights_ef()));
     return LISA_OK;
 }
 

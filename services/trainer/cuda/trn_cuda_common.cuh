@@ -126,6 +126,42 @@ trn_cp16(void *dst, const void *src, bool ok = true)
                  "l"(src), "r"(ok ? 16 : 0));
 }
 
+/* trn_cp16 with an L2 cache policy (trn_l2_evict_first). */
+__device__ __forceinline__ void
+trn_cp16_hint(void *dst, const void *src, bool ok, uint64_t pol)
+{
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(dst);
+    asm volatile(
+        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::
+            "r"(a),
+        "l"(src), "r"(ok ? 16 : 0), "l"(pol));
+}
+
+/* Block b of n's share of an L2 prefetch of [p, p + bytes): the blocks
+ * split it in 16-byte-aligned slices and the calling thread asks the copy
+ * engine for its block's (cp.async.bulk.prefetch.L2: nothing is waited
+ * for). */
+__device__ __forceinline__ void
+trn_l2_prefetch_share(const char *p, unsigned long long bytes, unsigned n,
+                      unsigned b)
+{
+    unsigned long long per = ((bytes + n - 1) / n + 15) & ~15ull;
+    unsigned long long off = (unsigned long long) b * per;
+    if (!p || off >= bytes)
+        return;
+    unsigned long long k = bytes - off < per ? bytes - off : per;
+    k &= ~15ull;
+    while (k > 0) {
+        unsigned c = k > (1u << 24) ? (1u << 24) : (unsigned) k;
+        asm volatile(
+            "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off),
+            "r"(c)
+            : "memory");
+        off += c;
+        k -= c;
+    }
+}
+
 /* Closes this thread's current group of copies. */
 __device__ __forceinline__ void
 trn_cp_commit(void)
@@ -192,6 +228,29 @@ trn_bulk_g2s(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
                  "::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
+}
+
+/* An L2 policy that marks the lines an access brings in to leave first
+ * (data read once, such as a decode step's weights); never 0. */
+__device__ __forceinline__ uint64_t
+trn_l2_evict_first(void)
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n"
+                 : "=l"(pol));
+    return pol;
+}
+
+/* trn_bulk_g2s with an L2 cache policy (trn_l2_evict_first). */
+__device__ __forceinline__ void
+trn_bulk_g2s_hint(uint32_t dst, const void *src, unsigned bytes, uint32_t bar,
+                  uint64_t pol)
+{
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx"
+        "::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
 }
 
 /* ---- programmatic dependent launch (decode steps) -----------------------
