@@ -286,10 +286,8 @@ static int
 s_weights_ef(void)
 {
     static int ef = -1;
-    if (ef < 0) {
-        const char *e = getenv("LISA_CUDA_WEIGHTS_EF");
-        ef = !(e && strcmp(e, "0") == 0);
-    }
+    if (ef < 0)
+        ef = trn_env_on("LISA_CUDA_WEIGHTS_EF");
     return ef;
 }
 

@@ -655,10 +655,8 @@ static int
 s_kv_ef(void)
 {
     static int ef = -1;
-    if (ef < 0) {
-        const char *e = getenv("LISA_CUDA_KV_EF");
-        ef = !(e && strcmp(e, "0") == 0);
-    }
+    if (ef < 0)
+        ef = trn_env_on("LISA_CUDA_KV_EF");
     return ef;
 }
 
