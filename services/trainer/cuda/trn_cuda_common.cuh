@@ -231,7 +231,8 @@ trn_bulk_g2s(uint32_t dst, const void *src, unsigned bytes, uint32_t bar)
 }
 
 /* An L2 policy that marks the lines an access brings in to leave first
- * (data read once, such as a decode step's weights); never 0. */
+ * (data read once, such as a decode step's weights). Its encoding is not
+ * 0, which callers take for no policy. */
 __device__ __forceinline__ uint64_t
 trn_l2_evict_first(void)
 {
