@@ -247,8 +247,24 @@ struct s_pf_t {
 __device__ __forceinline__ void
 s_l2_prefetch(s_pf_t pf)
 {
-    if (threadIdx.x == 0)
-        trn_l2_prefetch_share(pf.p, pf.bytes, gridDim.x, blockIdx.x);
+    if (!pf.p || threadIdx.x != 0)
+        return;
+    unsigned long long per =
+        ((pf.bytes + gridDim.x - 1) / gridDim.x + 15) & ~15ull;
+    unsigned long long off = (unsigned long long) blockIdx.x * per;
+    if (off >= pf.bytes)
+        return;
+    unsigned long long n = pf.bytes - off < per ? pf.bytes - off : per;
+    n &= ~15ull;
+    while (n > 0) {
+        unsigned c = n > (1u << 24) ? (1u << 24) : (unsigned) n;
+        asm volatile(
+            "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(pf.p + off),
+            "r"(c)
+            : "memory");
+        off += c;
+        n -= c;
+    }
 }
 
 /* The MiB a hint may cover (LISA_CUDA_L2PF, read once). */

@@ -137,31 +137,6 @@ trn_cp16_hint(void *dst, const void *src, bool ok, uint64_t pol)
         "l"(src), "r"(ok ? 16 : 0), "l"(pol));
 }
 
-/* Block b of n's share of an L2 prefetch of [p, p + bytes): the blocks
- * split it in 16-byte-aligned slices and the calling thread asks the copy
- * engine for its block's (cp.async.bulk.prefetch.L2: nothing is waited
- * for). */
-__device__ __forceinline__ void
-trn_l2_prefetch_share(const char *p, unsigned long long bytes, unsigned n,
-                      unsigned b)
-{
-    unsigned long long per = ((bytes + n - 1) / n + 15) & ~15ull;
-    unsigned long long off = (unsigned long long) b * per;
-    if (!p || off >= bytes)
-        return;
-    unsigned long long k = bytes - off < per ? bytes - off : per;
-    k &= ~15ull;
-    while (k > 0) {
-        unsigned c = k > (1u << 24) ? (1u << 24) : (unsigned) k;
-        asm volatile(
-            "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off),
-            "r"(c)
-            : "memory");
-        off += c;
-        k -= c;
-    }
-}
-
 /* Closes this thread's current group of copies. */
 __device__ __forceinline__ void
 trn_cp_commit(void)
