@@ -8,7 +8,10 @@
 # Qwen3-4B-shaped one, made with tests/gpu/make_random_qwen3.py, needs torch
 # and transformers). LISA_ENGINE_ROWS (C,T,P,G,O;...) and
 # LISA_ENGINE_BASE_ROWS choose the rows; LISA_ENGINE_OUT a folder for the
-# JSON results; LISA_ENGINE_ARGS extra settings for the new engine.
+# JSON results; LISA_ENGINE_ARGS extra settings for the new engine,
+# LISA_ENGINE_BASE_ARGS for the earlier one (the engine before the paged
+# cache reserves slots x length up front: engine.max_batch=8
+# engine.max_len=6144 fits it on an 80 GB card for the 8 x 8 row).
 # LISA_ENGINE_GPUS=N (N > 1): N engines of the new build, one per GPU; the
 # rows run on the first engine alone, then spread over all N (each
 # conversation on one engine), and the scaling is printed (no base run).
@@ -110,7 +113,8 @@ health "$url" "$out/new-health.json"
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 if [ -n "$base" ]; then
-  serve base "$base"
+  # shellcheck disable=SC2086
+  serve base "$base" ${LISA_ENGINE_BASE_ARGS:-}
   load base "$url" "$base_rows"
   health "$url" "$out/base-health.json"
   kill "$pid"
