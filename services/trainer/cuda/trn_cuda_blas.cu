@@ -602,12 +602,15 @@ s_nout_ss(float v, float *ss, int nss, int tile, int T)
  * (NF) the sums are scaled by their token's ep.rs first; with a norm out
  * the fp32 y's new values also give xg and the tile's partial sums of
  * squares (tile o0 / 16: a norm-out block's tile is whole and aligned).
- * Every thread of the block calls it. */
+ * In a cluster of S > 1 blocks that split the tile's K (s_skinny_bulk),
+ * block 0 sums every block's warps, block after block, and writes; the
+ * others leave once it has read them. Every thread of the cluster calls
+ * it. */
 template <int NT, bool GLU, int NF>
 __device__ __forceinline__ void
 s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
              trn_bf16_t *yb, int T, int N, int accumulate, int o0, int on,
-             const s_ep_t &ep)
+             const s_ep_t &ep, unsigned S = 1)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3;
@@ -619,26 +622,45 @@ s_skinny_out(s_red_t<NT> &red, const float (&acc)[NT][4], float *yf,
         red[warp][g + 8][8 * q + 2 * t] = acc[q][2];
         red[warp][g + 8][8 * q + 2 * t + 1] = acc[q][3];
     }
-    __syncthreads();
+    if (S > 1)
+        trn_cluster_sync();
+    else
+        __syncthreads();
+    const bool mine = S == 1 || trn_cluster_rank() == 0;
     int r = threadIdx.x / (8 * NT), tok = threadIdx.x % (8 * NT);
+    const bool out = r < 16 && tok < T && r < on;
+    /* row rr's sum: the cluster's blocks in order, each one's warps in
+     * order (with S = 1 the block's warps alone) */
+    auto sum_of = [&](int rr) {
+        float s = 0.0f;
+        for (unsigned c = 0; c < S; c++)
+            for (int i = 0; i < S_SK_W; i++)
+                s += c == 0 ? red[i][rr][tok]
+                            : trn_ld_cluster(&red[i][rr][tok], c);
+        return s;
+    };
+    float gs = 0.0f, us = 0.0f, sum = 0.0f;
+    if (mine && out) {
+        if (GLU)
+            gs = sum_of(r), us = sum_of(r + 8);
+        else
+            sum = sum_of(r);
+    }
+    if (S > 1) {
+        trn_cluster_sync(); /* block 0 has read the others' sums */
+        if (!mine)
+            return;
+    }
     float v = 0.0f; /* norm out: the new residual value */
     /* no thread leaves early: a block may have more tiles to do */
-    if (r < 16 && tok < T && r < on) {
+    if (out) {
         if (GLU) {
-            float gs = 0.0f, us = 0.0f;
-            for (int i = 0; i < S_SK_W; i++) {
-                gs += red[i][r][tok];
-                us += red[i][r + 8][tok];
-            }
             if (NF == S_NF_IN)
                 gs *= ep.rs[tok], us *= ep.rs[tok];
             float gg = trn_round_bf16(gs), uu = trn_round_bf16(us);
             trn_st(yb + (size_t) tok * (size_t) I + (size_t) (o0 + r),
                    trn_round_bf16(gg * trn_sigmoid(gg)) * uu);
         } else {
-            float sum = 0.0f;
-            for (int i = 0; i < S_SK_W; i++)
-                sum += red[i][r][tok];
             if (NF == S_NF_IN)
                 sum *= ep.rs[tok];
             size_t o = (size_t) tok * (size_t) N + (size_t) (o0 + r);
@@ -827,19 +849,20 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     }
 }
 
-/* A bulk block's outputs: the grid's blocks share the product's `outs`
- * outputs in contiguous runs, the first outs % gridDim.x one longer, and
- * a block takes its run in `nt` tiles of at most `per` outputs, as equal
- * as they come (with one block per `per` outputs, the grid the default
- * launch makes, a block's run is one whole tile). */
+/* A bulk block's outputs: the grid's clusters (a block each, or S blocks
+ * that split K) share the product's `outs` outputs in contiguous runs, the
+ * first outs % clusters one longer, and a cluster takes its run in `nt`
+ * tiles of at most `per` outputs, as equal as they come (with one cluster
+ * per `per` outputs, the grid the default launch makes, a run is one
+ * whole tile). */
 struct s_run_t {
     int lo, len, nt;
 };
 
 __device__ __forceinline__ s_run_t
-s_sb_run(int outs, int per)
+s_sb_run(int outs, int per, unsigned S)
 {
-    int G = (int) gridDim.x, b = (int) blockIdx.x;
+    int G = (int) (gridDim.x / S), b = (int) (blockIdx.x / S);
     int q = outs / G, rem = outs % G;
     s_run_t u;
     u.lo = b * q + (b < rem ? b : rem);
@@ -879,8 +902,13 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     trn_tr_scope tr(GLU ? TRN_TR_SKINNY_BULK_GLU : TRN_TR_SKINNY_BULK, N, K);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int g = lane >> 2, t = lane & 3, r = lane & 15;
-    const s_run_t u = s_sb_run(GLU ? N / 2 : N, GLU ? 8 : 16);
-    int chunks = K / 32, stages = (chunks + S_SB_CS - 1) / S_SB_CS;
+    /* in a cluster of S blocks, block c takes the c-th S-th of the
+     * stages of K (one tile: the launch gives a cluster one) */
+    const unsigned S = trn_cluster_size(), cr = S > 1 ? trn_cluster_rank() : 0;
+    const s_run_t u = s_sb_run(GLU ? N / 2 : N, GLU ? 8 : 16, S);
+    int chunks = K / 32, stages_k = (chunks + S_SB_CS - 1) / S_SB_CS;
+    int st0 = (int) (cr * (unsigned) stages_k / S);
+    int stages = (int) ((cr + 1) * (unsigned) stages_k / S) - st0;
     int total = u.nt * stages; /* the block's stages, tile after tile */
     uint32_t slots = (uint32_t) __cvta_generic_to_shared(s_sb);
     uint32_t bars = (uint32_t) __cvta_generic_to_shared(bar_mem);
@@ -889,7 +917,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     auto issue = [&](int gs) {
         int k = gs / stages;
         int nrow = s_sb_row<GLU>(r, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N);
-        s_sb_issue(slots, bars, w, nrow, N, K, gs % stages, gs % R, lane, pol);
+        s_sb_issue(slots, bars, w, nrow, N, K, st0 + gs % stages, gs % R, lane,
+                   pol);
     };
     if (warp == 0) {
         if (lane < R)
@@ -924,7 +953,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     for (int i = 0; i < CW; i++)
 #pragma unroll
         for (int q = 0; q < NT; q++) {
-            int c = warp + S_SK_W * i;
+            int c = st0 * S_SB_CS + warp + S_SK_W * i;
             vx[i][q] = xok[q] && c < chunks ? xr[q][4 * (size_t) c] : z;
         }
     if constexpr (NF == S_NF_IN)
@@ -932,8 +961,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     /* the warps' partial sums meet past the stage slots */
     s_red_t<NT> &red = *reinterpret_cast<s_red_t<NT> *>(s_sb + R * S_SB_SLOT);
     for (int k = 0, gs = 0; k < u.nt; k++) {
-        for (int st = 0; st < stages; st++, gs++) {
-            int c0 = st * S_SB_CS, cn = st + 1 < stages ? c0 + S_SB_CS : 0;
+        for (int st = st0; st < st0 + stages; st++, gs++) {
+            int c0 = st * S_SB_CS;
+            int cn = st + 1 < st0 + stages ? c0 + S_SB_CS : st0 * S_SB_CS;
 #pragma unroll
             for (int i = 0; i < CW; i++)
 #pragma unroll
@@ -975,7 +1005,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             s_l2_prefetch(pf); /* this block's weights are in */
         int o0 = s_sb_tile0(u, k);
         s_skinny_out<NT, GLU, NF>(red, acc, yf, yb, T, N, accumulate, o0,
-                                  s_sb_tile0(u, k + 1) - o0, ep);
+                                  s_sb_tile0(u, k + 1) - o0, ep, S);
 #pragma unroll
         for (int q = 0; q < NT; q++)
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
@@ -1061,6 +1091,37 @@ s_bulk_resident(int *out)
     return LISA_OK;
 }
 
+/* Whether a product of few tiles splits each tile's K over a cluster of
+ * blocks (on; LISA_CUDA_SKINNY_SPLIT=0 turns it off; read once). */
+static int
+s_split_on(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = trn_env_on("LISA_CUDA_SKINNY_SPLIT");
+    return on;
+}
+
+/* The blocks that split a tile's K (s_skinny_bulk's clusters): as many as
+ * the resident blocks leave room for (R = 2: three a processor, R = 3:
+ * two), at most 4 and no more than the stages of K; 1 for GLU products
+ * and where every tile already has a block of its own and more. The
+ * products o and down of the 4B shape have 160 tiles, so 160 blocks
+ * (one a processor, most of them) streamed them before; gate|up's 1,216
+ * keep one each. A function of the shape and the device only, so a
+ * product gives the same bits with and without a fold. */
+template <int R, bool GLU>
+static int
+s_split_blocks(int tiles, int K)
+{
+    if (GLU || !s_split_on())
+        return 1;
+    long room = (R == 2 ? 3 : 2) * (long) trn_sm_count();
+    long s = room / tiles, stages = (K / 32 + S_SB_CS - 1) / S_SB_CS;
+    s = s < stages ? s : stages;
+    return s >= 2 ? (int) (s < 4 ? s : 4) : 1;
+}
+
 template <int NT, int R, bool GLU, int NF>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
@@ -1086,10 +1147,13 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     if (v < 0.0f) /* unset: the resident blocks, a tile at least */
         G = resident * sms < tiles ? resident * sms : tiles;
     G = G < 1 || NF == S_NF_OUT ? tiles : G > outs ? outs : G;
-    TRN_CUDA_TRY(trn_launch_pdl(s_skinny_bulk<NT, R, GLU, NF>,
-                                dim3((unsigned) G), dim3(32 * S_SK_W),
-                                (size_t) s_bulk_smem<NT, R>(), st, yf, yb, x, w,
-                                T, K, N, accumulate, pf, f));
+    const int S = s_split_blocks<R, GLU>(tiles, K);
+    if (S > 1) /* a cluster a tile */
+        G = (long) tiles * S;
+    TRN_CUDA_TRY(trn_launch_pdl_cl(
+        s_skinny_bulk<NT, R, GLU, NF>, dim3((unsigned) G), dim3(32 * S_SK_W),
+        (size_t) s_bulk_smem<NT, R>(), st, (unsigned) S, yf, yb, x, w, T, K, N,
+        accumulate, pf, f));
     return LISA_OK;
 }
 

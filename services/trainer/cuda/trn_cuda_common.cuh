@@ -288,6 +288,83 @@ lisa_rc_t trn_k_attn_bwd_h(trn_bf16_t *dk, trn_bf16_t *dv, int dstride,
                            const trn_bf16_t *v, int stride, const int32_t *seg,
                            int T, int H, int Hk, cudaStream_t st);
 
+/* ---- thread block clusters (sm_90) ---------------------------------------
+ * A kernel launched with a cluster of n blocks (trn_launch_pdl_cl) may
+ * read its cluster's other blocks' shared memory. Without one, a block is
+ * a cluster of one. */
+__device__ __forceinline__ unsigned
+trn_cluster_rank(void)
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ unsigned
+trn_cluster_size(void)
+{
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+    return n;
+}
+
+/* Every thread of every block of the cluster; what a thread wrote to
+ * shared memory before it is visible to the cluster after it. */
+__device__ __forceinline__ void
+trn_cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+}
+
+/* The float at p (this block's shared memory) in block `rank` of the
+ * cluster. */
+__device__ __forceinline__ float
+trn_ld_cluster(const float *p, unsigned rank)
+{
+    uint32_t a = (uint32_t) __cvta_generic_to_shared(p), ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(ra)
+                 : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+                 : "=f"(v)
+                 : "r"(ra)
+                 : "memory");
+    return v;
+}
+
+/* Launches kernel k<<<grid, block, smem, st>>>(args...) in clusters of
+ * `cluster` blocks along x (1: none), allowed to start before the previous
+ * kernel on st ends (see trn_pdl_enter). */
+template <typename... P, typename... A>
+static inline cudaError_t
+trn_launch_pdl_cl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                  cudaStream_t st, unsigned cluster, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    if (trn_pdl_on()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
+    cfg.attrs = at;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+}
+
 /* Launches kernel k<<<grid, block, smem, st>>>(args...), allowed to start
  * before the previous kernel on st ends (see trn_pdl_enter). */
 template <typename... P, typename... A>
@@ -295,17 +372,7 @@ static inline cudaError_t
 trn_launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                cudaStream_t st, A... args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = trn_pdl_on() ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, static_cast<P>(args)...);
+    return trn_launch_pdl_cl(k, grid, block, smem, st, 1u, args...);
 }
 
 #endif
