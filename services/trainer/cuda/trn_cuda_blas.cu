@@ -1152,8 +1152,8 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
         G = (long) tiles * S;
     TRN_CUDA_TRY(trn_launch_pdl_cl(
         s_skinny_bulk<NT, R, GLU, NF>, dim3((unsigned) G), dim3(32 * S_SK_W),
-        (size_t) s_bulk_smem<NT, R>(), st, (unsigned) S, yf, yb, x, w, T, K, N,
-        accumulate, pf, f));
+        (size_t) s_bulk_smem<NT, R>(), st, dim3((unsigned) S), yf, yb, x, w, T,
+        K, N, accumulate, pf, f));
     return LISA_OK;
 }
 

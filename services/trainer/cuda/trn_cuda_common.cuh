@@ -336,12 +336,12 @@ trn_ld_cluster(const float *p, unsigned rank)
 }
 
 /* Launches kernel k<<<grid, block, smem, st>>>(args...) in clusters of
- * `cluster` blocks along x (1: none), allowed to start before the previous
- * kernel on st ends (see trn_pdl_enter). */
+ * cluster.x * cluster.y * cluster.z blocks (one: none), allowed to start
+ * before the previous kernel on st ends (see trn_pdl_enter). */
 template <typename... P, typename... A>
 static inline cudaError_t
 trn_launch_pdl_cl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
-                  cudaStream_t st, unsigned cluster, A... args)
+                  cudaStream_t st, dim3 cluster, A... args)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
@@ -354,11 +354,11 @@ trn_launch_pdl_cl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster > 1) {
+    if (cluster.x * cluster.y * cluster.z > 1) {
         at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = cluster;
-        at[n].val.clusterDim.y = 1;
-        at[n++].val.clusterDim.z = 1;
+        at[n].val.clusterDim.x = cluster.x;
+        at[n].val.clusterDim.y = cluster.y;
+        at[n++].val.clusterDim.z = cluster.z;
     }
     cfg.attrs = at;
     cfg.numAttrs = n;
@@ -372,7 +372,7 @@ static inline cudaError_t
 trn_launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                cudaStream_t st, A... args)
 {
-    return trn_launch_pdl_cl(k, grid, block, smem, st, 1u, args...);
+    return trn_launch_pdl_cl(k, grid, block, smem, st, dim3(1), args...);
 }
 
 #endif
