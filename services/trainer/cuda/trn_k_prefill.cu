@@ -8,7 +8,8 @@
  *
  * The scheme, and its stages (trn_cuda_flash.cuh), are the training forward
  * kernel's (trn_k_attn.cu): one block of 4 warps per (query tile of up to
- * 128 rows of one sequence, query head), 32 rows a warp as two m16 tiles;
+ * 128 rows of one sequence, query head), 32 rows a warp as two m16 tiles
+ * (or 128 / HB rows of each of HB query heads of one KV head: s_attn_prefill);
  * mma.sync m16n8k16 in bf16 with fp32 accumulators; the online softmax in
  * base 2 with the scale folded in; key/value tiles of 64 positions through
  * two shared-memory buffers with cp.async (tile j+1 lands while tile j is
@@ -78,7 +79,13 @@ s_fwd_mask(float (&s)[2][NS][4], int rbase, int kc, int t)
     }
 }
 
-template <int D>
+/* HB query heads of one KV head a block (1, 2 or 4): the block's 128
+ * rows are PT = 128 / HB positions of each of its heads (head h0 + r / PT,
+ * position r % PT of its share of the tile), so the heads that share the
+ * KV head read each key and value tile once; warp w's 32 rows are one
+ * head's. A host tile of up to 128 rows is HB blocks (blockIdx.z: which
+ * PT rows of it); with HB = 1 a block is a tile of one head. */
+template <int D, int HB>
 __global__ void __launch_bounds__(32 * S_WARPS, 2)
     s_attn_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride,
                    const trn_bf16_t *ck, const trn_bf16_t *cv,
@@ -88,26 +95,33 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
     constexpr int LDB = D + 8, NT = D / 8, BK = S_BK;
     constexpr int BC = S_BC(D), NS = BC / 8; /* sub-tile, its n-tiles */
     constexpr int BQ = S_BQ, NTH = 32 * S_WARPS, CH = D / 8;
+    constexpr int PT = BQ / HB; /* positions a block, each of HB heads */
+    static_assert(PT % 32 == 0, "a warp's rows are one head's");
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem);
     bf16 *Ks = Qs + BQ * LDB; /* [2][BK][LDB] */
     bf16 *Vs = Ks + 2 * BK * LDB;
 
-    const int h = blockIdx.x, hk = h / (H / Hk);
+    const int h0 = blockIdx.x * HB, hk = h0 / (H / Hk);
     const trn_prefill_tile_t tl = tiles[blockIdx.y];
-    const int rows = tl.rows, sl = tl.slot, p0 = tl.p0, row0 = tl.row0;
+    const int r0 = (int) blockIdx.z * PT; /* the block's share of the tile */
+    if (r0 >= tl.rows)
+        return; /* a short tile: nothing here */
+    const int rows = min(tl.rows - r0, PT), sl = tl.slot;
+    const int p0 = tl.p0 + r0, row0 = tl.row0 + r0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const size_t st = (size_t) stride, HkD = (size_t) Hk * D;
-    const int plast = p0 + rows - 1; /* the tile's last query position */
+    const int plast = p0 + rows - 1; /* the block's last query position */
     const int ntiles = plast / BK + 1;
 
-    /* Q rows of this tile, then the first K/V tile, as one copy group */
+    /* Q rows of this block, then the first K/V tile, as one copy group */
     for (int i = threadIdx.x; i < BQ * CH; i += NTH) {
-        int r = i / CH, c = (i % CH) * 8;
-        bool ok = r < rows;
+        int r = i / CH, c = (i % CH) * 8, pr = r % PT;
+        bool ok = pr < rows;
         trn_cp16(Qs + r * LDB + c,
-                 q + (size_t) h * D + (size_t) (row0 + (ok ? r : 0)) * st + c,
+                 q + (size_t) (h0 + r / PT) * D +
+                     (size_t) (row0 + (ok ? pr : 0)) * st + c,
                  ok);
     }
     /* positions past plast are zero-filled (masked, but a zero probability
@@ -141,7 +155,8 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
     float acc[2][NT][4], mr[4], lr[4];
     trn_fa_init<NT>(acc, mr, lr);
     const float sc = scale * S_LOG2E;
-    const int wfirst = p0 + warp * 32; /* position of the warp's first row */
+    const int pw = (warp * 32) % PT; /* the warp's first row's position */
+    const int wfirst = p0 + pw;      /* (absolute) */
     const int rbase = wfirst + g;
 
     for (int j = 0; j < ntiles; j++) {
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
             const int kc = k0 + sub * BC;
             /* the warp's rows all before the sub-tile, or all past the
              * tile's last (a short tile): nothing to see */
-            if (wfirst + 31 < kc || kc > plast || warp * 32 >= rows)
+            if (wfirst + 31 < kc || kc > plast || pw >= rows)
                 continue;
             const bf16 *Kb = Ks + (buf * BK + sub * BC) * LDB;
             const bf16 *Vb = Vs + (buf * BK + sub * BC) * LDB;
@@ -180,16 +195,56 @@ __global__ void __launch_bounds__(32 * S_WARPS, 2)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int m = i >> 1, e0 = (i & 1) * 2;
-        const int r = warp * 32 + g + m * 16 + (i & 1) * 8; /* tile row */
-        if (r >= rows)
+        const int r = warp * 32 + g + m * 16 + (i & 1) * 8; /* block row */
+        const int pr = r % PT, h = h0 + r / PT;
+        if (pr >= rows)
             continue;
         float il = lr[i] > 0.0f ? 1.0f / lr[i] : 0.0f;
 #pragma unroll
         for (int n = 0; n < NT; n++)
-            *reinterpret_cast<uint32_t *>(o + (size_t) (row0 + r) * ost +
+            *reinterpret_cast<uint32_t *>(o + (size_t) (row0 + pr) * ost +
                                           (size_t) h * D + n * 8 + 2 * t) =
                 trn_pack2(acc[m][n][e0] * il, acc[m][n][e0 + 1] * il);
     }
+}
+
+template <int D, int HB>
+static lisa_rc_t
+s_prefill_hb(trn_bf16_t *o, const trn_bf16_t *q, int stride,
+             const trn_bf16_t *ck, const trn_bf16_t *cv, trn_kv_pages_t pg,
+             const trn_prefill_tile_t *tiles, int ntiles, int H, int Hk,
+             cudaStream_t st)
+{
+    /* Q rows + two K and two V buffers */
+    const int shm = (S_BQ + 4 * S_BK) * (D + 8) * 2;
+    static int attr_set; /* per instantiation; the first call is never
+                            inside a graph capture */
+    if (!attr_set) {
+        TRN_CUDA_TRY(cudaFuncSetAttribute(
+            s_attn_prefill<D, HB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            shm));
+        attr_set = 1;
+    }
+    dim3 grid((unsigned) (H / HB), (unsigned) ntiles, (unsigned) HB);
+    s_attn_prefill<D, HB><<<grid, 32 * S_WARPS, (size_t) shm, st>>>(
+        o, q, stride, ck, cv, pg, tiles, H, Hk, 1.0f / sqrtf((float) D));
+    TRN_LAUNCH_CHECK();
+    return LISA_OK;
+}
+
+/* Query heads a block takes (s_attn_prefill's HB): the most of 4, 2 that
+ * divides the query heads a KV head, else 1; LISA_CUDA_PREFILL_PACK=0
+ * keeps a head a block (read once). */
+static int
+s_prefill_heads(int H, int Hk)
+{
+    static int pack = -1;
+    if (pack < 0) {
+        const char *e = getenv("LISA_CUDA_PREFILL_PACK");
+        pack = !(e && strcmp(e, "0") == 0);
+    }
+    int G = H / Hk;
+    return !pack ? 1 : G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
 }
 
 template <int D>
@@ -199,21 +254,17 @@ s_prefill(trn_bf16_t *o, const trn_bf16_t *q, int stride, const trn_bf16_t *ck,
           const trn_prefill_tile_t *tiles, int ntiles, int H, int Hk,
           cudaStream_t st)
 {
-    /* Q rows + two K and two V buffers */
-    const int shm = (S_BQ + 4 * S_BK) * (D + 8) * 2;
-    static int attr_set; /* per instantiation; the first call is never
-                            inside a graph capture */
-    if (!attr_set) {
-        TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_attn_prefill<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            shm));
-        attr_set = 1;
+    switch (s_prefill_heads(H, Hk)) {
+    case 4:
+        return s_prefill_hb<D, 4>(o, q, stride, ck, cv, pg, tiles, ntiles, H,
+                                  Hk, st);
+    case 2:
+        return s_prefill_hb<D, 2>(o, q, stride, ck, cv, pg, tiles, ntiles, H,
+                                  Hk, st);
+    default:
+        return s_prefill_hb<D, 1>(o, q, stride, ck, cv, pg, tiles, ntiles, H,
+                                  Hk, st);
     }
-    dim3 grid((unsigned) H, (unsigned) ntiles);
-    s_attn_prefill<D><<<grid, 32 * S_WARPS, (size_t) shm, st>>>(
-        o, q, stride, ck, cv, pg, tiles, H, Hk, 1.0f / sqrtf((float) D));
-    TRN_LAUNCH_CHECK();
-    return LISA_OK;
 }
 
 /* Whether head_dim 128 takes the wgmma kernel (trn_k_attn_h.cu) where
