@@ -818,6 +818,13 @@ __global__ void __launch_bounds__(32 * S_SK_W)
 #define S_SB_RMAX 3                   /* most stages in flight */
 #define S_SB_ROW  (S_SB_CS * 64 + 64) /* a row's bytes in a stage slot */
 #define S_SB_SLOT (16 * S_SB_ROW)     /* a stage slot: 16 rows */
+/* Stages of a row of K values. */
+__host__ __device__ __forceinline__ int
+s_sb_stages(int K)
+{
+    return (K / 32 + S_SB_CS - 1) / S_SB_CS;
+}
+
 /* Rows sit S_SB_ROW apart, 64 bytes past a whole number of 128-byte
  * lines: the 8 lanes of a quarter-warp (rows g, g + 1; lanes t 0-3) read
  * 16 bytes each from 8 distinct 16-byte bank groups. */
@@ -906,7 +913,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
      * stages of K (one tile: the launch gives a cluster one) */
     const unsigned S = trn_cluster_size(), cr = S > 1 ? trn_cluster_rank() : 0;
     const s_run_t u = s_sb_run(GLU ? N / 2 : N, GLU ? 8 : 16, S);
-    int chunks = K / 32, stages_k = (chunks + S_SB_CS - 1) / S_SB_CS;
+    int chunks = K / 32, stages_k = s_sb_stages(K);
     int st0 = (int) (cr * (unsigned) stages_k / S);
     int stages = (int) ((cr + 1) * (unsigned) stages_k / S) - st0;
     int total = u.nt * stages; /* the block's stages, tile after tile */
@@ -1117,7 +1124,7 @@ s_split_blocks(int tiles, int K)
     if (GLU || !s_split_on())
         return 1;
     long room = (R == 2 ? 3 : 2) * (long) trn_sm_count();
-    long s = room / tiles, stages = (K / 32 + S_SB_CS - 1) / S_SB_CS;
+    long s = room / tiles, stages = s_sb_stages(K);
     s = s < stages ? s : stages;
     return s >= 2 ? (int) (s < 4 ? s : 4) : 1;
 }

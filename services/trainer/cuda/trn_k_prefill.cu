@@ -239,10 +239,8 @@ static int
 s_prefill_heads(int H, int Hk)
 {
     static int pack = -1;
-    if (pack < 0) {
-        const char *e = getenv("LISA_CUDA_PREFILL_PACK");
-        pack = !(e && strcmp(e, "0") == 0);
-    }
+    if (pack < 0)
+        pack = trn_env_on("LISA_CUDA_PREFILL_PACK");
     int G = H / Hk;
     return !pack ? 1 : G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
 }
