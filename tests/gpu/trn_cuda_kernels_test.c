@@ -1272,6 +1272,73 @@ test_linear_glu(trn_blas_t *b, int T, int K, int I)
     free(hx), free(x), free(hw), free(w), free(g1), free(g2);
 }
 
+/* The products of a few tokens on packed weights (trn_linear_pack,
+ * trn_linear_set_packed) against the same products on the plain ones: the
+ * same bits (the bulk kernel does the same arithmetic on the same values;
+ * only where they come from differs). With GLU the gate|up product. */
+static void
+test_linear_packed(trn_blas_t *b, int T, int K, int N, int glu)
+{
+    double *x, *w;
+    trn_bf16_t *hx = s_rand_bf16((size_t) T * K, 1, &x);
+    trn_bf16_t *hw = s_rand_bf16((size_t) N * K, 0.1, &w);
+    trn_bf16_t *dx_ = s_dev(hx, (size_t) T * K * 2);
+    /* the weights inside a larger arena, as the model's are */
+    size_t off = 4096, wn = (size_t) N * K;
+    trn_bf16_t *arena = s_dev(NULL, (off + wn) * 2);
+    trn_bf16_t *packed = s_dev(NULL, (off + wn) * 2);
+    RC(trn_cuda_upload(arena + off, hw, wn * 2));
+    int outs = glu ? N / 2 : N;
+    float *y[2];
+    trn_bf16_t *yb[2];
+    for (int p = 0; p < 2; p++) {
+        y[p] = s_dev(NULL, (size_t) T * outs * 4);
+        yb[p] = s_dev(NULL, (size_t) T * outs * 2);
+        RC(trn_cuda_memset(y[p], 0, (size_t) T * outs * 4, NULL));
+        if (p == 1) {
+            RC(trn_linear_pack(packed + off, arena + off, N, K, NULL));
+            trn_linear_set_packed(b, arena, packed, (off + wn) * 2);
+        }
+        /* a prefetch hint inside the arena: it follows the weights */
+        trn_linear_next(b, arena + off, wn * 2);
+        if (glu) {
+            RC(trn_linear_fwd_glu(b, yb[p], dx_, arena + off, T, K, N / 2,
+                                  NULL));
+        } else {
+            RC(trn_linear_fwd(b, y[p], NULL, dx_, arena + off, T, K, N, 1,
+                              NULL));
+            RC(trn_linear_fwd(b, NULL, yb[p], dx_, arena + off, T, K, N, 0,
+                              NULL));
+        }
+    }
+    trn_linear_set_packed(b, NULL, NULL, 0);
+    RC(trn_cuda_sync());
+    double *g[4] = {s_get_f32(y[0], (size_t) T * outs),
+                    s_get_f32(y[1], (size_t) T * outs),
+                    s_get_bf16(yb[0], (size_t) T * outs),
+                    s_get_bf16(yb[1], (size_t) T * outs)};
+    double diff = 0, big = 0;
+    for (size_t i = 0; i < (size_t) T * outs; i++) {
+        diff = fmax(diff, fabs(g[0][i] - g[1][i]));
+        diff = fmax(diff, fabs(g[2][i] - g[3][i]));
+        big = fmax(big, fabs(g[2][i]));
+    }
+    char what[112];
+    snprintf(what, sizeof what, "packed %s T=%d K=%d N=%d (max diff)",
+             glu ? "gate|up" : "linear", T, K, N);
+    s_check(what, diff, 0);
+    /* and the outputs are not all zero (the check above would pass) */
+    snprintf(what, sizeof what, "packed %s T=%d K=%d N=%d (outputs set)",
+             glu ? "gate|up" : "linear", T, K, N);
+    s_check(what, big > 0 ? 0 : 1, 0);
+    for (int i = 0; i < 4; i++)
+        free(g[i]);
+    for (int p = 0; p < 2; p++)
+        trn_cuda_free(&y[p]), trn_cuda_free(&yb[p]);
+    trn_cuda_free(&dx_), trn_cuda_free(&arena), trn_cuda_free(&packed);
+    free(hx), free(x), free(hw), free(w);
+}
+
 /* ---- RMSNorm folded into the products (trn_linear_norm_fits) ----- */
 
 #define S_FOLD_EPS 1e-6f
@@ -2565,6 +2632,19 @@ main(int argc, char **argv)
     test_linear_glu(b, 8, 2560, 9728); /* skinny: batch 8 */
     test_linear_glu(b, 16, 1024, 700); /* two n-tiles, a short last block */
     test_linear_glu(b, 5, 96, 301);
+    /* packed weights: the 4B shape's products at batch 8 (q|k|v; o and
+     * down split over clusters, down's last stage half a stage; gate|up
+     * spread over the resident blocks, tiles starting at odd rows; the
+     * LM head), a last tile of 8 rows, K with a last stage of 64 values,
+     * 16 tokens, and a few */
+    test_linear_packed(b, 8, 2560, 6144, 0);
+    test_linear_packed(b, 8, 4096, 2560, 0);
+    test_linear_packed(b, 8, 9728, 2560, 0);
+    test_linear_packed(b, 8, 2560, 2 * 9728, 1);
+    test_linear_packed(b, 8, 2560, 151936, 0);
+    test_linear_packed(b, 8, 1088, 1000, 0);
+    test_linear_packed(b, 16, 1024, 2 * 700, 1);
+    test_linear_packed(b, 5, 2560, 2560, 0);
     s_check("linear + swiglu: shapes it does not take",
             trn_linear_glu_fits(17, 64, 64) || trn_linear_glu_fits(5, 72, 64) ||
                     trn_linear_glu_fits(1, 8200, 64) ||

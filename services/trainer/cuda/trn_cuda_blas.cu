@@ -41,6 +41,8 @@ struct trn_blas {
     int ncache;
     const char *next; /* trn_linear_next: weights to bring into L2 */
     size_t next_bytes;
+    const char *pk_from, *pk_to; /* trn_linear_set_packed */
+    size_t pk_bytes;
 };
 
 #define S_BLAS_TRY(call)                                                       \
@@ -242,6 +244,7 @@ struct s_pf_t {
     const char *p;
     unsigned long long bytes;
     int ef;
+    int pk; /* the weights are packed (trn_linear_pack) */
 };
 
 __device__ __forceinline__ void
@@ -312,9 +315,9 @@ s_weights_ef(void)
 static s_pf_t
 s_take_pf(trn_blas_t *b)
 {
-    s_pf_t pf = {NULL, 0, s_weights_ef()};
+    s_pf_t pf = {NULL, 0, s_weights_ef(), 0};
     if (b) {
-        pf = {b->next, b->next_bytes, pf.ef};
+        pf = {b->next, b->next_bytes, pf.ef, 0};
         b->next = NULL, b->next_bytes = 0;
     }
     return pf;
@@ -856,6 +859,39 @@ s_sb_issue(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int nrow, int N,
     }
 }
 
+/* Stage st of a tile of packed weights (trn_linear_pack) into stage slot
+ * `slot`: slot rows 0.. from the weight rows [a0, a0 + na) and, with GLU,
+ * rows 8.. from [b0, b0 + nb), each run one bulk copy (the stage's rows
+ * of a run are contiguous, cs values each), lane 0 announcing the bytes
+ * first. */
+__device__ __forceinline__ void
+s_sb_issue_pk(uint32_t slots, uint32_t bars, const trn_bf16_t *w, int N, int K,
+              int st, int slot, int a0, int na, int b0, int nb, int lane,
+              uint64_t pol)
+{
+    if (lane != 0)
+        return;
+    int v0 = st * S_SB_CS * 32;
+    int cs = K - v0 < S_SB_CS * 32 ? K - v0 : S_SB_CS * 32;
+    unsigned row = (unsigned) cs * 2u;
+    uint32_t bar = bars + 8u * (uint32_t) slot;
+    trn_mbar_arrive_tx(bar, (unsigned) (na + nb) * row);
+    const trn_bf16_t *base = w + (size_t) N * (size_t) v0;
+    uint32_t dst = slots + (uint32_t) (slot * S_SB_SLOT);
+    const trn_bf16_t *src[2] = {base + (size_t) a0 * (size_t) cs,
+                                base + (size_t) b0 * (size_t) cs};
+    unsigned bytes[2] = {(unsigned) na * row, (unsigned) nb * row};
+    for (int h = 0; h < 2; h++) {
+        if (!bytes[h])
+            continue;
+        uint32_t d = dst + (uint32_t) h * 8u * row;
+        if (pol)
+            trn_bulk_g2s_hint(d, src[h], bytes[h], bar, pol);
+        else
+            trn_bulk_g2s(d, src[h], bytes[h], bar);
+    }
+}
+
 /* A bulk block's outputs: the grid's clusters (a block each, or S blocks
  * that split K) share the product's `outs` outputs in contiguous runs, the
  * first outs % clusters one longer, and a cluster takes its run in `nt`
@@ -923,7 +959,14 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     const uint64_t pol = pf.ef ? trn_l2_evict_first() : 0;
     auto issue = [&](int gs) {
         int k = gs / stages;
-        int nrow = s_sb_row<GLU>(r, s_sb_tile0(u, k), s_sb_tile0(u, k + 1), N);
+        int o0 = s_sb_tile0(u, k), o1 = s_sb_tile0(u, k + 1);
+        if (pf.pk) {
+            int n = o1 - o0;
+            s_sb_issue_pk(slots, bars, w, N, K, st0 + gs % stages, gs % R, o0,
+                          n, GLU ? N / 2 + o0 : 0, GLU ? n : 0, lane, pol);
+            return;
+        }
+        int nrow = s_sb_row<GLU>(r, o0, o1, N);
         s_sb_issue(slots, bars, w, nrow, N, K, st0 + gs % stages, gs % R, lane,
                    pol);
     };
@@ -968,6 +1011,10 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     /* the warps' partial sums meet past the stage slots */
     s_red_t<NT> &red = *reinterpret_cast<s_red_t<NT> *>(s_sb + R * S_SB_SLOT);
     for (int k = 0, gs = 0; k < u.nt; k++) {
+        /* packed: the parities of rows g and g + 8's weight rows (odd rows
+         * have their chunks swapped in pairs) */
+        int ta = s_sb_tile0(u, k) + g;
+        int pa = pf.pk ? ta & 1 : 0, pb = pf.pk ? (GLU ? N / 2 + ta : ta + 8) & 1 : 0;
         for (int st = st0; st < st0 + stages; st++, gs++) {
             int c0 = st * S_SB_CS;
             int cn = st + 1 < st0 + stages ? c0 + S_SB_CS : st0 * S_SB_CS;
@@ -981,16 +1028,20 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             int slot = gs % R;
             trn_mbar_wait(bars + 8u * (uint32_t) slot,
                           (uint32_t) (gs / R) & 1u);
+            /* a slot row's pitch: padded, or packed rows back to back */
+            int pitch = pf.pk ? (chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS) * 64
+                              : S_SB_ROW;
             const unsigned char *base =
-                s_sb + slot * S_SB_SLOT + g * S_SB_ROW + t * 16;
+                s_sb + slot * S_SB_SLOT + g * pitch + t * 16;
 #pragma unroll
             for (int i = 0; i < CW; i++) {
                 int c = warp + S_SK_W * i;
                 if (c0 + c >= chunks)
                     break;
-                uint4 va = *reinterpret_cast<const uint4 *>(base + c * 64);
+                uint4 va =
+                    *reinterpret_cast<const uint4 *>(base + (c ^ pa) * 64);
                 uint4 vb = *reinterpret_cast<const uint4 *>(
-                    base + 8 * S_SB_ROW + c * 64);
+                    base + 8 * pitch + (c ^ pb) * 64);
                 uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
                 uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
@@ -1017,6 +1068,71 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         for (int q = 0; q < NT; q++)
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
     }
+}
+
+/* ---- packed weights (trn_linear_pack) ---------------------------------
+ * One thread a 16-byte unit of w: unit u of row n, in stage s = u /
+ * (CS / 8), goes to the stage's run (N * s * CS values in), row n at n *
+ * cs (cs: the stage's values a row), its 64-byte chunk swapped with its
+ * pair when n is odd. */
+__global__ void
+s_pack(trn_bf16_t *dst, const trn_bf16_t *w, int N, int K)
+{
+    const int CS = TRN_LINEAR_PACK_CS, ku = K / 8;
+    size_t units = (size_t) N * (size_t) ku;
+    for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < units;
+         i += (size_t) gridDim.x * blockDim.x) {
+        size_t n = i / (size_t) ku;
+        int k = (int) (i % (size_t) ku) * 8, s = k / CS, kk = k % CS;
+        int cs = K - s * CS < CS ? K - s * CS : CS;
+        int ch = (kk / 32) ^ (int) (n & 1), e = kk % 32;
+        size_t off = (size_t) N * (size_t) s * CS + n * (size_t) cs +
+                     (size_t) ch * 32 + (size_t) e;
+        *reinterpret_cast<uint4 *>(dst + off) =
+            *reinterpret_cast<const uint4 *>(w + i * 8);
+    }
+}
+
+extern "C" lisa_rc_t
+trn_linear_pack(trn_bf16_t *dst, const trn_bf16_t *w, int N, int K,
+                trn_cuda_stream_t *s)
+{
+    static_assert(TRN_LINEAR_PACK_CS == S_SB_CS * 32, "a stage's values");
+    TRN_REQUIRE(dst && w && N > 0 && K > 0 && K % 64 == 0 && dst != w);
+    TRN_REQUIRE(s_aligned16(dst) && s_aligned16(w));
+    size_t units = (size_t) N * (size_t) (K / 8);
+    size_t blocks = (units + 255) / 256;
+    s_pack<<<(unsigned) (blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0,
+             trn_stream(s)>>>(dst, w, N, K);
+    TRN_CUDA_TRY(cudaGetLastError());
+    return LISA_OK;
+}
+
+extern "C" void
+trn_linear_set_packed(trn_blas_t *b, const void *from, const void *to,
+                      size_t bytes)
+{
+    if (!b)
+        return;
+    b->pk_from = to ? (const char *) from : NULL;
+    b->pk_to = to ? (const char *) to : NULL;
+    b->pk_bytes = to ? bytes : 0;
+}
+
+/* A bulk product's weights at their packed copy, if b has one that holds
+ * them (K a multiple of 64); the prefetch hint follows them. */
+static void
+s_pk_map(const trn_blas_t *b, const trn_bf16_t **w, int K, s_pf_t *pf)
+{
+    if (!b || !b->pk_to || K % 64 != 0)
+        return;
+    const char *p = (const char *) *w;
+    if (p < b->pk_from || p >= b->pk_from + b->pk_bytes)
+        return;
+    *w = (const trn_bf16_t *) (b->pk_to + (p - b->pk_from));
+    pf->pk = 1;
+    if (pf->p && pf->p >= b->pk_from && pf->p < b->pk_from + b->pk_bytes)
+        pf->p = b->pk_to + (pf->p - b->pk_from);
 }
 
 /* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
@@ -1272,10 +1388,12 @@ s_skinny_go(dim3 grid, float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
  * trn_linear_norm_fits). */
 template <bool GLU>
 static lisa_rc_t
-s_skinny_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
-             const trn_bf16_t *w, int T, int K, int N, int accumulate,
-             s_pf_t pf, const s_fold_t &f, cudaStream_t st)
+s_skinny_fwd(const trn_blas_t *b, float *yf, trn_bf16_t *yb,
+             const trn_bf16_t *x, const trn_bf16_t *w, int T, int K, int N,
+             int accumulate, s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
+    if (s_skinny_bulk_stages())
+        s_pk_map(b, &w, K, &pf);
     if (s_skinny_bulk_stages())
         return T <= 8 ? s_skinny_bulk_nf<1, GLU>(yf, yb, x, w, T, K, N,
                                                  accumulate, pf, f, st)
@@ -1346,7 +1464,7 @@ trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
     TRN_REQUIRE(s_aligned16(x) && s_aligned16(w));
     s_pf_t pf = s_take_pf(b);
     if (s_skinny_fits(T, K, 2 * I))
-        return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, pf, s_fold_t{},
+        return s_skinny_fwd<true>(b, NULL, a, x, w, T, K, 2 * I, 0, pf, s_fold_t{},
                                   trn_stream(s));
     return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
 }
@@ -1362,7 +1480,7 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
         return s_gemv_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                  accumulate, trn_stream(s));
     if (s_skinny_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
-        return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
+        return s_skinny_fwd<false>(b, y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                    accumulate, pf, s_fold_t{}, trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
@@ -1401,7 +1519,7 @@ trn_linear_fwd_norm(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
         TRN_REQUIRE(y_f32 && nout->xg && nout->w && nout->ss);
         f.out = *nout;
     }
-    return s_skinny_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
+    return s_skinny_fwd<false>(b, y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                accumulate, s_take_pf(b), f, trn_stream(s));
 }
 
@@ -1416,7 +1534,7 @@ trn_linear_fwd_glu_norm(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
     TRN_REQUIRE(a && x && w && I > 0 && trn_linear_norm_fits(T, K, 2 * I, 0));
     TRN_REQUIRE(s_aligned16(x) && s_aligned16(w) && s_nin_ok(nin));
     f.in = *nin;
-    return s_skinny_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, s_take_pf(b), f,
+    return s_skinny_fwd<true>(b, NULL, a, x, w, T, K, 2 * I, 0, s_take_pf(b), f,
                               trn_stream(s));
 }
 

@@ -92,6 +92,9 @@ struct trn_gpu_kv {
     int use_graphs;
     s_graph_t graphs[S_GRAPHS];
     int next_graph;
+    trn_bf16_t *packed; /* LISA_CUDA_PACKED=1: the products' packed copy */
+    const trn_bf16_t *packed_from; /* the weights it holds, */
+    int packed_step;               /* as of this optimizer step */
 };
 
 /* Offsets into the fixed part of the parameter block. */
@@ -264,6 +267,85 @@ s_alloc_blocks(trn_gpu_kv_t *kv, trn_err_t *err)
     return LISA_OK;
 }
 
+/* Whether the few-token products read a packed copy of the weights
+ * (LISA_CUDA_PACKED=1; read once). */
+static int
+s_packed_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LISA_CUDA_PACKED");
+        on = e && strcmp(e, "1") == 0;
+    }
+    return on;
+}
+
+/* The packed copy made again from the current bf16 weights (on the
+ * default stream, which the cache's stream follows), and given to the
+ * model's products; remembers which weights it packed (their address and
+ * the optimizer step that last wrote them). */
+static lisa_rc_t
+s_repack(trn_gpu_kv_t *kv)
+{
+    trn_gpu_model_t *g = kv->g;
+    int C = g->C, I = g->I, Q = g->H * g->D, KV = g->Hk * g->D;
+    const trn_bf16_t *w = g->wb;
+    trn_bf16_t *p = kv->packed;
+    lisa_rc_t rc = LISA_OK;
+    for (int l = 0; l < g->L && rc == LISA_OK; l++) {
+        const s_layer_t *ly = &g->layers[l];
+        size_t off[4] = {ly->qkv, ly->o, ly->gu, ly->down};
+        int N[4] = {Q + 2 * KV, C, 2 * I, C}, K[4] = {C, Q, C, I};
+        for (int m = 0; m < 4 && rc == LISA_OK; m++)
+            rc = trn_linear_pack(p + off[m], w + off[m], N[m], K[m], NULL);
+    }
+    if (rc == LISA_OK)
+        rc = trn_linear_pack(p + g->lm_head, w + g->lm_head, g->V, C, NULL);
+    if (rc != LISA_OK)
+        return rc;
+    kv->packed_from = w;
+    kv->packed_step = g->step;
+    return LISA_OK;
+}
+
+/* The packed copy, where it is asked for and the shapes allow it (every
+ * product's K a multiple of 64); without it the products read the bf16
+ * weights as they are. */
+static void
+s_pack_weights(trn_gpu_kv_t *kv)
+{
+    trn_gpu_model_t *g = kv->g;
+    if (!s_packed_on() || g->C % 64 || (g->H * g->D) % 64 || g->I % 64)
+        return;
+    kv->packed = trn_cuda_malloc(g->n_params * 2);
+    if (kv->packed && s_repack(kv) == LISA_OK) {
+        lisa_log_info("gpu model: packed weights for decode (%zu MiB)",
+                      g->n_params * 2 >> 20);
+        return;
+    }
+    lisa_log_warn("gpu model: no packed weights (out of device memory)");
+    trn_cuda_free(&kv->packed);
+}
+
+/* Before a step: the packed copy made again if the weights changed, and
+ * given to the model's products for the step (trn_gpu_model_step takes it
+ * back after: a training forward of a few tokens between two steps reads
+ * the weights it just updated). */
+static lisa_rc_t
+s_packed_fresh(trn_gpu_kv_t *kv)
+{
+    trn_gpu_model_t *g = kv->g;
+    if (!kv->packed)
+        return LISA_OK;
+    if (kv->packed_from != g->wb || kv->packed_step != g->step) {
+        lisa_rc_t rc = s_repack(kv);
+        if (rc != LISA_OK)
+            return rc;
+    }
+    trn_linear_set_packed(g->blas, g->wb, kv->packed, g->n_params * 2);
+    return LISA_OK;
+}
+
 trn_gpu_kv_t *
 trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
 {
@@ -284,6 +366,7 @@ trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
         trn_gpu_kv_destroy(&kv);
         return NULL;
     }
+    s_pack_weights(kv); /* before the blocks take what memory is free */
     if (s_alloc_blocks(kv, err) != LISA_OK) {
         trn_gpu_kv_destroy(&kv);
         return NULL;
@@ -314,6 +397,7 @@ trn_gpu_kv_destroy(trn_gpu_kv_t **kvp)
     if (kv->stream)
         (void) trn_cuda_stream_sync(kv->stream);
     s_drop_graphs(kv);
+    trn_cuda_free(&kv->packed);
     trn_cuda_free(&kv->cache);
     trn_cuda_free(&kv->dtable);
     trn_cuda_host_free(&kv->htable);
@@ -885,6 +969,7 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
         pure &= seqs[i].n_new == 1;
     }
     trn_cuda_stream_t *st = kv->stream;
+    S_TRY(s_packed_fresh(kv));
     S_TRY(s_sync_table(kv, n, seqs));
     size_t rows = pure ? s_bucket(kv, n) : T; /* token rows on the device */
     size_t nrows = pure ? rows : n;           /* rows of logits and samples */
@@ -920,6 +1005,7 @@ trn_gpu_model_step(trn_gpu_model_t *g, trn_gpu_kv_t *kv, size_t n,
         memcpy(out_lp, kv->hres + 4 * kv->sp, n * 4);
     }
 out:
+    trn_linear_set_packed(g->blas, NULL, NULL, 0);
     if (g->timer)
         trn_cuda_timer_stream(g->timer, NULL);
     if (rc != LISA_OK) {

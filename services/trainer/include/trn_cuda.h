@@ -159,6 +159,23 @@ lisa_rc_t trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
  * hint for one product (any product through b takes it); NULL clears it. */
 void trn_linear_next(trn_blas_t *b, const void *w, size_t bytes);
 
+/* Packed weights for the few-token products (decode steps): w[N,K] laid
+ * out stage by stage (TRN_LINEAR_PACK_CS values of every row, then the
+ * next TRN_LINEAR_PACK_CS, the last stage the rest), so that the rows of a
+ * tile's stage are one contiguous run and reach shared memory in one bulk
+ * copy; within a stage, odd rows have their 64-byte chunks swapped in
+ * pairs (no two rows of a quarter-warp's reads share a bank). The same
+ * element count as w. trn_linear_pack writes it (K a multiple of 64);
+ * trn_linear_set_packed tells b that the products through it reading
+ * weights in [from, from + bytes) find them packed at the same offsets
+ * from `to` (NULL: none). Only the bulk kernel reads the packed copy;
+ * every other path reads `from`. */
+#define TRN_LINEAR_PACK_CS 1024
+lisa_rc_t trn_linear_pack(trn_bf16_t *dst, const trn_bf16_t *w, int N, int K,
+                          trn_cuda_stream_t *s);
+void trn_linear_set_packed(trn_blas_t *b, const void *from, const void *to,
+                           size_t bytes);
+
 /* RMSNorm folded into the products around it (decode steps of a few
  * tokens). A product that adds into the fp32 residual y (the "norm out"
  * side) also writes, from each new value v of y, xg = bf16(v * w) for the
