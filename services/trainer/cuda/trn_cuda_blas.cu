@@ -1014,7 +1014,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         /* packed: the parities of rows g and g + 8's weight rows (odd rows
          * have their chunks swapped in pairs) */
         int ta = s_sb_tile0(u, k) + g;
-        int pa = pf.pk ? ta & 1 : 0, pb = pf.pk ? (GLU ? N / 2 + ta : ta + 8) & 1 : 0;
+        int pa = pf.pk ? ta & 1 : 0,
+            pb = pf.pk ? (GLU ? N / 2 + ta : ta + 8) & 1 : 0;
         for (int st = st0; st < st0 + stages; st++, gs++) {
             int c0 = st * S_SB_CS;
             int cn = st + 1 < st0 + stages ? c0 + S_SB_CS : st0 * S_SB_CS;
@@ -1029,8 +1030,9 @@ __global__ void __launch_bounds__(32 * S_SK_W)
             trn_mbar_wait(bars + 8u * (uint32_t) slot,
                           (uint32_t) (gs / R) & 1u);
             /* a slot row's pitch: padded, or packed rows back to back */
-            int pitch = pf.pk ? (chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS) * 64
-                              : S_SB_ROW;
+            int pitch =
+                pf.pk ? (chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS) * 64
+                      : S_SB_ROW;
             const unsigned char *base =
                 s_sb + slot * S_SB_SLOT + g * pitch + t * 16;
 #pragma unroll
@@ -1040,8 +1042,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                     break;
                 uint4 va =
                     *reinterpret_cast<const uint4 *>(base + (c ^ pa) * 64);
-                uint4 vb = *reinterpret_cast<const uint4 *>(
-                    base + 8 * pitch + (c ^ pb) * 64);
+                uint4 vb = *reinterpret_cast<const uint4 *>(base + 8 * pitch +
+                                                            (c ^ pb) * 64);
                 uint32_t a0[4] = {va.x, vb.x, va.y, vb.y};
                 uint32_t a1[4] = {va.z, vb.z, va.w, vb.w};
 #pragma unroll
@@ -1068,6 +1070,28 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         for (int q = 0; q < NT; q++)
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
     }
+}
+
+/* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
+ * 2, the default, or 3; 0, or a device before compute capability 9.x:
+ * off, the register-fed kernel). On an H200, batch-8 decode steps over
+ * 2,500 positions: 3.92 ms with 2 stages, 4.44 with 3, 4.07 off. Read
+ * once. */
+static int
+s_skinny_bulk_stages(void)
+{
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("LISA_CUDA_SKINNY_BULK");
+        int v = e && *e ? atoi(e) : 2, dev = 0, major = 0;
+        bool hopper =
+            cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                   dev) == cudaSuccess &&
+            major >= 9;
+        r = v >= 2 && v <= S_SB_RMAX && hopper ? v : 0;
+    }
+    return r;
 }
 
 /* ---- packed weights (trn_linear_pack) ---------------------------------
@@ -1108,6 +1132,12 @@ trn_linear_pack(trn_bf16_t *dst, const trn_bf16_t *w, int N, int K,
     return LISA_OK;
 }
 
+extern "C" int
+trn_linear_pack_used(void)
+{
+    return s_skinny_bulk_stages() != 0;
+}
+
 extern "C" void
 trn_linear_set_packed(trn_blas_t *b, const void *from, const void *to,
                       size_t bytes)
@@ -1133,28 +1163,6 @@ s_pk_map(const trn_blas_t *b, const trn_bf16_t **w, int K, s_pf_t *pf)
     pf->pk = 1;
     if (pf->p && pf->p >= b->pk_from && pf->p < b->pk_from + b->pk_bytes)
         pf->p = b->pk_to + (pf->p - b->pk_from);
-}
-
-/* The bulk-copy skinny kernel's stages in flight (LISA_CUDA_SKINNY_BULK:
- * 2, the default, or 3; 0, or a device before compute capability 9.x:
- * off, the register-fed kernel). On an H200, batch-8 decode steps over
- * 2,500 positions: 3.92 ms with 2 stages, 4.44 with 3, 4.07 off. Read
- * once. */
-static int
-s_skinny_bulk_stages(void)
-{
-    static int r = -1;
-    if (r < 0) {
-        const char *e = getenv("LISA_CUDA_SKINNY_BULK");
-        int v = e && *e ? atoi(e) : 2, dev = 0, major = 0;
-        bool hopper =
-            cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                   dev) == cudaSuccess &&
-            major >= 9;
-        r = v >= 2 && v <= S_SB_RMAX && hopper ? v : 0;
-    }
-    return r;
 }
 
 /* Blocks a multiprocessor for the bulk products: LISA_CUDA_SKINNY_SPREAD
@@ -1464,8 +1472,8 @@ trn_linear_fwd_glu(trn_blas_t *b, trn_bf16_t *a, const trn_bf16_t *x,
     TRN_REQUIRE(s_aligned16(x) && s_aligned16(w));
     s_pf_t pf = s_take_pf(b);
     if (s_skinny_fits(T, K, 2 * I))
-        return s_skinny_fwd<true>(b, NULL, a, x, w, T, K, 2 * I, 0, pf, s_fold_t{},
-                                  trn_stream(s));
+        return s_skinny_fwd<true>(b, NULL, a, x, w, T, K, 2 * I, 0, pf,
+                                  s_fold_t{}, trn_stream(s));
     return s_gemv_fwd<true>(NULL, a, x, w, T, K, 2 * I, 0, trn_stream(s));
 }
 
@@ -1480,8 +1488,9 @@ trn_linear_fwd(trn_blas_t *b, float *y_f32, trn_bf16_t *y_bf16,
         return s_gemv_fwd<false>(y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
                                  accumulate, trn_stream(s));
     if (s_skinny_fits(T, K, N) && s_aligned16(x) && s_aligned16(w))
-        return s_skinny_fwd<false>(b, y_f32, y_f32 ? NULL : y_bf16, x, w, T, K, N,
-                                   accumulate, pf, s_fold_t{}, trn_stream(s));
+        return s_skinny_fwd<false>(b, y_f32, y_f32 ? NULL : y_bf16, x, w, T, K,
+                                   N, accumulate, pf, s_fold_t{},
+                                   trn_stream(s));
     void *y = y_f32 ? (void *) y_f32 : (void *) y_bf16;
     return s_gemm(b, 1, 0, N, T, K, w, K, x, K, y, N, y_f32 != NULL,
                   accumulate ? 1.0f : 0.0f, NULL, trn_stream(s));

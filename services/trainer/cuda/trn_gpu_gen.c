@@ -268,14 +268,14 @@ s_alloc_blocks(trn_gpu_kv_t *kv, trn_err_t *err)
 }
 
 /* Whether the few-token products read a packed copy of the weights
- * (LISA_CUDA_PACKED=1; read once). */
+ * (LISA_CUDA_PACKED=1, where the bulk product kernel runs; read once). */
 static int
 s_packed_on(void)
 {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("LISA_CUDA_PACKED");
-        on = e && strcmp(e, "1") == 0;
+        on = e && strcmp(e, "1") == 0 && trn_linear_pack_used();
     }
     return on;
 }
@@ -315,7 +315,8 @@ static void
 s_pack_weights(trn_gpu_kv_t *kv)
 {
     trn_gpu_model_t *g = kv->g;
-    if (!s_packed_on() || g->C % 64 || (g->H * g->D) % 64 || g->I % 64)
+    if (kv->packed || !s_packed_on() || g->C % 64 || (g->H * g->D) % 64 ||
+        g->I % 64)
         return;
     kv->packed = trn_cuda_malloc(g->n_params * 2);
     if (kv->packed && s_repack(kv) == LISA_OK) {
@@ -323,7 +324,9 @@ s_pack_weights(trn_gpu_kv_t *kv)
                       g->n_params * 2 >> 20);
         return;
     }
-    lisa_log_warn("gpu model: no packed weights (out of device memory)");
+    lisa_log_warn("gpu model: no packed weights (%zu MiB): out of device "
+                  "memory; the products read the weights as they are",
+                  g->n_params * 2 >> 20);
     trn_cuda_free(&kv->packed);
 }
 
@@ -366,11 +369,16 @@ trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
         trn_gpu_kv_destroy(&kv);
         return NULL;
     }
-    s_pack_weights(kv); /* before the blocks take what memory is free */
+    /* a cache sized as a share of free memory takes its share after the
+     * packed copy (counted with the weights); one of a given size first,
+     * the copy then where room is left */
+    if (geom->n_blocks == 0 && geom->kv_bytes == 0)
+        s_pack_weights(kv);
     if (s_alloc_blocks(kv, err) != LISA_OK) {
         trn_gpu_kv_destroy(&kv);
         return NULL;
     }
+    s_pack_weights(kv);
     kv->pg.table = kv->dtable;
     kv->pg.max_blocks = (int) geom->max_blocks;
     kv->pg.bshift = s_log2(geom->block_size);

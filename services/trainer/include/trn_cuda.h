@@ -175,6 +175,9 @@ lisa_rc_t trn_linear_pack(trn_bf16_t *dst, const trn_bf16_t *w, int N, int K,
                           trn_cuda_stream_t *s);
 void trn_linear_set_packed(trn_blas_t *b, const void *from, const void *to,
                            size_t bytes);
+/* Whether the products read a packed copy here (the bulk kernel runs:
+ * compute capability 9.x, LISA_CUDA_SKINNY_BULK not 0). */
+int trn_linear_pack_used(void);
 
 /* RMSNorm folded into the products around it (decode steps of a few
  * tokens). A product that adds into the fp32 residual y (the "norm out"
