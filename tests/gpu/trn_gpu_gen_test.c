@@ -626,6 +626,101 @@ s_logprobs(trn_gpu_model_t *gpu, int V)
     return 0;
 }
 
+/* Prompts of 6 tokens into slots s0..s0+3 of kv, then one decode step of
+ * the four; its logits into lg. */
+static int
+s_four(trn_gpu_model_t *gpu, trn_gpu_kv_t *kv, s_pool_t *pool, size_t s0,
+       const int32_t (*prompt)[6], float *lg)
+{
+    trn_err_t err = {{0}};
+    s_sq_t q[4] = {{0}};
+    trn_gen_seq_t seqs[4];
+    int32_t next[4];
+    for (int i = 0; i < 4; i++) {
+        q[i].slot = s0 + (size_t) i;
+        seqs[i] = s_seq(&q[i], pool, 16, prompt[i], 6);
+    }
+    if (trn_gpu_model_step(gpu, kv, 4, seqs, NULL, NULL, NULL, NULL, &err) !=
+        LISA_OK) {
+        printf("prompts: %s\n", err.msg);
+        return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        q[i].len = 6;
+        next[i] = prompt[i][5];
+        seqs[i] = s_seq(&q[i], pool, 16, &next[i], 1);
+    }
+    if (trn_gpu_model_step(gpu, kv, 4, seqs, NULL, NULL, NULL, lg, &err) !=
+        LISA_OK) {
+        printf("decode: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* A cache opened before an optimizer step decodes after it with the new
+ * weights (with LISA_CUDA_PACKED=1 its packed copy is made again): its
+ * logits are those of a cache opened after the step, bit for bit, and
+ * not those from before the step. */
+static int
+s_weights_change(trn_gpu_model_t *gpu, int V)
+{
+    trn_kv_geom_t geom = s_geom(16, 64, 8, 64, 64);
+    trn_err_t err = {{0}};
+    int32_t prompt[4][6];
+    unsigned seed = 5;
+    for (int i = 0; i < 4; i++)
+        s_rand_tokens(prompt[i], 6, V, &seed);
+    s_pool_t pa, pb;
+    s_pool_init(&pa, 64, 3);
+    s_pool_init(&pb, 64, 3);
+    trn_gpu_kv_t *a = trn_gpu_kv_new(gpu, &geom, &err), *b = NULL;
+    float *l0 = malloc((size_t) 4 * V * 4), *la = malloc((size_t) 4 * V * 4),
+          *lb = malloc((size_t) 4 * V * 4);
+    int rc = -1;
+    if (!a || s_four(gpu, a, &pa, 0, prompt, l0))
+        goto out;
+    /* one update: the log-probability of the prompts' tokens raised */
+    int32_t tg[24];
+    float lp[24], dl[24], norm = 0;
+    size_t offs[5] = {0, 6, 12, 18, 24};
+    for (int j = 0; j < 24; j++) {
+        tg[j] = j % 6 < 5 ? prompt[j / 6][j % 6 + 1] : -1;
+        dl[j] = tg[j] < 0 ? 0.0f : -1.0f;
+    }
+    trn_batch_t bt = {&prompt[0][0], tg, 24, offs, 4, 1.0f, NULL};
+    if (trn_gpu_model_zero_grad(gpu) != LISA_OK ||
+        trn_gpu_model_forward(gpu, &bt, lp, NULL, &err) != LISA_OK ||
+        trn_gpu_model_backward(gpu, dl, NULL, &err) != LISA_OK ||
+        trn_gpu_model_adamw(gpu, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f,
+                            &norm) != LISA_OK) {
+        printf("update: %s\n", err.msg);
+        goto out;
+    }
+    b = trn_gpu_kv_new(gpu, &geom, &err);
+    if (!b || s_four(gpu, a, &pa, 4, prompt, la) ||
+        s_four(gpu, b, &pb, 4, prompt, lb))
+        goto out;
+    double same = 0, moved = 0;
+    for (size_t i = 0; i < (size_t) 4 * V; i++) {
+        same = fmax(same, fabs((double) la[i] - lb[i]));
+        moved = fmax(moved, fabs((double) la[i] - l0[i]));
+    }
+    s_check("after an update: a cache opened before = one opened after "
+            "(max diff)",
+            same, 0);
+    s_check("after an update: the logits moved (0: yes)", moved > 1e-3 ? 0 : 1,
+            0);
+    rc = 0;
+out:
+    if (rc)
+        printf("weights change: %s\n", err.msg);
+    trn_gpu_kv_destroy(&a);
+    trn_gpu_kv_destroy(&b);
+    free(l0), free(la), free(lb);
+    return rc;
+}
+
 /* Greedy, top-p nucleus and sampled frequencies at one context: 64
  * sequences of one token each, rerun from position 0 every round. */
 static int
@@ -787,7 +882,7 @@ main(void)
         s_draws(gpu, V) ||
         s_graph_steps(cpu, gpu, V, 5, 8, slots, lens, "5 of 8 rows") ||
         s_graph_steps(cpu, gpu, V, 1, 4, slots + 2, lens + 2, "one sequence") ||
-        s_phases(cpu, V))
+        s_phases(cpu, V) || s_weights_change(gpu, V))
         s_fail++;
     trn_gpu_model_destroy(&gpu);
     trn_model_destroy(&cpu);
