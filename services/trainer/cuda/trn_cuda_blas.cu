@@ -934,7 +934,7 @@ s_sb_row(int r, int o0, int o1, int N)
     return o0 + r < o1 ? o0 + r : N;
 }
 
-template <int NT, int R, bool GLU, int NF>
+template <int NT, int R, bool GLU, int NF, bool PK>
 __global__ void __launch_bounds__(32 * S_SK_W)
     s_skinny_bulk(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
@@ -960,7 +960,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
     auto issue = [&](int gs) {
         int k = gs / stages;
         int o0 = s_sb_tile0(u, k), o1 = s_sb_tile0(u, k + 1);
-        if (pf.pk) {
+        if (PK) {
             int n = o1 - o0;
             s_sb_issue_pk(slots, bars, w, N, K, st0 + gs % stages, gs % R, o0,
                           n, GLU ? N / 2 + o0 : 0, GLU ? n : 0, lane, pol);
@@ -1014,8 +1014,7 @@ __global__ void __launch_bounds__(32 * S_SK_W)
         /* packed: the parities of rows g and g + 8's weight rows (odd rows
          * have their chunks swapped in pairs) */
         int ta = s_sb_tile0(u, k) + g;
-        int pa = pf.pk ? ta & 1 : 0,
-            pb = pf.pk ? (GLU ? N / 2 + ta : ta + 8) & 1 : 0;
+        int pa = PK ? ta & 1 : 0, pb = PK ? (GLU ? N / 2 + ta : ta + 8) & 1 : 0;
         for (int st = st0; st < st0 + stages; st++, gs++) {
             int c0 = st * S_SB_CS;
             int cn = st + 1 < st0 + stages ? c0 + S_SB_CS : st0 * S_SB_CS;
@@ -1031,8 +1030,8 @@ __global__ void __launch_bounds__(32 * S_SK_W)
                           (uint32_t) (gs / R) & 1u);
             /* a slot row's pitch: padded, or packed rows back to back */
             int pitch =
-                pf.pk ? (chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS) * 64
-                      : S_SB_ROW;
+                PK ? (chunks - c0 < S_SB_CS ? chunks - c0 : S_SB_CS) * 64
+                   : S_SB_ROW;
             const unsigned char *base =
                 s_sb + slot * S_SB_SLOT + g * pitch + t * 16;
 #pragma unroll
@@ -1203,7 +1202,7 @@ s_bulk_smem(void)
 
 /* The blocks of this instantiation a multiprocessor holds (asked once,
  * after allowing its shared memory). */
-template <int NT, int R, bool GLU, int NF>
+template <int NT, int R, bool GLU, int NF, bool PK = false>
 static lisa_rc_t
 s_bulk_resident(int *out)
 {
@@ -1211,10 +1210,10 @@ s_bulk_resident(int *out)
     if (!resident) {
         int n = 0;
         TRN_CUDA_TRY(cudaFuncSetAttribute(
-            s_skinny_bulk<NT, R, GLU, NF>,
+            s_skinny_bulk<NT, R, GLU, NF, PK>,
             cudaFuncAttributeMaxDynamicSharedMemorySize, s_bulk_smem<NT, R>()));
         TRN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, s_skinny_bulk<NT, R, GLU, NF>, 32 * S_SK_W,
+            &n, s_skinny_bulk<NT, R, GLU, NF, PK>, 32 * S_SK_W,
             (size_t) s_bulk_smem<NT, R>()));
         resident = n < 1 ? 1 : n;
     }
@@ -1253,14 +1252,14 @@ s_split_blocks(int tiles, int K)
     return s >= 2 ? (int) (s < 4 ? s : 4) : 1;
 }
 
-template <int NT, int R, bool GLU, int NF>
+template <int NT, int R, bool GLU, int NF, bool PK>
 static lisa_rc_t
 s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                  const trn_bf16_t *w, int T, int K, int N, int accumulate,
                  s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
     int resident = 0;
-    lisa_rc_t rc = s_bulk_resident<NT, R, GLU, NF>(&resident);
+    lisa_rc_t rc = s_bulk_resident<NT, R, GLU, NF, PK>(&resident);
     if (rc != LISA_OK)
         return rc;
     /* the grid: a block a tile, or contiguous runs of outputs (s_sb_run),
@@ -1282,9 +1281,9 @@ s_skinny_bulk_go(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
     if (S > 1) /* a cluster a tile */
         G = (long) tiles * S;
     TRN_CUDA_TRY(trn_launch_pdl_cl(
-        s_skinny_bulk<NT, R, GLU, NF>, dim3((unsigned) G), dim3(32 * S_SK_W),
-        (size_t) s_bulk_smem<NT, R>(), st, dim3((unsigned) S), yf, yb, x, w, T,
-        K, N, accumulate, pf, f));
+        s_skinny_bulk<NT, R, GLU, NF, PK>, dim3((unsigned) G),
+        dim3(32 * S_SK_W), (size_t) s_bulk_smem<NT, R>(), st,
+        dim3((unsigned) S), yf, yb, x, w, T, K, N, accumulate, pf, f));
     return LISA_OK;
 }
 
@@ -1294,11 +1293,17 @@ s_skinny_bulk_fwd(float *yf, trn_bf16_t *yb, const trn_bf16_t *x,
                   const trn_bf16_t *w, int T, int K, int N, int accumulate,
                   s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
+    /* packed weights: their own instantiations, so that the plain
+     * kernel's registers stay as they were (three blocks a processor) */
     if (s_skinny_bulk_stages() == 2)
-        return s_skinny_bulk_go<NT, 2, GLU, NF>(yf, yb, x, w, T, K, N,
-                                                accumulate, pf, f, st);
-    return s_skinny_bulk_go<NT, 3, GLU, NF>(yf, yb, x, w, T, K, N, accumulate,
-                                            pf, f, st);
+        return pf.pk ? s_skinny_bulk_go<NT, 2, GLU, NF, true>(
+                           yf, yb, x, w, T, K, N, accumulate, pf, f, st)
+                     : s_skinny_bulk_go<NT, 2, GLU, NF, false>(
+                           yf, yb, x, w, T, K, N, accumulate, pf, f, st);
+    return pf.pk ? s_skinny_bulk_go<NT, 3, GLU, NF, true>(yf, yb, x, w, T, K, N,
+                                                          accumulate, pf, f, st)
+                 : s_skinny_bulk_go<NT, 3, GLU, NF, false>(
+                       yf, yb, x, w, T, K, N, accumulate, pf, f, st);
 }
 
 /* The bulk product with the fold f asks for: a norm in, a norm out (not
