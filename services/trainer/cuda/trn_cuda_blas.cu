@@ -1405,13 +1405,13 @@ s_skinny_fwd(const trn_blas_t *b, float *yf, trn_bf16_t *yb,
              const trn_bf16_t *x, const trn_bf16_t *w, int T, int K, int N,
              int accumulate, s_pf_t pf, const s_fold_t &f, cudaStream_t st)
 {
-    if (s_skinny_bulk_stages())
-        s_pk_map(b, &w, K, &pf);
-    if (s_skinny_bulk_stages())
+    if (s_skinny_bulk_stages()) {
+        s_pk_map(b, &w, K, &pf); /* only the bulk kernel reads it */
         return T <= 8 ? s_skinny_bulk_nf<1, GLU>(yf, yb, x, w, T, K, N,
                                                  accumulate, pf, f, st)
                       : s_skinny_bulk_nf<2, GLU>(yf, yb, x, w, T, K, N,
                                                  accumulate, pf, f, st);
+    }
     int rows = GLU ? 8 : 16, outs = GLU ? N / 2 : N;
     dim3 grid((unsigned) ((outs + rows - 1) / rows));
     if (T <= 8)

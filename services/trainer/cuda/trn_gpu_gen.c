@@ -281,21 +281,21 @@ s_packed_on(void)
 }
 
 /* The packed copy made again from the current bf16 weights (on the
- * default stream, which the cache's stream follows), and given to the
- * model's products; remembers which weights it packed (their address and
- * the optimizer step that last wrote them). */
+ * default stream, which the cache's stream follows); remembers which
+ * weights it packed (their address and the optimizer step that last
+ * wrote them). */
 static lisa_rc_t
 s_repack(trn_gpu_kv_t *kv)
 {
     trn_gpu_model_t *g = kv->g;
-    int C = g->C, I = g->I, Q = g->H * g->D, KV = g->Hk * g->D;
+    int C = g->C, I = g->I, Q = g->H * g->D;
     const trn_bf16_t *w = g->wb;
     trn_bf16_t *p = kv->packed;
     lisa_rc_t rc = LISA_OK;
     for (int l = 0; l < g->L && rc == LISA_OK; l++) {
         const s_layer_t *ly = &g->layers[l];
         size_t off[4] = {ly->qkv, ly->o, ly->gu, ly->down};
-        int N[4] = {Q + 2 * KV, C, 2 * I, C}, K[4] = {C, Q, C, I};
+        int N[4] = {g->S, C, 2 * I, C}, K[4] = {C, Q, C, I};
         for (int m = 0; m < 4 && rc == LISA_OK; m++)
             rc = trn_linear_pack(p + off[m], w + off[m], N[m], K[m], NULL);
     }
@@ -315,8 +315,7 @@ static void
 s_pack_weights(trn_gpu_kv_t *kv)
 {
     trn_gpu_model_t *g = kv->g;
-    if (kv->packed || !s_packed_on() || g->C % 64 || (g->H * g->D) % 64 ||
-        g->I % 64)
+    if (!s_packed_on() || g->C % 64 || (g->H * g->D) % 64 || g->I % 64)
         return;
     kv->packed = trn_cuda_malloc(g->n_params * 2);
     if (kv->packed && s_repack(kv) == LISA_OK) {
@@ -372,13 +371,15 @@ trn_gpu_kv_new(trn_gpu_model_t *g, trn_kv_geom_t *geom, trn_err_t *err)
     /* a cache sized as a share of free memory takes its share after the
      * packed copy (counted with the weights); one of a given size first,
      * the copy then where room is left */
-    if (geom->n_blocks == 0 && geom->kv_bytes == 0)
+    int share = geom->n_blocks == 0 && geom->kv_bytes == 0;
+    if (share)
         s_pack_weights(kv);
     if (s_alloc_blocks(kv, err) != LISA_OK) {
         trn_gpu_kv_destroy(&kv);
         return NULL;
     }
-    s_pack_weights(kv);
+    if (!share)
+        s_pack_weights(kv);
     kv->pg.table = kv->dtable;
     kv->pg.max_blocks = (int) geom->max_blocks;
     kv->pg.bshift = s_log2(geom->block_size);
