@@ -1271,6 +1271,29 @@ s_drain_driven(lisa_http_server_t *srv)
     }
 }
 
+/* Threaded mode, on destroy: waits until every shutdown answer has been
+ * sent (its request ended) or a short grace period has passed, so stopping
+ * the daemons does not cut a 503 that is still on its way. */
+static void
+s_drain_threaded(lisa_http_server_t *srv)
+{
+    int64_t until = s_now_ms() + 2000;
+    for (;;) {
+        bool busy = false;
+        pthread_mutex_lock(&srv->mtx);
+        for (lisa_http_req_t *req = srv->live; req && !busy; req = req->next) {
+            pthread_mutex_lock(&req->mtx);
+            busy = req->server_answered;
+            pthread_mutex_unlock(&req->mtx);
+        }
+        pthread_mutex_unlock(&srv->mtx);
+        if (!busy || s_now_ms() >= until)
+            return;
+        struct timespec ts = {.tv_nsec = 2 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* watchdog                                                             */
 
@@ -1601,6 +1624,8 @@ lisa_http_server_destroy(lisa_http_server_t **self_p)
         if (srv->unx_polled)
             zloop_poller_end(srv->cfg.loop, &srv->unx_item);
         s_drain_driven(srv);
+    } else {
+        s_drain_threaded(srv);
     }
 
     if (srv->wd_started) {

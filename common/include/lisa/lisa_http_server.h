@@ -19,8 +19,7 @@
  *     and _destroy must then be called on the loop's thread too.
  *   - config.loop set and config.loop_driven: the same thread, but
  *     libmicrohttpd is driven by that zloop (no HTTP threads and no hand-off
- *     between threads: the lowest latency). Destroy then sends the shutdown
- *     answers itself before it returns.
+ *     between threads: the lowest latency).
  * Answering (respond, stream push/close) is thread-safe from any thread.
  *
  * The request lifecycle seen by the application:
@@ -65,11 +64,11 @@
  *     refused with LISA_AGAIN (the client is too slow).
  *
  * Shutdown: lisa_http_server_destroy stops accepting, answers every kept
- * request 503 (JSON error), ends every open stream, and closes all
- * connections. The application still owes each kept request one respond or
- * stream_close call after that (it only frees the request), so handles it
- * holds never dangle. No respond/push call may run concurrently with
- * destroy itself.
+ * request 503 (JSON error), ends every open stream, waits (2 s at most)
+ * until those answers are sent, and closes all connections. The
+ * application still owes each kept request one respond or stream_close
+ * call after that (it only frees the request), so handles it holds never
+ * dangle. No respond/push call may run concurrently with destroy itself.
  */
 #ifndef LISA_HTTP_SERVER_H
 #define LISA_HTTP_SERVER_H
