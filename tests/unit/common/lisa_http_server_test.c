@@ -1019,7 +1019,8 @@ Test(lisa_http_server, loop_mode_shutdown_before_dispatch)
     lisa_http_server_destroy(&srv);
     for (int i = 0; i < 2; i++) {
         pthread_join(th[i], NULL);
-        cr_assert(bg[i].status == 503 || bg[i].rc != LISA_OK);
+        cr_assert(bg[i].rc == LISA_OK && bg[i].status == 503,
+                  "request %d: rc %d status %ld", i, bg[i].rc, bg[i].status);
     }
     zloop_destroy(&loop);
 }
