@@ -1271,9 +1271,11 @@ s_drain_driven(lisa_http_server_t *srv)
     }
 }
 
-/* Threaded mode, on destroy: waits until every shutdown answer has been
- * sent (its request ended) or a short grace period has passed, so stopping
- * the daemons does not cut a 503 that is still on its way. */
+/* Threaded mode, on destroy: waits until every answer given (the shutdown
+ * 503s, and the application's from before destroy) has been sent, its
+ * request ended, or a short grace period has passed, so stopping the
+ * daemons does not cut an answer that is still on its way. Streams are cut
+ * anyway and are not waited for. */
 static void
 s_drain_threaded(lisa_http_server_t *srv)
 {
@@ -1283,7 +1285,7 @@ s_drain_threaded(lisa_http_server_t *srv)
         pthread_mutex_lock(&srv->mtx);
         for (lisa_http_req_t *req = srv->live; req && !busy; req = req->next) {
             pthread_mutex_lock(&req->mtx);
-            busy = req->server_answered;
+            busy = req->answered && !req->is_stream;
             pthread_mutex_unlock(&req->mtx);
         }
         pthread_mutex_unlock(&srv->mtx);

@@ -65,10 +65,11 @@
  *
  * Shutdown: lisa_http_server_destroy stops accepting, answers every kept
  * request 503 (JSON error), ends every open stream, waits (2 s at most)
- * until those answers are sent, and closes all connections. The
- * application still owes each kept request one respond or stream_close
- * call after that (it only frees the request), so handles it holds never
- * dangle. No respond/push call may run concurrently with destroy itself.
+ * until every answer given (those 503s and the application's) has been
+ * sent, and closes all connections. The application still owes each kept
+ * request one respond or stream_close call after that (it only frees the
+ * request), so handles it holds never dangle. No respond/push call may run
+ * concurrently with destroy itself.
  */
 #ifndef LISA_HTTP_SERVER_H
 #define LISA_HTTP_SERVER_H

@@ -926,6 +926,7 @@ typedef struct {
     char url[96];
     lisa_rc_t rc;
     long status;
+    size_t body_len;
 } s_bg_t;
 
 static void *
@@ -936,8 +937,45 @@ s_bg_request(void *arg)
     lisa_http_response_t *resp = NULL;
     b->rc = lisa_http_request_sync(&rq, &resp);
     b->status = lisa_http_response_status(resp);
+    if (b->rc == LISA_OK)
+        (void) lisa_http_response_body(resp, &b->body_len);
     lisa_http_response_destroy(&resp);
     return NULL;
+}
+
+Test(lisa_http_server, answers_given_before_destroy_arrive_whole)
+{
+    /* sixteen kept requests answered with 1 MiB each, the server destroyed
+     * right after the last answer: every client gets all of its answer */
+    enum { N = 16, LEN = 1 << 20 };
+    s_keeper_t k = {.mtx = PTHREAD_MUTEX_INITIALIZER};
+    lisa_http_server_config_t cfg = {
+        .address = "127.0.0.1", .handler = s_keep, .handler_arg = &k};
+    lisa_http_server_t *srv = lisa_http_server_new(&cfg);
+    s_bg_t bg[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        memset(&bg[i], 0, sizeof bg[i]);
+        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/big",
+                 lisa_http_server_port(srv));
+        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
+    }
+    cr_assert_eq(s_wait_held(&k, N, 3000), N);
+    char *body = malloc(LEN);
+    memset(body, 'x', LEN);
+    for (size_t i = 0; i < k.n; i++)
+        cr_assert_eq(
+            lisa_http_req_respond(k.held[i], 200, "text/plain", body, LEN),
+            LISA_OK);
+    free(body);
+    lisa_http_server_destroy(&srv);
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert(bg[i].rc == LISA_OK && bg[i].status == 200 &&
+                      bg[i].body_len == LEN,
+                  "request %d: rc %d status %ld, %zu bytes", i, bg[i].rc,
+                  bg[i].status, bg[i].body_len);
+    }
 }
 
 typedef struct {
