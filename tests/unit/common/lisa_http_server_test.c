@@ -943,6 +943,19 @@ s_bg_request(void *arg)
     return NULL;
 }
 
+/* n background GETs of `path` on srv (the last of `last` when given). */
+static void
+s_bg_start(lisa_http_server_t *srv, s_bg_t *bg, pthread_t *th, int n,
+           const char *path, const char *last)
+{
+    for (int i = 0; i < n; i++) {
+        memset(&bg[i], 0, sizeof bg[i]);
+        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/%s",
+                 lisa_http_server_port(srv), last && i == n - 1 ? last : path);
+        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
+    }
+}
+
 Test(lisa_http_server, answers_given_before_destroy_arrive_whole)
 {
     /* sixteen kept requests answered with 1 MiB each, the server destroyed
@@ -954,12 +967,7 @@ Test(lisa_http_server, answers_given_before_destroy_arrive_whole)
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     s_bg_t bg[N];
     pthread_t th[N];
-    for (int i = 0; i < N; i++) {
-        memset(&bg[i], 0, sizeof bg[i]);
-        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/big",
-                 lisa_http_server_port(srv));
-        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
-    }
+    s_bg_start(srv, bg, th, N, "big", NULL);
     cr_assert_eq(s_wait_held(&k, N, 3000), N);
     char *body = malloc(LEN);
     memset(body, 'x', LEN);
@@ -1004,11 +1012,7 @@ Test(lisa_http_server, shutdown_answers_kept_requests)
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     s_bg_t bg[N];
     pthread_t th[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/%s",
-                 lisa_http_server_port(srv), i == N - 1 ? "stream" : "kept");
-        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
-    }
+    s_bg_start(srv, bg, th, N, "kept", "stream");
     cr_assert_eq(s_wait_kept(srv, N, 3000), N);
     /* and every handler is done (the stream opened and pushed) before the
      * server goes */
@@ -1047,11 +1051,7 @@ Test(lisa_http_server, loop_mode_shutdown_before_dispatch)
     lisa_http_server_t *srv = lisa_http_server_new(&cfg);
     s_bg_t bg[2];
     pthread_t th[2];
-    for (int i = 0; i < 2; i++) {
-        snprintf(bg[i].url, sizeof(bg[i].url), "http://127.0.0.1:%u/q",
-                 lisa_http_server_port(srv));
-        pthread_create(&th[i], NULL, s_bg_request, &bg[i]);
-    }
+    s_bg_start(srv, bg, th, 2, "q", NULL);
     cr_assert_eq(s_wait_kept(srv, 2, 3000), 2);
     cr_assert_eq(k.n, 0, "the loop never ran, so no handler did");
     lisa_http_server_destroy(&srv);
