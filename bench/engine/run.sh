@@ -10,10 +10,10 @@
 # LISA_ENGINE_BASE_ROWS choose the rows; LISA_ENGINE_OUT a folder for the
 # JSON results; LISA_ENGINE_ARGS extra settings for the new engine,
 # LISA_ENGINE_BASE_ARGS for the earlier one (the engine before the paged
-# cache, d603b6b, reserves slots x length up front and allocates the training state
-# in serve: on an 80 GB card build it with base-serve-only.patch and set
-# LISA_BASE_SERVE_ONLY=1, which leaves out the gradient and AdamW buffers
-# that generation never touches).
+# cache, d603b6b, reserves slots x length up front and allocates the
+# training state in serve: on an 80 GB card build it with
+# base-serve-only.patch and set LISA_BASE_SERVE_ONLY=1, which leaves out
+# the gradient and AdamW buffers that generation never touches).
 # LISA_ENGINE_GPUS=N (N > 1): N engines of the new build, one per GPU; the
 # rows run on the first engine alone, then spread over all N (each
 # conversation on one engine), and the scaling is printed (no base run).
