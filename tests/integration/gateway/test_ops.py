@@ -198,6 +198,10 @@ def test_a_call_finding_no_engine_refreshes_the_list_at_once(
             break
         time.sleep(0.05)
     assert st == 429 and json.loads(out)["error"]["code"] == "engines_paused"
+    # That 429 sent the gateway's own list request; it must be answered
+    # (paused) before the engine resumes, or its answer already shows the
+    # engine resumed and the call below is served without asking again.
+    time.sleep(1.0)
     c.ok("engine_register", pb.EngineRegisterReq(
         engine=pb.Engine(engine_id="rank0", url=eng.url, up=True, paused=False,
                          policy_version=2), ttl_ms=60000))
